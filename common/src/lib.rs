@@ -1,0 +1,28 @@
+//! profd-common: the generated `profd.v1` API and the profile model shared by
+//! the daemon and the clients. No I/O, no unsafe.
+#![forbid(unsafe_code)]
+
+pub mod model;
+
+/// Generated gRPC types and stubs for `profd.v1` (kept apart: generated code).
+#[allow(clippy::all, missing_docs)]
+pub mod api {
+    tonic::include_proto!("profd.v1");
+
+    /// Encoded file descriptor set of the API, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/profd_descriptor.bin"));
+}
+
+/// The event's name as perf spells it.
+pub fn event_name(event: api::Event) -> &'static str {
+    match event {
+        api::Event::Cycles => "cycles",
+        api::Event::CpuClock | api::Event::Unspecified => "cpu-clock",
+    }
+}
+
+/// Default sampling frequency (Hz) when a session asks for none.
+pub const DEFAULT_FREQUENCY_HZ: u32 = 999;
+/// Default path of the daemon's Unix socket.
+pub const DEFAULT_SOCKET: &str = "/run/profd/profd.sock";

@@ -1,1 +1,28 @@
-fn main(){}
+//! The `profctl` binary: parse arguments (clap exits 2 on usage errors), run
+//! the command, print any error as one `profctl: ...` line and exit 1.
+use std::process::ExitCode;
+
+use clap::Parser;
+use profctl::cli::Cli;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("profctl: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(profctl::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("profctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

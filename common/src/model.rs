@@ -1,1 +1,186 @@
-pub fn x(){}
+//! The profile model: interned raw stacks with counts, and their reduction to
+//! per-function inclusive/exclusive counts and percentages. Pure data, no
+//! symbols (callers map addresses to function ids).
+use std::collections::HashMap;
+
+/// Raw stacks (addresses, innermost first) interned with their sample counts.
+/// Adding a stack already seen allocates nothing.
+#[derive(Debug, Default, Clone)]
+pub struct StackTable {
+    counts: HashMap<Box<[u64]>, u64>,
+    samples: u64,
+}
+
+impl StackTable {
+    /// Count `n` samples of `frames` (innermost first); true when the stack
+    /// is new to the table.
+    pub fn add(&mut self, frames: &[u64], n: u64) -> bool {
+        self.samples += n;
+        if let Some(count) = self.counts.get_mut(frames) {
+            *count += n;
+            false
+        } else {
+            self.counts.insert(frames.into(), n);
+            true
+        }
+    }
+
+    /// Unique stacks.
+    pub fn len(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Whether no sample was added.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Samples added in all.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Each unique stack with its count.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u64], u64)> {
+        self.counts.iter().map(|(k, v)| (&k[..], *v))
+    }
+}
+
+/// Inclusive and exclusive samples of one function.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Samples with the function anywhere on the stack (once per sample).
+    pub inclusive: u64,
+    /// Samples with the function as the innermost frame.
+    pub exclusive: u64,
+}
+
+/// Reduces stacks of function ids to per-function counts, indexed by id.
+///
+/// A function that appears several times in one stack (recursion) gets one
+/// inclusive count per sample; an empty stack counts for nothing.
+#[derive(Debug)]
+pub struct Aggregator {
+    counts: Vec<Counts>,
+    // last[f] = number of the last stack that credited f inclusively.
+    last: Vec<u64>,
+    stacks: u64,
+}
+
+impl Aggregator {
+    /// An aggregator for function ids `0..functions`.
+    pub fn new(functions: usize) -> Aggregator {
+        Aggregator {
+            counts: vec![Counts::default(); functions],
+            last: vec![0; functions],
+            stacks: 0,
+        }
+    }
+
+    /// Count `n` samples of the stack `ids` (innermost first).
+    pub fn add(&mut self, ids: &[u32], n: u64) {
+        let Some(&leaf) = ids.first() else { return };
+        self.stacks += 1;
+        self.counts[leaf as usize].exclusive += n;
+        for &id in ids {
+            let id = id as usize;
+            if self.last[id] != self.stacks {
+                self.last[id] = self.stacks;
+                self.counts[id].inclusive += n;
+            }
+        }
+    }
+
+    /// The counts, indexed by function id.
+    pub fn into_counts(self) -> Vec<Counts> {
+        self.counts
+    }
+}
+
+/// `part` as a percentage (0–100) of `whole`; 0 when `whole` is 0.
+pub fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interning_counts_repeats() {
+        let mut t = StackTable::default();
+        t.add(&[1, 2, 3], 1);
+        t.add(&[1, 2, 3], 2);
+        t.add(&[4], 1);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.samples(), 4);
+        let mut all: Vec<_> = t.iter().map(|(s, n)| (s.to_vec(), n)).collect();
+        all.sort();
+        assert_eq!(all, vec![(vec![1, 2, 3], 3), (vec![4], 1)]);
+    }
+
+    fn aggregate(stacks: &[(Vec<u32>, u64)], functions: usize) -> Vec<Counts> {
+        let mut agg = Aggregator::new(functions);
+        for (ids, n) in stacks {
+            agg.add(ids, *n);
+        }
+        agg.into_counts()
+    }
+
+    #[test]
+    fn exclusive_is_innermost_inclusive_anywhere() {
+        // 0 = main, 1 = a, 2 = b
+        let stacks: Vec<(Vec<u32>, u64)> = vec![(vec![1, 0], 3), (vec![2, 1, 0], 1), (vec![0], 1)];
+        let c = aggregate(&stacks, 3);
+        assert_eq!(
+            c[0],
+            Counts {
+                inclusive: 5,
+                exclusive: 1
+            }
+        );
+        assert_eq!(
+            c[1],
+            Counts {
+                inclusive: 4,
+                exclusive: 3
+            }
+        );
+        assert_eq!(
+            c[2],
+            Counts {
+                inclusive: 1,
+                exclusive: 1
+            }
+        );
+    }
+
+    #[test]
+    fn recursion_counts_once_per_sample() {
+        // rec -> rec -> rec -> main
+        let stacks: Vec<(Vec<u32>, u64)> = vec![(vec![1, 1, 1, 0], 10), (vec![1, 0], 5)];
+        let c = aggregate(&stacks, 2);
+        assert_eq!(c[1].inclusive, 15, "never more than the samples");
+        assert_eq!(c[1].exclusive, 15);
+        assert_eq!(c[0].inclusive, 15);
+        assert!(c.iter().all(|f| f.inclusive <= 15));
+    }
+
+    #[test]
+    fn empty_stacks_count_for_nothing() {
+        let stacks: Vec<(Vec<u32>, u64)> = vec![(vec![], 4)];
+        let c = aggregate(&stacks, 1);
+        assert_eq!(c[0], Counts::default());
+    }
+
+    #[test]
+    fn percentages() {
+        assert_eq!(percent(1, 4), 25.0);
+        assert_eq!(percent(0, 0), 0.0);
+        assert_eq!(percent(7, 7), 100.0);
+    }
+}

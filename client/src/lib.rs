@@ -1,0 +1,36 @@
+//! profctl: the command-line client of the profd profiler daemon (library;
+//! `main.rs` only parses arguments, runs [`run`] and maps errors to exit codes).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod commands;
+pub mod connect;
+pub mod error;
+pub mod output;
+pub mod profile;
+pub mod render;
+pub mod watch;
+
+pub use error::Error;
+
+use cli::{Cli, Command};
+use connect::Connection;
+use output::Output;
+
+/// Runs one parsed command line: connects (starting a private daemon when
+/// needed and allowed), runs the command, and closes the connection.
+pub async fn run(cli: Cli) -> Result<(), Error> {
+    let mut conn = Connection::open(&cli.socket).await?;
+    let out = Output::stdout();
+    let client = &mut conn.client;
+    let result = match &cli.command {
+        Command::Attach(args) => commands::attach(client, args, &out).await,
+        Command::Run(args) => commands::run(client, args, &out).await,
+        Command::Sessions => commands::sessions(client, &out).await,
+        Command::Stop(args) => commands::stop(client, args.id, &out).await,
+        Command::Info => commands::info(client, &out).await,
+    };
+    conn.close().await;
+    result
+}

@@ -1,0 +1,122 @@
+//! A session's profile ready for display: functions with percentages
+//! recomputed from their counts and sorted; no I/O, no rendering.
+use std::cmp::Ordering;
+
+use profd_common::api::{Function, Session, Totals};
+
+/// A session and its functions, sorted by inclusive samples (descending),
+/// then exclusive (descending), then name; percentages are over the session's
+/// attributed samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    /// The session as of this profile.
+    pub session: Session,
+    /// Sorted functions with recomputed percentages.
+    pub functions: Vec<Function>,
+}
+
+impl Profile {
+    /// Sorts `functions` and recomputes their percentages from the counts and
+    /// `session.totals.attributed`.
+    pub fn new(session: Session, mut functions: Vec<Function>) -> Self {
+        let attributed = totals(&session).attributed;
+        for f in &mut functions {
+            f.inclusive_pct = percent(f.inclusive, attributed);
+            f.exclusive_pct = percent(f.exclusive, attributed);
+        }
+        functions.sort_by(display_order);
+        Profile { session, functions }
+    }
+
+    /// The session's totals (zero when the daemon sent none).
+    pub fn totals(&self) -> Totals {
+        totals(&self.session)
+    }
+}
+
+/// A session's totals, zero when absent.
+pub fn totals(session: &Session) -> Totals {
+    session.totals.unwrap_or_default()
+}
+
+/// `count` over `total` in percent, clamped to 0..=100 (0 when `total` is 0).
+pub fn percent(count: u64, total: u64) -> f64 {
+    if total == 0 {
+        return 0.0;
+    }
+    (count as f64 * 100.0 / total as f64).clamp(0.0, 100.0)
+}
+
+/// Inclusive descending, exclusive descending, name, module, id.
+pub fn display_order(a: &Function, b: &Function) -> Ordering {
+    b.inclusive
+        .cmp(&a.inclusive)
+        .then_with(|| b.exclusive.cmp(&a.exclusive))
+        .then_with(|| a.name.cmp(&b.name))
+        .then_with(|| a.module.cmp(&b.module))
+        .then_with(|| a.id.cmp(&b.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn func(id: u64, name: &str, inclusive: u64, exclusive: u64) -> Function {
+        Function {
+            id,
+            name: name.into(),
+            module: "m".into(),
+            inclusive,
+            exclusive,
+            inclusive_pct: -1.0,
+            exclusive_pct: -1.0,
+        }
+    }
+
+    fn session(attributed: u64) -> Session {
+        Session {
+            totals: Some(Totals {
+                attributed,
+                discarded: 0,
+                lost: 0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sorts_by_inclusive_then_exclusive_then_name() {
+        let p = Profile::new(
+            session(100),
+            vec![
+                func(1, "b", 50, 10),
+                func(2, "a", 50, 10),
+                func(3, "c", 50, 20),
+                func(4, "d", 100, 0),
+                func(5, "e", 1, 1),
+            ],
+        );
+        let names: Vec<_> = p.functions.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["d", "c", "a", "b", "e"]);
+    }
+
+    #[test]
+    fn recomputes_percentages() {
+        let p = Profile::new(session(200), vec![func(1, "f", 200, 50)]);
+        assert_eq!(p.functions[0].inclusive_pct, 100.0);
+        assert_eq!(p.functions[0].exclusive_pct, 25.0);
+    }
+
+    #[test]
+    fn zero_total_gives_zero_percent() {
+        let p = Profile::new(Session::default(), vec![func(1, "f", 3, 3)]);
+        assert_eq!(p.functions[0].inclusive_pct, 0.0);
+        assert_eq!(p.totals(), Totals::default());
+    }
+
+    #[test]
+    fn percent_is_clamped() {
+        assert_eq!(percent(5, 4), 100.0);
+        assert_eq!(percent(1, 4), 25.0);
+    }
+}

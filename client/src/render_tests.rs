@@ -1,0 +1,313 @@
+//! Unit tests of `render`: table layout, the JSON contract, session lines.
+use super::*;
+use profd_common::api::{Event, Function, SamplerGroup};
+use serde_json::Value;
+
+fn func(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -> Function {
+    Function {
+        id,
+        name: name.into(),
+        module: module.into(),
+        inclusive,
+        exclusive,
+        inclusive_pct: 0.0,
+        exclusive_pct: 0.0,
+    }
+}
+
+fn session(state: SessionState) -> Session {
+    Session {
+        id: 3,
+        pid: 1234,
+        comm: "work".into(),
+        frequency_hz: 999,
+        event: Event::CpuClock as i32,
+        state: state as i32,
+        started_unix_ms: 1,
+        duration_s: 5.0,
+        totals: Some(Totals {
+            attributed: 9950,
+            discarded: 812,
+            lost: 0,
+        }),
+        duration_limit_ms: 0,
+        error: String::new(),
+    }
+}
+
+fn profile() -> Profile {
+    Profile::new(
+        session(SessionState::Exited),
+        vec![
+            func(4, "spin", "work", 9000, 9000),
+            func(1, "main", "work", 9950, 0),
+            func(2, "__libc_start_main", "libc.so.6", 9950, 0),
+            func(3, "leaf", "[kernel]", 950, 950),
+        ],
+    )
+}
+
+#[test]
+fn table_matches_the_documented_layout() {
+    let text = profile_table(&profile(), TableOptions::default());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "profd session 3 — pid 1234 (work) — cpu-clock @ 999 Hz — 5.00 s — exited"
+    );
+    assert_eq!(lines[1], "samples: 9950 attributed, 812 discarded, 0 lost");
+    assert_eq!(lines[2], " INCL%   INCL   EXCL%   EXCL  FUNCTION  [MODULE]");
+    assert_eq!(
+        lines[3],
+        "100.0%   9950    0.0%      0  __libc_start_main  [libc.so.6]"
+    );
+    assert_eq!(lines[4], "100.0%   9950    0.0%      0  main  [work]");
+    assert_eq!(lines[5], " 90.5%   9000   90.5%   9000  spin  [work]");
+    assert_eq!(lines[6], "  9.5%    950    9.5%    950  leaf  [kernel]");
+    assert_eq!(lines.len(), 7);
+}
+
+#[test]
+fn table_columns_widen_for_big_counts() {
+    let mut s = session(SessionState::Running);
+    s.totals = Some(Totals {
+        attributed: 12_345_678,
+        ..Default::default()
+    });
+    let p = Profile::new(s, vec![func(1, "f", "m", 12_345_678, 1)]);
+    let text = profile_table(&p, TableOptions::default());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[2],
+        " INCL%      INCL   EXCL%      EXCL  FUNCTION  [MODULE]"
+    );
+    assert_eq!(lines[3], "100.0%  12345678    0.0%         1  f  [m]");
+}
+
+#[test]
+fn module_cells() {
+    let p = Profile::new(
+        session(SessionState::Running),
+        vec![
+            func(1, "a", "", 3, 3),
+            func(2, "b", "[unknown]", 2, 2),
+            func(3, "c", "libc.so.6", 1, 1),
+        ],
+    );
+    let text = profile_table(&p, TableOptions::default());
+    let rows: Vec<&str> = text.lines().skip(3).collect();
+    assert!(rows[0].ends_with("  a"), "{text}");
+    assert!(rows[1].ends_with("  b  [unknown]"), "{text}");
+    assert!(rows[2].ends_with("  c  [libc.so.6]"), "{text}");
+}
+
+#[test]
+fn table_top_limits_rows_and_says_so() {
+    let opts = TableOptions {
+        limit: Some(2),
+        ..Default::default()
+    };
+    let text = profile_table(&profile(), opts);
+    assert_eq!(text.lines().count(), 3 + 2 + 1);
+    assert!(text.ends_with("… 2 more functions (--top 0 shows all)\n"));
+    let all = profile_table(
+        &profile(),
+        TableOptions {
+            limit: None,
+            ..Default::default()
+        },
+    );
+    assert_eq!(all.lines().count(), 3 + 4);
+}
+
+#[test]
+fn table_without_functions() {
+    let p = Profile::new(session(SessionState::Running), vec![]);
+    let text = profile_table(&p, TableOptions::default());
+    assert!(text.ends_with("(no samples)\n"));
+    assert!(text.contains("— running"));
+}
+
+#[test]
+fn long_names_are_shortened() {
+    let long = "std::collections::hash::map::HashMap<K,V,S>::insert::very::long::path";
+    let p = Profile::new(
+        session(SessionState::Running),
+        vec![func(1, long, "m", 1, 1)],
+    );
+    let text = profile_table(
+        &p,
+        TableOptions {
+            limit: None,
+            name_width: 20,
+        },
+    );
+    let row = text.lines().nth(3).unwrap();
+    assert!(row.contains("std::collections::h…  [m]"), "{row}");
+    assert_eq!(shorten("héllo wörld", 5), "héll…");
+    assert_eq!(shorten("short", 5), "short");
+}
+
+#[test]
+fn failed_sessions_show_why() {
+    let mut s = session(SessionState::Failed);
+    s.error = "perf_event_open: permission denied".into();
+    assert!(table_header(&s).contains("— failed: perf_event_open: permission denied"));
+    assert!(session_line(&s).contains("failed: perf_event_open"));
+}
+
+#[test]
+fn json_has_the_contract_keys_and_types() {
+    let v: Value = serde_json::from_str(&profile_json(&profile(), None)).unwrap();
+    let obj = v.as_object().unwrap();
+    for key in [
+        "pid",
+        "duration_s",
+        "frequency_hz",
+        "event",
+        "totals",
+        "functions",
+        "session_id",
+        "comm",
+        "state",
+    ] {
+        assert!(obj.contains_key(key), "missing {key}");
+    }
+    assert!(!obj.contains_key("error"));
+    assert_eq!(v["pid"], 1234);
+    assert!(v["duration_s"].is_f64());
+    assert_eq!(v["frequency_hz"], 999);
+    assert_eq!(v["event"], "cpu-clock");
+    assert_eq!(v["session_id"], 3);
+    assert_eq!(v["comm"], "work");
+    assert_eq!(v["state"], "exited");
+    let totals = v["totals"].as_object().unwrap();
+    assert_eq!(totals.len(), 3);
+    assert_eq!(v["totals"]["attributed"], 9950);
+    assert_eq!(v["totals"]["discarded"], 812);
+    assert_eq!(v["totals"]["lost"], 0);
+    let functions = v["functions"].as_array().unwrap();
+    assert_eq!(functions.len(), 4);
+    let mut last = u64::MAX;
+    for f in functions {
+        let f = f.as_object().unwrap();
+        let mut keys: Vec<&str> = f.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "exclusive",
+                "exclusive_pct",
+                "inclusive",
+                "inclusive_pct",
+                "module",
+                "name"
+            ]
+        );
+        assert!(f["name"].is_string() && f["module"].is_string());
+        let inclusive = f["inclusive"].as_u64().unwrap();
+        assert!(f["exclusive"].is_u64());
+        assert!(inclusive <= last, "not sorted by inclusive desc");
+        last = inclusive;
+        for pct in ["inclusive_pct", "exclusive_pct"] {
+            assert!(f[pct].is_f64(), "{pct} is not a float");
+            let p = f[pct].as_f64().unwrap();
+            assert!((0.0..=100.0).contains(&p), "{pct} = {p}");
+        }
+    }
+    assert_eq!(functions[0]["name"], "__libc_start_main");
+    assert_eq!(functions[0]["inclusive_pct"], 100.0);
+    assert_eq!(functions[2]["name"], "spin");
+}
+
+#[test]
+fn json_state_names_and_limit() {
+    for (state, name) in [
+        (SessionState::Running, "running"),
+        (SessionState::Stopped, "stopped"),
+        (SessionState::DurationElapsed, "duration_elapsed"),
+        (SessionState::Exited, "exited"),
+        (SessionState::Failed, "failed"),
+    ] {
+        let p = Profile::new(session(state), vec![]);
+        let v: Value = serde_json::from_str(&profile_json(&p, None)).unwrap();
+        assert_eq!(v["state"], name);
+        assert_eq!(v["functions"], Value::Array(vec![]));
+    }
+    let v: Value = serde_json::from_str(&profile_json(&profile(), Some(1))).unwrap();
+    assert_eq!(v["functions"].as_array().unwrap().len(), 1);
+    let mut s = session(SessionState::Running);
+    s.event = Event::Cycles as i32;
+    let v: Value = serde_json::from_str(&profile_json(&Profile::new(s, vec![]), None)).unwrap();
+    assert_eq!(v["event"], "cycles");
+}
+
+#[test]
+fn session_line_format() {
+    assert_eq!(
+        session_line(&session(SessionState::Stopped)),
+        "session 3 — pid 1234 (work) — stopped — 5.00 s — 9950 attributed, 812 discarded, 0 lost\n"
+    );
+}
+
+#[test]
+fn sessions_table_aligns_columns() {
+    let mut b = session(SessionState::Running);
+    b.id = 12;
+    b.pid = 7;
+    b.comm = "a-much-longer-command-name".into();
+    let text = sessions_table(&[session(SessionState::Exited), b]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines[0].starts_with("ID   PID  COMM "), "{}", lines[0]);
+    assert!(lines[1].starts_with(" 3  1234  work "), "{}", lines[1]);
+    assert!(
+        lines[2].starts_with("12     7  a-much-longer-c… "),
+        "{}",
+        lines[2]
+    );
+    assert!(lines[1].ends_with("9950/812/0"));
+    // Every row's STATE column starts at the same offset.
+    let col = lines[0].find("STATE").unwrap();
+    assert_eq!(&lines[1][col..col + 6], "exited");
+    assert_eq!(sessions_table(&[]), "no sessions\n");
+}
+
+#[test]
+fn info_lists_everything() {
+    let info = InfoResponse {
+        version: "0.1.0".into(),
+        cpus: 2,
+        pmu_available: false,
+        default_event: Event::CpuClock as i32,
+        perf_event_paranoid: 2,
+        max_sample_rate: 100_000,
+        groups: vec![SamplerGroup {
+            event: Event::CpuClock as i32,
+            frequency_hz: 999,
+            sessions: 1,
+        }],
+        totals: Some(Totals {
+            attributed: 5,
+            discarded: 6,
+            lost: 7,
+        }),
+        running_sessions: 1,
+    };
+    let text = info_text(&info);
+    for needle in [
+        "version:",
+        "0.1.0",
+        "cpus:",
+        "not available",
+        "default event:",
+        "cpu-clock",
+        "perf_event_paranoid:  2",
+        "100000 Hz",
+        "cpu-clock @ 999 Hz (1 session)",
+        "5 attributed, 6 discarded, 7 lost",
+        "running sessions:     1",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+}

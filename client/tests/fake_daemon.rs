@@ -1,0 +1,563 @@
+//! The `profctl` binary against an in-process fake profd (tonic over a Unix
+//! socket): Attach/Watch/GetProfile flow, JSON and table output, Ctrl-C,
+//! `run`, errors, broken pipes, and the one-shot commands.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use profd_common::api::profiler_server::{Profiler, ProfilerServer};
+use profd_common::api::*;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::{Request, Response, Status};
+
+/// One fake session: a target, its counts, and how it ends.
+struct FakeSession {
+    session: Session,
+    functions: Vec<Function>,
+    started: Instant,
+    ticks: u64,
+}
+
+impl FakeSession {
+    /// One interval of sampling: 10 samples in spin (under main under
+    /// _start), 2 discarded; from the third tick on, `late` too.
+    fn tick(&mut self) -> Vec<u64> {
+        self.ticks += 1;
+        let mut changed = vec![1, 2, 3];
+        for f in &mut self.functions[..3] {
+            f.inclusive += 10;
+        }
+        self.functions[2].exclusive += 10;
+        let t = self.session.totals.get_or_insert_with(Default::default);
+        t.attributed += 10;
+        t.discarded += 2;
+        if self.ticks >= 3 {
+            if self.functions.len() == 3 {
+                self.functions.push(function(4, "late", "liblate.so", 0, 0));
+            }
+            self.functions[3].inclusive += 1;
+            self.functions[3].exclusive += 1;
+            self.functions[0].inclusive += 1;
+            self.session.totals.as_mut().unwrap().attributed += 1;
+            changed.extend([0, 4]);
+        }
+        self.session.duration_s = self.started.elapsed().as_secs_f64();
+        changed
+    }
+
+    /// Ends the session when its duration elapsed or its target is gone.
+    fn check_end(&mut self) {
+        if self.session.state() != SessionState::Running {
+            return;
+        }
+        let limit = self.session.duration_limit_ms;
+        if limit > 0 && self.started.elapsed() >= Duration::from_millis(limit) {
+            self.session.state = SessionState::DurationElapsed as i32;
+        } else if !Path::new(&format!("/proc/{}", self.session.pid)).exists() {
+            self.session.state = SessionState::Exited as i32;
+        }
+    }
+}
+
+fn function(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -> Function {
+    Function {
+        id,
+        name: name.into(),
+        module: module.into(),
+        inclusive,
+        exclusive,
+        inclusive_pct: 0.0,
+        exclusive_pct: 0.0,
+    }
+}
+
+#[derive(Clone, Default)]
+struct Fake {
+    sessions: Arc<Mutex<HashMap<u64, FakeSession>>>,
+}
+
+impl Fake {
+    fn add(&self, id: u64, pid: u32, duration_ms: u64, event: i32) -> Session {
+        let session = Session {
+            id,
+            pid,
+            comm: "fake".into(),
+            frequency_hz: 999,
+            event: if event == 0 { 1 } else { event },
+            state: SessionState::Running as i32,
+            started_unix_ms: 1,
+            duration_s: 0.0,
+            totals: Some(Totals::default()),
+            duration_limit_ms: duration_ms,
+            error: String::new(),
+        };
+        let functions = vec![
+            function(1, "_start", "fake", 0, 0),
+            function(2, "main", "fake", 0, 0),
+            function(3, "spin", "fake", 0, 0),
+        ];
+        self.sessions.lock().unwrap().insert(
+            id,
+            FakeSession {
+                session: session.clone(),
+                functions,
+                started: Instant::now(),
+                ticks: 0,
+            },
+        );
+        session
+    }
+
+    fn state_of(&self, id: u64) -> SessionState {
+        self.sessions.lock().unwrap()[&id].session.state()
+    }
+}
+
+#[tonic::async_trait]
+impl Profiler for Fake {
+    async fn info(&self, _: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
+        Ok(Response::new(InfoResponse {
+            version: "9.9.9-fake".into(),
+            cpus: 2,
+            pmu_available: false,
+            default_event: Event::CpuClock as i32,
+            perf_event_paranoid: 2,
+            max_sample_rate: 100_000,
+            groups: vec![],
+            totals: Some(Totals::default()),
+            running_sessions: 0,
+        }))
+    }
+
+    async fn attach(
+        &self,
+        request: Request<AttachRequest>,
+    ) -> Result<Response<AttachResponse>, Status> {
+        let r = request.into_inner();
+        if r.pid == 99_999 {
+            return Err(Status::not_found("no process with pid 99999"));
+        }
+        let id = self.sessions.lock().unwrap().len() as u64 + 1;
+        let session = self.add(id, r.pid, r.duration_ms, r.event);
+        Ok(Response::new(AttachResponse {
+            session: Some(session),
+        }))
+    }
+
+    type WatchStream = ReceiverStream<Result<WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let r = request.into_inner();
+        let interval = Duration::from_millis(u64::from(r.interval_ms.max(50)));
+        let id = r.session_id;
+        let snapshot = {
+            let sessions = self.sessions.lock().unwrap();
+            let s = sessions
+                .get(&id)
+                .ok_or_else(|| Status::not_found("no such session"))?;
+            WatchResponse {
+                seq: 0,
+                snapshot: true,
+                session: Some(s.session.clone()),
+                functions: s.functions.clone(),
+                r#final: false,
+            }
+        };
+        let (tx, rx) = mpsc::channel(4);
+        let sessions = self.sessions.clone();
+        tokio::spawn(async move {
+            if tx.send(Ok(snapshot)).await.is_err() {
+                return;
+            }
+            let mut named: Vec<u64> = vec![1, 2, 3];
+            for seq in 1.. {
+                tokio::time::sleep(interval).await;
+                let update = {
+                    let mut sessions = sessions.lock().unwrap();
+                    let s = sessions.get_mut(&id).unwrap();
+                    s.check_end();
+                    let running = s.session.state() == SessionState::Running;
+                    let changed = if running { s.tick() } else { vec![] };
+                    let functions = s
+                        .functions
+                        .iter()
+                        .filter(|f| changed.contains(&f.id))
+                        .map(|f| {
+                            let mut f = f.clone();
+                            if named.contains(&f.id) {
+                                f.name.clear();
+                                f.module.clear();
+                            } else {
+                                named.push(f.id);
+                            }
+                            f.inclusive_pct = 42.0; // stale: the client recomputes
+                            f
+                        })
+                        .collect();
+                    WatchResponse {
+                        seq,
+                        snapshot: false,
+                        session: Some(s.session.clone()),
+                        functions,
+                        r#final: !running,
+                    }
+                };
+                let last = update.r#final;
+                if tx.send(Ok(update)).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn get_profile(
+        &self,
+        request: Request<GetProfileRequest>,
+    ) -> Result<Response<GetProfileResponse>, Status> {
+        let sessions = self.sessions.lock().unwrap();
+        let s = sessions
+            .get(&request.into_inner().session_id)
+            .ok_or_else(|| Status::not_found("no such session"))?;
+        Ok(Response::new(GetProfileResponse {
+            session: Some(s.session.clone()),
+            functions: s.functions.clone(),
+        }))
+    }
+
+    async fn stop(&self, request: Request<StopRequest>) -> Result<Response<StopResponse>, Status> {
+        let mut sessions = self.sessions.lock().unwrap();
+        let id = request.into_inner().session_id;
+        let s = sessions
+            .get_mut(&id)
+            .ok_or_else(|| Status::not_found(format!("no session {id}")))?;
+        if s.session.state() != SessionState::Running {
+            return Err(Status::failed_precondition(format!(
+                "session {id} already ended"
+            )));
+        }
+        s.session.state = SessionState::Stopped as i32;
+        Ok(Response::new(StopResponse {
+            session: Some(s.session.clone()),
+        }))
+    }
+
+    async fn list_sessions(
+        &self,
+        _: Request<ListSessionsRequest>,
+    ) -> Result<Response<ListSessionsResponse>, Status> {
+        let sessions = self.sessions.lock().unwrap();
+        Ok(Response::new(ListSessionsResponse {
+            sessions: sessions.values().map(|s| s.session.clone()).collect(),
+        }))
+    }
+}
+
+/// A fake daemon serving on a socket in a temp dir until dropped.
+struct Server {
+    fake: Fake,
+    socket: PathBuf,
+    dir: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Server {
+    async fn start() -> Server {
+        let dir = std::env::temp_dir().join(format!(
+            "profctl-fake-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let socket = dir.join("fake.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let fake = Fake::default();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let service = ProfilerServer::new(fake.clone());
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        Server {
+            fake,
+            socket,
+            dir,
+            stop: Some(stop),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_profctl"));
+        cmd.arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .env_remove("PROFD_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    async fn profctl(&self, args: &[&str]) -> (i32, String, String) {
+        let out = tokio::time::timeout(Duration::from_secs(30), self.command(args).output())
+            .await
+            .expect("profctl hung")
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn me() -> String {
+    std::process::id().to_string()
+}
+
+/// Checks the JSON contract and returns the document.
+fn check_json(stdout: &str) -> Value {
+    let v: Value = serde_json::from_str(stdout).expect("stdout is one JSON document");
+    for key in [
+        "pid",
+        "duration_s",
+        "frequency_hz",
+        "event",
+        "totals",
+        "functions",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    let attributed = v["totals"]["attributed"].as_u64().unwrap();
+    let functions = v["functions"].as_array().unwrap();
+    let mut last = u64::MAX;
+    for f in functions {
+        let inclusive = f["inclusive"].as_u64().unwrap();
+        assert!(inclusive <= last, "not sorted: {v}");
+        last = inclusive;
+        assert!(!f["name"].as_str().unwrap().is_empty());
+        let pct = f["inclusive_pct"].as_f64().unwrap();
+        let want = inclusive as f64 * 100.0 / attributed as f64;
+        assert!((pct - want).abs() < 1e-9, "{pct} vs {want}");
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attach_json_until_duration() {
+    let server = Server::start().await;
+    let (code, stdout, stderr) = server
+        .profctl(&[
+            "attach",
+            &me(),
+            "--duration",
+            "0.55",
+            "--interval",
+            "0.1",
+            "--format",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let v = check_json(&stdout);
+    assert_eq!(v["state"], "duration_elapsed");
+    assert_eq!(v["pid"].as_u64().unwrap(), u64::from(std::process::id()));
+    assert_eq!(v["event"], "cpu-clock");
+    assert_eq!(v["frequency_hz"], 999);
+    assert_eq!(v["session_id"], 1);
+    assert_eq!(v["comm"], "fake");
+    let names: Vec<&str> = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    // main and spin tie on inclusive; spin has more exclusive samples.
+    assert_eq!(names, ["_start", "spin", "main", "late"]);
+    assert_eq!(v["functions"][0]["inclusive_pct"], 100.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attach_table_prints_live_blocks_then_the_final_table() {
+    let server = Server::start().await;
+    let (code, stdout, stderr) = server
+        .profctl(&["attach", &me(), "--duration", "0.55", "--interval", "0.1"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let blocks = stdout.matches("profd session 1 — pid").count();
+    assert!(blocks >= 3, "expected live blocks:\n{stdout}");
+    let last = stdout.rsplit("profd session 1").next().unwrap();
+    assert!(last.contains("— duration_elapsed"), "{last}");
+    assert!(last.contains("100.0%"), "{last}");
+    let rows: Vec<&str> = last.lines().skip(3).collect();
+    assert!(rows[0].ends_with("_start  [fake]"), "{last}");
+    assert!(rows[3].ends_with("late  [liblate.so]"), "{last}");
+    assert!(
+        !stdout.contains('\x1b'),
+        "no ANSI codes when not a terminal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_stops_the_session_and_prints_the_final_table() {
+    let server = Server::start().await;
+    let child = server
+        .command(&["attach", &me(), "--interval", "0.1", "--top", "2"])
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("profctl did not end after Ctrl-C")
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("stopping session 1"), "{stderr}");
+    let last = stdout.rsplit("profd session 1").next().unwrap();
+    assert!(last.contains("— stopped"), "{last}");
+    assert!(
+        last.contains("more functions (--top 0 shows all)"),
+        "{last}"
+    );
+    assert_eq!(server.fake.state_of(1), SessionState::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daemon_errors_are_one_line() {
+    let server = Server::start().await;
+    let (code, stdout, stderr) = server.profctl(&["attach", "99999"]).await;
+    assert_eq!(code, 1);
+    assert_eq!(stdout, "");
+    assert_eq!(stderr, "profctl: not found: no process with pid 99999\n");
+    let (code, _, stderr) = server.profctl(&["stop", "5"]).await;
+    assert_eq!(code, 1);
+    assert_eq!(stderr, "profctl: not found: no session 5\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_until_duration_terminates_the_command() {
+    let server = Server::start().await;
+    let started = Instant::now();
+    let (code, stdout, stderr) = server
+        .profctl(&[
+            "run",
+            "--duration",
+            "0.5",
+            "--interval",
+            "0.1",
+            "--format",
+            "json",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let v = check_json(&stdout);
+    assert_eq!(v["state"], "duration_elapsed");
+    assert!(
+        stderr.contains("profctl: sleep was killed by signal 15 (SIGTERM)"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_until_the_command_exits() {
+    let server = Server::start().await;
+    let (code, stdout, stderr) = server
+        .profctl(&[
+            "run",
+            "--interval",
+            "0.1",
+            "--format",
+            "json",
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.4; exit 3",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let v = check_json(&stdout);
+    assert_eq!(v["state"], "exited");
+    assert!(
+        stderr.ends_with("profctl: sh exited with status 3\n"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn closed_stdout_exits_quietly_and_stops_the_session() {
+    let server = Server::start().await;
+    let mut child = server
+        .command(&["attach", &me(), "--duration", "20", "--interval", "0.1"])
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader goes away, like `| head -0`
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("profctl kept running with a closed stdout")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    assert_eq!(server.fake.state_of(1), SessionState::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_stop_and_info() {
+    let server = Server::start().await;
+    server.fake.add(7, 4242, 0, 0);
+    let (code, stdout, stderr) = server.profctl(&["sessions"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("ID"), "{stdout}");
+    assert!(
+        lines[1].contains("4242") && lines[1].contains("running"),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) = server.profctl(&["stop", "7"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with("session 7 — pid 4242 (fake) — stopped — "),
+        "{stdout}"
+    );
+    let (code, _, stderr) = server.profctl(&["stop", "7"]).await;
+    assert_eq!(code, 1);
+    assert_eq!(
+        stderr,
+        "profctl: failed precondition: session 7 already ended\n"
+    );
+
+    let (code, stdout, stderr) = server.profctl(&["info"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("9.9.9-fake"), "{stdout}");
+    assert!(stdout.contains("perf_event_paranoid:  2"), "{stdout}");
+}

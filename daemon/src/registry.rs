@@ -1,0 +1,254 @@
+//! The daemon's sessions: validates attach requests against the kernel's
+//! limits and the target's existence, starts session actors, and looks them
+//! up. Errors here carry what the caller should change.
+use crate::perf::{EventKind, PerfError, PidFd};
+use crate::sampler::Sampler;
+use crate::session::{self, Handle, Params};
+use crate::symbolize::Symbolizer;
+use profd_common::{api, DEFAULT_FREQUENCY_HZ};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// Why a request could not be served; mapped to a gRPC status by `rpc`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<PerfError> for Error {
+    fn from(e: PerfError) -> Error {
+        match e {
+            PerfError::Permission { .. } | PerfError::Unsupported { .. } => {
+                Error::FailedPrecondition(e.to_string())
+            }
+            PerfError::Io { .. } => Error::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<session::Gone> for Error {
+    fn from(e: session::Gone) -> Error {
+        Error::NotFound(e.to_string())
+    }
+}
+
+/// Read an integer sysctl under /proc/sys/kernel.
+pub fn kernel_sysctl(name: &str) -> Option<i64> {
+    std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The highest sampling frequency the kernel accepts right now (it lowers it
+/// by itself when sampling interrupts take too long).
+pub fn max_sample_rate() -> u32 {
+    kernel_sysctl("perf_event_max_sample_rate")
+        .and_then(|v| u32::try_from(v).ok())
+        .unwrap_or(100_000)
+}
+
+/// A validated Attach request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttachPlan {
+    pub pid: u32,
+    pub frequency_hz: u32,
+    pub kind: EventKind,
+    pub duration: Option<Duration>,
+}
+
+/// Check an Attach request's fields (not the target) against `max_rate`.
+pub fn plan_attach(req: &api::AttachRequest, max_rate: u32) -> Result<AttachPlan, Error> {
+    if req.pid == 0 {
+        return Err(Error::InvalidArgument(
+            "pid must be a process id (1 or above)".into(),
+        ));
+    }
+    let frequency_hz = match req.frequency_hz {
+        None => DEFAULT_FREQUENCY_HZ.min(max_rate),
+        Some(f) if f == 0 || f > max_rate => {
+            return Err(Error::InvalidArgument(format!(
+                "frequency {f} Hz is out of range: use 1..={max_rate} Hz (the kernel's perf_event_max_sample_rate)"
+            )))
+        }
+        Some(f) => f,
+    };
+    let kind = match api::Event::try_from(req.event) {
+        Ok(api::Event::Unspecified | api::Event::CpuClock) => EventKind::CpuClock,
+        Ok(api::Event::Cycles) => EventKind::Cycles,
+        Err(_) => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown event {}: use EVENT_CPU_CLOCK (1) or EVENT_CYCLES (2)",
+                req.event
+            )))
+        }
+    };
+    let duration = (req.duration_ms > 0).then(|| Duration::from_millis(req.duration_ms));
+    Ok(AttachPlan {
+        pid: req.pid,
+        frequency_hz,
+        kind,
+        duration,
+    })
+}
+
+/// The target's thread group id and command name; NotFound when it is gone.
+fn target_process(pid: u32) -> Result<(u32, String), Error> {
+    let gone = || Error::NotFound(format!("no process with pid {pid}"));
+    let proc = procfs::process::Process::new(pid as i32).map_err(|_| gone())?;
+    let status = proc.status().map_err(|_| gone())?;
+    if status.state.starts_with('Z') || status.state.starts_with('X') {
+        return Err(Error::NotFound(format!("process {pid} has already exited")));
+    }
+    Ok((status.tgid as u32, status.name))
+}
+
+/// All sessions of the daemon, running and ended.
+pub struct Registry {
+    sampler: Arc<Sampler>,
+    symbolizer: Arc<dyn Symbolizer>,
+    sessions: Mutex<BTreeMap<u64, Handle>>,
+    next_id: AtomicU64,
+}
+
+impl Registry {
+    pub fn new(sampler: Arc<Sampler>, symbolizer: Arc<dyn Symbolizer>) -> Registry {
+        Registry {
+            sampler,
+            symbolizer,
+            sessions: Mutex::new(BTreeMap::new()),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn sampler(&self) -> &Sampler {
+        &self.sampler
+    }
+
+    /// Validate and start a session.
+    pub async fn attach(&self, req: &api::AttachRequest) -> Result<api::Session, Error> {
+        let plan = plan_attach(req, max_sample_rate())?;
+        let (tgid, comm) = target_process(plan.pid)?;
+        let pidfd = PidFd::open(tgid).map_err(|err| match err.raw_os_error() {
+            Some(libc::ESRCH) => Error::NotFound(format!("no process with pid {}", plan.pid)),
+            _ => Error::Internal(format!("cannot open a pidfd for {tgid}: {err}")),
+        })?;
+        // The pidfd pins the identity: make sure it is still the process we read.
+        let (tgid_again, _) = target_process(tgid)?;
+        if tgid_again != tgid {
+            return Err(Error::NotFound(format!(
+                "process {} exited while attaching",
+                plan.pid
+            )));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let params = Params {
+            id,
+            pid: tgid,
+            comm,
+            duration: plan.duration,
+        };
+        let handle = session::start(
+            params,
+            plan.kind,
+            plan.frequency_hz,
+            pidfd,
+            self.sampler.clone(),
+            self.symbolizer.clone(),
+        )
+        .await?;
+        let summary = handle.summary().await?;
+        tracing::info!(
+            session = id,
+            pid = tgid,
+            hz = plan.frequency_hz,
+            "session started"
+        );
+        self.sessions.lock().await.insert(id, handle);
+        Ok(summary)
+    }
+
+    /// The session with this id.
+    pub async fn get(&self, id: u64) -> Result<Handle, Error> {
+        self.sessions.lock().await.get(&id).cloned().ok_or_else(|| {
+            Error::NotFound(format!(
+                "no session with id {id}; `profctl sessions` lists them"
+            ))
+        })
+    }
+
+    /// Every session, oldest first.
+    pub async fn all(&self) -> Vec<Handle> {
+        self.sessions.lock().await.values().cloned().collect()
+    }
+
+    /// Stop every running session (daemon shutdown).
+    pub async fn stop_all(&self) {
+        for handle in self.all().await {
+            let _ = handle.stop().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(pid: u32, freq: Option<u32>) -> api::AttachRequest {
+        api::AttachRequest {
+            pid,
+            frequency_hz: freq,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn frequency_defaults_and_bounds() {
+        assert_eq!(plan_attach(&req(1, None), 5000).unwrap().frequency_hz, 999);
+        assert_eq!(plan_attach(&req(1, None), 500).unwrap().frequency_hz, 500);
+        let msg = plan_attach(&req(1, Some(0)), 5000).unwrap_err().to_string();
+        assert!(msg.contains("1..=5000"), "{msg}");
+        assert!(matches!(
+            plan_attach(&req(1, Some(5001)), 5000),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(
+            plan_attach(&req(1, Some(5000)), 5000).unwrap().frequency_hz,
+            5000
+        );
+    }
+
+    #[test]
+    fn pid_zero_and_unknown_event_are_invalid() {
+        assert!(matches!(
+            plan_attach(&req(0, None), 5000),
+            Err(Error::InvalidArgument(_))
+        ));
+        let r = api::AttachRequest {
+            pid: 1,
+            event: 42,
+            ..Default::default()
+        };
+        assert!(matches!(
+            plan_attach(&r, 5000),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn missing_process_is_not_found() {
+        let err = target_process(u32::MAX - 1).unwrap_err();
+        assert!(matches!(err, Error::NotFound(ref m) if m.contains(&(u32::MAX - 1).to_string())));
+    }
+}

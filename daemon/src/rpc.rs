@@ -1,0 +1,261 @@
+//! The gRPC service `profd.v1.Profiler`: validates requests, forwards them to
+//! the registry or a session actor, maps errors to statuses, and runs each
+//! Watch stream (snapshot, then per-interval deltas, then a final update).
+use crate::registry::{self, kernel_sysctl, max_sample_rate, Error, Registry};
+use crate::session::{Handle, View};
+use profd_common::api::{self, profiler_server::Profiler};
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Status {
+        match e {
+            Error::InvalidArgument(m) => Status::invalid_argument(m),
+            Error::NotFound(m) => Status::not_found(m),
+            Error::FailedPrecondition(m) => Status::failed_precondition(m),
+            Error::Internal(m) => Status::internal(m),
+        }
+    }
+}
+
+/// Facts about the machine probed once at start.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    pub cpus: u32,
+    pub pmu_available: bool,
+}
+
+/// The tonic service.
+pub struct Service {
+    registry: Arc<Registry>,
+    facts: Facts,
+}
+
+impl Service {
+    pub fn new(registry: Arc<Registry>, facts: Facts) -> Service {
+        Service { registry, facts }
+    }
+}
+
+const MIN_INTERVAL_MS: u32 = 50;
+
+fn watch_interval(ms: u32) -> Result<Duration, Error> {
+    match ms {
+        0 => Ok(Duration::from_secs(1)),
+        ms if ms < MIN_INTERVAL_MS => Err(Error::InvalidArgument(format!(
+            "interval {ms} ms is too short: use at least {MIN_INTERVAL_MS} ms (or 0 for 1 s)"
+        ))),
+        ms => Ok(Duration::from_millis(u64::from(ms))),
+    }
+}
+
+/// The functions of `view` that changed since `sent`, updating `sent`; names
+/// only for ids the stream has not carried yet.
+fn delta(view: &View, sent: &mut HashMap<u64, (u64, u64)>) -> Vec<api::Function> {
+    let mut out = Vec::new();
+    for f in &view.functions {
+        match sent.insert(f.id, (f.inclusive, f.exclusive)) {
+            None => out.push(f.clone()),
+            Some(prev) if prev != (f.inclusive, f.exclusive) => out.push(api::Function {
+                name: String::new(),
+                module: String::new(),
+                ..f.clone()
+            }),
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+async fn run_watch(
+    handle: Handle,
+    interval: Duration,
+    tx: mpsc::Sender<Result<api::WatchResponse, Status>>,
+) {
+    let mut state = handle.state();
+    let mut sent = HashMap::new();
+    let mut seq = 0u64;
+    loop {
+        let view = match handle.profile().await {
+            Ok(view) => view,
+            Err(e) => {
+                let _ = tx.send(Err(Error::from(e).into())).await;
+                return;
+            }
+        };
+        let ended = view.session.state != api::SessionState::Running as i32;
+        let functions = delta(&view, &mut sent);
+        let msg = api::WatchResponse {
+            seq,
+            snapshot: seq == 0,
+            session: Some(view.session),
+            functions,
+            r#final: ended,
+        };
+        if tx.send(Ok(msg)).await.is_err() || ended {
+            return;
+        }
+        seq += 1;
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = state.changed() => {}
+            _ = tx.closed() => return,
+        }
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<api::WatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Profiler for Service {
+    async fn info(
+        &self,
+        _: Request<api::InfoRequest>,
+    ) -> Result<Response<api::InfoResponse>, Status> {
+        let sampler = self.registry.sampler();
+        let c = sampler.counters();
+        let groups = sampler
+            .groups()
+            .await
+            .into_iter()
+            .map(|(spec, sessions)| api::SamplerGroup {
+                event: match spec.kind {
+                    crate::perf::EventKind::CpuClock => api::Event::CpuClock as i32,
+                    crate::perf::EventKind::Cycles => api::Event::Cycles as i32,
+                },
+                frequency_hz: spec.frequency_hz,
+                sessions: sessions as u32,
+            })
+            .collect();
+        let running = {
+            let mut n = 0;
+            for h in self.registry.all().await {
+                if *h.state().borrow() == api::SessionState::Running {
+                    n += 1;
+                }
+            }
+            n
+        };
+        Ok(Response::new(api::InfoResponse {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            cpus: self.facts.cpus,
+            pmu_available: self.facts.pmu_available,
+            default_event: api::Event::CpuClock as i32,
+            perf_event_paranoid: kernel_sysctl("perf_event_paranoid").unwrap_or(2) as i32,
+            max_sample_rate: max_sample_rate(),
+            groups,
+            totals: Some(api::Totals {
+                attributed: c.attributed.load(Ordering::Relaxed),
+                discarded: c.discarded.load(Ordering::Relaxed),
+                lost: c.lost.load(Ordering::Relaxed),
+            }),
+            running_sessions: running,
+        }))
+    }
+
+    async fn attach(
+        &self,
+        req: Request<api::AttachRequest>,
+    ) -> Result<Response<api::AttachResponse>, Status> {
+        let session = self.registry.attach(req.get_ref()).await?;
+        Ok(Response::new(api::AttachResponse {
+            session: Some(session),
+        }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        req: Request<api::WatchRequest>,
+    ) -> Result<Response<WatchStream>, Status> {
+        let req = req.into_inner();
+        let interval = watch_interval(req.interval_ms)?;
+        let handle = self.registry.get(req.session_id).await?;
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(run_watch(handle, interval, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn get_profile(
+        &self,
+        req: Request<api::GetProfileRequest>,
+    ) -> Result<Response<api::GetProfileResponse>, Status> {
+        let handle = self.registry.get(req.get_ref().session_id).await?;
+        let view = handle.profile().await.map_err(registry::Error::from)?;
+        Ok(Response::new(api::GetProfileResponse {
+            session: Some(view.session),
+            functions: view.functions,
+        }))
+    }
+
+    async fn stop(
+        &self,
+        req: Request<api::StopRequest>,
+    ) -> Result<Response<api::StopResponse>, Status> {
+        let handle = self.registry.get(req.get_ref().session_id).await?;
+        let session = handle.stop().await.map_err(registry::Error::from)?;
+        Ok(Response::new(api::StopResponse {
+            session: Some(session),
+        }))
+    }
+
+    async fn list_sessions(
+        &self,
+        _: Request<api::ListSessionsRequest>,
+    ) -> Result<Response<api::ListSessionsResponse>, Status> {
+        let mut sessions = Vec::new();
+        for h in self.registry.all().await {
+            if let Ok(s) = h.summary().await {
+                sessions.push(s);
+            }
+        }
+        Ok(Response::new(api::ListSessionsResponse { sessions }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(id: u64, incl: u64, excl: u64) -> api::Function {
+        api::Function {
+            id,
+            name: format!("f{id}"),
+            module: "m".into(),
+            inclusive: incl,
+            exclusive: excl,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn deltas_carry_changes_and_names_once() {
+        let mut sent = HashMap::new();
+        let mut view = View {
+            session: api::Session::default(),
+            functions: vec![f(1, 5, 1), f(2, 3, 3)],
+        };
+        assert_eq!(delta(&view, &mut sent).len(), 2);
+        assert!(delta(&view, &mut sent).is_empty(), "nothing changed");
+        view.functions = vec![f(1, 6, 1), f(2, 3, 3), f(3, 1, 1)];
+        let d = delta(&view, &mut sent);
+        assert_eq!(d.len(), 2);
+        assert_eq!((d[0].id, d[0].inclusive, d[0].name.as_str()), (1, 6, ""));
+        assert_eq!((d[1].id, d[1].name.as_str()), (3, "f3"));
+    }
+
+    #[test]
+    fn intervals() {
+        assert_eq!(watch_interval(0).unwrap(), Duration::from_secs(1));
+        assert!(watch_interval(10).is_err());
+        assert_eq!(watch_interval(250).unwrap(), Duration::from_millis(250));
+    }
+}

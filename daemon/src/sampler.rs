@@ -1,0 +1,434 @@
+//! The sampler: per-CPU perf rings shared by all sessions with the same
+//! sampling settings, one task per CPU draining its ring on watermark wakeups
+//! (and every 100 ms), demultiplexing samples by process to the sessions that
+//! target it and counting the rest as discarded. No symbols here.
+use crate::maps::{Backing, Mapping};
+use crate::perf::record::{is_context_marker, Record};
+use crate::perf::{EventKind, EventSpec, PerfError, PerfEvent};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{mpsc, oneshot, watch, Mutex};
+use tokio::task::JoinHandle;
+
+/// What one drain of one ring delivers to one session.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The target's stacks, innermost first, flattened; `ends[i]` is where
+    /// stack `i` ends in `frames`. Return addresses are already minus one.
+    pub frames: Vec<u64>,
+    pub ends: Vec<u32>,
+    /// Every sample the ring held in this drain, the target's or not.
+    pub seen: u64,
+    /// Samples the kernel reported lost on this ring in this drain.
+    pub lost: u64,
+    /// New executable mappings of the target.
+    pub mappings: Vec<Mapping>,
+}
+
+impl Batch {
+    /// The stacks in this batch.
+    pub fn stacks(&self) -> impl Iterator<Item = &[u64]> {
+        let mut start = 0usize;
+        self.ends.iter().map(move |&end| {
+            let s = &self.frames[start..end as usize];
+            start = end as usize;
+            s
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.seen == 0 && self.lost == 0 && self.mappings.is_empty()
+    }
+}
+
+/// Daemon-wide sample accounting.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub samples: AtomicU64,
+    pub attributed: AtomicU64,
+    pub discarded: AtomicU64,
+    pub lost: AtomicU64,
+    pub throttles: AtomicU64,
+    pub parse_errors: AtomicU64,
+}
+
+#[derive(Clone)]
+struct Route {
+    session: u64,
+    pid: u32,
+    tx: mpsc::UnboundedSender<Batch>,
+}
+
+#[derive(Default)]
+struct Routes {
+    all: Vec<Route>,
+    by_pid: HashMap<u32, Vec<usize>>,
+}
+
+impl Routes {
+    fn rebuild(&mut self) {
+        self.by_pid.clear();
+        for (i, r) in self.all.iter().enumerate() {
+            self.by_pid.entry(r.pid).or_default().push(i);
+        }
+    }
+}
+
+struct CpuTask {
+    flush: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    handle: JoinHandle<()>,
+}
+
+struct Group {
+    routes: Arc<RwLock<Routes>>,
+    cpus: Vec<CpuTask>,
+    stop: watch::Sender<bool>,
+}
+
+/// Ring groups keyed by their settings; a group's rings are opened by its
+/// first session and closed with its last.
+pub struct Sampler {
+    cpus: Vec<u32>,
+    groups: Mutex<HashMap<EventSpec, Group>>,
+    counters: Arc<Counters>,
+}
+
+/// Data pages per CPU ring.
+pub const RING_PAGES: usize = 128;
+
+impl Sampler {
+    pub fn new(cpus: Vec<u32>) -> Sampler {
+        Sampler {
+            cpus,
+            groups: Mutex::new(HashMap::new()),
+            counters: Arc::default(),
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn cpus(&self) -> &[u32] {
+        &self.cpus
+    }
+
+    /// Route samples of `pid` to `tx` as `session`, opening the rings for
+    /// `kind` at `frequency_hz` if no session uses them yet. A `cycles`
+    /// request on a machine without a PMU falls back to cpu-clock. Returns
+    /// the settings in use.
+    pub async fn subscribe(
+        &self,
+        kind: EventKind,
+        frequency_hz: u32,
+        session: u64,
+        pid: u32,
+        tx: mpsc::UnboundedSender<Batch>,
+    ) -> Result<EventSpec, PerfError> {
+        let mut groups = self.groups.lock().await;
+        let mut spec = EventSpec {
+            kind,
+            frequency_hz,
+            ring_pages: RING_PAGES,
+        };
+        if let std::collections::hash_map::Entry::Vacant(slot) = groups.entry(spec) {
+            match self.open_group(spec) {
+                Ok(group) => {
+                    slot.insert(group);
+                }
+                Err(PerfError::Unsupported { event, source }) if kind == EventKind::Cycles => {
+                    tracing::info!(%source, "{event} cannot be opened (no hardware PMU); falling back to cpu-clock");
+                    spec.kind = EventKind::CpuClock;
+                    if let std::collections::hash_map::Entry::Vacant(slot) = groups.entry(spec) {
+                        slot.insert(self.open_group(spec)?);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let group = groups.get(&spec).expect("group just ensured");
+        let mut routes = group.routes.write().unwrap_or_else(|e| e.into_inner());
+        routes.all.push(Route { session, pid, tx });
+        routes.rebuild();
+        Ok(spec)
+    }
+
+    /// Stop routing to `session`; close the group's rings when it was the last.
+    pub async fn unsubscribe(&self, spec: EventSpec, session: u64) {
+        let mut groups = self.groups.lock().await;
+        let Some(group) = groups.get(&spec) else {
+            return;
+        };
+        let empty = {
+            let mut routes = group.routes.write().unwrap_or_else(|e| e.into_inner());
+            routes.all.retain(|r| r.session != session);
+            routes.rebuild();
+            routes.all.is_empty()
+        };
+        if empty {
+            let group = groups.remove(&spec).expect("present");
+            let _ = group.stop.send(true);
+            for cpu in group.cpus {
+                let _ = cpu.handle.await;
+            }
+            tracing::info!(?spec, "closed the sampling rings: no session uses them");
+        }
+    }
+
+    /// Drain every ring of the group now; returns once all batches are sent.
+    pub async fn flush(&self, spec: EventSpec) {
+        let acks: Vec<_> = {
+            let groups = self.groups.lock().await;
+            let Some(group) = groups.get(&spec) else {
+                return;
+            };
+            group
+                .cpus
+                .iter()
+                .filter_map(|cpu| {
+                    let (tx, rx) = oneshot::channel();
+                    cpu.flush.send(tx).ok().map(|_| rx)
+                })
+                .collect()
+        };
+        for ack in acks {
+            let _ = ack.await;
+        }
+    }
+
+    /// Open groups and their session counts.
+    pub async fn groups(&self) -> Vec<(EventSpec, usize)> {
+        let groups = self.groups.lock().await;
+        groups
+            .iter()
+            .map(|(spec, g)| {
+                (
+                    *spec,
+                    g.routes.read().unwrap_or_else(|e| e.into_inner()).all.len(),
+                )
+            })
+            .collect()
+    }
+
+    fn open_group(&self, spec: EventSpec) -> Result<Group, PerfError> {
+        let events = self
+            .cpus
+            .iter()
+            .map(|&cpu| PerfEvent::open(cpu, &spec))
+            .collect::<Result<Vec<_>, _>>()?;
+        tracing::info!(?spec, cpus = events.len(), "opened the sampling rings");
+        let routes = Arc::new(RwLock::new(Routes::default()));
+        let (stop, stop_rx) = watch::channel(false);
+        let mut cpus = Vec::with_capacity(events.len());
+        for event in events {
+            let cpu = event.cpu();
+            let afd = event.into_async().map_err(|source| PerfError::Io {
+                what: "registering the ring with epoll",
+                cpu,
+                source,
+            })?;
+            let (flush, flush_rx) = mpsc::unbounded_channel();
+            let handle = tokio::spawn(run_cpu(
+                afd,
+                routes.clone(),
+                self.counters.clone(),
+                flush_rx,
+                stop_rx.clone(),
+            ));
+            cpus.push(CpuTask { flush, handle });
+        }
+        Ok(Group { routes, cpus, stop })
+    }
+}
+
+async fn run_cpu(
+    mut ring: AsyncFd<PerfEvent>,
+    routes: Arc<RwLock<Routes>>,
+    counters: Arc<Counters>,
+    mut flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            ready = ring.readable_mut() => match ready {
+                Ok(mut guard) => {
+                    drain(guard.get_inner_mut(), &routes, &counters);
+                    guard.clear_ready();
+                }
+                Err(err) => {
+                    tracing::error!(%err, "polling a sample ring failed");
+                    return;
+                }
+            },
+            _ = tick.tick() => drain(ring.get_mut(), &routes, &counters),
+            Some(ack) = flush.recv() => {
+                drain(ring.get_mut(), &routes, &counters);
+                let _ = ack.send(());
+            }
+            _ = stop.changed() => {
+                drain(ring.get_mut(), &routes, &counters);
+                return;
+            }
+        }
+    }
+}
+
+/// Append the frames of a perf callchain (context markers dropped, return
+/// addresses minus one so they fall inside the call instruction) to `out`;
+/// falls back to `ip` when the chain is empty. Returns the frames added.
+pub fn push_stack(out: &mut Vec<u64>, chain: impl Iterator<Item = u64>, ip: Option<u64>) -> usize {
+    let before = out.len();
+    let mut first = true;
+    for v in chain {
+        if is_context_marker(v) {
+            first = true;
+            continue;
+        }
+        out.push(if first { v } else { v.wrapping_sub(1) });
+        first = false;
+    }
+    if out.len() == before {
+        if let Some(ip) = ip {
+            out.push(ip);
+        }
+    }
+    out.len() - before
+}
+
+fn mapping_of(start: u64, len: u64, pgoff: u64, filename: &[u8]) -> Mapping {
+    let name = String::from_utf8_lossy(filename);
+    let backing = if name.is_empty() || name == "//anon" {
+        Backing::Special("[anon]".into())
+    } else if name.starts_with('/') {
+        Backing::File(Arc::new(PathBuf::from(name.into_owned())))
+    } else {
+        Backing::Special(name.into())
+    };
+    Mapping {
+        start,
+        end: start.saturating_add(len),
+        pgoff,
+        backing,
+    }
+}
+
+fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
+    let routes = routes.read().unwrap_or_else(|e| e.into_inner());
+    let mut batches: Vec<Batch> = (0..routes.all.len()).map(|_| Batch::default()).collect();
+    let (mut seen, mut lost, mut matched, mut throttles, mut errors) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    ring.drain(|record| match record {
+        Ok(Record::Sample(s)) => {
+            seen += 1;
+            if let Some(targets) = routes.by_pid.get(&s.pid) {
+                matched += 1;
+                for &i in targets {
+                    let b = &mut batches[i];
+                    push_stack(&mut b.frames, s.callchain(), s.ip);
+                    b.ends.push(b.frames.len() as u32);
+                }
+            }
+        }
+        Ok(Record::Mmap2(m)) => {
+            if let Some(targets) = routes.by_pid.get(&m.pid) {
+                let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
+                for &i in targets {
+                    batches[i].mappings.push(mapping.clone());
+                }
+            }
+        }
+        Ok(Record::Lost(l)) => lost += l.lost,
+        Ok(Record::Throttle(_)) => throttles += 1,
+        Ok(_) => {}
+        Err(err) => {
+            errors += 1;
+            tracing::debug!(%err, "unparsable perf record");
+        }
+    });
+    for (route, mut batch) in routes.all.iter().zip(batches) {
+        batch.seen = seen;
+        batch.lost = lost;
+        if !batch.is_empty() {
+            let _ = route.tx.send(batch);
+        }
+    }
+    counters.samples.fetch_add(seen, Ordering::Relaxed);
+    counters.attributed.fetch_add(matched, Ordering::Relaxed);
+    counters
+        .discarded
+        .fetch_add(seen - matched, Ordering::Relaxed);
+    counters.lost.fetch_add(lost, Ordering::Relaxed);
+    counters.throttles.fetch_add(throttles, Ordering::Relaxed);
+    counters.parse_errors.fetch_add(errors, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KERNEL: u64 = (-128i64) as u64;
+    const USER: u64 = (-512i64) as u64;
+
+    #[test]
+    fn callchains_drop_markers_and_adjust_return_addresses() {
+        let mut out = Vec::new();
+        let chain = [
+            KERNEL,
+            0xffff_ffff_8100_0010,
+            0xffff_ffff_8100_0020,
+            USER,
+            0x401000,
+            0x402000,
+        ];
+        assert_eq!(push_stack(&mut out, chain.into_iter(), Some(1)), 4);
+        assert_eq!(
+            out,
+            vec![
+                0xffff_ffff_8100_0010,
+                0xffff_ffff_8100_001f,
+                0x401000,
+                0x401fff
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_callchain_uses_ip() {
+        let mut out = vec![7];
+        assert_eq!(push_stack(&mut out, [USER].into_iter(), Some(0x1234)), 1);
+        assert_eq!(out, vec![7, 0x1234]);
+    }
+
+    #[test]
+    fn batch_stacks_split_at_ends() {
+        let b = Batch {
+            frames: vec![1, 2, 3, 4, 5],
+            ends: vec![2, 5],
+            ..Batch::default()
+        };
+        let stacks: Vec<&[u64]> = b.stacks().collect();
+        assert_eq!(stacks, vec![&[1, 2][..], &[3, 4, 5][..]]);
+    }
+
+    #[test]
+    fn mmap_names_become_backings() {
+        assert!(matches!(
+            mapping_of(0, 1, 0, b"/usr/lib/libc.so.6").backing,
+            Backing::File(_)
+        ));
+        assert_eq!(
+            mapping_of(0, 1, 0, b"//anon").backing,
+            Backing::Special("[anon]".into())
+        );
+        assert_eq!(
+            mapping_of(0, 1, 0, b"[vdso]").backing,
+            Backing::Special("[vdso]".into())
+        );
+    }
+}

@@ -1,0 +1,354 @@
+//! A profiling session as an actor: it owns the target's stack table, maps and
+//! totals, applies batches from the sampler, ends on stop / duration / target
+//! exit, and answers profile requests (symbolizing only new addresses).
+use crate::maps::ProcessMaps;
+use crate::perf::{EventKind, EventSpec, PidFd};
+use crate::sampler::{Batch, Sampler};
+use crate::symbolize::{FrameName, Symbolizer};
+use profd_common::api;
+use profd_common::model::{percent, Aggregator, StackTable};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// What the session was asked to do.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub id: u64,
+    pub pid: u32,
+    pub comm: String,
+    pub duration: Option<Duration>,
+}
+
+/// A session's full current profile.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub session: api::Session,
+    /// Sorted by inclusive, then exclusive, descending.
+    pub functions: Vec<api::Function>,
+}
+
+enum Command {
+    Profile(oneshot::Sender<View>),
+    Summary(oneshot::Sender<api::Session>),
+    Stop(oneshot::Sender<api::Session>),
+}
+
+/// The rpc layer's handle on a session.
+#[derive(Clone)]
+pub struct Handle {
+    pub id: u64,
+    tx: mpsc::Sender<Command>,
+    state: watch::Receiver<api::SessionState>,
+}
+
+/// The session's actor task has gone (the daemon is shutting down).
+#[derive(Debug, thiserror::Error)]
+#[error("session {0} is no longer available")]
+pub struct Gone(pub u64);
+
+impl Handle {
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Gone> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).await.map_err(|_| Gone(self.id))?;
+        rx.await.map_err(|_| Gone(self.id))
+    }
+
+    /// The full profile, symbolized.
+    pub async fn profile(&self) -> Result<View, Gone> {
+        self.ask(Command::Profile).await
+    }
+
+    /// State and totals, without symbolizing.
+    pub async fn summary(&self) -> Result<api::Session, Gone> {
+        self.ask(Command::Summary).await
+    }
+
+    /// End the session (no-op if it has ended) and return its summary.
+    pub async fn stop(&self) -> Result<api::Session, Gone> {
+        self.ask(Command::Stop).await
+    }
+
+    /// Notified when the state changes (running → ended).
+    pub fn state(&self) -> watch::Receiver<api::SessionState> {
+        self.state.clone()
+    }
+}
+
+struct Actor {
+    params: Params,
+    spec: EventSpec,
+    sampler: Arc<Sampler>,
+    symbolizer: Arc<dyn Symbolizer>,
+    started: Instant,
+    started_unix_ms: u64,
+    ended: Option<Instant>,
+    state: watch::Sender<api::SessionState>,
+    error: String,
+    stacks: StackTable,
+    totals: api::Totals,
+    maps: ProcessMaps,
+    /// Addresses of new stacks not yet symbolized.
+    pending: HashSet<u64>,
+    addr_fn: HashMap<u64, u32>,
+    fn_ids: HashMap<FrameName, u32>,
+    names: Vec<FrameName>,
+}
+
+/// Start a session: route the target's samples from the sampler to a new
+/// actor. The caller has validated `params` and opened `pidfd`.
+pub async fn start(
+    params: Params,
+    kind: EventKind,
+    frequency_hz: u32,
+    pidfd: PidFd,
+    sampler: Arc<Sampler>,
+    symbolizer: Arc<dyn Symbolizer>,
+) -> Result<Handle, crate::perf::PerfError> {
+    let (batch_tx, batch_rx) = mpsc::unbounded_channel();
+    let spec = sampler
+        .subscribe(kind, frequency_hz, params.id, params.pid, batch_tx)
+        .await?;
+    // Read after subscribing: later mappings arrive as MMAP2 records.
+    let maps = ProcessMaps::read(params.pid).unwrap_or_default();
+    let (state, state_rx) = watch::channel(api::SessionState::Running);
+    let (tx, cmd_rx) = mpsc::channel(16);
+    let id = params.id;
+    let actor = Actor {
+        params,
+        spec,
+        sampler,
+        symbolizer,
+        started: Instant::now(),
+        started_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        ended: None,
+        state,
+        error: String::new(),
+        stacks: StackTable::default(),
+        totals: api::Totals::default(),
+        maps,
+        pending: HashSet::new(),
+        addr_fn: HashMap::new(),
+        fn_ids: HashMap::new(),
+        names: Vec::new(),
+    };
+    tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));
+    Ok(Handle {
+        id,
+        tx,
+        state: state_rx,
+    })
+}
+
+impl Actor {
+    fn running(&self) -> bool {
+        self.ended.is_none()
+    }
+
+    async fn run(
+        mut self,
+        mut batches: mpsc::UnboundedReceiver<Batch>,
+        mut commands: mpsc::Receiver<Command>,
+        pidfd: PidFd,
+    ) {
+        let pidfd = match pidfd.into_async() {
+            Ok(fd) => Some(fd),
+            Err(err) => {
+                tracing::warn!(%err, "cannot watch the target for exit");
+                None
+            }
+        };
+        let deadline = self
+            .params
+            .duration
+            .map(|d| tokio::time::Instant::from_std(self.started + d));
+        loop {
+            let running = self.running();
+            tokio::select! {
+                Some(batch) = batches.recv(), if running => self.apply(batch),
+                cmd = commands.recv() => match cmd {
+                    None => break,
+                    Some(Command::Profile(reply)) => {
+                        let view = self.view().await;
+                        let _ = reply.send(view);
+                    }
+                    Some(Command::Summary(reply)) => {
+                        let _ = reply.send(self.summary());
+                    }
+                    Some(Command::Stop(reply)) => {
+                        if self.running() {
+                            self.end(api::SessionState::Stopped, &mut batches).await;
+                        }
+                        let _ = reply.send(self.summary());
+                    }
+                },
+                _ = sleep_until(deadline), if running && deadline.is_some() => {
+                    self.end(api::SessionState::DurationElapsed, &mut batches).await;
+                }
+                _ = exited(pidfd.as_ref()), if running && pidfd.is_some() => {
+                    self.end(api::SessionState::Exited, &mut batches).await;
+                }
+            }
+        }
+        if self.running() {
+            self.end(api::SessionState::Stopped, &mut batches).await;
+        }
+    }
+
+    /// Collect everything sampled up to now, leave the rings, and record why.
+    async fn end(
+        &mut self,
+        state: api::SessionState,
+        batches: &mut mpsc::UnboundedReceiver<Batch>,
+    ) {
+        self.sampler.flush(self.spec).await;
+        self.sampler.unsubscribe(self.spec, self.params.id).await;
+        while let Ok(batch) = batches.try_recv() {
+            self.apply(batch);
+        }
+        self.ended = Some(Instant::now());
+        tracing::info!(
+            session = self.params.id,
+            pid = self.params.pid,
+            ?state,
+            "session ended"
+        );
+        let _ = self.state.send(state);
+    }
+
+    fn apply(&mut self, batch: Batch) {
+        for m in &batch.mappings {
+            self.maps.insert(m.clone());
+        }
+        let mut attributed = 0u64;
+        for stack in batch.stacks() {
+            attributed += 1;
+            if self.stacks.add(stack, 1) {
+                self.pending
+                    .extend(stack.iter().filter(|a| !self.addr_fn.contains_key(a)));
+            }
+        }
+        self.totals.attributed += attributed;
+        self.totals.discarded += batch.seen - attributed;
+        self.totals.lost += batch.lost;
+    }
+
+    fn summary(&self) -> api::Session {
+        let elapsed = self.ended.unwrap_or_else(Instant::now) - self.started;
+        let event = match self.spec.kind {
+            EventKind::CpuClock => api::Event::CpuClock,
+            EventKind::Cycles => api::Event::Cycles,
+        };
+        api::Session {
+            id: self.params.id,
+            pid: self.params.pid,
+            comm: self.params.comm.clone(),
+            frequency_hz: self.spec.frequency_hz,
+            event: event as i32,
+            state: *self.state.borrow() as i32,
+            started_unix_ms: self.started_unix_ms,
+            duration_s: elapsed.as_secs_f64(),
+            totals: Some(self.totals),
+            duration_limit_ms: self
+                .params
+                .duration
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            error: self.error.clone(),
+        }
+    }
+
+    /// Name the addresses of stacks seen since the last view.
+    async fn symbolize_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let addrs: Vec<u64> = self.pending.drain().collect();
+        let maps = self.maps.clone();
+        let symbolizer = self.symbolizer.clone();
+        let lookup = addrs.clone();
+        let names =
+            match tokio::task::spawn_blocking(move || symbolizer.symbolize(&maps, &lookup)).await {
+                Ok(names) => names,
+                Err(err) => {
+                    tracing::error!(%err, "symbolization panicked");
+                    lookup_fallback(&addrs)
+                }
+            };
+        for (addr, name) in addrs.into_iter().zip(names) {
+            let next = self.names.len() as u32;
+            let id = *self.fn_ids.entry(name.clone()).or_insert_with(|| {
+                self.names.push(name);
+                next
+            });
+            self.addr_fn.insert(addr, id);
+        }
+    }
+
+    async fn view(&mut self) -> View {
+        self.symbolize_pending().await;
+        let mut agg = Aggregator::new(self.names.len());
+        let mut ids = Vec::with_capacity(128);
+        for (stack, n) in self.stacks.iter() {
+            ids.clear();
+            ids.extend(stack.iter().map(|a| self.addr_fn[a]));
+            agg.add(&ids, n);
+        }
+        let total = self.totals.attributed;
+        let mut functions: Vec<api::Function> = agg
+            .into_counts()
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| c.inclusive > 0)
+            .map(|(id, c)| api::Function {
+                id: id as u64,
+                name: self.names[id].name.clone(),
+                module: self.names[id].module.clone(),
+                inclusive: c.inclusive,
+                exclusive: c.exclusive,
+                inclusive_pct: percent(c.inclusive, total),
+                exclusive_pct: percent(c.exclusive, total),
+            })
+            .collect();
+        functions.sort_by(|a, b| {
+            (b.inclusive, b.exclusive)
+                .cmp(&(a.inclusive, a.exclusive))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        View {
+            session: self.summary(),
+            functions,
+        }
+    }
+}
+
+fn lookup_fallback(addrs: &[u64]) -> Vec<FrameName> {
+    addrs
+        .iter()
+        .map(|a| FrameName {
+            name: format!("[unknown] {a:#x}"),
+            module: "[unknown]".into(),
+        })
+        .collect()
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn exited(pidfd: Option<&AsyncFd<PidFd>>) {
+    match pidfd {
+        Some(fd) => {
+            let _ = fd.readable().await;
+        }
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,130 @@
+//! In-process daemon against the real kernel over its Unix socket: attach to a
+//! busy child, watch until the duration ends, check the accounting.
+use profd_common::api::{self, profiler_client::ProfilerClient};
+use std::path::PathBuf;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+async fn connect(path: PathBuf) -> ProfilerClient<Channel> {
+    let channel = Endpoint::try_from("http://localhost")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+        .expect("connect to the daemon");
+    ProfilerClient::new(channel)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_a_busy_child_until_its_duration_ends() {
+    let dir = std::env::temp_dir().join(format!("profd-smoke-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("profd.sock");
+    let daemon = profd::Daemon::bind(profd::Config::new(socket.clone()))
+        .await
+        .expect("daemon binds");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(daemon.serve(async move {
+        let _ = stop_rx.await;
+    }));
+    let mut client = connect(socket).await;
+
+    // A busy program with frame pointers: main -> spin.
+    let src = dir.join("busy.c");
+    let exe = dir.join("busy");
+    std::fs::write(
+        &src,
+        "volatile unsigned long sink;\n\
+         __attribute__((noinline)) void spin(void) { for (unsigned long i = 0; i < 100000; i++) sink += i; }\n\
+         int main(void) { for (;;) spin(); }\n",
+    )
+    .unwrap();
+    let cc = std::process::Command::new("cc")
+        .args(["-O0", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("cc runs");
+    assert!(cc.success());
+    let mut child = std::process::Command::new(&exe).spawn().unwrap();
+    let session = client
+        .attach(api::AttachRequest {
+            pid: child.id(),
+            duration_ms: 1500,
+            ..Default::default()
+        })
+        .await
+        .expect("attach (perf_event_open must work: run as root)")
+        .into_inner()
+        .session
+        .unwrap();
+    let mut stream = client
+        .watch(api::WatchRequest {
+            session_id: session.id,
+            interval_ms: 250,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut last = None;
+    let mut messages = 0;
+    while let Some(msg) = stream.message().await.unwrap() {
+        assert_eq!(msg.snapshot, messages == 0);
+        messages += 1;
+        last = Some(msg);
+    }
+    let last = last.expect("at least one update");
+    assert!(last.r#final, "the stream ends with a final update");
+    let s = last.session.unwrap();
+    assert_eq!(s.state, api::SessionState::DurationElapsed as i32);
+    let totals = s.totals.unwrap();
+    assert!(
+        messages >= 3,
+        "snapshot + updates every 250 ms, got {messages}"
+    );
+    assert!(
+        totals.attributed > 300,
+        "a busy child at 999 Hz for 1.5 s: {totals:?}"
+    );
+
+    let profile = client
+        .get_profile(api::GetProfileRequest { session_id: s.id })
+        .await
+        .unwrap()
+        .into_inner();
+    let named = |name: &str| profile.functions.iter().find(|f| f.name == name).cloned();
+    let main = named("main").unwrap_or_else(|| panic!("main in {:?}", profile.functions));
+    let spin = named("spin").unwrap_or_else(|| panic!("spin in {:?}", profile.functions));
+    assert!(
+        main.inclusive_pct > 95.0,
+        "main is on every stack: {main:?}"
+    );
+    assert!(spin.exclusive_pct > 90.0, "spin burns the time: {spin:?}");
+    assert_eq!(spin.module, "busy");
+    for f in &profile.functions {
+        assert!(
+            f.inclusive <= totals.attributed && f.exclusive <= f.inclusive,
+            "{f:?}"
+        );
+        eprintln!(
+            "{:6.2}% {:6.2}% {} [{}]",
+            f.inclusive_pct, f.exclusive_pct, f.name, f.module
+        );
+    }
+    let excl: u64 = profile.functions.iter().map(|f| f.exclusive).sum();
+    assert_eq!(
+        excl, totals.attributed,
+        "every sample has exactly one innermost frame"
+    );
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    stop_tx.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -79,6 +79,22 @@ impl Daemon {
     /// Probe the kernel and bind the socket; clients may connect once this returns.
     pub async fn bind(config: Config) -> Result<Daemon, Error> {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;
+        let source = Arc::new(sampler::Sampler::new(cpus));
+        Daemon::bind_with(
+            config,
+            source,
+            Arc::new(symbolize::BlazeSymbolizer::default()),
+        )
+        .await
+    }
+
+    /// `bind` with a given sample source and symbolizer (tests use fakes).
+    pub async fn bind_with(
+        config: Config,
+        source: Arc<dyn sampler::SampleSource>,
+        symbolizer: Arc<dyn symbolize::Symbolizer>,
+    ) -> Result<Daemon, Error> {
+        let cpus = perf::online_cpus().map_err(Error::Cpus)?;
         let facts = rpc::Facts {
             cpus: cpus.len() as u32,
             pmu_available: perf::pmu_available(),
@@ -106,9 +122,7 @@ impl Daemon {
         // Until callers are authorized per process, only root may connect.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| socket_error(&path, e))?;
-        let sampler = Arc::new(sampler::Sampler::new(cpus));
-        let symbolizer = Arc::new(symbolize::BlazeSymbolizer::default());
-        let registry = Arc::new(registry::Registry::new(sampler, symbolizer));
+        let registry = Arc::new(registry::Registry::new(source, symbolizer));
         tracing::info!(socket = %path.display(), "listening");
         Ok(Daemon {
             listener,

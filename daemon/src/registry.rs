@@ -2,7 +2,7 @@
 //! limits and the target's existence, starts session actors, and looks them
 //! up. Errors here carry what the caller should change.
 use crate::perf::{EventKind, PerfError, PidFd};
-use crate::sampler::Sampler;
+use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
 use crate::symbolize::Symbolizer;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};
@@ -116,14 +116,14 @@ fn target_process(pid: u32) -> Result<(u32, String), Error> {
 
 /// All sessions of the daemon, running and ended.
 pub struct Registry {
-    sampler: Arc<Sampler>,
+    sampler: Arc<dyn SampleSource>,
     symbolizer: Arc<dyn Symbolizer>,
     sessions: Mutex<BTreeMap<u64, Handle>>,
     next_id: AtomicU64,
 }
 
 impl Registry {
-    pub fn new(sampler: Arc<Sampler>, symbolizer: Arc<dyn Symbolizer>) -> Registry {
+    pub fn new(sampler: Arc<dyn SampleSource>, symbolizer: Arc<dyn Symbolizer>) -> Registry {
         Registry {
             sampler,
             symbolizer,
@@ -132,8 +132,8 @@ impl Registry {
         }
     }
 
-    pub fn sampler(&self) -> &Sampler {
-        &self.sampler
+    pub fn sampler(&self) -> &dyn SampleSource {
+        &*self.sampler
     }
 
     /// Validate and start a session.

@@ -3,8 +3,9 @@
 //! (and every 100 ms), demultiplexing samples by process to the sessions that
 //! target it and counting the rest as discarded. No symbols here.
 use crate::maps::{Backing, Mapping};
-use crate::perf::record::{is_context_marker, Record};
+use crate::perf::record::{is_context_marker, Record, CONTEXT_USER};
 use crate::perf::{EventKind, EventSpec, PerfError, PerfEvent};
+use crate::symbolize::is_kernel;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +28,8 @@ pub struct Batch {
     pub lost: u64,
     /// New executable mappings of the target.
     pub mappings: Vec<Mapping>,
+    /// The target's new command name after an exec.
+    pub exec_comm: Option<String>,
 }
 
 impl Batch {
@@ -41,7 +44,7 @@ impl Batch {
     }
 
     fn is_empty(&self) -> bool {
-        self.seen == 0 && self.lost == 0 && self.mappings.is_empty()
+        self.seen == 0 && self.lost == 0 && self.mappings.is_empty() && self.exec_comm.is_none()
     }
 }
 
@@ -97,6 +100,28 @@ pub struct Sampler {
     counters: Arc<Counters>,
 }
 
+/// Where sessions get their samples from: the perf rings, or a fake in tests.
+#[tonic::async_trait]
+pub trait SampleSource: Send + Sync {
+    /// Route samples of `pid` to `tx` as `session`; returns the settings in use.
+    async fn subscribe(
+        &self,
+        kind: EventKind,
+        frequency_hz: u32,
+        session: u64,
+        pid: u32,
+        tx: mpsc::UnboundedSender<Batch>,
+    ) -> Result<EventSpec, PerfError>;
+    /// Stop routing to `session`.
+    async fn unsubscribe(&self, spec: EventSpec, session: u64);
+    /// Deliver everything sampled so far; returns once it is sent.
+    async fn flush(&self, spec: EventSpec);
+    /// Open groups of shared settings and how many sessions use each.
+    async fn groups(&self) -> Vec<(EventSpec, usize)>;
+    /// Daemon-wide accounting.
+    fn counters(&self) -> &Counters;
+}
+
 /// Data pages per CPU ring.
 pub const RING_PAGES: usize = 128;
 
@@ -109,19 +134,48 @@ impl Sampler {
         }
     }
 
-    pub fn counters(&self) -> &Counters {
-        &self.counters
+    fn open_group(&self, spec: EventSpec) -> Result<Group, PerfError> {
+        let events = self
+            .cpus
+            .iter()
+            .map(|&cpu| PerfEvent::open(cpu, &spec))
+            .collect::<Result<Vec<_>, _>>()?;
+        tracing::info!(?spec, cpus = events.len(), "opened the sampling rings");
+        let routes = Arc::new(RwLock::new(Routes::default()));
+        let (stop, stop_rx) = watch::channel(false);
+        let mut cpus = Vec::with_capacity(events.len());
+        for event in events {
+            let cpu = event.cpu();
+            let afd = event.into_async().map_err(|source| PerfError::Io {
+                what: "registering the ring with epoll",
+                cpu,
+                source,
+            })?;
+            let (flush, flush_rx) = mpsc::unbounded_channel();
+            let handle = tokio::spawn(run_cpu(
+                afd,
+                routes.clone(),
+                self.counters.clone(),
+                flush_rx,
+                stop_rx.clone(),
+            ));
+            cpus.push(CpuTask { flush, handle });
+        }
+        Ok(Group { routes, cpus, stop })
     }
+}
 
-    pub fn cpus(&self) -> &[u32] {
-        &self.cpus
+#[tonic::async_trait]
+impl SampleSource for Sampler {
+    fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Route samples of `pid` to `tx` as `session`, opening the rings for
     /// `kind` at `frequency_hz` if no session uses them yet. A `cycles`
     /// request on a machine without a PMU falls back to cpu-clock. Returns
     /// the settings in use.
-    pub async fn subscribe(
+    async fn subscribe(
         &self,
         kind: EventKind,
         frequency_hz: u32,
@@ -158,7 +212,7 @@ impl Sampler {
     }
 
     /// Stop routing to `session`; close the group's rings when it was the last.
-    pub async fn unsubscribe(&self, spec: EventSpec, session: u64) {
+    async fn unsubscribe(&self, spec: EventSpec, session: u64) {
         let mut groups = self.groups.lock().await;
         let Some(group) = groups.get(&spec) else {
             return;
@@ -180,7 +234,7 @@ impl Sampler {
     }
 
     /// Drain every ring of the group now; returns once all batches are sent.
-    pub async fn flush(&self, spec: EventSpec) {
+    async fn flush(&self, spec: EventSpec) {
         let acks: Vec<_> = {
             let groups = self.groups.lock().await;
             let Some(group) = groups.get(&spec) else {
@@ -201,7 +255,7 @@ impl Sampler {
     }
 
     /// Open groups and their session counts.
-    pub async fn groups(&self) -> Vec<(EventSpec, usize)> {
+    async fn groups(&self) -> Vec<(EventSpec, usize)> {
         let groups = self.groups.lock().await;
         groups
             .iter()
@@ -212,36 +266,6 @@ impl Sampler {
                 )
             })
             .collect()
-    }
-
-    fn open_group(&self, spec: EventSpec) -> Result<Group, PerfError> {
-        let events = self
-            .cpus
-            .iter()
-            .map(|&cpu| PerfEvent::open(cpu, &spec))
-            .collect::<Result<Vec<_>, _>>()?;
-        tracing::info!(?spec, cpus = events.len(), "opened the sampling rings");
-        let routes = Arc::new(RwLock::new(Routes::default()));
-        let (stop, stop_rx) = watch::channel(false);
-        let mut cpus = Vec::with_capacity(events.len());
-        for event in events {
-            let cpu = event.cpu();
-            let afd = event.into_async().map_err(|source| PerfError::Io {
-                what: "registering the ring with epoll",
-                cpu,
-                source,
-            })?;
-            let (flush, flush_rx) = mpsc::unbounded_channel();
-            let handle = tokio::spawn(run_cpu(
-                afd,
-                routes.clone(),
-                self.counters.clone(),
-                flush_rx,
-                stop_rx.clone(),
-            ));
-            cpus.push(CpuTask { flush, handle });
-        }
-        Ok(Group { routes, cpus, stop })
     }
 }
 
@@ -282,15 +306,27 @@ async fn run_cpu(
 /// Append the frames of a perf callchain (context markers dropped, return
 /// addresses minus one so they fall inside the call instruction) to `out`;
 /// falls back to `ip` when the chain is empty. Returns the frames added.
+/// A user-context entry in the kernel half of the address space is not a
+/// return address (a frame-pointer walk read garbage); it is kept as a frame
+/// with this value, which no symbolizer resolves.
+pub const BAD_USER_FRAME: u64 = 0;
+
 pub fn push_stack(out: &mut Vec<u64>, chain: impl Iterator<Item = u64>, ip: Option<u64>) -> usize {
     let before = out.len();
     let mut first = true;
+    let mut user = false;
     for v in chain {
         if is_context_marker(v) {
             first = true;
+            user = v == CONTEXT_USER;
             continue;
         }
-        out.push(if first { v } else { v.wrapping_sub(1) });
+        let addr = if first { v } else { v.wrapping_sub(1) };
+        out.push(if user && is_kernel(addr) {
+            BAD_USER_FRAME
+        } else {
+            addr
+        });
         first = false;
     }
     if out.len() == before {
@@ -340,6 +376,13 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
                 let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
                 for &i in targets {
                     batches[i].mappings.push(mapping.clone());
+                }
+            }
+        }
+        Ok(Record::Comm(c)) if c.exec && c.pid == c.tid => {
+            if let Some(targets) = routes.by_pid.get(&c.pid) {
+                for &i in targets {
+                    batches[i].exec_comm = Some(String::from_utf8_lossy(c.comm).into_owned());
                 }
             }
         }
@@ -396,6 +439,17 @@ mod tests {
                 0x401fff
             ]
         );
+    }
+
+    #[test]
+    fn kernel_addresses_in_the_user_chain_are_not_kernel_frames() {
+        let mut out = Vec::new();
+        push_stack(
+            &mut out,
+            [USER, 0x401000, 0xffff_ffff_8100_0010].into_iter(),
+            None,
+        );
+        assert_eq!(out, vec![0x401000, BAD_USER_FRAME]);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! exit, and answers profile requests (symbolizing only new addresses).
 use crate::maps::ProcessMaps;
 use crate::perf::{EventKind, EventSpec, PidFd};
-use crate::sampler::{Batch, Sampler};
+use crate::sampler::{Batch, SampleSource};
 use crate::symbolize::{FrameName, Symbolizer};
 use profd_common::api;
 use profd_common::model::{percent, Aggregator, StackTable};
@@ -80,7 +80,7 @@ impl Handle {
 struct Actor {
     params: Params,
     spec: EventSpec,
-    sampler: Arc<Sampler>,
+    sampler: Arc<dyn SampleSource>,
     symbolizer: Arc<dyn Symbolizer>,
     started: Instant,
     started_unix_ms: u64,
@@ -104,7 +104,7 @@ pub async fn start(
     kind: EventKind,
     frequency_hz: u32,
     pidfd: PidFd,
-    sampler: Arc<Sampler>,
+    sampler: Arc<dyn SampleSource>,
     symbolizer: Arc<dyn Symbolizer>,
 ) -> Result<Handle, crate::perf::PerfError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
@@ -221,7 +221,10 @@ impl Actor {
         let _ = self.state.send(state);
     }
 
-    fn apply(&mut self, batch: Batch) {
+    fn apply(&mut self, mut batch: Batch) {
+        if let Some(comm) = batch.exec_comm.take() {
+            self.params.comm = comm;
+        }
         for m in &batch.mappings {
             self.maps.insert(m.clone());
         }

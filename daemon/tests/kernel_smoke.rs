@@ -20,19 +20,143 @@ async fn connect(path: PathBuf) -> ProfilerClient<Channel> {
     ProfilerClient::new(channel)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_a_busy_child_until_its_duration_ends() {
-    let dir = std::env::temp_dir().join(format!("profd-smoke-{}", std::process::id()));
+struct Running {
+    client: ProfilerClient<Channel>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<Result<(), profd::Error>>,
+    dir: PathBuf,
+}
+
+async fn start(name: &str) -> Running {
+    let dir = std::env::temp_dir().join(format!("profd-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("profd.sock");
     let daemon = profd::Daemon::bind(profd::Config::new(socket.clone()))
         .await
         .expect("daemon binds");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(daemon.serve(async move {
         let _ = stop_rx.await;
     }));
-    let mut client = connect(socket).await;
+    Running {
+        client: connect(socket).await,
+        stop,
+        server,
+        dir,
+    }
+}
+
+impl Running {
+    async fn finish(self) {
+        self.stop.send(()).unwrap();
+        self.server.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rings_are_shared_per_setting_and_closed_with_the_last_session() {
+    let mut d = start("rings").await;
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let info = d
+        .client
+        .info(api::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        info.groups.is_empty(),
+        "no rings before any session: {:?}",
+        info.groups
+    );
+    let attach = |freq: u32, event: api::Event| api::AttachRequest {
+        pid,
+        frequency_hz: Some(freq),
+        event: event as i32,
+        ..Default::default()
+    };
+    let mut ids = Vec::new();
+    let mut events = Vec::new();
+    for (freq, event) in [
+        (999, api::Event::CpuClock),
+        (999, api::Event::Unspecified),
+        (499, api::Event::CpuClock),
+        (499, api::Event::Cycles),
+    ] {
+        let s = d
+            .client
+            .attach(attach(freq, event))
+            .await
+            .expect("attach (needs root)");
+        let s = s.into_inner().session.unwrap();
+        ids.push(s.id);
+        events.push(s.event);
+    }
+    let expected_event = if info.pmu_available {
+        api::Event::Cycles
+    } else {
+        api::Event::CpuClock
+    };
+    assert_eq!(
+        events[3], expected_event as i32,
+        "cycles falls back without a PMU"
+    );
+    let info_now = d
+        .client
+        .info(api::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut groups: Vec<_> = info_now
+        .groups
+        .iter()
+        .map(|g| (g.frequency_hz, g.event, g.sessions))
+        .collect();
+    groups.sort();
+    let mut want = vec![(999, api::Event::CpuClock as i32, 2)];
+    if info.pmu_available {
+        want.extend([
+            (499, api::Event::CpuClock as i32, 1),
+            (499, api::Event::Cycles as i32, 1),
+        ]);
+    } else {
+        want.push((499, api::Event::CpuClock as i32, 2));
+    }
+    want.sort();
+    assert_eq!(groups, want, "one ring group per distinct setting");
+    assert_eq!(info_now.running_sessions, 4);
+    for id in ids {
+        d.client
+            .stop(api::StopRequest { session_id: id })
+            .await
+            .unwrap();
+    }
+    let info = d
+        .client
+        .info(api::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        info.groups.is_empty(),
+        "rings closed with the last session: {:?}",
+        info.groups
+    );
+    assert_eq!(info.running_sessions, 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    d.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_a_busy_child_until_its_duration_ends() {
+    let d = start("smoke").await;
+    let dir = d.dir.clone();
+    let mut client = d.client.clone();
 
     // A busy program with frame pointers: main -> spin.
     let src = dir.join("busy.c");
@@ -124,7 +248,5 @@ async fn watch_a_busy_child_until_its_duration_ends() {
 
     child.kill().unwrap();
     child.wait().unwrap();
-    stop_tx.send(()).unwrap();
-    server.await.unwrap().unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    d.finish().await;
 }

@@ -1,0 +1,455 @@
+//! The gRPC API in-process over a Unix socket, fed by a fake sample source and
+//! a fake symbolizer: exact inclusive/exclusive figures, Watch snapshot and
+//! deltas, session ends, and the status codes of bad requests.
+use profd::maps::ProcessMaps;
+use profd::perf::{EventSpec, PerfError};
+use profd::sampler::{Batch, Counters, SampleSource};
+use profd::symbolize::{FrameName, Symbolizer};
+use profd_common::api::{self, profiler_client::ProfilerClient};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::Code;
+
+/// Delivers whatever the test feeds, as the sampler would.
+#[derive(Default)]
+struct FakeSource {
+    counters: Counters,
+    routes: Mutex<Vec<(u64, u32, mpsc::UnboundedSender<Batch>)>>,
+}
+
+impl FakeSource {
+    /// One drain holding these (pid, stack) samples.
+    fn feed(&self, samples: &[(u32, &[u64])]) {
+        for (_, pid, tx) in self.routes.lock().unwrap().iter() {
+            let mut batch = Batch {
+                seen: samples.len() as u64,
+                ..Batch::default()
+            };
+            for (p, stack) in samples {
+                if p == pid {
+                    batch.frames.extend_from_slice(stack);
+                    batch.ends.push(batch.frames.len() as u32);
+                }
+            }
+            tx.send(batch).unwrap();
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl SampleSource for FakeSource {
+    async fn subscribe(
+        &self,
+        kind: profd::perf::EventKind,
+        frequency_hz: u32,
+        session: u64,
+        pid: u32,
+        tx: mpsc::UnboundedSender<Batch>,
+    ) -> Result<EventSpec, PerfError> {
+        self.routes.lock().unwrap().push((session, pid, tx));
+        Ok(EventSpec {
+            kind,
+            frequency_hz,
+            ring_pages: 1,
+        })
+    }
+    async fn unsubscribe(&self, _: EventSpec, session: u64) {
+        self.routes.lock().unwrap().retain(|r| r.0 != session);
+    }
+    async fn flush(&self, _: EventSpec) {}
+    async fn groups(&self) -> Vec<(EventSpec, usize)> {
+        Vec::new()
+    }
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+/// Address 0xN00..0xNff is function `fN`.
+struct FakeSymbolizer;
+
+impl Symbolizer for FakeSymbolizer {
+    fn symbolize(&self, _: &ProcessMaps, addrs: &[u64]) -> Vec<FrameName> {
+        addrs
+            .iter()
+            .map(|a| FrameName {
+                name: format!("f{}", a >> 8),
+                module: "fake".into(),
+            })
+            .collect()
+    }
+}
+
+struct Harness {
+    client: ProfilerClient<Channel>,
+    source: Arc<FakeSource>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<Result<(), profd::Error>>>,
+    dir: PathBuf,
+}
+
+impl Harness {
+    async fn start(name: &str) -> Harness {
+        let dir = std::env::temp_dir().join(format!("profd-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("profd.sock");
+        let source = Arc::new(FakeSource::default());
+        let daemon = profd::Daemon::bind_with(
+            profd::Config::new(socket.clone()),
+            source.clone(),
+            Arc::new(FakeSymbolizer),
+        )
+        .await
+        .unwrap();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(daemon.serve(async move {
+            let _ = stop_rx.await;
+        }));
+        let channel = Endpoint::try_from("http://localhost")
+            .unwrap()
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let socket = socket.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(socket).await?,
+                    ))
+                }
+            }))
+            .await
+            .unwrap();
+        Harness {
+            client: ProfilerClient::new(channel),
+            source,
+            stop: Some(stop),
+            server: Some(server),
+            dir,
+        }
+    }
+
+    async fn attach(&mut self, pid: u32) -> api::Session {
+        self.client
+            .attach(api::AttachRequest {
+                pid,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .session
+            .unwrap()
+    }
+
+    async fn finish(mut self) {
+        self.stop.take().unwrap().send(()).unwrap();
+        self.server.take().unwrap().await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn sleeper() -> std::process::Child {
+    std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap()
+}
+
+fn find<'a>(fs: &'a [api::Function], name: &str) -> &'a api::Function {
+    fs.iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("{name} in {fs:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_figures_snapshot_deltas_and_stop() {
+    let mut h = Harness::start("fake-figures").await;
+    let mut target = sleeper();
+    let pid = target.id();
+    let s = h.attach(pid).await;
+    assert_eq!(
+        (s.pid, s.frequency_hz, s.state),
+        (pid, 999, api::SessionState::Running as i32)
+    );
+    assert_eq!(s.comm, "sleep");
+
+    // f3 = main, f2 calls itself once in the last stack, f1 is the leaf.
+    h.source.feed(&[
+        (pid, &[0x100, 0x200, 0x300]),
+        (pid, &[0x100, 0x200, 0x300]),
+        (pid, &[0x100, 0x200, 0x300]),
+        (pid, &[0x200, 0x210, 0x300]),
+        (1, &[0x900]),
+        (1, &[0x900]),
+        (1, &[0x900]),
+        (1, &[0x900]),
+    ]);
+    let mut stream = h
+        .client
+        .watch(api::WatchRequest {
+            session_id: s.id,
+            interval_ms: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let snap = stream.message().await.unwrap().unwrap();
+    assert!(snap.snapshot && !snap.r#final && snap.seq == 0);
+    let totals = snap.session.as_ref().unwrap().totals.unwrap();
+    assert_eq!(
+        (totals.attributed, totals.discarded, totals.lost),
+        (4, 4, 0)
+    );
+    let fs = &snap.functions;
+    assert_eq!(fs.len(), 3, "no function of the other process: {fs:?}");
+    assert_eq!((find(fs, "f3").inclusive, find(fs, "f3").exclusive), (4, 0));
+    assert_eq!(
+        (find(fs, "f2").inclusive, find(fs, "f2").exclusive),
+        (4, 1),
+        "recursion counted once"
+    );
+    assert_eq!((find(fs, "f1").inclusive, find(fs, "f1").exclusive), (3, 3));
+    assert_eq!(find(fs, "f1").exclusive_pct, 75.0);
+    assert_eq!(find(fs, "f2").inclusive_pct, 100.0);
+    assert_eq!(fs[0].inclusive, 4, "sorted by inclusive");
+
+    h.source.feed(&[(pid, &[0x100, 0x300])]);
+    let delta = loop {
+        let m = stream.message().await.unwrap().unwrap();
+        assert!(!m.snapshot);
+        if !m.functions.is_empty() {
+            break m;
+        }
+    };
+    assert_eq!(
+        delta.session.as_ref().unwrap().totals.unwrap().attributed,
+        5
+    );
+    let mut changed: Vec<_> = delta
+        .functions
+        .iter()
+        .map(|f| (f.id, f.inclusive, f.exclusive, f.name.clone()))
+        .collect();
+    changed.sort();
+    let id = |n: &str| find(&snap.functions, n).id;
+    let mut expected = vec![
+        (id("f1"), 4, 4, String::new()),
+        (id("f3"), 5, 0, String::new()),
+    ];
+    expected.sort();
+    assert_eq!(changed, expected, "only changed rows, names not repeated");
+
+    let stopped = h
+        .client
+        .stop(api::StopRequest { session_id: s.id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        stopped.session.unwrap().state,
+        api::SessionState::Stopped as i32
+    );
+    let last = loop {
+        let m = stream.message().await.unwrap().unwrap();
+        if m.r#final {
+            break m;
+        }
+    };
+    assert_eq!(
+        last.session.unwrap().state,
+        api::SessionState::Stopped as i32
+    );
+    assert!(
+        stream.message().await.unwrap().is_none(),
+        "the stream ends after the final update"
+    );
+
+    let profile = h
+        .client
+        .get_profile(api::GetProfileRequest { session_id: s.id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        find(&profile.functions, "f3").inclusive,
+        5,
+        "readable after the end"
+    );
+    let list = h
+        .client
+        .list_sessions(api::ListSessionsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.sessions.iter().any(|x| x.id == s.id));
+
+    target.kill().unwrap();
+    target.wait().unwrap();
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_exit_and_duration_end_sessions() {
+    let mut h = Harness::start("fake-ends").await;
+    let mut target = sleeper();
+    let s = h.attach(target.id()).await;
+    let mut stream = h
+        .client
+        .watch(api::WatchRequest {
+            session_id: s.id,
+            interval_ms: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    target.kill().unwrap();
+    target.wait().unwrap();
+    let last = loop {
+        let m = stream.message().await.unwrap().unwrap();
+        if m.r#final {
+            break m;
+        }
+    };
+    assert_eq!(
+        last.session.unwrap().state,
+        api::SessionState::Exited as i32
+    );
+
+    let mut other = sleeper();
+    let timed = h
+        .client
+        .attach(api::AttachRequest {
+            pid: other.id(),
+            duration_ms: 200,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    let mut stream = h
+        .client
+        .watch(api::WatchRequest {
+            session_id: timed.id,
+            interval_ms: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let last = loop {
+        let m = stream.message().await.unwrap().unwrap();
+        if m.r#final {
+            break m;
+        }
+    };
+    let session = last.session.unwrap();
+    assert_eq!(session.state, api::SessionState::DurationElapsed as i32);
+    assert!(
+        session.duration_s >= 0.2 && session.duration_s < 1.0,
+        "{}",
+        session.duration_s
+    );
+    other.kill().unwrap();
+    other.wait().unwrap();
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
+    let mut h = Harness::start("fake-errors").await;
+    let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .unwrap()
+        .trim()
+        .to_string();
+
+    let err = h
+        .client
+        .attach(api::AttachRequest {
+            pid: 999_999_999,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(err.message().contains("999999999"), "{}", err.message());
+
+    let me = std::process::id();
+    for bad in [0, max.parse::<u32>().unwrap() + 1] {
+        let err = h
+            .client
+            .attach(api::AttachRequest {
+                pid: me,
+                frequency_hz: Some(bad),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(
+            err.message().contains(&format!("1..={max}")),
+            "{}",
+            err.message()
+        );
+    }
+    let err = h
+        .client
+        .attach(api::AttachRequest {
+            pid: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    let err = h
+        .client
+        .get_profile(api::GetProfileRequest { session_id: 4242 })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(err.message().contains("4242"));
+    let err = h
+        .client
+        .stop(api::StopRequest { session_id: 4242 })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let err = h
+        .client
+        .watch(api::WatchRequest {
+            session_id: 4242,
+            interval_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+
+    let mut target = sleeper();
+    let s = h.attach(target.id()).await;
+    let err = h
+        .client
+        .watch(api::WatchRequest {
+            session_id: s.id,
+            interval_ms: 10,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("50"), "{}", err.message());
+
+    let info = h
+        .client
+        .info(api::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        info.running_sessions, 1,
+        "the daemon and its session survived"
+    );
+    assert_eq!(info.max_sample_rate.to_string(), max);
+    target.kill().unwrap();
+    target.wait().unwrap();
+    h.finish().await;
+}

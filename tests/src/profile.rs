@@ -1,0 +1,225 @@
+//! The JSON document `profctl ... --format json` prints when a session ends,
+//! and the checks the tests make on it.
+
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use crate::command::CmdOutput;
+
+/// How far, in percentage points, a measured percentage may be from the value
+/// the workload has by construction.
+pub const PCT_TOLERANCE: f64 = 3.0;
+
+/// One session's profile, as printed by `profctl --format json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Profile {
+    pub session_id: u64,
+    pub pid: u32,
+    pub comm: String,
+    /// `running`, `stopped`, `duration_elapsed`, `exited` or `failed`.
+    pub state: String,
+    pub duration_s: f64,
+    pub frequency_hz: u32,
+    pub event: serde_json::Value,
+    pub totals: Totals,
+    /// Sorted by inclusive samples, descending.
+    pub functions: Vec<FunctionRow>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Totals {
+    pub attributed: u64,
+    pub discarded: u64,
+    pub lost: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionRow {
+    pub name: String,
+    pub module: String,
+    pub inclusive: u64,
+    pub exclusive: u64,
+    pub inclusive_pct: f64,
+    pub exclusive_pct: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    Inclusive,
+    Exclusive,
+}
+
+impl FunctionRow {
+    pub fn pct(&self, measure: Measure) -> f64 {
+        match measure {
+            Measure::Inclusive => self.inclusive_pct,
+            Measure::Exclusive => self.exclusive_pct,
+        }
+    }
+}
+
+impl Profile {
+    /// Parses the stdout of a successful `profctl ... --format json`: exactly
+    /// one JSON document. Fails the test, showing the command's output, when
+    /// the command failed or printed anything else.
+    pub fn parse(out: &CmdOutput) -> Profile {
+        out.assert_success();
+        let profile: Profile = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not one profile JSON document ({e}):\n{}",
+                out.describe()
+            )
+        });
+        profile.check_invariants();
+        profile
+    }
+
+    /// The profile as a readable table, for failure messages and `--nocapture`.
+    pub fn table(&self) -> String {
+        const MAX_ROWS: usize = 60;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "session {} pid {} comm {:?} state {} duration {:.3}s freq {} Hz event {}",
+            self.session_id,
+            self.pid,
+            self.comm,
+            self.state,
+            self.duration_s,
+            self.frequency_hz,
+            self.event
+        );
+        let _ = writeln!(
+            s,
+            "totals: attributed {} discarded {} lost {}",
+            self.totals.attributed, self.totals.discarded, self.totals.lost
+        );
+        let _ = writeln!(
+            s,
+            "{:>8} {:>7} {:>8} {:>7}  FUNCTION  MODULE",
+            "INCL", "INCL%", "EXCL", "EXCL%"
+        );
+        for row in self.functions.iter().take(MAX_ROWS) {
+            let _ = writeln!(
+                s,
+                "{:>8} {:>7.2} {:>8} {:>7.2}  {}  {}",
+                row.inclusive,
+                row.inclusive_pct,
+                row.exclusive,
+                row.exclusive_pct,
+                row.name,
+                row.module
+            );
+        }
+        if self.functions.len() > MAX_ROWS {
+            let _ = writeln!(s, "... {} more rows", self.functions.len() - MAX_ROWS);
+        }
+        s
+    }
+
+    /// All rows with this function name.
+    pub fn rows(&self, name: &str) -> Vec<&FunctionRow> {
+        self.functions
+            .iter()
+            .filter(|row| row.name == name)
+            .collect()
+    }
+
+    /// The one row named `name`; fails the test when there is none or several.
+    pub fn function(&self, name: &str) -> &FunctionRow {
+        match self.rows(name).as_slice() {
+            [row] => row,
+            [] => panic!("no function {name:?} in the profile:\n{}", self.table()),
+            rows => panic!(
+                "{} rows named {name:?} (a function must be one row):\n{}",
+                rows.len(),
+                self.table()
+            ),
+        }
+    }
+
+    /// Asserts that `name`'s percentage is `expected` ± [`PCT_TOLERANCE`].
+    pub fn assert_pct(&self, name: &str, measure: Measure, expected: f64) {
+        let actual = self.function(name).pct(measure);
+        eprintln!("  {name} {measure:?}: {actual:.2} % (expected {expected} ± {PCT_TOLERANCE})");
+        assert!(
+            (actual - expected).abs() <= PCT_TOLERANCE,
+            "{measure:?} % of {name} is {actual:.2}, expected {expected} ± {PCT_TOLERANCE}:\n{}",
+            self.table()
+        );
+    }
+
+    /// Asserts that `name`'s percentage lies in `lo..=hi`.
+    pub fn assert_pct_between(&self, name: &str, measure: Measure, lo: f64, hi: f64) {
+        let actual = self.function(name).pct(measure);
+        eprintln!("  {name} {measure:?}: {actual:.2} % (expected {lo}..={hi})");
+        assert!(
+            (lo..=hi).contains(&actual),
+            "{measure:?} % of {name} is {actual:.2}, expected within {lo}..={hi}:\n{}",
+            self.table()
+        );
+    }
+
+    /// The rules every profile obeys, whatever the workload: percentages in
+    /// 0-100 and consistent with the counts over `attributed`; a function's
+    /// exclusive count within its inclusive count, and its inclusive count
+    /// within the sample total (counted once per sample); every sample has one
+    /// innermost frame and no frame is dropped, so the exclusive counts add up
+    /// to the total (the JSON lists every function unless `--top` is given);
+    /// rows sorted by inclusive count, descending.
+    pub fn check_invariants(&self) {
+        let total = self.totals.attributed;
+        let fail =
+            |what: String| -> ! { panic!("profile breaks a rule: {what}\n{}", self.table()) };
+        if total == 0 && !self.functions.is_empty() {
+            fail("functions listed with 0 attributed samples".into());
+        }
+        for row in &self.functions {
+            for (label, pct, count) in [
+                ("inclusive", row.inclusive_pct, row.inclusive),
+                ("exclusive", row.exclusive_pct, row.exclusive),
+            ] {
+                if !(0.0..=100.0).contains(&pct) {
+                    fail(format!("{} {label}_pct {pct} is outside 0..=100", row.name));
+                }
+                let from_counts = 100.0 * count as f64 / total.max(1) as f64;
+                // Allows percentages rounded to one decimal.
+                if (pct - from_counts).abs() > 0.051 {
+                    fail(format!(
+                        "{} {label}_pct {pct} but {count} of {total} samples is {from_counts:.3} %",
+                        row.name
+                    ));
+                }
+            }
+            if row.exclusive > row.inclusive {
+                fail(format!(
+                    "{} exclusive {} > inclusive {}",
+                    row.name, row.exclusive, row.inclusive
+                ));
+            }
+            if row.inclusive > total {
+                fail(format!(
+                    "{} inclusive {} > attributed {total}",
+                    row.name, row.inclusive
+                ));
+            }
+        }
+        if let Some(pair) = self
+            .functions
+            .windows(2)
+            .find(|w| w[0].inclusive < w[1].inclusive)
+        {
+            fail(format!(
+                "rows not sorted by inclusive: {} before {}",
+                pair[0].name, pair[1].name
+            ));
+        }
+        let exclusive_sum: u64 = self.functions.iter().map(|row| row.exclusive).sum();
+        if exclusive_sum != total {
+            fail(format!(
+                "exclusive counts add up to {exclusive_sum}, not attributed {total}"
+            ));
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! End-to-end tests: real kernel, real `profd` and `profctl`, C workloads whose
+//! time split is known by construction (see `tests/workloads/`). They need
+//! root; without it, or without perf events, they fail (never skip).
+//!
+//! Every test holds a global lock while it runs, since the machine has few
+//! CPUs and concurrent workloads would skew the measured splits.
+
+use std::time::{Duration, Instant};
+
+use profd_e2e::{
+    bin, build_workload, max_sample_rate, path_str, require_root_and_perf, serial, unique_dir,
+    words, CmdOutput, Daemon, Harness, Measure::Exclusive, Measure::Inclusive, Profile, Workload,
+};
+
+/// Long enough for any test: workloads are killed when the test ends.
+const LONG: f64 = 60.0;
+
+fn attach_json(daemon: &Daemon, target: &Workload, duration: &str) -> Profile {
+    attach_measured(daemon, target, duration).0
+}
+
+/// Attaches for `duration` seconds and returns the profile and the number of
+/// samples the target's CPU time calls for: the CPU time it used while
+/// profctl ran, scaled to the session's share of that wall time, × frequency.
+fn attach_measured(daemon: &Daemon, target: &Workload, duration: &str) -> (Profile, f64) {
+    let pid = target.pid_arg();
+    let (cpu_before, wall_before) = (target.cpu_time(), Instant::now());
+    let out = daemon.profctl(&["attach", &pid, "--duration", duration, "--format", "json"]);
+    let (cpu, wall) = (target.cpu_time() - cpu_before, wall_before.elapsed());
+    let profile = Profile::parse(&out);
+    eprintln!("{}", profile.table());
+    assert_eq!(profile.pid, target.pid(), "pid:\n{}", profile.table());
+    let session_share = (profile.duration_s / wall.as_secs_f64()).min(1.0);
+    let expected = cpu.as_secs_f64() * session_share * f64::from(profile.frequency_hz);
+    eprintln!(
+        "  target used {:.3} s of CPU in {:.3} s ({:.0} % of a CPU); session {:.3} s \
+         → about {expected:.0} samples at {} Hz",
+        cpu.as_secs_f64(),
+        wall.as_secs_f64(),
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+        profile.duration_s,
+        profile.frequency_hz
+    );
+    (profile, expected)
+}
+
+/// Asserts that `attributed` matches the target's CPU time over the session
+/// (each sample stands for 1/frequency s of CPU) within 25 %, that a
+/// single-threaded target got at most one CPU's worth (duration × frequency),
+/// and that there are enough samples for the percentage checks.
+fn assert_samples_match_cpu_time(profile: &Profile, expected: f64) {
+    let actual = profile.totals.attributed as f64;
+    let one_cpu = profile.duration_s * f64::from(profile.frequency_hz);
+    eprintln!("  attributed {actual}: expected {expected:.0} from CPU time, at most {one_cpu:.0}");
+    assert!(
+        actual >= 300.0,
+        "only {actual} samples: too few to check percentages to ±3 points \
+         (the target got little CPU; is the machine overloaded?):\n{}",
+        profile.table()
+    );
+    assert!(
+        (expected * 0.75..=expected * 1.25).contains(&actual),
+        "attributed {actual}, but the target's CPU time calls for about {expected:.0}:\n{}",
+        profile.table()
+    );
+    assert!(
+        actual <= one_cpu * 1.05,
+        "attributed {actual} exceeds one CPU's samples over {} s at {} Hz:\n{}",
+        profile.duration_s,
+        profile.frequency_hz,
+        profile.table()
+    );
+}
+
+/// split: leaf_a runs N iterations and mid → leaf_b 3N per round, so leaf_a has
+/// a quarter of the samples and leaf_b (under mid) three quarters; every sample
+/// is under work and main.
+#[test]
+fn split_percentages_match_construction() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let (p, expected) = attach_measured(&h.daemon, &target, "3");
+
+    assert_eq!(p.state, "duration_elapsed", "{}", p.table());
+    assert_eq!(p.comm, "split", "{}", p.table());
+    assert_eq!(p.frequency_hz, 999, "default frequency:\n{}", p.table());
+    assert!(
+        (2.5..=4.0).contains(&p.duration_s),
+        "duration_s {} for --duration 3:\n{}",
+        p.duration_s,
+        p.table()
+    );
+    assert_samples_match_cpu_time(&p, expected);
+
+    p.assert_pct("leaf_a", Exclusive, 25.0);
+    p.assert_pct("leaf_a", Inclusive, 25.0);
+    p.assert_pct("leaf_b", Exclusive, 75.0);
+    p.assert_pct("leaf_b", Inclusive, 75.0);
+    p.assert_pct("mid", Inclusive, 75.0);
+    p.assert_pct("mid", Exclusive, 0.0);
+    p.assert_pct("work", Inclusive, 100.0);
+    p.assert_pct("work", Exclusive, 0.0);
+    p.assert_pct("main", Inclusive, 100.0);
+}
+
+/// recurse: rec is on the stack up to 5 times in every sample; inclusive counts
+/// it once per sample, and all its levels are one function.
+#[test]
+fn recursion_is_counted_once_per_sample() {
+    let h = Harness::start();
+    let target = Workload::start("recurse", LONG);
+    let (p, expected) = attach_measured(&h.daemon, &target, "3");
+
+    assert_eq!(p.state, "duration_elapsed", "{}", p.table());
+    assert_samples_match_cpu_time(&p, expected);
+    let rec = p.function("rec");
+    assert!(
+        rec.inclusive <= p.totals.attributed,
+        "rec inclusive {} > attributed {}:\n{}",
+        rec.inclusive,
+        p.totals.attributed,
+        p.table()
+    );
+    p.assert_pct_between("rec", Inclusive, 97.0, 100.0);
+    p.assert_pct_between("rec", Exclusive, 97.0, 100.0);
+    p.assert_pct("main", Inclusive, 100.0);
+    // check_invariants (in parse) has checked every row's inclusive ≤ attributed.
+}
+
+/// A second busy process during the session: its samples are discarded and
+/// counted, and none of its functions reach the target's profile.
+#[test]
+fn other_process_samples_are_discarded() {
+    let h = Harness::start();
+    let other = Workload::start("spin_other", LONG);
+    let target = Workload::start("split", LONG);
+    let p = attach_json(&h.daemon, &target, "3");
+
+    eprintln!(
+        "  discarded {} (spin_other pid {} busy throughout)",
+        p.totals.discarded,
+        other.pid()
+    );
+    assert!(
+        p.totals.discarded > 0,
+        "no discarded samples:\n{}",
+        p.table()
+    );
+    assert!(
+        p.totals.attributed > 0,
+        "no attributed samples:\n{}",
+        p.table()
+    );
+    assert!(
+        p.rows("other_process_spin").is_empty(),
+        "the other process's function is in the target's profile:\n{}",
+        p.table()
+    );
+    assert!(
+        !p.functions
+            .iter()
+            .any(|row| row.module.ends_with("spin_other")),
+        "a function of the spin_other binary is in the target's profile:\n{}",
+        p.table()
+    );
+    p.function("leaf_b");
+}
+
+/// `profctl run` profiles a command it spawns until it exits.
+#[test]
+fn run_ends_with_exited_state() {
+    let h = Harness::start();
+    let split = build_workload("split");
+    let out = h
+        .daemon
+        .profctl(&["run", "--format", "json", "--", path_str(&split), "1.5"]);
+    let p = Profile::parse(&out);
+    eprintln!("{}", p.table());
+    assert_eq!(p.state, "exited", "{}", p.table());
+    assert_eq!(p.comm, "split", "{}", p.table());
+    assert!(!p.functions.is_empty(), "no functions:\n{}", p.table());
+    assert!(
+        p.totals.attributed > 0,
+        "no attributed samples:\n{}",
+        p.table()
+    );
+    p.function("leaf_a");
+    p.function("leaf_b");
+}
+
+/// Attaching for longer than the target lives: the session ends when the
+/// target exits, before its duration.
+#[test]
+fn attach_ends_when_target_exits() {
+    let h = Harness::start();
+    let mut target = Workload::start("split", 1.5);
+    let started = Instant::now();
+    let p = attach_json(&h.daemon, &target, "20");
+    let waited = started.elapsed();
+    target.wait(Duration::from_secs(5));
+    assert_eq!(p.state, "exited", "{}", p.table());
+    assert!(!p.functions.is_empty(), "no functions:\n{}", p.table());
+    assert!(
+        waited < Duration::from_secs(10) && p.duration_s < 10.0,
+        "session lasted {:?} (duration_s {}) for a target living 1.5 s:\n{}",
+        waited,
+        p.duration_s,
+        p.table()
+    );
+}
+
+/// profctl failed with exactly one `profctl: ...` line on stderr containing
+/// every `needles` (case-insensitive).
+fn assert_one_line_error(out: &CmdOutput, needles: &[&str]) {
+    assert!(
+        !out.status.success(),
+        "expected failure:\n{}",
+        out.describe()
+    );
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with("profctl: "),
+        "expected one `profctl: ...` line on stderr:\n{}",
+        out.describe()
+    );
+    let line = lines[0].to_lowercase();
+    for needle in needles {
+        assert!(
+            line.contains(&needle.to_lowercase()),
+            "error line does not mention {needle:?}:\n{}",
+            out.describe()
+        );
+    }
+    eprintln!("  {}", lines[0]);
+}
+
+/// A pid no process has: counting down from the kernel's pid_max.
+fn unused_pid() -> u32 {
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(32768);
+    (2..pid_max)
+        .rev()
+        .find(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+        .expect("a free pid")
+}
+
+#[test]
+fn attach_to_missing_pid_is_not_found() {
+    let mut h = Harness::start();
+    let pid = unused_pid().to_string();
+    let out = h
+        .daemon
+        .profctl(&["attach", &pid, "--duration", "1", "--format", "json"]);
+    assert_one_line_error(&out, &["not found", &pid]);
+    h.daemon.assert_alive();
+}
+
+#[test]
+fn frequency_zero_is_invalid() {
+    let mut h = Harness::start();
+    let max = max_sample_rate().to_string();
+    let me = std::process::id().to_string();
+    let out = h.daemon.profctl(&[
+        "attach",
+        &me,
+        "--freq",
+        "0",
+        "--duration",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_one_line_error(&out, &["invalid argument", &max]);
+    h.daemon.assert_alive();
+}
+
+#[test]
+fn frequency_above_kernel_max_is_invalid() {
+    let mut h = Harness::start();
+    let max = max_sample_rate();
+    let too_high = (max + 1).to_string();
+    let me = std::process::id().to_string();
+    let out = h.daemon.profctl(&[
+        "attach",
+        &me,
+        "--freq",
+        &too_high,
+        "--duration",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_one_line_error(&out, &["invalid argument", &max.to_string()]);
+    h.daemon.assert_alive();
+}
+
+#[test]
+fn stopping_unknown_session_is_not_found() {
+    let mut h = Harness::start();
+    let out = h.daemon.profctl(&["stop", "999999"]);
+    assert_one_line_error(&out, &["not found"]);
+    h.daemon.assert_alive();
+}
+
+/// The line of `profctl sessions` that lists a session of `pid`, if any.
+fn sessions_line(daemon: &Daemon, pid: u32) -> Option<String> {
+    let out = daemon.profctl(&["sessions"]);
+    out.assert_success();
+    let pid = pid.to_string();
+    out.stdout
+        .lines()
+        .find(|line| words(line).contains(&pid.as_str()))
+        .map(str::to_string)
+}
+
+/// Polls `profctl sessions` until it lists a session of `pid`.
+fn wait_for_session(daemon: &Daemon, pid: u32) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(line) = sessions_line(daemon, pid) {
+            return line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`profctl sessions` never listed pid {pid}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn sessions_lists_an_ended_session() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let p = attach_json(&h.daemon, &target, "1");
+    let out = h.daemon.profctl(&["sessions"]);
+    out.assert_success();
+    eprintln!("{}", out.stdout);
+    let (id, pid) = (p.session_id.to_string(), p.pid.to_string());
+    assert!(
+        out.stdout.lines().any(|line| {
+            let w = words(line);
+            w.contains(&id.as_str()) && w.contains(&pid.as_str())
+        }),
+        "no line of `profctl sessions` has session {id} and pid {pid}:\n{}",
+        out.describe()
+    );
+}
+
+/// `profctl stop <ID>` of a running session ends it as stopped; the attached
+/// client then prints the final profile.
+#[test]
+fn stop_ends_a_running_session() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    let attach = h
+        .daemon
+        .spawn_profctl(&["attach", &pid, "--duration", "30", "--format", "json"]);
+    let line = wait_for_session(&h.daemon, target.pid());
+    eprintln!("  listed: {line}");
+    std::thread::sleep(Duration::from_millis(500));
+    // The session id is one of the line's numbers; try them in order.
+    let stopped = words(&line)
+        .into_iter()
+        .filter(|w| *w != pid && w.chars().all(|c| c.is_ascii_digit()))
+        .find(|id| h.daemon.profctl(&["stop", id]).status.success())
+        .unwrap_or_else(|| panic!("`profctl stop` accepted no number of {line:?}"))
+        .to_string();
+    let out = attach.wait(Duration::from_secs(20));
+    let p = Profile::parse(&out);
+    eprintln!("{}", p.table());
+    assert_eq!(p.session_id.to_string(), stopped, "{}", p.table());
+    assert_eq!(p.state, "stopped", "{}", p.table());
+    assert!(p.duration_s < 30.0, "{}", p.table());
+    assert!(p.totals.attributed > 0, "{}", p.table());
+}
+
+/// Ctrl-C on `profctl attach` stops the session and prints the final profile.
+#[test]
+fn interrupt_stops_the_session_and_prints_the_profile() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    let attach = h
+        .daemon
+        .spawn_profctl(&["attach", &pid, "--duration", "30", "--format", "json"]);
+    wait_for_session(&h.daemon, target.pid());
+    std::thread::sleep(Duration::from_millis(1000));
+    attach.interrupt();
+    let out = attach.wait(Duration::from_secs(20));
+    let p: Profile = serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("no profile JSON after Ctrl-C ({e}):\n{}", out.describe()));
+    p.check_invariants();
+    eprintln!("{}", p.table());
+    assert_eq!(p.state, "stopped", "{}", p.table());
+    assert!(p.totals.attributed > 0, "{}", p.table());
+    p.function("leaf_b");
+}
+
+/// The default table format ends with a table of INCL/EXCL columns that names
+/// the workload's functions.
+#[test]
+fn table_format_prints_a_final_table() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    let out = h
+        .daemon
+        .profctl(&["attach", &pid, "--duration", "2", "--format", "table"]);
+    out.assert_success();
+    eprintln!("{}", out.stdout);
+    let last = out
+        .stdout
+        .rfind("INCL")
+        .unwrap_or_else(|| panic!("no INCL header:\n{}", out.describe()));
+    let table = &out.stdout[last..];
+    for needle in ["EXCL", "leaf_a", "leaf_b", "mid", "work"] {
+        assert!(
+            table.contains(needle),
+            "the final table lacks {needle:?}:\n{}",
+            out.describe()
+        );
+    }
+}
+
+/// With nothing listening on the socket, profctl (as root) runs a private
+/// daemon for the command.
+#[test]
+fn profctl_starts_a_private_daemon() {
+    let _serial = serial();
+    require_root_and_perf();
+    let socket = unique_dir("private").join("profd.sock");
+    assert!(!socket.exists());
+    let split = build_workload("split");
+    let profctl = bin("profctl");
+    let out = profd_e2e::Cmd::run(
+        path_str(&profctl),
+        &[
+            "--socket",
+            path_str(&socket),
+            "run",
+            "--duration",
+            "1",
+            "--format",
+            "json",
+            "--",
+            path_str(&split),
+            "5",
+        ],
+        Duration::from_secs(60),
+    );
+    eprintln!("  stderr: {}", out.stderr.trim_end());
+    let p = Profile::parse(&out);
+    assert!(
+        !out.stderr.trim().is_empty(),
+        "profctl did not say that it started a private daemon:\n{}",
+        out.describe()
+    );
+    eprintln!("{}", p.table());
+    assert_eq!(p.state, "duration_elapsed", "{}", p.table());
+    assert!(!p.functions.is_empty(), "no functions:\n{}", p.table());
+    p.function("leaf_b");
+}

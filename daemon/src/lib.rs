@@ -1,7 +1,10 @@
 //! profd: the sampling profiler daemon (library; `main.rs` is a thin wrapper).
 //! `Daemon::bind` probes the kernel and binds the Unix socket; `serve` runs
 //! the gRPC API until shutdown, ending every session cleanly.
+#![deny(unsafe_code)]
+
 pub mod maps;
+#[allow(unsafe_code)]
 pub mod perf;
 pub mod registry;
 pub mod rpc;

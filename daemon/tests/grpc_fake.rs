@@ -1,15 +1,16 @@
 //! The gRPC API in-process over a Unix socket, fed by a fake sample source and
 //! a fake symbolizer: exact inclusive/exclusive figures, Watch snapshot and
 //! deltas, session ends, and the status codes of bad requests.
+mod support;
+
 use profd::maps::ProcessMaps;
 use profd::perf::{EventSpec, PerfError};
 use profd::sampler::{Batch, Counters, SampleSource};
 use profd::symbolize::{FrameName, Symbolizer};
-use profd_common::api::{self, profiler_client::ProfilerClient};
-use std::path::PathBuf;
+use profd_common::api;
 use std::sync::{Arc, Mutex};
+use support::{serve, sleeper, until_final, Running};
 use tokio::sync::mpsc;
-use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::Code;
 
 /// Delivers whatever the test feeds, as the sampler would.
@@ -82,76 +83,27 @@ impl Symbolizer for FakeSymbolizer {
     }
 }
 
-struct Harness {
-    client: ProfilerClient<Channel>,
-    source: Arc<FakeSource>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<Result<(), profd::Error>>>,
-    dir: PathBuf,
+async fn start(name: &str) -> (Running, Arc<FakeSource>) {
+    let source = Arc::new(FakeSource::default());
+    let fake = source.clone();
+    let running = serve(name, |socket| {
+        profd::Daemon::bind_with(profd::Config::new(socket), fake, Arc::new(FakeSymbolizer))
+    })
+    .await;
+    (running, source)
 }
 
-impl Harness {
-    async fn start(name: &str) -> Harness {
-        let dir = std::env::temp_dir().join(format!("profd-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let socket = dir.join("profd.sock");
-        let source = Arc::new(FakeSource::default());
-        let daemon = profd::Daemon::bind_with(
-            profd::Config::new(socket.clone()),
-            source.clone(),
-            Arc::new(FakeSymbolizer),
-        )
+async fn attach(h: &mut Running, pid: u32) -> api::Session {
+    let req = api::AttachRequest {
+        pid,
+        ..Default::default()
+    };
+    h.client
+        .attach(req)
         .await
-        .unwrap();
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(daemon.serve(async move {
-            let _ = stop_rx.await;
-        }));
-        let channel = Endpoint::try_from("http://localhost")
-            .unwrap()
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let socket = socket.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(socket).await?,
-                    ))
-                }
-            }))
-            .await
-            .unwrap();
-        Harness {
-            client: ProfilerClient::new(channel),
-            source,
-            stop: Some(stop),
-            server: Some(server),
-            dir,
-        }
-    }
-
-    async fn attach(&mut self, pid: u32) -> api::Session {
-        self.client
-            .attach(api::AttachRequest {
-                pid,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .session
-            .unwrap()
-    }
-
-    async fn finish(mut self) {
-        self.stop.take().unwrap().send(()).unwrap();
-        self.server.take().unwrap().await.unwrap().unwrap();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn sleeper() -> std::process::Child {
-    std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
+        .unwrap()
+        .into_inner()
+        .session
         .unwrap()
 }
 
@@ -163,10 +115,10 @@ fn find<'a>(fs: &'a [api::Function], name: &str) -> &'a api::Function {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exact_figures_snapshot_deltas_and_stop() {
-    let mut h = Harness::start("fake-figures").await;
+    let (mut h, source) = start("fake-figures").await;
     let mut target = sleeper();
     let pid = target.id();
-    let s = h.attach(pid).await;
+    let s = attach(&mut h, pid).await;
     assert_eq!(
         (s.pid, s.frequency_hz, s.state),
         (pid, 999, api::SessionState::Running as i32)
@@ -174,7 +126,7 @@ async fn exact_figures_snapshot_deltas_and_stop() {
     assert_eq!(s.comm, "sleep");
 
     // f3 = main, f2 calls itself once in the last stack, f1 is the leaf.
-    h.source.feed(&[
+    source.feed(&[
         (pid, &[0x100, 0x200, 0x300]),
         (pid, &[0x100, 0x200, 0x300]),
         (pid, &[0x100, 0x200, 0x300]),
@@ -184,15 +136,7 @@ async fn exact_figures_snapshot_deltas_and_stop() {
         (1, &[0x900]),
         (1, &[0x900]),
     ]);
-    let mut stream = h
-        .client
-        .watch(api::WatchRequest {
-            session_id: s.id,
-            interval_ms: 100,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = h.watch(s.id, 100).await;
     let snap = stream.message().await.unwrap().unwrap();
     assert!(snap.snapshot && !snap.r#final && snap.seq == 0);
     let totals = snap.session.as_ref().unwrap().totals.unwrap();
@@ -213,7 +157,7 @@ async fn exact_figures_snapshot_deltas_and_stop() {
     assert_eq!(find(fs, "f2").inclusive_pct, 100.0);
     assert_eq!(fs[0].inclusive, 4, "sorted by inclusive");
 
-    h.source.feed(&[(pid, &[0x100, 0x300])]);
+    source.feed(&[(pid, &[0x100, 0x300])]);
     let delta = loop {
         let m = stream.message().await.unwrap().unwrap();
         assert!(!m.snapshot);
@@ -249,19 +193,10 @@ async fn exact_figures_snapshot_deltas_and_stop() {
         stopped.session.unwrap().state,
         api::SessionState::Stopped as i32
     );
-    let last = loop {
-        let m = stream.message().await.unwrap().unwrap();
-        if m.r#final {
-            break m;
-        }
-    };
+    let last = until_final(&mut stream).await;
     assert_eq!(
         last.session.unwrap().state,
         api::SessionState::Stopped as i32
-    );
-    assert!(
-        stream.message().await.unwrap().is_none(),
-        "the stream ends after the final update"
     );
 
     let profile = h
@@ -290,26 +225,13 @@ async fn exact_figures_snapshot_deltas_and_stop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn target_exit_and_duration_end_sessions() {
-    let mut h = Harness::start("fake-ends").await;
+    let (mut h, _) = start("fake-ends").await;
     let mut target = sleeper();
-    let s = h.attach(target.id()).await;
-    let mut stream = h
-        .client
-        .watch(api::WatchRequest {
-            session_id: s.id,
-            interval_ms: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = attach(&mut h, target.id()).await;
+    let mut stream = h.watch(s.id, 0).await;
     target.kill().unwrap();
     target.wait().unwrap();
-    let last = loop {
-        let m = stream.message().await.unwrap().unwrap();
-        if m.r#final {
-            break m;
-        }
-    };
+    let last = until_final(&mut stream).await;
     assert_eq!(
         last.session.unwrap().state,
         api::SessionState::Exited as i32
@@ -328,21 +250,8 @@ async fn target_exit_and_duration_end_sessions() {
         .into_inner()
         .session
         .unwrap();
-    let mut stream = h
-        .client
-        .watch(api::WatchRequest {
-            session_id: timed.id,
-            interval_ms: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let last = loop {
-        let m = stream.message().await.unwrap().unwrap();
-        if m.r#final {
-            break m;
-        }
-    };
+    let mut stream = h.watch(timed.id, 0).await;
+    let last = until_final(&mut stream).await;
     let session = last.session.unwrap();
     assert_eq!(session.state, api::SessionState::DurationElapsed as i32);
     assert!(
@@ -357,7 +266,7 @@ async fn target_exit_and_duration_end_sessions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
-    let mut h = Harness::start("fake-errors").await;
+    let (mut h, _) = start("fake-errors").await;
     let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
         .unwrap()
         .trim()
@@ -426,7 +335,7 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
     assert_eq!(err.code(), Code::NotFound);
 
     let mut target = sleeper();
-    let s = h.attach(target.id()).await;
+    let s = attach(&mut h, target.id()).await;
     let err = h
         .client
         .watch(api::WatchRequest {

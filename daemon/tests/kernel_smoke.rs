@@ -1,66 +1,21 @@
 //! In-process daemon against the real kernel over its Unix socket: attach to a
 //! busy child, watch until the duration ends, check the accounting.
-use profd_common::api::{self, profiler_client::ProfilerClient};
-use std::path::PathBuf;
-use tonic::transport::{Channel, Endpoint, Uri};
+mod support;
 
-async fn connect(path: PathBuf) -> ProfilerClient<Channel> {
-    let channel = Endpoint::try_from("http://localhost")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
-            }
-        }))
-        .await
-        .expect("connect to the daemon");
-    ProfilerClient::new(channel)
-}
-
-struct Running {
-    client: ProfilerClient<Channel>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<Result<(), profd::Error>>,
-    dir: PathBuf,
-}
+use profd_common::api;
+use support::{serve, sleeper, Running};
 
 async fn start(name: &str) -> Running {
-    let dir = std::env::temp_dir().join(format!("profd-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("profd.sock");
-    let daemon = profd::Daemon::bind(profd::Config::new(socket.clone()))
-        .await
-        .expect("daemon binds");
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(daemon.serve(async move {
-        let _ = stop_rx.await;
-    }));
-    Running {
-        client: connect(socket).await,
-        stop,
-        server,
-        dir,
-    }
-}
-
-impl Running {
-    async fn finish(self) {
-        self.stop.send(()).unwrap();
-        self.server.await.unwrap().unwrap();
-        let _ = std::fs::remove_dir_all(self.dir);
-    }
+    serve(name, |socket| {
+        profd::Daemon::bind(profd::Config::new(socket))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rings_are_shared_per_setting_and_closed_with_the_last_session() {
     let mut d = start("rings").await;
-    let mut child = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
+    let mut child = sleeper();
     let pid = child.id();
     let info = d
         .client
@@ -154,7 +109,7 @@ async fn rings_are_shared_per_setting_and_closed_with_the_last_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_a_busy_child_until_its_duration_ends() {
-    let d = start("smoke").await;
+    let mut d = start("smoke").await;
     let dir = d.dir.clone();
     let mut client = d.client.clone();
 
@@ -187,14 +142,7 @@ async fn watch_a_busy_child_until_its_duration_ends() {
         .into_inner()
         .session
         .unwrap();
-    let mut stream = client
-        .watch(api::WatchRequest {
-            session_id: session.id,
-            interval_ms: 250,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = d.watch(session.id, 250).await;
     let mut last = None;
     let mut messages = 0;
     while let Some(msg) = stream.message().await.unwrap() {

@@ -1,0 +1,102 @@
+//! Shared by the daemon's integration tests: serve a daemon in-process on a
+//! temporary Unix socket, connect to it, and read Watch streams.
+// Each test binary uses a part of this module.
+#![allow(dead_code)]
+
+use profd_common::api::{self, profiler_client::ProfilerClient};
+use std::future::Future;
+use std::path::PathBuf;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// A daemon served in this process, and a client connected to it.
+pub struct Running {
+    pub client: ProfilerClient<Channel>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<Result<(), profd::Error>>,
+    pub dir: PathBuf,
+}
+
+/// Bind a daemon with `bind(socket)` in a fresh temp dir, serve it, connect.
+pub async fn serve<F>(name: &str, bind: impl FnOnce(PathBuf) -> F) -> Running
+where
+    F: Future<Output = Result<profd::Daemon, profd::Error>>,
+{
+    let dir = std::env::temp_dir().join(format!("profd-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("profd.sock");
+    let daemon = bind(socket.clone())
+        .await
+        .expect("the daemon binds (needs root)");
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(daemon.serve(async move {
+        let _ = stop_rx.await;
+    }));
+    let channel = Endpoint::try_from("http://localhost")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let socket = socket.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(socket).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .expect("connect to the daemon");
+    Running {
+        client: ProfilerClient::new(channel),
+        stop,
+        server,
+        dir,
+    }
+}
+
+impl Running {
+    /// Shut the daemon down cleanly and remove its directory.
+    pub async fn finish(self) {
+        self.stop.send(()).unwrap();
+        self.server.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(self.dir);
+    }
+
+    /// A Watch stream of `session_id`.
+    pub async fn watch(
+        &mut self,
+        session_id: u64,
+        interval_ms: u32,
+    ) -> tonic::Streaming<api::WatchResponse> {
+        self.client
+            .watch(api::WatchRequest {
+                session_id,
+                interval_ms,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+}
+
+/// Read a Watch stream up to its final update and check that it ends there.
+pub async fn until_final(stream: &mut tonic::Streaming<api::WatchResponse>) -> api::WatchResponse {
+    loop {
+        let m = stream
+            .message()
+            .await
+            .unwrap()
+            .expect("a final update before the end");
+        if m.r#final {
+            assert!(
+                stream.message().await.unwrap().is_none(),
+                "the stream ends after the final update"
+            );
+            return m;
+        }
+    }
+}
+
+/// A process that sleeps for a minute.
+pub fn sleeper() -> std::process::Child {
+    std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap()
+}

@@ -112,6 +112,7 @@ impl ProfileOptions {
             frequency_hz: self.freq,
             duration_ms: self.duration.map_or(0, duration_ms),
             event: api::Event::from(self.event) as i32,
+            ..Default::default()
         }
     }
 

@@ -70,6 +70,7 @@ mod tests {
             exclusive,
             inclusive_pct: -1.0,
             exclusive_pct: -1.0,
+            inlined: false,
         }
     }
 
@@ -79,6 +80,7 @@ mod tests {
                 attributed,
                 discarded: 0,
                 lost: 0,
+                ..Default::default()
             }),
             ..Default::default()
         }

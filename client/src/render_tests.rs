@@ -12,6 +12,7 @@ fn func(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -> Fu
         exclusive,
         inclusive_pct: 0.0,
         exclusive_pct: 0.0,
+        inlined: false,
     }
 }
 
@@ -29,9 +30,12 @@ fn session(state: SessionState) -> Session {
             attributed: 9950,
             discarded: 812,
             lost: 0,
+            truncated: 0,
+            unsymbolized: 0,
         }),
         duration_limit_ms: 0,
         error: String::new(),
+        ..Default::default()
     }
 }
 
@@ -291,6 +295,8 @@ fn info_lists_everything() {
             attributed: 5,
             discarded: 6,
             lost: 7,
+            truncated: 0,
+            unsymbolized: 0,
         }),
         running_sessions: 1,
     };

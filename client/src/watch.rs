@@ -108,6 +108,7 @@ mod tests {
             exclusive,
             inclusive_pct: 99.0, // stale on purpose: must be recomputed
             exclusive_pct: 99.0,
+            ..Default::default()
         }
     }
 
@@ -129,6 +130,7 @@ mod tests {
                     attributed,
                     discarded: 1,
                     lost: 0,
+                    ..Default::default()
                 }),
                 ..Default::default()
             }),

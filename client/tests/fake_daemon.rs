@@ -72,6 +72,7 @@ fn function(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -
         exclusive,
         inclusive_pct: 0.0,
         exclusive_pct: 0.0,
+        inlined: false,
     }
 }
 
@@ -94,6 +95,7 @@ impl Fake {
             totals: Some(Totals::default()),
             duration_limit_ms: duration_ms,
             error: String::new(),
+            ..Default::default()
         };
         let functions = vec![
             function(1, "_start", "fake", 0, 0),

@@ -155,6 +155,7 @@ impl Profiler for Service {
                 attributed: c.attributed.load(Ordering::Relaxed),
                 discarded: c.discarded.load(Ordering::Relaxed),
                 lost: c.lost.load(Ordering::Relaxed),
+                ..Default::default()
             }),
             running_sessions: running,
         }))

@@ -263,6 +263,8 @@ impl Actor {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
             error: self.error.clone(),
+            unwind: api::Unwind::Fp as i32,
+            stack_bytes: 0,
         }
     }
 
@@ -316,6 +318,7 @@ impl Actor {
                 exclusive: c.exclusive,
                 inclusive_pct: percent(c.inclusive, total),
                 exclusive_pct: percent(c.exclusive, total),
+                inlined: false,
             })
             .collect();
         functions.sort_by(|a, b| {

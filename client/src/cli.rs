@@ -99,6 +99,16 @@ pub struct ProfileOptions {
     /// Perf event that drives sampling (`cycles` needs a hardware PMU).
     #[arg(long, value_enum, default_value_t = EventArg::CpuClock)]
     pub event: EventArg,
+    /// How user stacks are followed: `auto` gives complete stacks with or
+    /// without frame pointers; `fp` is the kernel's frame-pointer walk
+    /// (cheapest; callers of frameless code are lost); `dwarf` unwinds user
+    /// stack copies with the binaries' CFI.
+    #[arg(long, value_enum, default_value_t = UnwindArg::Auto)]
+    pub unwind: UnwindArg,
+    /// Bytes of user stack copied per sample for DWARF unwinding: a multiple
+    /// of 8, at most 65528 [default: the daemon's, 16384].
+    #[arg(long, value_name = "N")]
+    pub stack_bytes: Option<u32>,
 }
 
 /// Rows shown in tables when `--top` is not given.
@@ -112,7 +122,8 @@ impl ProfileOptions {
             frequency_hz: self.freq,
             duration_ms: self.duration.map_or(0, duration_ms),
             event: api::Event::from(self.event) as i32,
-            ..Default::default()
+            unwind: api::Unwind::from(self.unwind) as i32,
+            stack_bytes: self.stack_bytes.unwrap_or(0),
         }
     }
 
@@ -155,6 +166,28 @@ impl From<EventArg> for api::Event {
         match e {
             EventArg::CpuClock => api::Event::CpuClock,
             EventArg::Cycles => api::Event::Cycles,
+        }
+    }
+}
+
+/// User stack unwinding methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UnwindArg {
+    /// Complete stacks for code with or without frame pointers (the daemon
+    /// picks the method).
+    Auto,
+    /// The kernel's frame-pointer walk.
+    Fp,
+    /// User stack copies unwound with DWARF CFI.
+    Dwarf,
+}
+
+impl From<UnwindArg> for api::Unwind {
+    fn from(u: UnwindArg) -> Self {
+        match u {
+            UnwindArg::Auto => api::Unwind::Auto,
+            UnwindArg::Fp => api::Unwind::Fp,
+            UnwindArg::Dwarf => api::Unwind::Dwarf,
         }
     }
 }
@@ -219,6 +252,8 @@ mod tests {
         assert_eq!(req.frequency_hz, None);
         assert_eq!(req.duration_ms, 0);
         assert_eq!(req.event, api::Event::CpuClock as i32);
+        assert_eq!(req.unwind, api::Unwind::Auto as i32);
+        assert_eq!(req.stack_bytes, 0);
         assert_eq!(a.options.interval_ms(), 1000);
         assert_eq!(a.options.row_limit(), Some(DEFAULT_TOP));
     }
@@ -240,6 +275,10 @@ mod tests {
             "json",
             "--event",
             "cycles",
+            "--unwind",
+            "dwarf",
+            "--stack-bytes",
+            "8192",
         ])
         .unwrap();
         let Command::Attach(a) = cli.command else {
@@ -249,9 +288,26 @@ mod tests {
         assert_eq!(req.frequency_hz, Some(99));
         assert_eq!(req.duration_ms, 1500);
         assert_eq!(req.event, api::Event::Cycles as i32);
+        assert_eq!(req.unwind, api::Unwind::Dwarf as i32);
+        assert_eq!(req.stack_bytes, 8192);
         assert_eq!(a.options.interval_ms(), 250);
         assert_eq!(a.options.row_limit(), None);
         assert_eq!(a.options.format, Format::Json);
+    }
+
+    #[test]
+    fn unwind_modes() {
+        for (arg, want) in [
+            ("auto", api::Unwind::Auto),
+            ("fp", api::Unwind::Fp),
+            ("dwarf", api::Unwind::Dwarf),
+        ] {
+            let cli = parse(&["run", "--unwind", arg, "--", "true"]).unwrap();
+            let Command::Run(r) = cli.command else {
+                panic!("not run")
+            };
+            assert_eq!(r.options.attach_request(1).unwind, want as i32, "{arg}");
+        }
     }
 
     #[test]
@@ -275,6 +331,9 @@ mod tests {
             &["attach", "7", "--duration", "-1"],
             &["attach", "7", "--duration", "nan"],
             &["attach", "7", "--interval", "0.01"],
+            &["attach", "7", "--unwind", "lbr"],
+            &["attach", "7", "--stack-bytes", "-8"],
+            &["attach", "7", "--stack-bytes", "16k"],
             &["attach", "x"],
             &["run"],
             &["stop"],

@@ -3,7 +3,7 @@
 //! functions from values to strings; writing them out is the caller's job.
 use std::fmt::Write as _;
 
-use profd_common::api::{InfoResponse, Session, SessionState, Totals};
+use profd_common::api::{InfoResponse, Session, SessionState, Totals, Unwind};
 use profd_common::event_name;
 use serde::Serialize;
 
@@ -45,6 +45,29 @@ pub fn state_name(state: SessionState) -> &'static str {
     }
 }
 
+/// The unwinding as JSON and tables spell it: `auto`, `fp` or `dwarf`
+/// (`auto` when unset).
+pub fn unwind_name(unwind: Unwind) -> &'static str {
+    match unwind {
+        Unwind::Auto | Unwind::Unspecified => "auto",
+        Unwind::Fp => "fp",
+        Unwind::Dwarf => "dwarf",
+    }
+}
+
+/// `unwind dwarf (16384 B)`: the method and, with stack copies, their size.
+fn unwind_text(session: &Session) -> String {
+    let name = unwind_name(session.unwind());
+    if session.stack_bytes > 0 {
+        format!("unwind {name} ({} B)", session.stack_bytes)
+    } else {
+        format!("unwind {name}")
+    }
+}
+
+/// Marks an inlined function's row in tables.
+pub const INLINED_MARK: &str = " [inlined]";
+
 /// `pid 1234 (work)`, or `pid 1234` when the command name is unknown.
 fn target(session: &Session) -> String {
     if session.comm.is_empty() {
@@ -71,18 +94,23 @@ fn totals_text(t: &Totals) -> String {
     )
 }
 
-/// The profile table's two header lines: session, target, event, elapsed
-/// time, state; then the sample totals.
+/// The profile table's two header lines: session, target, event, unwinding,
+/// elapsed time, state; then the sample totals, with the stack totals.
 pub fn table_header(session: &Session) -> String {
+    let t = totals(session);
     format!(
-        "profd session {} — {} — {} @ {} Hz — {:.2} s — {}\nsamples: {}\n",
+        "profd session {} — {} — {} @ {} Hz — {} — {:.2} s — {}\n\
+         samples: {}; stacks: {} truncated, {} unsymbolized\n",
         session.id,
         target(session),
         event_name(session.event()),
         session.frequency_hz,
+        unwind_text(session),
         session.duration_s,
         state_text(session),
-        totals_text(&totals(session)),
+        totals_text(&t),
+        t.truncated,
+        t.unsymbolized,
     )
 }
 
@@ -113,12 +141,13 @@ pub fn profile_table(profile: &Profile, options: TableOptions) -> String {
     for f in rows {
         let _ = writeln!(
             out,
-            "{:>5.1}%  {:>w$}  {:>5.1}%  {:>w$}  {}{}",
+            "{:>5.1}%  {:>w$}  {:>5.1}%  {:>w$}  {}{}{}",
             f.inclusive_pct,
             f.inclusive,
             f.exclusive_pct,
             f.exclusive,
             shorten(&f.name, options.name_width),
+            if f.inlined { INLINED_MARK } else { "" },
             module_cell(&f.module),
         );
     }
@@ -177,6 +206,11 @@ pub struct JsonReport<'a> {
     pub frequency_hz: u32,
     /// Event used: `cpu-clock` or `cycles`.
     pub event: &'static str,
+    /// User stack unwinding in use: `fp` or `dwarf` (`auto` is reported as
+    /// the method it resolved to).
+    pub unwind: &'static str,
+    /// Bytes of user stack copied per sample (0 without stack copies).
+    pub stack_bytes: u32,
     /// Sample totals.
     pub totals: JsonTotals,
     /// Functions, by inclusive samples descending.
@@ -192,6 +226,10 @@ pub struct JsonTotals {
     pub discarded: u64,
     /// Samples the kernel could not deliver.
     pub lost: u64,
+    /// Attributed samples whose user stack could not be followed to its end.
+    pub truncated: u64,
+    /// Attributed samples with at least one frame left unnamed.
+    pub unsymbolized: u64,
 }
 
 /// One function in the JSON report.
@@ -209,6 +247,8 @@ pub struct JsonFunction<'a> {
     pub inclusive_pct: f64,
     /// `exclusive` over attributed samples, 0–100.
     pub exclusive_pct: f64,
+    /// Inlined into its caller at these samples (no frame of its own).
+    pub inlined: bool,
 }
 
 /// The JSON report of `profile`, keeping at most `limit` functions.
@@ -225,10 +265,14 @@ pub fn json_report(profile: &Profile, limit: Option<usize>) -> JsonReport<'_> {
         duration_s: s.duration_s,
         frequency_hz: s.frequency_hz,
         event: event_name(s.event()),
+        unwind: unwind_name(s.unwind()),
+        stack_bytes: s.stack_bytes,
         totals: JsonTotals {
             attributed: t.attributed,
             discarded: t.discarded,
             lost: t.lost,
+            truncated: t.truncated,
+            unsymbolized: t.unsymbolized,
         },
         functions: profile
             .functions
@@ -241,6 +285,7 @@ pub fn json_report(profile: &Profile, limit: Option<usize>) -> JsonReport<'_> {
                 exclusive: f.exclusive,
                 inclusive_pct: f.inclusive_pct,
                 exclusive_pct: f.exclusive_pct,
+                inlined: f.inlined,
             })
             .collect(),
     }

@@ -1,6 +1,6 @@
 //! Unit tests of `render`: table layout, the JSON contract, session lines.
 use super::*;
-use profd_common::api::{Event, Function, SamplerGroup};
+use profd_common::api::{Event, Function, SamplerGroup, Unwind};
 use serde_json::Value;
 
 fn func(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -> Function {
@@ -30,12 +30,13 @@ fn session(state: SessionState) -> Session {
             attributed: 9950,
             discarded: 812,
             lost: 0,
-            truncated: 0,
-            unsymbolized: 0,
+            truncated: 12,
+            unsymbolized: 3,
         }),
         duration_limit_ms: 0,
         error: String::new(),
-        ..Default::default()
+        unwind: Unwind::Dwarf as i32,
+        stack_bytes: 16384,
     }
 }
 
@@ -51,15 +52,26 @@ fn profile() -> Profile {
     )
 }
 
+/// `func`, marked inlined.
+fn inlined(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -> Function {
+    Function {
+        inlined: true,
+        ..func(id, name, module, inclusive, exclusive)
+    }
+}
+
 #[test]
 fn table_matches_the_documented_layout() {
     let text = profile_table(&profile(), TableOptions::default());
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        "profd session 3 — pid 1234 (work) — cpu-clock @ 999 Hz — 5.00 s — exited"
+        "profd session 3 — pid 1234 (work) — cpu-clock @ 999 Hz — unwind dwarf (16384 B) — 5.00 s — exited"
     );
-    assert_eq!(lines[1], "samples: 9950 attributed, 812 discarded, 0 lost");
+    assert_eq!(
+        lines[1],
+        "samples: 9950 attributed, 812 discarded, 0 lost; stacks: 12 truncated, 3 unsymbolized"
+    );
     assert_eq!(lines[2], " INCL%   INCL   EXCL%   EXCL  FUNCTION  [MODULE]");
     assert_eq!(
         lines[3],
@@ -69,6 +81,39 @@ fn table_matches_the_documented_layout() {
     assert_eq!(lines[5], " 90.5%   9000   90.5%   9000  spin  [work]");
     assert_eq!(lines[6], "  9.5%    950    9.5%    950  leaf  [kernel]");
     assert_eq!(lines.len(), 7);
+}
+
+#[test]
+fn table_header_shows_the_unwinding() {
+    let mut s = session(SessionState::Running);
+    s.unwind = Unwind::Fp as i32;
+    s.stack_bytes = 0;
+    let header = table_header(&s);
+    assert!(
+        header.contains(" — cpu-clock @ 999 Hz — unwind fp — 5.00 s — running\n"),
+        "{header}"
+    );
+    s.unwind = Unwind::Unspecified as i32;
+    assert!(table_header(&s).contains(" — unwind auto — "));
+}
+
+#[test]
+fn inlined_functions_are_marked() {
+    let p = Profile::new(
+        session(SessionState::Running),
+        vec![
+            func(1, "outer", "prog", 100, 25),
+            inlined(2, "hot", "prog", 75, 75),
+        ],
+    );
+    let text = profile_table(&p, TableOptions::default());
+    let rows: Vec<&str> = text.lines().skip(3).collect();
+    assert!(rows[0].ends_with("  outer  [prog]"), "{text}");
+    assert!(rows[1].ends_with("  hot [inlined]  [prog]"), "{text}");
+    let v: Value = serde_json::from_str(&profile_json(&p, None)).unwrap();
+    assert_eq!(v["functions"][0]["inlined"], false);
+    assert_eq!(v["functions"][1]["inlined"], true);
+    assert_eq!(v["functions"][1]["name"], "hot");
 }
 
 #[test]
@@ -174,6 +219,8 @@ fn json_has_the_contract_keys_and_types() {
         "session_id",
         "comm",
         "state",
+        "unwind",
+        "stack_bytes",
     ] {
         assert!(obj.contains_key(key), "missing {key}");
     }
@@ -185,11 +232,15 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["session_id"], 3);
     assert_eq!(v["comm"], "work");
     assert_eq!(v["state"], "exited");
+    assert_eq!(v["unwind"], "dwarf");
+    assert_eq!(v["stack_bytes"], 16384);
     let totals = v["totals"].as_object().unwrap();
-    assert_eq!(totals.len(), 3);
+    assert_eq!(totals.len(), 5);
     assert_eq!(v["totals"]["attributed"], 9950);
     assert_eq!(v["totals"]["discarded"], 812);
     assert_eq!(v["totals"]["lost"], 0);
+    assert_eq!(v["totals"]["truncated"], 12);
+    assert_eq!(v["totals"]["unsymbolized"], 3);
     let functions = v["functions"].as_array().unwrap();
     assert_eq!(functions.len(), 4);
     let mut last = u64::MAX;
@@ -204,10 +255,12 @@ fn json_has_the_contract_keys_and_types() {
                 "exclusive_pct",
                 "inclusive",
                 "inclusive_pct",
+                "inlined",
                 "module",
                 "name"
             ]
         );
+        assert_eq!(f["inlined"], false);
         assert!(f["name"].is_string() && f["module"].is_string());
         let inclusive = f["inclusive"].as_u64().unwrap();
         assert!(f["exclusive"].is_u64());
@@ -244,6 +297,17 @@ fn json_state_names_and_limit() {
     s.event = Event::Cycles as i32;
     let v: Value = serde_json::from_str(&profile_json(&Profile::new(s, vec![]), None)).unwrap();
     assert_eq!(v["event"], "cycles");
+    for (unwind, name) in [
+        (Unwind::Unspecified, "auto"),
+        (Unwind::Auto, "auto"),
+        (Unwind::Fp, "fp"),
+        (Unwind::Dwarf, "dwarf"),
+    ] {
+        let mut s = session(SessionState::Running);
+        s.unwind = unwind as i32;
+        let v: Value = serde_json::from_str(&profile_json(&Profile::new(s, vec![]), None)).unwrap();
+        assert_eq!(v["unwind"], name);
+    }
 }
 
 #[test]

@@ -51,6 +51,8 @@ impl WatchState {
                     if !f.module.is_empty() {
                         known.module = f.module;
                     }
+                    // Like the name, the mark may come only with the first sight.
+                    known.inlined |= f.inlined;
                 }
                 None => {
                     let mut f = f;
@@ -188,6 +190,28 @@ mod tests {
         assert_eq!(p.functions[2].inclusive_pct, 25.0);
         assert_eq!(p.functions[2].exclusive_pct, 25.0);
         assert_eq!(p.functions[1].exclusive_pct, 0.0);
+    }
+
+    #[test]
+    fn inlined_mark_is_kept_when_a_delta_omits_it() {
+        let mut w = WatchState::new();
+        let hot = Function {
+            inlined: true,
+            ..f(1, "hot", 5, 5)
+        };
+        w.apply(update(0, 5, SessionState::Running, vec![hot], false))
+            .unwrap();
+        w.apply(update(
+            1,
+            9,
+            SessionState::Running,
+            vec![f(1, "", 9, 9)],
+            false,
+        ))
+        .unwrap();
+        let p = w.profile();
+        assert!(p.functions[0].inlined);
+        assert_eq!(p.functions[0].name, "hot");
     }
 
     #[test]

@@ -36,6 +36,8 @@ fn attach_help_lists_its_options() {
         "--top",
         "--format",
         "--event",
+        "--unwind",
+        "--stack-bytes",
     ] {
         assert!(text.contains(opt), "attach --help lacks {opt}:\n{text}");
     }

@@ -11,6 +11,7 @@ pub mod rpc;
 pub mod sampler;
 pub mod session;
 pub mod symbolize;
+pub mod unwind;
 
 use profd_common::api::profiler_server::ProfilerServer;
 use std::future::Future;

@@ -1,7 +1,7 @@
 //! The daemon's sessions: validates attach requests against the kernel's
 //! limits and the target's existence, starts session actors, and looks them
 //! up. Errors here carry what the caller should change.
-use crate::perf::{EventKind, PerfError, PidFd};
+use crate::perf::{EventKind, EventSpec, PerfError, PidFd, MAX_STACK_BYTES};
 use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
 use crate::symbolize::Symbolizer;
@@ -63,10 +63,12 @@ pub fn max_sample_rate() -> u32 {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttachPlan {
     pub pid: u32,
-    pub frequency_hz: u32,
-    pub kind: EventKind,
+    pub spec: EventSpec,
     pub duration: Option<Duration>,
 }
+
+/// User stack bytes copied per sample when a session does not say.
+pub const DEFAULT_STACK_BYTES: u32 = 16384;
 
 /// Check an Attach request's fields (not the target) against `max_rate`.
 pub fn plan_attach(req: &api::AttachRequest, max_rate: u32) -> Result<AttachPlan, Error> {
@@ -95,10 +97,36 @@ pub fn plan_attach(req: &api::AttachRequest, max_rate: u32) -> Result<AttachPlan
         }
     };
     let duration = (req.duration_ms > 0).then(|| Duration::from_millis(req.duration_ms));
+    let stack_bytes = match (api::Unwind::try_from(req.unwind), req.stack_bytes) {
+        (Ok(api::Unwind::Fp), 0) => 0,
+        (Ok(api::Unwind::Fp), n) => {
+            return Err(Error::InvalidArgument(format!(
+                "stack_bytes {n} applies only to DWARF unwinding: leave it 0 with UNWIND_FP, or ask for UNWIND_DWARF"
+            )))
+        }
+        (Ok(_), 0) => DEFAULT_STACK_BYTES,
+        (Ok(_), n) if n % 8 != 0 || n > MAX_STACK_BYTES => {
+            return Err(Error::InvalidArgument(format!(
+                "stack_bytes {n} cannot be copied: use a multiple of 8 from 8 to {MAX_STACK_BYTES}"
+            )))
+        }
+        (Ok(_), n) => n,
+        (Err(_), _) => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown unwind mode {}: use UNWIND_AUTO (1), UNWIND_FP (2) or UNWIND_DWARF (3)",
+                req.unwind
+            )))
+        }
+    };
+    let spec = EventSpec {
+        kind,
+        frequency_hz,
+        ring_pages: 0,
+        stack_bytes,
+    };
     Ok(AttachPlan {
         pid: req.pid,
-        frequency_hz,
-        kind,
+        spec,
         duration,
     })
 }
@@ -161,8 +189,7 @@ impl Registry {
         };
         let handle = session::start(
             params,
-            plan.kind,
-            plan.frequency_hz,
+            plan.spec,
             pidfd,
             self.sampler.clone(),
             self.symbolizer.clone(),
@@ -172,7 +199,7 @@ impl Registry {
         tracing::info!(
             session = id,
             pid = tgid,
-            hz = plan.frequency_hz,
+            hz = plan.spec.frequency_hz,
             "session started"
         );
         self.sessions.lock().await.insert(id, handle);
@@ -215,8 +242,14 @@ mod tests {
 
     #[test]
     fn frequency_defaults_and_bounds() {
-        assert_eq!(plan_attach(&req(1, None), 5000).unwrap().frequency_hz, 999);
-        assert_eq!(plan_attach(&req(1, None), 500).unwrap().frequency_hz, 500);
+        assert_eq!(
+            plan_attach(&req(1, None), 5000).unwrap().spec.frequency_hz,
+            999
+        );
+        assert_eq!(
+            plan_attach(&req(1, None), 500).unwrap().spec.frequency_hz,
+            500
+        );
         let msg = plan_attach(&req(1, Some(0)), 5000).unwrap_err().to_string();
         assert!(msg.contains("1..=5000"), "{msg}");
         assert!(matches!(
@@ -224,9 +257,43 @@ mod tests {
             Err(Error::InvalidArgument(_))
         ));
         assert_eq!(
-            plan_attach(&req(1, Some(5000)), 5000).unwrap().frequency_hz,
+            plan_attach(&req(1, Some(5000)), 5000)
+                .unwrap()
+                .spec
+                .frequency_hz,
             5000
         );
+    }
+
+    #[test]
+    fn unwind_modes_and_stack_sizes() {
+        let with = |unwind: api::Unwind, stack_bytes: u32| {
+            let r = api::AttachRequest {
+                pid: 1,
+                unwind: unwind as i32,
+                stack_bytes,
+                ..Default::default()
+            };
+            plan_attach(&r, 5000).map(|p| p.spec.stack_bytes)
+        };
+        assert_eq!(
+            with(api::Unwind::Unspecified, 0).unwrap(),
+            DEFAULT_STACK_BYTES
+        );
+        assert_eq!(with(api::Unwind::Auto, 8192).unwrap(), 8192);
+        assert_eq!(
+            with(api::Unwind::Dwarf, MAX_STACK_BYTES).unwrap(),
+            MAX_STACK_BYTES
+        );
+        assert_eq!(with(api::Unwind::Fp, 0).unwrap(), 0);
+        for bad in [
+            (api::Unwind::Dwarf, 12),
+            (api::Unwind::Dwarf, MAX_STACK_BYTES + 8),
+            (api::Unwind::Fp, 8),
+        ] {
+            let err = with(bad.0, bad.1).unwrap_err().to_string();
+            assert!(err.contains("stack_bytes"), "{err}");
+        }
     }
 
     #[test]

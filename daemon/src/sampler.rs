@@ -26,21 +26,54 @@ pub struct Batch {
     pub seen: u64,
     /// Samples the kernel reported lost on this ring in this drain.
     pub lost: u64,
+    /// The target's frame-pointer stacks cut at the kernel's depth limit.
+    pub truncated: u64,
     /// New executable mappings of the target.
     pub mappings: Vec<Mapping>,
     /// The target's new command name after an exec.
     pub exec_comm: Option<String>,
+    /// With stack copies, per stack: the user registers (ip, sp, bp), zero
+    /// when the sample had no user context...
+    pub user_regs: Vec<[u64; 3]>,
+    /// ...and the copied user stack, flattened; `user_ends[i]` is where
+    /// stack `i`'s copy ends in `user_stack`.
+    pub user_stack: Vec<u8>,
+    pub user_ends: Vec<u32>,
+}
+
+/// One sample of a batch: its kernel (or frame-pointer) frames and, with
+/// stack copies, the user registers and stack to unwind.
+pub struct SampleView<'a> {
+    pub frames: &'a [u64],
+    pub user: Option<([u64; 3], &'a [u8])>,
 }
 
 impl Batch {
-    /// The stacks in this batch.
-    pub fn stacks(&self) -> impl Iterator<Item = &[u64]> {
-        let mut start = 0usize;
-        self.ends.iter().map(move |&end| {
-            let s = &self.frames[start..end as usize];
+    /// The samples in this batch.
+    pub fn samples(&self) -> impl Iterator<Item = SampleView<'_>> {
+        let (mut start, mut ustart) = (0usize, 0usize);
+        self.ends.iter().enumerate().map(move |(i, &end)| {
+            let frames = &self.frames[start..end as usize];
             start = end as usize;
-            s
+            let user = self.user_regs.get(i).map(|&regs| {
+                let uend = self.user_ends[i] as usize;
+                let stack = &self.user_stack[ustart..uend];
+                ustart = uend;
+                (regs, stack)
+            });
+            SampleView { frames, user }
         })
+    }
+
+    /// Add one sample (see the fields).
+    pub fn push(&mut self, frames: impl Iterator<Item = u64>, user: Option<([u64; 3], &[u8])>) {
+        self.frames.extend(frames);
+        self.ends.push(self.frames.len() as u32);
+        if let Some((regs, stack)) = user {
+            self.user_regs.push(regs);
+            self.user_stack.extend_from_slice(stack);
+            self.user_ends.push(self.user_stack.len() as u32);
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -106,8 +139,7 @@ pub trait SampleSource: Send + Sync {
     /// Route samples of `pid` to `tx` as `session`; returns the settings in use.
     async fn subscribe(
         &self,
-        kind: EventKind,
-        frequency_hz: u32,
+        want: EventSpec,
         session: u64,
         pid: u32,
         tx: mpsc::UnboundedSender<Batch>,
@@ -124,6 +156,9 @@ pub trait SampleSource: Send + Sync {
 
 /// Data pages per CPU ring.
 pub const RING_PAGES: usize = 128;
+/// Data pages per CPU ring with stack copies: room for dozens of the largest
+/// records (a ring smaller than one record drops samples without a trace).
+pub const STACK_RING_PAGES: usize = 512;
 
 impl Sampler {
     pub fn new(cpus: Vec<u32>) -> Sampler {
@@ -177,18 +212,19 @@ impl SampleSource for Sampler {
     /// the settings in use.
     async fn subscribe(
         &self,
-        kind: EventKind,
-        frequency_hz: u32,
+        want: EventSpec,
         session: u64,
         pid: u32,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<EventSpec, PerfError> {
         let mut groups = self.groups.lock().await;
-        let mut spec = EventSpec {
-            kind,
-            frequency_hz,
-            ring_pages: RING_PAGES,
+        let kind = want.kind;
+        let ring_pages = if want.stack_bytes > 0 {
+            STACK_RING_PAGES
+        } else {
+            RING_PAGES
         };
+        let mut spec = EventSpec { ring_pages, ..want };
         if let std::collections::hash_map::Entry::Vacant(slot) = groups.entry(spec) {
             match self.open_group(spec) {
                 Ok(group) => {
@@ -346,15 +382,24 @@ fn mapping_of(start: u64, len: u64, pgoff: u64, filename: &[u8]) -> Mapping {
     } else {
         Backing::Special(name.into())
     };
-    Mapping {
-        start,
-        end: start.saturating_add(len),
-        pgoff,
-        backing,
-    }
+    Mapping::new(start, start.saturating_add(len), pgoff, backing)
+}
+
+/// The kernel's callchain depth limit (kernel.perf_event_max_stack), read
+/// once: a chain that long was cut.
+fn max_stack() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(127)
+    })
 }
 
 fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
+    let stack_copy = ring.stack_copy();
+    let max_stack = max_stack();
     let routes = routes.read().unwrap_or_else(|e| e.into_inner());
     let mut batches: Vec<Batch> = (0..routes.all.len()).map(|_| Batch::default()).collect();
     let (mut seen, mut lost, mut matched, mut throttles, mut errors) =
@@ -364,10 +409,29 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
             seen += 1;
             if let Some(targets) = routes.by_pid.get(&s.pid) {
                 matched += 1;
+                let user = stack_copy.then(|| {
+                    let mut regs = s.regs_user();
+                    let (bp, sp, ip) = (regs.next(), regs.next(), regs.next());
+                    let regs = match (ip, sp, bp) {
+                        (Some(ip), Some(sp), Some(bp)) => [ip, sp, bp],
+                        _ => [0; 3],
+                    };
+                    (regs, s.stack_user)
+                });
                 for &i in targets {
                     let b = &mut batches[i];
-                    push_stack(&mut b.frames, s.callchain(), s.ip);
+                    let n = push_stack(
+                        &mut b.frames,
+                        s.callchain(),
+                        if stack_copy { None } else { s.ip },
+                    );
                     b.ends.push(b.frames.len() as u32);
+                    b.truncated += u64::from(!stack_copy && n >= max_stack);
+                    if let Some((regs, stack)) = user {
+                        b.user_regs.push(regs);
+                        b.user_stack.extend_from_slice(stack);
+                        b.user_ends.push(b.user_stack.len() as u32);
+                    }
                 }
             }
         }
@@ -460,14 +524,24 @@ mod tests {
     }
 
     #[test]
-    fn batch_stacks_split_at_ends() {
-        let b = Batch {
-            frames: vec![1, 2, 3, 4, 5],
-            ends: vec![2, 5],
-            ..Batch::default()
-        };
-        let stacks: Vec<&[u64]> = b.stacks().collect();
-        assert_eq!(stacks, vec![&[1, 2][..], &[3, 4, 5][..]]);
+    fn batch_samples_keep_frames_and_stack_copies_apart() {
+        let mut b = Batch::default();
+        b.push([1, 2].into_iter(), Some(([10, 20, 30], &[7u8; 16][..])));
+        b.push([3, 4, 5].into_iter(), Some(([0; 3], &[][..])));
+        b.push([6].into_iter(), Some(([11, 21, 31], &[9u8; 8][..])));
+        let samples: Vec<_> = b
+            .samples()
+            .map(|s| (s.frames.to_vec(), s.user.map(|(r, st)| (r, st.to_vec()))))
+            .collect();
+        assert_eq!(
+            samples[0],
+            (vec![1, 2], Some(([10, 20, 30], vec![7u8; 16])))
+        );
+        assert_eq!(samples[1], (vec![3, 4, 5], Some(([0; 3], vec![]))));
+        assert_eq!(samples[2], (vec![6], Some(([11, 21, 31], vec![9u8; 8]))));
+        let mut fp = Batch::default();
+        fp.push([1].into_iter(), None);
+        assert!(fp.samples().all(|s| s.user.is_none()));
     }
 
     #[test]

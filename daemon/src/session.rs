@@ -4,7 +4,8 @@
 use crate::maps::ProcessMaps;
 use crate::perf::{EventKind, EventSpec, PidFd};
 use crate::sampler::{Batch, SampleSource};
-use crate::symbolize::{FrameName, Symbolizer};
+use crate::symbolize::{Frame, FrameName, Symbolizer};
+use crate::unwind::{Unwinder, Walk};
 use profd_common::api;
 use profd_common::model::{percent, Aggregator, StackTable};
 use std::collections::{HashMap, HashSet};
@@ -92,7 +93,11 @@ struct Actor {
     maps: ProcessMaps,
     /// Addresses of new stacks not yet symbolized.
     pending: HashSet<u64>,
-    addr_fn: HashMap<u64, u32>,
+    /// Unwinds stack copies (DWARF sessions).
+    unwinder: Unwinder,
+    scratch: Vec<u64>,
+    /// What each symbolized address resolved to.
+    addr_fn: HashMap<u64, AddrFrames>,
     fn_ids: HashMap<FrameName, u32>,
     names: Vec<FrameName>,
 }
@@ -101,18 +106,23 @@ struct Actor {
 /// actor. The caller has validated `params` and opened `pidfd`.
 pub async fn start(
     params: Params,
-    kind: EventKind,
-    frequency_hz: u32,
+    want: EventSpec,
     pidfd: PidFd,
     sampler: Arc<dyn SampleSource>,
     symbolizer: Arc<dyn Symbolizer>,
 ) -> Result<Handle, crate::perf::PerfError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
     let spec = sampler
-        .subscribe(kind, frequency_hz, params.id, params.pid, batch_tx)
+        .subscribe(want, params.id, params.pid, batch_tx)
         .await?;
     // Read after subscribing: later mappings arrive as MMAP2 records.
     let maps = ProcessMaps::read(params.pid).unwrap_or_default();
+    let mut unwinder = Unwinder::default();
+    if spec.stack_bytes > 0 {
+        for m in maps.iter() {
+            unwinder.add_mapping(m);
+        }
+    }
     let (state, state_rx) = watch::channel(api::SessionState::Running);
     let (tx, cmd_rx) = mpsc::channel(16);
     let id = params.id;
@@ -132,6 +142,8 @@ pub async fn start(
         stacks: StackTable::default(),
         totals: api::Totals::default(),
         maps,
+        unwinder,
+        scratch: Vec::new(),
         pending: HashSet::new(),
         addr_fn: HashMap::new(),
         fn_ids: HashMap::new(),
@@ -228,17 +240,42 @@ impl Actor {
         for m in &batch.mappings {
             self.maps.insert(m.clone());
         }
+        // Opens new mappings' files, and a perf map once JIT code appears.
+        self.maps.resolve_new(self.params.pid);
+        if self.spec.stack_bytes > 0 {
+            for m in &batch.mappings {
+                if let Some(resolved) = self.maps.find(m.start) {
+                    self.unwinder.add_mapping(resolved);
+                }
+            }
+        }
         let mut attributed = 0u64;
-        for stack in batch.stacks() {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for sample in batch.samples() {
             attributed += 1;
+            let stack = match sample.user {
+                None => sample.frames,
+                Some(([ip, sp, bp], bytes)) => {
+                    scratch.clear();
+                    scratch.extend_from_slice(sample.frames);
+                    if ip != 0
+                        && self.unwinder.unwind(ip, sp, bp, bytes, &mut scratch) == Walk::Truncated
+                    {
+                        self.totals.truncated += 1;
+                    }
+                    &scratch[..]
+                }
+            };
             if self.stacks.add(stack, 1) {
                 self.pending
                     .extend(stack.iter().filter(|a| !self.addr_fn.contains_key(a)));
             }
         }
+        self.scratch = scratch;
         self.totals.attributed += attributed;
         self.totals.discarded += batch.seen - attributed;
         self.totals.lost += batch.lost;
+        self.totals.truncated += batch.truncated;
     }
 
     fn summary(&self) -> api::Session {
@@ -263,8 +300,12 @@ impl Actor {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
             error: self.error.clone(),
-            unwind: api::Unwind::Fp as i32,
-            stack_bytes: 0,
+            unwind: if self.spec.stack_bytes > 0 {
+                api::Unwind::Dwarf
+            } else {
+                api::Unwind::Fp
+            } as i32,
+            stack_bytes: self.spec.stack_bytes,
         }
     }
 
@@ -277,21 +318,41 @@ impl Actor {
         let maps = self.maps.clone();
         let symbolizer = self.symbolizer.clone();
         let lookup = addrs.clone();
-        let names =
+        let resolved =
             match tokio::task::spawn_blocking(move || symbolizer.symbolize(&maps, &lookup)).await {
-                Ok(names) => names,
+                Ok(frames) if frames.len() == addrs.len() => frames,
+                Ok(_) => {
+                    tracing::error!("the symbolizer answered for the wrong number of addresses");
+                    lookup_fallback(&addrs)
+                }
                 Err(err) => {
                     tracing::error!(%err, "symbolization panicked");
                     lookup_fallback(&addrs)
                 }
             };
-        for (addr, name) in addrs.into_iter().zip(names) {
-            let next = self.names.len() as u32;
-            let id = *self.fn_ids.entry(name.clone()).or_insert_with(|| {
-                self.names.push(name);
-                next
-            });
-            self.addr_fn.insert(addr, id);
+        for (addr, frames) in addrs.into_iter().zip(resolved) {
+            let frames = if frames.is_empty() {
+                lookup_fallback(&[addr]).remove(0)
+            } else {
+                frames
+            };
+            let unnamed = frames.iter().any(|f| !f.named);
+            let frames = frames
+                .into_iter()
+                .map(|f| {
+                    let next = self.names.len() as u32;
+                    let func = *self.fn_ids.entry(f.func.clone()).or_insert_with(|| {
+                        self.names.push(f.func);
+                        next
+                    });
+                    FrameLoc {
+                        func,
+                        file: f.file,
+                        line: f.line,
+                    }
+                })
+                .collect();
+            self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
         }
     }
 
@@ -299,11 +360,21 @@ impl Actor {
         self.symbolize_pending().await;
         let mut agg = Aggregator::new(self.names.len());
         let mut ids = Vec::with_capacity(128);
+        let mut unsymbolized = 0;
         for (stack, n) in self.stacks.iter() {
             ids.clear();
-            ids.extend(stack.iter().map(|a| self.addr_fn[a]));
+            let mut unnamed = false;
+            for a in stack {
+                let at = &self.addr_fn[a];
+                unnamed |= at.unnamed;
+                ids.extend(at.frames.iter().map(|f| f.func));
+            }
+            if unnamed {
+                unsymbolized += n;
+            }
             agg.add(&ids, n);
         }
+        self.totals.unsymbolized = unsymbolized;
         let total = self.totals.attributed;
         let mut functions: Vec<api::Function> = agg
             .into_counts()
@@ -318,7 +389,7 @@ impl Actor {
                 exclusive: c.exclusive,
                 inclusive_pct: percent(c.inclusive, total),
                 exclusive_pct: percent(c.exclusive, total),
-                inlined: false,
+                inlined: self.names[id].inlined,
             })
             .collect();
         functions.sort_by(|a, b| {
@@ -333,14 +404,23 @@ impl Actor {
     }
 }
 
-fn lookup_fallback(addrs: &[u64]) -> Vec<FrameName> {
-    addrs
-        .iter()
-        .map(|a| FrameName {
-            name: format!("[unknown] {a:#x}"),
-            module: "[unknown]".into(),
-        })
-        .collect()
+/// An address's frames, innermost first (inlined callees, then the function).
+struct AddrFrames {
+    frames: Box<[FrameLoc]>,
+    /// Some frame is a placeholder (`module+0x..`, `[unknown] 0x..`).
+    unnamed: bool,
+}
+
+/// One frame of an address: function id, and source position for per-line views.
+#[allow(dead_code)] // file and line are kept for per-line views (not served yet)
+struct FrameLoc {
+    func: u32,
+    file: Option<Arc<str>>,
+    line: u32,
+}
+
+fn lookup_fallback(addrs: &[u64]) -> Vec<Vec<Frame>> {
+    addrs.iter().map(|&a| vec![Frame::unknown(a)]).collect()
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

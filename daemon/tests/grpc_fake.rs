@@ -6,7 +6,7 @@ mod support;
 use profd::maps::ProcessMaps;
 use profd::perf::{EventSpec, PerfError};
 use profd::sampler::{Batch, Counters, SampleSource};
-use profd::symbolize::{FrameName, Symbolizer};
+use profd::symbolize::{Frame, Symbolizer};
 use profd_common::api;
 use std::sync::{Arc, Mutex};
 use support::{serve, sleeper, until_final, Running};
@@ -43,18 +43,13 @@ impl FakeSource {
 impl SampleSource for FakeSource {
     async fn subscribe(
         &self,
-        kind: profd::perf::EventKind,
-        frequency_hz: u32,
+        want: EventSpec,
         session: u64,
         pid: u32,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<EventSpec, PerfError> {
         self.routes.lock().unwrap().push((session, pid, tx));
-        Ok(EventSpec {
-            kind,
-            frequency_hz,
-            ring_pages: 1,
-        })
+        Ok(want)
     }
     async fn unsubscribe(&self, _: EventSpec, session: u64) {
         self.routes.lock().unwrap().retain(|r| r.0 != session);
@@ -72,13 +67,10 @@ impl SampleSource for FakeSource {
 struct FakeSymbolizer;
 
 impl Symbolizer for FakeSymbolizer {
-    fn symbolize(&self, _: &ProcessMaps, addrs: &[u64]) -> Vec<FrameName> {
+    fn symbolize(&self, _: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>> {
         addrs
             .iter()
-            .map(|a| FrameName {
-                name: format!("f{}", a >> 8),
-                module: "fake".into(),
-            })
+            .map(|a| vec![Frame::named(format!("f{}", a >> 8), "fake")])
             .collect()
     }
 }
@@ -218,8 +210,7 @@ async fn exact_figures_snapshot_deltas_and_stop() {
         .into_inner();
     assert!(list.sessions.iter().any(|x| x.id == s.id));
 
-    target.kill().unwrap();
-    target.wait().unwrap();
+    target.kill();
     h.finish().await;
 }
 
@@ -229,8 +220,7 @@ async fn target_exit_and_duration_end_sessions() {
     let mut target = sleeper();
     let s = attach(&mut h, target.id()).await;
     let mut stream = h.watch(s.id, 0).await;
-    target.kill().unwrap();
-    target.wait().unwrap();
+    target.kill();
     let last = until_final(&mut stream).await;
     assert_eq!(
         last.session.unwrap().state,
@@ -259,8 +249,7 @@ async fn target_exit_and_duration_end_sessions() {
         "{}",
         session.duration_s
     );
-    other.kill().unwrap();
-    other.wait().unwrap();
+    other.kill();
     h.finish().await;
 }
 
@@ -358,7 +347,6 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
         "the daemon and its session survived"
     );
     assert_eq!(info.max_sample_rate.to_string(), max);
-    target.kill().unwrap();
-    target.wait().unwrap();
+    target.kill();
     h.finish().await;
 }

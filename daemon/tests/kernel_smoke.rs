@@ -3,7 +3,125 @@
 mod support;
 
 use profd_common::api;
-use support::{serve, sleeper, Running};
+use support::{serve, sleeper, spawn, Running};
+
+/// Build `main -> spin` (spin: a loop with no stack frame of its own at -O2).
+fn busy_program(dir: &std::path::Path, cflags: &[&str]) -> std::path::PathBuf {
+    let src = dir.join("busy.c");
+    let exe = dir.join(format!("busy{}", cflags.join("").replace(['-', '='], "")));
+    std::fs::write(
+        &src,
+        "volatile unsigned long sink;\n\
+         __attribute__((noinline)) void spin(void) { for (unsigned long i = 0; i < 100000; i++) sink += i; }\n\
+         int main(void) { for (;;) { spin(); sink++; } }\n",
+    )
+    .unwrap();
+    let cc = std::process::Command::new("cc")
+        .args(cflags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("cc runs");
+    assert!(cc.success());
+    exe
+}
+
+/// Profile `exe` for `ms` with `unwind`; the final profile.
+async fn profile_for(
+    d: &mut Running,
+    exe: &std::path::Path,
+    ms: u64,
+    unwind: api::Unwind,
+) -> api::GetProfileResponse {
+    let mut child = spawn(std::process::Command::new(exe));
+    let req = api::AttachRequest {
+        pid: child.id(),
+        duration_ms: ms,
+        unwind: unwind as i32,
+        ..Default::default()
+    };
+    let s = d
+        .client
+        .attach(req)
+        .await
+        .expect("attach (needs root)")
+        .into_inner()
+        .session
+        .unwrap();
+    let mut stream = d.watch(s.id, 0).await;
+    while stream.message().await.unwrap().is_some() {}
+    let profile = d
+        .client
+        .get_profile(api::GetProfileRequest { session_id: s.id })
+        .await
+        .unwrap()
+        .into_inner();
+    child.kill();
+    profile
+}
+
+/// Seconds `pid` has run on a CPU (/proc/PID/schedstat, first field in ns).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+    stat.split_whitespace()
+        .next()
+        .unwrap()
+        .parse::<f64>()
+        .unwrap()
+        / 1e9
+}
+
+fn pct(p: &api::GetProfileResponse, name: &str) -> (f64, f64) {
+    p.functions
+        .iter()
+        .find(|f| f.name == name)
+        .map(|f| (f.inclusive_pct, f.exclusive_pct))
+        .unwrap_or_else(|| panic!("{name} in {:?}", p.functions))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dwarf_unwinding_keeps_callers_of_frameless_code() {
+    let mut d = start("dwarf").await;
+    let dir = d.dir.clone();
+    let exe = busy_program(&dir, &["-O2", "-g", "-fomit-frame-pointer"]);
+
+    let auto = profile_for(&mut d, &exe, 1500, api::Unwind::Unspecified).await;
+    let session = auto.session.clone().unwrap();
+    assert_eq!(
+        session.unwind,
+        api::Unwind::Dwarf as i32,
+        "auto copies stacks on this kernel"
+    );
+    assert_eq!(session.stack_bytes, 16384);
+    let totals = session.totals.unwrap();
+    assert!(totals.attributed >= 50, "{totals:?}");
+    let (main_incl, _) = pct(&auto, "main");
+    let (_, spin_excl) = pct(&auto, "spin");
+    assert!(
+        main_incl >= 99.0,
+        "main on every stack: {main_incl} in {:?}",
+        auto.functions
+    );
+    assert!(spin_excl >= 90.0, "{spin_excl}");
+    assert!(
+        totals.truncated * 100 <= totals.attributed,
+        "at most 1 % truncated: {totals:?}"
+    );
+
+    let fp = profile_for(&mut d, &exe, 1000, api::Unwind::Fp).await;
+    assert_eq!(fp.session.as_ref().unwrap().unwind, api::Unwind::Fp as i32);
+    let main_fp = fp
+        .functions
+        .iter()
+        .find(|f| f.name == "main")
+        .map_or(0.0, |f| f.inclusive_pct);
+    assert!(
+        main_fp < 50.0,
+        "a frame-pointer walk loses the caller of a frameless leaf: {main_fp}"
+    );
+    d.finish().await;
+}
 
 async fn start(name: &str) -> Running {
     serve(name, |socket| {
@@ -102,8 +220,7 @@ async fn rings_are_shared_per_setting_and_closed_with_the_last_session() {
         info.groups
     );
     assert_eq!(info.running_sessions, 0);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     d.finish().await;
 }
 
@@ -113,28 +230,13 @@ async fn watch_a_busy_child_until_its_duration_ends() {
     let dir = d.dir.clone();
     let mut client = d.client.clone();
 
-    // A busy program with frame pointers: main -> spin.
-    let src = dir.join("busy.c");
-    let exe = dir.join("busy");
-    std::fs::write(
-        &src,
-        "volatile unsigned long sink;\n\
-         __attribute__((noinline)) void spin(void) { for (unsigned long i = 0; i < 100000; i++) sink += i; }\n\
-         int main(void) { for (;;) spin(); }\n",
-    )
-    .unwrap();
-    let cc = std::process::Command::new("cc")
-        .args(["-O0", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("cc runs");
-    assert!(cc.success());
-    let mut child = std::process::Command::new(&exe).spawn().unwrap();
+    let exe = busy_program(&dir, &["-O0", "-fno-omit-frame-pointer"]);
+    let mut child = spawn(std::process::Command::new(&exe));
     let session = client
         .attach(api::AttachRequest {
             pid: child.id(),
             duration_ms: 1500,
+            unwind: api::Unwind::Fp as i32,
             ..Default::default()
         })
         .await
@@ -159,9 +261,17 @@ async fn watch_a_busy_child_until_its_duration_ends() {
         messages >= 3,
         "snapshot + updates every 250 ms, got {messages}"
     );
+    // The child runs only as much as the (possibly busy) machine lets it:
+    // compare with the CPU time the kernel gave it.
+    let cpu_s = cpu_seconds(child.id());
+    let expected = cpu_s * 999.0;
     assert!(
-        totals.attributed > 300,
-        "a busy child at 999 Hz for 1.5 s: {totals:?}"
+        totals.attributed >= 50 && (totals.attributed as f64) >= 0.6 * expected,
+        "{cpu_s:.2} s on CPU at 999 Hz: {totals:?}"
+    );
+    assert!(
+        (totals.attributed as f64) <= 1.5 * 999.0 * 1.1,
+        "at most one CPU's worth of samples in 1.5 s: {totals:?}"
     );
 
     let profile = client
@@ -177,7 +287,7 @@ async fn watch_a_busy_child_until_its_duration_ends() {
         "main is on every stack: {main:?}"
     );
     assert!(spin.exclusive_pct > 90.0, "spin burns the time: {spin:?}");
-    assert_eq!(spin.module, "busy");
+    assert_eq!(spin.module, exe.file_name().unwrap().to_str().unwrap());
     for f in &profile.functions {
         assert!(
             f.inclusive <= totals.attributed && f.exclusive <= f.inclusive,
@@ -194,7 +304,6 @@ async fn watch_a_busy_child_until_its_duration_ends() {
         "every sample has exactly one innermost frame"
     );
 
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     d.finish().await;
 }

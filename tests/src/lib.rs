@@ -1,5 +1,5 @@
 //! End-to-end test support: locating the built `profd` and `profctl`, building
-//! the C workloads, running daemons and commands, and checking profiles.
+//! the C and Rust workloads, running daemons and commands, and checking profiles.
 //!
 //! It does not talk gRPC itself: everything goes through the `profctl` command
 //! line, exactly as a user would. The tests need root and a kernel with
@@ -15,7 +15,10 @@ mod workload;
 pub use command::{Cmd, CmdOutput};
 pub use daemon::Daemon;
 pub use profile::{FunctionRow, Measure, Profile, Totals, PCT_TOLERANCE};
-pub use workload::{build_workload, cpu_time, Workload, WORKLOAD_CFLAGS};
+pub use workload::{
+    build_workload, cpu_time, Build, Lang, Workload, INLINED, JIT, STACKS_FP, STACKS_NOFP,
+    STACKS_RS_FP, STACKS_RS_NOFP, WORKLOAD_CFLAGS,
+};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

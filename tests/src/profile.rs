@@ -22,6 +22,10 @@ pub struct Profile {
     pub duration_s: f64,
     pub frequency_hz: u32,
     pub event: serde_json::Value,
+    /// `fp` or `dwarf`: the unwinding in use (`auto` reports what it resolved to).
+    pub unwind: String,
+    /// Bytes of user stack copied per sample (0 without stack copies).
+    pub stack_bytes: u32,
     pub totals: Totals,
     /// Sorted by inclusive samples, descending.
     pub functions: Vec<FunctionRow>,
@@ -32,6 +36,10 @@ pub struct Totals {
     pub attributed: u64,
     pub discarded: u64,
     pub lost: u64,
+    /// Attributed samples whose user stack was not followed to its end.
+    pub truncated: u64,
+    /// Attributed samples with at least one unnamed frame.
+    pub unsymbolized: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -42,6 +50,8 @@ pub struct FunctionRow {
     pub exclusive: u64,
     pub inclusive_pct: f64,
     pub exclusive_pct: f64,
+    /// Inlined into its caller at these samples.
+    pub inlined: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,19 +91,26 @@ impl Profile {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "session {} pid {} comm {:?} state {} duration {:.3}s freq {} Hz event {}",
+            "session {} pid {} comm {:?} state {} duration {:.3}s freq {} Hz event {} \
+             unwind {} stack_bytes {}",
             self.session_id,
             self.pid,
             self.comm,
             self.state,
             self.duration_s,
             self.frequency_hz,
-            self.event
+            self.event,
+            self.unwind,
+            self.stack_bytes
         );
         let _ = writeln!(
             s,
-            "totals: attributed {} discarded {} lost {}",
-            self.totals.attributed, self.totals.discarded, self.totals.lost
+            "totals: attributed {} discarded {} lost {} truncated {} unsymbolized {}",
+            self.totals.attributed,
+            self.totals.discarded,
+            self.totals.lost,
+            self.totals.truncated,
+            self.totals.unsymbolized
         );
         let _ = writeln!(
             s,
@@ -103,12 +120,13 @@ impl Profile {
         for row in self.functions.iter().take(MAX_ROWS) {
             let _ = writeln!(
                 s,
-                "{:>8} {:>7.2} {:>8} {:>7.2}  {}  {}",
+                "{:>8} {:>7.2} {:>8} {:>7.2}  {}{}  {}",
                 row.inclusive,
                 row.inclusive_pct,
                 row.exclusive,
                 row.exclusive_pct,
                 row.name,
+                if row.inlined { " [inlined]" } else { "" },
                 row.module
             );
         }
@@ -146,6 +164,17 @@ impl Profile {
         assert!(
             (actual - expected).abs() <= PCT_TOLERANCE,
             "{measure:?} % of {name} is {actual:.2}, expected {expected} ± {PCT_TOLERANCE}:\n{}",
+            self.table()
+        );
+    }
+
+    /// Asserts that `name`'s percentage is `expected` ± `tolerance` points.
+    pub fn assert_pct_within(&self, name: &str, measure: Measure, expected: f64, tolerance: f64) {
+        let actual = self.function(name).pct(measure);
+        eprintln!("  {name} {measure:?}: {actual:.2} % (expected {expected} ± {tolerance})");
+        assert!(
+            (actual - expected).abs() <= tolerance,
+            "{measure:?} % of {name} is {actual:.2}, expected {expected} ± {tolerance}:\n{}",
             self.table()
         );
     }

@@ -1,5 +1,5 @@
-//! The C workloads in `tests/workloads/`: compiled once per test process with
-//! `cc` and frame pointers, and run as child processes killed when dropped.
+//! The workloads in `tests/workloads/`: compiled once per test process (C with
+//! `cc`, Rust with `rustc`), and run as child processes killed when dropped.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -24,37 +24,161 @@ pub const WORKLOAD_CFLAGS: &[&str] = &[
     "-Wall",
 ];
 
-/// Compiles `tests/workloads/<name>.c` (once per test process) and returns the
-/// executable, named `<name>` so that its comm and module are `<name>`.
+/// Compiles `tests/workloads/<name>.c` (once per test process) with
+/// [`WORKLOAD_CFLAGS`] and returns the executable, named `<name>` so that its
+/// comm and module are `<name>`.
 pub fn build_workload(name: &str) -> PathBuf {
+    compile(Lang::C, &format!("{name}.c"), name, WORKLOAD_CFLAGS)
+}
+
+/// The language of a workload source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    /// Built with `$CC` (default `cc`).
+    C,
+    /// Built with `$RUSTC` (default `rustc`), a single-file program.
+    Rust,
+}
+
+/// One build of a workload source: its own flags and executable name (the
+/// name is the process's comm and module, at most 15 characters).
+#[derive(Debug, Clone, Copy)]
+pub struct Build {
+    /// Executable name.
+    pub name: &'static str,
+    /// Source file in `tests/workloads/`.
+    pub source: &'static str,
+    pub lang: Lang,
+    /// Compiler flags (besides `-o` and the source).
+    pub flags: &'static [&'static str],
+}
+
+// The C builds below: gcc at -O2 with nothing the tests assert on inlined or
+// turned into a tail call (the sources also mark those functions noipa).
+
+/// `stacks.c` with frame pointers, which gcc 12 still leaves out of leaf
+/// functions: a frame-pointer walk skips the leaves' callers.
+pub const STACKS_FP: Build = Build {
+    name: "stacks_fp",
+    source: "stacks.c",
+    lang: Lang::C,
+    flags: &[
+        "-O2",
+        "-g",
+        "-fno-inline-small-functions",
+        "-fno-optimize-sibling-calls",
+        "-Wall",
+        "-fno-omit-frame-pointer",
+    ],
+};
+
+/// `stacks.c` without frame pointers, as distribution binaries are built.
+pub const STACKS_NOFP: Build = Build {
+    name: "stacks_nofp",
+    source: "stacks.c",
+    lang: Lang::C,
+    flags: &[
+        "-O2",
+        "-g",
+        "-fno-inline-small-functions",
+        "-fno-optimize-sibling-calls",
+        "-Wall",
+        "-fomit-frame-pointer",
+    ],
+};
+
+/// `stacks_rs.rs` with frame pointers in every function.
+pub const STACKS_RS_FP: Build = Build {
+    name: "stacks_rs_fp",
+    source: "stacks_rs.rs",
+    lang: Lang::Rust,
+    flags: &[
+        "--edition=2021",
+        "-Copt-level=2",
+        "-g",
+        "-Cforce-frame-pointers=yes",
+    ],
+};
+
+/// `stacks_rs.rs` without frame pointers, as Rust release builds are.
+pub const STACKS_RS_NOFP: Build = Build {
+    name: "stacks_rs_nofp",
+    source: "stacks_rs.rs",
+    lang: Lang::Rust,
+    flags: &[
+        "--edition=2021",
+        "-Copt-level=2",
+        "-g",
+        "-Cforce-frame-pointers=no",
+    ],
+};
+
+/// `inlined.c`: an always_inline function inside a noinline one.
+pub const INLINED: Build = Build {
+    name: "inlined",
+    source: "inlined.c",
+    lang: Lang::C,
+    flags: &[
+        "-O2",
+        "-g",
+        "-fno-inline-small-functions",
+        "-fno-optimize-sibling-calls",
+        "-Wall",
+        "-fno-omit-frame-pointer",
+    ],
+};
+
+/// `jit.c`: generated code named by `/tmp/perf-<pid>.map`.
+pub const JIT: Build = Build {
+    name: "jit",
+    source: "jit.c",
+    lang: Lang::C,
+    flags: &["-O2", "-g", "-fno-omit-frame-pointer", "-Wall"],
+};
+
+impl Build {
+    /// Compiles this build (once per test process) and returns the executable.
+    pub fn path(&self) -> PathBuf {
+        compile(self.lang, self.source, self.name, self.flags)
+    }
+}
+
+/// Compiles `tests/workloads/<source>` into an executable named `out_name`,
+/// once per test process and output name.
+fn compile(lang: Lang, source: &str, out_name: &str, flags: &[&str]) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let mut built = BUILT
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(path) = built.get(name) {
+    if let Some(path) = built.get(out_name) {
         return path.clone();
     }
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("workloads")
-        .join(format!("{name}.c"));
+        .join(source);
     assert!(source.is_file(), "no workload source {}", source.display());
-    let out = unique_dir("workload").join(name);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let output = Command::new(&cc)
-        .args(WORKLOAD_CFLAGS)
+    let out = unique_dir("workload").join(out_name);
+    let (var, default, install) = match lang {
+        Lang::C => ("CC", "cc", "install gcc"),
+        Lang::Rust => ("RUSTC", "rustc", "install the Rust toolchain"),
+    };
+    let compiler = std::env::var(var).unwrap_or_else(|_| default.to_string());
+    let output = Command::new(&compiler)
+        .args(flags)
         .arg("-o")
         .arg(&out)
         .arg(&source)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}` (install gcc): {e}"));
+        .unwrap_or_else(|e| panic!("cannot run the compiler `{compiler}` ({install}): {e}"));
     assert!(
         output.status.success(),
-        "building workload {name} failed ({}):\n{}",
+        "building workload {out_name} from {} failed ({}):\n{}",
+        source.display(),
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    built.insert(name.to_string(), out.clone());
+    built.insert(out_name.to_string(), out.clone());
     out
 }
 
@@ -68,19 +192,46 @@ impl Workload {
     /// Builds and starts `<name> <seconds> --ready`, and returns once it has
     /// printed its ready line (it is then spinning).
     pub fn start(name: &str, seconds: f64) -> Workload {
-        let exe = build_workload(name);
-        let mut child = Command::new(&exe)
-            .arg(seconds.to_string())
-            .arg("--ready")
+        Workload::start_exe(&build_workload(name), seconds)
+    }
+
+    /// Builds `build` and starts it as [`Workload::start`] does.
+    pub fn start_build(build: &Build, seconds: f64) -> Workload {
+        Workload::start_exe(&build.path(), seconds)
+    }
+
+    /// Starts the executable `exe` as `<exe> <seconds> --ready` and waits for
+    /// its ready line.
+    pub fn start_exe(exe: &Path, seconds: f64) -> Workload {
+        let mut command = Command::new(exe);
+        command.arg(seconds.to_string()).arg("--ready");
+        let name = exe.file_name().map_or_else(
+            || exe.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        Workload::start_command(command, &name)
+    }
+
+    /// Starts `command`, which must end up (possibly after exec) as a
+    /// workload printing its ready line on stdout, and waits for that line.
+    /// The process started is the one profiled and killed on drop, so any
+    /// wrapper must exec the workload rather than fork it.
+    pub fn start_command(mut command: Command, name: &str) -> Workload {
+        let what = format!("{command:?}");
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("piped stdout"))
             .read_line(&mut line)
             .expect("read the workload's ready line");
-        assert_eq!(line.trim(), "ready", "workload {name} did not start");
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            let status = child.wait().expect("wait");
+            panic!("workload {name} did not start ({what} printed {line:?}, {status})");
+        }
         Workload {
             child,
             name: name.to_string(),

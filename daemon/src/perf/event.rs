@@ -26,7 +26,17 @@ pub struct EventSpec {
     pub frequency_hz: u32,
     /// Data pages of each ring (a power of two).
     pub ring_pages: usize,
+    /// Bytes of user stack copied with each sample, with the user registers
+    /// needed to unwind it (0 = the kernel's frame-pointer walk instead).
+    pub stack_bytes: u32,
 }
+
+/// Largest user stack copy the kernel accepts (a record's size is a u16).
+pub const MAX_STACK_BYTES: u32 = 65528;
+
+/// User registers copied with stack samples: what unwinding starts from.
+pub const USER_REGS: u64 =
+    (1 << b::PERF_REG_X86_BP) | (1 << b::PERF_REG_X86_SP) | (1 << b::PERF_REG_X86_IP);
 
 /// Why an event could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +85,8 @@ fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     Some(cpus)
 }
 
-/// Fields asked of every sample.
+/// Fields asked of every sample (stack-copy events add the user registers
+/// and stack).
 pub const SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IDENTIFIER
     | b::PERF_SAMPLE_IP
     | b::PERF_SAMPLE_TID
@@ -130,7 +141,17 @@ impl PerfEvent {
         attr.type_ = type_;
         attr.config = config;
         attr.__bindgen_anon_1.sample_freq = u64::from(spec.frequency_hz);
-        attr.sample_type = SAMPLE_TYPE;
+        let (sample_type, regs) = if spec.stack_bytes > 0 {
+            let stack = (b::PERF_SAMPLE_REGS_USER | b::PERF_SAMPLE_STACK_USER) as u64;
+            attr.sample_regs_user = USER_REGS;
+            attr.sample_stack_user = spec.stack_bytes.min(MAX_STACK_BYTES) & !7;
+            // The user part comes from unwinding the copy.
+            attr.set_exclude_callchain_user(1);
+            (SAMPLE_TYPE | stack, USER_REGS)
+        } else {
+            (SAMPLE_TYPE, 0)
+        };
+        attr.sample_type = sample_type;
         attr.set_freq(1);
         attr.set_disabled(1);
         attr.set_mmap(1);
@@ -197,7 +218,7 @@ impl PerfEvent {
             });
         }
         let layout =
-            Layout::new(SAMPLE_TYPE, true, 0).expect("profd's own sample layout is supported");
+            Layout::new(sample_type, true, regs).expect("profd's own sample layout is supported");
         let mut event = PerfEvent {
             fd,
             base: base.cast(),
@@ -242,6 +263,11 @@ impl PerfEvent {
             tokio::io::unix::AsyncFd::register_with_interest(self, tokio::io::Interest::READABLE)
         }
         .map_err(io::Error::from)
+    }
+
+    /// Whether samples carry user registers and a stack copy.
+    pub fn stack_copy(&self) -> bool {
+        self.layout.regs_user_count > 0
     }
 
     /// The CPU this event samples.

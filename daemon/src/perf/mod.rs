@@ -4,5 +4,7 @@ mod event;
 mod pidfd;
 pub mod record;
 
-pub use event::{online_cpus, pmu_available, EventKind, EventSpec, PerfError, PerfEvent};
+pub use event::{
+    online_cpus, pmu_available, EventKind, EventSpec, PerfError, PerfEvent, MAX_STACK_BYTES,
+};
 pub use pidfd::PidFd;

@@ -93,10 +93,36 @@ pub async fn until_final(stream: &mut tonic::Streaming<api::WatchResponse>) -> a
     }
 }
 
+/// A child process killed and reaped when dropped, so a failing test
+/// leaves nothing running.
+pub struct Reaped(pub std::process::Child);
+
+impl Reaped {
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Kill the process now and wait for it.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Start `cmd` as a `Reaped` child.
+pub fn spawn(mut cmd: std::process::Command) -> Reaped {
+    Reaped(cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}")))
+}
+
 /// A process that sleeps for a minute.
-pub fn sleeper() -> std::process::Child {
-    std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap()
+pub fn sleeper() -> Reaped {
+    let mut cmd = std::process::Command::new("sleep");
+    cmd.arg("60");
+    spawn(cmd)
 }

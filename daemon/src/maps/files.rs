@@ -1,0 +1,249 @@
+//! Keeping a target's files readable: `Target` holds the process's /proc
+//! directory open (so later look-ups reach this process or fail, never a
+//! process that reused its pid) and knows its pid namespace and mount
+//! namespace; `ModuleFile` is a mapped file opened through
+//! `/proc/PID/map_files` or the target's root and held open for the session's
+//! life, so deleted, replaced and container binaries stay readable after the
+//! target exits. Symbolization itself lives in `symbolize`.
+use crate::symbolize::perfmap::{PerfMap, PerfMapTable};
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A mapped file as profd can read it.
+#[derive(Debug)]
+pub struct ModuleFile {
+    /// The path as the target sees it (without a " (deleted)" suffix).
+    pub path: PathBuf,
+    /// A path profd can open now or later: `/proc/self/fd/N` while `fd` is
+    /// held, else the best guess at the file from profd's view.
+    pub readable: PathBuf,
+    fd: Option<OwnedFd>,
+}
+
+impl PartialEq for ModuleFile {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path && self.readable == other.readable
+    }
+}
+
+impl Eq for ModuleFile {}
+
+impl ModuleFile {
+    /// A file held open: readable through /proc/self/fd for as long as it lives.
+    pub fn opened(path: PathBuf, file: File) -> ModuleFile {
+        let fd = OwnedFd::from(file);
+        ModuleFile {
+            path,
+            readable: PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+            fd: Some(fd),
+        }
+    }
+
+    /// A file that could not be opened; `readable` is where to try later.
+    pub fn unopened(path: PathBuf, readable: PathBuf) -> ModuleFile {
+        ModuleFile {
+            path,
+            readable,
+            fd: None,
+        }
+    }
+
+    /// Whether profd holds the file open.
+    pub fn is_open(&self) -> bool {
+        self.fd.is_some()
+    }
+
+    /// The file's name, shown as the module of its functions.
+    pub fn module(&self) -> String {
+        module_name(&self.path)
+    }
+}
+
+/// The file name of `path`, or the whole path when it has none.
+pub fn module_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// A mapped path without the " (deleted)" the kernel appends to unlinked files.
+pub fn undeleted(path: &Path) -> PathBuf {
+    let s = path.as_os_str().to_string_lossy();
+    match s.strip_suffix(" (deleted)") {
+        Some(stripped) => PathBuf::from(stripped),
+        None => path.to_path_buf(),
+    }
+}
+
+/// The target process, reachable through its /proc directory while it lives.
+#[derive(Debug)]
+pub struct Target {
+    pub pid: u32,
+    /// The pid as the target sees it (its innermost pid namespace).
+    pub ns_pid: u32,
+    /// Whether the target shares profd's mount namespace (same paths).
+    pub same_mounts: bool,
+    proc_dir: Option<File>,
+    perf_map: PerfMap,
+}
+
+fn last_nspid(status: &str) -> Option<u32> {
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line["NSpid:".len()..]
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+impl Target {
+    /// Open /proc/PID and note what the target's paths mean to profd.
+    pub fn open(pid: u32) -> Target {
+        let mut target = Target {
+            pid,
+            ns_pid: pid,
+            same_mounts: true,
+            proc_dir: File::open(format!("/proc/{pid}")).ok(),
+            perf_map: PerfMap::default(),
+        };
+        if let Some(ns_pid) = std::fs::read_to_string(target.proc_path("status"))
+            .ok()
+            .as_deref()
+            .and_then(last_nspid)
+        {
+            target.ns_pid = ns_pid;
+        }
+        let theirs = std::fs::read_link(target.proc_path("ns/mnt"));
+        let ours = std::fs::read_link("/proc/self/ns/mnt");
+        target.same_mounts = match (theirs, ours) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => true,
+        };
+        target
+    }
+
+    /// `rel` under this process's /proc directory; fails once it has exited.
+    pub fn proc_path(&self, rel: &str) -> PathBuf {
+        match &self.proc_dir {
+            Some(dir) => PathBuf::from(format!("/proc/self/fd/{}/{rel}", dir.as_raw_fd())),
+            None => PathBuf::from(format!("/proc/{}/{rel}", self.pid)),
+        }
+    }
+
+    /// `path` (absolute, as the target sees it) through the target's root.
+    pub fn in_root(&self, path: &Path) -> PathBuf {
+        let rel = path.strip_prefix("/").unwrap_or(path);
+        self.proc_path("root").join(rel)
+    }
+
+    /// Open the file mapped at `start..end` from `path`: through map_files
+    /// (the very file mapped, even if deleted or replaced; needs root), else
+    /// through the target's root.
+    pub fn open_mapped(&self, start: u64, end: u64, path: &Path) -> Option<File> {
+        let dir = self.proc_path("map_files");
+        if let Ok(f) = File::open(dir.join(format!("{start:x}-{end:x}"))) {
+            return Some(f);
+        }
+        // The mapping may have been merged or split since: find its entry.
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some((a, b)) = name.to_str().and_then(|n| n.split_once('-')) else {
+                    continue;
+                };
+                let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
+                else {
+                    continue;
+                };
+                if a <= start && start < b {
+                    if let Ok(f) = File::open(entry.path()) {
+                        return Some(f);
+                    }
+                }
+            }
+        }
+        File::open(self.in_root(path)).ok()
+    }
+
+    /// Where to look for `path` later if it cannot be held open now.
+    pub fn fallback_path(&self, path: &Path) -> PathBuf {
+        if self.same_mounts {
+            path.to_path_buf()
+        } else {
+            self.in_root(path)
+        }
+    }
+
+    /// The target's perf map (`/tmp/perf-<pid>.map` in its root), re-read when
+    /// it changed; after exit, the last file held (or, for a target that
+    /// shared profd's mounts, the file in profd's own /tmp).
+    pub fn perf_map(&self) -> Arc<PerfMapTable> {
+        let name = format!("tmp/perf-{}.map", self.ns_pid);
+        let held = self.perf_map.is_open();
+        self.perf_map.table(|| {
+            File::open(self.proc_path("root").join(&name))
+                .ok()
+                .or_else(|| {
+                    let gone = !self.proc_path("").exists();
+                    (gone && !held && self.same_mounts && self.ns_pid == self.pid)
+                        .then(|| File::open(Path::new("/").join(&name)).ok())
+                        .flatten()
+                })
+        })
+    }
+
+    /// Whether a perf map file is held open.
+    pub fn holds_perf_map(&self) -> bool {
+        self.perf_map.is_open()
+    }
+
+    /// Open the perf map file if there is one and none is held yet, so it
+    /// stays readable after the target exits.
+    pub fn hold_perf_map(&self) {
+        if !self.perf_map.is_open() {
+            let _ = self.perf_map();
+        }
+    }
+}
+
+/// Identity of an opened file, to open each file once.
+pub fn file_id(file: &File) -> Option<(u64, u64)> {
+    let m = file.metadata().ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nspid_is_the_innermost() {
+        assert_eq!(last_nspid("Name:\tx\nNSpid:\t4242\t7\n"), Some(7));
+        assert_eq!(last_nspid("NSpid:\t12\n"), Some(12));
+        assert_eq!(last_nspid("Pid:\t12\n"), None);
+    }
+
+    #[test]
+    fn deleted_suffix_is_dropped() {
+        assert_eq!(
+            undeleted(Path::new("/tmp/a.out (deleted)")),
+            Path::new("/tmp/a.out")
+        );
+        assert_eq!(undeleted(Path::new("/bin/ls")), Path::new("/bin/ls"));
+    }
+
+    #[test]
+    fn own_process_paths_resolve_through_the_held_directory() {
+        let me = Target::open(std::process::id());
+        assert!(me.same_mounts);
+        assert_eq!(me.ns_pid, std::process::id());
+        assert!(me
+            .proc_path("status")
+            .to_string_lossy()
+            .starts_with("/proc/self/fd/"));
+        assert!(me.in_root(Path::new("/proc/self/exe")).exists());
+    }
+}

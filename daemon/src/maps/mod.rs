@@ -1,0 +1,315 @@
+//! A target's executable mappings (address range → file and offset), seeded
+//! from /proc/PID/maps and kept current from MMAP2 records, with each mapped
+//! file opened once and held (see `files`), so user addresses can be named
+//! even after the process is gone or its binaries were deleted.
+mod files;
+
+pub use files::{module_name, undeleted, ModuleFile, Target};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What backs a mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// A file on disk, symbolized from its ELF data (the path as the target
+    /// sees it).
+    File(Arc<PathBuf>),
+    /// A kernel-provided or anonymous region, e.g. `[vdso]` or `[anon]`.
+    Special(Arc<str>),
+}
+
+/// One executable mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    pub backing: Backing,
+    /// The opened file, once `ProcessMaps::resolve_new` has run.
+    file: Option<Arc<ModuleFile>>,
+}
+
+impl Mapping {
+    /// A mapping of `backing` (not yet opened).
+    pub fn new(start: u64, end: u64, pgoff: u64, backing: Backing) -> Mapping {
+        Mapping {
+            start,
+            end,
+            pgoff,
+            backing,
+            file: None,
+        }
+    }
+
+    /// Module name shown to users: the file name, or the special name.
+    pub fn module(&self) -> String {
+        match &self.backing {
+            Backing::File(p) => module_name(p),
+            Backing::Special(s) => s.to_string(),
+        }
+    }
+
+    /// File offset of `addr` (which must lie in the mapping).
+    pub fn file_offset(&self, addr: u64) -> u64 {
+        addr - self.start + self.pgoff
+    }
+
+    /// The mapped file as profd holds it (None for special mappings and
+    /// before `ProcessMaps::resolve_new`).
+    pub fn file(&self) -> Option<&Arc<ModuleFile>> {
+        self.file.as_ref()
+    }
+}
+
+/// Whether code in a mapping of `backing` may be JIT output named by a perf
+/// map: anonymous memory and other special regions, but not the kernel's own.
+pub fn is_jit_candidate(backing: &Backing) -> bool {
+    matches!(backing, Backing::Special(name) if !matches!(name.as_ref(), "[vdso]" | "[vsyscall]" | "[vvar]"))
+}
+
+/// How often `resolve_new` looks for a perf map that has not appeared yet.
+const PERF_MAP_RETRY: Duration = Duration::from_millis(200);
+
+/// The executable mappings of one process, sorted by start address.
+#[derive(Debug, Default, Clone)]
+pub struct ProcessMaps {
+    maps: Vec<Mapping>,
+    target: Option<Arc<Target>>,
+    /// Files opened so far, by (device, inode), and those that would not
+    /// open, by path.
+    files: HashMap<(u64, u64), Arc<ModuleFile>>,
+    unopened: HashMap<PathBuf, Arc<ModuleFile>>,
+    /// Whether some mapping has not been through `resolve_new`.
+    unresolved: bool,
+    perf_map_tried: Option<Instant>,
+}
+
+impl ProcessMaps {
+    /// The executable mappings /proc/PID/maps lists now, their files opened.
+    pub fn read(pid: u32) -> Result<ProcessMaps, procfs::ProcError> {
+        use procfs::process::{MMPermissions, MMapPath};
+        let mut out = ProcessMaps::default();
+        for m in procfs::process::Process::new(pid as i32)?.maps()? {
+            if !m.perms.contains(MMPermissions::EXECUTE) {
+                continue;
+            }
+            let backing = match m.pathname {
+                MMapPath::Path(p) => Backing::File(Arc::new(undeleted(&p))),
+                MMapPath::Vdso => Backing::Special("[vdso]".into()),
+                MMapPath::Vsyscall => Backing::Special("[vsyscall]".into()),
+                MMapPath::Other(name) => Backing::Special(name.into()),
+                _ => Backing::Special("[anon]".into()),
+            };
+            out.insert(Mapping::new(m.address.0, m.address.1, m.offset, backing));
+        }
+        out.resolve_new(pid);
+        Ok(out)
+    }
+
+    /// The target process these mappings belong to (after `read` or
+    /// `resolve_new`).
+    pub fn target(&self) -> Option<&Arc<Target>> {
+        self.target.as_ref()
+    }
+
+    /// Open the files of mappings added since the last call (each file once,
+    /// held for the life of these maps), and the target's perf map while it
+    /// has anonymous executable memory. Call it in the session actor after
+    /// inserting new mappings; it is cheap when there is nothing new.
+    pub fn resolve_new(&mut self, pid: u32) {
+        let needs_perf_map = self.target.as_ref().is_some_and(|t| !t.holds_perf_map())
+            && self
+                .perf_map_tried
+                .is_none_or(|t| t.elapsed() >= PERF_MAP_RETRY)
+            && self.maps.iter().any(|m| is_jit_candidate(&m.backing));
+        if !self.unresolved && self.target.is_some() && !needs_perf_map {
+            return;
+        }
+        let target = self
+            .target
+            .get_or_insert_with(|| Arc::new(Target::open(pid)))
+            .clone();
+        if self.unresolved {
+            self.unresolved = false;
+            let mut maps = std::mem::take(&mut self.maps);
+            for m in maps.iter_mut().filter(|m| m.file.is_none()) {
+                if let Backing::File(path) = &m.backing {
+                    m.file = Some(self.open(&target, m.start, m.end, path));
+                }
+            }
+            self.maps = maps;
+        }
+        if self.maps.iter().any(|m| is_jit_candidate(&m.backing)) && !target.holds_perf_map() {
+            self.perf_map_tried = Some(Instant::now());
+            target.hold_perf_map();
+        }
+    }
+
+    fn open(&mut self, target: &Target, start: u64, end: u64, path: &Path) -> Arc<ModuleFile> {
+        if let Some(file) = target.open_mapped(start, end, path) {
+            let id = files::file_id(&file);
+            if let Some(known) = id.and_then(|id| self.files.get(&id)) {
+                return known.clone();
+            }
+            let opened = Arc::new(ModuleFile::opened(path.to_path_buf(), file));
+            if let Some(id) = id {
+                self.files.insert(id, opened.clone());
+            }
+            return opened;
+        }
+        self.unopened
+            .entry(path.to_path_buf())
+            .or_insert_with(|| {
+                tracing::debug!(path = %path.display(), pid = target.pid, "cannot open a mapped file");
+                Arc::new(ModuleFile::unopened(
+                    path.to_path_buf(),
+                    target.fallback_path(path),
+                ))
+            })
+            .clone()
+    }
+
+    /// Add a mapping, replacing whatever it overlaps (as mmap does).
+    pub fn insert(&mut self, mut new: Mapping) {
+        if new.end <= new.start {
+            return;
+        }
+        if let Backing::File(path) = &new.backing {
+            if path.as_os_str().to_string_lossy().ends_with(" (deleted)") {
+                new.backing = Backing::File(Arc::new(undeleted(path)));
+            }
+        }
+        let mut kept = Vec::with_capacity(self.maps.len() + 2);
+        for m in self.maps.drain(..) {
+            if m.end <= new.start || m.start >= new.end {
+                kept.push(m);
+                continue;
+            }
+            if m.start < new.start {
+                kept.push(Mapping {
+                    end: new.start,
+                    ..m.clone()
+                });
+            }
+            if m.end > new.end {
+                let cut = new.end - m.start;
+                kept.push(Mapping {
+                    start: new.end,
+                    pgoff: m.pgoff + cut,
+                    ..m
+                });
+            }
+        }
+        if new.file.is_none() && matches!(new.backing, Backing::File(_)) {
+            self.unresolved = true;
+        }
+        kept.push(new);
+        kept.sort_by_key(|m| m.start);
+        self.maps = kept;
+    }
+
+    /// The mapping containing `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.maps.partition_point(|m| m.start <= addr);
+        let m = self.maps.get(i.checked_sub(1)?)?;
+        (addr < m.end).then_some(m)
+    }
+
+    /// The mappings, by start address.
+    pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
+        self.maps.iter()
+    }
+
+    /// Number of mappings.
+    pub fn len(&self) -> usize {
+        self.maps.len()
+    }
+
+    /// Whether there are no mappings.
+    pub fn is_empty(&self) -> bool {
+        self.maps.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(start: u64, end: u64, pgoff: u64, name: &str) -> Mapping {
+        Mapping::new(
+            start,
+            end,
+            pgoff,
+            Backing::File(Arc::new(PathBuf::from(name))),
+        )
+    }
+
+    #[test]
+    fn find_and_offsets() {
+        let mut maps = ProcessMaps::default();
+        maps.insert(file(0x1000, 0x2000, 0x0, "/bin/a"));
+        maps.insert(file(0x5000, 0x6000, 0x3000, "/lib/b.so"));
+        assert_eq!(maps.find(0x1800).map(|m| m.module()), Some("a".into()));
+        assert_eq!(
+            maps.find(0x5010).map(|m| m.file_offset(0x5010)),
+            Some(0x3010)
+        );
+        assert!(maps.find(0x2000).is_none());
+        assert!(maps.find(0x10).is_none());
+    }
+
+    #[test]
+    fn overlapping_insert_splits_old_mapping() {
+        let mut maps = ProcessMaps::default();
+        maps.insert(file(0x1000, 0x4000, 0x0, "/old"));
+        maps.insert(file(0x2000, 0x3000, 0x0, "/new"));
+        assert_eq!(maps.len(), 3);
+        assert_eq!(maps.find(0x1500).map(|m| m.module()), Some("old".into()));
+        assert_eq!(maps.find(0x2500).map(|m| m.module()), Some("new".into()));
+        let tail = maps.find(0x3500).expect("tail kept");
+        assert_eq!(
+            (tail.module(), tail.file_offset(0x3500)),
+            ("old".into(), 0x2500)
+        );
+    }
+
+    #[test]
+    fn reads_own_maps_and_holds_each_file_once() {
+        use std::os::unix::fs::MetadataExt;
+        let maps = ProcessMaps::read(std::process::id()).expect("own maps");
+        let here = reads_own_maps_and_holds_each_file_once as fn() as usize as u64;
+        let m = maps.find(here).expect("own code is mapped");
+        assert!(matches!(&m.backing, Backing::File(_)));
+        let file = m.file().expect("opened");
+        assert!(file.is_open());
+        assert!(file.readable.starts_with("/proc/self/fd/"), "{file:?}");
+        let (held, exe) = (
+            std::fs::metadata(&file.readable).unwrap(),
+            std::fs::metadata("/proc/self/exe").unwrap(),
+        );
+        assert_eq!((held.dev(), held.ino()), (exe.dev(), exe.ino()));
+        assert_eq!(file.path, std::env::current_exe().unwrap());
+        // Every mapping of a file shares the one opened file.
+        for other in maps.iter().filter(|o| o.backing == m.backing) {
+            assert!(Arc::ptr_eq(other.file().unwrap(), file));
+        }
+        // map_files is found by containment when the exact range differs.
+        let target = maps.target().unwrap();
+        assert!(target
+            .open_mapped(m.start + 4096, m.end, Path::new("/nonexistent"))
+            .is_some());
+    }
+
+    #[test]
+    fn deleted_files_keep_their_path_and_new_ones_await_opening() {
+        let mut maps = ProcessMaps::default();
+        maps.insert(file(0x1000, 0x2000, 0, "/tmp/a.out (deleted)"));
+        let m = maps.find(0x1000).unwrap();
+        assert_eq!(m.backing, Backing::File(Arc::new("/tmp/a.out".into())));
+        assert_eq!(m.module(), "a.out");
+        assert!(m.file().is_none());
+    }
+}

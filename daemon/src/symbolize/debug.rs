@@ -1,0 +1,181 @@
+//! Split debug files for binaries without DWARF of their own: found by build
+//! id (`<dir>/.build-id/xx/rest.debug`), by `.gnu_debuglink` name, or by path
+//! (`<dir>/<path>.debug`), in profd's debug directories and in the target's
+//! root; opened once and held, with the binary's load segments to turn file
+//! offsets into the addresses the debug file uses. blazesym follows debug
+//! links on its own too; this adds the cases it does not cover.
+use crate::maps::Target;
+use object::read::elf::{ElfFile64, ProgramHeader};
+use object::{Endianness, Object, ReadCache};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// A debug file held open, and how to address it.
+#[derive(Debug)]
+pub struct DebugFile {
+    /// `/proc/self/fd/N` of the held file.
+    pub path: PathBuf,
+    _file: File,
+    /// The binary's PT_LOAD segments: (file offset, file size, address).
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl DebugFile {
+    /// The address (as in the ELF files) of a file offset of the binary.
+    pub fn vaddr(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(off, size, _)| off <= offset && offset < off + size)
+            .map(|&(off, _, vaddr)| offset - off + vaddr)
+    }
+}
+
+type FileKey = (u64, u64, u64, i64, i64);
+
+/// Debug files found so far, by binary.
+pub struct DebugFiles {
+    dirs: Vec<PathBuf>,
+    found: HashMap<FileKey, Option<Rc<DebugFile>>>,
+}
+
+/// What a binary says about its debug information.
+struct Needs {
+    build_id: Option<Vec<u8>>,
+    link: Option<Vec<u8>>,
+    segments: Vec<(u64, u64, u64)>,
+}
+
+fn inspect(file: File) -> Option<Needs> {
+    let cache = ReadCache::new(file);
+    let elf = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
+    if elf.section_by_name(".debug_info").is_some() {
+        return None; // It has its own.
+    }
+    let endian = elf.endian();
+    let segments = elf
+        .elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+        .map(|p| (p.p_offset(endian), p.p_filesz(endian), p.p_vaddr(endian)))
+        .collect();
+    Some(Needs {
+        build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
+        link: elf.gnu_debuglink().ok().flatten().map(|(n, _)| n.to_vec()),
+        segments,
+    })
+}
+
+/// The build id (if any) of an ELF file with symbols or DWARF; None for
+/// anything else.
+fn debug_elf(file: &File) -> Option<Option<Vec<u8>>> {
+    let cache = ReadCache::new(file.try_clone().ok()?);
+    let elf = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
+    let has_debug = elf.section_by_name(".debug_info").is_some() || elf.symbol_table().is_some();
+    has_debug.then(|| elf.build_id().ok().flatten().map(<[u8]>::to_vec))
+}
+
+fn link_name(needs: &Needs) -> Option<&Path> {
+    let link = std::str::from_utf8(needs.link.as_deref()?).ok()?;
+    (!link.is_empty() && !link.contains('/')).then_some(Path::new(link))
+}
+
+/// Where a debug file for `path` may be, relative to a debug directory.
+fn candidates(path: &Path, needs: &Needs) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(id) = needs.build_id.as_deref().filter(|id| id.len() >= 2) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        out.push(PathBuf::from(format!(
+            ".build-id/{}/{}.debug",
+            &hex[..2],
+            &hex[2..]
+        )));
+    }
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let mut with_ext = rel.as_os_str().to_os_string();
+    with_ext.push(".debug");
+    out.push(PathBuf::from(with_ext));
+    if let Some(link) = link_name(needs) {
+        if let Some(dir) = rel.parent() {
+            out.push(dir.join(link));
+        }
+    }
+    out
+}
+
+impl DebugFiles {
+    pub fn new(dirs: Vec<PathBuf>) -> DebugFiles {
+        DebugFiles {
+            dirs,
+            found: HashMap::new(),
+        }
+    }
+
+    /// The debug file for the binary readable at `readable` (mapped from
+    /// `path` in `target`), if it lacks DWARF and one is installed.
+    pub fn find(
+        &mut self,
+        readable: &Path,
+        path: &Path,
+        target: Option<&Target>,
+    ) -> Option<Rc<DebugFile>> {
+        let file = File::open(readable).ok()?;
+        let m = file.metadata().ok()?;
+        let key = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+        if let Some(known) = self.found.get(&key) {
+            return known.clone();
+        }
+        let found = inspect(file).and_then(|needs| self.search(path, needs, target));
+        if let Some(f) = &found {
+            tracing::debug!(binary = %path.display(), debug = ?f.path, "using a split debug file");
+        }
+        self.found.insert(key, found.clone());
+        found
+    }
+
+    fn search(&self, path: &Path, needs: Needs, target: Option<&Target>) -> Option<Rc<DebugFile>> {
+        let rels = candidates(path, &needs);
+        let mut roots = vec![PathBuf::from("/")];
+        if let Some(t) = target.filter(|t| !t.same_mounts) {
+            roots.push(t.in_root(Path::new("/")));
+        }
+        let mut places = Vec::new();
+        for root in &roots {
+            for dir in &self.dirs {
+                let dir = root.join(dir.strip_prefix("/").unwrap_or(dir));
+                places.extend(rels.iter().map(|rel| dir.join(rel)));
+            }
+            // Next to the binary, as gdb looks for debug links.
+            if let (Some(link), Some(parent)) = (link_name(&needs), path.parent()) {
+                let parent = root.join(parent.strip_prefix("/").unwrap_or(parent));
+                places.push(parent.join(link));
+                places.push(parent.join(".debug").join(link));
+            }
+        }
+        for place in places {
+            let Ok(file) = File::open(&place) else {
+                continue;
+            };
+            let Some(id) = debug_elf(&file) else {
+                continue; // Not an ELF file with symbols.
+            };
+            if let (Some(want), Some(id)) = (&needs.build_id, &id) {
+                if want != id {
+                    continue;
+                }
+            }
+            if !file.metadata().is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            return Some(Rc::new(DebugFile {
+                path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
+                _file: file,
+                segments: needs.segments,
+            }));
+        }
+        None
+    }
+}

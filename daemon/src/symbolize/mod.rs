@@ -1,0 +1,140 @@
+//! Naming raw addresses: the `Symbolizer` trait (so tests can use a fake) and
+//! its blazesym implementation, run on its own thread. An address becomes a
+//! chain of frames, innermost first: the functions inlined at it, then the
+//! function that holds the code, each with its source file and line when
+//! known. Unnamed frames become `module+0xoffset` or `[unknown] 0xaddr`.
+mod blaze;
+mod debug;
+pub mod perfmap;
+#[cfg(test)]
+mod tests;
+
+use crate::maps::ProcessMaps;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// A function as the function table keys it: name, module, and whether it
+/// was inlined at this point (the same function called normally is another
+/// entry).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FrameName {
+    pub name: String,
+    pub module: String,
+    pub inlined: bool,
+}
+
+/// One frame an address resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub func: FrameName,
+    /// Source file of the code at the address, when debug info names it.
+    pub file: Option<Arc<str>>,
+    /// Source line, 0 when unknown.
+    pub line: u32,
+    /// False for placeholders (`module+0x..`, `[unknown] 0x..`).
+    pub named: bool,
+}
+
+impl Frame {
+    /// A placeholder frame for code that could not be named.
+    pub fn unnamed(name: String, module: impl Into<String>) -> Frame {
+        Frame {
+            func: FrameName {
+                name,
+                module: module.into(),
+                inlined: false,
+            },
+            file: None,
+            line: 0,
+            named: false,
+        }
+    }
+
+    /// A named function without source information.
+    pub fn named(name: impl Into<String>, module: impl Into<String>) -> Frame {
+        Frame {
+            func: FrameName {
+                name: name.into(),
+                module: module.into(),
+                inlined: false,
+            },
+            file: None,
+            line: 0,
+            named: true,
+        }
+    }
+
+    /// The frame for an address nothing knows about.
+    pub fn unknown(addr: u64) -> Frame {
+        Frame::unnamed(format!("[unknown] {addr:#x}"), "[unknown]")
+    }
+}
+
+/// Kernel text lives in the upper half of the address space.
+pub fn is_kernel(addr: u64) -> bool {
+    addr >= 0xffff_8000_0000_0000
+}
+
+/// Names addresses of one process (user ones through `maps`).
+pub trait Symbolizer: Send + Sync {
+    /// For each address, in order, its frames innermost first: inlined
+    /// callees (`inlined: true`), then the function holding the code. One
+    /// non-empty `Vec` per address.
+    fn symbolize(&self, maps: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>>;
+}
+
+type Request = (
+    ProcessMaps,
+    Vec<u64>,
+    std::sync::mpsc::Sender<Vec<Vec<Frame>>>,
+);
+
+/// The blazesym-backed symbolizer, shared by all sessions. blazesym's
+/// symbolizer (and its caches of parsed files, kept for the daemon's life)
+/// is not `Send`, so it lives on its own thread and serves requests in turn.
+pub struct BlazeSymbolizer {
+    requests: Mutex<std::sync::mpsc::Sender<Request>>,
+}
+
+/// Where split debug information is looked for by default.
+pub const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
+
+impl Default for BlazeSymbolizer {
+    fn default() -> Self {
+        BlazeSymbolizer::with_debug_dirs(DEBUG_DIRS.iter().map(PathBuf::from).collect())
+    }
+}
+
+impl BlazeSymbolizer {
+    /// A symbolizer looking for split debug files (by build id, debug link
+    /// or path) in `debug_dirs`.
+    pub fn with_debug_dirs(debug_dirs: Vec<PathBuf>) -> BlazeSymbolizer {
+        let (tx, rx) = std::sync::mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("profd-symbolize".into())
+            .spawn(move || {
+                let mut worker = blaze::Worker::new(debug_dirs);
+                for (maps, addrs, reply) in rx {
+                    let _ = reply.send(worker.symbolize(&maps, &addrs));
+                }
+            })
+            .expect("spawning the symbolizer thread");
+        BlazeSymbolizer {
+            requests: Mutex::new(tx),
+        }
+    }
+}
+
+impl Symbolizer for BlazeSymbolizer {
+    fn symbolize(&self, maps: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        let sent = {
+            let requests = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+            requests.send((maps.clone(), addrs.to_vec(), reply)).is_ok()
+        };
+        match answer.recv() {
+            Ok(frames) if sent && frames.len() == addrs.len() => frames,
+            _ => addrs.iter().map(|&a| vec![Frame::unknown(a)]).collect(),
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! DWARF unwinding of user stack copies: per-module unwind tables (eh_frame,
+//! eh_frame_hdr, debug_frame, read once per binary and shared), a framehop
+//! unwinder per session, and the walk from the sampled registers to the
+//! outermost frame. Frame pointers are used where a module has no CFI.
+use crate::maps::Mapping;
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+use object::{Object, ObjectSection, ObjectSegment};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Most frames followed in one stack.
+pub const MAX_FRAMES: usize = 256;
+
+type Data = Arc<[u8]>;
+
+/// What framehop needs of one ELF file, read once.
+#[derive(Debug)]
+struct ElfUnwindData {
+    text: Option<(Range<u64>, Data)>,
+    eh_frame: Option<(Range<u64>, Data)>,
+    eh_frame_hdr: Option<(Range<u64>, Data)>,
+    debug_frame: Option<Data>,
+    got: Option<Range<u64>>,
+    loads: Vec<Load>,
+}
+
+/// A PT_LOAD segment.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    offset: u64,
+    size: u64,
+    vaddr: u64,
+    exec: bool,
+}
+
+impl ElfUnwindData {
+    fn read(path: &Path) -> Option<ElfUnwindData> {
+        let file = std::fs::File::open(path).ok()?;
+        let cache = object::ReadCache::new(file);
+        let elf = object::File::parse(&cache).ok()?;
+        let section = |name: &str| -> Option<(Range<u64>, Data)> {
+            let s = elf.section_by_name(name)?;
+            let data = s.uncompressed_data().ok()?;
+            Some((s.address()..s.address() + s.size(), Arc::from(&data[..])))
+        };
+        let loads = elf
+            .segments()
+            .filter_map(|seg| {
+                let (offset, size) = seg.file_range();
+                let exec = matches!(seg.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
+                (size > 0).then_some(Load { offset, size, vaddr: seg.address(), exec })
+            })
+            .collect();
+        Some(ElfUnwindData {
+            text: section(".text"),
+            eh_frame: section(".eh_frame"),
+            eh_frame_hdr: section(".eh_frame_hdr"),
+            debug_frame: section(".debug_frame").map(|(_, d)| d),
+            got: elf
+                .section_by_name(".got")
+                .map(|s| s.address()..s.address() + s.size()),
+            loads,
+        })
+    }
+
+    /// avma − svma for an executable mapping of file offset `pgoff` at
+    /// `start`. The mapping starts at the page holding the executable
+    /// segment's first byte, which linkers such as lld let share a page with
+    /// the segment before it: match the executable segment first.
+    fn bias(&self, start: u64, pgoff: u64) -> Option<u64> {
+        let holds = |l: &&Load| l.offset & !0xfff <= pgoff && pgoff < l.offset + l.size;
+        let load = self
+            .loads
+            .iter()
+            .filter(|l| l.exec)
+            .find(holds)
+            .or_else(|| self.loads.iter().find(holds))?;
+        // avma = start + (off − pgoff) and svma = vaddr + (off − offset).
+        Some(
+            start
+                .wrapping_sub(pgoff)
+                .wrapping_add(load.offset)
+                .wrapping_sub(load.vaddr),
+        )
+    }
+
+    fn section_info(&self) -> ExplicitModuleSectionInfo<Data> {
+        ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.text.as_ref().map(|(r, _)| r.clone()),
+            text: self.text.as_ref().map(|(_, d)| d.clone()),
+            got_svma: self.got.clone(),
+            eh_frame_svma: self.eh_frame.as_ref().map(|(r, _)| r.clone()),
+            eh_frame: self.eh_frame.as_ref().map(|(_, d)| d.clone()),
+            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
+            debug_frame: self.debug_frame.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Unwind data of every binary seen, keyed by (device, inode): read once,
+/// shared by all sessions.
+fn elf_data(path: &Path) -> Option<Arc<ElfUnwindData>> {
+    use std::os::unix::fs::MetadataExt;
+    type Cache = Mutex<HashMap<(u64, u64), Option<Arc<ElfUnwindData>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let meta = std::fs::metadata(path).ok()?;
+    let key = (meta.dev(), meta.ino());
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return hit.clone();
+    }
+    let data = ElfUnwindData::read(path).map(Arc::new);
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, data.clone());
+    data
+}
+
+/// How one stack walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// Reached the outermost frame.
+    Complete,
+    /// Stopped early: the copy ended, unwind data was missing or wrong, or
+    /// the depth limit was hit.
+    Truncated,
+}
+
+/// One process's modules and unwinding state.
+pub struct Unwinder {
+    inner: UnwinderX86_64<Data>,
+    cache: CacheX86_64,
+    /// Start addresses of the modules added, so each is added once.
+    modules: HashMap<u64, Range<u64>>,
+}
+
+impl Default for Unwinder {
+    fn default() -> Self {
+        Unwinder {
+            inner: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            modules: HashMap::new(),
+        }
+    }
+}
+
+impl Unwinder {
+    /// Make the executable mapping `start..end` of file offset `pgoff` of the
+    /// ELF file at `path` (readable by profd) known to the unwinder.
+    pub fn add_module(&mut self, name: &str, path: &Path, start: u64, end: u64, pgoff: u64) {
+        if self.modules.get(&start) == Some(&(start..end)) {
+            return;
+        }
+        let Some(data) = elf_data(path) else {
+            tracing::debug!(path = %path.display(), "no unwind data; frame pointers only there");
+            return;
+        };
+        let Some(bias) = data.bias(start, pgoff) else {
+            return;
+        };
+        if self.modules.insert(start, start..end).is_some() {
+            self.inner.remove_module(start);
+        }
+        self.inner.add_module(Module::new(
+            name.to_string(),
+            start..end,
+            bias,
+            data.section_info(),
+        ));
+    }
+
+    /// Make an executable mapping of the target known (file-backed ones;
+    /// others are unwound with frame pointers).
+    pub fn add_mapping(&mut self, m: &Mapping) {
+        if let Some(file) = m.file() {
+            self.add_module(&m.module(), &file.readable, m.start, m.end, m.pgoff);
+        }
+    }
+
+    /// Walk the user stack from the sampled registers over the copied stack
+    /// bytes (which start at `sp`), appending frames innermost first (return
+    /// addresses minus one) to `out`.
+    pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], out: &mut Vec<u64>) -> Walk {
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_ne_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        let mut frames = self.inner.iter_frames(
+            ip,
+            UnwindRegsX86_64::new(ip, sp, bp),
+            &mut self.cache,
+            &mut read_stack,
+        );
+        let mut n = 0;
+        loop {
+            match frames.next() {
+                Ok(Some(frame)) => {
+                    n += 1;
+                    if n > MAX_FRAMES {
+                        return Walk::Truncated;
+                    }
+                    out.push(frame.address_for_lookup());
+                }
+                Ok(None) => return Walk::Complete,
+                Err(_) => return Walk::Truncated,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_unwind_tables_and_maps_the_text_mapping() {
+        let maps = crate::maps::ProcessMaps::read(std::process::id()).unwrap();
+        let here = reads_own_unwind_tables_and_maps_the_text_mapping as fn() as usize as u64;
+        let m = maps.find(here).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let data = elf_data(&exe).expect("own ELF");
+        assert!(data.eh_frame.is_some() && data.eh_frame_hdr.is_some());
+        let bias = data
+            .bias(m.start, m.pgoff)
+            .expect("text mapping is in a PT_LOAD");
+        // The symbol table's address of a function plus the bias is where it runs.
+        assert!(m.start <= here && here < m.end);
+        assert!(bias <= here);
+    }
+
+    #[test]
+    fn bias_matches_the_executable_segment_sharing_a_page() {
+        // rust-lld: R at offset 0 (0x17548 bytes), R E at offset 0x17550
+        // mapped at vaddr 0x18550; the r-x mapping starts at pgoff 0x17000.
+        let data = ElfUnwindData {
+            text: None,
+            eh_frame: None,
+            eh_frame_hdr: None,
+            debug_frame: None,
+            got: None,
+            loads: vec![
+                Load {
+                    offset: 0,
+                    size: 0x17548,
+                    vaddr: 0,
+                    exec: false,
+                },
+                Load {
+                    offset: 0x17550,
+                    size: 0x1000,
+                    vaddr: 0x18550,
+                    exec: true,
+                },
+            ],
+        };
+        let start = 0x5555_5556_c000;
+        let bias = data.bias(start, 0x17000).unwrap();
+        // The segment's first byte (file 0x17550) is at start + 0x550.
+        assert_eq!(0x18550 + bias, start + 0x550);
+        // A classic layout: text at offset 0x1000, vaddr 0x1000.
+        let classic = ElfUnwindData {
+            loads: vec![Load {
+                offset: 0x1000,
+                size: 0x2000,
+                vaddr: 0x1000,
+                exec: true,
+            }],
+            ..data
+        };
+        assert_eq!(classic.bias(0x7000_1000, 0x1000), Some(0x7000_0000));
+    }
+
+    #[test]
+    fn frame_pointer_chain_leaving_the_copy_is_truncated() {
+        // No module known: frame pointers. sp = 0x1000; the frame at bp =
+        // 0x1008 holds the caller's bp (0x2000, outside the copy) and a
+        // return address.
+        let mut stack = vec![0u8; 32];
+        stack[8..16].copy_from_slice(&0x2000u64.to_ne_bytes());
+        stack[16..24].copy_from_slice(&0x5555u64.to_ne_bytes());
+        let mut u = Unwinder::default();
+        let mut out = Vec::new();
+        let walk = u.unwind(0x4444, 0x1000, 0x1008, &stack, &mut out);
+        assert_eq!(out, vec![0x4444, 0x5554]);
+        assert_eq!(walk, Walk::Truncated);
+    }
+
+    #[test]
+    fn a_zero_frame_pointer_ends_the_stack() {
+        let mut u = Unwinder::default();
+        let mut out = Vec::new();
+        assert_eq!(
+            u.unwind(0x4444, 0x1000, 0, &[0u8; 16], &mut out),
+            Walk::Complete
+        );
+        assert_eq!(out, vec![0x4444]);
+    }
+}

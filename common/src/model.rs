@@ -97,6 +97,56 @@ impl Aggregator {
     }
 }
 
+/// A function of a resolved profile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct FunctionInfo {
+    pub name: String,
+    /// Binary file name, `[kernel]`, `[jit]`, ...
+    pub module: String,
+    /// Source file of the function, when known.
+    pub file: String,
+    /// Inlined into its caller at these frames.
+    pub inlined: bool,
+}
+
+/// One frame of a resolved stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FrameRef {
+    /// Index into `ResolvedProfile::functions`.
+    pub function: u32,
+    /// Source line of the frame's address (0 = unknown).
+    pub line: u32,
+    /// The address (return addresses minus one), for exports that keep it.
+    pub address: u64,
+}
+
+/// One unique (thread, stack) of a profile with its sample count.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResolvedStack {
+    pub tid: u32,
+    /// Innermost first; inlined functions are frames of their own.
+    pub frames: Vec<FrameRef>,
+    pub count: u64,
+}
+
+/// A whole profile with every frame named: what views and exports are
+/// computed from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResolvedProfile {
+    /// Indexed by function id (`api::Function::id`).
+    pub functions: Vec<FunctionInfo>,
+    pub stacks: Vec<ResolvedStack>,
+    /// Thread names by tid, where known.
+    pub threads: HashMap<u32, String>,
+    /// The session's attributed samples (the sum of the stacks' counts).
+    pub attributed: u64,
+    /// Sampling frequency: each sample stands for 1/frequency_hz seconds.
+    pub frequency_hz: u32,
+    pub duration_s: f64,
+    pub pid: u32,
+    pub comm: String,
+}
+
 /// `part` as a percentage (0–100) of `whole`; 0 when `whole` is 0.
 pub fn percent(part: u64, whole: u64) -> f64 {
     if whole == 0 {

@@ -98,6 +98,7 @@ async fn run_watch(
             session: Some(view.session),
             functions,
             r#final: ended,
+            ..Default::default()
         };
         if tx.send(Ok(msg)).await.is_err() || ended {
             return;
@@ -194,6 +195,7 @@ impl Profiler for Service {
         Ok(Response::new(api::GetProfileResponse {
             session: Some(view.session),
             functions: view.functions,
+            data: Vec::new(),
         }))
     }
 
@@ -206,6 +208,20 @@ impl Profiler for Service {
         Ok(Response::new(api::StopResponse {
             session: Some(session),
         }))
+    }
+
+    async fn get_view(
+        &self,
+        _: Request<api::GetViewRequest>,
+    ) -> Result<Response<api::GetViewResponse>, Status> {
+        Err(Status::unimplemented("GetView is not served yet"))
+    }
+
+    async fn get_histogram(
+        &self,
+        _: Request<api::GetHistogramRequest>,
+    ) -> Result<Response<api::GetHistogramResponse>, Status> {
+        Err(Status::unimplemented("GetHistogram is not served yet"))
     }
 
     async fn list_sessions(

@@ -389,6 +389,8 @@ impl Actor {
                 exclusive: c.exclusive,
                 inclusive_pct: percent(c.inclusive, total),
                 exclusive_pct: percent(c.exclusive, total),
+                window_inclusive: 0,
+                window_exclusive: 0,
                 inlined: self.names[id].inlined,
             })
             .collect();

@@ -193,7 +193,10 @@ async fn exact_figures_snapshot_deltas_and_stop() {
 
     let profile = h
         .client
-        .get_profile(api::GetProfileRequest { session_id: s.id })
+        .get_profile(api::GetProfileRequest {
+            session_id: s.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -302,7 +305,10 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
 
     let err = h
         .client
-        .get_profile(api::GetProfileRequest { session_id: 4242 })
+        .get_profile(api::GetProfileRequest {
+            session_id: 4242,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
@@ -317,7 +323,7 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
         .client
         .watch(api::WatchRequest {
             session_id: 4242,
-            interval_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -330,6 +336,7 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
         .watch(api::WatchRequest {
             session_id: s.id,
             interval_ms: 10,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -53,7 +53,10 @@ async fn profile_for(
     while stream.message().await.unwrap().is_some() {}
     let profile = d
         .client
-        .get_profile(api::GetProfileRequest { session_id: s.id })
+        .get_profile(api::GetProfileRequest {
+            session_id: s.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -275,7 +278,10 @@ async fn watch_a_busy_child_until_its_duration_ends() {
     );
 
     let profile = client
-        .get_profile(api::GetProfileRequest { session_id: s.id })
+        .get_profile(api::GetProfileRequest {
+            session_id: s.id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

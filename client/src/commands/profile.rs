@@ -133,6 +133,7 @@ async fn follow_inner(
         .watch(WatchRequest {
             session_id: id,
             interval_ms: view.options.interval_ms(),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -180,7 +181,7 @@ async fn follow_inner(
         }
     }
     let reply = client
-        .get_profile(GetProfileRequest { session_id: id })
+        .get_profile(GetProfileRequest { session_id: id, ..Default::default() })
         .await?
         .into_inner();
     let session = required_session(reply.session, "GetProfile")?;

@@ -68,6 +68,7 @@ impl Running {
             .watch(api::WatchRequest {
                 session_id,
                 interval_ms,
+                window_s: 0,
             })
             .await
             .unwrap()

@@ -71,6 +71,8 @@ mod tests {
             inclusive_pct: -1.0,
             exclusive_pct: -1.0,
             inlined: false,
+            window_inclusive: 0,
+            window_exclusive: 0,
         }
     }
 

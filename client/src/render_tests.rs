@@ -13,6 +13,8 @@ fn func(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -> Fu
         inclusive_pct: 0.0,
         exclusive_pct: 0.0,
         inlined: false,
+        window_inclusive: 0,
+        window_exclusive: 0,
     }
 }
 

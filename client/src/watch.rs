@@ -138,6 +138,7 @@ mod tests {
             }),
             functions,
             r#final: last,
+            ..Default::default()
         }
     }
 

@@ -73,6 +73,8 @@ fn function(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -
         inclusive_pct: 0.0,
         exclusive_pct: 0.0,
         inlined: false,
+        window_inclusive: 0,
+        window_exclusive: 0,
     }
 }
 
@@ -170,6 +172,7 @@ impl Profiler for Fake {
                 session: Some(s.session.clone()),
                 functions: s.functions.clone(),
                 r#final: false,
+                ..Default::default()
             }
         };
         let (tx, rx) = mpsc::channel(4);
@@ -209,6 +212,7 @@ impl Profiler for Fake {
                         session: Some(s.session.clone()),
                         functions,
                         r#final: !running,
+                        ..Default::default()
                     }
                 };
                 let last = update.r#final;
@@ -231,6 +235,7 @@ impl Profiler for Fake {
         Ok(Response::new(GetProfileResponse {
             session: Some(s.session.clone()),
             functions: s.functions.clone(),
+            data: Vec::new(),
         }))
     }
 
@@ -249,6 +254,20 @@ impl Profiler for Fake {
         Ok(Response::new(StopResponse {
             session: Some(s.session.clone()),
         }))
+    }
+
+    async fn get_view(
+        &self,
+        _: Request<profd_common::api::GetViewRequest>,
+    ) -> Result<Response<profd_common::api::GetViewResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
+    async fn get_histogram(
+        &self,
+        _: Request<profd_common::api::GetHistogramRequest>,
+    ) -> Result<Response<profd_common::api::GetHistogramResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
     }
 
     async fn list_sessions(

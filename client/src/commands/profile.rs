@@ -181,7 +181,10 @@ async fn follow_inner(
         }
     }
     let reply = client
-        .get_profile(GetProfileRequest { session_id: id, ..Default::default() })
+        .get_profile(GetProfileRequest {
+            session_id: id,
+            ..Default::default()
+        })
         .await?
         .into_inner();
     let session = required_session(reply.session, "GetProfile")?;

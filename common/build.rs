@@ -1,14 +1,21 @@
-//! Compiles `proto/` with protox (no system protoc) into the tonic API.
+//! Compiles `proto/` with protox (no system protoc): the tonic API of
+//! `profd.v1`, and the plain messages of pprof's `perftools.profiles`.
 use prost::Message;
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_dir = PathBuf::from("../proto");
-    let file = "profd/v1/profd.proto";
     println!("cargo:rerun-if-changed=../proto");
-    let fds = protox::compile([file], [&proto_dir])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
+
+    let fds = protox::compile(["profd/v1/profd.proto"], [&proto_dir])?;
     std::fs::write(out.join("profd_descriptor.bin"), fds.encode_to_vec())?;
     tonic_prost_build::configure().compile_fds(fds)?;
+
+    let pprof = protox::compile(["perftools/profiles/profile.proto"], [&proto_dir])?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(false)
+        .compile_fds(pprof)?;
     Ok(())
 }

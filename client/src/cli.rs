@@ -39,6 +39,15 @@ pub enum Command {
     Stop(StopArgs),
     /// Show daemon facts: version, CPUs, sampling event, kernel limits, totals.
     Info,
+    /// Write a session's whole profile as pprof, folded stacks, an SVG flame
+    /// graph, speedscope JSON or profctl's JSON.
+    Export(ExportArgs),
+    /// Print a view of a live session or a saved pprof file: the flat table,
+    /// call tree, callers/callees, hot path, threads or source lines.
+    Report(ReportArgs),
+    /// Print a profil(3)-style PC histogram of one module of a session's
+    /// target, and optionally write it as a gmon.out for gprof.
+    Histogram(HistogramArgs),
 }
 
 /// `profctl attach`.
@@ -109,6 +118,13 @@ pub struct ProfileOptions {
     /// of 8, at most 65528 [default: the daemon's, 16384].
     #[arg(long, value_name = "N")]
     pub stack_bytes: Option<u32>,
+    /// Also show each function's figures over the last SECS seconds (1-600)
+    /// beside the cumulative ones.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=600))]
+    pub window: Option<u32>,
+    /// Print a plain refreshed table even on a terminal (no full-screen view).
+    #[arg(long)]
+    pub no_tui: bool,
 }
 
 /// Rows shown in tables when `--top` is not given.
@@ -135,6 +151,11 @@ impl ProfileOptions {
             (None, Format::Table) => Some(DEFAULT_TOP),
             (None, Format::Json) => None,
         }
+    }
+
+    /// The Watch window in seconds (0 = cumulative only).
+    pub fn window_s(&self) -> u32 {
+        self.window.unwrap_or(0)
     }
 
     /// The Watch interval in milliseconds.
@@ -190,6 +211,240 @@ impl From<UnwindArg> for api::Unwind {
             UnwindArg::Dwarf => api::Unwind::Dwarf,
         }
     }
+}
+
+/// `profctl export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Session id (see `profctl sessions`).
+    #[arg(value_name = "SESSION")]
+    pub session: u64,
+    /// The encoding to write.
+    #[arg(long, value_enum)]
+    pub format: ExportFormatArg,
+    /// The file to write, `-` for stdout.
+    #[arg(short, long, value_name = "FILE", default_value = "-")]
+    pub output: PathBuf,
+}
+
+/// Export encodings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormatArg {
+    /// gzip'd pprof profile.proto, read by `go tool pprof`.
+    Pprof,
+    /// Folded stacks (`outer;...;inner count`), the FlameGraph input format.
+    Folded,
+    /// An SVG flame graph.
+    Svg,
+    /// speedscope JSON (also opened by the Firefox Profiler).
+    Speedscope,
+    /// The JSON document `--format json` prints.
+    Json,
+}
+
+impl From<ExportFormatArg> for api::ExportFormat {
+    fn from(f: ExportFormatArg) -> Self {
+        match f {
+            ExportFormatArg::Pprof => api::ExportFormat::Pprof,
+            ExportFormatArg::Folded => api::ExportFormat::Folded,
+            ExportFormatArg::Svg => api::ExportFormat::Svg,
+            ExportFormatArg::Speedscope => api::ExportFormat::Speedscope,
+            ExportFormatArg::Json => api::ExportFormat::Json,
+        }
+    }
+}
+
+/// `profctl report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A session id of the daemon, or a pprof file (`profctl export --format pprof`).
+    #[arg(value_name = "SESSION|FILE")]
+    pub source: PathBuf,
+    /// The call tree, from the outermost frames in (see --bottom-up).
+    #[arg(long, conflicts_with_all = ["hot_path", "threads", "lines", "callers", "callees"])]
+    pub tree: bool,
+    /// With --tree or --hot-path: from the innermost frames out.
+    #[arg(long)]
+    pub bottom_up: bool,
+    /// The functions that call FN, with their shares of its samples.
+    #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads", "lines"])]
+    pub callers: Option<String>,
+    /// The functions FN calls, with their shares of its samples.
+    #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads", "lines"])]
+    pub callees: Option<String>,
+    /// Exclusive samples per source line of FN.
+    #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads"])]
+    pub lines: Option<String>,
+    /// The heaviest path from the root: at each step the child with the most samples.
+    #[arg(long, conflicts_with = "threads")]
+    pub hot_path: bool,
+    /// Samples per thread.
+    #[arg(long)]
+    pub threads: bool,
+    /// Tree: leave out nodes below this share of the samples (0-100).
+    #[arg(long, value_name = "P", default_value_t = 0.5, value_parser = parse_pct)]
+    pub min_pct: f64,
+    /// Tree: the deepest level shown, 0 = all.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub depth: u32,
+    /// Flat table: rows to show, 0 = all.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP)]
+    pub top: usize,
+}
+
+/// What `profctl report` shows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReportView {
+    /// The flat inclusive/exclusive table.
+    Flat {
+        /// Rows to show; `None` = all.
+        limit: Option<usize>,
+    },
+    /// The call tree.
+    Tree(api::TreeRequest),
+    /// The hot path.
+    HotPath(api::TreeRequest),
+    /// Callers and/or callees of one function.
+    CallerCallee {
+        /// The function.
+        function: api::FunctionRef,
+        /// Show the calling functions.
+        callers: bool,
+        /// Show the called functions.
+        callees: bool,
+    },
+    /// Exclusive samples per source line of one function.
+    Lines(api::FunctionRef),
+    /// Samples per thread.
+    Threads,
+}
+
+/// Where `profctl report` reads from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportSource {
+    /// A session of the daemon.
+    Session(u64),
+    /// A saved pprof file.
+    File(PathBuf),
+}
+
+impl ReportArgs {
+    /// A session id when the argument is a number that names no file, else a file.
+    pub fn source(&self) -> ReportSource {
+        match self.source.to_str().and_then(|s| s.parse::<u64>().ok()) {
+            Some(id) if !self.source.exists() => ReportSource::Session(id),
+            _ => ReportSource::File(self.source.clone()),
+        }
+    }
+
+    /// The view the flags ask for.
+    pub fn view(&self) -> Result<ReportView, String> {
+        let tree = api::TreeRequest {
+            bottom_up: self.bottom_up,
+            min_pct: self.min_pct,
+            max_depth: self.depth,
+        };
+        if self.bottom_up && !(self.tree || self.hot_path) {
+            return Err("--bottom-up goes with --tree or --hot-path".into());
+        }
+        if self.tree {
+            return Ok(ReportView::Tree(tree));
+        }
+        if self.hot_path {
+            return Ok(ReportView::HotPath(tree));
+        }
+        if self.threads {
+            return Ok(ReportView::Threads);
+        }
+        if let Some(f) = &self.lines {
+            return Ok(ReportView::Lines(function_ref(f)));
+        }
+        if let (Some(a), Some(b)) = (&self.callers, &self.callees) {
+            if a != b {
+                return Err(format!(
+                    "--callers {a} and --callees {b} name different functions; \
+                     give the same one to both for the whole view"
+                ));
+            }
+        }
+        match self.callers.as_ref().or(self.callees.as_ref()) {
+            Some(f) => Ok(ReportView::CallerCallee {
+                function: function_ref(f),
+                callers: self.callers.is_some(),
+                callees: self.callees.is_some(),
+            }),
+            None => Ok(ReportView::Flat {
+                limit: (self.top > 0).then_some(self.top),
+            }),
+        }
+    }
+}
+
+/// `#12` selects function id 12; anything else is an exact function name.
+pub fn function_ref(s: &str) -> api::FunctionRef {
+    match s.strip_prefix('#').and_then(|id| id.parse::<u64>().ok()) {
+        Some(id) => api::FunctionRef {
+            id,
+            name: String::new(),
+        },
+        None => api::FunctionRef {
+            id: 0,
+            name: s.to_string(),
+        },
+    }
+}
+
+/// `profctl histogram`.
+#[derive(Debug, Args)]
+pub struct HistogramArgs {
+    /// Session id (see `profctl sessions`).
+    #[arg(value_name = "SESSION")]
+    pub session: u64,
+    /// The module of the target whose PCs are counted (file name, e.g.
+    /// `libc.so.6`) [default: the file name of --binary].
+    #[arg(long, value_name = "M")]
+    pub module: Option<String>,
+    /// Subtracted from each PC (an ELF virtual address in the module), hex
+    /// with 0x or decimal [default with --binary: the start of its .text].
+    #[arg(long, value_name = "ADDR", value_parser = parse_u64)]
+    pub offset: Option<u64>,
+    /// 16.16 fixed point as in profil(3): 65536 = one bucket per byte
+    /// [default with --binary: what covers .text with the buckets].
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..))]
+    pub scale: Option<u32>,
+    /// Number of buckets [default with --binary: one per 4 bytes of .text].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_BUCKETS as i64))]
+    pub buckets: Option<u32>,
+    /// Also write the histogram as a gmon.out file that `gprof BINARY FILE` reads.
+    #[arg(long, value_name = "FILE")]
+    pub gmon: Option<PathBuf>,
+    /// The module's binary: derives the module name, offset and scale from
+    /// its .text section.
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+}
+
+/// The most buckets a histogram may have.
+pub const MAX_BUCKETS: u32 = 1 << 24;
+
+fn parse_u64(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => t.parse(),
+    };
+    parsed.map_err(|_| format!("`{s}` is not a number (decimal, or hex with 0x)"))
+}
+
+fn parse_pct(s: &str) -> Result<f64, String> {
+    let p: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage"))?;
+    if !(0.0..=100.0).contains(&p) {
+        return Err(format!("`{s}` is not within 0-100"));
+    }
+    Ok(p)
 }
 
 /// Whole milliseconds in `d`, at least 1 for a non-zero duration.

@@ -59,6 +59,17 @@ pub enum Error {
     /// The daemon sent something the API does not allow.
     #[error("unexpected reply from the daemon: {0}")]
     Protocol(String),
+    /// The arguments ask for something impossible (clap could not tell).
+    #[error("{0}")]
+    Usage(String),
+    /// A saved profile could not be read or decoded.
+    #[error("cannot read {}: {reason}", .path.display())]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// A second Ctrl-C while waiting for a stopped session's last update.
     #[error("interrupted")]
     Interrupted,

@@ -7,20 +7,30 @@ pub mod cli;
 pub mod commands;
 pub mod connect;
 pub mod error;
+pub mod gmon;
+pub mod local;
 pub mod output;
 pub mod profile;
 pub mod render;
+pub mod render_views;
+pub mod tui;
 pub mod watch;
 
 pub use error::Error;
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, ReportSource};
 use connect::Connection;
 use output::Output;
 
 /// Runs one parsed command line: connects (starting a private daemon when
 /// needed and allowed), runs the command, and closes the connection.
 pub async fn run(cli: Cli) -> Result<(), Error> {
+    // A report on a saved file needs no daemon.
+    if let Command::Report(args) = &cli.command {
+        if let ReportSource::File(path) = args.source() {
+            return commands::report_file(&path, args, &Output::stdout());
+        }
+    }
     let mut conn = Connection::open(&cli.socket).await?;
     let out = Output::stdout();
     let client = &mut conn.client;
@@ -30,6 +40,12 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Sessions => commands::sessions(client, &out).await,
         Command::Stop(args) => commands::stop(client, args.id, &out).await,
         Command::Info => commands::info(client, &out).await,
+        Command::Export(args) => commands::export(client, args, &out).await,
+        Command::Histogram(args) => commands::histogram(client, args, &out).await,
+        Command::Report(args) => match args.source() {
+            ReportSource::Session(id) => commands::report_session(client, id, args, &out).await,
+            ReportSource::File(path) => commands::report_file(&path, args, &out),
+        },
     };
     conn.close().await;
     result

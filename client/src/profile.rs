@@ -13,6 +13,18 @@ pub struct Profile {
     pub session: Session,
     /// Sorted functions with recomputed percentages.
     pub functions: Vec<Function>,
+    /// With a Watch window: its length and the samples in it (the functions'
+    /// `window_inclusive` / `window_exclusive` are over these).
+    pub window: Option<Window>,
+}
+
+/// The last `seconds` seconds of a session, as a Watch window reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// The window's length.
+    pub seconds: u32,
+    /// Attributed samples in the window.
+    pub attributed: u64,
 }
 
 impl Profile {
@@ -25,7 +37,17 @@ impl Profile {
             f.exclusive_pct = percent(f.exclusive, attributed);
         }
         functions.sort_by(display_order);
-        Profile { session, functions }
+        Profile {
+            session,
+            functions,
+            window: None,
+        }
+    }
+
+    /// The same profile with windowed figures.
+    pub fn with_window(mut self, window: Option<Window>) -> Self {
+        self.window = window;
+        self
     }
 
     /// The session's totals (zero when the daemon sent none).

@@ -3,11 +3,10 @@
 //! functions from values to strings; writing them out is the caller's job.
 use std::fmt::Write as _;
 
-use profd_common::api::{InfoResponse, Session, SessionState, Totals, Unwind};
+use profd_common::api::{InfoResponse, Session, SessionState, Totals};
 use profd_common::event_name;
-use serde::Serialize;
 
-use crate::profile::{totals, Profile};
+use crate::profile::{percent, totals, Profile};
 
 /// The widest a function name gets in a table before it is shortened.
 pub const DEFAULT_NAME_WIDTH: usize = 60;
@@ -32,28 +31,7 @@ impl Default for TableOptions {
     }
 }
 
-/// The state as JSON and tables spell it: `running`, `stopped`,
-/// `duration_elapsed`, `exited`, `failed` (`unknown` if unset).
-pub fn state_name(state: SessionState) -> &'static str {
-    match state {
-        SessionState::Running => "running",
-        SessionState::Stopped => "stopped",
-        SessionState::DurationElapsed => "duration_elapsed",
-        SessionState::Exited => "exited",
-        SessionState::Failed => "failed",
-        SessionState::Unspecified => "unknown",
-    }
-}
-
-/// The unwinding as JSON and tables spell it: `auto`, `fp` or `dwarf`
-/// (`auto` when unset).
-pub fn unwind_name(unwind: Unwind) -> &'static str {
-    match unwind {
-        Unwind::Auto | Unwind::Unspecified => "auto",
-        Unwind::Fp => "fp",
-        Unwind::Dwarf => "dwarf",
-    }
-}
+pub use profd_common::export::{state_name, unwind_name};
 
 /// `unwind dwarf (16384 B)`: the method and, with stack copies, their size.
 fn unwind_text(session: &Session) -> String {
@@ -116,8 +94,25 @@ pub fn table_header(session: &Session) -> String {
 
 /// The profile as an aligned table: header lines, a column header, then one
 /// row per function (at most `options.limit`), and a note on hidden rows.
+/// With a window, a line on it and two more columns: the window's inclusive
+/// and exclusive percentages (over the samples in the window).
 pub fn profile_table(profile: &Profile, options: TableOptions) -> String {
     let mut out = table_header(&profile.session);
+    out.push_str(&profile_rows(profile, options));
+    out
+}
+
+/// The table of [`profile_table`] without its header lines: a line on the
+/// window if any, the column header and the rows.
+pub fn profile_rows(profile: &Profile, options: TableOptions) -> String {
+    let mut out = String::new();
+    if let Some(w) = profile.window {
+        let _ = writeln!(
+            out,
+            "window: last {} s, {} attributed (W.INCL% and W.EXCL% are over these)",
+            w.seconds, w.attributed
+        );
+    }
     let shown = match options.limit {
         Some(n) => n.min(profile.functions.len()),
         None => profile.functions.len(),
@@ -129,9 +124,14 @@ pub fn profile_table(profile: &Profile, options: TableOptions) -> String {
         .max()
         .unwrap_or(0);
     let w = widest.to_string().len().max(5);
+    let window_header = if profile.window.is_some() {
+        format!("{:>7}  {:>7}  ", "W.INCL%", "W.EXCL%")
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "{:>6}  {:>w$}  {:>6}  {:>w$}  FUNCTION  [MODULE]",
+        "{:>6}  {:>w$}  {:>6}  {:>w$}  {window_header}FUNCTION  [MODULE]",
         "INCL%", "INCL", "EXCL%", "EXCL"
     );
     if profile.functions.is_empty() {
@@ -139,9 +139,17 @@ pub fn profile_table(profile: &Profile, options: TableOptions) -> String {
         return out;
     }
     for f in rows {
+        let window_cells = match profile.window {
+            Some(win) => format!(
+                "{:>6.1}%  {:>6.1}%  ",
+                percent(f.window_inclusive, win.attributed),
+                percent(f.window_exclusive, win.attributed)
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "{:>5.1}%  {:>w$}  {:>5.1}%  {:>w$}  {}{}{}",
+            "{:>5.1}%  {:>w$}  {:>5.1}%  {:>w$}  {window_cells}{}{}{}",
             f.inclusive_pct,
             f.inclusive,
             f.exclusive_pct,
@@ -164,7 +172,7 @@ pub fn profile_table(profile: &Profile, options: TableOptions) -> String {
 
 /// `  [module]`; a module already in brackets (`[kernel]`, `[unknown]`) is
 /// not bracketed again, and an empty one is left out.
-fn module_cell(module: &str) -> String {
+pub fn module_cell(module: &str) -> String {
     let module = shorten(module, MODULE_WIDTH);
     if module.is_empty() {
         String::new()
@@ -186,115 +194,13 @@ pub fn shorten(s: &str, max: usize) -> String {
     cut
 }
 
-/// The JSON report of a profile (README contract plus a few extra keys).
-#[derive(Debug, Serialize)]
-pub struct JsonReport<'a> {
-    /// Session id.
-    pub session_id: u64,
-    /// Target process id.
-    pub pid: u32,
-    /// Target command name.
-    pub comm: &'a str,
-    /// `running`, `stopped`, `duration_elapsed`, `exited` or `failed`.
-    pub state: &'static str,
-    /// Why a failed session failed.
-    #[serde(skip_serializing_if = "str::is_empty")]
-    pub error: &'a str,
-    /// Seconds sampled.
-    pub duration_s: f64,
-    /// Sampling frequency per CPU.
-    pub frequency_hz: u32,
-    /// Event used: `cpu-clock` or `cycles`.
-    pub event: &'static str,
-    /// User stack unwinding in use: `fp` or `dwarf` (`auto` is reported as
-    /// the method it resolved to).
-    pub unwind: &'static str,
-    /// Bytes of user stack copied per sample (0 without stack copies).
-    pub stack_bytes: u32,
-    /// Sample totals.
-    pub totals: JsonTotals,
-    /// Functions, by inclusive samples descending.
-    pub functions: Vec<JsonFunction<'a>>,
-}
-
-/// Sample totals in the JSON report.
-#[derive(Debug, Serialize)]
-pub struct JsonTotals {
-    /// Samples of the target.
-    pub attributed: u64,
-    /// Samples of other processes, dropped.
-    pub discarded: u64,
-    /// Samples the kernel could not deliver.
-    pub lost: u64,
-    /// Attributed samples whose user stack could not be followed to its end.
-    pub truncated: u64,
-    /// Attributed samples with at least one frame left unnamed.
-    pub unsymbolized: u64,
-}
-
-/// One function in the JSON report.
-#[derive(Debug, Serialize)]
-pub struct JsonFunction<'a> {
-    /// Demangled name.
-    pub name: &'a str,
-    /// Binary file name or `[kernel]`.
-    pub module: &'a str,
-    /// Samples with the function on the stack.
-    pub inclusive: u64,
-    /// Samples with the function innermost.
-    pub exclusive: u64,
-    /// `inclusive` over attributed samples, 0–100.
-    pub inclusive_pct: f64,
-    /// `exclusive` over attributed samples, 0–100.
-    pub exclusive_pct: f64,
-    /// Inlined into its caller at these samples (no frame of its own).
-    pub inlined: bool,
-}
-
-/// The JSON report of `profile`, keeping at most `limit` functions.
-pub fn json_report(profile: &Profile, limit: Option<usize>) -> JsonReport<'_> {
-    let s = &profile.session;
-    let t = profile.totals();
-    let n = limit.unwrap_or(usize::MAX);
-    JsonReport {
-        session_id: s.id,
-        pid: s.pid,
-        comm: &s.comm,
-        state: state_name(s.state()),
-        error: &s.error,
-        duration_s: s.duration_s,
-        frequency_hz: s.frequency_hz,
-        event: event_name(s.event()),
-        unwind: unwind_name(s.unwind()),
-        stack_bytes: s.stack_bytes,
-        totals: JsonTotals {
-            attributed: t.attributed,
-            discarded: t.discarded,
-            lost: t.lost,
-            truncated: t.truncated,
-            unsymbolized: t.unsymbolized,
-        },
-        functions: profile
-            .functions
-            .iter()
-            .take(n)
-            .map(|f| JsonFunction {
-                name: &f.name,
-                module: &f.module,
-                inclusive: f.inclusive,
-                exclusive: f.exclusive,
-                inclusive_pct: f.inclusive_pct,
-                exclusive_pct: f.exclusive_pct,
-                inlined: f.inlined,
-            })
-            .collect(),
-    }
-}
-
-/// The JSON report as pretty-printed text ending in a newline.
+/// The JSON report of `profile` (the README's contract, from
+/// `profd_common::export::json`) keeping at most `limit` functions, as
+/// pretty-printed text ending in a newline.
 pub fn profile_json(profile: &Profile, limit: Option<usize>) -> String {
-    let mut s = serde_json::to_string_pretty(&json_report(profile, limit))
-        .expect("the JSON report contains only plain values");
+    let n = limit.unwrap_or(usize::MAX).min(profile.functions.len());
+    let value = profd_common::export::json(&profile.session, &profile.functions[..n]);
+    let mut s = serde_json::to_string_pretty(&value).expect("a JSON value always prints");
     s.push('\n');
     s
 }

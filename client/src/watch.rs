@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use profd_common::api::{Function, Session, SessionState, WatchResponse};
 
 use crate::error::Error;
-use crate::profile::Profile;
+use crate::profile::{Profile, Window};
 
 /// The merged state of one Watch stream.
 #[derive(Debug, Default)]
@@ -14,12 +14,23 @@ pub struct WatchState {
     functions: HashMap<u64, Function>,
     updates: u64,
     ended: bool,
+    window_s: u32,
+    window_attributed: u64,
 }
 
 impl WatchState {
     /// An empty state, before the snapshot.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty state for a stream asked for a window of `window_s` seconds
+    /// (0 = none).
+    pub fn with_window(window_s: u32) -> Self {
+        WatchState {
+            window_s,
+            ..Self::default()
+        }
     }
 
     /// Merges one update: a snapshot replaces every function; a delta
@@ -45,6 +56,8 @@ impl WatchState {
                 Some(known) => {
                     known.inclusive = f.inclusive;
                     known.exclusive = f.exclusive;
+                    known.window_inclusive = f.window_inclusive;
+                    known.window_exclusive = f.window_exclusive;
                     if !f.name.is_empty() {
                         known.name = f.name;
                     }
@@ -64,6 +77,7 @@ impl WatchState {
                 }
             }
         }
+        self.window_attributed = update.window_attributed;
         self.updates += 1;
         self.ended = update.r#final;
         Ok(())
@@ -89,10 +103,15 @@ impl WatchState {
     /// The merged profile: every function seen, sorted, percentages
     /// recomputed over the latest attributed total.
     pub fn profile(&self) -> Profile {
+        let window = (self.window_s > 0).then_some(Window {
+            seconds: self.window_s,
+            attributed: self.window_attributed,
+        });
         Profile::new(
             self.session.clone().unwrap_or_default(),
             self.functions.values().cloned().collect(),
         )
+        .with_window(window)
     }
 }
 
@@ -213,6 +232,45 @@ mod tests {
         let p = w.profile();
         assert!(p.functions[0].inlined);
         assert_eq!(p.functions[0].name, "hot");
+    }
+
+    #[test]
+    fn window_figures_follow_the_latest_update() {
+        let mut w = WatchState::with_window(5);
+        let windowed = |id, name: &str, total, win| Function {
+            window_inclusive: win,
+            window_exclusive: win,
+            ..f(id, name, total, total)
+        };
+        let mut first = update(
+            0,
+            10,
+            SessionState::Running,
+            vec![windowed(1, "a", 10, 10)],
+            false,
+        );
+        first.window_attributed = 10;
+        w.apply(first).unwrap();
+        let mut second = update(
+            1,
+            30,
+            SessionState::Running,
+            vec![windowed(1, "", 30, 4)],
+            false,
+        );
+        second.window_attributed = 8;
+        w.apply(second).unwrap();
+        let p = w.profile();
+        assert_eq!(
+            p.window,
+            Some(Window {
+                seconds: 5,
+                attributed: 8
+            })
+        );
+        assert_eq!(p.functions[0].window_inclusive, 4);
+        assert_eq!(p.functions[0].window_exclusive, 4);
+        assert_eq!(WatchState::new().profile().window, None);
     }
 
     #[test]

@@ -2,7 +2,12 @@
 //! the daemon and the clients. No I/O, no unsafe.
 #![forbid(unsafe_code)]
 
+pub mod export;
 pub mod model;
+pub mod views;
+
+#[cfg(test)]
+mod testdata;
 
 /// Generated gRPC types and stubs for `profd.v1` (kept apart: generated code).
 #[allow(clippy::all, missing_docs)]
@@ -12,6 +17,13 @@ pub mod api {
     /// Encoded file descriptor set of the API, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/profd_descriptor.bin"));
+}
+
+/// Generated messages of pprof's `profile.proto` (`perftools.profiles`),
+/// for the pprof export (kept apart: generated code).
+#[allow(clippy::all, missing_docs)]
+pub mod pprof_proto {
+    include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
 }
 
 /// The event's name as perf spells it.

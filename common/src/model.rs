@@ -1,27 +1,34 @@
 //! The profile model: interned raw stacks with counts, and their reduction to
 //! per-function inclusive/exclusive counts and percentages. Pure data, no
 //! symbols (callers map addresses to function ids).
+use indexmap::IndexMap;
 use std::collections::HashMap;
 
-/// Raw stacks (addresses, innermost first) interned with their sample counts.
-/// Adding a stack already seen allocates nothing.
+/// Raw stacks (thread, addresses innermost first) interned with their sample
+/// counts. Each unique stack keeps the index it was first given. Adding a
+/// stack already seen allocates nothing.
 #[derive(Debug, Default, Clone)]
 pub struct StackTable {
-    counts: HashMap<Box<[u64]>, u64>,
+    /// Key: the thread id, then the addresses.
+    counts: IndexMap<Box<[u64]>, u64>,
     samples: u64,
+    key: Vec<u64>,
 }
 
 impl StackTable {
-    /// Count `n` samples of `frames` (innermost first); true when the stack
-    /// is new to the table.
-    pub fn add(&mut self, frames: &[u64], n: u64) -> bool {
+    /// Count `n` samples of `frames` (innermost first) on thread `tid`;
+    /// returns the stack's index and whether it is new to the table.
+    pub fn add(&mut self, tid: u32, frames: &[u64], n: u64) -> (usize, bool) {
         self.samples += n;
-        if let Some(count) = self.counts.get_mut(frames) {
+        self.key.clear();
+        self.key.push(u64::from(tid));
+        self.key.extend_from_slice(frames);
+        if let Some((index, _, count)) = self.counts.get_full_mut(&self.key[..]) {
             *count += n;
-            false
+            (index, false)
         } else {
-            self.counts.insert(frames.into(), n);
-            true
+            let (index, _) = self.counts.insert_full(self.key.as_slice().into(), n);
+            (index, true)
         }
     }
 
@@ -40,9 +47,16 @@ impl StackTable {
         self.samples
     }
 
-    /// Each unique stack with its count.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u64], u64)> {
-        self.counts.iter().map(|(k, v)| (&k[..], *v))
+    /// Each unique stack, by index: (thread id, frames, count).
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &[u64], u64)> {
+        self.counts.iter().map(|(k, v)| (k[0] as u32, &k[1..], *v))
+    }
+
+    /// The stack with this index: (thread id, frames).
+    pub fn get(&self, index: usize) -> Option<(u32, &[u64])> {
+        self.counts
+            .get_index(index)
+            .map(|(k, _)| (k[0] as u32, &k[1..]))
     }
 }
 
@@ -161,16 +175,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn interning_counts_repeats() {
+    fn interning_counts_repeats_per_thread() {
         let mut t = StackTable::default();
-        t.add(&[1, 2, 3], 1);
-        t.add(&[1, 2, 3], 2);
-        t.add(&[4], 1);
-        assert_eq!(t.len(), 2);
-        assert_eq!(t.samples(), 4);
-        let mut all: Vec<_> = t.iter().map(|(s, n)| (s.to_vec(), n)).collect();
-        all.sort();
-        assert_eq!(all, vec![(vec![1, 2, 3], 3), (vec![4], 1)]);
+        assert_eq!(t.add(7, &[1, 2, 3], 1), (0, true));
+        assert_eq!(t.add(7, &[1, 2, 3], 2), (0, false));
+        assert_eq!(
+            t.add(8, &[1, 2, 3], 1),
+            (1, true),
+            "another thread, another stack"
+        );
+        assert_eq!(t.add(7, &[4], 1), (2, true));
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.samples(), 5);
+        let all: Vec<_> = t.iter().map(|(tid, s, n)| (tid, s.to_vec(), n)).collect();
+        assert_eq!(
+            all,
+            vec![
+                (7, vec![1, 2, 3], 3),
+                (8, vec![1, 2, 3], 1),
+                (7, vec![4], 1)
+            ]
+        );
+        assert_eq!(t.get(2), Some((7, &[4][..])));
     }
 
     fn aggregate(stacks: &[(Vec<u32>, u64)], functions: usize) -> Vec<Counts> {

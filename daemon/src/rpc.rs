@@ -2,8 +2,9 @@
 //! the registry or a session actor, maps errors to statuses, and runs each
 //! Watch stream (snapshot, then per-interval deltas, then a final update).
 use crate::registry::{self, kernel_sysctl, max_sample_rate, Error, Registry};
-use crate::session::{Handle, View};
+use crate::session::{Handle, View, MAX_WINDOW_S};
 use profd_common::api::{self, profiler_server::Profiler};
+use profd_common::{export, views};
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -45,6 +46,18 @@ impl Service {
 }
 
 const MIN_INTERVAL_MS: u32 = 50;
+/// Most histogram buckets one request may ask for.
+const MAX_BUCKETS: u32 = 1 << 24;
+
+fn valid_pct(pct: f64) -> Result<f64, Status> {
+    if (0.0..=100.0).contains(&pct) {
+        Ok(pct)
+    } else {
+        Err(Status::invalid_argument(format!(
+            "min_pct {pct} is not a percentage: use 0 to 100"
+        )))
+    }
+}
 
 fn watch_interval(ms: u32) -> Result<Duration, Error> {
     match ms {
@@ -58,12 +71,18 @@ fn watch_interval(ms: u32) -> Result<Duration, Error> {
 
 /// The functions of `view` that changed since `sent`, updating `sent`; names
 /// only for ids the stream has not carried yet.
-fn delta(view: &View, sent: &mut HashMap<u64, (u64, u64)>) -> Vec<api::Function> {
+fn delta(view: &View, sent: &mut HashMap<u64, (u64, u64, u64, u64)>) -> Vec<api::Function> {
     let mut out = Vec::new();
     for f in &view.functions {
-        match sent.insert(f.id, (f.inclusive, f.exclusive)) {
+        let now = (
+            f.inclusive,
+            f.exclusive,
+            f.window_inclusive,
+            f.window_exclusive,
+        );
+        match sent.insert(f.id, now) {
             None => out.push(f.clone()),
-            Some(prev) if prev != (f.inclusive, f.exclusive) => out.push(api::Function {
+            Some(prev) if prev != now => out.push(api::Function {
                 name: String::new(),
                 module: String::new(),
                 ..f.clone()
@@ -77,13 +96,14 @@ fn delta(view: &View, sent: &mut HashMap<u64, (u64, u64)>) -> Vec<api::Function>
 async fn run_watch(
     handle: Handle,
     interval: Duration,
+    window_s: u32,
     tx: mpsc::Sender<Result<api::WatchResponse, Status>>,
 ) {
     let mut state = handle.state();
     let mut sent = HashMap::new();
     let mut seq = 0u64;
     loop {
-        let view = match handle.profile().await {
+        let view = match handle.profile(window_s).await {
             Ok(view) => view,
             Err(e) => {
                 let _ = tx.send(Err(Error::from(e).into())).await;
@@ -98,7 +118,7 @@ async fn run_watch(
             session: Some(view.session),
             functions,
             r#final: ended,
-            ..Default::default()
+            window_attributed: view.window_attributed,
         };
         if tx.send(Ok(msg)).await.is_err() || ended {
             return;
@@ -180,9 +200,15 @@ impl Profiler for Service {
     ) -> Result<Response<WatchStream>, Status> {
         let req = req.into_inner();
         let interval = watch_interval(req.interval_ms)?;
+        if req.window_s > MAX_WINDOW_S {
+            return Err(Status::invalid_argument(format!(
+                "window_s {} is too long: use at most {MAX_WINDOW_S} seconds (or 0 for none)",
+                req.window_s
+            )));
+        }
         let handle = self.registry.get(req.session_id).await?;
         let (tx, rx) = mpsc::channel(4);
-        tokio::spawn(run_watch(handle, interval, tx));
+        tokio::spawn(run_watch(handle, interval, req.window_s, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -191,7 +217,40 @@ impl Profiler for Service {
         req: Request<api::GetProfileRequest>,
     ) -> Result<Response<api::GetProfileResponse>, Status> {
         let handle = self.registry.get(req.get_ref().session_id).await?;
-        let view = handle.profile().await.map_err(registry::Error::from)?;
+        let format = api::ExportFormat::try_from(req.get_ref().format).map_err(|_| {
+            Status::invalid_argument(format!(
+                "unknown export format {}: use 1 (pprof), 2 (folded), 3 (svg), 4 (speedscope) or 5 (json)",
+                req.get_ref().format
+            ))
+        })?;
+        if format != api::ExportFormat::Unspecified {
+            let resolved = handle.resolve().await.map_err(registry::Error::from)?;
+            let functions = views::functions(&resolved.profile);
+            let p = &resolved.profile;
+            let data = match format {
+                api::ExportFormat::Pprof => export::pprof(p),
+                api::ExportFormat::Folded => export::folded(p).into_bytes(),
+                api::ExportFormat::Svg => {
+                    let title = format!(
+                        "profd session {} — pid {} ({})",
+                        resolved.session.id, p.pid, p.comm
+                    );
+                    export::svg(p, &title)
+                        .map_err(|e| Status::internal(format!("flame graph: {e}")))?
+                }
+                api::ExportFormat::Speedscope => export::speedscope(p).into_bytes(),
+                api::ExportFormat::Json | api::ExportFormat::Unspecified => {
+                    serde_json::to_vec_pretty(&export::json(&resolved.session, &functions))
+                        .map_err(|e| Status::internal(e.to_string()))?
+                }
+            };
+            return Ok(Response::new(api::GetProfileResponse {
+                session: Some(resolved.session),
+                functions,
+                data,
+            }));
+        }
+        let view = handle.profile(0).await.map_err(registry::Error::from)?;
         Ok(Response::new(api::GetProfileResponse {
             session: Some(view.session),
             functions: view.functions,
@@ -212,16 +271,67 @@ impl Profiler for Service {
 
     async fn get_view(
         &self,
-        _: Request<api::GetViewRequest>,
+        req: Request<api::GetViewRequest>,
     ) -> Result<Response<api::GetViewResponse>, Status> {
-        Err(Status::unimplemented("GetView is not served yet"))
+        use api::get_view_request::View as V;
+        let req = req.into_inner();
+        let Some(view) = req.view else {
+            return Err(Status::invalid_argument(
+                "no view selected: set one of tree, callers, hot_path, threads or lines",
+            ));
+        };
+        let handle = self.registry.get(req.session_id).await?;
+        let resolved = handle.resolve().await.map_err(registry::Error::from)?;
+        let p = &resolved.profile;
+        let find = |r: &api::FunctionRef| {
+            views::find_function(p, r).ok_or_else(|| {
+                Status::not_found(format!(
+                    "no function {} in session {}: give an id or the exact name from its profile",
+                    if r.name.is_empty() {
+                        format!("with id {}", r.id)
+                    } else {
+                        format!("named {:?}", r.name)
+                    },
+                    req.session_id
+                ))
+            })
+        };
+        let mut out = api::GetViewResponse {
+            functions: views::functions(p),
+            ..Default::default()
+        };
+        match view {
+            V::Tree(t) => {
+                out.nodes = views::call_tree(p, t.bottom_up, valid_pct(t.min_pct)?, t.max_depth)
+            }
+            V::HotPath(t) => out.nodes = views::hot_path(p, t.bottom_up),
+            V::Callers(r) => out.caller_callee = Some(views::callers_callees(p, find(&r)?)),
+            V::Threads(_) => out.threads = views::threads(p),
+            V::Lines(r) => out.lines = views::lines(p, find(&r)?),
+        }
+        out.session = Some(resolved.session);
+        Ok(Response::new(out))
     }
 
     async fn get_histogram(
         &self,
-        _: Request<api::GetHistogramRequest>,
+        req: Request<api::GetHistogramRequest>,
     ) -> Result<Response<api::GetHistogramResponse>, Status> {
-        Err(Status::unimplemented("GetHistogram is not served yet"))
+        let req = req.into_inner();
+        if req.scale == 0 || req.buckets == 0 || req.buckets > MAX_BUCKETS {
+            return Err(Status::invalid_argument(format!(
+                "scale must be above 0 (65536 = one bucket per byte) and buckets 1..={MAX_BUCKETS}; got scale {} and {} buckets",
+                req.scale, req.buckets
+            )));
+        }
+        if req.module.is_empty() {
+            return Err(Status::invalid_argument(
+                "module is empty: give the file name of a binary the target maps",
+            ));
+        }
+        let handle = self.registry.get(req.session_id).await?;
+        let histogram = handle.histogram(req).await.map_err(registry::Error::from)?;
+        histogram.map(Response::new).map_err(Status::not_found)
     }
 
     async fn list_sessions(
@@ -257,6 +367,7 @@ mod tests {
     fn deltas_carry_changes_and_names_once() {
         let mut sent = HashMap::new();
         let mut view = View {
+            window_attributed: 0,
             session: api::Session::default(),
             functions: vec![f(1, 5, 1), f(2, 3, 3)],
         };

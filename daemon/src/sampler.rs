@@ -32,6 +32,10 @@ pub struct Batch {
     pub mappings: Vec<Mapping>,
     /// The target's new command name after an exec.
     pub exec_comm: Option<String>,
+    /// Thread ids of the stacks, in order.
+    pub tids: Vec<u32>,
+    /// Names the target's threads took (COMM records): (tid, name).
+    pub comms: Vec<(u32, String)>,
     /// With stack copies, per stack: the user registers (ip, sp, bp), zero
     /// when the sample had no user context...
     pub user_regs: Vec<[u64; 3]>,
@@ -44,6 +48,7 @@ pub struct Batch {
 /// One sample of a batch: its kernel (or frame-pointer) frames and, with
 /// stack copies, the user registers and stack to unwind.
 pub struct SampleView<'a> {
+    pub tid: u32,
     pub frames: &'a [u64],
     pub user: Option<([u64; 3], &'a [u8])>,
 }
@@ -61,12 +66,22 @@ impl Batch {
                 ustart = uend;
                 (regs, stack)
             });
-            SampleView { frames, user }
+            SampleView {
+                tid: self.tids.get(i).copied().unwrap_or(0),
+                frames,
+                user,
+            }
         })
     }
 
     /// Add one sample (see the fields).
-    pub fn push(&mut self, frames: impl Iterator<Item = u64>, user: Option<([u64; 3], &[u8])>) {
+    pub fn push(
+        &mut self,
+        tid: u32,
+        frames: impl Iterator<Item = u64>,
+        user: Option<([u64; 3], &[u8])>,
+    ) {
+        self.tids.push(tid);
         self.frames.extend(frames);
         self.ends.push(self.frames.len() as u32);
         if let Some((regs, stack)) = user {
@@ -77,7 +92,7 @@ impl Batch {
     }
 
     fn is_empty(&self) -> bool {
-        self.seen == 0 && self.lost == 0 && self.mappings.is_empty() && self.exec_comm.is_none()
+        self.seen == 0 && self.lost == 0 && self.mappings.is_empty() && self.comms.is_empty()
     }
 }
 
@@ -426,6 +441,7 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
                         if stack_copy { None } else { s.ip },
                     );
                     b.ends.push(b.frames.len() as u32);
+                    b.tids.push(s.tid);
                     b.truncated += u64::from(!stack_copy && n >= max_stack);
                     if let Some((regs, stack)) = user {
                         b.user_regs.push(regs);
@@ -443,10 +459,14 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
                 }
             }
         }
-        Ok(Record::Comm(c)) if c.exec && c.pid == c.tid => {
+        Ok(Record::Comm(c)) => {
             if let Some(targets) = routes.by_pid.get(&c.pid) {
+                let name = String::from_utf8_lossy(c.comm).into_owned();
                 for &i in targets {
-                    batches[i].exec_comm = Some(String::from_utf8_lossy(c.comm).into_owned());
+                    if c.exec && c.pid == c.tid {
+                        batches[i].exec_comm = Some(name.clone());
+                    }
+                    batches[i].comms.push((c.tid, name.clone()));
                 }
             }
         }
@@ -526,9 +546,9 @@ mod tests {
     #[test]
     fn batch_samples_keep_frames_and_stack_copies_apart() {
         let mut b = Batch::default();
-        b.push([1, 2].into_iter(), Some(([10, 20, 30], &[7u8; 16][..])));
-        b.push([3, 4, 5].into_iter(), Some(([0; 3], &[][..])));
-        b.push([6].into_iter(), Some(([11, 21, 31], &[9u8; 8][..])));
+        b.push(5, [1, 2].into_iter(), Some(([10, 20, 30], &[7u8; 16][..])));
+        b.push(6, [3, 4, 5].into_iter(), Some(([0; 3], &[][..])));
+        b.push(5, [6].into_iter(), Some(([11, 21, 31], &[9u8; 8][..])));
         let samples: Vec<_> = b
             .samples()
             .map(|s| (s.frames.to_vec(), s.user.map(|(r, st)| (r, st.to_vec()))))
@@ -540,7 +560,7 @@ mod tests {
         assert_eq!(samples[1], (vec![3, 4, 5], Some(([0; 3], vec![]))));
         assert_eq!(samples[2], (vec![6], Some(([11, 21, 31], vec![9u8; 8]))));
         let mut fp = Batch::default();
-        fp.push([1].into_iter(), None);
+        fp.push(1, [1].into_iter(), None);
         assert!(fp.samples().all(|s| s.user.is_none()));
     }
 

@@ -123,6 +123,16 @@ fn elf_data(path: &Path) -> Option<Arc<ElfUnwindData>> {
     data
 }
 
+/// The ELF virtual address of file offset `offset` of the binary at `path`.
+pub fn file_offset_to_vaddr(path: &Path, offset: u64) -> Option<u64> {
+    let data = elf_data(path)?;
+    let load = data
+        .loads
+        .iter()
+        .find(|l| l.offset <= offset && offset < l.offset + l.size)?;
+    Some(load.vaddr + (offset - load.offset))
+}
+
 /// How one stack walk ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Walk {

@@ -357,3 +357,167 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
     target.kill();
     h.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_exports_and_windows_over_known_stacks() {
+    let (mut h, source) = start("fake-views").await;
+    let target = sleeper();
+    let pid = target.id();
+    let s = attach(&mut h, pid).await;
+    // main (f3) -> a (f1) x3, main -> b (f2) -> a x1: callers of f1 = {f3: 3, f2: 1}.
+    source.feed(&[
+        (pid, &[0x100, 0x300]),
+        (pid, &[0x100, 0x300]),
+        (pid, &[0x100, 0x300]),
+        (pid, &[0x100, 0x200, 0x300]),
+    ]);
+    let view = |v: api::get_view_request::View| api::GetViewRequest {
+        session_id: s.id,
+        view: Some(v),
+    };
+    let id_of = |fs: &[api::Function], name: &str| find(fs, name).id;
+
+    let tree = h
+        .client
+        .get_view(view(api::get_view_request::View::Tree(
+            api::TreeRequest::default(),
+        )))
+        .await
+        .unwrap()
+        .into_inner();
+    let fs = tree.functions.clone();
+    let nodes: Vec<_> = tree
+        .nodes
+        .iter()
+        .map(|n| (n.parent, n.depth, n.function_id, n.inclusive, n.exclusive))
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![
+            (-1, 0, id_of(&fs, "f3"), 4, 0),
+            (0, 1, id_of(&fs, "f1"), 3, 3),
+            (0, 1, id_of(&fs, "f2"), 1, 0),
+            (2, 2, id_of(&fs, "f1"), 1, 1),
+        ],
+        "top-down tree, children by inclusive"
+    );
+
+    let cc = h
+        .client
+        .get_view(view(api::get_view_request::View::Callers(
+            api::FunctionRef {
+                name: "f1".into(),
+                id: 0,
+            },
+        )))
+        .await
+        .unwrap()
+        .into_inner()
+        .caller_callee
+        .unwrap();
+    let callers: Vec<_> = cc
+        .callers
+        .iter()
+        .map(|e| (e.function_id, e.inclusive))
+        .collect();
+    assert_eq!(callers, vec![(id_of(&fs, "f3"), 3), (id_of(&fs, "f2"), 1)]);
+    assert!(cc.callees.is_empty());
+    let err = h
+        .client
+        .get_view(view(api::get_view_request::View::Callers(
+            api::FunctionRef {
+                name: "nope".into(),
+                id: 0,
+            },
+        )))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let err = h
+        .client
+        .get_view(api::GetViewRequest {
+            session_id: s.id,
+            view: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    let folded = h
+        .client
+        .get_profile(api::GetProfileRequest {
+            session_id: s.id,
+            format: api::ExportFormat::Folded as i32,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .data;
+    assert_eq!(String::from_utf8(folded).unwrap(), "f3;f1 3\nf3;f2;f1 1\n");
+    let json = h
+        .client
+        .get_profile(api::GetProfileRequest {
+            session_id: s.id,
+            format: api::ExportFormat::Json as i32,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .data;
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(json["totals"]["attributed"], 4);
+    assert_eq!(
+        json["functions"][0]["name"], "f1",
+        "inclusive 4, exclusive 4"
+    );
+    let err = h
+        .client
+        .get_profile(api::GetProfileRequest {
+            session_id: s.id,
+            format: 99,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    // A window holds only recent samples: all four are recent.
+    let mut stream = h
+        .client
+        .watch(api::WatchRequest {
+            session_id: s.id,
+            interval_ms: 100,
+            window_s: 5,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let snap = stream.message().await.unwrap().unwrap();
+    assert_eq!(snap.window_attributed, 4);
+    let f1 = find(&snap.functions, "f1");
+    assert_eq!((f1.window_inclusive, f1.window_exclusive), (4, 4));
+    let err = h
+        .client
+        .watch(api::WatchRequest {
+            session_id: s.id,
+            interval_ms: 0,
+            window_s: 601,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    let err = h
+        .client
+        .get_histogram(api::GetHistogramRequest {
+            session_id: s.id,
+            module: "sleep".into(),
+            offset: 0,
+            scale: 0,
+            buckets: 4,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    drop(target);
+    h.finish().await;
+}

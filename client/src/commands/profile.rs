@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use profd_common::api::profiler_client::ProfilerClient;
 use profd_common::api::{
-    AttachRequest, GetProfileRequest, Session, SessionState, StopRequest, WatchRequest,
+    AttachRequest, GetProfileRequest, GetViewRequest, Session, SessionState, StopRequest,
+    WatchRequest,
 };
 use tokio::process::Child;
 use tokio::time::Instant;
@@ -14,10 +15,11 @@ use tonic::transport::Channel;
 
 use super::required_session;
 use crate::cli::{AttachArgs, Format, ProfileOptions};
-use crate::error::Error;
+use crate::error::{status_line, Error};
 use crate::output::Output;
 use crate::profile::Profile;
 use crate::render::{self, TableOptions};
+use crate::tui::{Action, Tui};
 use crate::watch::WatchState;
 
 /// How long after our child exits we wait for the daemon's final update
@@ -36,6 +38,12 @@ pub async fn attach(
     view.finish(&profile)
 }
 
+/// Whether the live view is the full-screen one: stdout is a terminal, the
+/// output is a table and `--no-tui` was not given.
+pub(super) fn wants_tui(options: &ProfileOptions, out: &Output) -> bool {
+    out.is_terminal() && !options.no_tui && options.format == Format::Table
+}
+
 /// Sends Attach and returns the new session.
 pub(super) async fn start(
     client: &mut ProfilerClient<Channel>,
@@ -51,17 +59,33 @@ pub(super) struct ChildProcess {
     pub status: Option<ExitStatus>,
 }
 
-/// What the user sees of a session: the live view while it runs, the final
-/// table or JSON document at the end.
+/// What the user sees of a session: the live view while it runs (the
+/// full-screen TUI, or a refreshed table), the final table or JSON document
+/// at the end.
 pub(super) struct View {
     options: ProfileOptions,
     out: Output,
     table: TableOptions,
     live_shown: bool,
+    tui: Option<Tui>,
 }
 
 impl View {
+    /// The view for `options`; on a terminal, opens the full-screen view
+    /// (falling back to the refreshed table if the terminal refuses).
     pub(super) fn new(options: &ProfileOptions, out: Output) -> Self {
+        let tui = if wants_tui(options, &out) {
+            let empty = WatchState::with_window(options.window_s()).profile();
+            match Tui::start(empty) {
+                Ok(tui) => Some(tui),
+                Err(e) => {
+                    eprintln!("profctl: cannot open the full-screen view ({e}); printing tables");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         View {
             options: options.clone(),
             out,
@@ -70,6 +94,7 @@ impl View {
                 name_width: out.name_width(),
             },
             live_shown: false,
+            tui,
         }
     }
 
@@ -78,13 +103,57 @@ impl View {
         if self.options.format != Format::Table {
             return Ok(());
         }
+        if let Some(tui) = &mut self.tui {
+            tui.state.set_profile(state.profile());
+            return tui.draw().map_err(Error::Output);
+        }
         self.live_shown = true;
         self.out
             .refresh(&render::profile_table(&state.profile(), self.table))
     }
 
-    /// The final table, or the one JSON document.
-    pub(super) fn finish(&self, profile: &Profile) -> Result<(), Error> {
+    /// The next thing the user asked for in the full-screen view; never
+    /// completes without one.
+    async fn next_action(&mut self) -> Action {
+        match &mut self.tui {
+            Some(tui) => tui.next_action().await,
+            None => pending().await,
+        }
+    }
+
+    /// The view request to refresh the full-screen view's tree or callers
+    /// view with, if it shows one.
+    fn view_request(&self) -> Option<profd_common::api::get_view_request::View> {
+        self.tui.as_ref().and_then(|t| t.state.refresh_request())
+    }
+
+    /// Shows a GetView reply (or its error) in the full-screen view.
+    fn show_view(
+        &mut self,
+        reply: Result<profd_common::api::GetViewResponse, String>,
+    ) -> Result<(), Error> {
+        match &mut self.tui {
+            Some(tui) => {
+                tui.state.set_view(reply);
+                tui.draw().map_err(Error::Output)
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn redraw(&mut self) -> Result<(), Error> {
+        match &mut self.tui {
+            Some(tui) => tui.draw().map_err(Error::Output),
+            None => Ok(()),
+        }
+    }
+
+    /// The final table, or the one JSON document (after leaving the
+    /// full-screen view).
+    pub(super) fn finish(mut self, profile: &Profile) -> Result<(), Error> {
+        if let Some(mut tui) = self.tui.take() {
+            tui.restore();
+        }
         match self.options.format {
             Format::Table => self
                 .out
@@ -133,11 +202,11 @@ async fn follow_inner(
         .watch(WatchRequest {
             session_id: id,
             interval_ms: view.options.interval_ms(),
-            ..Default::default()
+            window_s: view.options.window_s(),
         })
         .await?
         .into_inner();
-    let mut state = WatchState::new();
+    let mut state = WatchState::with_window(view.options.window_s());
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
     let mut interrupted = false;
     let mut stop_at: Option<Instant> = None;
@@ -151,8 +220,28 @@ async fn follow_inner(
                         break;
                     }
                     view.refresh(&state)?;
+                    if let Some(request) = view.view_request() {
+                        let reply = fetch_view(client, id, request).await;
+                        view.show_view(reply)?;
+                    }
                 }
                 None => break,
+            },
+            action = view.next_action() => match action {
+                Action::Quit => {
+                    if interrupted {
+                        return Err(Error::Interrupted);
+                    }
+                    interrupted = true;
+                    view.redraw()?;
+                    stop_session(client, id).await?;
+                }
+                Action::Fetch(request) => {
+                    view.redraw()?;
+                    let reply = fetch_view(client, id, request).await;
+                    view.show_view(reply)?;
+                }
+                Action::Redraw | Action::None => view.redraw()?,
             },
             signal = &mut ctrl_c => {
                 signal.map_err(|e| Error::io("cannot listen for Ctrl-C", e))?;
@@ -194,6 +283,22 @@ async fn follow_inner(
         ));
     }
     Ok(Profile::new(session, reply.functions))
+}
+
+/// One GetView for the full-screen view: the reply, or the error as a line.
+async fn fetch_view(
+    client: &mut ProfilerClient<Channel>,
+    id: u64,
+    request: profd_common::api::get_view_request::View,
+) -> Result<profd_common::api::GetViewResponse, String> {
+    client
+        .get_view(GetViewRequest {
+            session_id: id,
+            view: Some(request),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|status| status_line(&status))
 }
 
 /// Sends Stop; a session that already ended is fine.

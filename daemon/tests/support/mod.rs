@@ -121,9 +121,18 @@ pub fn spawn(mut cmd: std::process::Command) -> Reaped {
     Reaped(cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}")))
 }
 
-/// A process that sleeps for a minute.
+/// A process that sleeps for a minute (returned once it has exec'd: its
+/// name is `sleep`).
 pub fn sleeper() -> Reaped {
     let mut cmd = std::process::Command::new("sleep");
     cmd.arg("60");
-    spawn(cmd)
+    let child = spawn(cmd);
+    let comm = format!("/proc/{}/comm", child.id());
+    for _ in 0..200 {
+        if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim_end() == "sleep") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child
 }

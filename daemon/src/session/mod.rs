@@ -1,14 +1,18 @@
 //! A profiling session as an actor: it owns the target's stack table, maps and
 //! totals, applies batches from the sampler, ends on stop / duration / target
 //! exit, and answers profile requests (symbolizing only new addresses).
+mod profile;
+
+pub use profile::{Resolved, MAX_WINDOW_S};
+
 use crate::maps::ProcessMaps;
 use crate::perf::{EventKind, EventSpec, PidFd};
 use crate::sampler::{Batch, SampleSource};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
 use crate::unwind::{Unwinder, Walk};
 use profd_common::api;
-use profd_common::model::{percent, Aggregator, StackTable};
-use std::collections::{HashMap, HashSet};
+use profd_common::model::StackTable;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::unix::AsyncFd;
@@ -29,10 +33,17 @@ pub struct View {
     pub session: api::Session,
     /// Sorted by inclusive, then exclusive, descending.
     pub functions: Vec<api::Function>,
+    /// Attributed samples in the window asked for (0 without one).
+    pub window_attributed: u64,
 }
 
 enum Command {
-    Profile(oneshot::Sender<View>),
+    Profile(u32, oneshot::Sender<View>),
+    Resolve(oneshot::Sender<Resolved>),
+    Histogram(
+        api::GetHistogramRequest,
+        oneshot::Sender<Result<api::GetHistogramResponse, String>>,
+    ),
     Summary(oneshot::Sender<api::Session>),
     Stop(oneshot::Sender<api::Session>),
 }
@@ -57,9 +68,23 @@ impl Handle {
         rx.await.map_err(|_| Gone(self.id))
     }
 
-    /// The full profile, symbolized.
-    pub async fn profile(&self) -> Result<View, Gone> {
-        self.ask(Command::Profile).await
+    /// The full profile, symbolized; with `window_s` > 0 also the counts
+    /// of the last `window_s` seconds.
+    pub async fn profile(&self, window_s: u32) -> Result<View, Gone> {
+        self.ask(|reply| Command::Profile(window_s, reply)).await
+    }
+
+    /// Every stack with its frames named: for views and exports.
+    pub async fn resolve(&self) -> Result<Resolved, Gone> {
+        self.ask(Command::Resolve).await
+    }
+
+    /// A profil(3)-style histogram of the innermost user PCs in one module.
+    pub async fn histogram(
+        &self,
+        req: api::GetHistogramRequest,
+    ) -> Result<Result<api::GetHistogramResponse, String>, Gone> {
+        self.ask(|reply| Command::Histogram(req, reply)).await
     }
 
     /// State and totals, without symbolizing.
@@ -100,6 +125,12 @@ struct Actor {
     addr_fn: HashMap<u64, AddrFrames>,
     fn_ids: HashMap<FrameName, u32>,
     names: Vec<FrameName>,
+    /// Source file of each function (by id), where known.
+    files: Vec<String>,
+    /// Thread names by tid.
+    threads: HashMap<u32, String>,
+    /// Stack indices sampled, in one bucket per second, for windowed figures.
+    recent: VecDeque<(Instant, Vec<u32>)>,
 }
 
 /// Start a session: route the target's samples from the sampler to a new
@@ -148,6 +179,9 @@ pub async fn start(
         addr_fn: HashMap::new(),
         fn_ids: HashMap::new(),
         names: Vec::new(),
+        files: Vec::new(),
+        threads: HashMap::new(),
+        recent: VecDeque::new(),
     };
     tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));
     Ok(Handle {
@@ -185,9 +219,16 @@ impl Actor {
                 Some(batch) = batches.recv(), if running => self.apply(batch),
                 cmd = commands.recv() => match cmd {
                     None => break,
-                    Some(Command::Profile(reply)) => {
-                        let view = self.view().await;
+                    Some(Command::Profile(window_s, reply)) => {
+                        let view = self.view(window_s).await;
                         let _ = reply.send(view);
+                    }
+                    Some(Command::Resolve(reply)) => {
+                        let resolved = self.resolve().await;
+                        let _ = reply.send(resolved);
+                    }
+                    Some(Command::Histogram(req, reply)) => {
+                        let _ = reply.send(self.histogram(&req));
                     }
                     Some(Command::Summary(reply)) => {
                         let _ = reply.send(self.summary());
@@ -237,6 +278,9 @@ impl Actor {
         if let Some(comm) = batch.exec_comm.take() {
             self.params.comm = comm;
         }
+        for (tid, name) in batch.comms.drain(..) {
+            self.threads.insert(tid, name);
+        }
         for m in &batch.mappings {
             self.maps.insert(m.clone());
         }
@@ -266,7 +310,9 @@ impl Actor {
                     &scratch[..]
                 }
             };
-            if self.stacks.add(stack, 1) {
+            let (index, new) = self.stacks.add(sample.tid, stack, 1);
+            self.note_sample(sample.tid, index as u32);
+            if new {
                 self.pending
                     .extend(stack.iter().filter(|a| !self.addr_fn.contains_key(a)));
             }
@@ -308,102 +354,6 @@ impl Actor {
             stack_bytes: self.spec.stack_bytes,
         }
     }
-
-    /// Name the addresses of stacks seen since the last view.
-    async fn symbolize_pending(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let addrs: Vec<u64> = self.pending.drain().collect();
-        let maps = self.maps.clone();
-        let symbolizer = self.symbolizer.clone();
-        let lookup = addrs.clone();
-        let resolved =
-            match tokio::task::spawn_blocking(move || symbolizer.symbolize(&maps, &lookup)).await {
-                Ok(frames) if frames.len() == addrs.len() => frames,
-                Ok(_) => {
-                    tracing::error!("the symbolizer answered for the wrong number of addresses");
-                    lookup_fallback(&addrs)
-                }
-                Err(err) => {
-                    tracing::error!(%err, "symbolization panicked");
-                    lookup_fallback(&addrs)
-                }
-            };
-        for (addr, frames) in addrs.into_iter().zip(resolved) {
-            let frames = if frames.is_empty() {
-                lookup_fallback(&[addr]).remove(0)
-            } else {
-                frames
-            };
-            let unnamed = frames.iter().any(|f| !f.named);
-            let frames = frames
-                .into_iter()
-                .map(|f| {
-                    let next = self.names.len() as u32;
-                    let func = *self.fn_ids.entry(f.func.clone()).or_insert_with(|| {
-                        self.names.push(f.func);
-                        next
-                    });
-                    FrameLoc {
-                        func,
-                        file: f.file,
-                        line: f.line,
-                    }
-                })
-                .collect();
-            self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
-        }
-    }
-
-    async fn view(&mut self) -> View {
-        self.symbolize_pending().await;
-        let mut agg = Aggregator::new(self.names.len());
-        let mut ids = Vec::with_capacity(128);
-        let mut unsymbolized = 0;
-        for (stack, n) in self.stacks.iter() {
-            ids.clear();
-            let mut unnamed = false;
-            for a in stack {
-                let at = &self.addr_fn[a];
-                unnamed |= at.unnamed;
-                ids.extend(at.frames.iter().map(|f| f.func));
-            }
-            if unnamed {
-                unsymbolized += n;
-            }
-            agg.add(&ids, n);
-        }
-        self.totals.unsymbolized = unsymbolized;
-        let total = self.totals.attributed;
-        let mut functions: Vec<api::Function> = agg
-            .into_counts()
-            .into_iter()
-            .enumerate()
-            .filter(|(_, c)| c.inclusive > 0)
-            .map(|(id, c)| api::Function {
-                id: id as u64,
-                name: self.names[id].name.clone(),
-                module: self.names[id].module.clone(),
-                inclusive: c.inclusive,
-                exclusive: c.exclusive,
-                inclusive_pct: percent(c.inclusive, total),
-                exclusive_pct: percent(c.exclusive, total),
-                window_inclusive: 0,
-                window_exclusive: 0,
-                inlined: self.names[id].inlined,
-            })
-            .collect();
-        functions.sort_by(|a, b| {
-            (b.inclusive, b.exclusive)
-                .cmp(&(a.inclusive, a.exclusive))
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        View {
-            session: self.summary(),
-            functions,
-        }
-    }
 }
 
 /// An address's frames, innermost first (inlined callees, then the function).
@@ -414,10 +364,8 @@ struct AddrFrames {
 }
 
 /// One frame of an address: function id, and source position for per-line views.
-#[allow(dead_code)] // file and line are kept for per-line views (not served yet)
 struct FrameLoc {
     func: u32,
-    file: Option<Arc<str>>,
     line: u32,
 }
 

@@ -1,0 +1,147 @@
+//! `profctl report`: one view of a live session (GetProfile / GetView) or of
+//! a saved pprof file (computed locally), printed as text.
+use profd_common::api::get_view_request::View;
+use profd_common::api::profiler_client::ProfilerClient;
+use profd_common::api::{GetProfileRequest, GetViewRequest, GetViewResponse, ThreadsRequest};
+use tonic::transport::Channel;
+
+use super::required_session;
+use crate::cli::{ReportArgs, ReportView};
+use crate::error::Error;
+use crate::local;
+use crate::output::Output;
+use crate::profile::Profile;
+use crate::render::{self, TableOptions};
+use crate::render_views;
+
+/// The GetView request for a report view (`None` for the flat table, which
+/// comes from GetProfile).
+pub fn view_request(view: &ReportView) -> Option<View> {
+    match view {
+        ReportView::Flat { .. } => None,
+        ReportView::Tree(t) => Some(View::Tree(*t)),
+        ReportView::HotPath(t) => Some(View::HotPath(*t)),
+        ReportView::CallerCallee { function, .. } => Some(View::Callers(function.clone())),
+        ReportView::Lines(f) => Some(View::Lines(f.clone())),
+        ReportView::Threads => Some(View::Threads(ThreadsRequest {})),
+    }
+}
+
+/// A view's text (without the header lines naming the session or file).
+pub fn view_text(view: &ReportView, reply: &GetViewResponse) -> String {
+    match view {
+        ReportView::Flat { .. } => String::new(),
+        ReportView::Tree(t) => render_views::tree_text(
+            reply,
+            if t.bottom_up {
+                "call tree, bottom-up (callers below their callees)"
+            } else {
+                "call tree, top-down"
+            },
+        ),
+        ReportView::HotPath(t) => render_views::tree_text(
+            reply,
+            if t.bottom_up {
+                "hot path, bottom-up"
+            } else {
+                "hot path, top-down"
+            },
+        ),
+        ReportView::CallerCallee {
+            callers, callees, ..
+        } => render_views::caller_callee_text(reply, *callers, *callees),
+        ReportView::Lines(f) => {
+            let name = match reply
+                .caller_callee
+                .as_ref()
+                .and_then(|c| c.function.as_ref())
+            {
+                Some(func) => func.name.clone(),
+                None if f.name.is_empty() => format!("#{}", f.id),
+                None => f.name.clone(),
+            };
+            render_views::lines_text(reply, &name)
+        }
+        ReportView::Threads => render_views::threads_text(reply),
+    }
+}
+
+fn table_options(limit: Option<usize>, out: &Output) -> TableOptions {
+    TableOptions {
+        limit,
+        name_width: out.name_width(),
+    }
+}
+
+/// Reports on session `id` of the daemon.
+pub async fn report_session(
+    client: &mut ProfilerClient<Channel>,
+    id: u64,
+    args: &ReportArgs,
+    out: &Output,
+) -> Result<(), Error> {
+    let view = args.view().map_err(Error::Usage)?;
+    let text = match view_request(&view) {
+        None => {
+            let ReportView::Flat { limit } = view else {
+                unreachable!("only the flat table has no view request")
+            };
+            let reply = client
+                .get_profile(GetProfileRequest {
+                    session_id: id,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            let session = required_session(reply.session, "GetProfile")?;
+            let profile = Profile::new(session, reply.functions);
+            render::profile_table(&profile, table_options(limit, out))
+        }
+        Some(request) => {
+            let reply = client
+                .get_view(GetViewRequest {
+                    session_id: id,
+                    view: Some(request),
+                })
+                .await?
+                .into_inner();
+            let session = required_session(reply.session.clone(), "GetView")?;
+            let mut text = render::table_header(&session);
+            text.push_str(&view_text(&view, &reply));
+            text
+        }
+    };
+    out.print(&text)
+}
+
+/// Reports on a saved pprof file, without a daemon.
+pub fn report_file(path: &std::path::Path, args: &ReportArgs, out: &Output) -> Result<(), Error> {
+    out.print(&report_file_text(path, args, out.name_width())?)
+}
+
+/// The text of [`report_file`], names shortened to `name_width`.
+pub fn report_file_text(
+    path: &std::path::Path,
+    args: &ReportArgs,
+    name_width: usize,
+) -> Result<String, Error> {
+    let view = args.view().map_err(Error::Usage)?;
+    let profile = local::load(path)?;
+    let session = local::session(&profile);
+    let mut text = render_views::file_header(&path.display().to_string(), &session);
+    match view_request(&view) {
+        None => {
+            let ReportView::Flat { limit } = view else {
+                unreachable!("only the flat table has no view request")
+            };
+            let flat = Profile::new(session, local::functions(&profile));
+            let options = TableOptions { limit, name_width };
+            text.push_str(&render::profile_rows(&flat, options));
+        }
+        Some(request) => {
+            let reply = local::view(&profile, &request)?;
+            text.push_str(&view_text(&view, &reply));
+        }
+    }
+    Ok(text)
+}

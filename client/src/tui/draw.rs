@@ -1,0 +1,210 @@
+//! Drawing the live view: a pure function of [`TuiState`] onto a ratatui
+//! frame (header, totals, table or view, key help). No I/O.
+use profd_common::event_name;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Cell, Paragraph, Row, Table};
+use ratatui::Frame;
+
+use super::state::{Mode, SortKey, TuiState};
+use crate::profile::percent;
+use crate::render::{state_name, unwind_name, INLINED_MARK};
+use crate::render_views;
+
+/// Draws the whole screen.
+pub fn draw(frame: &mut Frame, state: &TuiState) {
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Min(1),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    frame.render_widget(Paragraph::new(header_lines(state)), header);
+    match state.mode {
+        Mode::Table => draw_table(frame, body, state),
+        _ => draw_view(frame, body, state),
+    }
+    frame.render_widget(Paragraph::new(footer_line(state)), footer);
+}
+
+fn header_lines(state: &TuiState) -> Vec<Line<'static>> {
+    let s = &state.profile.session;
+    let t = state.profile.totals();
+    let target = if s.comm.is_empty() {
+        format!("pid {}", s.pid)
+    } else {
+        format!("pid {} ({})", s.pid, s.comm)
+    };
+    let status = if state.stopping {
+        "stopping…".to_string()
+    } else {
+        state_name(s.state()).to_string()
+    };
+    let title = format!(
+        "profd session {} — {target} — {} @ {} Hz — unwind {} — {:.1} s — {status}",
+        s.id,
+        event_name(s.event()),
+        s.frequency_hz,
+        unwind_name(s.unwind()),
+        s.duration_s,
+    );
+    let totals = format!(
+        "samples: {} attributed, {} discarded, {} lost; stacks: {} truncated, {} unsymbolized",
+        t.attributed, t.discarded, t.lost, t.truncated, t.unsymbolized
+    );
+    let third = match state.profile.window {
+        Some(w) => format!(
+            "window: last {} s, {} attributed; {} functions",
+            w.seconds,
+            w.attributed,
+            state.profile.functions.len()
+        ),
+        None => format!("{} functions", state.profile.functions.len()),
+    };
+    vec![
+        Line::styled(title, Style::new().add_modifier(Modifier::BOLD)),
+        Line::raw(totals),
+        Line::raw(third),
+    ]
+}
+
+/// A column title with ▼ (or ▲ when reversed) on the sort column.
+fn title(state: &TuiState, text: &str, key: SortKey) -> String {
+    if state.sort != key {
+        text.to_string()
+    } else if state.reverse {
+        format!("{text}▲")
+    } else {
+        format!("{text}▼")
+    }
+}
+
+fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
+    let rows = state.rows();
+    let attributed = state.profile.totals().attributed;
+    let window = state.profile.window;
+    let mut titles = vec![
+        title(state, "INCL%", SortKey::Inclusive),
+        "INCL".to_string(),
+        title(state, "EXCL%", SortKey::Exclusive),
+        "EXCL".to_string(),
+    ];
+    let mut widths = vec![
+        Constraint::Length(7),
+        Constraint::Length(8),
+        Constraint::Length(7),
+        Constraint::Length(8),
+    ];
+    if window.is_some() {
+        titles.push(title(state, "W.INCL%", SortKey::Window));
+        titles.push("W.EXCL%".to_string());
+        widths.extend([Constraint::Length(8), Constraint::Length(8)]);
+    }
+    titles.push(title(state, "FUNCTION", SortKey::Name));
+    titles.push("MODULE".to_string());
+    widths.extend([Constraint::Min(20), Constraint::Length(20)]);
+
+    // Rows that fit under the column header; scroll to keep the selection shown.
+    let height = usize::from(area.height.saturating_sub(1)).max(1);
+    let selected = state.selected_index(&rows);
+    let first = (selected + 1).saturating_sub(height);
+    let body: Vec<Row> = rows
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(height)
+        .map(|(i, f)| {
+            let mut cells = vec![
+                Cell::from(format!("{:>5.1}%", percent(f.inclusive, attributed))),
+                Cell::from(format!("{:>8}", f.inclusive)),
+                Cell::from(format!("{:>5.1}%", percent(f.exclusive, attributed))),
+                Cell::from(format!("{:>8}", f.exclusive)),
+            ];
+            if let Some(w) = window {
+                cells.push(Cell::from(format!(
+                    "{:>6.1}%",
+                    percent(f.window_inclusive, w.attributed)
+                )));
+                cells.push(Cell::from(format!(
+                    "{:>6.1}%",
+                    percent(f.window_exclusive, w.attributed)
+                )));
+            }
+            let name = if f.inlined {
+                format!("{}{INLINED_MARK}", f.name)
+            } else {
+                f.name.clone()
+            };
+            cells.push(Cell::from(name));
+            cells.push(Cell::from(f.module.clone()));
+            let row = Row::new(cells);
+            if i == selected {
+                row.style(Style::new().add_modifier(Modifier::REVERSED))
+            } else {
+                row
+            }
+        })
+        .collect();
+    let empty = body.is_empty();
+    let table = Table::new(body, widths)
+        .header(Row::new(titles).style(Style::new().add_modifier(Modifier::BOLD)))
+        .column_spacing(1);
+    frame.render_widget(table, area);
+    if empty {
+        let note = if state.filter.is_empty() {
+            "(no samples yet)".to_string()
+        } else {
+            format!("(no function matches \"{}\")", state.filter)
+        };
+        let [_, below] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
+        frame.render_widget(Paragraph::new(note), below);
+    }
+}
+
+fn draw_view(frame: &mut Frame, area: Rect, state: &TuiState) {
+    let text = match (&state.mode, &state.view) {
+        (_, None) => "loading…".to_string(),
+        (_, Some(Err(e))) => format!("cannot show this view: {e}"),
+        (Mode::Tree { bottom_up }, Some(Ok(reply))) => render_views::tree_text(
+            reply,
+            if *bottom_up {
+                "call tree, bottom-up"
+            } else {
+                "call tree, top-down"
+            },
+        ),
+        (_, Some(Ok(reply))) => render_views::caller_callee_text(reply, true, true),
+    };
+    let lines: Vec<Line> = text.lines().map(|l| Line::raw(l.to_string())).collect();
+    let height = usize::from(area.height).max(1);
+    let scroll = state.scroll.min(lines.len().saturating_sub(height));
+    let shown: Vec<Line> = lines.into_iter().skip(scroll).take(height).collect();
+    frame.render_widget(Paragraph::new(shown), area);
+}
+
+fn footer_line(state: &TuiState) -> Line<'static> {
+    if state.editing_filter {
+        return Line::styled(
+            format!("filter: {}▏  (Enter: keep, Esc: clear)", state.filter),
+            Style::new().add_modifier(Modifier::REVERSED),
+        );
+    }
+    let keys = match state.mode {
+        Mode::Table => {
+            let window = if state.profile.window.is_some() {
+                " w"
+            } else {
+                ""
+            };
+            format!("q quit  sort: i e n{window}  / filter  t tree  c callers/callees  ↑↓ select")
+        }
+        Mode::Tree { .. } => "q quit  t/Esc table  b bottom-up/top-down  ↑↓ scroll".to_string(),
+        Mode::Callers { .. } => "q quit  c/Esc table  ↑↓ scroll".to_string(),
+    };
+    if state.filter.is_empty() {
+        Line::raw(keys)
+    } else {
+        Line::raw(format!("{keys}  [filter: {}]", state.filter))
+    }
+}

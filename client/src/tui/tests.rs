@@ -1,0 +1,360 @@
+//! The live view through ratatui's test backend: rows shown, keys that sort,
+//! filter, select and switch views, and what they ask the daemon for.
+use profd_common::api::get_view_request::View;
+use profd_common::api::{
+    CallerCallee, Edge, Function, FunctionRef, GetViewResponse, Session, SessionState, Totals,
+    TreeNode,
+};
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+
+use super::*;
+use crate::profile::{Profile, Window};
+
+fn func(id: u64, name: &str, inclusive: u64, exclusive: u64) -> Function {
+    Function {
+        id,
+        name: name.into(),
+        module: "split".into(),
+        inclusive,
+        exclusive,
+        ..Default::default()
+    }
+}
+
+fn session() -> Session {
+    Session {
+        id: 7,
+        pid: 4242,
+        comm: "split".into(),
+        frequency_hz: 999,
+        state: SessionState::Running as i32,
+        duration_s: 2.5,
+        totals: Some(Totals {
+            attributed: 1000,
+            discarded: 55,
+            lost: 3,
+            truncated: 2,
+            unsymbolized: 1,
+        }),
+        ..Default::default()
+    }
+}
+
+fn profile() -> Profile {
+    Profile::new(
+        session(),
+        vec![
+            func(1, "main", 1000, 0),
+            func(2, "work", 1000, 0),
+            func(3, "mid", 750, 0),
+            func(4, "leaf_b", 750, 750),
+            func(5, "leaf_a", 240, 240),
+            func(6, "zeta_helper", 10, 10),
+        ],
+    )
+}
+
+fn key(c: char) -> KeyEvent {
+    KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
+}
+
+fn code(c: KeyCode) -> KeyEvent {
+    KeyEvent::new(c, KeyModifiers::NONE)
+}
+
+/// The screen as lines of text.
+fn screen(state: &TuiState, width: u16, height: u16) -> Vec<String> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| draw(f, state)).unwrap();
+    let buffer = terminal.backend().buffer().clone();
+    (0..height)
+        .map(|y| {
+            (0..width)
+                .map(|x| buffer[(x, y)].symbol().to_string())
+                .collect::<String>()
+                .trim_end()
+                .to_string()
+        })
+        .collect()
+}
+
+/// The function names of the table rows, top to bottom.
+fn listed(lines: &[String]) -> Vec<String> {
+    let names = ["main", "work", "mid", "leaf_b", "leaf_a", "zeta_helper"];
+    lines
+        .iter()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find(|w| names.contains(w))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn shows_header_totals_and_rows() {
+    let state = TuiState::new(profile());
+    let lines = screen(&state, 110, 16);
+    let text = lines.join("\n");
+    assert!(
+        lines[0].starts_with("profd session 7 — pid 4242 (split) — cpu-clock @ 999 Hz"),
+        "{text}"
+    );
+    assert!(lines[0].contains("running"), "{text}");
+    assert!(
+        lines[1]
+            .contains("1000 attributed, 55 discarded, 3 lost; stacks: 2 truncated, 1 unsymbolized"),
+        "{text}"
+    );
+    assert!(text.contains("INCL%▼"), "sort marker on inclusive:\n{text}");
+    assert_eq!(
+        listed(&lines),
+        ["main", "work", "leaf_b", "mid", "leaf_a", "zeta_helper"],
+        "{text}"
+    );
+    let leaf_b = lines.iter().find(|l| l.contains("leaf_b")).unwrap();
+    assert!(
+        leaf_b.contains("75.0%") && leaf_b.contains("750"),
+        "{leaf_b}"
+    );
+    assert!(text.contains("q quit"), "key help:\n{text}");
+}
+
+#[test]
+fn sort_keys_reorder_the_rows() {
+    let mut state = TuiState::new(profile());
+    assert_eq!(state.on_key(key('n')), Action::Redraw);
+    let lines = screen(&state, 110, 16);
+    assert_eq!(
+        listed(&lines),
+        ["leaf_a", "leaf_b", "main", "mid", "work", "zeta_helper"]
+    );
+    assert!(lines.join("\n").contains("FUNCTION▼"));
+
+    state.on_key(key('e'));
+    let lines = screen(&state, 110, 16);
+    assert_eq!(&listed(&lines)[..3], ["leaf_b", "leaf_a", "zeta_helper"]);
+    assert!(lines.join("\n").contains("EXCL%▼"));
+
+    // The same key again reverses the order.
+    state.on_key(key('e'));
+    let lines = screen(&state, 110, 16);
+    assert_eq!(listed(&lines).last().unwrap(), "leaf_b");
+    assert!(lines.join("\n").contains("EXCL%▲"));
+
+    state.on_key(key('i'));
+    assert_eq!(listed(&screen(&state, 110, 16))[0], "main");
+}
+
+#[test]
+fn filter_keeps_matching_names() {
+    let mut state = TuiState::new(profile());
+    assert_eq!(state.on_key(key('/')), Action::Redraw);
+    assert!(state.editing_filter);
+    for c in "LEAF".chars() {
+        state.on_key(key(c));
+    }
+    let lines = screen(&state, 110, 16);
+    assert_eq!(listed(&lines), ["leaf_b", "leaf_a"]);
+    assert!(lines.last().unwrap().contains("filter: LEAF"), "{lines:?}");
+    // Keys typed into the filter do not sort or quit.
+    state.on_key(key('q'));
+    assert!(!state.stopping);
+    state.on_key(code(KeyCode::Backspace));
+    assert_eq!(state.filter, "LEAF");
+    state.on_key(code(KeyCode::Enter));
+    assert!(!state.editing_filter);
+    assert_eq!(listed(&screen(&state, 110, 16)), ["leaf_b", "leaf_a"]);
+    // Esc in the table clears the filter.
+    state.on_key(code(KeyCode::Esc));
+    assert_eq!(listed(&screen(&state, 110, 16)).len(), 6);
+
+    state.on_key(key('/'));
+    state.on_key(key('x'));
+    state.on_key(key('y'));
+    let text = screen(&state, 110, 16).join("\n");
+    assert!(text.contains("no function matches \"xy\""), "{text}");
+    state.on_key(code(KeyCode::Esc));
+    assert!(state.filter.is_empty() && !state.editing_filter);
+}
+
+#[test]
+fn selection_moves_and_scrolls() {
+    let mut state = TuiState::new(profile());
+    // 3 header lines + column header + 2 rows + footer.
+    let lines = screen(&state, 110, 7);
+    assert_eq!(listed(&lines), ["main", "work"]);
+    state.on_key(code(KeyCode::Down));
+    state.on_key(code(KeyCode::Down));
+    state.on_key(key('j'));
+    assert_eq!(state.selected, Some(3), "mid selected");
+    let lines = screen(&state, 110, 7);
+    assert_eq!(
+        listed(&lines),
+        ["leaf_b", "mid"],
+        "scrolled to the selection"
+    );
+    state.on_key(code(KeyCode::End));
+    assert_eq!(state.selected, Some(6));
+    state.on_key(code(KeyCode::Home));
+    assert_eq!(state.selected, Some(1));
+    state.on_key(code(KeyCode::Up));
+    assert_eq!(state.selected, Some(1));
+}
+
+#[test]
+fn quit_keys_stop() {
+    let mut state = TuiState::new(profile());
+    assert_eq!(state.on_key(key('q')), Action::Quit);
+    assert!(state.stopping);
+    assert!(screen(&state, 110, 16)[0].contains("stopping…"));
+    let mut state = TuiState::new(profile());
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(state.on_event(&Event::Key(ctrl_c)), Action::Quit);
+    assert_eq!(state.on_event(&Event::Resize(80, 20)), Action::Redraw);
+}
+
+fn tree_reply() -> GetViewResponse {
+    let node = |parent, depth, function_id, inclusive, exclusive| TreeNode {
+        parent,
+        depth,
+        function_id,
+        inclusive,
+        exclusive,
+    };
+    GetViewResponse {
+        session: Some(session()),
+        functions: profile().functions,
+        nodes: vec![
+            node(-1, 0, 1, 1000, 0),
+            node(0, 1, 2, 1000, 0),
+            node(1, 2, 3, 750, 0),
+            node(2, 3, 4, 750, 750),
+            node(1, 2, 5, 240, 240),
+        ],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn t_fetches_and_shows_the_tree() {
+    let mut state = TuiState::new(profile());
+    let action = state.on_key(key('t'));
+    let Action::Fetch(View::Tree(req)) = action else {
+        panic!("t asks for the tree: {action:?}")
+    };
+    assert!(!req.bottom_up);
+    assert!(screen(&state, 110, 16).join("\n").contains("loading…"));
+    state.set_view(Ok(tree_reply()));
+    let lines = screen(&state, 110, 16);
+    let text = lines.join("\n");
+    assert!(text.contains("call tree, top-down: 1000 samples"), "{text}");
+    let indent = |name: &str| {
+        let l = lines
+            .iter()
+            .find(|l| l.contains(&format!(" {name}  [split]")))
+            .unwrap_or_else(|| panic!("{name} not shown:\n{text}"));
+        let at = l.find(name).unwrap();
+        at - l[..at].trim_end().len()
+    };
+    assert_eq!(indent("work"), indent("main") + 2, "{text}");
+    assert_eq!(indent("leaf_b"), indent("main") + 6, "{text}");
+    // b flips to bottom-up; t goes back to the table.
+    let Action::Fetch(View::Tree(req)) = state.on_key(key('b')) else {
+        panic!("b refetches")
+    };
+    assert!(req.bottom_up);
+    assert_eq!(state.refresh_request(), Some(View::Tree(req)));
+    assert_eq!(state.on_key(key('t')), Action::Redraw);
+    assert_eq!(state.mode, Mode::Table);
+    assert_eq!(state.refresh_request(), None);
+}
+
+#[test]
+fn c_shows_callers_and_callees_of_the_selected_row() {
+    let mut state = TuiState::new(profile());
+    state.on_key(code(KeyCode::Down)); // work
+    let action = state.on_key(key('c'));
+    assert_eq!(
+        action,
+        Action::Fetch(View::Callers(FunctionRef {
+            id: 2,
+            name: String::new()
+        }))
+    );
+    let edge = |function_id, inclusive, exclusive| Edge {
+        function_id,
+        inclusive,
+        exclusive,
+        inclusive_pct: inclusive as f64 / 10.0,
+    };
+    state.set_view(Ok(GetViewResponse {
+        session: Some(session()),
+        functions: profile().functions,
+        caller_callee: Some(CallerCallee {
+            function: Some(func(2, "work", 1000, 0)),
+            callers: vec![edge(1, 1000, 0)],
+            callees: vec![edge(5, 240, 240), edge(3, 750, 0)],
+        }),
+        ..Default::default()
+    }));
+    let lines = screen(&state, 110, 20);
+    let text = lines.join("\n");
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle:?} not shown:\n{text}"))
+    };
+    assert!(at("calling functions:") < at(" main  [split]"), "{text}");
+    assert!(at(" main  [split]") < at("current function:"), "{text}");
+    assert!(at("current function:") < at(" work  [split]"), "{text}");
+    assert!(at("called functions:") < at(" mid  [split]"), "{text}");
+    assert!(
+        at(" mid  [split]") < at(" leaf_a  [split]"),
+        "callees by samples:\n{text}"
+    );
+    assert!(lines[at(" leaf_a  [split]")].contains("24.0%"), "{text}");
+    // An error from the daemon is shown, not fatal.
+    state.set_view(Err("unimplemented".into()));
+    assert!(screen(&state, 110, 20)
+        .join("\n")
+        .contains("cannot show this view: unimplemented"));
+    assert_eq!(state.on_key(code(KeyCode::Esc)), Action::Redraw);
+    assert_eq!(state.mode, Mode::Table);
+}
+
+#[test]
+fn window_columns_and_sort() {
+    let mut p = profile();
+    for f in &mut p.functions {
+        if f.name == "leaf_a" {
+            f.window_inclusive = 80;
+            f.window_exclusive = 80;
+        }
+        if f.name == "main" {
+            f.window_inclusive = 100;
+        }
+    }
+    let p = p.with_window(Some(Window {
+        seconds: 5,
+        attributed: 100,
+    }));
+    let mut state = TuiState::new(p);
+    let lines = screen(&state, 120, 16);
+    let text = lines.join("\n");
+    assert!(
+        text.contains("W.INCL%") && text.contains("W.EXCL%"),
+        "{text}"
+    );
+    assert!(text.contains("window: last 5 s, 100 attributed"), "{text}");
+    let leaf_a = lines.iter().find(|l| l.contains("leaf_a")).unwrap();
+    assert!(leaf_a.contains("80.0%"), "{leaf_a}");
+    state.on_key(key('w'));
+    assert_eq!(&listed(&screen(&state, 120, 16))[..2], ["main", "leaf_a"]);
+    // Without a window, w does nothing.
+    let mut plain = TuiState::new(profile());
+    assert_eq!(plain.on_key(key('w')), Action::None);
+}

@@ -1,0 +1,113 @@
+//! Folded stacks (Brendan Gregg's FlameGraph input) and the SVG flame graph
+//! inferno draws from them.
+use std::collections::BTreeMap;
+
+use super::{frame_name, ExportError};
+use crate::model::ResolvedProfile;
+
+/// A frame name safe in a folded line: `;` separates frames and the line
+/// ends in ` count`, so `;` and line breaks become `:` and spaces.
+fn clean(name: String) -> String {
+    if name.contains([';', '\n', '\r']) {
+        name.replace(';', ":").replace(['\n', '\r'], " ")
+    } else {
+        name
+    }
+}
+
+/// Folded stacks: one `outer;...;inner count` line per distinct stack
+/// (threads merged; frames named `name`, or `name [inlined]`), lines
+/// sorted, each ending in `\n`. Empty stacks are left out.
+pub fn folded(p: &ResolvedProfile) -> String {
+    let names: Vec<String> = p.functions.iter().map(|f| clean(frame_name(f))).collect();
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for s in p
+        .stacks
+        .iter()
+        .filter(|s| !s.frames.is_empty() && s.count > 0)
+    {
+        let path: Vec<&str> = s
+            .frames
+            .iter()
+            .rev()
+            .map(|f| {
+                names
+                    .get(f.function as usize)
+                    .map_or("[unknown]", String::as_str)
+            })
+            .collect();
+        *lines.entry(path.join(";")).or_default() += s.count;
+    }
+    let mut out = String::new();
+    for (path, count) in lines {
+        out.push_str(&path);
+        out.push(' ');
+        out.push_str(&count.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// An SVG flame graph of the folded stacks (inferno), titled `title`. A
+/// profile without samples gives inferno's picture saying so.
+pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
+    let text = folded(p);
+    let mut opt = inferno::flamegraph::Options::default();
+    opt.title = title.to_string();
+    opt.count_name = "samples".to_string();
+    let mut out = Vec::new();
+    match inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut out) {
+        Ok(()) => Ok(out),
+        // No stack counts: inferno has drawn its message and ends the SVG.
+        Err(_) if text.is_empty() && !out.is_empty() => Ok(out),
+        Err(e) => Err(ExportError::FlameGraph(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata::known;
+
+    #[test]
+    fn folded_text() {
+        assert_eq!(
+            folded(&known()),
+            "main;a 1\nmain;a;c 3\nmain;b;c 2\nmain;b;inl [inlined] 2\nmain;r;r;r 4\n"
+        );
+    }
+
+    #[test]
+    fn folded_merges_threads_and_cleans_names() {
+        let mut p = known();
+        // The same stack on another thread merges into one line.
+        let mut s = p.stacks[2].clone();
+        s.tid = 99;
+        s.count = 5;
+        p.stacks.push(s);
+        p.functions[1].name = "a;x".into();
+        let text = folded(&p);
+        assert!(text.starts_with("main;a:x 6\nmain;a:x;c 3\n"), "{text}");
+        assert_eq!(folded(&ResolvedProfile::default()), "");
+    }
+
+    #[test]
+    fn svg_has_the_functions() {
+        let svg = String::from_utf8(svg(&known(), "prog (pid 1234)").unwrap()).unwrap();
+        assert!(
+            svg.starts_with("<?xml") || svg.starts_with("<svg"),
+            "{}",
+            &svg[..50]
+        );
+        assert!(svg.trim_end().ends_with("</svg>"));
+        for name in ["main", "inl [inlined]", "prog (pid 1234)"] {
+            assert!(svg.contains(name), "{name} missing");
+        }
+    }
+
+    #[test]
+    fn svg_of_nothing_is_still_svg() {
+        let svg = String::from_utf8(svg(&ResolvedProfile::default(), "empty").unwrap()).unwrap();
+        assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+}

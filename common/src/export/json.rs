@@ -1,0 +1,215 @@
+//! profctl's JSON report of a session (the README's contract), shared by
+//! the daemon's JSON export and `profctl --format json`.
+use serde::Serialize;
+
+use crate::api::{Function, Session, SessionState, Unwind};
+use crate::event_name;
+
+/// The state as JSON and tables spell it: `running`, `stopped`,
+/// `duration_elapsed`, `exited`, `failed` (`unknown` if unset).
+pub fn state_name(state: SessionState) -> &'static str {
+    match state {
+        SessionState::Running => "running",
+        SessionState::Stopped => "stopped",
+        SessionState::DurationElapsed => "duration_elapsed",
+        SessionState::Exited => "exited",
+        SessionState::Failed => "failed",
+        SessionState::Unspecified => "unknown",
+    }
+}
+
+/// The unwinding as JSON and tables spell it: `auto`, `fp` or `dwarf`
+/// (`auto` when unset).
+pub fn unwind_name(unwind: Unwind) -> &'static str {
+    match unwind {
+        Unwind::Auto | Unwind::Unspecified => "auto",
+        Unwind::Fp => "fp",
+        Unwind::Dwarf => "dwarf",
+    }
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    session_id: u64,
+    pid: u32,
+    comm: &'a str,
+    state: &'static str,
+    /// Only for a failed session.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    error: &'a str,
+    duration_s: f64,
+    frequency_hz: u32,
+    event: &'static str,
+    unwind: &'static str,
+    stack_bytes: u32,
+    totals: Totals,
+    functions: Vec<Row<'a>>,
+}
+
+#[derive(Serialize)]
+struct Totals {
+    attributed: u64,
+    discarded: u64,
+    lost: u64,
+    truncated: u64,
+    unsymbolized: u64,
+}
+
+#[derive(Serialize)]
+struct Row<'a> {
+    name: &'a str,
+    module: &'a str,
+    inclusive: u64,
+    exclusive: u64,
+    inclusive_pct: f64,
+    exclusive_pct: f64,
+    inlined: bool,
+}
+
+/// The JSON report: `session_id`, `pid`, `comm`, `state`, (`error` when
+/// not empty), `duration_s`, `frequency_hz`, `event`, `unwind`,
+/// `stack_bytes`, `totals` {`attributed`, `discarded`, `lost`, `truncated`,
+/// `unsymbolized`} and `functions` [{`name`, `module`, `inclusive`,
+/// `exclusive`, `inclusive_pct`, `exclusive_pct`, `inlined`}], keys in this
+/// order. `functions` are taken as given (order, percentages): pass them
+/// sorted and limited as wanted.
+pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
+    let t = session.totals.unwrap_or_default();
+    let report = Report {
+        session_id: session.id,
+        pid: session.pid,
+        comm: &session.comm,
+        state: state_name(session.state()),
+        error: &session.error,
+        duration_s: session.duration_s,
+        frequency_hz: session.frequency_hz,
+        event: event_name(session.event()),
+        unwind: unwind_name(session.unwind()),
+        stack_bytes: session.stack_bytes,
+        totals: Totals {
+            attributed: t.attributed,
+            discarded: t.discarded,
+            lost: t.lost,
+            truncated: t.truncated,
+            unsymbolized: t.unsymbolized,
+        },
+        functions: functions
+            .iter()
+            .map(|f| Row {
+                name: &f.name,
+                module: &f.module,
+                inclusive: f.inclusive,
+                exclusive: f.exclusive,
+                inclusive_pct: f.inclusive_pct,
+                exclusive_pct: f.exclusive_pct,
+                inlined: f.inlined,
+            })
+            .collect(),
+    };
+    serde_json::to_value(report).expect("the JSON report holds only plain values")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Event, Totals as ApiTotals};
+    use crate::testdata::known;
+    use crate::views;
+
+    fn session() -> Session {
+        let mut s = Session {
+            id: 7,
+            pid: 1234,
+            comm: "prog".into(),
+            frequency_hz: 999,
+            duration_s: 2.5,
+            stack_bytes: 16384,
+            totals: Some(ApiTotals {
+                attributed: 12,
+                discarded: 3,
+                lost: 1,
+                truncated: 2,
+                unsymbolized: 0,
+            }),
+            ..Default::default()
+        };
+        s.set_state(SessionState::DurationElapsed);
+        s.set_event(Event::CpuClock);
+        s.set_unwind(Unwind::Dwarf);
+        s
+    }
+
+    fn keys(v: &serde_json::Value) -> Vec<&str> {
+        v.as_object().unwrap().keys().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn keys_are_the_contract_in_order() {
+        let v = json(&session(), &views::functions(&known()));
+        assert_eq!(
+            keys(&v),
+            [
+                "session_id",
+                "pid",
+                "comm",
+                "state",
+                "duration_s",
+                "frequency_hz",
+                "event",
+                "unwind",
+                "stack_bytes",
+                "totals",
+                "functions"
+            ]
+        );
+        assert_eq!(
+            keys(&v["totals"]),
+            [
+                "attributed",
+                "discarded",
+                "lost",
+                "truncated",
+                "unsymbolized"
+            ]
+        );
+        let f = &v["functions"];
+        assert_eq!(f.as_array().unwrap().len(), 6);
+        assert_eq!(
+            keys(&f[0]),
+            [
+                "name",
+                "module",
+                "inclusive",
+                "exclusive",
+                "inclusive_pct",
+                "exclusive_pct",
+                "inlined"
+            ]
+        );
+        assert_eq!(f[0]["name"], "main");
+        assert_eq!(f[0]["inclusive_pct"], 100.0);
+        assert_eq!(f[5]["inlined"], true);
+        assert_eq!(v["state"], "duration_elapsed");
+        assert_eq!(v["event"], "cpu-clock");
+        assert_eq!(v["unwind"], "dwarf");
+        assert_eq!(v["totals"]["lost"], 1);
+    }
+
+    #[test]
+    fn error_only_when_failed() {
+        let mut s = session();
+        s.set_state(SessionState::Failed);
+        s.error = "perf_event_open: EACCES".into();
+        let v = json(&s, &[]);
+        assert_eq!(v["state"], "failed");
+        assert_eq!(v["error"], "perf_event_open: EACCES");
+        assert_eq!(keys(&v)[4], "error");
+        assert!(v["functions"].as_array().unwrap().is_empty());
+        let v = json(&Session::default(), &[]);
+        assert_eq!(
+            (&v["state"], &v["unwind"]),
+            (&"unknown".into(), &"auto".into())
+        );
+        assert_eq!(v["totals"]["attributed"], 0);
+    }
+}

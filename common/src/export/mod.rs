@@ -1,0 +1,39 @@
+//! Encodings of a whole resolved profile for other tools: pprof (and back),
+//! folded stacks, an SVG flame graph, speedscope JSON, and profctl's JSON
+//! report. Pure: bytes and strings out, no files (writing is the caller's).
+mod folded;
+mod json;
+mod pprof;
+mod speedscope;
+
+pub use folded::{folded, svg};
+pub use json::{json, state_name, unwind_name};
+pub use pprof::{pprof, pprof_decode};
+pub use speedscope::speedscope;
+
+/// Why an export could not be made or read.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Bytes that are not a (gzip'd) pprof profile.
+    #[error("not a pprof profile: {0}")]
+    Decode(#[from] prost::DecodeError),
+    /// A gzip stream that does not inflate.
+    #[error("bad gzip data in pprof profile: {0}")]
+    Gzip(#[source] std::io::Error),
+    /// A pprof profile whose parts do not fit together.
+    #[error("invalid pprof profile: {0}")]
+    Invalid(String),
+    /// The flame graph renderer failed.
+    #[error("flame graph: {0}")]
+    FlameGraph(#[source] std::io::Error),
+}
+
+/// A frame's name in folded stacks and viewers: `name`, or
+/// `name [inlined]` for an inlined function.
+pub(crate) fn frame_name(f: &crate::model::FunctionInfo) -> String {
+    if f.inlined {
+        format!("{} [inlined]", f.name)
+    } else {
+        f.name.clone()
+    }
+}

@@ -1,0 +1,307 @@
+//! Unit tests of the pprof export and reader: structure of the encoded
+//! profile, round trips, and files as Go writes them.
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::testdata::known;
+use crate::views;
+
+fn raw(p: &ResolvedProfile) -> pb::Profile {
+    let bytes = pprof(p);
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzip'd");
+    let mut v = Vec::new();
+    MultiGzDecoder::new(&bytes[..]).read_to_end(&mut v).unwrap();
+    pb::Profile::decode(&v[..]).unwrap()
+}
+
+/// (function name, inlined, line, address) of a frame.
+type Frame = (String, bool, u32, u64);
+
+/// name (with ` [inlined]`) → (module, inclusive, exclusive).
+fn figures(p: &ResolvedProfile) -> BTreeMap<String, (String, u64, u64)> {
+    views::functions(p)
+        .into_iter()
+        .map(|f| {
+            let name = if f.inlined {
+                format!("{} [inlined]", f.name)
+            } else {
+                f.name
+            };
+            (name, (f.module, f.inclusive, f.exclusive))
+        })
+        .collect()
+}
+
+#[test]
+fn encoded_structure() {
+    let p = known();
+    let prof = raw(&p);
+    let s = |i: i64| prof.string_table[i as usize].as_str();
+    assert_eq!(s(0), "");
+    let types: Vec<(&str, &str)> = prof
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+    let pt = prof.period_type.unwrap();
+    assert_eq!(
+        (s(pt.r#type), s(pt.unit), prof.period),
+        ("cpu", "nanoseconds", 1_000_000)
+    );
+    assert_eq!(s(prof.default_sample_type), "samples");
+    assert_eq!(prof.duration_nanos, 2_500_000_000);
+    assert_eq!(prof.sample.len(), 5);
+    for (sample, stack) in prof.sample.iter().zip(&p.stacks) {
+        assert_eq!(
+            sample.value,
+            [stack.count as i64, stack.count as i64 * 1_000_000]
+        );
+        assert_eq!(s(sample.label[0].key), "tid");
+        assert_eq!(sample.label[0].num, i64::from(stack.tid));
+    }
+    // inl [inlined] b at one address: one location with two lines, inner first.
+    let inl_sample = &prof.sample[4];
+    assert_eq!(inl_sample.location_id.len(), 2);
+    let loc = &prof.location[(inl_sample.location_id[0] - 1) as usize];
+    assert_eq!(loc.id, inl_sample.location_id[0]);
+    let lines: Vec<(u64, i64)> = loc.line.iter().map(|l| (l.function_id, l.line)).collect();
+    assert_eq!(lines, [(6, 50), (3, 21)]);
+    // r r r main: repeated frames at one address reuse a location.
+    let r = &prof.sample[3].location_id;
+    assert_eq!(r.len(), 4);
+    assert_eq!(r[1], r[2]);
+    // Mappings per module with the frames' address range, the program first.
+    let maps: Vec<(&str, u64, u64)> = prof
+        .mapping
+        .iter()
+        .map(|m| (s(m.filename), m.memory_start, m.memory_limit))
+        .collect();
+    assert_eq!(maps, [("prog", 0x50, 0x402), ("libc.so.6", 0x7f00, 0x7f02)]);
+    // Functions: only those on stacks, id = profd id + 1.
+    let f: Vec<(u64, &str, &str)> = prof
+        .function
+        .iter()
+        .map(|f| (f.id, s(f.name), s(f.filename)))
+        .collect();
+    assert_eq!(f.len(), 6);
+    assert_eq!(f[3], (4, "c", "c.c"));
+}
+
+#[test]
+fn round_trip_keeps_figures_and_inline_flags() {
+    let p = known();
+    let back = pprof_decode(&pprof(&p)).unwrap();
+    assert_eq!(figures(&back), figures(&p));
+    assert_eq!(back.attributed, 12);
+    assert_eq!(back.frequency_hz, 1000);
+    assert_eq!(back.duration_s, 2.5);
+    assert_eq!((back.pid, back.comm.as_str()), (1234, "prog"));
+    assert_eq!(back.threads, p.threads);
+    // The same stacks, frame for frame (names, lines, addresses, threads).
+    let show = |q: &ResolvedProfile| {
+        let mut v: Vec<(u32, Vec<Frame>, u64)> = q
+            .stacks
+            .iter()
+            .map(|s| {
+                let frames = s
+                    .frames
+                    .iter()
+                    .map(|f| {
+                        let info = &q.functions[f.function as usize];
+                        (info.name.clone(), info.inlined, f.line, f.address)
+                    })
+                    .collect();
+                (s.tid, frames, s.count)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(show(&back), show(&p));
+    let inl = back.functions.iter().find(|f| f.name == "inl").unwrap();
+    assert!(inl.inlined);
+    assert_eq!(inl.file, "inl.h");
+    let b: Vec<_> = back.functions.iter().filter(|f| f.name == "b").collect();
+    assert_eq!(b.len(), 1, "b is a caller both times, not inlined");
+    assert!(!b[0].inlined);
+    // Views agree too.
+    let tree = |q: &ResolvedProfile| {
+        views::call_tree(q, false, 0.0, 0)
+            .iter()
+            .map(|n| {
+                (
+                    q.functions[n.function_id as usize].name.clone(),
+                    n.depth,
+                    n.inclusive,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tree(&back), tree(&p));
+}
+
+#[test]
+fn reads_plain_and_odd_frequencies() {
+    let mut p = known();
+    p.frequency_hz = 999;
+    let bytes = pprof(&p);
+    let mut plain = Vec::new();
+    MultiGzDecoder::new(&bytes[..])
+        .read_to_end(&mut plain)
+        .unwrap();
+    let back = pprof_decode(&plain).unwrap();
+    assert_eq!(back.frequency_hz, 999);
+    assert_eq!(figures(&back), figures(&p));
+    let prof = raw(&p);
+    assert_eq!(prof.sample[0].value[1], 3_000_000_000 / 999);
+}
+
+#[test]
+fn empty_profile_round_trips() {
+    let back = pprof_decode(&pprof(&ResolvedProfile::default())).unwrap();
+    assert!(back.stacks.is_empty() && back.functions.is_empty());
+    assert_eq!(back.attributed, 0);
+}
+
+#[test]
+fn go_style_profile() {
+    // As Go writes CPU profiles: no tid label, Line[0] inlined into Line[1],
+    // an unsymbolized location, a mapping with a path, 10 ms period.
+    let strings = [
+        "",
+        "samples",
+        "count",
+        "cpu",
+        "nanoseconds",
+        "main.main",
+        "main.inner",
+        "/usr/bin/app",
+        "app.go",
+    ];
+    let prof = pb::Profile {
+        sample_type: vec![
+            pb::ValueType { r#type: 1, unit: 2 },
+            pb::ValueType { r#type: 3, unit: 4 },
+        ],
+        sample: vec![
+            pb::Sample {
+                location_id: vec![2, 1],
+                value: vec![7, 70_000_000],
+                label: vec![],
+            },
+            pb::Sample {
+                location_id: vec![1],
+                value: vec![3, 30_000_000],
+                label: vec![],
+            },
+            pb::Sample {
+                location_id: vec![1],
+                value: vec![0, 0],
+                label: vec![],
+            },
+        ],
+        mapping: vec![pb::Mapping {
+            id: 1,
+            memory_start: 0x400000,
+            memory_limit: 0x500000,
+            file_offset: 0x1000,
+            filename: 7,
+            ..Default::default()
+        }],
+        location: vec![
+            pb::Location {
+                id: 1,
+                mapping_id: 1,
+                address: 0x400100,
+                line: vec![],
+                is_folded: false,
+            },
+            pb::Location {
+                id: 2,
+                mapping_id: 1,
+                address: 0x400200,
+                line: vec![
+                    pb::Line {
+                        function_id: 2,
+                        line: 9,
+                        column: 0,
+                    },
+                    pb::Line {
+                        function_id: 1,
+                        line: 4,
+                        column: 0,
+                    },
+                ],
+                is_folded: false,
+            },
+        ],
+        function: vec![
+            pb::Function {
+                id: 1,
+                name: 5,
+                system_name: 5,
+                filename: 8,
+                start_line: 1,
+            },
+            pb::Function {
+                id: 2,
+                name: 6,
+                system_name: 6,
+                filename: 8,
+                start_line: 8,
+            },
+        ],
+        string_table: strings.iter().map(|s| s.to_string()).collect(),
+        period_type: Some(pb::ValueType { r#type: 3, unit: 4 }),
+        period: 10_000_000,
+        ..Default::default()
+    };
+    let p = pprof_decode(&prof.encode_to_vec()).unwrap();
+    assert_eq!(p.frequency_hz, 100);
+    assert_eq!(p.attributed, 10);
+    let f = figures(&p);
+    assert_eq!(f["main.inner [inlined]"], ("app".to_string(), 7, 7));
+    assert_eq!(f["main.main"], ("app".to_string(), 7, 0));
+    assert_eq!(f["app+0x1100"], ("app".to_string(), 10, 3));
+    assert!(p.stacks.iter().all(|s| s.tid == 0));
+
+    let mut bad = prof.clone();
+    bad.sample[0].location_id = vec![9];
+    assert!(matches!(
+        pprof_decode(&bad.encode_to_vec()),
+        Err(ExportError::Invalid(_))
+    ));
+    let mut bad = prof;
+    bad.function[0].name = 99;
+    assert!(matches!(
+        pprof_decode(&bad.encode_to_vec()),
+        Err(ExportError::Invalid(_))
+    ));
+    assert!(matches!(
+        pprof_decode(b"\x1f\x8bnot gzip"),
+        Err(ExportError::Gzip(_))
+    ));
+    assert!(matches!(
+        pprof_decode(b"\xff\xff\xff"),
+        Err(ExportError::Decode(_))
+    ));
+}
+
+#[test]
+fn program_mapping_first() {
+    let mut p = known();
+    p.comm.clear();
+    p.functions[0].module = "[kernel]".into();
+    let prof = raw(&p);
+    let s = |i: i64| prof.string_table[i as usize].as_str();
+    let files: Vec<&str> = prof.mapping.iter().map(|m| s(m.filename)).collect();
+    // Neither [kernel] nor libc.so.6: the first module that looks like a program.
+    assert_eq!(files[0], "prog");
+    assert!(is_library("libc.so.6") && is_library("[vdso]") && !is_library("prog"));
+    assert!(is_main_binary(
+        "a_very_long_program_name",
+        "a_very_long_pro"
+    ));
+    assert!(!is_main_binary("prog2", "prog") && !is_main_binary("x", ""));
+}

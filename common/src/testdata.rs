@@ -1,0 +1,88 @@
+//! Hand-built resolved profiles with known figures, shared by the unit tests
+//! of views and exports (test builds only).
+use crate::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
+
+pub const MAIN: u32 = 0;
+pub const A: u32 = 1;
+pub const B: u32 = 2;
+pub const C: u32 = 3;
+pub const R: u32 = 4;
+pub const INL: u32 = 5;
+/// A function that never appears on a stack.
+pub const UNUSED: u32 = 6;
+
+fn f(name: &str, module: &str, file: &str, inlined: bool) -> FunctionInfo {
+    FunctionInfo {
+        name: name.into(),
+        module: module.into(),
+        file: file.into(),
+        inlined,
+    }
+}
+
+fn fr(function: u32, line: u32, address: u64) -> FrameRef {
+    FrameRef {
+        function,
+        line,
+        address,
+    }
+}
+
+fn stack(tid: u32, frames: Vec<FrameRef>, count: u64) -> ResolvedStack {
+    ResolvedStack { tid, frames, count }
+}
+
+/// Call graph main→a→c, main→b→c, main→a, main→r→r→r (recursion), and
+/// `inl` inlined into b (same address); 12 samples on threads 10 and 11:
+///
+/// ```text
+/// tid 10: c a main ×3, c b main ×2, a main ×1
+/// tid 11: r r r main ×4, inl[inlined] b main ×2
+/// ```
+pub fn known() -> ResolvedProfile {
+    ResolvedProfile {
+        functions: vec![
+            f("main", "prog", "main.c", false),
+            f("a", "prog", "a.c", false),
+            f("b", "prog", "b.c", false),
+            f("c", "libc.so.6", "c.c", false),
+            f("r", "prog", "r.c", false),
+            f("inl", "prog", "inl.h", true),
+            f("unused", "prog", "", false),
+        ],
+        stacks: vec![
+            stack(
+                10,
+                vec![fr(C, 30, 0x7f00), fr(A, 11, 0x110), fr(MAIN, 5, 0x50)],
+                3,
+            ),
+            stack(
+                10,
+                vec![fr(C, 31, 0x7f01), fr(B, 20, 0x200), fr(MAIN, 6, 0x51)],
+                2,
+            ),
+            stack(10, vec![fr(A, 12, 0x111), fr(MAIN, 5, 0x50)], 1),
+            stack(
+                11,
+                vec![
+                    fr(R, 40, 0x400),
+                    fr(R, 41, 0x401),
+                    fr(R, 41, 0x401),
+                    fr(MAIN, 7, 0x52),
+                ],
+                4,
+            ),
+            stack(
+                11,
+                vec![fr(INL, 50, 0x210), fr(B, 21, 0x210), fr(MAIN, 6, 0x51)],
+                2,
+            ),
+        ],
+        threads: [(10, "main".to_string()), (11, "worker".to_string())].into(),
+        attributed: 12,
+        frequency_hz: 1000,
+        duration_s: 2.5,
+        pid: 1234,
+        comm: "prog".into(),
+    }
+}

@@ -1,0 +1,244 @@
+//! Unit tests of the views on the hand-built profile of `testdata::known`.
+use super::*;
+use crate::testdata::{known, A, B, C, INL, MAIN, R, UNUSED};
+
+/// (function, depth, parent, inclusive, exclusive) of each node.
+fn shape(nodes: &[api::TreeNode]) -> Vec<(u32, u32, i32, u64, u64)> {
+    nodes
+        .iter()
+        .map(|n| {
+            (
+                n.function_id as u32,
+                n.depth,
+                n.parent,
+                n.inclusive,
+                n.exclusive,
+            )
+        })
+        .collect()
+}
+
+fn edge_figures(e: &[api::Edge]) -> Vec<(u32, u64, u64)> {
+    e.iter()
+        .map(|e| (e.function_id as u32, e.inclusive, e.exclusive))
+        .collect()
+}
+
+#[test]
+fn flat_table_counts_and_order() {
+    let p = known();
+    let rows: Vec<(String, u64, u64)> = functions(&p)
+        .into_iter()
+        .map(|f| (f.name, f.inclusive, f.exclusive))
+        .collect();
+    let want = [
+        ("main", 12, 0),
+        ("c", 5, 5),
+        ("r", 4, 4),
+        ("a", 4, 1),
+        ("b", 4, 0),
+        ("inl", 2, 2),
+    ];
+    let want: Vec<(String, u64, u64)> = want
+        .iter()
+        .map(|(n, i, e)| (n.to_string(), *i, *e))
+        .collect();
+    assert_eq!(rows, want, "unused functions are left out");
+    let f = functions(&p);
+    assert_eq!(f[0].inclusive_pct, 100.0);
+    assert_eq!(f[1].exclusive_pct, 5.0 * 100.0 / 12.0);
+    assert_eq!(f[1].id, u64::from(C));
+    assert_eq!(f[1].module, "libc.so.6");
+    assert!(f[5].inlined);
+}
+
+#[test]
+fn find_by_name_or_id() {
+    let mut p = known();
+    let by = |p: &ResolvedProfile, id: u64, name: &str| {
+        find_function(
+            p,
+            &api::FunctionRef {
+                id,
+                name: name.into(),
+            },
+        )
+    };
+    assert_eq!(by(&p, 0, "c"), Some(C));
+    assert_eq!(by(&p, 3, ""), Some(C));
+    assert_eq!(by(&p, UNUSED as u64, ""), Some(UNUSED));
+    assert_eq!(by(&p, 99, ""), None);
+    assert_eq!(by(&p, 0, "nope"), None);
+    // Two functions named "r": the one with more inclusive samples wins.
+    p.functions[UNUSED as usize].name = "r".into();
+    assert_eq!(by(&p, 0, "r"), Some(R));
+}
+
+#[test]
+fn top_down_tree() {
+    let p = known();
+    let t = call_tree(&p, false, 0.0, 0);
+    assert_eq!(
+        shape(&t),
+        vec![
+            (MAIN, 0, -1, 12, 0),
+            (A, 1, 0, 4, 1),
+            (C, 2, 1, 3, 3),
+            (B, 1, 0, 4, 0),
+            (C, 2, 3, 2, 2),
+            (INL, 2, 3, 2, 2),
+            (R, 1, 0, 4, 0),
+            (R, 2, 6, 4, 0),
+            (R, 3, 7, 4, 4),
+        ]
+    );
+}
+
+#[test]
+fn bottom_up_tree() {
+    let p = known();
+    let t = call_tree(&p, true, 0.0, 0);
+    assert_eq!(
+        shape(&t),
+        vec![
+            (C, 0, -1, 5, 0),
+            (A, 1, 0, 3, 0),
+            (MAIN, 2, 1, 3, 3),
+            (B, 1, 0, 2, 0),
+            (MAIN, 2, 3, 2, 2),
+            (R, 0, -1, 4, 0),
+            (R, 1, 5, 4, 0),
+            (R, 2, 6, 4, 0),
+            (MAIN, 3, 7, 4, 4),
+            (INL, 0, -1, 2, 0),
+            (B, 1, 9, 2, 0),
+            (MAIN, 2, 10, 2, 2),
+            (A, 0, -1, 1, 0),
+            (MAIN, 1, 12, 1, 1),
+        ]
+    );
+    // Roots carry their function's exclusive samples; every sample ends once.
+    let roots: u64 = t.iter().filter(|n| n.parent < 0).map(|n| n.inclusive).sum();
+    let ends: u64 = t.iter().map(|n| n.exclusive).sum();
+    assert_eq!((roots, ends), (12, 12));
+}
+
+#[test]
+fn tree_pruning() {
+    let p = known();
+    // 30 % of 12 = 3.6: the c under a (3) and everything at 2 go.
+    let t = call_tree(&p, false, 30.0, 0);
+    let f: Vec<u32> = t.iter().map(|n| n.function_id as u32).collect();
+    assert_eq!(f, vec![MAIN, A, B, R, R, R]);
+    assert_eq!(t[4].parent, 3);
+    // Depth 1 at most: main and its children.
+    let t = call_tree(&p, false, 0.0, 1);
+    assert_eq!(
+        shape(&t),
+        vec![
+            (MAIN, 0, -1, 12, 0),
+            (A, 1, 0, 4, 1),
+            (B, 1, 0, 4, 0),
+            (R, 1, 0, 4, 0),
+        ]
+    );
+    // A min_pct over everything drops even the roots.
+    assert!(call_tree(&p, true, 100.1, 0).is_empty());
+    assert!(call_tree(&ResolvedProfile::default(), false, 0.0, 0).is_empty());
+}
+
+#[test]
+fn hot_paths() {
+    let p = known();
+    assert_eq!(
+        shape(&hot_path(&p, false)),
+        vec![(MAIN, 0, -1, 12, 0), (A, 1, 0, 4, 1), (C, 2, 1, 3, 3)]
+    );
+    assert_eq!(
+        shape(&hot_path(&p, true)),
+        vec![(C, 0, -1, 5, 0), (A, 1, 0, 3, 0), (MAIN, 2, 1, 3, 3)]
+    );
+    assert!(hot_path(&ResolvedProfile::default(), false).is_empty());
+}
+
+#[test]
+fn callers_and_callees() {
+    let p = known();
+    let cc = callers_callees(&p, C);
+    let f = cc.function.unwrap();
+    assert_eq!((f.name.as_str(), f.inclusive, f.exclusive), ("c", 5, 5));
+    assert_eq!(edge_figures(&cc.callers), vec![(A, 3, 3), (B, 2, 2)]);
+    assert!(cc.callees.is_empty());
+    assert_eq!(cc.callers[0].inclusive_pct, 25.0);
+
+    let cc = callers_callees(&p, MAIN);
+    assert!(cc.callers.is_empty());
+    // main→r: every r r r main sample ends in r, so its exclusive is 4.
+    assert_eq!(
+        edge_figures(&cc.callees),
+        vec![(R, 4, 4), (A, 4, 1), (B, 4, 0)]
+    );
+
+    let cc = callers_callees(&p, B);
+    assert_eq!(edge_figures(&cc.callers), vec![(MAIN, 4, 0)]);
+    assert_eq!(edge_figures(&cc.callees), vec![(C, 2, 2), (INL, 2, 2)]);
+}
+
+#[test]
+fn recursion_is_its_own_caller_once_per_sample() {
+    let p = known();
+    let cc = callers_callees(&p, R);
+    // r r r main ×4: the r→r pair appears twice per sample, counted once.
+    assert_eq!(edge_figures(&cc.callers), vec![(MAIN, 4, 4), (R, 4, 4)]);
+    assert_eq!(edge_figures(&cc.callees), vec![(R, 4, 4)]);
+    assert!(cc.callers.iter().all(|e| e.inclusive <= 4));
+}
+
+#[test]
+fn caller_callee_of_unsampled_or_unknown() {
+    let p = known();
+    let cc = callers_callees(&p, UNUSED);
+    assert_eq!(cc.function.unwrap().inclusive, 0);
+    assert!(cc.callers.is_empty() && cc.callees.is_empty());
+    assert_eq!(callers_callees(&p, 999), api::CallerCallee::default());
+}
+
+#[test]
+fn thread_rows() {
+    let mut p = known();
+    let t = threads(&p);
+    let rows: Vec<(u32, &str, u64, f64, u64)> = t
+        .iter()
+        .map(|r| (r.tid, r.name.as_str(), r.samples, r.pct, r.top_function_id))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (10, "main", 6, 50.0, u64::from(C)),
+            (11, "worker", 6, 50.0, u64::from(R)),
+        ]
+    );
+    p.threads.clear();
+    p.stacks[4].count = 10;
+    p.attributed = 20;
+    let t = threads(&p);
+    assert_eq!((t[0].tid, t[0].name.as_str(), t[0].samples), (11, "", 14));
+    assert_eq!(t[0].top_function_id, u64::from(INL));
+    assert_eq!(t[0].pct, 70.0);
+}
+
+#[test]
+fn line_rows() {
+    let p = known();
+    let rows = lines(&p, C);
+    let l: Vec<(&str, u32, u64)> = rows
+        .iter()
+        .map(|r| (r.file.as_str(), r.line, r.exclusive))
+        .collect();
+    assert_eq!(l, vec![("c.c", 30, 3), ("c.c", 31, 2)]);
+    assert_eq!(lines(&p, C)[0].exclusive_pct, 25.0);
+    // Only innermost frames count: main is never innermost.
+    assert!(lines(&p, MAIN).is_empty());
+    assert_eq!(lines(&p, R).len(), 1);
+    assert!(lines(&p, 999).is_empty());
+}

@@ -1,0 +1,299 @@
+//! A session's profile views: naming new addresses, the per-function table
+//! (cumulative and over a recent window), the fully resolved profile that
+//! views and exports are computed from, and the profil(3) histogram.
+use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, View};
+use crate::symbolize::is_kernel;
+use profd_common::api;
+use profd_common::model::{
+    percent, Aggregator, FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack,
+};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Longest window of recent samples kept, in seconds.
+pub const MAX_WINDOW_S: u32 = 600;
+
+/// A session's resolved profile with its summary.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub session: api::Session,
+    pub profile: ResolvedProfile,
+}
+
+impl Actor {
+    /// Remember that stack `index` was sampled on `tid` now.
+    pub(super) fn note_sample(&mut self, tid: u32, index: u32) {
+        let now = Instant::now();
+        match self.recent.back_mut() {
+            Some((start, bucket)) if now.duration_since(*start) < Duration::from_secs(1) => {
+                bucket.push(index)
+            }
+            _ => self.recent.push_back((now, vec![index])),
+        }
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t).as_secs() > u64::from(MAX_WINDOW_S))
+        {
+            self.recent.pop_front();
+        }
+        if !self.threads.contains_key(&tid) {
+            let name =
+                std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.params.pid))
+                    .map(|s| s.trim_end().to_string())
+                    .unwrap_or_default();
+            self.threads.insert(tid, name);
+        }
+    }
+
+    /// Name the addresses of stacks seen since the last view.
+    async fn symbolize_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let addrs: Vec<u64> = self.pending.drain().collect();
+        let maps = self.maps.clone();
+        let symbolizer = self.symbolizer.clone();
+        let lookup = addrs.clone();
+        let resolved =
+            match tokio::task::spawn_blocking(move || symbolizer.symbolize(&maps, &lookup)).await {
+                Ok(frames) if frames.len() == addrs.len() => frames,
+                Ok(_) => {
+                    tracing::error!("the symbolizer answered for the wrong number of addresses");
+                    lookup_fallback(&addrs)
+                }
+                Err(err) => {
+                    tracing::error!(%err, "symbolization panicked");
+                    lookup_fallback(&addrs)
+                }
+            };
+        for (addr, frames) in addrs.into_iter().zip(resolved) {
+            let frames = if frames.is_empty() {
+                lookup_fallback(&[addr]).remove(0)
+            } else {
+                frames
+            };
+            let unnamed = frames.iter().any(|f| !f.named);
+            let frames = frames
+                .into_iter()
+                .map(|f| {
+                    let next = self.names.len() as u32;
+                    let file = f.file.as_deref().unwrap_or_default().to_string();
+                    let func = *self.fn_ids.entry(f.func.clone()).or_insert_with(|| {
+                        self.names.push(f.func);
+                        self.files.push(file);
+                        next
+                    });
+                    FrameLoc { func, line: f.line }
+                })
+                .collect();
+            self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
+        }
+    }
+
+    /// Function ids of a stack, innermost first (inlined frames expanded).
+    fn stack_ids(&self, stack: &[u64], ids: &mut Vec<u32>) -> bool {
+        ids.clear();
+        let mut unnamed = false;
+        for a in stack {
+            let at = &self.addr_fn[a];
+            unnamed |= at.unnamed;
+            ids.extend(at.frames.iter().map(|f| f.func));
+        }
+        unnamed
+    }
+
+    /// Samples per stack index over the last `window_s` seconds.
+    fn window_counts(&self, window_s: u32) -> HashMap<u32, u64> {
+        let now = Instant::now();
+        let mut counts = HashMap::new();
+        for (start, bucket) in self.recent.iter().rev() {
+            if now.duration_since(*start) >= Duration::from_secs(u64::from(window_s)) {
+                break;
+            }
+            for &i in bucket {
+                *counts.entry(i).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
+    pub(super) async fn view(&mut self, window_s: u32) -> View {
+        if self.running() {
+            // A process attached right after it was spawned may not have
+            // taken its new name yet when the session started.
+            if let Ok(comm) = std::fs::read_to_string(format!("/proc/{}/comm", self.params.pid)) {
+                self.params.comm = comm.trim_end().to_string();
+            }
+        }
+        self.symbolize_pending().await;
+        let mut agg = Aggregator::new(self.names.len());
+        let mut ids = Vec::with_capacity(128);
+        let mut unsymbolized = 0;
+        for (_, stack, n) in self.stacks.iter() {
+            if self.stack_ids(stack, &mut ids) {
+                unsymbolized += n;
+            }
+            agg.add(&ids, n);
+        }
+        self.totals.unsymbolized = unsymbolized;
+        let (mut window, mut window_attributed) = (None, 0);
+        if window_s > 0 {
+            let mut wagg = Aggregator::new(self.names.len());
+            for (index, n) in self.window_counts(window_s) {
+                if let Some((_, stack)) = self.stacks.get(index as usize) {
+                    self.stack_ids(stack, &mut ids);
+                    wagg.add(&ids, n);
+                    window_attributed += n;
+                }
+            }
+            window = Some(wagg.into_counts());
+        }
+        let total = self.totals.attributed;
+        let mut functions: Vec<api::Function> = agg
+            .into_counts()
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| c.inclusive > 0)
+            .map(|(id, c)| {
+                let w = window.as_ref().map(|w| w[id]).unwrap_or_default();
+                api::Function {
+                    id: id as u64,
+                    name: self.names[id].name.clone(),
+                    module: self.names[id].module.clone(),
+                    inclusive: c.inclusive,
+                    exclusive: c.exclusive,
+                    inclusive_pct: percent(c.inclusive, total),
+                    exclusive_pct: percent(c.exclusive, total),
+                    inlined: self.names[id].inlined,
+                    window_inclusive: w.inclusive,
+                    window_exclusive: w.exclusive,
+                }
+            })
+            .collect();
+        functions.sort_by(|a, b| {
+            (b.inclusive, b.exclusive)
+                .cmp(&(a.inclusive, a.exclusive))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        View {
+            session: self.summary(),
+            functions,
+            window_attributed,
+        }
+    }
+
+    pub(super) async fn resolve(&mut self) -> Resolved {
+        // Names first (this also brings `unsymbolized` up to date).
+        let view = self.view(0).await;
+        let functions = self
+            .names
+            .iter()
+            .zip(&self.files)
+            .map(|(n, file)| FunctionInfo {
+                name: n.name.clone(),
+                module: n.module.clone(),
+                file: file.clone(),
+                inlined: n.inlined,
+            })
+            .collect();
+        let stacks = self
+            .stacks
+            .iter()
+            .map(|(tid, stack, count)| ResolvedStack {
+                tid,
+                count,
+                frames: stack
+                    .iter()
+                    .flat_map(|&address| {
+                        self.addr_fn[&address].frames.iter().map(move |f| FrameRef {
+                            function: f.func,
+                            line: f.line,
+                            address,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let session = view.session;
+        let profile = ResolvedProfile {
+            functions,
+            stacks,
+            threads: self.threads.clone(),
+            attributed: self.totals.attributed,
+            frequency_hz: session.frequency_hz,
+            duration_s: session.duration_s,
+            pid: session.pid,
+            comm: session.comm.clone(),
+        };
+        Resolved { session, profile }
+    }
+
+    /// bucket = (vaddr − offset) × scale / 65536 for each sample's innermost
+    /// user PC in the module (vaddr: its ELF virtual address).
+    pub(super) fn histogram(
+        &self,
+        req: &api::GetHistogramRequest,
+    ) -> Result<api::GetHistogramResponse, String> {
+        let mut counts = vec![0u64; req.buckets as usize];
+        let (mut out_of_range, mut other, mut matched) = (0, 0, false);
+        for (_, stack, n) in self.stacks.iter() {
+            let Some(&pc) = stack
+                .iter()
+                .find(|&&a| !is_kernel(a) && a != crate::sampler::BAD_USER_FRAME)
+            else {
+                other += n;
+                continue;
+            };
+            let Some(m) = self.maps.find(pc) else {
+                other += n;
+                continue;
+            };
+            let path_matches = match &m.backing {
+                crate::maps::Backing::File(p) => p.as_os_str() == req.module.as_str(),
+                crate::maps::Backing::Special(_) => false,
+            };
+            let Some(file) = m
+                .file()
+                .filter(|_| path_matches || m.module() == req.module)
+            else {
+                other += n;
+                continue;
+            };
+            matched = true;
+            let Some(vaddr) =
+                crate::unwind::file_offset_to_vaddr(&file.readable, m.file_offset(pc))
+            else {
+                other += n;
+                continue;
+            };
+            let bucket = u128::from(vaddr.wrapping_sub(req.offset)) * u128::from(req.scale) / 65536;
+            match usize::try_from(bucket)
+                .ok()
+                .filter(|&b| vaddr >= req.offset && b < counts.len())
+            {
+                Some(b) => counts[b] += n,
+                None => out_of_range += n,
+            }
+        }
+        if !matched && self.maps.iter().all(|m| m.module() != req.module) {
+            return Err(format!(
+                "module {:?} is not mapped by process {}: use a file name from its maps, e.g. {:?}",
+                req.module,
+                self.params.pid,
+                self.maps
+                    .iter()
+                    .find(|m| m.file().is_some())
+                    .map(|m| m.module())
+                    .unwrap_or_default()
+            ));
+        }
+        Ok(api::GetHistogramResponse {
+            session: Some(self.summary()),
+            counts,
+            out_of_range,
+            other,
+            frequency_hz: self.spec.frequency_hz,
+        })
+    }
+}

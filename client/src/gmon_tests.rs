@@ -1,3 +1,4 @@
+//! Unit tests of `gmon`: the gmon.out bytes, layouts derived from .text, bucket ranges.
 use super::*;
 
 fn u32_at(b: &[u8], at: usize) -> u32 {

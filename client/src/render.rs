@@ -34,7 +34,7 @@ impl Default for TableOptions {
 pub use profd_common::export::{state_name, unwind_name};
 
 /// `unwind dwarf (16384 B)`: the method and, with stack copies, their size.
-fn unwind_text(session: &Session) -> String {
+pub fn unwind_text(session: &Session) -> String {
     let name = unwind_name(session.unwind());
     if session.stack_bytes > 0 {
         format!("unwind {name} ({} B)", session.stack_bytes)

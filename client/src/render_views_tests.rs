@@ -1,3 +1,4 @@
+//! Unit tests of `render_views`: tree, callers/callees, threads and lines text.
 use super::*;
 use profd_common::api::{LineRow, ThreadRow, Totals};
 

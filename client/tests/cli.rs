@@ -14,7 +14,16 @@ fn help_lists_every_command() {
     let out = profctl(&["--help"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for cmd in ["attach", "run", "sessions", "stop", "info"] {
+    for cmd in [
+        "attach",
+        "run",
+        "sessions",
+        "stop",
+        "info",
+        "export",
+        "report",
+        "histogram",
+    ] {
         assert!(
             text.lines()
                 .any(|l| l.trim_start().starts_with(&format!("{cmd} "))),
@@ -38,6 +47,8 @@ fn attach_help_lists_its_options() {
         "--event",
         "--unwind",
         "--stack-bytes",
+        "--window",
+        "--no-tui",
     ] {
         assert!(text.contains(opt), "attach --help lacks {opt}:\n{text}");
     }

@@ -53,7 +53,11 @@ fn split_profile() -> ResolvedProfile {
                 25,
             ),
             stack(
-                vec![fr(LEAF_A, 19, 0x1100), fr(WORK, 34, 0x1278), fr(MAIN, 43, 0x12c0)],
+                vec![
+                    fr(LEAF_A, 19, 0x1100),
+                    fr(WORK, 34, 0x1278),
+                    fr(MAIN, 43, 0x12c0),
+                ],
                 25,
             ),
         ],
@@ -95,7 +99,10 @@ fn report(file: &Path, args: &[&str]) -> String {
 /// (indent, name) of the tree rows: the function column starts under the
 /// header's FUNCTION, indented two spaces per level.
 fn tree_rows(text: &str) -> Vec<(usize, String)> {
-    let header = text.lines().find(|l| l.contains("FUNCTION")).expect("header");
+    let header = text
+        .lines()
+        .find(|l| l.contains("FUNCTION"))
+        .expect("header");
     let col = header.find("FUNCTION").unwrap();
     text.lines()
         .skip_while(|l| !l.contains("FUNCTION"))
@@ -115,9 +122,21 @@ fn report_reads_a_saved_pprof_file() {
     let file = temp_file("split.pb.gz", &export::pprof(&split_profile()));
 
     let flat = report(&file, &["--top", "0"]);
-    assert!(flat.starts_with(&format!("profile {} — pid 42 (split) — 999 Hz", file.display())), "{flat}");
+    assert!(
+        flat.starts_with(&format!(
+            "profile {} — pid 42 (split) — 999 Hz",
+            file.display()
+        )),
+        "{flat}"
+    );
     assert!(flat.contains("samples: 100 attributed"), "{flat}");
-    for (name, incl, excl) in [("main", 100, 0), ("work", 100, 0), ("leaf_b", 75, 75), ("mid", 75, 0), ("leaf_a", 25, 25)] {
+    for (name, incl, excl) in [
+        ("main", 100, 0),
+        ("work", 100, 0),
+        ("leaf_b", 75, 75),
+        ("mid", 75, 0),
+        ("leaf_a", 25, 25),
+    ] {
         let row = flat
             .lines()
             .find(|l| l.contains(&format!(" {name}  [split]")))
@@ -144,7 +163,10 @@ fn report_reads_a_saved_pprof_file() {
     let rows = tree_rows(&bottom_up);
     assert_eq!(rows[0], (0, "leaf_b".to_string()), "{bottom_up}");
     assert_eq!(rows[1], (2, "mid".to_string()), "{bottom_up}");
-    assert!(rows.iter().all(|(indent, _)| *indent <= 2), "--depth 1:\n{bottom_up}");
+    assert!(
+        rows.iter().all(|(indent, _)| *indent <= 2),
+        "--depth 1:\n{bottom_up}"
+    );
 
     let hot = report(&file, &["--hot-path"]);
     let names: Vec<String> = tree_rows(&hot).into_iter().map(|(_, n)| n).collect();
@@ -154,7 +176,11 @@ fn report_reads_a_saved_pprof_file() {
     assert!(callees.contains("called functions:\n 75.0%     75   75.0%    0.0%      0  mid  [split]\n 25.0%     25   25.0%   25.0%     25  leaf_a  [split]\n"), "{callees}");
     assert!(!callees.contains("calling functions:"), "{callees}");
     let callers = report(&file, &["--callers", "leaf_b"]);
-    assert!(callers.contains("calling functions:\n 75.0%     75  100.0%   75.0%     75  mid  [split]\n"), "{callers}");
+    assert!(
+        callers
+            .contains("calling functions:\n 75.0%     75  100.0%   75.0%     75  mid  [split]\n"),
+        "{callers}"
+    );
 
     let lines = report(&file, &["--lines", "leaf_b"]);
     assert!(lines.contains("split.c:24       50   50.0%"), "{lines}");
@@ -163,7 +189,8 @@ fn report_reads_a_saved_pprof_file() {
     let threads = report(&file, &["--threads"]);
     assert!(
         threads.lines().any(|l| {
-            l.split_whitespace().collect::<Vec<_>>().get(..4) == Some(&["42", "split", "100", "100.0%"][..])
+            l.split_whitespace().collect::<Vec<_>>().get(..4)
+                == Some(&["42", "split", "100", "100.0%"][..])
         }),
         "{threads}"
     );
@@ -179,7 +206,10 @@ fn report_errors_are_one_line() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with(&format!("profctl: cannot read {}", file.display())), "{err}");
+    assert!(
+        err.starts_with(&format!("profctl: cannot read {}", file.display())),
+        "{err}"
+    );
 
     let good = temp_file("split2.pb.gz", &export::pprof(&split_profile()));
     let out = Command::new(env!("CARGO_BIN_EXE_profctl"))
@@ -192,7 +222,10 @@ fn report_errors_are_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no function named \"nosuch\""), "{err}");
 
-    for args in [&["--tree", "--threads"][..], &["--callers", "a", "--lines", "b"]] {
+    for args in [
+        &["--tree", "--threads"][..],
+        &["--callers", "a", "--lines", "b"],
+    ] {
         let out = Command::new(env!("CARGO_BIN_EXE_profctl"))
             .args(["report"])
             .arg(&good)

@@ -28,6 +28,12 @@ pub struct CmdOutput {
 impl Cmd {
     /// Starts `program args...` with stdin closed.
     pub fn spawn(program: &str, args: &[&str]) -> Cmd {
+        Cmd::spawn_env(program, args, &[])
+    }
+
+    /// Starts `program args...` with stdin closed and `env` added to the
+    /// environment.
+    pub fn spawn_env(program: &str, args: &[&str], env: &[(String, String)]) -> Cmd {
         let dir = unique_dir("cmd");
         let stdout = dir.join("stdout");
         let stderr = dir.join("stderr");
@@ -37,6 +43,7 @@ impl Cmd {
             .join(" ");
         let child = Command::new(program)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).expect("create stdout file"))
             .stderr(std::fs::File::create(&stderr).expect("create stderr file"))

@@ -10,6 +10,8 @@
 mod command;
 mod daemon;
 mod profile;
+pub mod terminal;
+pub mod views;
 mod workload;
 
 pub use command::{Cmd, CmdOutput};

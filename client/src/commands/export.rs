@@ -33,7 +33,8 @@ pub async fn export(
         .await?
         .into_inner();
     let session = required_session(reply.session, "GetProfile")?;
-    if reply.data.is_empty() {
+    // Only folded stacks of a session without samples are empty.
+    if reply.data.is_empty() && args.format != ExportFormatArg::Folded {
         return Err(Error::Protocol(format!(
             "the GetProfile reply has no {:?} data",
             args.format

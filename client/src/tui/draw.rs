@@ -9,7 +9,7 @@ use ratatui::Frame;
 
 use super::state::{Mode, SortKey, TuiState};
 use crate::profile::percent;
-use crate::render::{state_name, unwind_name, INLINED_MARK};
+use crate::render::{state_name, unwind_text, INLINED_MARK};
 use crate::render_views;
 
 /// Draws the whole screen.
@@ -42,11 +42,11 @@ fn header_lines(state: &TuiState) -> Vec<Line<'static>> {
         state_name(s.state()).to_string()
     };
     let title = format!(
-        "profd session {} — {target} — {} @ {} Hz — unwind {} — {:.1} s — {status}",
+        "profd session {} — {target} — {} @ {} Hz — {} — {:.1} s — {status}",
         s.id,
         event_name(s.event()),
         s.frequency_hz,
-        unwind_name(s.unwind()),
+        unwind_text(s),
         s.duration_s,
     );
     let totals = format!(
@@ -84,11 +84,12 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
     let rows = state.rows();
     let attributed = state.profile.totals().attributed;
     let window = state.profile.window;
+    // Number columns: titles and cells right-aligned to the column width.
     let mut titles = vec![
-        title(state, "INCL%", SortKey::Inclusive),
-        "INCL".to_string(),
-        title(state, "EXCL%", SortKey::Exclusive),
-        "EXCL".to_string(),
+        format!("{:>7}", title(state, "INCL%", SortKey::Inclusive)),
+        format!("{:>8}", "INCL"),
+        format!("{:>7}", title(state, "EXCL%", SortKey::Exclusive)),
+        format!("{:>8}", "EXCL"),
     ];
     let mut widths = vec![
         Constraint::Length(7),
@@ -97,8 +98,8 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
         Constraint::Length(8),
     ];
     if window.is_some() {
-        titles.push(title(state, "W.INCL%", SortKey::Window));
-        titles.push("W.EXCL%".to_string());
+        titles.push(format!("{:>8}", title(state, "W.INCL%", SortKey::Window)));
+        titles.push(format!("{:>8}", "W.EXCL%"));
         widths.extend([Constraint::Length(8), Constraint::Length(8)]);
     }
     titles.push(title(state, "FUNCTION", SortKey::Name));
@@ -115,21 +116,21 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
         .skip(first)
         .take(height)
         .map(|(i, f)| {
+            let pct = |count, total, width: usize| {
+                Cell::from(format!(
+                    "{:>width$}",
+                    format!("{:.1}%", percent(count, total))
+                ))
+            };
             let mut cells = vec![
-                Cell::from(format!("{:>5.1}%", percent(f.inclusive, attributed))),
+                pct(f.inclusive, attributed, 7),
                 Cell::from(format!("{:>8}", f.inclusive)),
-                Cell::from(format!("{:>5.1}%", percent(f.exclusive, attributed))),
+                pct(f.exclusive, attributed, 7),
                 Cell::from(format!("{:>8}", f.exclusive)),
             ];
             if let Some(w) = window {
-                cells.push(Cell::from(format!(
-                    "{:>6.1}%",
-                    percent(f.window_inclusive, w.attributed)
-                )));
-                cells.push(Cell::from(format!(
-                    "{:>6.1}%",
-                    percent(f.window_exclusive, w.attributed)
-                )));
+                cells.push(pct(f.window_inclusive, w.attributed, 8));
+                cells.push(pct(f.window_exclusive, w.attributed, 8));
             }
             let name = if f.inlined {
                 format!("{}{INLINED_MARK}", f.name)

@@ -1,0 +1,303 @@
+//! Unit tests of `cli`: parsing and validation of every command.
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(std::iter::once("profctl").chain(args.iter().copied()))
+}
+
+#[test]
+fn cli_is_well_formed() {
+    use clap::CommandFactory;
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn attach_defaults() {
+    let cli = parse(&["attach", "1234"]).unwrap();
+    let Command::Attach(a) = cli.command else {
+        panic!("not attach")
+    };
+    assert_eq!(a.pid, 1234);
+    let req = a.options.attach_request(a.pid);
+    assert_eq!(req.pid, 1234);
+    assert_eq!(req.frequency_hz, None);
+    assert_eq!(req.duration_ms, 0);
+    assert_eq!(req.event, api::Event::CpuClock as i32);
+    assert_eq!(req.unwind, api::Unwind::Auto as i32);
+    assert_eq!(req.stack_bytes, 0);
+    assert_eq!(a.options.interval_ms(), 1000);
+    assert_eq!(a.options.row_limit(), Some(DEFAULT_TOP));
+}
+
+#[test]
+fn attach_options() {
+    let cli = parse(&[
+        "attach",
+        "7",
+        "--freq",
+        "99",
+        "--duration",
+        "1.5",
+        "--interval",
+        "0.25",
+        "--top",
+        "0",
+        "--format",
+        "json",
+        "--event",
+        "cycles",
+        "--unwind",
+        "dwarf",
+        "--stack-bytes",
+        "8192",
+    ])
+    .unwrap();
+    let Command::Attach(a) = cli.command else {
+        panic!("not attach")
+    };
+    let req = a.options.attach_request(7);
+    assert_eq!(req.frequency_hz, Some(99));
+    assert_eq!(req.duration_ms, 1500);
+    assert_eq!(req.event, api::Event::Cycles as i32);
+    assert_eq!(req.unwind, api::Unwind::Dwarf as i32);
+    assert_eq!(req.stack_bytes, 8192);
+    assert_eq!(a.options.interval_ms(), 250);
+    assert_eq!(a.options.row_limit(), None);
+    assert_eq!(a.options.format, Format::Json);
+}
+
+#[test]
+fn unwind_modes() {
+    for (arg, want) in [
+        ("auto", api::Unwind::Auto),
+        ("fp", api::Unwind::Fp),
+        ("dwarf", api::Unwind::Dwarf),
+    ] {
+        let cli = parse(&["run", "--unwind", arg, "--", "true"]).unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(r.options.attach_request(1).unwind, want as i32, "{arg}");
+    }
+}
+
+#[test]
+fn json_shows_all_rows_unless_top_given() {
+    let cli = parse(&["attach", "7", "--format", "json"]).unwrap();
+    let Command::Attach(a) = cli.command else {
+        panic!("not attach")
+    };
+    assert_eq!(a.options.row_limit(), None);
+    let cli = parse(&["attach", "7", "--format", "json", "--top", "5"]).unwrap();
+    let Command::Attach(a) = cli.command else {
+        panic!("not attach")
+    };
+    assert_eq!(a.options.row_limit(), Some(5));
+}
+
+#[test]
+fn bad_values_are_usage_errors() {
+    for args in [
+        &["attach", "7", "--freq", "abc"][..],
+        &["attach", "7", "--duration", "-1"],
+        &["attach", "7", "--duration", "nan"],
+        &["attach", "7", "--interval", "0.01"],
+        &["attach", "7", "--unwind", "lbr"],
+        &["attach", "7", "--stack-bytes", "-8"],
+        &["attach", "7", "--stack-bytes", "16k"],
+        &["attach", "x"],
+        &["run"],
+        &["stop"],
+    ] {
+        assert!(parse(args).is_err(), "{args:?} parsed");
+    }
+}
+
+#[test]
+fn run_takes_the_command_after_dashes() {
+    let cli = parse(&["run", "--freq", "99", "--", "sh", "-c", "echo hi", "--freq"]).unwrap();
+    let Command::Run(r) = cli.command else {
+        panic!("not run")
+    };
+    assert_eq!(r.options.freq, Some(99));
+    assert_eq!(r.command, ["sh", "-c", "echo hi", "--freq"]);
+}
+
+#[test]
+fn run_without_dashes() {
+    let cli = parse(&["run", "--duration", "2", "sleep", "1"]).unwrap();
+    let Command::Run(r) = cli.command else {
+        panic!("not run")
+    };
+    assert_eq!(r.options.duration, Some(Duration::from_secs(2)));
+    assert_eq!(r.command, ["sleep", "1"]);
+}
+
+#[test]
+fn window_and_no_tui() {
+    let cli = parse(&["attach", "7", "--window", "5", "--no-tui"]).unwrap();
+    let Command::Attach(a) = cli.command else {
+        panic!("not attach")
+    };
+    assert_eq!(a.options.window_s(), 5);
+    assert!(a.options.no_tui);
+    let cli = parse(&["attach", "7"]).unwrap();
+    let Command::Attach(a) = cli.command else {
+        panic!("not attach")
+    };
+    assert_eq!(a.options.window_s(), 0);
+    assert!(!a.options.no_tui);
+    for bad in ["0", "601", "x"] {
+        assert!(parse(&["attach", "7", "--window", bad]).is_err(), "{bad}");
+    }
+}
+
+fn report_view(args: &[&str]) -> Result<ReportView, String> {
+    let mut full = vec!["report", "12"];
+    full.extend_from_slice(args);
+    let Command::Report(r) = parse(&full).unwrap().command else {
+        panic!("not report")
+    };
+    assert_eq!(r.source(), ReportSource::Session(12));
+    r.view()
+}
+
+#[test]
+fn report_views() {
+    assert_eq!(report_view(&[]), Ok(ReportView::Flat { limit: Some(20) }));
+    assert_eq!(
+        report_view(&["--top", "0"]),
+        Ok(ReportView::Flat { limit: None })
+    );
+    assert_eq!(
+        report_view(&["--tree", "--bottom-up", "--min-pct", "2", "--depth", "3"]),
+        Ok(ReportView::Tree(api::TreeRequest {
+            bottom_up: true,
+            min_pct: 2.0,
+            max_depth: 3
+        }))
+    );
+    assert!(matches!(report_view(&["--hot-path"]), Ok(ReportView::HotPath(t)) if !t.bottom_up));
+    assert_eq!(report_view(&["--threads"]), Ok(ReportView::Threads));
+    assert_eq!(
+        report_view(&["--lines", "#4"]),
+        Ok(ReportView::Lines(api::FunctionRef {
+            id: 4,
+            name: String::new()
+        }))
+    );
+    let leaf = api::FunctionRef {
+        id: 0,
+        name: "leaf_b".into(),
+    };
+    assert_eq!(
+        report_view(&["--callers", "leaf_b"]),
+        Ok(ReportView::CallerCallee {
+            function: leaf.clone(),
+            callers: true,
+            callees: false
+        })
+    );
+    assert_eq!(
+        report_view(&["--callers", "leaf_b", "--callees", "leaf_b"]),
+        Ok(ReportView::CallerCallee {
+            function: leaf,
+            callers: true,
+            callees: true
+        })
+    );
+    assert!(report_view(&["--callers", "a", "--callees", "b"]).is_err());
+    assert!(report_view(&["--bottom-up"]).is_err());
+    for conflict in [
+        &["report", "1", "--tree", "--threads"][..],
+        &["report", "1", "--hot-path", "--callers", "f"],
+        &["report", "1", "--lines", "f", "--callees", "f"],
+        &["report", "1", "--min-pct", "101"],
+    ] {
+        assert!(parse(conflict).is_err(), "{conflict:?}");
+    }
+}
+
+#[test]
+fn report_source_is_a_file_when_one_exists() {
+    let Command::Report(r) = parse(&["report", "/tmp/x.pb.gz"]).unwrap().command else {
+        panic!("not report")
+    };
+    assert_eq!(r.source(), ReportSource::File("/tmp/x.pb.gz".into()));
+    // A number that names an existing file is that file.
+    let dir = std::env::temp_dir().join(format!("profctl-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("42"), b"").unwrap();
+    let Command::Report(r) = parse(&["report", dir.join("42").to_str().unwrap()])
+        .unwrap()
+        .command
+    else {
+        panic!("not report")
+    };
+    assert!(matches!(r.source(), ReportSource::File(_)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn export_and_histogram_args() {
+    let Command::Export(e) = parse(&["export", "3", "--format", "svg", "-o", "f.svg"])
+        .unwrap()
+        .command
+    else {
+        panic!("not export")
+    };
+    assert_eq!((e.session, e.format), (3, ExportFormatArg::Svg));
+    assert_eq!(e.output, PathBuf::from("f.svg"));
+    assert_eq!(api::ExportFormat::from(e.format), api::ExportFormat::Svg);
+    let Command::Export(e) = parse(&["export", "3", "--format", "pprof"])
+        .unwrap()
+        .command
+    else {
+        panic!("not export")
+    };
+    assert_eq!(e.output, PathBuf::from("-"));
+    assert!(parse(&["export", "3"]).is_err(), "--format is required");
+
+    let Command::Histogram(h) = parse(&[
+        "histogram",
+        "3",
+        "--module",
+        "libc.so.6",
+        "--offset",
+        "0x1040",
+        "--scale",
+        "16384",
+        "--buckets",
+        "100",
+    ])
+    .unwrap()
+    .command
+    else {
+        panic!("not histogram")
+    };
+    assert_eq!(h.offset, Some(0x1040));
+    assert_eq!((h.scale, h.buckets), (Some(16384), Some(100)));
+    assert_eq!(h.module.as_deref(), Some("libc.so.6"));
+    let Command::Histogram(h) = parse(&["histogram", "3", "--offset", "4160"])
+        .unwrap()
+        .command
+    else {
+        panic!("not histogram")
+    };
+    assert_eq!(h.offset, Some(4160));
+    for bad in [
+        &["histogram", "3", "--offset", "0xzz"][..],
+        &["histogram", "3", "--scale", "0"],
+        &["histogram", "3", "--buckets", "0"],
+    ] {
+        assert!(parse(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn socket_option_is_global() {
+    let cli = parse(&["sessions", "--socket", "/tmp/x.sock"]).unwrap();
+    assert_eq!(cli.socket, PathBuf::from("/tmp/x.sock"));
+    let cli = parse(&["--socket", "/tmp/y.sock", "info"]).unwrap();
+    assert_eq!(cli.socket, PathBuf::from("/tmp/y.sock"));
+}

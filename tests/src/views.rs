@@ -1,0 +1,299 @@
+//! Reading what `profctl report` / `histogram` print (flat table, call tree,
+//! callers/callees), and running the outside tools the exports are checked
+//! with: `go tool pprof -top` and `gprof`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::command::Cmd;
+use crate::{path_str, unique_dir};
+
+/// How long `go tool pprof` or `gprof` may take.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One row of a table whose last column is `FUNCTION  [MODULE]`: the
+/// numbers before it, the function's indentation (tree depth × 2) and name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The numeric cells, `%` stripped, in column order.
+    pub numbers: Vec<f64>,
+    /// Spaces before the name (two per tree level).
+    pub indent: usize,
+    pub name: String,
+    /// The module cell as printed: `[split]`, `[kernel]`, `[vdso]` (see
+    /// [`module_cell`]).
+    pub module: String,
+    pub inlined: bool,
+}
+
+impl Row {
+    /// Tree depth, from the indentation.
+    pub fn depth(&self) -> usize {
+        self.indent / 2
+    }
+
+    /// The `i`th number as a count.
+    pub fn count(&self, i: usize) -> u64 {
+        self.numbers[i] as u64
+    }
+}
+
+/// Parses the rows under the column header that has `FUNCTION` in it (the
+/// first such header); a row ends at a line that does not start with a
+/// number. Rows of callers/callees sections are all returned in order, the
+/// section lines skipped (see [`caller_callee`]).
+pub fn rows(text: &str) -> Vec<Row> {
+    let mut lines = text.lines().skip_while(|l| !l.contains("FUNCTION"));
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let col = header.find("FUNCTION").expect("FUNCTION column");
+    lines.filter_map(|l| parse_row(l, col)).collect()
+}
+
+fn parse_row(line: &str, col: usize) -> Option<Row> {
+    if line.len() <= col || !line.is_char_boundary(col) {
+        return None;
+    }
+    let (cells, rest) = line.split_at(col);
+    let numbers: Option<Vec<f64>> = cells
+        .split_whitespace()
+        .map(|c| c.trim_end_matches('%').parse().ok())
+        .collect();
+    let numbers = numbers.filter(|n| !n.is_empty())?;
+    let indent = rest.len() - rest.trim_start().len();
+    let rest = rest.trim();
+    let (name, module) = match rest.rfind("  [") {
+        Some(at) if rest.ends_with(']') => (&rest[..at], rest[at + 2..].to_string()),
+        _ => (rest, String::new()),
+    };
+    let (name, inlined) = match name.strip_suffix(" [inlined]") {
+        Some(n) => (n, true),
+        None => (name, false),
+    };
+    Some(Row {
+        numbers,
+        indent,
+        name: name.to_string(),
+        module,
+        inlined,
+    })
+}
+
+/// A module as tables print it: in brackets, unless it has its own
+/// (`[kernel]`, `[vdso]`).
+pub fn module_cell(module: &str) -> String {
+    if module.starts_with('[') && module.ends_with(']') {
+        module.to_string()
+    } else {
+        format!("[{module}]")
+    }
+}
+
+/// The flat table of `profctl report`: (name, module, inlined) → (inclusive,
+/// exclusive).
+pub fn flat(text: &str) -> BTreeMap<(String, String, bool), (u64, u64)> {
+    rows(text)
+        .into_iter()
+        .map(|r| {
+            (
+                (r.name.clone(), r.module.clone(), r.inlined),
+                (r.count(1), r.count(3)),
+            )
+        })
+        .collect()
+}
+
+/// The sections of a callers/callees report.
+#[derive(Debug, Clone, Default)]
+pub struct CallerCallee {
+    pub callers: Vec<Row>,
+    pub function: Option<Row>,
+    pub callees: Vec<Row>,
+}
+
+/// Parses `profctl report --callers F --callees F`: rows have the columns
+/// INCL%, INCL, SHARE (of the function's inclusive), EXCL%, EXCL.
+pub fn caller_callee(text: &str) -> CallerCallee {
+    let mut lines = text.lines().skip_while(|l| !l.contains("FUNCTION"));
+    let header = lines.next().expect("column header");
+    let col = header.find("FUNCTION").expect("FUNCTION column");
+    let mut out = CallerCallee::default();
+    let mut section = "";
+    for line in lines {
+        match line {
+            "calling functions:" | "current function:" | "called functions:" => section = line,
+            _ => {
+                if let Some(row) = parse_row(line, col) {
+                    match section {
+                        "calling functions:" => out.callers.push(row),
+                        "current function:" => out.function = Some(row),
+                        _ => out.callees.push(row),
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A temp dir set up as HOME, GOCACHE and GOPATH for the go tool.
+fn go_env() -> Vec<(String, String)> {
+    let home = unique_dir("go-home");
+    let sub = |name: &str| {
+        let d = home.join(name);
+        std::fs::create_dir_all(&d).expect("create go dir");
+        path_str(&d).to_string()
+    };
+    vec![
+        ("GOCACHE".into(), sub("cache")),
+        ("GOPATH".into(), sub("path")),
+        ("HOME".into(), path_str(&home).to_string()),
+        ("GOFLAGS".into(), "-mod=mod".into()),
+        ("GOTOOLCHAIN".into(), "local".into()),
+    ]
+}
+
+/// `go tool pprof -top` on `file`, every node, flat in samples: function
+/// name → flat samples (nodes with 0 flat left out). Fails the test when the
+/// go tool is missing (CI installs Debian's golang-go) or pprof fails.
+pub fn go_pprof_flat(file: &Path) -> (BTreeMap<String, u64>, String) {
+    let env = go_env();
+    let args = [
+        "tool",
+        "pprof",
+        "-top",
+        "-nodecount=100000",
+        "-nodefraction=0",
+        "-edgefraction=0",
+        "-sample_index=samples",
+        "-symbolize=none",
+        path_str(file),
+    ];
+    let out = Cmd::spawn_env("go", &args, &env).wait(TOOL_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "`go tool pprof` failed (CI installs Debian's golang-go):\n{}",
+        out.describe()
+    );
+    let mut flat = BTreeMap::new();
+    let mut in_table = false;
+    for line in out.stdout.lines() {
+        if line.trim_start().starts_with("flat") {
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        // flat flat% sum% cum cum% name...
+        let mut rest = line.trim_start();
+        let mut cells = Vec::new();
+        for _ in 0..5 {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            cells.push(&rest[..end]);
+            rest = rest[end..].trim_start();
+        }
+        let n: u64 = cells[0].parse().unwrap_or_else(|_| {
+            panic!(
+                "pprof flat cell {:?} is not a count:\n{}",
+                cells[0], out.stdout
+            )
+        });
+        if n > 0 {
+            *flat.entry(rest.to_string()).or_insert(0) += n;
+        }
+    }
+    assert!(in_table, "no table in pprof's output:\n{}", out.describe());
+    (flat, out.stdout)
+}
+
+/// `gprof -b -p BINARY GMON`: function → "% time".
+pub fn gprof_flat(binary: &Path, gmon: &Path) -> (BTreeMap<String, f64>, String) {
+    let out = Cmd::run(
+        "gprof",
+        &["-b", "-p", path_str(binary), path_str(gmon)],
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        out.status.success(),
+        "gprof failed (Debian's binutils has it):\n{}",
+        out.describe()
+    );
+    let mut pct = BTreeMap::new();
+    let mut in_table = false;
+    for line in out.stdout.lines() {
+        if line.trim_start().starts_with("time") {
+            in_table = true;
+            continue;
+        }
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        if !in_table || cells.len() < 4 {
+            continue;
+        }
+        let Ok(p) = cells[0].parse::<f64>() else {
+            continue;
+        };
+        // % time, cumulative s, self s, [calls, self/call, total/call,] name
+        let name = cells.last().expect("a name");
+        pct.insert(name.to_string(), p);
+    }
+    assert!(
+        in_table,
+        "no flat profile in gprof's output:\n{}",
+        out.describe()
+    );
+    (pct, out.stdout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TREE: &str = "\
+profd session 1 — pid 5 (split) — cpu-clock @ 999 Hz — unwind dwarf (16384 B) — 3.00 s — duration_elapsed
+samples: 10 attributed, 0 discarded, 0 lost; stacks: 0 truncated, 0 unsymbolized
+call tree, top-down: 10 samples
+ INCL%   INCL   EXCL%   EXCL  FUNCTION  [MODULE]
+100.0%     10    0.0%      0  main  [split]
+ 70.0%      7   70.0%      7    hot [inlined]  [split]
+ 30.0%      3   30.0%      3    asm_sysvec_apic_timer_interrupt  [kernel]
+";
+
+    #[test]
+    fn parses_tree_rows() {
+        let r = rows(TREE);
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            (r[0].depth(), r[0].name.as_str(), r[0].module.as_str()),
+            (0, "main", "[split]")
+        );
+        assert_eq!(
+            (r[1].depth(), r[1].name.as_str(), r[1].inlined),
+            (1, "hot", true)
+        );
+        assert_eq!(r[2].module, "[kernel]");
+        assert_eq!(r[1].numbers, [70.0, 7.0, 70.0, 7.0]);
+    }
+
+    #[test]
+    fn parses_callers_callees() {
+        let text = "\
+callers and callees of work: 10 inclusive (100.0 %), 0 exclusive (0.0 %) of 10 samples
+ INCL%   INCL   SHARE   EXCL%   EXCL  FUNCTION  [MODULE]
+calling functions:
+100.0%     10  100.0%    0.0%      0  main  [split]
+current function:
+100.0%     10  100.0%    0.0%      0  work  [split]
+called functions:
+ 75.0%      7   75.0%    0.0%      0  mid  [split]
+  (none)
+";
+        let cc = caller_callee(text);
+        assert_eq!(cc.callers.len(), 1);
+        assert_eq!(cc.function.unwrap().name, "work");
+        assert_eq!(cc.callees[0].name, "mid");
+        assert_eq!(cc.callees[0].numbers[2], 75.0);
+    }
+}

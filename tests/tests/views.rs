@@ -1,0 +1,636 @@
+//! End-to-end tests of views, exports, histograms and the live TUI (issue 4):
+//! real kernel, real `profd` and `profctl`, and the outside tools that read
+//! the exports (`go tool pprof`, `gprof`, an XML parser, tmux as the
+//! terminal). They need root; without it they fail, never skip.
+//!
+//! Each test profiles `split` (main → work → {leaf_a 25 %, mid → leaf_b
+//! 75 %}) for a few seconds and then reads the ended session, whose figures
+//! no longer change, in several ways.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use profd_e2e::terminal::Tmux;
+use profd_e2e::views::{self, caller_callee, go_pprof_flat, gprof_flat, rows};
+use profd_e2e::{
+    bin, build_workload, path_str, unique_dir, CmdOutput, Daemon, Harness, Profile, Workload,
+    PCT_TOLERANCE,
+};
+
+/// Long enough for any test: workloads are killed when the test ends.
+const LONG: f64 = 60.0;
+
+/// Profiles `target` for 3 s (JSON) and returns the ended session's profile.
+fn profile(daemon: &Daemon, target: &Workload) -> Profile {
+    let out = daemon.profctl(&[
+        "attach",
+        &target.pid_arg(),
+        "--duration",
+        "3",
+        "--format",
+        "json",
+    ]);
+    let p = Profile::parse(&out);
+    eprintln!("{}", p.table());
+    assert!(
+        p.totals.attributed >= 300,
+        "too few samples to check shares:\n{}",
+        p.table()
+    );
+    p
+}
+
+fn id(p: &Profile) -> String {
+    p.session_id.to_string()
+}
+
+/// Runs profctl and fails the test unless it succeeded.
+fn ok(daemon: &Daemon, args: &[&str]) -> CmdOutput {
+    let out = daemon.profctl(args);
+    out.assert_success();
+    out
+}
+
+/// profd's exclusive counts by function name (rows with one name added up,
+/// as pprof shows them), leaving out zeros.
+fn exclusive_by_name(p: &Profile) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for f in p.functions.iter().filter(|f| f.exclusive > 0) {
+        *m.entry(f.name.clone()).or_insert(0) += f.exclusive;
+    }
+    m
+}
+
+fn assert_near(what: &str, actual: f64, expected: f64, tolerance: f64, context: &str) {
+    eprintln!("  {what}: {actual:.2} (expected {expected:.2} ± {tolerance})");
+    assert!(
+        (actual - expected).abs() <= tolerance,
+        "{what} is {actual:.2}, expected {expected:.2} ± {tolerance}:\n{context}"
+    );
+}
+
+/// The pprof export is read by `go tool pprof -top`, whose flat samples are
+/// profd's exclusive counts; `profctl report FILE` on it prints the live
+/// session's flat table.
+#[test]
+fn pprof_export_matches_profd_in_go_pprof_and_report() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let p = profile(&h.daemon, &target);
+    let file = unique_dir("pprof").join("split.pb.gz");
+    ok(
+        &h.daemon,
+        &[
+            "export",
+            &id(&p),
+            "--format",
+            "pprof",
+            "-o",
+            path_str(&file),
+        ],
+    );
+    let bytes = std::fs::read(&file).expect("read the export");
+    assert!(
+        bytes.starts_with(&[0x1f, 0x8b]),
+        "the pprof export is not gzip'd"
+    );
+
+    let (flat, pprof_text) = go_pprof_flat(&file);
+    eprintln!("go tool pprof -top:\n{pprof_text}");
+    let want = exclusive_by_name(&p);
+    assert_eq!(
+        flat,
+        want,
+        "pprof's flat samples differ from profd's exclusive counts\n--- pprof ---\n{pprof_text}\n--- profd ---\n{}",
+        p.table()
+    );
+    assert_eq!(flat.values().sum::<u64>(), p.totals.attributed);
+
+    let live = ok(&h.daemon, &["report", &id(&p), "--top", "0"]);
+    let saved = ok(&h.daemon, &["report", path_str(&file), "--top", "0"]);
+    let (live_rows, saved_rows) = (views::flat(&live.stdout), views::flat(&saved.stdout));
+    eprintln!("report {}:\n{}", file.display(), saved.stdout);
+    assert!(!live_rows.is_empty(), "no rows:\n{}", live.stdout);
+    assert_eq!(
+        live_rows, saved_rows,
+        "report FILE differs from the live table\n--- live ---\n{}\n--- file ---\n{}",
+        live.stdout, saved.stdout
+    );
+    // The live table is the JSON profile.
+    for f in &p.functions {
+        let key = (f.name.clone(), views::module_cell(&f.module), f.inlined);
+        assert_eq!(
+            live_rows.get(&key),
+            Some(&(f.inclusive, f.exclusive)),
+            "{key:?} in the table:\n{}",
+            live.stdout
+        );
+    }
+}
+
+/// `profctl histogram --binary --gmon` writes a gmon.out whose flat profile
+/// in `gprof` agrees with profd's exclusive shares within the module.
+#[test]
+fn gprof_reads_the_histogram() {
+    let h = Harness::start();
+    let binary = build_workload("split");
+    let target = Workload::start_exe(&binary, LONG);
+    let p = profile(&h.daemon, &target);
+    let gmon = unique_dir("gmon").join("gmon.out");
+    let out = ok(
+        &h.daemon,
+        &[
+            "histogram",
+            &id(&p),
+            "--binary",
+            path_str(&binary),
+            "--gmon",
+            path_str(&gmon),
+        ],
+    );
+    eprintln!("{}", out.stdout);
+    // samples: N in range, M out of range, K outside the module (each 1/999 s)
+    let totals = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("samples: ") && l.contains("in range"))
+        .unwrap_or_else(|| panic!("no totals line:\n{}", out.stdout));
+    let numbers: Vec<u64> = profd_e2e::words(totals)
+        .iter()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let in_range = numbers[0];
+
+    let in_module: BTreeMap<&str, u64> = p
+        .functions
+        .iter()
+        .filter(|f| f.module == "split" && f.exclusive > 0)
+        .map(|f| (f.name.as_str(), f.exclusive))
+        .collect();
+    let module_total: u64 = in_module.values().sum();
+    eprintln!("  histogram: {in_range} in range; profd: {module_total} exclusive in split");
+    assert!(
+        in_range as f64 >= module_total as f64 * 0.95 && in_range <= p.totals.attributed,
+        "the histogram counts {in_range} samples, profd {module_total} exclusive in split:\n{}\n{}",
+        out.stdout,
+        p.table()
+    );
+
+    let (gprof, text) = gprof_flat(&binary, &gmon);
+    eprintln!("gprof -b -p:\n{text}");
+    let context = format!("--- gprof ---\n{text}\n--- profd ---\n{}", p.table());
+    for (name, excl) in &in_module {
+        let profd_pct = 100.0 * *excl as f64 / module_total as f64;
+        let gprof_pct = gprof.get(*name).copied().unwrap_or(0.0);
+        assert_near(
+            &format!("{name} gprof % time vs profd"),
+            gprof_pct,
+            profd_pct,
+            2.0,
+            &context,
+        );
+    }
+    for (name, pct) in &gprof {
+        if !in_module.contains_key(name.as_str()) {
+            assert!(
+                *pct <= 2.0,
+                "gprof gives {name} {pct} %, profd nothing:\n{context}"
+            );
+        }
+    }
+    assert_near(
+        "leaf_a gprof %",
+        gprof.get("leaf_a").copied().unwrap_or(0.0),
+        25.0,
+        PCT_TOLERANCE,
+        &context,
+    );
+    assert_near(
+        "leaf_b gprof %",
+        gprof.get("leaf_b").copied().unwrap_or(0.0),
+        75.0,
+        PCT_TOLERANCE,
+        &context,
+    );
+}
+
+/// Folded stacks, the SVG flame graph, speedscope JSON and the JSON export
+/// parse, and hold the session's figures.
+#[test]
+fn folded_svg_speedscope_and_json_exports_parse() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let p = profile(&h.daemon, &target);
+    let export = |format: &str| {
+        ok(
+            &h.daemon,
+            &["export", &id(&p), "--format", format, "-o", "-"],
+        )
+    };
+
+    // Folded: `outer;...;inner count`, counts adding up to attributed.
+    let folded = export("folded").stdout;
+    let mut total = 0;
+    let mut by_leaf: BTreeMap<String, u64> = BTreeMap::new();
+    for line in folded.lines().filter(|l| !l.is_empty()) {
+        let (stack, n) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("folded line without a count: {line:?}"));
+        let n: u64 = n
+            .parse()
+            .unwrap_or_else(|_| panic!("bad count in {line:?}"));
+        total += n;
+        let leaf = stack.rsplit(';').next().unwrap_or_default().to_string();
+        *by_leaf.entry(leaf).or_insert(0) += n;
+    }
+    assert_eq!(total, p.totals.attributed, "folded counts:\n{folded}");
+    assert!(
+        folded.lines().any(|l| l.contains("main;work;mid;leaf_b ")),
+        "no main;work;mid;leaf_b stack:\n{folded}"
+    );
+    assert!(
+        folded.lines().any(|l| l.contains("main;work;leaf_a ")),
+        "{folded}"
+    );
+    for leaf in ["leaf_a", "leaf_b"] {
+        assert_eq!(
+            by_leaf.get(leaf).copied(),
+            Some(p.function(leaf).exclusive),
+            "folded stacks ending in {leaf}:\n{folded}"
+        );
+    }
+
+    // SVG: well-formed XML naming the leaves.
+    let svg = export("svg").stdout;
+    let xml = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&svg, xml)
+        .unwrap_or_else(|e| panic!("the SVG export is not XML: {e}\n{svg}"));
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let text: String = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for name in ["main", "work", "mid", "leaf_a", "leaf_b"] {
+        assert!(text.contains(name), "the flame graph does not name {name}");
+    }
+
+    // speedscope: frames, sampled profiles whose weights add up.
+    let ss: serde_json::Value =
+        serde_json::from_str(&export("speedscope").stdout).expect("the speedscope export is JSON");
+    assert!(
+        ss["$schema"]
+            .as_str()
+            .is_some_and(|s| s.contains("speedscope")),
+        "no speedscope $schema: {ss}"
+    );
+    let frames = ss["shared"]["frames"].as_array().expect("shared.frames");
+    let names: Vec<&str> = frames.iter().filter_map(|f| f["name"].as_str()).collect();
+    assert!(
+        names.contains(&"leaf_b") && names.contains(&"leaf_a"),
+        "{names:?}"
+    );
+    let profiles = ss["profiles"].as_array().expect("profiles");
+    assert!(!profiles.is_empty());
+    let mut weight = 0.0;
+    for prof in profiles {
+        assert_eq!(prof["type"], "sampled", "{prof}");
+        let samples = prof["samples"].as_array().expect("samples");
+        let weights = prof["weights"].as_array().expect("weights");
+        assert_eq!(samples.len(), weights.len());
+        for s in samples {
+            for i in s.as_array().expect("a sample is a list of frame indexes") {
+                let i = i.as_u64().expect("frame index") as usize;
+                assert!(i < frames.len(), "frame index {i} out of range");
+            }
+        }
+        weight += weights.iter().filter_map(|w| w.as_f64()).sum::<f64>();
+    }
+    assert_eq!(weight as u64, p.totals.attributed, "speedscope weights");
+
+    // JSON: the README's contract, the same figures as --format json.
+    let json = Profile::parse(&export("json"));
+    assert_eq!(json.session_id, p.session_id);
+    assert_eq!(json.totals.attributed, p.totals.attributed);
+    let rows = |p: &Profile| -> Vec<(String, u64, u64)> {
+        p.functions
+            .iter()
+            .map(|f| (f.name.clone(), f.inclusive, f.exclusive))
+            .collect()
+    };
+    assert_eq!(rows(&json), rows(&p), "{}", json.table());
+}
+
+/// Callers/callees, the call tree (both ways), the hot path, threads and
+/// lines of split have the figures of its known call graph.
+#[test]
+fn caller_callee_tree_and_hot_path_of_split() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let p = profile(&h.daemon, &target);
+    let sid = id(&p);
+
+    let text = ok(&h.daemon, &["report", &sid, "--callers", "leaf_b"]).stdout;
+    eprintln!("{text}");
+    let cc = caller_callee(&text);
+    let callers: Vec<&str> = cc.callers.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(callers, ["mid"], "callers of leaf_b:\n{text}");
+    assert_near(
+        "mid's share of leaf_b",
+        cc.callers[0].numbers[2],
+        100.0,
+        PCT_TOLERANCE,
+        &text,
+    );
+    assert_eq!(
+        cc.function.as_ref().map(|f| f.name.as_str()),
+        Some("leaf_b")
+    );
+
+    let text = ok(
+        &h.daemon,
+        &["report", &sid, "--callers", "work", "--callees", "work"],
+    )
+    .stdout;
+    eprintln!("{text}");
+    let cc = caller_callee(&text);
+    let callee = |name: &str| {
+        cc.callees
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("{name} is not a callee of work:\n{text}"))
+    };
+    assert_near(
+        "leaf_a under work, % of samples",
+        callee("leaf_a").numbers[0],
+        25.0,
+        PCT_TOLERANCE,
+        &text,
+    );
+    assert_near(
+        "mid under work, % of samples",
+        callee("mid").numbers[0],
+        75.0,
+        PCT_TOLERANCE,
+        &text,
+    );
+    assert!(
+        cc.callees
+            .iter()
+            .all(|r| r.name == "leaf_a" || r.name == "mid" || r.numbers[0] < 1.0),
+        "other callees of work:\n{text}"
+    );
+    assert!(cc.callers.iter().any(|r| r.name == "main"), "{text}");
+
+    // Top-down: main → work → mid → leaf_b, each the child of the one before.
+    let text = ok(&h.daemon, &["report", &sid, "--tree"]).stdout;
+    eprintln!("{text}");
+    let tree = rows(&text);
+    let main = tree
+        .iter()
+        .position(|r| r.name == "main")
+        .unwrap_or_else(|| panic!("no main in the tree:\n{text}"));
+    let mut at = main;
+    for name in ["work", "mid", "leaf_b"] {
+        let depth = tree[at].depth();
+        let child = tree[at + 1..]
+            .iter()
+            .take_while(|r| r.depth() > depth)
+            .position(|r| r.depth() == depth + 1 && r.name == name)
+            .unwrap_or_else(|| panic!("{name} is not a child of {}:\n{text}", tree[at].name));
+        at += 1 + child;
+    }
+    assert_near(
+        "leaf_b node % of samples",
+        tree[at].numbers[0],
+        75.0,
+        PCT_TOLERANCE,
+        &text,
+    );
+
+    // Bottom-up: leaf_b's callers come below it: mid, then work.
+    let text = ok(&h.daemon, &["report", &sid, "--tree", "--bottom-up"]).stdout;
+    let tree = rows(&text);
+    let leaf_b = tree
+        .iter()
+        .position(|r| r.name == "leaf_b" && r.depth() == 0)
+        .unwrap_or_else(|| panic!("leaf_b is not a root of the bottom-up tree:\n{text}"));
+    assert_eq!(tree[leaf_b + 1].name, "mid", "{text}");
+    assert_eq!(tree[leaf_b + 1].depth(), 1, "{text}");
+
+    // The hot path goes through mid to leaf_b.
+    let text = ok(&h.daemon, &["report", &sid, "--hot-path"]).stdout;
+    let path: Vec<String> = rows(&text).into_iter().map(|r| r.name).collect();
+    // (It may go on into the kernel through a single interrupted sample.)
+    let main = path
+        .iter()
+        .position(|n| n == "main")
+        .unwrap_or_else(|| panic!("no main on the hot path:\n{text}"));
+    assert_eq!(
+        path.get(main..main + 4),
+        Some(&["main", "work", "mid", "leaf_b"].map(String::from)[..]),
+        "hot path:\n{text}"
+    );
+
+    // One thread, with every sample.
+    let text = ok(&h.daemon, &["report", &sid, "--threads"]).stdout;
+    let thread = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first() == Some(&p.pid.to_string().as_str()))
+        .unwrap_or_else(|| panic!("no row for tid {}:\n{text}", p.pid));
+    assert_eq!(thread[2], p.totals.attributed.to_string(), "{text}");
+
+    // Lines of leaf_b add up to its exclusive samples.
+    let text = ok(&h.daemon, &["report", &sid, "--lines", "leaf_b"]).stdout;
+    eprintln!("{text}");
+    let mut sum = 0;
+    for line in text
+        .lines()
+        .skip_while(|l| !l.starts_with("FILE:LINE"))
+        .skip(1)
+    {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            w[0].contains("split.c:"),
+            "a line of leaf_b outside split.c: {line}\n{text}"
+        );
+        sum += w[1].parse::<u64>().expect("samples");
+    }
+    assert_eq!(sum, p.function("leaf_b").exclusive, "{text}");
+}
+
+/// `--window` adds the last seconds' figures to the live table.
+#[test]
+fn window_columns_in_the_live_table() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let out = ok(
+        &h.daemon,
+        &[
+            "attach",
+            &target.pid_arg(),
+            "--duration",
+            "3",
+            "--interval",
+            "0.5",
+            "--window",
+            "1",
+            "--top",
+            "0",
+        ],
+    );
+    let blocks: Vec<&str> = out.stdout.split("profd session").collect();
+    let live = blocks
+        .iter()
+        .rev()
+        .find(|b| b.contains("window: last 1 s"))
+        .unwrap_or_else(|| panic!("no live table with a window:\n{}", out.stdout));
+    assert!(
+        live.contains("W.INCL%") && live.contains("W.EXCL%"),
+        "{live}"
+    );
+    let rows = rows(live);
+    let leaf_b = rows
+        .iter()
+        .find(|r| r.name == "leaf_b")
+        .unwrap_or_else(|| panic!("no leaf_b:\n{live}"));
+    assert_eq!(leaf_b.numbers.len(), 6, "{live}");
+    assert_near("leaf_b W.EXCL%", leaf_b.numbers[5], 75.0, 6.0, live);
+    let main = rows.iter().find(|r| r.name == "main").expect("main");
+    assert_near("main W.INCL%", main.numbers[4], 100.0, 2.0, live);
+}
+
+/// The TUI in a real terminal (tmux): it shows the live rows, sorts by
+/// name, filters, switches to the tree, and on `q` stops the session and
+/// prints the final table on the normal screen.
+#[test]
+fn tui_in_a_terminal() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let script = format!(
+        "'{}' --socket '{}' attach {} --interval 0.2 --duration 30; echo PROFCTL-EXIT=$?; sleep 60",
+        path_str(&bin("profctl")),
+        path_str(h.daemon.socket()),
+        target.pid()
+    );
+    let term = Tmux::start(&script, 160, 40);
+    let wait = Duration::from_secs(15);
+    let screen = term.wait_for("live rows", wait, |s| {
+        s.contains("profd session") && s.contains("leaf_b") && s.contains("leaf_a")
+    });
+    eprintln!("TUI:\n{screen}");
+    assert!(screen.contains("q quit"), "{screen}");
+
+    // Name order: the listed names are sorted.
+    let listed = |s: &str| -> Vec<String> {
+        s.lines()
+            .skip_while(|l| !l.contains("FUNCTION"))
+            .skip(1)
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w.len() >= 5 && w[0].ends_with('%')).then(|| w[4].to_string())
+            })
+            .collect()
+    };
+    term.keys(&["n"]);
+    let screen = term.wait_for("rows sorted by name", wait, |s| {
+        let names = listed(s);
+        names.len() >= 3 && names.windows(2).all(|w| w[0] <= w[1])
+    });
+    eprintln!("sorted by name:\n{screen}");
+
+    // Filter: only leaf_a stays.
+    term.keys(&["/", "l", "e", "a", "f", "_", "a", "Enter"]);
+    let screen = term.wait_for("only leaf_a", wait, |s| listed(s) == ["leaf_a"]);
+    eprintln!("filtered:\n{screen}");
+    term.keys(&["Escape"]);
+    term.wait_for("every row again", wait, |s| listed(s).len() >= 4);
+
+    // The call tree, fetched with GetView.
+    term.keys(&["t"]);
+    let screen = term.wait_for("the call tree", wait, |s| {
+        s.contains("call tree, top-down") && s.contains("mid")
+    });
+    eprintln!("tree:\n{screen}");
+    term.keys(&["t"]);
+
+    // q stops the session; the final table is printed after the full screen.
+    term.keys(&["q"]);
+    let screen = term.wait_for("profctl's exit", Duration::from_secs(30), |s| {
+        s.contains("PROFCTL-EXIT=")
+    });
+    eprintln!("after q:\n{screen}");
+    assert!(screen.contains("PROFCTL-EXIT=0"), "{screen}");
+    assert!(
+        screen.contains("— stopped"),
+        "final table of a stopped session:\n{screen}"
+    );
+    assert!(
+        screen.contains("INCL%") && screen.contains("leaf_b"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains("q quit"),
+        "the full screen was not left:\n{screen}"
+    );
+}
+
+/// Errors of the new commands are one line and exit 1.
+#[test]
+fn view_errors_are_one_line() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let out = ok(
+        &h.daemon,
+        &[
+            "attach",
+            &target.pid_arg(),
+            "--duration",
+            "0.5",
+            "--format",
+            "json",
+        ],
+    );
+    let p = Profile::parse(&out);
+    for args in [
+        vec![
+            "report".to_string(),
+            id(&p),
+            "--callers".into(),
+            "no_such_function".into(),
+        ],
+        vec!["report".to_string(), "999999".into()],
+        vec![
+            "histogram".to_string(),
+            id(&p),
+            "--module".into(),
+            "no_such_module.so".into(),
+            "--offset".into(),
+            "0".into(),
+            "--scale".into(),
+            "65536".into(),
+            "--buckets".into(),
+            "16".into(),
+        ],
+        vec![
+            "export".to_string(),
+            "999999".into(),
+            "--format".into(),
+            "folded".into(),
+        ],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = h.daemon.profctl(&args);
+        assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+        let err = out.stderr.trim_end();
+        assert!(
+            err.starts_with("profctl: ") && !err.contains('\n'),
+            "not one line:\n{}",
+            out.describe()
+        );
+    }
+}

@@ -159,3 +159,32 @@ fn read_lossy(path: &PathBuf) -> String {
         Err(e) => format!("<cannot read {}: {e}>", path_str(path)),
     }
 }
+
+/// profctl failed with exactly one `profctl: ...` line on stderr containing
+/// every `needles` (case-insensitive).
+pub fn assert_one_line_error(out: &CmdOutput, needles: &[&str]) {
+    assert!(
+        !out.status.success(),
+        "expected failure:\n{}",
+        out.describe()
+    );
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with("profctl: "),
+        "expected one `profctl: ...` line on stderr:\n{}",
+        out.describe()
+    );
+    let line = lines[0].to_lowercase();
+    for needle in needles {
+        assert!(
+            line.contains(&needle.to_lowercase()),
+            "error line does not mention {needle:?}:\n{}",
+            out.describe()
+        );
+    }
+    eprintln!("  {}", lines[0]);
+}

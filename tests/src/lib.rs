@@ -14,7 +14,7 @@ pub mod terminal;
 pub mod views;
 mod workload;
 
-pub use command::{Cmd, CmdOutput};
+pub use command::{assert_one_line_error, Cmd, CmdOutput};
 pub use daemon::Daemon;
 pub use profile::{FunctionRow, Measure, Profile, Totals, PCT_TOLERANCE};
 pub use workload::{

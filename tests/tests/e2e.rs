@@ -8,8 +8,9 @@
 use std::time::{Duration, Instant};
 
 use profd_e2e::{
-    bin, build_workload, max_sample_rate, path_str, require_root_and_perf, serial, unique_dir,
-    words, CmdOutput, Daemon, Harness, Measure::Exclusive, Measure::Inclusive, Profile, Workload,
+    assert_one_line_error, bin, build_workload, max_sample_rate, path_str, require_root_and_perf,
+    serial, unique_dir, words, Daemon, Harness, Measure::Exclusive, Measure::Inclusive, Profile,
+    Workload,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -207,35 +208,6 @@ fn attach_ends_when_target_exits() {
         p.duration_s,
         p.table()
     );
-}
-
-/// profctl failed with exactly one `profctl: ...` line on stderr containing
-/// every `needles` (case-insensitive).
-fn assert_one_line_error(out: &CmdOutput, needles: &[&str]) {
-    assert!(
-        !out.status.success(),
-        "expected failure:\n{}",
-        out.describe()
-    );
-    let lines: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    assert!(
-        lines.len() == 1 && lines[0].starts_with("profctl: "),
-        "expected one `profctl: ...` line on stderr:\n{}",
-        out.describe()
-    );
-    let line = lines[0].to_lowercase();
-    for needle in needles {
-        assert!(
-            line.contains(&needle.to_lowercase()),
-            "error line does not mention {needle:?}:\n{}",
-            out.describe()
-        );
-    }
-    eprintln!("  {}", lines[0]);
 }
 
 /// A pid no process has: counting down from the kernel's pid_max.

@@ -13,8 +13,9 @@
 use std::process::Command;
 
 use profd_e2e::{
-    path_str, unique_dir, Build, CmdOutput, Harness, Measure::Exclusive, Measure::Inclusive,
-    Profile, Workload, INLINED, JIT, STACKS_FP, STACKS_NOFP, STACKS_RS_FP, STACKS_RS_NOFP,
+    assert_one_line_error, path_str, unique_dir, Build, Harness, Measure::Exclusive,
+    Measure::Inclusive, Profile, Workload, INLINED, JIT, STACKS_FP, STACKS_NOFP, STACKS_RS_FP,
+    STACKS_RS_NOFP,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -276,35 +277,6 @@ fn unwind_mode_and_stack_bytes_are_reported_and_checked() {
     h.daemon.assert_alive();
 }
 
-/// profctl failed with one `profctl: ...` line on stderr containing every
-/// needle (case-insensitive).
-fn assert_one_line_error(out: &CmdOutput, needles: &[&str]) {
-    assert!(
-        !out.status.success(),
-        "expected failure:\n{}",
-        out.describe()
-    );
-    let lines: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    assert!(
-        lines.len() == 1 && lines[0].starts_with("profctl: "),
-        "expected one `profctl: ...` line on stderr:\n{}",
-        out.describe()
-    );
-    let line = lines[0].to_lowercase();
-    for needle in needles {
-        assert!(
-            line.contains(&needle.to_lowercase()),
-            "error line does not mention {needle:?}:\n{}",
-            out.describe()
-        );
-    }
-    eprintln!("  {}", lines[0]);
-}
-
 /// An always_inline function is its own row, marked inlined, with the
 /// samples of its instructions; its caller keeps the rest.
 #[test]
@@ -443,8 +415,10 @@ fn profile_read_after_exit_is_fully_named() {
     let p = Profile::parse(&out);
     eprintln!("{}", p.table());
     assert_eq!(p.state, "exited", "{}", p.table());
+    // Naming is the point here: a loaded machine may give the target well
+    // under its second of CPU.
     assert!(
-        p.totals.attributed >= 500,
+        p.totals.attributed >= 100,
         "too few samples:\n{}",
         p.table()
     );

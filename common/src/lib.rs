@@ -1,5 +1,5 @@
 //! profd-common: the generated `profd.v1` API and the profile model shared by
-//! the daemon and the clients. No I/O, no unsafe.
+//! the daemon and the clients. No I/O, and `forbid(unsafe_code)`.
 #![forbid(unsafe_code)]
 
 pub mod export;

@@ -191,15 +191,7 @@ async fn exact_figures_snapshot_deltas_and_stop() {
         api::SessionState::Stopped as i32
     );
 
-    let profile = h
-        .client
-        .get_profile(api::GetProfileRequest {
-            session_id: s.id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let profile = h.profile(s.id).await;
     assert_eq!(
         find(&profile.functions, "f3").inclusive,
         5,
@@ -343,12 +335,7 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("50"), "{}", err.message());
 
-    let info = h
-        .client
-        .info(api::InfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let info = h.info().await;
     assert_eq!(
         info.running_sessions, 1,
         "the daemon and its session survived"

@@ -51,15 +51,7 @@ async fn profile_for(
         .unwrap();
     let mut stream = d.watch(s.id, 0).await;
     while stream.message().await.unwrap().is_some() {}
-    let profile = d
-        .client
-        .get_profile(api::GetProfileRequest {
-            session_id: s.id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let profile = d.profile(s.id).await;
     child.kill();
     profile
 }
@@ -138,12 +130,7 @@ async fn rings_are_shared_per_setting_and_closed_with_the_last_session() {
     let mut d = start("rings").await;
     let mut child = sleeper();
     let pid = child.id();
-    let info = d
-        .client
-        .info(api::InfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let info = d.info().await;
     assert!(
         info.groups.is_empty(),
         "no rings before any session: {:?}",
@@ -181,12 +168,7 @@ async fn rings_are_shared_per_setting_and_closed_with_the_last_session() {
         events[3], expected_event as i32,
         "cycles falls back without a PMU"
     );
-    let info_now = d
-        .client
-        .info(api::InfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let info_now = d.info().await;
     let mut groups: Vec<_> = info_now
         .groups
         .iter()
@@ -211,12 +193,7 @@ async fn rings_are_shared_per_setting_and_closed_with_the_last_session() {
             .await
             .unwrap();
     }
-    let info = d
-        .client
-        .info(api::InfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let info = d.info().await;
     assert!(
         info.groups.is_empty(),
         "rings closed with the last session: {:?}",
@@ -277,14 +254,7 @@ async fn watch_a_busy_child_until_its_duration_ends() {
         "at most one CPU's worth of samples in 1.5 s: {totals:?}"
     );
 
-    let profile = client
-        .get_profile(api::GetProfileRequest {
-            session_id: s.id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let profile = d.profile(s.id).await;
     let named = |name: &str| profile.functions.iter().find(|f| f.name == name).cloned();
     let main = named("main").unwrap_or_else(|| panic!("main in {:?}", profile.functions));
     let spin = named("spin").unwrap_or_else(|| panic!("spin in {:?}", profile.functions));

@@ -58,6 +58,24 @@ impl Running {
         let _ = std::fs::remove_dir_all(self.dir);
     }
 
+    /// The whole current profile of `session_id`.
+    pub async fn profile(&mut self, session_id: u64) -> api::GetProfileResponse {
+        let req = api::GetProfileRequest {
+            session_id,
+            ..Default::default()
+        };
+        self.client.get_profile(req).await.unwrap().into_inner()
+    }
+
+    /// The daemon's facts and totals.
+    pub async fn info(&mut self) -> api::InfoResponse {
+        self.client
+            .info(api::InfoRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     /// A Watch stream of `session_id`.
     pub async fn watch(
         &mut self,

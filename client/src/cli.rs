@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use profd_common::api;
+use tonic::transport::Uri;
+
+use crate::connect::{Remote, Target};
 
 /// Command-line client of the profd sampling profiler daemon.
 #[derive(Debug, Parser)]
@@ -21,9 +24,147 @@ pub struct Cli {
     )]
     pub socket: PathBuf,
 
+    /// Where a remote daemon is and how to reach it.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Options for a remote profd, reached over TLS on its TCP listener.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Remote daemon")]
+pub struct RemoteArgs {
+    /// A remote profd's TLS listener, `https://HOST:PORT` (--socket is then
+    /// ignored; plaintext is refused).
+    #[arg(long, global = true, value_name = "URL", env = "PROFD_CONNECT")]
+    pub connect: Option<String>,
+    /// File holding the bearer token for the --connect daemon (surrounding
+    /// whitespace ignored) [env: PROFD_TOKEN_FILE, or the token itself in
+    /// PROFD_TOKEN].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// PEM certificate(s) of the CA that signed the daemon's certificate
+    /// (required with --connect).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM client certificate, for a daemon that requires one (with --tls-key).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// The name the daemon's certificate must carry [default: the host of --connect].
+    #[arg(long, global = true, value_name = "NAME")]
+    pub tls_domain: Option<String>,
+}
+
+impl Cli {
+    /// The daemon to talk to: the Unix socket, or the remote daemon of
+    /// `--connect` with its TLS settings. Reads no files and no environment
+    /// (the token's environment variables are read when connecting).
+    pub fn target(&self) -> Result<Target, String> {
+        let r = &self.remote;
+        let Some(url) = r
+            .connect
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+        else {
+            if r.token_file.is_some() {
+                return Err("--token-file applies only with --connect \
+                            (over the Unix socket the daemon knows you by your user id)"
+                    .into());
+            }
+            let tls = [
+                ("--tls-ca", r.tls_ca.is_some()),
+                ("--tls-cert", r.tls_cert.is_some()),
+                ("--tls-key", r.tls_key.is_some()),
+                ("--tls-domain", r.tls_domain.is_some()),
+            ];
+            if let Some((flag, _)) = tls.iter().find(|(_, given)| *given) {
+                return Err(format!("{flag} applies only with --connect"));
+            }
+            return Ok(Target::Socket(self.socket.clone()));
+        };
+        let (url, host) = parse_connect_url(url)?;
+        if matches!(self.command, Command::Run(_)) {
+            return Err(RUN_REFUSED.into());
+        }
+        let Some(ca) = r.tls_ca.clone() else {
+            return Err(format!(
+                "--connect {url} needs --tls-ca FILE: the PEM certificate of the CA \
+                 that signed the daemon's certificate"
+            ));
+        };
+        let identity = match (&r.tls_cert, &r.tls_key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (Some(_), None) => return Err("--tls-cert needs --tls-key (its private key)".into()),
+            (None, Some(_)) => return Err("--tls-key needs --tls-cert (its certificate)".into()),
+            (None, None) => None,
+        };
+        let domain = match r.tls_domain.as_deref().map(str::trim) {
+            Some("") => return Err("--tls-domain is empty".into()),
+            Some(name) => name.to_string(),
+            None => host,
+        };
+        Ok(Target::Remote(Remote {
+            url,
+            domain,
+            ca,
+            identity,
+            token_file: r.token_file.clone(),
+        }))
+    }
+}
+
+/// The message for a `--connect` URL that is not https.
+pub const PLAINTEXT_REFUSED: &str = "plaintext connections are refused: use https://HOST:PORT \
+     (profd's TCP listener speaks only TLS)";
+
+/// The message for `profctl run` with `--connect`.
+pub const RUN_REFUSED: &str = "profctl run starts COMMAND on this machine; with --connect, \
+     start it on the daemon's machine and use profctl attach PID";
+
+/// Checks a `--connect` value and returns it as `https://HOST[:PORT]` with
+/// its host (IPv6 addresses without brackets).
+fn parse_connect_url(s: &str) -> Result<(String, String), String> {
+    match s.split_once("://") {
+        Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {}
+        Some(_) => return Err(PLAINTEXT_REFUSED.into()),
+        None => return Err(format!("--connect `{s}` has no scheme; use https://{s}")),
+    }
+    let uri: Uri = s
+        .parse()
+        .map_err(|_| format!("--connect `{s}` is not a URL; use https://HOST:PORT"))?;
+    let Some(authority) = uri.authority() else {
+        return Err(format!(
+            "--connect `{s}` has no host; use https://HOST:PORT"
+        ));
+    };
+    if authority.as_str().contains('@') {
+        return Err(format!(
+            "--connect `{s}`: a user name has no meaning here; use https://HOST:PORT"
+        ));
+    }
+    if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+        return Err(format!(
+            "--connect `{s}`: a path has no meaning here; use https://HOST:PORT"
+        ));
+    }
+    let host = authority.host();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return Err(format!(
+            "--connect `{s}` has no host; use https://HOST:PORT"
+        ));
+    }
+    Ok((format!("https://{authority}"), host.to_string()))
 }
 
 /// The subcommands.

@@ -301,3 +301,159 @@ fn socket_option_is_global() {
     let cli = parse(&["--socket", "/tmp/y.sock", "info"]).unwrap();
     assert_eq!(cli.socket, PathBuf::from("/tmp/y.sock"));
 }
+
+fn target(args: &[&str]) -> Result<Target, String> {
+    parse(args).unwrap().target()
+}
+
+fn remote(args: &[&str]) -> Remote {
+    match target(args) {
+        Ok(Target::Remote(r)) => r,
+        other => panic!("not remote: {other:?}"),
+    }
+}
+
+#[test]
+fn no_connect_is_the_socket() {
+    let t = target(&["--socket", "/tmp/p.sock", "sessions"]).unwrap();
+    assert_eq!(t, Target::Socket("/tmp/p.sock".into()));
+}
+
+#[test]
+fn connect_https() {
+    let r = remote(&[
+        "--connect",
+        "https://prof.example:7443/",
+        "--tls-ca",
+        "ca.pem",
+        "--token-file",
+        "tok",
+        "sessions",
+    ]);
+    assert_eq!(r.url, "https://prof.example:7443");
+    assert_eq!(r.domain, "prof.example");
+    assert_eq!(r.ca, PathBuf::from("ca.pem"));
+    assert_eq!(r.identity, None);
+    assert_eq!(r.token_file, Some(PathBuf::from("tok")));
+}
+
+#[test]
+fn connect_options_are_global() {
+    let r = remote(&[
+        "info",
+        "--connect",
+        "https://[::1]:7443",
+        "--tls-ca",
+        "ca.pem",
+        "--tls-cert",
+        "me.pem",
+        "--tls-key",
+        "me.key",
+    ]);
+    assert_eq!(r.url, "https://[::1]:7443");
+    assert_eq!(r.domain, "::1");
+    assert_eq!(
+        r.identity,
+        Some((PathBuf::from("me.pem"), PathBuf::from("me.key")))
+    );
+}
+
+#[test]
+fn tls_domain_overrides_the_host() {
+    let r = remote(&[
+        "--connect",
+        "https://10.0.0.7:7443",
+        "--tls-ca",
+        "ca.pem",
+        "--tls-domain",
+        "prof.example",
+        "sessions",
+    ]);
+    assert_eq!(r.url, "https://10.0.0.7:7443");
+    assert_eq!(r.domain, "prof.example");
+}
+
+#[test]
+fn plaintext_connect_is_refused() {
+    for url in [
+        "http://127.0.0.1:7443",
+        "HTTP://h:1",
+        "grpc://h:1",
+        "unix:///run/x",
+    ] {
+        let e = target(&["--connect", url, "--tls-ca", "ca.pem", "sessions"]).unwrap_err();
+        assert_eq!(e, PLAINTEXT_REFUSED, "{url}");
+    }
+    assert_eq!(
+        PLAINTEXT_REFUSED,
+        "plaintext connections are refused: use https://HOST:PORT \
+         (profd's TCP listener speaks only TLS)"
+    );
+}
+
+#[test]
+fn malformed_connect_urls_are_refused() {
+    for (url, wanted) in [
+        ("prof.example:7443", "use https://prof.example:7443"),
+        ("https://prof.example:7443/profd", "a path has no meaning"),
+        ("https://me@prof.example:7443", "a user name has no meaning"),
+        ("https://exa mple", "is not a URL"),
+    ] {
+        let e = target(&["--connect", url, "--tls-ca", "ca.pem", "sessions"]).unwrap_err();
+        assert!(e.contains(wanted), "{url}: {e}");
+    }
+}
+
+#[test]
+fn connect_needs_tls_ca() {
+    let e = target(&["--connect", "https://h:7443", "sessions"]).unwrap_err();
+    assert!(e.contains("--tls-ca"), "{e}");
+}
+
+#[test]
+fn tls_cert_and_key_go_together() {
+    let base = ["--connect", "https://h:7443", "--tls-ca", "ca.pem"];
+    let with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        args.push("sessions");
+        target(&args)
+    };
+    let e = with(&["--tls-cert", "me.pem"]).unwrap_err();
+    assert!(e.contains("--tls-cert needs --tls-key"), "{e}");
+    let e = with(&["--tls-key", "me.key"]).unwrap_err();
+    assert!(e.contains("--tls-key needs --tls-cert"), "{e}");
+}
+
+#[test]
+fn run_with_connect_is_refused() {
+    let e = target(&[
+        "--connect",
+        "https://h:7443",
+        "--tls-ca",
+        "ca.pem",
+        "run",
+        "--",
+        "sleep",
+        "1",
+    ])
+    .unwrap_err();
+    assert_eq!(
+        e,
+        "profctl run starts COMMAND on this machine; with --connect, start it on the \
+         daemon's machine and use profctl attach PID"
+    );
+}
+
+#[test]
+fn remote_options_need_connect() {
+    let e = target(&["--token-file", "tok", "sessions"]).unwrap_err();
+    assert!(
+        e.starts_with("--token-file applies only with --connect"),
+        "{e}"
+    );
+    for flag in ["--tls-ca", "--tls-cert", "--tls-key", "--tls-domain"] {
+        let e = target(&[flag, "x", "sessions"]).unwrap_err();
+        assert_eq!(e, format!("{flag} applies only with --connect"));
+    }
+}

@@ -1,6 +1,9 @@
-//! Connecting to profd over its Unix socket, and the in-process private
-//! daemon started when nothing answers and the user is root. Owns the temp
-//! dir and the daemon task; knows nothing about commands.
+//! Connecting to profd: over its Unix socket (with the in-process private
+//! daemon started when nothing answers and the user is root), or to a remote
+//! profd's TLS listener with a bearer token. Owns the temp dir and the daemon
+//! task; knows nothing about commands.
+use std::ffi::OsString;
+use std::fmt;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -12,9 +15,50 @@ use profd_common::api::profiler_client::ProfilerClient;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Uri};
 
-use crate::error::Error;
+use crate::error::{error_chain, Error};
+
+/// The gRPC client every command uses: a channel to profd whose requests
+/// carry the bearer token, if any.
+pub type Client = ProfilerClient<InterceptedService<Channel, Auth>>;
+
+/// Where the daemon is, as the command line says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The local daemon's Unix socket (identity from SO_PEERCRED, no token).
+    Socket(PathBuf),
+    /// A remote daemon's TLS listener.
+    Remote(Remote),
+}
+
+/// A remote profd reached over TLS (`--connect` and its companions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// `https://HOST:PORT`, as used in messages.
+    pub url: String,
+    /// The name the server's certificate must carry (`--tls-domain`, or the
+    /// URL's host).
+    pub domain: String,
+    /// PEM file of the CA certificate(s) that verify the server (`--tls-ca`).
+    pub ca: PathBuf,
+    /// Client certificate and key files for mTLS (`--tls-cert`, `--tls-key`).
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// `--token-file`, when given on the command line; otherwise the token
+    /// comes from `PROFD_TOKEN_FILE` or `PROFD_TOKEN`, if set.
+    pub token_file: Option<PathBuf>,
+}
+
+/// How long to wait for the TCP connection and the TLS handshake together.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Environment variable naming the token file (when `--token-file` is not given).
+pub const TOKEN_FILE_ENV: &str = "PROFD_TOKEN_FILE";
+/// Environment variable holding the token itself (when no token file is named).
+pub const TOKEN_ENV: &str = "PROFD_TOKEN";
 
 /// How long to wait for the private daemon to shut down before abandoning it.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -22,15 +66,26 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// A gRPC client of profd, and the private daemon behind it if we started one.
 pub struct Connection {
     /// The API client.
-    pub client: ProfilerClient<Channel>,
+    pub client: Client,
     private: Option<PrivateDaemon>,
 }
 
 impl Connection {
-    /// Connects to the daemon at `socket`. When nothing answers there and we
-    /// run as root, starts a private daemon in this process instead (and says
-    /// so on stderr); otherwise fails with [`Error::NoDaemon`].
-    pub async fn open(socket: &Path) -> Result<Connection, Error> {
+    /// Connects to the daemon `target` names. For a Unix socket where nothing
+    /// answers, when we run as root, starts a private daemon in this process
+    /// instead (and says so on stderr); otherwise fails with
+    /// [`Error::NoDaemon`]. A remote daemon is never replaced.
+    pub async fn open(target: &Target) -> Result<Connection, Error> {
+        match target {
+            Target::Socket(socket) => Connection::open_socket(socket).await,
+            Target::Remote(remote) => Ok(Connection {
+                client: connect_remote(remote).await?,
+                private: None,
+            }),
+        }
+    }
+
+    async fn open_socket(socket: &Path) -> Result<Connection, Error> {
         match connect(socket).await {
             Ok(client) => Ok(Connection {
                 client,
@@ -98,7 +153,7 @@ impl ConnectError {
 /// Connects a gRPC channel over the Unix socket at `path`. The first socket
 /// is opened here so that "nobody listens" can be told from other failures;
 /// reconnects open new sockets.
-async fn connect(path: &Path) -> Result<ProfilerClient<Channel>, ConnectError> {
+async fn connect(path: &Path) -> Result<Client, ConnectError> {
     let first = UnixStream::connect(path)
         .await
         .map_err(|e| match e.kind() {
@@ -123,7 +178,151 @@ async fn connect(path: &Path) -> Result<ProfilerClient<Channel>, ConnectError> {
         }))
         .await
         .map_err(ConnectError::Transport)?;
-    Ok(ProfilerClient::new(channel))
+    Ok(ProfilerClient::with_interceptor(channel, Auth::none()))
+}
+
+/// Adds `authorization: Bearer <token>` to every request when it has a token.
+#[derive(Clone, Default)]
+pub struct Auth {
+    header: Option<MetadataValue<Ascii>>,
+}
+
+impl Auth {
+    /// No token: requests go out as they are (the Unix socket).
+    pub fn none() -> Auth {
+        Auth { header: None }
+    }
+
+    /// Sends `token` as a bearer token. Fails if it cannot be a header value
+    /// (only visible ASCII and spaces are allowed).
+    pub fn bearer(token: &str) -> Result<Auth, tonic::metadata::errors::InvalidMetadataValue> {
+        let mut header = MetadataValue::try_from(format!("Bearer {token}"))?;
+        header.set_sensitive(true);
+        Ok(Auth {
+            header: Some(header),
+        })
+    }
+
+    /// Whether requests carry a token.
+    pub fn has_token(&self) -> bool {
+        self.header.is_some()
+    }
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the token itself.
+        f.debug_struct("Auth")
+            .field("bearer", &self.has_token())
+            .finish()
+    }
+}
+
+impl Interceptor for Auth {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(header) = &self.header {
+            request
+                .metadata_mut()
+                .insert("authorization", header.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// Connects to a remote daemon's TLS listener, with the token from
+/// `--token-file`, `PROFD_TOKEN_FILE` or `PROFD_TOKEN` (in that order).
+async fn connect_remote(remote: &Remote) -> Result<Client, Error> {
+    let auth = token_auth(
+        remote.token_file.as_deref(),
+        std::env::var_os(TOKEN_FILE_ENV),
+        std::env::var_os(TOKEN_ENV),
+    )?;
+    let mut tls = ClientTlsConfig::new()
+        .domain_name(remote.domain.clone())
+        .ca_certificate(Certificate::from_pem(read_pem(
+            &remote.ca,
+            "--tls-ca",
+            "CERTIFICATE",
+        )?))
+        .timeout(CONNECT_TIMEOUT);
+    if let Some((cert, key)) = &remote.identity {
+        let cert = read_pem(cert, "--tls-cert", "CERTIFICATE")?;
+        let key = read_pem(key, "--tls-key", "PRIVATE KEY")?;
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    let endpoint = Endpoint::from_shared(remote.url.clone())
+        .map_err(|e| Error::Usage(format!("--connect {}: {}", remote.url, error_chain(&e))))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tls_config(tls)
+        .map_err(|e| Error::Tls(error_chain(&e)))?;
+    let channel = endpoint.connect().await.map_err(|e| Error::Remote {
+        url: remote.url.clone(),
+        reason: error_chain(&e),
+    })?;
+    Ok(ProfilerClient::with_interceptor(channel, auth))
+}
+
+/// The bearer token to send: from the `--token-file` flag, else the file the
+/// `PROFD_TOKEN_FILE` value names, else the `PROFD_TOKEN` value; none if
+/// nothing is set (empty environment values count as unset). Surrounding
+/// whitespace is not part of the token.
+fn token_auth(
+    flag: Option<&Path>,
+    env_file: Option<OsString>,
+    env_token: Option<OsString>,
+) -> Result<Auth, Error> {
+    let env_file = env_file.filter(|v| !v.is_empty()).map(PathBuf::from);
+    let (token, origin) = match flag.map(Path::to_path_buf).or(env_file) {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Error::io(format!("cannot read token file {}", path.display()), e))?;
+            let origin = format!("token file {}", path.display());
+            (text, origin)
+        }
+        None => match env_token.filter(|v| !v.is_empty()) {
+            Some(value) => {
+                let text = value
+                    .into_string()
+                    .map_err(|_| Error::Usage(format!("{TOKEN_ENV} is not valid UTF-8")))?;
+                (text, TOKEN_ENV.to_string())
+            }
+            None => return Ok(Auth::none()),
+        },
+    };
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(Error::Usage(format!("the {origin} holds no token")));
+    }
+    Auth::bearer(token).map_err(|_| {
+        Error::Usage(format!(
+            "the token in {origin} has characters a gRPC header cannot carry (only printable ASCII)"
+        ))
+    })
+}
+
+/// Reads a PEM file given by `flag`, which must hold a `-----BEGIN <kind>`
+/// block (a suffix match, so "PRIVATE KEY" also accepts RSA and EC keys).
+fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, Error> {
+    let pem = std::fs::read(path)
+        .map_err(|e| Error::io(format!("cannot read {flag} {}", path.display()), e))?;
+    let has_block = String::from_utf8_lossy(&pem)
+        .lines()
+        .any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{kind}-----")));
+    if !has_block {
+        let what = if kind == "CERTIFICATE" {
+            "certificate"
+        } else {
+            "private key"
+        };
+        return Err(Error::Usage(format!(
+            "{flag} {}: no PEM {what} in the file",
+            path.display()
+        )));
+    }
+    Ok(pem)
 }
 
 /// Whether the effective user is root (who may run a private daemon).
@@ -254,5 +453,169 @@ mod tests {
         assert_eq!(mode, 0o700);
         std::fs::remove_dir_all(a).unwrap();
         std::fs::remove_dir_all(b).unwrap();
+    }
+
+    /// A self-signed CA certificate (public part only; its key is gone):
+    /// parses, but verifies nothing any test server presents.
+    const CA_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBeTCCAR+gAwIBAgIUQ0ZVgY2qKNg8xd0w1SCJ765Ac18wCgYIKoZIzj0EAwIw
+EjEQMA4GA1UEAwwHdGVzdCBDQTAeFw0yNjExMzAwMTIxMzZaFw0zNjExMjcwMTIx
+MzZaMBIxEDAOBgNVBAMMB3Rlc3QgQ0EwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNC
+AAS02fBeib5fM8LY4KFn5Oy6i0t+5UpWJA/y9m2A6eMGV+1kkcuimdbqopkJSNcB
+6GxQhIN22PznJ+yiTgWzQcpbo1MwUTAdBgNVHQ4EFgQUx8m182xWhfzs21XnP5aK
+ogA4rfswHwYDVR0jBBgwFoAUx8m182xWhfzs21XnP5aKogA4rfswDwYDVR0TAQH/
+BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiAwtb0D1+x9TLzulA3KD80S3EMPdylI
+7IVsgr1QEgIZMwIhALqqNyhDyAy7jiOZI8ZDCJUx+4K/izkRi1kFb9qFWht1
+-----END CERTIFICATE-----
+";
+
+    fn authorization(auth: &mut Auth) -> Option<String> {
+        let request = auth.call(tonic::Request::new(())).unwrap();
+        request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.to_str().unwrap().to_string())
+    }
+
+    #[test]
+    fn interceptor_adds_the_bearer_token() {
+        let mut auth = Auth::bearer("s3cret-token").unwrap();
+        assert!(auth.has_token());
+        assert_eq!(
+            authorization(&mut auth).as_deref(),
+            Some("Bearer s3cret-token")
+        );
+        // Every request, not just the first.
+        assert_eq!(
+            authorization(&mut auth).as_deref(),
+            Some("Bearer s3cret-token")
+        );
+    }
+
+    #[test]
+    fn interceptor_without_token_adds_nothing() {
+        let mut auth = Auth::none();
+        assert!(!auth.has_token());
+        assert_eq!(authorization(&mut auth), None);
+    }
+
+    #[test]
+    fn auth_never_shows_the_token() {
+        let auth = Auth::bearer("s3cret-token").unwrap();
+        let shown = format!("{auth:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(Auth::bearer("two\nlines").is_err());
+    }
+
+    /// A fresh private directory with `files` written in it.
+    fn dir_with(files: &[(&str, &str)]) -> PathBuf {
+        let dir = make_private_dir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        dir
+    }
+
+    fn token_of(auth: Result<Auth, Error>) -> Option<String> {
+        authorization(&mut auth.unwrap()).map(|h| h.strip_prefix("Bearer ").unwrap().to_string())
+    }
+
+    #[test]
+    fn token_sources_in_order() {
+        let dir = dir_with(&[("flag", " from-flag\n"), ("env", "from-env-file\n")]);
+        let flag = dir.join("flag");
+        let env_file = Some(dir.join("env").into_os_string());
+        let env_token = Some(OsString::from("from-env"));
+        let t = token_of(token_auth(Some(&flag), env_file.clone(), env_token.clone()));
+        assert_eq!(t.as_deref(), Some("from-flag"));
+        let t = token_of(token_auth(None, env_file, env_token.clone()));
+        assert_eq!(t.as_deref(), Some("from-env-file"));
+        let t = token_of(token_auth(None, Some(OsString::new()), env_token));
+        assert_eq!(t.as_deref(), Some("from-env"));
+        let t = token_of(token_auth(None, None, Some(OsString::from(" padded \n"))));
+        assert_eq!(t.as_deref(), Some("padded"));
+        assert_eq!(
+            token_of(token_auth(None, None, Some(OsString::new()))),
+            None
+        );
+        assert_eq!(token_of(token_auth(None, None, None)), None);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn bad_token_files_are_errors() {
+        let dir = dir_with(&[("empty", " \n"), ("binary", "a\u{1}b")]);
+        let e = token_auth(Some(&dir.join("empty")), None, None).unwrap_err();
+        assert!(e.to_string().contains("holds no token"), "{e}");
+        let e = token_auth(Some(&dir.join("binary")), None, None).unwrap_err();
+        assert!(e.to_string().contains("printable ASCII"), "{e}");
+        assert!(!e.to_string().contains("a\u{1}b"));
+        let missing = dir.join("missing");
+        let e = token_auth(Some(&missing), None, None).unwrap_err();
+        assert!(e.to_string().contains("cannot read token file"), "{e}");
+        assert!(e.to_string().contains(&*missing.to_string_lossy()), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn pem_files_are_checked() {
+        let dir = dir_with(&[("ca.pem", CA_PEM), ("junk.pem", "not pem\n")]);
+        assert!(read_pem(&dir.join("ca.pem"), "--tls-ca", "CERTIFICATE").is_ok());
+        let e = read_pem(&dir.join("junk.pem"), "--tls-ca", "CERTIFICATE").unwrap_err();
+        assert!(e.to_string().contains("no PEM certificate"), "{e}");
+        let e = read_pem(&dir.join("ca.pem"), "--tls-key", "PRIVATE KEY").unwrap_err();
+        assert!(e.to_string().contains("--tls-key"), "{e}");
+        assert!(e.to_string().contains("no PEM private key"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn remote_at(dir: &Path, port: u16) -> Target {
+        Target::Remote(Remote {
+            url: format!("https://127.0.0.1:{port}"),
+            domain: "127.0.0.1".into(),
+            ca: dir.join("ca.pem"),
+            identity: None,
+            token_file: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn refused_remote_names_the_url_and_reason() {
+        let dir = dir_with(&[("ca.pem", CA_PEM)]);
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let line = open_error(dir, port).await;
+        assert!(line.contains("refused"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+    }
+
+    /// The error line of connecting to 127.0.0.1:`port` with the CA in
+    /// `dir` (removed afterwards), checked to name the URL and a reason.
+    async fn open_error(dir: PathBuf, port: u16) -> String {
+        let e = Connection::open(&remote_at(&dir, port))
+            .await
+            .err()
+            .unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+        let line = e.to_string();
+        let head = format!("cannot connect to https://127.0.0.1:{port}: ");
+        assert!(line.starts_with(&head) && line.len() > head.len(), "{line}");
+        line
+    }
+
+    #[tokio::test]
+    async fn plaintext_peer_fails_the_handshake() {
+        use tokio::io::AsyncWriteExt;
+        let dir = dir_with(&[("ca.pem", CA_PEM)]);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            if let Ok((mut stream, _)) = listener.accept().await {
+                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+            }
+        });
+        open_error(dir, port).await;
     }
 }

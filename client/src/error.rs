@@ -34,6 +34,18 @@ pub enum Error {
         /// Why.
         source: tonic::transport::Error,
     },
+    /// A remote daemon (`--connect`) could not be reached, or the TLS
+    /// handshake with it failed.
+    #[error("cannot connect to {url}: {reason}")]
+    Remote {
+        /// `https://HOST:PORT`.
+        url: String,
+        /// Why, with the TLS reason when there is one.
+        reason: String,
+    },
+    /// The TLS settings (CA, client certificate and key, server name) are unusable.
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
     /// The in-process private daemon failed.
     #[error("private daemon: {0}")]
     Daemon(#[from] profd::Error),
@@ -91,14 +103,55 @@ impl Error {
 }
 
 /// `<code description>: <message>`, e.g. `not found: no process with pid 99999`.
+/// A status made on this side from a failed connection (which has a source
+/// error) also gets the reason, e.g. the TLS alert the daemon sent.
 pub fn status_line(status: &tonic::Status) -> String {
+    use std::error::Error as _;
     let code = code_description(status.code());
-    let message = status.message().trim();
+    let mut message = status.message().trim().to_string();
+    if let Some(source) = status.source() {
+        let reason = error_chain(source);
+        if message == "transport error" {
+            message = reason;
+        } else if !message.contains(&reason) {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&reason);
+        }
+    }
     if message.is_empty() {
         code.to_string()
     } else {
         format!("{code}: {message}")
     }
+}
+
+/// An error and its sources as one line, leaving out the generic wrappers
+/// ("transport error") and messages that merely repeat their source's.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut messages: Vec<String> = Vec::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let message = e.to_string();
+        next = e.source();
+        if message.is_empty() || message == "transport error" {
+            continue;
+        }
+        if let Some(last) = messages.last() {
+            if last.contains(&message) {
+                continue;
+            }
+            if message.contains(last.as_str()) {
+                messages.pop();
+            }
+        }
+        messages.push(message);
+    }
+    if messages.is_empty() {
+        return error.to_string();
+    }
+    messages.join(": ")
 }
 
 /// A gRPC code in plain lower-case words.
@@ -135,6 +188,79 @@ mod tests {
         assert_eq!(e.to_string(), "not found: no process with pid 99999");
         let e = Error::from(tonic::Status::unavailable(""));
         assert_eq!(e.to_string(), "unavailable");
+    }
+
+    #[test]
+    fn auth_statuses_render() {
+        let e = Error::from(tonic::Status::unauthenticated("no bearer token"));
+        assert_eq!(e.to_string(), "unauthenticated: no bearer token");
+        let e = Error::from(tonic::Status::permission_denied("read-only token"));
+        assert_eq!(e.to_string(), "permission denied: read-only token");
+    }
+
+    #[derive(Debug)]
+    struct Chained(&'static str, Option<Box<Chained>>);
+
+    impl std::fmt::Display for Chained {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Chained {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    fn chain(messages: &[&'static str]) -> Chained {
+        messages
+            .iter()
+            .rev()
+            .fold(None, |source, m| Some(Chained(m, source.map(Box::new))))
+            .unwrap()
+    }
+
+    #[test]
+    fn error_chain_keeps_the_useful_parts() {
+        let e = chain(&[
+            "transport error",
+            "error trying to connect",
+            "invalid peer certificate: UnknownIssuer",
+        ]);
+        assert_eq!(
+            error_chain(&e),
+            "error trying to connect: invalid peer certificate: UnknownIssuer"
+        );
+        let e = chain(&["tcp connect error: refused", "refused"]);
+        assert_eq!(error_chain(&e), "tcp connect error: refused");
+        assert_eq!(error_chain(&chain(&["transport error"])), "transport error");
+    }
+
+    #[test]
+    fn local_transport_status_gets_its_reason() {
+        let source = chain(&[
+            "connection error",
+            "received fatal alert: CertificateRequired",
+        ]);
+        let mut status = tonic::Status::unknown("transport error");
+        status.set_source(std::sync::Arc::new(source));
+        assert_eq!(
+            status_line(&status),
+            "unknown error: connection error: received fatal alert: CertificateRequired"
+        );
+    }
+
+    #[test]
+    fn remote_errors_name_the_url() {
+        let e = Error::Remote {
+            url: "https://127.0.0.1:7443".into(),
+            reason: "invalid peer certificate: UnknownIssuer".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot connect to https://127.0.0.1:7443: invalid peer certificate: UnknownIssuer"
+        );
     }
 
     #[test]

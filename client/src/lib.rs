@@ -22,8 +22,9 @@ use cli::{Cli, Command, ReportSource};
 use connect::Connection;
 use output::Output;
 
-/// Runs one parsed command line: connects (starting a private daemon when
-/// needed and allowed), runs the command, and closes the connection.
+/// Runs one parsed command line: connects (to the Unix socket, starting a
+/// private daemon when needed and allowed, or to `--connect`'s remote
+/// daemon), runs the command, and closes the connection.
 pub async fn run(cli: Cli) -> Result<(), Error> {
     // A report on a saved file needs no daemon.
     if let Command::Report(args) = &cli.command {
@@ -31,7 +32,8 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             return commands::report_file(&path, args, &Output::stdout());
         }
     }
-    let mut conn = Connection::open(&cli.socket).await?;
+    let target = cli.target().map_err(Error::Usage)?;
+    let mut conn = Connection::open(&target).await?;
     let out = Output::stdout();
     let client = &mut conn.client;
     let result = match &cli.command {

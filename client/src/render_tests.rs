@@ -34,11 +34,14 @@ fn session(state: SessionState) -> Session {
             lost: 0,
             truncated: 12,
             unsymbolized: 3,
+            overflowed: 0,
         }),
         duration_limit_ms: 0,
         error: String::new(),
         unwind: Unwind::Dwarf as i32,
         stack_bytes: 16384,
+        owner_uid: 0,
+        owner: String::new(),
     }
 }
 
@@ -237,12 +240,13 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["unwind"], "dwarf");
     assert_eq!(v["stack_bytes"], 16384);
     let totals = v["totals"].as_object().unwrap();
-    assert_eq!(totals.len(), 5);
+    assert_eq!(totals.len(), 6);
     assert_eq!(v["totals"]["attributed"], 9950);
     assert_eq!(v["totals"]["discarded"], 812);
     assert_eq!(v["totals"]["lost"], 0);
     assert_eq!(v["totals"]["truncated"], 12);
     assert_eq!(v["totals"]["unsymbolized"], 3);
+    assert_eq!(v["totals"]["overflowed"], 0);
     let functions = v["functions"].as_array().unwrap();
     assert_eq!(functions.len(), 4);
     let mut last = u64::MAX;
@@ -363,6 +367,7 @@ fn info_lists_everything() {
             lost: 7,
             truncated: 0,
             unsymbolized: 0,
+            overflowed: 0,
         }),
         running_sessions: 1,
     };

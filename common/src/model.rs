@@ -32,6 +32,27 @@ impl StackTable {
         }
     }
 
+    /// Like [`add`](Self::add), but a stack not yet in the table is added
+    /// only while it holds fewer than `cap` stacks: None when it is full.
+    pub fn add_within(
+        &mut self,
+        tid: u32,
+        frames: &[u64],
+        n: u64,
+        cap: usize,
+    ) -> Option<(usize, bool)> {
+        if self.counts.len() < cap {
+            return Some(self.add(tid, frames, n));
+        }
+        self.key.clear();
+        self.key.push(u64::from(tid));
+        self.key.extend_from_slice(frames);
+        let (index, _, count) = self.counts.get_full_mut(&self.key[..])?;
+        *count += n;
+        self.samples += n;
+        Some((index, false))
+    }
+
     /// Unique stacks.
     pub fn len(&self) -> usize {
         self.counts.len()
@@ -173,6 +194,16 @@ pub fn percent(part: u64, whole: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_table_still_counts_known_stacks() {
+        let mut t = StackTable::default();
+        assert_eq!(t.add_within(1, &[10, 20], 1, 2), Some((0, true)));
+        assert_eq!(t.add_within(1, &[11, 20], 1, 2), Some((1, true)));
+        assert_eq!(t.add_within(1, &[12, 20], 1, 2), None);
+        assert_eq!(t.add_within(1, &[10, 20], 3, 2), Some((0, false)));
+        assert_eq!((t.len(), t.samples()), (2, 5));
+    }
 
     #[test]
     fn interning_counts_repeats_per_thread() {

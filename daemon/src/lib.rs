@@ -1,8 +1,10 @@
 //! profd: the sampling profiler daemon (library; `main.rs` is a thin wrapper).
-//! `Daemon::bind` probes the kernel and binds the Unix socket; `serve` runs
-//! the gRPC API until shutdown, ending every session cleanly.
+//! `Daemon::bind` probes the kernel and binds the Unix socket (and the TLS
+//! listener when configured); `serve` runs the gRPC API until shutdown,
+//! ending every session cleanly.
 #![deny(unsafe_code)]
 
+pub mod auth;
 pub mod maps;
 #[allow(unsafe_code)]
 pub mod perf;
@@ -15,22 +17,50 @@ pub mod unwind;
 
 use profd_common::api::profiler_server::ProfilerServer;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::net::UnixListener;
+use std::time::Duration;
+use tokio::net::{TcpListener, UnixListener};
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-/// Validated daemon settings.
+/// The group given the socket when none is configured (if it exists).
+pub const DEFAULT_SOCKET_GROUP: &str = "profd";
+
+/// Daemon settings.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Unix socket the gRPC API is served on.
     pub socket: PathBuf,
+    /// Group that owns the socket (mode 0660): its members may connect.
+    /// None: the default group `profd` when it exists, else root's.
+    pub socket_group: Option<String>,
+    /// Members of a group may profile a user's processes.
+    pub grants: Vec<auth::Grant>,
+    pub limits: registry::Limits,
+    /// The TLS listener, off unless set.
+    pub remote: Option<Remote>,
+}
+
+/// The TCP listener: TLS only, bearer tokens.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub listen: SocketAddr,
+    pub tls: auth::TlsFiles,
+    pub tokens: PathBuf,
 }
 
 impl Config {
     /// Settings with defaults and the given socket path.
     pub fn new(socket: PathBuf) -> Config {
-        Config { socket }
+        Config {
+            socket,
+            socket_group: None,
+            grants: Vec::new(),
+            limits: registry::Limits::default(),
+            remote: None,
+        }
     }
 }
 
@@ -41,6 +71,10 @@ pub enum Error {
     Socket { path: PathBuf, reason: String },
     #[error("cannot read the machine's CPUs: {0}")]
     Cpus(std::io::Error),
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen { addr: SocketAddr, reason: String },
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -49,8 +83,62 @@ pub enum Error {
 pub struct Daemon {
     listener: UnixListener,
     socket: PathBuf,
+    remote: Option<(TcpListener, ServerTlsConfig)>,
     registry: Arc<registry::Registry>,
+    policy: Arc<auth::Policy>,
     facts: rpc::Facts,
+}
+
+/// How long a TLS client may take to finish its handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The gid the socket is given, from `--socket-group`.
+fn socket_gid(group: Option<&str>) -> Result<Option<u32>, Error> {
+    let name = group.unwrap_or(DEFAULT_SOCKET_GROUP);
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(g)) => Ok(Some(g.gid.as_raw())),
+        Ok(None) if group.is_none() => Ok(None),
+        Ok(None) => Err(Error::Config(format!(
+            "socket group {name:?} does not exist: create it (groupadd {name}) or choose another --socket-group"
+        ))),
+        Err(e) => Err(Error::Config(format!("cannot look up group {name:?}: {e}"))),
+    }
+}
+
+fn read_pem(what: &str, path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|e| Error::Config(format!("{what} {}: {e}", path.display())))
+}
+
+/// Load the TLS listener's files and tokens, and bind it.
+async fn bind_remote(
+    remote: &Remote,
+    policy: &mut auth::Policy,
+) -> Result<(TcpListener, ServerTlsConfig), Error> {
+    let cert = read_pem("--tls-cert", &remote.tls.cert)?;
+    let key = read_pem("--tls-key", &remote.tls.key)?;
+    let mut tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(cert, key))
+        .timeout(TLS_HANDSHAKE_TIMEOUT);
+    if let Some(ca) = &remote.tls.client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read_pem("--tls-client-ca", ca)?));
+    }
+    policy.tokens = auth::Tokens::load(&remote.tokens).map_err(Error::Config)?;
+    if policy.tokens.is_empty() {
+        tracing::warn!(tokens = %remote.tokens.display(), "no tokens: every remote call will be refused");
+    }
+    let listener = TcpListener::bind(remote.listen)
+        .await
+        .map_err(|e| Error::Listen {
+            addr: remote.listen,
+            reason: e.to_string(),
+        })?;
+    tracing::info!(
+        addr = %remote.listen,
+        mtls = remote.tls.client_ca.is_some(),
+        tokens = policy.tokens.len(),
+        "listening (TLS)"
+    );
+    Ok((listener, tls))
 }
 
 fn socket_error(path: &Path, reason: impl ToString) -> Error {
@@ -113,6 +201,15 @@ impl Daemon {
         if !facts.pmu_available {
             tracing::info!("no hardware PMU: sessions asking for cycles use cpu-clock");
         }
+        let gid = socket_gid(config.socket_group.as_deref())?;
+        let mut policy = auth::Policy {
+            grants: config.grants.clone(),
+            ..Default::default()
+        };
+        let remote = match &config.remote {
+            Some(remote) => Some(bind_remote(remote, &mut policy).await?),
+            None => None,
+        };
         let path = config.socket;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.exists() {
@@ -123,15 +220,22 @@ impl Daemon {
         }
         clear_stale_socket(&path)?;
         let listener = UnixListener::bind(&path).map_err(|e| socket_error(&path, e))?;
-        // Until callers are authorized per process, only root may connect.
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        std::os::unix::fs::chown(&path, None, gid).map_err(|e| socket_error(&path, e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
             .map_err(|e| socket_error(&path, e))?;
-        let registry = Arc::new(registry::Registry::new(source, symbolizer));
-        tracing::info!(socket = %path.display(), "listening");
+        let registry = Arc::new(registry::Registry::new(
+            source,
+            symbolizer,
+            config.limits,
+            config.grants,
+        ));
+        tracing::info!(socket = %path.display(), gid, "listening");
         Ok(Daemon {
             listener,
             socket: path,
+            remote,
             registry,
+            policy: Arc::new(policy),
             facts,
         })
     }
@@ -143,17 +247,35 @@ impl Daemon {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
         let registry = self.registry.clone();
-        let shutdown = async move {
+        let (done, stopping) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
             shutdown.await;
             tracing::info!("shutting down: ending sessions");
             registry.stop_all().await;
+            let _ = done.send(true);
+        });
+        let stopped = move || {
+            let mut stopping = stopping.clone();
+            async move {
+                let _ = stopping.wait_for(|s| *s).await;
+            }
         };
-        let service = rpc::Service::new(self.registry, self.facts);
+        let service = rpc::Service::new(self.registry, self.policy, self.facts);
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(self.listener);
-        let result = tonic::transport::Server::builder()
-            .add_service(ProfilerServer::new(service))
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await;
+        let local = tonic::transport::Server::builder()
+            .add_service(ProfilerServer::new(service.clone()))
+            .serve_with_incoming_shutdown(incoming, stopped());
+        let result = match self.remote {
+            None => local.await,
+            Some((listener, tls)) => {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                let remote = tonic::transport::Server::builder()
+                    .tls_config(tls)?
+                    .add_service(ProfilerServer::new(service))
+                    .serve_with_incoming_shutdown(incoming, stopped());
+                tokio::try_join!(local, remote).map(|_| ())
+            }
+        };
         let _ = std::fs::remove_file(&self.socket);
         result.map_err(Error::from)
     }

@@ -1,34 +1,176 @@
 //! `profd` command line: parse flags, set up logging, run the daemon until
-//! SIGTERM or SIGINT.
+//! SIGTERM or SIGINT; `profd token` adds a token to a tokens file.
 use anyhow::Context;
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
+use profd::auth::{Grant, TlsFiles};
+use profd::registry::Limits;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// profd: system-wide sampling profiler daemon with a gRPC API.
 #[derive(Debug, Parser)]
-#[command(version, about)]
-struct Args {
+#[command(version, about, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(flatten)]
+    daemon: DaemonArgs,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Make a new bearer token for the TLS listener: appends its hash to the
+    /// tokens file (created mode 0600) and prints the token.
+    Token(TokenArgs),
+}
+
+#[derive(Debug, Args)]
+struct TokenArgs {
+    /// The tokens file (the daemon's --tokens).
+    #[arg(long, value_name = "FILE")]
+    tokens: PathBuf,
+    /// A one-word name for the token, shown in logs and messages.
+    #[arg(long)]
+    name: String,
+    /// read-only (list, watch, read, export) or operator (also attach, stop).
+    #[arg(long, value_parser = ["read-only", "operator"])]
+    role: String,
+    /// The local user the token acts as: it may profile what that user may
+    /// (root: everything) and owns the sessions it starts.
+    #[arg(long)]
+    user: String,
+}
+
+#[derive(Debug, Args)]
+struct DaemonArgs {
     /// Unix socket to serve the profd.v1 gRPC API on.
     #[arg(long, default_value = profd_common::DEFAULT_SOCKET)]
     socket: PathBuf,
+    /// Group owning the socket (mode 0660); its members may connect. Default:
+    /// `profd` when that group exists, else root's group.
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
+    /// Let members of GROUP profile the processes of USER (repeatable).
+    #[arg(long = "grant", value_name = "GROUP:USER")]
+    grants: Vec<Grant>,
+    /// Also serve on this TCP address, TLS only (needs --tls-cert, --tls-key
+    /// and --tokens).
+    #[arg(long, value_name = "ADDR:PORT", requires_all = ["tls_cert", "tls_key", "tokens"])]
+    listen: Option<SocketAddr>,
+    /// PEM certificate chain of the TLS listener.
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of the TLS listener.
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this PEM CA (mutual TLS).
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    tls_client_ca: Option<PathBuf>,
+    /// Bearer tokens accepted on the TLS listener (`profd token` makes them).
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    tokens: Option<PathBuf>,
+    /// Most sessions running at once.
+    #[arg(long, default_value_t = Limits::default().max_sessions)]
+    max_sessions: usize,
+    /// Most sessions one user runs at once.
+    #[arg(long, default_value_t = Limits::default().max_sessions_per_caller)]
+    max_sessions_per_caller: usize,
+    /// Highest sampling frequency in Hz (default: the kernel's
+    /// perf_event_max_sample_rate).
+    #[arg(long, value_name = "HZ")]
+    max_frequency: Option<u32>,
+    /// Longest session in seconds; sessions asking for no duration get this
+    /// (default: unlimited).
+    #[arg(long, value_name = "SECS")]
+    max_duration: Option<u64>,
+    /// Unique stacks one session keeps; samples of further new stacks are
+    /// counted under `[stack limit reached]`.
+    #[arg(long, default_value_t = Limits::default().max_stacks)]
+    max_stacks: usize,
     /// Log filter level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+impl DaemonArgs {
+    fn config(self) -> anyhow::Result<profd::Config> {
+        let kernel_max = profd::registry::max_sample_rate();
+        match self.max_frequency {
+            Some(0) => anyhow::bail!("--max-frequency 0 allows no sampling: use 1 or more"),
+            Some(f) if f > kernel_max => anyhow::bail!(
+                "--max-frequency {f} is above the kernel's perf_event_max_sample_rate ({kernel_max}): use at most that"
+            ),
+            _ => {}
+        }
+        for (flag, n) in [
+            ("--max-sessions", self.max_sessions),
+            ("--max-sessions-per-caller", self.max_sessions_per_caller),
+            ("--max-stacks", self.max_stacks),
+        ] {
+            anyhow::ensure!(n > 0, "{flag} 0 allows nothing: use 1 or more");
+        }
+        anyhow::ensure!(
+            self.max_duration != Some(0),
+            "--max-duration 0 allows nothing: use 1 or more seconds, or leave it out"
+        );
+        let mut config = profd::Config::new(self.socket);
+        config.socket_group = self.socket_group;
+        config.grants = self.grants;
+        config.limits = Limits {
+            max_sessions: self.max_sessions,
+            max_sessions_per_caller: self.max_sessions_per_caller,
+            max_frequency_hz: self.max_frequency,
+            max_duration: self.max_duration.map(Duration::from_secs),
+            max_stacks: self.max_stacks,
+        };
+        if let (Some(listen), Some(cert), Some(key), Some(tokens)) =
+            (self.listen, self.tls_cert, self.tls_key, self.tokens)
+        {
+            config.remote = Some(profd::Remote {
+                listen,
+                tls: TlsFiles {
+                    cert,
+                    key,
+                    client_ca: self.tls_client_ca,
+                },
+                tokens,
+            });
+        }
+        Ok(config)
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("profd: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(Command::Token(t)) = cli.command {
+        let token = profd::auth::new_token(&t.tokens, &t.name, &t.role, &t.user)
+            .map_err(anyhow::Error::msg)?;
+        println!("{token}");
+        return Ok(());
+    }
+    let args = cli.daemon;
     tracing_subscriber::fmt()
         .with_max_level(args.log_level)
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
+    let config = args.config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let daemon = profd::Daemon::bind(profd::Config::new(args.socket)).await?;
+        let daemon = profd::Daemon::bind(config).await?;
         let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
         daemon

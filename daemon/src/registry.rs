@@ -1,6 +1,8 @@
-//! The daemon's sessions: validates attach requests against the kernel's
-//! limits and the target's existence, starts session actors, and looks them
-//! up. Errors here carry what the caller should change.
+//! The daemon's sessions: validates attach requests against the kernel's and
+//! the daemon's limits, the target's existence and the caller's right to it,
+//! starts session actors, and looks them up for their owners. Errors here
+//! carry what the caller should change.
+use crate::auth::{self, Caller, Grant, TargetCreds};
 use crate::perf::{EventKind, EventSpec, PerfError, PidFd, MAX_STACK_BYTES};
 use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
@@ -21,6 +23,10 @@ pub enum Error {
     NotFound(String),
     #[error("{0}")]
     FailedPrecondition(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -59,6 +65,36 @@ pub fn max_sample_rate() -> u32 {
         .unwrap_or(100_000)
 }
 
+/// The daemon's resource limits (flags `--max-*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Running sessions in all.
+    pub max_sessions: usize,
+    /// Running sessions of one user.
+    pub max_sessions_per_caller: usize,
+    /// Highest sampling frequency (None: the kernel's).
+    pub max_frequency_hz: Option<u32>,
+    /// Longest session (None: unlimited); sessions asking for none get this.
+    pub max_duration: Option<Duration>,
+    /// Unique stacks one session keeps.
+    pub max_stacks: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_sessions: 64,
+            max_sessions_per_caller: 16,
+            max_frequency_hz: None,
+            max_duration: None,
+            max_stacks: 250_000,
+        }
+    }
+}
+
+/// Longest duration a request may name at all (a year).
+const MAX_DURATION_MS: u64 = 366 * 24 * 3600 * 1000;
+
 /// A validated Attach request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttachPlan {
@@ -70,18 +106,35 @@ pub struct AttachPlan {
 /// User stack bytes copied per sample when a session does not say.
 pub const DEFAULT_STACK_BYTES: u32 = 16384;
 
-/// Check an Attach request's fields (not the target) against `max_rate`.
-pub fn plan_attach(req: &api::AttachRequest, max_rate: u32) -> Result<AttachPlan, Error> {
+/// Check an Attach request's fields (not the target) against the kernel's
+/// `max_rate` and the daemon's `limits`.
+pub fn plan_attach(
+    req: &api::AttachRequest,
+    max_rate: u32,
+    limits: &Limits,
+) -> Result<AttachPlan, Error> {
     if req.pid == 0 {
         return Err(Error::InvalidArgument(
             "pid must be a process id (1 or above)".into(),
         ));
     }
+    let (max_hz, which) = match limits.max_frequency_hz {
+        Some(m) if m < max_rate => (m, "the daemon's limit --max-frequency"),
+        _ => (
+            max_rate,
+            "the kernel's limit kernel.perf_event_max_sample_rate",
+        ),
+    };
     let frequency_hz = match req.frequency_hz {
-        None => DEFAULT_FREQUENCY_HZ.min(max_rate),
-        Some(f) if f == 0 || f > max_rate => {
+        None => DEFAULT_FREQUENCY_HZ.min(max_hz),
+        Some(0) => {
             return Err(Error::InvalidArgument(format!(
-                "frequency {f} Hz is out of range: use 1..={max_rate} Hz (the kernel's perf_event_max_sample_rate)"
+                "frequency 0 Hz cannot sample: use 1..={max_hz} Hz"
+            )))
+        }
+        Some(f) if f > max_hz => {
+            return Err(Error::ResourceExhausted(format!(
+                "frequency {f} Hz is above {which} ({max_hz} Hz): use 1..={max_hz} Hz"
             )))
         }
         Some(f) => f,
@@ -96,7 +149,23 @@ pub fn plan_attach(req: &api::AttachRequest, max_rate: u32) -> Result<AttachPlan
             )))
         }
     };
-    let duration = (req.duration_ms > 0).then(|| Duration::from_millis(req.duration_ms));
+    if req.duration_ms > MAX_DURATION_MS {
+        return Err(Error::InvalidArgument(format!(
+            "duration {} ms is over a year: use 0 (until stopped) or at most {MAX_DURATION_MS} ms",
+            req.duration_ms
+        )));
+    }
+    let asked = (req.duration_ms > 0).then(|| Duration::from_millis(req.duration_ms));
+    let duration = match (asked, limits.max_duration) {
+        (Some(d), Some(max)) if d > max => {
+            let (d, max) = (d.as_secs_f64(), max.as_secs());
+            return Err(Error::ResourceExhausted(format!(
+                "duration {d} s is above the daemon's limit --max-duration ({max} s): ask for at most that"
+            )));
+        }
+        (None, max) => max,
+        (asked, _) => asked,
+    };
     let stack_bytes = match (api::Unwind::try_from(req.unwind), req.stack_bytes) {
         (Ok(api::Unwind::Fp), 0) => 0,
         (Ok(api::Unwind::Fp), n) => {
@@ -146,16 +215,28 @@ fn target_process(pid: u32) -> Result<(u32, String), Error> {
 pub struct Registry {
     sampler: Arc<dyn SampleSource>,
     symbolizer: Arc<dyn Symbolizer>,
+    limits: Limits,
+    grants: Arc<[Grant]>,
     sessions: Mutex<BTreeMap<u64, Handle>>,
+    /// Held while a session is checked against the limits and started.
+    attaching: Mutex<()>,
     next_id: AtomicU64,
 }
 
 impl Registry {
-    pub fn new(sampler: Arc<dyn SampleSource>, symbolizer: Arc<dyn Symbolizer>) -> Registry {
+    pub fn new(
+        sampler: Arc<dyn SampleSource>,
+        symbolizer: Arc<dyn Symbolizer>,
+        limits: Limits,
+        grants: Vec<Grant>,
+    ) -> Registry {
         Registry {
             sampler,
             symbolizer,
+            limits,
+            grants: grants.into(),
             sessions: Mutex::new(BTreeMap::new()),
+            attaching: Mutex::new(()),
             next_id: AtomicU64::new(1),
         }
     }
@@ -164,28 +245,86 @@ impl Registry {
         &*self.sampler
     }
 
-    /// Validate and start a session.
-    pub async fn attach(&self, req: &api::AttachRequest) -> Result<api::Session, Error> {
-        let plan = plan_attach(req, max_sample_rate())?;
+    /// Fail when another running session would exceed a session limit.
+    async fn check_session_limits(&self, caller: &Caller) -> Result<(), Error> {
+        let (mut all, mut mine) = (0, 0);
+        for h in self.all().await {
+            if *h.state().borrow() == api::SessionState::Running {
+                all += 1;
+                mine += usize::from(h.owner_uid == caller.uid());
+            }
+        }
+        let l = &self.limits;
+        if all >= l.max_sessions {
+            return Err(Error::ResourceExhausted(format!(
+                "{all} sessions are running, the daemon's limit --max-sessions ({}): stop one first (`profctl stop ID`)",
+                l.max_sessions
+            )));
+        }
+        if mine >= l.max_sessions_per_caller {
+            return Err(Error::ResourceExhausted(format!(
+                "{} has {mine} sessions running, the daemon's limit --max-sessions-per-caller ({}): stop one first (`profctl stop ID`)",
+                caller.label, l.max_sessions_per_caller
+            )));
+        }
+        Ok(())
+    }
+
+    /// Validate and start a session owned by `caller`.
+    pub async fn attach(
+        &self,
+        req: &api::AttachRequest,
+        caller: &Caller,
+    ) -> Result<api::Session, Error> {
+        let plan = plan_attach(req, max_sample_rate(), &self.limits)?;
+        let _attaching = self.attaching.lock().await;
+        self.check_session_limits(caller).await?;
         let (tgid, comm) = target_process(plan.pid)?;
         let pidfd = PidFd::open(tgid).map_err(|err| match err.raw_os_error() {
             Some(libc::ESRCH) => Error::NotFound(format!("no process with pid {}", plan.pid)),
             _ => Error::Internal(format!("cannot open a pidfd for {tgid}: {err}")),
         })?;
-        // The pidfd pins the identity: make sure it is still the process we read.
+        // Read the identity after pinning the process with the pidfd, and
+        // make sure it is still alive afterwards: then the pid was not reused
+        // in between, and the credentials are that process's.
         let (tgid_again, _) = target_process(tgid)?;
+        let creds = TargetCreds::read(tgid);
+        let (Some(creds), false) = (creds, pidfd.exited()) else {
+            return Err(Error::NotFound(format!(
+                "process {} exited while attaching",
+                plan.pid
+            )));
+        };
         if tgid_again != tgid {
             return Err(Error::NotFound(format!(
                 "process {} exited while attaching",
                 plan.pid
             )));
         }
+        auth::may_profile(&caller.account, &self.grants, tgid, &creds)
+            .map_err(Error::PermissionDenied)?;
+        // A process can gain privileges only by exec'ing a set-id program:
+        // sessions of ordinary users are checked again at every exec.
+        let recheck = (!caller.is_root()).then(|| {
+            let account = caller.account.clone();
+            let grants = self.grants.clone();
+            let check: session::Recheck = Arc::new(move |pid| {
+                let creds = TargetCreds::read(pid)
+                    .ok_or_else(|| format!("process {pid} could not be checked after exec"))?;
+                auth::may_profile(&account, &grants, pid, &creds)
+            });
+            check
+        });
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let params = Params {
             id,
             pid: tgid,
             comm,
             duration: plan.duration,
+            owner_uid: caller.uid(),
+            owner: caller.account.name.clone(),
+            max_stacks: self.limits.max_stacks,
+            recheck,
         };
         let handle = session::start(
             params,
@@ -200,24 +339,40 @@ impl Registry {
             session = id,
             pid = tgid,
             hz = plan.spec.frequency_hz,
+            caller = %caller.label,
             "session started"
         );
         self.sessions.lock().await.insert(id, handle);
         Ok(summary)
     }
 
-    /// The session with this id.
-    pub async fn get(&self, id: u64) -> Result<Handle, Error> {
-        self.sessions.lock().await.get(&id).cloned().ok_or_else(|| {
-            Error::NotFound(format!(
-                "no session with id {id}; `profctl sessions` lists them"
-            ))
-        })
+    /// The session with this id, when `caller` may use it.
+    pub async fn get(&self, id: u64, caller: &Caller) -> Result<Handle, Error> {
+        let handle = self
+            .sessions
+            .lock()
+            .await
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "no session with id {id}; `profctl sessions` lists them"
+                ))
+            })?;
+        caller.may_read(id, handle.owner_uid)?;
+        Ok(handle)
     }
 
     /// Every session, oldest first.
     pub async fn all(&self) -> Vec<Handle> {
         self.sessions.lock().await.values().cloned().collect()
+    }
+
+    /// The sessions `caller` may see: all for root, else its own.
+    pub async fn visible(&self, caller: &Caller) -> Vec<Handle> {
+        let mut all = self.all().await;
+        all.retain(|h| caller.is_root() || h.owner_uid == caller.uid());
+        all
     }
 
     /// Stop every running session (daemon shutdown).
@@ -243,26 +398,71 @@ mod tests {
     #[test]
     fn frequency_defaults_and_bounds() {
         assert_eq!(
-            plan_attach(&req(1, None), 5000).unwrap().spec.frequency_hz,
+            plan_attach(&req(1, None), 5000, &Limits::default())
+                .unwrap()
+                .spec
+                .frequency_hz,
             999
         );
         assert_eq!(
-            plan_attach(&req(1, None), 500).unwrap().spec.frequency_hz,
+            plan_attach(&req(1, None), 500, &Limits::default())
+                .unwrap()
+                .spec
+                .frequency_hz,
             500
         );
-        let msg = plan_attach(&req(1, Some(0)), 5000).unwrap_err().to_string();
+        let msg = plan_attach(&req(1, Some(0)), 5000, &Limits::default())
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("1..=5000"), "{msg}");
-        assert!(matches!(
-            plan_attach(&req(1, Some(5001)), 5000),
-            Err(Error::InvalidArgument(_))
-        ));
+        let err = plan_attach(&req(1, Some(5001)), 5000, &Limits::default()).unwrap_err();
+        assert!(
+            matches!(err, Error::ResourceExhausted(ref m) if m.contains("perf_event_max_sample_rate")),
+            "{err}"
+        );
         assert_eq!(
-            plan_attach(&req(1, Some(5000)), 5000)
+            plan_attach(&req(1, Some(5000)), 5000, &Limits::default())
                 .unwrap()
                 .spec
                 .frequency_hz,
             5000
         );
+    }
+
+    #[test]
+    fn daemon_limits_on_frequency_and_duration() {
+        let limits = Limits {
+            max_frequency_hz: Some(100),
+            max_duration: Some(Duration::from_secs(2)),
+            ..Limits::default()
+        };
+        let plan = plan_attach(&req(1, None), 5000, &limits).unwrap();
+        assert_eq!(plan.spec.frequency_hz, 100);
+        assert_eq!(plan.duration, Some(Duration::from_secs(2)));
+        let err = plan_attach(&req(1, Some(200)), 5000, &limits).unwrap_err();
+        assert!(
+            matches!(err, Error::ResourceExhausted(ref m) if m.contains("--max-frequency")),
+            "{err}"
+        );
+        let long = api::AttachRequest {
+            pid: 1,
+            duration_ms: 5000,
+            ..Default::default()
+        };
+        let err = plan_attach(&long, 5000, &limits).unwrap_err();
+        assert!(
+            matches!(err, Error::ResourceExhausted(ref m) if m.contains("--max-duration")),
+            "{err}"
+        );
+        let forever = api::AttachRequest {
+            pid: 1,
+            duration_ms: u64::MAX,
+            ..Default::default()
+        };
+        assert!(matches!(
+            plan_attach(&forever, 5000, &Limits::default()),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]
@@ -274,7 +474,7 @@ mod tests {
                 stack_bytes,
                 ..Default::default()
             };
-            plan_attach(&r, 5000).map(|p| p.spec.stack_bytes)
+            plan_attach(&r, 5000, &Limits::default()).map(|p| p.spec.stack_bytes)
         };
         assert_eq!(
             with(api::Unwind::Unspecified, 0).unwrap(),
@@ -299,7 +499,7 @@ mod tests {
     #[test]
     fn pid_zero_and_unknown_event_are_invalid() {
         assert!(matches!(
-            plan_attach(&req(0, None), 5000),
+            plan_attach(&req(0, None), 5000, &Limits::default()),
             Err(Error::InvalidArgument(_))
         ));
         let r = api::AttachRequest {
@@ -308,7 +508,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            plan_attach(&r, 5000),
+            plan_attach(&r, 5000, &Limits::default()),
             Err(Error::InvalidArgument(_))
         ));
     }

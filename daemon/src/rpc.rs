@@ -1,6 +1,8 @@
-//! The gRPC service `profd.v1.Profiler`: validates requests, forwards them to
-//! the registry or a session actor, maps errors to statuses, and runs each
-//! Watch stream (snapshot, then per-interval deltas, then a final update).
+//! The gRPC service `profd.v1.Profiler`: identifies the caller, validates
+//! requests, forwards them to the registry or a session actor, maps errors to
+//! statuses, and runs each Watch stream (snapshot, then per-interval deltas,
+//! then a final update).
+use crate::auth::Policy;
 use crate::registry::{self, kernel_sysctl, max_sample_rate, Error, Registry};
 use crate::session::{Handle, View, MAX_WINDOW_S};
 use profd_common::api::{self, profiler_server::Profiler};
@@ -21,6 +23,8 @@ impl From<Error> for Status {
             Error::InvalidArgument(m) => Status::invalid_argument(m),
             Error::NotFound(m) => Status::not_found(m),
             Error::FailedPrecondition(m) => Status::failed_precondition(m),
+            Error::PermissionDenied(m) => Status::permission_denied(m),
+            Error::ResourceExhausted(m) => Status::resource_exhausted(m),
             Error::Internal(m) => Status::internal(m),
         }
     }
@@ -33,15 +37,27 @@ pub struct Facts {
     pub pmu_available: bool,
 }
 
-/// The tonic service.
+/// The tonic service (one per listener, sharing the registry).
+#[derive(Clone)]
 pub struct Service {
     registry: Arc<Registry>,
+    policy: Arc<Policy>,
     facts: Facts,
 }
 
 impl Service {
-    pub fn new(registry: Arc<Registry>, facts: Facts) -> Service {
-        Service { registry, facts }
+    pub fn new(registry: Arc<Registry>, policy: Arc<Policy>, facts: Facts) -> Service {
+        Service {
+            registry,
+            policy,
+            facts,
+        }
+    }
+
+    /// The session a request names, when its caller may read it.
+    async fn session<T>(&self, req: &Request<T>, id: u64) -> Result<Handle, Status> {
+        let caller = self.policy.caller(req)?;
+        Ok(self.registry.get(id, &caller).await?)
     }
 }
 
@@ -138,8 +154,9 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<api::WatchResponse, Status>>
 impl Profiler for Service {
     async fn info(
         &self,
-        _: Request<api::InfoRequest>,
+        req: Request<api::InfoRequest>,
     ) -> Result<Response<api::InfoResponse>, Status> {
+        self.policy.caller(&req)?;
         let sampler = self.registry.sampler();
         let c = sampler.counters();
         let groups = sampler
@@ -186,7 +203,9 @@ impl Profiler for Service {
         &self,
         req: Request<api::AttachRequest>,
     ) -> Result<Response<api::AttachResponse>, Status> {
-        let session = self.registry.attach(req.get_ref()).await?;
+        let caller = self.policy.caller(&req)?;
+        caller.require_operator("attach")?;
+        let session = self.registry.attach(req.get_ref(), &caller).await?;
         Ok(Response::new(api::AttachResponse {
             session: Some(session),
         }))
@@ -198,6 +217,7 @@ impl Profiler for Service {
         &self,
         req: Request<api::WatchRequest>,
     ) -> Result<Response<WatchStream>, Status> {
+        let handle = self.session(&req, req.get_ref().session_id).await?;
         let req = req.into_inner();
         let interval = watch_interval(req.interval_ms)?;
         if req.window_s > MAX_WINDOW_S {
@@ -206,7 +226,6 @@ impl Profiler for Service {
                 req.window_s
             )));
         }
-        let handle = self.registry.get(req.session_id).await?;
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(run_watch(handle, interval, req.window_s, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -216,7 +235,7 @@ impl Profiler for Service {
         &self,
         req: Request<api::GetProfileRequest>,
     ) -> Result<Response<api::GetProfileResponse>, Status> {
-        let handle = self.registry.get(req.get_ref().session_id).await?;
+        let handle = self.session(&req, req.get_ref().session_id).await?;
         let format = api::ExportFormat::try_from(req.get_ref().format).map_err(|_| {
             Status::invalid_argument(format!(
                 "unknown export format {}: use 1 (pprof), 2 (folded), 3 (svg), 4 (speedscope) or 5 (json)",
@@ -262,7 +281,9 @@ impl Profiler for Service {
         &self,
         req: Request<api::StopRequest>,
     ) -> Result<Response<api::StopResponse>, Status> {
-        let handle = self.registry.get(req.get_ref().session_id).await?;
+        let caller = self.policy.caller(&req)?;
+        caller.require_operator("stop sessions")?;
+        let handle = self.registry.get(req.get_ref().session_id, &caller).await?;
         let session = handle.stop().await.map_err(registry::Error::from)?;
         Ok(Response::new(api::StopResponse {
             session: Some(session),
@@ -274,13 +295,13 @@ impl Profiler for Service {
         req: Request<api::GetViewRequest>,
     ) -> Result<Response<api::GetViewResponse>, Status> {
         use api::get_view_request::View as V;
+        let handle = self.session(&req, req.get_ref().session_id).await?;
         let req = req.into_inner();
         let Some(view) = req.view else {
             return Err(Status::invalid_argument(
                 "no view selected: set one of tree, callers, hot_path, threads or lines",
             ));
         };
-        let handle = self.registry.get(req.session_id).await?;
         let resolved = handle.resolve().await.map_err(registry::Error::from)?;
         let p = &resolved.profile;
         let find = |r: &api::FunctionRef| {
@@ -317,6 +338,7 @@ impl Profiler for Service {
         &self,
         req: Request<api::GetHistogramRequest>,
     ) -> Result<Response<api::GetHistogramResponse>, Status> {
+        let handle = self.session(&req, req.get_ref().session_id).await?;
         let req = req.into_inner();
         if req.scale == 0 || req.buckets == 0 || req.buckets > MAX_BUCKETS {
             return Err(Status::invalid_argument(format!(
@@ -329,17 +351,17 @@ impl Profiler for Service {
                 "module is empty: give the file name of a binary the target maps",
             ));
         }
-        let handle = self.registry.get(req.session_id).await?;
         let histogram = handle.histogram(req).await.map_err(registry::Error::from)?;
         histogram.map(Response::new).map_err(Status::not_found)
     }
 
     async fn list_sessions(
         &self,
-        _: Request<api::ListSessionsRequest>,
+        req: Request<api::ListSessionsRequest>,
     ) -> Result<Response<api::ListSessionsResponse>, Status> {
+        let caller = self.policy.caller(&req)?;
         let mut sessions = Vec::new();
-        for h in self.registry.all().await {
+        for h in self.registry.visible(&caller).await {
             if let Ok(s) = h.summary().await {
                 sessions.push(s);
             }

@@ -76,10 +76,16 @@ impl Symbolizer for FakeSymbolizer {
 }
 
 async fn start(name: &str) -> (Running, Arc<FakeSource>) {
+    start_with(name, profd::registry::Limits::default()).await
+}
+
+async fn start_with(name: &str, limits: profd::registry::Limits) -> (Running, Arc<FakeSource>) {
     let source = Arc::new(FakeSource::default());
     let fake = source.clone();
     let running = serve(name, |socket| {
-        profd::Daemon::bind_with(profd::Config::new(socket), fake, Arc::new(FakeSymbolizer))
+        let mut config = profd::Config::new(socket);
+        config.limits = limits;
+        profd::Daemon::bind_with(config, fake, Arc::new(FakeSymbolizer))
     })
     .await;
     (running, source)
@@ -268,7 +274,10 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
     assert!(err.message().contains("999999999"), "{}", err.message());
 
     let me = std::process::id();
-    for bad in [0, max.parse::<u32>().unwrap() + 1] {
+    for (bad, code) in [
+        (0, Code::InvalidArgument),
+        (max.parse::<u32>().unwrap() + 1, Code::ResourceExhausted),
+    ] {
         let err = h
             .client
             .attach(api::AttachRequest {
@@ -278,7 +287,7 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
             })
             .await
             .unwrap_err();
-        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(err.code(), code, "{}", err.message());
         assert!(
             err.message().contains(&format!("1..={max}")),
             "{}",
@@ -506,5 +515,63 @@ async fn views_exports_and_windows_over_known_stacks() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     drop(target);
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_enforced_and_named() {
+    let limits = profd::registry::Limits {
+        max_sessions: 2,
+        max_sessions_per_caller: 2,
+        max_stacks: 2,
+        ..Default::default()
+    };
+    let (mut h, source) = start_with("fake-limits", limits).await;
+    let mut a = sleeper();
+    let mut b = sleeper();
+    let s = attach(&mut h, a.id()).await;
+    attach(&mut h, b.id()).await;
+    let err = h
+        .client
+        .attach(api::AttachRequest {
+            pid: a.id(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(
+        err.message().contains("--max-sessions (2)"),
+        "{}",
+        err.message()
+    );
+
+    // Two unique stacks are kept; the third and fourth new ones overflow
+    // into `[stack limit reached]`, known stacks still count.
+    let pid = a.id();
+    source.feed(&[
+        (pid, &[0x100, 0x300]),
+        (pid, &[0x200, 0x300]),
+        (pid, &[0x400, 0x300]),
+        (pid, &[0x500]),
+        (pid, &[0x100, 0x300]),
+    ]);
+    h.client
+        .stop(api::StopRequest { session_id: s.id })
+        .await
+        .unwrap();
+    let p = h.profile(s.id).await;
+    let t = p.session.as_ref().unwrap().totals.unwrap();
+    assert_eq!((t.attributed, t.overflowed), (5, 2));
+    let fs = &p.functions;
+    assert_eq!(find(fs, "[stack limit reached]").exclusive, 2);
+    assert_eq!(find(fs, "f1").exclusive, 2);
+    assert_eq!(find(fs, "f3").inclusive, 3);
+    assert_eq!(fs.iter().map(|f| f.exclusive).sum::<u64>(), t.attributed);
+
+    // A stopped session frees its place.
+    attach(&mut h, b.id()).await;
+    a.kill();
+    b.kill();
     h.finish().await;
 }

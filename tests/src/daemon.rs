@@ -1,12 +1,15 @@
 //! A `profd` started on a private socket for one test, stopped (SIGTERM, then
-//! SIGKILL) when dropped; and running `profctl` against it.
+//! SIGKILL) when dropped; and running `profctl` against it, as root or as
+//! another user.
 
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::command::{signal, Cmd, CmdOutput};
+use crate::users::{public_copy, public_dir, User};
 use crate::{bin, path_str, unique_dir};
 
 /// How long a `profctl` command may take beyond the profiling it was asked for.
@@ -14,30 +17,63 @@ pub const PROFCTL_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the daemon may take to create and accept on its socket.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long `profd` may take to refuse to start, or to run `profd token`.
+const REFUSE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A running `profd --socket <temp>/profd.sock`, logging to a file.
 pub struct Daemon {
     child: Child,
     socket: PathBuf,
     log: PathBuf,
+    /// `--listen ADDR:PORT`, when given.
+    listen: Option<String>,
 }
 
 impl Daemon {
     /// Starts the daemon and waits until its socket accepts a connection.
     pub fn start() -> Daemon {
         let dir = unique_dir("daemon");
-        let socket = dir.join("profd.sock");
-        let log = dir.join("profd.log");
+        Daemon::launch(dir.join("profd.sock"), dir.join("profd.log"), &[])
+    }
+
+    /// Starts `profd --socket <dir>/profd.sock args...`, the directory being
+    /// one that every user can traverse (mode 0755), and waits until the
+    /// socket (and the `--listen` address, if any) accepts connections.
+    pub fn start_with(args: &[&str]) -> Daemon {
+        let dir = public_dir("daemon");
+        Daemon::launch(dir.join("profd.sock"), dir.join("profd.log"), args)
+    }
+
+    /// Starts `profd --socket <socket> args...` (the socket's directory need
+    /// not exist) and waits as [`Daemon::start_with`] does.
+    pub fn start_at(socket: &Path, args: &[&str]) -> Daemon {
+        let log = unique_dir("daemon-log").join("profd.log");
+        Daemon::launch(socket.to_path_buf(), log, args)
+    }
+
+    fn launch(socket: PathBuf, log: PathBuf, args: &[&str]) -> Daemon {
         let profd = bin("profd");
         let log_file = std::fs::File::create(&log).expect("create daemon log");
         let child = Command::new(&profd)
             .arg("--socket")
             .arg(&socket)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("dup daemon log"))
             .stderr(log_file)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", profd.display()));
-        let mut daemon = Daemon { child, socket, log };
+        let listen = args
+            .iter()
+            .position(|a| *a == "--listen")
+            .and_then(|i| args.get(i + 1))
+            .map(|a| a.to_string());
+        let mut daemon = Daemon {
+            child,
+            socket,
+            log,
+            listen,
+        };
         daemon.wait_ready();
         daemon
     }
@@ -52,13 +88,20 @@ impl Daemon {
                     self.log()
                 );
             }
-            if self.socket.exists() && UnixStream::connect(&self.socket).is_ok() {
+            let socket_ready = self.socket.exists() && UnixStream::connect(&self.socket).is_ok();
+            let tcp_ready = self
+                .listen
+                .as_ref()
+                .is_none_or(|addr| TcpStream::connect(addr.as_str()).is_ok());
+            if socket_ready && tcp_ready {
                 return;
             }
             if Instant::now() >= deadline {
                 panic!(
-                    "profd did not accept connections on {} within {START_TIMEOUT:?}:\n{}",
+                    "profd did not accept connections on {} (and --listen {:?}) within \
+                     {START_TIMEOUT:?}:\n{}",
                     self.socket.display(),
+                    self.listen,
                     self.log()
                 );
             }
@@ -92,6 +135,31 @@ impl Daemon {
         self.spawn_profctl(args).wait(PROFCTL_TIMEOUT)
     }
 
+    /// Starts `profctl --socket <ours> args...` as `user` (through `setpriv`,
+    /// from a copy every user can run) without waiting for it.
+    pub fn spawn_profctl_as(&self, user: &User, args: &[&str]) -> Cmd {
+        let profctl = public_copy(&bin("profctl"));
+        let mut full = user.setpriv_args();
+        full.extend([
+            path_str(&profctl).to_string(),
+            "--socket".to_string(),
+            path_str(&self.socket).to_string(),
+        ]);
+        full.extend(args.iter().map(|a| a.to_string()));
+        let full: Vec<&str> = full.iter().map(String::as_str).collect();
+        Cmd::spawn("setpriv", &full)
+    }
+
+    /// Runs `profctl --socket <ours> args...` as `user` to completion.
+    pub fn profctl_as(&self, user: &User, args: &[&str]) -> CmdOutput {
+        self.spawn_profctl_as(user, args).wait(PROFCTL_TIMEOUT)
+    }
+
+    /// Whether the daemon process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
     /// Fails the test unless the daemon process is alive and `profctl info`
     /// still succeeds against it.
     pub fn assert_alive(&mut self) {
@@ -106,6 +174,36 @@ impl Daemon {
             self.log()
         );
     }
+}
+
+/// Runs `profd args...` (no `--socket` added) and returns what it printed
+/// once it exited: for startup checks that must make it refuse to run, and
+/// for `profd token`. Fails the test when profd is still running after
+/// 10 s (it started although it should have refused).
+pub fn run_profd(args: &[&str]) -> CmdOutput {
+    let profd = bin("profd");
+    let mut cmd = Cmd::spawn(path_str(&profd), args);
+    let deadline = Instant::now() + REFUSE_TIMEOUT;
+    while cmd.running() {
+        if Instant::now() >= deadline {
+            let (stdout, stderr) = cmd.output_so_far();
+            drop(cmd); // kills it
+            panic!(
+                "`profd {}` was still running after {REFUSE_TIMEOUT:?}; it should have \
+                 exited (refused to start):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+                args.join(" ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cmd.wait(Duration::from_secs(1))
+}
+
+/// Runs `profctl args...` as root without a `--socket` of ours (e.g. with
+/// `--connect`), `env` added to its environment.
+pub fn run_profctl(args: &[&str], env: &[(String, String)]) -> CmdOutput {
+    let profctl = bin("profctl");
+    Cmd::spawn_env(path_str(&profctl), args, env).wait(PROFCTL_TIMEOUT)
 }
 
 impl Drop for Daemon {

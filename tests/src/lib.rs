@@ -11,11 +11,13 @@ mod command;
 mod daemon;
 mod profile;
 pub mod terminal;
+pub mod tls;
+pub mod users;
 pub mod views;
 mod workload;
 
 pub use command::{assert_one_line_error, Cmd, CmdOutput};
-pub use daemon::Daemon;
+pub use daemon::{run_profctl, run_profd, Daemon, PROFCTL_TIMEOUT};
 pub use profile::{FunctionRow, Measure, Profile, Totals, PCT_TOLERANCE};
 pub use workload::{
     build_workload, cpu_time, Build, Lang, Workload, INLINED, JIT, STACKS_FP, STACKS_NOFP,

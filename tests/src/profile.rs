@@ -19,6 +19,9 @@ pub struct Profile {
     pub comm: String,
     /// `running`, `stopped`, `duration_elapsed`, `exited` or `failed`.
     pub state: String,
+    /// Why a `failed` session failed (absent otherwise).
+    #[serde(default)]
+    pub error: String,
     pub duration_s: f64,
     pub frequency_hz: u32,
     pub event: serde_json::Value,
@@ -40,6 +43,11 @@ pub struct Totals {
     pub truncated: u64,
     /// Attributed samples with at least one unnamed frame.
     pub unsymbolized: u64,
+    /// Samples counted under `[stack limit reached]` because the session had
+    /// reached its unique-stack limit (`profd --max-stacks`); absent from
+    /// profiles of daemons that have no such limit.
+    #[serde(default)]
+    pub overflowed: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -105,12 +113,15 @@ impl Profile {
         );
         let _ = writeln!(
             s,
-            "totals: attributed {} discarded {} lost {} truncated {} unsymbolized {}",
+            "totals: attributed {} discarded {} lost {} truncated {} unsymbolized {}{}",
             self.totals.attributed,
             self.totals.discarded,
             self.totals.lost,
             self.totals.truncated,
-            self.totals.unsymbolized
+            self.totals.unsymbolized,
+            self.totals
+                .overflowed
+                .map_or_else(String::new, |n| format!(" overflowed {n}"))
         );
         let _ = writeln!(
             s,

@@ -253,7 +253,7 @@ fn frequency_zero_is_invalid() {
 }
 
 #[test]
-fn frequency_above_kernel_max_is_invalid() {
+fn frequency_above_kernel_max_is_a_named_limit() {
     let mut h = Harness::start();
     let max = max_sample_rate();
     let too_high = (max + 1).to_string();
@@ -268,7 +268,14 @@ fn frequency_above_kernel_max_is_invalid() {
         "--format",
         "json",
     ]);
-    assert_one_line_error(&out, &["invalid argument", &max.to_string()]);
+    assert_one_line_error(
+        &out,
+        &[
+            "resource exhausted",
+            "perf_event_max_sample_rate",
+            &max.to_string(),
+        ],
+    );
     h.daemon.assert_alive();
 }
 

@@ -1,16 +1,15 @@
 //! `profctl sessions`, `profctl stop` and `profctl info`: one request, one
 //! rendered reply.
-use profd_common::api::profiler_client::ProfilerClient;
 use profd_common::api::{InfoRequest, ListSessionsRequest, StopRequest};
-use tonic::transport::Channel;
 
 use super::required_session;
+use crate::connect::Client;
 use crate::error::Error;
 use crate::output::Output;
 use crate::render;
 
 /// Lists the daemon's sessions, oldest first.
-pub async fn sessions(client: &mut ProfilerClient<Channel>, out: &Output) -> Result<(), Error> {
+pub async fn sessions(client: &mut Client, out: &Output) -> Result<(), Error> {
     let mut sessions = client
         .list_sessions(ListSessionsRequest {})
         .await?
@@ -21,11 +20,7 @@ pub async fn sessions(client: &mut ProfilerClient<Channel>, out: &Output) -> Res
 }
 
 /// Stops session `id` and prints its final state.
-pub async fn stop(
-    client: &mut ProfilerClient<Channel>,
-    id: u64,
-    out: &Output,
-) -> Result<(), Error> {
+pub async fn stop(client: &mut Client, id: u64, out: &Output) -> Result<(), Error> {
     let reply = client
         .stop(StopRequest { session_id: id })
         .await?
@@ -35,7 +30,7 @@ pub async fn stop(
 }
 
 /// Prints the daemon's facts.
-pub async fn info(client: &mut ProfilerClient<Channel>, out: &Output) -> Result<(), Error> {
+pub async fn info(client: &mut Client, out: &Output) -> Result<(), Error> {
     let info = client.info(InfoRequest {}).await?.into_inner();
     out.print(&render::info_text(&info))
 }

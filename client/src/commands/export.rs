@@ -3,22 +3,17 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use profd_common::api::profiler_client::ProfilerClient;
 use profd_common::api::{ExportFormat, GetProfileRequest};
-use tonic::transport::Channel;
 
 use super::required_session;
 use crate::cli::{ExportArgs, ExportFormatArg};
+use crate::connect::Client;
 use crate::error::Error;
 use crate::output::Output;
 use crate::render;
 
 /// Writes session `args.session` in `args.format` to `args.output`.
-pub async fn export(
-    client: &mut ProfilerClient<Channel>,
-    args: &ExportArgs,
-    out: &Output,
-) -> Result<(), Error> {
+pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Result<(), Error> {
     let to_stdout = args.output == Path::new("-");
     if to_stdout && out.is_terminal() && args.format == ExportFormatArg::Pprof {
         return Err(Error::Usage(

@@ -1,11 +1,10 @@
 //! `profctl histogram`: GetHistogram for one module of a session's target,
 //! printed, and optionally written as a gmon.out for gprof.
-use profd_common::api::profiler_client::ProfilerClient;
 use profd_common::api::GetHistogramRequest;
-use tonic::transport::Channel;
 
 use super::required_session;
 use crate::cli::{HistogramArgs, MAX_BUCKETS};
+use crate::connect::Client;
 use crate::error::Error;
 use crate::gmon::{self, Histogram, Layout};
 use crate::output::Output;
@@ -13,7 +12,7 @@ use crate::render;
 
 /// Prints the histogram `args` asks for (and writes `--gmon`).
 pub async fn histogram(
-    client: &mut ProfilerClient<Channel>,
+    client: &mut Client,
     args: &HistogramArgs,
     out: &Output,
 ) -> Result<(), Error> {

@@ -4,17 +4,16 @@ use std::future::pending;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use profd_common::api::profiler_client::ProfilerClient;
 use profd_common::api::{
     AttachRequest, GetProfileRequest, GetViewRequest, Session, SessionState, StopRequest,
     WatchRequest,
 };
 use tokio::process::Child;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use super::required_session;
 use crate::cli::{AttachArgs, Format, ProfileOptions};
+use crate::connect::Client;
 use crate::error::{status_line, Error};
 use crate::output::Output;
 use crate::profile::Profile;
@@ -27,11 +26,7 @@ use crate::watch::WatchState;
 const CHILD_EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// Profiles process `args.pid` until it exits, `--duration` elapses or Ctrl-C.
-pub async fn attach(
-    client: &mut ProfilerClient<Channel>,
-    args: &AttachArgs,
-    out: &Output,
-) -> Result<(), Error> {
+pub async fn attach(client: &mut Client, args: &AttachArgs, out: &Output) -> Result<(), Error> {
     let session = start(client, args.options.attach_request(args.pid)).await?;
     let mut view = View::new(&args.options, *out);
     let profile = follow(client, &session, &mut view, None).await?;
@@ -45,10 +40,7 @@ pub(super) fn wants_tui(options: &ProfileOptions, out: &Output) -> bool {
 }
 
 /// Sends Attach and returns the new session.
-pub(super) async fn start(
-    client: &mut ProfilerClient<Channel>,
-    request: AttachRequest,
-) -> Result<Session, Error> {
+pub(super) async fn start(client: &mut Client, request: AttachRequest) -> Result<Session, Error> {
     let reply = client.attach(request).await?.into_inner();
     required_session(reply.session, "Attach")
 }
@@ -175,7 +167,7 @@ impl View {
 /// the session if the daemon has not ended it shortly after. On failure the
 /// session is stopped, best effort.
 pub(super) async fn follow(
-    client: &mut ProfilerClient<Channel>,
+    client: &mut Client,
     session: &Session,
     view: &mut View,
     child: Option<&mut ChildProcess>,
@@ -192,7 +184,7 @@ pub(super) async fn follow(
 }
 
 async fn follow_inner(
-    client: &mut ProfilerClient<Channel>,
+    client: &mut Client,
     session: &Session,
     view: &mut View,
     mut child: Option<&mut ChildProcess>,
@@ -287,7 +279,7 @@ async fn follow_inner(
 
 /// One GetView for the full-screen view: the reply, or the error as a line.
 async fn fetch_view(
-    client: &mut ProfilerClient<Channel>,
+    client: &mut Client,
     id: u64,
     request: profd_common::api::get_view_request::View,
 ) -> Result<profd_common::api::GetViewResponse, String> {
@@ -302,7 +294,7 @@ async fn fetch_view(
 }
 
 /// Sends Stop; a session that already ended is fine.
-async fn stop_session(client: &mut ProfilerClient<Channel>, id: u64) -> Result<(), Error> {
+async fn stop_session(client: &mut Client, id: u64) -> Result<(), Error> {
     match client.stop(StopRequest { session_id: id }).await {
         Ok(_) => Ok(()),
         Err(s)

@@ -1,12 +1,11 @@
 //! `profctl report`: one view of a live session (GetProfile / GetView) or of
 //! a saved pprof file (computed locally), printed as text.
 use profd_common::api::get_view_request::View;
-use profd_common::api::profiler_client::ProfilerClient;
 use profd_common::api::{GetProfileRequest, GetViewRequest, GetViewResponse, ThreadsRequest};
-use tonic::transport::Channel;
 
 use super::required_session;
 use crate::cli::{ReportArgs, ReportView};
+use crate::connect::Client;
 use crate::error::Error;
 use crate::local;
 use crate::output::Output;
@@ -75,7 +74,7 @@ fn table_options(limit: Option<usize>, out: &Output) -> TableOptions {
 
 /// Reports on session `id` of the daemon.
 pub async fn report_session(
-    client: &mut ProfilerClient<Channel>,
+    client: &mut Client,
     id: u64,
     args: &ReportArgs,
     out: &Output,

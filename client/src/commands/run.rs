@@ -4,14 +4,13 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use profd_common::api::profiler_client::ProfilerClient;
 use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Command;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use super::profile::{follow, start, ChildProcess, View};
 use crate::cli::RunArgs;
+use crate::connect::Client;
 use crate::error::Error;
 use crate::output::Output;
 
@@ -21,11 +20,7 @@ const TERM_GRACE: Duration = Duration::from_secs(5);
 const EXEC_WAIT: Duration = Duration::from_millis(200);
 
 /// Runs `args.command` under a profiling session.
-pub async fn run(
-    client: &mut ProfilerClient<Channel>,
-    args: &RunArgs,
-    out: &Output,
-) -> Result<(), Error> {
+pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<(), Error> {
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let name = program.to_string_lossy().into_owned();
     let child = Command::new(program)

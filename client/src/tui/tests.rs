@@ -37,6 +37,7 @@ fn session() -> Session {
             lost: 3,
             truncated: 2,
             unsymbolized: 1,
+            overflowed: 0,
         }),
         ..Default::default()
     }

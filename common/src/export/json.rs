@@ -42,6 +42,8 @@ struct Report<'a> {
     event: &'static str,
     unwind: &'static str,
     stack_bytes: u32,
+    owner: &'a str,
+    owner_uid: u32,
     totals: Totals,
     functions: Vec<Row<'a>>,
 }
@@ -53,6 +55,7 @@ struct Totals {
     lost: u64,
     truncated: u64,
     unsymbolized: u64,
+    overflowed: u64,
 }
 
 #[derive(Serialize)]
@@ -68,8 +71,8 @@ struct Row<'a> {
 
 /// The JSON report: `session_id`, `pid`, `comm`, `state`, (`error` when
 /// not empty), `duration_s`, `frequency_hz`, `event`, `unwind`,
-/// `stack_bytes`, `totals` {`attributed`, `discarded`, `lost`, `truncated`,
-/// `unsymbolized`} and `functions` [{`name`, `module`, `inclusive`,
+/// `stack_bytes`, `owner`, `owner_uid`, `totals` {`attributed`, `discarded`,
+/// `lost`, `truncated`, `unsymbolized`, `overflowed`} and `functions` [{`name`, `module`, `inclusive`,
 /// `exclusive`, `inclusive_pct`, `exclusive_pct`, `inlined`}], keys in this
 /// order. `functions` are taken as given (order, percentages): pass them
 /// sorted and limited as wanted.
@@ -86,12 +89,15 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
         event: event_name(session.event()),
         unwind: unwind_name(session.unwind()),
         stack_bytes: session.stack_bytes,
+        owner: &session.owner,
+        owner_uid: session.owner_uid,
         totals: Totals {
             attributed: t.attributed,
             discarded: t.discarded,
             lost: t.lost,
             truncated: t.truncated,
             unsymbolized: t.unsymbolized,
+            overflowed: t.overflowed,
         },
         functions: functions
             .iter()
@@ -130,6 +136,7 @@ mod tests {
                 lost: 1,
                 truncated: 2,
                 unsymbolized: 0,
+                overflowed: 0,
             }),
             ..Default::default()
         };
@@ -158,6 +165,8 @@ mod tests {
                 "event",
                 "unwind",
                 "stack_bytes",
+                "owner",
+                "owner_uid",
                 "totals",
                 "functions"
             ]
@@ -169,7 +178,8 @@ mod tests {
                 "discarded",
                 "lost",
                 "truncated",
-                "unsymbolized"
+                "unsymbolized",
+                "overflowed"
             ]
         );
         let f = &v["functions"];

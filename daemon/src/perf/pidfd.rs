@@ -25,6 +25,17 @@ impl PidFd {
 }
 
 impl PidFd {
+    /// Whether the process has exited (the pidfd polls readable), now.
+    pub fn exited(&self) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&self.0, PollFlags::IN)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
+    }
+
     /// Register with tokio's reactor: readable once the process has exited.
     pub fn into_async(self) -> io::Result<tokio::io::unix::AsyncFd<PidFd>> {
         // SAFETY: PidFd owns its fd (an OwnedFd closed only on drop) and

@@ -18,14 +18,30 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
 
+/// Checks, after the target exec'd, that the owner may still profile it
+/// (the program may be set-id); Err says why not.
+pub type Recheck = Arc<dyn Fn(u32) -> Result<(), String> + Send + Sync>;
+
 /// What the session was asked to do.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Params {
     pub id: u64,
     pub pid: u32,
     pub comm: String,
     pub duration: Option<Duration>,
+    /// The user the session belongs to.
+    pub owner_uid: u32,
+    pub owner: String,
+    /// Unique stacks kept; samples of further new stacks count under
+    /// [`STACK_LIMIT_FRAME`].
+    pub max_stacks: usize,
+    /// None for root's sessions.
+    pub recheck: Option<Recheck>,
 }
+
+/// The one frame of the stack that samples over the unique-stack limit are
+/// counted under; named `[stack limit reached]`.
+pub const STACK_LIMIT_FRAME: u64 = u64::MAX;
 
 /// A session's full current profile.
 #[derive(Debug, Clone)]
@@ -52,6 +68,7 @@ enum Command {
 #[derive(Clone)]
 pub struct Handle {
     pub id: u64,
+    pub owner_uid: u32,
     tx: mpsc::Sender<Command>,
     state: watch::Receiver<api::SessionState>,
 }
@@ -157,6 +174,7 @@ pub async fn start(
     let (state, state_rx) = watch::channel(api::SessionState::Running);
     let (tx, cmd_rx) = mpsc::channel(16);
     let id = params.id;
+    let owner_uid = params.owner_uid;
     let actor = Actor {
         params,
         spec,
@@ -186,6 +204,7 @@ pub async fn start(
     tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));
     Ok(Handle {
         id,
+        owner_uid,
         tx,
         state: state_rx,
     })
@@ -216,7 +235,12 @@ impl Actor {
         loop {
             let running = self.running();
             tokio::select! {
-                Some(batch) = batches.recv(), if running => self.apply(batch),
+                Some(batch) = batches.recv(), if running => {
+                    if let Err(why) = self.apply(batch) {
+                        self.error = why;
+                        self.end(api::SessionState::Failed, &mut batches).await;
+                    }
+                }
                 cmd = commands.recv() => match cmd {
                     None => break,
                     Some(Command::Profile(window_s, reply)) => {
@@ -253,16 +277,24 @@ impl Actor {
         }
     }
 
-    /// Collect everything sampled up to now, leave the rings, and record why.
+    /// Collect everything sampled up to now, leave the rings, and record why
+    /// (failed, whatever the reason given, when a last batch is refused).
     async fn end(
         &mut self,
-        state: api::SessionState,
+        mut state: api::SessionState,
         batches: &mut mpsc::UnboundedReceiver<Batch>,
     ) {
         self.sampler.flush(self.spec).await;
         self.sampler.unsubscribe(self.spec, self.params.id).await;
         while let Ok(batch) = batches.try_recv() {
-            self.apply(batch);
+            if !self.error.is_empty() {
+                self.totals.discarded += batch.seen;
+            } else if let Err(why) = self.apply(batch) {
+                self.error = why;
+            }
+        }
+        if !self.error.is_empty() {
+            state = api::SessionState::Failed;
         }
         self.ended = Some(Instant::now());
         tracing::info!(
@@ -274,8 +306,16 @@ impl Actor {
         let _ = self.state.send(state);
     }
 
-    fn apply(&mut self, mut batch: Batch) {
+    /// Count a batch; Err when the target exec'd a program its owner may
+    /// not profile (the batch is then dropped: its samples are discarded).
+    fn apply(&mut self, mut batch: Batch) -> Result<(), String> {
         if let Some(comm) = batch.exec_comm.take() {
+            if let Some(recheck) = &self.params.recheck {
+                if let Err(why) = recheck(self.params.pid) {
+                    self.totals.discarded += batch.seen;
+                    return Err(format!("stopped after exec of {comm}: {why}"));
+                }
+            }
             self.params.comm = comm;
         }
         for (tid, name) in batch.comms.drain(..) {
@@ -310,7 +350,15 @@ impl Actor {
                     &scratch[..]
                 }
             };
-            let (index, new) = self.stacks.add(sample.tid, stack, 1);
+            let cap = self.params.max_stacks;
+            let (stack, (index, new)) = match self.stacks.add_within(sample.tid, stack, 1, cap) {
+                Some(added) => (stack, added),
+                None => {
+                    self.totals.overflowed += 1;
+                    let limit = &[STACK_LIMIT_FRAME][..];
+                    (limit, self.stacks.add(0, limit, 1))
+                }
+            };
             self.note_sample(sample.tid, index as u32);
             if new {
                 self.pending
@@ -322,6 +370,7 @@ impl Actor {
         self.totals.discarded += batch.seen - attributed;
         self.totals.lost += batch.lost;
         self.totals.truncated += batch.truncated;
+        Ok(())
     }
 
     fn summary(&self) -> api::Session {
@@ -352,6 +401,8 @@ impl Actor {
                 api::Unwind::Fp
             } as i32,
             stack_bytes: self.spec.stack_bytes,
+            owner_uid: self.params.owner_uid,
+            owner: self.params.owner.clone(),
         }
     }
 }

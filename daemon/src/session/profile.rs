@@ -2,7 +2,7 @@
 //! (cumulative and over a recent window), the fully resolved profile that
 //! views and exports are computed from, and the profil(3) histogram.
 use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, View};
-use crate::symbolize::is_kernel;
+use crate::symbolize::{is_kernel, FrameName};
 use profd_common::api;
 use profd_common::model::{
     percent, Aggregator, FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack,
@@ -51,7 +51,29 @@ impl Actor {
         if self.pending.is_empty() {
             return;
         }
-        let addrs: Vec<u64> = self.pending.drain().collect();
+        let mut addrs: Vec<u64> = self.pending.drain().collect();
+        if let Some(i) = addrs.iter().position(|&a| a == super::STACK_LIMIT_FRAME) {
+            addrs.swap_remove(i);
+            let func = self.function_id(
+                FrameName {
+                    name: "[stack limit reached]".into(),
+                    module: "[profd]".into(),
+                    inlined: false,
+                },
+                String::new(),
+            );
+            let frames = Box::new([FrameLoc { func, line: 0 }]);
+            self.addr_fn.insert(
+                super::STACK_LIMIT_FRAME,
+                AddrFrames {
+                    frames,
+                    unnamed: false,
+                },
+            );
+        }
+        if addrs.is_empty() {
+            return;
+        }
         let maps = self.maps.clone();
         let symbolizer = self.symbolizer.clone();
         let lookup = addrs.clone();
@@ -77,18 +99,25 @@ impl Actor {
             let frames = frames
                 .into_iter()
                 .map(|f| {
-                    let next = self.names.len() as u32;
                     let file = f.file.as_deref().unwrap_or_default().to_string();
-                    let func = *self.fn_ids.entry(f.func.clone()).or_insert_with(|| {
-                        self.names.push(f.func);
-                        self.files.push(file);
-                        next
-                    });
-                    FrameLoc { func, line: f.line }
+                    FrameLoc {
+                        func: self.function_id(f.func, file),
+                        line: f.line,
+                    }
                 })
                 .collect();
             self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
         }
+    }
+
+    /// The id of a function, given one when new.
+    fn function_id(&mut self, name: FrameName, file: String) -> u32 {
+        let next = self.names.len() as u32;
+        *self.fn_ids.entry(name.clone()).or_insert_with(|| {
+            self.names.push(name);
+            self.files.push(file);
+            next
+        })
     }
 
     /// Function ids of a stack, innermost first (inlined frames expanded).

@@ -1,0 +1,564 @@
+//! Who is calling and what they may do: caller identity (SO_PEERCRED on the
+//! Unix socket, bearer tokens on the TLS listener), roles, the rule deciding
+//! which processes a caller may profile, grants, and the tokens file.
+use crate::registry::Error;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fmt::Write as _;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
+use tonic::{Request, Status};
+
+/// What a caller may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// List, watch, read and export sessions.
+    ReadOnly,
+    /// Also attach and stop.
+    Operator,
+}
+
+impl Role {
+    fn parse(s: &str) -> Option<Role> {
+        match s {
+            "read-only" => Some(Role::ReadOnly),
+            "operator" => Some(Role::Operator),
+            _ => None,
+        }
+    }
+}
+
+/// A user account: the identity checks are made against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub uid: u32,
+    /// Primary and supplementary groups.
+    pub groups: Vec<u32>,
+    /// The user name (the uid as text when it has none).
+    pub name: String,
+}
+
+impl Account {
+    /// Look a user up by name or number in the user database.
+    pub fn lookup(user: &str) -> Result<Account, String> {
+        let found = match user.parse::<u32>() {
+            Ok(uid) => nix::unistd::User::from_uid(uid.into()),
+            Err(_) => nix::unistd::User::from_name(user),
+        };
+        let u = found
+            .map_err(|e| format!("cannot look up user {user:?}: {e}"))?
+            .ok_or_else(|| format!("no user {user:?} on this machine"))?;
+        let groups = CString::new(u.name.clone())
+            .ok()
+            .and_then(|name| nix::unistd::getgrouplist(&name, u.gid).ok())
+            .map(|gs| gs.into_iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_else(|| vec![u.gid.as_raw()]);
+        Ok(Account {
+            uid: u.uid.as_raw(),
+            groups,
+            name: u.name,
+        })
+    }
+
+    /// The account of a peer process, from its credentials: groups from the
+    /// process itself when it is still the one that connected.
+    fn of_peer(uid: u32, gid: u32, pid: Option<i32>) -> Account {
+        let mut groups = vec![gid];
+        if let Some(status) = pid.and_then(|p| procfs::process::Process::new(p).ok()?.status().ok())
+        {
+            if status.euid == uid {
+                groups.extend(status.groups.iter().copied());
+            }
+        }
+        let name = nix::unistd::User::from_uid(uid.into())
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .unwrap_or_else(|| uid.to_string());
+        Account { uid, groups, name }
+    }
+
+    fn in_group(&self, gid: u32) -> bool {
+        self.groups.contains(&gid)
+    }
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub account: Account,
+    pub role: Role,
+    /// `uid 1000 (alice)` locally, `token dash (as alice)` remotely: for
+    /// messages and logs.
+    pub label: String,
+}
+
+impl Caller {
+    /// Root may profile and read everything.
+    pub fn is_root(&self) -> bool {
+        self.account.uid == 0
+    }
+
+    pub fn uid(&self) -> u32 {
+        self.account.uid
+    }
+
+    /// Fail unless the caller may attach and stop.
+    pub fn require_operator(&self, what: &str) -> Result<(), Status> {
+        match self.role {
+            Role::Operator => Ok(()),
+            Role::ReadOnly => Err(Status::permission_denied(format!(
+                "{} is read-only and may not {what}: use an operator token",
+                self.label
+            ))),
+        }
+    }
+
+    /// Fail unless the caller may read a session owned by `owner_uid`.
+    pub fn may_read(&self, session: u64, owner_uid: u32) -> Result<(), Error> {
+        if self.is_root() || self.uid() == owner_uid {
+            Ok(())
+        } else {
+            Err(Error::PermissionDenied(format!(
+                "session {session} belongs to uid {owner_uid}; only its owner or root may use it"
+            )))
+        }
+    }
+}
+
+/// `--grant GROUP:USER`: members of a group may profile a user's processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub group: String,
+    pub gid: u32,
+    pub user: String,
+    pub uid: u32,
+}
+
+impl std::str::FromStr for Grant {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Grant, String> {
+        let (group, user) = s
+            .split_once(':')
+            .ok_or_else(|| format!("grant {s:?} is not GROUP:USER"))?;
+        let gid = match group.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => nix::unistd::Group::from_name(group)
+                .map_err(|e| format!("cannot look up group {group:?}: {e}"))?
+                .ok_or_else(|| format!("grant {s:?}: no group {group:?} on this machine"))?
+                .gid
+                .as_raw(),
+        };
+        let account = Account::lookup(user).map_err(|e| format!("grant {s:?}: {e}"))?;
+        Ok(Grant {
+            group: group.to_string(),
+            gid,
+            user: account.name,
+            uid: account.uid,
+        })
+    }
+}
+
+/// A process's credentials at one moment, from /proc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetCreds {
+    /// Real, effective, saved uid.
+    pub uids: [u32; 3],
+    /// Real, effective, saved gid.
+    pub gids: [u32; 3],
+    /// Whether the process is dumpable: the kernel gives the files under its
+    /// /proc directory (not the directory itself) to root when it is not.
+    pub dumpable: bool,
+}
+
+impl TargetCreds {
+    /// Read the credentials of process `pid`; None when it is gone.
+    pub fn read(pid: u32) -> Option<TargetCreds> {
+        let proc = procfs::process::Process::new(pid as i32).ok()?;
+        let status = proc.status().ok()?;
+        let owner = std::fs::metadata(format!("/proc/{pid}/status")).ok()?.uid();
+        Some(TargetCreds {
+            uids: [status.ruid, status.euid, status.suid],
+            gids: [status.rgid, status.egid, status.sgid],
+            dumpable: owner == status.euid,
+        })
+    }
+}
+
+/// Whether `caller` may profile a process with credentials `target`
+/// (PTRACE_MODE_READ_REALCREDS, see the README): Err says why not.
+pub fn may_profile(
+    caller: &Account,
+    grants: &[Grant],
+    pid: u32,
+    target: &TargetCreds,
+) -> Result<(), String> {
+    if caller.uid == 0 {
+        return Ok(());
+    }
+    let [ruid, euid, suid] = target.uids;
+    let [rgid, egid, sgid] = target.gids;
+    let acting_for_owner = ruid == caller.uid
+        || grants
+            .iter()
+            .any(|g| g.uid == ruid && caller.in_group(g.gid));
+    if !acting_for_owner {
+        let via = grants
+            .iter()
+            .filter(|g| caller.in_group(g.gid))
+            .map(|g| g.user.as_str())
+            .collect::<Vec<_>>();
+        let also = if via.is_empty() {
+            String::new()
+        } else {
+            format!(" or of {} (granted)", via.join(", "))
+        };
+        return Err(format!(
+            "process {pid} runs as uid {ruid}; uid {} may profile only its own processes{also} (root may profile any)",
+            caller.uid
+        ));
+    }
+    if euid != ruid || suid != ruid {
+        return Err(format!(
+            "process {pid} has changed identity (uids real {ruid}, effective {euid}, saved {suid}); only root may profile it"
+        ));
+    }
+    if egid != rgid || sgid != rgid {
+        return Err(format!(
+            "process {pid} runs set-group-id (gids real {rgid}, effective {egid}, saved {sgid}); only root may profile it"
+        ));
+    }
+    if !target.dumpable && ruid != 0 {
+        return Err(format!(
+            "process {pid} is not dumpable (it dropped privileges or set PR_SET_DUMPABLE 0); only root may profile it"
+        ));
+    }
+    Ok(())
+}
+
+/// One line of the tokens file.
+#[derive(Debug, Clone)]
+struct TokenEntry {
+    name: String,
+    role: Role,
+    account: Account,
+}
+
+/// Bearer tokens accepted on the TLS listener, by SHA-256 of the token.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    by_hash: HashMap<[u8; 32], TokenEntry>,
+}
+
+fn sha256(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn unhex(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+impl Tokens {
+    /// Read a tokens file: lines `sha256:<hex> NAME ROLE USER`, `#` comments.
+    /// Refused when group or others may write it.
+    pub fn load(path: &Path) -> Result<Tokens, String> {
+        let meta =
+            std::fs::metadata(path).map_err(|e| format!("tokens file {}: {e}", path.display()))?;
+        if meta.permissions().mode() & 0o022 != 0 {
+            return Err(format!(
+                "tokens file {} is writable by group or others: chmod 600 it",
+                path.display()
+            ));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("tokens file {}: {e}", path.display()))?;
+        Tokens::parse(&text).map_err(|e| format!("tokens file {}: {e}", path.display()))
+    }
+
+    fn parse(text: &str) -> Result<Tokens, String> {
+        let mut by_hash = HashMap::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = |why: &str| format!("line {}: {why}", n + 1);
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [hash, name, role, user] = fields[..] else {
+                return Err(bad("expected `sha256:<hex> NAME ROLE USER`"));
+            };
+            let hash = hash
+                .strip_prefix("sha256:")
+                .and_then(unhex)
+                .ok_or_else(|| bad("the hash must be sha256: and 64 hex digits"))?;
+            let role = Role::parse(role)
+                .ok_or_else(|| bad(&format!("role {role:?} is not read-only or operator")))?;
+            let account = Account::lookup(user).map_err(|e| bad(&e))?;
+            let entry = TokenEntry {
+                name: name.to_string(),
+                role,
+                account,
+            };
+            if by_hash.insert(hash, entry).is_some() {
+                return Err(bad("the same token is listed twice"));
+            }
+        }
+        Ok(Tokens { by_hash })
+    }
+
+    /// The caller a presented token stands for.
+    fn caller(&self, token: &str) -> Option<Caller> {
+        let e = self.by_hash.get(&sha256(token))?;
+        Some(Caller {
+            account: e.account.clone(),
+            role: e.role,
+            label: format!("token {} (as {})", e.name, e.account.name),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_hash.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_hash.is_empty()
+    }
+}
+
+/// Make a new random token, append its line to `path` (created 0600) and
+/// return the token.
+pub fn new_token(path: &Path, name: &str, role: &str, user: &str) -> Result<String, String> {
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return Err(format!("token name {name:?} must be one word"));
+    }
+    Role::parse(role).ok_or_else(|| format!("role {role:?} is not read-only or operator"))?;
+    let account = Account::lookup(user)?;
+    let mut random = [0u8; 32];
+    rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
+        .map_err(|e| format!("no randomness: {e}"))?;
+    let token = hex(&random);
+    let line = format!(
+        "sha256:{} {name} {role} {}\n",
+        hex(&sha256(&token)),
+        account.name
+    );
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    std::io::Write::write_all(&mut file, line.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(token)
+}
+
+/// How callers are identified and what grants apply.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub grants: Vec<Grant>,
+    /// Tokens of the TLS listener (empty without one).
+    pub tokens: Tokens,
+}
+
+/// Where the TLS listener's files are.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Clients must present a certificate signed by this CA (mTLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+impl Policy {
+    /// Identify the caller of a request: its Unix socket peer, or its bearer
+    /// token on the TLS listener.
+    pub fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
+        if let Some(uds) = req.extensions().get::<UdsConnectInfo>() {
+            let cred = uds.peer_cred.ok_or_else(|| {
+                Status::unauthenticated("the socket peer's credentials are unavailable")
+            })?;
+            let account = Account::of_peer(cred.uid(), cred.gid(), cred.pid());
+            let label = format!("uid {} ({})", account.uid, account.name);
+            return Ok(Caller {
+                account,
+                role: Role::Operator,
+                label,
+            });
+        }
+        if req
+            .extensions()
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .is_none()
+        {
+            return Err(Status::unauthenticated(
+                "connections are accepted only on the Unix socket and the TLS listener",
+            ));
+        }
+        let header = req.metadata().get("authorization").ok_or_else(|| {
+            Status::unauthenticated(
+                "no bearer token: send `authorization: Bearer <token>` (profctl --token-file)",
+            )
+        })?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| {
+                Status::unauthenticated("the authorization header must be `Bearer <token>`")
+            })?;
+        self.tokens.caller(token).ok_or_else(|| {
+            Status::unauthenticated(
+                "unknown token: ask the daemon's administrator for one (`profd token`)",
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alice() -> Account {
+        Account {
+            uid: 1000,
+            groups: vec![1000, 50],
+            name: "alice".into(),
+        }
+    }
+
+    fn creds(uid: u32, gid: u32) -> TargetCreds {
+        TargetCreds {
+            uids: [uid; 3],
+            gids: [gid; 3],
+            dumpable: true,
+        }
+    }
+
+    #[test]
+    fn own_dumpable_processes_only() {
+        let a = alice();
+        assert!(may_profile(&a, &[], 7, &creds(1000, 1000)).is_ok());
+        assert!(may_profile(&a, &[], 7, &creds(1000, 50)).is_ok());
+        let err = may_profile(&a, &[], 7, &creds(1001, 1001)).unwrap_err();
+        assert!(err.contains("runs as uid 1001"), "{err}");
+        assert!(may_profile(&a, &[], 7, &creds(0, 0)).is_err());
+        let mut c = creds(1000, 1000);
+        c.uids[1] = 0;
+        assert!(may_profile(&a, &[], 7, &c)
+            .unwrap_err()
+            .contains("identity"));
+        let mut c = creds(1000, 1000);
+        c.uids[2] = 0;
+        assert!(may_profile(&a, &[], 7, &c).is_err());
+        let mut c = creds(1000, 1000);
+        c.gids[1] = 42;
+        assert!(may_profile(&a, &[], 7, &c)
+            .unwrap_err()
+            .contains("set-group-id"));
+        let mut c = creds(1000, 1000);
+        c.dumpable = false;
+        assert!(may_profile(&a, &[], 7, &c)
+            .unwrap_err()
+            .contains("dumpable"));
+        let root = Account {
+            uid: 0,
+            groups: vec![0],
+            name: "root".into(),
+        };
+        assert!(may_profile(&root, &[], 7, &c).is_ok());
+    }
+
+    #[test]
+    fn grants_extend_to_a_group() {
+        let g = Grant {
+            group: "ops".into(),
+            gid: 50,
+            user: "svc".into(),
+            uid: 990,
+        };
+        let a = alice();
+        assert!(may_profile(&a, std::slice::from_ref(&g), 7, &creds(990, 990)).is_ok());
+        let err = may_profile(&a, std::slice::from_ref(&g), 7, &creds(991, 991)).unwrap_err();
+        assert!(err.contains("svc (granted)"), "{err}");
+        let bob = Account {
+            uid: 1001,
+            groups: vec![1001],
+            name: "bob".into(),
+        };
+        assert!(may_profile(&bob, &[g], 7, &creds(990, 990)).is_err());
+    }
+
+    #[test]
+    fn tokens_file_lines() {
+        let hash = hex(&sha256("secret"));
+        let t =
+            Tokens::parse(&format!("# comment\n\nsha256:{hash} dash read-only root\n")).unwrap();
+        assert_eq!(t.len(), 1);
+        let c = t.caller("secret").unwrap();
+        assert_eq!((c.role, c.account.uid), (Role::ReadOnly, 0));
+        assert_eq!(c.label, "token dash (as root)");
+        assert!(t.caller("wrong").is_none());
+        for (bad, why) in [
+            ("sha256:abc dash operator root", "64 hex"),
+            (&format!("{hash} dash operator root"), "sha256:"),
+            (&format!("sha256:{hash} dash admin root"), "role"),
+            (&format!("sha256:{hash} dash operator"), "expected"),
+            (
+                &format!("sha256:{hash} dash operator no-such-user-here"),
+                "no user",
+            ),
+        ] {
+            let err = Tokens::parse(bad).unwrap_err();
+            assert!(err.contains("line 1") && err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn new_tokens_are_appended_and_accepted() {
+        let dir = std::env::temp_dir().join(format!("profd-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tokens");
+        let _ = std::fs::remove_file(&path);
+        let a = new_token(&path, "one", "operator", "root").unwrap();
+        let b = new_token(&path, "two", "read-only", "0").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 64);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let t = Tokens::load(&path).unwrap();
+        assert_eq!(t.caller(&a).unwrap().role, Role::Operator);
+        assert_eq!(t.caller(&b).unwrap().role, Role::ReadOnly);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(Tokens::load(&path).unwrap_err().contains("chmod 600"));
+        assert!(new_token(&path, "two words", "operator", "root").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn own_process_credentials_are_read() {
+        let me = TargetCreds::read(std::process::id()).unwrap();
+        assert!(me.dumpable);
+        assert_eq!(me.uids[0], rustix::process::getuid().as_raw());
+        assert!(TargetCreds::read(u32::MAX - 1).is_none());
+    }
+}

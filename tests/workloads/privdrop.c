@@ -1,0 +1,116 @@
+/*
+ * privdrop: a busy process whose credentials make it off limits to an
+ * unprivileged caller of profd, although its uid may be the caller's.
+ *
+ *   privdrop SECONDS nodump          prctl(PR_SET_DUMPABLE, 0): not dumpable
+ *   privdrop SECONDS drop UID GID    (started as root) drops every group and
+ *                                    sets real, effective and saved ids to
+ *                                    UID/GID: the kernel leaves it not
+ *                                    dumpable after the credential change
+ *   privdrop SECONDS seteuid UID     (started as root) seteuid(UID) only: the
+ *                                    real and saved uids stay 0
+ *   privdrop SECONDS exec PATH ARG.. spins SECONDS, then execs PATH ARG..
+ *                                    (e.g. a set-user-id copy of itself)
+ *
+ * Prints "ready" on stdout once its credentials are set, then spins in
+ * privdrop_spin until SECONDS have passed.
+ */
+#define _GNU_SOURCE
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile unsigned long sink;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) void privdrop_spin(void)
+{
+	volatile char frame = 0;
+
+	(void)frame;
+	for (unsigned long i = 0; i < 1000000UL; i++)
+		sink += i * 2654435761u;
+}
+
+static void usage(const char *argv0)
+{
+	fprintf(stderr,
+		"usage: %s SECONDS nodump | drop UID GID | seteuid UID | exec PATH ARG...\n",
+		argv0);
+	exit(2);
+}
+
+static unsigned long number(const char *s, const char *argv0)
+{
+	char *end;
+	unsigned long n = strtoul(s, &end, 10);
+
+	if (*s == '\0' || *end != '\0')
+		usage(argv0);
+	return n;
+}
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(1);
+}
+
+int main(int argc, char **argv)
+{
+	double deadline;
+	char *end;
+
+	if (argc < 3)
+		usage(argv[0]);
+	deadline = strtod(argv[1], &end);
+	if (*end != '\0' || deadline < 0)
+		usage(argv[0]);
+	if (!strcmp(argv[2], "nodump") && argc == 3) {
+		if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+			die("prctl(PR_SET_DUMPABLE, 0)");
+	} else if (!strcmp(argv[2], "drop") && argc == 5) {
+		uid_t uid = (uid_t)number(argv[3], argv[0]);
+		gid_t gid = (gid_t)number(argv[4], argv[0]);
+
+		if (setgroups(0, NULL))
+			die("setgroups");
+		if (setresgid(gid, gid, gid))
+			die("setresgid");
+		if (setresuid(uid, uid, uid))
+			die("setresuid");
+	} else if (!strcmp(argv[2], "seteuid") && argc == 4) {
+		if (seteuid((uid_t)number(argv[3], argv[0])))
+			die("seteuid");
+	} else if (!strcmp(argv[2], "exec") && argc >= 4) {
+		printf("ready\n");
+		fflush(stdout);
+		deadline += now_s();
+		while (now_s() < deadline)
+			privdrop_spin();
+		/* Nobody reads the new program's output. */
+		if (!freopen("/dev/null", "w", stdout))
+			die("freopen");
+		execv(argv[3], argv + 3);
+		die("execv");
+	} else {
+		usage(argv[0]);
+	}
+	printf("ready\n");
+	fflush(stdout);
+	deadline += now_s();
+	while (now_s() < deadline)
+		privdrop_spin();
+	return 0;
+}

@@ -174,8 +174,9 @@ pub enum Command {
     Attach(AttachArgs),
     /// Start a command and profile it until it exits (or --duration elapses).
     Run(RunArgs),
-    /// List the daemon's sessions, running and ended.
-    Sessions,
+    /// List the daemon's sessions, running and ended (--all: also those of
+    /// earlier daemon runs).
+    Sessions(SessionsArgs),
     /// Stop a running session; its profile stays readable.
     Stop(StopArgs),
     /// Show daemon facts: version, CPUs, sampling event, kernel limits, totals.
@@ -217,6 +218,15 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<OsString>,
+}
+
+/// `profctl sessions`.
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// Also list the sessions of earlier runs of the daemon, kept in its
+    /// state directory (marked `*`).
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// `profctl stop`.
@@ -266,6 +276,10 @@ pub struct ProfileOptions {
     /// Print a plain refreshed table even on a terminal (no full-screen view).
     #[arg(long)]
     pub no_tui: bool,
+    /// Also profile the processes the target forks from now on (and theirs),
+    /// with samples per process in the header.
+    #[arg(long)]
+    pub children: bool,
 }
 
 /// Rows shown in tables when `--top` is not given.
@@ -281,6 +295,7 @@ impl ProfileOptions {
             event: api::Event::from(self.event) as i32,
             unwind: api::Unwind::from(self.unwind) as i32,
             stack_bytes: self.stack_bytes.unwrap_or(0),
+            children: self.children,
         }
     }
 

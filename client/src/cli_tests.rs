@@ -295,6 +295,19 @@ fn export_and_histogram_args() {
 }
 
 #[test]
+fn sessions_all_lists_earlier_runs_too() {
+    for (args, all) in [
+        (&["sessions"][..], false),
+        (&["sessions", "--all"][..], true),
+    ] {
+        let Command::Sessions(s) = parse(args).unwrap().command else {
+            panic!("not sessions")
+        };
+        assert_eq!(s.all, all, "{args:?}");
+    }
+}
+
+#[test]
 fn socket_option_is_global() {
     let cli = parse(&["sessions", "--socket", "/tmp/x.sock"]).unwrap();
     assert_eq!(cli.socket, PathBuf::from("/tmp/x.sock"));

@@ -350,7 +350,11 @@ impl PrivateDaemon {
             stop: None,
             task: None,
         };
-        let daemon = profd::Daemon::bind(profd::Config::new(socket)).await?;
+        let mut config = profd::Config::new(socket);
+        // A daemon for one command keeps nothing on disk (and never touches
+        // the system daemon's state directory).
+        config.persist = None;
+        let daemon = profd::Daemon::bind(config).await?;
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async move {
             // A dropped sender also means "shut down".

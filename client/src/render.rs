@@ -66,10 +66,34 @@ fn state_text(session: &Session) -> String {
 }
 
 fn totals_text(t: &Totals) -> String {
-    format!(
+    let mut text = format!(
         "{} attributed, {} discarded, {} lost",
         t.attributed, t.discarded, t.lost
-    )
+    );
+    if t.throttled > 0 {
+        text += &format!(" (throttled {} times)", t.throttled);
+    }
+    if t.overflowed > 0 {
+        text += &format!("; {} over the stack limit", t.overflowed);
+    }
+    text
+}
+
+/// `processes: 1234 prog 500, 1240 prog 300 (exited)` for a session that
+/// follows children; empty otherwise.
+fn processes_text(session: &Session) -> String {
+    if !session.children {
+        return String::new();
+    }
+    let list: Vec<String> = session
+        .processes
+        .iter()
+        .map(|p| {
+            let exited = if p.exited { " (exited)" } else { "" };
+            format!("{} {} {}{exited}", p.pid, p.comm, p.samples)
+        })
+        .collect();
+    format!("processes: {}\n", list.join(", "))
 }
 
 /// The profile table's two header lines: session, target, event, unwinding,
@@ -78,7 +102,7 @@ pub fn table_header(session: &Session) -> String {
     let t = totals(session);
     format!(
         "profd session {} — {} — {} @ {} Hz — {} — {:.2} s — {}\n\
-         samples: {}; stacks: {} truncated, {} unsymbolized\n",
+         samples: {}; stacks: {} truncated, {} unsymbolized\n{}",
         session.id,
         target(session),
         event_name(session.event()),
@@ -89,6 +113,7 @@ pub fn table_header(session: &Session) -> String {
         totals_text(&t),
         t.truncated,
         t.unsymbolized,
+        processes_text(session),
     )
 }
 
@@ -260,7 +285,8 @@ fn columns(header: &[&str], align: &[Align], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The `profctl sessions` table.
+/// The `profctl sessions` table; sessions of earlier daemon runs have their
+/// state marked `*`, explained below the table.
 pub fn sessions_table(sessions: &[Session]) -> String {
     if sessions.is_empty() {
         return "no sessions\n".to_string();
@@ -274,7 +300,11 @@ pub fn sessions_table(sessions: &[Session]) -> String {
                 s.id.to_string(),
                 s.pid.to_string(),
                 shorten(&s.comm, 16),
-                state_name(s.state()).to_string(),
+                format!(
+                    "{}{}",
+                    state_name(s.state()),
+                    if s.earlier_run { "*" } else { "" }
+                ),
                 event_name(s.event()).to_string(),
                 format!("{} Hz", s.frequency_hz),
                 format!("{:.2} s", s.duration_s),
@@ -282,7 +312,7 @@ pub fn sessions_table(sessions: &[Session]) -> String {
             ]
         })
         .collect();
-    columns(
+    let mut text = columns(
         &[
             "ID",
             "PID",
@@ -295,8 +325,16 @@ pub fn sessions_table(sessions: &[Session]) -> String {
         ],
         &[Right, Right, Left, Left, Left, Right, Right, Left],
         &rows,
-    )
+    );
+    if sessions.iter().any(|s| s.earlier_run) {
+        text.push_str(EARLIER_RUN_NOTE);
+    }
+    text
 }
+
+/// The footnote of `profctl sessions --all` for sessions marked `*`.
+pub const EARLIER_RUN_NOTE: &str =
+    "* from an earlier run of the daemon (kept in its state directory; no histogram)\n";
 
 /// The `profctl info` page.
 pub fn info_text(info: &InfoResponse) -> String {

@@ -35,6 +35,7 @@ fn session(state: SessionState) -> Session {
             truncated: 12,
             unsymbolized: 3,
             overflowed: 0,
+            ..Default::default()
         }),
         duration_limit_ms: 0,
         error: String::new(),
@@ -42,6 +43,7 @@ fn session(state: SessionState) -> Session {
         stack_bytes: 16384,
         owner_uid: 0,
         owner: String::new(),
+        ..Default::default()
     }
 }
 
@@ -240,13 +242,14 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["unwind"], "dwarf");
     assert_eq!(v["stack_bytes"], 16384);
     let totals = v["totals"].as_object().unwrap();
-    assert_eq!(totals.len(), 6);
+    assert_eq!(totals.len(), 7);
     assert_eq!(v["totals"]["attributed"], 9950);
     assert_eq!(v["totals"]["discarded"], 812);
     assert_eq!(v["totals"]["lost"], 0);
     assert_eq!(v["totals"]["truncated"], 12);
     assert_eq!(v["totals"]["unsymbolized"], 3);
     assert_eq!(v["totals"]["overflowed"], 0);
+    assert_eq!(v["totals"]["throttled"], 0);
     let functions = v["functions"].as_array().unwrap();
     assert_eq!(functions.len(), 4);
     let mut last = u64::MAX;
@@ -345,6 +348,28 @@ fn sessions_table_aligns_columns() {
     let col = lines[0].find("STATE").unwrap();
     assert_eq!(&lines[1][col..col + 6], "exited");
     assert_eq!(sessions_table(&[]), "no sessions\n");
+    assert!(
+        !text.contains('*'),
+        "no footnote without earlier-run sessions"
+    );
+}
+
+#[test]
+fn sessions_of_earlier_runs_are_marked() {
+    let mut old = session(SessionState::Stopped);
+    old.earlier_run = true;
+    let mut new = session(SessionState::Running);
+    new.id = 4;
+    let text = sessions_table(&[old, new]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let col = lines[0].find("STATE").unwrap();
+    assert_eq!(&lines[1][col..col + 9], "stopped* ");
+    assert_eq!(&lines[2][col..col + 8], "running ");
+    assert!(
+        lines[3].starts_with("* from an earlier run of the daemon"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -368,6 +393,7 @@ fn info_lists_everything() {
             truncated: 0,
             unsymbolized: 0,
             overflowed: 0,
+            throttled: 0,
         }),
         running_sessions: 1,
     };

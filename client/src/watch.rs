@@ -16,6 +16,8 @@ pub struct WatchState {
     ended: bool,
     window_s: u32,
     window_attributed: u64,
+    /// The `seq` of the last update merged: what to resume after.
+    last_seq: u64,
 }
 
 impl WatchState {
@@ -33,6 +35,12 @@ impl WatchState {
         }
     }
 
+    /// The `seq` of the last update merged (0 before any): a new stream
+    /// resumes after it.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
     /// Merges one update: a snapshot replaces every function; a delta
     /// replaces the counts of the functions it carries and keeps the names
     /// seen before when it omits them.
@@ -40,7 +48,7 @@ impl WatchState {
         if self.ended {
             return Err(Error::Protocol("an update after the final one".into()));
         }
-        if self.updates == 0 && !update.snapshot {
+        if self.updates == 0 && !update.snapshot && !update.resumed {
             return Err(Error::Protocol(
                 "the Watch stream did not start with a snapshot".into(),
             ));
@@ -48,6 +56,7 @@ impl WatchState {
         if update.snapshot {
             self.functions.clear();
         }
+        self.last_seq = update.seq;
         if let Some(session) = update.session {
             self.session = Some(session);
         }

@@ -1,7 +1,8 @@
 //! profd: the sampling profiler daemon (library; `main.rs` is a thin wrapper).
-//! `Daemon::bind` probes the kernel and binds the Unix socket (and the TLS
-//! listener when configured); `serve` runs the gRPC API until shutdown,
-//! ending every session cleanly.
+//! `Daemon::bind` probes the kernel, reloads the sessions kept in the state
+//! directory and binds the Unix socket (and the TLS listener when
+//! configured); `serve` runs the gRPC API until shutdown, ending every
+//! session cleanly and saving it.
 #![deny(unsafe_code)]
 
 pub mod auth;
@@ -12,6 +13,7 @@ pub mod registry;
 pub mod rpc;
 pub mod sampler;
 pub mod session;
+pub mod store;
 pub mod symbolize;
 pub mod unwind;
 
@@ -41,6 +43,12 @@ pub struct Config {
     pub limits: registry::Limits,
     /// The TLS listener, off unless set.
     pub remote: Option<Remote>,
+    /// The state directory ended sessions are kept in across restarts
+    /// (`--state-dir`, retention flags). None: nothing is written to disk.
+    pub persist: Option<store::Persist>,
+    /// Data pages of each CPU ring (a power of two); None: 128, or 512 for
+    /// sessions that copy user stacks.
+    pub ring_pages: Option<usize>,
 }
 
 /// The TCP listener: TLS only, bearer tokens.
@@ -52,7 +60,8 @@ pub struct Remote {
 }
 
 impl Config {
-    /// Settings with defaults and the given socket path.
+    /// Settings with defaults and the given socket path; sessions are not
+    /// persisted unless `persist` is set.
     pub fn new(socket: PathBuf) -> Config {
         Config {
             socket,
@@ -60,6 +69,8 @@ impl Config {
             grants: Vec::new(),
             limits: registry::Limits::default(),
             remote: None,
+            persist: None,
+            ring_pages: None,
         }
     }
 }
@@ -73,6 +84,8 @@ pub enum Error {
     Cpus(std::io::Error),
     #[error("{0}")]
     Config(String),
+    #[error("cannot use the state directory {path}: {reason} (choose another with --state-dir, or --no-persist)")]
+    State { path: PathBuf, reason: String },
     #[error("cannot listen on {addr}: {reason}")]
     Listen { addr: SocketAddr, reason: String },
     #[error("gRPC server failed: {0}")]
@@ -91,6 +104,8 @@ pub struct Daemon {
 
 /// How long a TLS client may take to finish its handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for ended sessions to be saved.
+const SAVE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The gid the socket is given, from `--socket-group`.
 fn socket_gid(group: Option<&str>) -> Result<Option<u32>, Error> {
@@ -171,7 +186,9 @@ impl Daemon {
     /// Probe the kernel and bind the socket; clients may connect once this returns.
     pub async fn bind(config: Config) -> Result<Daemon, Error> {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;
-        let source = Arc::new(sampler::Sampler::new(cpus));
+        let mut sampler = sampler::Sampler::new(cpus);
+        sampler.ring_pages = config.ring_pages;
+        let source = Arc::new(sampler);
         Daemon::bind_with(
             config,
             source,
@@ -210,6 +227,21 @@ impl Daemon {
             Some(remote) => Some(bind_remote(remote, &mut policy).await?),
             None => None,
         };
+        // Before the socket: a state directory that cannot be used stops the
+        // start; corrupt files in it do not.
+        let store = match &config.persist {
+            Some(persist) => {
+                let p = persist.clone();
+                let opened = tokio::task::spawn_blocking(move || store::Store::open(&p))
+                    .await
+                    .map_err(|e| Error::Config(format!("reading the state directory: {e}")))?;
+                Some(opened.map_err(|reason| Error::State {
+                    path: persist.dir.clone(),
+                    reason,
+                })?)
+            }
+            None => None,
+        };
         let path = config.socket;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.exists() {
@@ -223,12 +255,19 @@ impl Daemon {
         std::os::unix::fs::chown(&path, None, gid).map_err(|e| socket_error(&path, e))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
             .map_err(|e| socket_error(&path, e))?;
-        let registry = Arc::new(registry::Registry::new(
-            source,
-            symbolizer,
-            config.limits,
-            config.grants,
-        ));
+        let mut registry =
+            registry::Registry::new(source, symbolizer, config.limits, config.grants);
+        if let Some((store, found)) = store {
+            registry.open_store(Arc::new(store), found);
+            tracing::info!(
+                earlier_sessions = registry.stored_count(),
+                next_id = registry.next_id(),
+                "sessions of earlier runs reloaded"
+            );
+        } else {
+            tracing::info!("no state directory: ended sessions are not kept across restarts");
+        }
+        let registry = Arc::new(registry);
         tracing::info!(socket = %path.display(), gid, "listening");
         Ok(Daemon {
             listener,
@@ -241,7 +280,8 @@ impl Daemon {
     }
 
     /// Serve until `shutdown` resolves; running sessions are stopped first so
-    /// their watchers get a final update.
+    /// their watchers get a final update, and with a state directory, serving
+    /// ends once every ended session is saved there.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -252,6 +292,14 @@ impl Daemon {
             shutdown.await;
             tracing::info!("shutting down: ending sessions");
             registry.stop_all().await;
+            if tokio::time::timeout(SAVE_TIMEOUT, registry.wait_saved())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "sessions still being saved after {SAVE_TIMEOUT:?}: stopping without them"
+                );
+            }
             let _ = done.send(true);
         });
         let stopped = move || {

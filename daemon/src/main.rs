@@ -4,6 +4,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use profd::auth::{Grant, TlsFiles};
 use profd::registry::Limits;
+use profd::store::{Persist, Retention};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -89,6 +90,28 @@ struct DaemonArgs {
     /// counted under `[stack limit reached]`.
     #[arg(long, default_value_t = Limits::default().max_stacks)]
     max_stacks: usize,
+    /// Data pages of each per-CPU ring, a power of two (default: 128, or
+    /// 512 for sessions that copy user stacks). Smaller rings lose samples
+    /// (counted as lost) under load.
+    #[arg(long, value_name = "PAGES")]
+    ring_pages: Option<usize>,
+    /// Directory ended sessions are kept in across restarts (pprof and
+    /// metadata; created mode 0700).
+    #[arg(long, value_name = "DIR", default_value = profd::store::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// Keep nothing on disk: sessions end with the daemon.
+    #[arg(long, conflicts_with_all = ["state_dir", "retain_sessions", "retain_days", "retain_bytes"])]
+    no_persist: bool,
+    /// Most sessions kept in the state directory; the oldest go first.
+    #[arg(long, value_name = "N", default_value_t = Retention::default().max_sessions)]
+    retain_sessions: usize,
+    /// Days an ended session is kept in the state directory (fractions allowed).
+    #[arg(long, value_name = "DAYS", default_value_t = 30.0)]
+    retain_days: f64,
+    /// Most bytes the state directory keeps (suffixes K, M, G, T: powers of
+    /// 1024); the oldest sessions go first.
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = profd::store::parse_bytes)]
+    retain_bytes: u64,
     /// Log filter level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
@@ -115,7 +138,37 @@ impl DaemonArgs {
             self.max_duration != Some(0),
             "--max-duration 0 allows nothing: use 1 or more seconds, or leave it out"
         );
+        anyhow::ensure!(
+            self.retain_sessions > 0,
+            "--retain-sessions 0 keeps nothing: use 1 or more, or --no-persist"
+        );
+        anyhow::ensure!(
+            self.retain_days.is_finite() && self.retain_days > 0.0 && self.retain_days <= 36500.0,
+            "--retain-days {} is not a number of days: use more than 0 (fractions allowed), at most 36500",
+            self.retain_days
+        );
+        anyhow::ensure!(
+            self.retain_bytes > 0,
+            "--retain-bytes 0 keeps nothing: use a size such as 512M, or --no-persist"
+        );
         let mut config = profd::Config::new(self.socket);
+        if !self.no_persist {
+            config.persist = Some(Persist {
+                dir: self.state_dir,
+                retention: Retention {
+                    max_sessions: self.retain_sessions,
+                    max_age: Duration::from_secs_f64(self.retain_days * 24.0 * 3600.0),
+                    max_bytes: self.retain_bytes,
+                },
+            });
+        }
+        if let Some(n) = self.ring_pages {
+            anyhow::ensure!(
+                n.is_power_of_two(),
+                "--ring-pages {n} is not a power of two: use 1, 2, 4, ... (the kernel's rule)"
+            );
+        }
+        config.ring_pages = self.ring_pages;
         config.socket_group = self.socket_group;
         config.grants = self.grants;
         config.limits = Limits {
@@ -152,6 +205,20 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Sessions hold the files of their targets' binaries (for names and
+/// histograms) and a pidfd each: use the hard limit on open files, not the
+/// soft one (often 1024).
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(err) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(%err, "cannot raise the open-files limit");
+        }
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(Command::Token(t)) = cli.command {
         let token = profd::auth::new_token(&t.tokens, &t.name, &t.role, &t.user)
@@ -166,6 +233,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .with_target(false)
         .init();
     let config = args.config()?;
+    raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -9,10 +9,12 @@ use crate::session::{self, Handle, Params};
 use crate::symbolize::Symbolizer;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
+
+mod persist;
 
 /// Why a request could not be served; mapped to a gRPC status by `rpc`.
 #[derive(Debug, thiserror::Error)]
@@ -221,6 +223,15 @@ pub struct Registry {
     /// Held while a session is checked against the limits and started.
     attaching: Mutex<()>,
     next_id: AtomicU64,
+    /// The state directory ended sessions are saved to (None: kept in
+    /// memory only).
+    store: Option<Arc<crate::store::Store>>,
+    /// Sessions of earlier daemon runs, reloaded from the state directory.
+    stored: persist::StoredSessions,
+    /// Tasks saving sessions when they end.
+    saves: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Set at shutdown: no new sessions.
+    closing: AtomicBool,
 }
 
 impl Registry {
@@ -238,6 +249,10 @@ impl Registry {
             sessions: Mutex::new(BTreeMap::new()),
             attaching: Mutex::new(()),
             next_id: AtomicU64::new(1),
+            store: None,
+            stored: Default::default(),
+            saves: Default::default(),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -278,6 +293,11 @@ impl Registry {
     ) -> Result<api::Session, Error> {
         let plan = plan_attach(req, max_sample_rate(), &self.limits)?;
         let _attaching = self.attaching.lock().await;
+        if self.closing.load(Ordering::Relaxed) {
+            return Err(Error::FailedPrecondition(
+                "the daemon is shutting down: attach again once it has restarted".into(),
+            ));
+        }
         self.check_session_limits(caller).await?;
         let (tgid, comm) = target_process(plan.pid)?;
         let pidfd = PidFd::open(tgid).map_err(|err| match err.raw_os_error() {
@@ -325,6 +345,7 @@ impl Registry {
             owner: caller.account.name.clone(),
             max_stacks: self.limits.max_stacks,
             recheck,
+            children: req.children,
         };
         let handle = session::start(
             params,
@@ -342,23 +363,19 @@ impl Registry {
             caller = %caller.label,
             "session started"
         );
+        self.save_when_ended(handle.clone());
         self.sessions.lock().await.insert(id, handle);
         Ok(summary)
     }
 
     /// The session with this id, when `caller` may use it.
     pub async fn get(&self, id: u64, caller: &Caller) -> Result<Handle, Error> {
-        let handle = self
-            .sessions
-            .lock()
-            .await
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| {
-                Error::NotFound(format!(
-                    "no session with id {id}; `profctl sessions` lists them"
-                ))
-            })?;
+        let live = self.sessions.lock().await.get(&id).cloned();
+        let handle = live.or_else(|| self.stored_session(id)).ok_or_else(|| {
+            Error::NotFound(format!(
+                "no session with id {id}; `profctl sessions --all` lists them"
+            ))
+        })?;
         caller.may_read(id, handle.owner_uid)?;
         Ok(handle)
     }
@@ -375,8 +392,13 @@ impl Registry {
         all
     }
 
-    /// Stop every running session (daemon shutdown).
+    /// Stop every running session and refuse new ones (daemon shutdown);
+    /// `wait_saved` then waits until they are in the state directory.
     pub async fn stop_all(&self) {
+        {
+            let _attaching = self.attaching.lock().await;
+            self.closing.store(true, Ordering::Relaxed);
+        }
         for handle in self.all().await {
             let _ = handle.stop().await;
         }

@@ -85,39 +85,50 @@ fn watch_interval(ms: u32) -> Result<Duration, Error> {
     }
 }
 
-/// The functions of `view` that changed since `sent`, updating `sent`; names
-/// only for ids the stream has not carried yet.
-fn delta(view: &View, sent: &mut HashMap<u64, (u64, u64, u64, u64)>) -> Vec<api::Function> {
+/// The functions of `view` a client that has seen version `after` lacks:
+/// those whose counts changed after it (names only for those it has never
+/// seen), and with a window (`windowed`) those whose window counts differ
+/// from `window_sent` (updated) — every function the stream has not sent
+/// yet, since the client's window figures are unknown.
+fn delta(
+    view: &View,
+    after: u64,
+    windowed: bool,
+    window_sent: &mut HashMap<u64, (u64, u64)>,
+) -> Vec<api::Function> {
     let mut out = Vec::new();
-    for f in &view.functions {
-        let now = (
-            f.inclusive,
-            f.exclusive,
-            f.window_inclusive,
-            f.window_exclusive,
-        );
-        match sent.insert(f.id, now) {
-            None => out.push(f.clone()),
-            Some(prev) if prev != now => out.push(api::Function {
+    for (f, &(changed, first)) in view.functions.iter().zip(&view.stamps) {
+        let window = (f.window_inclusive, f.window_exclusive);
+        let window_changed = windowed && window_sent.insert(f.id, window) != Some(window);
+        if changed <= after && !window_changed {
+            continue;
+        }
+        if first <= after {
+            out.push(api::Function {
                 name: String::new(),
                 module: String::new(),
                 ..f.clone()
-            }),
-            Some(_) => {}
+            });
+        } else {
+            out.push(f.clone());
         }
     }
     out
 }
 
+/// One Watch stream: a snapshot (or, resuming, what changed after
+/// `resume_after`), then per-interval deltas, then a final update.
 async fn run_watch(
     handle: Handle,
     interval: Duration,
     window_s: u32,
+    resume_after: u64,
     tx: mpsc::Sender<Result<api::WatchResponse, Status>>,
 ) {
     let mut state = handle.state();
-    let mut sent = HashMap::new();
-    let mut seq = 0u64;
+    let mut window_sent = HashMap::new();
+    let mut after = resume_after;
+    let mut first = true;
     loop {
         let view = match handle.profile(window_s).await {
             Ok(view) => view,
@@ -126,20 +137,26 @@ async fn run_watch(
                 return;
             }
         };
+        if after >= view.version {
+            // Versions from another daemon run: start over with a snapshot.
+            after = 0;
+        }
         let ended = view.session.state != api::SessionState::Running as i32;
-        let functions = delta(&view, &mut sent);
+        let functions = delta(&view, after, window_s > 0, &mut window_sent);
         let msg = api::WatchResponse {
-            seq,
-            snapshot: seq == 0,
+            seq: view.version,
+            snapshot: first && after == 0,
+            resumed: first && after > 0,
             session: Some(view.session),
             functions,
             r#final: ended,
             window_attributed: view.window_attributed,
         };
+        after = view.version;
+        first = false;
         if tx.send(Ok(msg)).await.is_err() || ended {
             return;
         }
-        seq += 1;
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = state.changed() => {}
@@ -193,6 +210,7 @@ impl Profiler for Service {
                 attributed: c.attributed.load(Ordering::Relaxed),
                 discarded: c.discarded.load(Ordering::Relaxed),
                 lost: c.lost.load(Ordering::Relaxed),
+                throttled: c.throttles.load(Ordering::Relaxed),
                 ..Default::default()
             }),
             running_sessions: running,
@@ -227,7 +245,13 @@ impl Profiler for Service {
             )));
         }
         let (tx, rx) = mpsc::channel(4);
-        tokio::spawn(run_watch(handle, interval, req.window_s, tx));
+        tokio::spawn(run_watch(
+            handle,
+            interval,
+            req.window_s,
+            req.resume_after_seq,
+            tx,
+        ));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -361,7 +385,7 @@ impl Profiler for Service {
     ) -> Result<Response<api::ListSessionsResponse>, Status> {
         let caller = self.policy.caller(&req)?;
         let mut sessions = Vec::new();
-        for h in self.registry.visible(&caller).await {
+        for h in self.registry.listed(&caller, req.get_ref().all).await {
             if let Ok(s) = h.summary().await {
                 sessions.push(s);
             }
@@ -385,21 +409,55 @@ mod tests {
         }
     }
 
-    #[test]
-    fn deltas_carry_changes_and_names_once() {
-        let mut sent = HashMap::new();
-        let mut view = View {
+    fn view(functions: Vec<api::Function>, version: u64, stamps: Vec<(u64, u64)>) -> View {
+        View {
             window_attributed: 0,
             session: api::Session::default(),
-            functions: vec![f(1, 5, 1), f(2, 3, 3)],
-        };
-        assert_eq!(delta(&view, &mut sent).len(), 2);
-        assert!(delta(&view, &mut sent).is_empty(), "nothing changed");
-        view.functions = vec![f(1, 6, 1), f(2, 3, 3), f(3, 1, 1)];
-        let d = delta(&view, &mut sent);
+            functions,
+            version,
+            stamps,
+        }
+    }
+
+    #[test]
+    fn deltas_carry_changes_after_a_version_and_names_once() {
+        let mut w = HashMap::new();
+        let v = view(
+            vec![f(1, 6, 1), f(2, 3, 3), f(3, 1, 1)],
+            5,
+            vec![(4, 1), (2, 2), (5, 5)],
+        );
+        assert_eq!(
+            delta(&v, 0, false, &mut w).len(),
+            3,
+            "a snapshot has everything"
+        );
+        assert!(
+            delta(&v, 5, false, &mut w).is_empty(),
+            "nothing changed after 5"
+        );
+        let d = delta(&v, 3, false, &mut w);
         assert_eq!(d.len(), 2);
         assert_eq!((d[0].id, d[0].inclusive, d[0].name.as_str()), (1, 6, ""));
         assert_eq!((d[1].id, d[1].name.as_str()), (3, "f3"));
+    }
+
+    #[test]
+    fn window_changes_are_sent_even_when_totals_stand_still() {
+        let mut w = HashMap::new();
+        let mut a = f(1, 6, 1);
+        a.window_inclusive = 2;
+        let v = view(vec![a.clone()], 5, vec![(1, 1)]);
+        assert_eq!(delta(&v, 4, true, &mut w).len(), 1);
+        assert!(delta(&v, 5, true, &mut w).is_empty());
+        a.window_inclusive = 0;
+        let v = view(vec![a.clone()], 6, vec![(1, 1)]);
+        assert_eq!(delta(&v, 5, true, &mut w)[0].window_inclusive, 0);
+        // A resumed stream does not know the client's window figures: it
+        // sends every function once, even with all-zero windows.
+        let mut fresh = HashMap::new();
+        assert_eq!(delta(&v, 6, true, &mut fresh).len(), 1);
+        assert!(delta(&v, 6, false, &mut HashMap::new()).is_empty());
     }
 
     #[test]

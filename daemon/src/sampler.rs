@@ -1,7 +1,8 @@
 //! The sampler: per-CPU perf rings shared by all sessions with the same
 //! sampling settings, one task per CPU draining its ring on watermark wakeups
 //! (and every 100 ms), demultiplexing samples by process to the sessions that
-//! target it and counting the rest as discarded. No symbols here.
+//! target it (and, for sessions that follow children, the processes it forks)
+//! and counting the rest as discarded. No symbols here.
 use crate::maps::{Backing, Mapping};
 use crate::perf::record::{is_context_marker, Record, CONTEXT_USER};
 use crate::perf::{EventKind, EventSpec, PerfError, PerfEvent};
@@ -24,15 +25,24 @@ pub struct Batch {
     pub ends: Vec<u32>,
     /// Every sample the ring held in this drain, the target's or not.
     pub seen: u64,
-    /// Samples the kernel reported lost on this ring in this drain.
+    /// Samples the kernel lost on this ring since the last drain.
     pub lost: u64,
+    /// Times the kernel throttled this ring since the last drain.
+    pub throttled: u64,
     /// The target's frame-pointer stacks cut at the kernel's depth limit.
     pub truncated: u64,
-    /// New executable mappings of the target.
-    pub mappings: Vec<Mapping>,
-    /// The target's new command name after an exec.
-    pub exec_comm: Option<String>,
-    /// Thread ids of the stacks, in order.
+    /// New executable mappings of the session's processes: (pid, mapping).
+    pub mappings: Vec<(u32, Mapping)>,
+    /// A process of the session exec'd: (pid, new command name). A batch
+    /// ends at an exec, so the samples of the new program come in the next
+    /// batch, which starts with the exec.
+    pub exec: Option<(u32, String)>,
+    /// Processes of the session that forked a new process: (child, parent).
+    pub forks: Vec<(u32, u32)>,
+    /// Processes of the session that exited.
+    pub exits: Vec<u32>,
+    /// Process and thread ids of the stacks, in order.
+    pub pids: Vec<u32>,
     pub tids: Vec<u32>,
     /// Names the target's threads took (COMM records): (tid, name).
     pub comms: Vec<(u32, String)>,
@@ -48,6 +58,7 @@ pub struct Batch {
 /// One sample of a batch: its kernel (or frame-pointer) frames and, with
 /// stack copies, the user registers and stack to unwind.
 pub struct SampleView<'a> {
+    pub pid: u32,
     pub tid: u32,
     pub frames: &'a [u64],
     pub user: Option<([u64; 3], &'a [u8])>,
@@ -67,6 +78,7 @@ impl Batch {
                 (regs, stack)
             });
             SampleView {
+                pid: self.pids.get(i).copied().unwrap_or(0),
                 tid: self.tids.get(i).copied().unwrap_or(0),
                 frames,
                 user,
@@ -77,10 +89,12 @@ impl Batch {
     /// Add one sample (see the fields).
     pub fn push(
         &mut self,
+        pid: u32,
         tid: u32,
         frames: impl Iterator<Item = u64>,
         user: Option<([u64; 3], &[u8])>,
     ) {
+        self.pids.push(pid);
         self.tids.push(tid);
         self.frames.extend(frames);
         self.ends.push(self.frames.len() as u32);
@@ -92,7 +106,14 @@ impl Batch {
     }
 
     fn is_empty(&self) -> bool {
-        self.seen == 0 && self.lost == 0 && self.mappings.is_empty() && self.comms.is_empty()
+        self.seen == 0
+            && self.lost == 0
+            && self.throttled == 0
+            && self.mappings.is_empty()
+            && self.comms.is_empty()
+            && self.exec.is_none()
+            && self.forks.is_empty()
+            && self.exits.is_empty()
     }
 }
 
@@ -111,19 +132,32 @@ pub struct Counters {
 struct Route {
     session: u64,
     pid: u32,
+    /// Follow the processes `pid` forks (each gets a route of its own).
+    children: bool,
     tx: mpsc::UnboundedSender<Batch>,
 }
 
 #[derive(Default)]
 struct Routes {
+    /// One route per (session, process).
     all: Vec<Route>,
+    /// One per session (its first route): each drain makes one batch per
+    /// session, however many of its processes are routed.
+    sessions: Vec<Route>,
+    /// The sessions (indices into `sessions`) each process is routed to.
     by_pid: HashMap<u32, Vec<usize>>,
 }
 
 impl Routes {
     fn rebuild(&mut self) {
         self.by_pid.clear();
-        for (i, r) in self.all.iter().enumerate() {
+        self.sessions.clear();
+        let mut slot: HashMap<u64, usize> = HashMap::new();
+        for r in &self.all {
+            let i = *slot.entry(r.session).or_insert_with(|| {
+                self.sessions.push(r.clone());
+                self.sessions.len() - 1
+            });
             self.by_pid.entry(r.pid).or_default().push(i);
         }
     }
@@ -144,6 +178,8 @@ struct Group {
 /// first session and closed with its last.
 pub struct Sampler {
     cpus: Vec<u32>,
+    /// Data pages of each ring, when not the default.
+    pub ring_pages: Option<usize>,
     groups: Mutex<HashMap<EventSpec, Group>>,
     counters: Arc<Counters>,
 }
@@ -151,12 +187,14 @@ pub struct Sampler {
 /// Where sessions get their samples from: the perf rings, or a fake in tests.
 #[tonic::async_trait]
 pub trait SampleSource: Send + Sync {
-    /// Route samples of `pid` to `tx` as `session`; returns the settings in use.
+    /// Route samples of `pid` (with `children`, also of the processes it
+    /// forks from now on) to `tx` as `session`; returns the settings in use.
     async fn subscribe(
         &self,
         want: EventSpec,
         session: u64,
         pid: u32,
+        children: bool,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<EventSpec, PerfError>;
     /// Stop routing to `session`.
@@ -179,6 +217,7 @@ impl Sampler {
     pub fn new(cpus: Vec<u32>) -> Sampler {
         Sampler {
             cpus,
+            ring_pages: None,
             groups: Mutex::new(HashMap::new()),
             counters: Arc::default(),
         }
@@ -230,14 +269,15 @@ impl SampleSource for Sampler {
         want: EventSpec,
         session: u64,
         pid: u32,
+        children: bool,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<EventSpec, PerfError> {
         let mut groups = self.groups.lock().await;
         let kind = want.kind;
-        let ring_pages = if want.stack_bytes > 0 {
-            STACK_RING_PAGES
-        } else {
-            RING_PAGES
+        let ring_pages = match self.ring_pages {
+            Some(pages) => pages,
+            None if want.stack_bytes > 0 => STACK_RING_PAGES,
+            None => RING_PAGES,
         };
         let mut spec = EventSpec { ring_pages, ..want };
         if let std::collections::hash_map::Entry::Vacant(slot) = groups.entry(spec) {
@@ -257,7 +297,12 @@ impl SampleSource for Sampler {
         }
         let group = groups.get(&spec).expect("group just ensured");
         let mut routes = group.routes.write().unwrap_or_else(|e| e.into_inner());
-        routes.all.push(Route { session, pid, tx });
+        routes.all.push(Route {
+            session,
+            pid,
+            children,
+            tx,
+        });
         routes.rebuild();
         Ok(spec)
     }
@@ -313,7 +358,11 @@ impl SampleSource for Sampler {
             .map(|(spec, g)| {
                 (
                     *spec,
-                    g.routes.read().unwrap_or_else(|e| e.into_inner()).all.len(),
+                    g.routes
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .sessions
+                        .len(),
                 )
             })
             .collect()
@@ -415,75 +464,132 @@ fn max_stack() -> usize {
 fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
     let stack_copy = ring.stack_copy();
     let max_stack = max_stack();
-    let routes = routes.read().unwrap_or_else(|e| e.into_inner());
-    let mut batches: Vec<Batch> = (0..routes.all.len()).map(|_| Batch::default()).collect();
+    let guard = routes.read().unwrap_or_else(|e| e.into_inner());
+    let mut batches: Vec<Batch> = (0..guard.sessions.len())
+        .map(|_| Batch::default())
+        .collect();
     let (mut seen, mut lost, mut matched, mut throttles, mut errors) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
-    ring.drain(|record| match record {
-        Ok(Record::Sample(s)) => {
-            seen += 1;
-            if let Some(targets) = routes.by_pid.get(&s.pid) {
-                matched += 1;
-                let user = stack_copy.then(|| {
-                    let mut regs = s.regs_user();
-                    let (bp, sp, ip) = (regs.next(), regs.next(), regs.next());
-                    let regs = match (ip, sp, bp) {
-                        (Some(ip), Some(sp), Some(bp)) => [ip, sp, bp],
-                        _ => [0; 3],
-                    };
-                    (regs, s.stack_user)
-                });
-                for &i in targets {
-                    let b = &mut batches[i];
-                    let n = push_stack(
-                        &mut b.frames,
-                        s.callchain(),
-                        if stack_copy { None } else { s.ip },
-                    );
-                    b.ends.push(b.frames.len() as u32);
-                    b.tids.push(s.tid);
-                    b.truncated += u64::from(!stack_copy && n >= max_stack);
-                    if let Some((regs, stack)) = user {
-                        b.user_regs.push(regs);
-                        b.user_stack.extend_from_slice(stack);
-                        b.user_ends.push(b.user_stack.len() as u32);
+    // Children forked and processes exited in this drain: routes to add and
+    // remove once the read lock is released.
+    let mut forked: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut exited: Vec<u32> = Vec::new();
+    // Samples already sent to each route in a batch cut at an exec.
+    let mut sent_early = vec![0u64; guard.sessions.len()];
+    ring.drain(|record| {
+        let targets = |pid: u32| {
+            guard
+                .by_pid
+                .get(&pid)
+                .or_else(|| forked.get(&pid))
+                .filter(|_| !exited.contains(&pid))
+                .cloned()
+        };
+        match record {
+            Ok(Record::Sample(s)) => {
+                seen += 1;
+                if let Some(targets) = targets(s.pid) {
+                    matched += 1;
+                    let user = stack_copy.then(|| {
+                        let mut regs = s.regs_user();
+                        let (bp, sp, ip) = (regs.next(), regs.next(), regs.next());
+                        let regs = match (ip, sp, bp) {
+                            (Some(ip), Some(sp), Some(bp)) => [ip, sp, bp],
+                            _ => [0; 3],
+                        };
+                        (regs, s.stack_user)
+                    });
+                    for i in targets {
+                        let b = &mut batches[i];
+                        let n = push_stack(
+                            &mut b.frames,
+                            s.callchain(),
+                            if stack_copy { None } else { s.ip },
+                        );
+                        b.ends.push(b.frames.len() as u32);
+                        b.pids.push(s.pid);
+                        b.tids.push(s.tid);
+                        b.truncated += u64::from(!stack_copy && n >= max_stack);
+                        if let Some((regs, stack)) = user {
+                            b.user_regs.push(regs);
+                            b.user_stack.extend_from_slice(stack);
+                            b.user_ends.push(b.user_stack.len() as u32);
+                        }
                     }
                 }
             }
-        }
-        Ok(Record::Mmap2(m)) => {
-            if let Some(targets) = routes.by_pid.get(&m.pid) {
-                let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
-                for &i in targets {
-                    batches[i].mappings.push(mapping.clone());
-                }
-            }
-        }
-        Ok(Record::Comm(c)) => {
-            if let Some(targets) = routes.by_pid.get(&c.pid) {
-                let name = String::from_utf8_lossy(c.comm).into_owned();
-                for &i in targets {
-                    if c.exec && c.pid == c.tid {
-                        batches[i].exec_comm = Some(name.clone());
+            Ok(Record::Mmap2(m)) => {
+                if let Some(targets) = targets(m.pid) {
+                    let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
+                    for i in targets {
+                        batches[i].mappings.push((m.pid, mapping.clone()));
                     }
-                    batches[i].comms.push((c.tid, name.clone()));
                 }
             }
-        }
-        Ok(Record::Lost(l)) => lost += l.lost,
-        Ok(Record::Throttle(_)) => throttles += 1,
-        Ok(_) => {}
-        Err(err) => {
-            errors += 1;
-            tracing::debug!(%err, "unparsable perf record");
+            Ok(Record::Comm(c)) => {
+                if let Some(targets) = targets(c.pid) {
+                    let name = String::from_utf8_lossy(c.comm).into_owned();
+                    for i in targets {
+                        if c.exec && c.pid == c.tid {
+                            // The samples before the exec go in a batch of
+                            // their own: they belong to the old program.
+                            let mut before = std::mem::take(&mut batches[i]);
+                            before.seen = before.ends.len() as u64;
+                            sent_early[i] += before.seen;
+                            if !before.is_empty() {
+                                let _ = guard.sessions[i].tx.send(before);
+                            }
+                            batches[i].exec = Some((c.pid, name.clone()));
+                        }
+                        batches[i].comms.push((c.tid, name.clone()));
+                    }
+                }
+            }
+            Ok(Record::Fork(t)) if t.pid != t.ppid => {
+                if let Some(targets) = targets(t.ppid) {
+                    let follow: Vec<usize> = targets
+                        .into_iter()
+                        .filter(|&i| guard.sessions[i].children)
+                        .collect();
+                    for &i in &follow {
+                        batches[i].forks.push((t.pid, t.ppid));
+                    }
+                    if !follow.is_empty() {
+                        exited.retain(|&p| p != t.pid);
+                        forked.insert(t.pid, follow);
+                    }
+                }
+            }
+            Ok(Record::Exit(t)) if t.pid == t.tid => {
+                if let Some(targets) = targets(t.pid) {
+                    for i in targets {
+                        batches[i].exits.push(t.pid);
+                    }
+                    forked.remove(&t.pid);
+                    exited.push(t.pid);
+                }
+            }
+            Ok(Record::Lost(l)) => lost += l.lost,
+            Ok(Record::Throttle(_)) => throttles += 1,
+            Ok(_) => {}
+            Err(err) => {
+                errors += 1;
+                tracing::debug!(%err, "unparsable perf record");
+            }
         }
     });
-    for (route, mut batch) in routes.all.iter().zip(batches) {
-        batch.seen = seen;
+    let lost = ring.new_lost(lost);
+    for ((route, mut batch), early) in guard.sessions.iter().zip(batches).zip(sent_early) {
+        batch.seen = seen - early;
         batch.lost = lost;
+        batch.throttled = throttles;
         if !batch.is_empty() {
             let _ = route.tx.send(batch);
         }
+    }
+    drop(guard);
+    if !forked.is_empty() || !exited.is_empty() {
+        update_routes(routes, forked, &exited);
     }
     counters.samples.fetch_add(seen, Ordering::Relaxed);
     counters.attributed.fetch_add(matched, Ordering::Relaxed);
@@ -495,9 +601,62 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
     counters.parse_errors.fetch_add(errors, Ordering::Relaxed);
 }
 
+/// Give forked children routes of their own (to the sessions following
+/// their parent) and drop the routes of exited processes, so that a process
+/// that later gets an exited one's pid is never taken for it.
+fn update_routes(routes: &RwLock<Routes>, forked: HashMap<u32, Vec<usize>>, exited: &[u32]) {
+    let mut routes = routes.write().unwrap_or_else(|e| e.into_inner());
+    let mut add = Vec::new();
+    for (pid, indices) in forked {
+        for i in indices {
+            if let Some(session) = routes.sessions.get(i) {
+                add.push(Route {
+                    pid,
+                    ..session.clone()
+                });
+            }
+        }
+    }
+    routes.all.retain(|r| !exited.contains(&r.pid));
+    routes.all.extend(add);
+    routes.rebuild();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_gets_one_batch_however_many_processes_it_follows() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let route = |session, pid| Route {
+            session,
+            pid,
+            children: true,
+            tx: tx.clone(),
+        };
+        let mut routes = Routes {
+            all: vec![route(1, 10), route(2, 10), route(1, 11), route(1, 12)],
+            ..Routes::default()
+        };
+        routes.rebuild();
+        assert_eq!(routes.sessions.len(), 2);
+        assert_eq!(routes.by_pid[&10], vec![0, 1]);
+        assert_eq!(routes.by_pid[&11], vec![0]);
+        let lock = RwLock::new(routes);
+        update_routes(&lock, HashMap::from([(13, vec![1])]), &[11]);
+        let routes = lock.into_inner().unwrap();
+        assert!(
+            !routes.by_pid.contains_key(&11),
+            "exited processes are dropped"
+        );
+        assert_eq!(
+            routes.by_pid[&13],
+            vec![1],
+            "a child joins its parent's session"
+        );
+        assert_eq!(routes.sessions.len(), 2);
+    }
 
     const KERNEL: u64 = (-128i64) as u64;
     const USER: u64 = (-512i64) as u64;
@@ -546,9 +705,14 @@ mod tests {
     #[test]
     fn batch_samples_keep_frames_and_stack_copies_apart() {
         let mut b = Batch::default();
-        b.push(5, [1, 2].into_iter(), Some(([10, 20, 30], &[7u8; 16][..])));
-        b.push(6, [3, 4, 5].into_iter(), Some(([0; 3], &[][..])));
-        b.push(5, [6].into_iter(), Some(([11, 21, 31], &[9u8; 8][..])));
+        b.push(
+            1,
+            5,
+            [1, 2].into_iter(),
+            Some(([10, 20, 30], &[7u8; 16][..])),
+        );
+        b.push(1, 6, [3, 4, 5].into_iter(), Some(([0; 3], &[][..])));
+        b.push(1, 5, [6].into_iter(), Some(([11, 21, 31], &[9u8; 8][..])));
         let samples: Vec<_> = b
             .samples()
             .map(|s| (s.frames.to_vec(), s.user.map(|(r, st)| (r, st.to_vec()))))
@@ -560,7 +724,7 @@ mod tests {
         assert_eq!(samples[1], (vec![3, 4, 5], Some(([0; 3], vec![]))));
         assert_eq!(samples[2], (vec![6], Some(([11, 21, 31], vec![9u8; 8]))));
         let mut fp = Batch::default();
-        fp.push(1, [1].into_iter(), None);
+        fp.push(1, 1, [1].into_iter(), None);
         assert!(fp.samples().all(|s| s.user.is_none()));
     }
 

@@ -14,6 +14,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Most frames followed in one stack.
 pub const MAX_FRAMES: usize = 256;
 
+/// Where a user stack can be on x86-64: not in the first page (never mapped,
+/// see vm.mmap_min_addr) and not above user space (57-bit addresses with
+/// 5-level paging).
+const USER_STACKS: Range<u64> = 0x1000..1 << 56;
+
 type Data = Arc<[u8]>;
 
 /// What framehop needs of one ELF file, read once.
@@ -198,6 +203,15 @@ impl Unwinder {
     /// bytes (which start at `sp`), appending frames innermost first (return
     /// addresses minus one) to `out`.
     pub fn unwind(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], out: &mut Vec<u64>) -> Walk {
+        // A process may set rsp to anything. Outside user space there is no
+        // stack to walk, and there a CFA such as a PLT stub's `rsp + 8` (near
+        // u64::MAX) or libgcc's `rsp + 0` (sp < 8) is below 8, from which
+        // framehop subtracts 8 unchecked. From a plausible sp, real CFI keeps
+        // every later CFA above the first page.
+        if !USER_STACKS.contains(&sp) {
+            out.push(ip);
+            return Walk::Truncated;
+        }
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
@@ -301,6 +315,43 @@ mod tests {
         let walk = u.unwind(0x4444, 0x1000, 0x1008, &stack, &mut out);
         assert_eq!(out, vec![0x4444, 0x5554]);
         assert_eq!(walk, Walk::Truncated);
+    }
+
+    #[test]
+    fn a_stack_pointer_outside_user_space_is_not_walked() {
+        // Found by fuzz/fuzz_targets/unwind.rs: in a PLT stub, whose CFA is
+        // the DWARF expression rsp + 8 (+ 8), sp = u64::MAX - 1 wrapped the
+        // CFA to 6 and framehop's `cfa - 8` overflowed (a panic wherever
+        // overflow checks are on, as in this test). libc's .plt has such CFI.
+        // (Also found: sp = 0 where libgcc's CFA is rsp + 0, the same panic.)
+        let maps = crate::maps::ProcessMaps::read(std::process::id()).unwrap();
+        let libc = maps
+            .iter()
+            .find(|m| m.module().starts_with("libc.so"))
+            .expect("libc is mapped");
+        let path = &libc.file().expect("libc was opened").readable;
+        let bytes = std::fs::read(path).unwrap();
+        let elf = object::File::parse(&*bytes).unwrap();
+        let plt = elf.section_by_name(".plt").expect("libc has a .plt");
+        let bias = elf_data(path)
+            .unwrap()
+            .bias(libc.start, libc.pgoff)
+            .unwrap();
+        // The first stub after the PLT header.
+        let ip = plt.address() + 16 + bias;
+        assert!(libc.start <= ip && ip < libc.end);
+        let mut u = Unwinder::default();
+        u.add_mapping(libc);
+        for sp in [u64::MAX - 1, 1 << 56, 0xfff, 0] {
+            let mut out = Vec::new();
+            let walk = u.unwind(ip, sp, 0, &[0u8; 16], &mut out);
+            assert_eq!((walk, out), (Walk::Truncated, vec![ip]), "sp {sp:#x}");
+        }
+        // From a stack pointer in user space the stub is walked as before.
+        let mut out = Vec::new();
+        let ret = 0x5555_5555_1234u64;
+        u.unwind(ip, 0x7ffc_0000_1000, 0, &ret.to_ne_bytes(), &mut out);
+        assert_eq!(out, vec![ip, ret - 1]);
     }
 
     #[test]

@@ -30,8 +30,7 @@ impl FakeSource {
             };
             for (p, stack) in samples {
                 if p == pid {
-                    batch.frames.extend_from_slice(stack);
-                    batch.ends.push(batch.frames.len() as u32);
+                    batch.push(*p, *p, stack.iter().copied(), None);
                 }
             }
             tx.send(batch).unwrap();
@@ -46,6 +45,7 @@ impl SampleSource for FakeSource {
         want: EventSpec,
         session: u64,
         pid: u32,
+        _children: bool,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<EventSpec, PerfError> {
         self.routes.lock().unwrap().push((session, pid, tx));
@@ -136,7 +136,7 @@ async fn exact_figures_snapshot_deltas_and_stop() {
     ]);
     let mut stream = h.watch(s.id, 100).await;
     let snap = stream.message().await.unwrap().unwrap();
-    assert!(snap.snapshot && !snap.r#final && snap.seq == 0);
+    assert!(snap.snapshot && !snap.resumed && !snap.r#final && snap.seq >= 1);
     let totals = snap.session.as_ref().unwrap().totals.unwrap();
     assert_eq!(
         (totals.attributed, totals.discarded, totals.lost),
@@ -181,6 +181,41 @@ async fn exact_figures_snapshot_deltas_and_stop() {
     expected.sort();
     assert_eq!(changed, expected, "only changed rows, names not repeated");
 
+    // The watcher goes away; meanwhile f4 appears and f1 changes. Resumed
+    // from the last seq it saw, it gets just those, f4 with its name.
+    let last_seq = delta.seq;
+    drop(stream);
+    source.feed(&[(pid, &[0x100, 0x400, 0x300])]);
+    let mut resumed = h
+        .client
+        .watch(api::WatchRequest {
+            session_id: s.id,
+            interval_ms: 100,
+            resume_after_seq: last_seq,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = resumed.message().await.unwrap().unwrap();
+    assert!(first.resumed && !first.snapshot && first.seq > last_seq);
+    let mut got: Vec<_> = first
+        .functions
+        .iter()
+        .map(|f| (f.inclusive, f.exclusive, f.name.clone()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (1, 0, "f4".to_string()),
+            (5, 5, String::new()),
+            (6, 0, String::new())
+        ],
+        "f1 and f3 changed (no names), f4 is new (named), f2 did not change"
+    );
+    let mut stream = resumed;
+
     let stopped = h
         .client
         .stop(api::StopRequest { session_id: s.id })
@@ -200,12 +235,12 @@ async fn exact_figures_snapshot_deltas_and_stop() {
     let profile = h.profile(s.id).await;
     assert_eq!(
         find(&profile.functions, "f3").inclusive,
-        5,
+        6,
         "readable after the end"
     );
     let list = h
         .client
-        .list_sessions(api::ListSessionsRequest {})
+        .list_sessions(api::ListSessionsRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -483,6 +518,7 @@ async fn views_exports_and_windows_over_known_stacks() {
             session_id: s.id,
             interval_ms: 100,
             window_s: 5,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -497,6 +533,7 @@ async fn views_exports_and_windows_over_known_stacks() {
             session_id: s.id,
             interval_ms: 0,
             window_s: 601,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -574,4 +611,150 @@ async fn limits_are_enforced_and_named() {
     a.kill();
     b.kill();
     h.finish().await;
+}
+
+/// A daemon with a state directory and the fake source.
+async fn start_persisting(name: &str, state: &std::path::Path) -> (Running, Arc<FakeSource>) {
+    let source = Arc::new(FakeSource::default());
+    let fake = source.clone();
+    let state = state.to_path_buf();
+    let running = serve(name, |socket| {
+        let mut config = profd::Config::new(socket);
+        config.persist = Some(profd::store::Persist::new(state));
+        profd::Daemon::bind_with(config, fake, Arc::new(FakeSymbolizer))
+    })
+    .await;
+    (running, source)
+}
+
+async fn list(h: &mut Running, all: bool) -> Vec<api::Session> {
+    h.client
+        .list_sessions(api::ListSessionsRequest { all })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+}
+
+/// (name, inclusive, exclusive) of every function.
+fn figures(fs: &[api::Function]) -> Vec<(String, u64, u64)> {
+    let mut v: Vec<_> = fs
+        .iter()
+        .map(|f| (f.name.clone(), f.inclusive, f.exclusive))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_sessions_survive_a_restart() {
+    let state = std::env::temp_dir().join(format!("profd-fake-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let (mut h, source) = start_persisting("fake-persist-1", &state).await;
+    let mut a = sleeper();
+    let mut b = sleeper();
+    let first = attach(&mut h, a.id()).await;
+    source.feed(&[
+        (a.id(), &[0x100, 0x300]),
+        (a.id(), &[0x100, 0x300]),
+        (a.id(), &[0x200, 0x300]),
+    ]);
+    h.client
+        .stop(api::StopRequest {
+            session_id: first.id,
+        })
+        .await
+        .unwrap();
+    let before = h.profile(first.id).await;
+    let second = attach(&mut h, b.id()).await;
+    source.feed(&[(b.id(), &[0x400])]);
+    // Shutdown stops the running session and returns once both are saved.
+    h.finish().await;
+    for id in [first.id, second.id] {
+        for ext in ["json", "pprof"] {
+            assert!(state.join(format!("{id}.{ext}")).is_file(), "{id}.{ext}");
+        }
+    }
+
+    let (mut h, _) = start_persisting("fake-persist-2", &state).await;
+    assert!(list(&mut h, false).await.is_empty(), "this run has none");
+    let all = list(&mut h, true).await;
+    assert_eq!(
+        all.iter()
+            .map(|s| (s.id, s.state, s.earlier_run))
+            .collect::<Vec<_>>(),
+        [
+            (first.id, api::SessionState::Stopped as i32, true),
+            (second.id, api::SessionState::Stopped as i32, true),
+        ]
+    );
+    assert_eq!(all[0].totals, before.session.as_ref().unwrap().totals);
+    assert_eq!(all[0].started_unix_ms, first.started_unix_ms);
+    let after = h.profile(first.id).await;
+    assert_eq!(figures(&after.functions), figures(&before.functions));
+    assert_eq!(
+        figures(&h.profile(second.id).await.functions),
+        [("f4".into(), 1, 1)]
+    );
+
+    // Views, exports and Watch work; histograms are not kept.
+    let tree = h
+        .client
+        .get_view(api::GetViewRequest {
+            session_id: first.id,
+            view: Some(api::get_view_request::View::Tree(
+                api::TreeRequest::default(),
+            )),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!tree.nodes.is_empty());
+    let pprof = h
+        .client
+        .get_profile(api::GetProfileRequest {
+            session_id: first.id,
+            format: api::ExportFormat::Pprof as i32,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let decoded = profd_common::export::pprof_decode(&pprof.data).unwrap();
+    assert_eq!(decoded.attributed, 3);
+    let mut stream = h.watch(first.id, 100).await;
+    let last = until_final(&mut stream).await;
+    assert!(last.snapshot && last.r#final);
+    assert_eq!(figures(&last.functions), figures(&before.functions));
+    let err = h
+        .client
+        .get_histogram(api::GetHistogramRequest {
+            session_id: first.id,
+            module: "fake".into(),
+            scale: 65536,
+            buckets: 16,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("earlier run"), "{}", err.message());
+    let stopped = h
+        .client
+        .stop(api::StopRequest {
+            session_id: first.id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        stopped.session.unwrap().state,
+        api::SessionState::Stopped as i32
+    );
+
+    // New ids continue after the stored ones.
+    let third = attach(&mut h, a.id()).await;
+    assert!(third.id > second.id, "{} after {}", third.id, second.id);
+    a.kill();
+    b.kill();
+    h.finish().await;
+    let _ = std::fs::remove_dir_all(&state);
 }

@@ -66,6 +66,11 @@ impl Cmd {
         self.child.as_ref().expect("running").id()
     }
 
+    /// Sends SIGKILL: the command dies at once, mid-stream.
+    pub fn kill(&self) {
+        signal(self.pid(), "KILL");
+    }
+
     /// Sends SIGINT, as Ctrl-C in a terminal would.
     pub fn interrupt(&self) {
         signal(self.pid(), "INT");

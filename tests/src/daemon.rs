@@ -1,11 +1,14 @@
 //! A `profd` started on a private socket for one test, stopped (SIGTERM, then
 //! SIGKILL) when dropped; and running `profctl` against it, as root or as
-//! another user.
+//! another user. Unless a test says otherwise, each daemon keeps its
+//! sessions in a state directory of its own (never `/var/lib/profd`), so
+//! that persistence is exercised by every test; `restart` stops it with
+//! SIGTERM and starts it again on the same socket and state directory.
 
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::command::{signal, Cmd, CmdOutput};
@@ -19,6 +22,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long `profd` may take to refuse to start, or to run `profd token`.
 const REFUSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `profd` may take to stop on SIGTERM (ending and saving its
+/// sessions) in [`Daemon::terminate`].
+const TERMINATE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running `profd --socket <temp>/profd.sock`, logging to a file.
 pub struct Daemon {
@@ -27,6 +33,10 @@ pub struct Daemon {
     log: PathBuf,
     /// `--listen ADDR:PORT`, when given.
     listen: Option<String>,
+    /// Every argument after `--socket <socket>`, for restarts.
+    args: Vec<String>,
+    /// `--state-dir`, unless `--no-persist` was given.
+    state_dir: Option<PathBuf>,
 }
 
 impl Daemon {
@@ -51,31 +61,98 @@ impl Daemon {
         Daemon::launch(socket.to_path_buf(), log, args)
     }
 
+    /// Starts profd; without `--state-dir` or `--no-persist` in `args`, with
+    /// `--state-dir` a fresh directory (that profd creates).
     fn launch(socket: PathBuf, log: PathBuf, args: &[&str]) -> Daemon {
-        let profd = bin("profd");
-        let log_file = std::fs::File::create(&log).expect("create daemon log");
-        let child = Command::new(&profd)
-            .arg("--socket")
-            .arg(&socket)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("dup daemon log"))
-            .stderr(log_file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", profd.display()));
-        let listen = args
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let flag_value = |args: &[String], flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        };
+        if !args
             .iter()
-            .position(|a| *a == "--listen")
-            .and_then(|i| args.get(i + 1))
-            .map(|a| a.to_string());
+            .any(|a| a == "--state-dir" || a == "--no-persist")
+        {
+            let dir = unique_dir("state").join("profd");
+            args.extend(["--state-dir".to_string(), path_str(&dir).to_string()]);
+        }
+        let state_dir = flag_value(&args, "--state-dir").map(PathBuf::from);
+        let listen = flag_value(&args, "--listen");
+        let child = Daemon::spawn_child(&socket, &log, &args);
         let mut daemon = Daemon {
             child,
             socket,
             log,
             listen,
+            args,
+            state_dir,
         };
         daemon.wait_ready();
         daemon
+    }
+
+    /// `profd --socket <socket> args...`, logging to `log` (appended to).
+    fn spawn_child(socket: &Path, log: &Path, args: &[String]) -> Child {
+        let profd = bin("profd");
+        let log_file = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open daemon log");
+        Command::new(&profd)
+            .arg("--socket")
+            .arg(socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("dup daemon log"))
+            .stderr(log_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", profd.display()))
+    }
+
+    /// The daemon's state directory (`--state-dir`), unless it keeps nothing.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.state_dir.as_deref()
+    }
+
+    /// Sends SIGTERM and waits until the daemon has exited (it ends and saves
+    /// its sessions first); fails the test when it takes longer than 30 s.
+    pub fn terminate(&mut self) -> ExitStatus {
+        if let Some(status) = self.child.try_wait().expect("try_wait") {
+            return status;
+        }
+        signal(self.child.id(), "TERM");
+        let deadline = Instant::now() + TERMINATE_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "profd did not exit within {TERMINATE_TIMEOUT:?} of SIGTERM:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the daemon with SIGTERM (it must exit successfully) and starts
+    /// it again with the same socket, arguments (so the same state
+    /// directory) and log.
+    pub fn restart(&mut self) {
+        let status = self.terminate();
+        assert!(
+            status.success(),
+            "profd exited with {status} on SIGTERM:\n{}",
+            self.log()
+        );
+        self.child = Daemon::spawn_child(&self.socket, &self.log, &self.args);
+        self.wait_ready();
     }
 
     fn wait_ready(&mut self) {

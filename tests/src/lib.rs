@@ -18,7 +18,7 @@ mod workload;
 
 pub use command::{assert_one_line_error, Cmd, CmdOutput};
 pub use daemon::{run_profctl, run_profd, Daemon, PROFCTL_TIMEOUT};
-pub use profile::{FunctionRow, Measure, Profile, Totals, PCT_TOLERANCE};
+pub use profile::{FunctionRow, Measure, ProcessRow, Profile, Totals, PCT_TOLERANCE};
 pub use workload::{
     build_workload, cpu_time, Build, Lang, Workload, INLINED, JIT, STACKS_FP, STACKS_NOFP,
     STACKS_RS_FP, STACKS_RS_NOFP, WORKLOAD_CFLAGS,

@@ -30,6 +30,12 @@ pub struct Profile {
     /// Bytes of user stack copied per sample (0 without stack copies).
     pub stack_bytes: u32,
     pub totals: Totals,
+    /// Whether the session followed the target's children.
+    #[serde(default)]
+    pub children: bool,
+    /// Samples per process.
+    #[serde(default)]
+    pub processes: Vec<ProcessRow>,
     /// Sorted by inclusive samples, descending.
     pub functions: Vec<FunctionRow>,
 }
@@ -48,6 +54,19 @@ pub struct Totals {
     /// profiles of daemons that have no such limit.
     #[serde(default)]
     pub overflowed: Option<u64>,
+    /// Times the kernel throttled sampling.
+    #[serde(default)]
+    pub throttled: u64,
+}
+
+/// One process of a session (the target, and its children when followed).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub samples: u64,
+    pub exited: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

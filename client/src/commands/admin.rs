@@ -8,10 +8,11 @@ use crate::error::Error;
 use crate::output::Output;
 use crate::render;
 
-/// Lists the daemon's sessions, oldest first.
-pub async fn sessions(client: &mut Client, out: &Output) -> Result<(), Error> {
+/// Lists the daemon's sessions, oldest first; with `all` also those of
+/// earlier daemon runs.
+pub async fn sessions(client: &mut Client, all: bool, out: &Output) -> Result<(), Error> {
     let mut sessions = client
-        .list_sessions(ListSessionsRequest {})
+        .list_sessions(ListSessionsRequest { all })
         .await?
         .into_inner()
         .sessions;

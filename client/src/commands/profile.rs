@@ -183,6 +183,19 @@ pub(super) async fn follow(
     result
 }
 
+/// Times a broken Watch stream is resumed in a row before giving up.
+const MAX_RECONNECTS: u32 = 5;
+const RECONNECT_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Whether a status is the connection failing rather than the daemon
+/// answering.
+fn is_transport(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+    )
+}
+
 async fn follow_inner(
     client: &mut Client,
     session: &Session,
@@ -190,14 +203,15 @@ async fn follow_inner(
     mut child: Option<&mut ChildProcess>,
 ) -> Result<Profile, Error> {
     let id = session.id;
-    let mut stream = client
-        .watch(WatchRequest {
-            session_id: id,
-            interval_ms: view.options.interval_ms(),
-            window_s: view.options.window_s(),
-        })
-        .await?
-        .into_inner();
+    let (interval_ms, window_s) = (view.options.interval_ms(), view.options.window_s());
+    let request = move |resume_after_seq| WatchRequest {
+        session_id: id,
+        interval_ms,
+        window_s,
+        resume_after_seq,
+    };
+    let mut stream = client.watch(request(0)).await?.into_inner();
+    let mut reconnects = 0;
     let mut state = WatchState::with_window(view.options.window_s());
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
     let mut interrupted = false;
@@ -205,8 +219,16 @@ async fn follow_inner(
     loop {
         let child_running = child.as_ref().is_some_and(|c| c.status.is_none());
         tokio::select! {
-            update = stream.message() => match update? {
-                Some(update) => {
+            update = stream.message() => match update {
+                // The stream broke (not the session): resume where it was.
+                Err(status) if reconnects < MAX_RECONNECTS && is_transport(&status) => {
+                    reconnects += 1;
+                    tokio::time::sleep(RECONNECT_DELAY).await;
+                    stream = client.watch(request(state.last_seq())).await?.into_inner();
+                }
+                Err(status) => return Err(status.into()),
+                Ok(Some(update)) => {
+                    reconnects = 0;
                     state.apply(update)?;
                     if state.is_final() {
                         break;
@@ -217,7 +239,7 @@ async fn follow_inner(
                         view.show_view(reply)?;
                     }
                 }
-                None => break,
+                Ok(None) => break,
             },
             action = view.next_action() => match action {
                 Action::Quit => {

@@ -38,6 +38,7 @@ fn session() -> Session {
             truncated: 2,
             unsymbolized: 1,
             overflowed: 0,
+            throttled: 0,
         }),
         ..Default::default()
     }

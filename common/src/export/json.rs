@@ -44,6 +44,8 @@ struct Report<'a> {
     stack_bytes: u32,
     owner: &'a str,
     owner_uid: u32,
+    children: bool,
+    processes: Vec<Process<'a>>,
     totals: Totals,
     functions: Vec<Row<'a>>,
 }
@@ -56,6 +58,16 @@ struct Totals {
     truncated: u64,
     unsymbolized: u64,
     overflowed: u64,
+    throttled: u64,
+}
+
+#[derive(Serialize)]
+struct Process<'a> {
+    pid: u32,
+    ppid: u32,
+    comm: &'a str,
+    samples: u64,
+    exited: bool,
 }
 
 #[derive(Serialize)]
@@ -71,8 +83,10 @@ struct Row<'a> {
 
 /// The JSON report: `session_id`, `pid`, `comm`, `state`, (`error` when
 /// not empty), `duration_s`, `frequency_hz`, `event`, `unwind`,
-/// `stack_bytes`, `owner`, `owner_uid`, `totals` {`attributed`, `discarded`,
-/// `lost`, `truncated`, `unsymbolized`, `overflowed`} and `functions` [{`name`, `module`, `inclusive`,
+/// `stack_bytes`, `owner`, `owner_uid`, `children`, `processes` [{`pid`,
+/// `ppid`, `comm`, `samples`, `exited`}], `totals` {`attributed`,
+/// `discarded`, `lost`, `truncated`, `unsymbolized`, `overflowed`,
+/// `throttled`} and `functions` [{`name`, `module`, `inclusive`,
 /// `exclusive`, `inclusive_pct`, `exclusive_pct`, `inlined`}], keys in this
 /// order. `functions` are taken as given (order, percentages): pass them
 /// sorted and limited as wanted.
@@ -91,6 +105,18 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
         stack_bytes: session.stack_bytes,
         owner: &session.owner,
         owner_uid: session.owner_uid,
+        children: session.children,
+        processes: session
+            .processes
+            .iter()
+            .map(|p| Process {
+                pid: p.pid,
+                ppid: p.ppid,
+                comm: &p.comm,
+                samples: p.samples,
+                exited: p.exited,
+            })
+            .collect(),
         totals: Totals {
             attributed: t.attributed,
             discarded: t.discarded,
@@ -98,6 +124,7 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
             truncated: t.truncated,
             unsymbolized: t.unsymbolized,
             overflowed: t.overflowed,
+            throttled: t.throttled,
         },
         functions: functions
             .iter()
@@ -137,6 +164,7 @@ mod tests {
                 truncated: 2,
                 unsymbolized: 0,
                 overflowed: 0,
+                throttled: 0,
             }),
             ..Default::default()
         };
@@ -167,6 +195,8 @@ mod tests {
                 "stack_bytes",
                 "owner",
                 "owner_uid",
+                "children",
+                "processes",
                 "totals",
                 "functions"
             ]
@@ -179,7 +209,8 @@ mod tests {
                 "lost",
                 "truncated",
                 "unsymbolized",
-                "overflowed"
+                "overflowed",
+                "throttled"
             ]
         );
         let f = &v["functions"];

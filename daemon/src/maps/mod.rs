@@ -109,6 +109,22 @@ impl ProcessMaps {
         Ok(out)
     }
 
+    /// These mappings as a process forked from this one starts with: the
+    /// same files, its own /proc entry (opened by the next `resolve_new`).
+    pub fn forked(&self) -> ProcessMaps {
+        ProcessMaps {
+            target: None,
+            perf_map_tried: None,
+            ..self.clone()
+        }
+    }
+
+    /// Close the process's /proc entry (and perf map); the mapped files stay
+    /// open. For ended sessions, whose addresses are all named.
+    pub fn release_process(&mut self) {
+        self.target = None;
+    }
+
     /// The target process these mappings belong to (after `read` or
     /// `resolve_new`).
     pub fn target(&self) -> Option<&Arc<Target>> {

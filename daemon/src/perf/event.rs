@@ -112,7 +112,14 @@ pub struct PerfEvent {
     layout: Layout,
     cpu: u32,
     scratch: Vec<u8>,
+    /// The kernel counts the samples it dropped (PERF_FORMAT_LOST, Linux 6.0+).
+    counts_lost: bool,
+    /// The kernel's lost count already accounted for.
+    lost_accounted: u64,
 }
+
+/// read_format bit: `read()` also returns the samples lost (Linux 6.0+).
+const PERF_FORMAT_LOST: u64 = 1 << 4;
 
 // SAFETY: the mapping is owned exclusively by this value (only it reads the
 // data area and writes data_tail); moving it to another thread is fine.
@@ -161,6 +168,7 @@ impl PerfEvent {
         attr.set_task(1);
         attr.set_sample_id_all(1);
         attr.set_exclude_guest(1);
+        attr.read_format = PERF_FORMAT_LOST;
         let page = page_size();
         let data_size = spec.ring_pages * page;
         attr.set_watermark(1);
@@ -169,8 +177,18 @@ impl PerfEvent {
         // SAFETY: `attr` is a valid, fully initialised perf_event_attr whose
         // `size` field matches its type; the kernel only reads it (and may
         // write back `size` on E2BIG).
-        let fd =
+        let mut fd =
             unsafe { sys::perf_event_open(&mut attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC) };
+        let counts_lost =
+            fd >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL);
+        if !counts_lost {
+            // Before Linux 6.0: no lost count; PERF_RECORD_LOST still reports it.
+            attr.read_format = 0;
+            // SAFETY: as above.
+            fd = unsafe {
+                sys::perf_event_open(&mut attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC)
+            };
+        }
         if fd < 0 {
             let source = io::Error::last_os_error();
             return Err(match source.raw_os_error() {
@@ -228,6 +246,8 @@ impl PerfEvent {
             layout,
             cpu,
             scratch: Vec::new(),
+            counts_lost,
+            lost_accounted: 0,
         };
         let page_hdr = event.header();
         // SAFETY: `page_hdr` points at the kernel-initialised metadata page
@@ -268,6 +288,40 @@ impl PerfEvent {
     /// Whether samples carry user registers and a stack copy.
     pub fn stack_copy(&self) -> bool {
         self.layout.regs_user_count > 0
+    }
+
+    /// Samples the kernel dropped on this ring since it was opened (the
+    /// ring was full), when the kernel counts them (Linux 6.0+).
+    pub fn kernel_lost(&self) -> Option<u64> {
+        if !self.counts_lost {
+            return None;
+        }
+        let mut values = [0u64; 2];
+        // SAFETY: read() writes at most size_of_val(&values) bytes into the
+        // local array; with read_format = PERF_FORMAT_LOST the kernel writes
+        // { value, lost }.
+        let n = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                values.as_mut_ptr().cast(),
+                std::mem::size_of_val(&values),
+            )
+        };
+        (n == 16).then_some(values[1])
+    }
+
+    /// Samples lost since the last call: from the kernel's own count when it
+    /// keeps one (exact, including losses not yet reported by a
+    /// PERF_RECORD_LOST), else `from_records` (the records just read).
+    pub fn new_lost(&mut self, from_records: u64) -> u64 {
+        match self.kernel_lost() {
+            Some(total) => {
+                let new = total.saturating_sub(self.lost_accounted);
+                self.lost_accounted = self.lost_accounted.max(total);
+                new
+            }
+            None => from_records,
+        }
     }
 
     /// The CPU this event samples.
@@ -311,7 +365,8 @@ impl PerfEvent {
 /// calling `f(type, misc, body)` for each; bodies that wrap the ring end are
 /// copied into `scratch` first. Returns the new tail. A header claiming an
 /// impossible size ends the walk at `head` (the rest cannot be framed).
-fn walk_ring(
+/// Public for the fuzz targets (`fuzz/`); the daemon calls it from `drain`.
+pub fn walk_ring(
     data: &[u8],
     mut tail: u64,
     head: u64,
@@ -328,7 +383,9 @@ fn walk_ring(
         let len = u64::from(u16::from_ne_bytes(
             data[off + 6..off + 8].try_into().expect("2 bytes"),
         ));
-        if len < 8 || len > head.wrapping_sub(tail) {
+        // The kernel sizes records in whole u64s and never beyond the ring;
+        // another size would misalign the next header or overrun the ring.
+        if len < 8 || !len.is_multiple_of(8) || len > size || len > head.wrapping_sub(tail) {
             tracing::warn!(
                 len,
                 "corrupt perf record header; skipping the rest of the ring"
@@ -438,6 +495,25 @@ mod tests {
             walk_ring(&ring, 0, head, &mut scratch, |_, _, _| panic!("no record")),
             head
         );
+    }
+
+    #[test]
+    fn sizes_that_cannot_be_framed_stop_the_walk() {
+        // Found by fuzz/fuzz_targets/record.rs: both used to panic.
+        let mut scratch = Vec::new();
+        let mut calls = 0;
+        // A size that is not a multiple of 8: the next header would have
+        // started 4 bytes before the ring's end and been read past it.
+        let mut ring = vec![0u8; 32];
+        ring[14..16].copy_from_slice(&20u16.to_ne_bytes());
+        let tail = walk_ring(&ring, 8, 40, &mut scratch, |_, _, _| calls += 1);
+        assert_eq!((tail, calls), (40, 0));
+        // A record larger than the ring (with a head more than a ring ahead,
+        // which the kernel never reports): its wrapped copy overran the ring.
+        let mut ring = vec![0u8; 64];
+        ring[6..8].copy_from_slice(&200u16.to_ne_bytes());
+        let tail = walk_ring(&ring, 0, 256, &mut scratch, |_, _, _| calls += 1);
+        assert_eq!((tail, calls), (256, 0));
     }
 
     #[test]

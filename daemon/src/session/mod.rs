@@ -2,16 +2,20 @@
 //! totals, applies batches from the sampler, ends on stop / duration / target
 //! exit, and answers profile requests (symbolizing only new addresses).
 mod profile;
+mod spaces;
+mod stored;
 
 pub use profile::{Resolved, MAX_WINDOW_S};
+pub use stored::open_stored;
 
 use crate::maps::ProcessMaps;
 use crate::perf::{EventKind, EventSpec, PidFd};
 use crate::sampler::{Batch, SampleSource};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
-use crate::unwind::{Unwinder, Walk};
+use crate::unwind::Walk;
 use profd_common::api;
 use profd_common::model::StackTable;
+use spaces::Spaces;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -37,6 +41,8 @@ pub struct Params {
     pub max_stacks: usize,
     /// None for root's sessions.
     pub recheck: Option<Recheck>,
+    /// Follow the processes the target forks.
+    pub children: bool,
 }
 
 /// The one frame of the stack that samples over the unique-stack limit are
@@ -51,6 +57,19 @@ pub struct View {
     pub functions: Vec<api::Function>,
     /// Attributed samples in the window asked for (0 without one).
     pub window_attributed: u64,
+    /// The profile's version: one more at every view.
+    pub version: u64,
+    /// Per function (same order): the version at which its counts last
+    /// changed, and the version at which it first appeared.
+    pub stamps: Vec<(u64, u64)>,
+}
+
+/// A function's counts at the last view, and when they changed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Stamp {
+    counts: (u64, u64),
+    changed: u64,
+    first: u64,
 }
 
 enum Command {
@@ -132,11 +151,14 @@ struct Actor {
     error: String,
     stacks: StackTable,
     totals: api::Totals,
-    maps: ProcessMaps,
+    /// Mappings and unwinders of the target's (and its children's) address
+    /// spaces; stack addresses are tagged with their space.
+    spaces: Spaces,
+    /// Samples per process, and where each live pid is in the list.
+    processes: Vec<api::ProcessSamples>,
+    process_index: HashMap<u32, usize>,
     /// Addresses of new stacks not yet symbolized.
     pending: HashSet<u64>,
-    /// Unwinds stack copies (DWARF sessions).
-    unwinder: Unwinder,
     scratch: Vec<u64>,
     /// What each symbolized address resolved to.
     addr_fn: HashMap<u64, AddrFrames>,
@@ -148,6 +170,9 @@ struct Actor {
     threads: HashMap<u32, String>,
     /// Stack indices sampled, in one bucket per second, for windowed figures.
     recent: VecDeque<(Instant, Vec<u32>)>,
+    /// Views computed so far, and per function id when its counts changed.
+    version: u64,
+    stamps: Vec<Stamp>,
 }
 
 /// Start a session: route the target's samples from the sampler to a new
@@ -161,16 +186,17 @@ pub async fn start(
 ) -> Result<Handle, crate::perf::PerfError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
     let spec = sampler
-        .subscribe(want, params.id, params.pid, batch_tx)
+        .subscribe(want, params.id, params.pid, params.children, batch_tx)
         .await?;
     // Read after subscribing: later mappings arrive as MMAP2 records.
     let maps = ProcessMaps::read(params.pid).unwrap_or_default();
-    let mut unwinder = Unwinder::default();
-    if spec.stack_bytes > 0 {
-        for m in maps.iter() {
-            unwinder.add_mapping(m);
-        }
-    }
+    let spaces = Spaces::new(params.pid, maps, spec.stack_bytes > 0);
+    let processes = vec![api::ProcessSamples {
+        pid: params.pid,
+        comm: params.comm.clone(),
+        ..Default::default()
+    }];
+    let process_index = HashMap::from([(params.pid, 0)]);
     let (state, state_rx) = watch::channel(api::SessionState::Running);
     let (tx, cmd_rx) = mpsc::channel(16);
     let id = params.id;
@@ -190,8 +216,9 @@ pub async fn start(
         error: String::new(),
         stacks: StackTable::default(),
         totals: api::Totals::default(),
-        maps,
-        unwinder,
+        spaces,
+        processes,
+        process_index,
         scratch: Vec::new(),
         pending: HashSet::new(),
         addr_fn: HashMap::new(),
@@ -200,6 +227,8 @@ pub async fn start(
         files: Vec::new(),
         threads: HashMap::new(),
         recent: VecDeque::new(),
+        version: 0,
+        stamps: Vec::new(),
     };
     tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));
     Ok(Handle {
@@ -221,7 +250,7 @@ impl Actor {
         mut commands: mpsc::Receiver<Command>,
         pidfd: PidFd,
     ) {
-        let pidfd = match pidfd.into_async() {
+        let mut pidfd = match pidfd.into_async() {
             Ok(fd) => Some(fd),
             Err(err) => {
                 tracing::warn!(%err, "cannot watch the target for exit");
@@ -234,6 +263,10 @@ impl Actor {
             .map(|d| tokio::time::Instant::from_std(self.started + d));
         loop {
             let running = self.running();
+            if !running {
+                // Ended: the target's pidfd is of no more use.
+                pidfd = None;
+            }
             tokio::select! {
                 Some(batch) = batches.recv(), if running => {
                     if let Err(why) = self.apply(batch) {
@@ -304,53 +337,75 @@ impl Actor {
             "session ended"
         );
         let _ = self.state.send(state);
+        // Name what is left, then let go of the processes' files.
+        self.symbolize_pending().await;
+        self.spaces.release();
     }
 
-    /// Count a batch; Err when the target exec'd a program its owner may
-    /// not profile (the batch is then dropped: its samples are discarded).
+    /// Count a batch; Err when a process of the session exec'd a program
+    /// its owner may not profile (the batch is then dropped: its samples are
+    /// discarded).
     fn apply(&mut self, mut batch: Batch) -> Result<(), String> {
-        if let Some(comm) = batch.exec_comm.take() {
+        if let Some((pid, comm)) = batch.exec.take() {
             if let Some(recheck) = &self.params.recheck {
-                if let Err(why) = recheck(self.params.pid) {
+                if let Err(why) = recheck(pid) {
                     self.totals.discarded += batch.seen;
                     return Err(format!("stopped after exec of {comm}: {why}"));
                 }
             }
-            self.params.comm = comm;
+            if pid == self.params.pid {
+                self.params.comm = comm.clone();
+            }
+            if let Some(&i) = self.process_index.get(&pid) {
+                self.processes[i].comm = comm;
+            }
+            self.spaces.exec(pid);
+        }
+        for (child, parent) in batch.forks.drain(..) {
+            self.spaces.fork(child, parent);
+            let comm = self
+                .process_index
+                .get(&parent)
+                .map(|&i| self.processes[i].comm.clone())
+                .unwrap_or_default();
+            self.process_index.insert(child, self.processes.len());
+            self.processes.push(api::ProcessSamples {
+                pid: child,
+                ppid: parent,
+                comm,
+                ..Default::default()
+            });
         }
         for (tid, name) in batch.comms.drain(..) {
             self.threads.insert(tid, name);
         }
-        for m in &batch.mappings {
-            self.maps.insert(m.clone());
+        let mut by_pid: HashMap<u32, Vec<crate::maps::Mapping>> = HashMap::new();
+        for (pid, m) in batch.mappings.drain(..) {
+            by_pid.entry(pid).or_default().push(m);
         }
-        // Opens new mappings' files, and a perf map once JIT code appears.
-        self.maps.resolve_new(self.params.pid);
-        if self.spec.stack_bytes > 0 {
-            for m in &batch.mappings {
-                if let Some(resolved) = self.maps.find(m.start) {
-                    self.unwinder.add_mapping(resolved);
-                }
-            }
+        for (pid, mappings) in by_pid {
+            self.spaces.insert(pid, mappings.into_iter());
         }
         let mut attributed = 0u64;
         let mut scratch = std::mem::take(&mut self.scratch);
         for sample in batch.samples() {
             attributed += 1;
-            let stack = match sample.user {
-                None => sample.frames,
-                Some(([ip, sp, bp], bytes)) => {
-                    scratch.clear();
-                    scratch.extend_from_slice(sample.frames);
-                    if ip != 0
-                        && self.unwinder.unwind(ip, sp, bp, bytes, &mut scratch) == Walk::Truncated
-                    {
-                        self.totals.truncated += 1;
-                    }
-                    &scratch[..]
+            let space = self.spaces.of(sample.pid);
+            scratch.clear();
+            scratch.extend_from_slice(sample.frames);
+            if let Some(([ip, sp, bp], bytes)) = sample.user {
+                let unwinder = &mut self.spaces.list[space].unwinder;
+                if ip != 0 && unwinder.unwind(ip, sp, bp, bytes, &mut scratch) == Walk::Truncated {
+                    self.totals.truncated += 1;
                 }
-            };
+            }
+            if space != 0 {
+                for a in scratch.iter_mut() {
+                    *a = spaces::tag(space, *a);
+                }
+            }
             let cap = self.params.max_stacks;
+            let stack = &scratch[..];
             let (stack, (index, new)) = match self.stacks.add_within(sample.tid, stack, 1, cap) {
                 Some(added) => (stack, added),
                 None => {
@@ -359,16 +414,26 @@ impl Actor {
                     (limit, self.stacks.add(0, limit, 1))
                 }
             };
-            self.note_sample(sample.tid, index as u32);
             if new {
                 self.pending
                     .extend(stack.iter().filter(|a| !self.addr_fn.contains_key(a)));
             }
+            self.note_sample(sample.tid, index as u32);
+            if let Some(&i) = self.process_index.get(&sample.pid) {
+                self.processes[i].samples += 1;
+            }
         }
         self.scratch = scratch;
+        for pid in batch.exits.drain(..) {
+            self.spaces.exit(pid);
+            if let Some(i) = self.process_index.remove(&pid) {
+                self.processes[i].exited = true;
+            }
+        }
         self.totals.attributed += attributed;
-        self.totals.discarded += batch.seen - attributed;
+        self.totals.discarded += batch.seen.saturating_sub(attributed);
         self.totals.lost += batch.lost;
+        self.totals.throttled += batch.throttled;
         self.totals.truncated += batch.truncated;
         Ok(())
     }
@@ -403,6 +468,9 @@ impl Actor {
             stack_bytes: self.spec.stack_bytes,
             owner_uid: self.params.owner_uid,
             owner: self.params.owner.clone(),
+            children: self.params.children,
+            processes: self.processes.clone(),
+            earlier_run: false,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! A session's profile views: naming new addresses, the per-function table
 //! (cumulative and over a recent window), the fully resolved profile that
 //! views and exports are computed from, and the profil(3) histogram.
-use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, View};
+use super::spaces::untag;
+use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, Stamp, View};
 use crate::symbolize::{is_kernel, FrameName};
 use profd_common::api;
 use profd_common::model::{
@@ -47,7 +48,7 @@ impl Actor {
     }
 
     /// Name the addresses of stacks seen since the last view.
-    async fn symbolize_pending(&mut self) {
+    pub(super) async fn symbolize_pending(&mut self) {
         if self.pending.is_empty() {
             return;
         }
@@ -71,12 +72,23 @@ impl Actor {
                 },
             );
         }
-        if addrs.is_empty() {
-            return;
+        // One symbolizer call per address space, with its mappings.
+        let mut by_space: HashMap<usize, Vec<u64>> = HashMap::new();
+        for a in addrs {
+            by_space.entry(untag(a).0).or_default().push(a);
         }
-        let maps = self.maps.clone();
+        for (space, addrs) in by_space {
+            let maps = self.spaces.list[space.min(self.spaces.list.len() - 1)]
+                .maps
+                .clone();
+            self.symbolize_in(maps, addrs).await;
+        }
+    }
+
+    /// Name (tagged) addresses of one space.
+    async fn symbolize_in(&mut self, maps: crate::maps::ProcessMaps, addrs: Vec<u64>) {
         let symbolizer = self.symbolizer.clone();
-        let lookup = addrs.clone();
+        let lookup: Vec<u64> = addrs.iter().map(|&a| untag(a).1).collect();
         let resolved =
             match tokio::task::spawn_blocking(move || symbolizer.symbolize(&maps, &lookup)).await {
                 Ok(frames) if frames.len() == addrs.len() => frames,
@@ -91,7 +103,7 @@ impl Actor {
             };
         for (addr, frames) in addrs.into_iter().zip(resolved) {
             let frames = if frames.is_empty() {
-                lookup_fallback(&[addr]).remove(0)
+                lookup_fallback(&[untag(addr).1]).remove(0)
             } else {
                 frames
             };
@@ -205,10 +217,30 @@ impl Actor {
                 .cmp(&(a.inclusive, a.exclusive))
                 .then_with(|| a.name.cmp(&b.name))
         });
+        self.version += 1;
+        let version = self.version;
+        self.stamps.resize(self.names.len(), Stamp::default());
+        let stamps = functions
+            .iter()
+            .map(|f| {
+                let st = &mut self.stamps[f.id as usize];
+                let counts = (f.inclusive, f.exclusive);
+                if st.first == 0 {
+                    st.first = version;
+                }
+                if st.changed == 0 || st.counts != counts {
+                    st.counts = counts;
+                    st.changed = version;
+                }
+                (st.changed, st.first)
+            })
+            .collect();
         View {
             session: self.summary(),
             functions,
             window_attributed,
+            version,
+            stamps,
         }
     }
 
@@ -238,7 +270,7 @@ impl Actor {
                         self.addr_fn[&address].frames.iter().map(move |f| FrameRef {
                             function: f.func,
                             line: f.line,
-                            address,
+                            address: untag(address).1,
                         })
                     })
                     .collect(),
@@ -266,15 +298,19 @@ impl Actor {
     ) -> Result<api::GetHistogramResponse, String> {
         let mut counts = vec![0u64; req.buckets as usize];
         let (mut out_of_range, mut other, mut matched) = (0, 0, false);
+        // The target's current program (after any exec).
+        let space = self.spaces.of(self.params.pid);
+        let maps = &self.spaces.list[space].maps;
         for (_, stack, n) in self.stacks.iter() {
-            let Some(&pc) = stack
+            let Some((pc_space, pc)) = stack
                 .iter()
                 .find(|&&a| !is_kernel(a) && a != crate::sampler::BAD_USER_FRAME)
+                .map(|&a| untag(a))
             else {
                 other += n;
                 continue;
             };
-            let Some(m) = self.maps.find(pc) else {
+            let Some(m) = maps.find(pc).filter(|_| pc_space == space) else {
                 other += n;
                 continue;
             };
@@ -305,13 +341,12 @@ impl Actor {
                 None => out_of_range += n,
             }
         }
-        if !matched && self.maps.iter().all(|m| m.module() != req.module) {
+        if !matched && maps.iter().all(|m| m.module() != req.module) {
             return Err(format!(
                 "module {:?} is not mapped by process {}: use a file name from its maps, e.g. {:?}",
                 req.module,
                 self.params.pid,
-                self.maps
-                    .iter()
+                maps.iter()
                     .find(|m| m.file().is_some())
                     .map(|m| m.module())
                     .unwrap_or_default()

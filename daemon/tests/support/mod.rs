@@ -86,7 +86,7 @@ impl Running {
             .watch(api::WatchRequest {
                 session_id,
                 interval_ms,
-                window_s: 0,
+                ..Default::default()
             })
             .await
             .unwrap()

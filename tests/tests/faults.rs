@@ -1,0 +1,259 @@
+//! End-to-end tests of "nothing lost": ring overflow counted as lost, a
+//! target killed with SIGKILL, exec, fork with `--children`, pid reuse and a
+//! watcher killed mid-stream. Real kernel, real `profd` and `profctl`.
+use std::time::{Duration, Instant};
+
+use profd_e2e::{
+    build_workload, path_str, require_root_and_perf, serial, Cmd, Daemon, Harness, Profile,
+    Workload,
+};
+
+/// `profctl attach PID --duration SECS --format json [extra...]`.
+fn attach_args<'a>(pid: &'a str, secs: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["attach", pid, "--duration", secs, "--format", "json"];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Every attributed sample has one innermost frame: exclusive counts add up.
+fn assert_exclusive_adds_up(p: &Profile) {
+    let sum: u64 = p.functions.iter().map(|f| f.exclusive).sum();
+    assert_eq!(
+        sum,
+        p.totals.attributed,
+        "exclusive counts do not add up to attributed:\n{}",
+        p.table()
+    );
+}
+
+/// A ring far too small for the stack copies overflows: the kernel's lost
+/// count reaches the session's totals, and what was not lost still adds up.
+#[test]
+fn ring_overflow_is_counted_as_lost() {
+    let _serial = serial();
+    require_root_and_perf();
+    let daemon = Daemon::start_with(&["--ring-pages", "16"]);
+    let w = Workload::start("split", 30.0);
+    let pid = w.pid_arg();
+    let out = daemon.profctl(&attach_args(
+        &pid,
+        "2",
+        &[
+            "--freq",
+            "4000",
+            "--unwind",
+            "dwarf",
+            "--stack-bytes",
+            "32768",
+        ],
+    ));
+    let p = Profile::parse(&out);
+    eprintln!("{}", p.table());
+    assert!(
+        p.totals.lost > 0,
+        "nothing lost with a 64 KiB ring:\n{}",
+        p.table()
+    );
+    assert!(
+        p.totals.attributed > 0,
+        "nothing attributed:\n{}",
+        p.table()
+    );
+    assert_exclusive_adds_up(&p);
+    let info = daemon.profctl(&["info"]);
+    info.assert_success();
+    let lost_line = info
+        .stdout
+        .lines()
+        .find(|l| l.contains("lost"))
+        .unwrap_or_else(|| panic!("no totals in `profctl info`:\n{}", info.stdout));
+    eprintln!("info: {lost_line}");
+}
+
+/// SIGKILL of the target ends the session as exited with its profile, and
+/// profctl's Watch stream ends cleanly after the final update.
+#[test]
+fn killed_target_ends_the_session_with_its_profile() {
+    let h = Harness::start();
+    let w = Workload::start("split", 30.0);
+    let pid = w.pid_arg();
+    let attach = h.daemon.spawn_profctl(&attach_args(&pid, "30", &[]));
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(w); // SIGKILL, then reaped
+    let out = attach.wait(Duration::from_secs(20));
+    let p = Profile::parse(&out);
+    assert_eq!(p.state, "exited", "{}", p.table());
+    p.function("leaf_b");
+    assert_exclusive_adds_up(&p);
+}
+
+/// Frames after an exec resolve against the new program; the session
+/// follows the process, with the new command name.
+#[test]
+fn exec_resolves_frames_against_the_new_program() {
+    let h = Harness::start();
+    let other = build_workload("spin_other");
+    let exe = build_workload("lifecycle");
+    let mut command = std::process::Command::new(&exe);
+    command.args(["exec", path_str(&other), "30"]);
+    let w = Workload::start_command(command, "lifecycle");
+    let pid = w.pid_arg();
+    let p = Profile::parse(&h.daemon.profctl(&attach_args(&pid, "3", &[])));
+    eprintln!("{}", p.table());
+    assert_eq!(p.comm, "spin_other", "the exec was not followed");
+    let before = p.function("before_exec");
+    let after = p.function("other_process_spin");
+    assert_eq!(before.module, "lifecycle");
+    assert_eq!(after.module, "spin_other");
+    assert!(
+        before.exclusive > 0 && after.exclusive > 0,
+        "both programs sampled:\n{}",
+        p.table()
+    );
+    assert_exclusive_adds_up(&p);
+}
+
+/// With --children the processes the target forks are profiled too, with
+/// samples per process; without it they are discarded.
+#[test]
+fn children_are_followed_only_when_asked() {
+    let h = Harness::start();
+    let exe = build_workload("lifecycle");
+    let run = |extra: &[&str]| {
+        let mut command = std::process::Command::new(&exe);
+        command.args(["fork", "2", "1.5"]);
+        let w = Workload::start_command(command, "lifecycle");
+        let pid = w.pid_arg();
+        let p = Profile::parse(&h.daemon.profctl(&attach_args(&pid, "10", extra)));
+        eprintln!("{}\nprocesses: {:?}", p.table(), p.processes);
+        (p, w.pid())
+    };
+    let (p, pid) = run(&["--children"]);
+    assert_eq!(p.state, "exited", "the session ends when the target exits");
+    assert!(p.children);
+    assert_eq!(
+        p.processes.len(),
+        3,
+        "target and two children: {:?}",
+        p.processes
+    );
+    assert_eq!(p.processes[0].pid, pid);
+    for child in &p.processes[1..] {
+        assert_eq!(child.ppid, pid);
+        assert!(child.exited, "{child:?}");
+        assert!(child.samples > 0, "{child:?}");
+    }
+    let sum: u64 = p.processes.iter().map(|c| c.samples).sum();
+    assert_eq!(sum, p.totals.attributed, "per-process samples add up");
+    assert!(p.function("child_spin").exclusive > 0);
+    assert_exclusive_adds_up(&p);
+
+    let (p, _) = run(&[]);
+    assert!(
+        p.rows("child_spin").is_empty(),
+        "children profiled without --children:\n{}",
+        p.table()
+    );
+    assert_eq!(p.processes.len(), 1);
+}
+
+/// Start `spin_other 30` as a process that gets pid `pid` (through
+/// ns_last_pid), or None when another process took it first.
+fn spawn_with_pid(pid: u32) -> Option<Workload> {
+    let exe = build_workload("spin_other");
+    for _ in 0..20 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+            .expect("write /proc/sys/kernel/ns_last_pid (needs root)");
+        let w = Workload::start_exe(&exe, 30.0);
+        if w.pid() == pid {
+            return Some(w);
+        }
+    }
+    None
+}
+
+/// A process that gets the pid of a session's exited process is never
+/// mixed into that session: not as the target, not as a child.
+#[test]
+fn a_reused_pid_is_never_mixed_into_a_session() {
+    let h = Harness::start();
+    let w = Workload::start("split", 30.0);
+    let pid = w.pid();
+    let pid_s = pid.to_string();
+    let attach = h.daemon.spawn_profctl(&attach_args(&pid_s, "30", &[]));
+    std::thread::sleep(Duration::from_millis(1000));
+    drop(w); // SIGKILL, then reaped: the pid is free
+    let reused = spawn_with_pid(pid).expect("could not get the same pid again");
+    std::thread::sleep(Duration::from_millis(1000));
+    let p = Profile::parse(&attach.wait(Duration::from_secs(20)));
+    assert_eq!(p.state, "exited");
+    assert!(
+        p.rows("other_process_spin").is_empty(),
+        "the new process with pid {pid} was profiled:\n{}",
+        p.table()
+    );
+    drop(reused);
+
+    // A child of a --children session exits; a new process takes its pid.
+    let exe = build_workload("lifecycle");
+    let mut command = std::process::Command::new(&exe);
+    command.args(["fork", "1", "0.5"]);
+    let target = Workload::start_command(command, "lifecycle");
+    let tpid = target.pid_arg();
+    let attach = h
+        .daemon
+        .spawn_profctl(&attach_args(&tpid, "4", &["--children"]));
+    // The child is forked 1 s after start and lives 0.5 s.
+    let child = wait_for_child(target.pid(), Duration::from_secs(5)).expect("the child appears");
+    while Path::new(&format!("/proc/{child}")).exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reused = spawn_with_pid(child);
+    let p = Profile::parse(&attach.wait(Duration::from_secs(20)));
+    eprintln!("{}\nprocesses: {:?}", p.table(), p.processes);
+    assert!(reused.is_some(), "could not get pid {child} again");
+    assert!(
+        p.rows("other_process_spin").is_empty(),
+        "the new process with the child's pid {child} was profiled:\n{}",
+        p.table()
+    );
+    assert!(p.processes.iter().any(|c| c.pid == child && c.exited));
+}
+
+use std::path::Path;
+
+/// The pid of a child of `parent`, once it has one.
+fn wait_for_child(parent: u32, timeout: Duration) -> Option<u32> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        let path = format!("/proc/{parent}/task/{parent}/children");
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse().ok()))
+        {
+            return Some(pid);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// A watcher killed mid-stream affects neither the daemon nor another
+/// watcher: the other profctl gets its whole profile.
+#[test]
+fn a_killed_watcher_harms_nobody() {
+    let mut h = Harness::start();
+    let w = Workload::start("split", 30.0);
+    let pid = w.pid_arg();
+    let victim: Cmd = h.daemon.spawn_profctl(&attach_args(&pid, "3", &[]));
+    let survivor = h.daemon.spawn_profctl(&attach_args(&pid, "3", &[]));
+    std::thread::sleep(Duration::from_millis(1000));
+    victim.kill();
+    let p = Profile::parse(&survivor.wait(Duration::from_secs(20)));
+    assert_eq!(p.state, "duration_elapsed");
+    p.function("leaf_b");
+    h.daemon.assert_alive();
+    let sessions = h.daemon.profctl(&["sessions"]);
+    sessions.assert_success();
+    eprintln!("{}", sessions.stdout);
+}

@@ -1,0 +1,364 @@
+//! Sessions across daemon restarts: ended sessions are saved in the state
+//! directory (`--state-dir`) when they end and at SIGTERM, come back after a
+//! restart under their ids and owners, listed by `profctl sessions --all`
+//! and readable as before; corrupt state files are moved aside at start.
+//! Real kernel, real `profd` and `profctl`; root needed.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use profd_e2e::users::{public_copy, test_users, User, TEST_GROUP};
+use profd_e2e::{
+    assert_one_line_error, build_workload, require_root_and_perf, serial, words, Daemon, Harness,
+    Profile, Workload,
+};
+
+/// Long enough for any test: workloads are killed when the test ends.
+const LONG: f64 = 60.0;
+
+/// `profctl export ID --format json`: the daemon's whole profile of a session.
+fn export_json(d: &Daemon, id: u64) -> Profile {
+    let p = Profile::parse(&d.profctl(&["export", &id.to_string(), "--format", "json"]));
+    eprintln!("{}", p.table());
+    p
+}
+
+/// (name, module, inclusive, exclusive) of every function, sorted.
+fn figures(p: &Profile) -> Vec<(String, String, u64, u64)> {
+    let mut v: Vec<_> = p
+        .functions
+        .iter()
+        .map(|f| (f.name.clone(), f.module.clone(), f.inclusive, f.exclusive))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The lines of a `profctl sessions` table whose first word is `id`.
+fn session_line(table: &str, id: u64) -> Option<String> {
+    let id = id.to_string();
+    table
+        .lines()
+        .find(|line| words(line).first() == Some(&id.as_str()))
+        .map(str::to_string)
+}
+
+/// Waits until `path` exists.
+fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.is_file() {
+        assert!(
+            Instant::now() < deadline,
+            "{} was not written within 10 s",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The file names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn state_dir(d: &Daemon) -> PathBuf {
+    d.state_dir()
+        .expect("the test daemon has a state directory")
+        .to_path_buf()
+}
+
+/// Profile `split` for 2 s to the end, start a second long session, SIGTERM
+/// the daemon and start it again on the same state directory: this run lists
+/// nothing, `--all` lists both (the second stopped), the first reads exactly
+/// as before, and new sessions get larger ids.
+#[test]
+fn sigterm_then_restart_keeps_sessions() {
+    let mut h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    let p1 =
+        Profile::parse(
+            &h.daemon
+                .profctl(&["attach", &pid, "--duration", "2", "--format", "json"]),
+        );
+    eprintln!("{}", p1.table());
+    assert_eq!(p1.state, "duration_elapsed", "{}", p1.table());
+    let id1 = p1.session_id;
+    let state = state_dir(&h.daemon);
+    // Saved when it ends, not only at shutdown.
+    wait_for_file(&state.join(format!("{id1}.json")));
+    let before = export_json(&h.daemon, id1);
+    assert_eq!(
+        figures(&before),
+        figures(&p1),
+        "export = attach's final profile"
+    );
+
+    let attach2 = h
+        .daemon
+        .spawn_profctl(&["attach", &pid, "--duration", "60", "--format", "json"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id2 = loop {
+        let out = h.daemon.profctl(&["sessions"]);
+        out.assert_success();
+        let running = out
+            .stdout
+            .lines()
+            .filter(|l| l.contains("running"))
+            .find_map(|l| words(l).first().and_then(|w| w.parse::<u64>().ok()));
+        if let Some(id) = running {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "the second session never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(id2 > id1);
+    std::thread::sleep(Duration::from_secs(1));
+
+    let status = h.daemon.terminate();
+    assert!(
+        status.success(),
+        "profd on SIGTERM: {status}\n{}",
+        h.daemon.log()
+    );
+    let p2 = Profile::parse(&attach2.wait(Duration::from_secs(20)));
+    assert_eq!(
+        (p2.session_id, p2.state.as_str()),
+        (id2, "stopped"),
+        "{}",
+        p2.table()
+    );
+    assert!(p2.totals.attributed > 0, "{}", p2.table());
+    let files = names(&state);
+    for id in [id1, id2] {
+        for ext in ["json", "pprof"] {
+            let name = format!("{id}.{ext}");
+            assert!(files.contains(&name), "{name} not in {files:?}");
+        }
+    }
+    assert!(
+        !files.iter().any(|f| f.ends_with(".tmp")),
+        "temp files left: {files:?}"
+    );
+    let mode = std::fs::metadata(&state).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "the state directory is root's only");
+
+    h.daemon.restart();
+    let now = h.daemon.profctl(&["sessions"]);
+    now.assert_success();
+    assert_eq!(
+        now.stdout.trim(),
+        "no sessions",
+        "without --all, only this run's sessions:\n{}",
+        now.describe()
+    );
+    let all = h.daemon.profctl(&["sessions", "--all"]);
+    all.assert_success();
+    eprintln!("{}", all.stdout);
+    let line1 = session_line(&all.stdout, id1)
+        .unwrap_or_else(|| panic!("session {id1} not listed:\n{}", all.describe()));
+    let line2 = session_line(&all.stdout, id2)
+        .unwrap_or_else(|| panic!("session {id2} not listed:\n{}", all.describe()));
+    assert!(line1.contains("duration_elapsed*"), "{line1}");
+    assert!(line2.contains("stopped*"), "{line2}");
+    assert!(
+        all.stdout.contains("* from an earlier run of the daemon"),
+        "{}",
+        all.describe()
+    );
+
+    let after = export_json(&h.daemon, id1);
+    assert_eq!(
+        (
+            after.session_id,
+            after.pid,
+            after.comm.as_str(),
+            after.state.as_str()
+        ),
+        (id1, p1.pid, "split", "duration_elapsed")
+    );
+    assert_eq!(after.totals.attributed, before.totals.attributed);
+    assert_eq!(after.totals.discarded, before.totals.discarded);
+    assert_eq!(after.frequency_hz, before.frequency_hz);
+    assert_eq!(after.duration_s, before.duration_s);
+    for leaf in ["leaf_a", "leaf_b"] {
+        assert_eq!(
+            after.function(leaf).exclusive,
+            before.function(leaf).exclusive,
+            "{leaf}"
+        );
+    }
+    assert_eq!(
+        figures(&after),
+        figures(&before),
+        "every function as before"
+    );
+
+    let report = h.daemon.profctl(&["report", &id1.to_string()]);
+    report.assert_success();
+    assert!(report.stdout.contains("leaf_b"), "{}", report.describe());
+    let tree = h.daemon.profctl(&["report", &id1.to_string(), "--tree"]);
+    tree.assert_success();
+    assert!(tree.stdout.contains("leaf_b"), "{}", tree.describe());
+    let histogram = h.daemon.profctl(&[
+        "histogram",
+        &id1.to_string(),
+        "--module",
+        "split",
+        "--offset",
+        "0",
+        "--scale",
+        "65536",
+        "--buckets",
+        "16",
+    ]);
+    assert_one_line_error(&histogram, &["earlier run"]);
+
+    let p3 = Profile::parse(&h.daemon.profctl(&[
+        "attach",
+        &pid,
+        "--duration",
+        "0.5",
+        "--format",
+        "json",
+    ]));
+    assert!(
+        p3.session_id > id2,
+        "new session {} after {id1} and {id2}",
+        p3.session_id
+    );
+    let now = h.daemon.profctl(&["sessions"]);
+    assert!(
+        session_line(&now.stdout, p3.session_id).is_some(),
+        "{}",
+        now.describe()
+    );
+    assert!(
+        session_line(&now.stdout, id1).is_none(),
+        "{}",
+        now.describe()
+    );
+}
+
+/// Garbage in one session's metadata and a truncated profile of another:
+/// the daemon starts anyway, names both files in a warning, moves them (and
+/// their partners) to `corrupt/` and lists the session that is sound.
+#[test]
+fn corrupt_state_files_are_moved_aside() {
+    let _serial = serial();
+    require_root_and_perf();
+    let mut d = Daemon::start();
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    let ids: Vec<u64> = (0..3)
+        .map(|_| {
+            Profile::parse(&d.profctl(&["attach", &pid, "--duration", "0.5", "--format", "json"]))
+                .session_id
+        })
+        .collect();
+    let status = d.terminate();
+    assert!(status.success(), "profd on SIGTERM: {status}\n{}", d.log());
+    let state = state_dir(&d);
+    let garbage = state.join(format!("{}.json", ids[0]));
+    std::fs::write(&garbage, "{\"format\": 1, \"id\": gar").unwrap();
+    let truncated = state.join(format!("{}.pprof", ids[1]));
+    let len = std::fs::metadata(&truncated).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(&truncated)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+
+    d.restart();
+    d.assert_alive();
+    let log = d.log();
+    for file in [&garbage, &truncated] {
+        let named = log
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains(&file.display().to_string()));
+        assert!(named, "no warning names {}:\n{log}", file.display());
+    }
+    let corrupt = names(&state.join("corrupt"));
+    let mut expected: Vec<String> = ids[..2]
+        .iter()
+        .flat_map(|id| [format!("{id}.json"), format!("{id}.pprof")])
+        .collect();
+    expected.sort();
+    assert_eq!(corrupt, expected);
+
+    let all = d.profctl(&["sessions", "--all"]);
+    all.assert_success();
+    eprintln!("{}", all.stdout);
+    assert!(
+        session_line(&all.stdout, ids[2]).is_some(),
+        "{}",
+        all.describe()
+    );
+    for id in &ids[..2] {
+        assert!(
+            session_line(&all.stdout, *id).is_none(),
+            "{}",
+            all.describe()
+        );
+    }
+    let p = export_json(&d, ids[2]);
+    assert!(p.function("leaf_b").exclusive > 0, "{}", p.table());
+    let gone = d.profctl(&["export", &ids[0].to_string(), "--format", "json"]);
+    assert_one_line_error(&gone, &["not found"]);
+}
+
+/// Starts `name` as `user` from a copy every user can read.
+fn start_as(user: &User, name: &str) -> Workload {
+    let exe = public_copy(&build_workload(name));
+    let mut command = user.command(&exe);
+    command.arg(LONG.to_string()).arg("--ready");
+    Workload::start_command(command, name)
+}
+
+/// A session of alice's from before a restart is still hers: she lists and
+/// reads it; bob sees nothing and may not read it.
+#[test]
+fn stored_sessions_keep_their_owner() {
+    let _serial = serial();
+    require_root_and_perf();
+    let users = test_users();
+    let (alice, bob) = (&users.alice, &users.bob);
+    let mut d = Daemon::start_with(&["--socket-group", TEST_GROUP]);
+    let target = start_as(alice, "split");
+    let pid = target.pid_arg();
+    let p = Profile::parse(&d.profctl_as(
+        alice,
+        &["attach", &pid, "--duration", "1", "--format", "json"],
+    ));
+    let id = p.session_id.to_string();
+    d.restart();
+
+    let mine = d.profctl_as(alice, &["sessions", "--all"]);
+    mine.assert_success();
+    assert!(
+        session_line(&mine.stdout, p.session_id).is_some(),
+        "{}",
+        mine.describe()
+    );
+    let back = Profile::parse(&d.profctl_as(alice, &["export", &id, "--format", "json"]));
+    assert_eq!(figures(&back), figures(&p));
+
+    let theirs = d.profctl_as(bob, &["sessions", "--all"]);
+    theirs.assert_success();
+    assert_eq!(theirs.stdout.trim(), "no sessions", "{}", theirs.describe());
+    let denied = d.profctl_as(bob, &["export", &id, "--format", "json"]);
+    assert_one_line_error(&denied, &["permission denied"]);
+    let root = d.profctl(&["sessions", "--all"]);
+    assert!(
+        session_line(&root.stdout, p.session_id).is_some(),
+        "{}",
+        root.describe()
+    );
+}

@@ -477,14 +477,7 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
     // Samples already sent to each route in a batch cut at an exec.
     let mut sent_early = vec![0u64; guard.sessions.len()];
     ring.drain(|record| {
-        let targets = |pid: u32| {
-            guard
-                .by_pid
-                .get(&pid)
-                .or_else(|| forked.get(&pid))
-                .filter(|_| !exited.contains(&pid))
-                .cloned()
-        };
+        let targets = |pid| route(&guard.by_pid, &forked, &exited, pid);
         match record {
             Ok(Record::Sample(s)) => {
                 seen += 1;
@@ -499,7 +492,7 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
                         };
                         (regs, s.stack_user)
                     });
-                    for i in targets {
+                    for &i in targets {
                         let b = &mut batches[i];
                         let n = push_stack(
                             &mut b.frames,
@@ -521,7 +514,7 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
             Ok(Record::Mmap2(m)) => {
                 if let Some(targets) = targets(m.pid) {
                     let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
-                    for i in targets {
+                    for &i in targets {
                         batches[i].mappings.push((m.pid, mapping.clone()));
                     }
                 }
@@ -529,7 +522,7 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
             Ok(Record::Comm(c)) => {
                 if let Some(targets) = targets(c.pid) {
                     let name = String::from_utf8_lossy(c.comm).into_owned();
-                    for i in targets {
+                    for &i in targets {
                         if c.exec && c.pid == c.tid {
                             // The samples before the exec go in a batch of
                             // their own: they belong to the old program.
@@ -548,7 +541,8 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
             Ok(Record::Fork(t)) if t.pid != t.ppid => {
                 if let Some(targets) = targets(t.ppid) {
                     let follow: Vec<usize> = targets
-                        .into_iter()
+                        .iter()
+                        .copied()
                         .filter(|&i| guard.sessions[i].children)
                         .collect();
                     for &i in &follow {
@@ -561,7 +555,7 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
                 }
             }
             Ok(Record::Exit(t)) if t.pid == t.tid => {
-                if let Some(targets) = targets(t.pid) {
+                if let Some(targets) = targets(t.pid).map(<[usize]>::to_vec) {
                     for i in targets {
                         batches[i].exits.push(t.pid);
                     }
@@ -599,6 +593,18 @@ fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
     counters.lost.fetch_add(lost, Ordering::Relaxed);
     counters.throttles.fetch_add(throttles, Ordering::Relaxed);
     counters.parse_errors.fetch_add(errors, Ordering::Relaxed);
+}
+
+/// The sessions (batch indices) a process's records go to: routed before
+/// this drain, or forked during it, and not exited during it.
+fn route<'a>(
+    by_pid: &'a HashMap<u32, Vec<usize>>,
+    forked: &'a HashMap<u32, Vec<usize>>,
+    exited: &[u32],
+    pid: u32,
+) -> Option<&'a [usize]> {
+    let targets = by_pid.get(&pid).or_else(|| forked.get(&pid))?;
+    (!exited.contains(&pid)).then_some(targets.as_slice())
 }
 
 /// Give forked children routes of their own (to the sessions following

@@ -78,19 +78,7 @@ fn read_own_memory(addr: u64, len: usize) -> Vec<u8> {
 /// The registers at a point in this function and the stack above them.
 #[inline(never)]
 fn capture() -> Captured {
-    let (ip, sp, bp): (u64, u64, u64);
-    // SAFETY: reads rip, rsp and rbp into registers; touches no memory and keeps the stack.
-    unsafe {
-        std::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags),
-        );
-    }
+    let [ip, sp, bp] = profd::perf::own_registers();
     // The callers' frames above `sp` stay as they were while this frame is live.
     let stack = read_own_memory(sp, CAPTURE_BYTES);
     Captured { ip, sp, bp, stack }

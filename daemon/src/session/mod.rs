@@ -391,21 +391,29 @@ impl Actor {
         for sample in batch.samples() {
             attributed += 1;
             let space = self.spaces.of(sample.pid);
-            scratch.clear();
-            scratch.extend_from_slice(sample.frames);
-            if let Some(([ip, sp, bp], bytes)) = sample.user {
-                let unwinder = &mut self.spaces.list[space].unwinder;
-                if ip != 0 && unwinder.unwind(ip, sp, bp, bytes, &mut scratch) == Walk::Truncated {
-                    self.totals.truncated += 1;
+            // Frame-pointer stacks of the target's first program are used as
+            // they came; others are unwound and/or tagged in `scratch`.
+            let stack = if sample.user.is_none() && space == 0 {
+                sample.frames
+            } else {
+                scratch.clear();
+                scratch.extend_from_slice(sample.frames);
+                if let Some(([ip, sp, bp], bytes)) = sample.user {
+                    let unwinder = &mut self.spaces.list[space].unwinder;
+                    if ip != 0
+                        && unwinder.unwind(ip, sp, bp, bytes, &mut scratch) == Walk::Truncated
+                    {
+                        self.totals.truncated += 1;
+                    }
                 }
-            }
-            if space != 0 {
-                for a in scratch.iter_mut() {
-                    *a = spaces::tag(space, *a);
+                if space != 0 {
+                    for a in scratch.iter_mut() {
+                        *a = spaces::tag(space, *a);
+                    }
                 }
-            }
+                &scratch[..]
+            };
             let cap = self.params.max_stacks;
-            let stack = &scratch[..];
             let (stack, (index, new)) = match self.stacks.add_within(sample.tid, stack, 1, cap) {
                 Some(added) => (stack, added),
                 None => {

@@ -12,7 +12,13 @@ use crate::connect::{Remote, Target};
 
 /// Command-line client of the profd sampling profiler daemon.
 #[derive(Debug, Parser)]
-#[command(name = "profctl", version, about, propagate_version = true)]
+#[command(
+    name = "profctl",
+    version,
+    about = "Command-line client of the profd sampling profiler daemon",
+    propagate_version = true,
+    after_help = EXAMPLES
+)]
 pub struct Cli {
     /// Unix socket of the profd daemon.
     #[arg(
@@ -120,6 +126,22 @@ impl Cli {
     }
 }
 
+const EXAMPLES: &str = "\
+Examples:
+  profctl attach 4242                  live table of process 4242 until Ctrl-C
+  profctl run -- ./build/server --port 8080
+                                       profile a command from its first moment
+  profctl sessions                     the daemon's sessions, running and ended
+  profctl report 3 --tree              the call tree of session 3
+  profctl export 3 --format pprof -o cpu.pb.gz
+  profctl info                         daemon version, CPUs, kernel limits
+  profctl --connect https://host:7443 --tls-ca ca.pem --token-file token sessions
+                                       a remote daemon, over TLS
+
+Members of the group profd reach the local daemon on /run/profd/profd.sock
+(--socket, PROFD_SOCKET). `profctl man` prints this manual as roff and
+`profctl completions SHELL` a completion script.";
+
 /// The message for a `--connect` URL that is not https.
 pub const PLAINTEXT_REFUSED: &str = "plaintext connections are refused: use https://HOST:PORT \
      (profd's TCP listener speaks only TLS)";
@@ -171,25 +193,112 @@ fn parse_connect_url(s: &str) -> Result<(String, String), String> {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Profile a running process: live table while sampling, final profile at the end.
+    #[command(after_help = "\
+Examples:
+  profctl attach 4242                       until Ctrl-C (q in the full-screen view)
+  profctl attach 4242 --duration 30 --format json > profile.json
+  profctl attach 4242 --freq 99 --window 10 --no-tui
+  profctl attach 4242 --children --unwind dwarf")]
     Attach(AttachArgs),
     /// Start a command and profile it until it exits (or --duration elapses).
+    #[command(after_help = "\
+Examples:
+  profctl run -- make -j4                   until the command exits
+  profctl run --duration 10 --format json -- ./server > profile.json
+  profctl run --children -- sh -c './prepare && ./compute'")]
     Run(RunArgs),
     /// List the daemon's sessions, running and ended (--all: also those of
     /// earlier daemon runs).
+    #[command(after_help = "\
+Examples:
+  profctl sessions
+  profctl sessions --all                    also sessions of earlier daemon runs")]
     Sessions(SessionsArgs),
     /// Stop a running session; its profile stays readable.
+    #[command(after_help = "\
+Examples:
+  profctl stop 3
+  profctl stop 3 && profctl report 3 --hot-path")]
     Stop(StopArgs),
     /// Show daemon facts: version, CPUs, sampling event, kernel limits, totals.
+    #[command(after_help = "\
+Examples:
+  profctl info
+  profctl --socket /tmp/profd.sock info     a daemon on another socket")]
     Info,
     /// Write a session's whole profile as pprof, folded stacks, an SVG flame
     /// graph, speedscope JSON or profctl's JSON.
+    #[command(after_help = "\
+Examples:
+  profctl export 3 --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
+  profctl export 3 --format svg -o flame.svg
+  profctl export 3 --format folded | flamegraph.pl > flame.svg")]
     Export(ExportArgs),
     /// Print a view of a live session or a saved pprof file: the flat table,
     /// call tree, callers/callees, hot path, threads or source lines.
+    #[command(after_help = "\
+Examples:
+  profctl report 3                          the flat table, top 20
+  profctl report 3 --tree --min-pct 2 --depth 8
+  profctl report 3 --callers malloc --callees malloc
+  profctl report 3 --lines compute_hash
+  profctl report cpu.pb.gz --hot-path       a saved pprof file, no daemon needed")]
     Report(ReportArgs),
     /// Print a profil(3)-style PC histogram of one module of a session's
     /// target, and optionally write it as a gmon.out for gprof.
+    #[command(after_help = "\
+Examples:
+  profctl histogram 3 --binary ./server --gmon gmon.out && gprof ./server gmon.out
+  profctl histogram 3 --module libc.so.6 --offset 0x28000 --scale 16384 --buckets 4096")]
     Histogram(HistogramArgs),
+    /// Ask the daemon's gRPC health service whether it serves: prints the
+    /// status; exits 0 when SERVING, 1 otherwise (never starts a daemon).
+    #[command(after_help = "\
+Examples:
+  profctl health                            the local daemon (for probes and scripts)
+  profctl health --connect https://host:7443 --tls-ca ca.pem
+                                            health needs no token")]
+    Health(HealthArgs),
+    /// Print profctl's manual page (roff) on standard output, or write one
+    /// page per subcommand into a directory.
+    #[command(after_help = "\
+Examples:
+  profctl man | man -l -
+  profctl man --dir /usr/local/share/man/man1")]
+    Man(ManArgs),
+    /// Print a completion script for a shell on standard output.
+    #[command(after_help = "\
+Examples:
+  profctl completions bash > /usr/share/bash-completion/completions/profctl
+  profctl completions zsh > /usr/local/share/zsh/site-functions/_profctl
+  profctl completions fish > ~/.config/fish/completions/profctl.fish")]
+    Completions(CompletionsArgs),
+}
+
+/// `profctl health`.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// The service to ask about: empty for the daemon as a whole, or
+    /// `profd.v1.Profiler`.
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub service: String,
+}
+
+/// `profctl man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write profctl.1 and one page per subcommand (profctl-attach.1, ...)
+    /// into DIR instead of printing profctl.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// `profctl completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell the script is for.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 /// `profctl attach`.

@@ -26,6 +26,10 @@ use crate::error::{error_chain, Error};
 /// carry the bearer token, if any.
 pub type Client = ProfilerClient<InterceptedService<Channel, Auth>>;
 
+/// A client of the daemon's gRPC health service, on the same channel.
+pub type HealthClient =
+    tonic_health::pb::health_client::HealthClient<InterceptedService<Channel, Auth>>;
+
 /// Where the daemon is, as the command line says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -67,51 +71,70 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub struct Connection {
     /// The API client.
     pub client: Client,
+    channel: Channel,
+    auth: Auth,
     private: Option<PrivateDaemon>,
 }
 
 impl Connection {
     /// Connects to the daemon `target` names. For a Unix socket where nothing
     /// answers, when we run as root, starts a private daemon in this process
-    /// instead (and says so on stderr); otherwise fails with
-    /// [`Error::NoDaemon`]. A remote daemon is never replaced.
+    /// instead (the caller tells the user, see [`Connection::is_private`]);
+    /// otherwise fails with [`Error::NoDaemon`]. A remote daemon is never
+    /// replaced.
     pub async fn open(target: &Target) -> Result<Connection, Error> {
+        Connection::open_with(target, true).await
+    }
+
+    /// Connects to the daemon `target` names, never starting one.
+    pub async fn open_existing(target: &Target) -> Result<Connection, Error> {
+        Connection::open_with(target, false).await
+    }
+
+    async fn open_with(target: &Target, may_start: bool) -> Result<Connection, Error> {
         match target {
-            Target::Socket(socket) => Connection::open_socket(socket).await,
-            Target::Remote(remote) => Ok(Connection {
-                client: connect_remote(remote).await?,
-                private: None,
-            }),
+            Target::Socket(socket) => Connection::open_socket(socket, may_start).await,
+            Target::Remote(remote) => {
+                let (channel, auth) = connect_remote(remote).await?;
+                Ok(Connection::new(channel, auth, None))
+            }
         }
     }
 
-    async fn open_socket(socket: &Path) -> Result<Connection, Error> {
+    fn new(channel: Channel, auth: Auth, private: Option<PrivateDaemon>) -> Connection {
+        Connection {
+            client: ProfilerClient::with_interceptor(channel.clone(), auth.clone()),
+            channel,
+            auth,
+            private,
+        }
+    }
+
+    async fn open_socket(socket: &Path, may_start: bool) -> Result<Connection, Error> {
         match connect(socket).await {
-            Ok(client) => Ok(Connection {
-                client,
-                private: None,
-            }),
-            Err(ConnectError::Absent) if is_root() => {
+            Ok(channel) => Ok(Connection::new(channel, Auth::none(), None)),
+            Err(ConnectError::Absent) if may_start && is_root() => {
                 let private = PrivateDaemon::start().await?;
-                let client = match connect(&private.socket).await {
-                    Ok(client) => client,
+                let channel = match connect(&private.socket).await {
+                    Ok(channel) => channel,
                     Err(e) => {
                         let path = private.socket.clone();
                         private.shutdown().await;
                         return Err(e.into_error(path));
                     }
                 };
-                eprintln!(
-                    "profctl: no profd at {}; started a private one for this command",
-                    socket.display()
-                );
-                Ok(Connection {
-                    client,
-                    private: Some(private),
-                })
+                Ok(Connection::new(channel, Auth::none(), Some(private)))
             }
             Err(e) => Err(e.into_error(socket.to_path_buf())),
         }
+    }
+
+    /// A client of the daemon's health service on this connection.
+    pub fn health(&self) -> HealthClient {
+        tonic_health::pb::health_client::HealthClient::with_interceptor(
+            self.channel.clone(),
+            self.auth.clone(),
+        )
     }
 
     /// Whether this connection is to a daemon running inside this process.
@@ -122,8 +145,14 @@ impl Connection {
     /// Drops the client and, for a private daemon, shuts it down and removes
     /// its socket directory.
     pub async fn close(self) {
-        let Connection { client, private } = self;
+        let Connection {
+            client,
+            channel,
+            private,
+            ..
+        } = self;
         drop(client);
+        drop(channel);
         if let Some(private) = private {
             private.shutdown().await;
         }
@@ -153,7 +182,7 @@ impl ConnectError {
 /// Connects a gRPC channel over the Unix socket at `path`. The first socket
 /// is opened here so that "nobody listens" can be told from other failures;
 /// reconnects open new sockets.
-async fn connect(path: &Path) -> Result<Client, ConnectError> {
+async fn connect(path: &Path) -> Result<Channel, ConnectError> {
     let first = UnixStream::connect(path)
         .await
         .map_err(|e| match e.kind() {
@@ -164,7 +193,7 @@ async fn connect(path: &Path) -> Result<Client, ConnectError> {
     let path = path.to_path_buf();
     // The URI is a placeholder: the connector ignores it and dials the socket.
     let endpoint = Endpoint::from_static("http://localhost");
-    let channel = endpoint
+    endpoint
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let first = first.lock().map(|mut f| f.take()).unwrap_or(None);
             let path = path.clone();
@@ -177,8 +206,7 @@ async fn connect(path: &Path) -> Result<Client, ConnectError> {
             }
         }))
         .await
-        .map_err(ConnectError::Transport)?;
-    Ok(ProfilerClient::with_interceptor(channel, Auth::none()))
+        .map_err(ConnectError::Transport)
 }
 
 /// Adds `authorization: Bearer <token>` to every request when it has a token.
@@ -234,7 +262,7 @@ impl Interceptor for Auth {
 
 /// Connects to a remote daemon's TLS listener, with the token from
 /// `--token-file`, `PROFD_TOKEN_FILE` or `PROFD_TOKEN` (in that order).
-async fn connect_remote(remote: &Remote) -> Result<Client, Error> {
+async fn connect_remote(remote: &Remote) -> Result<(Channel, Auth), Error> {
     let auth = token_auth(
         remote.token_file.as_deref(),
         std::env::var_os(TOKEN_FILE_ENV),
@@ -262,7 +290,7 @@ async fn connect_remote(remote: &Remote) -> Result<Client, Error> {
         url: remote.url.clone(),
         reason: error_chain(&e),
     })?;
-    Ok(ProfilerClient::with_interceptor(channel, auth))
+    Ok((channel, auth))
 }
 
 /// The bearer token to send: from the `--token-file` flag, else the file the

@@ -85,6 +85,9 @@ pub enum Error {
     /// A second Ctrl-C while waiting for a stopped session's last update.
     #[error("interrupted")]
     Interrupted,
+    /// The health service answered, with anything but SERVING.
+    #[error("{0}")]
+    Unhealthy(String),
 }
 
 impl Error {

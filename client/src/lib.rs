@@ -6,11 +6,13 @@
 pub mod cli;
 pub mod commands;
 pub mod connect;
+pub mod docs;
 pub mod error;
 pub mod gmon;
 pub mod local;
 pub mod output;
 pub mod profile;
+pub mod progress;
 pub mod render;
 pub mod render_views;
 pub mod tui;
@@ -19,21 +21,40 @@ pub mod watch;
 pub use error::Error;
 
 use cli::{Cli, Command, ReportSource};
-use connect::Connection;
+use connect::{Connection, Target};
 use output::Output;
+use progress::waiting;
 
 /// Runs one parsed command line: connects (to the Unix socket, starting a
 /// private daemon when needed and allowed, or to `--connect`'s remote
 /// daemon), runs the command, and closes the connection.
 pub async fn run(cli: Cli) -> Result<(), Error> {
-    // A report on a saved file needs no daemon.
-    if let Command::Report(args) = &cli.command {
-        if let ReportSource::File(path) = args.source() {
-            return commands::report_file(&path, args, &Output::stdout());
+    // Manual pages, completions and reports on saved files need no daemon.
+    match &cli.command {
+        Command::Report(args) => {
+            if let ReportSource::File(path) = args.source() {
+                return commands::report_file(&path, args, &Output::stdout());
+            }
         }
+        Command::Man(args) => return docs::man(args, &Output::stdout()),
+        Command::Completions(args) => return docs::completions(args, &Output::stdout()),
+        Command::Health(args) => {
+            let target = cli.target().map_err(Error::Usage)?;
+            let conn = waiting("connecting to profd", Connection::open_existing(&target)).await?;
+            let result = commands::health(&conn, args, &Output::stdout()).await;
+            conn.close().await;
+            return result;
+        }
+        _ => {}
     }
     let target = cli.target().map_err(Error::Usage)?;
-    let mut conn = Connection::open(&target).await?;
+    let mut conn = waiting("connecting to profd", Connection::open(&target)).await?;
+    if let (true, Target::Socket(socket)) = (conn.is_private(), &target) {
+        eprintln!(
+            "profctl: no profd at {}; started a private one for this command",
+            socket.display()
+        );
+    }
     let out = Output::stdout();
     let client = &mut conn.client;
     let result = match &cli.command {
@@ -48,6 +69,9 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             ReportSource::Session(id) => commands::report_session(client, id, args, &out).await,
             ReportSource::File(path) => commands::report_file(&path, args, &out),
         },
+        Command::Man(_) | Command::Completions(_) | Command::Health(_) => {
+            unreachable!("handled without a connection above")
+        }
     };
     conn.close().await;
     result

@@ -3,7 +3,7 @@
 //! functions from values to strings; writing them out is the caller's job.
 use std::fmt::Write as _;
 
-use profd_common::api::{InfoResponse, Session, SessionState, Totals};
+use profd_common::api::{InfoResponse, Scope, Session, SessionState, Totals};
 use profd_common::event_name;
 
 use crate::profile::{percent, totals, Profile};
@@ -31,7 +31,7 @@ impl Default for TableOptions {
     }
 }
 
-pub use profd_common::export::{state_name, unwind_name};
+pub use profd_common::export::{scope_name, state_name, unwind_name};
 
 /// `unwind dwarf (16384 B)`: the method and, with stack copies, their size.
 pub fn unwind_text(session: &Session) -> String {
@@ -40,6 +40,15 @@ pub fn unwind_text(session: &Session) -> String {
         format!("unwind {name} ({} B)", session.stack_bytes)
     } else {
         format!("unwind {name}")
+    }
+}
+
+/// ` — target rings` or ` — system-wide rings`: which processes the kernel
+/// samples for the session; empty when not known (a profile from a file).
+fn scope_text(session: &Session) -> String {
+    match session.scope() {
+        Scope::Unspecified => String::new(),
+        scope => format!(" — {} rings", scope_name(scope)),
     }
 }
 
@@ -65,10 +74,15 @@ fn state_text(session: &Session) -> String {
     }
 }
 
-fn totals_text(t: &Totals) -> String {
+/// The sample totals; `derived` marks a discarded count that includes the
+/// other processes' share derived from time (`Session.discarded_derived`).
+fn totals_text(t: &Totals, derived: bool) -> String {
     let mut text = format!(
-        "{} attributed, {} discarded, {} lost",
-        t.attributed, t.discarded, t.lost
+        "{} attributed, {} discarded{}, {} lost",
+        t.attributed,
+        t.discarded,
+        if derived { " (derived)" } else { "" },
+        t.lost
     );
     if t.throttled > 0 {
         text += &format!(" (throttled {} times)", t.throttled);
@@ -97,20 +111,21 @@ fn processes_text(session: &Session) -> String {
 }
 
 /// The profile table's two header lines: session, target, event, unwinding,
-/// elapsed time, state; then the sample totals, with the stack totals.
+/// scope, elapsed time, state; then the sample totals, with the stack totals.
 pub fn table_header(session: &Session) -> String {
     let t = totals(session);
     format!(
-        "profd session {} — {} — {} @ {} Hz — {} — {:.2} s — {}\n\
+        "profd session {} — {} — {} @ {} Hz — {}{} — {:.2} s — {}\n\
          samples: {}; stacks: {} truncated, {} unsymbolized\n{}",
         session.id,
         target(session),
         event_name(session.event()),
         session.frequency_hz,
         unwind_text(session),
+        scope_text(session),
         session.duration_s,
         state_text(session),
-        totals_text(&t),
+        totals_text(&t, session.discarded_derived),
         t.truncated,
         t.unsymbolized,
         processes_text(session),
@@ -239,7 +254,7 @@ pub fn session_line(session: &Session) -> String {
         target(session),
         state_text(session),
         session.duration_s,
-        totals_text(&totals(session)),
+        totals_text(&totals(session), session.discarded_derived),
     )
 }
 
@@ -349,8 +364,13 @@ pub fn info_text(info: &InfoResponse) -> String {
         info.groups
             .iter()
             .map(|g| {
+                let unwind = if g.stack_bytes > 0 { "dwarf" } else { "fp" };
+                let scope = match g.target_pid {
+                    0 => "system-wide".to_string(),
+                    pid => format!("pid {pid}"),
+                };
                 format!(
-                    "{} @ {} Hz ({} session{})",
+                    "{} @ {} Hz {unwind} {scope} ({} session{})",
                     event_name(g.event()),
                     g.frequency_hz,
                     g.sessions,
@@ -372,7 +392,7 @@ pub fn info_text(info: &InfoResponse) -> String {
         ("perf_event_paranoid", info.perf_event_paranoid.to_string()),
         ("max sample rate", format!("{} Hz", info.max_sample_rate)),
         ("sampler groups", groups),
-        ("samples", totals_text(&t)),
+        ("samples", totals_text(&t, false)),
         ("running sessions", info.running_sessions.to_string()),
     ];
     let mut out = String::from("profd daemon\n");

@@ -1,6 +1,6 @@
 //! Unit tests of `render`: table layout, the JSON contract, session lines.
 use super::*;
-use profd_common::api::{Event, Function, SamplerGroup, Unwind};
+use profd_common::api::{Event, Function, SamplerGroup, Scope, Unwind};
 use serde_json::Value;
 
 fn func(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -> Function {
@@ -88,6 +88,27 @@ fn table_matches_the_documented_layout() {
     assert_eq!(lines[5], " 90.5%   9000   90.5%   9000  spin  [work]");
     assert_eq!(lines[6], "  9.5%    950    9.5%    950  leaf  [kernel]");
     assert_eq!(lines.len(), 7);
+}
+
+#[test]
+fn table_header_shows_the_scope_and_a_derived_discarded_count() {
+    let mut s = session(SessionState::Running);
+    s.set_scope(Scope::Target);
+    s.discarded_derived = true;
+    let header = table_header(&s);
+    assert!(
+        header.contains(" — unwind dwarf (16384 B) — target rings — 5.00 s — running\n"),
+        "{header}"
+    );
+    assert!(
+        header.contains("samples: 9950 attributed, 812 discarded (derived), 0 lost;"),
+        "{header}"
+    );
+    s.set_scope(Scope::SystemWide);
+    s.discarded_derived = false;
+    let header = table_header(&s);
+    assert!(header.contains(" — system-wide rings — "), "{header}");
+    assert!(header.contains(" 812 discarded, 0 lost;"), "{header}");
 }
 
 #[test]
@@ -381,11 +402,21 @@ fn info_lists_everything() {
         default_event: Event::CpuClock as i32,
         perf_event_paranoid: 2,
         max_sample_rate: 100_000,
-        groups: vec![SamplerGroup {
-            event: Event::CpuClock as i32,
-            frequency_hz: 999,
-            sessions: 1,
-        }],
+        groups: vec![
+            SamplerGroup {
+                event: Event::CpuClock as i32,
+                frequency_hz: 999,
+                sessions: 1,
+                ..Default::default()
+            },
+            SamplerGroup {
+                event: Event::CpuClock as i32,
+                frequency_hz: 999,
+                sessions: 2,
+                target_pid: 42,
+                stack_bytes: 16384,
+            },
+        ],
         totals: Some(Totals {
             attributed: 5,
             discarded: 6,
@@ -407,7 +438,7 @@ fn info_lists_everything() {
         "cpu-clock",
         "perf_event_paranoid:  2",
         "100000 Hz",
-        "cpu-clock @ 999 Hz (1 session)",
+        "cpu-clock @ 999 Hz fp system-wide (1 session), cpu-clock @ 999 Hz dwarf pid 42 (2 sessions)",
         "5 attributed, 6 discarded, 7 lost",
         "running sessions:     1",
     ] {

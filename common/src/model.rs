@@ -9,8 +9,9 @@ use std::collections::HashMap;
 /// stack already seen allocates nothing.
 #[derive(Debug, Default, Clone)]
 pub struct StackTable {
-    /// Key: the thread id, then the addresses.
-    counts: IndexMap<Box<[u64]>, u64>,
+    /// Key: the thread id, then the addresses. Hashed with foldhash: the
+    /// table is looked up once per sample, and keys are long.
+    counts: IndexMap<Box<[u64]>, u64, foldhash::fast::RandomState>,
     samples: u64,
     key: Vec<u64>,
 }

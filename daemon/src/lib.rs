@@ -1,15 +1,21 @@
 //! profd: the sampling profiler daemon (library; `main.rs` is a thin wrapper).
 //! `Daemon::bind` probes the kernel, reloads the sessions kept in the state
-//! directory and binds the Unix socket (and the TLS listener when
-//! configured); `serve` runs the gRPC API until shutdown, ending every
-//! session cleanly and saving it.
+//! directory and binds the Unix socket (or takes the one systemd passed),
+//! the TLS listener and the metrics listener when configured; `serve` runs
+//! the gRPC API (with health and reflection; on the TLS listener also as
+//! grpc-web, with the web dashboard) until shutdown, telling systemd
+//! how it goes, ending every session cleanly and saving it.
 #![deny(unsafe_code)]
 
 pub mod auth;
+pub mod config;
+pub mod dashboard;
 pub mod maps;
+pub mod metrics;
 #[allow(unsafe_code)]
 pub mod perf;
 pub mod registry;
+pub mod remote;
 pub mod rpc;
 pub mod sampler;
 pub mod session;
@@ -18,6 +24,7 @@ pub mod symbolize;
 pub mod unwind;
 
 use profd_common::api::profiler_server::ProfilerServer;
+use sd_notify::NotifyState;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -25,7 +32,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tonic::service::interceptor::InterceptedService;
+use tonic::Request;
+use tower::Layer as _;
 
 /// The group given the socket when none is configured (if it exists).
 pub const DEFAULT_SOCKET_GROUP: &str = "profd";
@@ -49,14 +58,23 @@ pub struct Config {
     /// Data pages of each CPU ring (a power of two); None: 128, or 512 for
     /// sessions that copy user stacks.
     pub ring_pages: Option<usize>,
+    /// Serve Prometheus metrics over plain HTTP on this address.
+    pub metrics: Option<SocketAddr>,
+    /// A listening Unix socket passed by systemd (socket activation): served
+    /// instead of creating `socket`.
+    pub activated: Option<Arc<std::os::unix::net::UnixListener>>,
 }
 
-/// The TCP listener: TLS only, bearer tokens.
+/// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
+/// dashboard.
 #[derive(Debug, Clone)]
 pub struct Remote {
     pub listen: SocketAddr,
     pub tls: auth::TlsFiles,
     pub tokens: PathBuf,
+    /// Origins (`https://host:port`) whose pages may call the API with
+    /// grpc-web (CORS); none: only the listener's own (the dashboard).
+    pub cors_origins: Vec<String>,
 }
 
 impl Config {
@@ -71,6 +89,8 @@ impl Config {
             remote: None,
             persist: None,
             ring_pages: None,
+            metrics: None,
+            activated: None,
         }
     }
 }
@@ -90,20 +110,27 @@ pub enum Error {
     Listen { addr: SocketAddr, reason: String },
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    #[error("cannot build the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("metrics listener failed: {0}")]
+    Metrics(std::io::Error),
 }
 
 /// A daemon whose socket is bound and ready to accept clients.
 pub struct Daemon {
     listener: UnixListener,
     socket: PathBuf,
-    remote: Option<(TcpListener, ServerTlsConfig)>,
+    /// The socket came from systemd: it is not ours to remove.
+    activated: bool,
+    remote: Option<remote::Listener>,
+    metrics: Option<TcpListener>,
     registry: Arc<registry::Registry>,
     policy: Arc<auth::Policy>,
     facts: rpc::Facts,
 }
 
-/// How long a TLS client may take to finish its handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connections may take to close once serving ends.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How long shutdown waits for ended sessions to be saved.
 const SAVE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -120,40 +147,9 @@ fn socket_gid(group: Option<&str>) -> Result<Option<u32>, Error> {
     }
 }
 
-fn read_pem(what: &str, path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|e| Error::Config(format!("{what} {}: {e}", path.display())))
-}
-
-/// Load the TLS listener's files and tokens, and bind it.
-async fn bind_remote(
-    remote: &Remote,
-    policy: &mut auth::Policy,
-) -> Result<(TcpListener, ServerTlsConfig), Error> {
-    let cert = read_pem("--tls-cert", &remote.tls.cert)?;
-    let key = read_pem("--tls-key", &remote.tls.key)?;
-    let mut tls = ServerTlsConfig::new()
-        .identity(Identity::from_pem(cert, key))
-        .timeout(TLS_HANDSHAKE_TIMEOUT);
-    if let Some(ca) = &remote.tls.client_ca {
-        tls = tls.client_ca_root(Certificate::from_pem(read_pem("--tls-client-ca", ca)?));
-    }
-    policy.tokens = auth::Tokens::load(&remote.tokens).map_err(Error::Config)?;
-    if policy.tokens.is_empty() {
-        tracing::warn!(tokens = %remote.tokens.display(), "no tokens: every remote call will be refused");
-    }
-    let listener = TcpListener::bind(remote.listen)
-        .await
-        .map_err(|e| Error::Listen {
-            addr: remote.listen,
-            reason: e.to_string(),
-        })?;
-    tracing::info!(
-        addr = %remote.listen,
-        mtls = remote.tls.client_ca.is_some(),
-        tokens = policy.tokens.len(),
-        "listening (TLS)"
-    );
-    Ok((listener, tls))
+/// Fail when the socket group named does not exist.
+pub fn check_socket_group(group: Option<&str>) -> Result<(), Error> {
+    socket_gid(group).map(|_| ())
 }
 
 fn socket_error(path: &Path, reason: impl ToString) -> Error {
@@ -180,6 +176,87 @@ fn clear_stale_socket(path: &Path) -> Result<(), Error> {
         return Err(socket_error(path, "another profd is already serving on it"));
     }
     std::fs::remove_file(path).map_err(|e| socket_error(path, e))
+}
+
+/// Create the Unix socket at `path`: mode 0660, group `gid`.
+fn bind_socket(path: &Path, gid: Option<u32>) -> Result<UnixListener, Error> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(|e| socket_error(path, e))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| socket_error(path, e))?;
+        }
+    }
+    clear_stale_socket(path)?;
+    let listener = UnixListener::bind(path).map_err(|e| socket_error(path, e))?;
+    std::os::unix::fs::chown(path, None, gid).map_err(|e| socket_error(path, e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .map_err(|e| socket_error(path, e))?;
+    Ok(listener)
+}
+
+/// Serve on the listening socket systemd passed (its unit set its path,
+/// mode and group).
+fn adopt_socket(
+    passed: &std::os::unix::net::UnixListener,
+) -> Result<(UnixListener, PathBuf), Error> {
+    let path = passed
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("<socket passed by systemd>"));
+    let adopt = || {
+        let own = passed.try_clone()?;
+        own.set_nonblocking(true)?;
+        UnixListener::from_std(own)
+    };
+    let listener = adopt().map_err(|e| socket_error(&path, e))?;
+    Ok((listener, path))
+}
+
+/// Tell systemd (when it started us with `Type=notify`) how the daemon is.
+fn notify(states: &[NotifyState<'_>]) {
+    if let Err(err) = sd_notify::notify(false, states) {
+        tracing::debug!(%err, "cannot notify systemd");
+    }
+}
+
+/// Sessions running now.
+async fn running_sessions(registry: &registry::Registry) -> usize {
+    let mut n = 0;
+    for h in registry.all().await {
+        if *h.state().borrow() == profd_common::api::SessionState::Running {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// How often systemd's STATUS line is brought up to date.
+const STATUS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The gRPC services every listener serves besides the API: health and
+/// reflection (v1 and v1alpha, with the API's and health's descriptors).
+type HealthServer =
+    tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>;
+
+fn reflection() -> Result<
+    (
+        tonic_reflection::server::v1::ServerReflectionServer<
+            impl tonic_reflection::server::v1::ServerReflection,
+        >,
+        tonic_reflection::server::v1alpha::ServerReflectionServer<
+            impl tonic_reflection::server::v1alpha::ServerReflection,
+        >,
+    ),
+    Error,
+> {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(profd_common::api::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }
 
 impl Daemon {
@@ -224,7 +301,7 @@ impl Daemon {
             ..Default::default()
         };
         let remote = match &config.remote {
-            Some(remote) => Some(bind_remote(remote, &mut policy).await?),
+            Some(remote) => Some(remote::bind(remote, &mut policy).await?),
             None => None,
         };
         // Before the socket: a state directory that cannot be used stops the
@@ -242,19 +319,17 @@ impl Daemon {
             }
             None => None,
         };
-        let path = config.socket;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if !dir.exists() {
-                std::fs::create_dir_all(dir).map_err(|e| socket_error(&path, e))?;
-                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
-                    .map_err(|e| socket_error(&path, e))?;
-            }
-        }
-        clear_stale_socket(&path)?;
-        let listener = UnixListener::bind(&path).map_err(|e| socket_error(&path, e))?;
-        std::os::unix::fs::chown(&path, None, gid).map_err(|e| socket_error(&path, e))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
-            .map_err(|e| socket_error(&path, e))?;
+        let metrics = match config.metrics {
+            Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| Error::Listen {
+                addr,
+                reason: e.to_string(),
+            })?),
+            None => None,
+        };
+        let (listener, path) = match &config.activated {
+            Some(passed) => adopt_socket(passed)?,
+            None => (bind_socket(&config.socket, gid)?, config.socket.clone()),
+        };
         let mut registry =
             registry::Registry::new(source, symbolizer, config.limits, config.grants);
         if let Some((store, found)) = store {
@@ -268,11 +343,20 @@ impl Daemon {
             tracing::info!("no state directory: ended sessions are not kept across restarts");
         }
         let registry = Arc::new(registry);
-        tracing::info!(socket = %path.display(), gid, "listening");
+        if config.activated.is_some() {
+            tracing::info!(socket = %path.display(), "serving on the socket systemd passed");
+        } else {
+            tracing::info!(socket = %path.display(), gid, "listening");
+        }
+        if let Some(addr) = config.metrics {
+            tracing::info!(%addr, "serving metrics on http://{addr}/metrics");
+        }
         Ok(Daemon {
             listener,
             socket: path,
+            activated: config.activated.is_some(),
             remote,
+            metrics,
             registry,
             policy: Arc::new(policy),
             facts,
@@ -281,16 +365,34 @@ impl Daemon {
 
     /// Serve until `shutdown` resolves; running sessions are stopped first so
     /// their watchers get a final update, and with a state directory, serving
-    /// ends once every ended session is saved there.
+    /// ends once every ended session is saved there. Health answers
+    /// NOT_SERVING from the moment shutdown begins.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
         let registry = self.registry.clone();
+        let mut reporter = tonic_health::server::HealthReporter::new();
+        reporter.set_serving::<ProfilerServer<rpc::Service>>().await;
+        let health: HealthServer = tonic_health::pb::health_server::HealthServer::new(
+            tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
+        );
+        let (reflect_v1, reflect_v1alpha) = reflection()?;
         let (done, stopping) = tokio::sync::watch::channel(false);
+        let (closing_tx, closing) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             shutdown.await;
+            let _ = closing_tx.send(true);
             tracing::info!("shutting down: ending sessions");
+            use tonic_health::ServingStatus::NotServing;
+            reporter.set_service_status("", NotServing).await;
+            reporter
+                .set_not_serving::<ProfilerServer<rpc::Service>>()
+                .await;
+            notify(&[
+                NotifyState::Stopping,
+                NotifyState::Status("stopping: ending and saving sessions"),
+            ]);
             registry.stop_all().await;
             if tokio::time::timeout(SAVE_TIMEOUT, registry.wait_saved())
                 .await
@@ -300,6 +402,11 @@ impl Daemon {
                     "sessions still being saved after {SAVE_TIMEOUT:?}: stopping without them"
                 );
             }
+            // Health Watch streams never end by themselves: end them (after
+            // NOT_SERVING) so that the servers can close.
+            let profiler = <ProfilerServer<rpc::Service> as tonic::server::NamedService>::NAME;
+            reporter.clear_service_status(profiler).await;
+            reporter.clear_service_status("").await;
             let _ = done.send(true);
         });
         let stopped = move || {
@@ -308,23 +415,114 @@ impl Daemon {
                 let _ = stopping.wait_for(|s| *s).await;
             }
         };
-        let service = rpc::Service::new(self.registry, self.policy, self.facts);
+        if let Some(listener) = self.metrics {
+            let registry = self.registry.clone();
+            let until = stopped();
+            tokio::spawn(async move {
+                if let Err(err) = metrics::serve(listener, registry, until).await {
+                    tracing::error!(%err, "the metrics listener failed");
+                }
+            });
+        }
+        tokio::spawn(report_status(
+            self.registry.clone(),
+            self.socket.clone(),
+            self.remote.as_ref().and_then(|r| r.tcp.local_addr().ok()),
+            closing,
+        ));
+        let service = rpc::Service::new(self.registry, self.policy.clone(), self.facts);
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(self.listener);
         let local = tonic::transport::Server::builder()
             .add_service(ProfilerServer::new(service.clone()))
+            .add_service(health.clone())
+            .add_service(reflect_v1.clone())
+            .add_service(reflect_v1alpha.clone())
             .serve_with_incoming_shutdown(incoming, stopped());
-        let result = match self.remote {
-            None => local.await,
-            Some((listener, tls)) => {
-                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-                let remote = tonic::transport::Server::builder()
-                    .tls_config(tls)?
-                    .add_service(ProfilerServer::new(service))
-                    .serve_with_incoming_shutdown(incoming, stopped());
-                tokio::try_join!(local, remote).map(|_| ())
+        // Connections close gracefully, but a client that no longer answers
+        // (or keeps a stream open) does not hold the daemon up for long.
+        let grace = {
+            let stopped = stopped();
+            async move {
+                stopped.await;
+                tokio::time::sleep(CLOSE_GRACE).await;
             }
         };
-        let _ = std::fs::remove_file(&self.socket);
+        let servers = async move {
+            match self.remote {
+                None => local.await,
+                Some(listener) => {
+                    // Health is open on the TLS listener (load balancers probe it
+                    // without credentials); reflection needs a token, as reading
+                    // does. Every service also answers grpc-web (browsers), with
+                    // the same TLS and token rules.
+                    let policy = self.policy;
+                    let token = move |req: Request<()>| {
+                        policy.caller(&req)?;
+                        Ok(req)
+                    };
+                    let web = tonic_web::GrpcWebLayer::new();
+                    let grpc = tonic::service::Routes::new(web.layer(ProfilerServer::new(service)))
+                        .add_service(web.layer(health))
+                        .add_service(web.layer(InterceptedService::new(reflect_v1, token.clone())))
+                        .add_service(web.layer(InterceptedService::new(reflect_v1alpha, token)));
+                    let remote = tonic::transport::Server::builder()
+                        .accept_http1(true)
+                        .layer(listener.cors)
+                        .add_routes(remote::routes(grpc))
+                        .serve_with_incoming_shutdown(
+                            remote::incoming(listener.tcp, listener.tls),
+                            stopped(),
+                        );
+                    tokio::try_join!(local, remote).map(|_| ())
+                }
+            }
+        };
+        let result = tokio::select! {
+            result = servers => result,
+            _ = grace => {
+                tracing::warn!("clients still connected {CLOSE_GRACE:?} after shutdown: closing");
+                Ok(())
+            }
+        };
+        if !self.activated {
+            let _ = std::fs::remove_file(&self.socket);
+        }
         result.map_err(Error::from)
+    }
+}
+
+/// Say READY=1 (the socket accepts), then keep systemd's STATUS line up to
+/// date until shutdown begins.
+async fn report_status(
+    registry: Arc<registry::Registry>,
+    socket: PathBuf,
+    remote: Option<SocketAddr>,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut last = String::new();
+    let mut ready = false;
+    loop {
+        let n = running_sessions(&registry).await;
+        let status = match remote {
+            Some(addr) => format!(
+                "serving on {} and {addr} (TLS); {n} sessions running",
+                socket.display()
+            ),
+            None => format!("serving on {}; {n} sessions running", socket.display()),
+        };
+        if *closing.borrow() {
+            return;
+        }
+        if !ready {
+            notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+            ready = true;
+        } else if status != last {
+            notify(&[NotifyState::Status(&status)]);
+        }
+        last = status;
+        tokio::select! {
+            _ = tokio::time::sleep(STATUS_INTERVAL) => {}
+            _ = closing.wait_for(|c| *c) => return,
+        }
     }
 }

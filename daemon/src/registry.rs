@@ -194,6 +194,8 @@ pub fn plan_attach(
         frequency_hz,
         ring_pages: 0,
         stack_bytes,
+        // The sampler chooses the scope.
+        target: None,
     };
     Ok(AttachPlan {
         pid: req.pid,
@@ -232,6 +234,8 @@ pub struct Registry {
     saves: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Set at shutdown: no new sessions.
     closing: AtomicBool,
+    /// Counters for `/metrics`.
+    stats: Arc<crate::metrics::Stats>,
 }
 
 impl Registry {
@@ -253,7 +257,13 @@ impl Registry {
             stored: Default::default(),
             saves: Default::default(),
             closing: AtomicBool::new(false),
+            stats: Default::default(),
         }
+    }
+
+    /// The counters `/metrics` shows that the registry and its sessions keep.
+    pub fn stats(&self) -> &Arc<crate::metrics::Stats> {
+        &self.stats
     }
 
     pub fn sampler(&self) -> &dyn SampleSource {
@@ -272,13 +282,13 @@ impl Registry {
         let l = &self.limits;
         if all >= l.max_sessions {
             return Err(Error::ResourceExhausted(format!(
-                "{all} sessions are running, the daemon's limit --max-sessions ({}): stop one first (`profctl stop ID`)",
+                "{all} sessions are running, the daemon's limit --max-sessions ({}) (limits.max_sessions in profd.toml): stop one first (`profctl stop ID`)",
                 l.max_sessions
             )));
         }
         if mine >= l.max_sessions_per_caller {
             return Err(Error::ResourceExhausted(format!(
-                "{} has {mine} sessions running, the daemon's limit --max-sessions-per-caller ({}): stop one first (`profctl stop ID`)",
+                "{} has {mine} sessions running, the daemon's limit --max-sessions-per-caller ({}) (limits.max_sessions_per_caller in profd.toml): stop one first (`profctl stop ID`)",
                 caller.label, l.max_sessions_per_caller
             )));
         }
@@ -346,6 +356,7 @@ impl Registry {
             max_stacks: self.limits.max_stacks,
             recheck,
             children: req.children,
+            stats: self.stats.clone(),
         };
         let handle = session::start(
             params,
@@ -363,6 +374,7 @@ impl Registry {
             caller = %caller.label,
             "session started"
         );
+        self.stats.sessions_started.fetch_add(1, Ordering::Relaxed);
         self.save_when_ended(handle.clone());
         self.sessions.lock().await.insert(id, handle);
         Ok(summary)

@@ -89,8 +89,9 @@ fn watch_interval(ms: u32) -> Result<Duration, Error> {
 /// those whose counts changed after it (names only for those it has never
 /// seen), and with a window (`windowed`) those whose window counts differ
 /// from `window_sent` (updated) — every function the stream has not sent
-/// yet, since the client's window figures are unknown.
-fn delta(
+/// yet, since the client's window figures are unknown. Public for the
+/// benchmarks.
+pub fn delta(
     view: &View,
     after: u64,
     windowed: bool,
@@ -187,6 +188,8 @@ impl Profiler for Service {
                 },
                 frequency_hz: spec.frequency_hz,
                 sessions: sessions as u32,
+                target_pid: spec.target.map_or(0, |t| t.pid),
+                stack_bytes: spec.stack_bytes,
             })
             .collect();
         let running = {
@@ -245,13 +248,12 @@ impl Profiler for Service {
             )));
         }
         let (tx, rx) = mpsc::channel(4);
-        tokio::spawn(run_watch(
-            handle,
-            interval,
-            req.window_s,
-            req.resume_after_seq,
-            tx,
-        ));
+        let open = self.registry.stats().watcher();
+        let watch = run_watch(handle, interval, req.window_s, req.resume_after_seq, tx);
+        tokio::spawn(async move {
+            watch.await;
+            drop(open);
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

@@ -1,121 +1,23 @@
 //! The sampler: per-CPU perf rings shared by all sessions with the same
-//! sampling settings, one task per CPU draining its ring on watermark wakeups
+//! sampling settings (and, with stack copies, the same target: those rings
+//! sample the target alone), one task per CPU draining its ring on watermark wakeups
 //! (and every 100 ms), demultiplexing samples by process to the sessions that
 //! target it (and, for sessions that follow children, the processes it forks)
 //! and counting the rest as discarded. No symbols here.
-use crate::maps::{Backing, Mapping};
-use crate::perf::record::{is_context_marker, Record, CONTEXT_USER};
-use crate::perf::{EventKind, EventSpec, PerfError, PerfEvent};
-use crate::symbolize::is_kernel;
+mod demux;
+
+pub use demux::{
+    push_stack, Batch, BatchPool, Demux, Drain, Drained, SampleView, Targets, BAD_USER_FRAME,
+};
+
+use crate::perf::{EventKind, EventSpec, PerfError, PerfEvent, Target};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use tokio::task::JoinHandle;
-
-/// What one drain of one ring delivers to one session.
-#[derive(Debug, Default)]
-pub struct Batch {
-    /// The target's stacks, innermost first, flattened; `ends[i]` is where
-    /// stack `i` ends in `frames`. Return addresses are already minus one.
-    pub frames: Vec<u64>,
-    pub ends: Vec<u32>,
-    /// Every sample the ring held in this drain, the target's or not.
-    pub seen: u64,
-    /// Samples the kernel lost on this ring since the last drain.
-    pub lost: u64,
-    /// Times the kernel throttled this ring since the last drain.
-    pub throttled: u64,
-    /// The target's frame-pointer stacks cut at the kernel's depth limit.
-    pub truncated: u64,
-    /// New executable mappings of the session's processes: (pid, mapping).
-    pub mappings: Vec<(u32, Mapping)>,
-    /// A process of the session exec'd: (pid, new command name). A batch
-    /// ends at an exec, so the samples of the new program come in the next
-    /// batch, which starts with the exec.
-    pub exec: Option<(u32, String)>,
-    /// Processes of the session that forked a new process: (child, parent).
-    pub forks: Vec<(u32, u32)>,
-    /// Processes of the session that exited.
-    pub exits: Vec<u32>,
-    /// Process and thread ids of the stacks, in order.
-    pub pids: Vec<u32>,
-    pub tids: Vec<u32>,
-    /// Names the target's threads took (COMM records): (tid, name).
-    pub comms: Vec<(u32, String)>,
-    /// With stack copies, per stack: the user registers (ip, sp, bp), zero
-    /// when the sample had no user context...
-    pub user_regs: Vec<[u64; 3]>,
-    /// ...and the copied user stack, flattened; `user_ends[i]` is where
-    /// stack `i`'s copy ends in `user_stack`.
-    pub user_stack: Vec<u8>,
-    pub user_ends: Vec<u32>,
-}
-
-/// One sample of a batch: its kernel (or frame-pointer) frames and, with
-/// stack copies, the user registers and stack to unwind.
-pub struct SampleView<'a> {
-    pub pid: u32,
-    pub tid: u32,
-    pub frames: &'a [u64],
-    pub user: Option<([u64; 3], &'a [u8])>,
-}
-
-impl Batch {
-    /// The samples in this batch.
-    pub fn samples(&self) -> impl Iterator<Item = SampleView<'_>> {
-        let (mut start, mut ustart) = (0usize, 0usize);
-        self.ends.iter().enumerate().map(move |(i, &end)| {
-            let frames = &self.frames[start..end as usize];
-            start = end as usize;
-            let user = self.user_regs.get(i).map(|&regs| {
-                let uend = self.user_ends[i] as usize;
-                let stack = &self.user_stack[ustart..uend];
-                ustart = uend;
-                (regs, stack)
-            });
-            SampleView {
-                pid: self.pids.get(i).copied().unwrap_or(0),
-                tid: self.tids.get(i).copied().unwrap_or(0),
-                frames,
-                user,
-            }
-        })
-    }
-
-    /// Add one sample (see the fields).
-    pub fn push(
-        &mut self,
-        pid: u32,
-        tid: u32,
-        frames: impl Iterator<Item = u64>,
-        user: Option<([u64; 3], &[u8])>,
-    ) {
-        self.pids.push(pid);
-        self.tids.push(tid);
-        self.frames.extend(frames);
-        self.ends.push(self.frames.len() as u32);
-        if let Some((regs, stack)) = user {
-            self.user_regs.push(regs);
-            self.user_stack.extend_from_slice(stack);
-            self.user_ends.push(self.user_stack.len() as u32);
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.seen == 0
-            && self.lost == 0
-            && self.throttled == 0
-            && self.mappings.is_empty()
-            && self.comms.is_empty()
-            && self.exec.is_none()
-            && self.forks.is_empty()
-            && self.exits.is_empty()
-    }
-}
 
 /// Daemon-wide sample accounting.
 #[derive(Debug, Default)]
@@ -126,6 +28,9 @@ pub struct Counters {
     pub lost: AtomicU64,
     pub throttles: AtomicU64,
     pub parse_errors: AtomicU64,
+    /// Ring reads (drains), and the bytes they read.
+    pub drains: AtomicU64,
+    pub bytes_read: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -145,21 +50,20 @@ struct Routes {
     /// session, however many of its processes are routed.
     sessions: Vec<Route>,
     /// The sessions (indices into `sessions`) each process is routed to.
-    by_pid: HashMap<u32, Vec<usize>>,
+    targets: Targets,
 }
 
 impl Routes {
     fn rebuild(&mut self) {
-        self.by_pid.clear();
         self.sessions.clear();
         let mut slot: HashMap<u64, usize> = HashMap::new();
         for r in &self.all {
-            let i = *slot.entry(r.session).or_insert_with(|| {
+            slot.entry(r.session).or_insert_with(|| {
                 self.sessions.push(r.clone());
                 self.sessions.len() - 1
             });
-            self.by_pid.entry(r.pid).or_default().push(i);
         }
+        self.targets = Targets::new(self.all.iter().map(|r| (r.session, r.pid, r.children)));
     }
 }
 
@@ -205,6 +109,8 @@ pub trait SampleSource: Send + Sync {
     async fn groups(&self) -> Vec<(EventSpec, usize)>;
     /// Daemon-wide accounting.
     fn counters(&self) -> &Counters;
+    /// CPUs sampled: each group has a ring on each.
+    fn cpus(&self) -> u32;
 }
 
 /// Data pages per CPU ring.
@@ -252,6 +158,41 @@ impl Sampler {
         }
         Ok(Group { routes, cpus, stop })
     }
+
+    /// The group for `spec`, opened unless it is open already; returns its
+    /// settings. A `cycles` request on a machine without a PMU falls back
+    /// to cpu-clock; rings of a target the kernel will not open (ptrace
+    /// access rules, an LSM, the process gone, too many threads for the
+    /// fds left) fall back to the system-wide rings. Both say so in the log.
+    fn ensure_group(
+        &self,
+        groups: &mut HashMap<EventSpec, Group>,
+        mut spec: EventSpec,
+    ) -> Result<EventSpec, PerfError> {
+        loop {
+            if groups.contains_key(&spec) {
+                return Ok(spec);
+            }
+            match self.open_group(spec) {
+                Ok(group) => {
+                    groups.insert(spec, group);
+                    return Ok(spec);
+                }
+                Err(PerfError::Unsupported { event, source }) if spec.kind == EventKind::Cycles => {
+                    tracing::info!(%source, "{event} cannot be opened (no hardware PMU); falling back to cpu-clock");
+                    spec.kind = EventKind::CpuClock;
+                }
+                Err(err) => match spec.target.take() {
+                    Some(target) => tracing::info!(
+                        pid = target.pid,
+                        %err,
+                        "cannot open sampling events on the target alone; sampling it with the system-wide rings"
+                    ),
+                    None => return Err(err),
+                },
+            }
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -260,10 +201,17 @@ impl SampleSource for Sampler {
         &self.counters
     }
 
+    fn cpus(&self) -> u32 {
+        self.cpus.len() as u32
+    }
+
     /// Route samples of `pid` to `tx` as `session`, opening the rings for
-    /// `kind` at `frequency_hz` if no session uses them yet. A `cycles`
-    /// request on a machine without a PMU falls back to cpu-clock. Returns
-    /// the settings in use.
+    /// its settings if no session uses them yet: with stack copies, rings
+    /// of the target alone (the kernel copies no other process's stack),
+    /// shared only by sessions of the same target and settings; with
+    /// frame pointers, the system-wide rings all such sessions share. See
+    /// [`Sampler::ensure_group`] for the fallbacks. Returns the settings in
+    /// use.
     async fn subscribe(
         &self,
         want: EventSpec,
@@ -273,28 +221,29 @@ impl SampleSource for Sampler {
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<EventSpec, PerfError> {
         let mut groups = self.groups.lock().await;
-        let kind = want.kind;
         let ring_pages = match self.ring_pages {
             Some(pages) => pages,
             None if want.stack_bytes > 0 => STACK_RING_PAGES,
             None => RING_PAGES,
         };
-        let mut spec = EventSpec { ring_pages, ..want };
-        if let std::collections::hash_map::Entry::Vacant(slot) = groups.entry(spec) {
-            match self.open_group(spec) {
-                Ok(group) => {
-                    slot.insert(group);
-                }
-                Err(PerfError::Unsupported { event, source }) if kind == EventKind::Cycles => {
-                    tracing::info!(%source, "{event} cannot be opened (no hardware PMU); falling back to cpu-clock");
-                    spec.kind = EventKind::CpuClock;
-                    if let std::collections::hash_map::Entry::Vacant(slot) = groups.entry(spec) {
-                        slot.insert(self.open_group(spec)?);
-                    }
-                }
-                Err(e) => return Err(e),
+        let target = if want.stack_bytes > 0 {
+            let target = Target::of(pid);
+            if target.is_none() {
+                tracing::info!(
+                    pid,
+                    "the target is gone: sampling it with the system-wide rings"
+                );
             }
-        }
+            target
+        } else {
+            None
+        };
+        let spec = EventSpec {
+            ring_pages,
+            target,
+            ..want
+        };
+        let spec = self.ensure_group(&mut groups, spec)?;
         let group = groups.get(&spec).expect("group just ensured");
         let mut routes = group.routes.write().unwrap_or_else(|e| e.into_inner());
         routes.all.push(Route {
@@ -378,11 +327,12 @@ async fn run_cpu(
 ) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut demux = Demux::new(ring.get_ref().stack_copy());
     loop {
         tokio::select! {
             ready = ring.readable_mut() => match ready {
                 Ok(mut guard) => {
-                    drain(guard.get_inner_mut(), &routes, &counters);
+                    drain(guard.get_inner_mut(), &mut demux, &routes, &counters);
                     guard.clear_ready();
                 }
                 Err(err) => {
@@ -390,221 +340,44 @@ async fn run_cpu(
                     return;
                 }
             },
-            _ = tick.tick() => drain(ring.get_mut(), &routes, &counters),
+            _ = tick.tick() => drain(ring.get_mut(), &mut demux, &routes, &counters),
             Some(ack) = flush.recv() => {
-                drain(ring.get_mut(), &routes, &counters);
+                drain(ring.get_mut(), &mut demux, &routes, &counters);
                 let _ = ack.send(());
             }
             _ = stop.changed() => {
-                drain(ring.get_mut(), &routes, &counters);
+                drain(ring.get_mut(), &mut demux, &routes, &counters);
                 return;
             }
         }
     }
 }
 
-/// Append the frames of a perf callchain (context markers dropped, return
-/// addresses minus one so they fall inside the call instruction) to `out`;
-/// falls back to `ip` when the chain is empty. Returns the frames added.
-/// A user-context entry in the kernel half of the address space is not a
-/// return address (a frame-pointer walk read garbage); it is kept as a frame
-/// with this value, which no symbolizer resolves.
-pub const BAD_USER_FRAME: u64 = 0;
-
-pub fn push_stack(out: &mut Vec<u64>, chain: impl Iterator<Item = u64>, ip: Option<u64>) -> usize {
-    let before = out.len();
-    let mut first = true;
-    let mut user = false;
-    for v in chain {
-        if is_context_marker(v) {
-            first = true;
-            user = v == CONTEXT_USER;
-            continue;
-        }
-        let addr = if first { v } else { v.wrapping_sub(1) };
-        out.push(if user && is_kernel(addr) {
-            BAD_USER_FRAME
-        } else {
-            addr
-        });
-        first = false;
-    }
-    if out.len() == before {
-        if let Some(ip) = ip {
-            out.push(ip);
-        }
-    }
-    out.len() - before
-}
-
-fn mapping_of(start: u64, len: u64, pgoff: u64, filename: &[u8]) -> Mapping {
-    let name = String::from_utf8_lossy(filename);
-    let backing = if name.is_empty() || name == "//anon" {
-        Backing::Special("[anon]".into())
-    } else if name.starts_with('/') {
-        Backing::File(Arc::new(PathBuf::from(name.into_owned())))
-    } else {
-        Backing::Special(name.into())
-    };
-    Mapping::new(start, start.saturating_add(len), pgoff, backing)
-}
-
-/// The kernel's callchain depth limit (kernel.perf_event_max_stack), read
-/// once: a chain that long was cut.
-fn max_stack() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(127)
-    })
-}
-
-fn drain(ring: &mut PerfEvent, routes: &RwLock<Routes>, counters: &Counters) {
-    let stack_copy = ring.stack_copy();
-    let max_stack = max_stack();
+/// Drain one ring: its records through the CPU's `demux` to the sessions'
+/// channels, then the route changes and the daemon-wide counts.
+fn drain(ring: &mut PerfEvent, demux: &mut Demux, routes: &RwLock<Routes>, counters: &Counters) {
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
-    let mut batches: Vec<Batch> = (0..guard.sessions.len())
-        .map(|_| Batch::default())
-        .collect();
-    let (mut seen, mut lost, mut matched, mut throttles, mut errors) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
-    // Children forked and processes exited in this drain: routes to add and
-    // remove once the read lock is released.
-    let mut forked: HashMap<u32, Vec<usize>> = HashMap::new();
-    let mut exited: Vec<u32> = Vec::new();
-    // Samples already sent to each route in a batch cut at an exec.
-    let mut sent_early = vec![0u64; guard.sessions.len()];
-    ring.drain(|record| {
-        let targets = |pid| route(&guard.by_pid, &forked, &exited, pid);
-        match record {
-            Ok(Record::Sample(s)) => {
-                seen += 1;
-                if let Some(targets) = targets(s.pid) {
-                    matched += 1;
-                    let user = stack_copy.then(|| {
-                        let mut regs = s.regs_user();
-                        let (bp, sp, ip) = (regs.next(), regs.next(), regs.next());
-                        let regs = match (ip, sp, bp) {
-                            (Some(ip), Some(sp), Some(bp)) => [ip, sp, bp],
-                            _ => [0; 3],
-                        };
-                        (regs, s.stack_user)
-                    });
-                    for &i in targets {
-                        let b = &mut batches[i];
-                        let n = push_stack(
-                            &mut b.frames,
-                            s.callchain(),
-                            if stack_copy { None } else { s.ip },
-                        );
-                        b.ends.push(b.frames.len() as u32);
-                        b.pids.push(s.pid);
-                        b.tids.push(s.tid);
-                        b.truncated += u64::from(!stack_copy && n >= max_stack);
-                        if let Some((regs, stack)) = user {
-                            b.user_regs.push(regs);
-                            b.user_stack.extend_from_slice(stack);
-                            b.user_ends.push(b.user_stack.len() as u32);
-                        }
-                    }
-                }
-            }
-            Ok(Record::Mmap2(m)) => {
-                if let Some(targets) = targets(m.pid) {
-                    let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
-                    for &i in targets {
-                        batches[i].mappings.push((m.pid, mapping.clone()));
-                    }
-                }
-            }
-            Ok(Record::Comm(c)) => {
-                if let Some(targets) = targets(c.pid) {
-                    let name = String::from_utf8_lossy(c.comm).into_owned();
-                    for &i in targets {
-                        if c.exec && c.pid == c.tid {
-                            // The samples before the exec go in a batch of
-                            // their own: they belong to the old program.
-                            let mut before = std::mem::take(&mut batches[i]);
-                            before.seen = before.ends.len() as u64;
-                            sent_early[i] += before.seen;
-                            if !before.is_empty() {
-                                let _ = guard.sessions[i].tx.send(before);
-                            }
-                            batches[i].exec = Some((c.pid, name.clone()));
-                        }
-                        batches[i].comms.push((c.tid, name.clone()));
-                    }
-                }
-            }
-            Ok(Record::Fork(t)) if t.pid != t.ppid => {
-                if let Some(targets) = targets(t.ppid) {
-                    let follow: Vec<usize> = targets
-                        .iter()
-                        .copied()
-                        .filter(|&i| guard.sessions[i].children)
-                        .collect();
-                    for &i in &follow {
-                        batches[i].forks.push((t.pid, t.ppid));
-                    }
-                    if !follow.is_empty() {
-                        exited.retain(|&p| p != t.pid);
-                        forked.insert(t.pid, follow);
-                    }
-                }
-            }
-            Ok(Record::Exit(t)) if t.pid == t.tid => {
-                if let Some(targets) = targets(t.pid).map(<[usize]>::to_vec) {
-                    for i in targets {
-                        batches[i].exits.push(t.pid);
-                    }
-                    forked.remove(&t.pid);
-                    exited.push(t.pid);
-                }
-            }
-            Ok(Record::Lost(l)) => lost += l.lost,
-            Ok(Record::Throttle(_)) => throttles += 1,
-            Ok(_) => {}
-            Err(err) => {
-                errors += 1;
-                tracing::debug!(%err, "unparsable perf record");
-            }
-        }
+    let sessions = &guard.sessions;
+    let mut drain = demux.begin(&guard.targets, |i, batch| {
+        let _ = sessions[i].tx.send(batch);
     });
-    let lost = ring.new_lost(lost);
-    for ((route, mut batch), early) in guard.sessions.iter().zip(batches).zip(sent_early) {
-        batch.seen = seen - early;
-        batch.lost = lost;
-        batch.throttled = throttles;
-        if !batch.is_empty() {
-            let _ = route.tx.send(batch);
-        }
-    }
+    let bytes_read = ring.drain(|record| drain.record(record));
+    let lost = ring.new_lost(drain.lost_records());
+    let d = drain.finish(lost);
     drop(guard);
-    if !forked.is_empty() || !exited.is_empty() {
-        update_routes(routes, forked, &exited);
+    if !d.forked.is_empty() || !d.exited.is_empty() {
+        update_routes(routes, d.forked, &d.exited);
     }
-    counters.samples.fetch_add(seen, Ordering::Relaxed);
-    counters.attributed.fetch_add(matched, Ordering::Relaxed);
+    counters.samples.fetch_add(d.seen, Ordering::Relaxed);
+    counters.attributed.fetch_add(d.matched, Ordering::Relaxed);
     counters
         .discarded
-        .fetch_add(seen - matched, Ordering::Relaxed);
-    counters.lost.fetch_add(lost, Ordering::Relaxed);
-    counters.throttles.fetch_add(throttles, Ordering::Relaxed);
-    counters.parse_errors.fetch_add(errors, Ordering::Relaxed);
-}
-
-/// The sessions (batch indices) a process's records go to: routed before
-/// this drain, or forked during it, and not exited during it.
-fn route<'a>(
-    by_pid: &'a HashMap<u32, Vec<usize>>,
-    forked: &'a HashMap<u32, Vec<usize>>,
-    exited: &[u32],
-    pid: u32,
-) -> Option<&'a [usize]> {
-    let targets = by_pid.get(&pid).or_else(|| forked.get(&pid))?;
-    (!exited.contains(&pid)).then_some(targets.as_slice())
+        .fetch_add(d.seen - d.matched, Ordering::Relaxed);
+    counters.lost.fetch_add(d.lost, Ordering::Relaxed);
+    counters.throttles.fetch_add(d.throttles, Ordering::Relaxed);
+    counters.parse_errors.fetch_add(d.errors, Ordering::Relaxed);
+    counters.drains.fetch_add(1, Ordering::Relaxed);
+    counters.bytes_read.fetch_add(bytes_read, Ordering::Relaxed);
 }
 
 /// Give forked children routes of their own (to the sessions following
@@ -647,106 +420,20 @@ mod tests {
         };
         routes.rebuild();
         assert_eq!(routes.sessions.len(), 2);
-        assert_eq!(routes.by_pid[&10], vec![0, 1]);
-        assert_eq!(routes.by_pid[&11], vec![0]);
+        assert_eq!(routes.targets.of(10), Some(&[0, 1][..]));
+        assert_eq!(routes.targets.of(11), Some(&[0][..]));
         let lock = RwLock::new(routes);
         update_routes(&lock, HashMap::from([(13, vec![1])]), &[11]);
         let routes = lock.into_inner().unwrap();
         assert!(
-            !routes.by_pid.contains_key(&11),
+            routes.targets.of(11).is_none(),
             "exited processes are dropped"
         );
         assert_eq!(
-            routes.by_pid[&13],
-            vec![1],
+            routes.targets.of(13),
+            Some(&[1][..]),
             "a child joins its parent's session"
         );
         assert_eq!(routes.sessions.len(), 2);
-    }
-
-    const KERNEL: u64 = (-128i64) as u64;
-    const USER: u64 = (-512i64) as u64;
-
-    #[test]
-    fn callchains_drop_markers_and_adjust_return_addresses() {
-        let mut out = Vec::new();
-        let chain = [
-            KERNEL,
-            0xffff_ffff_8100_0010,
-            0xffff_ffff_8100_0020,
-            USER,
-            0x401000,
-            0x402000,
-        ];
-        assert_eq!(push_stack(&mut out, chain.into_iter(), Some(1)), 4);
-        assert_eq!(
-            out,
-            vec![
-                0xffff_ffff_8100_0010,
-                0xffff_ffff_8100_001f,
-                0x401000,
-                0x401fff
-            ]
-        );
-    }
-
-    #[test]
-    fn kernel_addresses_in_the_user_chain_are_not_kernel_frames() {
-        let mut out = Vec::new();
-        push_stack(
-            &mut out,
-            [USER, 0x401000, 0xffff_ffff_8100_0010].into_iter(),
-            None,
-        );
-        assert_eq!(out, vec![0x401000, BAD_USER_FRAME]);
-    }
-
-    #[test]
-    fn empty_callchain_uses_ip() {
-        let mut out = vec![7];
-        assert_eq!(push_stack(&mut out, [USER].into_iter(), Some(0x1234)), 1);
-        assert_eq!(out, vec![7, 0x1234]);
-    }
-
-    #[test]
-    fn batch_samples_keep_frames_and_stack_copies_apart() {
-        let mut b = Batch::default();
-        b.push(
-            1,
-            5,
-            [1, 2].into_iter(),
-            Some(([10, 20, 30], &[7u8; 16][..])),
-        );
-        b.push(1, 6, [3, 4, 5].into_iter(), Some(([0; 3], &[][..])));
-        b.push(1, 5, [6].into_iter(), Some(([11, 21, 31], &[9u8; 8][..])));
-        let samples: Vec<_> = b
-            .samples()
-            .map(|s| (s.frames.to_vec(), s.user.map(|(r, st)| (r, st.to_vec()))))
-            .collect();
-        assert_eq!(
-            samples[0],
-            (vec![1, 2], Some(([10, 20, 30], vec![7u8; 16])))
-        );
-        assert_eq!(samples[1], (vec![3, 4, 5], Some(([0; 3], vec![]))));
-        assert_eq!(samples[2], (vec![6], Some(([11, 21, 31], vec![9u8; 8]))));
-        let mut fp = Batch::default();
-        fp.push(1, 1, [1].into_iter(), None);
-        assert!(fp.samples().all(|s| s.user.is_none()));
-    }
-
-    #[test]
-    fn mmap_names_become_backings() {
-        assert!(matches!(
-            mapping_of(0, 1, 0, b"/usr/lib/libc.so.6").backing,
-            Backing::File(_)
-        ));
-        assert_eq!(
-            mapping_of(0, 1, 0, b"//anon").backing,
-            Backing::Special("[anon]".into())
-        );
-        assert_eq!(
-            mapping_of(0, 1, 0, b"[vdso]").backing,
-            Backing::Special("[vdso]".into())
-        );
     }
 }

@@ -161,8 +161,18 @@ struct Meta {
     children: bool,
     #[serde(default)]
     processes: Vec<MetaProcess>,
+    /// The proto enum's name, e.g. `SCOPE_TARGET` (summaries written before
+    /// sessions had a scope were all system-wide).
+    #[serde(default = "system_wide")]
+    scope: String,
+    #[serde(default)]
+    discarded_derived: bool,
     totals: MetaTotals,
     profile: ProfileFile,
+}
+
+fn system_wide() -> String {
+    api::Scope::SystemWide.as_str_name().to_string()
 }
 
 /// One process of the session (`Session.processes`).
@@ -219,6 +229,8 @@ impl Meta {
                     exited: p.exited,
                 })
                 .collect(),
+            scope: s.scope().as_str_name().to_string(),
+            discarded_derived: s.discarded_derived,
             totals: MetaTotals {
                 attributed: t.attributed,
                 discarded: t.discarded,
@@ -251,6 +263,8 @@ impl Meta {
             .ok_or_else(|| format!("unknown event {:?}", self.event))?;
         let unwind = api::Unwind::from_str_name(&self.unwind)
             .ok_or_else(|| format!("unknown unwind {:?}", self.unwind))?;
+        let scope = api::Scope::from_str_name(&self.scope)
+            .ok_or_else(|| format!("unknown scope {:?}", self.scope))?;
         if !self.duration_s.is_finite() || self.duration_s < 0.0 {
             return Err(format!("duration_s {} is not a duration", self.duration_s));
         }
@@ -280,6 +294,8 @@ impl Meta {
             owner_uid: self.owner_uid,
             owner: self.owner.clone(),
             earlier_run: true,
+            scope: scope as i32,
+            discarded_derived: self.discarded_derived,
             children: self.children,
             processes: self
                 .processes

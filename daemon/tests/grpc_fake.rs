@@ -61,6 +61,9 @@ impl SampleSource for FakeSource {
     fn counters(&self) -> &Counters {
         &self.counters
     }
+    fn cpus(&self) -> u32 {
+        1
+    }
 }
 
 /// Address 0xN00..0xNff is function `fN`.

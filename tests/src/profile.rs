@@ -36,6 +36,13 @@ pub struct Profile {
     /// Samples per process.
     #[serde(default)]
     pub processes: Vec<ProcessRow>,
+    /// `target` (the kernel sampled the target alone) or `system-wide`.
+    #[serde(default)]
+    pub scope: String,
+    /// `totals.discarded` includes the other processes' share, derived
+    /// from time (target scope, cpu-clock).
+    #[serde(default)]
+    pub discarded_derived: bool,
     /// Sorted by inclusive samples, descending.
     pub functions: Vec<FunctionRow>,
 }
@@ -119,7 +126,7 @@ impl Profile {
         let _ = writeln!(
             s,
             "session {} pid {} comm {:?} state {} duration {:.3}s freq {} Hz event {} \
-             unwind {} stack_bytes {}",
+             unwind {} stack_bytes {} scope {}",
             self.session_id,
             self.pid,
             self.comm,
@@ -128,13 +135,19 @@ impl Profile {
             self.frequency_hz,
             self.event,
             self.unwind,
-            self.stack_bytes
+            self.stack_bytes,
+            self.scope
         );
         let _ = writeln!(
             s,
-            "totals: attributed {} discarded {} lost {} truncated {} unsymbolized {}{}",
+            "totals: attributed {} discarded {}{} lost {} truncated {} unsymbolized {}{}",
             self.totals.attributed,
             self.totals.discarded,
+            if self.discarded_derived {
+                " (derived)"
+            } else {
+                ""
+            },
             self.totals.lost,
             self.totals.truncated,
             self.totals.unsymbolized,

@@ -1,15 +1,22 @@
 //! TLS material for the remote tests, made with rcgen: a test CA, a server
 //! certificate for `localhost` and `127.0.0.1` and a client certificate
 //! signed by it, and a second ("rogue") CA with a client certificate of its
-//! own that the daemon must not accept. Written as PEM files.
+//! own that the daemon must not accept, written as PEM files; bearer tokens
+//! made with `profd token`, and a free loopback port for a listener.
 
+use std::io::Write;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
 
+use crate::daemon::run_profd;
+use crate::path_str;
 use crate::users::chmod;
 
 /// The PEM files of one set of test TLS material.
@@ -109,4 +116,97 @@ pub fn make_tls(dir: &Path) -> TlsFiles {
         rogue_client_cert: write(dir, "rogue-client.pem", &rogue_pem, 0o644),
         rogue_client_key: write(dir, "rogue-client.key", &rogue_key, 0o600),
     }
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+/// The lowercase hex SHA-256 of `text`, from `sha256sum`.
+pub fn sha256_hex(text: &str) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run sha256sum");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to sha256sum");
+    let out = child.wait_with_output().expect("sha256sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("a digest")
+        .to_string()
+}
+
+/// `profd token --tokens FILE --name NAME --role ROLE --user USER`: returns
+/// the token it printed, after checking that the file holds its hash and
+/// not the token, and is mode 0600.
+pub fn new_token(tokens: &Path, name: &str, role: &str, user: &str) -> String {
+    let out = run_profd(&[
+        "token",
+        "--tokens",
+        path_str(tokens),
+        "--name",
+        name,
+        "--role",
+        role,
+        "--user",
+        user,
+    ]);
+    out.assert_success();
+    let token = out.stdout.trim().to_string();
+    assert!(
+        !token.is_empty() && !token.contains(char::is_whitespace),
+        "`profd token` did not print one token:\n{}",
+        out.describe()
+    );
+    let text = std::fs::read_to_string(tokens).expect("read the tokens file");
+    let want = format!("sha256:{} {name} {role} {user}", sha256_hex(&token));
+    assert!(
+        text.lines().any(|l| l.trim() == want),
+        "the tokens file has no line {want:?}:\n{text}"
+    );
+    assert!(
+        !text.contains(&token),
+        "the tokens file holds the token itself:\n{text}"
+    );
+    let mode = std::fs::metadata(tokens)
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600, "mode of the tokens file profd made");
+    token
+}
+
+/// Writes a token into a 0600 file, with a newline as `profd token > FILE` would.
+pub fn token_file(dir: &Path, name: &str, token: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{token}\n")).expect("write a token file");
+    chmod(&path, 0o600);
+    path
+}
+
+/// The flags of a TLS listener on `addr` with this material and tokens file:
+/// `--listen ADDR --tls-cert .. --tls-key .. --tokens ..`.
+pub fn listen_args<'a>(addr: &'a str, tls: &'a TlsFiles, tokens: &'a Path) -> Vec<&'a str> {
+    vec![
+        "--listen",
+        addr,
+        "--tls-cert",
+        path_str(&tls.server_cert),
+        "--tls-key",
+        path_str(&tls.server_key),
+        "--tokens",
+        path_str(tokens),
+    ]
 }

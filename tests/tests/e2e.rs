@@ -128,8 +128,8 @@ fn recursion_is_counted_once_per_sample() {
     // check_invariants (in parse) has checked every row's inclusive ≤ attributed.
 }
 
-/// A second busy process during the session: its samples are discarded and
-/// counted, and none of its functions reach the target's profile.
+/// A second busy process during the session: its samples count as
+/// discarded, and none of its functions reach the target's profile.
 #[test]
 fn other_process_samples_are_discarded() {
     let h = Harness::start();
@@ -145,6 +145,14 @@ fn other_process_samples_are_discarded() {
     assert!(
         p.totals.discarded > 0,
         "no discarded samples:\n{}",
+        p.table()
+    );
+    // Stack copies (the default) sample the target alone: the other
+    // process's samples are not taken but derived (see tests/tests/scope.rs).
+    assert_eq!(
+        (p.scope.as_str(), p.discarded_derived),
+        ("target", true),
+        "{}",
         p.table()
     );
     assert!(

@@ -11,15 +11,15 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
-use profd_e2e::tls::{make_tls, TlsFiles};
+use profd_e2e::tls::{free_port, make_tls, new_token, sha256_hex, token_file, TlsFiles};
 use profd_e2e::users::{
     chmod, group_gid, proc_file_owner, process_gids, process_uids, public_copy, public_dir,
     test_users, User, Users, TEST_GROUP,
@@ -888,84 +888,6 @@ fn garbage_on_the_socket_is_survived() {
 // ---------------------------------------------------------------------------
 // Remote access: TLS and tokens
 // ---------------------------------------------------------------------------
-
-/// A port on 127.0.0.1 that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
-}
-
-/// The lowercase hex SHA-256 of `text`, from `sha256sum`.
-fn sha256_hex(text: &str) -> String {
-    let mut child = Command::new("sha256sum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run sha256sum");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write to sha256sum");
-    let out = child.wait_with_output().expect("sha256sum");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .expect("a digest")
-        .to_string()
-}
-
-/// `profd token --tokens FILE --name NAME --role ROLE --user USER`: returns
-/// the token it printed, after checking that the file holds its hash and
-/// not the token, and is mode 0600.
-fn new_token(tokens: &Path, name: &str, role: &str, user: &str) -> String {
-    let out = run_profd(&[
-        "token",
-        "--tokens",
-        path_str(tokens),
-        "--name",
-        name,
-        "--role",
-        role,
-        "--user",
-        user,
-    ]);
-    out.assert_success();
-    let token = out.stdout.trim().to_string();
-    assert!(
-        !token.is_empty() && !token.contains(char::is_whitespace),
-        "`profd token` did not print one token:\n{}",
-        out.describe()
-    );
-    let text = std::fs::read_to_string(tokens).expect("read the tokens file");
-    let want = format!("sha256:{} {name} {role} {user}", sha256_hex(&token));
-    assert!(
-        text.lines().any(|l| l.trim() == want),
-        "the tokens file has no line {want:?}:\n{text}"
-    );
-    assert!(
-        !text.contains(&token),
-        "the tokens file holds the token itself:\n{text}"
-    );
-    let mode = std::fs::metadata(tokens)
-        .expect("stat")
-        .permissions()
-        .mode()
-        & 0o777;
-    assert_eq!(mode, 0o600, "mode of the tokens file profd made");
-    token
-}
-
-/// Writes a token into a 0600 file, with a newline as `profd token > FILE` would.
-fn token_file(dir: &Path, name: &str, token: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("{token}\n")).expect("write a token file");
-    chmod(&path, 0o600);
-    path
-}
 
 /// `attach <pid> --duration 1 --format json`.
 fn attach1(pid: &str) -> Vec<&str> {

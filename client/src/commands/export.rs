@@ -10,6 +10,7 @@ use crate::cli::{ExportArgs, ExportFormatArg};
 use crate::connect::Client;
 use crate::error::Error;
 use crate::output::Output;
+use crate::progress::waiting;
 use crate::render;
 
 /// Writes session `args.session` in `args.format` to `args.output`.
@@ -20,13 +21,15 @@ pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Res
             "a pprof export is binary (gzip): give -o FILE rather than a terminal".into(),
         ));
     }
-    let reply = client
-        .get_profile(GetProfileRequest {
+    let reply = waiting(
+        &format!("exporting session {}", args.session),
+        client.get_profile(GetProfileRequest {
             session_id: args.session,
             format: ExportFormat::from(args.format) as i32,
-        })
-        .await?
-        .into_inner();
+        }),
+    )
+    .await?
+    .into_inner();
     let session = required_session(reply.session, "GetProfile")?;
     // Only folded stacks of a session without samples are empty.
     if reply.data.is_empty() && args.format != ExportFormatArg::Folded {

@@ -8,6 +8,7 @@ use crate::connect::Client;
 use crate::error::Error;
 use crate::gmon::{self, Histogram, Layout};
 use crate::output::Output;
+use crate::progress::waiting;
 use crate::render;
 
 /// Prints the histogram `args` asks for (and writes `--gmon`).
@@ -31,16 +32,18 @@ pub async fn histogram(
     };
     let layout = Layout::derive(args.offset, args.scale, args.buckets, text, MAX_BUCKETS)
         .map_err(Error::Usage)?;
-    let reply = client
-        .get_histogram(GetHistogramRequest {
+    let reply = waiting(
+        &format!("reading the histogram of session {}", args.session),
+        client.get_histogram(GetHistogramRequest {
             session_id: args.session,
             module: module.clone(),
             offset: layout.offset,
             scale: layout.scale,
             buckets: layout.buckets,
-        })
-        .await?
-        .into_inner();
+        }),
+    )
+    .await?
+    .into_inner();
     let session = required_session(reply.session, "GetHistogram")?;
     if reply.counts.len() != layout.buckets as usize {
         return Err(Error::Protocol(format!(

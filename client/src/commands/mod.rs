@@ -7,7 +7,7 @@ mod profile;
 mod report;
 mod run;
 
-pub use admin::{info, sessions, stop};
+pub use admin::{health, info, sessions, stop};
 pub use export::export;
 pub use histogram::histogram;
 pub use profile::attach;

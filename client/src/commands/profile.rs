@@ -17,6 +17,7 @@ use crate::connect::Client;
 use crate::error::{status_line, Error};
 use crate::output::Output;
 use crate::profile::Profile;
+use crate::progress::{waiting, Spinner};
 use crate::render::{self, TableOptions};
 use crate::tui::{Action, Tui};
 use crate::watch::WatchState;
@@ -159,6 +160,19 @@ impl View {
     fn interval(&self) -> Duration {
         self.options.interval
     }
+
+    /// The spinner for a wait on session `id`, unless the full-screen view
+    /// owns the terminal or `quiet`: until the end for JSON (nothing is
+    /// shown before), else until the first table.
+    fn spinner(&self, id: u64, quiet: bool) -> Option<Spinner> {
+        if quiet || self.tui.is_some() {
+            return None;
+        }
+        Some(Spinner::start(match self.options.format {
+            Format::Json => format!("profiling session {id}; Ctrl-C stops it"),
+            Format::Table => format!("waiting for the first update of session {id}"),
+        }))
+    }
 }
 
 /// Follows `session` until its final update and returns its whole profile
@@ -210,6 +224,8 @@ async fn follow_inner(
         window_s,
         resume_after_seq,
     };
+    // A command run by `run` writes to the terminal too: no spinner then.
+    let mut spinner = view.spinner(id, child.is_some());
     let mut stream = client.watch(request(0)).await?.into_inner();
     let mut reconnects = 0;
     let mut state = WatchState::with_window(view.options.window_s());
@@ -232,6 +248,9 @@ async fn follow_inner(
                     state.apply(update)?;
                     if state.is_final() {
                         break;
+                    }
+                    if view.options.format == Format::Table {
+                        spinner = None;
                     }
                     view.refresh(&state)?;
                     if let Some(request) = view.view_request() {
@@ -263,7 +282,14 @@ async fn follow_inner(
                     return Err(Error::Interrupted);
                 }
                 interrupted = true;
-                eprintln!("profctl: stopping session {id} (Ctrl-C again to quit at once)");
+                let line = format!("profctl: stopping session {id} (Ctrl-C again to quit at once)");
+                match &spinner {
+                    Some(s) => {
+                        s.suspend(|| eprintln!("{line}"));
+                        s.set_message(format!("stopping session {id}"));
+                    }
+                    None => eprintln!("{line}"),
+                }
                 stop_session(client, id).await?;
                 ctrl_c = Box::pin(tokio::signal::ctrl_c());
             },
@@ -283,13 +309,17 @@ async fn follow_inner(
             },
         }
     }
-    let reply = client
-        .get_profile(GetProfileRequest {
-            session_id: id,
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
+    drop(spinner);
+    let get_profile = client.get_profile(GetProfileRequest {
+        session_id: id,
+        ..Default::default()
+    });
+    let reply = if view.tui.is_none() && child.is_none() {
+        waiting(&format!("reading the profile of session {id}"), get_profile).await
+    } else {
+        get_profile.await
+    }?
+    .into_inner();
     let session = required_session(reply.session, "GetProfile")?;
     if !state.is_final() && session.state() == SessionState::Running {
         return Err(Error::Protocol(

@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::local;
 use crate::output::Output;
 use crate::profile::Profile;
+use crate::progress::waiting;
 use crate::render::{self, TableOptions};
 use crate::render_views;
 
@@ -85,25 +86,29 @@ pub async fn report_session(
             let ReportView::Flat { limit } = view else {
                 unreachable!("only the flat table has no view request")
             };
-            let reply = client
-                .get_profile(GetProfileRequest {
+            let reply = waiting(
+                &format!("reading the profile of session {id}"),
+                client.get_profile(GetProfileRequest {
                     session_id: id,
                     ..Default::default()
-                })
-                .await?
-                .into_inner();
+                }),
+            )
+            .await?
+            .into_inner();
             let session = required_session(reply.session, "GetProfile")?;
             let profile = Profile::new(session, reply.functions);
             render::profile_table(&profile, table_options(limit, out))
         }
         Some(request) => {
-            let reply = client
-                .get_view(GetViewRequest {
+            let reply = waiting(
+                &format!("reading the view of session {id}"),
+                client.get_view(GetViewRequest {
                     session_id: id,
                     view: Some(request),
-                })
-                .await?
-                .into_inner();
+                }),
+            )
+            .await?
+            .into_inner();
             let session = required_session(reply.session.clone(), "GetView")?;
             let mut text = render::table_header(&session);
             text.push_str(&view_text(&view, &reply));

@@ -2,7 +2,7 @@
 //! the daemon's JSON export and `profctl --format json`.
 use serde::Serialize;
 
-use crate::api::{Function, Session, SessionState, Unwind};
+use crate::api::{Function, Scope, Session, SessionState, Unwind};
 use crate::event_name;
 
 /// The state as JSON and tables spell it: `running`, `stopped`,
@@ -28,6 +28,16 @@ pub fn unwind_name(unwind: Unwind) -> &'static str {
     }
 }
 
+/// The scope as JSON spells it: `system-wide` or `target` (`unknown` when
+/// unset, as for a profile read from a file).
+pub fn scope_name(scope: Scope) -> &'static str {
+    match scope {
+        Scope::SystemWide => "system-wide",
+        Scope::Target => "target",
+        Scope::Unspecified => "unknown",
+    }
+}
+
 #[derive(Serialize)]
 struct Report<'a> {
     session_id: u64,
@@ -46,6 +56,8 @@ struct Report<'a> {
     owner_uid: u32,
     children: bool,
     processes: Vec<Process<'a>>,
+    scope: &'static str,
+    discarded_derived: bool,
     totals: Totals,
     functions: Vec<Row<'a>>,
 }
@@ -84,11 +96,11 @@ struct Row<'a> {
 /// The JSON report: `session_id`, `pid`, `comm`, `state`, (`error` when
 /// not empty), `duration_s`, `frequency_hz`, `event`, `unwind`,
 /// `stack_bytes`, `owner`, `owner_uid`, `children`, `processes` [{`pid`,
-/// `ppid`, `comm`, `samples`, `exited`}], `totals` {`attributed`,
-/// `discarded`, `lost`, `truncated`, `unsymbolized`, `overflowed`,
-/// `throttled`} and `functions` [{`name`, `module`, `inclusive`,
-/// `exclusive`, `inclusive_pct`, `exclusive_pct`, `inlined`}], keys in this
-/// order. `functions` are taken as given (order, percentages): pass them
+/// `ppid`, `comm`, `samples`, `exited`}], `scope`, `discarded_derived`,
+/// `totals` {`attributed`, `discarded`, `lost`, `truncated`,
+/// `unsymbolized`, `overflowed`, `throttled`} and `functions` [{`name`,
+/// `module`, `inclusive`, `exclusive`, `inclusive_pct`, `exclusive_pct`,
+/// `inlined`}], keys in this order. `functions` are taken as given (order, percentages): pass them
 /// sorted and limited as wanted.
 pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
     let t = session.totals.unwrap_or_default();
@@ -117,6 +129,8 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
                 exited: p.exited,
             })
             .collect(),
+        scope: scope_name(session.scope()),
+        discarded_derived: session.discarded_derived,
         totals: Totals {
             attributed: t.attributed,
             discarded: t.discarded,
@@ -171,6 +185,8 @@ mod tests {
         s.set_state(SessionState::DurationElapsed);
         s.set_event(Event::CpuClock);
         s.set_unwind(Unwind::Dwarf);
+        s.set_scope(Scope::Target);
+        s.discarded_derived = true;
         s
     }
 
@@ -197,6 +213,8 @@ mod tests {
                 "owner_uid",
                 "children",
                 "processes",
+                "scope",
+                "discarded_derived",
                 "totals",
                 "functions"
             ]
@@ -234,6 +252,8 @@ mod tests {
         assert_eq!(v["event"], "cpu-clock");
         assert_eq!(v["unwind"], "dwarf");
         assert_eq!(v["totals"]["lost"], 1);
+        assert_eq!(v["scope"], "target");
+        assert_eq!(v["discarded_derived"], true);
     }
 
     #[test]
@@ -248,8 +268,8 @@ mod tests {
         assert!(v["functions"].as_array().unwrap().is_empty());
         let v = json(&Session::default(), &[]);
         assert_eq!(
-            (&v["state"], &v["unwind"]),
-            (&"unknown".into(), &"auto".into())
+            (&v["state"], &v["unwind"], &v["scope"]),
+            (&"unknown".into(), &"auto".into(), &"unknown".into())
         );
         assert_eq!(v["totals"]["attributed"], 0);
     }

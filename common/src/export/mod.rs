@@ -7,7 +7,7 @@ mod pprof;
 mod speedscope;
 
 pub use folded::{folded, svg};
-pub use json::{json, state_name, unwind_name};
+pub use json::{json, scope_name, state_name, unwind_name};
 pub use pprof::{pprof, pprof_decode};
 pub use speedscope::speedscope;
 

@@ -1,5 +1,6 @@
-//! One perf sampling event on one CPU and its mmap'd ring: attr setup,
-//! perf_event_open, enabling, and draining records with the kernel's
+//! One CPU's sampling ring: attr setup, perf_event_open (for every process,
+//! or for one target's threads and what they create, redirected into one
+//! ring), enabling, and draining records with the kernel's
 //! data_head/data_tail protocol. Record bytes are handed to `record::parse`.
 use super::record::{self, Layout, ParseError, Record};
 use perf_event_open_sys as sys;
@@ -29,6 +30,31 @@ pub struct EventSpec {
     /// Bytes of user stack copied with each sample, with the user registers
     /// needed to unwind it (0 = the kernel's frame-pointer walk instead).
     pub stack_bytes: u32,
+    /// The process the events sample: its threads, and (inherited) the
+    /// threads and processes they create from then on. None = every
+    /// process on the CPU (system-wide).
+    pub target: Option<Target>,
+}
+
+/// One process, told apart from a later process given the same pid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub pid: u32,
+    /// When it started, in clock ticks after boot (/proc/PID/stat).
+    pub started: u64,
+}
+
+impl Target {
+    /// The process with this pid now; None when there is none.
+    pub fn of(pid: u32) -> Option<Target> {
+        let stat = procfs::process::Process::new(pid as i32)
+            .and_then(|p| p.stat())
+            .ok()?;
+        Some(Target {
+            pid,
+            started: stat.starttime,
+        })
+    }
 }
 
 /// Largest user stack copy the kernel accepts (a record's size is a u16).
@@ -101,10 +127,18 @@ fn page_size() -> usize {
     usize::try_from(size).unwrap_or(4096)
 }
 
-/// An open, mmap'd sampling event on one CPU.
+/// An open, mmap'd sampling ring on one CPU: one system-wide event, or the
+/// events of one target's threads redirected into it.
 #[derive(Debug)]
 pub struct PerfEvent {
+    /// The event whose ring is mapped (and polled): the system-wide
+    /// sampling event, or with a target a dummy event that never samples,
+    /// so that the ring outlives any one of the target's threads.
     fd: OwnedFd,
+    /// With a target: one sampling event per thread it had when opened,
+    /// each inherited by the threads and processes it creates later (the
+    /// kernel sends inherited events' records to the parent's ring).
+    threads: Vec<OwnedFd>,
     base: *mut u8,
     map_len: usize,
     data_offset: usize,
@@ -125,94 +159,161 @@ const PERF_FORMAT_LOST: u64 = 1 << 4;
 // data area and writes data_tail); moving it to another thread is fine.
 unsafe impl Send for PerfEvent {}
 
+/// The sampling attr for `spec`: (attr, event name, sample_type, user
+/// registers sampled). Disabled until enabled; asks for the lost count.
+fn sampling_attr(
+    spec: &EventSpec,
+    data_size: usize,
+) -> (b::perf_event_attr, &'static str, u64, u64) {
+    let mut attr = b::perf_event_attr {
+        size: std::mem::size_of::<b::perf_event_attr>() as u32,
+        ..Default::default()
+    };
+    let (event_name, type_, config) = match spec.kind {
+        EventKind::CpuClock => (
+            "cpu-clock",
+            b::PERF_TYPE_SOFTWARE,
+            b::PERF_COUNT_SW_CPU_CLOCK as u64,
+        ),
+        EventKind::Cycles => (
+            "cycles",
+            b::PERF_TYPE_HARDWARE,
+            b::PERF_COUNT_HW_CPU_CYCLES as u64,
+        ),
+    };
+    attr.type_ = type_;
+    attr.config = config;
+    attr.__bindgen_anon_1.sample_freq = u64::from(spec.frequency_hz);
+    let (sample_type, regs) = if spec.stack_bytes > 0 {
+        let stack = (b::PERF_SAMPLE_REGS_USER | b::PERF_SAMPLE_STACK_USER) as u64;
+        attr.sample_regs_user = USER_REGS;
+        attr.sample_stack_user = spec.stack_bytes.min(MAX_STACK_BYTES) & !7;
+        // The user part comes from unwinding the copy.
+        attr.set_exclude_callchain_user(1);
+        (SAMPLE_TYPE | stack, USER_REGS)
+    } else {
+        (SAMPLE_TYPE, 0)
+    };
+    attr.sample_type = sample_type;
+    attr.set_freq(1);
+    attr.set_disabled(1);
+    attr.set_mmap(1);
+    attr.set_mmap2(1);
+    attr.set_comm(1);
+    attr.set_comm_exec(1);
+    attr.set_task(1);
+    attr.set_sample_id_all(1);
+    attr.set_exclude_guest(1);
+    // Inherited events (a target's) add their children's counts when read,
+    // and their children's losses are counted on them: the kernel sends an
+    // inherited event's output, and its lost count, to its parent.
+    attr.set_inherit(u64::from(spec.target.is_some()));
+    attr.read_format = PERF_FORMAT_LOST;
+    set_watermark(&mut attr, data_size);
+    (attr, event_name, sample_type, regs)
+}
+
+/// Wake the reader when a quarter of the ring is filled, not per record.
+/// The ring keeps the watermark of the event it is mapped from.
+fn set_watermark(attr: &mut b::perf_event_attr, data_size: usize) {
+    attr.set_watermark(1);
+    attr.__bindgen_anon_2.wakeup_watermark = (data_size / 4) as u32;
+}
+
+/// perf_event_open(attr, pid, cpu), close-on-exec.
+fn perf_event_open(attr: &mut b::perf_event_attr, pid: i32, cpu: u32) -> io::Result<OwnedFd> {
+    // SAFETY: `attr` is a valid, fully initialised perf_event_attr whose
+    // `size` field matches its type; the kernel only reads it (and may
+    // write back `size` on E2BIG).
+    let fd = unsafe { sys::perf_event_open(attr, pid, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by perf_event_open and is ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Open `attr` asking for the lost count; before Linux 6.0 (EINVAL) clear
+/// PERF_FORMAT_LOST in `attr` and open it without (PERF_RECORD_LOST still
+/// reports losses). Whether the count is kept is then in `attr.read_format`.
+fn open_counting_lost(attr: &mut b::perf_event_attr, pid: i32, cpu: u32) -> io::Result<OwnedFd> {
+    match perf_event_open(attr, pid, cpu) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && attr.read_format != 0 => {
+            attr.read_format = 0;
+            perf_event_open(attr, pid, cpu)
+        }
+        other => other,
+    }
+}
+
+/// The error for a refused perf_event_open of `event` on `cpu`.
+fn open_error(source: io::Error, event: &'static str, cpu: u32) -> PerfError {
+    match source.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Permission {
+            source,
+            paranoid: paranoid_level(),
+            needed: 0,
+        },
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+            PerfError::Unsupported { event, source }
+        }
+        _ => PerfError::Io {
+            what: "perf_event_open",
+            cpu,
+            source,
+        },
+    }
+}
+
+/// The ring carrier of a target's events on `cpu`: a software dummy event
+/// for all processes that records nothing itself (no sampling, no side-band
+/// records), whose ring the threads' events are redirected into.
+fn open_carrier(cpu: u32, data_size: usize) -> Result<OwnedFd, PerfError> {
+    let mut attr = b::perf_event_attr {
+        size: std::mem::size_of::<b::perf_event_attr>() as u32,
+        type_: b::PERF_TYPE_SOFTWARE,
+        config: b::PERF_COUNT_SW_DUMMY as u64,
+        ..Default::default()
+    };
+    attr.set_disabled(1);
+    set_watermark(&mut attr, data_size);
+    perf_event_open(&mut attr, -1, cpu).map_err(|e| open_error(e, "dummy", cpu))
+}
+
+/// The thread ids of process `pid`; ESRCH when it has gone.
+fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
+    let gone = |_| io::Error::from_raw_os_error(libc::ESRCH);
+    let tasks = procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.tasks())
+        .map_err(gone)?;
+    Ok(tasks.flatten().map(|t| t.tid as u32).collect())
+}
+
+fn enable(fd: &OwnedFd, cpu: u32) -> Result<(), PerfError> {
+    // SAFETY: ENABLE takes an fd and an integer flag.
+    if unsafe { sys::ioctls::ENABLE(fd.as_raw_fd(), 0) } < 0 {
+        return Err(PerfError::Io {
+            what: "enabling the event",
+            cpu,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
 impl PerfEvent {
-    /// Open `spec` on `cpu` for all processes (pid = -1), map its ring and
-    /// enable it.
+    /// Open `spec` on `cpu`, map its ring and enable it: for all processes
+    /// (pid = -1), or with `spec.target` for that process's threads (and,
+    /// inherited, whatever they create later), all into one ring.
     pub fn open(cpu: u32, spec: &EventSpec) -> Result<PerfEvent, PerfError> {
-        let mut attr = b::perf_event_attr {
-            size: std::mem::size_of::<b::perf_event_attr>() as u32,
-            ..Default::default()
-        };
-        let (event_name, type_, config) = match spec.kind {
-            EventKind::CpuClock => (
-                "cpu-clock",
-                b::PERF_TYPE_SOFTWARE,
-                b::PERF_COUNT_SW_CPU_CLOCK as u64,
-            ),
-            EventKind::Cycles => (
-                "cycles",
-                b::PERF_TYPE_HARDWARE,
-                b::PERF_COUNT_HW_CPU_CYCLES as u64,
-            ),
-        };
-        attr.type_ = type_;
-        attr.config = config;
-        attr.__bindgen_anon_1.sample_freq = u64::from(spec.frequency_hz);
-        let (sample_type, regs) = if spec.stack_bytes > 0 {
-            let stack = (b::PERF_SAMPLE_REGS_USER | b::PERF_SAMPLE_STACK_USER) as u64;
-            attr.sample_regs_user = USER_REGS;
-            attr.sample_stack_user = spec.stack_bytes.min(MAX_STACK_BYTES) & !7;
-            // The user part comes from unwinding the copy.
-            attr.set_exclude_callchain_user(1);
-            (SAMPLE_TYPE | stack, USER_REGS)
-        } else {
-            (SAMPLE_TYPE, 0)
-        };
-        attr.sample_type = sample_type;
-        attr.set_freq(1);
-        attr.set_disabled(1);
-        attr.set_mmap(1);
-        attr.set_mmap2(1);
-        attr.set_comm(1);
-        attr.set_comm_exec(1);
-        attr.set_task(1);
-        attr.set_sample_id_all(1);
-        attr.set_exclude_guest(1);
-        attr.read_format = PERF_FORMAT_LOST;
         let page = page_size();
         let data_size = spec.ring_pages * page;
-        attr.set_watermark(1);
-        attr.__bindgen_anon_2.wakeup_watermark = (data_size / 4) as u32;
-
-        // SAFETY: `attr` is a valid, fully initialised perf_event_attr whose
-        // `size` field matches its type; the kernel only reads it (and may
-        // write back `size` on E2BIG).
-        let mut fd =
-            unsafe { sys::perf_event_open(&mut attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC) };
-        let counts_lost =
-            fd >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL);
-        if !counts_lost {
-            // Before Linux 6.0: no lost count; PERF_RECORD_LOST still reports it.
-            attr.read_format = 0;
-            // SAFETY: as above.
-            fd = unsafe {
-                sys::perf_event_open(&mut attr, -1, cpu as i32, -1, PERF_FLAG_FD_CLOEXEC)
-            };
-        }
-        if fd < 0 {
-            let source = io::Error::last_os_error();
-            return Err(match source.raw_os_error() {
-                Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Permission {
-                    source,
-                    paranoid: paranoid_level(),
-                    needed: 0,
-                },
-                Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
-                    PerfError::Unsupported {
-                        event: event_name,
-                        source,
-                    }
-                }
-                _ => PerfError::Io {
-                    what: "perf_event_open",
-                    cpu,
-                    source,
-                },
-            });
-        }
-        // SAFETY: `fd` was just returned by perf_event_open and is ours alone.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-
+        let (mut attr, event_name, sample_type, regs) = sampling_attr(spec, data_size);
+        let fd = match spec.target {
+            None => open_counting_lost(&mut attr, -1, cpu)
+                .map_err(|e| open_error(e, event_name, cpu))?,
+            Some(_) => open_carrier(cpu, data_size)?,
+        };
         let map_len = page + data_size;
         // SAFETY: mapping a perf fd with length 1 + 2^n pages, shared and
         // read-write, is the documented way to get its ring; we check for
@@ -239,6 +340,7 @@ impl PerfEvent {
             Layout::new(sample_type, true, regs).expect("profd's own sample layout is supported");
         let mut event = PerfEvent {
             fd,
+            threads: Vec::new(),
             base: base.cast(),
             map_len,
             data_offset: page,
@@ -246,7 +348,7 @@ impl PerfEvent {
             layout,
             cpu,
             scratch: Vec::new(),
-            counts_lost,
+            counts_lost: attr.read_format != 0,
             lost_accounted: 0,
         };
         let page_hdr = event.header();
@@ -263,16 +365,61 @@ impl PerfEvent {
             event.data_offset = off;
             event.data_size = size;
         }
-        // SAFETY: ENABLE takes an fd and an integer flag.
-        if unsafe { sys::ioctls::ENABLE(event.fd.as_raw_fd(), 0) } < 0 {
-            let source = io::Error::last_os_error();
-            return Err(PerfError::Io {
-                what: "enabling the event",
-                cpu,
-                source,
-            });
+        match spec.target {
+            None => enable(&event.fd, cpu)?,
+            Some(target) => event.attach_threads(target, &mut attr, event_name)?,
         }
         Ok(event)
+    }
+
+    /// Open an inherited event on each thread of `target`, redirect it
+    /// into this ring and enable it. Threads the target creates afterwards
+    /// inherit their creator's event, as `perf record -p` relies on; a
+    /// thread created in the instant between the listing and the opening
+    /// of its creator's event is not sampled on this CPU. Fails with ESRCH
+    /// when the process has gone (or its pid is another process's now).
+    fn attach_threads(
+        &mut self,
+        target: Target,
+        attr: &mut b::perf_event_attr,
+        event_name: &'static str,
+    ) -> Result<(), PerfError> {
+        let cpu = self.cpu;
+        let gone = |source| PerfError::Io {
+            what: "opening the target's events",
+            cpu,
+            source,
+        };
+        let threads = threads_of(target.pid).map_err(gone)?;
+        if Target::of(target.pid) != Some(target) {
+            return Err(gone(io::Error::from_raw_os_error(libc::ESRCH)));
+        }
+        for tid in threads {
+            let fd = match open_counting_lost(attr, tid as i32, cpu) {
+                Ok(fd) => fd,
+                // The thread exited since the listing.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
+                Err(e) => return Err(open_error(e, event_name, cpu)),
+            };
+            // SAFETY: SET_OUTPUT takes two perf event fds and touches no
+            // user memory: `fd` (never mapped) then writes into the ring of
+            // `self.fd` (same CPU, same clock), which the kernel keeps
+            // alive for as long as any event writes to it.
+            if unsafe { sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), self.fd.as_raw_fd()) } < 0 {
+                return Err(PerfError::Io {
+                    what: "redirecting a thread's event into the ring",
+                    cpu,
+                    source: io::Error::last_os_error(),
+                });
+            }
+            enable(&fd, cpu)?;
+            self.threads.push(fd);
+        }
+        self.counts_lost = attr.read_format != 0;
+        if self.threads.is_empty() {
+            return Err(gone(io::Error::from_raw_os_error(libc::ESRCH)));
+        }
+        Ok(())
     }
 
     /// Register the ring's fd with tokio's reactor (readable on watermark).
@@ -291,23 +438,37 @@ impl PerfEvent {
     }
 
     /// Samples the kernel dropped on this ring since it was opened (the
-    /// ring was full), when the kernel counts them (Linux 6.0+).
+    /// ring was full), when the kernel counts them (Linux 6.0+): the sum of
+    /// the counts of the events writing into it (a target's threads' events
+    /// count their inherited children's losses too).
     pub fn kernel_lost(&self) -> Option<u64> {
         if !self.counts_lost {
             return None;
         }
-        let mut values = [0u64; 2];
-        // SAFETY: read() writes at most size_of_val(&values) bytes into the
-        // local array; with read_format = PERF_FORMAT_LOST the kernel writes
-        // { value, lost }.
-        let n = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                values.as_mut_ptr().cast(),
-                std::mem::size_of_val(&values),
-            )
+        let sampling = if self.threads.is_empty() {
+            std::slice::from_ref(&self.fd)
+        } else {
+            &self.threads[..]
         };
-        (n == 16).then_some(values[1])
+        let mut lost = 0;
+        for fd in sampling {
+            let mut values = [0u64; 2];
+            // SAFETY: read() writes at most size_of_val(&values) bytes into
+            // the local array; with read_format = PERF_FORMAT_LOST the
+            // kernel writes { value, lost }.
+            let n = unsafe {
+                libc::read(
+                    fd.as_raw_fd(),
+                    values.as_mut_ptr().cast(),
+                    std::mem::size_of_val(&values),
+                )
+            };
+            if n != 16 {
+                return None;
+            }
+            lost += values[1];
+        }
+        Some(lost)
     }
 
     /// Samples lost since the last call: from the kernel's own count when it
@@ -374,8 +535,13 @@ pub fn walk_ring(
     mut f: impl FnMut(u32, u16, &[u8]),
 ) -> u64 {
     let size = data.len() as u64;
+    // Where `tail` is in the ring, kept without a division per record.
+    let mut off = if head.wrapping_sub(tail) >= 8 {
+        (tail % size) as usize
+    } else {
+        0
+    };
     while head.wrapping_sub(tail) >= 8 {
-        let off = (tail % size) as usize;
         // Headers are 8-byte aligned and the ring size is a multiple of 8,
         // so a header never wraps.
         let kind = u32::from_ne_bytes(data[off..off + 4].try_into().expect("4 bytes"));
@@ -392,7 +558,11 @@ pub fn walk_ring(
             );
             return head;
         }
-        let body_start = (off + 8) % data.len();
+        // off < size and 8 <= len <= size: one subtraction wraps either.
+        let mut body_start = off + 8;
+        if body_start >= data.len() {
+            body_start -= data.len();
+        }
         let body_len = (len - 8) as usize;
         if body_start + body_len <= data.len() {
             f(kind, misc, &data[body_start..body_start + body_len]);
@@ -404,6 +574,10 @@ pub fn walk_ring(
             f(kind, misc, scratch);
         }
         tail = tail.wrapping_add(len);
+        off += len as usize;
+        if off >= data.len() {
+            off -= data.len();
+        }
     }
     tail
 }
@@ -447,6 +621,7 @@ pub fn pmu_available() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     fn put_record(ring: &mut [u8], pos: u64, kind: u32, body: &[u8]) -> u64 {
         let mut rec = Vec::new();
@@ -514,6 +689,149 @@ mod tests {
         ring[6..8].copy_from_slice(&200u16.to_ne_bytes());
         let tail = walk_ring(&ring, 0, 256, &mut scratch, |_, _, _| calls += 1);
         assert_eq!((tail, calls), (256, 0));
+    }
+
+    /// `sh -c SCRIPT`, killed (with its process group) when dropped.
+    struct Shell(std::process::Child);
+
+    impl Shell {
+        fn start(script: &str) -> Shell {
+            use std::os::unix::process::CommandExt;
+            let child = std::process::Command::new("sh")
+                .args(["-c", script])
+                .process_group(0)
+                .spawn()
+                .expect("sh runs");
+            Shell(child)
+        }
+    }
+
+    impl Drop for Shell {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.0.id())])
+                .status();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// Needs root (or CAP_PERFMON): fails without, as the daemon would.
+    #[test]
+    fn target_rings_sample_the_target_and_what_it_forks_only() {
+        let cpus = online_cpus().expect("online CPUs");
+        let other = Shell::start("while :; do :; done");
+        // Spins, and after 0.3 s forks a child that spins too.
+        let target = Shell::start("sleep 0.3; (while :; do :; done) & while :; do :; done");
+        let pid = target.0.id();
+        let spec = EventSpec {
+            kind: EventKind::CpuClock,
+            frequency_hz: 499,
+            ring_pages: 512,
+            stack_bytes: 4096,
+            target: Target::of(pid),
+        };
+        let mut rings: Vec<PerfEvent> = cpus
+            .iter()
+            .map(|&cpu| PerfEvent::open(cpu, &spec).expect("per-target events (needs root)"))
+            .collect();
+        let (mut samples, mut forks) = (HashMap::new(), Vec::new());
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_millis(1500) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            for ring in &mut rings {
+                ring.drain(|r| match r {
+                    Ok(Record::Sample(s)) => {
+                        *samples.entry(s.pid).or_insert(0u64) += 1;
+                        assert!(!s.stack_user.is_empty(), "a stack copy with each sample");
+                    }
+                    Ok(Record::Fork(t)) if t.pid != t.ppid => forks.push((t.pid, t.ppid)),
+                    _ => {}
+                });
+            }
+        }
+        let children: Vec<u32> = forks
+            .iter()
+            .filter(|&&(_, ppid)| ppid == pid)
+            .map(|&(child, _)| child)
+            .collect();
+        assert!(
+            samples.contains_key(&pid),
+            "the target was not sampled: {samples:?}"
+        );
+        assert!(
+            !samples.contains_key(&other.0.id()),
+            "the other process was sampled: {samples:?}"
+        );
+        assert!(
+            children.iter().any(|c| samples.contains_key(c)),
+            "the forked child was not sampled: {samples:?}, forks {forks:?}"
+        );
+        for sampled in samples.keys() {
+            assert!(
+                *sampled == pid || forks.iter().any(|&(child, _)| child == *sampled),
+                "pid {sampled} is neither the target nor its descendant: {samples:?}, forks {forks:?}"
+            );
+        }
+        eprintln!(
+            "samples {samples:?} forks {forks:?} counts_lost {}",
+            rings[0].counts_lost
+        );
+        // read() of the lost count works on inherited events.
+        for ring in &rings {
+            if ring.counts_lost {
+                assert!(ring.kernel_lost().is_some());
+            }
+        }
+    }
+
+    /// A thread that existed before the events were opened is sampled too
+    /// (perf_event_open(pid) alone would follow only the thread `pid`).
+    #[test]
+    fn target_rings_sample_every_thread_the_target_had() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinning = stop.clone();
+        let spinner = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let mut x = 0u64;
+            while !spinning.load(Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        });
+        let spinner_tid = rx.recv().unwrap();
+        let pid = std::process::id();
+        let spec = EventSpec {
+            kind: EventKind::CpuClock,
+            frequency_hz: 499,
+            ring_pages: 64,
+            stack_bytes: 0,
+            target: Target::of(pid),
+        };
+        let mut rings: Vec<PerfEvent> = online_cpus()
+            .expect("online CPUs")
+            .iter()
+            .map(|&cpu| PerfEvent::open(cpu, &spec).expect("per-target events (needs root)"))
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        spinner.join().unwrap();
+        let mut tids = HashMap::new();
+        for ring in &mut rings {
+            ring.drain(|r| {
+                // Processes other tests fork from this one inherit the
+                // events too; only this process's threads are counted.
+                if let Ok(Record::Sample(s)) = r {
+                    if s.pid == pid {
+                        *tids.entry(s.tid).or_insert(0u64) += 1;
+                    }
+                }
+            });
+        }
+        assert!(
+            tids.contains_key(&spinner_tid),
+            "the spinning thread {spinner_tid} was not sampled: {tids:?}"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ mod pidfd;
 pub mod record;
 
 pub use event::{
-    online_cpus, pmu_available, walk_ring, EventKind, EventSpec, PerfError, PerfEvent,
+    online_cpus, pmu_available, walk_ring, EventKind, EventSpec, PerfError, PerfEvent, Target,
     MAX_STACK_BYTES, SAMPLE_TYPE, USER_REGS,
 };
 pub use pidfd::PidFd;

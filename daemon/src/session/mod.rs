@@ -1,10 +1,13 @@
 //! A profiling session as an actor: it owns the target's stack table, maps and
 //! totals, applies batches from the sampler, ends on stop / duration / target
 //! exit, and answers profile requests (symbolizing only new addresses).
+mod ingest;
 mod profile;
+mod scope;
 mod spaces;
 mod stored;
 
+pub use ingest::{Ingest, NewAddresses};
 pub use profile::{Resolved, MAX_WINDOW_S};
 pub use stored::open_stored;
 
@@ -12,11 +15,8 @@ use crate::maps::ProcessMaps;
 use crate::perf::{EventKind, EventSpec, PidFd};
 use crate::sampler::{Batch, SampleSource};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
-use crate::unwind::Walk;
 use profd_common::api;
-use profd_common::model::StackTable;
-use spaces::Spaces;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::unix::AsyncFd;
@@ -43,6 +43,8 @@ pub struct Params {
     pub recheck: Option<Recheck>,
     /// Follow the processes the target forks.
     pub children: bool,
+    /// The daemon's counters (symbol cache hits and misses).
+    pub stats: Arc<crate::metrics::Stats>,
 }
 
 /// The one frame of the stack that samples over the unique-stack limit are
@@ -149,27 +151,16 @@ struct Actor {
     ended: Option<Instant>,
     state: watch::Sender<api::SessionState>,
     error: String,
-    stacks: StackTable,
-    totals: api::Totals,
-    /// Mappings and unwinders of the target's (and its children's) address
-    /// spaces; stack addresses are tagged with their space.
-    spaces: Spaces,
-    /// Samples per process, and where each live pid is in the list.
-    processes: Vec<api::ProcessSamples>,
-    process_index: HashMap<u32, usize>,
-    /// Addresses of new stacks not yet symbolized.
-    pending: HashSet<u64>,
-    scratch: Vec<u64>,
-    /// What each symbolized address resolved to.
-    addr_fn: HashMap<u64, AddrFrames>,
+    /// The stack table, totals, address spaces, processes and threads that
+    /// batches are counted into.
+    ingest: Ingest,
+    /// What each symbolized address resolved to; looked up for every frame
+    /// of every stack at each view.
+    addr_fn: foldhash::HashMap<u64, AddrFrames>,
     fn_ids: HashMap<FrameName, u32>,
     names: Vec<FrameName>,
     /// Source file of each function (by id), where known.
     files: Vec<String>,
-    /// Thread names by tid.
-    threads: HashMap<u32, String>,
-    /// Stack indices sampled, in one bucket per second, for windowed figures.
-    recent: VecDeque<(Instant, Vec<u32>)>,
     /// Views computed so far, and per function id when its counts changed.
     version: u64,
     stamps: Vec<Stamp>,
@@ -190,13 +181,14 @@ pub async fn start(
         .await?;
     // Read after subscribing: later mappings arrive as MMAP2 records.
     let maps = ProcessMaps::read(params.pid).unwrap_or_default();
-    let spaces = Spaces::new(params.pid, maps, spec.stack_bytes > 0);
-    let processes = vec![api::ProcessSamples {
-        pid: params.pid,
-        comm: params.comm.clone(),
-        ..Default::default()
-    }];
-    let process_index = HashMap::from([(params.pid, 0)]);
+    let ingest = Ingest::new(
+        params.pid,
+        params.comm.clone(),
+        maps,
+        spec.stack_bytes > 0,
+        params.max_stacks,
+        params.recheck.clone(),
+    );
     let (state, state_rx) = watch::channel(api::SessionState::Running);
     let (tx, cmd_rx) = mpsc::channel(16);
     let id = params.id;
@@ -214,19 +206,11 @@ pub async fn start(
         ended: None,
         state,
         error: String::new(),
-        stacks: StackTable::default(),
-        totals: api::Totals::default(),
-        spaces,
-        processes,
-        process_index,
-        scratch: Vec::new(),
-        pending: HashSet::new(),
-        addr_fn: HashMap::new(),
+        ingest,
+        addr_fn: foldhash::HashMap::default(),
         fn_ids: HashMap::new(),
         names: Vec::new(),
         files: Vec::new(),
-        threads: HashMap::new(),
-        recent: VecDeque::new(),
         version: 0,
         stamps: Vec::new(),
     };
@@ -321,7 +305,7 @@ impl Actor {
         self.sampler.unsubscribe(self.spec, self.params.id).await;
         while let Ok(batch) = batches.try_recv() {
             if !self.error.is_empty() {
-                self.totals.discarded += batch.seen;
+                self.ingest.totals.discarded += batch.seen;
             } else if let Err(why) = self.apply(batch) {
                 self.error = why;
             }
@@ -339,110 +323,29 @@ impl Actor {
         let _ = self.state.send(state);
         // Name what is left, then let go of the processes' files.
         self.symbolize_pending().await;
-        self.spaces.release();
+        self.ingest.spaces.release();
     }
 
     /// Count a batch; Err when a process of the session exec'd a program
     /// its owner may not profile (the batch is then dropped: its samples are
     /// discarded).
-    fn apply(&mut self, mut batch: Batch) -> Result<(), String> {
-        if let Some((pid, comm)) = batch.exec.take() {
-            if let Some(recheck) = &self.params.recheck {
-                if let Err(why) = recheck(pid) {
-                    self.totals.discarded += batch.seen;
-                    return Err(format!("stopped after exec of {comm}: {why}"));
-                }
-            }
-            if pid == self.params.pid {
-                self.params.comm = comm.clone();
-            }
-            if let Some(&i) = self.process_index.get(&pid) {
-                self.processes[i].comm = comm;
-            }
-            self.spaces.exec(pid);
+    fn apply(&mut self, batch: Batch) -> Result<(), String> {
+        let exec_comm = batch
+            .exec
+            .as_ref()
+            .filter(|(pid, _)| *pid == self.params.pid)
+            .map(|(_, comm)| comm.clone());
+        let addr_fn = &self.addr_fn;
+        let new = self.ingest.apply(batch, |a| addr_fn.contains_key(&a))?;
+        if let Some(comm) = exec_comm {
+            self.params.comm = comm;
         }
-        for (child, parent) in batch.forks.drain(..) {
-            self.spaces.fork(child, parent);
-            let comm = self
-                .process_index
-                .get(&parent)
-                .map(|&i| self.processes[i].comm.clone())
-                .unwrap_or_default();
-            self.process_index.insert(child, self.processes.len());
-            self.processes.push(api::ProcessSamples {
-                pid: child,
-                ppid: parent,
-                comm,
-                ..Default::default()
-            });
+        if new != NewAddresses::default() {
+            use std::sync::atomic::Ordering::Relaxed;
+            let stats = &self.params.stats;
+            stats.symbol_cache_hits.fetch_add(new.known, Relaxed);
+            stats.symbol_cache_misses.fetch_add(new.queued, Relaxed);
         }
-        for (tid, name) in batch.comms.drain(..) {
-            self.threads.insert(tid, name);
-        }
-        let mut by_pid: HashMap<u32, Vec<crate::maps::Mapping>> = HashMap::new();
-        for (pid, m) in batch.mappings.drain(..) {
-            by_pid.entry(pid).or_default().push(m);
-        }
-        for (pid, mappings) in by_pid {
-            self.spaces.insert(pid, mappings.into_iter());
-        }
-        let mut attributed = 0u64;
-        let mut scratch = std::mem::take(&mut self.scratch);
-        for sample in batch.samples() {
-            attributed += 1;
-            let space = self.spaces.of(sample.pid);
-            // Frame-pointer stacks of the target's first program are used as
-            // they came; others are unwound and/or tagged in `scratch`.
-            let stack = if sample.user.is_none() && space == 0 {
-                sample.frames
-            } else {
-                scratch.clear();
-                scratch.extend_from_slice(sample.frames);
-                if let Some(([ip, sp, bp], bytes)) = sample.user {
-                    let unwinder = &mut self.spaces.list[space].unwinder;
-                    if ip != 0
-                        && unwinder.unwind(ip, sp, bp, bytes, &mut scratch) == Walk::Truncated
-                    {
-                        self.totals.truncated += 1;
-                    }
-                }
-                if space != 0 {
-                    for a in scratch.iter_mut() {
-                        *a = spaces::tag(space, *a);
-                    }
-                }
-                &scratch[..]
-            };
-            let cap = self.params.max_stacks;
-            let (stack, (index, new)) = match self.stacks.add_within(sample.tid, stack, 1, cap) {
-                Some(added) => (stack, added),
-                None => {
-                    self.totals.overflowed += 1;
-                    let limit = &[STACK_LIMIT_FRAME][..];
-                    (limit, self.stacks.add(0, limit, 1))
-                }
-            };
-            if new {
-                self.pending
-                    .extend(stack.iter().filter(|a| !self.addr_fn.contains_key(a)));
-            }
-            self.note_sample(sample.tid, index as u32);
-            if let Some(&i) = self.process_index.get(&sample.pid) {
-                self.processes[i].samples += 1;
-            }
-        }
-        self.scratch = scratch;
-        for pid in batch.exits.drain(..) {
-            self.spaces.exit(pid);
-            if let Some(i) = self.process_index.remove(&pid) {
-                self.processes[i].exited = true;
-            }
-        }
-        self.totals.attributed += attributed;
-        self.totals.discarded += batch.seen.saturating_sub(attributed);
-        self.totals.lost += batch.lost;
-        self.totals.throttled += batch.throttled;
-        self.totals.truncated += batch.truncated;
         Ok(())
     }
 
@@ -452,6 +355,13 @@ impl Actor {
             EventKind::CpuClock => api::Event::CpuClock,
             EventKind::Cycles => api::Event::Cycles,
         };
+        let (scope, discarded_derived) = scope::scope(&self.spec);
+        let totals = scope::totals(
+            self.ingest.totals,
+            &self.spec,
+            elapsed.as_secs_f64(),
+            self.sampler.cpus(),
+        );
         api::Session {
             id: self.params.id,
             pid: self.params.pid,
@@ -461,7 +371,7 @@ impl Actor {
             state: *self.state.borrow() as i32,
             started_unix_ms: self.started_unix_ms,
             duration_s: elapsed.as_secs_f64(),
-            totals: Some(self.totals),
+            totals: Some(totals),
             duration_limit_ms: self
                 .params
                 .duration
@@ -477,8 +387,10 @@ impl Actor {
             owner_uid: self.params.owner_uid,
             owner: self.params.owner.clone(),
             children: self.params.children,
-            processes: self.processes.clone(),
+            processes: self.ingest.processes.clone(),
             earlier_run: false,
+            scope: scope as i32,
+            discarded_derived,
         }
     }
 }

@@ -22,37 +22,12 @@ pub struct Resolved {
 }
 
 impl Actor {
-    /// Remember that stack `index` was sampled on `tid` now.
-    pub(super) fn note_sample(&mut self, tid: u32, index: u32) {
-        let now = Instant::now();
-        match self.recent.back_mut() {
-            Some((start, bucket)) if now.duration_since(*start) < Duration::from_secs(1) => {
-                bucket.push(index)
-            }
-            _ => self.recent.push_back((now, vec![index])),
-        }
-        while self
-            .recent
-            .front()
-            .is_some_and(|(t, _)| now.duration_since(*t).as_secs() > u64::from(MAX_WINDOW_S))
-        {
-            self.recent.pop_front();
-        }
-        if !self.threads.contains_key(&tid) {
-            let name =
-                std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.params.pid))
-                    .map(|s| s.trim_end().to_string())
-                    .unwrap_or_default();
-            self.threads.insert(tid, name);
-        }
-    }
-
     /// Name the addresses of stacks seen since the last view.
     pub(super) async fn symbolize_pending(&mut self) {
-        if self.pending.is_empty() {
+        if self.ingest.pending.is_empty() {
             return;
         }
-        let mut addrs: Vec<u64> = self.pending.drain().collect();
+        let mut addrs: Vec<u64> = self.ingest.pending.drain().collect();
         if let Some(i) = addrs.iter().position(|&a| a == super::STACK_LIMIT_FRAME) {
             addrs.swap_remove(i);
             let func = self.function_id(
@@ -78,9 +53,8 @@ impl Actor {
             by_space.entry(untag(a).0).or_default().push(a);
         }
         for (space, addrs) in by_space {
-            let maps = self.spaces.list[space.min(self.spaces.list.len() - 1)]
-                .maps
-                .clone();
+            let spaces = &self.ingest.spaces.list;
+            let maps = spaces[space.min(spaces.len() - 1)].maps.clone();
             self.symbolize_in(maps, addrs).await;
         }
     }
@@ -148,7 +122,7 @@ impl Actor {
     fn window_counts(&self, window_s: u32) -> HashMap<u32, u64> {
         let now = Instant::now();
         let mut counts = HashMap::new();
-        for (start, bucket) in self.recent.iter().rev() {
+        for (start, bucket) in self.ingest.recent.iter().rev() {
             if now.duration_since(*start) >= Duration::from_secs(u64::from(window_s)) {
                 break;
             }
@@ -171,18 +145,18 @@ impl Actor {
         let mut agg = Aggregator::new(self.names.len());
         let mut ids = Vec::with_capacity(128);
         let mut unsymbolized = 0;
-        for (_, stack, n) in self.stacks.iter() {
+        for (_, stack, n) in self.ingest.stacks.iter() {
             if self.stack_ids(stack, &mut ids) {
                 unsymbolized += n;
             }
             agg.add(&ids, n);
         }
-        self.totals.unsymbolized = unsymbolized;
+        self.ingest.totals.unsymbolized = unsymbolized;
         let (mut window, mut window_attributed) = (None, 0);
         if window_s > 0 {
             let mut wagg = Aggregator::new(self.names.len());
             for (index, n) in self.window_counts(window_s) {
-                if let Some((_, stack)) = self.stacks.get(index as usize) {
+                if let Some((_, stack)) = self.ingest.stacks.get(index as usize) {
                     self.stack_ids(stack, &mut ids);
                     wagg.add(&ids, n);
                     window_attributed += n;
@@ -190,7 +164,7 @@ impl Actor {
             }
             window = Some(wagg.into_counts());
         }
-        let total = self.totals.attributed;
+        let total = self.ingest.totals.attributed;
         let mut functions: Vec<api::Function> = agg
             .into_counts()
             .into_iter()
@@ -259,6 +233,7 @@ impl Actor {
             })
             .collect();
         let stacks = self
+            .ingest
             .stacks
             .iter()
             .map(|(tid, stack, count)| ResolvedStack {
@@ -280,8 +255,8 @@ impl Actor {
         let profile = ResolvedProfile {
             functions,
             stacks,
-            threads: self.threads.clone(),
-            attributed: self.totals.attributed,
+            threads: self.ingest.threads.clone(),
+            attributed: self.ingest.totals.attributed,
             frequency_hz: session.frequency_hz,
             duration_s: session.duration_s,
             pid: session.pid,
@@ -299,9 +274,9 @@ impl Actor {
         let mut counts = vec![0u64; req.buckets as usize];
         let (mut out_of_range, mut other, mut matched) = (0, 0, false);
         // The target's current program (after any exec).
-        let space = self.spaces.of(self.params.pid);
-        let maps = &self.spaces.list[space].maps;
-        for (_, stack, n) in self.stacks.iter() {
+        let space = self.ingest.spaces.of(self.params.pid);
+        let maps = &self.ingest.spaces.list[space].maps;
+        for (_, stack, n) in self.ingest.stacks.iter() {
             let Some((pc_space, pc)) = stack
                 .iter()
                 .find(|&&a| !is_kernel(a) && a != crate::sampler::BAD_USER_FRAME)

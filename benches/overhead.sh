@@ -1,0 +1,455 @@
+#!/usr/bin/env bash
+# What profd costs, measured side by side with perf in one run:
+#
+#  overhead  A fixed-work target (benches/workloads/fixed_work.c: two busy
+#            threads, call stacks 10-14 frames deep, frame pointers
+#            everywhere) run
+#              bare
+#              under perf record -a -g -F 999                (perf-fp)
+#              under perf record -a --call-graph dwarf -F 999 (perf-dwarf)
+#              under profd: profctl run --unwind fp          (profd-fp)
+#              under profd: profctl run --unwind dwarf       (profd-dwarf)
+#            profctl streams 1 update/s for the target's whole life. The
+#            configurations are interleaved over --rounds rounds (the order
+#            rotates each round) and their medians compared: the target's
+#            wall and CPU time, its slowdown against bare, the profiler's own
+#            CPU time, and the ratio profd slowdown / perf slowdown.
+#  steady    Daemon CPU in the steady state: one session (fp, then dwarf) on
+#            the same target, streaming 1 update/s; profd's utime+stime over a
+#            window after a warm-up, as a share of one core, per sample, and
+#            scaled to a full 2 × 999 samples/s; and its memory.
+#  latency   Attach → first Watch update: daemon/examples/latency.rs,
+#            --latency-runs times on a busy target.
+#  memory    10 sessions, each on its own many_stacks target
+#            (benches/workloads/many_stacks.c: 2^14 distinct call paths, run
+#            as SCHED_IDLE so that it only takes idle CPU), each watched by
+#            profctl at 1 update/s, for --rss-minutes; profd's memory sampled
+#            every 30 s; then the unique (folded) stacks of every session.
+#
+# Usage: benches/overhead.sh [--quick] [--rounds N] [--rss-minutes M] [--latency-runs N]
+#                            [--rss-unwind MODE] [--only PHASES] [--nice N] [--no-build] [--keep]
+#   --quick           short runs for a CI smoke test (2 rounds of ~1.5 s,
+#                     4 s steady windows, 3 latency runs, 0.5 min of memory)
+#   --rounds N        overhead rounds (default 5)
+#   --rss-minutes M   length of the memory scenario (default 10; fractions allowed)
+#   --latency-runs N  Attach/Watch cycles timed (default 10)
+#   --rss-unwind M    unwinding of the memory scenario's sessions: auto, fp or
+#                     dwarf (default auto, the daemon's default)
+#   --only PHASES     run only these phases, comma-separated (overhead,
+#                     steady, latency, memory; default all)
+#   --nice N          run everything measured (targets, perf, profd, profctl)
+#                     at this nice level, e.g. -10 on a machine others load:
+#                     all configurations alike, so the comparison stays fair
+#                     (with autogroups, the nice level of the caller's
+#                     session too, until the script exits)
+#   --no-build        use the release binaries already built
+#   --keep            keep the work directory (logs, profiles, figures)
+#
+# Needs root, perf (Debian package linux-perf), gcc, chrt (util-linux) and
+# cargo. Builds the release binaries (cargo build --release --workspace
+# --bins, and the latency example), starts its own profd on a private socket
+# with --no-persist, and stops every process it started when it exits.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+rounds=5
+rss_minutes=10
+latency_runs=10
+rss_unwind=auto
+phases=overhead,steady,latency,memory
+nice_level=''
+build=1
+keep=0
+quick=0
+freq=999
+work_s=8     # bare run time of the fixed-work target (calibrated)
+warm_s=3     # steady state: warm-up before the window...
+steady_s=30  # ...and the window
+rss_every=30 # seconds between memory samples
+rss_sessions=10
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+die() { echo "overhead: $*" >&2; exit 1; }
+say() { echo "overhead: $*" >&2; }
+
+given_rounds='' given_rss='' given_latency=''
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) quick=1 ;;
+    --rounds) given_rounds="${2:?--rounds needs a number}"; shift ;;
+    --rss-minutes) given_rss="${2:?--rss-minutes needs a number}"; shift ;;
+    --latency-runs) given_latency="${2:?--latency-runs needs a number}"; shift ;;
+    --rss-unwind) rss_unwind="${2:?--rss-unwind needs auto, fp or dwarf}"; shift ;;
+    --only) phases="${2:?--only needs phases, e.g. overhead,steady}"; shift ;;
+    --nice) nice_level="${2:?--nice needs a level, -20..19}"; shift ;;
+    --no-build) build=0 ;;
+    --keep) keep=1 ;;
+    -h | --help) usage ;;
+    *) echo "overhead: unknown option '$1'" >&2; usage ;;
+    esac
+    shift
+done
+if [ "$quick" = 1 ]; then
+    rounds=2 rss_minutes=0.5 latency_runs=3 work_s=1.5 warm_s=1 steady_s=4 rss_every=10
+fi
+rounds="${given_rounds:-$rounds}"
+rss_minutes="${given_rss:-$rss_minutes}"
+latency_runs="${given_latency:-$latency_runs}"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a whole number ≥ 1, not '$rounds'"
+[[ "$latency_runs" =~ ^[1-9][0-9]*$ ]] || die "--latency-runs must be a whole number ≥ 1, not '$latency_runs'"
+if ! [[ "$rss_minutes" =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v m="$rss_minutes" 'BEGIN { exit !(m > 0) }'; then
+    die "--rss-minutes must be a number of minutes above 0, not '$rss_minutes'"
+fi
+[[ "$rss_unwind" =~ ^(auto|fp|dwarf)$ ]] || die "--rss-unwind must be auto, fp or dwarf, not '$rss_unwind'"
+[[ "$phases" =~ ^(overhead|steady|latency|memory)(,(overhead|steady|latency|memory))*$ ]] ||
+    die "--only takes phases from overhead, steady, latency, memory (comma-separated), not '$phases'"
+[[ -z "$nice_level" || "$nice_level" =~ ^-?[0-9]+$ ]] || die "--nice must be a whole number, -20..19, not '$nice_level'"
+wants() { [[ ",$phases," == *",$1,"* ]]; }
+
+# ------------------------------------------------------------------ checks
+
+[ "$(id -u)" = 0 ] || die "run as root: perf -a and profd sample the whole system"
+command -v perf >/dev/null ||
+    die "perf is missing: install the Debian package linux-perf (apt-get install linux-perf)"
+perf version >/dev/null 2>&1 ||
+    die "perf does not run: $(perf version 2>&1 | head -n 1); install linux-perf (apt-get install linux-perf)"
+command -v "${CC:-gcc}" >/dev/null || die "${CC:-gcc} is missing (apt-get install gcc)"
+command -v chrt >/dev/null || die "chrt is missing (apt-get install util-linux)"
+command -v cargo >/dev/null || die "cargo is missing"
+
+bin="${CARGO_TARGET_DIR:-$root/target}/release"
+if [ "$build" = 1 ]; then
+    say "building release binaries"
+    (cd "$root" && cargo build --release -q --workspace --bins &&
+        cargo build --release -q -p profd --example latency) || die "the release build failed"
+fi
+profd="$bin/profd" profctl="$bin/profctl" latency="$bin/examples/latency"
+for b in "$profd" "$profctl" "$latency"; do
+    [ -x "$b" ] || die "$b is missing (run without --no-build)"
+done
+
+# From here on every process started inherits the nice level. With
+# autogroups (kernel.sched_autogroup_enabled), nice only ranks the processes
+# of one session against each other and sessions share the CPUs by their
+# autogroup's nice: that is set too, and given back on exit.
+autogroup_nice=''
+if [ -n "$nice_level" ]; then
+    renice -n "$nice_level" -p $$ >/dev/null || die "cannot set nice level $nice_level"
+    if [ -w "/proc/$$/autogroup" ]; then
+        autogroup_nice="$(awk '{ print $3 }' "/proc/$$/autogroup")"
+        echo "$nice_level" >"/proc/$$/autogroup" || die "cannot set the autogroup's nice level to $nice_level"
+    fi
+fi
+
+work="$(mktemp -d /tmp/overhead.XXXXXX)"
+tick_hz="$(getconf CLK_TCK)"
+
+# Every process this script starts is one of its jobs until waited for; on
+# exit the ones still running are stopped (with their children: the targets
+# profctl run started), then the work directory goes.
+cleanup() {
+    local pid kids
+    trap - EXIT INT TERM
+    for pid in $(jobs -p); do
+        kids="$(pgrep -P "$pid" || true)"
+        kill -TERM "$pid" 2>/dev/null || true
+        for k in $kids; do kill -TERM "$k" 2>/dev/null || true; done
+    done
+    wait 2>/dev/null || true
+    if [ -n "$autogroup_nice" ]; then echo "$autogroup_nice" >"/proc/$$/autogroup" || true; fi
+    if [ "$keep" = 1 ]; then say "work directory kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ----------------------------------------------------------------- helpers
+
+now() { date +%s.%N; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# utime + stime of a whole process (all its threads, living and gone), in ticks.
+proc_ticks() {
+    local stat
+    stat="$(cat "/proc/$1/stat")"
+    stat="${stat##*) }" # fields from the third on (the command may hold spaces)
+    awk '{ print $12 + $13 }' <<<"$stat"
+}
+
+# Seconds of CPU between two proc_ticks readings.
+tick_s() { awk -v d="$(($2 - $1))" -v hz="$tick_hz" 'BEGIN { printf "%.3f", d / hz }'; }
+
+# profd's memory in MiB: VmRSS VmHWM RssAnon RssFile VmPin, then the perf
+# rings it has mapped (their size, and the part of them counted in VmRSS).
+proc_mem() {
+    local pid="$1"
+    awk '/^(VmRSS|VmHWM|RssAnon|RssFile|VmPin):/ { v[$1] = $2 }
+         END { printf "%.1f %.1f %.1f %.1f %.1f", v["VmRSS:"] / 1024, v["VmHWM:"] / 1024,
+                      v["RssAnon:"] / 1024, v["RssFile:"] / 1024, v["VmPin:"] / 1024 }' "/proc/$pid/status"
+    awk '/^[0-9a-f]+-[0-9a-f]+ / { ring = ($0 ~ /perf_event/) }
+         ring && /^Size:/ { size += $2 }
+         ring && /^Rss:/ { rss += $2 }
+         END { printf " %.1f %.1f\n", size / 1024, rss / 1024 }' "/proc/$pid/smaps"
+}
+
+# Samples the daemon has attributed to a session, and discarded, so far.
+attributed() { "$profctl" info | awk '/^ *samples:/ { print $2 }'; }
+delivered() { "$profctl" info | awk '/^ *samples:/ { print $2, $4 }'; }
+
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+minmax() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f..%.2f", lo, hi }'; }
+field() { awk -v k="$1" '{ for (i = 1; i < NF; i++) if ($i == k) { print $(i + 1); exit } }' "$2"; }
+json_number() { grep -o "\"$1\": [0-9.]*" "$2" | head -n 1 | awk '{ print $2 }'; }
+
+# --------------------------------------------------------------- workloads
+
+say "building workloads in $work"
+"${CC:-gcc}" -O2 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls \
+    -pthread -Wall -o "$work/fixed_work" "$root/benches/workloads/fixed_work.c" || die "building fixed_work failed"
+"${CC:-gcc}" -O1 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls \
+    -fno-ipa-icf -Wall -o "$work/many_stacks" "$root/benches/workloads/many_stacks.c" || die "building many_stacks failed"
+fixed="$work/fixed_work"
+
+# ------------------------------------------------------------------- profd
+
+export PROFD_SOCKET="$work/profd.sock"
+"$profd" --socket "$PROFD_SOCKET" --no-persist --log-level warn 2>"$work/profd.log" &
+profd_pid=$!
+for _ in $(seq 100); do
+    "$profctl" info >/dev/null 2>&1 && break
+    kill -0 "$profd_pid" 2>/dev/null || die "profd exited at start: $(cat "$work/profd.log")"
+    sleep 0.1
+done
+"$profctl" info >/dev/null 2>&1 || die "profd does not answer on $PROFD_SOCKET: $(cat "$work/profd.log")"
+
+echo "== profd overhead, side by side with perf"
+echo "date:     $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "machine:  $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+echo "kernel:   $(uname -r); perf $(perf version | awk '{ print $3 }'); perf_event_max_sample_rate $(cat /proc/sys/kernel/perf_event_max_sample_rate)"
+echo "profd:    $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$root" && git diff --quiet HEAD 2>/dev/null || echo ' + local changes')"
+echo "sampling: cpu-clock, $freq Hz on every CPU; nice $(nice), $(cut -d' ' -f1,3 /proc/$$/autogroup 2>/dev/null || echo 'no autogroup'); load average at start: $(loadavg)"
+
+# ---------------------------------------------------------------- overhead
+
+# One run of the target; its result line (rounds, wall_s, cpu_s) lands in $work/result.
+run_target() { "$fixed" -o "$work/result" "$rounds_per_thread"; }
+
+# A run under perf record -a: started with its events off, turned on through
+# its control fifo (so its start-up is not in the window), the target run,
+# perf's own CPU read, then perf stopped with SIGINT. -B: no build-id pass
+# at the end (after the window, and slow on large files).
+run_perf() {
+    local ctl="$work/perf.ctl" ack="$work/perf.ack" ctl_fd ack_fd reply perf_pid c0 c1 status
+    rm -f "$ctl" "$ack" "$work/perf.data"
+    mkfifo "$ctl" "$ack"
+    perf record -q -a "$@" -F "$freq" -B -D -1 --control "fifo:$ctl,$ack" -o "$work/perf.data" \
+        >"$work/perf.log" 2>&1 &
+    perf_pid=$!
+    exec {ctl_fd}<>"$ctl" {ack_fd}<>"$ack"
+    echo enable >&"$ctl_fd"
+    read -r -t 30 reply <&"$ack_fd" || reply=''
+    [ "$reply" = ack ] || die "perf record did not start: $(cat "$work/perf.log")"
+    c0="$(proc_ticks "$perf_pid")"
+    run_target
+    c1="$(proc_ticks "$perf_pid")"
+    kill -INT "$perf_pid"
+    status=0
+    wait "$perf_pid" || status=$?
+    # perf record ends by raising the SIGINT it caught: 130 is a clean stop.
+    [ "$status" = 0 ] || [ "$status" = 130 ] || die "perf record failed ($status): $(cat "$work/perf.log")"
+    exec {ctl_fd}>&- {ack_fd}>&-
+    samples="$(perf script -F comm -i "$work/perf.data" 2>/dev/null | awk '$1 == "fixed_work"' | wc -l)"
+    rm -f "$work/perf.data"
+    prof_cpu="$(tick_s "$c0" "$c1")"
+}
+
+# A run under profd: profctl run starts the target and streams 1 update/s
+# until it exits; profd's CPU is read before and after.
+run_profd() {
+    local mode="$1" c0 c1
+    c0="$(proc_ticks "$profd_pid")"
+    "$profctl" run --unwind "$mode" --freq "$freq" --interval 1 --format json -- \
+        "$fixed" -o "$work/result" "$rounds_per_thread" >"$work/profd-$mode.json" 2>"$work/profctl.err" ||
+        die "profctl run --unwind $mode failed: $(cat "$work/profctl.err")"
+    c1="$(proc_ticks "$profd_pid")"
+    samples="$(json_number attributed "$work/profd-$mode.json")"
+    prof_cpu="$(tick_s "$c0" "$c1")"
+}
+
+run_config() {
+    samples=- prof_cpu=-
+    rm -f "$work/result"
+    case "$1" in
+    bare) run_target ;;
+    perf-fp) run_perf -g ;;
+    perf-dwarf) run_perf --call-graph dwarf ;;
+    profd-fp) run_profd fp ;;
+    profd-dwarf) run_profd dwarf ;;
+    esac
+    [ -s "$work/result" ] || die "the target left no result in configuration $1"
+    echo "$1 $2 $(field wall_s "$work/result") $(field cpu_s "$work/result") $prof_cpu $samples" >>"$work/runs"
+}
+
+# Median of column $2 (3 wall, 4 cpu, 5 profiler cpu, 6 samples) of configuration $1.
+med() { awk -v c="$1" -v k="$2" '$1 == c && $k != "-" { print $k }' "$work/runs" | median; }
+spread() { awk -v c="$1" -v k="$2" '$1 == c { print $k }' "$work/runs" | minmax; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f", (a / b - 1) * 100 }'; }
+
+# ratio PROFD PERF COLUMN: profd's median slowdown over perf's, and the verdict.
+ratio() {
+    local base
+    base="$(med bare "$3")"
+    awk -v a="$(med "$1" "$3")" -v b="$(med "$2" "$3")" -v base="$base" \
+        'BEGIN { sa = a / base - 1; sb = b / base - 1
+                 if (sb <= 0.001) printf "n/a (perf slowdown %+.1f%% is within noise)", sb * 100
+                 else printf "%.2f%s", sa / sb, (sa <= sb ? "  (target ≤ 1: met)" : "  (target ≤ 1: NOT met)") }'
+}
+
+phase_overhead() {
+    local configs=(bare perf-fp perf-dwarf profd-fp profd-dwarf) r i c w u p n sw su pc bare_wall bare_cpu
+    say "calibrating the fixed work (~$work_s s bare)"
+    "$fixed" -o "$work/result" 50000
+    rounds_per_thread="$(awk -v w="$(field wall_s "$work/result")" -v s="$work_s" 'BEGIN { printf "%d", 50000 * s / w }')"
+    : >"$work/runs"
+    for ((r = 0; r < rounds; r++)); do
+        for ((i = 0; i < ${#configs[@]}; i++)); do
+            c="${configs[$(((i + r) % ${#configs[@]}))]}"
+            say "round $((r + 1))/$rounds: $c (load $(loadavg))"
+            run_config "$c" "$((r + 1))"
+        done
+    done
+    bare_wall="$(med bare 3)" bare_cpu="$(med bare 4)"
+
+    echo
+    echo "== overhead: fixed work ($rounds_per_thread rounds × 2 threads), $rounds rounds interleaved, medians"
+    printf '%-12s %8s %13s %7s %13s %10s %10s %10s %10s %8s\n' \
+        config "wall s" "(min..max)" "cpu s" "(min..max)" "wall slow%" "cpu slow%" "profiler s" "prof %core" samples
+    for c in "${configs[@]}"; do
+        w="$(med "$c" 3)" u="$(med "$c" 4)" p="$(med "$c" 5)" n="$(med "$c" 6)"
+        if [ "$c" = bare ]; then sw=- su=- pc=-; else
+            sw="$(pct "$w" "$bare_wall")" su="$(pct "$u" "$bare_cpu")"
+            pc="$(awk -v p="$p" -v w="$w" 'BEGIN { printf "%.2f", p / w * 100 }')"
+        fi
+        if [ "$p" = nan ]; then p=-; else p="$(awk -v p="$p" 'BEGIN { printf "%.3f", p }')"; fi
+        [ "$n" = nan ] && n=-
+        printf '%-12s %8.3f %13s %7.3f %13s %10s %10s %10s %10s %8s\n' \
+            "$c" "$w" "$(spread "$c" 3)" "$u" "$(spread "$c" 4)" "$sw" "$su" "$p" "$pc" "$n"
+    done
+    echo "(wall/cpu slow%: the target's median wall and CPU time against bare; profiler s: the CPU"
+    echo " time of the perf record or profd process while the target ran; prof %core: that over the"
+    echo " target's wall time; samples: the target's samples in perf.data or the profd session)"
+    echo "ratio profd-fp / perf-fp slowdown:       wall $(ratio profd-fp perf-fp 3); cpu $(ratio profd-fp perf-fp 4)"
+    echo "ratio profd-dwarf / perf-dwarf slowdown: wall $(ratio profd-dwarf perf-dwarf 3); cpu $(ratio profd-dwarf perf-dwarf 4)"
+    echo "load average after the rounds: $(loadavg)"
+}
+
+# ----------------------------------------------------------- steady state
+
+phase_steady() {
+    local mode run_pid c0 c1 t0 t1 a0 a1 d0 d1 cpu per rate drate full target rss hwm anon file pin ring ring_rss
+    echo
+    echo "== steady: profd with one session streaming 1 update/s, ${steady_s} s window after ${warm_s} s"
+    printf '%-6s %9s %9s %11s %9s %10s %8s %8s %8s %8s %7s %7s\n' unwind "cpu %core" samples/s discarded/s \
+        "µs/sample" "≤ at 1998/s" VmRSS VmHWM RssAnon RssFile VmPin rings
+    for mode in fp dwarf; do
+        "$profctl" run --unwind "$mode" --freq "$freq" --interval 1 --format json -- \
+            "$fixed" -o "$work/result" -t "$(awk -v a="$warm_s" -v b="$steady_s" 'BEGIN { print a + b + 2 }')" \
+            >"$work/steady-$mode.json" 2>"$work/profctl.err" &
+        run_pid=$!
+        sleep "$warm_s"
+        read -r a0 d0 < <(delivered)
+        c0="$(proc_ticks "$profd_pid")" t0="$(now)"
+        sleep "$steady_s"
+        c1="$(proc_ticks "$profd_pid")" t1="$(now)"
+        read -r a1 d1 < <(delivered)
+        read -r rss hwm anon file pin ring ring_rss < <(proc_mem "$profd_pid")
+        wait "$run_pid" || die "profctl run --unwind $mode failed: $(cat "$work/profctl.err")"
+        read -r cpu rate drate per full < <(awk -v s="$(tick_s "$c0" "$c1")" -v t0="$t0" -v t1="$t1" \
+            -v n="$((a1 - a0))" -v d="$((d1 - d0))" 'BEGIN { t = t1 - t0
+            printf "%.2f %.0f %.0f %.1f %.2f\n", s / t * 100, n / t, d / t, s / n * 1e6, s / n * 1998 * 100 }')
+        target=$([ "$mode" = fp ] && echo 1 || echo 3)
+        printf '%-6s %9s %9s %11s %9s %10s %7sM %7sM %7sM %7sM %6sM %6sM  (target ≤ %s %%: %s)\n' \
+            "$mode" "$cpu" "$rate" "$drate" "$per" "$full" "$rss" "$hwm" "$anon" "$file" "$pin" "$ring" "$target" \
+            "$(awk -v c="$cpu" -v t="$target" 'BEGIN { print (c <= t ? "met" : "NOT met") }')"
+    done
+    echo "(cpu %core: profd's utime+stime over the window; samples/s: the target's, attributed;"
+    echo " discarded/s: other processes' samples the rings delivered (system-wide rings only);"
+    echo " µs/sample: profd's CPU per attributed sample; ≤ at 1998/s: that cost at the 2 × 999"
+    echo " samples/s the target gets on an idle machine, an upper bound as if all of profd's CPU"
+    echo " grew with attributed samples; rings: perf ring buffers mapped into profd, of which"
+    echo " ${ring_rss} MiB are counted in VmRSS on this kernel)"
+    echo "load average: $(loadavg)"
+}
+
+# ----------------------------------------------------------------- latency
+
+phase_latency() {
+    local target_pid
+    echo
+    echo "== latency: Attach → first Watch update ($latency_runs runs, --unwind fp, 1 s interval)"
+    "$fixed" -o /dev/null -t "$((latency_runs * 3 + 30))" &
+    target_pid=$!
+    sleep 0.3
+    "$latency" --socket "$PROFD_SOCKET" --pid "$target_pid" --runs "$latency_runs" --interval-ms 1000 \
+        --unwind fp --freq "$freq" | tee "$work/latency.txt"
+    kill "$target_pid" 2>/dev/null || true
+    wait "$target_pid" 2>/dev/null || true
+    awk '/^summary/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+         printf "first update with samples: max %.1f ms = interval + %.1f ms (target ≤ interval + 300 ms: %s)\n",
+                v["samples_max"], v["samples_max"] - v["interval_ms"],
+                (v["samples_max"] - v["interval_ms"] <= 300 ? "met" : "NOT met") }' "$work/latency.txt"
+}
+
+# ------------------------------------------------------------------ memory
+
+phase_memory() {
+    local rss_s targets=() watchers=() i el start rss hwm anon file pin ring att ids id stacks=() w t
+    rss_s="$(awk -v m="$rss_minutes" 'BEGIN { printf "%d", m * 60 }')"
+    echo
+    echo "== memory: $rss_sessions sessions (--unwind $rss_unwind) on many_stacks targets, watched at 1 update/s, ${rss_s} s"
+    for ((i = 0; i < rss_sessions; i++)); do
+        chrt --idle 0 "$work/many_stacks" "$((rss_s + 120))" &
+        targets+=("$!")
+    done
+    for ((i = 0; i < rss_sessions; i++)); do
+        "$profctl" attach "${targets[$i]}" --unwind "$rss_unwind" --freq "$freq" --interval 1 --format json \
+            >"$work/rss-$i.json" 2>"$work/rss-$i.err" &
+        watchers+=("$!")
+    done
+    printf '%8s %8s %8s %8s %8s %7s %7s %11s  %s\n' elapsed VmRSS VmHWM RssAnon RssFile VmPin rings attributed load
+    start="$(now)"
+    : >"$work/rss"
+    while :; do
+        el="$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%d", b - a }')"
+        read -r rss hwm anon file pin ring _ < <(proc_mem "$profd_pid")
+        att="$(attributed)"
+        printf '%7ss %7sM %7sM %7sM %7sM %6sM %6sM %11s  %s\n' "$el" "$rss" "$hwm" "$anon" "$file" "$pin" "$ring" "$att" "$(loadavg)"
+        echo "$el $rss" >>"$work/rss"
+        [ "$el" -ge "$rss_s" ] && break
+        sleep "$(awk -v e="$el" -v s="$rss_s" -v k="$rss_every" 'BEGIN { n = k - e % k; if (e + n > s) n = s - e; print (n < 1 ? 1 : n) }')"
+    done
+    # Unique stacks per session: the lines of its folded export (one per named stack).
+    ids="$("$profctl" sessions | awk '$3 == "many_stacks" && $4 == "running" { print $1 }')"
+    for id in $ids; do
+        stacks+=("$("$profctl" export "$id" --format folded | wc -l)")
+    done
+    read -r rss hwm anon file pin ring _ < <(proc_mem "$profd_pid")
+    echo "unique stacks per session: ${stacks[*]}"
+    echo "after exporting them all: VmRSS ${rss}M, VmHWM ${hwm}M, rings ${ring}M (not in VmRSS on this kernel)"
+    for w in "${watchers[@]}"; do kill -INT "$w" 2>/dev/null || true; done
+    for w in "${watchers[@]}"; do wait "$w" 2>/dev/null || true; done
+    for t in "${targets[@]}"; do kill "$t" 2>/dev/null || true; done
+    for t in "${targets[@]}"; do wait "$t" 2>/dev/null || true; done
+    awk -v hwm="$hwm" -v half="$((rss_s / 2))" -v min_stacks="$(printf '%s\n' "${stacks[@]}" | sort -n | head -n 1)" '
+        { rss[NR] = $2; if ($2 > max) max = $2 }
+        $1 >= half && !mid { mid = $2 }
+        END { verdict = hwm > 64 ? "NOT met" : min_stacks >= 10000 ? "met" : "not shown: fewer than 10000 stacks a session"
+              printf "VmRSS: max %.1f MiB sampled, VmHWM %.1f MiB; second half %+.1f MiB (%.1f → %.1f); ",
+                     max, hwm, rss[NR] - mid, mid, rss[NR]
+              printf "fewest unique stacks in a session: %d (target ≤ 64 MiB with ≥ 10000: %s)\n", min_stacks, verdict }' "$work/rss"
+    echo "load average: $(loadavg) (the $rss_sessions SCHED_IDLE targets count in it)"
+}
+
+if wants overhead; then phase_overhead; fi
+if wants steady; then phase_steady; fi
+if wants latency; then phase_latency; fi
+if wants memory; then phase_memory; fi

@@ -1,0 +1,139 @@
+/*
+ * many_stacks: spins through 2^14 = 16384 distinct call paths, so that a
+ * profiling session on it collects well over 10 000 unique stacks (the
+ * daemon memory scenario of benches/overhead.sh).
+ *
+ * Usage: many_stacks SECONDS
+ *
+ * Each step picks a path p at random (xorshift) and calls down 14 levels:
+ * level k calls step<k>_1 when bit k of p is set, else step<k>_0, two
+ * distinct functions per level, so every path has its own return addresses
+ * (and its own folded stack once named); the leaf fills a buffer for ~1 µs
+ * in one instruction, so each path is one unique stack for the daemon too.
+ * Uniform random paths: n samples cover about 16384 × (1 − e^(−n/16384))
+ * of them, so 10 000 unique stacks take about 15 500 samples.
+ *
+ * Built with frame pointers (-O1 -fno-omit-frame-pointer
+ * -fno-optimize-sibling-calls -fno-ipa-icf): noipa keeps the twin functions
+ * apart and every call a real call.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define KEEP __attribute__((noipa, noinline))
+#else
+#define KEEP __attribute__((noinline))
+#endif
+
+static volatile unsigned long sink;
+
+static unsigned char buf[65536];
+
+/* Nearly all of a step's time is in one instruction, so a path is one stack
+ * (one innermost address), not one per instruction of a loop: on x86-64 a
+ * `rep stosb` over 64 KiB, which an interrupt leaves and resumes at the
+ * same address. The volatile local gives the leaf a frame of its own, so a
+ * frame-pointer walk from it sees its caller. */
+KEEP void leaf(unsigned p)
+{
+	volatile char frame_ = 0;
+
+	(void)frame_;
+#if defined(__x86_64__)
+	void *dst = buf;
+	unsigned long n = sizeof(buf);
+
+	__asm__ volatile("rep stosb" : "+D"(dst), "+c"(n) : "a"(p) : "memory");
+#else
+	for (unsigned long i = 0; i < 600; i++)
+		sink += i * 2654435761u + p;
+#endif
+	sink++;
+}
+
+/* Level K's twins call level N = K + 1, chosen by bit N of the path. */
+#define STEP(K, N)                                                             \
+	KEEP void step##K##_0(unsigned p)                                      \
+	{                                                                      \
+		if (p & (1u << N))                                             \
+			step##N##_1(p);                                        \
+		else                                                           \
+			step##N##_0(p);                                        \
+		sink++;                                                        \
+	}                                                                      \
+	KEEP void step##K##_1(unsigned p)                                      \
+	{                                                                      \
+		if (p & (1u << N))                                             \
+			step##N##_1(p);                                        \
+		else                                                           \
+			step##N##_0(p);                                        \
+		sink += 2;                                                     \
+	}
+
+KEEP void step13_0(unsigned p)
+{
+	leaf(p);
+	sink++;
+}
+
+KEEP void step13_1(unsigned p)
+{
+	leaf(p);
+	sink += 2;
+}
+
+STEP(12, 13)
+STEP(11, 12)
+STEP(10, 11)
+STEP(9, 10)
+STEP(8, 9)
+STEP(7, 8)
+STEP(6, 7)
+STEP(5, 6)
+STEP(4, 5)
+STEP(3, 4)
+STEP(2, 3)
+STEP(1, 2)
+STEP(0, 1)
+
+KEEP void walk(unsigned p)
+{
+	if (p & 1u)
+		step0_1(p);
+	else
+		step0_0(p);
+	sink++;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long long x = 0x9E3779B97F4A7C15ull ^ (unsigned long long)getpid();
+	double seconds, deadline;
+	char *end;
+
+	if (argc != 2 || (seconds = strtod(argv[1], &end)) <= 0 || *end != '\0') {
+		fprintf(stderr, "usage: %s SECONDS\n", argv[0]);
+		return 2;
+	}
+	deadline = now_s() + seconds;
+	do {
+		for (int k = 0; k < 1024; k++) {
+			x ^= x >> 12;
+			x ^= x << 25;
+			x ^= x >> 27;
+			walk((unsigned)((x * 0x2545F4914F6CDD1Dull) >> 40) & 0x3fffu);
+		}
+	} while (now_s() < deadline);
+	return 0;
+}

@@ -1,0 +1,429 @@
+// app.js: the dashboard page: sign-in with a bearer token (kept in
+// sessionStorage), the session list, and for the session chosen a live
+// function table from one Watch stream (snapshot, then deltas applied as
+// docs/API.md says), its totals, a flame graph and callers/callees.
+
+import { Client, GrpcError } from './api.js';
+import { drawFlame } from './flame.js';
+import { STATES, EVENTS, RUNNING } from './proto.js';
+
+const TOKEN_KEY = 'profd.token';
+const SESSIONS_EVERY_MS = 2000;
+const VIEWS_EVERY_MS = 5000;
+const MAX_ROWS = 200;
+const FLAME_MIN_PCT = 0.1;
+const WATCH_RETRIES = 5;
+const UNAUTHENTICATED = 16;
+const UNAVAILABLE = 14;
+const TOTALS = ['attributed', 'discarded', 'lost', 'truncated', 'unsymbolized', 'overflowed', 'throttled'];
+
+const $ = (id) => document.getElementById(id);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const state = {
+  client: null,
+  sessionsTimer: null,
+  watch: null,
+  selected: null,
+  flameView: null,
+  viewsTimer: null,
+};
+
+function show(id, on) {
+  $(id).hidden = !on;
+}
+
+function cell(text, className) {
+  const td = document.createElement('td');
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+function pctCell(pct) {
+  const td = document.createElement('td');
+  td.className = 'num pct';
+  const bar = document.createElement('span');
+  bar.className = 'bar';
+  bar.style.width = `${Math.min(100, Math.max(0, pct))}%`;
+  const v = document.createElement('span');
+  v.className = 'v';
+  v.textContent = pct.toFixed(2);
+  td.append(bar, v);
+  return td;
+}
+
+function nameCell(name, module) {
+  const td = cell(name, 'name');
+  if (module) {
+    const m = document.createElement('span');
+    m.className = 'module';
+    m.textContent = module;
+    td.append(m);
+  }
+  return td;
+}
+
+function fmt(n) {
+  return n.toLocaleString('en-US');
+}
+
+// ---------------------------------------------------------------------------
+// Errors and signing in and out
+
+function showError(e) {
+  if (e instanceof GrpcError && e.code === UNAUTHENTICATED) {
+    signOut(e.message);
+    return;
+  }
+  $('error').textContent = e.message;
+  show('error', true);
+}
+
+function clearError() {
+  show('error', false);
+}
+
+async function signIn(token) {
+  const client = new Client(token);
+  const reply = await client.listSessions();
+  sessionStorage.setItem(TOKEN_KEY, token);
+  state.client = client;
+  show('login', false);
+  show('login-error', false);
+  show('app', true);
+  show('logout', true);
+  $('whoami').textContent = `signed in with a token of ${location.host}`;
+  renderSessions(reply.sessions);
+  state.sessionsTimer = setInterval(refreshSessions, SESSIONS_EVERY_MS);
+  const wanted = Number(new URLSearchParams(location.hash.slice(1)).get('session'));
+  if (wanted && reply.sessions.some((s) => s.id === wanted)) selectSession(wanted);
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  clearInterval(state.sessionsTimer);
+  closeSession();
+  state.client = null;
+  show('app', false);
+  show('logout', false);
+  $('whoami').textContent = '';
+  $('token').value = '';
+  show('login', true);
+  $('login-error').textContent = message || '';
+  show('login-error', Boolean(message));
+}
+
+// ---------------------------------------------------------------------------
+// Sessions
+
+async function refreshSessions() {
+  if (!state.client) return;
+  try {
+    renderSessions((await state.client.listSessions()).sessions);
+  } catch (e) {
+    showError(e);
+  }
+}
+
+function renderSessions(sessions) {
+  const body = $('sessions').tBodies[0];
+  const rows = [...sessions].sort((a, b) => b.id - a.id).map((s) => {
+    const tr = document.createElement('tr');
+    tr.dataset.id = s.id;
+    tr.dataset.state = STATES[s.state] || String(s.state);
+    if (s.id === state.watch?.id) tr.className = 'selected';
+    tr.append(
+      cell(String(s.id)),
+      cell(String(s.pid)),
+      cell(s.comm),
+      cell(stateText(s)),
+      cell(s.owner),
+      cell(fmt(s.totals?.attributed || 0), 'num'),
+      cell(s.durationS.toFixed(1), 'num'),
+    );
+    tr.addEventListener('click', () => selectSession(s.id));
+    return tr;
+  });
+  body.replaceChildren(...rows);
+  show('no-sessions', rows.length === 0);
+}
+
+function stateText(s) {
+  const name = STATES[s.state] || `state ${s.state}`;
+  return s.error ? `${name}: ${s.error}` : name;
+}
+
+async function attach(event) {
+  event.preventDefault();
+  show('attach-error', false);
+  try {
+    const pid = Number($('attach-pid').value);
+    const seconds = Number($('attach-seconds').value || 0);
+    const reply = await state.client.attach(pid, seconds);
+    await refreshSessions();
+    selectSession(reply.session.id);
+  } catch (e) {
+    if (e instanceof GrpcError && e.code === UNAUTHENTICATED) return showError(e);
+    $('attach-error').textContent = e.message;
+    show('attach-error', true);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// One session: the Watch stream and the table
+
+function selectSession(id) {
+  if (state.watch?.id === id) return;
+  closeSession();
+  clearError();
+  history.replaceState(null, '', `#session=${id}`);
+  for (const tr of $('sessions').tBodies[0].rows) {
+    tr.classList.toggle('selected', Number(tr.dataset.id) === id);
+  }
+  const watch = {
+    id,
+    names: new Map(),
+    counts: new Map(),
+    seq: 0,
+    updates: 0,
+    session: null,
+    final: false,
+    abort: new AbortController(),
+  };
+  state.watch = watch;
+  state.selected = null;
+  state.flameView = null;
+  $('session-title').textContent = `Session ${id}`;
+  $('functions').tBodies[0].replaceChildren();
+  $('flame').replaceChildren();
+  $('status').textContent = 'connecting…';
+  show('callers-panel', false);
+  show('session-panel', true);
+  runWatch(watch);
+  refreshViews();
+  state.viewsTimer = setInterval(refreshViews, VIEWS_EVERY_MS);
+}
+
+function closeSession() {
+  if (state.watch) state.watch.abort.abort();
+  state.watch = null;
+  clearInterval(state.viewsTimer);
+  show('session-panel', false);
+}
+
+// Keep one Watch stream open; after a broken connection resume from the
+// last seq received (up to WATCH_RETRIES times in a row).
+async function runWatch(watch) {
+  let failures = 0;
+  while (state.watch === watch && !watch.final) {
+    const before = watch.updates;
+    try {
+      await state.client.watch(watch.id, watch.seq, (u) => applyUpdate(watch, u), watch.abort.signal);
+      if (!watch.final) throw new GrpcError(UNAVAILABLE, 'the stream ended before the session did');
+    } catch (e) {
+      if (watch.abort.signal.aborted || state.watch !== watch) return;
+      const transient = !(e instanceof GrpcError) || e.code === UNAVAILABLE;
+      if (watch.updates > before) failures = 0;
+      if (!transient || ++failures > WATCH_RETRIES) {
+        showError(e);
+        $('status').textContent = 'not updating';
+        return;
+      }
+      $('status').textContent = `reconnecting (${failures})…`;
+      await sleep(1000);
+    }
+  }
+}
+
+// docs/API.md, "Watch": names come once per id; every update brings the
+// functions whose counts changed; percentages follow the totals.
+function applyUpdate(watch, u) {
+  if (state.watch !== watch) return;
+  if (u.snapshot) watch.counts.clear();
+  for (const f of u.functions) {
+    if (f.name) watch.names.set(f.id, { name: f.name, module: f.module, inlined: f.inlined });
+    watch.counts.set(f.id, { inclusive: f.inclusive, exclusive: f.exclusive });
+  }
+  watch.seq = u.seq;
+  watch.session = u.session;
+  watch.final = u.final;
+  watch.updates += 1;
+  renderSession(watch);
+  if (u.final) {
+    refreshViews();
+    refreshSessions();
+  }
+}
+
+function functionName(watch, id) {
+  return watch.names.get(id)?.name || `#${id}`;
+}
+
+function renderSession(watch) {
+  const s = watch.session;
+  const totals = s?.totals || {};
+  for (const key of TOTALS) {
+    document.querySelector(`#totals [data-total="${key}"]`).textContent = fmt(totals[key] || 0);
+  }
+  show('derived-note', Boolean(s?.discardedDerived));
+  if (s) {
+    const event = EVENTS[s.event] || `event ${s.event}`;
+    $('session-title').textContent =
+      `Session ${s.id}: pid ${s.pid} (${s.comm}), ${event} at ${s.frequencyHz} Hz, ${stateText(s)}`;
+    show('stop', s.state === RUNNING);
+  }
+  const time = new Date().toLocaleTimeString('en-GB');
+  $('status').textContent = watch.final
+    ? `ended; ${s?.durationS.toFixed(1)} s sampled`
+    : `live, updated ${time} (seq ${watch.seq}, ${s?.durationS.toFixed(1)} s)`;
+  const total = totals.attributed || 0;
+  const rows = [...watch.counts.entries()]
+    .sort((a, b) => b[1].inclusive - a[1].inclusive || b[1].exclusive - a[1].exclusive || a[0] - b[0]);
+  const shown = rows.slice(0, MAX_ROWS).map(([id, c]) => {
+    const info = watch.names.get(id) || { name: `#${id}`, module: '' };
+    const tr = document.createElement('tr');
+    tr.dataset.id = id;
+    tr.dataset.name = info.name;
+    tr.dataset.module = info.module;
+    tr.dataset.inlined = Boolean(info.inlined);
+    tr.dataset.inclusive = c.inclusive;
+    tr.dataset.exclusive = c.exclusive;
+    if (id === state.selected) tr.className = 'selected';
+    const name = info.inlined ? `${info.name} [inlined]` : info.name;
+    tr.append(
+      nameCell(name, info.module),
+      cell(fmt(c.inclusive), 'num'),
+      pctCell(total ? (100 * c.inclusive) / total : 0),
+      cell(fmt(c.exclusive), 'num'),
+      pctCell(total ? (100 * c.exclusive) / total : 0),
+    );
+    tr.addEventListener('click', () => selectFunction(id));
+    return tr;
+  });
+  $('functions').tBodies[0].replaceChildren(...shown);
+  $('more-rows').textContent = `${rows.length - shown.length} functions with fewer samples not shown.`;
+  show('more-rows', rows.length > shown.length);
+}
+
+// ---------------------------------------------------------------------------
+// Flame graph and callers/callees (GetView)
+
+async function refreshViews() {
+  const watch = state.watch;
+  if (!watch || watch.refreshing) return;
+  if (watch.viewsDone) return;
+  watch.refreshing = true;
+  try {
+    const ended = watch.final;
+    const view = await state.client.tree(watch.id, FLAME_MIN_PCT);
+    if (state.watch !== watch) return;
+    state.flameView = view;
+    drawCurrentFlame();
+    if (state.selected !== null) await loadCallers(state.selected);
+    if (ended || view.session?.state !== RUNNING) watch.viewsDone = true;
+  } catch (e) {
+    if (state.watch === watch) showError(e);
+  } finally {
+    watch.refreshing = false;
+  }
+}
+
+function drawCurrentFlame() {
+  if (!state.flameView) return;
+  const box = $('flame');
+  drawFlame(box, state.flameView, box.clientWidth || 800, selectFunction);
+  markSelectedFrames();
+}
+
+function markSelectedFrames() {
+  for (const g of document.querySelectorAll('#flame .frame')) {
+    g.classList.toggle('selected', Number(g.dataset.id) === state.selected);
+  }
+}
+
+async function selectFunction(id) {
+  state.selected = id;
+  for (const tr of $('functions').tBodies[0].rows) {
+    tr.classList.toggle('selected', Number(tr.dataset.id) === id);
+  }
+  markSelectedFrames();
+  try {
+    await loadCallers(id);
+  } catch (e) {
+    showError(e);
+  }
+}
+
+async function loadCallers(id) {
+  const watch = state.watch;
+  const view = await state.client.callers(watch.id, id);
+  if (state.watch !== watch || state.selected !== id) return;
+  const names = new Map(view.functions.map((f) => [f.id, f]));
+  const cc = view.callerCallee;
+  const f = cc?.function;
+  $('callers-title').textContent = f
+    ? `${f.name}: ${fmt(f.inclusive)} samples inclusive (${f.inclusivePct.toFixed(2)} %), ${fmt(f.exclusive)} exclusive`
+    : functionName(watch, id);
+  const edgeRows = (edges) => edges.map((e) => {
+    const other = names.get(e.functionId);
+    const name = other?.name || functionName(watch, e.functionId);
+    const tr = document.createElement('tr');
+    tr.dataset.id = e.functionId;
+    tr.dataset.name = name;
+    tr.dataset.inclusive = e.inclusive;
+    tr.append(nameCell(name, other?.module), cell(fmt(e.inclusive), 'num'), pctCell(e.inclusivePct));
+    tr.addEventListener('click', () => selectFunction(e.functionId));
+    return tr;
+  });
+  const empty = (what) => {
+    const tr = document.createElement('tr');
+    tr.className = 'none';
+    tr.append(cell(what));
+    return [tr];
+  };
+  const callers = cc?.callers || [];
+  const callees = cc?.callees || [];
+  $('callers').tBodies[0].replaceChildren(...(callers.length ? edgeRows(callers) : empty('none: an outermost frame')));
+  $('callees').tBodies[0].replaceChildren(...(callees.length ? edgeRows(callees) : empty('none: it calls nothing sampled')));
+  show('callers-panel', true);
+}
+
+// ---------------------------------------------------------------------------
+// Start
+
+function start() {
+  $('login-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    show('login-error', false);
+    const token = $('token').value.trim();
+    try {
+      await signIn(token);
+    } catch (e) {
+      $('login-error').textContent = e.message;
+      show('login-error', true);
+    }
+  });
+  $('logout').addEventListener('click', () => signOut());
+  $('attach-form').addEventListener('submit', attach);
+  $('stop').addEventListener('click', async () => {
+    try {
+      if (state.watch) await state.client.stop(state.watch.id);
+    } catch (e) {
+      showError(e);
+    }
+  });
+  let resize = null;
+  window.addEventListener('resize', () => {
+    clearTimeout(resize);
+    resize = setTimeout(drawCurrentFlame, 150);
+  });
+  const saved = sessionStorage.getItem(TOKEN_KEY);
+  if (saved) {
+    signIn(saved).catch((e) => signOut(e.message));
+  } else {
+    signOut();
+  }
+}
+
+start();

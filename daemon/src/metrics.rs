@@ -1,0 +1,296 @@
+//! The Prometheus endpoint: the daemon-wide counters no other part owns
+//! (sessions started, Watch streams open, symbol cache hits and misses), a
+//! snapshot of every figure at scrape time (with the sampler's counters, the
+//! registry's sessions and this process's CPU and memory), its rendering in
+//! the OpenMetrics text format, and the plain-HTTP listener serving it on
+//! `/metrics` (every other path is 404).
+use crate::registry::Registry;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The content type of the OpenMetrics text format.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Counters kept by the registry, the sessions and the Watch streams.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Sessions started since the daemon started.
+    pub sessions_started: AtomicU64,
+    /// Watch streams open now.
+    pub watchers: AtomicU64,
+    /// Stack addresses already named (or being named) when a new stack
+    /// brought them again.
+    pub symbol_cache_hits: AtomicU64,
+    /// Stack addresses that had to be sent to the symbolizer.
+    pub symbol_cache_misses: AtomicU64,
+}
+
+/// Counts one open Watch stream while it lives.
+pub struct WatcherGuard(Arc<Stats>);
+
+impl Stats {
+    /// Count a Watch stream as open until the guard is dropped.
+    pub fn watcher(self: &Arc<Self>) -> WatcherGuard {
+        self.watchers.fetch_add(1, Ordering::Relaxed);
+        WatcherGuard(self.clone())
+    }
+}
+
+impl Drop for WatcherGuard {
+    fn drop(&mut self) {
+        self.0.watchers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Every figure `/metrics` shows, read at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub samples: u64,
+    pub attributed: u64,
+    pub discarded: u64,
+    pub lost: u64,
+    pub throttled: u64,
+    pub ring_reads: u64,
+    pub ring_read_bytes: u64,
+    pub ring_groups: u64,
+    pub sessions_running: u64,
+    pub sessions_ended: u64,
+    pub sessions_started: u64,
+    pub watchers: u64,
+    pub symbol_cache_hits: u64,
+    pub symbol_cache_misses: u64,
+    /// This process, when /proc could be read.
+    pub process: Option<Process>,
+}
+
+/// This process's resources.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Process {
+    pub cpu_seconds: f64,
+    pub resident_bytes: u64,
+    pub open_fds: u64,
+    pub start_time_seconds: u64,
+}
+
+impl Process {
+    fn read() -> Option<Process> {
+        let me = procfs::process::Process::myself().ok()?;
+        let stat = me.stat().ok()?;
+        let ticks = procfs::ticks_per_second().max(1);
+        let boot = procfs::boot_time_secs().unwrap_or(0);
+        Some(Process {
+            cpu_seconds: (stat.utime + stat.stime) as f64 / ticks as f64,
+            resident_bytes: stat.rss * procfs::page_size(),
+            open_fds: me.fd_count().map_or(0, |n| n as u64),
+            start_time_seconds: boot + stat.starttime / ticks,
+        })
+    }
+}
+
+/// Read every figure now.
+pub async fn snapshot(registry: &Registry) -> Snapshot {
+    let sampler = registry.sampler();
+    let c = sampler.counters();
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let ring_groups = sampler.groups().await.len() as u64;
+    let mut running = 0u64;
+    let mut ended = registry.stored_count() as u64;
+    for h in registry.all().await {
+        if *h.state().borrow() == profd_common::api::SessionState::Running {
+            running += 1;
+        } else {
+            ended += 1;
+        }
+    }
+    let s = registry.stats();
+    Snapshot {
+        samples: load(&c.samples),
+        attributed: load(&c.attributed),
+        discarded: load(&c.discarded),
+        lost: load(&c.lost),
+        throttled: load(&c.throttles),
+        ring_reads: load(&c.drains),
+        ring_read_bytes: load(&c.bytes_read),
+        ring_groups,
+        sessions_running: running,
+        sessions_ended: ended,
+        sessions_started: load(&s.sessions_started),
+        watchers: load(&s.watchers),
+        symbol_cache_hits: load(&s.symbol_cache_hits),
+        symbol_cache_misses: load(&s.symbol_cache_misses),
+        process: Process::read(),
+    }
+}
+
+/// The snapshot in the OpenMetrics text format (counters get `_total`).
+pub fn render(s: &Snapshot) -> String {
+    let mut reg = prometheus_client::registry::Registry::default();
+    let counters = [
+        (
+            "profd_samples",
+            "Samples the kernel took on the rings profd reads",
+            s.samples,
+        ),
+        (
+            "profd_samples_attributed",
+            "Samples of processes a session profiles",
+            s.attributed,
+        ),
+        (
+            "profd_samples_discarded",
+            "Samples of processes no session profiles, dropped",
+            s.discarded,
+        ),
+        (
+            "profd_samples_lost",
+            "Samples the kernel lost (ring full), from LOST records and ring counts",
+            s.lost,
+        ),
+        (
+            "profd_throttled",
+            "Times the kernel throttled sampling (THROTTLE records)",
+            s.throttled,
+        ),
+        (
+            "profd_ring_reads",
+            "Reads (drains) of the per-CPU sample rings",
+            s.ring_reads,
+        ),
+        (
+            "profd_ring_read_bytes",
+            "Bytes read from the per-CPU sample rings",
+            s.ring_read_bytes,
+        ),
+        (
+            "profd_sessions_started",
+            "Sessions started since the daemon started",
+            s.sessions_started,
+        ),
+        (
+            "profd_symbol_cache_hits",
+            "Stack addresses found already named when a new stack used them",
+            s.symbol_cache_hits,
+        ),
+        (
+            "profd_symbol_cache_misses",
+            "Stack addresses sent to the symbolizer",
+            s.symbol_cache_misses,
+        ),
+    ];
+    for (name, help, v) in counters {
+        reg.register(name, help, ConstCounter::new(v));
+    }
+    let gauges = [
+        (
+            "profd_sessions_running",
+            "Sessions running now",
+            s.sessions_running,
+        ),
+        (
+            "profd_sessions_ended",
+            "Ended sessions the daemon keeps (this run's and reloaded ones)",
+            s.sessions_ended,
+        ),
+        ("profd_watchers", "Watch streams open now", s.watchers),
+        (
+            "profd_ring_groups",
+            "Open ring groups (one set of per-CPU rings per event and frequency)",
+            s.ring_groups,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        reg.register(name, help, ConstGauge::new(v as i64));
+    }
+    if let Some(p) = &s.process {
+        reg.register(
+            "process_cpu_seconds",
+            "User and system CPU time of the daemon, in seconds",
+            ConstCounter::new(p.cpu_seconds),
+        );
+        reg.register(
+            "process_resident_memory_bytes",
+            "Resident memory of the daemon, in bytes",
+            ConstGauge::new(p.resident_bytes as i64),
+        );
+        reg.register(
+            "process_open_fds",
+            "Open file descriptors of the daemon",
+            ConstGauge::new(p.open_fds as i64),
+        );
+        reg.register(
+            "process_start_time_seconds",
+            "Start time of the daemon since the Unix epoch, in seconds",
+            ConstGauge::new(p.start_time_seconds as i64),
+        );
+    }
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = encode(&mut out, &reg);
+    out
+}
+
+/// Serve `/metrics` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::http::{header, StatusCode};
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let registry = registry.clone();
+                async move {
+                    let body = render(&snapshot(&registry).await);
+                    ([(header::CONTENT_TYPE, CONTENT_TYPE)], body)
+                }
+            }),
+        )
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "not found: profd serves its metrics on /metrics\n",
+            )
+        });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_gauges_with_help_and_type() {
+        let s = Snapshot {
+            samples: 7,
+            watchers: 2,
+            process: Some(Process {
+                cpu_seconds: 1.5,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = render(&s);
+        assert!(
+            text.contains("# HELP profd_samples Samples the kernel took"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE profd_samples counter\nprofd_samples_total 7\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE profd_watchers gauge\nprofd_watchers 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("process_cpu_seconds_total 1.5\n"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

@@ -1,0 +1,649 @@
+//! Demultiplexing one ring's records to sessions: which sessions each process
+//! is routed to ([`Targets`]), the per-ring state kept from drain to drain
+//! ([`Demux`]), and the [`Batch`] each session gets per drain. No perf fd,
+//! no channels: records come in, batches go to a callback.
+use crate::maps::{Backing, Mapping};
+use crate::perf::record::{is_context_marker, ParseError, Record, CONTEXT_USER};
+use crate::symbolize::is_kernel;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// What one drain of one ring delivers to one session.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The target's stacks, innermost first, flattened; `ends[i]` is where
+    /// stack `i` ends in `frames`. Return addresses are already minus one.
+    pub frames: Vec<u64>,
+    pub ends: Vec<u32>,
+    /// Every sample the ring held in this drain, the target's or not.
+    pub seen: u64,
+    /// Samples the kernel lost on this ring since the last drain.
+    pub lost: u64,
+    /// Times the kernel throttled this ring since the last drain.
+    pub throttled: u64,
+    /// The target's frame-pointer stacks cut at the kernel's depth limit.
+    pub truncated: u64,
+    /// New executable mappings of the session's processes: (pid, mapping).
+    pub mappings: Vec<(u32, Mapping)>,
+    /// A process of the session exec'd: (pid, new command name). A batch
+    /// ends at an exec, so the samples of the new program come in the next
+    /// batch, which starts with the exec.
+    pub exec: Option<(u32, String)>,
+    /// Processes of the session that forked a new process: (child, parent).
+    pub forks: Vec<(u32, u32)>,
+    /// Processes of the session that exited.
+    pub exits: Vec<u32>,
+    /// Process and thread ids of the stacks, in order.
+    pub pids: Vec<u32>,
+    pub tids: Vec<u32>,
+    /// Names the target's threads took (COMM records): (tid, name).
+    pub comms: Vec<(u32, String)>,
+    /// With stack copies, per stack: the user registers (ip, sp, bp), zero
+    /// when the sample had no user context...
+    pub user_regs: Vec<[u64; 3]>,
+    /// ...and the copied user stack, flattened; `user_ends[i]` is where
+    /// stack `i`'s copy ends in `user_stack`.
+    pub user_stack: Vec<u8>,
+    pub user_ends: Vec<u32>,
+    /// The ring the batch came from, to give its buffers back to (see
+    /// [`Batch::recycle`]).
+    pub pool: Option<BatchPool>,
+}
+
+/// Emptied batches on their way back to the ring that filled them, so that
+/// its next drains reuse their buffers instead of allocating new ones. It
+/// keeps one more batch than the ring has sessions.
+#[derive(Clone, Default)]
+pub struct BatchPool(Arc<Mutex<Spare>>);
+
+#[derive(Default)]
+struct Spare {
+    batches: Vec<Batch>,
+    keep: usize,
+}
+
+impl std::fmt::Debug for BatchPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchPool")
+    }
+}
+
+impl BatchPool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Spare> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn take(&self) -> Batch {
+        self.lock().batches.pop().unwrap_or_default()
+    }
+
+    fn put(&self, batch: Batch) {
+        let mut spare = self.lock();
+        if spare.batches.len() < spare.keep {
+            spare.batches.push(batch);
+        }
+    }
+}
+
+/// One sample of a batch: its kernel (or frame-pointer) frames and, with
+/// stack copies, the user registers and stack to unwind.
+pub struct SampleView<'a> {
+    pub pid: u32,
+    pub tid: u32,
+    pub frames: &'a [u64],
+    pub user: Option<([u64; 3], &'a [u8])>,
+}
+
+impl Batch {
+    /// The samples in this batch.
+    pub fn samples(&self) -> impl Iterator<Item = SampleView<'_>> {
+        let (mut start, mut ustart) = (0usize, 0usize);
+        self.ends.iter().enumerate().map(move |(i, &end)| {
+            let frames = &self.frames[start..end as usize];
+            start = end as usize;
+            let user = self.user_regs.get(i).map(|&regs| {
+                let uend = self.user_ends[i] as usize;
+                let stack = &self.user_stack[ustart..uend];
+                ustart = uend;
+                (regs, stack)
+            });
+            SampleView {
+                pid: self.pids.get(i).copied().unwrap_or(0),
+                tid: self.tids.get(i).copied().unwrap_or(0),
+                frames,
+                user,
+            }
+        })
+    }
+
+    /// Add one sample (see the fields).
+    pub fn push(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        frames: impl Iterator<Item = u64>,
+        user: Option<([u64; 3], &[u8])>,
+    ) {
+        self.pids.push(pid);
+        self.tids.push(tid);
+        self.frames.extend(frames);
+        self.ends.push(self.frames.len() as u32);
+        if let Some((regs, stack)) = user {
+            self.user_regs.push(regs);
+            self.user_stack.extend_from_slice(stack);
+            self.user_ends.push(self.user_stack.len() as u32);
+        }
+    }
+
+    /// Give the batch's buffers back to the ring that filled it, for its
+    /// next drains (a batch made elsewhere is just dropped).
+    pub fn recycle(mut self) {
+        if let Some(pool) = self.pool.take() {
+            self.clear();
+            pool.put(self);
+        }
+    }
+
+    /// Empty the batch, keeping its buffers.
+    fn clear(&mut self) {
+        self.frames.clear();
+        self.ends.clear();
+        self.seen = 0;
+        self.lost = 0;
+        self.throttled = 0;
+        self.truncated = 0;
+        self.mappings.clear();
+        self.exec = None;
+        self.forks.clear();
+        self.exits.clear();
+        self.pids.clear();
+        self.tids.clear();
+        self.comms.clear();
+        self.user_regs.clear();
+        self.user_stack.clear();
+        self.user_ends.clear();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.seen == 0
+            && self.lost == 0
+            && self.throttled == 0
+            && self.mappings.is_empty()
+            && self.comms.is_empty()
+            && self.exec.is_none()
+            && self.forks.is_empty()
+            && self.exits.is_empty()
+    }
+}
+
+/// Append the frames of a perf callchain (context markers dropped, return
+/// addresses minus one so they fall inside the call instruction) to `out`;
+/// falls back to `ip` when the chain is empty. Returns the frames added.
+/// A user-context entry in the kernel half of the address space is not a
+/// return address (a frame-pointer walk read garbage); it is kept as a frame
+/// with this value, which no symbolizer resolves.
+pub const BAD_USER_FRAME: u64 = 0;
+
+pub fn push_stack(out: &mut Vec<u64>, chain: &[u64], ip: Option<u64>) -> usize {
+    let before = out.len();
+    // Markers start each context's run of addresses: the first of a run is
+    // where the sample was taken in it, the others are return addresses.
+    let mut user = false;
+    let mut rest = chain;
+    loop {
+        let n = rest
+            .iter()
+            .position(|&v| is_context_marker(v))
+            .unwrap_or(rest.len());
+        let (run, after) = rest.split_at(n);
+        if let Some((&first, callers)) = run.split_first() {
+            let keep = move |a: u64| {
+                if user && is_kernel(a) {
+                    BAD_USER_FRAME
+                } else {
+                    a
+                }
+            };
+            out.push(keep(first));
+            out.extend(callers.iter().map(|&v| keep(v.wrapping_sub(1))));
+        }
+        match after.split_first() {
+            Some((&marker, tail)) => {
+                user = marker == CONTEXT_USER;
+                rest = tail;
+            }
+            None => break,
+        }
+    }
+    if out.len() == before {
+        if let Some(ip) = ip {
+            out.push(ip);
+        }
+    }
+    out.len() - before
+}
+
+fn mapping_of(start: u64, len: u64, pgoff: u64, filename: &[u8]) -> Mapping {
+    let name = String::from_utf8_lossy(filename);
+    let backing = if name.is_empty() || name == "//anon" {
+        Backing::Special("[anon]".into())
+    } else if name.starts_with('/') {
+        Backing::File(Arc::new(PathBuf::from(name.into_owned())))
+    } else {
+        Backing::Special(name.into())
+    };
+    Mapping::new(start, start.saturating_add(len), pgoff, backing)
+}
+
+/// The kernel's callchain depth limit (kernel.perf_event_max_stack), read
+/// once: a chain that long was cut.
+fn max_stack() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(127)
+    })
+}
+
+/// Which sessions each process's records go to. Sessions are numbered from
+/// 0 in the order they first appear in the routes given to [`Targets::new`];
+/// a drain makes one batch per session, however many of its processes are
+/// routed.
+#[derive(Debug, Default, Clone)]
+pub struct Targets {
+    /// Looked up for every record: hashed with foldhash.
+    by_pid: foldhash::HashMap<u32, Vec<usize>>,
+    /// Per session: whether it follows the processes its processes fork.
+    children: Vec<bool>,
+}
+
+impl Targets {
+    /// Targets from routes (session id, pid, follow children); a session's
+    /// first route says whether it follows children.
+    pub fn new(routes: impl IntoIterator<Item = (u64, u32, bool)>) -> Targets {
+        let mut targets = Targets::default();
+        let mut slot: HashMap<u64, usize> = HashMap::new();
+        for (session, pid, children) in routes {
+            let i = *slot.entry(session).or_insert_with(|| {
+                targets.children.push(children);
+                targets.children.len() - 1
+            });
+            targets.by_pid.entry(pid).or_default().push(i);
+        }
+        targets
+    }
+
+    /// Number of sessions.
+    pub fn sessions(&self) -> usize {
+        self.children.len()
+    }
+
+    /// The sessions `pid` is routed to.
+    pub fn of(&self, pid: u32) -> Option<&[usize]> {
+        self.by_pid.get(&pid).map(Vec::as_slice)
+    }
+}
+
+/// What one drain saw.
+#[derive(Debug, Default)]
+pub struct Drained {
+    /// Samples on the ring.
+    pub seen: u64,
+    /// Samples of a routed process.
+    pub matched: u64,
+    /// Samples the kernel lost.
+    pub lost: u64,
+    pub throttles: u64,
+    /// Records that could not be parsed.
+    pub errors: u64,
+    /// Processes forked during the drain by processes of sessions that
+    /// follow children: child → those sessions. They need routes.
+    pub forked: HashMap<u32, Vec<usize>>,
+    /// Routed processes that exited during the drain: their routes go.
+    pub exited: Vec<u32>,
+}
+
+/// One ring's demultiplexing state, kept from drain to drain: the sessions'
+/// batches, with buffers that come back to it once applied.
+#[derive(Debug)]
+pub struct Demux {
+    stack_copy: bool,
+    max_stack: usize,
+    /// One per session; between drains each is empty.
+    batches: Vec<Batch>,
+    pool: BatchPool,
+    /// The callchain of the sample at hand, as words.
+    chain: Vec<u64>,
+    /// Samples already delivered to each session in a batch cut at an exec.
+    sent_early: Vec<u64>,
+    counts: Drained,
+}
+
+impl Demux {
+    /// State for a ring whose samples carry user stack copies (`stack_copy`)
+    /// or frame-pointer callchains.
+    pub fn new(stack_copy: bool) -> Demux {
+        Demux {
+            stack_copy,
+            max_stack: max_stack(),
+            batches: Vec::new(),
+            pool: BatchPool::default(),
+            chain: Vec::new(),
+            sent_early: Vec::new(),
+            counts: Drained::default(),
+        }
+    }
+
+    /// Start a drain routed by `targets`: each record goes to
+    /// [`Drain::record`], then [`Drain::finish`] delivers the batches to
+    /// `deliver(session, batch)`.
+    pub fn begin<'a, F: FnMut(usize, Batch)>(
+        &'a mut self,
+        targets: &'a Targets,
+        deliver: F,
+    ) -> Drain<'a, F> {
+        let n = targets.sessions();
+        self.pool.lock().keep = n + 1;
+        self.batches.truncate(n);
+        self.batches.resize_with(n, Batch::default);
+        for batch in &mut self.batches {
+            if batch.ends.capacity() == 0 {
+                *batch = self.pool.take();
+            }
+        }
+        self.sent_early.clear();
+        self.sent_early.resize(n, 0);
+        self.counts = Drained::default();
+        Drain {
+            demux: self,
+            targets,
+            deliver,
+        }
+    }
+}
+
+/// One drain in progress (see [`Demux::begin`]).
+pub struct Drain<'a, F: FnMut(usize, Batch)> {
+    demux: &'a mut Demux,
+    targets: &'a Targets,
+    deliver: F,
+}
+
+impl<F: FnMut(usize, Batch)> Drain<'_, F> {
+    /// Samples lost according to the records read so far.
+    pub fn lost_records(&self) -> u64 {
+        self.demux.counts.lost
+    }
+
+    /// Route one record (a batch cut at an exec is delivered at once).
+    pub fn record(&mut self, record: Result<Record<'_>, ParseError>) {
+        let d = &mut *self.demux;
+        let by_pid = &self.targets.by_pid;
+        let c = &mut d.counts;
+        let batches = &mut d.batches;
+        match record {
+            Ok(Record::Sample(s)) => {
+                c.seen += 1;
+                if let Some(targets) = route(by_pid, &c.forked, &c.exited, s.pid) {
+                    c.matched += 1;
+                    let stack_copy = d.stack_copy;
+                    let user = stack_copy.then(|| {
+                        let mut regs = s.regs_user();
+                        let (bp, sp, ip) = (regs.next(), regs.next(), regs.next());
+                        let regs = match (ip, sp, bp) {
+                            (Some(ip), Some(sp), Some(bp)) => [ip, sp, bp],
+                            _ => [0; 3],
+                        };
+                        (regs, s.stack_user)
+                    });
+                    d.chain.clear();
+                    d.chain.extend(s.callchain());
+                    for &i in targets {
+                        let b = &mut batches[i];
+                        let n = push_stack(
+                            &mut b.frames,
+                            &d.chain,
+                            if stack_copy { None } else { s.ip },
+                        );
+                        b.ends.push(b.frames.len() as u32);
+                        b.pids.push(s.pid);
+                        b.tids.push(s.tid);
+                        b.truncated += u64::from(!stack_copy && n >= d.max_stack);
+                        if let Some((regs, stack)) = user {
+                            b.user_regs.push(regs);
+                            b.user_stack.extend_from_slice(stack);
+                            b.user_ends.push(b.user_stack.len() as u32);
+                        }
+                    }
+                }
+            }
+            Ok(Record::Mmap2(m)) => {
+                if let Some(targets) = route(by_pid, &c.forked, &c.exited, m.pid) {
+                    let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
+                    for &i in targets {
+                        batches[i].mappings.push((m.pid, mapping.clone()));
+                    }
+                }
+            }
+            Ok(Record::Comm(cm)) => {
+                if let Some(targets) = route(by_pid, &c.forked, &c.exited, cm.pid) {
+                    let name = String::from_utf8_lossy(cm.comm).into_owned();
+                    for &i in targets {
+                        if cm.exec && cm.pid == cm.tid {
+                            // The samples before the exec go in a batch of
+                            // their own: they belong to the old program.
+                            let mut before = std::mem::replace(&mut batches[i], d.pool.take());
+                            before.seen = before.ends.len() as u64;
+                            d.sent_early[i] += before.seen;
+                            if !before.is_empty() {
+                                before.pool = Some(d.pool.clone());
+                                (self.deliver)(i, before);
+                            }
+                            batches[i].exec = Some((cm.pid, name.clone()));
+                        }
+                        batches[i].comms.push((cm.tid, name.clone()));
+                    }
+                }
+            }
+            Ok(Record::Fork(t)) if t.pid != t.ppid => {
+                if let Some(targets) = route(by_pid, &c.forked, &c.exited, t.ppid) {
+                    let follow: Vec<usize> = targets
+                        .iter()
+                        .copied()
+                        .filter(|&i| self.targets.children[i])
+                        .collect();
+                    for &i in &follow {
+                        batches[i].forks.push((t.pid, t.ppid));
+                    }
+                    if !follow.is_empty() {
+                        c.exited.retain(|&p| p != t.pid);
+                        c.forked.insert(t.pid, follow);
+                    }
+                }
+            }
+            Ok(Record::Exit(t)) if t.pid == t.tid => {
+                if let Some(targets) =
+                    route(by_pid, &c.forked, &c.exited, t.pid).map(<[usize]>::to_vec)
+                {
+                    for i in targets {
+                        batches[i].exits.push(t.pid);
+                    }
+                    c.forked.remove(&t.pid);
+                    c.exited.push(t.pid);
+                }
+            }
+            Ok(Record::Lost(l)) => c.lost += l.lost,
+            Ok(Record::Throttle(_)) => c.throttles += 1,
+            Ok(_) => {}
+            Err(err) => {
+                c.errors += 1;
+                tracing::debug!(%err, "unparsable perf record");
+            }
+        }
+    }
+
+    /// End the drain: every session's batch that holds anything goes to
+    /// `deliver`, with `lost` samples lost on the ring since the last drain
+    /// (the kernel's own count where it keeps one, else
+    /// [`lost_records`](Self::lost_records)). Returns what the drain saw.
+    pub fn finish(mut self, lost: u64) -> Drained {
+        let d = &mut *self.demux;
+        d.counts.lost = lost;
+        for (i, batch) in d.batches.iter_mut().enumerate() {
+            batch.seen = d.counts.seen - d.sent_early[i];
+            batch.lost = lost;
+            batch.throttled = d.counts.throttles;
+            if !batch.is_empty() {
+                batch.pool = Some(d.pool.clone());
+                (self.deliver)(i, std::mem::take(batch));
+            }
+        }
+        std::mem::take(&mut d.counts)
+    }
+}
+
+/// The sessions (batch indices) a process's records go to: routed before
+/// this drain, or forked during it, and not exited during it.
+#[inline]
+fn route<'a>(
+    by_pid: &'a foldhash::HashMap<u32, Vec<usize>>,
+    forked: &'a HashMap<u32, Vec<usize>>,
+    exited: &[u32],
+    pid: u32,
+) -> Option<&'a [usize]> {
+    let targets = by_pid.get(&pid).or_else(|| forked.get(&pid))?;
+    (!exited.contains(&pid)).then_some(targets.as_slice())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KERNEL: u64 = (-128i64) as u64;
+    const USER: u64 = (-512i64) as u64;
+
+    #[test]
+    fn callchains_drop_markers_and_adjust_return_addresses() {
+        let mut out = Vec::new();
+        let chain = [
+            KERNEL,
+            0xffff_ffff_8100_0010,
+            0xffff_ffff_8100_0020,
+            USER,
+            0x401000,
+            0x402000,
+        ];
+        assert_eq!(push_stack(&mut out, &chain, Some(1)), 4);
+        assert_eq!(
+            out,
+            vec![
+                0xffff_ffff_8100_0010,
+                0xffff_ffff_8100_001f,
+                0x401000,
+                0x401fff
+            ]
+        );
+    }
+
+    #[test]
+    fn kernel_addresses_in_the_user_chain_are_not_kernel_frames() {
+        let mut out = Vec::new();
+        push_stack(&mut out, &[USER, 0x401000, 0xffff_ffff_8100_0010], None);
+        assert_eq!(out, vec![0x401000, BAD_USER_FRAME]);
+    }
+
+    #[test]
+    fn empty_callchain_uses_ip() {
+        let mut out = vec![7];
+        assert_eq!(push_stack(&mut out, &[USER], Some(0x1234)), 1);
+        assert_eq!(out, vec![7, 0x1234]);
+    }
+
+    #[test]
+    fn batch_samples_keep_frames_and_stack_copies_apart() {
+        let mut b = Batch::default();
+        b.push(
+            1,
+            5,
+            [1, 2].into_iter(),
+            Some(([10, 20, 30], &[7u8; 16][..])),
+        );
+        b.push(1, 6, [3, 4, 5].into_iter(), Some(([0; 3], &[][..])));
+        b.push(1, 5, [6].into_iter(), Some(([11, 21, 31], &[9u8; 8][..])));
+        let samples: Vec<_> = b
+            .samples()
+            .map(|s| (s.frames.to_vec(), s.user.map(|(r, st)| (r, st.to_vec()))))
+            .collect();
+        assert_eq!(
+            samples[0],
+            (vec![1, 2], Some(([10, 20, 30], vec![7u8; 16])))
+        );
+        assert_eq!(samples[1], (vec![3, 4, 5], Some(([0; 3], vec![]))));
+        assert_eq!(samples[2], (vec![6], Some(([11, 21, 31], vec![9u8; 8]))));
+        let mut fp = Batch::default();
+        fp.push(1, 1, [1].into_iter(), None);
+        assert!(fp.samples().all(|s| s.user.is_none()));
+    }
+
+    #[test]
+    fn sessions_are_numbered_in_order_and_keep_their_first_routes_children() {
+        let t = Targets::new([(7, 10, true), (3, 10, false), (7, 11, false)]);
+        assert_eq!(t.sessions(), 2);
+        assert_eq!(t.of(10), Some(&[0, 1][..]));
+        assert_eq!(t.of(11), Some(&[0][..]));
+        assert_eq!(t.of(12), None);
+        assert_eq!(t.children, vec![true, false]);
+    }
+
+    #[test]
+    fn recycled_batches_come_back_empty_with_their_buffers() {
+        let pool = BatchPool::default();
+        pool.lock().keep = 1;
+        let filled = || {
+            let mut b = Batch {
+                seen: 5,
+                exec: Some((1, "x".into())),
+                pool: Some(pool.clone()),
+                ..Batch::default()
+            };
+            b.push(
+                1,
+                2,
+                [1, 2, 3].into_iter(),
+                Some(([4, 5, 6], &[7u8; 64][..])),
+            );
+            b
+        };
+        let (a, b) = (filled(), filled());
+        let room = (a.frames.capacity(), a.user_stack.capacity());
+        a.recycle();
+        b.recycle();
+        assert_eq!(pool.lock().batches.len(), 1, "no more than it keeps");
+        let again = pool.take();
+        assert_eq!((again.frames.capacity(), again.user_stack.capacity()), room);
+        assert_eq!(again.samples().count(), 0);
+        assert!(again.is_empty() && again.pool.is_none());
+        assert_eq!(pool.take().frames.capacity(), 0, "then new ones");
+        // A batch from elsewhere has no pool to go back to.
+        Batch::default().recycle();
+    }
+
+    #[test]
+    fn mmap_names_become_backings() {
+        assert!(matches!(
+            mapping_of(0, 1, 0, b"/usr/lib/libc.so.6").backing,
+            Backing::File(_)
+        ));
+        assert_eq!(
+            mapping_of(0, 1, 0, b"//anon").backing,
+            Backing::Special("[anon]".into())
+        );
+        assert_eq!(
+            mapping_of(0, 1, 0, b"[vdso]").backing,
+            Backing::Special("[vdso]".into())
+        );
+    }
+}

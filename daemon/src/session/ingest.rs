@@ -1,0 +1,256 @@
+//! The session side of the hot path: each batch from the sampler counted
+//! into the session's stack table (stack copies unwound, addresses tagged
+//! with their address space), with the per-process and per-thread counts,
+//! the recent samples of windowed figures, and the addresses of new stacks
+//! queued for naming. Owned by the session's actor; no symbols, no views.
+use super::spaces::{self, Spaces};
+use super::{Recheck, MAX_WINDOW_S, STACK_LIMIT_FRAME};
+use crate::maps::ProcessMaps;
+use crate::sampler::Batch;
+use crate::unwind::Walk;
+use profd_common::api;
+use profd_common::model::StackTable;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// A session's counts and the state they are made with.
+pub struct Ingest {
+    /// The session's target.
+    pid: u32,
+    /// Unique stacks kept; samples of further new stacks count under
+    /// [`STACK_LIMIT_FRAME`].
+    max_stacks: usize,
+    /// Checks that the owner may still profile a process after its exec.
+    recheck: Option<Recheck>,
+    pub(super) stacks: StackTable,
+    pub(super) totals: api::Totals,
+    /// Mappings and unwinders of the target's (and its children's) address
+    /// spaces; stack addresses are tagged with their space.
+    pub(super) spaces: Spaces,
+    /// Samples per process, and where each live pid is in the list.
+    pub(super) processes: Vec<api::ProcessSamples>,
+    process_index: HashMap<u32, usize>,
+    /// Addresses of new stacks not yet named.
+    pub(super) pending: foldhash::HashSet<u64>,
+    scratch: Vec<u64>,
+    /// Thread names by tid.
+    pub(super) threads: HashMap<u32, String>,
+    /// Stack indices sampled, in one bucket per second, for windowed figures.
+    pub(super) recent: VecDeque<(Instant, Vec<u32>)>,
+}
+
+/// The addresses of the stacks a batch added to the table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NewAddresses {
+    /// Already named, or already queued for naming.
+    pub known: u64,
+    /// Queued for naming now.
+    pub queued: u64,
+}
+
+impl Ingest {
+    /// The counts of a session of process `pid` (named `comm`), whose
+    /// mappings are `maps` now; `stack_copy`: its samples carry user stacks
+    /// to unwind; at most `max_stacks` unique stacks; `recheck` is asked
+    /// after each exec of one of its processes.
+    pub fn new(
+        pid: u32,
+        comm: String,
+        maps: ProcessMaps,
+        stack_copy: bool,
+        max_stacks: usize,
+        recheck: Option<Recheck>,
+    ) -> Ingest {
+        Ingest {
+            pid,
+            max_stacks,
+            recheck,
+            stacks: StackTable::default(),
+            totals: api::Totals::default(),
+            spaces: Spaces::new(pid, maps, stack_copy),
+            processes: vec![api::ProcessSamples {
+                pid,
+                comm,
+                ..Default::default()
+            }],
+            process_index: HashMap::from([(pid, 0)]),
+            pending: foldhash::HashSet::default(),
+            scratch: Vec::new(),
+            threads: HashMap::new(),
+            recent: VecDeque::new(),
+        }
+    }
+
+    /// The stack table.
+    pub fn stacks(&self) -> &StackTable {
+        &self.stacks
+    }
+
+    /// The session's totals (`unsymbolized` is the actor's).
+    pub fn totals(&self) -> &api::Totals {
+        &self.totals
+    }
+
+    /// Count a batch; addresses of new stacks that are not `named` are
+    /// queued for naming. Err when a process of the session exec'd a
+    /// program its owner may not profile (the batch is then dropped: its
+    /// samples are discarded).
+    pub fn apply(
+        &mut self,
+        mut batch: Batch,
+        named: impl Fn(u64) -> bool,
+    ) -> Result<NewAddresses, String> {
+        let mut addresses = NewAddresses::default();
+        if let Some((pid, comm)) = batch.exec.take() {
+            if let Some(recheck) = &self.recheck {
+                if let Err(why) = recheck(pid) {
+                    self.totals.discarded += batch.seen;
+                    return Err(format!("stopped after exec of {comm}: {why}"));
+                }
+            }
+            if let Some(&i) = self.process_index.get(&pid) {
+                self.processes[i].comm = comm;
+            }
+            self.spaces.exec(pid);
+        }
+        for (child, parent) in batch.forks.drain(..) {
+            self.spaces.fork(child, parent);
+            let comm = self
+                .process_index
+                .get(&parent)
+                .map(|&i| self.processes[i].comm.clone())
+                .unwrap_or_default();
+            self.process_index.insert(child, self.processes.len());
+            self.processes.push(api::ProcessSamples {
+                pid: child,
+                ppid: parent,
+                comm,
+                ..Default::default()
+            });
+        }
+        for (tid, name) in batch.comms.drain(..) {
+            self.threads.insert(tid, name);
+        }
+        let mut by_pid: HashMap<u32, Vec<crate::maps::Mapping>> = HashMap::new();
+        for (pid, m) in batch.mappings.drain(..) {
+            by_pid.entry(pid).or_default().push(m);
+        }
+        for (pid, mappings) in by_pid {
+            self.spaces.insert(pid, mappings.into_iter());
+        }
+        let mut attributed = 0u64;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        // The samples of a batch were read together: one time for all.
+        if !batch.ends.is_empty() {
+            self.start_bucket(Instant::now());
+        }
+        // Consecutive samples are mostly of the same process and thread.
+        let (mut last_pid, mut space, mut process) = (None, 0, None);
+        let mut last_tid = None;
+        for sample in batch.samples() {
+            attributed += 1;
+            if last_pid != Some(sample.pid) {
+                last_pid = Some(sample.pid);
+                space = self.spaces.of(sample.pid);
+                process = self.process_index.get(&sample.pid).copied();
+            }
+            // Frame-pointer stacks of the target's first program are used as
+            // they came; others are unwound and/or tagged in `scratch`.
+            let stack = if sample.user.is_none() && space == 0 {
+                sample.frames
+            } else {
+                scratch.clear();
+                scratch.extend_from_slice(sample.frames);
+                if let Some(([ip, sp, bp], bytes)) = sample.user {
+                    let unwinder = &mut self.spaces.list[space].unwinder;
+                    if ip != 0
+                        && unwinder.unwind(ip, sp, bp, bytes, &mut scratch) == Walk::Truncated
+                    {
+                        self.totals.truncated += 1;
+                    }
+                }
+                if space != 0 {
+                    for a in scratch.iter_mut() {
+                        *a = spaces::tag(space, *a);
+                    }
+                }
+                &scratch[..]
+            };
+            let cap = self.max_stacks;
+            let (stack, (index, new)) = match self.stacks.add_within(sample.tid, stack, 1, cap) {
+                Some(added) => (stack, added),
+                None => {
+                    self.totals.overflowed += 1;
+                    let limit = &[STACK_LIMIT_FRAME][..];
+                    (limit, self.stacks.add(0, limit, 1))
+                }
+            };
+            if new {
+                let before = self.pending.len();
+                self.pending
+                    .extend(stack.iter().copied().filter(|&a| !named(a)));
+                let queued = (self.pending.len() - before) as u64;
+                addresses.queued += queued;
+                addresses.known += stack.len() as u64 - queued;
+            }
+            if let Some((_, bucket)) = self.recent.back_mut() {
+                bucket.push(index as u32);
+            }
+            if last_tid != Some(sample.tid) {
+                last_tid = Some(sample.tid);
+                self.name_thread(sample.tid);
+            }
+            if let Some(i) = process {
+                self.processes[i].samples += 1;
+            }
+        }
+        self.scratch = scratch;
+        for pid in batch.exits.drain(..) {
+            self.spaces.exit(pid);
+            if let Some(i) = self.process_index.remove(&pid) {
+                self.processes[i].exited = true;
+            }
+        }
+        self.totals.attributed += attributed;
+        self.totals.discarded += batch.seen.saturating_sub(attributed);
+        self.totals.lost += batch.lost;
+        self.totals.throttled += batch.throttled;
+        self.totals.truncated += batch.truncated;
+        batch.recycle();
+        Ok(addresses)
+    }
+
+    /// Make the newest bucket of recent samples the one for `now`: a new
+    /// one a second after the last began (reusing the buffer of one that
+    /// fell out of the window), after dropping those out of it.
+    fn start_bucket(&mut self, now: Instant) {
+        let mut spare = None;
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t).as_secs() > u64::from(MAX_WINDOW_S))
+        {
+            spare = self.recent.pop_front().map(|(_, bucket)| bucket);
+        }
+        match self.recent.back() {
+            Some((start, _)) if now.duration_since(*start) < Duration::from_secs(1) => {}
+            last => {
+                let size = last.map_or(0, |(_, bucket)| bucket.len());
+                let mut bucket = spare.unwrap_or_default();
+                bucket.clear();
+                bucket.reserve(size);
+                self.recent.push_back((now, bucket));
+            }
+        }
+    }
+
+    /// Read the name of a thread not seen before.
+    fn name_thread(&mut self, tid: u32) {
+        if !self.threads.contains_key(&tid) {
+            let name = std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid))
+                .map(|s| s.trim_end().to_string())
+                .unwrap_or_default();
+            self.threads.insert(tid, name);
+        }
+    }
+}

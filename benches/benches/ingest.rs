@@ -32,12 +32,10 @@ fn run(
     let d = pipeline.drain(ring);
     assert_eq!((d.seen, d.matched), (ring.samples, ring.routed));
     assert_eq!(pipeline.ingest().stacks().len(), stacks, "all interned");
-    let shallowest = pipeline
-        .ingest()
-        .stacks()
-        .iter()
-        .map(|(_, s, _)| s.len())
-        .min();
+    let mut shallowest = None;
+    pipeline.ingest().stacks().for_each(|_, s, _| {
+        shallowest = Some(shallowest.map_or(s.len(), |m: usize| m.min(s.len())));
+    });
     assert!(
         shallowest >= Some(depth),
         "{name}: stacks of {shallowest:?} frames"

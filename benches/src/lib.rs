@@ -8,9 +8,8 @@ use perf_event_open_sys::bindings as sys;
 use profd::maps::ProcessMaps;
 use profd::perf::record::{self, is_context_marker, Layout, CONTEXT_KERNEL, CONTEXT_USER};
 use profd::perf::{walk_ring, SAMPLE_TYPE, USER_REGS};
-use profd::sampler::{Demux, Drained, Targets};
+use profd::sampler::{BatchPool, Demux, Drained, Targets};
 use profd::session::Ingest;
-use std::os::unix::fs::FileExt;
 
 /// Criterion measurement: the CPU time of the benchmark's thread
 /// (CLOCK_THREAD_CPUTIME_ID) instead of wall-clock time, so that other
@@ -109,28 +108,11 @@ pub struct Captured {
     pub stack: Vec<u8>,
 }
 
-/// Up to `len` bytes of this process's memory at `addr`.
-fn read_own_memory(addr: u64, len: usize) -> Vec<u8> {
-    let mem = std::fs::File::open("/proc/self/mem").expect("/proc/self/mem");
-    let mut buf = vec![0; len];
-    let mut got = 0;
-    while got < len {
-        match mem.read_at(&mut buf[got..], addr + got as u64) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got += n,
-        }
-    }
-    buf.truncate(got);
-    buf
-}
-
-/// The registers here and `bytes` of the stack above them (fewer where the
-/// stack ends), as a PERF_SAMPLE_STACK_USER sample of this thread holds
-/// them. The callers' frames stay as they were while this one is live.
-#[inline(never)]
+/// The registers at a point in [`profd::perf::own_stack`] and `bytes` of
+/// the stack above them (fewer where the stack ends), as a
+/// PERF_SAMPLE_STACK_USER sample of this thread holds them.
 pub fn capture(bytes: usize) -> Captured {
-    let regs = profd::perf::own_registers();
-    let stack = read_own_memory(regs[1], bytes);
+    let (regs, stack) = profd::perf::own_stack(bytes);
     Captured { regs, stack }
 }
 
@@ -365,7 +347,7 @@ impl Pipeline {
             ProcessMaps::default()
         };
         Pipeline {
-            demux: Demux::new(stack_copy),
+            demux: Demux::new(stack_copy, BatchPool::default()),
             targets: Targets::new([(1, target(), false)]),
             ingest: Ingest::new(target(), "bench".into(), maps, stack_copy, 1 << 20, None),
             scratch: Vec::new(),

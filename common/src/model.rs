@@ -1,36 +1,96 @@
 //! The profile model: interned raw stacks with counts, and their reduction to
 //! per-function inclusive/exclusive counts and percentages. Pure data, no
 //! symbols (callers map addresses to function ids).
-use indexmap::IndexMap;
+use hashbrown::HashTable;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 /// Raw stacks (thread, addresses innermost first) interned with their sample
 /// counts. Each unique stack keeps the index it was first given. Adding a
 /// stack already seen allocates nothing.
+///
+/// Stacks are stored as a tree of call paths: a node is one address under
+/// its caller's node, shared by every stack that passes through it, and a
+/// stack is its innermost node with a thread and a count. A unique stack
+/// costs a few dozen bytes plus its frames not shared with others, instead
+/// of all its frames.
 #[derive(Debug, Default, Clone)]
 pub struct StackTable {
-    /// Key: the thread id, then the addresses. Hashed with foldhash: the
-    /// table is looked up once per sample, and keys are long.
-    counts: IndexMap<Box<[u64]>, u64, foldhash::fast::RandomState>,
+    /// Call-path nodes: an address and its caller's node.
+    nodes: Nodes,
+    /// Each node by (caller node, address).
+    node_index: HashTable<u32>,
+    stacks: Vec<Stack>,
+    /// Each stack by (thread, addresses).
+    stack_index: HashTable<u32>,
     samples: u64,
-    key: Vec<u64>,
+    state: State,
 }
+
+/// No node: the caller of an outermost frame, the innermost node of an
+/// empty stack.
+const ROOT: u32 = u32::MAX;
+
+/// The nodes as two arrays (12 bytes a node, not 16).
+#[derive(Debug, Default, Clone)]
+struct Nodes {
+    addrs: Vec<u64>,
+    parents: Vec<u32>,
+}
+
+impl Nodes {
+    /// Node `i`'s address and caller.
+    fn get(&self, i: u32) -> Option<(u64, u32)> {
+        let addr = *self.addrs.get(i as usize)?;
+        Some((addr, self.parents[i as usize]))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stack {
+    /// Hash of (thread, addresses), kept for growing the index.
+    hash: u64,
+    leaf: u32,
+    tid: u32,
+    count: u64,
+}
+
+fn stack_hash(state: &State, tid: u32, frames: &[u64]) -> u64 {
+    state.hash_one((tid, frames))
+}
+
+fn node_hash(state: &State, parent: u32, addr: u64) -> u64 {
+    state.hash_one((parent, addr))
+}
+
+/// foldhash: the table is looked up once per sample.
+type State = foldhash::fast::RandomState;
 
 impl StackTable {
     /// Count `n` samples of `frames` (innermost first) on thread `tid`;
     /// returns the stack's index and whether it is new to the table.
     pub fn add(&mut self, tid: u32, frames: &[u64], n: u64) -> (usize, bool) {
         self.samples += n;
-        self.key.clear();
-        self.key.push(u64::from(tid));
-        self.key.extend_from_slice(frames);
-        if let Some((index, _, count)) = self.counts.get_full_mut(&self.key[..]) {
-            *count += n;
-            (index, false)
-        } else {
-            let (index, _) = self.counts.insert_full(self.key.as_slice().into(), n);
-            (index, true)
+        let hash = stack_hash(&self.state, tid, frames);
+        if let Some(index) = self.find(hash, tid, frames) {
+            self.stacks[index].count += n;
+            return (index, false);
         }
+        let mut leaf = ROOT;
+        for &addr in frames.iter().rev() {
+            leaf = self.node(leaf, addr);
+        }
+        let index = self.stacks.len();
+        self.stacks.push(Stack {
+            hash,
+            leaf,
+            tid,
+            count: n,
+        });
+        let stacks = &self.stacks;
+        self.stack_index
+            .insert_unique(hash, index as u32, |&i| stacks[i as usize].hash);
+        (index, true)
     }
 
     /// Like [`add`](Self::add), but a stack not yet in the table is added
@@ -42,26 +102,64 @@ impl StackTable {
         n: u64,
         cap: usize,
     ) -> Option<(usize, bool)> {
-        if self.counts.len() < cap {
+        if self.stacks.len() < cap {
             return Some(self.add(tid, frames, n));
         }
-        self.key.clear();
-        self.key.push(u64::from(tid));
-        self.key.extend_from_slice(frames);
-        let (index, _, count) = self.counts.get_full_mut(&self.key[..])?;
-        *count += n;
+        let index = self.find(stack_hash(&self.state, tid, frames), tid, frames)?;
+        self.stacks[index].count += n;
         self.samples += n;
         Some((index, false))
     }
 
+    /// The index of a stack already in the table.
+    fn find(&self, hash: u64, tid: u32, frames: &[u64]) -> Option<usize> {
+        let (stacks, nodes) = (&self.stacks, &self.nodes);
+        let same = |&i: &u32| {
+            let stack = &stacks[i as usize];
+            if stack.hash != hash || stack.tid != tid {
+                return false;
+            }
+            let mut at = stack.leaf;
+            for &addr in frames {
+                match nodes.get(at) {
+                    Some((a, parent)) if a == addr => at = parent,
+                    _ => return false,
+                }
+            }
+            at == ROOT
+        };
+        self.stack_index.find(hash, same).map(|&i| i as usize)
+    }
+
+    /// The node of `addr` called from `parent`, made when new.
+    fn node(&mut self, parent: u32, addr: u64) -> u32 {
+        let hash = node_hash(&self.state, parent, addr);
+        let nodes = &self.nodes;
+        let found = self
+            .node_index
+            .find(hash, |&i| nodes.get(i) == Some((addr, parent)));
+        if let Some(&i) = found {
+            return i;
+        }
+        let i = self.nodes.addrs.len() as u32;
+        self.nodes.addrs.push(addr);
+        self.nodes.parents.push(parent);
+        let (nodes, state) = (&self.nodes, &self.state);
+        self.node_index.insert_unique(hash, i, |&i| {
+            let (addr, parent) = nodes.get(i).unwrap_or_default();
+            node_hash(state, parent, addr)
+        });
+        i
+    }
+
     /// Unique stacks.
     pub fn len(&self) -> usize {
-        self.counts.len()
+        self.stacks.len()
     }
 
     /// Whether no sample was added.
     pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
+        self.stacks.is_empty()
     }
 
     /// Samples added in all.
@@ -69,16 +167,44 @@ impl StackTable {
         self.samples
     }
 
-    /// Each unique stack, by index: (thread id, frames, count).
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &[u64], u64)> {
-        self.counts.iter().map(|(k, v)| (k[0] as u32, &k[1..], *v))
+    /// Call `f(thread id, frames, count)` for each unique stack, by index.
+    pub fn for_each(&self, mut f: impl FnMut(u32, &[u64], u64)) {
+        let mut frames = Vec::new();
+        for stack in &self.stacks {
+            self.frames_into(stack.leaf, &mut frames);
+            f(stack.tid, &frames, stack.count);
+        }
     }
 
-    /// The stack with this index: (thread id, frames).
-    pub fn get(&self, index: usize) -> Option<(u32, &[u64])> {
-        self.counts
-            .get_index(index)
-            .map(|(k, _)| (k[0] as u32, &k[1..]))
+    /// The stack with this index: its thread id, with its frames written
+    /// to `frames`.
+    pub fn get(&self, index: usize, frames: &mut Vec<u64>) -> Option<u32> {
+        let stack = self.stacks.get(index)?;
+        self.frames_into(stack.leaf, frames);
+        Some(stack.tid)
+    }
+
+    fn frames_into(&self, leaf: u32, frames: &mut Vec<u64>) {
+        frames.clear();
+        frames.extend(Self::walk(&self.nodes, leaf));
+    }
+
+    /// The addresses from node `at` out to the outermost frame.
+    fn walk(nodes: &Nodes, mut at: u32) -> impl Iterator<Item = u64> + '_ {
+        std::iter::from_fn(move || {
+            let (addr, parent) = nodes.get(at)?;
+            at = parent;
+            Some(addr)
+        })
+    }
+
+    /// Bytes held by the table (its buffers' capacity).
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.nodes.addrs.capacity() * size_of::<u64>()
+            + self.nodes.parents.capacity() * size_of::<u32>()
+            + self.stacks.capacity() * size_of::<Stack>()
+            + (self.node_index.capacity() + self.stack_index.capacity()) * (size_of::<u32>() + 1)
     }
 }
 
@@ -219,7 +345,8 @@ mod tests {
         assert_eq!(t.add(7, &[4], 1), (2, true));
         assert_eq!(t.len(), 3);
         assert_eq!(t.samples(), 5);
-        let all: Vec<_> = t.iter().map(|(tid, s, n)| (tid, s.to_vec(), n)).collect();
+        let mut all = Vec::new();
+        t.for_each(|tid, s, n| all.push((tid, s.to_vec(), n)));
         assert_eq!(
             all,
             vec![
@@ -228,7 +355,48 @@ mod tests {
                 (7, vec![4], 1)
             ]
         );
-        assert_eq!(t.get(2), Some((7, &[4][..])));
+        let mut frames = Vec::new();
+        assert_eq!(t.get(2, &mut frames), Some(7));
+        assert_eq!(frames, [4]);
+        assert_eq!(t.get(3, &mut frames), None);
+    }
+
+    #[test]
+    fn stacks_share_their_common_callers() {
+        let mut t = StackTable::default();
+        assert_eq!(t.add(1, &[], 1), (0, true), "an empty stack is a stack");
+        assert_eq!(t.add(1, &[], 1), (0, false));
+        // Every path of a binary tree 14 calls deep, under 3 common frames.
+        let path = |i: u64| -> Vec<u64> {
+            let mut frames: Vec<u64> = (0..14)
+                .map(|level| (level << 8) | ((i >> level) & 1))
+                .collect();
+            frames.reverse();
+            frames.extend([0xa, 0xb, 0xc]);
+            frames
+        };
+        for i in 0..1 << 14 {
+            assert_eq!(t.add(1, &path(i), 1), (i as usize + 1, true));
+        }
+        for i in (0..1 << 14).rev() {
+            assert_eq!(t.add(1, &path(i), 2), (i as usize + 1, false));
+        }
+        // A stack that is a prefix (callers) of others is its own stack.
+        assert_eq!(t.add(1, &[0xa, 0xb, 0xc][1..], 1), ((1 << 14) + 1, true));
+        let mut frames = Vec::new();
+        assert_eq!(t.get(12345 + 1, &mut frames), Some(1));
+        assert_eq!(frames, path(12345));
+        let mut total = 0;
+        t.for_each(|_, frames, n| {
+            assert!(frames.is_empty() || frames.len() == 2 || frames.len() == 17);
+            total += n;
+        });
+        assert_eq!(total, t.samples());
+        // 16 384 stacks of 17 frames share about 32 800 nodes: with the
+        // buffers' room to grow, less than each stack's own frames would
+        // take (17 × 8 = 136 bytes).
+        let per_stack = t.heap_bytes() / t.len();
+        assert!(per_stack < 136, "{per_stack} bytes per stack");
     }
 
     fn aggregate(stacks: &[(Vec<u32>, u64)], functions: usize) -> Vec<Counts> {

@@ -86,6 +86,8 @@ pub struct Sampler {
     pub ring_pages: Option<usize>,
     groups: Mutex<HashMap<EventSpec, Group>>,
     counters: Arc<Counters>,
+    /// Spare batches of every ring.
+    pool: BatchPool,
 }
 
 /// Where sessions get their samples from: the perf rings, or a fake in tests.
@@ -126,6 +128,7 @@ impl Sampler {
             ring_pages: None,
             groups: Mutex::new(HashMap::new()),
             counters: Arc::default(),
+            pool: BatchPool::default(),
         }
     }
 
@@ -151,6 +154,7 @@ impl Sampler {
                 afd,
                 routes.clone(),
                 self.counters.clone(),
+                self.pool.clone(),
                 flush_rx,
                 stop_rx.clone(),
             ));
@@ -322,17 +326,18 @@ async fn run_cpu(
     mut ring: AsyncFd<PerfEvent>,
     routes: Arc<RwLock<Routes>>,
     counters: Arc<Counters>,
+    pool: BatchPool,
     mut flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut demux = Demux::new(ring.get_ref().stack_copy());
+    let mut demux = Demux::new(ring.get_ref().stack_copy(), pool);
     loop {
         tokio::select! {
             ready = ring.readable_mut() => match ready {
                 Ok(mut guard) => {
-                    drain(guard.get_inner_mut(), &mut demux, &routes, &counters);
+                    drain(guard.get_inner_mut(), &mut demux, &routes, &counters, false);
                     guard.clear_ready();
                 }
                 Err(err) => {
@@ -340,13 +345,13 @@ async fn run_cpu(
                     return;
                 }
             },
-            _ = tick.tick() => drain(ring.get_mut(), &mut demux, &routes, &counters),
+            _ = tick.tick() => drain(ring.get_mut(), &mut demux, &routes, &counters, false),
             Some(ack) = flush.recv() => {
-                drain(ring.get_mut(), &mut demux, &routes, &counters);
+                drain(ring.get_mut(), &mut demux, &routes, &counters, true);
                 let _ = ack.send(());
             }
             _ = stop.changed() => {
-                drain(ring.get_mut(), &mut demux, &routes, &counters);
+                drain(ring.get_mut(), &mut demux, &routes, &counters, true);
                 return;
             }
         }
@@ -355,14 +360,22 @@ async fn run_cpu(
 
 /// Drain one ring: its records through the CPU's `demux` to the sessions'
 /// channels, then the route changes and the daemon-wide counts.
-fn drain(ring: &mut PerfEvent, demux: &mut Demux, routes: &RwLock<Routes>, counters: &Counters) {
+/// `exact`: read the kernel's lost count whatever it costs (see
+/// [`PerfEvent::new_lost`]).
+fn drain(
+    ring: &mut PerfEvent,
+    demux: &mut Demux,
+    routes: &RwLock<Routes>,
+    counters: &Counters,
+    exact: bool,
+) {
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
     let sessions = &guard.sessions;
     let mut drain = demux.begin(&guard.targets, |i, batch| {
         let _ = sessions[i].tx.send(batch);
     });
     let bytes_read = ring.drain(|record| drain.record(record));
-    let lost = ring.new_lost(drain.lost_records());
+    let lost = ring.new_lost(drain.lost_records(), bytes_read, exact);
     let d = drain.finish(lost);
     drop(guard);
     if !d.forked.is_empty() || !d.exited.is_empty() {

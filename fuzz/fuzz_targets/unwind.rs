@@ -25,7 +25,6 @@ use libfuzzer_sys::fuzz_target;
 use profd::maps::ProcessMaps;
 use profd::unwind::{Unwinder, MAX_FRAMES};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::sync::{Mutex, OnceLock};
 
 const REAL: u8 = 1;
@@ -58,29 +57,9 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// Up to `len` bytes of this process's memory at `addr` (fewer where the mapping ends).
-fn read_own_memory(addr: u64, len: usize) -> Vec<u8> {
-    let Ok(mem) = std::fs::File::open("/proc/self/mem") else {
-        return Vec::new();
-    };
-    let mut buf = vec![0; len];
-    let mut got = 0;
-    while got < len {
-        match mem.read_at(&mut buf[got..], addr + got as u64) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got += n,
-        }
-    }
-    buf.truncate(got);
-    buf
-}
-
-/// The registers at a point in this function and the stack above them.
-#[inline(never)]
+/// The registers at a point in `own_stack` and the stack above them.
 fn capture() -> Captured {
-    let [ip, sp, bp] = profd::perf::own_registers();
-    // The callers' frames above `sp` stay as they were while this frame is live.
-    let stack = read_own_memory(sp, CAPTURE_BYTES);
+    let ([ip, sp, bp], stack) = profd::perf::own_stack(CAPTURE_BYTES);
     Captured { ip, sp, bp, stack }
 }
 

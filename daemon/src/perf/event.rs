@@ -150,6 +150,8 @@ pub struct PerfEvent {
     counts_lost: bool,
     /// The kernel's lost count already accounted for.
     lost_accounted: u64,
+    /// When the kernel's lost count was last read.
+    lost_read: Option<std::time::Instant>,
 }
 
 /// read_format bit: `read()` also returns the samples lost (Linux 6.0+).
@@ -350,6 +352,7 @@ impl PerfEvent {
             scratch: Vec::new(),
             counts_lost: attr.read_format != 0,
             lost_accounted: 0,
+            lost_read: None,
         };
         let page_hdr = event.header();
         // SAFETY: `page_hdr` points at the kernel-initialised metadata page
@@ -474,7 +477,27 @@ impl PerfEvent {
     /// Samples lost since the last call: from the kernel's own count when it
     /// keeps one (exact, including losses not yet reported by a
     /// PERF_RECORD_LOST), else `from_records` (the records just read).
-    pub fn new_lost(&mut self, from_records: u64) -> u64 {
+    ///
+    /// Reading the kernel's count costs an interrupt of the event's CPU per
+    /// event, which with a drain every 100 ms was half of the daemon's CPU;
+    /// so it is read only when losses are likely (LOST records came, or the
+    /// drain read `bytes_read` of at least half the ring: it may have
+    /// filled), when `exact` (a flush, the end of a session), and otherwise
+    /// once a second. Losses found later are counted later, never twice.
+    pub fn new_lost(&mut self, from_records: u64, bytes_read: u64, exact: bool) -> u64 {
+        if !self.counts_lost {
+            return from_records;
+        }
+        let due = exact
+            || from_records > 0
+            || bytes_read >= self.data_size as u64 / 2
+            || self
+                .lost_read
+                .is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(1));
+        if !due {
+            return 0;
+        }
+        self.lost_read = Some(std::time::Instant::now());
         match self.kernel_lost() {
             Some(total) => {
                 let new = total.saturating_sub(self.lost_accounted);

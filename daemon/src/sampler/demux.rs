@@ -51,16 +51,20 @@ pub struct Batch {
     pub pool: Option<BatchPool>,
 }
 
-/// Emptied batches on their way back to the ring that filled them, so that
-/// its next drains reuse their buffers instead of allocating new ones. It
-/// keeps one more batch than the ring has sessions.
-#[derive(Clone, Default)]
+/// Emptied batches on their way back to the rings, so that the next drains
+/// reuse their buffers instead of allocating new ones. One pool serves all
+/// the rings of a sampler, and keeps at most a given number of batches and
+/// bytes: rings that copy stacks fill batches of hundreds of KiB, and a
+/// daemon with many targets has many such rings.
+#[derive(Clone)]
 pub struct BatchPool(Arc<Mutex<Spare>>);
 
-#[derive(Default)]
 struct Spare {
     batches: Vec<Batch>,
-    keep: usize,
+    /// Bytes the kept batches' buffers hold.
+    bytes: usize,
+    max_batches: usize,
+    max_bytes: usize,
 }
 
 impl std::fmt::Debug for BatchPool {
@@ -69,18 +73,45 @@ impl std::fmt::Debug for BatchPool {
     }
 }
 
+impl Default for BatchPool {
+    /// Room for the batches of a few drains of every CPU, and 4 MiB.
+    fn default() -> BatchPool {
+        BatchPool::new(64, 4 << 20)
+    }
+}
+
 impl BatchPool {
+    /// A pool that keeps at most `max_batches` batches holding at most
+    /// `max_bytes` in all.
+    pub fn new(max_batches: usize, max_bytes: usize) -> BatchPool {
+        BatchPool(Arc::new(Mutex::new(Spare {
+            batches: Vec::new(),
+            bytes: 0,
+            max_batches,
+            max_bytes,
+        })))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Spare> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn take(&self) -> Batch {
-        self.lock().batches.pop().unwrap_or_default()
+        let mut spare = self.lock();
+        match spare.batches.pop() {
+            Some(batch) => {
+                spare.bytes -= batch.heap_bytes();
+                batch
+            }
+            None => Batch::default(),
+        }
     }
 
     fn put(&self, batch: Batch) {
+        let bytes = batch.heap_bytes();
         let mut spare = self.lock();
-        if spare.batches.len() < spare.keep {
+        if spare.batches.len() < spare.max_batches && spare.bytes + bytes <= spare.max_bytes {
+            spare.bytes += bytes;
             spare.batches.push(batch);
         }
     }
@@ -143,6 +174,17 @@ impl Batch {
             self.clear();
             pool.put(self);
         }
+    }
+
+    /// Bytes held by the buffers that carry samples.
+    fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.frames.capacity() * size_of::<u64>()
+            + (self.ends.capacity() + self.pids.capacity() + self.tids.capacity())
+                * size_of::<u32>()
+            + self.user_regs.capacity() * size_of::<[u64; 3]>()
+            + self.user_stack.capacity()
+            + self.user_ends.capacity() * size_of::<u32>()
     }
 
     /// Empty the batch, keeping its buffers.
@@ -324,13 +366,13 @@ pub struct Demux {
 
 impl Demux {
     /// State for a ring whose samples carry user stack copies (`stack_copy`)
-    /// or frame-pointer callchains.
-    pub fn new(stack_copy: bool) -> Demux {
+    /// or frame-pointer callchains, taking its batches from `pool`.
+    pub fn new(stack_copy: bool, pool: BatchPool) -> Demux {
         Demux {
             stack_copy,
             max_stack: max_stack(),
             batches: Vec::new(),
-            pool: BatchPool::default(),
+            pool,
             chain: Vec::new(),
             sent_early: Vec::new(),
             counts: Drained::default(),
@@ -346,7 +388,6 @@ impl Demux {
         deliver: F,
     ) -> Drain<'a, F> {
         let n = targets.sessions();
-        self.pool.lock().keep = n + 1;
         self.batches.truncate(n);
         self.batches.resize_with(n, Batch::default);
         for batch in &mut self.batches {
@@ -600,8 +641,7 @@ mod tests {
 
     #[test]
     fn recycled_batches_come_back_empty_with_their_buffers() {
-        let pool = BatchPool::default();
-        pool.lock().keep = 1;
+        let pool = BatchPool::new(1, usize::MAX);
         let filled = || {
             let mut b = Batch {
                 seen: 5,
@@ -627,8 +667,18 @@ mod tests {
         assert_eq!(again.samples().count(), 0);
         assert!(again.is_empty() && again.pool.is_none());
         assert_eq!(pool.take().frames.capacity(), 0, "then new ones");
+        assert_eq!(pool.lock().bytes, 0);
         // A batch from elsewhere has no pool to go back to.
         Batch::default().recycle();
+        // Nor are batches kept beyond the pool's bytes.
+        let small = BatchPool::new(8, 100);
+        let mut b = Batch {
+            pool: Some(small.clone()),
+            ..Batch::default()
+        };
+        b.push(1, 2, [1].into_iter(), Some(([4, 5, 6], &[7u8; 64][..])));
+        b.recycle();
+        assert!(small.lock().batches.is_empty(), "over 100 bytes");
     }
 
     #[test]

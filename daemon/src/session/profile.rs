@@ -145,19 +145,20 @@ impl Actor {
         let mut agg = Aggregator::new(self.names.len());
         let mut ids = Vec::with_capacity(128);
         let mut unsymbolized = 0;
-        for (_, stack, n) in self.ingest.stacks.iter() {
+        self.ingest.stacks.for_each(|_, stack, n| {
             if self.stack_ids(stack, &mut ids) {
                 unsymbolized += n;
             }
             agg.add(&ids, n);
-        }
+        });
         self.ingest.totals.unsymbolized = unsymbolized;
         let (mut window, mut window_attributed) = (None, 0);
         if window_s > 0 {
             let mut wagg = Aggregator::new(self.names.len());
+            let mut stack = Vec::with_capacity(128);
             for (index, n) in self.window_counts(window_s) {
-                if let Some((_, stack)) = self.ingest.stacks.get(index as usize) {
-                    self.stack_ids(stack, &mut ids);
+                if self.ingest.stacks.get(index as usize, &mut stack).is_some() {
+                    self.stack_ids(&stack, &mut ids);
                     wagg.add(&ids, n);
                     window_attributed += n;
                 }
@@ -232,11 +233,9 @@ impl Actor {
                 inlined: n.inlined,
             })
             .collect();
-        let stacks = self
-            .ingest
-            .stacks
-            .iter()
-            .map(|(tid, stack, count)| ResolvedStack {
+        let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
+        self.ingest.stacks.for_each(|tid, stack, count| {
+            stacks.push(ResolvedStack {
                 tid,
                 count,
                 frames: stack
@@ -250,7 +249,7 @@ impl Actor {
                     })
                     .collect(),
             })
-            .collect();
+        });
         let session = view.session;
         let profile = ResolvedProfile {
             functions,
@@ -276,18 +275,18 @@ impl Actor {
         // The target's current program (after any exec).
         let space = self.ingest.spaces.of(self.params.pid);
         let maps = &self.ingest.spaces.list[space].maps;
-        for (_, stack, n) in self.ingest.stacks.iter() {
+        self.ingest.stacks.for_each(|_, stack, n| {
             let Some((pc_space, pc)) = stack
                 .iter()
                 .find(|&&a| !is_kernel(a) && a != crate::sampler::BAD_USER_FRAME)
                 .map(|&a| untag(a))
             else {
                 other += n;
-                continue;
+                return;
             };
             let Some(m) = maps.find(pc).filter(|_| pc_space == space) else {
                 other += n;
-                continue;
+                return;
             };
             let path_matches = match &m.backing {
                 crate::maps::Backing::File(p) => p.as_os_str() == req.module.as_str(),
@@ -298,14 +297,14 @@ impl Actor {
                 .filter(|_| path_matches || m.module() == req.module)
             else {
                 other += n;
-                continue;
+                return;
             };
             matched = true;
             let Some(vaddr) =
                 crate::unwind::file_offset_to_vaddr(&file.readable, m.file_offset(pc))
             else {
                 other += n;
-                continue;
+                return;
             };
             let bucket = u128::from(vaddr.wrapping_sub(req.offset)) * u128::from(req.scale) / 65536;
             match usize::try_from(bucket)
@@ -315,7 +314,7 @@ impl Actor {
                 Some(b) => counts[b] += n,
                 None => out_of_range += n,
             }
-        }
+        });
         if !matched && maps.iter().all(|m| m.module() != req.module) {
             return Err(format!(
                 "module {:?} is not mapped by process {}: use a file name from its maps, e.g. {:?}",

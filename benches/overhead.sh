@@ -8,7 +8,9 @@
 #              under perf record -a -g -F 999                (perf-fp)
 #              under perf record -a --call-graph dwarf -F 999 (perf-dwarf)
 #              under profd: profctl run --unwind fp          (profd-fp)
-#              under profd: profctl run --unwind dwarf       (profd-dwarf)
+#              under profd: profctl run --unwind dwarf --stack-bytes 8192
+#                                                            (profd-dwarf:
+#                            8 KiB of stack a sample, as perf copies)
 #            profctl streams 1 update/s for the target's whole life. The
 #            configurations are interleaved over --rounds rounds (the order
 #            rotates each round) and their medians compared: the target's
@@ -56,6 +58,9 @@ rounds=5
 rss_minutes=10
 latency_runs=10
 rss_unwind=auto
+# What perf record --call-graph dwarf copies of each sample's stack; profd-dwarf
+# copies as much (its own default is 16 KiB).
+perf_stack_bytes=8192
 phases=overhead,steady,latency,memory
 nice_level=''
 build=1
@@ -266,8 +271,9 @@ run_perf() {
 # until it exits; profd's CPU is read before and after.
 run_profd() {
     local mode="$1" c0 c1
+    shift
     c0="$(proc_ticks "$profd_pid")"
-    "$profctl" run --unwind "$mode" --freq "$freq" --interval 1 --format json -- \
+    "$profctl" run --unwind "$mode" "$@" --freq "$freq" --interval 1 --format json -- \
         "$fixed" -o "$work/result" "$rounds_per_thread" >"$work/profd-$mode.json" 2>"$work/profctl.err" ||
         die "profctl run --unwind $mode failed: $(cat "$work/profctl.err")"
     c1="$(proc_ticks "$profd_pid")"
@@ -283,7 +289,7 @@ run_config() {
     perf-fp) run_perf -g ;;
     perf-dwarf) run_perf --call-graph dwarf ;;
     profd-fp) run_profd fp ;;
-    profd-dwarf) run_profd dwarf ;;
+    profd-dwarf) run_profd dwarf --stack-bytes "$perf_stack_bytes" ;;
     esac
     [ -s "$work/result" ] || die "the target left no result in configuration $1"
     echo "$1 $2 $(field wall_s "$work/result") $(field cpu_s "$work/result") $prof_cpu $samples" >>"$work/runs"
@@ -402,7 +408,7 @@ phase_latency() {
 # ------------------------------------------------------------------ memory
 
 phase_memory() {
-    local rss_s targets=() watchers=() i el start rss hwm anon file pin ring att ids id stacks=() w t
+    local rss_s targets=() watchers=() i el start rss hwm steady_hwm anon file pin ring att ids id stacks=() w t
     rss_s="$(awk -v m="$rss_minutes" 'BEGIN { printf "%d", m * 60 }')"
     echo
     echo "== memory: $rss_sessions sessions (--unwind $rss_unwind) on many_stacks targets, watched at 1 update/s, ${rss_s} s"
@@ -415,6 +421,8 @@ phase_memory() {
             >"$work/rss-$i.json" 2>"$work/rss-$i.err" &
         watchers+=("$!")
     done
+    # VmHWM from here on: the earlier phases' peaks do not count.
+    echo 5 >"/proc/$profd_pid/clear_refs"
     printf '%8s %8s %8s %8s %8s %7s %7s %11s  %s\n' elapsed VmRSS VmHWM RssAnon RssFile VmPin rings attributed load
     start="$(now)"
     : >"$work/rss"
@@ -427,6 +435,8 @@ phase_memory() {
         [ "$el" -ge "$rss_s" ] && break
         sleep "$(awk -v e="$el" -v s="$rss_s" -v k="$rss_every" 'BEGIN { n = k - e % k; if (e + n > s) n = s - e; print (n < 1 ? 1 : n) }')"
     done
+    # The steady state's peak, before the exports below add their own.
+    read -r _ steady_hwm _ < <(proc_mem "$profd_pid")
     # Unique stacks per session: the lines of its folded export (one per named stack).
     ids="$("$profctl" sessions | awk '$3 == "many_stacks" && $4 == "running" { print $1 }')"
     for id in $ids; do
@@ -434,16 +444,16 @@ phase_memory() {
     done
     read -r rss hwm anon file pin ring _ < <(proc_mem "$profd_pid")
     echo "unique stacks per session: ${stacks[*]}"
-    echo "after exporting them all: VmRSS ${rss}M, VmHWM ${hwm}M, rings ${ring}M (not in VmRSS on this kernel)"
+    echo "after exporting them all (one at a time): VmRSS ${rss}M, VmHWM ${hwm}M (${steady_hwm}M before), rings ${ring}M (not in VmRSS on this kernel)"
     for w in "${watchers[@]}"; do kill -INT "$w" 2>/dev/null || true; done
     for w in "${watchers[@]}"; do wait "$w" 2>/dev/null || true; done
     for t in "${targets[@]}"; do kill "$t" 2>/dev/null || true; done
     for t in "${targets[@]}"; do wait "$t" 2>/dev/null || true; done
-    awk -v hwm="$hwm" -v half="$((rss_s / 2))" -v min_stacks="$(printf '%s\n' "${stacks[@]}" | sort -n | head -n 1)" '
+    awk -v hwm="$steady_hwm" -v half="$((rss_s / 2))" -v min_stacks="$(printf '%s\n' "${stacks[@]}" | sort -n | head -n 1)" '
         { rss[NR] = $2; if ($2 > max) max = $2 }
         $1 >= half && !mid { mid = $2 }
         END { verdict = hwm > 64 ? "NOT met" : min_stacks >= 10000 ? "met" : "not shown: fewer than 10000 stacks a session"
-              printf "VmRSS: max %.1f MiB sampled, VmHWM %.1f MiB; second half %+.1f MiB (%.1f → %.1f); ",
+              printf "VmRSS: max %.1f MiB sampled, VmHWM %.1f MiB before the exports; second half %+.1f MiB (%.1f → %.1f); ",
                      max, hwm, rss[NR] - mid, mid, rss[NR]
               printf "fewest unique stacks in a session: %d (target ≤ 64 MiB with ≥ 10000: %s)\n", min_stacks, verdict }' "$work/rss"
     echo "load average: $(loadavg) (the $rss_sessions SCHED_IDLE targets count in it)"

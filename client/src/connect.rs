@@ -7,10 +7,8 @@ use std::fmt;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use profd_common::api::profiler_client::ProfilerClient;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
@@ -18,7 +16,7 @@ use tokio::task::JoinHandle;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Uri};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::error::{error_chain, Error};
 
@@ -189,22 +187,7 @@ async fn connect(path: &Path) -> Result<Channel, ConnectError> {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => ConnectError::Absent,
             _ => ConnectError::Io(e),
         })?;
-    let first = Arc::new(Mutex::new(Some(first)));
-    let path = path.to_path_buf();
-    // The URI is a placeholder: the connector ignores it and dials the socket.
-    let endpoint = Endpoint::from_static("http://localhost");
-    endpoint
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let first = first.lock().map(|mut f| f.take()).unwrap_or(None);
-            let path = path.clone();
-            async move {
-                let stream = match first {
-                    Some(stream) => stream,
-                    None => UnixStream::connect(path).await?,
-                };
-                Ok::<_, io::Error>(TokioIo::new(stream))
-            }
-        }))
+    profd::channel::unix_channel(path, Some(first))
         .await
         .map_err(ConnectError::Transport)
 }

@@ -18,7 +18,7 @@ use clap::{Parser, ValueEnum};
 use profd_common::api::{self, profiler_client::ProfilerClient};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 /// Times Attach → first Watch update, repeatedly, against a running profd.
 #[derive(Debug, Parser)]
@@ -68,18 +68,9 @@ impl From<UnwindArg> for api::Unwind {
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn connect(socket: &Path) -> anyhow::Result<ProfilerClient<Channel>> {
-    let socket = socket.to_path_buf();
-    let shown = socket.display().to_string();
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
+    let channel = profd::channel::unix_channel(socket, None)
         .await
-        .with_context(|| format!("cannot connect to profd on {shown}"))?;
+        .with_context(|| format!("cannot connect to profd on {}", socket.display()))?;
     Ok(ProfilerClient::new(channel))
 }
 

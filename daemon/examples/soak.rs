@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinHandle;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 /// Churn against a real profd: many sessions and watchers, then exactness checks.
 #[derive(Debug, Parser)]
@@ -251,16 +251,7 @@ impl Ctx {
 }
 
 async fn connect(socket: &Path) -> Result<ProfilerClient<Channel>, tonic::transport::Error> {
-    let socket = socket.to_path_buf();
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
-        .await?;
+    let channel = profd::channel::unix_channel(socket, None).await?;
     Ok(ProfilerClient::new(channel))
 }
 

@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod auth;
+pub mod channel;
 pub mod config;
 pub mod dashboard;
 pub mod maps;

@@ -17,7 +17,7 @@ use profd_e2e::{
     path_str, require_root_and_perf, run_profd, serial, unique_dir, CmdOutput, Daemon, Profile,
     Workload,
 };
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Uri};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 /// A long-running workload: the tests stop their sessions long before.
 const LONG: f64 = 60.0;
@@ -374,14 +374,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 async fn unix_channel(path: PathBuf) -> Channel {
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
+    profd::channel::unix_channel(&path, None)
         .await
         .expect("connect to profd's socket")
 }

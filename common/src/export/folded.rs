@@ -38,7 +38,9 @@ pub fn folded(p: &ResolvedProfile) -> String {
             .collect();
         *lines.entry(path.join(";")).or_default() += s.count;
     }
-    let mut out = String::new();
+    // Sized once: a large profile's text is tens of MiB.
+    let size = lines.keys().map(|path| path.len() + 22).sum();
+    let mut out = String::with_capacity(size);
     for (path, count) in lines {
         out.push_str(&path);
         out.push(' ');

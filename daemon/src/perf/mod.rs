@@ -33,6 +33,17 @@ pub fn tune_allocator() {
     }
 }
 
+/// Give the heap's free memory back to the system (after large caches were
+/// dropped, so that it shows in the resident size).
+pub fn trim_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free heap pages; it takes malloc's
+    // own locks and leaves every allocated block where it is.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The instruction, stack and frame pointers (ip, sp, bp) here and up to
 /// `bytes` of the stack above them (fewer where the stack ends), as a
 /// PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER sample of this thread holds

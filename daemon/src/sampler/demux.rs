@@ -171,9 +171,28 @@ impl Batch {
     /// next drains (a batch made elsewhere is just dropped).
     pub fn recycle(mut self) {
         if let Some(pool) = self.pool.take() {
+            self.fit();
             self.clear();
             pool.put(self);
         }
+    }
+
+    /// Shrink the buffers of samples to twice what this use filled where
+    /// they hold four times more: one large drain (after a burst, or of a
+    /// ring read late) does not leave every pooled batch that large.
+    fn fit(&mut self) {
+        fn fit<T>(v: &mut Vec<T>) {
+            if v.capacity() > 4 * v.len() {
+                v.shrink_to(2 * v.len());
+            }
+        }
+        fit(&mut self.frames);
+        fit(&mut self.ends);
+        fit(&mut self.pids);
+        fit(&mut self.tids);
+        fit(&mut self.user_regs);
+        fit(&mut self.user_stack);
+        fit(&mut self.user_ends);
     }
 
     /// Bytes held by the buffers that carry samples.
@@ -637,6 +656,27 @@ mod tests {
         assert_eq!(t.of(11), Some(&[0][..]));
         assert_eq!(t.of(12), None);
         assert_eq!(t.children, vec![true, false]);
+    }
+
+    #[test]
+    fn a_batch_filled_far_below_its_room_comes_back_smaller() {
+        let pool = BatchPool::new(4, usize::MAX);
+        let mut b = Batch {
+            pool: Some(pool.clone()),
+            ..Batch::default()
+        };
+        b.user_stack.reserve(1 << 20); // after one large drain
+        b.frames.reserve(4096);
+        b.push(
+            1,
+            2,
+            [1, 2].into_iter(),
+            Some(([4, 5, 6], &[7u8; 1000][..])),
+        );
+        b.recycle();
+        let again = pool.take();
+        assert!(again.user_stack.capacity() >= 1000 && again.user_stack.capacity() <= 2000);
+        assert!(again.frames.capacity() <= 4, "{}", again.frames.capacity());
     }
 
     #[test]

@@ -3,15 +3,16 @@
 //! with their address space), with the per-process and per-thread counts,
 //! the recent samples of windowed figures, and the addresses of new stacks
 //! queued for naming. Owned by the session's actor; no symbols, no views.
+use super::recent::Recent;
 use super::spaces::{self, Spaces};
-use super::{Recheck, MAX_WINDOW_S, STACK_LIMIT_FRAME};
+use super::{Recheck, STACK_LIMIT_FRAME};
 use crate::maps::ProcessMaps;
 use crate::sampler::Batch;
 use crate::unwind::Walk;
 use profd_common::api;
 use profd_common::model::StackTable;
-use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::time::Instant;
 
 /// A session's counts and the state they are made with.
 pub struct Ingest {
@@ -35,8 +36,8 @@ pub struct Ingest {
     scratch: Vec<u64>,
     /// Thread names by tid.
     pub(super) threads: HashMap<u32, String>,
-    /// Stack indices sampled, in one bucket per second, for windowed figures.
-    pub(super) recent: VecDeque<(Instant, Vec<u32>)>,
+    /// Stack indices sampled lately, for windowed figures.
+    pub(super) recent: Recent,
 }
 
 /// The addresses of the stacks a batch added to the table.
@@ -77,7 +78,7 @@ impl Ingest {
             pending: foldhash::HashSet::default(),
             scratch: Vec::new(),
             threads: HashMap::new(),
-            recent: VecDeque::new(),
+            recent: Recent::default(),
         }
     }
 
@@ -142,7 +143,7 @@ impl Ingest {
         let mut scratch = std::mem::take(&mut self.scratch);
         // The samples of a batch were read together: one time for all.
         if !batch.ends.is_empty() {
-            self.start_bucket(Instant::now());
+            self.recent.start(Instant::now());
         }
         // Consecutive samples are mostly of the same process and thread.
         let (mut last_pid, mut space, mut process) = (None, 0, None);
@@ -193,9 +194,7 @@ impl Ingest {
                 addresses.queued += queued;
                 addresses.known += stack.len() as u64 - queued;
             }
-            if let Some((_, bucket)) = self.recent.back_mut() {
-                bucket.push(index as u32);
-            }
+            self.recent.push(index as u32);
             if last_tid != Some(sample.tid) {
                 last_tid = Some(sample.tid);
                 self.name_thread(sample.tid);
@@ -218,30 +217,6 @@ impl Ingest {
         self.totals.truncated += batch.truncated;
         batch.recycle();
         Ok(addresses)
-    }
-
-    /// Make the newest bucket of recent samples the one for `now`: a new
-    /// one a second after the last began (reusing the buffer of one that
-    /// fell out of the window), after dropping those out of it.
-    fn start_bucket(&mut self, now: Instant) {
-        let mut spare = None;
-        while self
-            .recent
-            .front()
-            .is_some_and(|(t, _)| now.duration_since(*t).as_secs() > u64::from(MAX_WINDOW_S))
-        {
-            spare = self.recent.pop_front().map(|(_, bucket)| bucket);
-        }
-        match self.recent.back() {
-            Some((start, _)) if now.duration_since(*start) < Duration::from_secs(1) => {}
-            last => {
-                let size = last.map_or(0, |(_, bucket)| bucket.len());
-                let mut bucket = spare.unwrap_or_default();
-                bucket.clear();
-                bucket.reserve(size);
-                self.recent.push_back((now, bucket));
-            }
-        }
     }
 
     /// Read the name of a thread not seen before.

@@ -3,6 +3,7 @@
 //! exit, and answers profile requests (symbolizing only new addresses).
 mod ingest;
 mod profile;
+mod recent;
 mod scope;
 mod spaces;
 mod stored;

@@ -9,7 +9,7 @@ use profd_common::model::{
     percent, Aggregator, FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack,
 };
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Longest window of recent samples kept, in seconds.
 pub const MAX_WINDOW_S: u32 = 600;
@@ -118,21 +118,6 @@ impl Actor {
         unnamed
     }
 
-    /// Samples per stack index over the last `window_s` seconds.
-    fn window_counts(&self, window_s: u32) -> HashMap<u32, u64> {
-        let now = Instant::now();
-        let mut counts = HashMap::new();
-        for (start, bucket) in self.ingest.recent.iter().rev() {
-            if now.duration_since(*start) >= Duration::from_secs(u64::from(window_s)) {
-                break;
-            }
-            for &i in bucket {
-                *counts.entry(i).or_insert(0) += 1;
-            }
-        }
-        counts
-    }
-
     pub(super) async fn view(&mut self, window_s: u32) -> View {
         if self.running() {
             // A process attached right after it was spawned may not have
@@ -156,7 +141,7 @@ impl Actor {
         if window_s > 0 {
             let mut wagg = Aggregator::new(self.names.len());
             let mut stack = Vec::with_capacity(128);
-            for (index, n) in self.window_counts(window_s) {
+            for (index, n) in self.ingest.recent.counts(window_s, Instant::now()) {
                 if self.ingest.stacks.get(index as usize, &mut stack).is_some() {
                     self.stack_ids(&stack, &mut ids);
                     wagg.add(&ids, n);
@@ -235,20 +220,17 @@ impl Actor {
             .collect();
         let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
         self.ingest.stacks.for_each(|tid, stack, count| {
-            stacks.push(ResolvedStack {
-                tid,
-                count,
-                frames: stack
-                    .iter()
-                    .flat_map(|&address| {
-                        self.addr_fn[&address].frames.iter().map(move |f| FrameRef {
-                            function: f.func,
-                            line: f.line,
-                            address: untag(address).1,
-                        })
-                    })
-                    .collect(),
-            })
+            // Sized exactly: a whole profile's frames are most of its memory.
+            let chains = || stack.iter().map(|a| (*a, &self.addr_fn[a].frames));
+            let mut frames = Vec::with_capacity(chains().map(|(_, c)| c.len()).sum());
+            for (address, chain) in chains() {
+                frames.extend(chain.iter().map(|f| FrameRef {
+                    function: f.func,
+                    line: f.line,
+                    address: untag(address).1,
+                }));
+            }
+            stacks.push(ResolvedStack { tid, count, frames })
         });
         let session = view.session;
         let profile = ResolvedProfile {

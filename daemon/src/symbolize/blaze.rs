@@ -3,22 +3,33 @@
 //! split debug file) by file offset, with inlined functions and source lines;
 //! anonymous code from the target's perf map; the rest as placeholders.
 use super::debug::DebugFiles;
-use super::{is_kernel, Frame, FrameName};
+use super::{is_kernel, Frame, FrameName, IDLE};
 use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
+use blazesym::symbolize::evict::{self, Evict};
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized, Symbolizer as Blazesym};
 use blazesym::MaybeDefault;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Module name of functions found in perf maps.
 pub const JIT_MODULE: &str = "[jit]";
 
-/// Owns blazesym's symbolizer and the debug files found, for the daemon's life.
+/// Owns blazesym's symbolizers and the debug files found, for the daemon's
+/// life, and when each source of symbols was last used.
 pub struct Worker {
+    /// Symbolizer of ELF files; each file's parsed data is evicted after
+    /// [`IDLE`] unused.
     sym: Blazesym,
+    /// Symbolizer of kernel addresses (blazesym cannot evict its kallsyms
+    /// alone), dropped after [`IDLE`] unused.
+    kernel: Option<(Blazesym, Instant)>,
+    /// Files whose data `sym` holds, with their last use.
+    files: HashMap<PathBuf, Instant>,
     debug: DebugFiles,
+    debug_dirs: Vec<PathBuf>,
 }
 
 /// Source file names, shared between the frames of one request.
@@ -42,6 +53,17 @@ impl Files {
         };
         (Some(file), info.line.unwrap_or(0))
     }
+}
+
+/// A blazesym symbolizer naming inlined functions and source lines, looking
+/// for split debug files in `debug_dirs`.
+fn blazesym(debug_dirs: &[PathBuf]) -> Blazesym {
+    Blazesym::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(true)
+        .enable_demangling(true)
+        .set_debug_dirs(Some(debug_dirs))
+        .build()
 }
 
 /// Drop a Rust legacy-mangling hash (`::h0123456789abcdef`) left on a name.
@@ -93,15 +115,46 @@ struct Group {
 
 impl Worker {
     pub fn new(debug_dirs: Vec<PathBuf>) -> Worker {
-        let sym = Blazesym::builder()
-            .enable_code_info(true)
-            .enable_inlined_fns(true)
-            .enable_demangling(true)
-            .set_debug_dirs(Some(debug_dirs.clone()))
-            .build();
         Worker {
-            sym,
-            debug: DebugFiles::new(debug_dirs),
+            sym: blazesym(&debug_dirs),
+            kernel: None,
+            files: HashMap::new(),
+            debug: DebugFiles::new(debug_dirs.clone()),
+            debug_dirs,
+        }
+    }
+
+    /// Release the data of files and kernel symbols not used for [`IDLE`]
+    /// (tens of MiB with decompressed debug sections and kallsyms); true if
+    /// any was released. What is needed again is parsed again.
+    pub fn evict_idle(&mut self, now: Instant) -> bool {
+        let idle = |used: &Instant| now.saturating_duration_since(*used) >= IDLE;
+        let mut evicted = false;
+        if self.kernel.as_ref().is_some_and(|(_, used)| idle(used)) {
+            self.kernel = None;
+            evicted = true;
+        }
+        let sym = &mut self.sym;
+        self.files.retain(|path, used| {
+            if !idle(used) {
+                return true;
+            }
+            if let Err(err) = sym.evict(&Evict::Elf(evict::Elf::new(path.as_path()))) {
+                tracing::debug!(path = %path.display(), %err, "cannot evict a file's symbols");
+            }
+            evicted = true;
+            false
+        });
+        evicted
+    }
+
+    /// Mark `path`'s data as used now.
+    fn used(&mut self, path: &Path) {
+        match self.files.get_mut(path) {
+            Some(at) => *at = Instant::now(),
+            None => {
+                self.files.insert(path.to_path_buf(), Instant::now());
+            }
         }
     }
 
@@ -168,7 +221,7 @@ impl Worker {
             .collect()
     }
 
-    fn kernel(&self, addrs: &[u64], out: &mut [Option<Vec<Frame>>], files: &mut Files) {
+    fn kernel(&mut self, addrs: &[u64], out: &mut [Option<Vec<Frame>>], files: &mut Files) {
         let kernel: Vec<usize> = (0..addrs.len()).filter(|&i| is_kernel(addrs[i])).collect();
         if kernel.is_empty() {
             return;
@@ -179,7 +232,11 @@ impl Worker {
             ..Default::default()
         });
         let input: Vec<u64> = kernel.iter().map(|&i| addrs[i]).collect();
-        match self.sym.symbolize(&src, Input::AbsAddr(&input)) {
+        let (sym, used) = self
+            .kernel
+            .get_or_insert_with(|| (blazesym(&self.debug_dirs), Instant::now()));
+        *used = Instant::now();
+        match sym.symbolize(&src, Input::AbsAddr(&input)) {
             Ok(results) => {
                 for (&i, r) in kernel.iter().zip(results) {
                     out[i] = Some(match r {
@@ -221,6 +278,7 @@ impl Worker {
                 .partition(|x| x.2.is_some());
             left = unmapped.into_iter().map(|(i, off, _)| (i, off)).collect();
             let vaddrs: Vec<u64> = mapped.iter().filter_map(|x| x.2).collect();
+            self.used(&split.path);
             let src = Source::Elf(Elf::new(split.path.as_path()));
             match self.sym.symbolize(&src, Input::VirtOffset(&vaddrs)) {
                 Ok(results) => {
@@ -241,6 +299,7 @@ impl Worker {
             return;
         }
         let offsets: Vec<u64> = left.iter().map(|&(_, off)| off).collect();
+        self.used(readable);
         let src = Source::Elf(Elf::new(readable));
         let placeholder = |off: u64| Frame::unnamed(format!("{module}+{off:#x}"), &module);
         match self.sym.symbolize(&src, Input::FileOffset(&offsets)) {

@@ -11,6 +11,7 @@ mod tests;
 
 use crate::maps::ProcessMaps;
 use std::path::PathBuf;
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 
 /// A function as the function table keys it: name, module, and whether it
@@ -90,11 +91,22 @@ type Request = (
 );
 
 /// The blazesym-backed symbolizer, shared by all sessions. blazesym's
-/// symbolizer (and its caches of parsed files, kept for the daemon's life)
-/// is not `Send`, so it lives on its own thread and serves requests in turn.
+/// symbolizer is not `Send`, so it lives on its own thread and serves
+/// requests in turn. The data it parsed from a file or from kallsyms (tens
+/// of MiB with decompressed debug sections) is released after [`IDLE`]
+/// unused: sessions name only new addresses, which mostly come in bursts
+/// (at attach, when new code runs).
 pub struct BlazeSymbolizer {
     requests: Mutex<std::sync::mpsc::Sender<Request>>,
 }
+
+/// How long the symbolizer keeps the data of a file (or of kallsyms) that
+/// no request used: longer than the gaps between the short sessions of a
+/// script, which would otherwise parse them again each time.
+pub const IDLE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How often the daemon's free heap is given back to the system.
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where split debug information is looked for by default.
 pub const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
@@ -114,8 +126,23 @@ impl BlazeSymbolizer {
             .name("profd-symbolize".into())
             .spawn(move || {
                 let mut worker = blaze::Worker::new(debug_dirs);
-                for (maps, addrs, reply) in rx {
-                    let _ = reply.send(worker.symbolize(&maps, &addrs));
+                let mut trimmed = std::time::Instant::now();
+                loop {
+                    match rx.recv_timeout(TRIM_EVERY) {
+                        Ok((maps, addrs, reply)) => {
+                            let _ = reply.send(worker.symbolize(&maps, &addrs));
+                        }
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                    // Memory freed anywhere in the daemon goes back to the
+                    // system every TRIM_EVERY, and at once when parsed files
+                    // were released.
+                    let now = std::time::Instant::now();
+                    if worker.evict_idle(now) || now.duration_since(trimmed) >= TRIM_EVERY {
+                        crate::perf::trim_heap();
+                        trimmed = now;
+                    }
                 }
             })
             .expect("spawning the symbolizer thread");

@@ -367,3 +367,28 @@ fn anonymous_code_is_named_from_the_perf_map() {
     let frames = BlazeSymbolizer::default().symbolize(&maps, &addrs[..1]);
     assert_eq!(frames[0][0].func.name, "jit_compiled_fn");
 }
+
+#[test]
+fn idle_sources_are_released_and_parsed_again_when_needed() {
+    let dir = scratch("evict");
+    let prog = cc(&dir, "evict", INLINED, &["-O2", "-g"]);
+    let (off, _) = symbol(&prog, "outer");
+    let kernel = std::fs::read_to_string("/proc/kallsyms")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_suffix(" T vfs_read"))
+        .and_then(|a| u64::from_str_radix(a, 16).ok())
+        .filter(|&a| a != 0)
+        .expect("vfs_read's address in /proc/kallsyms (run as root)");
+    let (maps, addrs) = (mapped(&prog), [BASE + off, kernel]);
+    let mut worker = blaze::Worker::new(Vec::new());
+    let first = worker.symbolize(&maps, &addrs);
+    assert_eq!(first[0].last().unwrap().func.name, "outer");
+    assert_eq!(first[1][0].func.name, "vfs_read");
+    let now = Instant::now();
+    assert!(!worker.evict_idle(now), "just used");
+    assert!(worker.evict_idle(now + IDLE), "the file and kallsyms");
+    assert!(!worker.evict_idle(now + IDLE), "nothing left");
+    assert_eq!(worker.symbolize(&maps, &addrs), first);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

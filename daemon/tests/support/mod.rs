@@ -6,7 +6,7 @@
 use profd_common::api::{self, profiler_client::ProfilerClient};
 use std::future::Future;
 use std::path::PathBuf;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 /// A daemon served in this process, and a client connected to it.
 pub struct Running {
@@ -31,15 +31,7 @@ where
     let server = tokio::spawn(daemon.serve(async move {
         let _ = stop_rx.await;
     }));
-    let channel = Endpoint::try_from("http://localhost")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
+    let channel = profd::channel::unix_channel(&socket, None)
         .await
         .expect("connect to the daemon");
     Running {

@@ -1,0 +1,179 @@
+//! The stack indices a session sampled over the last [`MAX_WINDOW_S`]
+//! seconds, for windowed figures: one bucket per second, the newest as
+//! pushed, older ones sorted and delta-encoded (LEB128), which takes one or
+//! two bytes a sample instead of four.
+use super::MAX_WINDOW_S;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+pub struct Recent {
+    /// Closed buckets, oldest first: start time and encoded indices.
+    sealed: VecDeque<(Instant, Box<[u8]>)>,
+    /// The bucket samples go to now, with its start time.
+    open: Option<(Instant, Vec<u32>)>,
+}
+
+impl Recent {
+    /// Make the open bucket the one for `now`: a new one a second after the
+    /// last began (the last is sealed), after dropping buckets older than
+    /// the longest window.
+    pub fn start(&mut self, now: Instant) {
+        let old = |t: &Instant| now.duration_since(*t).as_secs() > u64::from(MAX_WINDOW_S);
+        while self.sealed.front().is_some_and(|(t, _)| old(t)) {
+            self.sealed.pop_front();
+        }
+        let buffer = match self.open.take() {
+            Some((start, bucket)) if now.duration_since(start) < Duration::from_secs(1) => {
+                self.open = Some((start, bucket));
+                return;
+            }
+            Some((start, mut bucket)) => {
+                if !old(&start) {
+                    self.sealed.push_back((start, seal(&mut bucket)));
+                }
+                bucket.clear();
+                bucket
+            }
+            None => Vec::new(),
+        };
+        self.open = Some((now, buffer));
+    }
+
+    /// Count a sample of stack `index` in the open bucket (if one was
+    /// started).
+    pub fn push(&mut self, index: u32) {
+        if let Some((_, bucket)) = &mut self.open {
+            bucket.push(index);
+        }
+    }
+
+    /// Samples per stack index in the buckets begun less than `window_s`
+    /// seconds before `now`.
+    pub fn counts(&self, window_s: u32, now: Instant) -> HashMap<u32, u64> {
+        let within =
+            |t: &Instant| now.duration_since(*t) < Duration::from_secs(u64::from(window_s));
+        let mut counts = HashMap::new();
+        if let Some((start, bucket)) = &self.open {
+            if !within(start) {
+                return counts;
+            }
+            for &i in bucket {
+                *counts.entry(i).or_insert(0) += 1;
+            }
+        }
+        for (_, bytes) in self.sealed.iter().rev().take_while(|(t, _)| within(t)) {
+            decode(bytes, |i| *counts.entry(i).or_insert(0) += 1);
+        }
+        counts
+    }
+
+    /// Bytes held by the closed buckets' indices.
+    #[cfg(test)]
+    fn sealed_bytes(&self) -> usize {
+        self.sealed.iter().map(|(_, b)| b.len()).sum()
+    }
+}
+
+/// `bucket` sorted, as LEB128 differences from the previous index.
+fn seal(bucket: &mut [u32]) -> Box<[u8]> {
+    bucket.sort_unstable();
+    let mut out = Vec::with_capacity(bucket.len() + bucket.len() / 2);
+    let mut last = 0;
+    for &i in bucket.iter() {
+        let mut d = i - last;
+        last = i;
+        while d >= 0x80 {
+            out.push(d as u8 | 0x80);
+            d >>= 7;
+        }
+        out.push(d as u8);
+    }
+    out.into_boxed_slice()
+}
+
+/// Each index of a sealed bucket, in order.
+fn decode(bytes: &[u8], mut each: impl FnMut(u32)) {
+    let (mut last, mut d, mut shift) = (0u32, 0u32, 0);
+    for &b in bytes {
+        d |= u32::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            last += d;
+            each(last);
+            (d, shift) = (0, 0);
+        } else {
+            shift += 7;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_buckets_keep_every_index() {
+        let indices = [7, 0, u32::MAX, 7, 128, 127, 16_384, 3, 7, 1 << 28];
+        let mut bucket = indices.to_vec();
+        let mut out = Vec::new();
+        decode(&seal(&mut bucket), |i| out.push(i));
+        let mut sorted = indices.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(out, sorted);
+    }
+
+    #[test]
+    fn windows_count_the_buckets_begun_within_them() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut recent = Recent::default();
+        recent.push(99); // before any bucket: not counted
+        for s in 0..5u64 {
+            recent.start(at(s));
+            recent.start(at(s) + Duration::from_millis(500)); // same bucket
+            for i in 0..=s as u32 {
+                recent.push(i);
+            }
+        }
+        // Buckets began at 0..=4 s, bucket s holds indices 0..=s.
+        let now = at(4) + Duration::from_millis(100);
+        assert_eq!(
+            recent.counts(1, now),
+            HashMap::from([(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)])
+        );
+        let two = recent.counts(2, now);
+        assert_eq!((two[&0], two[&3], two[&4]), (2, 2, 1));
+        let all = recent.counts(MAX_WINDOW_S, now);
+        assert_eq!(all.values().sum::<u64>(), 15);
+        assert_eq!((all[&0], all[&4]), (5, 1));
+        assert!(!all.contains_key(&99));
+        // 602 s on, buckets 0 and 1 are past the longest window and dropped;
+        // of the rest, those begun less than 600 s ago (3 and 4) count.
+        let later = at(2 + u64::from(MAX_WINDOW_S));
+        recent.start(later);
+        assert_eq!(recent.sealed.len(), 3);
+        assert_eq!(
+            recent.counts(MAX_WINDOW_S, later).values().sum::<u64>(),
+            4 + 5
+        );
+    }
+
+    #[test]
+    fn a_sample_takes_under_two_bytes() {
+        // 200 samples a second among 20 000 stacks, for 60 s.
+        let t0 = Instant::now();
+        let mut recent = Recent::default();
+        let mut x = 1u32;
+        for s in 0..=60 {
+            recent.start(t0 + Duration::from_secs(s));
+            for _ in 0..200 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                recent.push(x % 20_000);
+            }
+        }
+        let bytes = recent.sealed_bytes();
+        assert!(bytes < 2 * 200 * 60, "{bytes} bytes for 12 000 samples");
+    }
+}

@@ -26,25 +26,24 @@ const U: u64 = 100_000;
 const DEPTH: u32 = 4;
 
 /// The loop every leaf runs, written out in the leaf itself: its cost is
-/// proportional to `n` (a multiply-add dependency chain, so the speed does not
-/// hang on code alignment). It is a macro, not a function, and uses only
-/// built-in operators: any `#[inline]` function in the loop (`Range::next`,
-/// `black_box`, `wrapping_add`) would be an inlined frame of its own, taking
-/// the leaf's exclusive samples. `black_box` on the count and the result, and
-/// an empty `asm!` on the accumulator each iteration (a barrier that is no
-/// function call), keep LLVM from computing the loop away or folding several
-/// iterations into one. Each leaf uses its own constant so
-/// that their code differs: LLVM would otherwise merge identical functions
-/// into one symbol.
+/// proportional to `n` (a dependency chain of shift, xor, multiply and add,
+/// so the speed does not hang on code alignment). It is a macro, not a
+/// function, and uses only built-in operators: any `#[inline]` function in
+/// the loop (`Range::next`, `black_box`, `wrapping_add`) would be an inlined
+/// frame of its own, taking the leaf's exclusive samples. `black_box` on the
+/// count and the result keeps LLVM from computing the loop away, and the
+/// xor of the shifted accumulator makes each step nonlinear, so that LLVM
+/// cannot fold several iterations into one (it does for a plain
+/// multiply-add: eight steps as one multiply). Each leaf uses its own
+/// constant so that their code differs: LLVM would otherwise merge
+/// identical functions into one symbol.
 macro_rules! spin {
     ($n:expr, $k:expr) => {{
         let n: u64 = black_box($n);
         let mut acc: u64 = 1;
         let mut i: u64 = 0;
         while i < n {
-            acc = acc * $k + i;
-            // SAFETY: an empty asm block that only claims to change `acc`.
-            unsafe { std::arch::asm!("/* {0} */", inout(reg) acc, options(nomem, nostack, preserves_flags)) };
+            acc = (acc ^ (acc >> 31)) * $k + i;
             i += 1;
         }
         black_box(acc)

@@ -199,7 +199,8 @@ impl StackTable {
     }
 
     /// Bytes held by the table (its buffers' capacity).
-    pub fn heap_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
         use std::mem::size_of;
         self.nodes.addrs.capacity() * size_of::<u64>()
             + self.nodes.parents.capacity() * size_of::<u32>()

@@ -1,9 +1,10 @@
 //! The sampler: per-CPU perf rings shared by all sessions with the same
 //! sampling settings (and, with stack copies, the same target: those rings
-//! sample the target alone), one task per CPU draining its ring on watermark wakeups
-//! (and every 100 ms), demultiplexing samples by process to the sessions that
-//! target it (and, for sessions that follow children, the processes it forks)
-//! and counting the rest as discarded. No symbols here.
+//! sample the target alone), one task per CPU draining its ring on watermark
+//! wakeups (and 100 ms after its last drain), demultiplexing samples by
+//! process to the sessions that target it (and, for sessions that follow
+//! children, the processes it forks) and counting the rest as discarded. No
+//! symbols here.
 mod demux;
 
 pub use demux::{
@@ -278,6 +279,9 @@ impl SampleSource for Sampler {
             for cpu in group.cpus {
                 let _ = cpu.handle.await;
             }
+            // Spare batches sized for the closed rings' drains would be
+            // kept for good (the pool hands out its latest first).
+            self.pool.clear();
             tracing::info!(?spec, "closed the sampling rings: no session uses them");
         }
     }
@@ -339,6 +343,10 @@ async fn run_cpu(
                 Ok(mut guard) => {
                     drain(guard.get_inner_mut(), &mut demux, &routes, &counters, false);
                     guard.clear_ready();
+                    // The timer drains what a ring holds 100 ms after its
+                    // last drain: a busy ring is drained at its watermark
+                    // alone, in even, large drains.
+                    tick.reset();
                 }
                 Err(err) => {
                     tracing::error!(%err, "polling a sample ring failed");

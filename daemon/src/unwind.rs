@@ -108,14 +108,22 @@ impl ElfUnwindData {
     }
 }
 
-/// Unwind data of every binary seen, keyed by (device, inode): read once,
-/// shared by all sessions.
+/// Unwind data of every binary seen, keyed by (device, inode, size,
+/// modification time), so that a binary rewritten in place is read again:
+/// read once, shared by all sessions.
 fn elf_data(path: &Path) -> Option<Arc<ElfUnwindData>> {
     use std::os::unix::fs::MetadataExt;
-    type Cache = Mutex<HashMap<(u64, u64), Option<Arc<ElfUnwindData>>>>;
+    type Key = (u64, u64, u64, i64, i64);
+    type Cache = Mutex<HashMap<Key, Option<Arc<ElfUnwindData>>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let meta = std::fs::metadata(path).ok()?;
-    let key = (meta.dev(), meta.ino());
+    let key = (
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+    );
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return hit.clone();
@@ -243,6 +251,27 @@ impl Unwinder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binary_rewritten_in_place_is_read_again() {
+        let path = std::env::temp_dir().join(format!("profd-rewritten-{}", std::process::id()));
+        let exe = std::env::current_exe().unwrap();
+        std::fs::copy("/bin/true", &path).unwrap();
+        let before = elf_data(&path).expect("/bin/true's unwind data");
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+        // Same inode, other contents.
+        std::fs::write(&path, std::fs::read(&exe).unwrap()).unwrap();
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap()),
+            inode
+        );
+        let after = elf_data(&path).expect("the new contents' unwind data");
+        let own = elf_data(&exe).unwrap();
+        let range = |d: &ElfUnwindData| d.text.as_ref().map(|(r, _)| r.clone());
+        assert_ne!(range(&before), range(&after));
+        assert_eq!(range(&after), range(&own));
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn reads_own_unwind_tables_and_maps_the_text_mapping() {

@@ -63,6 +63,8 @@ struct Spare {
     batches: Vec<Batch>,
     /// Bytes the kept batches' buffers hold.
     bytes: usize,
+    /// The most bytes a recycled batch used lately (see [`BatchPool::put`]).
+    peak: usize,
     max_batches: usize,
     max_bytes: usize,
 }
@@ -87,9 +89,17 @@ impl BatchPool {
         BatchPool(Arc::new(Mutex::new(Spare {
             batches: Vec::new(),
             bytes: 0,
+            peak: 0,
             max_batches,
             max_bytes,
         })))
+    }
+
+    /// Drop the kept batches (when rings close: theirs would stay unused).
+    pub fn clear(&self) {
+        let mut spare = self.lock();
+        spare.batches.clear();
+        spare.bytes = 0;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Spare> {
@@ -99,21 +109,65 @@ impl BatchPool {
     fn take(&self) -> Batch {
         let mut spare = self.lock();
         match spare.batches.pop() {
-            Some(batch) => {
-                spare.bytes -= batch.heap_bytes();
+            Some(mut batch) => {
+                spare.bytes -= batch.bytes().1;
                 batch
             }
             None => Batch::default(),
         }
     }
 
-    fn put(&self, batch: Batch) {
-        let bytes = batch.heap_bytes();
+    /// Keep `batch` for a next drain. Its buffers are shrunk first when
+    /// they hold over four times the pool's recent peak use: a burst does
+    /// not leave every pooled batch that large, while batches whose drains
+    /// vary in size (a watermark wakeup, then a short timer drain) keep
+    /// their room instead of being shrunk and grown again each time.
+    fn put(&self, mut batch: Batch) {
+        let (used, room) = batch.bytes();
+        let peak = {
+            let mut spare = self.lock();
+            // Decays by 1/64 a use: after a burst, a few seconds of drains.
+            spare.peak = used.max(spare.peak - spare.peak / 64);
+            spare.peak
+        };
+        if room > 4 * peak {
+            for buffer in batch.buffers() {
+                buffer.fit();
+            }
+        }
+        batch.clear();
+        let bytes = batch.bytes().1;
         let mut spare = self.lock();
         if spare.batches.len() < spare.max_batches && spare.bytes + bytes <= spare.max_bytes {
             spare.bytes += bytes;
             spare.batches.push(batch);
         }
+    }
+}
+
+/// A buffer of a batch's samples, as recycling handles it.
+trait SampleBuffer {
+    /// Bytes in use and bytes held.
+    fn bytes(&self) -> (usize, usize);
+    /// Shrink to twice the use when holding four times more.
+    fn fit(&mut self);
+    fn clear(&mut self);
+}
+
+impl<T> SampleBuffer for Vec<T> {
+    fn bytes(&self) -> (usize, usize) {
+        let size = std::mem::size_of::<T>();
+        (self.len() * size, self.capacity() * size)
+    }
+
+    fn fit(&mut self) {
+        if self.capacity() > 4 * self.len() {
+            self.shrink_to(2 * self.len());
+        }
+    }
+
+    fn clear(&mut self) {
+        Vec::clear(self);
     }
 }
 
@@ -171,45 +225,36 @@ impl Batch {
     /// next drains (a batch made elsewhere is just dropped).
     pub fn recycle(mut self) {
         if let Some(pool) = self.pool.take() {
-            self.fit();
-            self.clear();
             pool.put(self);
         }
     }
 
-    /// Shrink the buffers of samples to twice what this use filled where
-    /// they hold four times more: one large drain (after a burst, or of a
-    /// ring read late) does not leave every pooled batch that large.
-    fn fit(&mut self) {
-        fn fit<T>(v: &mut Vec<T>) {
-            if v.capacity() > 4 * v.len() {
-                v.shrink_to(2 * v.len());
-            }
-        }
-        fit(&mut self.frames);
-        fit(&mut self.ends);
-        fit(&mut self.pids);
-        fit(&mut self.tids);
-        fit(&mut self.user_regs);
-        fit(&mut self.user_stack);
-        fit(&mut self.user_ends);
+    /// The buffers that carry samples.
+    fn buffers(&mut self) -> [&mut dyn SampleBuffer; 7] {
+        [
+            &mut self.frames,
+            &mut self.ends,
+            &mut self.pids,
+            &mut self.tids,
+            &mut self.user_regs,
+            &mut self.user_stack,
+            &mut self.user_ends,
+        ]
     }
 
-    /// Bytes held by the buffers that carry samples.
-    fn heap_bytes(&self) -> usize {
-        use std::mem::size_of;
-        self.frames.capacity() * size_of::<u64>()
-            + (self.ends.capacity() + self.pids.capacity() + self.tids.capacity())
-                * size_of::<u32>()
-            + self.user_regs.capacity() * size_of::<[u64; 3]>()
-            + self.user_stack.capacity()
-            + self.user_ends.capacity() * size_of::<u32>()
+    /// Bytes the buffers of samples use and hold.
+    fn bytes(&mut self) -> (usize, usize) {
+        self.buffers().iter().fold((0, 0), |(used, room), b| {
+            let (u, r) = b.bytes();
+            (used + u, room + r)
+        })
     }
 
     /// Empty the batch, keeping its buffers.
     fn clear(&mut self) {
-        self.frames.clear();
-        self.ends.clear();
+        for buffer in self.buffers() {
+            buffer.clear();
+        }
         self.seen = 0;
         self.lost = 0;
         self.throttled = 0;
@@ -218,12 +263,7 @@ impl Batch {
         self.exec = None;
         self.forks.clear();
         self.exits.clear();
-        self.pids.clear();
-        self.tids.clear();
         self.comms.clear();
-        self.user_regs.clear();
-        self.user_stack.clear();
-        self.user_ends.clear();
     }
 
     fn is_empty(&self) -> bool {
@@ -238,14 +278,14 @@ impl Batch {
     }
 }
 
-/// Append the frames of a perf callchain (context markers dropped, return
-/// addresses minus one so they fall inside the call instruction) to `out`;
-/// falls back to `ip` when the chain is empty. Returns the frames added.
 /// A user-context entry in the kernel half of the address space is not a
 /// return address (a frame-pointer walk read garbage); it is kept as a frame
 /// with this value, which no symbolizer resolves.
 pub const BAD_USER_FRAME: u64 = 0;
 
+/// Append the frames of a perf callchain (context markers dropped, return
+/// addresses minus one so they fall inside the call instruction) to `out`;
+/// falls back to `ip` when the chain is empty. Returns the frames added.
 pub fn push_stack(out: &mut Vec<u64>, chain: &[u64], ip: Option<u64>) -> usize {
     let before = out.len();
     // Markers start each context's run of addresses: the first of a run is
@@ -373,11 +413,11 @@ pub struct Drained {
 pub struct Demux {
     stack_copy: bool,
     max_stack: usize,
+    /// The callchain of the sample at hand, as words.
+    chain: Vec<u64>,
     /// One per session; between drains each is empty.
     batches: Vec<Batch>,
     pool: BatchPool,
-    /// The callchain of the sample at hand, as words.
-    chain: Vec<u64>,
     /// Samples already delivered to each session in a batch cut at an exec.
     sent_early: Vec<u64>,
     counts: Drained,
@@ -390,9 +430,9 @@ impl Demux {
         Demux {
             stack_copy,
             max_stack: max_stack(),
+            chain: Vec::new(),
             batches: Vec::new(),
             pool,
-            chain: Vec::new(),
             sent_early: Vec::new(),
             counts: Drained::default(),
         }
@@ -680,6 +720,32 @@ mod tests {
     }
 
     #[test]
+    fn batches_keep_their_room_while_drains_that_large_are_recent() {
+        let pool = BatchPool::new(4, usize::MAX);
+        let used = |n: usize| {
+            let mut b = Batch {
+                pool: Some(pool.clone()),
+                ..Batch::default()
+            };
+            b.user_stack.reserve_exact(1 << 20);
+            b.push(1, 2, [1].into_iter(), Some(([4, 5, 6], &vec![7u8; n][..])));
+            b
+        };
+        // A watermark drain of 512 KiB, then a short timer drain.
+        used(512 << 10).recycle();
+        pool.take();
+        used(8 << 10).recycle();
+        assert!(pool.take().user_stack.capacity() >= 1 << 20, "kept");
+        // Once only small drains are recent, the room goes.
+        for _ in 0..200 {
+            used(8 << 10).recycle();
+            pool.take();
+        }
+        used(8 << 10).recycle();
+        assert!(pool.take().user_stack.capacity() <= 16 << 10, "shrunk");
+    }
+
+    #[test]
     fn recycled_batches_come_back_empty_with_their_buffers() {
         let pool = BatchPool::new(1, usize::MAX);
         let filled = || {
@@ -708,6 +774,11 @@ mod tests {
         assert!(again.is_empty() && again.pool.is_none());
         assert_eq!(pool.take().frames.capacity(), 0, "then new ones");
         assert_eq!(pool.lock().bytes, 0);
+        filled().recycle();
+        pool.clear();
+        let spare = pool.lock();
+        assert_eq!((spare.batches.len(), spare.bytes), (0, 0));
+        drop(spare);
         // A batch from elsewhere has no pool to go back to.
         Batch::default().recycle();
         // Nor are batches kept beyond the pool's bytes.

@@ -1,8 +1,10 @@
 //! The symbolizer thread's work: kernel addresses through kallsyms, user
 //! addresses grouped by mapped file and named from its ELF/DWARF data (or a
-//! split debug file) by file offset, with inlined functions and source lines;
+//! split debug file) by file offset, with inlined functions and source lines,
+//! or from the names found before for any session (`names`);
 //! anonymous code from the target's perf map; the rest as placeholders.
 use super::debug::DebugFiles;
+use super::names::{FileKey, Names};
 use super::{is_kernel, Frame, FrameName, IDLE};
 use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
 use blazesym::symbolize::evict::{self, Evict};
@@ -30,6 +32,8 @@ pub struct Worker {
     files: HashMap<PathBuf, Instant>,
     debug: DebugFiles,
     debug_dirs: Vec<PathBuf>,
+    /// What files' addresses were named, for every session.
+    names: Names,
 }
 
 /// Source file names, shared between the frames of one request.
@@ -121,6 +125,7 @@ impl Worker {
             files: HashMap::new(),
             debug: DebugFiles::new(debug_dirs.clone()),
             debug_dirs,
+            names: Names::default(),
         }
     }
 
@@ -128,6 +133,7 @@ impl Worker {
     /// (tens of MiB with decompressed debug sections and kallsyms); true if
     /// any was released. What is needed again is parsed again.
     pub fn evict_idle(&mut self, now: Instant) -> bool {
+        self.names.evict_idle(now);
         let idle = |used: &Instant| now.saturating_duration_since(*used) >= IDLE;
         let mut evicted = false;
         if self.kernel.as_ref().is_some_and(|(_, used)| idle(used)) {
@@ -252,10 +258,46 @@ impl Worker {
         }
     }
 
+    /// Name the addresses of one mapped file: those named before (for any
+    /// session) from the shared names, the others from the file's data.
+    fn file(
+        &mut self,
+        maps: &ProcessMaps,
+        readable: &Path,
+        mut group: Group,
+        out: &mut [Option<Vec<Frame>>],
+        jit: &mut Vec<(usize, Frame)>,
+        files: &mut Files,
+    ) {
+        let now = Instant::now();
+        let Some(key) = FileKey::of(readable, &group.module) else {
+            return self.parse(maps, readable, group, out, jit, files);
+        };
+        group
+            .items
+            .retain(|&(i, off)| match self.names.get(&key, off, now) {
+                Some(frames) => {
+                    out[i] = Some(frames.clone());
+                    false
+                }
+                None => true,
+            });
+        if group.items.is_empty() {
+            return;
+        }
+        let new = group.items.clone();
+        self.parse(maps, readable, group, out, jit, files);
+        for (i, off) in new {
+            if let Some(frames) = &out[i] {
+                self.names.insert(&key, off, frames.clone(), now);
+            }
+        }
+    }
+
     /// Name the addresses of one mapped file: from its split debug file if
     /// it has one, else (and for what that misses) from the file itself;
     /// what stays unnamed goes to the perf-map look-up.
-    fn file(
+    fn parse(
         &mut self,
         maps: &ProcessMaps,
         readable: &Path,

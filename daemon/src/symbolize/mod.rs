@@ -5,6 +5,7 @@
 //! known. Unnamed frames become `module+0xoffset` or `[unknown] 0xaddr`.
 mod blaze;
 mod debug;
+mod names;
 pub mod perfmap;
 #[cfg(test)]
 mod tests;

@@ -392,3 +392,41 @@ fn idle_sources_are_released_and_parsed_again_when_needed() {
     assert_eq!(worker.symbolize(&maps, &addrs), first);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn names_are_shared_by_processes_and_outlive_the_parsed_files() {
+    let dir = scratch("names");
+    let prog = cc(&dir, "names", INLINED, &["-O2", "-g"]);
+    let (off, _) = symbol(&prog, "outer");
+    let mut worker = blaze::Worker::new(Vec::new());
+    let first = worker.symbolize(&mapped(&prog), &[BASE + off]);
+    assert_eq!(first[0].last().unwrap().func.name, "outer");
+    let now = Instant::now();
+    assert!(worker.evict_idle(now + IDLE), "the file's data released");
+
+    // Another process maps the same file elsewhere: named without parsing.
+    let base = BASE + 0x100_0000;
+    let len = std::fs::metadata(&prog).unwrap().len();
+    let mut other = ProcessMaps::default();
+    other.insert(Mapping::new(
+        base,
+        base + len.next_multiple_of(4096),
+        0,
+        Backing::File(Arc::new(prog.clone())),
+    ));
+    assert_eq!(worker.symbolize(&other, &[base + off]), first);
+    assert!(!worker.evict_idle(Instant::now() + IDLE), "nothing parsed");
+
+    // A file rewritten in place is another file: parsed again.
+    let file = std::fs::File::options().write(true).open(&prog).unwrap();
+    file.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(worker.symbolize(&other, &[base + off]), first);
+    assert!(worker.evict_idle(Instant::now() + IDLE), "parsed again");
+
+    // Names unused for long go too.
+    worker.evict_idle(Instant::now() + names::NAMES_IDLE);
+    assert_eq!(worker.symbolize(&other, &[base + off]), first);
+    assert!(worker.evict_idle(Instant::now() + IDLE), "parsed again");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

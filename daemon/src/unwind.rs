@@ -2,7 +2,7 @@
 //! eh_frame_hdr, debug_frame, read once per binary and shared), a framehop
 //! unwinder per session, and the walk from the sampled registers to the
 //! outermost frame. Frame pointers are used where a module has no CFI.
-use crate::maps::Mapping;
+use crate::maps::{FileVersion, Mapping};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection, ObjectSegment};
@@ -108,22 +108,12 @@ impl ElfUnwindData {
     }
 }
 
-/// Unwind data of every binary seen, keyed by (device, inode, size,
-/// modification time), so that a binary rewritten in place is read again:
-/// read once, shared by all sessions.
+/// Unwind data of every binary seen, by file version (a binary rewritten in
+/// place is read again): read once, shared by all sessions.
 fn elf_data(path: &Path) -> Option<Arc<ElfUnwindData>> {
-    use std::os::unix::fs::MetadataExt;
-    type Key = (u64, u64, u64, i64, i64);
-    type Cache = Mutex<HashMap<Key, Option<Arc<ElfUnwindData>>>>;
+    type Cache = Mutex<HashMap<FileVersion, Option<Arc<ElfUnwindData>>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    let meta = std::fs::metadata(path).ok()?;
-    let key = (
-        meta.dev(),
-        meta.ino(),
-        meta.size(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-    );
+    let key = FileVersion::at(path)?;
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return hit.clone();

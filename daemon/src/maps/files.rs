@@ -209,6 +209,33 @@ impl Target {
     }
 }
 
+/// A file's identity and version: (device, inode), and its size and
+/// modification time, so that a file rewritten in place counts as another.
+/// Keys the caches of what was read from files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileVersion {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+impl FileVersion {
+    pub fn of(m: &std::fs::Metadata) -> FileVersion {
+        FileVersion {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        }
+    }
+
+    /// The version of the file at `path` (followed), if it can be read.
+    pub fn at(path: &Path) -> Option<FileVersion> {
+        std::fs::metadata(path).ok().map(|m| FileVersion::of(&m))
+    }
+}
+
 /// Identity of an opened file, to open each file once.
 pub fn file_id(file: &File) -> Option<(u64, u64)> {
     let m = file.metadata().ok()?;

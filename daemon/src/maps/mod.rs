@@ -4,7 +4,7 @@
 //! even after the process is gone or its binaries were deleted.
 mod files;
 
-pub use files::{module_name, undeleted, ModuleFile, Target};
+pub use files::{module_name, undeleted, FileVersion, ModuleFile, Target};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

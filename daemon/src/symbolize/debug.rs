@@ -4,13 +4,12 @@
 //! root; opened once and held, with the binary's load segments to turn file
 //! offsets into the addresses the debug file uses. blazesym follows debug
 //! links on its own too; this adds the cases it does not cover.
-use crate::maps::Target;
+use crate::maps::{FileVersion, Target};
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Endianness, Object, ReadCache};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -34,12 +33,10 @@ impl DebugFile {
     }
 }
 
-type FileKey = (u64, u64, u64, i64, i64);
-
 /// Debug files found so far, by binary.
 pub struct DebugFiles {
     dirs: Vec<PathBuf>,
-    found: HashMap<FileKey, Option<Rc<DebugFile>>>,
+    found: HashMap<FileVersion, Option<Rc<DebugFile>>>,
 }
 
 /// What a binary says about its debug information.
@@ -123,8 +120,7 @@ impl DebugFiles {
         target: Option<&Target>,
     ) -> Option<Rc<DebugFile>> {
         let file = File::open(readable).ok()?;
-        let m = file.metadata().ok()?;
-        let key = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+        let key = FileVersion::of(&file.metadata().ok()?);
         if let Some(known) = self.found.get(&key) {
             return known.clone();
         }

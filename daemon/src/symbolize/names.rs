@@ -2,12 +2,11 @@
 //! already profiled, or a new process using the same libraries, is named
 //! without parsing those files again (their parsed data, tens of MiB with
 //! debug sections, is released when idle; see `super::IDLE`). Keyed by the
-//! file's identity (device, inode, size, modification time, module name) and
-//! file offset; a file's names go when unused for [`NAMES_IDLE`], and the
+//! file's version (`FileVersion`), module name and file offset; a file's names go when unused for [`NAMES_IDLE`], and the
 //! least recently used files' go when more than [`MAX_NAMES`] are kept.
 use super::Frame;
+use crate::maps::FileVersion;
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -17,28 +16,19 @@ pub const NAMES_IDLE: Duration = Duration::from_secs(600);
 /// Addresses named at most, all files together.
 pub const MAX_NAMES: usize = 1 << 16;
 
-/// A file's identity: the same (device, inode) with another size or
-/// modification time is another file (rewritten in place).
+/// A file's version and the module name its frames carry.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FileKey {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    /// The module name the frames carry.
+    version: FileVersion,
     module: String,
 }
 
 impl FileKey {
-    /// The identity of the file at `path` (followed), named `module`; None
-    /// when it cannot be read.
+    /// The key of the file at `path` (followed), named `module`; None when
+    /// it cannot be read.
     pub fn of(path: &Path, module: &str) -> Option<FileKey> {
-        let m = std::fs::metadata(path).ok()?;
         Some(FileKey {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime: (m.mtime(), m.mtime_nsec()),
+            version: FileVersion::at(path)?,
             module: module.to_string(),
         })
     }
@@ -100,14 +90,13 @@ impl Names {
 mod tests {
     use super::*;
 
-    fn key(ino: u64) -> FileKey {
-        FileKey {
-            dev: 1,
-            ino,
-            size: 10,
-            mtime: (0, 0),
-            module: "m".into(),
-        }
+    /// Two distinct files.
+    fn key(which: u64) -> FileKey {
+        let path = match which {
+            1 => std::env::current_exe().unwrap(),
+            _ => "/bin/true".into(),
+        };
+        FileKey::of(&path, "m").unwrap()
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! name` in hex): parsing, and a per-process cache that re-reads the file when
 //! it changes and keeps its last table (and the open file) after the target
 //! exits. Finding the file belongs to `maps::Target`.
+use crate::maps::FileVersion;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
 
 /// The functions a perf map file lists, sorted by start address.
@@ -75,19 +75,16 @@ impl PerfMapTable {
     }
 }
 
-/// Identity and version of a file, to notice changes.
-type Stamp = (u64, u64, u64, i64, i64);
-
-fn stamp(file: &File) -> Option<Stamp> {
-    let m = file.metadata().ok()?;
-    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+/// The version of a file, to notice changes.
+fn stamp(file: &File) -> Option<FileVersion> {
+    file.metadata().ok().map(|m| FileVersion::of(&m))
 }
 
 #[derive(Default)]
 struct State {
     /// The file last read, kept open so it stays readable after exit.
     file: Option<File>,
-    stamp: Option<Stamp>,
+    stamp: Option<FileVersion>,
     table: Arc<PerfMapTable>,
 }
 

@@ -28,7 +28,9 @@ pub struct Ingest {
     /// Mappings and unwinders of the target's (and its children's) address
     /// spaces; stack addresses are tagged with their space.
     pub(super) spaces: Spaces,
-    /// Samples per process, and where each live pid is in the list.
+    /// Samples per process, and where each pid's latest process is in the
+    /// list (kept after it exits: another CPU's ring may hold its last
+    /// samples, drained after the exit).
     pub(super) processes: Vec<api::ProcessSamples>,
     process_index: HashMap<u32, usize>,
     /// Addresses of new stacks not yet named.
@@ -205,8 +207,7 @@ impl Ingest {
         }
         self.scratch = scratch;
         for pid in batch.exits.drain(..) {
-            self.spaces.exit(pid);
-            if let Some(i) = self.process_index.remove(&pid) {
+            if let Some(&i) = self.process_index.get(&pid) {
                 self.processes[i].exited = true;
             }
         }
@@ -227,5 +228,44 @@ impl Ingest {
                 .unwrap_or_default();
             self.threads.insert(tid, name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(samples: &[(u32, u64)]) -> Batch {
+        let mut batch = Batch {
+            seen: samples.len() as u64,
+            ..Batch::default()
+        };
+        for &(pid, ip) in samples {
+            batch.push(pid, pid, [ip].into_iter(), None);
+        }
+        batch
+    }
+
+    #[test]
+    fn samples_drained_after_their_process_exited_still_count_for_it() {
+        let (target, child) = (std::process::id(), u32::MAX - 1);
+        let mut ingest = Ingest::new(target, "t".into(), ProcessMaps::default(), false, 100, None);
+        // One CPU's ring: the fork, a sample of each, the child's exit.
+        let mut first = batch(&[(target, 0x100), (child, 0x200)]);
+        first.forks.push((child, target));
+        first.exits.push(child);
+        ingest.apply(first, |_| false).unwrap();
+        // The other CPU's ring, drained later: the child's last samples.
+        ingest
+            .apply(batch(&[(child, 0x200), (child, 0x300)]), |_| false)
+            .unwrap();
+        let counts: Vec<_> = ingest
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.ppid, p.samples, p.exited))
+            .collect();
+        assert_eq!(counts, [(target, 0, 1, false), (child, target, 3, true)]);
+        assert_eq!(ingest.totals.attributed, 4);
+        assert_eq!(ingest.totals.discarded, 0);
     }
 }

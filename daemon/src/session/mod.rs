@@ -254,32 +254,18 @@ impl Actor {
             }
             tokio::select! {
                 Some(batch) = batches.recv(), if running => {
-                    if let Err(why) = self.apply(batch) {
-                        self.error = why;
-                        self.end(api::SessionState::Failed, &mut batches).await;
-                    }
+                    self.take(batch, &mut batches).await;
                 }
                 cmd = commands.recv() => match cmd {
                     None => break,
-                    Some(Command::Profile(window_s, reply)) => {
-                        let view = self.view(window_s).await;
-                        let _ = reply.send(view);
-                    }
-                    Some(Command::Resolve(reply)) => {
-                        let resolved = self.resolve().await;
-                        let _ = reply.send(resolved);
-                    }
-                    Some(Command::Histogram(req, reply)) => {
-                        let _ = reply.send(self.histogram(&req));
-                    }
-                    Some(Command::Summary(reply)) => {
-                        let _ = reply.send(self.summary());
-                    }
-                    Some(Command::Stop(reply)) => {
-                        if self.running() {
-                            self.end(api::SessionState::Stopped, &mut batches).await;
+                    Some(cmd) => {
+                        // The answer counts every batch delivered before the
+                        // question (select! picks among ready branches at random).
+                        while self.running() {
+                            let Ok(batch) = batches.try_recv() else { break };
+                            self.take(batch, &mut batches).await;
                         }
-                        let _ = reply.send(self.summary());
+                        self.answer(cmd, &mut batches).await;
                     }
                 },
                 _ = sleep_until(deadline), if running && deadline.is_some() => {
@@ -292,6 +278,39 @@ impl Actor {
         }
         if self.running() {
             self.end(api::SessionState::Stopped, &mut batches).await;
+        }
+    }
+
+    /// Count a batch; a batch refused ends the session as failed.
+    async fn take(&mut self, batch: Batch, batches: &mut mpsc::UnboundedReceiver<Batch>) {
+        if let Err(why) = self.apply(batch) {
+            self.error = why;
+            self.end(api::SessionState::Failed, batches).await;
+        }
+    }
+
+    async fn answer(&mut self, cmd: Command, batches: &mut mpsc::UnboundedReceiver<Batch>) {
+        match cmd {
+            Command::Profile(window_s, reply) => {
+                let view = self.view(window_s).await;
+                let _ = reply.send(view);
+            }
+            Command::Resolve(reply) => {
+                let resolved = self.resolve().await;
+                let _ = reply.send(resolved);
+            }
+            Command::Histogram(req, reply) => {
+                let _ = reply.send(self.histogram(&req));
+            }
+            Command::Summary(reply) => {
+                let _ = reply.send(self.summary());
+            }
+            Command::Stop(reply) => {
+                if self.running() {
+                    self.end(api::SessionState::Stopped, batches).await;
+                }
+                let _ = reply.send(self.summary());
+            }
         }
     }
 

@@ -24,10 +24,11 @@ pub struct Space {
 /// The spaces of a session; space 0 is the target's at attach.
 pub struct Spaces {
     pub list: Vec<Space>,
-    /// The current space of each live process of the session.
+    /// The current space of each process of the session (kept after it
+    /// exits: its last samples may come in after the exit).
     by_pid: HashMap<u32, usize>,
     stack_copy: bool,
-    /// The session's target: its last space is kept after it exits.
+    /// The session's target: its last space is kept when the session ends.
     target: u32,
 }
 
@@ -97,14 +98,6 @@ impl Spaces {
     pub fn exec(&mut self, pid: u32) {
         let maps = ProcessMaps::read(pid).unwrap_or_default();
         self.add(pid, maps);
-    }
-
-    /// `pid` exited: its space stays for its stacks, but nothing new goes in
-    /// (the target's stays its current one: it is the session's program).
-    pub fn exit(&mut self, pid: u32) {
-        if pid != self.target {
-            self.by_pid.remove(&pid);
-        }
     }
 
     /// The session has ended and its addresses are named: close everything

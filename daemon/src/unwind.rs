@@ -1,15 +1,18 @@
 //! DWARF unwinding of user stack copies: per-module unwind tables (eh_frame,
-//! eh_frame_hdr, debug_frame, read once per binary and shared), a framehop
-//! unwinder per session, and the walk from the sampled registers to the
-//! outermost frame. Frame pointers are used where a module has no CFI.
+//! eh_frame_hdr, debug_frame, read once per binary and shared while used), a
+//! framehop unwinder per session, and the walk from the sampled registers to
+//! the outermost frame. Frame pointers are used where a module has no CFI.
+//! Also where an ELF file's bytes are loaded (its segments).
 use crate::maps::{FileVersion, Mapping};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
-use object::{Object, ObjectSection, ObjectSegment};
+use object::elf::{FileHeader32, FileHeader64, PF_X, PT_LOAD};
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// Most frames followed in one stack.
 pub const MAX_FRAMES: usize = 256;
@@ -51,14 +54,7 @@ impl ElfUnwindData {
             let data = s.uncompressed_data().ok()?;
             Some((s.address()..s.address() + s.size(), Arc::from(&data[..])))
         };
-        let loads = elf
-            .segments()
-            .filter_map(|seg| {
-                let (offset, size) = seg.file_range();
-                let exec = matches!(seg.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
-                (size > 0).then_some(Load { offset, size, vaddr: seg.address(), exec })
-            })
-            .collect();
+        let loads = loads(&cache)?;
         Some(ElfUnwindData {
             text: section(".text"),
             eh_frame: section(".eh_frame"),
@@ -108,32 +104,79 @@ impl ElfUnwindData {
     }
 }
 
-/// Unwind data of every binary seen, by file version (a binary rewritten in
-/// place is read again): read once, shared by all sessions.
+/// Unwind data of the binaries some unwinder uses, by file version (a
+/// binary rewritten in place is read again): read once, shared by all
+/// sessions, dropped when the last unwinder using it goes.
 fn elf_data(path: &Path) -> Option<Arc<ElfUnwindData>> {
-    type Cache = Mutex<HashMap<FileVersion, Option<Arc<ElfUnwindData>>>>;
+    type Cache = Mutex<HashMap<FileVersion, Weak<ElfUnwindData>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let key = FileVersion::at(path)?;
     let cache = CACHE.get_or_init(Default::default);
-    if let Some(hit) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return hit.clone();
-    }
-    let data = ElfUnwindData::read(path).map(Arc::new);
-    cache
+    let hit = cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(key, data.clone());
-    data
+        .get(&key)
+        .and_then(Weak::upgrade);
+    if hit.is_some() {
+        return hit;
+    }
+    let data = Arc::new(ElfUnwindData::read(path)?);
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    cache.retain(|_, d| d.strong_count() > 0);
+    cache.insert(key, Arc::downgrade(&data));
+    Some(data)
 }
 
-/// The ELF virtual address of file offset `offset` of the binary at `path`.
-pub fn file_offset_to_vaddr(path: &Path, offset: u64) -> Option<u64> {
-    let data = elf_data(path)?;
-    let load = data
-        .loads
-        .iter()
-        .find(|l| l.offset <= offset && offset < l.offset + l.size)?;
-    Some(load.vaddr + (offset - load.offset))
+/// The PT_LOAD segments of an ELF file (64- or 32-bit), from its program
+/// headers alone.
+fn loads<'a, R: ReadRef<'a>>(data: R) -> Option<Vec<Load>> {
+    match FileKind::parse(data).ok()? {
+        FileKind::Elf64 => loads_of::<FileHeader64<Endianness>, R>(data),
+        FileKind::Elf32 => loads_of::<FileHeader32<Endianness>, R>(data),
+        _ => None,
+    }
+}
+
+fn loads_of<'a, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'a>>(
+    data: R,
+) -> Option<Vec<Load>> {
+    let header = Elf::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let headers = header.program_headers(endian, data).ok()?;
+    Some(
+        headers
+            .iter()
+            .filter(|p| p.p_type(endian) == PT_LOAD)
+            .map(|p| Load {
+                offset: p.p_offset(endian).into(),
+                size: p.p_filesz(endian).into(),
+                vaddr: p.p_vaddr(endian).into(),
+                exec: p.p_flags(endian) & PF_X != 0,
+            })
+            .collect(),
+    )
+}
+
+/// Where an ELF file's bytes are loaded: its PT_LOAD segments.
+#[derive(Debug, Clone)]
+pub struct Segments(Vec<Load>);
+
+impl Segments {
+    /// The segments of the ELF file at `path` (its program headers only are
+    /// read).
+    pub fn read(path: &Path) -> Option<Segments> {
+        let file = std::fs::File::open(path).ok()?;
+        loads(&object::ReadCache::new(file)).map(Segments)
+    }
+
+    /// The ELF virtual address of file offset `offset`.
+    pub fn vaddr(&self, offset: u64) -> Option<u64> {
+        let load = self
+            .0
+            .iter()
+            .find(|l| l.offset <= offset && offset < l.offset + l.size)?;
+        Some(load.vaddr + (offset - load.offset))
+    }
 }
 
 /// How one stack walk ended.
@@ -150,8 +193,9 @@ pub enum Walk {
 pub struct Unwinder {
     inner: UnwinderX86_64<Data>,
     cache: CacheX86_64,
-    /// Start addresses of the modules added, so each is added once.
-    modules: HashMap<u64, Range<u64>>,
+    /// The modules added, by start address (so each is added once), with
+    /// the unwind data they use (kept while they do).
+    modules: HashMap<u64, (Range<u64>, Arc<ElfUnwindData>)>,
 }
 
 impl Default for Unwinder {
@@ -168,7 +212,7 @@ impl Unwinder {
     /// Make the executable mapping `start..end` of file offset `pgoff` of the
     /// ELF file at `path` (readable by profd) known to the unwinder.
     pub fn add_module(&mut self, name: &str, path: &Path, start: u64, end: u64, pgoff: u64) {
-        if self.modules.get(&start) == Some(&(start..end)) {
+        if self.modules.get(&start).map(|(r, _)| r) == Some(&(start..end)) {
             return;
         }
         let Some(data) = elf_data(path) else {
@@ -178,15 +222,12 @@ impl Unwinder {
         let Some(bias) = data.bias(start, pgoff) else {
             return;
         };
-        if self.modules.insert(start, start..end).is_some() {
+        let info = data.section_info();
+        if self.modules.insert(start, (start..end, data)).is_some() {
             self.inner.remove_module(start);
         }
-        self.inner.add_module(Module::new(
-            name.to_string(),
-            start..end,
-            bias,
-            data.section_info(),
-        ));
+        self.inner
+            .add_module(Module::new(name.to_string(), start..end, bias, info));
     }
 
     /// Make an executable mapping of the target known (file-backed ones;
@@ -260,6 +301,35 @@ mod tests {
         let range = |d: &ElfUnwindData| d.text.as_ref().map(|(r, _)| r.clone());
         assert_ne!(range(&before), range(&after));
         assert_eq!(range(&after), range(&own));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn unwind_data_goes_with_the_last_unwinder_using_it() {
+        let path = std::env::temp_dir().join(format!("profd-unwinders-{}", std::process::id()));
+        std::fs::copy("/bin/true", &path).unwrap();
+        let data = elf_data(&path).expect("/bin/true's unwind data");
+        let exec = *data.loads.iter().find(|l| l.exec).expect("a text segment");
+        let (start, pgoff) = (0x5555_0000_0000, exec.offset & !0xfff);
+        let end = start + exec.size + 0x1000;
+        let used = Arc::downgrade(&data);
+        let mut units = [Unwinder::default(), Unwinder::default()];
+        for u in &mut units {
+            u.add_module("true", &path, start, end, pgoff);
+        }
+        drop(data);
+        let again = elf_data(&path).unwrap();
+        assert!(Arc::ptr_eq(&again, &used.upgrade().unwrap()), "read once");
+        drop(again);
+        let [first, second] = units;
+        drop(first);
+        assert!(used.upgrade().is_some(), "the second unwinder uses it");
+        drop(second);
+        assert!(used.upgrade().is_none(), "gone with the last unwinder");
+        // The segments alone, from the program headers.
+        let segments = Segments::read(&path).unwrap();
+        assert_eq!(segments.vaddr(exec.offset + 5), Some(exec.vaddr + 5));
+        assert_eq!(segments.vaddr(u64::MAX), None);
         std::fs::remove_file(&path).unwrap();
     }
 

@@ -4,6 +4,7 @@
 use super::spaces::untag;
 use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, Stamp, View};
 use crate::symbolize::{is_kernel, FrameName};
+use crate::unwind::Segments;
 use profd_common::api;
 use profd_common::model::{
     percent, Aggregator, FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack,
@@ -257,6 +258,8 @@ impl Actor {
         // The target's current program (after any exec).
         let space = self.ingest.spaces.of(self.params.pid);
         let maps = &self.ingest.spaces.list[space].maps;
+        // Each file's segments, read once for the histogram.
+        let mut segments: HashMap<&std::path::Path, Option<Segments>> = HashMap::new();
         self.ingest.stacks.for_each(|_, stack, n| {
             let Some((pc_space, pc)) = stack
                 .iter()
@@ -282,8 +285,11 @@ impl Actor {
                 return;
             };
             matched = true;
-            let Some(vaddr) =
-                crate::unwind::file_offset_to_vaddr(&file.readable, m.file_offset(pc))
+            let Some(vaddr) = segments
+                .entry(&file.readable)
+                .or_insert_with(|| Segments::read(&file.readable))
+                .as_ref()
+                .and_then(|s| s.vaddr(m.file_offset(pc)))
             else {
                 other += n;
                 return;

@@ -2,13 +2,10 @@
 //! eh_frame_hdr, debug_frame, read once per binary and shared while used), a
 //! framehop unwinder per session, and the walk from the sampled registers to
 //! the outermost frame. Frame pointers are used where a module has no CFI.
-//! Also where an ELF file's bytes are loaded (its segments).
-use crate::maps::{FileVersion, Mapping};
+use crate::maps::{FileVersion, Load, Mapping, Segments};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
-use object::elf::{FileHeader32, FileHeader64, PF_X, PT_LOAD};
-use object::read::elf::{FileHeader, ProgramHeader};
-use object::{Endianness, FileKind, Object, ObjectSection, ReadRef};
+use object::{Object, ObjectSection};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
@@ -32,16 +29,7 @@ struct ElfUnwindData {
     eh_frame_hdr: Option<(Range<u64>, Data)>,
     debug_frame: Option<Data>,
     got: Option<Range<u64>>,
-    loads: Vec<Load>,
-}
-
-/// A PT_LOAD segment.
-#[derive(Debug, Clone, Copy)]
-struct Load {
-    offset: u64,
-    size: u64,
-    vaddr: u64,
-    exec: bool,
+    loads: Segments,
 }
 
 impl ElfUnwindData {
@@ -54,7 +42,7 @@ impl ElfUnwindData {
             let data = s.uncompressed_data().ok()?;
             Some((s.address()..s.address() + s.size(), Arc::from(&data[..])))
         };
-        let loads = loads(&cache)?;
+        let loads = Segments::of(&cache)?;
         Some(ElfUnwindData {
             text: section(".text"),
             eh_frame: section(".eh_frame"),
@@ -75,10 +63,11 @@ impl ElfUnwindData {
         let holds = |l: &&Load| l.offset & !0xfff <= pgoff && pgoff < l.offset + l.size;
         let load = self
             .loads
+            .0
             .iter()
             .filter(|l| l.exec)
             .find(holds)
-            .or_else(|| self.loads.iter().find(holds))?;
+            .or_else(|| self.loads.0.iter().find(holds))?;
         // avma = start + (off − pgoff) and svma = vaddr + (off − offset).
         Some(
             start
@@ -125,58 +114,6 @@ fn elf_data(path: &Path) -> Option<Arc<ElfUnwindData>> {
     cache.retain(|_, d| d.strong_count() > 0);
     cache.insert(key, Arc::downgrade(&data));
     Some(data)
-}
-
-/// The PT_LOAD segments of an ELF file (64- or 32-bit), from its program
-/// headers alone.
-fn loads<'a, R: ReadRef<'a>>(data: R) -> Option<Vec<Load>> {
-    match FileKind::parse(data).ok()? {
-        FileKind::Elf64 => loads_of::<FileHeader64<Endianness>, R>(data),
-        FileKind::Elf32 => loads_of::<FileHeader32<Endianness>, R>(data),
-        _ => None,
-    }
-}
-
-fn loads_of<'a, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'a>>(
-    data: R,
-) -> Option<Vec<Load>> {
-    let header = Elf::parse(data).ok()?;
-    let endian = header.endian().ok()?;
-    let headers = header.program_headers(endian, data).ok()?;
-    Some(
-        headers
-            .iter()
-            .filter(|p| p.p_type(endian) == PT_LOAD)
-            .map(|p| Load {
-                offset: p.p_offset(endian).into(),
-                size: p.p_filesz(endian).into(),
-                vaddr: p.p_vaddr(endian).into(),
-                exec: p.p_flags(endian) & PF_X != 0,
-            })
-            .collect(),
-    )
-}
-
-/// Where an ELF file's bytes are loaded: its PT_LOAD segments.
-#[derive(Debug, Clone)]
-pub struct Segments(Vec<Load>);
-
-impl Segments {
-    /// The segments of the ELF file at `path` (its program headers only are
-    /// read).
-    pub fn read(path: &Path) -> Option<Segments> {
-        let file = std::fs::File::open(path).ok()?;
-        loads(&object::ReadCache::new(file)).map(Segments)
-    }
-
-    /// The ELF virtual address of file offset `offset`.
-    pub fn vaddr(&self, offset: u64) -> Option<u64> {
-        let load = self
-            .0
-            .iter()
-            .find(|l| l.offset <= offset && offset < l.offset + l.size)?;
-        Some(load.vaddr + (offset - load.offset))
-    }
 }
 
 /// How one stack walk ended.
@@ -309,7 +246,12 @@ mod tests {
         let path = std::env::temp_dir().join(format!("profd-unwinders-{}", std::process::id()));
         std::fs::copy("/bin/true", &path).unwrap();
         let data = elf_data(&path).expect("/bin/true's unwind data");
-        let exec = *data.loads.iter().find(|l| l.exec).expect("a text segment");
+        let exec = *data
+            .loads
+            .0
+            .iter()
+            .find(|l| l.exec)
+            .expect("a text segment");
         let (start, pgoff) = (0x5555_0000_0000, exec.offset & !0xfff);
         let end = start + exec.size + 0x1000;
         let used = Arc::downgrade(&data);
@@ -359,7 +301,7 @@ mod tests {
             eh_frame_hdr: None,
             debug_frame: None,
             got: None,
-            loads: vec![
+            loads: Segments(vec![
                 Load {
                     offset: 0,
                     size: 0x17548,
@@ -372,7 +314,7 @@ mod tests {
                     vaddr: 0x18550,
                     exec: true,
                 },
-            ],
+            ]),
         };
         let start = 0x5555_5556_c000;
         let bias = data.bias(start, 0x17000).unwrap();
@@ -380,12 +322,12 @@ mod tests {
         assert_eq!(0x18550 + bias, start + 0x550);
         // A classic layout: text at offset 0x1000, vaddr 0x1000.
         let classic = ElfUnwindData {
-            loads: vec![Load {
+            loads: Segments(vec![Load {
                 offset: 0x1000,
                 size: 0x2000,
                 vaddr: 0x1000,
                 exec: true,
-            }],
+            }]),
             ..data
         };
         assert_eq!(classic.bias(0x7000_1000, 0x1000), Some(0x7000_0000));

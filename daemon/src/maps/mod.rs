@@ -3,8 +3,10 @@
 //! file opened once and held (see `files`), so user addresses can be named
 //! even after the process is gone or its binaries were deleted.
 mod files;
+mod segments;
 
 pub use files::{module_name, undeleted, FileVersion, ModuleFile, Target};
+pub use segments::{Load, Segments};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //! views and exports are computed from, and the profil(3) histogram.
 use super::spaces::untag;
 use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, Stamp, View};
+use crate::maps::Segments;
 use crate::symbolize::{is_kernel, FrameName};
-use crate::unwind::Segments;
 use profd_common::api;
 use profd_common::model::{
     percent, Aggregator, FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack,

@@ -4,8 +4,8 @@
 //! root; opened once and held, with the binary's load segments to turn file
 //! offsets into the addresses the debug file uses. blazesym follows debug
 //! links on its own too; this adds the cases it does not cover.
-use crate::maps::{FileVersion, Target};
-use object::read::elf::{ElfFile64, ProgramHeader};
+use crate::maps::{FileVersion, Segments, Target};
+use object::read::elf::ElfFile64;
 use object::{Endianness, Object, ReadCache};
 use std::collections::HashMap;
 use std::fs::File;
@@ -19,17 +19,14 @@ pub struct DebugFile {
     /// `/proc/self/fd/N` of the held file.
     pub path: PathBuf,
     _file: File,
-    /// The binary's PT_LOAD segments: (file offset, file size, address).
-    segments: Vec<(u64, u64, u64)>,
+    /// The binary's load segments.
+    segments: Segments,
 }
 
 impl DebugFile {
     /// The address (as in the ELF files) of a file offset of the binary.
     pub fn vaddr(&self, offset: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|&&(off, size, _)| off <= offset && offset < off + size)
-            .map(|&(off, _, vaddr)| offset - off + vaddr)
+        self.segments.vaddr(offset)
     }
 }
 
@@ -43,7 +40,7 @@ pub struct DebugFiles {
 struct Needs {
     build_id: Option<Vec<u8>>,
     link: Option<Vec<u8>>,
-    segments: Vec<(u64, u64, u64)>,
+    segments: Segments,
 }
 
 fn inspect(file: File) -> Option<Needs> {
@@ -52,13 +49,7 @@ fn inspect(file: File) -> Option<Needs> {
     if elf.section_by_name(".debug_info").is_some() {
         return None; // It has its own.
     }
-    let endian = elf.endian();
-    let segments = elf
-        .elf_program_headers()
-        .iter()
-        .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
-        .map(|p| (p.p_offset(endian), p.p_filesz(endian), p.p_vaddr(endian)))
-        .collect();
+    let segments = Segments::of(&cache)?;
     Some(Needs {
         build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
         link: elf.gnu_debuglink().ok().flatten().map(|(n, _)| n.to_vec()),

@@ -15,7 +15,9 @@
 #            configurations are interleaved over --rounds rounds (the order
 #            rotates each round) and their medians compared: the target's
 #            wall and CPU time, its slowdown against bare, the profiler's own
-#            CPU time, and the ratio profd slowdown / perf slowdown.
+#            CPU time, and the ratio profd slowdown / perf slowdown; then
+#            the two slowdowns paired by round (each against that round's
+#            bare run): the median of profd's minus perf's.
 #  steady    Daemon CPU in the steady state: one session (fp, then dwarf) on
 #            the same target, streaming 1 update/s; profd's utime+stime over a
 #            window after a warm-up, as a share of one core, per sample, and
@@ -310,6 +312,19 @@ ratio() {
                  else printf "%.2f%s", sa / sb, (sa <= sb ? "  (target ≤ 1: met)" : "  (target ≤ 1: NOT met)") }'
 }
 
+# paired PROFD PERF COLUMN: the two slowdowns compared round by round, each
+# against the same round's bare run (a slow stretch of the machine then
+# weighs on both sides): profd's minus perf's, in points, as the median and
+# range over the rounds, and the rounds in which profd's was at most perf's.
+paired() {
+    awk -v a="$1" -v b="$2" -v k="$3" '{ v[$1 "/" $2] = $k; r[$2] = 1 }
+        END { for (i in r) if ((a "/" i) in v && (b "/" i) in v && ("bare/" i) in v)
+                  print (v[a "/" i] - v[b "/" i]) / v["bare/" i] * 100 }' "$work/runs" |
+        sort -g | awk '{ d[NR] = $1; le += ($1 <= 0) }
+            END { m = NR % 2 ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2
+                  printf "%+.2f points (%+.1f..%+.1f), profd ≤ perf in %d of %d rounds", m, d[1], d[NR], le, NR }'
+}
+
 phase_overhead() {
     local configs=(bare perf-fp perf-dwarf profd-fp profd-dwarf) r i c w u p n sw su pc bare_wall bare_cpu
     say "calibrating the fixed work (~$work_s s bare)"
@@ -345,6 +360,8 @@ phase_overhead() {
     echo " target's wall time; samples: the target's samples in perf.data or the profd session)"
     echo "ratio profd-fp / perf-fp slowdown:       wall $(ratio profd-fp perf-fp 3); cpu $(ratio profd-fp perf-fp 4)"
     echo "ratio profd-dwarf / perf-dwarf slowdown: wall $(ratio profd-dwarf perf-dwarf 3); cpu $(ratio profd-dwarf perf-dwarf 4)"
+    echo "paired by round, profd-fp − perf-fp slowdown:       wall $(paired profd-fp perf-fp 3); cpu $(paired profd-fp perf-fp 4)"
+    echo "paired by round, profd-dwarf − perf-dwarf slowdown: wall $(paired profd-dwarf perf-dwarf 3); cpu $(paired profd-dwarf perf-dwarf 4)"
     echo "load average after the rounds: $(loadavg)"
 }
 

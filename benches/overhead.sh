@@ -317,12 +317,12 @@ ratio() {
 # weighs on both sides): profd's minus perf's, in points, as the median and
 # range over the rounds, and the rounds in which profd's was at most perf's.
 paired() {
-    awk -v a="$1" -v b="$2" -v k="$3" '{ v[$1 "/" $2] = $k; r[$2] = 1 }
+    local diffs
+    diffs="$(awk -v a="$1" -v b="$2" -v k="$3" '{ v[$1 "/" $2] = $k; r[$2] = 1 }
         END { for (i in r) if ((a "/" i) in v && (b "/" i) in v && ("bare/" i) in v)
-                  print (v[a "/" i] - v[b "/" i]) / v["bare/" i] * 100 }' "$work/runs" |
-        sort -g | awk '{ d[NR] = $1; le += ($1 <= 0) }
-            END { m = NR % 2 ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2
-                  printf "%+.2f points (%+.1f..%+.1f), profd ≤ perf in %d of %d rounds", m, d[1], d[NR], le, NR }'
+                  print (v[a "/" i] - v[b "/" i]) / v["bare/" i] * 100 }' "$work/runs")"
+    printf '%+.2f points (%s), profd ≤ perf in %d of %d rounds' "$(median <<<"$diffs")" \
+        "$(minmax <<<"$diffs")" "$(awk '$1 <= 0' <<<"$diffs" | wc -l)" "$(grep -c . <<<"$diffs")"
 }
 
 phase_overhead() {

@@ -2,6 +2,7 @@
 //! per-function inclusive/exclusive counts and percentages. Pure data, no
 //! symbols (callers map addresses to function ids).
 use hashbrown::HashTable;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 
@@ -46,14 +47,15 @@ impl Nodes {
     }
 }
 
+/// 16 bytes: the index's hashes are computed again from the nodes when it
+/// grows, not kept.
 #[derive(Debug, Clone, Copy)]
 struct Stack {
-    /// Hash of (thread, addresses), kept for growing the index.
-    hash: u64,
     leaf: u32,
     tid: u32,
     count: u64,
 }
+const _: () = assert!(std::mem::size_of::<Stack>() == 16);
 
 fn stack_hash(state: &State, tid: u32, frames: &[u64]) -> u64 {
     state.hash_one((tid, frames))
@@ -82,14 +84,20 @@ impl StackTable {
         }
         let index = self.stacks.len();
         self.stacks.push(Stack {
-            hash,
             leaf,
             tid,
             count: n,
         });
-        let stacks = &self.stacks;
-        self.stack_index
-            .insert_unique(hash, index as u32, |&i| stacks[i as usize].hash);
+        let (stacks, nodes, state) = (&self.stacks, &self.nodes, &self.state);
+        // Growing the index hashes every stack again, from its nodes.
+        let frames = RefCell::new(Vec::new());
+        self.stack_index.insert_unique(hash, index as u32, |&i| {
+            let stack = &stacks[i as usize];
+            let mut frames = frames.borrow_mut();
+            frames.clear();
+            frames.extend(Self::walk(nodes, stack.leaf));
+            stack_hash(state, stack.tid, &frames)
+        });
         (index, true)
     }
 
@@ -116,7 +124,7 @@ impl StackTable {
         let (stacks, nodes) = (&self.stacks, &self.nodes);
         let same = |&i: &u32| {
             let stack = &stacks[i as usize];
-            if stack.hash != hash || stack.tid != tid {
+            if stack.tid != tid {
                 return false;
             }
             let mut at = stack.leaf;

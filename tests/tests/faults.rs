@@ -87,6 +87,22 @@ fn killed_target_ends_the_session_with_its_profile() {
     assert_exclusive_adds_up(&p);
 }
 
+/// A target that renames itself while it is profiled (prctl PR_SET_NAME,
+/// no exec) shows its new name: the session follows the kernel's COMM
+/// record, as for an exec.
+#[test]
+fn a_renamed_target_shows_its_new_name() {
+    let h = Harness::start();
+    let exe = build_workload("lifecycle");
+    let mut command = std::process::Command::new(&exe);
+    command.args(["rename", "renamed-tgt", "30"]);
+    let w = Workload::start_command(command, "lifecycle");
+    let pid = w.pid_arg();
+    let p = Profile::parse(&h.daemon.profctl(&attach_args(&pid, "3", &[])));
+    assert_eq!(p.comm, "renamed-tgt", "{}", p.table());
+    assert!(p.function("before_exec").exclusive > 0, "{}", p.table());
+}
+
 /// Frames after an exec resolve against the new program; the session
 /// follows the process, with the new command name.
 #[test]

@@ -8,10 +8,15 @@
  *   lifecycle exec PATH SECONDS
  *                              spins in before_exec for 1.5 s, then execs
  *                              `PATH SECONDS` (with stdout on /dev/null)
+ *   lifecycle rename NAME SECONDS
+ *                              spins in before_exec for 1 s, then names
+ *                              itself NAME (prctl PR_SET_NAME) and spins
+ *                              on for SECONDS
  *
  * Prints "ready" on stdout before it starts spinning.
  */
 #include "workload.h"
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,7 +47,7 @@ static void spin_for(void (*f)(void), double seconds)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: lifecycle fork N SECONDS | exec PATH SECONDS\n");
+	fprintf(stderr, "usage: lifecycle fork N SECONDS | exec PATH SECONDS | rename NAME SECONDS\n");
 	exit(2);
 }
 
@@ -80,6 +85,15 @@ int main(int argc, char **argv)
 		execl(argv[2], argv[2], argv[3], (char *)NULL);
 		perror("execl");
 		return 1;
+	}
+	if (!strcmp(argv[1], "rename")) {
+		spin_for(before_exec, 1.0);
+		if (prctl(PR_SET_NAME, argv[2], 0, 0, 0)) {
+			perror("prctl(PR_SET_NAME)");
+			return 1;
+		}
+		spin_for(before_exec, strtod(argv[3], NULL));
+		return 0;
 	}
 	usage();
 	return 2;

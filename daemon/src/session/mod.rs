@@ -170,7 +170,7 @@ struct Actor {
 /// Start a session: route the target's samples from the sampler to a new
 /// actor. The caller has validated `params` and opened `pidfd`.
 pub async fn start(
-    params: Params,
+    mut params: Params,
     want: EventSpec,
     pidfd: PidFd,
     sampler: Arc<dyn SampleSource>,
@@ -180,8 +180,13 @@ pub async fn start(
     let spec = sampler
         .subscribe(want, params.id, params.pid, params.children, batch_tx)
         .await?;
-    // Read after subscribing: later mappings arrive as MMAP2 records.
+    // Read after subscribing: later mappings arrive as MMAP2 records, and a
+    // later exec or rename as a COMM record (a process attached right after
+    // it was spawned may not have had its new name when it was checked).
     let maps = ProcessMaps::read(params.pid).unwrap_or_default();
+    if let Ok(comm) = std::fs::read_to_string(format!("/proc/{}/comm", params.pid)) {
+        params.comm = comm.trim_end().to_string();
+    }
     let ingest = Ingest::new(
         params.pid,
         params.comm.clone(),
@@ -350,14 +355,15 @@ impl Actor {
     /// its owner may not profile (the batch is then dropped: its samples are
     /// discarded).
     fn apply(&mut self, batch: Batch) -> Result<(), String> {
-        let exec_comm = batch
-            .exec
-            .as_ref()
-            .filter(|(pid, _)| *pid == self.params.pid)
+        // The target's new name, at an exec or a rename of its main thread.
+        let comm = batch
+            .comms
+            .iter()
+            .rfind(|(tid, _)| *tid == self.params.pid)
             .map(|(_, comm)| comm.clone());
         let addr_fn = &self.addr_fn;
         let new = self.ingest.apply(batch, |a| addr_fn.contains_key(&a))?;
-        if let Some(comm) = exec_comm {
+        if let Some(comm) = comm {
             self.params.comm = comm;
         }
         if new != NewAddresses::default() {

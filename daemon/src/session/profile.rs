@@ -120,13 +120,6 @@ impl Actor {
     }
 
     pub(super) async fn view(&mut self, window_s: u32) -> View {
-        if self.running() {
-            // A process attached right after it was spawned may not have
-            // taken its new name yet when the session started.
-            if let Ok(comm) = std::fs::read_to_string(format!("/proc/{}/comm", self.params.pid)) {
-                self.params.comm = comm.trim_end().to_string();
-            }
-        }
         self.symbolize_pending().await;
         let mut agg = Aggregator::new(self.names.len());
         let mut ids = Vec::with_capacity(128);
@@ -206,8 +199,7 @@ impl Actor {
     }
 
     pub(super) async fn resolve(&mut self) -> Resolved {
-        // Names first (this also brings `unsymbolized` up to date).
-        let view = self.view(0).await;
+        self.symbolize_pending().await;
         let functions = self
             .names
             .iter()
@@ -220,12 +212,19 @@ impl Actor {
             })
             .collect();
         let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
+        let mut unsymbolized = 0;
+        // Each address's frames, looked up once a stack.
+        let mut chains: Vec<(u64, &AddrFrames)> = Vec::with_capacity(128);
         self.ingest.stacks.for_each(|tid, stack, count| {
+            chains.clear();
+            chains.extend(stack.iter().map(|a| (*a, &self.addr_fn[a])));
+            if chains.iter().any(|(_, at)| at.unnamed) {
+                unsymbolized += count;
+            }
             // Sized exactly: a whole profile's frames are most of its memory.
-            let chains = || stack.iter().map(|a| (*a, &self.addr_fn[a].frames));
-            let mut frames = Vec::with_capacity(chains().map(|(_, c)| c.len()).sum());
-            for (address, chain) in chains() {
-                frames.extend(chain.iter().map(|f| FrameRef {
+            let mut frames = Vec::with_capacity(chains.iter().map(|(_, at)| at.frames.len()).sum());
+            for &(address, at) in &chains {
+                frames.extend(at.frames.iter().map(|f| FrameRef {
                     function: f.func,
                     line: f.line,
                     address: untag(address).1,
@@ -233,7 +232,8 @@ impl Actor {
             }
             stacks.push(ResolvedStack { tid, count, frames })
         });
-        let session = view.session;
+        self.ingest.totals.unsymbolized = unsymbolized;
+        let session = self.summary();
         let profile = ResolvedProfile {
             functions,
             stacks,

@@ -6,7 +6,7 @@
 use super::debug::DebugFiles;
 use super::names::{FileKey, Names};
 use super::{is_kernel, Frame, FrameName, IDLE};
-use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
+use crate::maps::{is_jit_candidate, module_name, Backing, FileVersion, ProcessMaps};
 use blazesym::symbolize::evict::{self, Evict};
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized, Symbolizer as Blazesym};
@@ -115,6 +115,8 @@ struct Group {
     path: PathBuf,
     module: String,
     items: Vec<(usize, u64)>,
+    /// The file's version, once read.
+    version: Option<FileVersion>,
 }
 
 impl Worker {
@@ -193,6 +195,7 @@ impl Worker {
                             path: path.to_path_buf(),
                             module: module_name(path),
                             items: Vec::new(),
+                            version: None,
                         })
                         .items
                         .push((i, m.file_offset(addr)));
@@ -286,6 +289,7 @@ impl Worker {
             return;
         }
         let new = group.items.clone();
+        group.version = Some(key.version());
         self.parse(maps, readable, group, out, jit, files);
         for (i, off) in new {
             if let Some(frames) = &out[i] {
@@ -310,10 +314,11 @@ impl Worker {
             path,
             module,
             items,
+            version,
         } = group;
         let mut left = items;
         let target = maps.target().map(|t| &**t);
-        if let Some(split) = self.debug.find(readable, &path, target) {
+        if let Some(split) = self.debug.find(readable, &path, target, version.as_ref()) {
             let (mapped, unmapped): (Vec<_>, Vec<_>) = left
                 .into_iter()
                 .map(|(i, off)| (i, off, split.vaddr(off)))

@@ -104,12 +104,18 @@ impl DebugFiles {
 
     /// The debug file for the binary readable at `readable` (mapped from
     /// `path` in `target`), if it lacks DWARF and one is installed.
+    /// `version`: the binary's, when the caller has it (a binary seen
+    /// before is then not opened again).
     pub fn find(
         &mut self,
         readable: &Path,
         path: &Path,
         target: Option<&Target>,
+        version: Option<&FileVersion>,
     ) -> Option<Rc<DebugFile>> {
+        if let Some(known) = version.and_then(|v| self.found.get(v)) {
+            return known.clone();
+        }
         let file = File::open(readable).ok()?;
         let key = FileVersion::of(&file.metadata().ok()?);
         if let Some(known) = self.found.get(&key) {

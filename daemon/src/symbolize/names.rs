@@ -24,6 +24,11 @@ pub struct FileKey {
 }
 
 impl FileKey {
+    /// The file's version.
+    pub fn version(&self) -> FileVersion {
+        self.version
+    }
+
     /// The key of the file at `path` (followed), named `module`; None when
     /// it cannot be read.
     pub fn of(path: &Path, module: &str) -> Option<FileKey> {

@@ -19,24 +19,30 @@
 #            the two slowdowns paired by round (each against that round's
 #            bare run): the median of profd's minus perf's.
 #  steady    Daemon CPU in the steady state: one session (fp, then dwarf) on
-#            the same target, streaming 1 update/s; profd's utime+stime over a
+#            the same target, streaming 1 update/s; profd's CPU time over a
 #            window after a warm-up, as a share of one core, per sample, and
 #            scaled to a full 2 × 999 samples/s; and its memory.
 #  latency   Attach → first Watch update: daemon/examples/latency.rs,
 #            --latency-runs times on a busy target.
 #  memory    10 sessions, each on its own many_stacks target
-#            (benches/workloads/many_stacks.c: 2^14 distinct call paths, run
-#            as SCHED_IDLE so that it only takes idle CPU), each watched by
-#            profctl at 1 update/s, for --rss-minutes; profd's memory sampled
-#            every 30 s; then the unique (folded) stacks of every session.
+#            (benches/workloads/many_stacks.c: --rss-paths distinct call
+#            paths, run as SCHED_IDLE so that it only takes idle CPU), each
+#            watched by profctl at 1 update/s, for --rss-minutes; profd's
+#            memory sampled every 30 s; then the unique (folded) stacks of
+#            every session.
 #
 # Usage: benches/overhead.sh [--quick] [--rounds N] [--rss-minutes M] [--latency-runs N]
-#                            [--rss-unwind MODE] [--only PHASES] [--nice N] [--no-build] [--keep]
+#                            [--rss-unwind MODE] [--rss-paths N] [--only PHASES] [--nice N]
+#                            [--no-build] [--keep]
 #   --quick           short runs for a CI smoke test (2 rounds of ~1.5 s,
 #                     4 s steady windows, 3 latency runs, 0.5 min of memory)
 #   --rounds N        overhead rounds (default 5)
 #   --rss-minutes M   length of the memory scenario (default 10; fractions allowed)
 #   --latency-runs N  Attach/Watch cycles timed (default 10)
+#   --rss-paths N     call paths of each many_stacks target, 1-16384 (default
+#                     10240: a session holds 10 000-12 000 unique stacks after
+#                     the first minutes, and its memory should then stay flat;
+#                     16384 keeps new stacks coming for the whole 10 minutes)
 #   --rss-unwind M    unwinding of the memory scenario's sessions: auto, fp or
 #                     dwarf (default auto, the daemon's default)
 #   --only PHASES     run only these phases, comma-separated (overhead,
@@ -60,6 +66,7 @@ rounds=5
 rss_minutes=10
 latency_runs=10
 rss_unwind=auto
+rss_paths=10240
 # What perf record --call-graph dwarf copies of each sample's stack; profd-dwarf
 # copies as much (its own default is 16 KiB).
 perf_stack_bytes=8192
@@ -86,6 +93,7 @@ while [ $# -gt 0 ]; do
     --rounds) given_rounds="${2:?--rounds needs a number}"; shift ;;
     --rss-minutes) given_rss="${2:?--rss-minutes needs a number}"; shift ;;
     --latency-runs) given_latency="${2:?--latency-runs needs a number}"; shift ;;
+    --rss-paths) rss_paths="${2:?--rss-paths needs a number}"; shift ;;
     --rss-unwind) rss_unwind="${2:?--rss-unwind needs auto, fp or dwarf}"; shift ;;
     --only) phases="${2:?--only needs phases, e.g. overhead,steady}"; shift ;;
     --nice) nice_level="${2:?--nice needs a level, -20..19}"; shift ;;
@@ -107,6 +115,8 @@ latency_runs="${given_latency:-$latency_runs}"
 if ! [[ "$rss_minutes" =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v m="$rss_minutes" 'BEGIN { exit !(m > 0) }'; then
     die "--rss-minutes must be a number of minutes above 0, not '$rss_minutes'"
 fi
+[[ "$rss_paths" =~ ^[1-9][0-9]*$ ]] && ((rss_paths <= 16384)) ||
+    die "--rss-paths must be a number of call paths from 1 to 16384, not '$rss_paths'"
 [[ "$rss_unwind" =~ ^(auto|fp|dwarf)$ ]] || die "--rss-unwind must be auto, fp or dwarf, not '$rss_unwind'"
 [[ "$phases" =~ ^(overhead|steady|latency|memory)(,(overhead|steady|latency|memory))*$ ]] ||
     die "--only takes phases from overhead, steady, latency, memory (comma-separated), not '$phases'"
@@ -149,7 +159,6 @@ if [ -n "$nice_level" ]; then
 fi
 
 work="$(mktemp -d /tmp/overhead.XXXXXX)"
-tick_hz="$(getconf CLK_TCK)"
 
 # Every process this script starts is one of its jobs until waited for; on
 # exit the ones still running are stopped (with their children: the targets
@@ -174,16 +183,18 @@ trap 'exit 130' INT TERM
 now() { date +%s.%N; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
-# utime + stime of a whole process (all its threads, living and gone), in ticks.
-proc_ticks() {
-    local stat
-    stat="$(cat "/proc/$1/stat")"
-    stat="${stat##*) }" # fields from the third on (the command may hold spaces)
-    awk '{ print $12 + $13 }' <<<"$stat"
+# CPU time of a whole process in seconds: the scheduler's nanosecond counts
+# of its threads (/proc/PID/task/*/schedstat), exact where utime + stime
+# count whole clock ticks (perf record's own CPU in a run is under one). A
+# thread that ends between two readings takes its time since the first with
+# it (profd's threads live as long as the daemon, but for tokio's blocking
+# pool, which mostly waits).
+proc_cpu() {
+    { cat "/proc/$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'
 }
 
-# Seconds of CPU between two proc_ticks readings.
-tick_s() { awk -v d="$(($2 - $1))" -v hz="$tick_hz" 'BEGIN { printf "%.3f", d / hz }'; }
+# Seconds of CPU between two proc_cpu readings.
+cpu_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", b - a }'; }
 
 # profd's memory in MiB: VmRSS VmHWM RssAnon RssFile VmPin, then the perf
 # rings it has mapped (their size, and the part of them counted in VmRSS).
@@ -255,9 +266,9 @@ run_perf() {
     echo enable >&"$ctl_fd"
     read -r -t 30 reply <&"$ack_fd" || reply=''
     [ "$reply" = ack ] || die "perf record did not start: $(cat "$work/perf.log")"
-    c0="$(proc_ticks "$perf_pid")"
+    c0="$(proc_cpu "$perf_pid")"
     run_target
-    c1="$(proc_ticks "$perf_pid")"
+    c1="$(proc_cpu "$perf_pid")"
     kill -INT "$perf_pid"
     status=0
     wait "$perf_pid" || status=$?
@@ -266,7 +277,7 @@ run_perf() {
     exec {ctl_fd}>&- {ack_fd}>&-
     samples="$(perf script -F comm -i "$work/perf.data" 2>/dev/null | awk '$1 == "fixed_work"' | wc -l)"
     rm -f "$work/perf.data"
-    prof_cpu="$(tick_s "$c0" "$c1")"
+    prof_cpu="$(cpu_s "$c0" "$c1")"
 }
 
 # A run under profd: profctl run starts the target and streams 1 update/s
@@ -274,13 +285,13 @@ run_perf() {
 run_profd() {
     local mode="$1" c0 c1
     shift
-    c0="$(proc_ticks "$profd_pid")"
+    c0="$(proc_cpu "$profd_pid")"
     "$profctl" run --unwind "$mode" "$@" --freq "$freq" --interval 1 --format json -- \
         "$fixed" -o "$work/result" "$rounds_per_thread" >"$work/profd-$mode.json" 2>"$work/profctl.err" ||
         die "profctl run --unwind $mode failed: $(cat "$work/profctl.err")"
-    c1="$(proc_ticks "$profd_pid")"
+    c1="$(proc_cpu "$profd_pid")"
     samples="$(json_number attributed "$work/profd-$mode.json")"
-    prof_cpu="$(tick_s "$c0" "$c1")"
+    prof_cpu="$(cpu_s "$c0" "$c1")"
 }
 
 run_config() {
@@ -350,7 +361,7 @@ phase_overhead() {
             sw="$(pct "$w" "$bare_wall")" su="$(pct "$u" "$bare_cpu")"
             pc="$(awk -v p="$p" -v w="$w" 'BEGIN { printf "%.2f", p / w * 100 }')"
         fi
-        if [ "$p" = nan ]; then p=-; else p="$(awk -v p="$p" 'BEGIN { printf "%.3f", p }')"; fi
+        if [ "$p" = nan ]; then p=-; else p="$(awk -v p="$p" 'BEGIN { printf "%.4f", p }')"; fi
         [ "$n" = nan ] && n=-
         printf '%-12s %8.3f %13s %7.3f %13s %10s %10s %10s %10s %8s\n' \
             "$c" "$w" "$(spread "$c" 3)" "$u" "$(spread "$c" 4)" "$sw" "$su" "$p" "$pc" "$n"
@@ -380,13 +391,13 @@ phase_steady() {
         run_pid=$!
         sleep "$warm_s"
         read -r a0 d0 < <(delivered)
-        c0="$(proc_ticks "$profd_pid")" t0="$(now)"
+        c0="$(proc_cpu "$profd_pid")" t0="$(now)"
         sleep "$steady_s"
-        c1="$(proc_ticks "$profd_pid")" t1="$(now)"
+        c1="$(proc_cpu "$profd_pid")" t1="$(now)"
         read -r a1 d1 < <(delivered)
         read -r rss hwm anon file pin ring ring_rss < <(proc_mem "$profd_pid")
         wait "$run_pid" || die "profctl run --unwind $mode failed: $(cat "$work/profctl.err")"
-        read -r cpu rate drate per full < <(awk -v s="$(tick_s "$c0" "$c1")" -v t0="$t0" -v t1="$t1" \
+        read -r cpu rate drate per full < <(awk -v s="$(cpu_s "$c0" "$c1")" -v t0="$t0" -v t1="$t1" \
             -v n="$((a1 - a0))" -v d="$((d1 - d0))" 'BEGIN { t = t1 - t0
             printf "%.2f %.0f %.0f %.1f %.2f\n", s / t * 100, n / t, d / t, s / n * 1e6, s / n * 1998 * 100 }')
         target=$([ "$mode" = fp ] && echo 1 || echo 3)
@@ -394,7 +405,7 @@ phase_steady() {
             "$mode" "$cpu" "$rate" "$drate" "$per" "$full" "$rss" "$hwm" "$anon" "$file" "$pin" "$ring" "$target" \
             "$(awk -v c="$cpu" -v t="$target" 'BEGIN { print (c <= t ? "met" : "NOT met") }')"
     done
-    echo "(cpu %core: profd's utime+stime over the window; samples/s: the target's, attributed;"
+    echo "(cpu %core: profd's CPU time over the window; samples/s: the target's, attributed;"
     echo " discarded/s: other processes' samples the rings delivered (system-wide rings only);"
     echo " µs/sample: profd's CPU per attributed sample; ≤ at 1998/s: that cost at the 2 × 999"
     echo " samples/s the target gets on an idle machine, an upper bound as if all of profd's CPU"
@@ -428,9 +439,9 @@ phase_memory() {
     local rss_s targets=() watchers=() i el start rss hwm steady_hwm anon file pin ring att ids id stacks=() w t
     rss_s="$(awk -v m="$rss_minutes" 'BEGIN { printf "%d", m * 60 }')"
     echo
-    echo "== memory: $rss_sessions sessions (--unwind $rss_unwind) on many_stacks targets, watched at 1 update/s, ${rss_s} s"
+    echo "== memory: $rss_sessions sessions (--unwind $rss_unwind) on many_stacks targets of $rss_paths paths, watched at 1 update/s, ${rss_s} s"
     for ((i = 0; i < rss_sessions; i++)); do
-        chrt --idle 0 "$work/many_stacks" "$((rss_s + 120))" &
+        chrt --idle 0 "$work/many_stacks" "$((rss_s + 120))" "$rss_paths" &
         targets+=("$!")
     done
     for ((i = 0; i < rss_sessions; i++)); do

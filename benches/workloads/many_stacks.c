@@ -3,15 +3,18 @@
  * profiling session on it collects well over 10 000 unique stacks (the
  * daemon memory scenario of benches/overhead.sh).
  *
- * Usage: many_stacks SECONDS
+ * Usage: many_stacks SECONDS [PATHS]
  *
- * Each step picks a path p at random (xorshift) and calls down 14 levels:
+ * Each step picks a path p at random (xorshift) among the first PATHS
+ * (default and most 16384) and calls down 14 levels:
  * level k calls step<k>_1 when bit k of p is set, else step<k>_0, two
  * distinct functions per level, so every path has its own return addresses
  * (and its own folded stack once named); the leaf fills a buffer for ~1 µs
  * in one instruction, so each path is one unique stack for the daemon too.
- * Uniform random paths: n samples cover about 16384 × (1 − e^(−n/16384))
- * of them, so 10 000 unique stacks take about 15 500 samples.
+ * Uniform random paths: n samples cover about P × (1 − e^(−n/P)) of P
+ * paths (16384: 10 000 unique stacks take about 15 500 samples; 10240:
+ * 95 % of them take 3 P samples, after which the count of unique stacks
+ * barely grows).
  *
  * Built with frame pointers (-O1 -fno-omit-frame-pointer
  * -fno-optimize-sibling-calls -fno-ipa-icf): noipa keeps the twin functions
@@ -120,10 +123,12 @@ int main(int argc, char **argv)
 {
 	unsigned long long x = 0x9E3779B97F4A7C15ull ^ (unsigned long long)getpid();
 	double seconds, deadline;
+	unsigned long paths = 1ul << 14;
 	char *end;
 
-	if (argc != 2 || (seconds = strtod(argv[1], &end)) <= 0 || *end != '\0') {
-		fprintf(stderr, "usage: %s SECONDS\n", argv[0]);
+	if (argc < 2 || argc > 3 || (seconds = strtod(argv[1], &end)) <= 0 || *end != '\0' ||
+	    (argc == 3 && ((paths = strtoul(argv[2], &end, 10)) < 1 || paths > 1ul << 14 || *end != '\0'))) {
+		fprintf(stderr, "usage: %s SECONDS [PATHS (1-16384)]\n", argv[0]);
 		return 2;
 	}
 	deadline = now_s() + seconds;
@@ -132,7 +137,7 @@ int main(int argc, char **argv)
 			x ^= x >> 12;
 			x ^= x << 25;
 			x ^= x >> 27;
-			walk((unsigned)((x * 0x2545F4914F6CDD1Dull) >> 40) & 0x3fffu);
+			walk((unsigned)(((x * 0x2545F4914F6CDD1Dull) >> 40) % paths));
 		}
 	} while (now_s() < deadline);
 	return 0;

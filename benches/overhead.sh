@@ -40,9 +40,9 @@
 #   --rss-minutes M   length of the memory scenario (default 10; fractions allowed)
 #   --latency-runs N  Attach/Watch cycles timed (default 10)
 #   --rss-paths N     call paths of each many_stacks target, 1-16384 (default
-#                     10240: a session holds 10 000-12 000 unique stacks after
-#                     the first minutes, and its memory should then stay flat;
-#                     16384 keeps new stacks coming for the whole 10 minutes)
+#                     10240: a session holds 10 000 or more unique stacks after
+#                     the first minutes and gains new ones slowly after that,
+#                     about 15 000 at 10 minutes; 16384: about 19 400)
 #   --rss-unwind M    unwinding of the memory scenario's sessions: auto, fp or
 #                     dwarf (default auto, the daemon's default)
 #   --only PHASES     run only these phases, comma-separated (overhead,

@@ -13,8 +13,8 @@
  * in one instruction, so each path is one unique stack for the daemon too.
  * Uniform random paths: n samples cover about P × (1 − e^(−n/P)) of P
  * paths (16384: 10 000 unique stacks take about 15 500 samples; 10240:
- * 95 % of them take 3 P samples, after which the count of unique stacks
- * barely grows).
+ * 95 % of them take 3 P samples). Samples that land in the step functions
+ * themselves add unique stacks slowly for longer.
  *
  * Built with frame pointers (-O1 -fno-omit-frame-pointer
  * -fno-optimize-sibling-calls -fno-ipa-icf): noipa keeps the twin functions

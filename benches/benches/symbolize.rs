@@ -89,7 +89,7 @@ impl SampleSource for Source {
         Ok(want)
     }
     async fn unsubscribe(&self, _: EventSpec, _: u64) {}
-    async fn flush(&self, _: EventSpec) {}
+    async fn flush(&self, _: EventSpec, _: bool) {}
     async fn groups(&self) -> Vec<(EventSpec, usize)> {
         Vec::new()
     }

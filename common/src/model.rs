@@ -262,6 +262,19 @@ impl Aggregator {
         }
     }
 
+    /// Make room for function ids `0..functions`.
+    pub fn grow(&mut self, functions: usize) {
+        if functions > self.counts.len() {
+            self.counts.resize(functions, Counts::default());
+            self.last.resize(functions, 0);
+        }
+    }
+
+    /// The counts so far, indexed by function id.
+    pub fn counts(&self) -> &[Counts] {
+        &self.counts
+    }
+
     /// The counts, indexed by function id.
     pub fn into_counts(self) -> Vec<Counts> {
         self.counts

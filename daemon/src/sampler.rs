@@ -1,7 +1,8 @@
 //! The sampler: per-CPU perf rings shared by all sessions with the same
 //! sampling settings (and, with stack copies, the same target: those rings
 //! sample the target alone), one task per CPU draining its ring on watermark
-//! wakeups (and 100 ms after its last drain), demultiplexing samples by
+//! wakeups, on a session's demand (a view, the end) and [`DRAIN_EVERY`]
+//! after its last drain, demultiplexing samples by
 //! process to the sessions that target it (and, for sessions that follow
 //! children, the processes it forks) and counting the rest as discarded. No
 //! symbols here.
@@ -69,7 +70,8 @@ impl Routes {
 }
 
 struct CpuTask {
-    flush: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    /// Drain now (`exact`: see [`drain`]), then acknowledge.
+    flush: mpsc::UnboundedSender<(bool, oneshot::Sender<()>)>,
     handle: JoinHandle<()>,
 }
 
@@ -107,7 +109,9 @@ pub trait SampleSource: Send + Sync {
     /// Stop routing to `session`.
     async fn unsubscribe(&self, spec: EventSpec, session: u64);
     /// Deliver everything sampled so far; returns once it is sent.
-    async fn flush(&self, spec: EventSpec);
+    /// `exact`: with the losses the kernel has not reported yet, at the cost
+    /// of an interrupt of every CPU (a session's end; a view need not).
+    async fn flush(&self, spec: EventSpec, exact: bool);
     /// Open groups of shared settings and how many sessions use each.
     async fn groups(&self) -> Vec<(EventSpec, usize)>;
     /// Daemon-wide accounting.
@@ -115,6 +119,13 @@ pub trait SampleSource: Send + Sync {
     /// CPUs sampled: each group has a ring on each.
     fn cpus(&self) -> u32;
 }
+
+/// A ring not drained at its watermark or on demand is drained this long
+/// after its last drain: the bound on how late the daemon-wide counts and a
+/// session without viewers are. Views flush the rings first, so this is not
+/// how stale a view is; each drain is a wakeup of the daemon, which on an
+/// idle ring costs more than the drain.
+pub const DRAIN_EVERY: Duration = Duration::from_secs(1);
 
 /// Data pages per CPU ring.
 pub const RING_PAGES: usize = 128;
@@ -287,7 +298,7 @@ impl SampleSource for Sampler {
     }
 
     /// Drain every ring of the group now; returns once all batches are sent.
-    async fn flush(&self, spec: EventSpec) {
+    async fn flush(&self, spec: EventSpec, exact: bool) {
         let acks: Vec<_> = {
             let groups = self.groups.lock().await;
             let Some(group) = groups.get(&spec) else {
@@ -298,7 +309,7 @@ impl SampleSource for Sampler {
                 .iter()
                 .filter_map(|cpu| {
                     let (tx, rx) = oneshot::channel();
-                    cpu.flush.send(tx).ok().map(|_| rx)
+                    cpu.flush.send((exact, tx)).ok().map(|_| rx)
                 })
                 .collect()
         };
@@ -331,10 +342,10 @@ async fn run_cpu(
     routes: Arc<RwLock<Routes>>,
     counters: Arc<Counters>,
     pool: BatchPool,
-    mut flush: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+    mut flush: mpsc::UnboundedReceiver<(bool, oneshot::Sender<()>)>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(DRAIN_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut demux = Demux::new(ring.get_ref().stack_copy(), pool);
     loop {
@@ -343,9 +354,9 @@ async fn run_cpu(
                 Ok(mut guard) => {
                     drain(guard.get_inner_mut(), &mut demux, &routes, &counters, false);
                     guard.clear_ready();
-                    // The timer drains what a ring holds 100 ms after its
-                    // last drain: a busy ring is drained at its watermark
-                    // alone, in even, large drains.
+                    // The timer drains what a ring holds DRAIN_EVERY after
+                    // its last drain: a busy ring is drained at its
+                    // watermark alone, in even, large drains.
                     tick.reset();
                 }
                 Err(err) => {
@@ -354,8 +365,9 @@ async fn run_cpu(
                 }
             },
             _ = tick.tick() => drain(ring.get_mut(), &mut demux, &routes, &counters, false),
-            Some(ack) = flush.recv() => {
-                drain(ring.get_mut(), &mut demux, &routes, &counters, true);
+            Some((exact, ack)) = flush.recv() => {
+                drain(ring.get_mut(), &mut demux, &routes, &counters, exact);
+                tick.reset();
                 let _ = ack.send(());
             }
             _ = stop.changed() => {

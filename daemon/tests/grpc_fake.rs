@@ -54,7 +54,7 @@ impl SampleSource for FakeSource {
     async fn unsubscribe(&self, _: EventSpec, session: u64) {
         self.routes.lock().unwrap().retain(|r| r.0 != session);
     }
-    async fn flush(&self, _: EventSpec) {}
+    async fn flush(&self, _: EventSpec, _: bool) {}
     async fn groups(&self) -> Vec<(EventSpec, usize)> {
         Vec::new()
     }
@@ -66,14 +66,20 @@ impl SampleSource for FakeSource {
     }
 }
 
-/// Address 0xN00..0xNff is function `fN`.
+/// Address 0xN00..0xNff is function `fN`; addresses from [`UNNAMED`] up
+/// are not named.
 struct FakeSymbolizer;
+
+const UNNAMED: u64 = 0xf000;
 
 impl Symbolizer for FakeSymbolizer {
     fn symbolize(&self, _: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>> {
         addrs
             .iter()
-            .map(|a| vec![Frame::named(format!("f{}", a >> 8), "fake")])
+            .map(|&a| match a {
+                UNNAMED.. => vec![Frame::unnamed(format!("fake+{a:#x}"), "fake")],
+                _ => vec![Frame::named(format!("f{}", a >> 8), "fake")],
+            })
             .collect()
     }
 }
@@ -477,27 +483,9 @@ async fn views_exports_and_windows_over_known_stacks() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
 
-    let folded = h
-        .client
-        .get_profile(api::GetProfileRequest {
-            session_id: s.id,
-            format: api::ExportFormat::Folded as i32,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .data;
+    let folded = h.export(s.id, api::ExportFormat::Folded).await.data;
     assert_eq!(String::from_utf8(folded).unwrap(), "f3;f1 3\nf3;f2;f1 1\n");
-    let json = h
-        .client
-        .get_profile(api::GetProfileRequest {
-            session_id: s.id,
-            format: api::ExportFormat::Json as i32,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .data;
+    let json = h.export(s.id, api::ExportFormat::Json).await.data;
     let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
     assert_eq!(json["totals"]["attributed"], 4);
     assert_eq!(
@@ -649,6 +637,79 @@ fn figures(fs: &[api::Function]) -> Vec<(String, u64, u64)> {
     v
 }
 
+/// (name, inclusive, exclusive) of each function of `samples` (innermost
+/// first), counted from scratch: each function once per sample inclusively.
+fn figures_of(samples: &[&[u64]]) -> Vec<(String, u64, u64)> {
+    let name = |a: u64| match a {
+        UNNAMED.. => format!("fake+{a:#x}"),
+        _ => format!("f{}", a >> 8),
+    };
+    let mut counts = std::collections::BTreeMap::new();
+    for stack in samples {
+        let mut names: Vec<_> = stack.iter().map(|&a| name(a)).collect();
+        counts.entry(names[0].clone()).or_insert((0, 0)).1 += 1;
+        names.sort();
+        names.dedup();
+        for n in names {
+            counts.entry(n).or_insert((0, 0)).0 += 1;
+        }
+    }
+    counts.into_iter().map(|(n, (i, e))| (n, i, e)).collect()
+}
+
+/// Each view adds only the samples since the previous one to its figures,
+/// which stay exact: with new functions and unnamed frames appearing
+/// between views, after an export (which counts every stack itself), and
+/// after more samples than the table holds stacks (counted again in full).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_view_adds_the_new_samples_and_stays_exact() {
+    let (mut h, source) = start("fake-incremental").await;
+    let mut target = sleeper();
+    let pid = target.id();
+    let s = attach(&mut h, pid).await;
+    let a: &[u64] = &[0x100, 0x200, 0x300];
+    let recursive: &[u64] = &[0x200, 0x210, 0x300];
+    let unnamed: &[u64] = &[UNNAMED, 0x300];
+    let new_leaf: &[u64] = &[0x400, 0x100, 0x300];
+    let steps: [Vec<&[u64]>; 5] = [
+        vec![a, a, recursive],
+        vec![unnamed, a, a],
+        vec![new_leaf, unnamed, recursive],
+        vec![a; 1500],
+        vec![recursive, new_leaf, unnamed],
+    ];
+    let mut fed: Vec<&[u64]> = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let samples: Vec<(u32, &[u64])> = step.iter().map(|&stack| (pid, stack)).collect();
+        source.feed(&samples);
+        fed.extend(step);
+        let p = h.profile(s.id).await;
+        assert_eq!(figures(&p.functions), figures_of(&fed), "after step {i}");
+        let totals = p.session.unwrap().totals.unwrap();
+        let unsymbolized = fed.iter().filter(|st| st.contains(&UNNAMED)).count() as u64;
+        assert_eq!(
+            (totals.attributed, totals.unsymbolized),
+            (fed.len() as u64, unsymbolized),
+            "after step {i}"
+        );
+        if i == 1 {
+            // A sample between a view and an export: the export counts it,
+            // and the next view must not count it again.
+            source.feed(&[(pid, unnamed)]);
+            fed.push(unnamed);
+            let export = h.export(s.id, api::ExportFormat::Folded).await;
+            let totals = export.session.unwrap().totals.unwrap();
+            assert_eq!(
+                totals.unsymbolized,
+                unsymbolized + 1,
+                "the export's own count"
+            );
+        }
+    }
+    target.kill();
+    h.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ended_sessions_survive_a_restart() {
     let state = std::env::temp_dir().join(format!("profd-fake-state-{}", std::process::id()));
@@ -713,15 +774,7 @@ async fn ended_sessions_survive_a_restart() {
         .unwrap()
         .into_inner();
     assert!(!tree.nodes.is_empty());
-    let pprof = h
-        .client
-        .get_profile(api::GetProfileRequest {
-            session_id: first.id,
-            format: api::ExportFormat::Pprof as i32,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let pprof = h.export(first.id, api::ExportFormat::Pprof).await;
     let decoded = profd_common::export::pprof_decode(&pprof.data).unwrap();
     assert_eq!(decoded.attributed, 3);
     let mut stream = h.watch(first.id, 100).await;

@@ -369,6 +369,53 @@ fn stop_ends_a_running_session() {
     assert!(p.totals.attributed > 0, "{}", p.table());
 }
 
+/// A view counts what was sampled up to the moment it is asked for, not what
+/// the rings' last timed drain (a second apart) delivered: well within the
+/// first second of a session, an export of it already holds the target's
+/// samples.
+#[test]
+fn a_view_counts_samples_up_to_the_question() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    // A watch that asks for nothing during the test (its first view is at
+    // attach, its next one 10 s later), on the rings shared by frame-pointer
+    // sessions, whose watermark a second of one target's samples is far
+    // from (stack copies fill theirs in a few dozen samples).
+    let _attach = h.daemon.spawn_profctl(&[
+        "attach",
+        &pid,
+        "--unwind",
+        "fp",
+        "--duration",
+        "30",
+        "--interval",
+        "10",
+        "--format",
+        "json",
+    ]);
+    let line = wait_for_session(&h.daemon, target.pid());
+    std::thread::sleep(Duration::from_millis(300));
+    let out = words(&line)
+        .into_iter()
+        .filter(|w| *w != pid && w.chars().all(|c| c.is_ascii_digit()))
+        .map(|id| h.daemon.profctl(&["export", id, "--format", "json"]))
+        .find(|out| out.status.success())
+        .unwrap_or_else(|| panic!("`profctl export` accepted no number of {line:?}"));
+    let p = Profile::parse(&out);
+    eprintln!("{}", p.table());
+    assert_eq!(p.pid, target.pid(), "{}", p.table());
+    // One busy thread at 999 Hz: about 999 samples a second of session.
+    let expected = p.duration_s * f64::from(p.frequency_hz);
+    assert!(
+        p.totals.attributed as f64 >= expected * 0.5,
+        "{} samples {} s into the session, which calls for about {expected:.0}:\n{}",
+        p.totals.attributed,
+        p.duration_s,
+        p.table()
+    );
+}
+
 /// Ctrl-C on `profctl attach` stops the session and prints the final profile.
 #[test]
 fn interrupt_stops_the_session_and_prints_the_profile() {

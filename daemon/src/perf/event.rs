@@ -482,7 +482,7 @@ impl PerfEvent {
     /// event, which with a drain every 100 ms was half of the daemon's CPU;
     /// so it is read only when losses are likely (LOST records came, or the
     /// drain read `bytes_read` of at least half the ring: it may have
-    /// filled), when `exact` (a flush, the end of a session), and otherwise
+    /// filled), when `exact` (the end of a session), and otherwise at most
     /// once a second. Losses found later are counted later, never twice.
     pub fn new_lost(&mut self, from_records: u64, bytes_read: u64, exact: bool) -> u64 {
         if !self.counts_lost {

@@ -40,7 +40,15 @@ pub struct Ingest {
     pub(super) threads: HashMap<u32, String>,
     /// Stack indices sampled lately, for windowed figures.
     pub(super) recent: Recent,
+    /// The stack index of each sample since the last view, which adds only
+    /// those stacks to its running counts; `None` before the first view and
+    /// once more samples came than the table holds stacks (counting every
+    /// stack again is then as cheap).
+    pub(super) since_view: Option<Vec<u32>>,
 }
+
+/// Samples kept for the next view at least (with fewer stacks than this).
+const SINCE_VIEW_MIN: usize = 1024;
 
 /// The addresses of the stacks a batch added to the table.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +89,7 @@ impl Ingest {
             scratch: Vec::new(),
             threads: HashMap::new(),
             recent: Recent::default(),
+            since_view: None,
         }
     }
 
@@ -197,6 +206,13 @@ impl Ingest {
                 addresses.known += stack.len() as u64 - queued;
             }
             self.recent.push(index as u32);
+            if let Some(indices) = &mut self.since_view {
+                if indices.len() < self.stacks.len().max(SINCE_VIEW_MIN) {
+                    indices.push(index as u32);
+                } else {
+                    self.since_view = None;
+                }
+            }
             if last_tid != Some(sample.tid) {
                 last_tid = Some(sample.tid);
                 self.name_thread(sample.tid);

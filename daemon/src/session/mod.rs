@@ -17,6 +17,7 @@ use crate::perf::{EventKind, EventSpec, PidFd};
 use crate::sampler::{Batch, SampleSource};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
 use profd_common::api;
+use profd_common::model::Aggregator;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -155,8 +156,8 @@ struct Actor {
     /// The stack table, totals, address spaces, processes and threads that
     /// batches are counted into.
     ingest: Ingest,
-    /// What each symbolized address resolved to; looked up for every frame
-    /// of every stack at each view.
+    /// What each symbolized address resolved to (set once, never changed);
+    /// looked up for every frame of the stacks a view adds.
     addr_fn: foldhash::HashMap<u64, AddrFrames>,
     fn_ids: HashMap<FrameName, u32>,
     names: Vec<FrameName>,
@@ -165,6 +166,9 @@ struct Actor {
     /// Views computed so far, and per function id when its counts changed.
     version: u64,
     stamps: Vec<Stamp>,
+    /// Inclusive and exclusive samples per function id as of the last view;
+    /// each view adds the samples since (see `Ingest::since_view`).
+    counted: Aggregator,
 }
 
 /// Start a session: route the target's samples from the sampler to a new
@@ -219,6 +223,7 @@ pub async fn start(
         files: Vec::new(),
         version: 0,
         stamps: Vec::new(),
+        counted: Aggregator::new(0),
     };
     tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));
     Ok(Handle {
@@ -264,6 +269,18 @@ impl Actor {
                 cmd = commands.recv() => match cmd {
                     None => break,
                     Some(cmd) => {
+                        // A view, an export or a histogram counts everything
+                        // sampled up to the question: the rings are drained
+                        // first (else at their watermark, or up to
+                        // DRAIN_EVERY late). A summary's counts may be late;
+                        // a stop drains them exactly in `end`.
+                        let reads_samples = matches!(
+                            cmd,
+                            Command::Profile(..) | Command::Resolve(_) | Command::Histogram(..)
+                        );
+                        if reads_samples && self.running() {
+                            self.sampler.flush(self.spec, false).await;
+                        }
                         // The answer counts every batch delivered before the
                         // question (select! picks among ready branches at random).
                         while self.running() {
@@ -326,7 +343,7 @@ impl Actor {
         mut state: api::SessionState,
         batches: &mut mpsc::UnboundedReceiver<Batch>,
     ) {
-        self.sampler.flush(self.spec).await;
+        self.sampler.flush(self.spec, true).await;
         self.sampler.unsubscribe(self.spec, self.params.id).await;
         while let Ok(batch) = batches.try_recv() {
             if !self.error.is_empty() {

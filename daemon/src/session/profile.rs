@@ -119,18 +119,53 @@ impl Actor {
         unnamed
     }
 
+    /// Add the samples since the last view to the running counts (and to
+    /// `unsymbolized`): only their stacks, each once with its number of
+    /// samples; or, at the first view and after more samples than the
+    /// table holds stacks, every stack again.
+    fn count_new_samples(&mut self, ids: &mut Vec<u32>) {
+        match self.ingest.since_view.take() {
+            Some(mut indices) => {
+                self.counted.grow(self.names.len());
+                indices.sort_unstable();
+                let mut stack = Vec::with_capacity(128);
+                for run in indices.chunk_by(|a, b| a == b) {
+                    if self
+                        .ingest
+                        .stacks
+                        .get(run[0] as usize, &mut stack)
+                        .is_some()
+                    {
+                        let n = run.len() as u64;
+                        if self.stack_ids(&stack, ids) {
+                            self.ingest.totals.unsymbolized += n;
+                        }
+                        self.counted.add(ids, n);
+                    }
+                }
+                indices.clear();
+                self.ingest.since_view = Some(indices);
+            }
+            None => {
+                let mut agg = Aggregator::new(self.names.len());
+                let mut unsymbolized = 0;
+                self.ingest.stacks.for_each(|_, stack, n| {
+                    if self.stack_ids(stack, ids) {
+                        unsymbolized += n;
+                    }
+                    agg.add(ids, n);
+                });
+                self.counted = agg;
+                self.ingest.totals.unsymbolized = unsymbolized;
+                self.ingest.since_view = Some(Vec::new());
+            }
+        }
+    }
+
     pub(super) async fn view(&mut self, window_s: u32) -> View {
         self.symbolize_pending().await;
-        let mut agg = Aggregator::new(self.names.len());
         let mut ids = Vec::with_capacity(128);
-        let mut unsymbolized = 0;
-        self.ingest.stacks.for_each(|_, stack, n| {
-            if self.stack_ids(stack, &mut ids) {
-                unsymbolized += n;
-            }
-            agg.add(&ids, n);
-        });
-        self.ingest.totals.unsymbolized = unsymbolized;
+        self.count_new_samples(&mut ids);
         let (mut window, mut window_attributed) = (None, 0);
         if window_s > 0 {
             let mut wagg = Aggregator::new(self.names.len());
@@ -145,9 +180,10 @@ impl Actor {
             window = Some(wagg.into_counts());
         }
         let total = self.ingest.totals.attributed;
-        let mut functions: Vec<api::Function> = agg
-            .into_counts()
-            .into_iter()
+        let mut functions: Vec<api::Function> = self
+            .counted
+            .counts()
+            .iter()
             .enumerate()
             .filter(|(_, c)| c.inclusive > 0)
             .map(|(id, c)| {
@@ -233,6 +269,9 @@ impl Actor {
             stacks.push(ResolvedStack { tid, count, frames })
         });
         self.ingest.totals.unsymbolized = unsymbolized;
+        // That count includes the samples the next view would add to its
+        // own: it counts every stack again.
+        self.ingest.since_view = None;
         let session = self.summary();
         let profile = ResolvedProfile {
             functions,

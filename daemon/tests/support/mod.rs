@@ -59,6 +59,19 @@ impl Running {
         self.client.get_profile(req).await.unwrap().into_inner()
     }
 
+    /// The whole current profile of `session_id`, also encoded as `format`.
+    pub async fn export(
+        &mut self,
+        session_id: u64,
+        format: api::ExportFormat,
+    ) -> api::GetProfileResponse {
+        let req = api::GetProfileRequest {
+            session_id,
+            format: format as i32,
+        };
+        self.client.get_profile(req).await.unwrap().into_inner()
+    }
+
     /// The daemon's facts and totals.
     pub async fn info(&mut self) -> api::InfoResponse {
         self.client

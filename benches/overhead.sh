@@ -27,22 +27,28 @@
 #  memory    10 sessions, each on its own many_stacks target
 #            (benches/workloads/many_stacks.c: --rss-paths distinct call
 #            paths, run as SCHED_IDLE so that it only takes idle CPU), each
-#            watched by profctl at 1 update/s, for --rss-minutes; profd's
-#            memory sampled every 30 s; then the unique (folded) stacks of
-#            every session.
+#            watched by profctl at 1 update/s: --rss-warmup minutes for the
+#            sessions to find their stacks and fill their 600 s window of
+#            recent samples, then the --rss-minutes measured; profd's memory
+#            sampled every 30 s throughout; then the unique (folded) stacks
+#            of every session.
 #
-# Usage: benches/overhead.sh [--quick] [--rounds N] [--rss-minutes M] [--latency-runs N]
-#                            [--rss-unwind MODE] [--rss-paths N] [--only PHASES] [--nice N]
-#                            [--no-build] [--keep]
+# Usage: benches/overhead.sh [--quick] [--rounds N] [--rss-minutes M] [--rss-warmup M]
+#                            [--latency-runs N] [--rss-unwind MODE] [--rss-paths N]
+#                            [--only PHASES] [--nice N] [--no-build] [--keep]
 #   --quick           short runs for a CI smoke test (2 rounds of ~1.5 s,
-#                     4 s steady windows, 3 latency runs, 0.5 min of memory)
+#                     4 s steady windows, 3 latency runs, 0.5 + 0.5 min of
+#                     memory)
 #   --rounds N        overhead rounds (default 5)
-#   --rss-minutes M   length of the memory scenario (default 10; fractions allowed)
+#   --rss-minutes M   the memory scenario's measured minutes, over which its
+#                     memory should stay flat (default 10; fractions allowed)
+#   --rss-warmup M    minutes of the memory scenario before those (default 10:
+#                     the longest window of recent samples, 600 s, fills by
+#                     design; fractions allowed, 0 for none)
 #   --latency-runs N  Attach/Watch cycles timed (default 10)
 #   --rss-paths N     call paths of each many_stacks target, 1-16384 (default
 #                     10240: a session holds 10 000 or more unique stacks after
-#                     the first minutes and gains new ones slowly after that,
-#                     about 15 000 at 10 minutes; 16384: about 19 400)
+#                     its first minutes and gains few after that)
 #   --rss-unwind M    unwinding of the memory scenario's sessions: auto, fp or
 #                     dwarf (default auto, the daemon's default)
 #   --only PHASES     run only these phases, comma-separated (overhead,
@@ -64,6 +70,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rounds=5
 rss_minutes=10
+rss_warmup=10
 latency_runs=10
 rss_unwind=auto
 rss_paths=10240
@@ -86,12 +93,13 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 die() { echo "overhead: $*" >&2; exit 1; }
 say() { echo "overhead: $*" >&2; }
 
-given_rounds='' given_rss='' given_latency=''
+given_rounds='' given_rss='' given_warmup='' given_latency=''
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) quick=1 ;;
     --rounds) given_rounds="${2:?--rounds needs a number}"; shift ;;
     --rss-minutes) given_rss="${2:?--rss-minutes needs a number}"; shift ;;
+    --rss-warmup) given_warmup="${2:?--rss-warmup needs a number}"; shift ;;
     --latency-runs) given_latency="${2:?--latency-runs needs a number}"; shift ;;
     --rss-paths) rss_paths="${2:?--rss-paths needs a number}"; shift ;;
     --rss-unwind) rss_unwind="${2:?--rss-unwind needs auto, fp or dwarf}"; shift ;;
@@ -105,16 +113,18 @@ while [ $# -gt 0 ]; do
     shift
 done
 if [ "$quick" = 1 ]; then
-    rounds=2 rss_minutes=0.5 latency_runs=3 work_s=1.5 warm_s=1 steady_s=4 rss_every=10
+    rounds=2 rss_minutes=0.5 rss_warmup=0.5 latency_runs=3 work_s=1.5 warm_s=1 steady_s=4 rss_every=10
 fi
 rounds="${given_rounds:-$rounds}"
 rss_minutes="${given_rss:-$rss_minutes}"
+rss_warmup="${given_warmup:-$rss_warmup}"
 latency_runs="${given_latency:-$latency_runs}"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a whole number ≥ 1, not '$rounds'"
 [[ "$latency_runs" =~ ^[1-9][0-9]*$ ]] || die "--latency-runs must be a whole number ≥ 1, not '$latency_runs'"
 if ! [[ "$rss_minutes" =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v m="$rss_minutes" 'BEGIN { exit !(m > 0) }'; then
     die "--rss-minutes must be a number of minutes above 0, not '$rss_minutes'"
 fi
+[[ "$rss_warmup" =~ ^[0-9]*\.?[0-9]+$ ]] || die "--rss-warmup must be a number of minutes, 0 or more, not '$rss_warmup'"
 [[ "$rss_paths" =~ ^[1-9][0-9]*$ ]] && ((rss_paths <= 16384)) ||
     die "--rss-paths must be a number of call paths from 1 to 16384, not '$rss_paths'"
 [[ "$rss_unwind" =~ ^(auto|fp|dwarf)$ ]] || die "--rss-unwind must be auto, fp or dwarf, not '$rss_unwind'"
@@ -436,12 +446,14 @@ phase_latency() {
 # ------------------------------------------------------------------ memory
 
 phase_memory() {
-    local rss_s targets=() watchers=() i el start rss hwm steady_hwm anon file pin ring att ids id stacks=() w t
+    local rss_s warm_s total_s next targets=() watchers=() i el start rss hwm steady_hwm anon file pin ring att ids id stacks=() w t
+    warm_s="$(awk -v m="$rss_warmup" 'BEGIN { printf "%d", m * 60 }')"
     rss_s="$(awk -v m="$rss_minutes" 'BEGIN { printf "%d", m * 60 }')"
+    total_s=$((warm_s + rss_s))
     echo
-    echo "== memory: $rss_sessions sessions (--unwind $rss_unwind) on many_stacks targets of $rss_paths paths, watched at 1 update/s, ${rss_s} s"
+    echo "== memory: $rss_sessions sessions (--unwind $rss_unwind) on many_stacks targets of $rss_paths paths, watched at 1 update/s, ${warm_s} s of warm-up then ${rss_s} s measured"
     for ((i = 0; i < rss_sessions; i++)); do
-        chrt --idle 0 "$work/many_stacks" "$((rss_s + 120))" "$rss_paths" &
+        chrt --idle 0 "$work/many_stacks" "$((total_s + 120))" "$rss_paths" &
         targets+=("$!")
     done
     for ((i = 0; i < rss_sessions; i++)); do
@@ -458,12 +470,17 @@ phase_memory() {
         el="$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%d", b - a }')"
         read -r rss hwm anon file pin ring _ < <(proc_mem "$profd_pid")
         att="$(attributed)"
+        [ "$el" -ge "$warm_s" ] && [ ! -s "$work/rss" ] && echo "-- measured from here"
         printf '%7ss %7sM %7sM %7sM %7sM %6sM %6sM %11s  %s\n' "$el" "$rss" "$hwm" "$anon" "$file" "$pin" "$ring" "$att" "$(loadavg)"
-        echo "$el $rss" >>"$work/rss"
-        [ "$el" -ge "$rss_s" ] && break
-        sleep "$(awk -v e="$el" -v s="$rss_s" -v k="$rss_every" 'BEGIN { n = k - e % k; if (e + n > s) n = s - e; print (n < 1 ? 1 : n) }')"
+        [ "$el" -ge "$warm_s" ] && echo "$el $rss" >>"$work/rss"
+        [ "$el" -ge "$total_s" ] && break
+        # The next multiple of rss_every, or the window's start or end if sooner.
+        next=$(((el / rss_every + 1) * rss_every))
+        if [ "$el" -lt "$warm_s" ] && [ "$next" -gt "$warm_s" ]; then next="$warm_s"; fi
+        if [ "$next" -gt "$total_s" ]; then next="$total_s"; fi
+        sleep "$(awk -v a="$start" -v b="$(now)" -v n="$next" 'BEGIN { d = n - (b - a); print (d < 0.1 ? 0.1 : d) }')"
     done
-    # The steady state's peak, before the exports below add their own.
+    # The scenario's peak, before the exports below add their own.
     read -r _ steady_hwm _ < <(proc_mem "$profd_pid")
     # Unique stacks per session: the lines of its folded export (one per named stack).
     ids="$("$profctl" sessions | awk '$3 == "many_stacks" && $4 == "running" { print $1 }')"
@@ -477,13 +494,16 @@ phase_memory() {
     for w in "${watchers[@]}"; do wait "$w" 2>/dev/null || true; done
     for t in "${targets[@]}"; do kill "$t" 2>/dev/null || true; done
     for t in "${targets[@]}"; do wait "$t" 2>/dev/null || true; done
-    awk -v hwm="$steady_hwm" -v half="$((rss_s / 2))" -v min_stacks="$(printf '%s\n' "${stacks[@]}" | sort -n | head -n 1)" '
-        { rss[NR] = $2; if ($2 > max) max = $2 }
-        $1 >= half && !mid { mid = $2 }
-        END { verdict = hwm > 64 ? "NOT met" : min_stacks >= 10000 ? "met" : "not shown: fewer than 10000 stacks a session"
-              printf "VmRSS: max %.1f MiB sampled, VmHWM %.1f MiB before the exports; second half %+.1f MiB (%.1f → %.1f); ",
-                     max, hwm, rss[NR] - mid, mid, rss[NR]
-              printf "fewest unique stacks in a session: %d (target ≤ 64 MiB with ≥ 10000: %s)\n", min_stacks, verdict }' "$work/rss"
+    # Flat: every reading of the measured minutes within 5 % of the first.
+    awk -v hwm="$steady_hwm" -v min_stacks="$(printf '%s\n' "${stacks[@]}" | sort -n | head -n 1)" '
+        NR == 1 { first = $2; lo = $2; hi = $2 }
+        { if ($2 < lo) lo = $2; if ($2 > hi) hi = $2; last = $2 }
+        END { flat = hi - lo <= 0.05 * first
+              verdict = (min_stacks < 10000 ? "not shown: fewer than 10000 stacks a session" : (hwm > 64 || !flat) ? "NOT met" : "met")
+              printf "VmHWM %.1f MiB over the whole scenario, before the exports (≤ 64: %s); ", hwm, (hwm > 64 ? "no" : "yes")
+              printf "measured minutes: VmRSS %.1f → %.1f MiB, range %.1f..%.1f (%.1f MiB, %.1f %% of the first; flat, within 5 %%: %s); ",
+                     first, last, lo, hi, hi - lo, 100 * (hi - lo) / first, flat ? "yes" : "no"
+              printf "fewest unique stacks in a session: %d (target ≤ 64 MiB, flat, with ≥ 10000: %s)\n", min_stacks, verdict }' "$work/rss"
     echo "load average: $(loadavg) (the $rss_sessions SCHED_IDLE targets count in it)"
 }
 

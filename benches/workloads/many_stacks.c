@@ -9,12 +9,16 @@
  * (default and most 16384) and calls down 14 levels:
  * level k calls step<k>_1 when bit k of p is set, else step<k>_0, two
  * distinct functions per level, so every path has its own return addresses
- * (and its own folded stack once named); the leaf fills a buffer for ~1 µs
- * in one instruction, so each path is one unique stack for the daemon too.
+ * (and its own folded stack once named); the leaf fills a 256 KiB buffer
+ * in one instruction, 32 times (about 100 µs), so each path is one unique
+ * stack for the daemon too.
  * Uniform random paths: n samples cover about P × (1 − e^(−n/P)) of P
  * paths (16384: 10 000 unique stacks take about 15 500 samples; 10240:
- * 95 % of them take 3 P samples). Samples that land in the step functions
- * themselves add unique stacks slowly for longer.
+ * 95 % of them take 3 P samples, 99.9 % 7 P). Then the set of stacks
+ * grows slowly: a sample outside that instruction (in a calling function,
+ * in libc's clock_gettime, read every 256 paths, or in the kernel) is
+ * mostly a new stack, and there are few of them (0.4 % of the samples,
+ * `perf record` on this program).
  *
  * Built with frame pointers (-O1 -fno-omit-frame-pointer
  * -fno-optimize-sibling-calls -fno-ipa-icf): noipa keeps the twin functions
@@ -33,23 +37,29 @@
 
 static volatile unsigned long sink;
 
-static unsigned char buf[65536];
+static unsigned char buf[262144];
+
+/* Times the leaf fills buf: its time against the calls down to it. */
+#define FILLS 32
 
 /* Nearly all of a step's time is in one instruction, so a path is one stack
  * (one innermost address), not one per instruction of a loop: on x86-64 a
- * `rep stosb` over 64 KiB, which an interrupt leaves and resumes at the
- * same address. The volatile local gives the leaf a frame of its own, so a
- * frame-pointer walk from it sees its caller. */
+ * `rep stosb` over 256 KiB, which an interrupt leaves and resumes at the
+ * same address, FILLS times (about 100 µs in all). The volatile local gives
+ * the leaf a frame of its own, so a frame-pointer walk from it sees its
+ * caller. */
 KEEP void leaf(unsigned p)
 {
 	volatile char frame_ = 0;
 
 	(void)frame_;
 #if defined(__x86_64__)
-	void *dst = buf;
-	unsigned long n = sizeof(buf);
+	for (int i = 0; i < FILLS; i++) {
+		void *dst = buf;
+		unsigned long n = sizeof(buf);
 
-	__asm__ volatile("rep stosb" : "+D"(dst), "+c"(n) : "a"(p) : "memory");
+		__asm__ volatile("rep stosb" : "+D"(dst), "+c"(n) : "a"(p) : "memory");
+	}
 #else
 	for (unsigned long i = 0; i < 600; i++)
 		sink += i * 2654435761u + p;
@@ -133,7 +143,7 @@ int main(int argc, char **argv)
 	}
 	deadline = now_s() + seconds;
 	do {
-		for (int k = 0; k < 1024; k++) {
+		for (int k = 0; k < 256; k++) {
 			x ^= x >> 12;
 			x ^= x << 25;
 			x ^= x >> 27;

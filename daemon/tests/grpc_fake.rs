@@ -72,15 +72,17 @@ struct FakeSymbolizer;
 
 const UNNAMED: u64 = 0xf000;
 
+/// The frame the fake symbolizer names `a` with.
+fn fake_frame(a: u64) -> Frame {
+    match a {
+        UNNAMED.. => Frame::unnamed(format!("fake+{a:#x}"), "fake"),
+        _ => Frame::named(format!("f{}", a >> 8), "fake"),
+    }
+}
+
 impl Symbolizer for FakeSymbolizer {
     fn symbolize(&self, _: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>> {
-        addrs
-            .iter()
-            .map(|&a| match a {
-                UNNAMED.. => vec![Frame::unnamed(format!("fake+{a:#x}"), "fake")],
-                _ => vec![Frame::named(format!("f{}", a >> 8), "fake")],
-            })
-            .collect()
+        addrs.iter().map(|&a| vec![fake_frame(a)]).collect()
     }
 }
 
@@ -640,13 +642,9 @@ fn figures(fs: &[api::Function]) -> Vec<(String, u64, u64)> {
 /// (name, inclusive, exclusive) of each function of `samples` (innermost
 /// first), counted from scratch: each function once per sample inclusively.
 fn figures_of(samples: &[&[u64]]) -> Vec<(String, u64, u64)> {
-    let name = |a: u64| match a {
-        UNNAMED.. => format!("fake+{a:#x}"),
-        _ => format!("f{}", a >> 8),
-    };
     let mut counts = std::collections::BTreeMap::new();
     for stack in samples {
-        let mut names: Vec<_> = stack.iter().map(|&a| name(a)).collect();
+        let mut names: Vec<_> = stack.iter().map(|&a| fake_frame(a).func.name).collect();
         counts.entry(names[0].clone()).or_insert((0, 0)).1 += 1;
         names.sort();
         names.dedup();

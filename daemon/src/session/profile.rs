@@ -119,6 +119,13 @@ impl Actor {
         unnamed
     }
 
+    /// [`Self::stack_ids`] of the stack with this index (its addresses go
+    /// to `stack`); None when the table has no such stack.
+    fn ids_of(&self, index: u32, stack: &mut Vec<u64>, ids: &mut Vec<u32>) -> Option<bool> {
+        self.ingest.stacks.get(index as usize, stack)?;
+        Some(self.stack_ids(stack, ids))
+    }
+
     /// Add the samples since the last view to the running counts (and to
     /// `unsymbolized`): only their stacks, each once with its number of
     /// samples; or, at the first view and after more samples than the
@@ -130,18 +137,14 @@ impl Actor {
                 indices.sort_unstable();
                 let mut stack = Vec::with_capacity(128);
                 for run in indices.chunk_by(|a, b| a == b) {
-                    if self
-                        .ingest
-                        .stacks
-                        .get(run[0] as usize, &mut stack)
-                        .is_some()
-                    {
-                        let n = run.len() as u64;
-                        if self.stack_ids(&stack, ids) {
-                            self.ingest.totals.unsymbolized += n;
-                        }
-                        self.counted.add(ids, n);
+                    let Some(unnamed) = self.ids_of(run[0], &mut stack, ids) else {
+                        continue;
+                    };
+                    let n = run.len() as u64;
+                    if unnamed {
+                        self.ingest.totals.unsymbolized += n;
                     }
+                    self.counted.add(ids, n);
                 }
                 indices.clear();
                 self.ingest.since_view = Some(indices);
@@ -171,8 +174,7 @@ impl Actor {
             let mut wagg = Aggregator::new(self.names.len());
             let mut stack = Vec::with_capacity(128);
             for (index, n) in self.ingest.recent.counts(window_s, Instant::now()) {
-                if self.ingest.stacks.get(index as usize, &mut stack).is_some() {
-                    self.stack_ids(&stack, &mut ids);
+                if self.ids_of(index, &mut stack, &mut ids).is_some() {
                     wagg.add(&ids, n);
                     window_attributed += n;
                 }

@@ -15,6 +15,13 @@ use std::hash::BuildHasher;
 /// stack is its innermost node with a thread and a count. A unique stack
 /// costs a few dozen bytes plus its frames not shared with others, instead
 /// of all its frames.
+///
+/// A stack that was sampled in the kernel keeps its kernel frames as a path
+/// of their own, from the kernel's entry point, joined to its innermost
+/// user node by one link node: the few kernel paths (interrupts, system
+/// calls) are then shared by every user stack they interrupted, and such a
+/// stack costs one node more than its user frames, not one per kernel
+/// frame.
 #[derive(Debug, Default, Clone)]
 pub struct StackTable {
     /// Call-path nodes: an address and its caller's node.
@@ -31,6 +38,16 @@ pub struct StackTable {
 /// No node: the caller of an outermost frame, the innermost node of an
 /// empty stack.
 const ROOT: u32 = u32::MAX;
+
+/// Set in a link node's caller: the node joins the kernel path whose
+/// innermost node is its address to the user node in the other bits.
+/// Nodes are numbered below it ([`StackTable::add_within`] keeps them so).
+const LINK: u32 = 1 << 31;
+
+/// Kernel text lives in the upper half of the address space.
+pub fn is_kernel(addr: u64) -> bool {
+    addr >= 0xffff_8000_0000_0000
+}
 
 /// The nodes as two arrays (12 bytes a node, not 16).
 #[derive(Debug, Default, Clone)]
@@ -78,9 +95,20 @@ impl StackTable {
             self.stacks[index].count += n;
             return (index, false);
         }
+        let kernel = frames.iter().take_while(|&&a| is_kernel(a)).count();
         let mut leaf = ROOT;
-        for &addr in frames.iter().rev() {
+        for &addr in frames[kernel..].iter().rev() {
             leaf = self.node(leaf, addr);
+        }
+        if kernel > 0 {
+            let mut entry = ROOT;
+            for &addr in frames[..kernel].iter().rev() {
+                entry = self.node(entry, addr);
+            }
+            leaf = match leaf {
+                ROOT => entry,
+                user => self.node(user | LINK, u64::from(entry)),
+            };
         }
         let index = self.stacks.len();
         self.stacks.push(Stack {
@@ -102,7 +130,8 @@ impl StackTable {
     }
 
     /// Like [`add`](Self::add), but a stack not yet in the table is added
-    /// only while it holds fewer than `cap` stacks: None when it is full.
+    /// only while it holds fewer than `cap` stacks (and room for its nodes
+    /// below [`LINK`]): None when it is full.
     pub fn add_within(
         &mut self,
         tid: u32,
@@ -110,7 +139,7 @@ impl StackTable {
         n: u64,
         cap: usize,
     ) -> Option<(usize, bool)> {
-        if self.stacks.len() < cap {
+        if self.stacks.len() < cap && self.nodes.addrs.len() + frames.len() < LINK as usize - 1 {
             return Some(self.add(tid, frames, n));
         }
         let index = self.find(stack_hash(&self.state, tid, frames), tid, frames)?;
@@ -127,14 +156,17 @@ impl StackTable {
             if stack.tid != tid {
                 return false;
             }
-            let mut at = stack.leaf;
+            let (mut at, mut then) = Self::start(nodes, stack.leaf);
             for &addr in frames {
+                if at == ROOT {
+                    at = std::mem::replace(&mut then, ROOT);
+                }
                 match nodes.get(at) {
                     Some((a, parent)) if a == addr => at = parent,
                     _ => return false,
                 }
             }
-            at == ROOT
+            at == ROOT && then == ROOT
         };
         self.stack_index.find(hash, same).map(|&i| i as usize)
     }
@@ -197,9 +229,26 @@ impl StackTable {
         frames.extend(Self::walk(&self.nodes, leaf));
     }
 
-    /// The addresses from node `at` out to the outermost frame.
-    fn walk(nodes: &Nodes, mut at: u32) -> impl Iterator<Item = u64> + '_ {
+    /// Where the walk of a stack whose innermost node is `leaf` begins, and
+    /// the user node it goes on with after a kernel path (ROOT if none): a
+    /// link is only ever a stack's innermost node.
+    fn start(nodes: &Nodes, leaf: u32) -> (u32, u32) {
+        match nodes.get(leaf) {
+            Some((entry, parent)) if parent != ROOT && parent & LINK != 0 => {
+                (entry as u32, parent & !LINK)
+            }
+            _ => (leaf, ROOT),
+        }
+    }
+
+    /// The addresses of the stack whose innermost node is `leaf`, innermost
+    /// first.
+    fn walk(nodes: &Nodes, leaf: u32) -> impl Iterator<Item = u64> + '_ {
+        let (mut at, mut then) = Self::start(nodes, leaf);
         std::iter::from_fn(move || {
+            if at == ROOT {
+                at = std::mem::replace(&mut then, ROOT);
+            }
             let (addr, parent) = nodes.get(at)?;
             at = parent;
             Some(addr)
@@ -419,6 +468,84 @@ mod tests {
         // take (17 × 8 = 136 bytes).
         let per_stack = t.heap_bytes() / t.len();
         assert!(per_stack < 136, "{per_stack} bytes per stack");
+    }
+
+    #[test]
+    fn kernel_paths_are_shared_by_the_user_stacks_they_interrupt() {
+        const K: u64 = 0xffff_ffff_8100_0000;
+        let mut t = StackTable::default();
+        // 1 000 user stacks of 4 frames under a common `main`, each sampled
+        // in user code and in 4 kernel paths of 5 frames (two of them share
+        // their entry).
+        let user = |i: u64| vec![0x1000 + i, 0x2000 + i / 10, 0x3000 + i / 100, 0x4000];
+        let kernel = |k: u64| -> Vec<u64> {
+            let entry = if k < 2 { K } else { K + k };
+            vec![
+                K + 0x100 + k,
+                K + 0x200 + k,
+                K + 0x300 + k,
+                K + 0x400 + k,
+                entry,
+            ]
+        };
+        let stack = |i: u64, k: Option<u64>| -> Vec<u64> {
+            let mut frames = k.map(kernel).unwrap_or_default();
+            frames.extend(user(i));
+            frames
+        };
+        let mut all = Vec::new();
+        for i in 0..1000 {
+            for k in [None, Some(0), Some(1), Some(2), Some(3)] {
+                all.push((i % 3) as u32);
+                let frames = stack(i, k);
+                assert_eq!(t.add((i % 3) as u32, &frames, 1), (all.len() - 1, true));
+            }
+        }
+        let user_nodes = 1000 + 100 + 10 + 1;
+        let kernel_nodes = 4 * 5 - 1;
+        let links = 4 * 1000;
+        assert_eq!(t.nodes.addrs.len(), user_nodes + kernel_nodes + links);
+        // Kernel-only stacks, a kernel address after user frames, the
+        // table-full frame: each kept as it came.
+        let odd = [
+            kernel(0),
+            kernel(0)[2..].to_vec(),
+            vec![u64::MAX],
+            vec![0x1000, K + 0x100, 0x4000],
+            vec![K + 0x100, 0x1000, K + 0x100, 0x4000],
+        ];
+        for frames in &odd {
+            all.push(9);
+            assert_eq!(t.add(9, frames, 1), (all.len() - 1, true), "{frames:x?}");
+        }
+        // Every stack reads back as it came and is found again.
+        let mut frames = Vec::new();
+        for (index, &tid) in all.iter().enumerate() {
+            let expected = match index.checked_sub(5000) {
+                Some(j) => odd[j].clone(),
+                None => {
+                    let k = [None, Some(0), Some(1), Some(2), Some(3)][index % 5];
+                    stack(index as u64 / 5, k)
+                }
+            };
+            assert_eq!(t.get(index, &mut frames), Some(tid));
+            assert_eq!(frames, expected, "stack {index}");
+            assert_eq!(t.add(tid, &expected, 1), (index, false), "stack {index}");
+        }
+        assert!(
+            t.add(1, &stack(0, Some(0)), 1).1,
+            "another thread's stack is another stack"
+        );
+        assert!(
+            t.add(0, &stack(0, Some(0))[1..], 1).1,
+            "a shorter kernel path is another stack"
+        );
+        let mut seen = 0;
+        t.for_each(|_, frames, _| {
+            assert!(frames.len() <= 9);
+            seen += 1;
+        });
+        assert_eq!(seen, t.len());
     }
 
     fn aggregate(stacks: &[(Vec<u32>, u64)], functions: usize) -> Vec<Counts> {

@@ -11,6 +11,7 @@ pub mod perfmap;
 mod tests;
 
 use crate::maps::ProcessMaps;
+pub use profd_common::model::is_kernel;
 use std::path::PathBuf;
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
@@ -70,11 +71,6 @@ impl Frame {
     pub fn unknown(addr: u64) -> Frame {
         Frame::unnamed(format!("[unknown] {addr:#x}"), "[unknown]")
     }
-}
-
-/// Kernel text lives in the upper half of the address space.
-pub fn is_kernel(addr: u64) -> bool {
-    addr >= 0xffff_8000_0000_0000
 }
 
 /// Names addresses of one process (user ones through `maps`).

@@ -258,15 +258,16 @@ echo "sampling: cpu-clock, $freq Hz on every CPU; nice $(nice), $(cut -d' ' -f1,
 
 # ---------------------------------------------------------------- overhead
 
-# One run of the target; its result line (rounds, wall_s, cpu_s) lands in $work/result.
-run_target() { "$fixed" -o "$work/result" "$rounds_per_thread"; }
+# One run of the target; its result line (rounds, wall_s, cpu_s and, given
+# -p PID, the profiler's profiler_cpu_s over the work) lands in $work/result.
+run_target() { "$fixed" -o "$work/result" "$@" "$rounds_per_thread"; }
 
 # A run under perf record -a: started with its events off, turned on through
-# its control fifo (so its start-up is not in the window), the target run,
-# perf's own CPU read, then perf stopped with SIGINT. -B: no build-id pass
-# at the end (after the window, and slow on large files).
+# its control fifo (so its start-up is not in the window), the target run
+# (it reads perf's own CPU over its work), then perf stopped with SIGINT.
+# -B: no build-id pass at the end (after the window, and slow on large files).
 run_perf() {
-    local ctl="$work/perf.ctl" ack="$work/perf.ack" ctl_fd ack_fd reply perf_pid c0 c1 status
+    local ctl="$work/perf.ctl" ack="$work/perf.ack" ctl_fd ack_fd reply perf_pid status
     rm -f "$ctl" "$ack" "$work/perf.data"
     mkfifo "$ctl" "$ack"
     perf record -q -a "$@" -F "$freq" -B -D -1 --control "fifo:$ctl,$ack" -o "$work/perf.data" \
@@ -276,9 +277,7 @@ run_perf() {
     echo enable >&"$ctl_fd"
     read -r -t 30 reply <&"$ack_fd" || reply=''
     [ "$reply" = ack ] || die "perf record did not start: $(cat "$work/perf.log")"
-    c0="$(proc_cpu "$perf_pid")"
-    run_target
-    c1="$(proc_cpu "$perf_pid")"
+    run_target -p "$perf_pid"
     kill -INT "$perf_pid"
     status=0
     wait "$perf_pid" || status=$?
@@ -287,21 +286,19 @@ run_perf() {
     exec {ctl_fd}>&- {ack_fd}>&-
     samples="$(perf script -F comm -i "$work/perf.data" 2>/dev/null | awk '$1 == "fixed_work"' | wc -l)"
     rm -f "$work/perf.data"
-    prof_cpu="$(cpu_s "$c0" "$c1")"
+    prof_cpu="$(field profiler_cpu_s "$work/result")"
 }
 
 # A run under profd: profctl run starts the target and streams 1 update/s
-# until it exits; profd's CPU is read before and after.
+# until it exits; the target reads profd's CPU over its work.
 run_profd() {
-    local mode="$1" c0 c1
+    local mode="$1"
     shift
-    c0="$(proc_cpu "$profd_pid")"
     "$profctl" run --unwind "$mode" "$@" --freq "$freq" --interval 1 --format json -- \
-        "$fixed" -o "$work/result" "$rounds_per_thread" >"$work/profd-$mode.json" 2>"$work/profctl.err" ||
+        "$fixed" -o "$work/result" -p "$profd_pid" "$rounds_per_thread" >"$work/profd-$mode.json" 2>"$work/profctl.err" ||
         die "profctl run --unwind $mode failed: $(cat "$work/profctl.err")"
-    c1="$(proc_cpu "$profd_pid")"
     samples="$(json_number attributed "$work/profd-$mode.json")"
-    prof_cpu="$(cpu_s "$c0" "$c1")"
+    prof_cpu="$(field profiler_cpu_s "$work/result")"
 }
 
 run_config() {
@@ -346,6 +343,15 @@ paired() {
         "$(minmax <<<"$diffs")" "$(awk '$1 <= 0' <<<"$diffs" | wc -l)" "$(grep -c . <<<"$diffs")"
 }
 
+# own PROFD PERF: the two profilers' own CPU over the target's work (medians)
+# and their difference in points of the bare target's CPU time: what the
+# profiler's extra runs take from a target that keeps every CPU busy. The
+# kernel's sampling work is the same for both (same events, same samples).
+own() {
+    awk -v a="$(med "$1" 5)" -v b="$(med "$2" 5)" -v base="$(med bare 4)" \
+        'BEGIN { printf "%.1f ms against %.1f ms a run, %+.2f points of the target CPU", a * 1e3, b * 1e3, (a - b) / base * 100 }'
+}
+
 phase_overhead() {
     local configs=(bare perf-fp perf-dwarf profd-fp profd-dwarf) r i c w u p n sw su pc bare_wall bare_cpu
     say "calibrating the fixed work (~$work_s s bare)"
@@ -377,12 +383,14 @@ phase_overhead() {
             "$c" "$w" "$(spread "$c" 3)" "$u" "$(spread "$c" 4)" "$sw" "$su" "$p" "$pc" "$n"
     done
     echo "(wall/cpu slow%: the target's median wall and CPU time against bare; profiler s: the CPU"
-    echo " time of the perf record or profd process while the target ran; prof %core: that over the"
-    echo " target's wall time; samples: the target's samples in perf.data or the profd session)"
+    echo " time of the perf record or profd process over the target's work; prof %core: that over"
+    echo " the target's wall time; samples: the target's samples in perf.data or the profd session)"
     echo "ratio profd-fp / perf-fp slowdown:       wall $(ratio profd-fp perf-fp 3); cpu $(ratio profd-fp perf-fp 4)"
     echo "ratio profd-dwarf / perf-dwarf slowdown: wall $(ratio profd-dwarf perf-dwarf 3); cpu $(ratio profd-dwarf perf-dwarf 4)"
     echo "paired by round, profd-fp − perf-fp slowdown:       wall $(paired profd-fp perf-fp 3); cpu $(paired profd-fp perf-fp 4)"
     echo "paired by round, profd-dwarf − perf-dwarf slowdown: wall $(paired profd-dwarf perf-dwarf 3); cpu $(paired profd-dwarf perf-dwarf 4)"
+    echo "own CPU, profd-fp against perf-fp:       $(own profd-fp perf-fp)"
+    echo "own CPU, profd-dwarf against perf-dwarf: $(own profd-dwarf perf-dwarf)"
     echo "load average after the rounds: $(loadavg)"
 }
 

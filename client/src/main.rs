@@ -6,6 +6,10 @@ use clap::Parser;
 use profctl::cli::Cli;
 
 fn main() -> ExitCode {
+    // The command of a `profctl run`, waiting for its session.
+    if let Some(code) = profctl::commands::held_exec() {
+        return code;
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -197,6 +197,57 @@ fn run_ends_with_exited_state() {
     p.function("leaf_b");
 }
 
+/// `profctl run` holds the command until its session is attached: when the
+/// command's first line runs, `profctl sessions` already lists a running
+/// session on it under the command's name, and the hold leaves nothing in
+/// its environment. A command that cannot run exits 127, with the reason.
+#[test]
+fn run_attaches_before_the_command_starts() {
+    let h = Harness::start();
+    let out = unique_dir("run-hold").join("first-line");
+    let script = r#"
+        "$0" --socket "$1" sessions > "$2"
+        echo "self $$" >> "$2"
+        echo "hold $(env | grep -c PROFCTL_RUN_HOLD_FD)" >> "$2""#;
+    let profctl = bin("profctl");
+    let run = h.daemon.profctl(&[
+        "run",
+        "--format",
+        "json",
+        "--",
+        "sh",
+        "-c",
+        script,
+        path_str(&profctl),
+        path_str(h.daemon.socket()),
+        path_str(&out),
+    ]);
+    assert!(run.status.success(), "{}", run.describe());
+    let seen = std::fs::read_to_string(&out).expect("the command ran");
+    let pid = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("self "))
+        .expect("the command's pid");
+    let session = seen
+        .lines()
+        .find(|l| words(l).get(1) == Some(&pid))
+        .unwrap_or_else(|| panic!("no session on {pid} when the command began:\n{seen}"));
+    assert_eq!(words(session)[2..4], ["sh", "running"], "{session}");
+    assert!(seen.contains("hold 0"), "{seen}");
+    assert_eq!(Profile::parse(&run).comm, "sh");
+
+    let missing = h.daemon.profctl(&["run", "--", "/nonexistent/command"]);
+    assert!(missing.status.success(), "{}", missing.describe());
+    assert!(
+        missing
+            .stderr
+            .contains("cannot run /nonexistent/command: No such file or directory")
+            && missing.stderr.contains("exited with status 127"),
+        "{}",
+        missing.describe()
+    );
+}
+
 /// Attaching for longer than the target lives: the session ends when the
 /// target exits, before its duration.
 #[test]

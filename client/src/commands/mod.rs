@@ -12,7 +12,7 @@ pub use export::export;
 pub use histogram::histogram;
 pub use profile::attach;
 pub use report::{report_file, report_file_text, report_session, view_request, view_text};
-pub use run::run;
+pub use run::{held_exec, run};
 
 use profd_common::api::Session;
 

@@ -1,7 +1,11 @@
-//! `profctl run`: start a command, profile it from its first moments until it
-//! exits (or `--duration` elapses, then SIGTERM it), report its exit status.
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
+//! `profctl run`: start a command, profile it from its first instruction
+//! until it exits (or `--duration` elapses, then SIGTERM it), report its exit
+//! status. The command is held before its exec until its session is attached.
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
 use rustix::process::{kill_process, Pid, Signal};
@@ -16,40 +20,55 @@ use crate::output::Output;
 
 /// How long a command gets to exit after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(5);
-/// The longest we wait for a started command to take its own name.
-const EXEC_WAIT: Duration = Duration::from_millis(200);
+/// The longest we wait for the holder to take the command's name.
+const NAME_WAIT: Duration = Duration::from_millis(200);
+/// Set in the environment of the process that holds `profctl run`'s command:
+/// the number of profctl's file descriptor to read the go-ahead from.
+const HOLD_ENV: &str = "PROFCTL_RUN_HOLD_FD";
 
-/// Runs `args.command` under a profiling session.
+/// Runs `args.command` under a profiling session. The command starts as a
+/// copy of profctl that waits for a byte on a pipe (opened through
+/// `/proc/PARENT/fd`), so that the session is attached before the command's
+/// exec: its samples count from its first instruction, as `perf record`'s.
 pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<(), Error> {
-    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let (program, _) = args.command.split_first().expect("clap requires a command");
     let name = program.to_string_lossy().into_owned();
-    let child = Command::new(program)
-        .args(rest)
+    let spawn_error = |source| Error::Spawn {
+        command: name.clone(),
+        source,
+    };
+    let (hold, mut go) = std::io::pipe().map_err(spawn_error)?;
+    let exe = std::env::current_exe().map_err(spawn_error)?;
+    let child = Command::new(exe)
+        .args(&args.command)
+        .env(HOLD_ENV, hold.as_raw_fd().to_string())
         .spawn()
-        .map_err(|source| Error::Spawn {
-            command: name.clone(),
-            source,
-        })?;
+        .map_err(spawn_error)?;
     let mut child = ChildProcess {
         child,
         status: None,
     };
     let pid = child.child.id().expect("a just-spawned child has a pid");
-    wait_for_exec(pid).await;
+    wait_for_name(pid).await;
 
     let result = async {
         let session = start(client, args.options.attach_request(pid)).await?;
+        // If the holder is gone (killed, or it could not open the pipe), the
+        // session ends with it.
+        let _ = go.write_all(b"g");
         let mut view = View::new(&args.options, *out);
         let profile = follow(client, &session, &mut view, Some(&mut child)).await?;
         Ok::<_, Error>((view, profile))
     }
     .await;
 
-    // Whatever happened, the command does not outlive us.
+    // Whatever happened, the command does not outlive us. The pipe stays
+    // open until then: the holder may open it late.
     let status = match child.status {
         Some(status) => Ok(status),
         None => terminate(&mut child).await,
     };
+    drop((go, hold));
     let (view, profile) = match result {
         Ok(done) => done,
         Err(e) => {
@@ -65,18 +84,51 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<()
     Ok(())
 }
 
-/// Waits briefly until the child no longer has our command name. Spawning
-/// returns once the child's exec has begun, a moment before the kernel
-/// renames it, and the daemon records the name at Attach.
-async fn wait_for_exec(pid: u32) {
+/// Waits briefly until the holder has taken the command's name, which the
+/// daemon records at Attach.
+async fn wait_for_name(pid: u32) {
     let comm = |path: &str| std::fs::read_to_string(path).map(|c| c.trim_end().to_string());
     let Ok(own) = comm("/proc/self/comm") else {
         return;
     };
-    let deadline = Instant::now() + EXEC_WAIT;
+    let deadline = Instant::now() + NAME_WAIT;
     while comm(&format!("/proc/{pid}/comm")).is_ok_and(|c| c == own) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// In the process started by [`run`] (profctl's environment holds
+/// [`HOLD_ENV`]): wait for the go-ahead, then exec the command given as
+/// arguments. Returns only on failure, with the exit code (127, as a shell's
+/// for a command that cannot run); None outside such a process.
+pub fn held_exec() -> Option<ExitCode> {
+    let fd = std::env::var_os(HOLD_ENV)?;
+    let fd = fd.to_string_lossy();
+    let mut command: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if command.is_empty() {
+        return Some(ExitCode::from(127));
+    }
+    // Take the command's name at once: the session records it at Attach.
+    let base = std::path::Path::new(&command[0])
+        .file_name()
+        .unwrap_or(&command[0]);
+    if let Ok(name) = std::ffi::CString::new(base.as_encoded_bytes()) {
+        let _ = rustix::thread::set_name(&name);
+    }
+    let pipe = format!("/proc/{}/fd/{fd}", std::os::unix::process::parent_id());
+    let mut byte = [0u8; 1];
+    match std::fs::File::open(&pipe).and_then(|mut f| f.read(&mut byte)) {
+        Ok(1) => {}
+        // profctl gave up (the attach failed) or is gone: do not run.
+        _ => return Some(ExitCode::from(127)),
+    }
+    let program = command.remove(0);
+    let err = std::process::Command::new(&program)
+        .args(command)
+        .env_remove(HOLD_ENV)
+        .exec();
+    eprintln!("profctl: cannot run {}: {err}", program.to_string_lossy());
+    Some(ExitCode::from(127))
 }
 
 /// Reaps the child if it already exited, else sends SIGTERM, waits, and

@@ -348,7 +348,7 @@ impl Pipeline {
         };
         Pipeline {
             demux: Demux::new(stack_copy, BatchPool::default()),
-            targets: Targets::new([(1, target(), false)]),
+            targets: Targets::new([(1, target(), false, u64::MAX)]),
             ingest: Ingest::new(target(), "bench".into(), maps, stack_copy, 1 << 20, None),
             scratch: Vec::new(),
         }

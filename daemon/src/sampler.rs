@@ -41,7 +41,22 @@ struct Route {
     pid: u32,
     /// Follow the processes `pid` forks (each gets a route of its own).
     children: bool,
+    /// The perf time of the process's exit once a ring showed it
+    /// (`u64::MAX` before): the route stays until every ring was read past
+    /// it, for the samples the other CPUs took before it.
+    until: u64,
     tx: mpsc::UnboundedSender<Batch>,
+}
+
+/// A process a ring showed exiting, whose routes stay until the other rings
+/// of the group were drained once more.
+struct Exiting {
+    pid: u32,
+    until: u64,
+    /// [`Routes::generation`] when it was seen.
+    generation: u64,
+    /// The rings (by index) not drained since.
+    pending: Vec<usize>,
 }
 
 #[derive(Default)]
@@ -53,10 +68,26 @@ struct Routes {
     sessions: Vec<Route>,
     /// The sessions (indices into `sessions`) each process is routed to.
     targets: Targets,
+    /// The group's rings.
+    rings: usize,
+    /// Exited processes whose routes are kept for now.
+    exiting: Vec<Exiting>,
+    /// Counts the exits seen: a drain that began at generation `g` reads past
+    /// the exits seen up to `g`.
+    generation: u64,
 }
 
 impl Routes {
+    fn new(rings: usize) -> Routes {
+        Routes {
+            rings,
+            ..Routes::default()
+        }
+    }
+
     fn rebuild(&mut self) {
+        let all = &self.all;
+        self.exiting.retain(|e| all.iter().any(|r| r.pid == e.pid));
         self.sessions.clear();
         let mut slot: HashMap<u64, usize> = HashMap::new();
         for r in &self.all {
@@ -65,7 +96,11 @@ impl Routes {
                 self.sessions.len() - 1
             });
         }
-        self.targets = Targets::new(self.all.iter().map(|r| (r.session, r.pid, r.children)));
+        self.targets = Targets::new(
+            self.all
+                .iter()
+                .map(|r| (r.session, r.pid, r.children, r.until)),
+        );
     }
 }
 
@@ -151,10 +186,10 @@ impl Sampler {
             .map(|&cpu| PerfEvent::open(cpu, &spec))
             .collect::<Result<Vec<_>, _>>()?;
         tracing::info!(?spec, cpus = events.len(), "opened the sampling rings");
-        let routes = Arc::new(RwLock::new(Routes::default()));
+        let routes = Arc::new(RwLock::new(Routes::new(events.len())));
         let (stop, stop_rx) = watch::channel(false);
         let mut cpus = Vec::with_capacity(events.len());
-        for event in events {
+        for (index, event) in events.into_iter().enumerate() {
             let cpu = event.cpu();
             let afd = event.into_async().map_err(|source| PerfError::Io {
                 what: "registering the ring with epoll",
@@ -164,6 +199,7 @@ impl Sampler {
             let (flush, flush_rx) = mpsc::unbounded_channel();
             let handle = tokio::spawn(run_cpu(
                 afd,
+                index,
                 routes.clone(),
                 self.counters.clone(),
                 self.pool.clone(),
@@ -266,6 +302,7 @@ impl SampleSource for Sampler {
             session,
             pid,
             children,
+            until: u64::MAX,
             tx,
         });
         routes.rebuild();
@@ -339,6 +376,7 @@ impl SampleSource for Sampler {
 
 async fn run_cpu(
     mut ring: AsyncFd<PerfEvent>,
+    index: usize,
     routes: Arc<RwLock<Routes>>,
     counters: Arc<Counters>,
     pool: BatchPool,
@@ -352,7 +390,7 @@ async fn run_cpu(
         tokio::select! {
             ready = ring.readable_mut() => match ready {
                 Ok(mut guard) => {
-                    drain(guard.get_inner_mut(), &mut demux, &routes, &counters, false);
+                    drain(guard.get_inner_mut(), index, &mut demux, &routes, &counters, false);
                     guard.clear_ready();
                     // The timer drains what a ring holds DRAIN_EVERY after
                     // its last drain: a busy ring is drained at its
@@ -364,32 +402,34 @@ async fn run_cpu(
                     return;
                 }
             },
-            _ = tick.tick() => drain(ring.get_mut(), &mut demux, &routes, &counters, false),
+            _ = tick.tick() => drain(ring.get_mut(), index, &mut demux, &routes, &counters, false),
             Some((exact, ack)) = flush.recv() => {
-                drain(ring.get_mut(), &mut demux, &routes, &counters, exact);
+                drain(ring.get_mut(), index, &mut demux, &routes, &counters, exact);
                 tick.reset();
                 let _ = ack.send(());
             }
             _ = stop.changed() => {
-                drain(ring.get_mut(), &mut demux, &routes, &counters, true);
+                drain(ring.get_mut(), index, &mut demux, &routes, &counters, true);
                 return;
             }
         }
     }
 }
 
-/// Drain one ring: its records through the CPU's `demux` to the sessions'
-/// channels, then the route changes and the daemon-wide counts.
-/// `exact`: read the kernel's lost count whatever it costs (see
-/// [`PerfEvent::new_lost`]).
+/// Drain one ring (the group's ring `index`): its records through the CPU's
+/// `demux` to the sessions' channels, then the route changes and the
+/// daemon-wide counts. `exact`: read the kernel's lost count whatever it
+/// costs (see [`PerfEvent::new_lost`]).
 fn drain(
     ring: &mut PerfEvent,
+    index: usize,
     demux: &mut Demux,
     routes: &RwLock<Routes>,
     counters: &Counters,
     exact: bool,
 ) {
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
+    let (generation, exiting) = (guard.generation, !guard.exiting.is_empty());
     let sessions = &guard.sessions;
     let mut drain = demux.begin(&guard.targets, |i, batch| {
         let _ = sessions[i].tx.send(batch);
@@ -398,8 +438,8 @@ fn drain(
     let lost = ring.new_lost(drain.lost_records(), bytes_read, exact);
     let d = drain.finish(lost);
     drop(guard);
-    if !d.forked.is_empty() || !d.exited.is_empty() {
-        update_routes(routes, d.forked, &d.exited);
+    if !d.forked.is_empty() || !d.exited.is_empty() || exiting {
+        update_routes(routes, (index, generation), d.forked, &d.exited);
     }
     counters.samples.fetch_add(d.seen, Ordering::Relaxed);
     counters.attributed.fetch_add(d.matched, Ordering::Relaxed);
@@ -413,24 +453,68 @@ fn drain(
     counters.bytes_read.fetch_add(bytes_read, Ordering::Relaxed);
 }
 
-/// Give forked children routes of their own (to the sessions following
-/// their parent) and drop the routes of exited processes, so that a process
-/// that later gets an exited one's pid is never taken for it.
-fn update_routes(routes: &RwLock<Routes>, forked: HashMap<u32, Vec<usize>>, exited: &[u32]) {
+/// After a drain of ring `ring` that began at `generation`: give forked
+/// children routes of their own (to the sessions following their parent),
+/// end the routes of exited processes at their exit time, and drop them once
+/// every ring of the group was read past it. Until then the other CPUs'
+/// samples of the process, taken before its exit but drained later, still
+/// reach its sessions; a process that later gets its pid is never taken for
+/// it.
+fn update_routes(
+    routes: &RwLock<Routes>,
+    (ring, generation): (usize, u64),
+    forked: HashMap<u32, Vec<usize>>,
+    exited: &[(u32, u64)],
+) {
     let mut routes = routes.write().unwrap_or_else(|e| e.into_inner());
+    let routes = &mut *routes;
     let mut add = Vec::new();
     for (pid, indices) in forked {
+        // A new process with the pid of one still exiting replaces it.
+        routes.all.retain(|r| r.pid != pid || r.until == u64::MAX);
         for i in indices {
             if let Some(session) = routes.sessions.get(i) {
                 add.push(Route {
                     pid,
+                    until: u64::MAX,
                     ..session.clone()
                 });
             }
         }
     }
-    routes.all.retain(|r| !exited.contains(&r.pid));
     routes.all.extend(add);
+    for e in routes
+        .exiting
+        .iter_mut()
+        .filter(|e| e.generation <= generation)
+    {
+        e.pending.retain(|&r| r != ring);
+    }
+    for &(pid, until) in exited {
+        routes.generation += 1;
+        for r in routes.all.iter_mut().filter(|r| r.pid == pid) {
+            r.until = r.until.min(until);
+        }
+        routes.exiting.push(Exiting {
+            pid,
+            until,
+            generation: routes.generation,
+            pending: (0..routes.rings).filter(|&r| r != ring).collect(),
+        });
+    }
+    let mut done = Vec::new();
+    routes.exiting.retain(|e| {
+        let keep = !e.pending.is_empty();
+        if !keep {
+            done.push((e.pid, e.until));
+        }
+        keep
+    });
+    routes.all.retain(|r| {
+        !done
+            .iter()
+            .any(|&(pid, until)| r.pid == pid && r.until == until)
+    });
     routes.rebuild();
 }
 
@@ -438,29 +522,38 @@ fn update_routes(routes: &RwLock<Routes>, forked: HashMap<u32, Vec<usize>>, exit
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_session_gets_one_batch_however_many_processes_it_follows() {
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let route = |session, pid| Route {
+    fn route(tx: &mpsc::UnboundedSender<Batch>, session: u64, pid: u32) -> Route {
+        Route {
             session,
             pid,
             children: true,
+            until: u64::MAX,
             tx: tx.clone(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_session_gets_one_batch_however_many_processes_it_follows() {
+        let (tx, _rx) = mpsc::unbounded_channel();
         let mut routes = Routes {
-            all: vec![route(1, 10), route(2, 10), route(1, 11), route(1, 12)],
-            ..Routes::default()
+            all: vec![
+                route(&tx, 1, 10),
+                route(&tx, 2, 10),
+                route(&tx, 1, 11),
+                route(&tx, 1, 12),
+            ],
+            ..Routes::new(1)
         };
         routes.rebuild();
         assert_eq!(routes.sessions.len(), 2);
         assert_eq!(routes.targets.of(10), Some(&[0, 1][..]));
         assert_eq!(routes.targets.of(11), Some(&[0][..]));
         let lock = RwLock::new(routes);
-        update_routes(&lock, HashMap::from([(13, vec![1])]), &[11]);
+        update_routes(&lock, (0, 0), HashMap::from([(13, vec![1])]), &[(11, 500)]);
         let routes = lock.into_inner().unwrap();
         assert!(
             routes.targets.of(11).is_none(),
-            "exited processes are dropped"
+            "with one ring, an exited process is dropped at once"
         );
         assert_eq!(
             routes.targets.of(13),
@@ -468,5 +561,43 @@ mod tests {
             "a child joins its parent's session"
         );
         assert_eq!(routes.sessions.len(), 2);
+    }
+
+    /// A process that exits on one CPU may have samples not yet drained in
+    /// the other CPUs' rings: its route stays, ended at its exit time, until
+    /// each other ring has been drained after the exit was seen.
+    #[test]
+    fn an_exited_process_keeps_its_route_until_every_ring_was_read_past_its_exit() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut routes = Routes {
+            all: vec![route(&tx, 1, 10), route(&tx, 1, 11)],
+            ..Routes::new(3)
+        };
+        routes.rebuild();
+        let lock = RwLock::new(routes);
+        let until = |lock: &RwLock<Routes>| {
+            let r = lock.read().unwrap();
+            r.all.iter().find(|r| r.pid == 10).map(|r| r.until)
+        };
+        // Ring 1 drains, begun before the exit was seen (generation 0).
+        let begun_before = lock.read().unwrap().generation;
+        // Ring 0 shows pid 10 exiting at perf time 500.
+        update_routes(&lock, (0, 0), HashMap::new(), &[(10, 500)]);
+        assert_eq!(until(&lock), Some(500), "ended at its exit, kept");
+        update_routes(&lock, (1, begun_before), HashMap::new(), &[]);
+        assert_eq!(
+            until(&lock),
+            Some(500),
+            "a drain begun before the exit does not count"
+        );
+        let now = lock.read().unwrap().generation;
+        update_routes(&lock, (1, now), HashMap::new(), &[]);
+        update_routes(&lock, (0, now), HashMap::new(), &[]);
+        assert_eq!(until(&lock), Some(500), "ring 2 not drained since");
+        update_routes(&lock, (2, now), HashMap::new(), &[]);
+        let routes = lock.into_inner().unwrap();
+        assert!(routes.targets.of(10).is_none(), "every ring read past it");
+        assert!(routes.exiting.is_empty());
+        assert_eq!(routes.targets.of(11), Some(&[0][..]), "others untouched");
     }
 }

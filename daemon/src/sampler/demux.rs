@@ -355,24 +355,30 @@ fn max_stack() -> usize {
 /// routed.
 #[derive(Debug, Default, Clone)]
 pub struct Targets {
-    /// Looked up for every record: hashed with foldhash.
-    by_pid: foldhash::HashMap<u32, Vec<usize>>,
+    /// Looked up for every record: hashed with foldhash. Per process: the
+    /// perf time of its exit once a ring showed it (`u64::MAX` before; its
+    /// records up to then still come from rings drained later, a process
+    /// that later gets its pid is not taken for it), and its sessions.
+    by_pid: foldhash::HashMap<u32, (u64, Vec<usize>)>,
     /// Per session: whether it follows the processes its processes fork.
     children: Vec<bool>,
 }
 
 impl Targets {
-    /// Targets from routes (session id, pid, follow children); a session's
-    /// first route says whether it follows children.
-    pub fn new(routes: impl IntoIterator<Item = (u64, u32, bool)>) -> Targets {
+    /// Targets from routes (session id, pid, follow children, exit time or
+    /// `u64::MAX`); a session's first route says whether it follows
+    /// children.
+    pub fn new(routes: impl IntoIterator<Item = (u64, u32, bool, u64)>) -> Targets {
         let mut targets = Targets::default();
         let mut slot: HashMap<u64, usize> = HashMap::new();
-        for (session, pid, children) in routes {
+        for (session, pid, children, until) in routes {
             let i = *slot.entry(session).or_insert_with(|| {
                 targets.children.push(children);
                 targets.children.len() - 1
             });
-            targets.by_pid.entry(pid).or_default().push(i);
+            let (end, sessions) = targets.by_pid.entry(pid).or_insert((until, Vec::new()));
+            *end = (*end).min(until);
+            sessions.push(i);
         }
         targets
     }
@@ -384,7 +390,9 @@ impl Targets {
 
     /// The sessions `pid` is routed to.
     pub fn of(&self, pid: u32) -> Option<&[usize]> {
-        self.by_pid.get(&pid).map(Vec::as_slice)
+        self.by_pid
+            .get(&pid)
+            .map(|(_, sessions)| sessions.as_slice())
     }
 }
 
@@ -403,8 +411,9 @@ pub struct Drained {
     /// Processes forked during the drain by processes of sessions that
     /// follow children: child → those sessions. They need routes.
     pub forked: HashMap<u32, Vec<usize>>,
-    /// Routed processes that exited during the drain: their routes go.
-    pub exited: Vec<u32>,
+    /// Routed processes that exited during the drain, with the perf time
+    /// of their exit: their routes go once every ring is read past it.
+    pub exited: Vec<(u32, u64)>,
 }
 
 /// One ring's demultiplexing state, kept from drain to drain: the sessions'
@@ -487,7 +496,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
         match record {
             Ok(Record::Sample(s)) => {
                 c.seen += 1;
-                if let Some(targets) = route(by_pid, &c.forked, &c.exited, s.pid) {
+                if let Some(targets) = route(by_pid, &c.forked, &c.exited, s.pid, s.time) {
                     c.matched += 1;
                     let stack_copy = d.stack_copy;
                     let user = stack_copy.then(|| {
@@ -521,7 +530,8 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 }
             }
             Ok(Record::Mmap2(m)) => {
-                if let Some(targets) = route(by_pid, &c.forked, &c.exited, m.pid) {
+                if let Some(targets) = route(by_pid, &c.forked, &c.exited, m.pid, m.sample_id.time)
+                {
                     let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
                     for &i in targets {
                         batches[i].mappings.push((m.pid, mapping.clone()));
@@ -529,7 +539,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 }
             }
             Ok(Record::Comm(cm)) => {
-                if let Some(targets) = route(by_pid, &c.forked, &c.exited, cm.pid) {
+                if let Some(targets) =
+                    route(by_pid, &c.forked, &c.exited, cm.pid, cm.sample_id.time)
+                {
                     let name = String::from_utf8_lossy(cm.comm).into_owned();
                     for &i in targets {
                         if cm.exec && cm.pid == cm.tid {
@@ -549,7 +561,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 }
             }
             Ok(Record::Fork(t)) if t.pid != t.ppid => {
-                if let Some(targets) = route(by_pid, &c.forked, &c.exited, t.ppid) {
+                if let Some(targets) = route(by_pid, &c.forked, &c.exited, t.ppid, Some(t.time)) {
                     let follow: Vec<usize> = targets
                         .iter()
                         .copied()
@@ -559,20 +571,21 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         batches[i].forks.push((t.pid, t.ppid));
                     }
                     if !follow.is_empty() {
-                        c.exited.retain(|&p| p != t.pid);
+                        c.exited.retain(|&(p, _)| p != t.pid);
                         c.forked.insert(t.pid, follow);
                     }
                 }
             }
             Ok(Record::Exit(t)) if t.pid == t.tid => {
                 if let Some(targets) =
-                    route(by_pid, &c.forked, &c.exited, t.pid).map(<[usize]>::to_vec)
+                    route(by_pid, &c.forked, &c.exited, t.pid, Some(t.time)).map(<[usize]>::to_vec)
                 {
                     for i in targets {
                         batches[i].exits.push(t.pid);
                     }
-                    c.forked.remove(&t.pid);
-                    c.exited.push(t.pid);
+                    // A child forked in this drain keeps its entry: it gets
+                    // a route until every ring is read past its exit.
+                    c.exited.push((t.pid, t.time));
                 }
             }
             Ok(Record::Lost(l)) => c.lost += l.lost,
@@ -605,17 +618,23 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
     }
 }
 
-/// The sessions (batch indices) a process's records go to: routed before
-/// this drain, or forked during it, and not exited during it.
+/// The sessions (batch indices) a process's record of perf time `time` goes
+/// to: routed before this drain (and the record not after the process's
+/// exit), or forked during it, and not exited earlier in this ring.
 #[inline]
 fn route<'a>(
-    by_pid: &'a foldhash::HashMap<u32, Vec<usize>>,
+    by_pid: &'a foldhash::HashMap<u32, (u64, Vec<usize>)>,
     forked: &'a HashMap<u32, Vec<usize>>,
-    exited: &[u32],
+    exited: &[(u32, u64)],
     pid: u32,
+    time: Option<u64>,
 ) -> Option<&'a [usize]> {
-    let targets = by_pid.get(&pid).or_else(|| forked.get(&pid))?;
-    (!exited.contains(&pid)).then_some(targets.as_slice())
+    let routed = by_pid
+        .get(&pid)
+        .filter(|(until, _)| time.unwrap_or(0) <= *until)
+        .map(|(_, sessions)| sessions);
+    let targets = routed.or_else(|| forked.get(&pid))?;
+    (!exited.iter().any(|&(p, _)| p == pid)).then_some(targets.as_slice())
 }
 
 #[cfg(test)]
@@ -689,8 +708,31 @@ mod tests {
     }
 
     #[test]
+    fn an_exited_process_gets_only_its_records_from_before_its_exit() {
+        let t = Targets::new([(7, 10, false, 500), (7, 11, false, u64::MAX)]);
+        let none = HashMap::new();
+        assert_eq!(route(&t.by_pid, &none, &[], 10, Some(499)), Some(&[0][..]));
+        assert_eq!(route(&t.by_pid, &none, &[], 10, Some(500)), Some(&[0][..]));
+        assert_eq!(
+            route(&t.by_pid, &none, &[], 10, Some(501)),
+            None,
+            "a later process with its pid"
+        );
+        assert_eq!(route(&t.by_pid, &none, &[], 11, Some(501)), Some(&[0][..]));
+        assert_eq!(
+            route(&t.by_pid, &none, &[(11, 400)], 11, Some(300)),
+            None,
+            "exited earlier in this ring"
+        );
+    }
+
+    #[test]
     fn sessions_are_numbered_in_order_and_keep_their_first_routes_children() {
-        let t = Targets::new([(7, 10, true), (3, 10, false), (7, 11, false)]);
+        let t = Targets::new([
+            (7, 10, true, u64::MAX),
+            (3, 10, false, u64::MAX),
+            (7, 11, false, u64::MAX),
+        ]);
         assert_eq!(t.sessions(), 2);
         assert_eq!(t.of(10), Some(&[0, 1][..]));
         assert_eq!(t.of(11), Some(&[0][..]));

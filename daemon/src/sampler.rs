@@ -502,14 +502,11 @@ fn update_routes(
             pending: (0..routes.rings).filter(|&r| r != ring).collect(),
         });
     }
-    let mut done = Vec::new();
-    routes.exiting.retain(|e| {
-        let keep = !e.pending.is_empty();
-        if !keep {
-            done.push((e.pid, e.until));
-        }
-        keep
-    });
+    let done: Vec<(u32, u64)> = routes
+        .exiting
+        .extract_if(.., |e| e.pending.is_empty())
+        .map(|e| (e.pid, e.until))
+        .collect();
     routes.all.retain(|r| {
         !done
             .iter()

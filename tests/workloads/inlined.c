@@ -5,7 +5,8 @@
  * Built with -O2 -g. hot_inline is always_inline, so it has no symbol and no
  * frame: only the DWARF inline records (DW_TAG_inlined_subroutine) say which
  * of outer's instructions are hot_inline's. Each round outer runs
- * hot_inline's loop for 3 U iterations and its own for U, so by construction:
+ * hot_inline's loop for 3 u iterations and its own for u (u varied around U,
+ * a few milliseconds a round), so by construction:
  *   exclusive: hot_inline (inlined) 75 %, outer 25 %
  *   inclusive: hot_inline 75 %, outer 100 %, main 100 %
  *
@@ -19,7 +20,7 @@
 #define KEEP __attribute__((noinline))
 #endif
 
-#define U 100000UL
+#define U 1000000UL
 
 #define LOOP(n)                                                                \
 	for (unsigned long i_ = 0; i_ < (n); i_++)                             \
@@ -41,7 +42,10 @@ int main(int argc, char **argv)
 {
 	double deadline = start(argc, argv);
 
-	while (now_s() < deadline)
-		outer(3 * U, U);
+	while (now_s() < deadline) {
+		unsigned long u = vary(U);
+
+		outer(3 * u, u);
+	}
 	return 0;
 }

@@ -1,8 +1,8 @@
 /*
  * split: a known time split between functions.
  *
- * Each round, work() runs leaf_a for N iterations and mid() for 3N, and mid()
- * only calls leaf_b. By construction, of the process's samples:
+ * Each round, work() runs leaf_a for n iterations and mid() for 3n (n varied
+ * around N), and mid() only calls leaf_b. By construction, of the process's samples:
  *   exclusive: leaf_a 25 %, leaf_b 75 %
  *   inclusive: leaf_a 25 %, mid 75 %, leaf_b 75 %, work 100 %, main 100 %
  * A round takes a few milliseconds, so checking the clock between rounds
@@ -30,10 +30,10 @@ __attribute__((noinline)) void mid(unsigned long n)
 	sink++; /* work after the call: never a tail call */
 }
 
-__attribute__((noinline)) void work(void)
+__attribute__((noinline)) void work(unsigned long n)
 {
-	leaf_a(N);
-	mid(3 * N);
+	leaf_a(n);
+	mid(3 * n);
 	sink++;
 }
 
@@ -42,6 +42,6 @@ int main(int argc, char **argv)
 	double deadline = start(argc, argv);
 
 	while (now_s() < deadline)
-		work();
+		work(vary(N));
 	return 0;
 }

@@ -3,10 +3,10 @@
  * Built twice by the tests: with frame pointers (-O2 -fno-omit-frame-pointer)
  * as `stacks_fp` and without (-O2 -fomit-frame-pointer) as `stacks_nofp`.
  *
- * Each round, main calls work() and then rec(DEPTH):
- *   work → leaf_a (3 U iterations), then mid → leaf_b (9 U)
- *   rec(4) → rec_leaf (2 U), then rec(3) → rec_leaf (2 U), ... down to rec(1)
- * 20 U per round, every iteration the same loop body, so by construction:
+ * Each round, main calls work() and then rec(DEPTH), with u varied around U:
+ *   work → leaf_a (3 u iterations), then mid → leaf_b (9 u)
+ *   rec(4) → rec_leaf (2 u), then rec(3) → rec_leaf (2 u), ... down to rec(1)
+ * 20 u per round, every iteration the same loop body, so by construction:
  *   exclusive: leaf_a 15 %, leaf_b 45 %, rec_leaf 40 % (10 % per level)
  *   inclusive: main 100 %, work 60 %, mid 45 %, leaf_b 45 %, leaf_a 15 %,
  *              rec 40 % (counted once per sample, whatever the depth),
@@ -63,18 +63,18 @@ KEEP void mid(unsigned long n)
 	sink++; /* work after the call: never a tail call */
 }
 
-KEEP void work(void)
+KEEP void work(unsigned long u)
 {
-	leaf_a(3 * U);
-	mid(9 * U);
+	leaf_a(3 * u);
+	mid(9 * u);
 	sink++;
 }
 
-KEEP void rec(int depth)
+KEEP void rec(int depth, unsigned long u)
 {
-	rec_leaf(2 * U);
+	rec_leaf(2 * u);
 	if (depth > 1)
-		rec(depth - 1);
+		rec(depth - 1, u);
 	sink++;
 }
 
@@ -83,8 +83,10 @@ int main(int argc, char **argv)
 	double deadline = start(argc, argv);
 
 	while (now_s() < deadline) {
-		work();
-		rec(DEPTH);
+		unsigned long u = vary(U);
+
+		work(u);
+		rec(DEPTH, u);
 	}
 	return 0;
 }

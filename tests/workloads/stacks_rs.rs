@@ -4,9 +4,10 @@
 //! `stacks_rs_nofp`. Its functions must come out demangled without a hash,
 //! e.g. `stacks_rs::leaf_a`.
 //!
-//! Each round, main calls work() and then rec(DEPTH):
-//!   work → leaf_a (3 U iterations), then mid → leaf_b (9 U)
-//!   rec(4) → rec_leaf (2 U), then rec(3) → rec_leaf (2 U), ... down to rec(1)
+//! Each round, main calls work() and then rec(DEPTH), with u varied around U
+//! as `stacks.c` does:
+//!   work → leaf_a (3 u iterations), then mid → leaf_b (9 u)
+//!   rec(4) → rec_leaf (2 u), then rec(3) → rec_leaf (2 u), ... down to rec(1)
 //! so by construction:
 //!   exclusive: leaf_a 15 %, leaf_b 45 %, rec_leaf 40 %
 //!   inclusive: main 100 %, work 60 %, mid 45 %, leaf_b 45 %, leaf_a 15 %,
@@ -72,17 +73,17 @@ fn mid(n: u64) -> u64 {
 }
 
 #[inline(never)]
-fn work() -> u64 {
-    let a = leaf_a(black_box(3 * U));
-    let b = mid(black_box(9 * U));
+fn work(u: u64) -> u64 {
+    let a = leaf_a(black_box(3 * u));
+    let b = mid(black_box(9 * u));
     black_box(a ^ b).wrapping_add(1)
 }
 
 #[inline(never)]
-fn rec(depth: u32) -> u64 {
-    let mut r = rec_leaf(black_box(2 * U));
+fn rec(depth: u32, u: u64) -> u64 {
+    let mut r = rec_leaf(black_box(2 * u));
     if depth > 1 {
-        r ^= rec(black_box(depth - 1));
+        r ^= rec(black_box(depth - 1), u);
     }
     black_box(r).wrapping_add(1)
 }
@@ -115,9 +116,15 @@ fn main() {
     let runtime = parse_args();
     let started = Instant::now();
     let mut sink = 0u64;
+    let mut x = 88_172_645_463_325_252u64;
     while started.elapsed() < runtime {
-        sink ^= work();
-        sink ^= rec(black_box(DEPTH));
+        // xorshift: a round's length in [U/2, 3U/2), as `vary` in workload.h.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let u = U / 2 + x % U;
+        sink ^= work(u);
+        sink ^= rec(black_box(DEPTH), u);
     }
     black_box(sink);
 }

@@ -30,6 +30,21 @@ static volatile unsigned long sink;
 			sink += i_ * 2654435761u;                              \
 	} while (0)
 
+/* A round's length drawn from [n/2, 3n/2): the sampling timer ticks at a
+ * fixed period, and rounds of a fixed length can lock onto it so that the
+ * samples keep landing on the same points of the round. With the length
+ * varied, the samples spread evenly over the round and each function's
+ * share by construction holds on average. */
+static unsigned long vary(unsigned long n)
+{
+	static unsigned long x = 88172645463325252UL;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return n / 2 + x % n;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;

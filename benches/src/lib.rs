@@ -354,13 +354,26 @@ impl Pipeline {
         }
     }
 
-    /// One drain of `ring`, as the sampler does it; returns what it saw.
+    /// One drain of `ring`, as the sampler does it (its task records first,
+    /// then all); returns what it saw.
     pub fn drain(&mut self, ring: &Ring) -> Drained {
         let ingest = &mut self.ingest;
         let mut drain = self.demux.begin(&self.targets, |_, batch| {
             ingest.apply(batch, |_| false).expect("no exec in the ring");
         });
         let head = ring.bytes.len() as u64;
+        walk_ring(
+            &ring.bytes,
+            0,
+            head,
+            &mut self.scratch,
+            |kind, misc, body| {
+                if record::is_task(kind) {
+                    drain.task(record::parse(&ring.layout, kind, misc, body));
+                }
+            },
+        );
+        drain.resolve();
         walk_ring(
             &ring.bytes,
             0,

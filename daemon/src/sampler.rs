@@ -1,9 +1,9 @@
 //! The sampler: per-CPU perf rings shared by all sessions with the same
 //! sampling settings (and, with stack copies, the same target: those rings
-//! sample the target alone), one task per CPU draining its ring on watermark
-//! wakeups, on a session's demand (a view, the end) and [`DRAIN_EVERY`]
-//! after its last drain, demultiplexing samples by
-//! process to the sessions that target it (and, for sessions that follow
+//! sample the target alone), one task per group draining all its rings
+//! together on any ring's watermark wakeup, on a session's demand (a view,
+//! the end) and [`DRAIN_EVERY`] after its last drain, demultiplexing samples
+//! by process to the sessions that target it (and, for sessions that follow
 //! children, the processes it forks) and counting the rest as discarded. No
 //! symbols here.
 mod demux;
@@ -30,7 +30,8 @@ pub struct Counters {
     pub lost: AtomicU64,
     pub throttles: AtomicU64,
     pub parse_errors: AtomicU64,
-    /// Ring reads (drains), and the bytes they read.
+    /// Ring reads (a drain reads each ring of its group), and the bytes
+    /// they read.
     pub drains: AtomicU64,
     pub bytes_read: AtomicU64,
 }
@@ -48,15 +49,14 @@ struct Route {
     tx: mpsc::UnboundedSender<Batch>,
 }
 
-/// A process a ring showed exiting, whose routes stay until the other rings
-/// of the group were drained once more.
+/// A process a drain showed exiting, whose routes stay until the next drain:
+/// a sample taken before the exit on another CPU may have been written to
+/// its ring after this drain read that ring's head.
 struct Exiting {
     pid: u32,
     until: u64,
     /// [`Routes::generation`] when it was seen.
     generation: u64,
-    /// The rings (by index) not drained since.
-    pending: Vec<usize>,
 }
 
 #[derive(Default)]
@@ -68,8 +68,6 @@ struct Routes {
     sessions: Vec<Route>,
     /// The sessions (indices into `sessions`) each process is routed to.
     targets: Targets,
-    /// The group's rings.
-    rings: usize,
     /// Exited processes whose routes are kept for now.
     exiting: Vec<Exiting>,
     /// Counts the exits seen: a drain that began at generation `g` reads past
@@ -78,13 +76,6 @@ struct Routes {
 }
 
 impl Routes {
-    fn new(rings: usize) -> Routes {
-        Routes {
-            rings,
-            ..Routes::default()
-        }
-    }
-
     fn rebuild(&mut self) {
         let all = &self.all;
         self.exiting.retain(|e| all.iter().any(|r| r.pid == e.pid));
@@ -104,15 +95,12 @@ impl Routes {
     }
 }
 
-struct CpuTask {
-    /// Drain now (`exact`: see [`drain`]), then acknowledge.
-    flush: mpsc::UnboundedSender<(bool, oneshot::Sender<()>)>,
-    handle: JoinHandle<()>,
-}
-
 struct Group {
     routes: Arc<RwLock<Routes>>,
-    cpus: Vec<CpuTask>,
+    /// Drain now (`exact`: see [`drain`]), then acknowledge.
+    flush: mpsc::UnboundedSender<(bool, oneshot::Sender<()>)>,
+    /// The task draining the rings.
+    task: JoinHandle<()>,
     stop: watch::Sender<bool>,
 }
 
@@ -186,29 +174,34 @@ impl Sampler {
             .map(|&cpu| PerfEvent::open(cpu, &spec))
             .collect::<Result<Vec<_>, _>>()?;
         tracing::info!(?spec, cpus = events.len(), "opened the sampling rings");
-        let routes = Arc::new(RwLock::new(Routes::new(events.len())));
+        let rings = events
+            .into_iter()
+            .map(|event| {
+                let cpu = event.cpu();
+                event.into_async().map_err(|source| PerfError::Io {
+                    what: "registering the ring with epoll",
+                    cpu,
+                    source,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let routes = Arc::new(RwLock::new(Routes::default()));
         let (stop, stop_rx) = watch::channel(false);
-        let mut cpus = Vec::with_capacity(events.len());
-        for (index, event) in events.into_iter().enumerate() {
-            let cpu = event.cpu();
-            let afd = event.into_async().map_err(|source| PerfError::Io {
-                what: "registering the ring with epoll",
-                cpu,
-                source,
-            })?;
-            let (flush, flush_rx) = mpsc::unbounded_channel();
-            let handle = tokio::spawn(run_cpu(
-                afd,
-                index,
-                routes.clone(),
-                self.counters.clone(),
-                self.pool.clone(),
-                flush_rx,
-                stop_rx.clone(),
-            ));
-            cpus.push(CpuTask { flush, handle });
-        }
-        Ok(Group { routes, cpus, stop })
+        let (flush, flush_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run_group(
+            rings,
+            routes.clone(),
+            self.counters.clone(),
+            self.pool.clone(),
+            flush_rx,
+            stop_rx,
+        ));
+        Ok(Group {
+            routes,
+            flush,
+            task,
+            stop,
+        })
     }
 
     /// The group for `spec`, opened unless it is open already; returns its
@@ -324,9 +317,7 @@ impl SampleSource for Sampler {
         if empty {
             let group = groups.remove(&spec).expect("present");
             let _ = group.stop.send(true);
-            for cpu in group.cpus {
-                let _ = cpu.handle.await;
-            }
+            let _ = group.task.await;
             // Spare batches sized for the closed rings' drains would be
             // kept for good (the pool hands out its latest first).
             self.pool.clear();
@@ -336,23 +327,17 @@ impl SampleSource for Sampler {
 
     /// Drain every ring of the group now; returns once all batches are sent.
     async fn flush(&self, spec: EventSpec, exact: bool) {
-        let acks: Vec<_> = {
+        let (tx, rx) = oneshot::channel();
+        {
             let groups = self.groups.lock().await;
             let Some(group) = groups.get(&spec) else {
                 return;
             };
-            group
-                .cpus
-                .iter()
-                .filter_map(|cpu| {
-                    let (tx, rx) = oneshot::channel();
-                    cpu.flush.send((exact, tx)).ok().map(|_| rx)
-                })
-                .collect()
-        };
-        for ack in acks {
-            let _ = ack.await;
+            if group.flush.send((exact, tx)).is_err() {
+                return;
+            }
         }
+        let _ = rx.await;
     }
 
     /// Open groups and their session counts.
@@ -374,9 +359,8 @@ impl SampleSource for Sampler {
     }
 }
 
-async fn run_cpu(
-    mut ring: AsyncFd<PerfEvent>,
-    index: usize,
+async fn run_group(
+    mut rings: Vec<AsyncFd<PerfEvent>>,
     routes: Arc<RwLock<Routes>>,
     counters: Arc<Counters>,
     pool: BatchPool,
@@ -385,44 +369,66 @@ async fn run_cpu(
 ) {
     let mut tick = tokio::time::interval(DRAIN_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut demux = Demux::new(ring.get_ref().stack_copy(), pool);
+    let stack_copy = rings.first().is_some_and(|r| r.get_ref().stack_copy());
+    let mut demux = Demux::new(stack_copy, pool);
+    let mut heads = Vec::with_capacity(rings.len());
     loop {
-        tokio::select! {
-            ready = ring.readable_mut() => match ready {
-                Ok(mut guard) => {
-                    drain(guard.get_inner_mut(), index, &mut demux, &routes, &counters, false);
-                    guard.clear_ready();
-                    // The timer drains what a ring holds DRAIN_EVERY after
-                    // its last drain: a busy ring is drained at its
-                    // watermark alone, in even, large drains.
-                    tick.reset();
-                }
+        let exact = tokio::select! {
+            ready = any_readable(&mut rings) => match ready {
+                Ok(()) => false,
                 Err(err) => {
                     tracing::error!(%err, "polling a sample ring failed");
                     return;
                 }
             },
-            _ = tick.tick() => drain(ring.get_mut(), index, &mut demux, &routes, &counters, false),
+            _ = tick.tick() => false,
             Some((exact, ack)) = flush.recv() => {
-                drain(ring.get_mut(), index, &mut demux, &routes, &counters, exact);
+                drain(&mut rings, &mut heads, &mut demux, &routes, &counters, exact);
                 tick.reset();
                 let _ = ack.send(());
+                continue;
             }
             _ = stop.changed() => {
-                drain(ring.get_mut(), index, &mut demux, &routes, &counters, true);
+                drain(&mut rings, &mut heads, &mut demux, &routes, &counters, true);
                 return;
             }
-        }
+        };
+        drain(
+            &mut rings, &mut heads, &mut demux, &routes, &counters, exact,
+        );
+        // The timer drains what the rings hold DRAIN_EVERY after the last
+        // drain: busy rings are drained at their watermark alone, in even,
+        // large drains.
+        tick.reset();
     }
 }
 
-/// Drain one ring (the group's ring `index`): its records through the CPU's
-/// `demux` to the sessions' channels, then the route changes and the
-/// daemon-wide counts. `exact`: read the kernel's lost count whatever it
+/// Waits until a ring reached its watermark, and clears its readiness (the
+/// drain that follows reads it, and the kernel wakes the ring again for
+/// records written after this).
+async fn any_readable(rings: &mut [AsyncFd<PerfEvent>]) -> std::io::Result<()> {
+    std::future::poll_fn(|cx| {
+        for ring in rings.iter_mut() {
+            if let std::task::Poll::Ready(ready) = ring.poll_read_ready_mut(cx) {
+                ready?.clear_ready();
+                return std::task::Poll::Ready(Ok(()));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Drain all the rings of a group together: read every ring's head, then
+/// every ring's fork, exit and exec records up to it (so that a child's
+/// samples on one CPU are routed whichever CPU's ring holds its fork, and
+/// records are placed against execs by time), then every record through
+/// `demux` to the sessions' channels; then the route changes and the
+/// daemon-wide counts. `exact`: read the kernel's lost counts whatever it
 /// costs (see [`PerfEvent::new_lost`]).
 fn drain(
-    ring: &mut PerfEvent,
-    index: usize,
+    rings: &mut [AsyncFd<PerfEvent>],
+    heads: &mut Vec<u64>,
     demux: &mut Demux,
     routes: &RwLock<Routes>,
     counters: &Counters,
@@ -434,12 +440,24 @@ fn drain(
     let mut drain = demux.begin(&guard.targets, |i, batch| {
         let _ = sessions[i].tx.send(batch);
     });
-    let bytes_read = ring.drain(|record| drain.record(record));
-    let lost = ring.new_lost(drain.lost_records(), bytes_read, exact);
+    heads.clear();
+    heads.extend(rings.iter().map(|r| r.get_ref().head()));
+    for (ring, &head) in rings.iter_mut().zip(heads.iter()) {
+        ring.get_mut().scan_tasks(head, |record| drain.task(record));
+    }
+    drain.resolve();
+    let (mut bytes_read, mut lost) = (0, 0);
+    for (ring, &head) in rings.iter_mut().zip(heads.iter()) {
+        let before = drain.lost_records();
+        let bytes = ring.get_mut().drain_to(head, |record| drain.record(record));
+        let records = drain.lost_records() - before;
+        lost += ring.get_mut().new_lost(records, bytes, exact);
+        bytes_read += bytes;
+    }
     let d = drain.finish(lost);
     drop(guard);
     if !d.forked.is_empty() || !d.exited.is_empty() || exiting {
-        update_routes(routes, (index, generation), d.forked, &d.exited);
+        update_routes(routes, generation, d.forked, &d.exited);
     }
     counters.samples.fetch_add(d.seen, Ordering::Relaxed);
     counters.attributed.fetch_add(d.matched, Ordering::Relaxed);
@@ -449,27 +467,28 @@ fn drain(
     counters.lost.fetch_add(d.lost, Ordering::Relaxed);
     counters.throttles.fetch_add(d.throttles, Ordering::Relaxed);
     counters.parse_errors.fetch_add(d.errors, Ordering::Relaxed);
-    counters.drains.fetch_add(1, Ordering::Relaxed);
+    counters
+        .drains
+        .fetch_add(rings.len() as u64, Ordering::Relaxed);
     counters.bytes_read.fetch_add(bytes_read, Ordering::Relaxed);
 }
 
-/// After a drain of ring `ring` that began at `generation`: give forked
-/// children routes of their own (to the sessions following their parent),
-/// end the routes of exited processes at their exit time, and drop them once
-/// every ring of the group was read past it. Until then the other CPUs'
-/// samples of the process, taken before its exit but drained later, still
-/// reach its sessions; a process that later gets its pid is never taken for
-/// it.
+/// After a drain that began at `generation`: give forked children routes of
+/// their own (to the sessions following their parent), end the routes of
+/// exited processes at their exit time, and drop them after the next drain.
+/// Until then the other CPUs' samples of the process, taken before its exit
+/// but read later, still reach its sessions; a process that later gets its
+/// pid is never taken for it.
 fn update_routes(
     routes: &RwLock<Routes>,
-    (ring, generation): (usize, u64),
-    forked: HashMap<u32, Vec<usize>>,
+    generation: u64,
+    forked: HashMap<u32, (u64, Vec<usize>)>,
     exited: &[(u32, u64)],
 ) {
     let mut routes = routes.write().unwrap_or_else(|e| e.into_inner());
     let routes = &mut *routes;
     let mut add = Vec::new();
-    for (pid, indices) in forked {
+    for (pid, (_, indices)) in forked {
         // A new process with the pid of one still exiting replaces it.
         routes.all.retain(|r| r.pid != pid || r.until == u64::MAX);
         for i in indices {
@@ -483,13 +502,17 @@ fn update_routes(
         }
     }
     routes.all.extend(add);
-    for e in routes
+    // Exits seen before this drain began: it read every ring past them.
+    let done: Vec<(u32, u64)> = routes
         .exiting
-        .iter_mut()
-        .filter(|e| e.generation <= generation)
-    {
-        e.pending.retain(|&r| r != ring);
-    }
+        .extract_if(.., |e| e.generation <= generation)
+        .map(|e| (e.pid, e.until))
+        .collect();
+    routes.all.retain(|r| {
+        !done
+            .iter()
+            .any(|&(pid, until)| r.pid == pid && r.until == until)
+    });
     for &(pid, until) in exited {
         routes.generation += 1;
         for r in routes.all.iter_mut().filter(|r| r.pid == pid) {
@@ -499,19 +522,8 @@ fn update_routes(
             pid,
             until,
             generation: routes.generation,
-            pending: (0..routes.rings).filter(|&r| r != ring).collect(),
         });
     }
-    let done: Vec<(u32, u64)> = routes
-        .exiting
-        .extract_if(.., |e| e.pending.is_empty())
-        .map(|e| (e.pid, e.until))
-        .collect();
-    routes.all.retain(|r| {
-        !done
-            .iter()
-            .any(|&(pid, until)| r.pid == pid && r.until == until)
-    });
     routes.rebuild();
 }
 
@@ -539,19 +551,15 @@ mod tests {
                 route(&tx, 1, 11),
                 route(&tx, 1, 12),
             ],
-            ..Routes::new(1)
+            ..Routes::default()
         };
         routes.rebuild();
         assert_eq!(routes.sessions.len(), 2);
         assert_eq!(routes.targets.of(10), Some(&[0, 1][..]));
         assert_eq!(routes.targets.of(11), Some(&[0][..]));
         let lock = RwLock::new(routes);
-        update_routes(&lock, (0, 0), HashMap::from([(13, vec![1])]), &[(11, 500)]);
+        update_routes(&lock, 0, HashMap::from([(13, (100, vec![1]))]), &[]);
         let routes = lock.into_inner().unwrap();
-        assert!(
-            routes.targets.of(11).is_none(),
-            "with one ring, an exited process is dropped at once"
-        );
         assert_eq!(
             routes.targets.of(13),
             Some(&[1][..]),
@@ -560,15 +568,15 @@ mod tests {
         assert_eq!(routes.sessions.len(), 2);
     }
 
-    /// A process that exits on one CPU may have samples not yet drained in
-    /// the other CPUs' rings: its route stays, ended at its exit time, until
-    /// each other ring has been drained after the exit was seen.
+    /// A process that exits may have samples taken before its exit on other
+    /// CPUs but written to their rings after the drain read them: its route
+    /// stays, ended at its exit time, until the next drain is done.
     #[test]
-    fn an_exited_process_keeps_its_route_until_every_ring_was_read_past_its_exit() {
+    fn an_exited_process_keeps_its_route_until_the_next_drain() {
         let (tx, _rx) = mpsc::unbounded_channel();
         let mut routes = Routes {
             all: vec![route(&tx, 1, 10), route(&tx, 1, 11)],
-            ..Routes::new(3)
+            ..Routes::default()
         };
         routes.rebuild();
         let lock = RwLock::new(routes);
@@ -576,25 +584,33 @@ mod tests {
             let r = lock.read().unwrap();
             r.all.iter().find(|r| r.pid == 10).map(|r| r.until)
         };
-        // Ring 1 drains, begun before the exit was seen (generation 0).
-        let begun_before = lock.read().unwrap().generation;
-        // Ring 0 shows pid 10 exiting at perf time 500.
-        update_routes(&lock, (0, 0), HashMap::new(), &[(10, 500)]);
+        // A drain shows pid 10 exiting at perf time 500.
+        let first = lock.read().unwrap().generation;
+        update_routes(&lock, first, HashMap::new(), &[(10, 500)]);
         assert_eq!(until(&lock), Some(500), "ended at its exit, kept");
-        update_routes(&lock, (1, begun_before), HashMap::new(), &[]);
-        assert_eq!(
-            until(&lock),
-            Some(500),
-            "a drain begun before the exit does not count"
-        );
-        let now = lock.read().unwrap().generation;
-        update_routes(&lock, (1, now), HashMap::new(), &[]);
-        update_routes(&lock, (0, now), HashMap::new(), &[]);
-        assert_eq!(until(&lock), Some(500), "ring 2 not drained since");
-        update_routes(&lock, (2, now), HashMap::new(), &[]);
+        assert_eq!(lock.read().unwrap().targets.of(10), Some(&[0][..]));
+        // The next drain began after the exit was seen.
+        let next = lock.read().unwrap().generation;
+        assert!(next > first);
+        update_routes(&lock, next, HashMap::new(), &[]);
         let routes = lock.into_inner().unwrap();
         assert!(routes.targets.of(10).is_none(), "every ring read past it");
         assert!(routes.exiting.is_empty());
         assert_eq!(routes.targets.of(11), Some(&[0][..]), "others untouched");
+    }
+
+    /// A drain that began before an exit was seen does not end its route.
+    #[test]
+    fn a_drain_begun_before_an_exit_keeps_its_route() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut routes = Routes {
+            all: vec![route(&tx, 1, 10)],
+            ..Routes::default()
+        };
+        routes.rebuild();
+        let lock = RwLock::new(routes);
+        update_routes(&lock, 0, HashMap::new(), &[(10, 500)]);
+        update_routes(&lock, 0, HashMap::new(), &[]);
+        assert_eq!(lock.read().unwrap().targets.of(10), Some(&[0][..]));
     }
 }

@@ -129,6 +129,65 @@ fn exec_resolves_frames_against_the_new_program() {
     assert_exclusive_adds_up(&p);
 }
 
+/// A child's samples count in every CPU's ring, whichever ring holds its
+/// fork and exit records: children that
+/// live less than a drain period, each with two busy threads, are sampled
+/// for all of their CPU time (within 10 %: this CPU time is not an exact
+/// count of periods on a VM), in frame-pointer (system-wide rings) and
+/// stack-copy (rings on the target) sessions.
+#[test]
+fn short_lived_children_are_sampled_on_every_cpu() {
+    let h = Harness::start();
+    let kids = build_workload("kids");
+    for unwind in ["fp", "dwarf"] {
+        for run in 0..2 {
+            let out = h.daemon.profctl(&[
+                "run",
+                "--children",
+                "--unwind",
+                unwind,
+                "--format",
+                "json",
+                "--",
+                path_str(&kids),
+                "6",
+                "0.15",
+            ]);
+            let p = Profile::parse(&out);
+            let cpu_s: f64 = out
+                .stderr
+                .lines()
+                .find_map(|l| l.strip_prefix("children_cpu_s "))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no children_cpu_s line:\n{}", out.describe()));
+            assert_eq!(p.processes.len(), 7, "{:?}", p.processes);
+            let children: u64 = p.processes[1..].iter().map(|c| c.samples).sum();
+            let expected = cpu_s * f64::from(p.frequency_hz);
+            assert!(
+                children as f64 >= 0.9 * expected,
+                "{unwind} run {run}: children's samples {children}, {expected:.0} expected \
+                 for {cpu_s} s of CPU at {} Hz: {:?}",
+                p.frequency_hz,
+                p.processes
+            );
+            let sum: u64 = p.processes.iter().map(|c| c.samples).sum();
+            assert_eq!(
+                sum, p.totals.attributed,
+                "{unwind} run {run}: per-process samples add up: {:?}",
+                p.processes
+            );
+            let parent = p.processes[0].pid;
+            assert!(
+                p.processes[1..]
+                    .iter()
+                    .all(|c| c.exited && c.ppid == parent),
+                "{unwind} run {run}: every child forked by {parent} and seen exiting: {:?}",
+                p.processes
+            );
+        }
+    }
+}
+
 /// With --children the processes the target forks are profiled too, with
 /// samples per process; without it they are discarded.
 #[test]

@@ -517,31 +517,70 @@ impl PerfEvent {
         self.base.cast()
     }
 
-    /// Hand every complete record in the ring to `f`, then release the space
-    /// to the kernel (one data_tail store per call). Returns the bytes read.
-    pub fn drain(&mut self, mut f: impl FnMut(Result<Record<'_>, ParseError>)) -> u64 {
+    /// The ring's data_head and data_tail, as atomics.
+    fn positions(&self) -> (&AtomicU64, &AtomicU64) {
         let hdr = self.header();
         // SAFETY: data_head/data_tail are naturally aligned u64 fields of the
-        // live metadata page; the kernel writes data_head, we write
-        // data_tail. Viewing them as AtomicU64 gives the required ordering.
-        let (head_atomic, tail_atomic) = unsafe {
+        // live metadata page, mapped as long as `self`; the kernel writes
+        // data_head, we write data_tail. Viewing them as AtomicU64 gives the
+        // required ordering.
+        unsafe {
             (
                 AtomicU64::from_ptr(std::ptr::addr_of_mut!((*hdr).data_head)),
                 AtomicU64::from_ptr(std::ptr::addr_of_mut!((*hdr).data_tail)),
             )
-        };
-        let head = head_atomic.load(Ordering::Acquire);
-        let start = tail_atomic.load(Ordering::Relaxed);
+        }
+    }
+
+    /// Where the kernel has written up to: records before it are complete.
+    pub fn head(&self) -> u64 {
+        self.positions().0.load(Ordering::Acquire)
+    }
+
+    /// Walk the complete records up to `head` (from [`head`](Self::head)),
+    /// calling `f(type, misc, body)`; returns the tail at the start and the
+    /// tail after them. The space is not released.
+    fn walk(&mut self, head: u64, f: impl FnMut(u32, u16, &[u8])) -> (u64, u64) {
+        let start = self.positions().1.load(Ordering::Relaxed);
         // SAFETY: the data area [data_offset, data_offset + data_size) lies
         // inside our mapping. Bytes in [tail, head) are complete records the
-        // kernel will not touch until we advance data_tail (after this call).
+        // kernel will not touch until we advance data_tail.
         let data =
             unsafe { std::slice::from_raw_parts(self.base.add(self.data_offset), self.data_size) };
-        let tail = walk_ring(data, start, head, &mut self.scratch, |kind, misc, body| {
-            f(record::parse(&self.layout, kind, misc, body))
+        (start, walk_ring(data, start, head, &mut self.scratch, f))
+    }
+
+    /// Hand every complete record up to `head` to `f`, then release the
+    /// space to the kernel (one data_tail store per call). Returns the bytes
+    /// read.
+    pub fn drain_to(
+        &mut self,
+        head: u64,
+        mut f: impl FnMut(Result<Record<'_>, ParseError>),
+    ) -> u64 {
+        let layout = self.layout;
+        let (start, tail) = self.walk(head, |kind, misc, body| {
+            f(record::parse(&layout, kind, misc, body))
         });
-        tail_atomic.store(tail, Ordering::Release);
+        self.positions().1.store(tail, Ordering::Release);
         tail.wrapping_sub(start)
+    }
+
+    /// [`drain_to`](Self::drain_to) the current head.
+    pub fn drain(&mut self, f: impl FnMut(Result<Record<'_>, ParseError>)) -> u64 {
+        let head = self.head();
+        self.drain_to(head, f)
+    }
+
+    /// Hand the fork, exit and comm records up to `head` to `f`, leaving
+    /// every record in the ring (a drain reads them again).
+    pub fn scan_tasks(&mut self, head: u64, mut f: impl FnMut(Result<Record<'_>, ParseError>)) {
+        let layout = self.layout;
+        self.walk(head, |kind, misc, body| {
+            if record::is_task(kind) {
+                f(record::parse(&layout, kind, misc, body));
+            }
+        });
     }
 }
 

@@ -170,6 +170,15 @@ fn check_sample_type(sample_type: u64) -> Res<()> {
     Ok(())
 }
 
+/// Whether records of type `kind` fork, end or rename a task (fork, exit,
+/// comm): what a drain reads from every ring before routing any record.
+pub fn is_task(kind: u32) -> bool {
+    matches!(
+        kind,
+        sys::PERF_RECORD_FORK | sys::PERF_RECORD_EXIT | sys::PERF_RECORD_COMM
+    )
+}
+
 /// One parsed record; slices borrow from the body passed to [`parse`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
@@ -244,6 +253,31 @@ impl<'a> Sample<'a> {
     /// The cpumode part of `misc` (`PERF_RECORD_MISC_KERNEL`, `..._USER`, ...).
     pub fn cpumode(&self) -> u16 {
         self.misc & MISC_CPUMODE_MASK
+    }
+}
+
+#[cfg(test)]
+impl Sample<'static> {
+    /// A sample of `pid` at perf time `time` with an ip and no stacks, for
+    /// the tests of what consumes samples.
+    pub fn at(pid: u32, time: u64, ip: u64) -> Sample<'static> {
+        Sample {
+            misc: 0,
+            identifier: None,
+            ip: Some(ip),
+            pid,
+            tid: pid,
+            time: Some(time),
+            addr: None,
+            id: None,
+            stream_id: None,
+            cpu: None,
+            period: None,
+            callchain: &[],
+            regs_user_abi: 0,
+            regs_user: &[],
+            stack_user: &[],
+        }
     }
 }
 

@@ -1,6 +1,6 @@
-//! Demultiplexing one ring's records to sessions: which sessions each process
-//! is routed to ([`Targets`]), the per-ring state kept from drain to drain
-//! ([`Demux`]), and the [`Batch`] each session gets per drain. No perf fd,
+//! Demultiplexing a group's records to sessions: which sessions each process
+//! is routed to ([`Targets`]), the state kept from drain to drain
+//! ([`Demux`]), and the [`Batch`]es each session gets per drain. No perf fd,
 //! no channels: records come in, batches go to a callback.
 use crate::maps::{Backing, Mapping};
 use crate::perf::record::{is_context_marker, ParseError, Record, CONTEXT_USER};
@@ -409,14 +409,24 @@ pub struct Drained {
     /// Records that could not be parsed.
     pub errors: u64,
     /// Processes forked during the drain by processes of sessions that
-    /// follow children: child → those sessions. They need routes.
-    pub forked: HashMap<u32, Vec<usize>>,
+    /// follow children: child → (perf time of the fork, those sessions).
+    /// They need routes.
+    pub forked: HashMap<u32, (u64, Vec<usize>)>,
     /// Routed processes that exited during the drain, with the perf time
     /// of their exit: their routes go once every ring is read past it.
     pub exited: Vec<(u32, u64)>,
 }
 
-/// One ring's demultiplexing state, kept from drain to drain: the sessions'
+/// A fork, exit or exec record, read from every ring before any record is
+/// routed (see [`Drain::task`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Task {
+    Fork { parent: u32 },
+    Exit,
+    Exec,
+}
+
+/// A group's demultiplexing state, kept from drain to drain: the sessions'
 /// batches, with buffers that come back to it once applied.
 #[derive(Debug)]
 pub struct Demux {
@@ -426,9 +436,13 @@ pub struct Demux {
     chain: Vec<u64>,
     /// One per session; between drains each is empty.
     batches: Vec<Batch>,
+    /// Per session, a batch for each exec of its processes in the drain,
+    /// with the exec's perf time, in time order: each holds the records
+    /// from its exec to the next.
+    execs: Vec<Vec<(u64, Batch)>>,
     pool: BatchPool,
-    /// Samples already delivered to each session in a batch cut at an exec.
-    sent_early: Vec<u64>,
+    /// The drain's fork, exit and exec records: (perf time, process, what).
+    tasks: Vec<(u64, u32, Task)>,
     counts: Drained,
 }
 
@@ -441,15 +455,19 @@ impl Demux {
             max_stack: max_stack(),
             chain: Vec::new(),
             batches: Vec::new(),
+            execs: Vec::new(),
             pool,
-            sent_early: Vec::new(),
+            tasks: Vec::new(),
             counts: Drained::default(),
         }
     }
 
-    /// Start a drain routed by `targets`: each record goes to
-    /// [`Drain::record`], then [`Drain::finish`] delivers the batches to
-    /// `deliver(session, batch)`.
+    /// Start a drain routed by `targets`: the fork, exit and exec records of
+    /// every ring go to [`Drain::task`], then [`Drain::resolve`]; then every
+    /// record of every ring goes to [`Drain::record`], and [`Drain::finish`]
+    /// delivers the batches to `deliver(session, batch)`. The rings are read
+    /// one after the other, not in time order: what a record belongs to is
+    /// decided by its time against the forks, exits and execs of all rings.
     pub fn begin<'a, F: FnMut(usize, Batch)>(
         &'a mut self,
         targets: &'a Targets,
@@ -463,8 +481,9 @@ impl Demux {
                 *batch = self.pool.take();
             }
         }
-        self.sent_early.clear();
-        self.sent_early.resize(n, 0);
+        self.execs.truncate(n);
+        self.execs.resize_with(n, Vec::new);
+        self.tasks.clear();
         self.counts = Drained::default();
         Drain {
             demux: self,
@@ -487,12 +506,69 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
         self.demux.counts.lost
     }
 
-    /// Route one record (a batch cut at an exec is delivered at once).
+    /// Note a fork, exit or exec record, before any record is routed (parse
+    /// errors are counted when the record itself is routed).
+    pub fn task(&mut self, record: Result<Record<'_>, ParseError>) {
+        let task = match record {
+            Ok(Record::Fork(t)) if t.pid != t.ppid => {
+                (t.time, t.pid, Task::Fork { parent: t.ppid })
+            }
+            Ok(Record::Exit(t)) if t.pid == t.tid => (t.time, t.pid, Task::Exit),
+            Ok(Record::Comm(c)) if c.exec && c.pid == c.tid => {
+                (c.sample_id.time.unwrap_or(0), c.pid, Task::Exec)
+            }
+            _ => return,
+        };
+        self.demux.tasks.push(task);
+    }
+
+    /// After every ring's [`task`](Self::task) records: in time order, the
+    /// processes forked by routed ones that their sessions follow (a child's
+    /// own children too), the routed processes that exited and when, and a
+    /// batch for each exec of a routed process.
+    pub fn resolve(&mut self) {
+        let d = &mut *self.demux;
+        let c = &mut d.counts;
+        let by_pid = &self.targets.by_pid;
+        d.tasks.sort_unstable();
+        for &(time, pid, task) in &d.tasks {
+            match task {
+                Task::Fork { parent } => {
+                    let Some(targets) = route(by_pid, &c.forked, &c.exited, parent, Some(time))
+                    else {
+                        continue;
+                    };
+                    let follow: Vec<usize> = targets
+                        .iter()
+                        .copied()
+                        .filter(|&i| self.targets.children[i])
+                        .collect();
+                    if !follow.is_empty() {
+                        // A process that had this pid before is gone.
+                        c.exited.retain(|&(p, _)| p != pid);
+                        c.forked.insert(pid, (time, follow));
+                    }
+                }
+                Task::Exit => {
+                    if route(by_pid, &c.forked, &c.exited, pid, Some(time)).is_some() {
+                        c.exited.push((pid, time));
+                    }
+                }
+                Task::Exec => {
+                    for &i in route(by_pid, &c.forked, &c.exited, pid, Some(time)).unwrap_or(&[]) {
+                        d.execs[i].push((time, d.pool.take()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Route one record to the batch of its sessions that covers its time.
     pub fn record(&mut self, record: Result<Record<'_>, ParseError>) {
         let d = &mut *self.demux;
         let by_pid = &self.targets.by_pid;
         let c = &mut d.counts;
-        let batches = &mut d.batches;
+        let (batches, execs) = (&mut d.batches, &mut d.execs);
         match record {
             Ok(Record::Sample(s)) => {
                 c.seen += 1;
@@ -511,7 +587,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     d.chain.clear();
                     d.chain.extend(s.callchain());
                     for &i in targets {
-                        let b = &mut batches[i];
+                        let b = batch(&mut batches[i], &mut execs[i], s.time);
                         let n = push_stack(
                             &mut b.frames,
                             &d.chain,
@@ -534,7 +610,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 {
                     let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
                     for &i in targets {
-                        batches[i].mappings.push((m.pid, mapping.clone()));
+                        batch(&mut batches[i], &mut execs[i], m.sample_id.time)
+                            .mappings
+                            .push((m.pid, mapping.clone()));
                     }
                 }
             }
@@ -544,48 +622,33 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 {
                     let name = String::from_utf8_lossy(cm.comm).into_owned();
                     for &i in targets {
+                        // An exec's own batch starts with it (see `resolve`).
+                        let b = batch(&mut batches[i], &mut execs[i], cm.sample_id.time);
                         if cm.exec && cm.pid == cm.tid {
-                            // The samples before the exec go in a batch of
-                            // their own: they belong to the old program.
-                            let mut before = std::mem::replace(&mut batches[i], d.pool.take());
-                            before.seen = before.ends.len() as u64;
-                            d.sent_early[i] += before.seen;
-                            if !before.is_empty() {
-                                before.pool = Some(d.pool.clone());
-                                (self.deliver)(i, before);
-                            }
-                            batches[i].exec = Some((cm.pid, name.clone()));
+                            b.exec = Some((cm.pid, name.clone()));
                         }
-                        batches[i].comms.push((cm.tid, name.clone()));
+                        b.comms.push((cm.tid, name.clone()));
                     }
                 }
             }
             Ok(Record::Fork(t)) if t.pid != t.ppid => {
-                if let Some(targets) = route(by_pid, &c.forked, &c.exited, t.ppid, Some(t.time)) {
-                    let follow: Vec<usize> = targets
-                        .iter()
-                        .copied()
-                        .filter(|&i| self.targets.children[i])
-                        .collect();
-                    for &i in &follow {
-                        batches[i].forks.push((t.pid, t.ppid));
-                    }
-                    if !follow.is_empty() {
-                        c.exited.retain(|&(p, _)| p != t.pid);
-                        c.forked.insert(t.pid, follow);
+                if let Some((time, follow)) = c.forked.get(&t.pid) {
+                    if *time == t.time {
+                        for &i in follow {
+                            batch(&mut batches[i], &mut execs[i], Some(t.time))
+                                .forks
+                                .push((t.pid, t.ppid));
+                        }
                     }
                 }
             }
             Ok(Record::Exit(t)) if t.pid == t.tid => {
-                if let Some(targets) =
-                    route(by_pid, &c.forked, &c.exited, t.pid, Some(t.time)).map(<[usize]>::to_vec)
-                {
-                    for i in targets {
-                        batches[i].exits.push(t.pid);
+                if let Some(targets) = route(by_pid, &c.forked, &c.exited, t.pid, Some(t.time)) {
+                    for &i in targets {
+                        batch(&mut batches[i], &mut execs[i], Some(t.time))
+                            .exits
+                            .push(t.pid);
                     }
-                    // A child forked in this drain keeps its entry: it gets
-                    // a route until every ring is read past its exit.
-                    c.exited.push((t.pid, t.time));
                 }
             }
             Ok(Record::Lost(l)) => c.lost += l.lost,
@@ -598,15 +661,29 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
         }
     }
 
-    /// End the drain: every session's batch that holds anything goes to
-    /// `deliver`, with `lost` samples lost on the ring since the last drain
-    /// (the kernel's own count where it keeps one, else
+    /// End the drain: every session's batches that hold anything go to
+    /// `deliver` in time order (the one before its first exec, then one per
+    /// exec), the last with `lost` samples lost on the rings since the last
+    /// drain (the kernel's own count where it keeps one, else
     /// [`lost_records`](Self::lost_records)). Returns what the drain saw.
     pub fn finish(mut self, lost: u64) -> Drained {
         let d = &mut *self.demux;
         d.counts.lost = lost;
-        for (i, batch) in d.batches.iter_mut().enumerate() {
-            batch.seen = d.counts.seen - d.sent_early[i];
+        for (i, (batch, execs)) in d.batches.iter_mut().zip(&mut d.execs).enumerate() {
+            let mut seen = d.counts.seen;
+            for (_, next) in execs.drain(..) {
+                let mut before = std::mem::replace(batch, next);
+                // Only the last batch counts the samples of other processes.
+                before.seen = before.ends.len() as u64;
+                seen -= before.seen;
+                before.pool = Some(d.pool.clone());
+                if before.is_empty() {
+                    before.recycle();
+                } else {
+                    (self.deliver)(i, before);
+                }
+            }
+            batch.seen = seen;
             batch.lost = lost;
             batch.throttled = d.counts.throttles;
             if !batch.is_empty() {
@@ -618,23 +695,45 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
     }
 }
 
+/// The batch of a session that covers perf time `time`: the one of its last
+/// exec at or before it, else the one before its first exec.
+#[inline]
+fn batch<'b>(
+    first: &'b mut Batch,
+    execs: &'b mut [(u64, Batch)],
+    time: Option<u64>,
+) -> &'b mut Batch {
+    let time = time.unwrap_or(0);
+    match execs.iter().rposition(|&(at, _)| at <= time) {
+        Some(k) => &mut execs[k].1,
+        None => first,
+    }
+}
+
 /// The sessions (batch indices) a process's record of perf time `time` goes
 /// to: routed before this drain (and the record not after the process's
-/// exit), or forked during it, and not exited earlier in this ring.
+/// exit), or forked during it (and the record not before the fork), and the
+/// record not after an exit of the process in this drain.
 #[inline]
 fn route<'a>(
     by_pid: &'a foldhash::HashMap<u32, (u64, Vec<usize>)>,
-    forked: &'a HashMap<u32, Vec<usize>>,
+    forked: &'a HashMap<u32, (u64, Vec<usize>)>,
     exited: &[(u32, u64)],
     pid: u32,
     time: Option<u64>,
 ) -> Option<&'a [usize]> {
+    let time = time.unwrap_or(0);
     let routed = by_pid
         .get(&pid)
-        .filter(|(until, _)| time.unwrap_or(0) <= *until)
+        .filter(|(until, _)| time <= *until)
         .map(|(_, sessions)| sessions);
-    let targets = routed.or_else(|| forked.get(&pid))?;
-    (!exited.iter().any(|&(p, _)| p == pid)).then_some(targets.as_slice())
+    let targets = routed.or_else(|| {
+        forked
+            .get(&pid)
+            .filter(|(at, _)| *at <= time)
+            .map(|(_, sessions)| sessions)
+    })?;
+    (!exited.iter().any(|&(p, end)| p == pid && time > end)).then_some(targets.as_slice())
 }
 
 #[cfg(test)]
@@ -721,8 +820,120 @@ mod tests {
         assert_eq!(route(&t.by_pid, &none, &[], 11, Some(501)), Some(&[0][..]));
         assert_eq!(
             route(&t.by_pid, &none, &[(11, 400)], 11, Some(300)),
+            Some(&[0][..]),
+            "before an exit seen in this drain"
+        );
+        assert_eq!(
+            route(&t.by_pid, &none, &[(11, 400)], 11, Some(401)),
             None,
-            "exited earlier in this ring"
+            "after it"
+        );
+        let forked = HashMap::from([(12, (600, vec![0]))]);
+        assert_eq!(
+            route(&t.by_pid, &forked, &[], 12, Some(600)),
+            Some(&[0][..])
+        );
+        assert_eq!(
+            route(&t.by_pid, &forked, &[], 12, Some(599)),
+            None,
+            "an earlier process with the pid of a child forked in this drain"
+        );
+    }
+
+    type Rec = Result<Record<'static>, ParseError>;
+
+    fn sample(pid: u32, time: u64) -> Rec {
+        Ok(Record::Sample(crate::perf::record::Sample::at(
+            pid,
+            time,
+            0x1000 + time,
+        )))
+    }
+
+    fn fork(pid: u32, ppid: u32, time: u64) -> Rec {
+        Ok(Record::Fork(crate::perf::record::Task {
+            pid,
+            ppid,
+            tid: pid,
+            ptid: ppid,
+            time,
+            sample_id: Default::default(),
+        }))
+    }
+
+    fn exec(pid: u32, time: u64, name: &'static str) -> Rec {
+        Ok(Record::Comm(crate::perf::record::Comm {
+            pid,
+            tid: pid,
+            comm: name.as_bytes(),
+            exec: true,
+            sample_id: crate::perf::record::SampleId {
+                time: Some(time),
+                ..Default::default()
+            },
+        }))
+    }
+
+    /// One drain of `rings` (read one after the other, as the sampler does):
+    /// the batches delivered, in order, and what the drain saw.
+    fn drain(targets: &Targets, rings: &[Vec<Rec>]) -> (Vec<(usize, Batch)>, Drained) {
+        let mut demux = Demux::new(false, BatchPool::default());
+        let mut out = Vec::new();
+        let mut drain = demux.begin(targets, |i, batch| out.push((i, batch)));
+        for record in rings.iter().flatten() {
+            drain.task(record.clone());
+        }
+        drain.resolve();
+        for record in rings.iter().flatten() {
+            drain.record(record.clone());
+        }
+        let d = drain.finish(0);
+        (out, d)
+    }
+
+    /// Perf times of a batch's samples (their ips were 0x1000 + time).
+    fn times(batch: &Batch) -> Vec<u64> {
+        batch.samples().map(|s| s.frames[0] - 0x1000).collect()
+    }
+
+    #[test]
+    fn a_childs_samples_count_whichever_ring_holds_its_fork() {
+        let targets = Targets::new([(1, 10, true, u64::MAX)]);
+        let rings = [
+            // The child ran on this CPU; an earlier process with its pid too.
+            vec![sample(11, 50), sample(11, 200), sample(11, 210)],
+            // Its parent forked it on this one.
+            vec![fork(11, 10, 100), sample(10, 150)],
+        ];
+        let (out, d) = drain(&targets, &rings);
+        assert_eq!(out.len(), 1);
+        let batch = &out[0].1;
+        assert_eq!(times(batch), [200, 210, 150]);
+        assert_eq!(batch.forks, [(11, 10)]);
+        assert_eq!((batch.seen, d.seen, d.matched), (4, 4, 3));
+        assert_eq!(d.forked.get(&11), Some(&(100, vec![0])));
+    }
+
+    #[test]
+    fn records_go_to_the_batch_of_the_exec_they_follow_in_time() {
+        let targets = Targets::new([(1, 10, false, u64::MAX)]);
+        let rings = [
+            vec![sample(10, 300), sample(99, 310)],
+            vec![sample(10, 100), exec(10, 200, "new"), sample(10, 250)],
+        ];
+        let (out, _) = drain(&targets, &rings);
+        assert_eq!(out.len(), 2, "{out:?}");
+        let (before, after) = (&out[0].1, &out[1].1);
+        assert_eq!((times(before), before.exec.clone()), (vec![100], None));
+        assert_eq!(
+            (times(after), after.exec.clone()),
+            (vec![300, 250], Some((10, "new".to_string())))
+        );
+        assert_eq!(after.comms, [(10, "new".to_string())]);
+        assert_eq!(
+            (before.seen, after.seen),
+            (1, 3),
+            "the last batch counts the other processes' samples"
         );
     }
 

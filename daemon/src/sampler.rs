@@ -43,8 +43,8 @@ struct Route {
     /// Follow the processes `pid` forks (each gets a route of its own).
     children: bool,
     /// The perf time of the process's exit once a ring showed it
-    /// (`u64::MAX` before): the route stays until every ring was read past
-    /// it, for the samples the other CPUs took before it.
+    /// (`u64::MAX` before): the route stays until the next drain, for the
+    /// samples the other CPUs took before it.
     until: u64,
     tx: mpsc::UnboundedSender<Batch>,
 }
@@ -594,7 +594,7 @@ mod tests {
         assert!(next > first);
         update_routes(&lock, next, HashMap::new(), &[]);
         let routes = lock.into_inner().unwrap();
-        assert!(routes.targets.of(10).is_none(), "every ring read past it");
+        assert!(routes.targets.of(10).is_none(), "gone after the next drain");
         assert!(routes.exiting.is_empty());
         assert_eq!(routes.targets.of(11), Some(&[0][..]), "others untouched");
     }

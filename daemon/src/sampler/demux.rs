@@ -413,7 +413,7 @@ pub struct Drained {
     /// They need routes.
     pub forked: HashMap<u32, (u64, Vec<usize>)>,
     /// Routed processes that exited during the drain, with the perf time
-    /// of their exit: their routes go once every ring is read past it.
+    /// of their exit: their routes go after the next drain.
     pub exited: Vec<(u32, u64)>,
 }
 

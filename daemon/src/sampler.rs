@@ -49,16 +49,6 @@ struct Route {
     tx: mpsc::UnboundedSender<Batch>,
 }
 
-/// A process a drain showed exiting, whose routes stay until the next drain:
-/// a sample taken before the exit on another CPU may have been written to
-/// its ring after this drain read that ring's head.
-struct Exiting {
-    pid: u32,
-    until: u64,
-    /// [`Routes::generation`] when it was seen.
-    generation: u64,
-}
-
 #[derive(Default)]
 struct Routes {
     /// One route per (session, process).
@@ -68,17 +58,10 @@ struct Routes {
     sessions: Vec<Route>,
     /// The sessions (indices into `sessions`) each process is routed to.
     targets: Targets,
-    /// Exited processes whose routes are kept for now.
-    exiting: Vec<Exiting>,
-    /// Counts the exits seen: a drain that began at generation `g` reads past
-    /// the exits seen up to `g`.
-    generation: u64,
 }
 
 impl Routes {
     fn rebuild(&mut self) {
-        let all = &self.all;
-        self.exiting.retain(|e| all.iter().any(|r| r.pid == e.pid));
         self.sessions.clear();
         let mut slot: HashMap<u64, usize> = HashMap::new();
         for r in &self.all {
@@ -435,7 +418,7 @@ fn drain(
     exact: bool,
 ) {
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
-    let (generation, exiting) = (guard.generation, !guard.exiting.is_empty());
+    let exiting = guard.all.iter().any(|r| r.until != u64::MAX);
     let sessions = &guard.sessions;
     let mut drain = demux.begin(&guard.targets, |i, batch| {
         let _ = sessions[i].tx.send(batch);
@@ -457,7 +440,7 @@ fn drain(
     let d = drain.finish(lost);
     drop(guard);
     if !d.forked.is_empty() || !d.exited.is_empty() || exiting {
-        update_routes(routes, generation, d.forked, &d.exited);
+        update_routes(routes, d.forked, &d.exited);
     }
     counters.samples.fetch_add(d.seen, Ordering::Relaxed);
     counters.attributed.fetch_add(d.matched, Ordering::Relaxed);
@@ -473,24 +456,23 @@ fn drain(
     counters.bytes_read.fetch_add(bytes_read, Ordering::Relaxed);
 }
 
-/// After a drain that began at `generation`: give forked children routes of
-/// their own (to the sessions following their parent), end the routes of
-/// exited processes at their exit time, and drop them after the next drain.
-/// Until then the other CPUs' samples of the process, taken before its exit
-/// but read later, still reach its sessions; a process that later gets its
-/// pid is never taken for it.
+/// After a drain: drop the routes ended by an earlier drain, give forked
+/// children routes of their own (to the sessions following their parent),
+/// and end the routes of exited processes at their exit time. An ended
+/// route stays until the next drain: a sample taken before the exit on
+/// another CPU may have been written to its ring after this drain read that
+/// ring's head. A process that later gets its pid is never taken for it.
 fn update_routes(
     routes: &RwLock<Routes>,
-    generation: u64,
     forked: HashMap<u32, (u64, Vec<usize>)>,
     exited: &[(u32, u64)],
 ) {
     let mut routes = routes.write().unwrap_or_else(|e| e.into_inner());
     let routes = &mut *routes;
+    // Ended before this drain began: it read every ring past their exit.
+    routes.all.retain(|r| r.until == u64::MAX);
     let mut add = Vec::new();
     for (pid, (_, indices)) in forked {
-        // A new process with the pid of one still exiting replaces it.
-        routes.all.retain(|r| r.pid != pid || r.until == u64::MAX);
         for i in indices {
             if let Some(session) = routes.sessions.get(i) {
                 add.push(Route {
@@ -502,27 +484,10 @@ fn update_routes(
         }
     }
     routes.all.extend(add);
-    // Exits seen before this drain began: it read every ring past them.
-    let done: Vec<(u32, u64)> = routes
-        .exiting
-        .extract_if(.., |e| e.generation <= generation)
-        .map(|e| (e.pid, e.until))
-        .collect();
-    routes.all.retain(|r| {
-        !done
-            .iter()
-            .any(|&(pid, until)| r.pid == pid && r.until == until)
-    });
     for &(pid, until) in exited {
-        routes.generation += 1;
         for r in routes.all.iter_mut().filter(|r| r.pid == pid) {
             r.until = r.until.min(until);
         }
-        routes.exiting.push(Exiting {
-            pid,
-            until,
-            generation: routes.generation,
-        });
     }
     routes.rebuild();
 }
@@ -558,7 +523,7 @@ mod tests {
         assert_eq!(routes.targets.of(10), Some(&[0, 1][..]));
         assert_eq!(routes.targets.of(11), Some(&[0][..]));
         let lock = RwLock::new(routes);
-        update_routes(&lock, 0, HashMap::from([(13, (100, vec![1]))]), &[]);
+        update_routes(&lock, HashMap::from([(13, (100, vec![1]))]), &[]);
         let routes = lock.into_inner().unwrap();
         assert_eq!(
             routes.targets.of(13),
@@ -585,32 +550,14 @@ mod tests {
             r.all.iter().find(|r| r.pid == 10).map(|r| r.until)
         };
         // A drain shows pid 10 exiting at perf time 500.
-        let first = lock.read().unwrap().generation;
-        update_routes(&lock, first, HashMap::new(), &[(10, 500)]);
+        update_routes(&lock, HashMap::new(), &[(10, 500)]);
         assert_eq!(until(&lock), Some(500), "ended at its exit, kept");
         assert_eq!(lock.read().unwrap().targets.of(10), Some(&[0][..]));
-        // The next drain began after the exit was seen.
-        let next = lock.read().unwrap().generation;
-        assert!(next > first);
-        update_routes(&lock, next, HashMap::new(), &[]);
+        // The next drain.
+        update_routes(&lock, HashMap::new(), &[]);
         let routes = lock.into_inner().unwrap();
         assert!(routes.targets.of(10).is_none(), "gone after the next drain");
-        assert!(routes.exiting.is_empty());
+        assert!(routes.all.iter().all(|r| r.until == u64::MAX));
         assert_eq!(routes.targets.of(11), Some(&[0][..]), "others untouched");
-    }
-
-    /// A drain that began before an exit was seen does not end its route.
-    #[test]
-    fn a_drain_begun_before_an_exit_keeps_its_route() {
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let mut routes = Routes {
-            all: vec![route(&tx, 1, 10)],
-            ..Routes::default()
-        };
-        routes.rebuild();
-        let lock = RwLock::new(routes);
-        update_routes(&lock, 0, HashMap::new(), &[(10, 500)]);
-        update_routes(&lock, 0, HashMap::new(), &[]);
-        assert_eq!(lock.read().unwrap().targets.of(10), Some(&[0][..]));
     }
 }

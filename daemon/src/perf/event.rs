@@ -567,6 +567,7 @@ impl PerfEvent {
     }
 
     /// [`drain_to`](Self::drain_to) the current head.
+    #[cfg(test)]
     pub fn drain(&mut self, f: impl FnMut(Result<Record<'_>, ParseError>)) -> u64 {
         let head = self.head();
         self.drain_to(head, f)

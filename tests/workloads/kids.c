@@ -45,7 +45,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s COUNT SECONDS\n", argv[0]);
 		return 2;
 	}
-	(void)start;
 	for (int i = 0; i < count; i++) {
 		pid_t pid = fork();
 		int status;

@@ -35,7 +35,7 @@ static volatile unsigned long sink;
  * samples keep landing on the same points of the round. With the length
  * varied, the samples spread evenly over the round and each function's
  * share by construction holds on average. */
-static unsigned long vary(unsigned long n)
+static __attribute__((unused)) unsigned long vary(unsigned long n)
 {
 	static unsigned long x = 88172645463325252UL;
 
@@ -55,7 +55,7 @@ static double now_s(void)
 
 /* Parses argv: the runtime in seconds, and `--ready` to print one line on
  * stdout once the workload is about to start spinning. Returns the deadline. */
-static double start(int argc, char **argv)
+static __attribute__((unused)) double start(int argc, char **argv)
 {
 	double seconds;
 	char *end;

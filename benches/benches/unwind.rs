@@ -20,9 +20,8 @@ fn unwind(c: &mut Criterion<ThreadCpu>) {
     let [ip, sp, bp] = copy.regs;
     let mut frames = Vec::with_capacity(256);
     let walk = unwinder.unwind(ip, sp, bp, &copy.stack, &mut frames);
-    assert_eq!(
-        walk,
-        Walk::Complete,
+    assert!(
+        matches!(walk, Walk::Complete { .. }),
         "the captured stack unwinds to main: {frames:x?}"
     );
     eprintln!("unwind: the captured stack has {} frames", frames.len());

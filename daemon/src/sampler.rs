@@ -9,7 +9,8 @@
 mod demux;
 
 pub use demux::{
-    push_stack, Batch, BatchPool, Demux, Drain, Drained, SampleView, Targets, BAD_USER_FRAME,
+    push_stack, Batch, BatchPool, Demux, Drain, Drained, SampleView, StackTops, Targets,
+    BAD_USER_FRAME,
 };
 
 use crate::perf::{EventKind, EventSpec, PerfError, PerfEvent, Target};

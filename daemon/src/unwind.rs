@@ -119,8 +119,10 @@ fn elf_data(path: &Path) -> Option<Arc<ElfUnwindData>> {
 /// How one stack walk ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Walk {
-    /// Reached the outermost frame.
-    Complete,
+    /// Reached the outermost frame, reading no stack at or above `reach`
+    /// (an address): the thread's other walks, all under the same outermost
+    /// frame, need no more of its stack either.
+    Complete { reach: u64 },
     /// Stopped early: the copy ended, unwind data was missing or wrong, or
     /// the depth limit was hit.
     Truncated,
@@ -188,9 +190,11 @@ impl Unwinder {
             out.push(ip);
             return Walk::Truncated;
         }
+        let mut reach = sp;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            reach = reach.max(addr + 8);
             Ok(u64::from_ne_bytes(bytes.try_into().map_err(|_| ())?))
         };
         let mut frames = self.inner.iter_frames(
@@ -200,18 +204,22 @@ impl Unwinder {
             &mut read_stack,
         );
         let mut n = 0;
-        loop {
+        let complete = loop {
             match frames.next() {
                 Ok(Some(frame)) => {
                     n += 1;
                     if n > MAX_FRAMES {
-                        return Walk::Truncated;
+                        break false;
                     }
                     out.push(frame.address_for_lookup());
                 }
-                Ok(None) => return Walk::Complete,
-                Err(_) => return Walk::Truncated,
+                Ok(None) => break true,
+                Err(_) => break false,
             }
+        };
+        match complete {
+            true => Walk::Complete { reach },
+            false => Walk::Truncated,
         }
     }
 }
@@ -391,8 +399,33 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(
             u.unwind(0x4444, 0x1000, 0, &[0u8; 16], &mut out),
-            Walk::Complete
+            Walk::Complete { reach: 0x1000 }
         );
         assert_eq!(out, vec![0x4444]);
+    }
+
+    #[test]
+    fn a_complete_walk_tells_how_far_up_the_stack_it_read() {
+        // The frame at bp = 0x1008 holds a zero caller bp and a return
+        // address at 0x1010..0x1018; the copy goes on to 0x1040.
+        let mut stack = vec![0xffu8; 64];
+        stack[8..16].copy_from_slice(&0u64.to_ne_bytes());
+        stack[16..24].copy_from_slice(&0x5555u64.to_ne_bytes());
+        let mut u = Unwinder::default();
+        let mut out = Vec::new();
+        let walk = u.unwind(0x4444, 0x1000, 0x1008, &stack, &mut out);
+        assert_eq!(out, vec![0x4444, 0x5554]);
+        assert_eq!(walk, Walk::Complete { reach: 0x1018 });
+        // The same walk over the copy cut at its reach is the same.
+        out.clear();
+        assert_eq!(
+            u.unwind(0x4444, 0x1000, 0x1008, &stack[..0x18], &mut out),
+            walk
+        );
+        assert_eq!(out, vec![0x4444, 0x5554]);
+        // Cut below it, the walk stops short.
+        out.clear();
+        let short = u.unwind(0x4444, 0x1000, 0x1008, &stack[..0x17], &mut out);
+        assert_eq!(short, Walk::Truncated);
     }
 }

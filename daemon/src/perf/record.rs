@@ -279,6 +279,20 @@ impl Sample<'static> {
             stack_user: &[],
         }
     }
+
+    /// This sample taken on thread `tid` with user registers bp = 0, `sp`,
+    /// ip = the sample's ip, and the stack copy `stack`.
+    pub fn copied(self, tid: u32, sp: u64, stack: &'static [u8]) -> Sample<'static> {
+        let regs = [0, sp, self.ip.unwrap_or(0)];
+        let regs: Vec<u8> = regs.iter().flat_map(|r| r.to_ne_bytes()).collect();
+        Sample {
+            tid,
+            regs_user_abi: 2,
+            regs_user: Vec::leak(regs),
+            stack_user: stack,
+            ..self
+        }
+    }
 }
 
 fn words(bytes: &[u8]) -> impl ExactSizeIterator<Item = u64> + '_ {

@@ -46,9 +46,64 @@ pub struct Batch {
     /// stack `i`'s copy ends in `user_stack`.
     pub user_stack: Vec<u8>,
     pub user_ends: Vec<u32>,
+    /// With stack copies, how far up each thread's stack its walks read,
+    /// for the session to tell (see [`StackTops`]).
+    pub tops: Option<StackTops>,
     /// The ring the batch came from, to give its buffers back to (see
     /// [`Batch::recycle`]).
     pub pool: Option<BatchPool>,
+}
+
+/// How far up each thread's stack its unwinding reads, learned from its
+/// complete walks: the copy of a sample's stack is cut there (plus
+/// [`StackTops::MARGIN`]), since every walk of a thread ends at the same
+/// outermost frame. A 16 KiB copy of a stack whose walks read 1 KiB is then
+/// 1.5 KiB taken out of the ring. Shared by a group's drains, which add
+/// each routed thread (unknown: nothing cut) and drop it when it exits or
+/// execs, and the sessions the batches go to, which raise a known thread's
+/// top after each complete walk and drop it after a walk that stops short
+/// (a thread that moved to another stack then has its next copies whole).
+#[derive(Clone, Debug, Default)]
+pub struct StackTops(Arc<Mutex<HashMap<u32, u64>>>);
+
+impl StackTops {
+    /// Bytes kept above a thread's top.
+    pub const MARGIN: u64 = 512;
+    /// Threads known at most; beyond, all are forgotten.
+    const MAX_THREADS: usize = 1 << 16;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, u64>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The part of thread `tid`'s stack copy `stack`, taken from `sp`,
+    /// that its walks read.
+    pub fn cut<'s>(&self, tid: u32, sp: u64, stack: &'s [u8]) -> &'s [u8] {
+        let mut tops = self.lock();
+        if tops.len() >= Self::MAX_THREADS && !tops.contains_key(&tid) {
+            tops.clear();
+        }
+        match *tops.entry(tid).or_insert(0) {
+            top if top > sp => {
+                let keep = (top - sp).saturating_add(Self::MARGIN);
+                &stack[..stack.len().min(usize::try_from(keep).unwrap_or(usize::MAX))]
+            }
+            _ => stack,
+        }
+    }
+
+    /// A walk of `tid` read its stack below `reach` and ended at the
+    /// outermost frame.
+    pub fn learn(&self, tid: u32, reach: u64) {
+        if let Some(top) = self.lock().get_mut(&tid) {
+            *top = (*top).max(reach);
+        }
+    }
+
+    /// `tid` exited, exec'd, or a walk of it stopped short.
+    pub fn forget(&self, tid: u32) {
+        self.lock().remove(&tid);
+    }
 }
 
 /// Emptied batches on their way back to the rings, so that the next drains
@@ -441,6 +496,7 @@ pub struct Demux {
     /// from its exec to the next.
     execs: Vec<Vec<(u64, Batch)>>,
     pool: BatchPool,
+    tops: StackTops,
     /// The drain's fork, exit and exec records: (perf time, process, what).
     tasks: Vec<(u64, u32, Task)>,
     counts: Drained,
@@ -457,6 +513,7 @@ impl Demux {
             batches: Vec::new(),
             execs: Vec::new(),
             pool,
+            tops: StackTops::default(),
             tasks: Vec::new(),
             counts: Drained::default(),
         }
@@ -582,7 +639,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                             (Some(ip), Some(sp), Some(bp)) => [ip, sp, bp],
                             _ => [0; 3],
                         };
-                        (regs, s.stack_user)
+                        (regs, d.tops.cut(s.tid, regs[1], s.stack_user))
                     });
                     d.chain.clear();
                     d.chain.extend(s.callchain());
@@ -627,6 +684,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         if cm.exec && cm.pid == cm.tid {
                             b.exec = Some((cm.pid, name.clone()));
                         }
+                        if cm.exec && d.stack_copy {
+                            d.tops.forget(cm.tid);
+                        }
                         b.comms.push((cm.tid, name.clone()));
                     }
                 }
@@ -642,7 +702,13 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     }
                 }
             }
-            Ok(Record::Exit(t)) if t.pid == t.tid => {
+            Ok(Record::Exit(t)) => {
+                if d.stack_copy {
+                    d.tops.forget(t.tid);
+                }
+                if t.pid != t.tid {
+                    return;
+                }
                 if let Some(targets) = route(by_pid, &c.forked, &c.exited, t.pid, Some(t.time)) {
                     for &i in targets {
                         batch(&mut batches[i], &mut execs[i], Some(t.time))
@@ -677,6 +743,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 before.seen = before.ends.len() as u64;
                 seen -= before.seen;
                 before.pool = Some(d.pool.clone());
+                before.tops = d.stack_copy.then(|| d.tops.clone());
                 if before.is_empty() {
                     before.recycle();
                 } else {
@@ -688,6 +755,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
             batch.throttled = d.counts.throttles;
             if !batch.is_empty() {
                 batch.pool = Some(d.pool.clone());
+                batch.tops = d.stack_copy.then(|| d.tops.clone());
                 (self.deliver)(i, std::mem::take(batch));
             }
         }
@@ -935,6 +1003,68 @@ mod tests {
             (1, 3),
             "the last batch counts the other processes' samples"
         );
+    }
+
+    #[test]
+    fn stack_copies_are_cut_above_the_top_their_threads_walks_reach() {
+        let targets = Targets::new([(1, 10, false, u64::MAX)]);
+        let stack: &'static [u8] = Vec::leak(vec![7u8; 4096]);
+        let sp = 0x7fff_0000_0000;
+        let copied = |tid: u32, time: u64| -> Rec {
+            let s = crate::perf::record::Sample::at(10, time, 0x1000 + time);
+            Ok(Record::Sample(s.copied(tid, sp, stack)))
+        };
+        let exit = |tid: u32, time: u64| -> Rec {
+            Ok(Record::Exit(crate::perf::record::Task {
+                pid: 10,
+                ppid: 1,
+                tid,
+                ptid: 1,
+                time,
+                sample_id: Default::default(),
+            }))
+        };
+        let mut demux = Demux::new(true, BatchPool::default());
+        let shared = demux.tops.clone();
+        let mut drain = |records: &[Rec]| -> Vec<usize> {
+            let mut out = Vec::new();
+            let mut d = demux.begin(&targets, |_, batch| out.push(batch));
+            for record in records {
+                d.record(record.clone());
+            }
+            d.finish(0);
+            let batch = out.pop().expect("a batch");
+            let tops = batch.tops.clone().expect("stack copies come with the tops");
+            let lens = batch.samples().map(|s| s.user.unwrap().1.len()).collect();
+            // What the session's walks found: thread 10 reads 100 bytes up,
+            // thread 11 200; thread 12 was never routed.
+            tops.learn(10, sp + 100);
+            tops.learn(11, sp + 200);
+            tops.learn(12, sp + 300);
+            lens
+        };
+        let margin = StackTops::MARGIN as usize;
+        assert_eq!(
+            drain(&[copied(10, 1), copied(11, 2)]),
+            [4096, 4096],
+            "unknown: whole"
+        );
+        assert_eq!(
+            drain(&[copied(10, 3), copied(11, 4), copied(12, 5)]),
+            [100 + margin, 200 + margin, 4096]
+        );
+        // Thread 11 exits; a thread 11 after it is unknown again.
+        assert_eq!(
+            drain(&[exit(11, 6), copied(11, 7), copied(10, 8)]),
+            [4096, 100 + margin]
+        );
+        // A walk of thread 10 stopped short: its next copy is whole.
+        shared.forget(10);
+        assert_eq!(drain(&[copied(10, 9)]), [4096]);
+        // A stack pointer above the top (on another stack): nothing cut.
+        let above = crate::perf::record::Sample::at(10, 10, 0x1000);
+        let above: Rec = Ok(Record::Sample(above.copied(10, sp + 0x1000, stack)));
+        assert_eq!(drain(&[above, copied(10, 11)]), [4096, 100 + margin]);
     }
 
     #[test]

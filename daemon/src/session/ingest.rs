@@ -175,10 +175,18 @@ impl Ingest {
                 scratch.extend_from_slice(sample.frames);
                 if let Some(([ip, sp, bp], bytes)) = sample.user {
                     let unwinder = &mut self.spaces.list[space].unwinder;
-                    if ip != 0
-                        && unwinder.unwind(ip, sp, bp, bytes, &mut scratch) == Walk::Truncated
-                    {
-                        self.totals.truncated += 1;
+                    if ip != 0 {
+                        let walk = unwinder.unwind(ip, sp, bp, bytes, &mut scratch);
+                        match (walk, &batch.tops) {
+                            (Walk::Complete { reach }, Some(tops)) => tops.learn(sample.tid, reach),
+                            (Walk::Complete { .. }, None) => {}
+                            (Walk::Truncated, tops) => {
+                                self.totals.truncated += 1;
+                                if let Some(tops) = tops {
+                                    tops.forget(sample.tid);
+                                }
+                            }
+                        }
                     }
                 }
                 if space != 0 {
@@ -283,5 +291,46 @@ mod tests {
         assert_eq!(counts, [(target, 0, 1, false), (child, target, 3, true)]);
         assert_eq!(ingest.totals.attributed, 4);
         assert_eq!(ingest.totals.discarded, 0);
+    }
+
+    #[test]
+    fn walks_tell_the_sampler_how_much_of_each_threads_stack_to_copy() {
+        use crate::sampler::StackTops;
+        let target = std::process::id();
+        let mut ingest = Ingest::new(target, "t".into(), ProcessMaps::default(), true, 100, None);
+        let tops = StackTops::default();
+        let (sp, whole) = (0x7fff_0000_1000u64, [0u8; 64]);
+        // The sampler routed threads 10 and 11 (unknown yet: copies whole).
+        assert_eq!(tops.cut(10, sp, &whole).len(), 64);
+        assert_eq!(tops.cut(11, sp, &whole).len(), 64);
+        // Frame pointers (no module known): thread 10's frame at sp + 8
+        // holds a zero caller bp and a return address, its walk reads up to
+        // sp + 0x18; thread 11's bp chain leaves the copy: its walk stops
+        // short.
+        let mut ends = [0u8; 64];
+        ends[16..24].copy_from_slice(&0x5555u64.to_ne_bytes());
+        let mut leaves = ends;
+        leaves[8..16].copy_from_slice(&(sp + 0x1000).to_ne_bytes());
+        let mut batch = Batch {
+            tops: Some(tops.clone()),
+            ..Batch::default()
+        };
+        batch.push(
+            target,
+            10,
+            std::iter::empty(),
+            Some(([0x4444, sp, sp + 8], &ends)),
+        );
+        batch.push(
+            target,
+            11,
+            std::iter::empty(),
+            Some(([0x4444, sp, sp + 8], &leaves)),
+        );
+        ingest.apply(batch, |_| false).unwrap();
+        assert_eq!(ingest.totals.truncated, 1);
+        let margin = StackTops::MARGIN as usize;
+        assert_eq!(tops.cut(10, sp, &[0u8; 4096]).len(), 0x18 + margin);
+        assert_eq!(tops.cut(11, sp, &[0u8; 4096]).len(), 4096, "forgotten");
     }
 }

@@ -63,6 +63,9 @@ pub struct Batch {
 /// execs, and the sessions the batches go to, which raise a known thread's
 /// top after each complete walk and drop it after a walk that stops short
 /// (a thread that moved to another stack then has its next copies whole).
+/// A thread's top is the highest any of its complete walks reached: for a
+/// thread that runs on several stacks (coroutines), every stack below it is
+/// then bounded by it, and a stack above it is not cut at all.
 #[derive(Clone, Debug, Default)]
 pub struct StackTops(Arc<Mutex<HashMap<u32, u64>>>);
 
@@ -1053,6 +1056,10 @@ mod tests {
             drain(&[copied(10, 3), copied(11, 4), copied(12, 5)]),
             [100 + margin, 200 + margin, 4096]
         );
+        // A walk on another stack of thread 10 (a coroutine's, below):
+        // its top stays the highest, which bounds both stacks' walks.
+        shared.learn(10, sp + 50);
+        assert_eq!(drain(&[copied(10, 5)]), [100 + margin]);
         // Thread 11 exits; a thread 11 after it is unknown again.
         assert_eq!(
             drain(&[exit(11, 6), copied(11, 7), copied(10, 8)]),

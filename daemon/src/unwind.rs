@@ -217,9 +217,10 @@ impl Unwinder {
                 Err(_) => break false,
             }
         };
-        match complete {
-            true => Walk::Complete { reach },
-            false => Walk::Truncated,
+        if complete {
+            Walk::Complete { reach }
+        } else {
+            Walk::Truncated
         }
     }
 }

@@ -677,6 +677,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 }
             }
             Ok(Record::Comm(cm)) => {
+                if cm.exec && d.stack_copy {
+                    d.tops.forget(cm.tid);
+                }
                 if let Some(targets) =
                     route(by_pid, &c.forked, &c.exited, cm.pid, cm.sample_id.time)
                 {
@@ -686,9 +689,6 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         let b = batch(&mut batches[i], &mut execs[i], cm.sample_id.time);
                         if cm.exec && cm.pid == cm.tid {
                             b.exec = Some((cm.pid, name.clone()));
-                        }
-                        if cm.exec && d.stack_copy {
-                            d.tops.forget(cm.tid);
                         }
                         b.comms.push((cm.tid, name.clone()));
                     }

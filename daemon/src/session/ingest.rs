@@ -177,14 +177,13 @@ impl Ingest {
                     let unwinder = &mut self.spaces.list[space].unwinder;
                     if ip != 0 {
                         let walk = unwinder.unwind(ip, sp, bp, bytes, &mut scratch);
-                        match (walk, &batch.tops) {
-                            (Walk::Complete { reach }, Some(tops)) => tops.learn(sample.tid, reach),
-                            (Walk::Complete { .. }, None) => {}
-                            (Walk::Truncated, tops) => {
-                                self.totals.truncated += 1;
-                                if let Some(tops) = tops {
-                                    tops.forget(sample.tid);
-                                }
+                        if walk == Walk::Truncated {
+                            self.totals.truncated += 1;
+                        }
+                        if let Some(tops) = &batch.tops {
+                            match walk {
+                                Walk::Complete { reach } => tops.learn(sample.tid, reach),
+                                Walk::Truncated => tops.forget(sample.tid),
                             }
                         }
                     }

@@ -346,26 +346,25 @@ pub const BAD_USER_FRAME: u64 = 0;
 /// falls back to `ip` when the chain is empty. Returns the frames added.
 pub fn push_stack(out: &mut Vec<u64>, chain: &[u64], ip: Option<u64>) -> usize {
     let before = out.len();
+    out.reserve(chain.len());
     // Markers start each context's run of addresses: the first of a run is
     // where the sample was taken in it, the others are return addresses.
     let mut user = false;
     let mut rest = chain;
     loop {
-        let n = rest
-            .iter()
-            .position(|&v| is_context_marker(v))
-            .unwrap_or(rest.len());
+        let n = first_marker(rest);
         let (run, after) = rest.split_at(n);
         if let Some((&first, callers)) = run.split_first() {
-            let keep = move |a: u64| {
-                if user && is_kernel(a) {
-                    BAD_USER_FRAME
-                } else {
-                    a
-                }
-            };
-            out.push(keep(first));
-            out.extend(callers.iter().map(|&v| keep(v.wrapping_sub(1))));
+            // Two loops without a branch inside, which the compiler turns
+            // into vector code.
+            if user {
+                let keep = |a: u64| if is_kernel(a) { BAD_USER_FRAME } else { a };
+                out.push(keep(first));
+                out.extend(callers.iter().map(|&v| keep(v.wrapping_sub(1))));
+            } else {
+                out.push(first);
+                out.extend(callers.iter().map(|&v| v.wrapping_sub(1)));
+            }
         }
         match after.split_first() {
             Some((&marker, tail)) => {
@@ -381,6 +380,24 @@ pub fn push_stack(out: &mut Vec<u64>, chain: &[u64], ip: Option<u64>) -> usize {
         }
     }
     out.len() - before
+}
+
+/// Where the first context marker of `chain` is (its length if none).
+/// Markers are one or two a chain, so whole blocks of addresses are tested
+/// at once, without a branch per entry.
+fn first_marker(chain: &[u64]) -> usize {
+    const BLOCK: usize = 8;
+    let (blocks, _) = chain.as_chunks::<BLOCK>();
+    let clear = blocks
+        .iter()
+        .position(|b| b.iter().fold(false, |any, &v| any | is_context_marker(v)))
+        .unwrap_or(blocks.len());
+    let start = clear * BLOCK;
+    start
+        + chain[start..]
+            .iter()
+            .position(|&v| is_context_marker(v))
+            .unwrap_or(chain.len() - start)
 }
 
 fn mapping_of(start: u64, len: u64, pgoff: u64, filename: &[u8]) -> Mapping {
@@ -835,6 +852,25 @@ mod tests {
                 0x401fff
             ]
         );
+    }
+
+    #[test]
+    fn markers_are_found_wherever_they_are_in_long_chains() {
+        for kernel in [0, 1, 7, 8, 9, 16, 23] {
+            let k = |i: u64| 0xffff_ffff_8100_0000 + i * 0x10;
+            let u = |i: u64| 0x40_0000 + i * 0x10;
+            let mut chain = vec![KERNEL];
+            chain.extend((0..kernel).map(k));
+            chain.push(USER);
+            chain.extend((0..20).map(u));
+            chain[kernel as usize + 12] = k(99);
+            let mut expected: Vec<u64> = (0..kernel).map(|i| k(i) - u64::from(i > 0)).collect();
+            expected.extend((0..20).map(|i| u(i) - u64::from(i > 0)));
+            expected[kernel as usize + 10] = BAD_USER_FRAME;
+            let mut out = vec![7];
+            assert_eq!(push_stack(&mut out, &chain, None), expected.len());
+            assert_eq!(out[1..], expected, "{kernel} kernel frames");
+        }
     }
 
     #[test]

@@ -588,7 +588,7 @@ mod tests {
             seed % n
         };
         let mut t = StackTable::default();
-        let mut stacks: Vec<Vec<u64>> = Vec::new();
+        let (mut stacks, mut leaves): (Vec<Vec<u64>>, Vec<u32>) = (Vec::new(), Vec::new());
         for _ in 0..400 {
             let mut frames: Vec<u64> = match stacks.len() {
                 0 => Vec::new(),
@@ -605,11 +605,11 @@ mod tests {
                 let kernel: Vec<u64> = (0..1 + next(4)).map(|_| K + next(8)).collect();
                 frames.splice(0..0, kernel);
             }
-            t.add(1, &frames, 1);
+            let (index, _) = t.add(1, &frames, 1);
+            leaves.push(t.stacks[index].leaf);
             stacks.push(frames);
         }
-        let leaves: Vec<u32> = t.stacks.iter().map(|s| s.leaf).collect();
-        let mut checked = 0;
+        let (mut checked, mut held) = (0, 0);
         for (leaf, frames) in leaves.iter().zip(&stacks) {
             let mut probes = vec![frames.clone()];
             for i in 0..frames.len() {
@@ -623,15 +623,17 @@ mod tests {
             probes.push(stacks[next(stacks.len() as u64) as usize].clone());
             for probe in probes {
                 let walked: Vec<u64> = StackTable::walk(&t.nodes, *leaf).collect();
-                assert_eq!(
-                    StackTable::holds(&t.nodes, *leaf, &probe),
-                    walked == probe,
-                    "{walked:x?} against {probe:x?}"
-                );
+                let holds = StackTable::holds(&t.nodes, *leaf, &probe);
+                assert_eq!(holds, walked == probe, "{walked:x?} against {probe:x?}");
                 checked += 1;
+                held += usize::from(holds);
             }
         }
         assert!(checked > 4000, "{checked} probes");
+        assert!(
+            held >= 400,
+            "{held} of the probes held: every stack its own"
+        );
     }
 
     fn aggregate(stacks: &[(Vec<u32>, u64)], functions: usize) -> Vec<Counts> {

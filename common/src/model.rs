@@ -621,8 +621,8 @@ mod tests {
             probes.push([frames.as_slice(), &[0x1000]].concat());
             probes.push([&[0x1000], frames.as_slice()].concat());
             probes.push(stacks[next(stacks.len() as u64) as usize].clone());
+            let walked: Vec<u64> = StackTable::walk(&t.nodes, *leaf).collect();
             for probe in probes {
-                let walked: Vec<u64> = StackTable::walk(&t.nodes, *leaf).collect();
                 let holds = StackTable::holds(&t.nodes, *leaf, &probe);
                 assert_eq!(holds, walked == probe, "{walked:x?} against {probe:x?}");
                 checked += 1;

@@ -465,7 +465,7 @@ fn drain(
 /// ring's head. A process that later gets its pid is never taken for it.
 fn update_routes(
     routes: &RwLock<Routes>,
-    forked: HashMap<u32, (u64, Vec<usize>)>,
+    forked: foldhash::HashMap<u32, (u64, Vec<usize>)>,
     exited: &[(u32, u64)],
 ) {
     let mut routes = routes.write().unwrap_or_else(|e| e.into_inner());
@@ -524,7 +524,11 @@ mod tests {
         assert_eq!(routes.targets.of(10), Some(&[0, 1][..]));
         assert_eq!(routes.targets.of(11), Some(&[0][..]));
         let lock = RwLock::new(routes);
-        update_routes(&lock, HashMap::from([(13, (100, vec![1]))]), &[]);
+        update_routes(
+            &lock,
+            foldhash::HashMap::from_iter([(13, (100, vec![1]))]),
+            &[],
+        );
         let routes = lock.into_inner().unwrap();
         assert_eq!(
             routes.targets.of(13),
@@ -551,11 +555,11 @@ mod tests {
             r.all.iter().find(|r| r.pid == 10).map(|r| r.until)
         };
         // A drain shows pid 10 exiting at perf time 500.
-        update_routes(&lock, HashMap::new(), &[(10, 500)]);
+        update_routes(&lock, foldhash::HashMap::default(), &[(10, 500)]);
         assert_eq!(until(&lock), Some(500), "ended at its exit, kept");
         assert_eq!(lock.read().unwrap().targets.of(10), Some(&[0][..]));
         // The next drain.
-        update_routes(&lock, HashMap::new(), &[]);
+        update_routes(&lock, foldhash::HashMap::default(), &[]);
         let routes = lock.into_inner().unwrap();
         assert!(routes.targets.of(10).is_none(), "gone after the next drain");
         assert!(routes.all.iter().all(|r| r.until == u64::MAX));

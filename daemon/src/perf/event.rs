@@ -538,15 +538,19 @@ impl PerfEvent {
     }
 
     /// Walk the complete records up to `head` (from [`head`](Self::head)),
-    /// calling `f(type, misc, body)`; returns the tail at the start and the
-    /// tail after them. The space is not released.
-    fn walk(&mut self, head: u64, f: impl FnMut(u32, u16, &[u8])) -> (u64, u64) {
+    /// calling `f(type, misc, body)`, after reading their cache lines with
+    /// `touch_first`; returns the tail at the start and the tail after them.
+    /// The space is not released.
+    fn walk(&mut self, head: u64, touch_first: bool, f: impl FnMut(u32, u16, &[u8])) -> (u64, u64) {
         let start = self.positions().1.load(Ordering::Relaxed);
         // SAFETY: the data area [data_offset, data_offset + data_size) lies
         // inside our mapping. Bytes in [tail, head) are complete records the
         // kernel will not touch until we advance data_tail.
         let data =
             unsafe { std::slice::from_raw_parts(self.base.add(self.data_offset), self.data_size) };
+        if touch_first {
+            touch(data, start, head);
+        }
         (start, walk_ring(data, start, head, &mut self.scratch, f))
     }
 
@@ -559,7 +563,7 @@ impl PerfEvent {
         mut f: impl FnMut(Result<Record<'_>, ParseError>),
     ) -> u64 {
         let layout = self.layout;
-        let (start, tail) = self.walk(head, |kind, misc, body| {
+        let (start, tail) = self.walk(head, false, |kind, misc, body| {
             f(record::parse(&layout, kind, misc, body))
         });
         self.positions().1.store(tail, Ordering::Release);
@@ -577,12 +581,35 @@ impl PerfEvent {
     /// every record in the ring (a drain reads them again).
     pub fn scan_tasks(&mut self, head: u64, mut f: impl FnMut(Result<Record<'_>, ParseError>)) {
         let layout = self.layout;
-        self.walk(head, |kind, misc, body| {
+        // This first walk of a frame-pointer ring reads the records' lines
+        // first, all at once ([`touch`]); a stack-copy ring's headers are
+        // whole copies apart.
+        let touch_first = !self.stack_copy();
+        self.walk(head, touch_first, |kind, misc, body| {
             if record::is_task(kind) {
                 f(record::parse(&layout, kind, misc, body));
             }
         });
     }
+}
+
+/// Read a byte of every cache line of `data[tail..head)` (positions modulo
+/// the ring size). The kernel wrote them on other CPUs; these loads do not
+/// wait on each other, while a walk reads each header before it knows where
+/// the next one is, so it would wait for one line after another.
+fn touch(data: &[u8], tail: u64, head: u64) {
+    const LINE: usize = 64;
+    let len = head.wrapping_sub(tail).min(data.len() as u64) as usize;
+    let start = (tail % data.len() as u64) as usize;
+    let (first, wrapped) = match (start + len).checked_sub(data.len()) {
+        Some(over) => (&data[start..], &data[..over]),
+        None => (&data[start..start + len], &data[..0]),
+    };
+    let lines = first
+        .iter()
+        .step_by(LINE)
+        .chain(wrapped.iter().step_by(LINE));
+    std::hint::black_box(lines.fold(0u8, |acc, &b| acc ^ b));
 }
 
 /// Walk the records in `data[tail..head)` (positions modulo the ring size),
@@ -715,6 +742,23 @@ mod tests {
         });
         assert_eq!(tail, head);
         assert_eq!(seen, vec![(7, body_a), (9, body_b)]);
+    }
+
+    #[test]
+    fn touching_any_span_of_the_ring_stays_inside_it() {
+        let ring = vec![1u8; 4096];
+        let spans = [
+            (0, 0),
+            (0, 4096),
+            (100, 100 + 4096),
+            (4000, 4200),
+            (3 * 4096 + 10, 4 * 4096 + 9),
+            (5, 70),
+            (4095, 4096),
+        ];
+        for (tail, head) in spans {
+            touch(&ring, tail, head);
+        }
     }
 
     #[test]

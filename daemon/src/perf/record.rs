@@ -237,7 +237,14 @@ pub struct Sample<'a> {
 impl<'a> Sample<'a> {
     /// Raw callchain entries, innermost first, including `PERF_CONTEXT_*` markers.
     pub fn callchain(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
-        words(self.callchain)
+        self.callchain_words()
+            .iter()
+            .map(|w| u64::from_ne_bytes(*w))
+    }
+
+    /// The same entries as native-endian words, read where they lie.
+    pub fn callchain_words(&self) -> &'a [[u8; 8]] {
+        self.callchain.as_chunks::<8>().0
     }
 
     /// Number of callchain entries (markers included).

@@ -341,12 +341,14 @@ impl Batch {
 /// with this value, which no symbolizer resolves.
 pub const BAD_USER_FRAME: u64 = 0;
 
-/// Append the frames of a perf callchain (context markers dropped, return
-/// addresses minus one so they fall inside the call instruction) to `out`;
-/// falls back to `ip` when the chain is empty. Returns the frames added.
-pub fn push_stack(out: &mut Vec<u64>, chain: &[u64], ip: Option<u64>) -> usize {
+/// Append the frames of a perf callchain (native-endian words as the ring
+/// holds them; context markers dropped, return addresses minus one so they
+/// fall inside the call instruction) to `out`; falls back to `ip` when the
+/// chain is empty. Returns the frames added.
+pub fn push_stack(out: &mut Vec<u64>, chain: &[[u8; 8]], ip: Option<u64>) -> usize {
     let before = out.len();
     out.reserve(chain.len());
+    let word = |w: &[u8; 8]| u64::from_ne_bytes(*w);
     // Markers start each context's run of addresses: the first of a run is
     // where the sample was taken in it, the others are return addresses.
     let mut user = false;
@@ -354,21 +356,21 @@ pub fn push_stack(out: &mut Vec<u64>, chain: &[u64], ip: Option<u64>) -> usize {
     loop {
         let n = first_marker(rest);
         let (run, after) = rest.split_at(n);
-        if let Some((&first, callers)) = run.split_first() {
+        if let Some((first, callers)) = run.split_first() {
             // Two loops without a branch inside, which the compiler turns
             // into vector code.
             if user {
                 let keep = |a: u64| if is_kernel(a) { BAD_USER_FRAME } else { a };
-                out.push(keep(first));
-                out.extend(callers.iter().map(|&v| keep(v.wrapping_sub(1))));
+                out.push(keep(word(first)));
+                out.extend(callers.iter().map(|v| keep(word(v).wrapping_sub(1))));
             } else {
-                out.push(first);
-                out.extend(callers.iter().map(|&v| v.wrapping_sub(1)));
+                out.push(word(first));
+                out.extend(callers.iter().map(|v| word(v).wrapping_sub(1)));
             }
         }
         match after.split_first() {
-            Some((&marker, tail)) => {
-                user = marker == CONTEXT_USER;
+            Some((marker, tail)) => {
+                user = word(marker) == CONTEXT_USER;
                 rest = tail;
             }
             None => break,
@@ -385,18 +387,19 @@ pub fn push_stack(out: &mut Vec<u64>, chain: &[u64], ip: Option<u64>) -> usize {
 /// Where the first context marker of `chain` is (its length if none).
 /// Markers are one or two a chain, so whole blocks of addresses are tested
 /// at once, without a branch per entry.
-fn first_marker(chain: &[u64]) -> usize {
+fn first_marker(chain: &[[u8; 8]]) -> usize {
     const BLOCK: usize = 8;
+    let marker = |w: &[u8; 8]| is_context_marker(u64::from_ne_bytes(*w));
     let (blocks, _) = chain.as_chunks::<BLOCK>();
     let clear = blocks
         .iter()
-        .position(|b| b.iter().fold(false, |any, &v| any | is_context_marker(v)))
+        .position(|b| b.iter().fold(false, |any, w| any | marker(w)))
         .unwrap_or(blocks.len());
     let start = clear * BLOCK;
     start
         + chain[start..]
             .iter()
-            .position(|&v| is_context_marker(v))
+            .position(marker)
             .unwrap_or(chain.len() - start)
 }
 
@@ -486,7 +489,7 @@ pub struct Drained {
     /// Processes forked during the drain by processes of sessions that
     /// follow children: child → (perf time of the fork, those sessions).
     /// They need routes.
-    pub forked: HashMap<u32, (u64, Vec<usize>)>,
+    pub forked: foldhash::HashMap<u32, (u64, Vec<usize>)>,
     /// Routed processes that exited during the drain, with the perf time
     /// of their exit: their routes go after the next drain.
     pub exited: Vec<(u32, u64)>,
@@ -507,8 +510,6 @@ enum Task {
 pub struct Demux {
     stack_copy: bool,
     max_stack: usize,
-    /// The callchain of the sample at hand, as words.
-    chain: Vec<u64>,
     /// One per session; between drains each is empty.
     batches: Vec<Batch>,
     /// Per session, a batch for each exec of its processes in the drain,
@@ -529,7 +530,6 @@ impl Demux {
         Demux {
             stack_copy,
             max_stack: max_stack(),
-            chain: Vec::new(),
             batches: Vec::new(),
             execs: Vec::new(),
             pool,
@@ -661,15 +661,11 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         };
                         (regs, d.tops.cut(s.tid, regs[1], s.stack_user))
                     });
-                    d.chain.clear();
-                    d.chain.extend(s.callchain());
+                    let chain = s.callchain_words();
                     for &i in targets {
                         let b = batch(&mut batches[i], &mut execs[i], s.time);
-                        let n = push_stack(
-                            &mut b.frames,
-                            &d.chain,
-                            if stack_copy { None } else { s.ip },
-                        );
+                        let n =
+                            push_stack(&mut b.frames, chain, if stack_copy { None } else { s.ip });
                         b.ends.push(b.frames.len() as u32);
                         b.pids.push(s.pid);
                         b.tids.push(s.tid);
@@ -805,7 +801,7 @@ fn batch<'b>(
 #[inline]
 fn route<'a>(
     by_pid: &'a foldhash::HashMap<u32, (u64, Vec<usize>)>,
-    forked: &'a HashMap<u32, (u64, Vec<usize>)>,
+    forked: &'a foldhash::HashMap<u32, (u64, Vec<usize>)>,
     exited: &[(u32, u64)],
     pid: u32,
     time: Option<u64>,
@@ -831,6 +827,12 @@ mod tests {
     const KERNEL: u64 = (-128i64) as u64;
     const USER: u64 = (-512i64) as u64;
 
+    /// `push_stack` over a chain as the ring holds it.
+    fn push(out: &mut Vec<u64>, chain: &[u64], ip: Option<u64>) -> usize {
+        let words: Vec<[u8; 8]> = chain.iter().map(|v| v.to_ne_bytes()).collect();
+        push_stack(out, &words, ip)
+    }
+
     #[test]
     fn callchains_drop_markers_and_adjust_return_addresses() {
         let mut out = Vec::new();
@@ -842,7 +844,7 @@ mod tests {
             0x401000,
             0x402000,
         ];
-        assert_eq!(push_stack(&mut out, &chain, Some(1)), 4);
+        assert_eq!(push(&mut out, &chain, Some(1)), 4);
         assert_eq!(
             out,
             vec![
@@ -868,7 +870,7 @@ mod tests {
             expected.extend((0..20).map(|i| u(i) - u64::from(i > 0)));
             expected[kernel as usize + 10] = BAD_USER_FRAME;
             let mut out = vec![7];
-            assert_eq!(push_stack(&mut out, &chain, None), expected.len());
+            assert_eq!(push(&mut out, &chain, None), expected.len());
             assert_eq!(out[1..], expected, "{kernel} kernel frames");
         }
     }
@@ -876,14 +878,14 @@ mod tests {
     #[test]
     fn kernel_addresses_in_the_user_chain_are_not_kernel_frames() {
         let mut out = Vec::new();
-        push_stack(&mut out, &[USER, 0x401000, 0xffff_ffff_8100_0010], None);
+        push(&mut out, &[USER, 0x401000, 0xffff_ffff_8100_0010], None);
         assert_eq!(out, vec![0x401000, BAD_USER_FRAME]);
     }
 
     #[test]
     fn empty_callchain_uses_ip() {
         let mut out = vec![7];
-        assert_eq!(push_stack(&mut out, &[USER], Some(0x1234)), 1);
+        assert_eq!(push(&mut out, &[USER], Some(0x1234)), 1);
         assert_eq!(out, vec![7, 0x1234]);
     }
 
@@ -916,7 +918,7 @@ mod tests {
     #[test]
     fn an_exited_process_gets_only_its_records_from_before_its_exit() {
         let t = Targets::new([(7, 10, false, 500), (7, 11, false, u64::MAX)]);
-        let none = HashMap::new();
+        let none = foldhash::HashMap::default();
         assert_eq!(route(&t.by_pid, &none, &[], 10, Some(499)), Some(&[0][..]));
         assert_eq!(route(&t.by_pid, &none, &[], 10, Some(500)), Some(&[0][..]));
         assert_eq!(
@@ -935,7 +937,7 @@ mod tests {
             None,
             "after it"
         );
-        let forked = HashMap::from([(12, (600, vec![0]))]);
+        let forked = foldhash::HashMap::from_iter([(12, (600, vec![0]))]);
         assert_eq!(
             route(&t.by_pid, &forked, &[], 12, Some(600)),
             Some(&[0][..])

@@ -37,7 +37,7 @@ pub struct Ingest {
     pub(super) pending: foldhash::HashSet<u64>,
     scratch: Vec<u64>,
     /// Thread names by tid.
-    pub(super) threads: HashMap<u32, String>,
+    pub(super) threads: foldhash::HashMap<u32, String>,
     /// Stack indices sampled lately, for windowed figures.
     pub(super) recent: Recent,
     /// The stack index of each sample since the last view, which adds only
@@ -87,7 +87,7 @@ impl Ingest {
             process_index: HashMap::from([(pid, 0)]),
             pending: foldhash::HashSet::default(),
             scratch: Vec::new(),
-            threads: HashMap::new(),
+            threads: foldhash::HashMap::default(),
             recent: Recent::default(),
             since_view: None,
         }

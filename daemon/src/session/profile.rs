@@ -278,7 +278,12 @@ impl Actor {
         let profile = ResolvedProfile {
             functions,
             stacks,
-            threads: self.ingest.threads.clone(),
+            threads: self
+                .ingest
+                .threads
+                .iter()
+                .map(|(&t, n)| (t, n.clone()))
+                .collect(),
             attributed: self.ingest.totals.attributed,
             frequency_hz: session.frequency_hz,
             duration_s: session.duration_s,

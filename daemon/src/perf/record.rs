@@ -237,9 +237,7 @@ pub struct Sample<'a> {
 impl<'a> Sample<'a> {
     /// Raw callchain entries, innermost first, including `PERF_CONTEXT_*` markers.
     pub fn callchain(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
-        self.callchain_words()
-            .iter()
-            .map(|w| u64::from_ne_bytes(*w))
+        words(self.callchain)
     }
 
     /// The same entries as native-endian words, read where they lie.

@@ -348,7 +348,6 @@ pub const BAD_USER_FRAME: u64 = 0;
 pub fn push_stack(out: &mut Vec<u64>, chain: &[[u8; 8]], ip: Option<u64>) -> usize {
     let before = out.len();
     out.reserve(chain.len());
-    let word = |w: &[u8; 8]| u64::from_ne_bytes(*w);
     // Markers start each context's run of addresses: the first of a run is
     // where the sample was taken in it, the others are return addresses.
     let mut user = false;
@@ -389,7 +388,7 @@ pub fn push_stack(out: &mut Vec<u64>, chain: &[[u8; 8]], ip: Option<u64>) -> usi
 /// at once, without a branch per entry.
 fn first_marker(chain: &[[u8; 8]]) -> usize {
     const BLOCK: usize = 8;
-    let marker = |w: &[u8; 8]| is_context_marker(u64::from_ne_bytes(*w));
+    let marker = |w: &[u8; 8]| is_context_marker(word(w));
     let (blocks, _) = chain.as_chunks::<BLOCK>();
     let clear = blocks
         .iter()
@@ -401,6 +400,11 @@ fn first_marker(chain: &[[u8; 8]]) -> usize {
             .iter()
             .position(marker)
             .unwrap_or(chain.len() - start)
+}
+
+/// A callchain entry as the ring holds it.
+fn word(w: &[u8; 8]) -> u64 {
+    u64::from_ne_bytes(*w)
 }
 
 fn mapping_of(start: u64, len: u64, pgoff: u64, filename: &[u8]) -> Mapping {

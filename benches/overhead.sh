@@ -22,6 +22,10 @@
 #            the same target, streaming 1 update/s; profd's CPU time over a
 #            window after a warm-up, as a share of one core, per sample, and
 #            scaled to a full 2 × 999 samples/s; and its memory.
+#  costs     What profd's frame-pointer CPU is made of: its CPU over a window
+#            with the target asleep or running the fixed work, an update
+#            every 10 s or every second; and perf record -a -g's own CPU
+#            over the same window on the fixed work.
 #  latency   Attach → first Watch update: daemon/examples/latency.rs,
 #            --latency-runs times on a busy target.
 #  memory    10 sessions, each on its own many_stacks target
@@ -52,7 +56,7 @@
 #   --rss-unwind M    unwinding of the memory scenario's sessions: auto, fp or
 #                     dwarf (default auto, the daemon's default)
 #   --only PHASES     run only these phases, comma-separated (overhead,
-#                     steady, latency, memory; default all)
+#                     steady, costs, latency, memory; default all)
 #   --nice N          run everything measured (targets, perf, profd, profctl)
 #                     at this nice level, e.g. -10 on a machine others load:
 #                     all configurations alike, so the comparison stays fair
@@ -77,7 +81,7 @@ rss_paths=10240
 # What perf record --call-graph dwarf copies of each sample's stack; profd-dwarf
 # copies as much (its own default is 16 KiB).
 perf_stack_bytes=8192
-phases=overhead,steady,latency,memory
+phases=overhead,steady,costs,latency,memory
 nice_level=''
 build=1
 keep=0
@@ -86,6 +90,7 @@ freq=999
 work_s=8     # bare run time of the fixed-work target (calibrated)
 warm_s=3     # steady state: warm-up before the window...
 steady_s=30  # ...and the window
+costs_warm_s=15 # costs: warm-up past the first update of a 10 s interval
 rss_every=30 # seconds between memory samples
 rss_sessions=10
 
@@ -113,7 +118,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 if [ "$quick" = 1 ]; then
-    rounds=2 rss_minutes=0.5 rss_warmup=0.5 latency_runs=3 work_s=1.5 warm_s=1 steady_s=4 rss_every=10
+    rounds=2 rss_minutes=0.5 rss_warmup=0.5 latency_runs=3 work_s=1.5 warm_s=1 steady_s=4 costs_warm_s=1 rss_every=10
 fi
 rounds="${given_rounds:-$rounds}"
 rss_minutes="${given_rss:-$rss_minutes}"
@@ -128,8 +133,8 @@ fi
 [[ "$rss_paths" =~ ^[1-9][0-9]*$ ]] && ((rss_paths <= 16384)) ||
     die "--rss-paths must be a number of call paths from 1 to 16384, not '$rss_paths'"
 [[ "$rss_unwind" =~ ^(auto|fp|dwarf)$ ]] || die "--rss-unwind must be auto, fp or dwarf, not '$rss_unwind'"
-[[ "$phases" =~ ^(overhead|steady|latency|memory)(,(overhead|steady|latency|memory))*$ ]] ||
-    die "--only takes phases from overhead, steady, latency, memory (comma-separated), not '$phases'"
+[[ "$phases" =~ ^(overhead|steady|costs|latency|memory)(,(overhead|steady|costs|latency|memory))*$ ]] ||
+    die "--only takes phases from overhead, steady, costs, latency, memory (comma-separated), not '$phases'"
 [[ -z "$nice_level" || "$nice_level" =~ ^-?[0-9]+$ ]] || die "--nice must be a whole number, -20..19, not '$nice_level'"
 wants() { [[ ",$phases," == *",$1,"* ]]; }
 
@@ -432,6 +437,73 @@ phase_steady() {
     echo "load average: $(loadavg)"
 }
 
+# ------------------------------------------------------------------- costs
+
+# profd's CPU a second over a steady window of one fp session: target
+# `asleep` (the rings hold only other processes' samples) or `busy` (the
+# fixed work), an update every $1 seconds.
+costs_profd() {
+    local target="$1" interval="$2" target_pid watch_pid c0 c1 t0 t1 a0 a1 d0 d1
+    if [ "$target" = busy ]; then
+        "$fixed" -o "$work/result" -t "$(awk -v a="$costs_warm_s" -v b="$steady_s" 'BEGIN { print a + b + 5 }')" &
+    else
+        sleep "$(awk -v a="$costs_warm_s" -v b="$steady_s" 'BEGIN { print a + b + 5 }')" &
+    fi
+    target_pid=$!
+    "$profctl" attach "$target_pid" --unwind fp --freq "$freq" --interval "$interval" --format json \
+        >/dev/null 2>"$work/profctl.err" &
+    watch_pid=$!
+    sleep "$costs_warm_s"
+    read -r a0 d0 < <(delivered)
+    c0="$(proc_cpu "$profd_pid")" t0="$(now)"
+    sleep "$steady_s"
+    c1="$(proc_cpu "$profd_pid")" t1="$(now)"
+    read -r a1 d1 < <(delivered)
+    kill "$target_pid" 2>/dev/null || true
+    wait "$target_pid" 2>/dev/null || true
+    wait "$watch_pid" || die "profctl attach ($target, --interval $interval) failed: $(cat "$work/profctl.err")"
+    awk -v s="$(cpu_s "$c0" "$c1")" -v t0="$t0" -v t1="$t1" -v n="$((a1 - a0 + d1 - d0))" \
+        -v what="profd, target $target, an update every $interval s" \
+        'BEGIN { t = t1 - t0; printf "%-44s %8.3f %10.0f\n", what, s / t * 1000, n / t }'
+}
+
+# perf record -a -g's own CPU a second over the same window on the fixed work.
+costs_perf() {
+    local target_pid perf_pid c0 c1 t0 t1 samples status=0
+    "$fixed" -o "$work/result" -t "$(awk -v a="$costs_warm_s" -v b="$steady_s" 'BEGIN { print a + b + 5 }')" &
+    target_pid=$!
+    perf record -q -a -g -F "$freq" -B -o "$work/perf.data" >"$work/perf.log" 2>&1 &
+    perf_pid=$!
+    sleep "$costs_warm_s"
+    c0="$(proc_cpu "$perf_pid")" t0="$(now)"
+    sleep "$steady_s"
+    c1="$(proc_cpu "$perf_pid")" t1="$(now)"
+    kill -INT "$perf_pid"
+    wait "$perf_pid" || status=$?
+    [ "$status" = 0 ] || [ "$status" = 130 ] || die "perf record failed ($status): $(cat "$work/perf.log")"
+    kill "$target_pid" 2>/dev/null || true
+    wait "$target_pid" 2>/dev/null || true
+    samples="$(perf script -F comm -i "$work/perf.data" 2>/dev/null | wc -l)"
+    rm -f "$work/perf.data"
+    awk -v s="$(cpu_s "$c0" "$c1")" -v t0="$t0" -v t1="$t1" -v n="$samples" \
+        'BEGIN { t = t1 - t0; printf "%-44s %8.3f %10s\n", "perf record -a -g, fixed work", s / t * 1000, "(" n " in all)" }'
+}
+
+phase_costs() {
+    echo
+    echo "== costs: what profd's fp CPU is made of, ${steady_s} s windows after ${costs_warm_s} s"
+    printf '%-44s %8s %10s\n' "" "CPU ms/s" samples/s
+    costs_profd asleep 10
+    costs_profd asleep 1
+    costs_profd busy 10
+    costs_profd busy 1
+    costs_perf
+    echo "(CPU ms/s: the profiler's CPU time a second over the window; samples/s: those the"
+    echo " rings delivered to profd, attributed and discarded; perf's line counts the samples"
+    echo " of its whole run, warm-up included)"
+    echo "load average: $(loadavg)"
+}
+
 # ----------------------------------------------------------------- latency
 
 phase_latency() {
@@ -517,5 +589,6 @@ phase_memory() {
 
 if wants overhead; then phase_overhead; fi
 if wants steady; then phase_steady; fi
+if wants costs; then phase_costs; fi
 if wants latency; then phase_latency; fi
 if wants memory; then phase_memory; fi

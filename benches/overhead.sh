@@ -441,7 +441,7 @@ phase_steady() {
 
 # profd's CPU a second over a steady window of one fp session: target
 # `asleep` (the rings hold only other processes' samples) or `busy` (the
-# fixed work), an update every $1 seconds.
+# fixed work), an update every $2 seconds.
 costs_profd() {
     local target="$1" interval="$2" target_pid watch_pid c0 c1 t0 t1 a0 a1 d0 d1
     if [ "$target" = busy ]; then

@@ -228,6 +228,20 @@ proc_mem() {
 attributed() { "$profctl" info | awk '/^ *samples:/ { print $2 }'; }
 delivered() { "$profctl" info | awk '/^ *samples:/ { print $2, $4 }'; }
 
+# window PID WARM: after WARM seconds, the CPU seconds of process PID over
+# the next $steady_s, the window's length in seconds, and the samples profd
+# attributed and discarded in it.
+window() {
+    local a0 d0 a1 d1 c0 c1 t0 t1
+    sleep "$2"
+    read -r a0 d0 < <(delivered)
+    c0="$(proc_cpu "$1")" t0="$(now)"
+    sleep "$steady_s"
+    c1="$(proc_cpu "$1")" t1="$(now)"
+    read -r a1 d1 < <(delivered)
+    echo "$(cpu_s "$c0" "$c1") $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') $((a1 - a0)) $((d1 - d0))"
+}
+
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 minmax() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f..%.2f", lo, hi }'; }
 field() { awk -v k="$1" '{ for (i = 1; i < NF; i++) if ($i == k) { print $(i + 1); exit } }' "$2"; }
@@ -402,7 +416,7 @@ phase_overhead() {
 # ----------------------------------------------------------- steady state
 
 phase_steady() {
-    local mode run_pid c0 c1 t0 t1 a0 a1 d0 d1 cpu per rate drate full target rss hwm anon file pin ring ring_rss
+    local mode run_pid cpu_s win_s att disc cpu per rate drate full target rss hwm anon file pin ring ring_rss
     echo
     echo "== steady: profd with one session streaming 1 update/s, ${steady_s} s window after ${warm_s} s"
     printf '%-6s %9s %9s %11s %9s %10s %8s %8s %8s %8s %7s %7s\n' unwind "cpu %core" samples/s discarded/s \
@@ -412,16 +426,10 @@ phase_steady() {
             "$fixed" -o "$work/result" -t "$(awk -v a="$warm_s" -v b="$steady_s" 'BEGIN { print a + b + 2 }')" \
             >"$work/steady-$mode.json" 2>"$work/profctl.err" &
         run_pid=$!
-        sleep "$warm_s"
-        read -r a0 d0 < <(delivered)
-        c0="$(proc_cpu "$profd_pid")" t0="$(now)"
-        sleep "$steady_s"
-        c1="$(proc_cpu "$profd_pid")" t1="$(now)"
-        read -r a1 d1 < <(delivered)
+        read -r cpu_s win_s att disc < <(window "$profd_pid" "$warm_s")
         read -r rss hwm anon file pin ring ring_rss < <(proc_mem "$profd_pid")
         wait "$run_pid" || die "profctl run --unwind $mode failed: $(cat "$work/profctl.err")"
-        read -r cpu rate drate per full < <(awk -v s="$(cpu_s "$c0" "$c1")" -v t0="$t0" -v t1="$t1" \
-            -v n="$((a1 - a0))" -v d="$((d1 - d0))" 'BEGIN { t = t1 - t0
+        read -r cpu rate drate per full < <(awk -v s="$cpu_s" -v t="$win_s" -v n="$att" -v d="$disc" 'BEGIN {
             printf "%.2f %.0f %.0f %.1f %.2f\n", s / t * 100, n / t, d / t, s / n * 1e6, s / n * 1998 * 100 }')
         target=$([ "$mode" = fp ] && echo 1 || echo 3)
         printf '%-6s %9s %9s %11s %9s %10s %7sM %7sM %7sM %7sM %6sM %6sM  (target ≤ %s %%: %s)\n' \
@@ -439,45 +447,39 @@ phase_steady() {
 
 # ------------------------------------------------------------------- costs
 
+# How long a costs target lives: past its warm-up and window.
+costs_life() { awk -v a="$costs_warm_s" -v b="$steady_s" 'BEGIN { print a + b + 5 }'; }
+
 # profd's CPU a second over a steady window of one fp session: target
 # `asleep` (the rings hold only other processes' samples) or `busy` (the
 # fixed work), an update every $2 seconds.
 costs_profd() {
-    local target="$1" interval="$2" target_pid watch_pid c0 c1 t0 t1 a0 a1 d0 d1
+    local target="$1" interval="$2" target_pid watch_pid cpu_s win_s att disc
     if [ "$target" = busy ]; then
-        "$fixed" -o "$work/result" -t "$(awk -v a="$costs_warm_s" -v b="$steady_s" 'BEGIN { print a + b + 5 }')" &
+        "$fixed" -o "$work/result" -t "$(costs_life)" &
     else
-        sleep "$(awk -v a="$costs_warm_s" -v b="$steady_s" 'BEGIN { print a + b + 5 }')" &
+        sleep "$(costs_life)" &
     fi
     target_pid=$!
     "$profctl" attach "$target_pid" --unwind fp --freq "$freq" --interval "$interval" --format json \
         >/dev/null 2>"$work/profctl.err" &
     watch_pid=$!
-    sleep "$costs_warm_s"
-    read -r a0 d0 < <(delivered)
-    c0="$(proc_cpu "$profd_pid")" t0="$(now)"
-    sleep "$steady_s"
-    c1="$(proc_cpu "$profd_pid")" t1="$(now)"
-    read -r a1 d1 < <(delivered)
+    read -r cpu_s win_s att disc < <(window "$profd_pid" "$costs_warm_s")
     kill "$target_pid" 2>/dev/null || true
     wait "$target_pid" 2>/dev/null || true
     wait "$watch_pid" || die "profctl attach ($target, --interval $interval) failed: $(cat "$work/profctl.err")"
-    awk -v s="$(cpu_s "$c0" "$c1")" -v t0="$t0" -v t1="$t1" -v n="$((a1 - a0 + d1 - d0))" \
-        -v what="profd, target $target, an update every $interval s" \
-        'BEGIN { t = t1 - t0; printf "%-44s %8.3f %10.0f\n", what, s / t * 1000, n / t }'
+    awk -v s="$cpu_s" -v t="$win_s" -v n="$((att + disc))" -v what="profd, target $target, an update every $interval s" \
+        'BEGIN { printf "%-44s %8.3f %10.0f\n", what, s / t * 1000, n / t }'
 }
 
 # perf record -a -g's own CPU a second over the same window on the fixed work.
 costs_perf() {
-    local target_pid perf_pid c0 c1 t0 t1 samples status=0
-    "$fixed" -o "$work/result" -t "$(awk -v a="$costs_warm_s" -v b="$steady_s" 'BEGIN { print a + b + 5 }')" &
+    local target_pid perf_pid cpu_s win_s samples status=0
+    "$fixed" -o "$work/result" -t "$(costs_life)" &
     target_pid=$!
     perf record -q -a -g -F "$freq" -B -o "$work/perf.data" >"$work/perf.log" 2>&1 &
     perf_pid=$!
-    sleep "$costs_warm_s"
-    c0="$(proc_cpu "$perf_pid")" t0="$(now)"
-    sleep "$steady_s"
-    c1="$(proc_cpu "$perf_pid")" t1="$(now)"
+    read -r cpu_s win_s _ < <(window "$perf_pid" "$costs_warm_s")
     kill -INT "$perf_pid"
     wait "$perf_pid" || status=$?
     [ "$status" = 0 ] || [ "$status" = 130 ] || die "perf record failed ($status): $(cat "$work/perf.log")"
@@ -485,8 +487,8 @@ costs_perf() {
     wait "$target_pid" 2>/dev/null || true
     samples="$(perf script -F comm -i "$work/perf.data" 2>/dev/null | wc -l)"
     rm -f "$work/perf.data"
-    awk -v s="$(cpu_s "$c0" "$c1")" -v t0="$t0" -v t1="$t1" -v n="$samples" \
-        'BEGIN { t = t1 - t0; printf "%-44s %8.3f %10s\n", "perf record -a -g, fixed work", s / t * 1000, "(" n " in all)" }'
+    awk -v s="$cpu_s" -v t="$win_s" -v n="$samples" \
+        'BEGIN { printf "%-44s %8.3f %10s\n", "perf record -a -g, fixed work", s / t * 1000, "(" n " in all)" }'
 }
 
 phase_costs() {

@@ -76,9 +76,8 @@ fn layout(mode: u8, rest: &[u8]) -> (Layout, &[u8]) {
 fn parse_and_check(layout: &Layout, kind: u32, misc: u16, body: &[u8]) {
     match record::parse(layout, kind, misc, body) {
         Ok(Record::Sample(s)) => {
-            assert_eq!(s.callchain().len(), s.callchain_len());
-            let mut bytes = s.callchain_len() * 8 + s.stack_user.len();
-            for v in s.callchain() {
+            let mut bytes = s.callchain().len() * 8 + s.stack_user.len();
+            for v in s.callchain().iter().map(|w| u64::from_ne_bytes(*w)) {
                 let _ = CallchainContext::from_entry(v);
                 assert_eq!(record::is_context_marker(v), v >= record::CONTEXT_MAX);
             }

@@ -235,19 +235,10 @@ pub struct Sample<'a> {
 }
 
 impl<'a> Sample<'a> {
-    /// Raw callchain entries, innermost first, including `PERF_CONTEXT_*` markers.
-    pub fn callchain(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
-        words(self.callchain)
-    }
-
-    /// The same entries as native-endian words, read where they lie.
-    pub fn callchain_words(&self) -> &'a [[u8; 8]] {
+    /// Raw callchain entries, innermost first, including `PERF_CONTEXT_*`
+    /// markers: native-endian words, read where they lie.
+    pub fn callchain(&self) -> &'a [[u8; 8]] {
         self.callchain.as_chunks::<8>().0
-    }
-
-    /// Number of callchain entries (markers included).
-    pub fn callchain_len(&self) -> usize {
-        self.callchain.len() / 8
     }
 
     /// User registers (empty when `regs_user_abi` is 0 or REGS_USER was not requested).

@@ -665,7 +665,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         };
                         (regs, d.tops.cut(s.tid, regs[1], s.stack_user))
                     });
-                    let chain = s.callchain_words();
+                    let chain = s.callchain();
                     for &i in targets {
                         let b = batch(&mut batches[i], &mut execs[i], s.time);
                         let n =

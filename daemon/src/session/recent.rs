@@ -1,7 +1,8 @@
 //! The stack indices a session sampled over the last [`MAX_WINDOW_S`]
 //! seconds, for windowed figures: one bucket per second, the newest as
-//! pushed, older ones sorted and delta-encoded (LEB128), which takes one or
-//! two bytes a sample instead of four.
+//! pushed, older ones sorted and delta-encoded (LEB128) with a count for
+//! each index sampled more than once: one or two bytes a sample instead of
+//! four, and a few bytes a stack however often it was sampled that second.
 use super::MAX_WINDOW_S;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -63,7 +64,7 @@ impl Recent {
             }
         }
         for (_, bytes) in self.sealed.iter().rev().take_while(|(t, _)| within(t)) {
-            decode(bytes, |i| *counts.entry(i).or_insert(0) += 1);
+            decode(bytes, |i, n| *counts.entry(i).or_insert(0) += n);
         }
         counts
     }
@@ -75,35 +76,52 @@ impl Recent {
     }
 }
 
-/// `bucket` sorted, as LEB128 differences from the previous index.
+/// `bucket` sorted, each index once, as the LEB128 difference of index + 1
+/// from the previous index + 1 (never 0); an index sampled n > 1 times is
+/// followed by a 0 and n - 1.
 fn seal(bucket: &mut [u32]) -> Box<[u8]> {
     bucket.sort_unstable();
     let mut out = Vec::with_capacity(bucket.len() + bucket.len() / 2);
     let mut last = 0;
-    for &i in bucket.iter() {
-        let mut d = i - last;
-        last = i;
-        while d >= 0x80 {
-            out.push(d as u8 | 0x80);
-            d >>= 7;
+    for run in bucket.chunk_by(|a, b| a == b) {
+        let next = u64::from(run[0]) + 1;
+        leb128(&mut out, next - last);
+        last = next;
+        if run.len() > 1 {
+            out.push(0);
+            leb128(&mut out, run.len() as u64 - 1);
         }
-        out.push(d as u8);
     }
     out.into_boxed_slice()
 }
 
-/// Each index of a sealed bucket, in order.
-fn decode(bytes: &[u8], mut each: impl FnMut(u32)) {
-    let (mut last, mut d, mut shift) = (0u32, 0u32, 0);
-    for &b in bytes {
-        d |= u32::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            last += d;
-            each(last);
-            (d, shift) = (0, 0);
-        } else {
-            shift += 7;
-        }
+/// Append `v` as LEB128.
+fn leb128(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Each index of a sealed bucket, in order, with its count.
+fn decode(bytes: &[u8], mut each: impl FnMut(u32, u64)) {
+    let mut values = bytes
+        .split_inclusive(|b| b & 0x80 == 0)
+        .map(|v| {
+            v.iter()
+                .rev()
+                .fold(0u64, |acc, &b| acc << 7 | u64::from(b & 0x7f))
+        })
+        .peekable();
+    let mut last = 0u64;
+    while let Some(delta) = values.next() {
+        last += delta;
+        let n = match values.next_if_eq(&0) {
+            Some(_) => values.next().unwrap_or(0) + 1,
+            None => 1,
+        };
+        each(last.wrapping_sub(1) as u32, n);
     }
 }
 
@@ -112,14 +130,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sealed_buckets_keep_every_index() {
-        let indices = [7, 0, u32::MAX, 7, 128, 127, 16_384, 3, 7, 1 << 28];
+    fn sealed_buckets_keep_every_index_and_its_count() {
+        let indices = [7, 0, u32::MAX, 7, 128, 127, 16_384, 3, 7, 1 << 28, 0];
         let mut bucket = indices.to_vec();
         let mut out = Vec::new();
-        decode(&seal(&mut bucket), |i| out.push(i));
-        let mut sorted = indices.to_vec();
-        sorted.sort_unstable();
-        assert_eq!(out, sorted);
+        decode(&seal(&mut bucket), |i, n| out.push((i, n)));
+        let mut counts = std::collections::BTreeMap::new();
+        for i in indices {
+            *counts.entry(i).or_insert(0) += 1;
+        }
+        assert_eq!(out, counts.into_iter().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_stack_sampled_often_takes_a_few_bytes_a_bucket() {
+        let mut bucket = [vec![5; 100_000], vec![9; 300], vec![70_000]].concat();
+        let bytes = seal(&mut bucket);
+        // Difference, 0, count - 1: 5 in 1 + 1 + 3 bytes, 9 in 1 + 1 + 2;
+        // 70 000, sampled once, in 3.
+        assert_eq!(bytes.len(), 5 + 4 + 3);
+        let mut out = Vec::new();
+        decode(&bytes, |i, n| out.push((i, n)));
+        assert_eq!(out, [(5, 100_000), (9, 300), (70_000, 1)]);
+        // And through a window: the sealed bucket's counts, then the open one's.
+        let t0 = Instant::now();
+        let mut recent = Recent::default();
+        recent.start(t0);
+        [5, 9, 5, 5].into_iter().for_each(|i| recent.push(i));
+        recent.start(t0 + Duration::from_secs(1));
+        [5, 2].into_iter().for_each(|i| recent.push(i));
+        let now = t0 + Duration::from_millis(1100);
+        assert_eq!(
+            recent.counts(2, now),
+            HashMap::from([(5, 4), (9, 1), (2, 1)])
+        );
     }
 
     #[test]

@@ -10,7 +10,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let fds = protox::compile(["profd/v1/profd.proto"], [&proto_dir])?;
     std::fs::write(out.join("profd_descriptor.bin"), fds.encode_to_vec())?;
-    tonic_prost_build::configure().compile_fds(fds)?;
+    // Messages know their full names, which the strict decoder
+    // (src/codec.rs) looks their descriptors up by.
+    let mut config = tonic_prost_build::Config::new();
+    config.enable_type_names();
+    tonic_prost_build::configure()
+        .codec_path("crate::codec::StrictCodec")
+        .compile_fds_with_config(fds, config)?;
 
     let pprof = protox::compile(["perftools/profiles/profile.proto"], [&proto_dir])?;
     tonic_prost_build::configure()

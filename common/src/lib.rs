@@ -2,6 +2,7 @@
 //! the daemon and the clients. No I/O, and `forbid(unsafe_code)`.
 #![forbid(unsafe_code)]
 
+pub mod codec;
 pub mod export;
 pub mod model;
 pub mod views;
@@ -34,7 +35,35 @@ pub fn event_name(event: api::Event) -> &'static str {
     }
 }
 
+/// Most characters of a client's text that a message repeats.
+pub const QUOTED_CHARS: usize = 64;
+
+/// Text a client sent, quoted for an error message: Rust's `{:?}` form, cut
+/// after [`QUOTED_CHARS`] characters with its full length said, so that an
+/// answer never grows with what was sent.
+pub fn quoted(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes in all)", &s[..cut], s.len()),
+    }
+}
+
 /// Default sampling frequency (Hz) when a session asks for none.
 pub const DEFAULT_FREQUENCY_HZ: u32 = 999;
 /// Default path of the daemon's Unix socket.
 pub const DEFAULT_SOCKET: &str = "/run/profd/profd.sock";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn quoted_text_is_cut_after_a_few_characters() {
+        assert_eq!(super::quoted("main"), "\"main\"");
+        let long = "ü".repeat(3 << 20);
+        let q = super::quoted(&long);
+        assert!(q.len() < 200, "{q}");
+        assert!(
+            q.starts_with("\"üü") && q.ends_with("… (6291456 bytes in all)"),
+            "{q}"
+        );
+    }
+}

@@ -17,16 +17,44 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+/// Most bytes of a status message. Messages quote what was sent only in
+/// part (`profd_common::quoted`); this bounds any that would not.
+const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `msg` within [`MAX_MESSAGE_BYTES`]: its start and its end (which says
+/// what to change), with how much was left out between them.
+fn capped(msg: String) -> String {
+    if msg.len() <= MAX_MESSAGE_BYTES {
+        return msg;
+    }
+    let boundary = |mut i: usize| {
+        while !msg.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let head = boundary(MAX_MESSAGE_BYTES * 2 / 3);
+    let tail = boundary(msg.len() - MAX_MESSAGE_BYTES / 4);
+    format!(
+        "{} … ({} bytes left out) … {}",
+        &msg[..head],
+        tail - head,
+        &msg[tail..]
+    )
+}
+
 impl From<Error> for Status {
     fn from(e: Error) -> Status {
-        match e {
-            Error::InvalidArgument(m) => Status::invalid_argument(m),
-            Error::NotFound(m) => Status::not_found(m),
-            Error::FailedPrecondition(m) => Status::failed_precondition(m),
-            Error::PermissionDenied(m) => Status::permission_denied(m),
-            Error::ResourceExhausted(m) => Status::resource_exhausted(m),
-            Error::Internal(m) => Status::internal(m),
-        }
+        use tonic::Code;
+        let code = match e {
+            Error::InvalidArgument(_) => Code::InvalidArgument,
+            Error::NotFound(_) => Code::NotFound,
+            Error::FailedPrecondition(_) => Code::FailedPrecondition,
+            Error::PermissionDenied(_) => Code::PermissionDenied,
+            Error::ResourceExhausted(_) => Code::ResourceExhausted,
+            Error::Internal(_) => Code::Internal,
+        };
+        Status::new(code, capped(e.to_string()))
     }
 }
 
@@ -332,15 +360,15 @@ impl Profiler for Service {
         let p = &resolved.profile;
         let find = |r: &api::FunctionRef| {
             views::find_function(p, r).ok_or_else(|| {
-                Status::not_found(format!(
+                Status::from(Error::NotFound(format!(
                     "no function {} in session {}: give an id or the exact name from its profile",
                     if r.name.is_empty() {
                         format!("with id {}", r.id)
                     } else {
-                        format!("named {:?}", r.name)
+                        format!("named {}", profd_common::quoted(&r.name))
                     },
                     req.session_id
-                ))
+                )))
             })
         };
         let mut out = api::GetViewResponse {
@@ -378,7 +406,9 @@ impl Profiler for Service {
             ));
         }
         let histogram = handle.histogram(req).await.map_err(registry::Error::from)?;
-        histogram.map(Response::new).map_err(Status::not_found)
+        histogram
+            .map(Response::new)
+            .map_err(|m| Error::NotFound(m).into())
     }
 
     async fn list_sessions(
@@ -460,6 +490,20 @@ mod tests {
         let mut fresh = HashMap::new();
         assert_eq!(delta(&v, 6, true, &mut fresh).len(), 1);
         assert!(delta(&v, 6, false, &mut HashMap::new()).is_empty());
+    }
+
+    #[test]
+    fn long_messages_keep_their_start_and_their_advice() {
+        assert_eq!(capped("short".into()), "short");
+        let long = format!("no function named {}: give an id", "é".repeat(2_000_000));
+        let m = capped(long);
+        assert!(m.len() <= MAX_MESSAGE_BYTES, "{} bytes", m.len());
+        assert!(m.starts_with("no function named é"), "{m}");
+        assert!(m.ends_with("é: give an id"), "{m}");
+        assert!(m.contains("bytes left out"), "{m}");
+        let status = Status::from(Error::NotFound("x".repeat(3 << 20)));
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert!(status.message().len() <= MAX_MESSAGE_BYTES);
     }
 
     #[test]

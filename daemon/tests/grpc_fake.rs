@@ -300,6 +300,82 @@ async fn target_exit_and_duration_end_sessions() {
     h.finish().await;
 }
 
+/// `AttachRequest` as a client could encode it wrongly: the pid widened to
+/// 64 bits on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+struct WideAttach {
+    #[prost(uint64, tag = "1")]
+    pid: u64,
+}
+
+/// `AttachRequest` with a string where the pid's varint belongs.
+#[derive(Clone, PartialEq, prost::Message)]
+struct TextAttach {
+    #[prost(string, tag = "1")]
+    pid: String,
+}
+
+/// Send `msg` as an `Attach` request, however it is encoded.
+async fn attach_raw<M: prost::Message + Send + 'static>(h: &Running, msg: M) -> tonic::Status {
+    let channel = profd::channel::unix_channel(&h.dir.join("profd.sock"), None)
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/profd.v1.Profiler/Attach");
+    let codec = profd_common::codec::StrictCodec::<M, api::AttachResponse>::default();
+    grpc.unary(tonic::Request::new(msg), path, codec)
+        .await
+        .expect_err("the request is refused")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_and_long_names_get_short_precise_statuses() {
+    let (mut h, _) = start("fake-malformed").await;
+    // 2^32 + 1 must not be read as pid 1 (init).
+    let err = attach_raw(&h, WideAttach { pid: (1 << 32) + 1 }).await;
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    assert!(
+        err.message()
+            .contains("AttachRequest.pid was sent 4294967297"),
+        "{}",
+        err.message()
+    );
+    let err = attach_raw(&h, TextAttach { pid: "1".into() }).await;
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    assert!(
+        err.message().contains("not a valid profd.v1.AttachRequest"),
+        "{}",
+        err.message()
+    );
+
+    // A 3 MB function name is not echoed back whole.
+    let mut target = sleeper();
+    let s = attach(&mut h, target.id()).await;
+    let name = "x".repeat(3 << 20);
+    let err = h
+        .client
+        .get_view(api::GetViewRequest {
+            session_id: s.id,
+            view: Some(api::get_view_request::View::Callers(api::FunctionRef {
+                id: 0,
+                name,
+            })),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{}", err.message());
+    assert!(err.message().len() < 400, "{} bytes", err.message().len());
+    assert!(
+        err.message().contains("(3145728 bytes in all)"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(h.info().await.running_sessions, 1, "the session lives on");
+    target.kill();
+    h.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
     let (mut h, _) = start("fake-errors").await;

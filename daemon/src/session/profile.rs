@@ -351,8 +351,8 @@ impl Actor {
         });
         if !matched && maps.iter().all(|m| m.module() != req.module) {
             return Err(format!(
-                "module {:?} is not mapped by process {}: use a file name from its maps, e.g. {:?}",
-                req.module,
+                "module {} is not mapped by process {}: use a file name from its maps, e.g. {:?}",
+                profd_common::quoted(&req.module),
                 self.params.pid,
                 maps.iter()
                     .find(|m| m.file().is_some())

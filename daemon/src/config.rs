@@ -5,7 +5,9 @@
 //! Flags reuse the same value checks, so both say the same thing.
 use crate::auth::{Grant, TlsFiles};
 use crate::registry::{max_sample_rate, Limits};
-use crate::store::{parse_bytes, Persist, Retention, DEFAULT_STATE_DIR};
+use crate::store::{
+    parse_bytes, Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR,
+};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::net::SocketAddr;
@@ -177,6 +179,12 @@ pub struct StateLayer {
         skip_serializing_if = "Option::is_none"
     )]
     pub retain_bytes: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "de_seconds",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub checkpoint_interval: Option<u64>,
 }
 
 /// `[metrics]`: the Prometheus endpoint.
@@ -521,6 +529,7 @@ impl Layer {
                 retain_sessions: Some(retention.max_sessions),
                 retain_days: Some(retention.max_age.as_secs_f64() / 86400.0),
                 retain_bytes: Some(retention.max_bytes),
+                checkpoint_interval: Some(DEFAULT_CHECKPOINT_INTERVAL.as_secs()),
             },
             metrics: MetricsLayer::default(),
         }
@@ -562,6 +571,7 @@ impl Layer {
                 retain_sessions: pick(self.state.retain_sessions, &s.retain_sessions),
                 retain_days: pick(self.state.retain_days, &s.retain_days),
                 retain_bytes: pick(self.state.retain_bytes, &s.retain_bytes),
+                checkpoint_interval: pick(self.state.checkpoint_interval, &s.checkpoint_interval),
             },
             metrics: MetricsLayer {
                 listen: pick(self.metrics.listen, &t.listen),
@@ -664,6 +674,10 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
                     .map_or(r.max_age, |d| Duration::from_secs_f64(d * 86400.0)),
                 max_bytes: m.state.retain_bytes.unwrap_or(r.max_bytes),
             },
+            checkpoint_interval: m
+                .state
+                .checkpoint_interval
+                .map_or(DEFAULT_CHECKPOINT_INTERVAL, Duration::from_secs),
         });
     }
     let r = &m.remote;
@@ -710,6 +724,7 @@ fn check_state(namer: &Namer<'_>, file: &Layer) -> Result<(), String> {
         ("state.retain_sessions", s.retain_sessions.is_some()),
         ("state.retain_days", s.retain_days.is_some()),
         ("state.retain_bytes", s.retain_bytes.is_some()),
+        ("state.checkpoint_interval", s.checkpoint_interval.is_some()),
     ];
     if let Some((key, _)) = set.iter().find(|(_, on)| *on) {
         return Err(format!(

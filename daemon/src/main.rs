@@ -189,7 +189,7 @@ struct DaemonArgs {
     state_dir: Option<PathBuf>,
     /// Keep nothing on disk: sessions end with the daemon (config:
     /// state.persist = false).
-    #[arg(long, conflicts_with_all = ["state_dir", "retain_sessions", "retain_days", "retain_bytes"])]
+    #[arg(long, conflicts_with_all = ["state_dir", "retain_sessions", "retain_days", "retain_bytes", "checkpoint_interval"])]
     no_persist: bool,
     /// Most sessions kept in the state directory; the oldest go first
     /// (config: state.retain_sessions; default 1000).
@@ -204,6 +204,11 @@ struct DaemonArgs {
     /// default 1G).
     #[arg(long, value_name = "BYTES", value_parser = bytes)]
     retain_bytes: Option<u64>,
+    /// Seconds between saves of a running session to the state directory
+    /// (checkpoints: what a killed daemon's sessions keep) (config:
+    /// state.checkpoint_interval; default 60).
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    checkpoint_interval: Option<u64>,
     /// Serve Prometheus metrics over plain HTTP on ADDR:PORT at /metrics
     /// (config: metrics.listen; default: off).
     #[arg(long, value_name = "ADDR:PORT", value_parser = addr)]
@@ -220,7 +225,8 @@ impl DaemonArgs {
         let state_flag = self.state_dir.is_some()
             || self.retain_sessions.is_some()
             || self.retain_days.is_some()
-            || self.retain_bytes.is_some();
+            || self.retain_bytes.is_some()
+            || self.checkpoint_interval.is_some();
         Layer {
             socket: self.socket.clone(),
             socket_group: self.socket_group.clone(),
@@ -252,6 +258,7 @@ impl DaemonArgs {
                 retain_sessions: self.retain_sessions,
                 retain_days: self.retain_days,
                 retain_bytes: self.retain_bytes,
+                checkpoint_interval: self.checkpoint_interval,
             },
             metrics: MetricsLayer {
                 listen: self.metrics,

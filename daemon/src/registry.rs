@@ -9,7 +9,7 @@ use crate::session::{self, Handle, Params};
 use crate::symbolize::Symbolizer;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
@@ -224,7 +224,8 @@ pub struct Registry {
     sessions: Mutex<BTreeMap<u64, Handle>>,
     /// Held while a session is checked against the limits and started.
     attaching: Mutex<()>,
-    next_id: AtomicU64,
+    /// Where new sessions' ids come from.
+    ids: persist::SharedIds,
     /// The state directory ended sessions are saved to (None: kept in
     /// memory only).
     store: Option<Arc<crate::store::Store>>,
@@ -252,7 +253,7 @@ impl Registry {
             grants: grants.into(),
             sessions: Mutex::new(BTreeMap::new()),
             attaching: Mutex::new(()),
-            next_id: AtomicU64::new(1),
+            ids: Default::default(),
             store: None,
             stored: Default::default(),
             saves: Default::default(),
@@ -345,7 +346,7 @@ impl Registry {
             });
             check
         });
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.new_id().await?;
         let params = Params {
             id,
             pid: tgid,
@@ -410,6 +411,7 @@ impl Registry {
         {
             let _attaching = self.attaching.lock().await;
             self.closing.store(true, Ordering::Relaxed);
+            self.release_ids().await;
         }
         for handle in self.all().await {
             let _ = handle.stop().await;

@@ -1,8 +1,11 @@
 //! The state directory: every session that ends is kept there as
 //! `<id>.pprof` (its gzip'd pprof export) and `<id>.json` (its summary), so
-//! that finished sessions survive daemon restarts. Files are written
-//! atomically (temp file, fsync, rename, fsync of the directory), the
-//! metadata last: a session is stored once its `.json` exists. At start,
+//! that finished sessions survive daemon restarts; running sessions are
+//! saved there too, at intervals (checkpoints), and the high-water mark of
+//! session ids (see [`ids`]). Files are written atomically (temp file,
+//! fsync, rename, fsync of the directory), the metadata last: a session is
+//! stored once its `.json` exists; a session's first save never replaces
+//! files that are there already (another session's). At start,
 //! files that are corrupt, truncated or orphaned are moved to `corrupt/` with
 //! a warning, never fatally. Retention limits (count, age, bytes) delete the
 //! oldest sessions first, at start and after each save.
@@ -12,9 +15,8 @@
 use profd_common::api;
 use profd_common::export;
 use profd_common::model::ResolvedProfile;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -22,10 +24,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod ids;
+mod meta;
+
+pub use ids::{IdError, Ids, MAX_ID, NEXT_ID_FILE};
+use meta::{Meta, ProfileFile};
+pub use meta::{FORMAT_VERSION, INTERRUPTED};
+
 /// Where sessions are kept unless `--state-dir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/profd";
-/// The version of the metadata files this daemon writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
 /// The subdirectory corrupt files are moved to.
 pub const CORRUPT_DIR: &str = "corrupt";
 /// A metadata file larger than this is not one of ours.
@@ -53,19 +60,26 @@ impl Default for Retention {
     }
 }
 
-/// Keep ended sessions in `dir` (`--state-dir`), within `retention`.
+/// How often a running session is saved unless `--checkpoint-interval`
+/// says otherwise.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Keep ended sessions in `dir` (`--state-dir`), within `retention`; save
+/// running ones every `checkpoint_interval` (`--checkpoint-interval`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Persist {
     pub dir: PathBuf,
     pub retention: Retention,
+    pub checkpoint_interval: Duration,
 }
 
 impl Persist {
-    /// The default retention in `dir`.
+    /// The default retention and checkpoints in `dir`.
     pub fn new(dir: PathBuf) -> Persist {
         Persist {
             dir,
             retention: Retention::default(),
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
         }
     }
 }
@@ -104,13 +118,13 @@ pub struct Stored {
 }
 
 /// What was found in the state directory at start.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Found {
     /// The sessions kept, by id.
     pub sessions: Vec<Stored>,
-    /// The largest session id seen in any file name (kept, moved aside or
-    /// deleted): new sessions are numbered after it.
-    pub max_id: u64,
+    /// New sessions' ids: after the high-water mark and every session kept
+    /// (without a mark, after every id of a file found).
+    pub ids: Ids,
 }
 
 /// Why a stored profile could not be read.
@@ -122,200 +136,6 @@ pub enum LoadError {
     /// Its profile file does not hold what the metadata says.
     #[error("{0}")]
     Corrupt(String),
-}
-
-/// The profile file as the metadata describes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct ProfileFile {
-    /// `<id>.pprof`, in the state directory.
-    file: String,
-    bytes: u64,
-    /// Lowercase hex.
-    sha256: String,
-}
-
-/// The metadata file `<id>.json`: the session's summary, field by field.
-#[derive(Debug, Serialize, Deserialize)]
-struct Meta {
-    format: u32,
-    id: u64,
-    pid: u32,
-    comm: String,
-    /// The proto enum's name, e.g. `SESSION_STATE_STOPPED`.
-    state: String,
-    #[serde(default)]
-    error: String,
-    started_unix_ms: u64,
-    ended_unix_ms: u64,
-    duration_s: f64,
-    duration_limit_ms: u64,
-    /// The proto enum's name, e.g. `EVENT_CPU_CLOCK`.
-    event: String,
-    frequency_hz: u32,
-    /// The proto enum's name, e.g. `UNWIND_DWARF`.
-    unwind: String,
-    stack_bytes: u32,
-    owner_uid: u32,
-    owner: String,
-    #[serde(default)]
-    children: bool,
-    #[serde(default)]
-    processes: Vec<MetaProcess>,
-    /// The proto enum's name, e.g. `SCOPE_TARGET` (summaries written before
-    /// sessions had a scope were all system-wide).
-    #[serde(default = "system_wide")]
-    scope: String,
-    #[serde(default)]
-    discarded_derived: bool,
-    totals: MetaTotals,
-    profile: ProfileFile,
-}
-
-fn system_wide() -> String {
-    api::Scope::SystemWide.as_str_name().to_string()
-}
-
-/// One process of the session (`Session.processes`).
-#[derive(Debug, Serialize, Deserialize)]
-struct MetaProcess {
-    pid: u32,
-    ppid: u32,
-    comm: String,
-    samples: u64,
-    exited: bool,
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct MetaTotals {
-    attributed: u64,
-    discarded: u64,
-    lost: u64,
-    truncated: u64,
-    unsymbolized: u64,
-    overflowed: u64,
-    #[serde(default)]
-    throttled: u64,
-}
-
-impl Meta {
-    fn new(s: &api::Session, profile: ProfileFile) -> Meta {
-        let t = s.totals.unwrap_or_default();
-        Meta {
-            format: FORMAT_VERSION,
-            id: s.id,
-            pid: s.pid,
-            comm: s.comm.clone(),
-            state: s.state().as_str_name().to_string(),
-            error: s.error.clone(),
-            started_unix_ms: s.started_unix_ms,
-            ended_unix_ms: ended_unix_ms(s),
-            duration_s: s.duration_s,
-            duration_limit_ms: s.duration_limit_ms,
-            event: s.event().as_str_name().to_string(),
-            frequency_hz: s.frequency_hz,
-            unwind: s.unwind().as_str_name().to_string(),
-            stack_bytes: s.stack_bytes,
-            owner_uid: s.owner_uid,
-            owner: s.owner.clone(),
-            children: s.children,
-            processes: s
-                .processes
-                .iter()
-                .map(|p| MetaProcess {
-                    pid: p.pid,
-                    ppid: p.ppid,
-                    comm: p.comm.clone(),
-                    samples: p.samples,
-                    exited: p.exited,
-                })
-                .collect(),
-            scope: s.scope().as_str_name().to_string(),
-            discarded_derived: s.discarded_derived,
-            totals: MetaTotals {
-                attributed: t.attributed,
-                discarded: t.discarded,
-                lost: t.lost,
-                truncated: t.truncated,
-                unsymbolized: t.unsymbolized,
-                overflowed: t.overflowed,
-                throttled: t.throttled,
-            },
-            profile,
-        }
-    }
-
-    /// The summary it holds, checked.
-    fn session(&self) -> Result<api::Session, String> {
-        let state = api::SessionState::from_str_name(&self.state)
-            .filter(|s| {
-                !matches!(
-                    s,
-                    api::SessionState::Running | api::SessionState::Unspecified
-                )
-            })
-            .ok_or_else(|| {
-                format!(
-                    "state {:?} is not the state of an ended session",
-                    self.state
-                )
-            })?;
-        let event = api::Event::from_str_name(&self.event)
-            .ok_or_else(|| format!("unknown event {:?}", self.event))?;
-        let unwind = api::Unwind::from_str_name(&self.unwind)
-            .ok_or_else(|| format!("unknown unwind {:?}", self.unwind))?;
-        let scope = api::Scope::from_str_name(&self.scope)
-            .ok_or_else(|| format!("unknown scope {:?}", self.scope))?;
-        if !self.duration_s.is_finite() || self.duration_s < 0.0 {
-            return Err(format!("duration_s {} is not a duration", self.duration_s));
-        }
-        let t = &self.totals;
-        Ok(api::Session {
-            id: self.id,
-            pid: self.pid,
-            comm: self.comm.clone(),
-            frequency_hz: self.frequency_hz,
-            event: event as i32,
-            state: state as i32,
-            started_unix_ms: self.started_unix_ms,
-            duration_s: self.duration_s,
-            totals: Some(api::Totals {
-                attributed: t.attributed,
-                discarded: t.discarded,
-                lost: t.lost,
-                truncated: t.truncated,
-                unsymbolized: t.unsymbolized,
-                overflowed: t.overflowed,
-                throttled: t.throttled,
-            }),
-            duration_limit_ms: self.duration_limit_ms,
-            error: self.error.clone(),
-            unwind: unwind as i32,
-            stack_bytes: self.stack_bytes,
-            owner_uid: self.owner_uid,
-            owner: self.owner.clone(),
-            earlier_run: true,
-            scope: scope as i32,
-            discarded_derived: self.discarded_derived,
-            children: self.children,
-            processes: self
-                .processes
-                .iter()
-                .map(|p| api::ProcessSamples {
-                    pid: p.pid,
-                    ppid: p.ppid,
-                    comm: p.comm.clone(),
-                    samples: p.samples,
-                    exited: p.exited,
-                })
-                .collect(),
-        })
-    }
-}
-
-/// When a session ended, from its start and length.
-fn ended_unix_ms(s: &api::Session) -> u64 {
-    s.started_unix_ms
-        .saturating_add((s.duration_s.max(0.0) * 1000.0) as u64)
 }
 
 fn now_unix_ms() -> u64 {
@@ -367,8 +187,9 @@ enum Kind {
     Pprof,
 }
 
-/// `<id>.json` or `<id>.pprof`.
-fn parse_name(name: &str) -> Option<(u64, Kind)> {
+/// `<id>.json` or `<id>.pprof`; the id None when it is one profd never
+/// hands out (0, or above [`MAX_ID`]).
+fn parse_name(name: &str) -> Option<(Option<u64>, Kind)> {
     let (stem, ext) = name.rsplit_once('.')?;
     let kind = match ext {
         "json" => Kind::Json,
@@ -378,7 +199,7 @@ fn parse_name(name: &str) -> Option<(u64, Kind)> {
     if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some((stem.parse().ok()?, kind))
+    Some((ids::parse_id(stem), kind))
 }
 
 fn json_name(id: u64) -> String {
@@ -393,8 +214,11 @@ fn pprof_name(id: u64) -> String {
 pub struct Store {
     dir: PathBuf,
     retention: Retention,
+    checkpoint_interval: Duration,
     /// The sessions on disk; held while the directory is changed.
     entries: Mutex<BTreeMap<u64, Entry>>,
+    /// The sessions this run has saved: their files are theirs to replace.
+    own: Mutex<BTreeSet<u64>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -435,7 +259,9 @@ impl Store {
         let store = Store {
             dir: dir.clone(),
             retention: persist.retention.clone(),
+            checkpoint_interval: persist.checkpoint_interval,
             entries: Mutex::new(BTreeMap::new()),
+            own: Mutex::new(BTreeSet::new()),
         };
         let found = store.scan().map_err(cannot)?;
         Ok((store, found))
@@ -445,10 +271,18 @@ impl Store {
         &self.dir
     }
 
+    /// How often a running session is saved.
+    pub fn checkpoint_interval(&self) -> Duration {
+        self.checkpoint_interval
+    }
+
     /// Read every session's metadata, move aside what is not sound, apply
     /// retention.
     fn scan(&self) -> io::Result<Found> {
-        let mut found = Found::default();
+        let mark = self.read_mark()?;
+        let mut sessions = Vec::new();
+        // The largest id of any session file, and of a session kept.
+        let (mut seen, mut kept) = (0, 0);
         let mut files: BTreeMap<u64, Vec<Kind>> = BTreeMap::new();
         for entry in fs::read_dir(&self.dir)? {
             let entry = entry?;
@@ -457,7 +291,7 @@ impl Store {
                 tracing::warn!(file = %entry.path().display(), "not a file profd keeps: left alone");
                 continue;
             };
-            if name == CORRUPT_DIR {
+            if name == CORRUPT_DIR || name == NEXT_ID_FILE {
                 continue;
             }
             if name.ends_with(".tmp") {
@@ -468,10 +302,14 @@ impl Store {
                 continue;
             }
             match parse_name(name) {
-                Some((id, kind)) if entry.file_type()?.is_file() => {
-                    found.max_id = found.max_id.max(id);
+                Some((Some(id), kind)) if entry.file_type()?.is_file() => {
+                    seen = seen.max(id);
                     files.entry(id).or_default().push(kind);
                 }
+                Some((None, _)) if entry.file_type()?.is_file() => self.move_aside(
+                    name,
+                    &format!("not a session of profd's: its ids go from 1 to {MAX_ID}"),
+                ),
                 _ => {
                     tracing::warn!(file = %entry.path().display(), "not a file profd keeps: left alone")
                 }
@@ -489,7 +327,8 @@ impl Store {
                 (true, true) => match self.check(id) {
                     Ok((stored, entry)) => {
                         entries.insert(id, entry);
-                        found.sessions.push(stored);
+                        kept = id;
+                        sessions.push(stored);
                     }
                     Err(why) => {
                         self.move_aside(&json, &why);
@@ -504,14 +343,47 @@ impl Store {
             entries.remove(&id);
             self.delete(id);
         }
-        found.sessions.retain(|s| !gone.contains(&s.session.id));
+        sessions.retain(|s| !gone.contains(&s.session.id));
+        // Files moved aside or deleted had their ids below the mark; only
+        // a directory without one (or with a damaged one) goes by them.
+        let next = match mark {
+            Some(mark) => mark.max(kept + 1),
+            None => seen + 1,
+        };
         tracing::info!(
             dir = %self.dir.display(),
-            sessions = found.sessions.len(),
+            sessions = sessions.len(),
             deleted = gone.len(),
+            next_id = next,
             "read the state directory"
         );
-        Ok(found)
+        Ok(Found {
+            sessions,
+            ids: Ids::on_disk(&self.dir, next),
+        })
+    }
+
+    /// The high-water mark of session ids; None when there is none, or a
+    /// damaged one (then moved aside).
+    fn read_mark(&self) -> io::Result<Option<u64>> {
+        let mut text = String::new();
+        match File::open(self.dir.join(NEXT_ID_FILE)) {
+            Ok(f) => f.take(64).read_to_string(&mut text)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mark = ids::parse_mark(&text);
+        if mark.is_none() {
+            self.move_aside(
+                NEXT_ID_FILE,
+                &format!(
+                    "not a high-water mark of session ids (a number from 1 to {}): ids go on \
+                     after the sessions found",
+                    MAX_ID + 1
+                ),
+            );
+        }
+        Ok(mark)
     }
 
     /// Check one session's metadata, and its profile's size and header.
@@ -574,9 +446,10 @@ impl Store {
         ))
     }
 
-    /// Keep an ended session: its profile, then its metadata. Returns the
-    /// ids of the sessions the retention limits then deleted (possibly this
-    /// one).
+    /// Keep a session, ended or (a checkpoint) running: its profile, then
+    /// its metadata. Its first save never replaces files of the same names
+    /// (another session's); later ones replace its own. Returns the ids of
+    /// the sessions the retention limits then deleted (possibly this one).
     pub fn save(
         &self,
         session: &api::Session,
@@ -593,14 +466,23 @@ impl Store {
         let mut json = serde_json::to_vec_pretty(&meta).map_err(|e| e.to_string())?;
         json.push(b'\n');
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let fail = |what: &str, e: io::Error| {
-            format!("cannot write {what} in {}: {e}", self.dir.display())
+        let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        let replace = own.contains(&id);
+        let fail = |what: &str, e: io::Error| match e.kind() {
+            io::ErrorKind::AlreadyExists => format!(
+                "{what} is already in {}: not replaced (it is another session's), \
+                 session {id} is not saved",
+                self.dir.display()
+            ),
+            _ => format!("cannot write {what} in {}: {e}", self.dir.display()),
         };
-        write_atomic(&self.dir, &pprof_name(id), &bytes).map_err(|e| fail(&pprof_name(id), e))?;
-        if let Err(e) = write_atomic(&self.dir, &json_name(id), &json) {
+        write_atomic(&self.dir, &pprof_name(id), &bytes, replace)
+            .map_err(|e| fail(&pprof_name(id), e))?;
+        if let Err(e) = write_atomic(&self.dir, &json_name(id), &json, replace) {
             let _ = fs::remove_file(self.dir.join(pprof_name(id)));
             return Err(fail(&json_name(id), e));
         }
+        own.insert(id);
         entries.insert(
             id,
             Entry {
@@ -711,9 +593,10 @@ impl Store {
     }
 }
 
-/// Write `dir/name` so that it is either absent, as before, or whole:
-/// `name.tmp` (mode 0600), fsync, rename, fsync of the directory.
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+/// Write `dir/name` so that it is either as before or whole: `name.tmp`
+/// (mode 0600), fsync, rename (with `replace`; else a hard link, which
+/// fails with `AlreadyExists` when `name` is there), fsync of the directory.
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8], replace: bool) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let written = (|| {
         let mut f = fs::OpenOptions::new()
@@ -725,7 +608,12 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
-        fs::rename(&tmp, dir.join(name))?;
+        if replace {
+            fs::rename(&tmp, dir.join(name))?;
+        } else {
+            fs::hard_link(&tmp, dir.join(name))?;
+            fs::remove_file(&tmp)?;
+        }
         sync_dir(dir)
     })();
     if written.is_err() {

@@ -13,8 +13,8 @@ fn scratch(name: &str) -> PathBuf {
 
 fn persist(dir: &Path, retention: Retention) -> Persist {
     Persist {
-        dir: dir.join("state"),
         retention,
+        ..Persist::new(dir.join("state"))
     }
 }
 
@@ -133,7 +133,7 @@ fn saved_sessions_come_back_with_their_figures() {
 
     let (store, found) = open(&p);
     assert_eq!(ids(&found), [3]);
-    assert_eq!(found.max_id, 3);
+    assert_eq!(found.ids.peek(), 4);
     let back = &found.sessions[0];
     let mut expected = original.clone();
     expected.earlier_run = true;
@@ -173,7 +173,11 @@ fn corrupt_truncated_and_orphaned_files_are_moved_aside() {
 
     let (store, found) = open(&p);
     assert_eq!(ids(&found), [5], "the sound session stays");
-    assert_eq!(found.max_id, 5, "ids continue after every id seen");
+    assert_eq!(
+        found.ids.peek(),
+        6,
+        "without a mark, ids continue after every id seen"
+    );
     assert_eq!(
         names(&p.dir.join(CORRUPT_DIR)),
         [
@@ -252,7 +256,7 @@ fn retention_by_count_deletes_the_oldest() {
     };
     let (_, found) = open(&p1);
     assert_eq!(ids(&found), [4]);
-    assert_eq!(found.max_id, 4);
+    assert_eq!(found.ids.peek(), 5);
     assert_eq!(names(&p1.dir), ["4.json", "4.pprof"]);
 }
 
@@ -342,4 +346,159 @@ fn sizes_take_binary_suffixes() {
     assert!(parse_bytes("G").is_err());
     assert!(parse_bytes("12X").is_err());
     assert!(parse_bytes("99999999999T").is_err());
+}
+
+fn read_files(dir: &Path, names: &[&str]) -> Vec<Vec<u8>> {
+    names
+        .iter()
+        .map(|n| fs::read(dir.join(n)).unwrap())
+        .collect()
+}
+
+fn mark(dir: &Path) -> u64 {
+    fs::read_to_string(dir.join(NEXT_ID_FILE))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn ids_are_reserved_in_the_directory_before_use() {
+    let p = persist(&scratch("mark"), Retention::default());
+    let (_, mut found) = open(&p);
+    assert_eq!(found.ids.take().unwrap(), 1);
+    assert!(mark(&p.dir) > 1, "reserved before id 1 was handed out");
+    let mut last = 1;
+    for _ in 0..40 {
+        let id = found.ids.take().unwrap();
+        assert_eq!(id, last + 1);
+        assert!(mark(&p.dir) > id, "id {id} handed out beyond the mark");
+        last = id;
+    }
+    // Killed: nothing saved, nothing given back; no id handed out before
+    // comes again.
+    drop(found);
+    let (_, mut found) = open(&p);
+    let id = found.ids.take().unwrap();
+    assert!(id > last, "id {id} again after {last}");
+    // Stopped cleanly: the ids reserved and not used are given back.
+    let next = found.ids.peek();
+    found.ids.release().unwrap();
+    drop(found);
+    let (_, found) = open(&p);
+    assert_eq!(found.ids.peek(), next);
+}
+
+#[test]
+fn ids_end_without_wrapping() {
+    let p = persist(&scratch("exhausted"), Retention::default());
+    drop(open(&p));
+    fs::write(p.dir.join(NEXT_ID_FILE), format!("{MAX_ID}\n")).unwrap();
+    let (_, mut found) = open(&p);
+    assert_eq!(found.ids.take().unwrap(), MAX_ID);
+    for _ in 0..2 {
+        let err = found.ids.take().unwrap_err();
+        assert!(matches!(err, IdError::Exhausted), "{err}");
+        assert!(err.to_string().contains("--state-dir"), "{err}");
+    }
+    drop(found);
+    let (_, mut found) = open(&p);
+    assert!(matches!(found.ids.take(), Err(IdError::Exhausted)));
+
+    // A damaged mark is moved aside; ids go on after the sessions found.
+    let (store, _) = open(&p);
+    store.save(&session(7, now_unix_ms()), &profile()).unwrap();
+    fs::write(p.dir.join(NEXT_ID_FILE), b"12x\n").unwrap();
+    let (_, found) = open(&p);
+    assert_eq!(found.ids.peek(), 8);
+    assert_eq!(names(&p.dir.join(CORRUPT_DIR)), [NEXT_ID_FILE]);
+}
+
+#[test]
+fn files_named_after_ids_never_handed_out_are_moved_aside_and_ignored() {
+    let p = persist(&scratch("huge-id"), Retention::default());
+    let (store, mut found) = open(&p);
+    let id = found.ids.take().unwrap();
+    store.save(&session(id, now_unix_ms()), &profile()).unwrap();
+    drop((store, found));
+    let strays = [
+        "0.json",
+        "18446744073709551615.pprof",
+        "9007199254740992.pprof",
+        "99999999999999999999999.json",
+    ];
+    for with_mark in [true, false] {
+        if !with_mark {
+            fs::remove_file(p.dir.join(NEXT_ID_FILE)).unwrap();
+            fs::remove_dir_all(p.dir.join(CORRUPT_DIR)).unwrap();
+        }
+        for stray in strays {
+            fs::write(p.dir.join(stray), b"stray").unwrap();
+        }
+        let (_, mut found) = open(&p);
+        assert_eq!(ids(&found), [1], "with a mark: {with_mark}");
+        assert_eq!(names(&p.dir.join(CORRUPT_DIR)), strays);
+        let next = found.ids.take().unwrap();
+        assert!(
+            (2..=1 + 16).contains(&next),
+            "next id {next} (with a mark: {with_mark})"
+        );
+    }
+}
+
+#[test]
+fn a_save_never_replaces_another_sessions_files() {
+    let p = persist(&scratch("no-replace"), Retention::default());
+    let (store, _) = open(&p);
+    let now = now_unix_ms();
+    store.save(&session(1, now), &profile()).unwrap();
+    let files = ["1.json", "1.pprof"];
+    let before = read_files(&p.dir, &files);
+    // Another store on the directory, as if id 1 were handed out again.
+    let (other, _) = open(&p);
+    let mut intruder = session(1, now + 5000);
+    intruder.owner_uid = 1002;
+    intruder.owner = "mallory".into();
+    let err = other.save(&intruder, &profile()).unwrap_err();
+    assert!(
+        err.contains("1.pprof") && err.contains("not replaced"),
+        "{err}"
+    );
+    assert!(
+        read_files(&p.dir, &files) == before,
+        "session 1's files replaced"
+    );
+    assert_eq!(names(&p.dir), files, "no temp file left");
+    // Only the metadata there: the profile written is taken back.
+    fs::remove_file(p.dir.join("1.pprof")).unwrap();
+    let err = other.save(&intruder, &profile()).unwrap_err();
+    assert!(err.contains("1.json"), "{err}");
+    assert_eq!(names(&p.dir), ["1.json"]);
+    // A session replaces its own files (a checkpoint, then its end).
+    store.save(&session(2, now), &profile()).unwrap();
+    store.save(&session(2, now + 1000), &profile()).unwrap();
+}
+
+#[test]
+fn a_checkpoint_comes_back_as_a_failed_session_of_its_owner() {
+    let p = persist(&scratch("checkpoint"), Retention::default());
+    let (store, _) = open(&p);
+    let mut running = session(4, now_unix_ms());
+    running.state = api::SessionState::Running as i32;
+    running.duration_s = 1.5;
+    store.save(&running, &profile()).unwrap();
+    // Killed while it ran: it never ended.
+    drop(store);
+    let (store, found) = open(&p);
+    assert_eq!(ids(&found), [4]);
+    let back = &found.sessions[0].session;
+    assert_eq!(back.state(), api::SessionState::Failed);
+    assert!(back.error.contains("last checkpoint"), "{}", back.error);
+    assert_eq!((back.owner_uid, back.owner.as_str()), (1001, "alice"));
+    assert_eq!(back.duration_s, 1.5);
+    assert!(back.earlier_run);
+    let loaded = store.load(&found.sessions[0]).unwrap();
+    assert_eq!(loaded.stacks.len(), profile().stacks.len());
+    assert_eq!(loaded.attributed, 4);
 }

@@ -3,7 +3,8 @@
 //! another user. Unless a test says otherwise, each daemon keeps its
 //! sessions in a state directory of its own (never `/var/lib/profd`), so
 //! that persistence is exercised by every test; `restart` stops it with
-//! SIGTERM and starts it again on the same socket and state directory.
+//! SIGTERM (`kill_and_restart` with SIGKILL) and starts it again on the same
+//! socket and state directory.
 
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -151,6 +152,16 @@ impl Daemon {
             "profd exited with {status} on SIGTERM:\n{}",
             self.log()
         );
+        self.child = Daemon::spawn_child(&self.socket, &self.log, &self.args);
+        self.wait_ready();
+    }
+
+    /// Kills the daemon with SIGKILL (it saves nothing on the way out) and
+    /// starts it again with the same socket, arguments and log.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let status = self.child.wait().expect("wait for the killed profd");
+        eprintln!("profd killed: {status}");
         self.child = Daemon::spawn_child(&self.socket, &self.log, &self.args);
         self.wait_ready();
     }

@@ -362,3 +362,153 @@ fn stored_sessions_keep_their_owner() {
         root.describe()
     );
 }
+
+/// The ids in a `profctl sessions` table, in its order.
+fn listed_ids(table: &str) -> Vec<u64> {
+    table
+        .lines()
+        .filter_map(|line| words(line).first().and_then(|w| w.parse().ok()))
+        .collect()
+}
+
+/// Fails unless `table` lists no id twice.
+fn assert_ids_once(table: &str) {
+    let mut ids = listed_ids(table);
+    ids.sort_unstable();
+    let before = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), before, "an id listed twice:\n{table}");
+}
+
+/// The id of the one running session `table` lists, if any.
+fn running_id(table: &str) -> Option<u64> {
+    table
+        .lines()
+        .filter(|l| words(l).get(3) == Some(&"running"))
+        .find_map(|l| words(l).first().and_then(|w| w.parse().ok()))
+}
+
+/// A stray `18446744073709551615.pprof` (the largest u64) in the state
+/// directory is moved aside and its id ignored: the next session does not
+/// get id 1 again, session 1's files stay as they were, and `sessions
+/// --all` lists every id once.
+#[test]
+fn a_stray_file_with_a_huge_id_reuses_no_id() {
+    let _serial = serial();
+    require_root_and_perf();
+    let mut d = Daemon::start();
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    let attach = |d: &Daemon| {
+        Profile::parse(&d.profctl(&["attach", &pid, "--duration", "0.5", "--format", "json"]))
+    };
+    let first = attach(&d);
+    assert_eq!(first.session_id, 1, "a new state directory's first session");
+    let state = state_dir(&d);
+    let files1 = [state.join("1.json"), state.join("1.pprof")];
+    wait_for_file(&files1[0]);
+    let read = |path: &PathBuf| std::fs::read(path).unwrap();
+    let before: Vec<Vec<u8>> = files1.iter().map(read).collect();
+    let stray = "18446744073709551615.pprof";
+    std::fs::write(state.join(stray), b"not a profile").unwrap();
+
+    d.restart();
+    let second = attach(&d);
+    eprintln!("after the restart: session {}", second.session_id);
+    assert!(
+        second.session_id > first.session_id,
+        "the new session got id {} after session {}",
+        second.session_id,
+        first.session_id
+    );
+    wait_for_file(&state.join(format!("{}.json", second.session_id)));
+    let after: Vec<Vec<u8>> = files1.iter().map(read).collect();
+    assert!(after == before, "session 1's files were replaced");
+    assert!(
+        names(&state.join("corrupt")).contains(&stray.to_string()),
+        "{stray} not moved aside"
+    );
+    assert!(!names(&state).contains(&stray.to_string()));
+
+    let all = d.profctl(&["sessions", "--all"]);
+    all.assert_success();
+    eprintln!("{}", all.stdout);
+    assert_ids_once(&all.stdout);
+    assert_eq!(listed_ids(&all.stdout), [1, second.session_id]);
+    let back = export_json(&d, 1);
+    assert_eq!(
+        (back.state.as_str(), figures(&back)),
+        ("duration_elapsed", figures(&first)),
+        "session 1 reads as before"
+    );
+}
+
+/// The daemon killed with SIGKILL while a session of alice's runs (saved
+/// every second): at the next start no id is given out again, and the
+/// session is listed as failed, still alice's only, with its profile up to
+/// its last checkpoint.
+#[test]
+fn kill_9_reuses_no_id_and_keeps_the_running_session() {
+    let _serial = serial();
+    require_root_and_perf();
+    let users = test_users();
+    let (alice, bob) = (&users.alice, &users.bob);
+    let mut d = Daemon::start_with(&["--socket-group", TEST_GROUP, "--checkpoint-interval", "1"]);
+    let target = start_as(alice, "split");
+    let pid = target.pid_arg();
+    let attach = |d: &Daemon, secs: &str| {
+        Profile::parse(&d.profctl_as(
+            alice,
+            &["attach", &pid, "--duration", secs, "--format", "json"],
+        ))
+    };
+    let ended = attach(&d, "0.5");
+    let running = d.spawn_profctl_as(alice, &["attach", &pid, "--duration", "60"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let out = d.profctl(&["sessions"]);
+        out.assert_success();
+        if let Some(id) = running_id(&out.stdout) {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "the session never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(id > ended.session_id);
+    // Two checkpoints and a half.
+    std::thread::sleep(Duration::from_millis(2500));
+
+    d.kill_and_restart();
+    drop(running);
+    let next = attach(&d, "0.5");
+    assert!(
+        next.session_id > id,
+        "after a kill -9 a new session got id {}, not above {id} (running when killed)",
+        next.session_id
+    );
+    let mine = d.profctl_as(alice, &["sessions", "--all"]);
+    mine.assert_success();
+    eprintln!("{}", mine.stdout);
+    assert_ids_once(&mine.stdout);
+    let line = session_line(&mine.stdout, id)
+        .unwrap_or_else(|| panic!("session {id} not listed:\n{}", mine.describe()));
+    assert!(line.contains("failed*"), "{line}");
+
+    let p = Profile::parse(&d.profctl_as(alice, &["export", &id.to_string(), "--format", "json"]));
+    eprintln!("{}", p.table());
+    assert_eq!((p.session_id, p.state.as_str()), (id, "failed"));
+    assert!(p.error.contains("checkpoint"), "{}", p.error);
+    assert!(p.duration_s >= 1.0, "{}", p.table());
+    assert!(p.totals.attributed > 0, "{}", p.table());
+    assert!(p.function("leaf_b").exclusive > 0, "{}", p.table());
+
+    let theirs = d.profctl_as(bob, &["sessions", "--all"]);
+    theirs.assert_success();
+    assert!(
+        session_line(&theirs.stdout, id).is_none(),
+        "{}",
+        theirs.describe()
+    );
+    let denied = d.profctl_as(bob, &["export", &id.to_string(), "--format", "json"]);
+    assert_one_line_error(&denied, &["permission denied"]);
+}

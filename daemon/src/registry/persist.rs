@@ -1,13 +1,13 @@
-//! The registry's side of the state directory: sessions are saved there when
-//! they end, and the sessions of earlier daemon runs found there at start are
-//! registered under their own ids (new ids continue after them), owned by
-//! their recorded owners, listed only on request.
-use super::Registry;
+//! The registry's side of the state directory: sessions are saved there at
+//! intervals while they run (checkpoints) and when they end, new sessions'
+//! ids are reserved there, and the sessions of earlier daemon runs found
+//! there at start are registered under their own ids (new ids continue
+//! after them), owned by their recorded owners, listed only on request.
+use super::{Error, Registry};
 use crate::session::{self, Handle};
-use crate::store::{Found, Store};
+use crate::store::{Found, IdError, Ids, Store};
 use profd_common::api;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::auth::Caller;
@@ -15,6 +15,9 @@ use crate::auth::Caller;
 /// The sessions of earlier runs, by id; shared with the saving tasks, which
 /// drop the ones the retention limits delete.
 pub(super) type StoredSessions = Arc<Mutex<BTreeMap<u64, Handle>>>;
+
+/// The ids of new sessions; reserving them may write to the state directory.
+pub(super) type SharedIds = Arc<Mutex<Ids>>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -30,9 +33,31 @@ impl Registry {
             stored.insert(id, session::open_stored(store.clone(), s));
         }
         drop(stored);
-        let next = (found.max_id + 1).max(*self.next_id.get_mut());
-        self.next_id = AtomicU64::new(next);
+        self.ids = Arc::new(Mutex::new(found.ids));
         self.store = Some(store);
+    }
+
+    /// A new session's id, reserved in the state directory first.
+    pub(super) async fn new_id(&self) -> Result<u64, Error> {
+        let ids = self.ids.clone();
+        let taken = tokio::task::spawn_blocking(move || lock(&ids).take())
+            .await
+            .map_err(|e| Error::Internal(format!("reserving a session id: {e}")))?;
+        taken.map_err(|e| match e {
+            IdError::Exhausted => Error::ResourceExhausted(e.to_string()),
+            IdError::Mark { .. } => Error::Internal(e.to_string()),
+        })
+    }
+
+    /// Give back the ids reserved and not used (at shutdown, once no
+    /// session starts any more).
+    pub(super) async fn release_ids(&self) {
+        let ids = self.ids.clone();
+        match tokio::task::spawn_blocking(move || lock(&ids).release()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(%e, "unused session ids not given back"),
+            Err(e) => tracing::error!(%e, "giving back unused session ids panicked"),
+        }
     }
 
     /// The stored session with this id, if any.
@@ -56,45 +81,37 @@ impl Registry {
         list
     }
 
-    /// Save the session to the state directory once it has ended.
+    /// Save the session to the state directory every checkpoint interval
+    /// while it runs, and once it has ended.
     pub(super) fn save_when_ended(&self, handle: Handle) {
         let Some(store) = self.store.clone() else {
             return;
         };
         let stored = self.stored.clone();
         let task = tokio::spawn(async move {
-            let id = handle.id;
             let mut state = handle.state();
-            if state
-                .wait_for(|s| *s != api::SessionState::Running)
-                .await
-                .is_err()
-            {
-                return; // the actor is gone: nothing left to save
-            }
-            let resolved = match handle.resolve().await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(session = id, %e, "session not saved");
-                    return;
-                }
-            };
-            let saving = store.clone();
-            let saved = tokio::task::spawn_blocking(move || {
-                saving.save(&resolved.session, &resolved.profile)
-            })
-            .await;
-            match saved {
-                Ok(Ok(deleted)) => {
-                    tracing::info!(session = id, dir = %store.dir().display(), "session saved");
-                    let mut stored = lock(&stored);
-                    for d in deleted {
-                        stored.remove(&d);
+            let every = store.checkpoint_interval();
+            let mut checkpoints =
+                tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            checkpoints.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    ended = async {
+                        state.wait_for(|s| *s != api::SessionState::Running).await.is_ok()
+                    } => {
+                        if !ended {
+                            return; // the actor is gone: nothing left to save
+                        }
+                        break;
+                    }
+                    _ = checkpoints.tick() => {
+                        if !save(&handle, &store, &stored).await {
+                            return; // ended meanwhile: saved as such
+                        }
                     }
                 }
-                Ok(Err(e)) => tracing::warn!(session = id, %e, "session not saved"),
-                Err(e) => tracing::error!(session = id, %e, "saving the session panicked"),
             }
+            save(&handle, &store, &stored).await;
         });
         let mut saves = lock(&self.saves);
         saves.retain(|t| !t.is_finished());
@@ -122,6 +139,41 @@ impl Registry {
 
     /// Ids are handed out from here (for tests and logs).
     pub fn next_id(&self) -> u64 {
-        self.next_id.load(Ordering::Relaxed)
+        lock(&self.ids).peek()
     }
+}
+
+/// Save the session as it is now (a checkpoint while it runs); whether it
+/// still runs.
+async fn save(handle: &Handle, store: &Arc<Store>, stored: &StoredSessions) -> bool {
+    let id = handle.id;
+    let resolved = match handle.resolve().await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(session = id, %e, "session not saved");
+            return false;
+        }
+    };
+    let running = resolved.session.state() == api::SessionState::Running;
+    let saving = store.clone();
+    let saved =
+        tokio::task::spawn_blocking(move || saving.save(&resolved.session, &resolved.profile))
+            .await;
+    let what = if running { "checkpoint" } else { "session" };
+    match saved {
+        Ok(Ok(deleted)) => {
+            if running {
+                tracing::debug!(session = id, dir = %store.dir().display(), "checkpoint saved");
+            } else {
+                tracing::info!(session = id, dir = %store.dir().display(), "session saved");
+            }
+            let mut stored = lock(stored);
+            for d in deleted {
+                stored.remove(&d);
+            }
+        }
+        Ok(Err(e)) => tracing::warn!(session = id, %e, "{what} not saved"),
+        Err(e) => tracing::error!(session = id, %e, "saving the {what} panicked"),
+    }
+    running
 }

@@ -888,3 +888,28 @@ async fn ended_sessions_survive_a_restart() {
     h.finish().await;
     let _ = std::fs::remove_dir_all(&state);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attaches_are_refused_once_ids_run_out() {
+    use profd::store::{MAX_ID, NEXT_ID_FILE};
+    let state = std::env::temp_dir().join(format!("profd-fake-ids-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join(NEXT_ID_FILE), format!("{MAX_ID}\n")).unwrap();
+    let (mut h, _) = start_persisting("fake-ids", &state).await;
+    let mut a = sleeper();
+    assert_eq!(attach(&mut h, a.id()).await.id, MAX_ID);
+    let err = h
+        .client
+        .attach(api::AttachRequest {
+            pid: a.id(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err}");
+    assert!(err.message().contains("--state-dir"), "{}", err.message());
+    a.kill();
+    h.finish().await;
+    let _ = std::fs::remove_dir_all(&state);
+}

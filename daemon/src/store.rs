@@ -476,12 +476,23 @@ impl Store {
             ),
             _ => format!("cannot write {what} in {}: {e}", self.dir.display()),
         };
-        write_atomic(&self.dir, &pprof_name(id), &bytes, replace)
-            .map_err(|e| fail(&pprof_name(id), e))?;
-        if let Err(e) = write_atomic(&self.dir, &json_name(id), &json, replace) {
-            let _ = fs::remove_file(self.dir.join(pprof_name(id)));
-            return Err(fail(&json_name(id), e));
+        let (pprof_file, json_file) = (pprof_name(id), json_name(id));
+        // Both written and synced first: a checkpoint replacing the last
+        // one leaves the pair mismatched only between the two renames.
+        let pprof_tmp = stage(&self.dir, &pprof_file, &bytes).map_err(|e| fail(&pprof_file, e))?;
+        let json_tmp = stage(&self.dir, &json_file, &json).map_err(|e| {
+            let _ = fs::remove_file(&pprof_tmp);
+            fail(&json_file, e)
+        })?;
+        if let Err(e) = put(&self.dir, &pprof_tmp, &pprof_file, replace) {
+            let _ = fs::remove_file(&json_tmp);
+            return Err(fail(&pprof_file, e));
         }
+        if let Err(e) = put(&self.dir, &json_tmp, &json_file, replace) {
+            let _ = fs::remove_file(self.dir.join(&pprof_file));
+            return Err(fail(&json_file, e));
+        }
+        sync_dir(&self.dir).map_err(|e| fail(&json_file, e))?;
         own.insert(id);
         entries.insert(
             id,
@@ -593,10 +604,16 @@ impl Store {
     }
 }
 
-/// Write `dir/name` so that it is either as before or whole: `name.tmp`
-/// (mode 0600), fsync, rename (with `replace`; else a hard link, which
-/// fails with `AlreadyExists` when `name` is there), fsync of the directory.
+/// Write `dir/name` so that it is either as before or whole: staged,
+/// put in place, fsync of the directory.
 fn write_atomic(dir: &Path, name: &str, bytes: &[u8], replace: bool) -> io::Result<()> {
+    let tmp = stage(dir, name, bytes)?;
+    put(dir, &tmp, name, replace)?;
+    sync_dir(dir)
+}
+
+/// Write `bytes` to `dir/name.tmp` (mode 0600) and fsync it.
+fn stage(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
     let tmp = dir.join(format!("{name}.tmp"));
     let written = (|| {
         let mut f = fs::OpenOptions::new()
@@ -606,20 +623,31 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8], replace: bool) -> io::Resu
             .mode(0o600)
             .open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        if replace {
-            fs::rename(&tmp, dir.join(name))?;
-        } else {
-            fs::hard_link(&tmp, dir.join(name))?;
-            fs::remove_file(&tmp)?;
-        }
-        sync_dir(dir)
+        f.sync_all()
     })();
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
+    match written {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    written
+}
+
+/// Put the staged `tmp` in place as `dir/name`: renamed over it with
+/// `replace`, else hard-linked, which fails with `AlreadyExists` when
+/// `name` is there.
+fn put(dir: &Path, tmp: &Path, name: &str, replace: bool) -> io::Result<()> {
+    let to = dir.join(name);
+    let moved = if replace {
+        fs::rename(tmp, &to)
+    } else {
+        fs::hard_link(tmp, &to).and_then(|()| fs::remove_file(tmp))
+    };
+    if moved.is_err() {
+        let _ = fs::remove_file(tmp);
+    }
+    moved
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {

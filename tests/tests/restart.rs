@@ -444,7 +444,7 @@ fn a_stray_file_with_a_huge_id_reuses_no_id() {
 }
 
 /// The daemon killed with SIGKILL while a session of alice's runs (saved
-/// every second): at the next start no id is given out again, and the
+/// every second) once it has been saved: at the next start no id is given out again, and the
 /// session is listed as failed, still alice's only, with its profile up to
 /// its last checkpoint.
 #[test]
@@ -475,8 +475,8 @@ fn kill_9_reuses_no_id_and_keeps_the_running_session() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(id > ended.session_id);
-    // Two checkpoints and a half.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Its first checkpoint, a second in.
+    wait_for_file(&state_dir(&d).join(format!("{id}.json")));
 
     d.kill_and_restart();
     drop(running);

@@ -4,6 +4,7 @@
 
 pub mod codec;
 pub mod export;
+pub mod kernel;
 pub mod model;
 pub mod views;
 

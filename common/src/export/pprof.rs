@@ -45,8 +45,9 @@ impl Strings {
 /// The profile as a gzip'd pprof `Profile`: sample types `samples/count`
 /// (the default shown) and `cpu/nanoseconds` (count × 1e9 / frequency_hz),
 /// period `cpu/nanoseconds` = 1e9 / frequency_hz, one mapping per module
-/// (its address range is that of the profile's frames in it), one function
-/// per profd function (pprof id = profd id + 1), one location per address
+/// (its address range is that of the profile's frames in it that have an
+/// address, [0, 0) when none has), one function per profd function (pprof
+/// id = profd id + 1), one location per address
 /// and inline chain (consecutive frames at one address whose inner ones are
 /// inlined become the lines of one location, innermost first), a numeric
 /// `tid` label and a `thread name` label per sample, and comments `pid=N`
@@ -136,9 +137,12 @@ pub fn pprof(p: &ResolvedProfile) -> Vec<u8> {
                             ..Default::default()
                         });
                     }
+                    // A frame shown without its address (0) widens no range.
                     let mp = &mut prof.mapping[m];
-                    mp.memory_start = mp.memory_start.min(group[0].address);
-                    mp.memory_limit = mp.memory_limit.max(group[0].address.saturating_add(1));
+                    if group[0].address != 0 {
+                        mp.memory_start = mp.memory_start.min(group[0].address);
+                        mp.memory_limit = mp.memory_limit.max(group[0].address.saturating_add(1));
+                    }
                     m as u64 + 1
                 };
                 prof.location.push(pb::Location {

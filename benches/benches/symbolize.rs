@@ -16,6 +16,7 @@ use profd::session::{self, Params};
 use profd::symbolize::{BlazeSymbolizer, Symbolizer};
 use profd::unwind::Unwinder;
 use profd_benches::{capture, ThreadCpu};
+use profd_common::kernel::KernelFrames;
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -155,7 +156,9 @@ fn hit(c: &mut Criterion<ThreadCpu>) {
     }
     // The first view after the batch is counted names every address.
     let counted = (0..1000).find_map(|_| {
-        let view = rt.block_on(handle.profile(0)).expect("a view");
+        let view = rt
+            .block_on(handle.profile(0, KernelFrames::Full))
+            .expect("a view");
         let totals = view.session.totals.expect("totals");
         (totals.attributed == STACKS as u64).then_some(view)
     });
@@ -169,7 +172,12 @@ fn hit(c: &mut Criterion<ThreadCpu>) {
     g.throughput(Throughput::Elements((STACKS * DEPTH) as u64));
     let name = format!("{STACKS}_stacks_of_{DEPTH}_frames");
     g.bench_function(BenchmarkId::new("hit", name), |b| {
-        b.iter(|| black_box(rt.block_on(handle.profile(0)).expect("a view")))
+        b.iter(|| {
+            black_box(
+                rt.block_on(handle.profile(0, KernelFrames::Full))
+                    .expect("a view"),
+            )
+        })
     });
     g.finish();
     rt.block_on(handle.stop()).expect("stopped");

@@ -377,6 +377,8 @@ pub struct Policy {
     pub grants: Vec<Grant>,
     /// Tokens of the TLS listener (empty without one).
     pub tokens: Tokens,
+    /// What callers other than root are shown of kernel frames.
+    pub kernel_frames: crate::kernel_view::Setting,
 }
 
 /// Where the TLS listener's files are.

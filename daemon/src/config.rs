@@ -57,6 +57,12 @@ pub struct Layer {
         skip_serializing_if = "Option::is_none"
     )]
     pub log_level: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "de_kernel_frames",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kernel_frames: Option<String>,
     #[serde(default, skip_serializing_if = "is_default")]
     pub limits: LimitsLayer,
     #[serde(default, skip_serializing_if = "is_default")]
@@ -336,6 +342,15 @@ pub fn origin(v: &Value) -> Result<String, String> {
     }
 }
 
+/// What callers other than root are shown of kernel frames.
+pub fn kernel_frames(v: &Value) -> Result<String, String> {
+    let what = crate::kernel_view::VALUES;
+    match v {
+        Value::String(s) if s.parse::<crate::kernel_view::Setting>().is_ok() => Ok(s.clone()),
+        _ => Err(expected(what, v)),
+    }
+}
+
 fn de_with<'de, D, T>(d: D, check: fn(&Value) -> Result<T, String>) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
@@ -370,6 +385,10 @@ fn de_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
 
 fn de_log_level<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     de_with(d, log_level)
+}
+
+fn de_kernel_frames<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    de_with(d, kernel_frames)
 }
 
 fn de_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
@@ -515,6 +534,7 @@ impl Layer {
             grants: Some(Vec::new()),
             ring_pages: None,
             log_level: Some("info".into()),
+            kernel_frames: Some("auto".into()),
             limits: LimitsLayer {
                 max_sessions: Some(limits.max_sessions),
                 max_sessions_per_caller: Some(limits.max_sessions_per_caller),
@@ -547,6 +567,7 @@ impl Layer {
             grants: pick(self.grants, &top.grants),
             ring_pages: pick(self.ring_pages, &top.ring_pages),
             log_level: pick(self.log_level, &top.log_level),
+            kernel_frames: pick(self.kernel_frames, &top.kernel_frames),
             limits: LimitsLayer {
                 max_sessions: pick(self.limits.max_sessions, &l.max_sessions),
                 max_sessions_per_caller: pick(
@@ -696,6 +717,7 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
         });
     }
     config.metrics = m.metrics.listen;
+    config.kernel_frames = m.kernel_frames.as_deref().unwrap_or("auto").parse()?;
     let log_level = m
         .log_level
         .as_deref()

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod channel;
 pub mod config;
 pub mod dashboard;
+pub mod kernel_view;
 pub mod maps;
 pub mod metrics;
 #[allow(unsafe_code)]
@@ -64,6 +65,8 @@ pub struct Config {
     /// A listening Unix socket passed by systemd (socket activation): served
     /// instead of creating `socket`.
     pub activated: Option<Arc<std::os::unix::net::UnixListener>>,
+    /// What callers other than root are shown of kernel frames.
+    pub kernel_frames: kernel_view::Setting,
 }
 
 /// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
@@ -92,6 +95,7 @@ impl Config {
             ring_pages: None,
             metrics: None,
             activated: None,
+            kernel_frames: kernel_view::Setting::Auto,
         }
     }
 }
@@ -299,6 +303,7 @@ impl Daemon {
         let gid = socket_gid(config.socket_group.as_deref())?;
         let mut policy = auth::Policy {
             grants: config.grants.clone(),
+            kernel_frames: config.kernel_frames,
             ..Default::default()
         };
         let remote = match &config.remote {

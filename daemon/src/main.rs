@@ -100,6 +100,9 @@ fn bytes(s: &str) -> Result<u64, String> {
 fn log_level(s: &str) -> Result<String, String> {
     config::log_level(&toml::Value::String(s.to_string()))
 }
+fn kernel_frames(s: &str) -> Result<String, String> {
+    config::kernel_frames(&toml::Value::String(s.to_string()))
+}
 fn addr(s: &str) -> Result<SocketAddr, String> {
     config::addr(&toml::Value::String(s.to_string()))
 }
@@ -217,6 +220,12 @@ struct DaemonArgs {
     /// default info).
     #[arg(long, value_name = "LEVEL", value_parser = log_level)]
     log_level: Option<String>,
+    /// What callers other than root are shown of kernel frames: auto (as
+    /// the kernel would show them: kptr_restrict, perf_event_paranoid),
+    /// full, names (without addresses) or folded (one [kernel] frame)
+    /// (config: kernel_frames; default auto).
+    #[arg(long, value_name = "MODE", value_parser = kernel_frames)]
+    kernel_frames: Option<String>,
 }
 
 impl DaemonArgs {
@@ -233,6 +242,7 @@ impl DaemonArgs {
             grants: (!self.grants.is_empty()).then(|| self.grants.clone()),
             ring_pages: self.ring_pages,
             log_level: self.log_level.clone(),
+            kernel_frames: self.kernel_frames.clone(),
             limits: LimitsLayer {
                 max_sessions: self.max_sessions,
                 max_sessions_per_caller: self.max_sessions_per_caller,

@@ -3,9 +3,11 @@
 //! statuses, and runs each Watch stream (snapshot, then per-interval deltas,
 //! then a final update).
 use crate::auth::Policy;
+use crate::kernel_view::Sysctls;
 use crate::registry::{self, kernel_sysctl, max_sample_rate, Error, Registry};
 use crate::session::{Handle, View, MAX_WINDOW_S};
 use profd_common::api::{self, profiler_server::Profiler};
+use profd_common::kernel::KernelFrames;
 use profd_common::{export, views};
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -82,10 +84,21 @@ impl Service {
         }
     }
 
-    /// The session a request names, when its caller may read it.
-    async fn session<T>(&self, req: &Request<T>, id: u64) -> Result<Handle, Status> {
+    /// The session a request names, when its caller may read it, and
+    /// what the caller is shown of kernel frames: every profile, view and
+    /// export it gets is made for it so.
+    async fn session<T>(
+        &self,
+        req: &Request<T>,
+        id: u64,
+    ) -> Result<(Handle, KernelFrames), Status> {
         let caller = self.policy.caller(req)?;
-        Ok(self.registry.get(id, &caller).await?)
+        let handle = self.registry.get(id, &caller).await?;
+        let shown = self
+            .policy
+            .kernel_frames
+            .shown(caller.is_root(), Sysctls::read);
+        Ok((handle, shown))
     }
 }
 
@@ -148,7 +161,7 @@ pub fn delta(
 /// One Watch stream: a snapshot (or, resuming, what changed after
 /// `resume_after`), then per-interval deltas, then a final update.
 async fn run_watch(
-    handle: Handle,
+    (handle, shown): (Handle, KernelFrames),
     interval: Duration,
     window_s: u32,
     resume_after: u64,
@@ -159,7 +172,7 @@ async fn run_watch(
     let mut after = resume_after;
     let mut first = true;
     loop {
-        let view = match handle.profile(window_s).await {
+        let view = match handle.profile(window_s, shown).await {
             Ok(view) => view,
             Err(e) => {
                 let _ = tx.send(Err(Error::from(e).into())).await;
@@ -266,7 +279,7 @@ impl Profiler for Service {
         &self,
         req: Request<api::WatchRequest>,
     ) -> Result<Response<WatchStream>, Status> {
-        let handle = self.session(&req, req.get_ref().session_id).await?;
+        let session = self.session(&req, req.get_ref().session_id).await?;
         let req = req.into_inner();
         let interval = watch_interval(req.interval_ms)?;
         if req.window_s > MAX_WINDOW_S {
@@ -277,7 +290,7 @@ impl Profiler for Service {
         }
         let (tx, rx) = mpsc::channel(4);
         let open = self.registry.stats().watcher();
-        let watch = run_watch(handle, interval, req.window_s, req.resume_after_seq, tx);
+        let watch = run_watch(session, interval, req.window_s, req.resume_after_seq, tx);
         tokio::spawn(async move {
             watch.await;
             drop(open);
@@ -289,7 +302,7 @@ impl Profiler for Service {
         &self,
         req: Request<api::GetProfileRequest>,
     ) -> Result<Response<api::GetProfileResponse>, Status> {
-        let handle = self.session(&req, req.get_ref().session_id).await?;
+        let (handle, shown) = self.session(&req, req.get_ref().session_id).await?;
         let format = api::ExportFormat::try_from(req.get_ref().format).map_err(|_| {
             Status::invalid_argument(format!(
                 "unknown export format {}: use 1 (pprof), 2 (folded), 3 (svg), 4 (speedscope) or 5 (json)",
@@ -297,7 +310,7 @@ impl Profiler for Service {
             ))
         })?;
         if format != api::ExportFormat::Unspecified {
-            let resolved = handle.resolve().await.map_err(registry::Error::from)?;
+            let resolved = handle.resolve(shown).await.map_err(registry::Error::from)?;
             let functions = views::functions(&resolved.profile);
             let p = &resolved.profile;
             let data = match format {
@@ -323,7 +336,10 @@ impl Profiler for Service {
                 data,
             }));
         }
-        let view = handle.profile(0).await.map_err(registry::Error::from)?;
+        let view = handle
+            .profile(0, shown)
+            .await
+            .map_err(registry::Error::from)?;
         Ok(Response::new(api::GetProfileResponse {
             session: Some(view.session),
             functions: view.functions,
@@ -349,14 +365,14 @@ impl Profiler for Service {
         req: Request<api::GetViewRequest>,
     ) -> Result<Response<api::GetViewResponse>, Status> {
         use api::get_view_request::View as V;
-        let handle = self.session(&req, req.get_ref().session_id).await?;
+        let (handle, shown) = self.session(&req, req.get_ref().session_id).await?;
         let req = req.into_inner();
         let Some(view) = req.view else {
             return Err(Status::invalid_argument(
                 "no view selected: set one of tree, callers, hot_path, threads or lines",
             ));
         };
-        let resolved = handle.resolve().await.map_err(registry::Error::from)?;
+        let resolved = handle.resolve(shown).await.map_err(registry::Error::from)?;
         let p = &resolved.profile;
         let find = |r: &api::FunctionRef| {
             views::find_function(p, r).ok_or_else(|| {
@@ -392,7 +408,8 @@ impl Profiler for Service {
         &self,
         req: Request<api::GetHistogramRequest>,
     ) -> Result<Response<api::GetHistogramResponse>, Status> {
-        let handle = self.session(&req, req.get_ref().session_id).await?;
+        // A histogram counts user code only.
+        let (handle, _) = self.session(&req, req.get_ref().session_id).await?;
         let req = req.into_inner();
         if req.scale == 0 || req.buckets == 0 || req.buckets > MAX_BUCKETS {
             return Err(Status::invalid_argument(format!(

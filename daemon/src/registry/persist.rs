@@ -7,6 +7,7 @@ use super::{Error, Registry};
 use crate::session::{self, Handle};
 use crate::store::{Found, IdError, Ids, Store};
 use profd_common::api;
+use profd_common::kernel::KernelFrames;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -147,7 +148,7 @@ impl Registry {
 /// still runs.
 async fn save(handle: &Handle, store: &Arc<Store>, stored: &StoredSessions) -> bool {
     let id = handle.id;
-    let resolved = match handle.resolve().await {
+    let resolved = match handle.resolve(KernelFrames::Full).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(session = id, %e, "session not saved");

@@ -17,6 +17,7 @@ use crate::perf::{EventKind, EventSpec, PidFd};
 use crate::sampler::{Batch, SampleSource};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
 use profd_common::api;
+use profd_common::kernel::KernelFrames;
 use profd_common::model::Aggregator;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -77,8 +78,8 @@ struct Stamp {
 }
 
 enum Command {
-    Profile(u32, oneshot::Sender<View>),
-    Resolve(oneshot::Sender<Resolved>),
+    Profile(u32, KernelFrames, oneshot::Sender<View>),
+    Resolve(KernelFrames, oneshot::Sender<Resolved>),
     Histogram(
         api::GetHistogramRequest,
         oneshot::Sender<Result<api::GetHistogramResponse, String>>,
@@ -108,15 +109,18 @@ impl Handle {
         rx.await.map_err(|_| Gone(self.id))
     }
 
-    /// The full profile, symbolized; with `window_s` > 0 also the counts
-    /// of the last `window_s` seconds.
-    pub async fn profile(&self, window_s: u32) -> Result<View, Gone> {
-        self.ask(|reply| Command::Profile(window_s, reply)).await
+    /// The full profile, symbolized, with kernel frames `shown` as the
+    /// caller may see them; with `window_s` > 0 also the counts of the
+    /// last `window_s` seconds.
+    pub async fn profile(&self, window_s: u32, shown: KernelFrames) -> Result<View, Gone> {
+        self.ask(|reply| Command::Profile(window_s, shown, reply))
+            .await
     }
 
-    /// Every stack with its frames named: for views and exports.
-    pub async fn resolve(&self) -> Result<Resolved, Gone> {
-        self.ask(Command::Resolve).await
+    /// Every stack with its frames named, and kernel frames `shown` as the
+    /// caller may see them: for views and exports.
+    pub async fn resolve(&self, shown: KernelFrames) -> Result<Resolved, Gone> {
+        self.ask(|reply| Command::Resolve(shown, reply)).await
     }
 
     /// A profil(3)-style histogram of the innermost user PCs in one module.
@@ -163,6 +167,8 @@ struct Actor {
     names: Vec<FrameName>,
     /// Source file of each function (by id), where known.
     files: Vec<String>,
+    /// Whether each function (by id) was named from a kernel address.
+    kernel: Vec<bool>,
     /// Views computed so far, and per function id when its counts changed.
     version: u64,
     stamps: Vec<Stamp>,
@@ -221,6 +227,7 @@ pub async fn start(
         fn_ids: HashMap::new(),
         names: Vec::new(),
         files: Vec::new(),
+        kernel: Vec::new(),
         version: 0,
         stamps: Vec::new(),
         counted: Aggregator::new(0),
@@ -276,7 +283,7 @@ impl Actor {
                         // a stop drains them exactly in `end`.
                         let reads_samples = matches!(
                             cmd,
-                            Command::Profile(..) | Command::Resolve(_) | Command::Histogram(..)
+                            Command::Profile(..) | Command::Resolve(..) | Command::Histogram(..)
                         );
                         if reads_samples && self.running() {
                             self.sampler.flush(self.spec, false).await;
@@ -313,12 +320,12 @@ impl Actor {
 
     async fn answer(&mut self, cmd: Command, batches: &mut mpsc::UnboundedReceiver<Batch>) {
         match cmd {
-            Command::Profile(window_s, reply) => {
-                let view = self.view(window_s).await;
+            Command::Profile(window_s, shown, reply) => {
+                let view = self.view(window_s, shown).await;
                 let _ = reply.send(view);
             }
-            Command::Resolve(reply) => {
-                let resolved = self.resolve().await;
+            Command::Resolve(shown, reply) => {
+                let resolved = self.resolve(shown).await;
                 let _ = reply.send(resolved);
             }
             Command::Histogram(req, reply) => {

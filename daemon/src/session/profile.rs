@@ -6,6 +6,7 @@ use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, Stamp, View};
 use crate::maps::Segments;
 use crate::symbolize::{is_kernel, FrameName};
 use profd_common::api;
+use profd_common::kernel::{self, KernelFrames};
 use profd_common::model::{
     percent, Aggregator, FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack,
 };
@@ -77,6 +78,7 @@ impl Actor {
                 }
             };
         for (addr, frames) in addrs.into_iter().zip(resolved) {
+            let in_kernel = is_kernel(addr);
             let frames = if frames.is_empty() {
                 lookup_fallback(&[untag(addr).1]).remove(0)
             } else {
@@ -87,10 +89,9 @@ impl Actor {
                 .into_iter()
                 .map(|f| {
                     let file = f.file.as_deref().unwrap_or_default().to_string();
-                    FrameLoc {
-                        func: self.function_id(f.func, file),
-                        line: f.line,
-                    }
+                    let func = self.function_id(f.func, file);
+                    self.kernel[func as usize] |= in_kernel;
+                    FrameLoc { func, line: f.line }
                 })
                 .collect();
             self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
@@ -103,8 +104,25 @@ impl Actor {
         *self.fn_ids.entry(name.clone()).or_insert_with(|| {
             self.names.push(name);
             self.files.push(file);
+            self.kernel.push(false);
             next
         })
+    }
+
+    /// The id of the function kernel frames are folded into, when they are.
+    fn folded_id(&mut self, shown: KernelFrames) -> u32 {
+        if shown != KernelFrames::Folded {
+            return u32::MAX;
+        }
+        let folded = kernel::folded_function();
+        self.function_id(
+            FrameName {
+                name: folded.name,
+                module: folded.module,
+                inlined: false,
+            },
+            folded.file,
+        )
     }
 
     /// Function ids of a stack, innermost first (inlined frames expanded).
@@ -165,8 +183,9 @@ impl Actor {
         }
     }
 
-    pub(super) async fn view(&mut self, window_s: u32) -> View {
+    pub(super) async fn view(&mut self, window_s: u32, shown: KernelFrames) -> View {
         self.symbolize_pending().await;
+        let folded = self.folded_id(shown);
         let mut ids = Vec::with_capacity(128);
         self.count_new_samples(&mut ids);
         let (mut window, mut window_attributed) = (None, 0);
@@ -209,6 +228,9 @@ impl Actor {
                 .cmp(&(a.inclusive, a.exclusive))
                 .then_with(|| a.name.cmp(&b.name))
         });
+        let kernel = &self.kernel;
+        let is_kernel_fn = |id: u64| kernel.get(id as usize).copied().unwrap_or(false);
+        shown.rows(&mut functions, is_kernel_fn, u64::from(folded), total);
         self.version += 1;
         let version = self.version;
         self.stamps.resize(self.names.len(), Stamp::default());
@@ -236,8 +258,9 @@ impl Actor {
         }
     }
 
-    pub(super) async fn resolve(&mut self) -> Resolved {
+    pub(super) async fn resolve(&mut self, shown: KernelFrames) -> Resolved {
         self.symbolize_pending().await;
+        self.folded_id(shown);
         let functions = self
             .names
             .iter()
@@ -262,10 +285,15 @@ impl Actor {
             // Sized exactly: a whole profile's frames are most of its memory.
             let mut frames = Vec::with_capacity(chains.iter().map(|(_, at)| at.frames.len()).sum());
             for &(address, at) in &chains {
+                // The frame of samples over the stack limit has no address.
+                let address = match address {
+                    super::STACK_LIMIT_FRAME => 0,
+                    a => untag(a).1,
+                };
                 frames.extend(at.frames.iter().map(|f| FrameRef {
                     function: f.func,
                     line: f.line,
-                    address: untag(address).1,
+                    address,
                 }));
             }
             stacks.push(ResolvedStack { tid, count, frames })
@@ -275,7 +303,7 @@ impl Actor {
         // own: it counts every stack again.
         self.ingest.since_view = None;
         let session = self.summary();
-        let profile = ResolvedProfile {
+        let mut profile = ResolvedProfile {
             functions,
             stacks,
             threads: self
@@ -290,6 +318,7 @@ impl Actor {
             pid: session.pid,
             comm: session.comm.clone(),
         };
+        shown.apply(&mut profile);
         Resolved { session, profile }
     }
 

@@ -6,6 +6,7 @@
 use super::{Command, Handle, Resolved, View};
 use crate::store::{LoadError, Store, Stored};
 use profd_common::api;
+use profd_common::kernel::KernelFrames;
 use profd_common::model::ResolvedProfile;
 use profd_common::views;
 use std::sync::Arc;
@@ -66,28 +67,35 @@ async fn run(
                      kept across restarts (its profile, views and exports are)"
                 )));
             }
-            Command::Profile(_, reply) => {
+            Command::Profile(_, shown, reply) => {
                 let Some(l) = load(&store, &stored, &mut loaded).await else {
                     break;
+                };
+                let functions = match shown {
+                    KernelFrames::Full => l.functions.clone(),
+                    shown => {
+                        let mut profile = l.profile.clone();
+                        shown.apply(&mut profile);
+                        views::functions(&profile)
+                    }
                 };
                 // The profile never changes: version 1, every function
                 // first seen and last changed then.
                 let _ = reply.send(View {
                     session,
-                    functions: l.functions.clone(),
+                    stamps: vec![(1, 1); functions.len()],
+                    functions,
                     window_attributed: 0,
                     version: 1,
-                    stamps: vec![(1, 1); l.functions.len()],
                 });
             }
-            Command::Resolve(reply) => {
+            Command::Resolve(shown, reply) => {
                 let Some(l) = load(&store, &stored, &mut loaded).await else {
                     break;
                 };
-                let _ = reply.send(Resolved {
-                    session,
-                    profile: l.profile.clone(),
-                });
+                let mut profile = l.profile.clone();
+                shown.apply(&mut profile);
+                let _ = reply.send(Resolved { session, profile });
             }
         }
     }

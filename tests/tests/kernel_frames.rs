@@ -240,35 +240,10 @@ fn root_sees_the_kernel(daemon: &Daemon, id: u64) -> BTreeSet<String> {
     names
 }
 
-/// With `perf_event_paranoid` ≥ 2 the kernel would not let alice sample the
-/// kernel, and `/proc/kallsyms` shows her zeros: profd folds her kernel
-/// frames into one `[kernel]` frame with no address, in the live tables,
-/// the views and every export. Root, reading the same session, gets every
-/// kernel frame with its name and address.
-#[test]
-fn unprivileged_callers_get_no_kernel_address_by_default() {
-    let env = env();
-    let paranoid = read_sysctl("/proc/sys/kernel/perf_event_paranoid");
-    let kptr_restrict = read_sysctl("/proc/sys/kernel/kptr_restrict");
-    eprintln!("perf_event_paranoid {paranoid}, kptr_restrict {kptr_restrict}");
-    assert!(
-        paranoid >= 2,
-        "this test needs kernel.perf_event_paranoid >= 2 (the default), where \
-         the kernel shows unprivileged users no kernel frames; it is {paranoid}"
-    );
-    let daemon = daemon(&[]);
-    let w = syscalls(env.alice);
-    let (id, live) = watched(&daemon, env.alice, w.pid());
-
-    // Watch: the live tables (and the final one).
-    let live_kernel = kernel_rows(&live);
-    assert!(
-        !live_kernel.is_empty() && live_kernel.iter().all(|n| n == KERNEL),
-        "alice's live tables show kernel rows {live_kernel:?}:\n{live}"
-    );
-    assert_eq!(kernel_hex(&live), Vec::<String>::new(), "{live}");
-
-    let alice = Answers::of(&daemon, Some(env.alice), id);
+/// alice's answers hold no kernel address and name no function of
+/// `hidden`; one `[kernel]` frame holds most of the samples (the workload
+/// lives in read(2)).
+fn assert_folded(alice: &Answers, hidden: &BTreeSet<String>) {
     let (names, addresses) = alice.kernel_in_pprof();
     assert!(
         addresses.is_empty(),
@@ -281,21 +256,56 @@ fn unprivileged_callers_get_no_kernel_address_by_default() {
         [&(KERNEL.to_string(), KERNEL.to_string())],
         "alice's pprof export: {functions:?}"
     );
-    let kernel_names = root_sees_the_kernel(&daemon, id);
-    eprintln!("root sees kernel functions {kernel_names:?}");
-    let hidden: BTreeSet<String> = kernel_names.into_iter().filter(|n| n != KERNEL).collect();
     for (what, text) in &alice.texts {
         assert_eq!(kernel_hex(text), Vec::<String>::new(), "alice's {what}");
-        let shown = named(text, &hidden);
+        let shown = named(text, hidden);
         assert!(shown.is_empty(), "alice's {what} names {shown:?}:\n{text}");
     }
-    // Most of the workload's time is in the kernel: one row holds it.
     let flat = &alice.texts[4].1;
     let kernel_row = rows(flat)
         .into_iter()
         .find(|r| r.name == KERNEL && r.module == KERNEL)
         .unwrap_or_else(|| panic!("no [kernel] row:\n{flat}"));
     assert!(kernel_row.numbers[0] >= 50.0, "{flat}");
+}
+
+/// With `perf_event_paranoid` ≥ 2 the kernel would not let alice sample the
+/// kernel, and `/proc/kallsyms` shows her zeros: profd folds her kernel
+/// frames into one `[kernel]` frame with no address, in the live tables,
+/// the views and every export, and so it does for the saved session after
+/// a restart. Root, reading the same session, gets every kernel frame with
+/// its name and address.
+#[test]
+fn unprivileged_callers_get_no_kernel_address_by_default() {
+    let env = env();
+    let paranoid = read_sysctl("/proc/sys/kernel/perf_event_paranoid");
+    let kptr_restrict = read_sysctl("/proc/sys/kernel/kptr_restrict");
+    eprintln!("perf_event_paranoid {paranoid}, kptr_restrict {kptr_restrict}");
+    assert!(
+        paranoid >= 2,
+        "this test needs kernel.perf_event_paranoid >= 2 (the default), where \
+         the kernel shows unprivileged users no kernel frames; it is {paranoid}"
+    );
+    let mut daemon = daemon(&[]);
+    let w = syscalls(env.alice);
+    let (id, live) = watched(&daemon, env.alice, w.pid());
+
+    // Watch: the live tables (and the final one).
+    let live_kernel = kernel_rows(&live);
+    assert!(
+        !live_kernel.is_empty() && live_kernel.iter().all(|n| n == KERNEL),
+        "alice's live tables show kernel rows {live_kernel:?}:\n{live}"
+    );
+    assert_eq!(kernel_hex(&live), Vec::<String>::new(), "{live}");
+
+    let kernel_names = root_sees_the_kernel(&daemon, id);
+    eprintln!("root sees kernel functions {kernel_names:?}");
+    let hidden: BTreeSet<String> = kernel_names.into_iter().filter(|n| n != KERNEL).collect();
+    assert_folded(&Answers::of(&daemon, Some(env.alice), id), &hidden);
+    // The session saved and read back by the next run of the daemon.
+    daemon.restart();
+    assert_folded(&Answers::of(&daemon, Some(env.alice), id), &hidden);
+    root_sees_the_kernel(&daemon, id);
     drop(w);
 }
 

@@ -107,6 +107,24 @@ pub struct LimitsLayer {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_stacks: Option<usize>,
+    #[serde(
+        default,
+        deserialize_with = "de_positive",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_connections: Option<usize>,
+    #[serde(
+        default,
+        deserialize_with = "de_seconds",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub handshake_timeout: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "de_seconds",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle_timeout: Option<u64>,
 }
 
 /// `[remote]`: the TLS listener.
@@ -528,6 +546,7 @@ impl Layer {
     pub fn defaults() -> Layer {
         let limits = Limits::default();
         let retention = Retention::default();
+        let connections = crate::conns::Limits::default();
         Layer {
             socket: Some(PathBuf::from(profd_common::DEFAULT_SOCKET)),
             socket_group: None,
@@ -541,6 +560,9 @@ impl Layer {
                 max_frequency: None,
                 max_duration: None,
                 max_stacks: Some(limits.max_stacks),
+                max_connections: None,
+                handshake_timeout: Some(connections.handshake_timeout.as_secs()),
+                idle_timeout: Some(connections.idle_timeout.as_secs()),
             },
             remote: RemoteLayer::default(),
             state: StateLayer {
@@ -577,6 +599,9 @@ impl Layer {
                 max_frequency: pick(self.limits.max_frequency, &l.max_frequency),
                 max_duration: pick(self.limits.max_duration, &l.max_duration),
                 max_stacks: pick(self.limits.max_stacks, &l.max_stacks),
+                max_connections: pick(self.limits.max_connections, &l.max_connections),
+                handshake_timeout: pick(self.limits.handshake_timeout, &l.handshake_timeout),
+                idle_timeout: pick(self.limits.idle_timeout, &l.idle_timeout),
             },
             remote: RemoteLayer {
                 listen: pick(self.remote.listen, &r.listen),
@@ -672,6 +697,18 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
         max_frequency_hz: m.limits.max_frequency,
         max_duration: m.limits.max_duration.map(Duration::from_secs),
         max_stacks: m.limits.max_stacks.unwrap_or(d.max_stacks),
+    };
+    let c = crate::conns::Limits::default();
+    config.connections = crate::conns::Limits {
+        max_connections: m.limits.max_connections,
+        handshake_timeout: m
+            .limits
+            .handshake_timeout
+            .map_or(c.handshake_timeout, Duration::from_secs),
+        idle_timeout: m
+            .limits
+            .idle_timeout
+            .map_or(c.idle_timeout, Duration::from_secs),
     };
     let mut effective = merged.clone();
     if m.state.persist == Some(false) {
@@ -901,6 +938,24 @@ mod tests {
         assert_eq!(s.config.socket, Path::new(profd_common::DEFAULT_SOCKET));
         let shown = s.to_toml();
         assert!(shown.contains("max_sessions = 5"), "{shown}");
+        assert_eq!(s.config.connections, crate::conns::Limits::default());
+        let file = parse(
+            Path::new("f.toml"),
+            "[limits]\nmax_connections = 32\nhandshake_timeout = 3\nidle_timeout = 60\n",
+        )
+        .unwrap();
+        let s = settings(Some(("f.toml".into(), file)), Layer::default()).unwrap();
+        assert_eq!(s.config.connections.max_connections(), 32);
+        assert_eq!(
+            s.config.connections.handshake_timeout,
+            Duration::from_secs(3)
+        );
+        assert_eq!(s.config.connections.idle_timeout, Duration::from_secs(60));
+        let e = err("[limits]\nidle_timeout = 0\n");
+        assert!(
+            e.contains("limits.idle_timeout: expected a positive number of seconds"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod channel;
 pub mod config;
+pub mod conns;
 pub mod dashboard;
 pub mod kernel_view;
 pub mod maps;
@@ -67,6 +68,8 @@ pub struct Config {
     pub activated: Option<Arc<std::os::unix::net::UnixListener>>,
     /// What callers other than root are shown of kernel frames.
     pub kernel_frames: kernel_view::Setting,
+    /// Connection caps and timeouts of both listeners.
+    pub connections: conns::Limits,
 }
 
 /// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
@@ -96,6 +99,7 @@ impl Config {
             metrics: None,
             activated: None,
             kernel_frames: kernel_view::Setting::Auto,
+            connections: conns::Limits::default(),
         }
     }
 }
@@ -132,6 +136,7 @@ pub struct Daemon {
     registry: Arc<registry::Registry>,
     policy: Arc<auth::Policy>,
     facts: rpc::Facts,
+    connections: conns::Limits,
 }
 
 /// How long connections may take to close once serving ends.
@@ -366,6 +371,7 @@ impl Daemon {
             registry,
             policy: Arc::new(policy),
             facts,
+            connections: config.connections,
         })
     }
 
@@ -436,9 +442,28 @@ impl Daemon {
             self.remote.as_ref().and_then(|r| r.tcp.local_addr().ok()),
             closing,
         ));
+        let limits = self.connections;
+        let counts = &self.registry.stats().connections;
+        let (unix_gate, tls_gate) = (
+            conns::Gate::new(&limits, counts.unix.clone()),
+            conns::Gate::new(&limits, counts.tls.clone()),
+        );
+        tracing::info!(
+            max_connections = limits.max_connections(),
+            root_reserve = conns::ROOT_RESERVE,
+            handshake_timeout = ?limits.handshake_timeout,
+            idle_timeout = ?limits.idle_timeout,
+            "connection limits of each listener"
+        );
+        let (keepalive, keepalive_timeout) = limits.keepalive();
+        let builder = move || {
+            tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(keepalive))
+                .http2_keepalive_timeout(Some(keepalive_timeout))
+        };
         let service = rpc::Service::new(self.registry, self.policy.clone(), self.facts);
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(self.listener);
-        let local = tonic::transport::Server::builder()
+        let incoming = conns::UnixIncoming::new(self.listener, unix_gate);
+        let local = builder()
             .add_service(ProfilerServer::new(service.clone()))
             .add_service(health.clone())
             .add_service(reflect_v1.clone())
@@ -471,12 +496,12 @@ impl Daemon {
                         .add_service(web.layer(health))
                         .add_service(web.layer(InterceptedService::new(reflect_v1, token.clone())))
                         .add_service(web.layer(InterceptedService::new(reflect_v1alpha, token)));
-                    let remote = tonic::transport::Server::builder()
+                    let remote = builder()
                         .accept_http1(true)
                         .layer(listener.cors)
                         .add_routes(remote::routes(grpc))
                         .serve_with_incoming_shutdown(
-                            remote::incoming(listener.tcp, listener.tls),
+                            remote::incoming(listener.tcp, listener.tls, tls_gate),
                             stopped(),
                         );
                     tokio::try_join!(local, remote).map(|_| ())

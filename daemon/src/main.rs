@@ -180,6 +180,20 @@ struct DaemonArgs {
     /// default 250000).
     #[arg(long, value_name = "N", value_parser = positive)]
     max_stacks: Option<usize>,
+    /// Connections each listener (the Unix socket, the TLS listener) holds
+    /// at once; more are closed at once. Root may open 8 more on the Unix
+    /// socket (config: limits.max_connections; default: a quarter of the
+    /// open-files limit, from 16 to 4096).
+    #[arg(long, value_name = "N", value_parser = positive)]
+    max_connections: Option<usize>,
+    /// Seconds a new connection has to finish its TLS handshake and send
+    /// the HTTP/2 preface (config: limits.handshake_timeout; default 10).
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    handshake_timeout: Option<u64>,
+    /// Seconds a connection on which nothing moves is kept; HTTP/2 clients
+    /// are pinged well before (config: limits.idle_timeout; default 300).
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    idle_timeout: Option<u64>,
     /// Data pages of each per-CPU ring, a power of two (config: ring_pages;
     /// default 128, or 512 for sessions that copy user stacks). Smaller
     /// rings lose samples (counted as lost) under load.
@@ -249,6 +263,9 @@ impl DaemonArgs {
                 max_frequency: self.max_frequency,
                 max_duration: self.max_duration,
                 max_stacks: self.max_stacks,
+                max_connections: self.max_connections,
+                handshake_timeout: self.handshake_timeout,
+                idle_timeout: self.idle_timeout,
             },
             remote: RemoteLayer {
                 listen: self.listen,

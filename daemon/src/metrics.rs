@@ -1,13 +1,15 @@
 //! The Prometheus endpoint: the daemon-wide counters no other part owns
-//! (sessions started, Watch streams open, symbol cache hits and misses), a
+//! (sessions started, Watch streams open, symbol cache hits and misses;
+//! the listeners' connections are counted by `conns`), a
 //! snapshot of every figure at scrape time (with the sampler's counters, the
 //! registry's sessions and this process's CPU and memory), its rendering in
 //! the OpenMetrics text format, and the plain-HTTP listener serving it on
 //! `/metrics` (every other path is 404).
 use crate::registry::Registry;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,6 +29,8 @@ pub struct Stats {
     pub symbol_cache_hits: AtomicU64,
     /// Stack addresses that had to be sent to the symbolizer.
     pub symbol_cache_misses: AtomicU64,
+    /// Connections of each listener: open, refused and closed early.
+    pub connections: crate::conns::Stats,
 }
 
 /// Counts one open Watch stream while it lives.
@@ -65,6 +69,31 @@ pub struct Snapshot {
     pub symbol_cache_misses: u64,
     /// This process, when /proc could be read.
     pub process: Option<Process>,
+    /// Per listener (`unix`, `tls`).
+    pub connections: Vec<Connections>,
+}
+
+/// One listener's connections.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Connections {
+    pub listener: &'static str,
+    pub open: u64,
+    pub refused_limit: u64,
+    pub handshake_timeouts: u64,
+    pub idle_timeouts: u64,
+}
+
+impl Connections {
+    fn read(listener: &'static str, s: &crate::conns::ListenerStats) -> Connections {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Connections {
+            listener,
+            open: load(&s.open),
+            refused_limit: load(&s.refused_limit),
+            handshake_timeouts: load(&s.handshake_timeouts),
+            idle_timeouts: load(&s.idle_timeouts),
+        }
+    }
 }
 
 /// This process's resources.
@@ -123,6 +152,10 @@ pub async fn snapshot(registry: &Registry) -> Snapshot {
         symbol_cache_hits: load(&s.symbol_cache_hits),
         symbol_cache_misses: load(&s.symbol_cache_misses),
         process: Process::read(),
+        connections: vec![
+            Connections::read("unix", &s.connections.unix),
+            Connections::read("tls", &s.connections.tls),
+        ],
     }
 }
 
@@ -205,6 +238,32 @@ pub fn render(s: &Snapshot) -> String {
     for (name, help, v) in gauges {
         reg.register(name, help, ConstGauge::new(v as i64));
     }
+    let open = Family::<Vec<(String, String)>, Gauge>::default();
+    let refused = Family::<Vec<(String, String)>, Counter>::default();
+    for c in &s.connections {
+        let listener = ("listener".to_string(), c.listener.to_string());
+        open.get_or_create(&vec![listener.clone()])
+            .set(c.open as i64);
+        for (reason, n) in [
+            ("limit", c.refused_limit),
+            ("handshake_timeout", c.handshake_timeouts),
+            ("idle_timeout", c.idle_timeouts),
+        ] {
+            refused
+                .get_or_create(&vec![listener.clone(), ("reason".into(), reason.into())])
+                .inc_by(n);
+        }
+    }
+    reg.register(
+        "profd_connections",
+        "Connections open now, per listener (TLS handshakes included)",
+        open,
+    );
+    reg.register(
+        "profd_connections_refused",
+        "Connections closed before being served, per listener and reason: limit (the listener was full), handshake_timeout (no TLS handshake or HTTP/2 preface in time), idle_timeout (nothing moved)",
+        refused,
+    );
     if let Some(p) = &s.process {
         reg.register(
             "process_cpu_seconds",
@@ -292,5 +351,28 @@ mod tests {
         );
         assert!(text.contains("process_cpu_seconds_total 1.5\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn renders_connections_per_listener_and_reason() {
+        let s = Snapshot {
+            connections: vec![Connections {
+                listener: "tls",
+                open: 3,
+                refused_limit: 5,
+                idle_timeouts: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let text = render(&s);
+        for line in [
+            "profd_connections{listener=\"tls\"} 3\n",
+            "profd_connections_refused_total{listener=\"tls\",reason=\"limit\"} 5\n",
+            "profd_connections_refused_total{listener=\"tls\",reason=\"handshake_timeout\"} 0\n",
+            "profd_connections_refused_total{listener=\"tls\",reason=\"idle_timeout\"} 1\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in\n{text}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! routes it serves: the gRPC services as gRPC and grpc-web, the web
 //! dashboard's assets, and CORS for the origins configured. Who a caller
 //! is stays `auth`'s business; what the dashboard holds, `dashboard`'s.
-use crate::{auth, dashboard, Error, Remote};
+use crate::{auth, conns, dashboard, Error, Remote};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use std::path::Path;
@@ -15,8 +15,6 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-/// How long a TLS client may take to finish its handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes finished and not yet taken by the server.
 const ACCEPT_BACKLOG: usize = 64;
 /// How long a browser may cache a CORS preflight answer.
@@ -148,13 +146,16 @@ pub async fn bind(remote: &Remote, policy: &mut auth::Policy) -> Result<Listener
     })
 }
 
-/// The connections of `tcp` once their TLS handshake is done. Handshakes run
-/// on tasks of their own, so that a slow client does not hold the others
-/// up; accepting stops when the stream is dropped.
+/// The connections of `tcp` once their TLS handshake is done, admitted and
+/// guarded by `gate` (a connection over its cap is closed at once; its
+/// handshake and preface must come in time). Handshakes run on tasks of
+/// their own, so that a slow client does not hold the others up; accepting
+/// stops when the stream is dropped.
 pub fn incoming(
     tcp: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    gate: conns::Gate,
+) -> ReceiverStream<std::io::Result<conns::Guarded<TlsStream<TcpStream>>>> {
     let (tx, rx) = tokio::sync::mpsc::channel(ACCEPT_BACKLOG);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     tokio::spawn(async move {
@@ -171,14 +172,22 @@ pub fn incoming(
                     }
                 },
             };
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let Some(slot) = gate.admit(0) else {
+                tracing::debug!(%peer, "TLS listener full: connection closed");
+                continue;
+            };
+            let (acceptor, tx, gate) = (acceptor.clone(), tx.clone(), gate.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                let deadline = gate.handshake_deadline(&slot);
+                match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => {
-                        let _ = tx.send(Ok(tls)).await;
+                        let _ = tx.send(Ok(gate.guard(tls, slot))).await;
                     }
                     Ok(Err(err)) => tracing::debug!(%peer, %err, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    Err(_) => {
+                        gate.handshake_timed_out();
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                    }
                 }
             });
         }

@@ -258,7 +258,8 @@ fn scrape(addr: &str) -> HashMap<String, f64> {
         values.insert(name.to_string(), value);
     }
     for name in values.keys().filter(|n| n.starts_with("profd_")) {
-        let family = name.strip_suffix("_total").unwrap_or(name);
+        let family = name.split('{').next().unwrap_or(name);
+        let family = family.strip_suffix("_total").unwrap_or(family);
         for kind in ["HELP", "TYPE"] {
             assert!(
                 body.contains(&format!("# {kind} {family} ")),

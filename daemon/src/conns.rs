@@ -1,0 +1,428 @@
+//! Connections before and between calls: the cap on the connections each
+//! listener holds (with a reserve for root on the Unix socket), the deadline
+//! for a new connection's handshake and HTTP/2 preface, the idle timeout,
+//! the HTTP/2 keepalive, and the counts of what they refused for `/metrics`.
+//! Who a caller is stays `auth`'s business; the TLS handshake, `remote`'s.
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::time::{Instant, Sleep};
+use tonic::transport::server::Connected;
+
+/// The first bytes a connection must send within the handshake timeout: the
+/// length of the HTTP/2 client preface (an HTTP/1.1 request is longer).
+const PREFACE_LEN: usize = 24;
+/// Connections root may open on the Unix socket beyond `max_connections`.
+pub const ROOT_RESERVE: usize = 8;
+/// Bounds of the default `max_connections`: a quarter of the open-files limit.
+const DEFAULT_MAX: (usize, usize) = (16, 4096);
+/// HTTP/2 keepalive: a ping after this long without a frame from the client.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long the client has to answer a keepalive ping.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long accepting pauses after it failed (out of descriptors, say).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
+/// The connection settings (`[limits]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Connections each listener holds at once; None: a quarter of the
+    /// open-files limit, from 16 to 4096.
+    pub max_connections: Option<usize>,
+    /// How long a new connection has to finish its TLS handshake and send
+    /// the HTTP/2 preface (or the start of an HTTP/1.1 request).
+    pub handshake_timeout: Duration,
+    /// A connection on which nothing moves this long is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: None,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Limits {
+    /// `max_connections`, or the default from this process's open-files
+    /// limit: the two listeners together take at most half of it.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections.unwrap_or_else(|| {
+            let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                .current
+                .unwrap_or(u64::MAX);
+            let quarter = usize::try_from(nofile / 4).unwrap_or(usize::MAX);
+            quarter.clamp(DEFAULT_MAX.0, DEFAULT_MAX.1)
+        })
+    }
+
+    /// The HTTP/2 keepalive interval and ping timeout: a client that answers
+    /// pings is never idle long enough to be closed.
+    pub fn keepalive(&self) -> (Duration, Duration) {
+        let third = self.idle_timeout / 3;
+        (KEEPALIVE_INTERVAL.min(third), KEEPALIVE_TIMEOUT.min(third))
+    }
+}
+
+/// What one listener holds and refused.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    /// Connections open now (handshakes included).
+    pub open: AtomicU64,
+    /// Connections closed at once: the listener was full.
+    pub refused_limit: AtomicU64,
+    /// Connections closed because their handshake or preface was late.
+    pub handshake_timeouts: AtomicU64,
+    /// Connections closed because nothing moved on them.
+    pub idle_timeouts: AtomicU64,
+}
+
+/// Both listeners' counts.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub unix: Arc<ListenerStats>,
+    pub tls: Arc<ListenerStats>,
+}
+
+/// Admits a listener's connections and guards them.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    stats: Arc<ListenerStats>,
+    max: u64,
+    handshake: Duration,
+    idle: Duration,
+}
+
+/// One admitted connection's place in its listener's count.
+#[derive(Debug)]
+pub struct Slot {
+    stats: Arc<ListenerStats>,
+    accepted: Instant,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.stats.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Gate {
+    pub fn new(limits: &Limits, stats: Arc<ListenerStats>) -> Gate {
+        Gate {
+            stats,
+            max: limits.max_connections() as u64,
+            handshake: limits.handshake_timeout,
+            idle: limits.idle_timeout,
+        }
+    }
+
+    /// A place for a connection just accepted, `extra` beyond the cap; None
+    /// (counted) when the listener is full: the caller closes it at once.
+    pub fn admit(&self, extra: usize) -> Option<Slot> {
+        let max = self.max + extra as u64;
+        let admitted = self
+            .stats
+            .open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok();
+        if !admitted {
+            self.stats.refused_limit.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Slot {
+            stats: self.stats.clone(),
+            accepted: Instant::now(),
+        })
+    }
+
+    /// When the handshake of a connection admitted as `slot` must be done.
+    pub fn handshake_deadline(&self, slot: &Slot) -> Instant {
+        slot.accepted + self.handshake
+    }
+
+    /// Count a connection whose (TLS) handshake was late.
+    pub fn handshake_timed_out(&self) {
+        self.stats
+            .handshake_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `io`, closed when its preface is late or when it idles.
+    pub fn guard<IO>(&self, io: IO, slot: Slot) -> Guarded<IO> {
+        let deadline = self.handshake_deadline(&slot);
+        Guarded {
+            io,
+            preface_left: PREFACE_LEN,
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            last_moved: Instant::now(),
+            idle: self.idle,
+            expired: false,
+            slot,
+        }
+    }
+}
+
+/// A connection that fails with `TimedOut` (and is then closed by the
+/// server) when its first bytes come later than its handshake deadline, or
+/// when no byte moves either way for the idle timeout.
+#[derive(Debug)]
+pub struct Guarded<IO> {
+    io: IO,
+    /// Bytes of the preface still awaited; 0 once it came.
+    preface_left: usize,
+    /// The handshake deadline, then the next idle check.
+    timer: Pin<Box<Sleep>>,
+    last_moved: Instant,
+    idle: Duration,
+    /// Timed out already (counted once).
+    expired: bool,
+    slot: Slot,
+}
+
+fn timed_out(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what.to_string())
+}
+
+impl<IO> Guarded<IO> {
+    fn moved(&mut self, read: usize) {
+        self.last_moved = Instant::now();
+        self.preface_left = self.preface_left.saturating_sub(read);
+    }
+
+    /// Ready with an error once the connection is due to close.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let stats = &self.slot.stats;
+        if self.expired {
+            return Poll::Ready(timed_out("connection closed"));
+        }
+        loop {
+            ready!(self.timer.as_mut().poll(cx));
+            if self.preface_left > 0 {
+                self.expired = true;
+                stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+                return Poll::Ready(timed_out("no HTTP/2 preface in time"));
+            }
+            let due = self.last_moved + self.idle;
+            if due <= Instant::now() {
+                self.expired = true;
+                stats.idle_timeouts.fetch_add(1, Ordering::Relaxed);
+                return Poll::Ready(timed_out("idle connection"));
+            }
+            self.timer.as_mut().reset(due);
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.expired {
+            let before = buf.filled().len();
+            if let Poll::Ready(result) = Pin::new(&mut this.io).poll_read(cx, buf) {
+                let read = buf.filled().len() - before;
+                if read > 0 {
+                    let was_in_preface = this.preface_left > 0;
+                    this.moved(read);
+                    if was_in_preface && this.preface_left == 0 {
+                        // From now on the timer checks idleness.
+                        let due = this.last_moved + this.idle;
+                        this.timer.as_mut().reset(due);
+                    }
+                }
+                return Poll::Ready(result);
+            }
+        }
+        this.poll_expired(cx).map(Err)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if !this.expired {
+            if let Poll::Ready(result) = Pin::new(&mut this.io).poll_write(cx, buf) {
+                if matches!(result, Ok(n) if n > 0) {
+                    this.moved(0);
+                }
+                return Poll::Ready(result);
+            }
+        }
+        this.poll_expired(cx).map(Err)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if !this.expired {
+            if let Poll::Ready(result) = Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
+                if matches!(result, Ok(n) if n > 0) {
+                    this.moved(0);
+                }
+                return Poll::Ready(result);
+            }
+        }
+        this.poll_expired(cx).map(Err)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl<IO: Connected> Connected for Guarded<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// The Unix socket's connections, admitted and guarded: root may open
+/// [`ROOT_RESERVE`] beyond the cap, so that an administrator still gets in
+/// when other users fill it.
+pub struct UnixIncoming {
+    listener: UnixListener,
+    gate: Gate,
+    pause: Option<Pin<Box<Sleep>>>,
+}
+
+impl UnixIncoming {
+    pub fn new(listener: UnixListener, gate: Gate) -> UnixIncoming {
+        UnixIncoming {
+            listener,
+            gate,
+            pause: None,
+        }
+    }
+}
+
+impl tokio_stream::Stream for UnixIncoming {
+    type Item = io::Result<Guarded<UnixStream>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(pause) = &mut this.pause {
+                ready!(pause.as_mut().poll(cx));
+                this.pause = None;
+            }
+            let stream = match ready!(this.listener.poll_accept(cx)) {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    tracing::debug!(%err, "accept failed");
+                    this.pause = Some(Box::pin(tokio::time::sleep(ACCEPT_PAUSE)));
+                    continue;
+                }
+            };
+            let root = stream.peer_cred().is_ok_and(|c| c.uid() == 0);
+            let extra = if root { ROOT_RESERVE } else { 0 };
+            match this.gate.admit(extra) {
+                Some(slot) => return Poll::Ready(Some(Ok(this.gate.guard(stream, slot)))),
+                None => tracing::debug!("Unix socket full: connection closed"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn gate(max: usize) -> Gate {
+        let limits = Limits {
+            max_connections: Some(max),
+            handshake_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_millis(600),
+        };
+        Gate::new(&limits, Arc::default())
+    }
+
+    #[test]
+    fn the_cap_refuses_and_counts_and_frees_on_close() {
+        let g = gate(2);
+        let a = g.admit(0).unwrap();
+        let _b = g.admit(0).unwrap();
+        assert!(g.admit(0).is_none());
+        let root = g.admit(1).expect("the reserve");
+        assert!(g.admit(1).is_none());
+        assert_eq!(g.stats.refused_limit.load(Ordering::Relaxed), 2);
+        drop((a, root));
+        assert_eq!(g.stats.open.load(Ordering::Relaxed), 1);
+        assert!(g.admit(0).is_some());
+    }
+
+    #[tokio::test]
+    async fn half_a_preface_is_closed_at_the_deadline() {
+        let g = gate(4);
+        let (server, mut client) = tokio::io::duplex(64);
+        let started = Instant::now();
+        let mut guarded = g.guard(server, g.admit(0).unwrap());
+        client
+            .write_all(&b"PRI * HTTP/2.0\r\n"[..12])
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(guarded.read(&mut buf).await.unwrap(), 12);
+        let err = guarded.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(g.stats.handshake_timeouts.load(Ordering::Relaxed), 1);
+        // Closed for good, and counted once.
+        assert!(guarded.read(&mut buf).await.is_err());
+        assert_eq!(g.stats.handshake_timeouts.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_idles_out_only_when_nothing_moves() {
+        let g = gate(4);
+        let (server, mut client) = tokio::io::duplex(64);
+        let mut guarded = g.guard(server, g.admit(0).unwrap());
+        let mut buf = [0u8; 64];
+        client.write_all(&[0u8; PREFACE_LEN]).await.unwrap();
+        assert_eq!(guarded.read(&mut buf).await.unwrap(), PREFACE_LEN);
+        // Bytes moving keep it open well past the idle timeout...
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            guarded.write_all(b"ping").await.unwrap();
+            client.read_exact(&mut buf[..4]).await.unwrap();
+        }
+        // ...and silence closes it.
+        let started = Instant::now();
+        let err = guarded.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(500));
+        assert_eq!(g.stats.idle_timeouts.load(Ordering::Relaxed), 1);
+        assert_eq!(g.stats.handshake_timeouts.load(Ordering::Relaxed), 0);
+    }
+}

@@ -38,6 +38,8 @@ pub struct Daemon {
     args: Vec<String>,
     /// `--state-dir`, unless `--no-persist` was given.
     state_dir: Option<PathBuf>,
+    /// The open-files limit (soft and hard) the daemon runs under, if set.
+    nofile: Option<u64>,
 }
 
 impl Daemon {
@@ -55,6 +57,19 @@ impl Daemon {
         Daemon::launch(dir.join("profd.sock"), dir.join("profd.log"), args)
     }
 
+    /// Starts as [`Daemon::start_with`] does, the daemon's open-files limit
+    /// (soft and hard: profd raises the soft one to the hard one) set to
+    /// `nofile` with `prlimit`.
+    pub fn start_with_nofile(args: &[&str], nofile: u64) -> Daemon {
+        let dir = public_dir("daemon");
+        Daemon::launch_limited(
+            dir.join("profd.sock"),
+            dir.join("profd.log"),
+            args,
+            Some(nofile),
+        )
+    }
+
     /// Starts `profd --socket <socket> args...` (the socket's directory need
     /// not exist) and waits as [`Daemon::start_with`] does.
     pub fn start_at(socket: &Path, args: &[&str]) -> Daemon {
@@ -65,6 +80,10 @@ impl Daemon {
     /// Starts profd; without `--state-dir` or `--no-persist` in `args`, with
     /// `--state-dir` a fresh directory (that profd creates).
     fn launch(socket: PathBuf, log: PathBuf, args: &[&str]) -> Daemon {
+        Daemon::launch_limited(socket, log, args, None)
+    }
+
+    fn launch_limited(socket: PathBuf, log: PathBuf, args: &[&str], nofile: Option<u64>) -> Daemon {
         let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let flag_value = |args: &[String], flag: &str| {
             args.iter()
@@ -81,7 +100,7 @@ impl Daemon {
         }
         let state_dir = flag_value(&args, "--state-dir").map(PathBuf::from);
         let listen = flag_value(&args, "--listen");
-        let child = Daemon::spawn_child(&socket, &log, &args);
+        let child = Daemon::spawn_child(&socket, &log, &args, nofile);
         let mut daemon = Daemon {
             child,
             socket,
@@ -89,20 +108,30 @@ impl Daemon {
             listen,
             args,
             state_dir,
+            nofile,
         };
         daemon.wait_ready();
         daemon
     }
 
-    /// `profd --socket <socket> args...`, logging to `log` (appended to).
-    fn spawn_child(socket: &Path, log: &Path, args: &[String]) -> Child {
+    /// `profd --socket <socket> args...`, logging to `log` (appended to),
+    /// under `prlimit --nofile` when `nofile` is set (prlimit execs profd).
+    fn spawn_child(socket: &Path, log: &Path, args: &[String], nofile: Option<u64>) -> Child {
         let profd = bin("profd");
         let log_file = std::fs::File::options()
             .create(true)
             .append(true)
             .open(log)
             .expect("open daemon log");
-        Command::new(&profd)
+        let mut command = match nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}")).arg("--").arg(&profd);
+                c
+            }
+            None => Command::new(&profd),
+        };
+        command
             .arg("--socket")
             .arg(socket)
             .args(args)
@@ -152,7 +181,7 @@ impl Daemon {
             "profd exited with {status} on SIGTERM:\n{}",
             self.log()
         );
-        self.child = Daemon::spawn_child(&self.socket, &self.log, &self.args);
+        self.child = Daemon::spawn_child(&self.socket, &self.log, &self.args, self.nofile);
         self.wait_ready();
     }
 

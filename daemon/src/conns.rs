@@ -15,17 +15,16 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
-/// The first bytes a connection must send within the handshake timeout: the
-/// length of the HTTP/2 client preface (an HTTP/1.1 request is longer).
-const PREFACE_LEN: usize = 24;
+/// The HTTP/2 client preface: a connection must send as many bytes (an
+/// HTTP/1.1 request is longer) within the handshake timeout.
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Connections root may open on the Unix socket beyond `max_connections`.
 pub const ROOT_RESERVE: usize = 8;
 /// Bounds of the default `max_connections`: a quarter of the open-files limit.
 const DEFAULT_MAX: (usize, usize) = (16, 4096);
-/// HTTP/2 keepalive: a ping after this long without a frame from the client.
+/// HTTP/2 keepalive: a ping after this long (or a third of the idle
+/// timeout) without a frame from the client.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-/// How long the client has to answer a keepalive ping.
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long accepting pauses after it failed (out of descriptors, say).
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
@@ -38,7 +37,8 @@ pub struct Limits {
     /// How long a new connection has to finish its TLS handshake and send
     /// the HTTP/2 preface (or the start of an HTTP/1.1 request).
     pub handshake_timeout: Duration,
-    /// A connection on which nothing moves this long is closed.
+    /// A connection whose client sends nothing this long is closed (over
+    /// HTTP/1.1: on which nothing moves either way).
     pub idle_timeout: Duration,
 }
 
@@ -47,7 +47,7 @@ impl Default for Limits {
         Limits {
             max_connections: None,
             handshake_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -66,10 +66,11 @@ impl Limits {
     }
 
     /// The HTTP/2 keepalive interval and ping timeout: a client that answers
-    /// pings is never idle long enough to be closed.
+    /// pings is never idle long enough to be closed, and one that does not
+    /// is closed (and counted) by the idle timeout before the ping times out.
     pub fn keepalive(&self) -> (Duration, Duration) {
-        let third = self.idle_timeout / 3;
-        (KEEPALIVE_INTERVAL.min(third), KEEPALIVE_TIMEOUT.min(third))
+        let interval = KEEPALIVE_INTERVAL.min(self.idle_timeout / 3);
+        (interval, self.idle_timeout + interval)
     }
 }
 
@@ -82,7 +83,7 @@ pub struct ListenerStats {
     pub refused_limit: AtomicU64,
     /// Connections closed because their handshake or preface was late.
     pub handshake_timeouts: AtomicU64,
-    /// Connections closed because nothing moved on them.
+    /// Connections closed because their client went silent.
     pub idle_timeouts: AtomicU64,
 }
 
@@ -161,11 +162,14 @@ impl Gate {
     /// `io`, closed when its preface is late or when it idles.
     pub fn guard<IO>(&self, io: IO, slot: Slot) -> Guarded<IO> {
         let deadline = self.handshake_deadline(&slot);
+        let now = Instant::now();
         Guarded {
             io,
-            preface_left: PREFACE_LEN,
+            read: 0,
+            http2: true,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
-            last_moved: Instant::now(),
+            last_read: now,
+            last_moved: now,
             idle: self.idle,
             expired: false,
             slot,
@@ -175,14 +179,19 @@ impl Gate {
 
 /// A connection that fails with `TimedOut` (and is then closed by the
 /// server) when its first bytes come later than its handshake deadline, or
-/// when no byte moves either way for the idle timeout.
+/// when it idles: over HTTP/2 (whose server pings it) when the client sends
+/// nothing for the idle timeout, over HTTP/1.1 when nothing moves either way.
 #[derive(Debug)]
 pub struct Guarded<IO> {
     io: IO,
-    /// Bytes of the preface still awaited; 0 once it came.
-    preface_left: usize,
+    /// Bytes read, counted up to the preface's length.
+    read: usize,
+    /// Every byte read so far matched the HTTP/2 preface.
+    http2: bool,
     /// The handshake deadline, then the next idle check.
     timer: Pin<Box<Sleep>>,
+    last_read: Instant,
+    /// The last byte read or written.
     last_moved: Instant,
     idle: Duration,
     /// Timed out already (counted once).
@@ -195,9 +204,38 @@ fn timed_out(what: &str) -> io::Error {
 }
 
 impl<IO> Guarded<IO> {
-    fn moved(&mut self, read: usize) {
+    fn in_preface(&self) -> bool {
+        self.read < PREFACE.len()
+    }
+
+    /// `bytes` came from the client.
+    fn got(&mut self, bytes: &[u8]) {
+        let now = Instant::now();
+        (self.last_read, self.last_moved) = (now, now);
+        if self.in_preface() {
+            let expected = &PREFACE[self.read..];
+            let n = bytes.len().min(expected.len());
+            self.http2 &= bytes[..n] == expected[..n];
+            self.read += n;
+            if !self.in_preface() {
+                // From now on the timer checks idleness.
+                let due = self.idle_since() + self.idle;
+                self.timer.as_mut().reset(due);
+            }
+        }
+    }
+
+    fn sent(&mut self) {
         self.last_moved = Instant::now();
-        self.preface_left = self.preface_left.saturating_sub(read);
+    }
+
+    /// Since when the connection has been idle.
+    fn idle_since(&self) -> Instant {
+        if self.http2 {
+            self.last_read
+        } else {
+            self.last_moved
+        }
     }
 
     /// Ready with an error once the connection is due to close.
@@ -208,12 +246,12 @@ impl<IO> Guarded<IO> {
         }
         loop {
             ready!(self.timer.as_mut().poll(cx));
-            if self.preface_left > 0 {
+            if self.in_preface() {
                 self.expired = true;
                 stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
                 return Poll::Ready(timed_out("no HTTP/2 preface in time"));
             }
-            let due = self.last_moved + self.idle;
+            let due = self.idle_since() + self.idle;
             if due <= Instant::now() {
                 self.expired = true;
                 stats.idle_timeouts.fetch_add(1, Ordering::Relaxed);
@@ -234,15 +272,8 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
         if !this.expired {
             let before = buf.filled().len();
             if let Poll::Ready(result) = Pin::new(&mut this.io).poll_read(cx, buf) {
-                let read = buf.filled().len() - before;
-                if read > 0 {
-                    let was_in_preface = this.preface_left > 0;
-                    this.moved(read);
-                    if was_in_preface && this.preface_left == 0 {
-                        // From now on the timer checks idleness.
-                        let due = this.last_moved + this.idle;
-                        this.timer.as_mut().reset(due);
-                    }
+                if buf.filled().len() > before {
+                    this.got(&buf.filled()[before..]);
                 }
                 return Poll::Ready(result);
             }
@@ -261,7 +292,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         if !this.expired {
             if let Poll::Ready(result) = Pin::new(&mut this.io).poll_write(cx, buf) {
                 if matches!(result, Ok(n) if n > 0) {
-                    this.moved(0);
+                    this.sent();
                 }
                 return Poll::Ready(result);
             }
@@ -278,7 +309,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         if !this.expired {
             if let Poll::Ready(result) = Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
                 if matches!(result, Ok(n) if n > 0) {
-                    this.moved(0);
+                    this.sent();
                 }
                 return Poll::Ready(result);
             }
@@ -404,17 +435,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_connection_idles_out_only_when_nothing_moves() {
+    async fn http1_idles_out_only_when_nothing_moves() {
         let g = gate(4);
         let (server, mut client) = tokio::io::duplex(64);
         let mut guarded = g.guard(server, g.admit(0).unwrap());
         let mut buf = [0u8; 64];
-        client.write_all(&[0u8; PREFACE_LEN]).await.unwrap();
-        assert_eq!(guarded.read(&mut buf).await.unwrap(), PREFACE_LEN);
-        // Bytes moving keep it open well past the idle timeout...
+        let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        client.write_all(request).await.unwrap();
+        assert_eq!(guarded.read(&mut buf).await.unwrap(), request.len());
+        // A response being written keeps it open well past the idle timeout...
         for _ in 0..6 {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            guarded.write_all(b"ping").await.unwrap();
+            guarded.write_all(b"data").await.unwrap();
             client.read_exact(&mut buf[..4]).await.unwrap();
         }
         // ...and silence closes it.
@@ -424,5 +456,32 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(500));
         assert_eq!(g.stats.idle_timeouts.load(Ordering::Relaxed), 1);
         assert_eq!(g.stats.handshake_timeouts.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn http2_idles_out_when_the_client_stops_answering() {
+        let g = gate(4);
+        let (server, mut client) = tokio::io::duplex(64);
+        let mut guarded = g.guard(server, g.admit(0).unwrap());
+        let mut buf = [0u8; 64];
+        client.write_all(PREFACE).await.unwrap();
+        assert_eq!(guarded.read(&mut buf).await.unwrap(), PREFACE.len());
+        // Pings answered keep it open well past the idle timeout...
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            guarded.write_all(b"ping").await.unwrap();
+            client.read_exact(&mut buf[..4]).await.unwrap();
+            client.write_all(b"ack").await.unwrap();
+            guarded.read_exact(&mut buf[..3]).await.unwrap();
+        }
+        // ...pings unanswered do not: after 1 s of them the next read fails.
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guarded.write_all(b"ping").await.unwrap();
+            client.read_exact(&mut buf[..4]).await.unwrap();
+        }
+        let err = guarded.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(g.stats.idle_timeouts.load(Ordering::Relaxed), 1);
     }
 }

@@ -190,8 +190,9 @@ struct DaemonArgs {
     /// the HTTP/2 preface (config: limits.handshake_timeout; default 10).
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     handshake_timeout: Option<u64>,
-    /// Seconds a connection on which nothing moves is kept; HTTP/2 clients
-    /// are pinged well before (config: limits.idle_timeout; default 300).
+    /// Seconds a connection whose client sends nothing is kept (over
+    /// HTTP/1.1: on which nothing moves); HTTP/2 clients are pinged well
+    /// before (config: limits.idle_timeout; default 120).
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     idle_timeout: Option<u64>,
     /// Data pages of each per-CPU ring, a power of two (config: ring_pages;

@@ -6,6 +6,7 @@
 //! counts what it refused in `/metrics`.
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use profd_e2e::tls::{free_port, listen_args, make_tls, new_token, token_file};
@@ -278,5 +279,80 @@ fn connections_that_never_finish_their_handshake_are_bounded_and_closed() {
         0.0,
         "{m}"
     );
+    d.assert_alive();
+}
+
+/// An empty HTTP/2 SETTINGS frame.
+const SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+
+#[test]
+fn a_silent_http2_client_is_closed_when_idle_and_a_live_one_is_not() {
+    let _serial = serial();
+    require_root_and_perf();
+    let idle = Duration::from_secs(3);
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let mut d = Daemon::start_with(&[
+        "--idle-timeout",
+        &idle.as_secs().to_string(),
+        "--metrics",
+        &metrics_addr,
+    ]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    // A live client: a health Watch stream, which gets nothing after its
+    // first update, over a connection whose client answers the pings.
+    let socket = d.socket().to_path_buf();
+    let mut stream = rt.block_on(async {
+        use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+        let ch = profd::channel::unix_channel(&socket, None)
+            .await
+            .expect("connect to profd's socket");
+        let mut stream = HealthClient::new(ch)
+            .watch(HealthCheckRequest::default())
+            .await
+            .expect("health Watch")
+            .into_inner();
+        stream.message().await.expect("a health update");
+        stream
+    });
+    // A silent one: the preface and SETTINGS, then nothing, whatever the
+    // daemon sends (its SETTINGS, pings).
+    let mut silent = UnixStream::connect(d.socket()).expect("connect");
+    silent
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .unwrap();
+    silent.write_all(&SETTINGS).unwrap();
+    silent.set_read_timeout(Some(CLOSE_BOUND)).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        match silent.read(&mut buf) {
+            Ok(0) => break "closed",
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break "reset",
+            Err(e) => panic!("the silent connection was not closed: {e}"),
+        }
+    };
+    let waited = started.elapsed();
+    eprintln!("silent connection {end} after {waited:?}");
+    assert!(waited >= idle, "closed after {waited:?}, before {idle:?}");
+
+    // The live client's stream is still open three idle timeouts later.
+    let quiet = rt.block_on(async {
+        tokio::time::timeout(3 * idle, stream.message())
+            .await
+            .map(|m| format!("{m:?}"))
+    });
+    assert!(
+        quiet.is_err(),
+        "the live client's Watch stream ended: {quiet:?}"
+    );
+    let m = metrics(&metrics_addr);
+    assert_eq!(refused(&m, "unix", "idle_timeout"), 1.0, "{m}");
+    assert_eq!(refused(&m, "unix", "handshake_timeout"), 0.0, "{m}");
+    drop(stream);
     d.assert_alive();
 }

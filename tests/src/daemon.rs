@@ -191,7 +191,7 @@ impl Daemon {
         let _ = self.child.kill();
         let status = self.child.wait().expect("wait for the killed profd");
         eprintln!("profd killed: {status}");
-        self.child = Daemon::spawn_child(&self.socket, &self.log, &self.args);
+        self.child = Daemon::spawn_child(&self.socket, &self.log, &self.args, self.nofile);
         self.wait_ready();
     }
 

@@ -2,7 +2,7 @@
 //! the daemon's limits, the target's existence and the caller's right to it,
 //! starts session actors, and looks them up for their owners. Errors here
 //! carry what the caller should change.
-use crate::auth::{self, Caller, Grant, TargetCreds};
+use crate::auth::{self, Caller, Check, Grant};
 use crate::perf::{EventKind, EventSpec, PerfError, PidFd, MAX_STACK_BYTES};
 use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
@@ -319,31 +319,23 @@ impl Registry {
         // make sure it is still alive afterwards: then the pid was not reused
         // in between, and the credentials are that process's.
         let (tgid_again, _) = target_process(tgid)?;
-        let creds = TargetCreds::read(tgid);
-        let (Some(creds), false) = (creds, pidfd.exited()) else {
-            return Err(Error::NotFound(format!(
-                "process {} exited while attaching",
-                plan.pid
-            )));
-        };
-        if tgid_again != tgid {
-            return Err(Error::NotFound(format!(
-                "process {} exited while attaching",
-                plan.pid
-            )));
+        let exited = || Error::NotFound(format!("process {} exited while attaching", plan.pid));
+        let check = auth::check_process(&caller.account, &self.grants, tgid);
+        if tgid_again != tgid || pidfd.exited() {
+            return Err(exited());
         }
-        auth::may_profile(&caller.account, &self.grants, tgid, &creds)
-            .map_err(Error::PermissionDenied)?;
+        match check {
+            Check::Allowed => {}
+            Check::Gone => return Err(exited()),
+            Check::Denied(why) => return Err(Error::PermissionDenied(why)),
+        }
         // A process can gain privileges only by exec'ing a set-id program:
         // sessions of ordinary users are checked again at every exec.
         let recheck = (!caller.is_root()).then(|| {
             let account = caller.account.clone();
             let grants = self.grants.clone();
-            let check: session::Recheck = Arc::new(move |pid| {
-                let creds = TargetCreds::read(pid)
-                    .ok_or_else(|| format!("process {pid} could not be checked after exec"))?;
-                auth::may_profile(&account, &grants, pid, &creds)
-            });
+            let check: session::Recheck =
+                Arc::new(move |pid| auth::check_process(&account, &grants, pid));
             check
         });
         let id = self.new_id().await?;

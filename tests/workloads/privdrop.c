@@ -11,16 +11,29 @@
  *                                    real and saved uids stay 0
  *   privdrop SECONDS exec PATH ARG.. spins SECONDS, then execs PATH ARG..
  *                                    (e.g. a set-user-id copy of itself)
+ *   privdrop SECONDS thread UID GID  (started as root) starts a second thread
+ *                                    that stays root and spins in
+ *                                    privdrop_root_spin, then drops the main
+ *                                    thread alone (raw syscalls, as glibc's
+ *                                    wrappers change every thread) to
+ *                                    UID/GID with no groups, and sets
+ *                                    PR_SET_DUMPABLE 1 again
+ *   privdrop SECONDS keepcaps UID GID (started as root) as drop, but keeps
+ *                                    its permitted capabilities
+ *                                    (PR_SET_KEEPCAPS) and sets
+ *                                    PR_SET_DUMPABLE 1 again
  *
  * Prints "ready" on stdout once its credentials are set, then spins in
  * privdrop_spin until SECONDS have passed.
  */
 #define _GNU_SOURCE
 #include <grp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,10 +56,29 @@ __attribute__((noinline)) void privdrop_spin(void)
 		sink += i * 2654435761u;
 }
 
+__attribute__((noinline)) void privdrop_root_spin(void)
+{
+	volatile char frame = 0;
+
+	(void)frame;
+	for (unsigned long i = 0; i < 1000000UL; i++)
+		sink += i * 2654435761u;
+}
+
+static double root_deadline;
+
+static void *root_thread(void *arg)
+{
+	(void)arg;
+	while (now_s() < root_deadline)
+		privdrop_root_spin();
+	return NULL;
+}
+
 static void usage(const char *argv0)
 {
 	fprintf(stderr,
-		"usage: %s SECONDS nodump | drop UID GID | seteuid UID | exec PATH ARG...\n",
+		"usage: %s SECONDS nodump | drop UID GID | seteuid UID | exec PATH ARG... | thread UID GID | keepcaps UID GID\n",
 		argv0);
 	exit(2);
 }
@@ -90,6 +122,36 @@ int main(int argc, char **argv)
 			die("setresgid");
 		if (setresuid(uid, uid, uid))
 			die("setresuid");
+	} else if (!strcmp(argv[2], "thread") && argc == 5) {
+		uid_t uid = (uid_t)number(argv[3], argv[0]);
+		gid_t gid = (gid_t)number(argv[4], argv[0]);
+		pthread_t other;
+
+		root_deadline = now_s() + deadline + 1;
+		if (pthread_create(&other, NULL, root_thread, NULL))
+			die("pthread_create");
+		if (syscall(SYS_setgroups, 0, NULL))
+			die("setgroups");
+		if (syscall(SYS_setresgid, gid, gid, gid))
+			die("setresgid");
+		if (syscall(SYS_setresuid, uid, uid, uid))
+			die("setresuid");
+		if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
+			die("prctl(PR_SET_DUMPABLE, 1)");
+	} else if (!strcmp(argv[2], "keepcaps") && argc == 5) {
+		uid_t uid = (uid_t)number(argv[3], argv[0]);
+		gid_t gid = (gid_t)number(argv[4], argv[0]);
+
+		if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0))
+			die("prctl(PR_SET_KEEPCAPS, 1)");
+		if (setgroups(0, NULL))
+			die("setgroups");
+		if (setresgid(gid, gid, gid))
+			die("setresgid");
+		if (setresuid(uid, uid, uid))
+			die("setresuid");
+		if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
+			die("prctl(PR_SET_DUMPABLE, 1)");
 	} else if (!strcmp(argv[2], "seteuid") && argc == 4) {
 		if (seteuid((uid_t)number(argv[3], argv[0])))
 			die("seteuid");

@@ -6,6 +6,7 @@
 use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use super::{Recheck, STACK_LIMIT_FRAME};
+use crate::auth::Check;
 use crate::maps::ProcessMaps;
 use crate::sampler::Batch;
 use crate::unwind::Walk;
@@ -115,7 +116,12 @@ impl Ingest {
         let mut addresses = NewAddresses::default();
         if let Some((pid, comm)) = batch.exec.take() {
             if let Some(recheck) = &self.recheck {
-                if let Err(why) = recheck(pid) {
+                let why = match recheck(pid) {
+                    Check::Allowed => None,
+                    Check::Gone => Some(format!("process {pid} could not be checked after exec")),
+                    Check::Denied(why) => Some(why),
+                };
+                if let Some(why) = why {
                     self.totals.discarded += batch.seen;
                     return Err(format!("stopped after exec of {comm}: {why}"));
                 }

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// Checks, after the target exec'd, that the owner may still profile it
-/// (the program may be set-id); Err says why not.
-pub type Recheck = Arc<dyn Fn(u32) -> Result<(), String> + Send + Sync>;
+/// Checks, after a process of the session exec'd, that the owner may still
+/// profile it (the program may be set-id).
+pub type Recheck = Arc<dyn Fn(u32) -> crate::auth::Check + Send + Sync>;
 
 /// What the session was asked to do.
 #[derive(Clone)]

@@ -1,0 +1,147 @@
+//! End-to-end tests of what a caller other than root may profile: profd's
+//! decision on a target compared with the kernel's own (a `perf_event_open`
+//! of every thread of the target, made with the caller's credentials by
+//! `perfopen.c`). Real kernel, real `profd` and `profctl`, run as the test
+//! users of `users.rs`.
+
+use std::process::Command;
+use std::sync::MutexGuard;
+
+use profd_e2e::users::{public_copy, test_users, User, Users, TEST_GROUP};
+use profd_e2e::{
+    assert_one_line_error, build_workload, require_root_and_perf, serial, CmdOutput, Daemon,
+    Workload,
+};
+
+/// Long enough for any test: workloads are killed when the test ends.
+const LONG: f64 = 60.0;
+
+struct Env {
+    users: &'static Users,
+    _serial: MutexGuard<'static, ()>,
+}
+
+fn env() -> Env {
+    let serial = serial();
+    require_root_and_perf();
+    Env {
+        users: test_users(),
+        _serial: serial,
+    }
+}
+
+/// profd with its socket open to the test group (alice and bob).
+fn group_daemon() -> Daemon {
+    let mut daemon = Daemon::start_with(&["--socket-group", TEST_GROUP]);
+    daemon.assert_alive();
+    daemon
+}
+
+/// Starts `privdrop LONG args...` as root.
+fn privdrop(args: &[&str]) -> Workload {
+    let exe = public_copy(&build_workload("privdrop"));
+    let mut command = Command::new(&exe);
+    command.arg(LONG.to_string()).args(args);
+    Workload::start_command(command, "privdrop")
+}
+
+/// Starts `split LONG --ready` as `user` with real, effective and saved gid
+/// `gid` (and the user's groups).
+fn split_with_gid(user: &User, gid: u32) -> Workload {
+    let exe = public_copy(&build_workload("split"));
+    let mut command = Command::new("setpriv");
+    command
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={gid}"))
+        .args(["--init-groups", "--"])
+        .arg(&exe)
+        .arg(LONG.to_string())
+        .arg("--ready");
+    Workload::start_command(command, "split")
+}
+
+/// The kernel's answer: whether `user` may open a sampling event on every
+/// thread of `pid` (`perfopen`'s lines are shown).
+fn kernel_allows(user: &User, pid: u32) -> (bool, String) {
+    let exe = public_copy(&build_workload("perfopen"));
+    let out = user
+        .command(&exe)
+        .arg(pid.to_string())
+        .output()
+        .expect("run perfopen");
+    let lines = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(0 | 3)),
+        "perfopen {pid} as {} failed ({:?}): perf events must work for this test\n{lines}{}",
+        user.name,
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (code == Some(0), lines)
+}
+
+/// profd's answer: whether `user`'s one-second attach to `pid` succeeds
+/// (true) or is refused with PERMISSION_DENIED (false).
+fn profd_allows(d: &Daemon, user: &User, pid: u32) -> (bool, CmdOutput) {
+    let pid = pid.to_string();
+    let out = d.profctl_as(
+        user,
+        &["attach", &pid, "--duration", "1", "--format", "json"],
+    );
+    if out.status.success() {
+        return (true, out);
+    }
+    assert_one_line_error(&out, &["permission denied"]);
+    (false, out)
+}
+
+/// For each target, profd decides as the kernel does: the caller's own
+/// process is allowed; a process whose main thread dropped to the caller's
+/// ids while another thread stayed root, one running with a group the caller
+/// is only a member of, and one of the caller's ids that kept capabilities
+/// are refused, by both.
+#[test]
+fn profd_refuses_what_the_kernel_refuses() {
+    let env = env();
+    let u = env.users;
+    let alice = &u.alice;
+    let d = group_daemon();
+    let (uid, gid) = (alice.uid.to_string(), alice.gid.to_string());
+    let own = split_with_gid(alice, alice.gid);
+    let threads = privdrop(&["thread", &uid, &gid]);
+    let member_gid = split_with_gid(alice, u.group_gid);
+    let keepcaps = privdrop(&["keepcaps", &uid, &gid]);
+
+    for (what, w, kernel_expected) in [
+        ("alice's own process", &own, true),
+        ("a root thread beside alice's main thread", &threads, false),
+        ("gid of a group alice is a member of", &member_gid, false),
+        ("alice's ids with capabilities kept", &keepcaps, false),
+    ] {
+        let (kernel, lines) = kernel_allows(alice, w.pid());
+        eprintln!("{what} ({}): kernel allows {kernel}\n{lines}", w.pid());
+        assert_eq!(kernel, kernel_expected, "{what}: the premise does not hold");
+        let (profd, out) = profd_allows(&d, alice, w.pid());
+        eprintln!("  profd allows {profd}: {}", out.stderr.trim());
+        assert_eq!(
+            profd,
+            kernel,
+            "{what}: profd decides otherwise than the kernel\n{}",
+            out.describe()
+        );
+    }
+    // The mixed case: the kernel opens the main thread, not the root one.
+    let (_, lines) = kernel_allows(alice, threads.pid());
+    assert!(
+        lines.contains(" ok") && lines.contains(" refused"),
+        "one thread allowed and one refused:\n{lines}"
+    );
+    let (_, out) = profd_allows(&d, alice, threads.pid());
+    assert!(
+        out.stderr
+            .contains(&format!("of process {}", threads.pid())),
+        "the refusal names the thread:\n{}",
+        out.describe()
+    );
+}

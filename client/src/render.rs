@@ -90,6 +90,9 @@ fn totals_text(t: &Totals, derived: bool) -> String {
     if t.overflowed > 0 {
         text += &format!("; {} over the stack limit", t.overflowed);
     }
+    if t.unchecked > 0 {
+        text += &format!("; {} unchecked", t.unchecked);
+    }
     text
 }
 

@@ -263,7 +263,7 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["unwind"], "dwarf");
     assert_eq!(v["stack_bytes"], 16384);
     let totals = v["totals"].as_object().unwrap();
-    assert_eq!(totals.len(), 7);
+    assert_eq!(totals.len(), 8);
     assert_eq!(v["totals"]["attributed"], 9950);
     assert_eq!(v["totals"]["discarded"], 812);
     assert_eq!(v["totals"]["lost"], 0);
@@ -271,6 +271,7 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["totals"]["unsymbolized"], 3);
     assert_eq!(v["totals"]["overflowed"], 0);
     assert_eq!(v["totals"]["throttled"], 0);
+    assert_eq!(v["totals"]["unchecked"], 0);
     let functions = v["functions"].as_array().unwrap();
     assert_eq!(functions.len(), 4);
     let mut last = u64::MAX;
@@ -425,6 +426,7 @@ fn info_lists_everything() {
             unsymbolized: 0,
             overflowed: 0,
             throttled: 0,
+            unchecked: 0,
         }),
         running_sessions: 1,
     };

@@ -64,6 +64,9 @@ pub struct Totals {
     /// Times the kernel throttled sampling.
     #[serde(default)]
     pub throttled: u64,
+    /// Samples of processes that could not be checked after their exec.
+    #[serde(default)]
+    pub unchecked: u64,
 }
 
 /// One process of a session (the target, and its children when followed).

@@ -1,8 +1,9 @@
 //! End-to-end tests of what a caller other than root may profile: profd's
 //! decision on a target compared with the kernel's own (a `perf_event_open`
 //! of every thread of the target, made with the caller's credentials by
-//! `perfopen.c`). Real kernel, real `profd` and `profctl`, run as the test
-//! users of `users.rs`.
+//! `perfopen.c`); `--children` sessions on programs that exec short-lived
+//! children. Real kernel, real `profd` and `profctl`, run as the test users
+//! of `users.rs`.
 
 use std::process::Command;
 use std::sync::MutexGuard;
@@ -10,7 +11,7 @@ use std::sync::MutexGuard;
 use profd_e2e::users::{public_copy, test_users, User, Users, TEST_GROUP};
 use profd_e2e::{
     assert_one_line_error, build_workload, require_root_and_perf, serial, CmdOutput, Daemon,
-    Workload,
+    Profile, Workload,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -143,5 +144,58 @@ fn profd_refuses_what_the_kernel_refuses() {
             .contains(&format!("of process {}", threads.pid())),
         "the refusal names the thread:\n{}",
         out.describe()
+    );
+}
+
+/// A shell loop of `alice` running `/bin/true`: its children exec and exit
+/// long before the session can check their new program.
+fn true_loop(user: &User) -> Workload {
+    let mut command = user.command(std::path::Path::new("/bin/bash"));
+    command.args(["-c", "echo ready; while :; do /bin/true; done"]);
+    Workload::start_command(command, "bash")
+}
+
+/// A `--children` session of a caller other than root on a loop of
+/// short-lived children runs to its end: the samples of children gone before
+/// their exec could be checked count as unchecked, not in the profile.
+#[test]
+fn children_gone_before_their_check_do_not_fail_a_session() {
+    let env = env();
+    let alice = &env.users.alice;
+    let d = group_daemon();
+    let w = true_loop(alice);
+    let pid = w.pid_arg();
+    let out = d.profctl_as(
+        alice,
+        &[
+            "attach",
+            &pid,
+            "--children",
+            "--unwind",
+            "fp",
+            "--duration",
+            "4",
+            "--format",
+            "json",
+        ],
+    );
+    let p = Profile::parse(&out);
+    eprintln!(
+        "state {} error {:?} totals {:?}, {} processes",
+        p.state,
+        p.error,
+        p.totals,
+        p.processes.len()
+    );
+    assert_eq!(
+        (p.state.as_str(), p.error.as_str()),
+        ("duration_elapsed", ""),
+        "the session did not run to its end"
+    );
+    assert!(p.processes.len() > 10, "the children were not followed");
+    assert!(p.totals.attributed > 0, "nothing attributed");
+    assert!(
+        p.totals.unchecked > 0,
+        "no sample of a /bin/true counted as unchecked"
     );
 }

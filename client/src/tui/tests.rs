@@ -39,6 +39,7 @@ fn session() -> Session {
             unsymbolized: 1,
             overflowed: 0,
             throttled: 0,
+            unchecked: 0,
         }),
         ..Default::default()
     }

@@ -71,6 +71,7 @@ struct Totals {
     unsymbolized: u64,
     overflowed: u64,
     throttled: u64,
+    unchecked: u64,
 }
 
 #[derive(Serialize)]
@@ -98,7 +99,7 @@ struct Row<'a> {
 /// `stack_bytes`, `owner`, `owner_uid`, `children`, `processes` [{`pid`,
 /// `ppid`, `comm`, `samples`, `exited`}], `scope`, `discarded_derived`,
 /// `totals` {`attributed`, `discarded`, `lost`, `truncated`,
-/// `unsymbolized`, `overflowed`, `throttled`} and `functions` [{`name`,
+/// `unsymbolized`, `overflowed`, `throttled`, `unchecked`} and `functions` [{`name`,
 /// `module`, `inclusive`, `exclusive`, `inclusive_pct`, `exclusive_pct`,
 /// `inlined`}], keys in this order. `functions` are taken as given (order, percentages): pass them
 /// sorted and limited as wanted.
@@ -139,6 +140,7 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
             unsymbolized: t.unsymbolized,
             overflowed: t.overflowed,
             throttled: t.throttled,
+            unchecked: t.unchecked,
         },
         functions: functions
             .iter()
@@ -179,6 +181,7 @@ mod tests {
                 unsymbolized: 0,
                 overflowed: 0,
                 throttled: 0,
+                unchecked: 0,
             }),
             ..Default::default()
         };
@@ -228,7 +231,8 @@ mod tests {
                 "truncated",
                 "unsymbolized",
                 "overflowed",
-                "throttled"
+                "throttled",
+                "unchecked"
             ]
         );
         let f = &v["functions"];

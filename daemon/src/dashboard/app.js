@@ -15,7 +15,7 @@ const FLAME_MIN_PCT = 0.1;
 const WATCH_RETRIES = 5;
 const UNAUTHENTICATED = 16;
 const UNAVAILABLE = 14;
-const TOTALS = ['attributed', 'discarded', 'lost', 'truncated', 'unsymbolized', 'overflowed', 'throttled'];
+const TOTALS = ['attributed', 'discarded', 'lost', 'truncated', 'unsymbolized', 'overflowed', 'throttled', 'unchecked'];
 
 const $ = (id) => document.getElementById(id);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

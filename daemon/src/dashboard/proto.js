@@ -178,6 +178,7 @@ export const Totals = {
   5: ['unsymbolized', 'uint'],
   6: ['overflowed', 'uint'],
   7: ['throttled', 'uint'],
+  8: ['unchecked', 'uint'],
 };
 
 export const Session = {

@@ -24,6 +24,10 @@ pub struct Ingest {
     max_stacks: usize,
     /// Checks that the owner may still profile a process after its exec.
     recheck: Option<Recheck>,
+    /// Processes whose program could not be checked after their exec (they
+    /// had exited by then), and their children: their samples count as
+    /// `unchecked`, not in the profile.
+    unchecked: foldhash::HashSet<u32>,
     pub(super) stacks: StackTable,
     pub(super) totals: api::Totals,
     /// Mappings and unwinders of the target's (and its children's) address
@@ -77,6 +81,7 @@ impl Ingest {
             pid,
             max_stacks,
             recheck,
+            unchecked: foldhash::HashSet::default(),
             stacks: StackTable::default(),
             totals: api::Totals::default(),
             spaces: Spaces::new(pid, maps, stack_copy),
@@ -107,7 +112,9 @@ impl Ingest {
     /// Count a batch; addresses of new stacks that are not `named` are
     /// queued for naming. Err when a process of the session exec'd a
     /// program its owner may not profile (the batch is then dropped: its
-    /// samples are discarded).
+    /// samples are discarded). A process gone before its exec could be
+    /// checked is no reason to fail: its samples from then on (and its
+    /// children's) count as `unchecked`.
     pub fn apply(
         &mut self,
         mut batch: Batch,
@@ -116,14 +123,17 @@ impl Ingest {
         let mut addresses = NewAddresses::default();
         if let Some((pid, comm)) = batch.exec.take() {
             if let Some(recheck) = &self.recheck {
-                let why = match recheck(pid) {
-                    Check::Allowed => None,
-                    Check::Gone => Some(format!("process {pid} could not be checked after exec")),
-                    Check::Denied(why) => Some(why),
-                };
-                if let Some(why) = why {
-                    self.totals.discarded += batch.seen;
-                    return Err(format!("stopped after exec of {comm}: {why}"));
+                match recheck(pid) {
+                    Check::Allowed => {
+                        self.unchecked.remove(&pid);
+                    }
+                    Check::Gone => {
+                        self.unchecked.insert(pid);
+                    }
+                    Check::Denied(why) => {
+                        self.totals.discarded += batch.seen;
+                        return Err(format!("stopped after exec of {comm}: {why}"));
+                    }
                 }
             }
             if let Some(&i) = self.process_index.get(&pid) {
@@ -132,6 +142,11 @@ impl Ingest {
             self.spaces.exec(pid);
         }
         for (child, parent) in batch.forks.drain(..) {
+            if self.unchecked.contains(&parent) {
+                self.unchecked.insert(child);
+            } else {
+                self.unchecked.remove(&child);
+            }
             self.spaces.fork(child, parent);
             let comm = self
                 .process_index
@@ -156,7 +171,7 @@ impl Ingest {
         for (pid, mappings) in by_pid {
             self.spaces.insert(pid, mappings.into_iter());
         }
-        let mut attributed = 0u64;
+        let (mut attributed, mut unchecked) = (0u64, 0u64);
         let mut scratch = std::mem::take(&mut self.scratch);
         // The samples of a batch were read together: one time for all.
         if !batch.ends.is_empty() {
@@ -164,14 +179,19 @@ impl Ingest {
         }
         // Consecutive samples are mostly of the same process and thread.
         let (mut last_pid, mut space, mut process) = (None, 0, None);
-        let mut last_tid = None;
+        let (mut last_tid, mut checked) = (None, true);
         for sample in batch.samples() {
-            attributed += 1;
             if last_pid != Some(sample.pid) {
                 last_pid = Some(sample.pid);
                 space = self.spaces.of(sample.pid);
                 process = self.process_index.get(&sample.pid).copied();
+                checked = !self.unchecked.contains(&sample.pid);
             }
+            if !checked {
+                unchecked += 1;
+                continue;
+            }
+            attributed += 1;
             // Frame-pointer stacks of the target's first program are used as
             // they came; others are unwound and/or tagged in `scratch`.
             let stack = if sample.user.is_none() && space == 0 {
@@ -241,7 +261,8 @@ impl Ingest {
             }
         }
         self.totals.attributed += attributed;
-        self.totals.discarded += batch.seen.saturating_sub(attributed);
+        self.totals.unchecked += unchecked;
+        self.totals.discarded += batch.seen.saturating_sub(attributed + unchecked);
         self.totals.lost += batch.lost;
         self.totals.throttled += batch.throttled;
         self.totals.truncated += batch.truncated;
@@ -296,6 +317,47 @@ mod tests {
         assert_eq!(counts, [(target, 0, 1, false), (child, target, 3, true)]);
         assert_eq!(ingest.totals.attributed, 4);
         assert_eq!(ingest.totals.discarded, 0);
+    }
+
+    /// A process gone before its exec could be checked does not fail the
+    /// session: its samples from then on, and its children's, count as
+    /// unchecked, not in the profile; a refused exec still fails it.
+    #[test]
+    fn samples_of_an_exec_that_could_not_be_checked_count_apart() {
+        let (target, child, grandchild) = (std::process::id(), u32::MAX - 1, u32::MAX - 2);
+        let recheck: Recheck = std::sync::Arc::new(move |pid| match pid {
+            p if p == child => Check::Gone,
+            p if p == target => Check::Allowed,
+            _ => Check::Denied("no".into()),
+        });
+        let mut ingest = Ingest::new(
+            target,
+            "t".into(),
+            ProcessMaps::default(),
+            false,
+            100,
+            Some(recheck),
+        );
+        let mut first = batch(&[(target, 0x100), (child, 0x200)]);
+        first.forks.push((child, target));
+        ingest.apply(first, |_| false).unwrap();
+        // The child exec'd, and had exited when the batch was counted.
+        let mut after = batch(&[(child, 0x300), (target, 0x100), (grandchild, 0x400)]);
+        after.exec = Some((child, "true".into()));
+        after.forks.push((grandchild, child));
+        ingest.apply(after, |_| false).unwrap();
+        let t = ingest.totals;
+        assert_eq!((t.attributed, t.unchecked, t.discarded), (3, 2, 0));
+        // The target's own exec is checked and allowed.
+        let mut own = batch(&[(target, 0x100)]);
+        own.exec = Some((target, "t2".into()));
+        ingest.apply(own, |_| false).unwrap();
+        assert_eq!(ingest.totals.attributed, 4);
+        // A refused exec fails the session.
+        let mut refused = batch(&[(7, 0x100)]);
+        refused.exec = Some((7, "su".into()));
+        let err = ingest.apply(refused, |_| false).unwrap_err();
+        assert!(err.contains("exec of su: no"), "{err}");
     }
 
     #[test]

@@ -17,16 +17,16 @@ pub fn scope(spec: &EventSpec) -> (api::Scope, bool) {
 /// cpu-clock (a timer that, on a system-wide ring, takes `frequency_hz`
 /// samples a second on every CPU, idle or busy), the samples the other
 /// processes would have had are what the CPUs' time calls for less what
-/// the session's rings delivered (attributed, and the discarded samples of
-/// children it does not follow) and lost:
-/// `max(0, round(frequency_hz × elapsed_s × cpus) − (attributed + discarded + lost))`,
+/// the session's rings delivered (attributed, unchecked, and the discarded
+/// samples of children it does not follow) and lost:
+/// `max(0, round(frequency_hz × elapsed_s × cpus) − (attributed + unchecked + discarded + lost))`,
 /// added to `discarded`. Otherwise `delivered` as it is.
 pub fn totals(delivered: api::Totals, spec: &EventSpec, elapsed_s: f64, cpus: u32) -> api::Totals {
     if !scope(spec).1 {
         return delivered;
     }
     let expected = (f64::from(spec.frequency_hz) * elapsed_s * f64::from(cpus)).round() as u64;
-    let seen = delivered.attributed + delivered.discarded + delivered.lost;
+    let seen = delivered.attributed + delivered.discarded + delivered.lost + delivered.unchecked;
     api::Totals {
         discarded: delivered.discarded + expected.saturating_sub(seen),
         ..delivered

@@ -83,6 +83,8 @@ struct MetaTotals {
     overflowed: u64,
     #[serde(default)]
     throttled: u64,
+    #[serde(default)]
+    unchecked: u64,
 }
 
 impl Meta {
@@ -127,6 +129,7 @@ impl Meta {
                 unsymbolized: t.unsymbolized,
                 overflowed: t.overflowed,
                 throttled: t.throttled,
+                unchecked: t.unchecked,
             },
             profile,
         }
@@ -170,6 +173,7 @@ impl Meta {
                 unsymbolized: t.unsymbolized,
                 overflowed: t.overflowed,
                 throttled: t.throttled,
+                unchecked: t.unchecked,
             }),
             duration_limit_ms: self.duration_limit_ms,
             error,

@@ -27,23 +27,26 @@ use progress::waiting;
 
 /// Runs one parsed command line: connects (to the Unix socket, starting a
 /// private daemon when needed and allowed, or to `--connect`'s remote
-/// daemon), runs the command, and closes the connection.
-pub async fn run(cli: Cli) -> Result<(), Error> {
+/// daemon), runs the command, and closes the connection. Returns the exit
+/// status: 0, or for `run` its command's.
+pub async fn run(cli: Cli) -> Result<u8, Error> {
     // Manual pages, completions and reports on saved files need no daemon.
     match &cli.command {
         Command::Report(args) => {
             if let ReportSource::File(path) = args.source() {
-                return commands::report_file(&path, args, &Output::stdout());
+                return commands::report_file(&path, args, &Output::stdout()).map(|()| 0);
             }
         }
-        Command::Man(args) => return docs::man(args, &Output::stdout()),
-        Command::Completions(args) => return docs::completions(args, &Output::stdout()),
+        Command::Man(args) => return docs::man(args, &Output::stdout()).map(|()| 0),
+        Command::Completions(args) => {
+            return docs::completions(args, &Output::stdout()).map(|()| 0)
+        }
         Command::Health(args) => {
             let target = cli.target().map_err(Error::Usage)?;
             let conn = waiting("connecting to profd", Connection::open_existing(&target)).await?;
             let result = commands::health(&conn, args, &Output::stdout()).await;
             conn.close().await;
-            return result;
+            return result.map(|()| 0);
         }
         _ => {}
     }
@@ -57,9 +60,10 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
     }
     let out = Output::stdout();
     let client = &mut conn.client;
+    let mut code = 0;
     let result = match &cli.command {
         Command::Attach(args) => commands::attach(client, args, &out).await,
-        Command::Run(args) => commands::run(client, args, &out).await,
+        Command::Run(args) => commands::run(client, args, &out).await.map(|c| code = c),
         Command::Sessions(args) => commands::sessions(client, args.all, &out).await,
         Command::Stop(args) => commands::stop(client, args.id, &out).await,
         Command::Info => commands::info(client, &out).await,
@@ -74,5 +78,5 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         }
     };
     conn.close().await;
-    result
+    result.map(|()| code)
 }

@@ -1,5 +1,6 @@
 //! The `profctl` binary: parse arguments (clap exits 2 on usage errors), run
-//! the command, print any error as one `profctl: ...` line and exit 1.
+//! the command, print any error as one `profctl: ...` line and exit 1 (`run`
+//! exits with its command's status).
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -22,7 +23,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(profctl::run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("profctl: {e}");

@@ -1,17 +1,17 @@
-//! End-to-end tests of what a caller other than root may profile: profd's
-//! decision on a target compared with the kernel's own (a `perf_event_open`
-//! of every thread of the target, made with the caller's credentials by
-//! `perfopen.c`); `--children` sessions on programs that exec short-lived
-//! children. Real kernel, real `profd` and `profctl`, run as the test users
-//! of `users.rs`.
+//! End-to-end tests of what a caller other than root may profile:
+//! profd's decision on a target compared with the kernel's own (a
+//! `perf_event_open` of every thread of the target, made with the caller's
+//! credentials by `perfopen.c`); `--children` sessions and `profctl run` on
+//! programs that exec short-lived children. Real kernel,
+//! real `profd` and `profctl`, run as the test users of `users.rs`.
 
 use std::process::Command;
 use std::sync::MutexGuard;
 
-use profd_e2e::users::{public_copy, test_users, User, Users, TEST_GROUP};
+use profd_e2e::users::{chmod, public_copy, public_dir, test_users, User, Users, TEST_GROUP};
 use profd_e2e::{
-    assert_one_line_error, build_workload, require_root_and_perf, serial, CmdOutput, Daemon,
-    Profile, Workload,
+    assert_one_line_error, build_workload, path_str, require_root_and_perf, serial, CmdOutput,
+    Daemon, Profile, Workload,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -198,4 +198,63 @@ fn children_gone_before_their_check_do_not_fail_a_session() {
         p.totals.unchecked > 0,
         "no sample of a /bin/true counted as unchecked"
     );
+}
+
+/// `profctl run` never ends its command because the session failed or for
+/// any reason but `--duration` or a stop: a `--children` run of a loop of
+/// short-lived children lasts as the loop does, and a run whose session
+/// fails (an exec of a set-user-id program) lets the command finish. Its
+/// exit status is the command's.
+#[test]
+fn run_lets_its_command_finish_and_exits_with_its_status() {
+    let env = env();
+    let alice = &env.users.alice;
+    let d = group_daemon();
+
+    let out = d.profctl_as(
+        alice,
+        &[
+            "run",
+            "--children",
+            "--format",
+            "json",
+            "--",
+            "/bin/bash",
+            "-c",
+            "end=$((SECONDS + 3)); while [ $SECONDS -lt $end ]; do /bin/true; done; exit 7",
+        ],
+    );
+    eprintln!("{}", out.describe());
+    assert_eq!(out.status.code(), Some(7), "not the command's status");
+    assert!(
+        out.stderr.contains("/bin/bash exited with status 7"),
+        "{}",
+        out.describe()
+    );
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON");
+    assert_eq!(json["state"], "exited", "{}", out.describe());
+
+    // A session that fails: the command execs a set-user-id root program.
+    let exe = public_copy(&build_workload("privdrop"));
+    let suid = public_dir("suid").join("privdrop-suid");
+    std::fs::copy(&exe, &suid).expect("copy privdrop");
+    chmod(&suid, 0o4755);
+    let script = format!(
+        "exec {} 1 exec {} 2 nodump >/dev/null",
+        path_str(&exe),
+        path_str(&suid)
+    );
+    let out = d.profctl_as(
+        alice,
+        &["run", "--format", "json", "--", "/bin/sh", "-c", &script],
+    );
+    eprintln!("{}", out.describe());
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON");
+    assert_eq!(json["state"], "failed", "{}", out.describe());
+    assert!(
+        out.stderr.contains("runs on") && out.stderr.contains("/bin/sh exited with status 0"),
+        "the command did not finish on its own:\n{}",
+        out.describe()
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.describe());
 }

@@ -17,6 +17,7 @@ use crate::cli::RunArgs;
 use crate::connect::Client;
 use crate::error::Error;
 use crate::output::Output;
+use profd_common::api::SessionState;
 
 /// How long a command gets to exit after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(5);
@@ -30,7 +31,11 @@ const HOLD_ENV: &str = "PROFCTL_RUN_HOLD_FD";
 /// copy of profctl that waits for a byte on a pipe (opened through
 /// `/proc/PARENT/fd`), so that the session is attached before the command's
 /// exec: its samples count from its first instruction, as `perf record`'s.
-pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<(), Error> {
+/// The command gets SIGTERM when the session ends by `--duration` or a stop
+/// (Ctrl-C); a session that fails, or an error of profctl or the daemon,
+/// leaves it running: profctl reports it and waits. Returns the command's
+/// exit status (128 + the signal that killed it).
+pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8, Error> {
     let (program, _) = args.command.split_first().expect("clap requires a command");
     let name = program.to_string_lossy().into_owned();
     let spawn_error = |source| Error::Spawn {
@@ -51,37 +56,81 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<()
     let pid = child.child.id().expect("a just-spawned child has a pid");
     wait_for_name(pid).await;
 
+    let mut released = false;
     let result = async {
         let session = start(client, args.options.attach_request(pid)).await?;
         // If the holder is gone (killed, or it could not open the pipe), the
         // session ends with it.
         let _ = go.write_all(b"g");
+        released = true;
         let mut view = View::new(&args.options, *out);
         let profile = follow(client, &session, &mut view, Some(&mut child)).await?;
         Ok::<_, Error>((view, profile))
     }
     .await;
 
-    // Whatever happened, the command does not outlive us. The pipe stays
-    // open until then: the holder may open it late.
-    let status = match child.status {
-        Some(status) => Ok(status),
-        None => terminate(&mut child).await,
+    let end_command = match &result {
+        Ok((_, profile)) => matches!(
+            profile.session.state(),
+            SessionState::DurationElapsed | SessionState::Stopped
+        ),
+        Err(e) => matches!(e, Error::Interrupted),
     };
-    drop((go, hold));
-    let (view, profile) = match result {
-        Ok(done) => done,
-        Err(e) => {
-            if let Ok(status) = status {
-                eprintln!("profctl: {}", describe_exit(&name, status));
+    if !released {
+        // The holder reads the end of the pipe and exits without running
+        // the command.
+        drop((go, hold));
+        let status = child.child.wait().await;
+        return Err(result.err().unwrap_or_else(|| match status {
+            Ok(status) => Error::Protocol(format!("{name} ended unexpectedly: {status}")),
+            Err(e) => Error::io(format!("cannot wait for {name}"), e),
+        }));
+    }
+    let mut failed = None;
+    match result {
+        Ok((view, profile)) => {
+            view.finish(&profile)?;
+            let s = &profile.session;
+            if s.state() == SessionState::Failed {
+                failed = Some(format!("session {} failed: {}", s.id, s.error));
             }
+        }
+        Err(e) if end_command => {
+            let _ = terminate(&mut child).await;
             return Err(e);
         }
+        Err(e) => failed = Some(e.to_string()),
+    }
+    // The pipe stays open until the command exits: the holder may open it
+    // late.
+    let status = match child.status {
+        Some(status) => {
+            if let Some(why) = &failed {
+                eprintln!("profctl: {why}");
+            }
+            Ok(status)
+        }
+        None if end_command => terminate(&mut child).await,
+        None => {
+            if let Some(why) = &failed {
+                eprintln!("profctl: {why}; {name} runs on, waiting for it to exit");
+            }
+            child.child.wait().await
+        }
     };
-    view.finish(&profile)?;
+    drop((go, hold));
     let status = status.map_err(|e| Error::io(format!("cannot wait for {name}"), e))?;
     eprintln!("profctl: {}", describe_exit(&name, status));
-    Ok(())
+    Ok(exit_code(status))
+}
+
+/// A shell's exit status for a command's: its code, or 128 + the signal.
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => 128u8.wrapping_add(signal as u8),
+        (None, None) => 1,
+    }
 }
 
 /// Waits briefly until the holder has taken the command's name, which the
@@ -182,6 +231,13 @@ pub fn describe_exit(name: &str, status: ExitStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exit_codes_are_a_shells() {
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(7 << 8)), 7);
+        assert_eq!(exit_code(ExitStatus::from_raw(15)), 128 + 15);
+    }
 
     #[test]
     fn exit_descriptions() {

@@ -91,7 +91,7 @@ impl SampleSource for Source {
     }
     async fn unsubscribe(&self, _: EventSpec, _: u64) {}
     async fn flush(&self, _: EventSpec, _: bool) {}
-    async fn groups(&self) -> Vec<(EventSpec, usize)> {
+    async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)> {
         Vec::new()
     }
     fn counters(&self) -> &Counters {

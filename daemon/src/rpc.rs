@@ -215,33 +215,35 @@ impl Profiler for Service {
         &self,
         req: Request<api::InfoRequest>,
     ) -> Result<Response<api::InfoResponse>, Status> {
-        self.policy.caller(&req)?;
+        let caller = self.policy.caller(&req)?;
+        // A caller is shown the sessions ListSessions would show it, and
+        // the rings those use: not another user's target pid.
+        let visible = self.registry.visible(&caller).await;
+        let ids: std::collections::HashSet<u64> = visible.iter().map(|h| h.id).collect();
         let sampler = self.registry.sampler();
         let c = sampler.counters();
         let groups = sampler
             .groups()
             .await
             .into_iter()
-            .map(|(spec, sessions)| api::SamplerGroup {
-                event: match spec.kind {
-                    crate::perf::EventKind::CpuClock => api::Event::CpuClock as i32,
-                    crate::perf::EventKind::Cycles => api::Event::Cycles as i32,
-                },
-                frequency_hz: spec.frequency_hz,
-                sessions: sessions as u32,
-                target_pid: spec.target.map_or(0, |t| t.pid),
-                stack_bytes: spec.stack_bytes,
+            .filter_map(|(spec, sessions)| {
+                let sessions = sessions.iter().filter(|id| ids.contains(id)).count();
+                (sessions > 0).then(|| api::SamplerGroup {
+                    event: match spec.kind {
+                        crate::perf::EventKind::CpuClock => api::Event::CpuClock as i32,
+                        crate::perf::EventKind::Cycles => api::Event::Cycles as i32,
+                    },
+                    frequency_hz: spec.frequency_hz,
+                    sessions: sessions as u32,
+                    target_pid: spec.target.map_or(0, |t| t.pid),
+                    stack_bytes: spec.stack_bytes,
+                })
             })
             .collect();
-        let running = {
-            let mut n = 0;
-            for h in self.registry.all().await {
-                if *h.state().borrow() == api::SessionState::Running {
-                    n += 1;
-                }
-            }
-            n
-        };
+        let running = visible
+            .iter()
+            .filter(|h| *h.state().borrow() == api::SessionState::Running)
+            .count() as u32;
         Ok(Response::new(api::InfoResponse {
             version: env!("CARGO_PKG_VERSION").to_string(),
             cpus: self.facts.cpus,

@@ -119,8 +119,8 @@ pub trait SampleSource: Send + Sync {
     /// `exact`: with the losses the kernel has not reported yet, at the cost
     /// of an interrupt of every CPU (a session's end; a view need not).
     async fn flush(&self, spec: EventSpec, exact: bool);
-    /// Open groups of shared settings and how many sessions use each.
-    async fn groups(&self) -> Vec<(EventSpec, usize)>;
+    /// Open groups of shared settings and the sessions using each.
+    async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)>;
     /// Daemon-wide accounting.
     fn counters(&self) -> &Counters;
     /// CPUs sampled: each group has a ring on each.
@@ -324,20 +324,14 @@ impl SampleSource for Sampler {
         let _ = rx.await;
     }
 
-    /// Open groups and their session counts.
-    async fn groups(&self) -> Vec<(EventSpec, usize)> {
+    /// Open groups and their sessions.
+    async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)> {
         let groups = self.groups.lock().await;
         groups
             .iter()
             .map(|(spec, g)| {
-                (
-                    *spec,
-                    g.routes
-                        .read()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .sessions
-                        .len(),
-                )
+                let routes = g.routes.read().unwrap_or_else(|e| e.into_inner());
+                (*spec, routes.sessions.iter().map(|r| r.session).collect())
             })
             .collect()
     }

@@ -55,7 +55,7 @@ impl SampleSource for FakeSource {
         self.routes.lock().unwrap().retain(|r| r.0 != session);
     }
     async fn flush(&self, _: EventSpec, _: bool) {}
-    async fn groups(&self) -> Vec<(EventSpec, usize)> {
+    async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)> {
         Vec::new()
     }
     fn counters(&self) -> &Counters {

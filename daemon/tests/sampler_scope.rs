@@ -74,7 +74,7 @@ async fn stack_copies_get_rings_of_their_target() {
     groups.sort_by_key(|(spec, _)| (spec.target.is_some(), spec.stack_bytes));
     let summary: Vec<_> = groups
         .iter()
-        .map(|(spec, n)| (spec.target.map(|t| t.pid), spec.stack_bytes, *n))
+        .map(|(spec, ids)| (spec.target.map(|t| t.pid), spec.stack_bytes, ids.len()))
         .collect();
     assert_eq!(
         summary,

@@ -1,17 +1,18 @@
-//! End-to-end tests of what a caller other than root may profile:
+//! End-to-end tests of what a caller other than root may profile and see:
 //! profd's decision on a target compared with the kernel's own (a
 //! `perf_event_open` of every thread of the target, made with the caller's
 //! credentials by `perfopen.c`); `--children` sessions and `profctl run` on
-//! programs that exec short-lived children. Real kernel,
+//! programs that exec short-lived children; `profctl info`. Real kernel,
 //! real `profd` and `profctl`, run as the test users of `users.rs`.
 
 use std::process::Command;
 use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
 
 use profd_e2e::users::{chmod, public_copy, public_dir, test_users, User, Users, TEST_GROUP};
 use profd_e2e::{
     assert_one_line_error, build_workload, path_str, require_root_and_perf, serial, CmdOutput,
-    Daemon, Profile, Workload,
+    Daemon, Info, Profile, Workload,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -257,4 +258,53 @@ fn run_lets_its_command_finish_and_exits_with_its_status() {
         out.describe()
     );
     assert_eq!(out.status.code(), Some(0), "{}", out.describe());
+}
+
+/// `profctl info` shows a caller the rings of its own sessions only: bob's
+/// stack-copy session on his process (rings of that pid alone) shows its pid
+/// to bob and root, not to alice.
+#[test]
+fn info_shows_only_the_callers_sessions() {
+    let env = env();
+    let u = env.users;
+    let d = group_daemon();
+    let exe = public_copy(&build_workload("split"));
+    let mut command = u.bob.command(&exe);
+    command.arg(LONG.to_string()).arg("--ready");
+    let bobs = Workload::start_command(command, "split");
+    let pid = bobs.pid_arg();
+    let session = d.spawn_profctl_as(
+        &u.bob,
+        &[
+            "attach",
+            &pid,
+            "--unwind",
+            "dwarf",
+            "--duration",
+            "30",
+            "--format",
+            "json",
+        ],
+    );
+    let shown = format!("pid {pid}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !Info::read(&d).groups.contains(&shown) {
+        assert!(Instant::now() < deadline, "root never sees bob's rings");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let info_as = |user: &User| {
+        let out = d.profctl_as(user, &["info"]);
+        out.assert_success();
+        Info::parse(&out.stdout).expect("profctl info")
+    };
+    let bob = info_as(&u.bob);
+    let alice = info_as(&u.alice);
+    eprintln!("bob: {}\nalice: {}", bob.groups, alice.groups);
+    assert!(bob.groups.contains(&shown), "bob: {}", bob.groups);
+    assert!(
+        !alice.groups.contains(&pid),
+        "alice sees bob's target: {}",
+        alice.groups
+    );
+    drop(session);
 }

@@ -365,10 +365,19 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
 
 impl Tokens {
     /// Read a tokens file: lines `sha256:<hex> NAME ROLE USER`, `#` comments.
-    /// Refused when group or others may write it.
+    /// Refused unless root or the daemon's user owns it, and when group or
+    /// others may write it.
     pub fn load(path: &Path) -> Result<Tokens, String> {
         let meta =
             std::fs::metadata(path).map_err(|e| format!("tokens file {}: {e}", path.display()))?;
+        let daemon = rustix::process::geteuid().as_raw();
+        if meta.uid() != 0 && meta.uid() != daemon {
+            return Err(format!(
+                "tokens file {} is owned by uid {}, who could give anyone access: chown it to root (or to the daemon's user, uid {daemon})",
+                path.display(),
+                meta.uid()
+            ));
+        }
         if meta.permissions().mode() & 0o022 != 0 {
             return Err(format!(
                 "tokens file {} is writable by group or others: chmod 600 it",
@@ -696,5 +705,26 @@ mod tests {
             why.contains(&format!("process {pid} runs as uid 0")),
             "{why}"
         );
+    }
+
+    /// Whoever owns the tokens file decides who gets in: only root or the
+    /// daemon's own user may.
+    #[test]
+    fn tokens_file_of_another_user_is_refused() {
+        let dir = std::env::temp_dir().join(format!("profd-owner-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tokens");
+        let _ = std::fs::remove_file(&path);
+        new_token(&path, "one", "operator", "root").unwrap();
+        assert!(Tokens::load(&path).is_ok());
+        let other = 65534;
+        assert_ne!(rustix::process::geteuid().as_raw(), other);
+        std::os::unix::fs::chown(&path, Some(other), None).expect("chown (run as root)");
+        let err = Tokens::load(&path).unwrap_err();
+        assert!(
+            err.contains("owned by uid 65534") && err.contains("chown it to root"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

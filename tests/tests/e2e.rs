@@ -200,7 +200,8 @@ fn run_ends_with_exited_state() {
 /// `profctl run` holds the command until its session is attached: when the
 /// command's first line runs, `profctl sessions` already lists a running
 /// session on it under the command's name, and the hold leaves nothing in
-/// its environment. A command that cannot run exits 127, with the reason.
+/// its environment. A command that cannot run exits 127, with the reason,
+/// and so does profctl.
 #[test]
 fn run_attaches_before_the_command_starts() {
     let h = Harness::start();
@@ -239,7 +240,7 @@ fn run_attaches_before_the_command_starts() {
     assert_eq!(Profile::parse(&run).comm, "sh");
 
     let missing = h.daemon.profctl(&["run", "--", "/nonexistent/command"]);
-    assert!(missing.status.success(), "{}", missing.describe());
+    assert_eq!(missing.status.code(), Some(127), "{}", missing.describe());
     assert!(
         missing
             .stderr

@@ -34,7 +34,8 @@ const HOLD_ENV: &str = "PROFCTL_RUN_HOLD_FD";
 /// The command gets SIGTERM when the session ends by `--duration` or a stop
 /// (Ctrl-C); a session that fails, or an error of profctl or the daemon,
 /// leaves it running: profctl reports it and waits. Returns the command's
-/// exit status (128 + the signal that killed it).
+/// exit status (128 + the signal that killed it), or 0 when profctl ended
+/// it.
 pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8, Error> {
     let (program, _) = args.command.split_first().expect("clap requires a command");
     let name = program.to_string_lossy().into_owned();
@@ -103,25 +104,25 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
     }
     // The pipe stays open until the command exits: the holder may open it
     // late.
-    let status = match child.status {
+    let (status, ended_here) = match child.status {
         Some(status) => {
             if let Some(why) = &failed {
                 eprintln!("profctl: {why}");
             }
-            Ok(status)
+            (Ok(status), false)
         }
-        None if end_command => terminate(&mut child).await,
+        None if end_command => (terminate(&mut child).await, true),
         None => {
             if let Some(why) = &failed {
                 eprintln!("profctl: {why}; {name} runs on, waiting for it to exit");
             }
-            child.child.wait().await
+            (child.child.wait().await, false)
         }
     };
     drop((go, hold));
     let status = status.map_err(|e| Error::io(format!("cannot wait for {name}"), e))?;
     eprintln!("profctl: {}", describe_exit(&name, status));
-    Ok(exit_code(status))
+    Ok(if ended_here { 0 } else { exit_code(status) })
 }
 
 /// A shell's exit status for a command's: its code, or 128 + the signal.

@@ -111,7 +111,10 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
             }
             (Ok(status), false)
         }
-        None if end_command => (terminate(&mut child).await, true),
+        None if end_command => match child.child.try_wait() {
+            Ok(Some(status)) => (Ok(status), false),
+            _ => (terminate(&mut child).await, true),
+        },
         None => {
             if let Some(why) = &failed {
                 eprintln!("profctl: {why}; {name} runs on, waiting for it to exit");

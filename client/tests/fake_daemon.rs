@@ -525,7 +525,7 @@ async fn run_until_the_command_exits() {
             "sleep 0.4; exit 3",
         ])
         .await;
-    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(code, 3, "profctl exits with its command's status: {stderr}");
     let v = check_json(&stdout);
     assert_eq!(v["state"], "exited");
     assert!(

@@ -7,7 +7,7 @@ use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use perf_event_open_sys::bindings as sys;
 use profd::maps::ProcessMaps;
 use profd::perf::record::{self, is_context_marker, Layout, CONTEXT_KERNEL, CONTEXT_USER};
-use profd::perf::{walk_ring, SAMPLE_TYPE, USER_REGS};
+use profd::perf::{walk_ring, Counts, SAMPLE_TYPE, USER_REGS};
 use profd::sampler::{BatchPool, Demux, Drained, Targets};
 use profd::session::Ingest;
 
@@ -382,7 +382,10 @@ impl Pipeline {
             |kind, misc, body| drain.record(record::parse(&ring.layout, kind, misc, body)),
         );
         let lost = drain.lost_records();
-        drain.finish(lost)
+        drain.finish(Counts {
+            lost,
+            ..Counts::default()
+        })
     }
 
     /// The session's counts.

@@ -74,16 +74,16 @@ fn state_text(session: &Session) -> String {
     }
 }
 
-/// The sample totals; `derived` marks a discarded count that includes the
-/// other processes' share derived from time (`Session.discarded_derived`).
-fn totals_text(t: &Totals, derived: bool) -> String {
+/// The sample totals, with the samples the target's time called for that
+/// no ring took when there are any.
+fn totals_text(t: &Totals) -> String {
     let mut text = format!(
-        "{} attributed, {} discarded{}, {} lost",
-        t.attributed,
-        t.discarded,
-        if derived { " (derived)" } else { "" },
-        t.lost
+        "{} attributed, {} discarded, {} lost",
+        t.attributed, t.discarded, t.lost
     );
+    if t.unsampled > 0 {
+        text += &format!(", {} unsampled", t.unsampled);
+    }
     if t.throttled > 0 {
         text += &format!(" (throttled {} times)", t.throttled);
     }
@@ -128,7 +128,7 @@ pub fn table_header(session: &Session) -> String {
         scope_text(session),
         session.duration_s,
         state_text(session),
-        totals_text(&t, session.discarded_derived),
+        totals_text(&t),
         t.truncated,
         t.unsymbolized,
         processes_text(session),
@@ -257,7 +257,7 @@ pub fn session_line(session: &Session) -> String {
         target(session),
         state_text(session),
         session.duration_s,
-        totals_text(&totals(session), session.discarded_derived),
+        totals_text(&totals(session)),
     )
 }
 
@@ -395,7 +395,7 @@ pub fn info_text(info: &InfoResponse) -> String {
         ("perf_event_paranoid", info.perf_event_paranoid.to_string()),
         ("max sample rate", format!("{} Hz", info.max_sample_rate)),
         ("sampler groups", groups),
-        ("samples", totals_text(&t, false)),
+        ("samples", totals_text(&t)),
         ("running sessions", info.running_sessions.to_string()),
     ];
     let mut out = String::from("profd daemon\n");

@@ -91,21 +91,21 @@ fn table_matches_the_documented_layout() {
 }
 
 #[test]
-fn table_header_shows_the_scope_and_a_derived_discarded_count() {
+fn table_header_shows_the_scope_and_the_unsampled_count() {
     let mut s = session(SessionState::Running);
     s.set_scope(Scope::Target);
-    s.discarded_derived = true;
+    s.totals.as_mut().unwrap().unsampled = 41;
     let header = table_header(&s);
     assert!(
         header.contains(" — unwind dwarf (16384 B) — target rings — 5.00 s — running\n"),
         "{header}"
     );
     assert!(
-        header.contains("samples: 9950 attributed, 812 discarded (derived), 0 lost;"),
+        header.contains("samples: 9950 attributed, 812 discarded, 0 lost, 41 unsampled;"),
         "{header}"
     );
     s.set_scope(Scope::SystemWide);
-    s.discarded_derived = false;
+    s.totals.as_mut().unwrap().unsampled = 0;
     let header = table_header(&s);
     assert!(header.contains(" — system-wide rings — "), "{header}");
     assert!(header.contains(" 812 discarded, 0 lost;"), "{header}");
@@ -272,6 +272,7 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["totals"]["overflowed"], 0);
     assert_eq!(v["totals"]["throttled"], 0);
     assert_eq!(v["totals"]["unchecked"], 0);
+    assert_eq!(v["totals"]["unsampled"], 0);
     let functions = v["functions"].as_array().unwrap();
     assert_eq!(functions.len(), 4);
     let mut last = u64::MAX;
@@ -427,6 +428,7 @@ fn info_lists_everything() {
             overflowed: 0,
             throttled: 0,
             unchecked: 0,
+            unsampled: 0,
         }),
         running_sessions: 1,
     };

@@ -1,6 +1,6 @@
 //! The sampler: per-CPU perf rings shared by all sessions with the same
-//! sampling settings (and, with stack copies, the same target: those rings
-//! sample the target alone), one task per group draining all its rings
+//! sampling settings (and, with stack copies and no children followed, the
+//! same target: those rings sample the target alone), one task per group draining all its rings
 //! together on any ring's watermark wakeup, on a session's demand (a view,
 //! the end) and [`DRAIN_EVERY`] after its last drain, demultiplexing samples
 //! by process to the sessions that target it (and, for sessions that follow
@@ -13,7 +13,7 @@ pub use demux::{
     BAD_USER_FRAME,
 };
 
-use crate::perf::{EventKind, EventSpec, PerfError, PerfEvent, Target};
+use crate::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -255,7 +255,13 @@ impl SampleSource for Sampler {
             None if want.stack_bytes > 0 => STACK_RING_PAGES,
             None => RING_PAGES,
         };
-        let target = if want.stack_bytes > 0 {
+        // A process or thread the target creates inherits its events, with
+        // a sampling period of its own that starts whole: one that runs
+        // less than a period on a CPU is never sampled there, and the part
+        // of a period left at its exit is dropped. Sessions that follow
+        // children (often many short-lived ones) therefore sample on the
+        // system-wide rings, whose period runs on across processes.
+        let target = if want.stack_bytes > 0 && !children {
             let target = Target::of(pid);
             if target.is_none() {
                 tracing::info!(
@@ -272,8 +278,17 @@ impl SampleSource for Sampler {
             target,
             ..want
         };
+        let shared = groups.contains_key(&spec);
         let spec = self.ensure_group(&mut groups, spec)?;
         let group = groups.get(&spec).expect("group just ensured");
+        if shared && spec.target.is_some() {
+            // What the target's rings hold and counted so far is the other
+            // sessions': the new one counts the target's time from now on.
+            let (ack, done) = oneshot::channel();
+            if group.flush.send((true, ack)).is_ok() {
+                let _ = done.await;
+            }
+        }
         let mut routes = group.routes.write().unwrap_or_else(|e| e.into_inner());
         routes.all.push(Route {
             session,
@@ -403,7 +418,7 @@ async fn any_readable(rings: &mut [AsyncFd<PerfEvent>]) -> std::io::Result<()> {
 /// records are placed against execs by time), then every record through
 /// `demux` to the sessions' channels; then the route changes and the
 /// daemon-wide counts. `exact`: read the kernel's lost counts whatever it
-/// costs (see [`PerfEvent::new_lost`]).
+/// costs (see [`PerfEvent::new_counts`]).
 fn drain(
     rings: &mut [AsyncFd<PerfEvent>],
     heads: &mut Vec<u64>,
@@ -424,15 +439,17 @@ fn drain(
         ring.get_mut().scan_tasks(head, |record| drain.task(record));
     }
     drain.resolve();
-    let (mut bytes_read, mut lost) = (0, 0);
+    let (mut bytes_read, mut counts) = (0, Counts::default());
     for (ring, &head) in rings.iter_mut().zip(heads.iter()) {
         let before = drain.lost_records();
         let bytes = ring.get_mut().drain_to(head, |record| drain.record(record));
         let records = drain.lost_records() - before;
-        lost += ring.get_mut().new_lost(records, bytes, exact);
+        let new = ring.get_mut().new_counts(records, bytes, exact);
+        counts.lost += new.lost;
+        counts.counted += new.counted;
         bytes_read += bytes;
     }
-    let d = drain.finish(lost);
+    let d = drain.finish(counts);
     drop(guard);
     if !d.forked.is_empty() || !d.exited.is_empty() || exiting {
         update_routes(routes, d.forked, &d.exited);

@@ -39,10 +39,6 @@ pub struct Profile {
     /// `target` (the kernel sampled the target alone) or `system-wide`.
     #[serde(default)]
     pub scope: String,
-    /// `totals.discarded` includes the other processes' share, derived
-    /// from time (target scope, cpu-clock).
-    #[serde(default)]
-    pub discarded_derived: bool,
     /// Sorted by inclusive samples, descending.
     pub functions: Vec<FunctionRow>,
 }
@@ -67,6 +63,10 @@ pub struct Totals {
     /// Samples of processes that could not be checked after their exec.
     #[serde(default)]
     pub unchecked: u64,
+    /// Samples the target's CPU time called for that its rings did not
+    /// take (target scope, cpu-clock).
+    #[serde(default)]
+    pub unsampled: u64,
 }
 
 /// One process of a session (the target, and its children when followed).
@@ -143,15 +143,12 @@ impl Profile {
         );
         let _ = writeln!(
             s,
-            "totals: attributed {} discarded {}{} lost {} truncated {} unsymbolized {}{}",
+            "totals: attributed {} discarded {} lost {} unsampled {} truncated {} \
+             unsymbolized {}{}",
             self.totals.attributed,
             self.totals.discarded,
-            if self.discarded_derived {
-                " (derived)"
-            } else {
-                ""
-            },
             self.totals.lost,
+            self.totals.unsampled,
             self.totals.truncated,
             self.totals.unsymbolized,
             self.totals

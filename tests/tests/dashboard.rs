@@ -701,6 +701,7 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
         ("truncated", profile.totals.truncated),
         ("unsymbolized", profile.totals.unsymbolized),
         ("throttled", profile.totals.throttled),
+        ("unsampled", profile.totals.unsampled),
     ] {
         assert_eq!(shown_total(&fin["totals"], key), value, "{}", show(key));
     }

@@ -128,14 +128,26 @@ fn recursion_is_counted_once_per_sample() {
     // check_invariants (in parse) has checked every row's inclusive ≤ attributed.
 }
 
-/// A second busy process during the session: its samples count as
-/// discarded, and none of its functions reach the target's profile.
+/// A second busy process during a session on the system-wide rings: its
+/// samples count as discarded, and none of its functions reach the
+/// target's profile.
 #[test]
 fn other_process_samples_are_discarded() {
     let h = Harness::start();
     let other = Workload::start("spin_other", LONG);
     let target = Workload::start("split", LONG);
-    let p = attach_json(&h.daemon, &target, "3");
+    let pid = target.pid_arg();
+    let out = h.daemon.profctl(&[
+        "attach",
+        &pid,
+        "--duration",
+        "3",
+        "--format",
+        "json",
+        "--unwind",
+        "fp",
+    ]);
+    let p = Profile::parse(&out);
 
     eprintln!(
         "  discarded {} (spin_other pid {} busy throughout)",
@@ -147,14 +159,7 @@ fn other_process_samples_are_discarded() {
         "no discarded samples:\n{}",
         p.table()
     );
-    // Stack copies (the default) sample the target alone: the other
-    // process's samples are not taken but derived (see tests/tests/scope.rs).
-    assert_eq!(
-        (p.scope.as_str(), p.discarded_derived),
-        ("target", true),
-        "{}",
-        p.table()
-    );
+    assert_eq!(p.scope, "system-wide", "{}", p.table());
     assert!(
         p.totals.attributed > 0,
         "no attributed samples:\n{}",

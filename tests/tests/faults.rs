@@ -133,8 +133,8 @@ fn exec_resolves_frames_against_the_new_program() {
 /// fork and exit records: children that
 /// live less than a drain period, each with two busy threads, are sampled
 /// for all of their CPU time (within 10 %: this CPU time is not an exact
-/// count of periods on a VM), in frame-pointer (system-wide rings) and
-/// stack-copy (rings on the target) sessions.
+/// count of periods on a VM), in frame-pointer and stack-copy sessions
+/// (both on the system-wide rings, as every session that follows children).
 #[test]
 fn short_lived_children_are_sampled_on_every_cpu() {
     let h = Harness::start();

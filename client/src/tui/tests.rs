@@ -40,6 +40,7 @@ fn session() -> Session {
             overflowed: 0,
             throttled: 0,
             unchecked: 0,
+            unsampled: 0,
         }),
         ..Default::default()
     }

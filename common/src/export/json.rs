@@ -57,7 +57,6 @@ struct Report<'a> {
     children: bool,
     processes: Vec<Process<'a>>,
     scope: &'static str,
-    discarded_derived: bool,
     totals: Totals,
     functions: Vec<Row<'a>>,
 }
@@ -72,6 +71,7 @@ struct Totals {
     overflowed: u64,
     throttled: u64,
     unchecked: u64,
+    unsampled: u64,
 }
 
 #[derive(Serialize)]
@@ -97,9 +97,9 @@ struct Row<'a> {
 /// The JSON report: `session_id`, `pid`, `comm`, `state`, (`error` when
 /// not empty), `duration_s`, `frequency_hz`, `event`, `unwind`,
 /// `stack_bytes`, `owner`, `owner_uid`, `children`, `processes` [{`pid`,
-/// `ppid`, `comm`, `samples`, `exited`}], `scope`, `discarded_derived`,
+/// `ppid`, `comm`, `samples`, `exited`}], `scope`,
 /// `totals` {`attributed`, `discarded`, `lost`, `truncated`,
-/// `unsymbolized`, `overflowed`, `throttled`, `unchecked`} and `functions` [{`name`,
+/// `unsymbolized`, `overflowed`, `throttled`, `unchecked`, `unsampled`} and `functions` [{`name`,
 /// `module`, `inclusive`, `exclusive`, `inclusive_pct`, `exclusive_pct`,
 /// `inlined`}], keys in this order. `functions` are taken as given (order, percentages): pass them
 /// sorted and limited as wanted.
@@ -131,7 +131,6 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
             })
             .collect(),
         scope: scope_name(session.scope()),
-        discarded_derived: session.discarded_derived,
         totals: Totals {
             attributed: t.attributed,
             discarded: t.discarded,
@@ -141,6 +140,7 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
             overflowed: t.overflowed,
             throttled: t.throttled,
             unchecked: t.unchecked,
+            unsampled: t.unsampled,
         },
         functions: functions
             .iter()
@@ -182,6 +182,7 @@ mod tests {
                 overflowed: 0,
                 throttled: 0,
                 unchecked: 0,
+                unsampled: 4,
             }),
             ..Default::default()
         };
@@ -189,7 +190,6 @@ mod tests {
         s.set_event(Event::CpuClock);
         s.set_unwind(Unwind::Dwarf);
         s.set_scope(Scope::Target);
-        s.discarded_derived = true;
         s
     }
 
@@ -217,7 +217,6 @@ mod tests {
                 "children",
                 "processes",
                 "scope",
-                "discarded_derived",
                 "totals",
                 "functions"
             ]
@@ -232,7 +231,8 @@ mod tests {
                 "unsymbolized",
                 "overflowed",
                 "throttled",
-                "unchecked"
+                "unchecked",
+                "unsampled"
             ]
         );
         let f = &v["functions"];
@@ -257,7 +257,7 @@ mod tests {
         assert_eq!(v["unwind"], "dwarf");
         assert_eq!(v["totals"]["lost"], 1);
         assert_eq!(v["scope"], "target");
-        assert_eq!(v["discarded_derived"], true);
+        assert_eq!(v["totals"]["unsampled"], 4);
     }
 
     #[test]

@@ -15,7 +15,7 @@ const FLAME_MIN_PCT = 0.1;
 const WATCH_RETRIES = 5;
 const UNAUTHENTICATED = 16;
 const UNAVAILABLE = 14;
-const TOTALS = ['attributed', 'discarded', 'lost', 'truncated', 'unsymbolized', 'overflowed', 'throttled', 'unchecked'];
+const TOTALS = ['attributed', 'discarded', 'lost', 'truncated', 'unsymbolized', 'overflowed', 'throttled', 'unchecked', 'unsampled'];
 
 const $ = (id) => document.getElementById(id);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -266,7 +266,6 @@ function renderSession(watch) {
   for (const key of TOTALS) {
     document.querySelector(`#totals [data-total="${key}"]`).textContent = fmt(totals[key] || 0);
   }
-  show('derived-note', Boolean(s?.discardedDerived));
   if (s) {
     const event = EVENTS[s.event] || `event ${s.event}`;
     $('session-title').textContent =

@@ -179,6 +179,7 @@ export const Totals = {
   6: ['overflowed', 'uint'],
   7: ['throttled', 'uint'],
   8: ['unchecked', 'uint'],
+  9: ['unsampled', 'uint'],
 };
 
 export const Session = {
@@ -200,7 +201,6 @@ export const Session = {
   16: ['children', 'bool'],
   20: ['earlierRun', 'bool'],
   21: ['scope', 'uint'],
-  22: ['discardedDerived', 'bool'],
 };
 
 export const Function = {

@@ -150,8 +150,23 @@ pub struct PerfEvent {
     counts_lost: bool,
     /// The kernel's lost count already accounted for.
     lost_accounted: u64,
-    /// When the kernel's lost count was last read.
+    /// The target's events' count (for cpu-clock, nanoseconds its tasks
+    /// ran on this CPU) already accounted for.
+    counted_accounted: u64,
+    /// When the kernel's counts were last read.
     lost_read: Option<std::time::Instant>,
+}
+
+/// What the kernel counted on a ring since the last reading (see
+/// [`PerfEvent::new_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Samples dropped because the ring was full.
+    pub lost: u64,
+    /// With a target, its events' count: for cpu-clock, the nanoseconds
+    /// its threads and the tasks they created ran on the ring's CPU,
+    /// sampled or not. 0 on system-wide rings.
+    pub counted: u64,
 }
 
 /// read_format bit: `read()` also returns the samples lost (Linux 6.0+).
@@ -352,6 +367,7 @@ impl PerfEvent {
             scratch: Vec::new(),
             counts_lost: attr.read_format != 0,
             lost_accounted: 0,
+            counted_accounted: 0,
             lost_read: None,
         };
         let page_hdr = event.header();
@@ -440,25 +456,24 @@ impl PerfEvent {
         self.layout.regs_user_count > 0
     }
 
-    /// Samples the kernel dropped on this ring since it was opened (the
-    /// ring was full), when the kernel counts them (Linux 6.0+): the sum of
-    /// the counts of the events writing into it (a target's threads' events
-    /// count their inherited children's losses too).
-    pub fn kernel_lost(&self) -> Option<u64> {
-        if !self.counts_lost {
-            return None;
-        }
+    /// What the events writing into this ring counted since it was
+    /// opened: (their count, the samples the kernel dropped because the
+    /// ring was full, when it counts them: Linux 6.0+). A target's
+    /// threads' events include their inherited events' counts and losses,
+    /// those of exited tasks too.
+    fn kernel_counts(&self) -> Option<(u64, Option<u64>)> {
         let sampling = if self.threads.is_empty() {
             std::slice::from_ref(&self.fd)
         } else {
             &self.threads[..]
         };
-        let mut lost = 0;
+        let want = if self.counts_lost { 16 } else { 8 };
+        let (mut value, mut lost) = (0u64, 0u64);
         for fd in sampling {
             let mut values = [0u64; 2];
             // SAFETY: read() writes at most size_of_val(&values) bytes into
-            // the local array; with read_format = PERF_FORMAT_LOST the
-            // kernel writes { value, lost }.
+            // the local array; the kernel writes { value } or, with
+            // read_format = PERF_FORMAT_LOST, { value, lost }.
             let n = unsafe {
                 libc::read(
                     fd.as_raw_fd(),
@@ -466,27 +481,41 @@ impl PerfEvent {
                     std::mem::size_of_val(&values),
                 )
             };
-            if n != 16 {
+            if n != want {
                 return None;
             }
+            value = value.wrapping_add(values[0]);
             lost += values[1];
         }
-        Some(lost)
+        Some((value, self.counts_lost.then_some(lost)))
     }
 
-    /// Samples lost since the last call: from the kernel's own count when it
-    /// keeps one (exact, including losses not yet reported by a
-    /// PERF_RECORD_LOST), else `from_records` (the records just read).
+    /// Samples the kernel dropped on this ring since it was opened, when
+    /// it counts them (Linux 6.0+).
+    #[cfg(test)]
+    pub fn kernel_lost(&self) -> Option<u64> {
+        self.kernel_counts().and_then(|(_, lost)| lost)
+    }
+
+    /// What the kernel counted since the last call: the samples lost, from
+    /// its own count when it keeps one (exact, including losses not yet
+    /// reported by a PERF_RECORD_LOST), else `from_records` (the records
+    /// just read); and on a target's rings its events' count.
     ///
-    /// Reading the kernel's count costs an interrupt of the event's CPU per
-    /// event, which with a drain every 100 ms was half of the daemon's CPU;
-    /// so it is read only when losses are likely (LOST records came, or the
-    /// drain read `bytes_read` of at least half the ring: it may have
-    /// filled), when `exact` (the end of a session), and otherwise at most
-    /// once a second. Losses found later are counted later, never twice.
-    pub fn new_lost(&mut self, from_records: u64, bytes_read: u64, exact: bool) -> u64 {
-        if !self.counts_lost {
-            return from_records;
+    /// Reading the kernel's counts costs an interrupt of the event's CPU
+    /// per event, which with a drain every 100 ms was half of the daemon's
+    /// CPU; so they are read only when losses are likely (LOST records
+    /// came, or the drain read `bytes_read` of at least half the ring: it
+    /// may have filled), when `exact` (a session's start or end), and
+    /// otherwise at most once a second. What is found later is counted
+    /// later, never twice.
+    pub fn new_counts(&mut self, from_records: u64, bytes_read: u64, exact: bool) -> Counts {
+        let records = Counts {
+            lost: from_records,
+            counted: 0,
+        };
+        if !self.counts_lost && self.threads.is_empty() {
+            return records;
         }
         let due = exact
             || from_records > 0
@@ -495,17 +524,31 @@ impl PerfEvent {
                 .lost_read
                 .is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(1));
         if !due {
-            return 0;
+            return Counts {
+                lost: if self.counts_lost { 0 } else { from_records },
+                counted: 0,
+            };
         }
         self.lost_read = Some(std::time::Instant::now());
-        match self.kernel_lost() {
+        let Some((value, lost)) = self.kernel_counts() else {
+            return records;
+        };
+        let counted = if self.threads.is_empty() {
+            0
+        } else {
+            let new = value.saturating_sub(self.counted_accounted);
+            self.counted_accounted = self.counted_accounted.max(value);
+            new
+        };
+        let lost = match lost {
             Some(total) => {
                 let new = total.saturating_sub(self.lost_accounted);
                 self.lost_accounted = self.lost_accounted.max(total);
                 new
             }
             None => from_records,
-        }
+        };
+        Counts { lost, counted }
     }
 
     /// The CPU this event samples.

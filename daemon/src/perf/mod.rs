@@ -8,8 +8,8 @@ mod pidfd;
 pub mod record;
 
 pub use event::{
-    online_cpus, pmu_available, walk_ring, EventKind, EventSpec, PerfError, PerfEvent, Target,
-    MAX_STACK_BYTES, SAMPLE_TYPE, USER_REGS,
+    online_cpus, pmu_available, walk_ring, Counts, EventKind, EventSpec, PerfError, PerfEvent,
+    Target, MAX_STACK_BYTES, SAMPLE_TYPE, USER_REGS,
 };
 pub use pidfd::PidFd;
 

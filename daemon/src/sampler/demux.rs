@@ -4,6 +4,7 @@
 //! no channels: records come in, batches go to a callback.
 use crate::maps::{Backing, Mapping};
 use crate::perf::record::{is_context_marker, ParseError, Record, CONTEXT_USER};
+use crate::perf::Counts;
 use crate::symbolize::is_kernel;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,6 +21,10 @@ pub struct Batch {
     pub seen: u64,
     /// Samples the kernel lost on this ring since the last drain.
     pub lost: u64,
+    /// On a target's rings, what its events counted since the last reading
+    /// (for cpu-clock, nanoseconds its tasks ran, sampled or not): see
+    /// [`crate::perf::Counts`].
+    pub counted: u64,
     /// Times the kernel throttled this ring since the last drain.
     pub throttled: u64,
     /// The target's frame-pointer stacks cut at the kernel's depth limit.
@@ -315,6 +320,7 @@ impl Batch {
         }
         self.seen = 0;
         self.lost = 0;
+        self.counted = 0;
         self.throttled = 0;
         self.truncated = 0;
         self.mappings.clear();
@@ -327,6 +333,7 @@ impl Batch {
     fn is_empty(&self) -> bool {
         self.seen == 0
             && self.lost == 0
+            && self.counted == 0
             && self.throttled == 0
             && self.mappings.is_empty()
             && self.comms.is_empty()
@@ -487,6 +494,8 @@ pub struct Drained {
     pub matched: u64,
     /// Samples the kernel lost.
     pub lost: u64,
+    /// What the target's events counted (see [`Batch::counted`]).
+    pub counted: u64,
     pub throttles: u64,
     /// Records that could not be parsed.
     pub errors: u64,
@@ -749,12 +758,15 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
 
     /// End the drain: every session's batches that hold anything go to
     /// `deliver` in time order (the one before its first exec, then one per
-    /// exec), the last with `lost` samples lost on the rings since the last
-    /// drain (the kernel's own count where it keeps one, else
-    /// [`lost_records`](Self::lost_records)). Returns what the drain saw.
-    pub fn finish(mut self, lost: u64) -> Drained {
+    /// exec), the last with `counts` of the rings since the last drain:
+    /// the samples lost (the kernel's own count where it keeps one, else
+    /// [`lost_records`](Self::lost_records)) and what the target's events
+    /// counted. Returns what the drain saw.
+    pub fn finish(mut self, counts: Counts) -> Drained {
         let d = &mut *self.demux;
+        let lost = counts.lost;
         d.counts.lost = lost;
+        d.counts.counted = counts.counted;
         for (i, (batch, execs)) in d.batches.iter_mut().zip(&mut d.execs).enumerate() {
             let mut seen = d.counts.seen;
             for (_, next) in execs.drain(..) {
@@ -772,6 +784,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
             }
             batch.seen = seen;
             batch.lost = lost;
+            batch.counted = counts.counted;
             batch.throttled = d.counts.throttles;
             if !batch.is_empty() {
                 batch.pool = Some(d.pool.clone());
@@ -1000,7 +1013,7 @@ mod tests {
         for record in rings.iter().flatten() {
             drain.record(record.clone());
         }
-        let d = drain.finish(0);
+        let d = drain.finish(Counts::default());
         (out, d)
     }
 
@@ -1077,7 +1090,7 @@ mod tests {
             for record in records {
                 d.record(record.clone());
             }
-            d.finish(0);
+            d.finish(Counts::default());
             let batch = out.pop().expect("a batch");
             let tops = batch.tops.clone().expect("stack copies come with the tops");
             let lens = batch.samples().map(|s| s.user.unwrap().1.len()).collect();

@@ -30,6 +30,10 @@ pub struct Ingest {
     unchecked: foldhash::HashSet<u32>,
     pub(super) stacks: StackTable,
     pub(super) totals: api::Totals,
+    /// What the target's events counted on its rings (see
+    /// [`crate::sampler::Batch::counted`]): the time `unsampled` is
+    /// measured against.
+    pub(super) counted: u64,
     /// Mappings and unwinders of the target's (and its children's) address
     /// spaces; stack addresses are tagged with their space.
     pub(super) spaces: Spaces,
@@ -84,6 +88,7 @@ impl Ingest {
             unchecked: foldhash::HashSet::default(),
             stacks: StackTable::default(),
             totals: api::Totals::default(),
+            counted: 0,
             spaces: Spaces::new(pid, maps, stack_copy),
             processes: vec![api::ProcessSamples {
                 pid,
@@ -121,6 +126,7 @@ impl Ingest {
         named: impl Fn(u64) -> bool,
     ) -> Result<NewAddresses, String> {
         let mut addresses = NewAddresses::default();
+        self.counted += batch.counted;
         if let Some((pid, comm)) = batch.exec.take() {
             if let Some(recheck) = &self.recheck {
                 match recheck(pid) {

@@ -355,6 +355,7 @@ impl Actor {
         while let Ok(batch) = batches.try_recv() {
             if !self.error.is_empty() {
                 self.ingest.totals.discarded += batch.seen;
+                self.ingest.counted += batch.counted;
             } else if let Err(why) = self.apply(batch) {
                 self.error = why;
             }
@@ -405,13 +406,8 @@ impl Actor {
             EventKind::CpuClock => api::Event::CpuClock,
             EventKind::Cycles => api::Event::Cycles,
         };
-        let (scope, discarded_derived) = scope::scope(&self.spec);
-        let totals = scope::totals(
-            self.ingest.totals,
-            &self.spec,
-            elapsed.as_secs_f64(),
-            self.sampler.cpus(),
-        );
+        let mut totals = self.ingest.totals;
+        totals.unsampled = scope::unsampled(&totals, self.ingest.counted, &self.spec);
         api::Session {
             id: self.params.id,
             pid: self.params.pid,
@@ -439,8 +435,7 @@ impl Actor {
             children: self.params.children,
             processes: self.ingest.processes.clone(),
             earlier_run: false,
-            scope: scope as i32,
-            discarded_derived,
+            scope: scope::scope(&self.spec) as i32,
         }
     }
 }

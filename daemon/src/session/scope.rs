@@ -1,36 +1,38 @@
-//! Which processes the kernel samples for a session, and the discarded count
-//! of sessions whose rings sample the target alone: the samples the other
-//! processes would have had on system-wide rings, derived from time.
+//! Which processes the kernel samples for a session, and the samples its
+//! target's own time called for that no ring took (`unsampled`), measured
+//! from the kernel's counts of the target's events.
 use crate::perf::{EventKind, EventSpec};
 use profd_common::api;
 
-/// The scope of a session sampling with `spec`, and whether its discarded
-/// count is derived (see [`totals`]).
-pub fn scope(spec: &EventSpec) -> (api::Scope, bool) {
+/// The scope of a session sampling with `spec`.
+pub fn scope(spec: &EventSpec) -> api::Scope {
     match spec.target {
-        None => (api::Scope::SystemWide, false),
-        Some(_) => (api::Scope::Target, spec.kind == EventKind::CpuClock),
+        None => api::Scope::SystemWide,
+        Some(_) => api::Scope::Target,
     }
 }
 
-/// The totals a session reports. With rings of the target alone and
-/// cpu-clock (a timer that, on a system-wide ring, takes `frequency_hz`
-/// samples a second on every CPU, idle or busy), the samples the other
-/// processes would have had are what the CPUs' time calls for less what
-/// the session's rings delivered (attributed, unchecked, and the discarded
-/// samples of children it does not follow) and lost:
-/// `max(0, round(frequency_hz × elapsed_s × cpus) − (attributed + unchecked + discarded + lost))`,
-/// added to `discarded`. Otherwise `delivered` as it is.
-pub fn totals(delivered: api::Totals, spec: &EventSpec, elapsed_s: f64, cpus: u32) -> api::Totals {
-    if !scope(spec).1 {
-        return delivered;
+/// The nanoseconds between two cpu-clock samples at `frequency_hz`, as the
+/// kernel sets them (a fixed period: `NSEC_PER_SEC / frequency`).
+fn period_ns(frequency_hz: u32) -> u64 {
+    1_000_000_000 / u64::from(frequency_hz.max(1))
+}
+
+/// Samples the target's CPU time called for that its rings did not take:
+/// with cpu-clock on a target's rings, its events counted `counted_ns` of
+/// its tasks' CPU time (the kernel's own count, sampled or not), one
+/// sample a period, less every sample the rings took (delivered, then
+/// attributed, discarded or unchecked, and lost). Each task inherits the events with
+/// a period of its own that starts whole, so a task's last part of a
+/// period (at its exit or the session's end) is never sampled, nor the
+/// time the kernel throttled sampling. 0 on system-wide rings (one period
+/// per CPU runs on across processes) and with `cycles` (no fixed period).
+pub fn unsampled(totals: &api::Totals, counted_ns: u64, spec: &EventSpec) -> u64 {
+    if spec.target.is_none() || spec.kind != EventKind::CpuClock {
+        return 0;
     }
-    let expected = (f64::from(spec.frequency_hz) * elapsed_s * f64::from(cpus)).round() as u64;
-    let seen = delivered.attributed + delivered.discarded + delivered.lost + delivered.unchecked;
-    api::Totals {
-        discarded: delivered.discarded + expected.saturating_sub(seen),
-        ..delivered
-    }
+    let called_for = counted_ns / period_ns(spec.frequency_hz);
+    called_for.saturating_sub(totals.attributed + totals.discarded + totals.lost + totals.unchecked)
 }
 
 #[cfg(test)]
@@ -59,31 +61,31 @@ mod tests {
     }
 
     #[test]
-    fn target_cpu_clock_derives_the_other_processes_share() {
+    fn target_cpu_clock_counts_what_the_targets_time_called_for_and_no_ring_took() {
         let s = spec(EventKind::CpuClock, Some(7));
-        assert_eq!(scope(&s), (api::Scope::Target, true));
-        // 2 CPUs × 3 s × 1000 Hz = 6000: the target had 2900, its unfollowed
-        // children 100 (delivered, discarded), 10 were lost.
-        let t = totals(delivered(2900, 100, 10), &s, 3.0, 2);
-        assert_eq!(t.discarded, 100 + (6000 - 3010));
-        assert_eq!(t.attributed + t.discarded + t.lost, 6000);
-        assert_eq!((t.attributed, t.lost, t.truncated), (2900, 10, 3));
+        assert_eq!(scope(&s), api::Scope::Target);
+        // 3.0105 s of the target's CPU time at 1000 Hz: 3010 samples; the
+        // rings took 2900 of it, 100 of unfollowed children, 10 lost.
+        assert_eq!(unsampled(&delivered(2900, 100, 10), 3_010_500_000, &s), 0);
+        assert_eq!(unsampled(&delivered(2000, 100, 10), 3_010_500_000, &s), 900);
+        // More taken than counted (the counts are read a little apart from
+        // the rings' heads): nothing.
+        assert_eq!(unsampled(&delivered(2100, 5, 0), 2_000_000_000, &s), 0);
     }
 
     #[test]
-    fn more_delivered_than_time_calls_for_adds_nothing() {
-        let s = spec(EventKind::CpuClock, Some(7));
-        let t = totals(delivered(2100, 5, 0), &s, 1.0, 2);
-        assert_eq!(t.discarded, 5);
-    }
-
-    #[test]
-    fn system_wide_and_cycles_are_as_delivered() {
+    fn system_wide_and_cycles_count_nothing_unsampled() {
         let wide = spec(EventKind::CpuClock, None);
-        assert_eq!(scope(&wide), (api::Scope::SystemWide, false));
-        assert_eq!(totals(delivered(10, 20, 0), &wide, 3.0, 2).discarded, 20);
+        assert_eq!(scope(&wide), api::Scope::SystemWide);
+        assert_eq!(unsampled(&delivered(10, 20, 0), 3_000_000_000, &wide), 0);
         let cycles = spec(EventKind::Cycles, Some(7));
-        assert_eq!(scope(&cycles), (api::Scope::Target, false));
-        assert_eq!(totals(delivered(10, 20, 0), &cycles, 3.0, 2).discarded, 20);
+        assert_eq!(scope(&cycles), api::Scope::Target);
+        assert_eq!(unsampled(&delivered(10, 20, 0), 3_000_000_000, &cycles), 0);
+    }
+
+    #[test]
+    fn the_period_is_the_kernels() {
+        assert_eq!(period_ns(999), 1_001_001);
+        assert_eq!(period_ns(1000), 1_000_000);
     }
 }

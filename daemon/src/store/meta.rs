@@ -53,8 +53,6 @@ pub(super) struct Meta {
     /// sessions had a scope were all system-wide).
     #[serde(default = "system_wide")]
     scope: String,
-    #[serde(default)]
-    discarded_derived: bool,
     totals: MetaTotals,
     pub(super) profile: ProfileFile,
 }
@@ -85,6 +83,8 @@ struct MetaTotals {
     throttled: u64,
     #[serde(default)]
     unchecked: u64,
+    #[serde(default)]
+    unsampled: u64,
 }
 
 impl Meta {
@@ -120,7 +120,6 @@ impl Meta {
                 })
                 .collect(),
             scope: s.scope().as_str_name().to_string(),
-            discarded_derived: s.discarded_derived,
             totals: MetaTotals {
                 attributed: t.attributed,
                 discarded: t.discarded,
@@ -130,6 +129,7 @@ impl Meta {
                 overflowed: t.overflowed,
                 throttled: t.throttled,
                 unchecked: t.unchecked,
+                unsampled: t.unsampled,
             },
             profile,
         }
@@ -174,6 +174,7 @@ impl Meta {
                 overflowed: t.overflowed,
                 throttled: t.throttled,
                 unchecked: t.unchecked,
+                unsampled: t.unsampled,
             }),
             duration_limit_ms: self.duration_limit_ms,
             error,
@@ -183,7 +184,6 @@ impl Meta {
             owner: self.owner.clone(),
             earlier_run: true,
             scope: scope as i32,
-            discarded_derived: self.discarded_derived,
             children: self.children,
             processes: self
                 .processes

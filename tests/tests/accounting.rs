@@ -1,0 +1,155 @@
+//! End-to-end tests of a session's counts against its target's own CPU
+//! time: `profctl run` profiles `busy` from its first instruction to its
+//! exit, and `busy` prints the CPU time it and its children used (the
+//! kernel's utime + stime and cutime + cstime, as /proc/PID/stat shows
+//! them). Each cpu-clock sample stands for 1/frequency s of CPU, so
+//! `attributed` must be that time × frequency, within [`TOLERANCE`], in
+//! both scopes; what a target's rings could not take is `unsampled`, never
+//! hidden in another count. Real kernel, real `profd` and `profctl`.
+use profd_e2e::{build_workload, path_str, Harness, Profile};
+
+/// How far `attributed` may be from the CPU time × frequency: the CPU time
+/// is the kernel's, sampled at the timer tick on a busy 2-CPU VM, and a
+/// thread's last part of a period is not sampled. The undercounts this
+/// guards against were 20-100 %.
+const TOLERANCE: f64 = 0.15;
+
+/// `profctl run [extra...] --unwind UNWIND --format json -- busy ARGS...`:
+/// the profile, and the samples busy's CPU time calls for.
+fn run_busy(h: &Harness, unwind: &str, extra: &[&str], args: &[&str]) -> (Profile, f64) {
+    let busy = build_workload("busy");
+    let mut argv = vec!["run"];
+    argv.extend_from_slice(extra);
+    argv.extend([
+        "--unwind",
+        unwind,
+        "--format",
+        "json",
+        "--",
+        path_str(&busy),
+    ]);
+    argv.extend_from_slice(args);
+    let out = h.daemon.profctl(&argv);
+    let p = Profile::parse(&out);
+    let cpu_s: f64 = out
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu_s "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no cpu_s line:\n{}", out.describe()));
+    let expected = cpu_s * f64::from(p.frequency_hz);
+    eprintln!(
+        "{}\n  busy {args:?} ({unwind}): {cpu_s:.3} s of CPU → {expected:.0} samples at {} Hz",
+        p.table(),
+        p.frequency_hz
+    );
+    assert!(
+        expected >= 300.0,
+        "busy {args:?} got only {cpu_s} s of CPU: too little to compare counts \
+         (is the machine overloaded?):\n{}",
+        p.table()
+    );
+    (p, expected)
+}
+
+/// `count` is `expected` within [`TOLERANCE`].
+fn assert_near(what: &str, count: u64, expected: f64, p: &Profile) {
+    assert!(
+        (count as f64 - expected).abs() <= expected * TOLERANCE,
+        "{what} = {count}, but the target's CPU time calls for {expected:.0} samples \
+         (±{:.0} %):\n{}",
+        TOLERANCE * 100.0,
+        p.table()
+    );
+}
+
+/// On a target's rings nothing is derived: with no other process sampled,
+/// `discarded` is what the rings delivered of unfollowed children, and the
+/// samples the target's time called for that were not taken are
+/// `unsampled`, so the counts add up to the target's CPU time.
+fn assert_target_counts(p: &Profile, expected: f64, children_discarded: bool) {
+    assert_eq!(p.scope, "target", "{}", p.table());
+    let t = p.totals;
+    if !children_discarded {
+        assert_eq!(
+            t.discarded,
+            0,
+            "no other process is sampled on the target's rings:\n{}",
+            p.table()
+        );
+    }
+    assert_near(
+        "attributed + discarded + lost + unsampled",
+        t.attributed + t.discarded + t.lost + t.unsampled,
+        expected,
+        p,
+    );
+}
+
+#[test]
+fn a_single_thread_is_counted_for_its_cpu_time() {
+    let h = Harness::start();
+    for unwind in ["dwarf", "fp"] {
+        let (p, expected) = run_busy(&h, unwind, &[], &["threads", "1", "1.5"]);
+        assert_near("attributed", p.totals.attributed, expected, &p);
+        if unwind == "dwarf" {
+            assert_target_counts(&p, expected, false);
+        }
+    }
+}
+
+/// 200 threads. On the system-wide rings (fp) one period per CPU runs on
+/// across them: they are counted for their CPU time. On the target's rings
+/// (dwarf) each thread has a period of its own on each CPU, and its last
+/// part is never sampled: at most a sample per thread and CPU goes
+/// `unsampled`, and the counts still add up to the CPU time. `busy` runs
+/// them at nice 19, so that they do not starve the daemon draining its
+/// rings (what it could not drain counts as lost).
+#[test]
+fn many_threads_are_counted_for_their_cpu_time() {
+    const THREADS: u64 = 200;
+    let h = Harness::start();
+    let (p, expected) = run_busy(&h, "fp", &[], &["threads", "200", "2"]);
+    assert_near("attributed", p.totals.attributed, expected, &p);
+    let (p, expected) = run_busy(&h, "dwarf", &[], &["threads", "200", "2"]);
+    assert_target_counts(&p, expected, false);
+    let cpus = u64::from(profd_e2e::Info::read(&h.daemon).cpus);
+    assert!(
+        p.totals.unsampled <= THREADS * cpus,
+        "unsampled {} exceeds a period per thread and CPU ({THREADS} × {cpus}):\n{}",
+        p.totals.unsampled,
+        p.table()
+    );
+}
+
+/// A child that runs less than a sampling period: on a target's rings each
+/// would start a period of its own and never be sampled; a session that
+/// follows children samples them on the system-wide rings, whose period
+/// runs on across processes.
+#[test]
+fn short_lived_children_are_counted_for_their_cpu_time() {
+    let h = Harness::start();
+    for unwind in ["dwarf", "fp"] {
+        let (p, expected) = run_busy(&h, unwind, &["--children"], &["forks", "0.3", "2"]);
+        assert_eq!(p.scope, "system-wide", "{}", p.table());
+        assert!(p.processes.len() > 100, "{:?}", p.processes.len());
+        assert_near("attributed", p.totals.attributed, expected, &p);
+    }
+}
+
+/// Without --children the children run on the target's rings, where their
+/// short periods go unsampled: that shows as `unsampled`, not in
+/// `discarded`.
+#[test]
+fn unsampled_children_are_counted_apart() {
+    let h = Harness::start();
+    let (p, expected) = run_busy(&h, "dwarf", &[], &["forks", "0.3", "2"]);
+    assert_target_counts(&p, expected, true);
+    assert!(
+        p.totals.unsampled as f64 >= expected * 0.5,
+        "children running 0.3 ms each are not sampled on the target's rings, \
+         yet unsampled is {}:\n{}",
+        p.totals.unsampled,
+        p.table()
+    );
+}

@@ -69,6 +69,13 @@ async fn stack_copies_get_rings_of_their_target() {
         fallback.target, None,
         "a target that cannot be sampled alone falls back to the system-wide rings"
     );
+    // A child's inherited event starts a period of its own: sessions that
+    // follow children share the system-wide rings, whose period runs on.
+    let children = sampler
+        .subscribe(dwarf, 5, pid, true, tx.clone())
+        .await
+        .unwrap();
+    assert_eq!(children, fallback, "children are sampled system-wide");
 
     let mut groups = sampler.groups().await;
     groups.sort_by_key(|(spec, _)| (spec.target.is_some(), spec.stack_bytes));
@@ -78,10 +85,16 @@ async fn stack_copies_get_rings_of_their_target() {
         .collect();
     assert_eq!(
         summary,
-        [(None, 0, 1), (None, 4096, 1), (Some(pid), 4096, 2)],
+        [(None, 0, 1), (None, 4096, 2), (Some(pid), 4096, 2)],
         "{groups:?}"
     );
-    for (spec, session) in [(first, 1), (second, 2), (wide, 3), (fallback, 4)] {
+    for (spec, session) in [
+        (first, 1),
+        (second, 2),
+        (wide, 3),
+        (fallback, 4),
+        (children, 5),
+    ] {
         sampler.unsubscribe(spec, session).await;
     }
     assert!(

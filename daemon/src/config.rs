@@ -125,6 +125,18 @@ pub struct LimitsLayer {
         skip_serializing_if = "Option::is_none"
     )]
     pub idle_timeout: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "de_buckets",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_histogram_buckets: Option<u32>,
+    #[serde(
+        default,
+        deserialize_with = "de_positive",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_concurrent_exports: Option<usize>,
 }
 
 /// `[remote]`: the TLS listener.
@@ -242,6 +254,15 @@ pub fn positive(v: &Value) -> Result<usize, String> {
             usize::try_from(*n).map_err(|_| expected("a positive integer", v))
         }
         _ => Err(expected("a positive integer", v)),
+    }
+}
+
+/// A number of histogram buckets profd can answer with at all.
+pub fn buckets(v: &Value) -> Result<u32, String> {
+    let max = crate::rpc::MAX_BUCKETS;
+    match v {
+        Value::Integer(n) if *n > 0 && *n <= i64::from(max) => Ok(*n as u32),
+        _ => Err(expected(&format!("a number of buckets from 1 to {max}"), v)),
     }
 }
 
@@ -379,6 +400,10 @@ where
 
 fn de_positive<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
     de_with(d, positive)
+}
+
+fn de_buckets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    de_with(d, buckets)
 }
 
 fn de_frequency<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
@@ -563,6 +588,8 @@ impl Layer {
                 max_connections: None,
                 handshake_timeout: Some(connections.handshake_timeout.as_secs()),
                 idle_timeout: Some(connections.idle_timeout.as_secs()),
+                max_histogram_buckets: Some(limits.max_histogram_buckets),
+                max_concurrent_exports: Some(limits.max_concurrent_exports),
             },
             remote: RemoteLayer::default(),
             state: StateLayer {
@@ -602,6 +629,14 @@ impl Layer {
                 max_connections: pick(self.limits.max_connections, &l.max_connections),
                 handshake_timeout: pick(self.limits.handshake_timeout, &l.handshake_timeout),
                 idle_timeout: pick(self.limits.idle_timeout, &l.idle_timeout),
+                max_histogram_buckets: pick(
+                    self.limits.max_histogram_buckets,
+                    &l.max_histogram_buckets,
+                ),
+                max_concurrent_exports: pick(
+                    self.limits.max_concurrent_exports,
+                    &l.max_concurrent_exports,
+                ),
             },
             remote: RemoteLayer {
                 listen: pick(self.remote.listen, &r.listen),
@@ -697,6 +732,14 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
         max_frequency_hz: m.limits.max_frequency,
         max_duration: m.limits.max_duration.map(Duration::from_secs),
         max_stacks: m.limits.max_stacks.unwrap_or(d.max_stacks),
+        max_histogram_buckets: m
+            .limits
+            .max_histogram_buckets
+            .unwrap_or(d.max_histogram_buckets),
+        max_concurrent_exports: m
+            .limits
+            .max_concurrent_exports
+            .unwrap_or(d.max_concurrent_exports),
     };
     let c = crate::conns::Limits::default();
     config.connections = crate::conns::Limits {

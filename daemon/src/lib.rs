@@ -12,6 +12,7 @@ pub mod channel;
 pub mod config;
 pub mod conns;
 pub mod dashboard;
+pub mod fds;
 pub mod kernel_view;
 pub mod maps;
 pub mod metrics;

@@ -82,6 +82,9 @@ struct TokenArgs {
 fn positive(s: &str) -> Result<usize, String> {
     config::flag(s, config::positive)
 }
+fn buckets(s: &str) -> Result<u32, String> {
+    config::flag(s, config::buckets)
+}
 fn frequency(s: &str) -> Result<u32, String> {
     config::flag(s, config::frequency)
 }
@@ -195,6 +198,14 @@ struct DaemonArgs {
     /// before (config: limits.idle_timeout; default 120).
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     idle_timeout: Option<u64>,
+    /// Most buckets one histogram may have, 8 bytes each in memory while
+    /// it is made (config: limits.max_histogram_buckets; default 1048576).
+    #[arg(long, value_name = "N", value_parser = buckets)]
+    max_histogram_buckets: Option<u32>,
+    /// Histogram, export and view requests answered at once; more are
+    /// refused (config: limits.max_concurrent_exports; default 4).
+    #[arg(long, value_name = "N", value_parser = positive)]
+    max_concurrent_exports: Option<usize>,
     /// Data pages of each per-CPU ring, a power of two (config: ring_pages;
     /// default 128, or 512 for sessions that copy user stacks). Smaller
     /// rings lose samples (counted as lost) under load.
@@ -267,6 +278,8 @@ impl DaemonArgs {
                 max_connections: self.max_connections,
                 handshake_timeout: self.handshake_timeout,
                 idle_timeout: self.idle_timeout,
+                max_histogram_buckets: self.max_histogram_buckets,
+                max_concurrent_exports: self.max_concurrent_exports,
             },
             remote: RemoteLayer {
                 listen: self.listen,

@@ -39,7 +39,19 @@ impl From<PerfError> for Error {
             PerfError::Permission { .. } | PerfError::Unsupported { .. } => {
                 Error::FailedPrecondition(e.to_string())
             }
+            PerfError::Io { ref source, .. } if crate::fds::exhausted(source) => {
+                Error::ResourceExhausted(crate::fds::message("opening perf events", source))
+            }
             PerfError::Io { .. } => Error::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<session::StartError> for Error {
+    fn from(e: session::StartError) -> Error {
+        match e {
+            session::StartError::Perf(e) => e.into(),
+            session::StartError::OutOfFds(m) => Error::ResourceExhausted(m),
         }
     }
 }
@@ -80,6 +92,10 @@ pub struct Limits {
     pub max_duration: Option<Duration>,
     /// Unique stacks one session keeps.
     pub max_stacks: usize,
+    /// Buckets one histogram may have.
+    pub max_histogram_buckets: u32,
+    /// Histogram, export and view requests answered at once.
+    pub max_concurrent_exports: usize,
 }
 
 impl Default for Limits {
@@ -90,6 +106,8 @@ impl Default for Limits {
             max_frequency_hz: None,
             max_duration: None,
             max_stacks: 250_000,
+            max_histogram_buckets: 1 << 20,
+            max_concurrent_exports: 4,
         }
     }
 }
@@ -206,9 +224,14 @@ pub fn plan_attach(
 
 /// The target's thread group id and command name; NotFound when it is gone.
 fn target_process(pid: u32) -> Result<(u32, String), Error> {
-    let gone = || Error::NotFound(format!("no process with pid {pid}"));
-    let proc = procfs::process::Process::new(pid as i32).map_err(|_| gone())?;
-    let status = proc.status().map_err(|_| gone())?;
+    let gone = |err: procfs::ProcError| match crate::fds::of_proc(&err) {
+        Some(e) => {
+            Error::ResourceExhausted(crate::fds::message(&format!("reading /proc/{pid}"), e))
+        }
+        None => Error::NotFound(format!("no process with pid {pid}")),
+    };
+    let proc = procfs::process::Process::new(pid as i32).map_err(gone)?;
+    let status = proc.status().map_err(gone)?;
     if status.state.starts_with('Z') || status.state.starts_with('X') {
         return Err(Error::NotFound(format!("process {pid} has already exited")));
     }
@@ -237,6 +260,8 @@ pub struct Registry {
     closing: AtomicBool,
     /// Counters for `/metrics`.
     stats: Arc<crate::metrics::Stats>,
+    /// Places for histogram, export and view requests being answered.
+    exports: Arc<tokio::sync::Semaphore>,
 }
 
 impl Registry {
@@ -249,7 +274,6 @@ impl Registry {
         Registry {
             sampler,
             symbolizer,
-            limits,
             grants: grants.into(),
             sessions: Mutex::new(BTreeMap::new()),
             attaching: Mutex::new(()),
@@ -259,7 +283,28 @@ impl Registry {
             saves: Default::default(),
             closing: AtomicBool::new(false),
             stats: Default::default(),
+            exports: Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_exports)),
+            limits,
         }
+    }
+
+    /// The daemon's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A place among the histogram, export and view requests answered at
+    /// once (each holds a session's whole profile or histogram in memory),
+    /// held until the reply is made; RESOURCE_EXHAUSTED when none is free.
+    pub fn export_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+        self.exports.clone().try_acquire_owned().map_err(|_| {
+            let n = self.limits.max_concurrent_exports;
+            Error::ResourceExhausted(format!(
+                "{n} histogram, export or view requests are being answered, the daemon's limit \
+                 --max-concurrent-exports ({n}) (limits.max_concurrent_exports in profd.toml): \
+                 retry once one is done, or raise the limit"
+            ))
+        })
     }
 
     /// The counters `/metrics` shows that the registry and its sessions keep.
@@ -313,6 +358,10 @@ impl Registry {
         let (tgid, comm) = target_process(plan.pid)?;
         let pidfd = PidFd::open(tgid).map_err(|err| match err.raw_os_error() {
             Some(libc::ESRCH) => Error::NotFound(format!("no process with pid {}", plan.pid)),
+            _ if crate::fds::exhausted(&err) => Error::ResourceExhausted(crate::fds::message(
+                &format!("opening a pidfd for {tgid}"),
+                &err,
+            )),
             _ => Error::Internal(format!("cannot open a pidfd for {tgid}: {err}")),
         })?;
         // Read the identity after pinning the process with the pidfd, and
@@ -326,7 +375,11 @@ impl Registry {
         }
         match check {
             Check::Allowed => {}
-            Check::Gone => return Err(exited()),
+            Check::Gone => {
+                crate::fds::spare(&format!("reading /proc/{tgid}"), 1)
+                    .map_err(Error::ResourceExhausted)?;
+                return Err(exited());
+            }
             Check::Denied(why) => return Err(Error::PermissionDenied(why)),
         }
         // A process can gain privileges only by exec'ing a set-id program:

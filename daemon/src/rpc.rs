@@ -103,8 +103,9 @@ impl Service {
 }
 
 const MIN_INTERVAL_MS: u32 = 50;
-/// Most histogram buckets one request may ask for.
-const MAX_BUCKETS: u32 = 1 << 24;
+/// Most histogram buckets one request may ask for (the daemon's limit
+/// `--max-histogram-buckets` may be lower).
+pub const MAX_BUCKETS: u32 = 1 << 24;
 
 fn valid_pct(pct: f64) -> Result<f64, Status> {
     if (0.0..=100.0).contains(&pct) {
@@ -312,6 +313,7 @@ impl Profiler for Service {
             ))
         })?;
         if format != api::ExportFormat::Unspecified {
+            let _permit = self.registry.export_permit()?;
             let resolved = handle.resolve(shown).await.map_err(registry::Error::from)?;
             let functions = views::functions(&resolved.profile);
             let p = &resolved.profile;
@@ -374,6 +376,7 @@ impl Profiler for Service {
                 "no view selected: set one of tree, callers, hot_path, threads or lines",
             ));
         };
+        let _permit = self.registry.export_permit()?;
         let resolved = handle.resolve(shown).await.map_err(registry::Error::from)?;
         let p = &resolved.profile;
         let find = |r: &api::FunctionRef| {
@@ -424,6 +427,16 @@ impl Profiler for Service {
                 "module is empty: give the file name of a binary the target maps",
             ));
         }
+        let max = self.registry.limits().max_histogram_buckets;
+        if req.buckets > max {
+            return Err(Status::resource_exhausted(format!(
+                "{} buckets are above the daemon's limit --max-histogram-buckets ({max}) \
+                 (limits.max_histogram_buckets in profd.toml): ask for fewer (a smaller scale, or \
+                 a later offset), or raise the limit",
+                req.buckets
+            )));
+        }
+        let _permit = self.registry.export_permit()?;
         let histogram = handle.histogram(req).await.map_err(registry::Error::from)?;
         histogram
             .map(Response::new)

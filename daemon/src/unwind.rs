@@ -131,7 +131,9 @@ pub enum Walk {
 /// One process's modules and unwinding state.
 pub struct Unwinder {
     inner: UnwinderX86_64<Data>,
-    cache: CacheX86_64,
+    /// framehop's rule cache (about 16 KB), made at the first walk: the
+    /// spaces of processes never sampled, or gone, do without.
+    cache: Option<CacheX86_64>,
     /// The modules added, by start address (so each is added once), with
     /// the unwind data they use (kept while they do).
     modules: HashMap<u64, (Range<u64>, Arc<ElfUnwindData>)>,
@@ -141,7 +143,7 @@ impl Default for Unwinder {
     fn default() -> Self {
         Unwinder {
             inner: UnwinderX86_64::new(),
-            cache: CacheX86_64::new(),
+            cache: None,
             modules: HashMap::new(),
         }
     }
@@ -200,7 +202,7 @@ impl Unwinder {
         let mut frames = self.inner.iter_frames(
             ip,
             UnwindRegsX86_64::new(ip, sp, bp),
-            &mut self.cache,
+            self.cache.get_or_insert_with(Default::default),
             &mut read_stack,
         );
         let mut n = 0;

@@ -4,13 +4,16 @@
 //! namespace; `ModuleFile` is a mapped file opened through
 //! `/proc/PID/map_files` or the target's root and held open for the session's
 //! life, so deleted, replaced and container binaries stay readable after the
-//! target exits. Symbolization itself lives in `symbolize`.
+//! target exits (until the session has ended: then only the files' load
+//! segments are kept, which histograms need). Symbolization itself lives in
+//! `symbolize`.
+use super::Segments;
 use crate::symbolize::perfmap::{PerfMap, PerfMapTable};
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A mapped file as profd can read it.
 #[derive(Debug)]
@@ -21,6 +24,8 @@ pub struct ModuleFile {
     /// held, else the best guess at the file from profd's view.
     pub readable: PathBuf,
     fd: Option<OwnedFd>,
+    /// Its load segments, read once when first asked for.
+    segments: OnceLock<Option<Segments>>,
 }
 
 impl PartialEq for ModuleFile {
@@ -39,6 +44,7 @@ impl ModuleFile {
             path,
             readable: PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
             fd: Some(fd),
+            segments: OnceLock::new(),
         }
     }
 
@@ -48,6 +54,26 @@ impl ModuleFile {
             path,
             readable,
             fd: None,
+            segments: OnceLock::new(),
+        }
+    }
+
+    /// The file's load segments (None if it is not a readable ELF file).
+    pub fn segments(&self) -> Option<&Segments> {
+        self.segments
+            .get_or_init(|| Segments::read(&self.readable))
+            .as_ref()
+    }
+
+    /// This file with its load segments read and its descriptor closed: what
+    /// an ended session keeps.
+    pub fn closed(&self) -> ModuleFile {
+        let segments = OnceLock::from(self.segments().cloned());
+        ModuleFile {
+            path: self.path.clone(),
+            readable: self.path.clone(),
+            fd: None,
+            segments,
         }
     }
 
@@ -88,6 +114,9 @@ pub struct Target {
     pub same_mounts: bool,
     proc_dir: Option<File>,
     perf_map: PerfMap,
+    /// The error (EMFILE or ENFILE) if /proc/PID could not be opened for
+    /// want of descriptors.
+    pub out_of_fds: Option<i32>,
 }
 
 fn last_nspid(status: &str) -> Option<u32> {
@@ -102,11 +131,17 @@ fn last_nspid(status: &str) -> Option<u32> {
 impl Target {
     /// Open /proc/PID and note what the target's paths mean to profd.
     pub fn open(pid: u32) -> Target {
+        let proc_dir = File::open(format!("/proc/{pid}"));
         let mut target = Target {
             pid,
             ns_pid: pid,
             same_mounts: true,
-            proc_dir: File::open(format!("/proc/{pid}")).ok(),
+            out_of_fds: proc_dir
+                .as_ref()
+                .err()
+                .filter(|e| crate::fds::exhausted(e))
+                .and_then(|e| e.raw_os_error()),
+            proc_dir: proc_dir.ok(),
             perf_map: PerfMap::default(),
         };
         if let Some(ns_pid) = std::fs::read_to_string(target.proc_path("status"))
@@ -141,31 +176,43 @@ impl Target {
 
     /// Open the file mapped at `start..end` from `path`: through map_files
     /// (the very file mapped, even if deleted or replaced; needs root), else
-    /// through the target's root.
-    pub fn open_mapped(&self, start: u64, end: u64, path: &Path) -> Option<File> {
+    /// through the target's root. The error is the last, unless one said
+    /// that descriptors ran out.
+    pub fn open_mapped(&self, start: u64, end: u64, path: &Path) -> std::io::Result<File> {
+        let mut short = None;
+        let mut note = |e: std::io::Error| {
+            if crate::fds::exhausted(&e) && short.is_none() {
+                short = Some(e);
+            }
+        };
         let dir = self.proc_path("map_files");
-        if let Ok(f) = File::open(dir.join(format!("{start:x}-{end:x}"))) {
-            return Some(f);
+        match File::open(dir.join(format!("{start:x}-{end:x}"))) {
+            Ok(f) => return Ok(f),
+            Err(e) => note(e),
         }
         // The mapping may have been merged or split since: find its entry.
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some((a, b)) = name.to_str().and_then(|n| n.split_once('-')) else {
-                    continue;
-                };
-                let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
-                else {
-                    continue;
-                };
-                if a <= start && start < b {
-                    if let Ok(f) = File::open(entry.path()) {
-                        return Some(f);
+        match std::fs::read_dir(&dir) {
+            Err(e) => note(e),
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    let name = entry.file_name();
+                    let Some((a, b)) = name.to_str().and_then(|n| n.split_once('-')) else {
+                        continue;
+                    };
+                    let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
+                    else {
+                        continue;
+                    };
+                    if a <= start && start < b {
+                        match File::open(entry.path()) {
+                            Ok(f) => return Ok(f),
+                            Err(e) => note(e),
+                        }
                     }
                 }
             }
         }
-        File::open(self.in_root(path)).ok()
+        File::open(self.in_root(path)).map_err(|e| short.unwrap_or(e))
     }
 
     /// Where to look for `path` later if it cannot be held open now.

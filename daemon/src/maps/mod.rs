@@ -75,25 +75,42 @@ pub fn is_jit_candidate(backing: &Backing) -> bool {
 /// How often `resolve_new` looks for a perf map that has not appeared yet.
 const PERF_MAP_RETRY: Duration = Duration::from_millis(200);
 
+/// Opened files by (device, inode), shared by the maps of one session.
+type SharedFiles = Arc<std::sync::Mutex<HashMap<(u64, u64), Arc<ModuleFile>>>>;
+
 /// The executable mappings of one process, sorted by start address.
 #[derive(Debug, Default, Clone)]
 pub struct ProcessMaps {
     maps: Vec<Mapping>,
     target: Option<Arc<Target>>,
-    /// Files opened so far, by (device, inode), and those that would not
+    /// Files opened so far, by (device, inode), shared with the maps made
+    /// from these (by `forked` and `read_sharing`): a session holds each
+    /// file once, however many processes map it. And those that would not
     /// open, by path.
-    files: HashMap<(u64, u64), Arc<ModuleFile>>,
+    files: SharedFiles,
     unopened: HashMap<PathBuf, Arc<ModuleFile>>,
     /// Whether some mapping has not been through `resolve_new`.
     unresolved: bool,
     perf_map_tried: Option<Instant>,
+    /// EMFILE or ENFILE, if a file could not be opened for want of
+    /// descriptors.
+    out_of_fds: Option<i32>,
 }
 
 impl ProcessMaps {
     /// The executable mappings /proc/PID/maps lists now, their files opened.
     pub fn read(pid: u32) -> Result<ProcessMaps, procfs::ProcError> {
+        ProcessMaps::read_sharing(pid, &ProcessMaps::default())
+    }
+
+    /// As [`ProcessMaps::read`], reusing the files `known` holds (and
+    /// sharing those opened now with it).
+    pub fn read_sharing(pid: u32, known: &ProcessMaps) -> Result<ProcessMaps, procfs::ProcError> {
         use procfs::process::{MMPermissions, MMapPath};
-        let mut out = ProcessMaps::default();
+        let mut out = ProcessMaps {
+            files: known.files.clone(),
+            ..ProcessMaps::default()
+        };
         for m in procfs::process::Process::new(pid as i32)?.maps()? {
             if !m.perms.contains(MMPermissions::EXECUTE) {
                 continue;
@@ -117,14 +134,42 @@ impl ProcessMaps {
         ProcessMaps {
             target: None,
             perf_map_tried: None,
+            out_of_fds: None,
             ..self.clone()
         }
     }
 
+    /// The error, if some file (or the process's /proc entry) could not be
+    /// opened because the daemon or the system ran out of descriptors.
+    pub fn out_of_fds(&self) -> Option<std::io::Error> {
+        self.out_of_fds
+            .or_else(|| self.target.as_ref().and_then(|t| t.out_of_fds))
+            .map(std::io::Error::from_raw_os_error)
+    }
+
     /// Close the process's /proc entry (and perf map); the mapped files stay
-    /// open. For ended sessions, whose addresses are all named.
+    /// open. For processes that have exited.
     pub fn release_process(&mut self) {
         self.target = None;
+    }
+
+    /// Close the process's /proc entry and every mapped file, keeping the
+    /// files' load segments (histograms read them). For ended sessions,
+    /// whose addresses are all named.
+    pub fn release_files(&mut self) {
+        self.release_process();
+        self.files = Default::default();
+        self.unopened.clear();
+        let mut closed: HashMap<*const ModuleFile, Arc<ModuleFile>> = HashMap::new();
+        for m in &mut self.maps {
+            if let Some(file) = &mut m.file {
+                let key = Arc::as_ptr(file);
+                *file = closed
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(file.closed()))
+                    .clone();
+            }
+        }
     }
 
     /// The target process these mappings belong to (after `read` or
@@ -167,14 +212,21 @@ impl ProcessMaps {
     }
 
     fn open(&mut self, target: &Target, start: u64, end: u64, path: &Path) -> Arc<ModuleFile> {
-        if let Some(file) = target.open_mapped(start, end, path) {
+        let opened = target.open_mapped(start, end, path);
+        if let Err(e) = &opened {
+            if crate::fds::exhausted(e) {
+                self.out_of_fds = e.raw_os_error();
+            }
+        }
+        if let Ok(file) = opened {
             let id = files::file_id(&file);
-            if let Some(known) = id.and_then(|id| self.files.get(&id)) {
+            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(known) = id.and_then(|id| files.get(&id)) {
                 return known.clone();
             }
             let opened = Arc::new(ModuleFile::opened(path.to_path_buf(), file));
             if let Some(id) = id {
-                self.files.insert(id, opened.clone());
+                files.insert(id, opened.clone());
             }
             return opened;
         }
@@ -318,7 +370,7 @@ mod tests {
         let target = maps.target().unwrap();
         assert!(target
             .open_mapped(m.start + 4096, m.end, Path::new("/nonexistent"))
-            .is_some());
+            .is_ok());
     }
 
     #[test]

@@ -127,6 +127,7 @@ impl Ingest {
     ) -> Result<NewAddresses, String> {
         let mut addresses = NewAddresses::default();
         self.counted += batch.counted;
+        self.spaces.next_batch();
         if let Some((pid, comm)) = batch.exec.take() {
             if let Some(recheck) = &self.recheck {
                 match recheck(pid) {
@@ -176,6 +177,10 @@ impl Ingest {
         }
         for (pid, mappings) in by_pid {
             self.spaces.insert(pid, mappings.into_iter());
+        }
+        if let Some(why) = self.spaces.take_out_of_fds() {
+            self.totals.discarded += batch.seen;
+            return Err(why);
         }
         let (mut attributed, mut unchecked) = (0u64, 0u64);
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -265,6 +270,7 @@ impl Ingest {
             if let Some(&i) = self.process_index.get(&pid) {
                 self.processes[i].exited = true;
             }
+            self.spaces.exit(pid);
         }
         self.totals.attributed += attributed;
         self.totals.unchecked += unchecked;

@@ -177,6 +177,17 @@ struct Actor {
     counted: Aggregator,
 }
 
+/// Why a session could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Perf(#[from] crate::perf::PerfError),
+    /// The daemon has too few file descriptors left (the message says which
+    /// limit to raise).
+    #[error("{0}")]
+    OutOfFds(String),
+}
+
 /// Start a session: route the target's samples from the sampler to a new
 /// actor. The caller has validated `params` and opened `pidfd`.
 pub async fn start(
@@ -185,7 +196,7 @@ pub async fn start(
     pidfd: PidFd,
     sampler: Arc<dyn SampleSource>,
     symbolizer: Arc<dyn Symbolizer>,
-) -> Result<Handle, crate::perf::PerfError> {
+) -> Result<Handle, StartError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
     let spec = sampler
         .subscribe(want, params.id, params.pid, params.children, batch_tx)
@@ -193,7 +204,28 @@ pub async fn start(
     // Read after subscribing: later mappings arrive as MMAP2 records, and a
     // later exec or rename as a COMM record (a process attached right after
     // it was spawned may not have had its new name when it was checked).
-    let maps = ProcessMaps::read(params.pid).unwrap_or_default();
+    let maps = ProcessMaps::read(params.pid);
+    // A session whose files cannot be opened would name nothing: it fails
+    // now, and so does one that leaves no descriptors to name with.
+    let short = match &maps {
+        Err(e) => crate::fds::of_proc(e)
+            .map(|e| crate::fds::message(&format!("reading /proc/{}/maps", params.pid), e)),
+        Ok(maps) => maps.out_of_fds().map(|e| {
+            crate::fds::message(
+                &format!("opening the files process {} maps", params.pid),
+                &e,
+            )
+        }),
+    }
+    .map_or_else(
+        || crate::fds::spare("starting the session", crate::fds::SPARE),
+        Err,
+    );
+    if let Err(why) = short {
+        sampler.unsubscribe(spec, params.id).await;
+        return Err(StartError::OutOfFds(why));
+    }
+    let maps = maps.unwrap_or_default();
     if let Ok(comm) = std::fs::read_to_string(format!("/proc/{}/comm", params.pid)) {
         params.comm = comm.trim_end().to_string();
     }

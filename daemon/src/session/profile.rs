@@ -3,7 +3,6 @@
 //! views and exports are computed from, and the profil(3) histogram.
 use super::spaces::untag;
 use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, Stamp, View};
-use crate::maps::Segments;
 use crate::symbolize::{is_kernel, FrameName};
 use profd_common::api;
 use profd_common::kernel::{self, KernelFrames};
@@ -333,8 +332,6 @@ impl Actor {
         // The target's current program (after any exec).
         let space = self.ingest.spaces.of(self.params.pid);
         let maps = &self.ingest.spaces.list[space].maps;
-        // Each file's segments, read once for the histogram.
-        let mut segments: HashMap<&std::path::Path, Option<Segments>> = HashMap::new();
         self.ingest.stacks.for_each(|_, stack, n| {
             let Some((pc_space, pc)) = stack
                 .iter()
@@ -360,12 +357,7 @@ impl Actor {
                 return;
             };
             matched = true;
-            let Some(vaddr) = segments
-                .entry(&file.readable)
-                .or_insert_with(|| Segments::read(&file.readable))
-                .as_ref()
-                .and_then(|s| s.vaddr(m.file_offset(pc)))
-            else {
+            let Some(vaddr) = file.segments().and_then(|s| s.vaddr(m.file_offset(pc))) else {
                 other += n;
                 return;
             };

@@ -15,13 +15,21 @@ const ADDR_MASK: u64 = (1 << TAG_SHIFT) - 1;
 /// be those of another program).
 const MAX_SPACES: usize = 0x7fff;
 
+/// Batches counted after the one with a process's exit before its space
+/// lets go of its unwinder and /proc entry: samples read from other CPUs'
+/// rings may still come in the next batch.
+const EXIT_GRACE: u64 = 2;
+
 /// One address space.
 pub struct Space {
     pub maps: ProcessMaps,
     pub unwinder: Unwinder,
 }
 
-/// The spaces of a session; space 0 is the target's at attach.
+/// The spaces of a session; space 0 is the target's at attach. A space no
+/// process uses any more (its process exec'd or exited) keeps only its
+/// mappings, to name its addresses; the files they map are held once per
+/// session.
 pub struct Spaces {
     pub list: Vec<Space>,
     /// The current space of each process of the session (kept after it
@@ -30,6 +38,13 @@ pub struct Spaces {
     stack_copy: bool,
     /// The session's target: its last space is kept when the session ends.
     target: u32,
+    /// Batches counted so far, and the spaces of processes that exited at
+    /// which batch, to be let go of after [`EXIT_GRACE`] more.
+    batches: u64,
+    exited: Vec<(usize, u64)>,
+    /// Why the session must fail: descriptors ran out opening a process's
+    /// files or /proc entry.
+    out_of_fds: Option<String>,
 }
 
 /// Tag user address `addr` with space `space` (space 0 and kernel addresses
@@ -59,9 +74,61 @@ impl Spaces {
             by_pid: HashMap::new(),
             stack_copy,
             target: pid,
+            batches: 0,
+            exited: Vec::new(),
+            out_of_fds: None,
         };
         spaces.add(pid, maps);
         spaces
+    }
+
+    /// Let go of what space `i` needs only while a process runs in it: its
+    /// unwinder and /proc entry (not the last space when spaces overflowed:
+    /// processes share it).
+    fn retire(&mut self, i: usize) {
+        if i + 1 == MAX_SPACES {
+            return;
+        }
+        if let Some(space) = self.list.get_mut(i) {
+            space.unwinder = Unwinder::default();
+            space.maps.release_process();
+        }
+    }
+
+    /// A new batch is being counted: retire the spaces of processes that
+    /// exited [`EXIT_GRACE`] batches ago.
+    pub fn next_batch(&mut self) {
+        self.batches += 1;
+        let now = self.batches;
+        let (due, wait): (Vec<_>, Vec<_>) = self
+            .exited
+            .drain(..)
+            .partition(|&(_, at)| at + EXIT_GRACE <= now);
+        self.exited = wait;
+        for (i, _) in due {
+            self.retire(i);
+        }
+    }
+
+    /// `pid` exited: its space is retired after [`EXIT_GRACE`] batches.
+    pub fn exit(&mut self, pid: u32) {
+        if let Some(&i) = self.by_pid.get(&pid) {
+            self.exited.push((i, self.batches));
+        }
+    }
+
+    /// Why the session must fail, once: a process's files or /proc entry
+    /// could not be opened for want of descriptors.
+    pub fn take_out_of_fds(&mut self) -> Option<String> {
+        self.out_of_fds.take()
+    }
+
+    fn note_out_of_fds(&mut self, pid: u32, maps: &ProcessMaps) {
+        if let Some(e) = maps.out_of_fds() {
+            let what = format!("opening the files process {pid} maps");
+            self.out_of_fds
+                .get_or_insert_with(|| crate::fds::message(&what, &e));
+        }
     }
 
     fn add(&mut self, pid: u32, maps: ProcessMaps) -> usize {
@@ -96,18 +163,34 @@ impl Spaces {
     /// `pid` exec'd: a new space from its mappings now (later ones arrive as
     /// MMAP2 records). The old space stays for the stacks sampled in it.
     pub fn exec(&mut self, pid: u32) {
-        let maps = ProcessMaps::read(pid).unwrap_or_default();
-        self.add(pid, maps);
+        let old = self.of(pid);
+        let maps = match ProcessMaps::read_sharing(pid, &self.list[old].maps) {
+            Ok(maps) => maps,
+            Err(e) => {
+                if let Some(e) = crate::fds::of_proc(&e) {
+                    let what = format!("reading /proc/{pid}/maps");
+                    self.out_of_fds
+                        .get_or_insert_with(|| crate::fds::message(&what, e));
+                }
+                ProcessMaps::default()
+            }
+        };
+        self.note_out_of_fds(pid, &maps);
+        let known = self.by_pid.contains_key(&pid);
+        if self.add(pid, maps) != old && known {
+            self.retire(old);
+        }
     }
 
-    /// The session has ended and its addresses are named: close everything
-    /// but the files of the target's current space (histograms read them).
+    /// The session has ended and its addresses are named: close every file,
+    /// keep only the mappings of the target's current space and their files'
+    /// load segments (histograms read them).
     pub fn release(&mut self) {
         let keep = self.of(self.target);
         for (i, space) in self.list.iter_mut().enumerate() {
             space.unwinder = Unwinder::default();
             if i == keep {
-                space.maps.release_process();
+                space.maps.release_files();
             } else {
                 space.maps = ProcessMaps::default();
             }
@@ -133,6 +216,9 @@ impl Spaces {
                 }
             }
         }
+        let maps = std::mem::take(&mut self.list[space].maps);
+        self.note_out_of_fds(pid, &maps);
+        self.list[space].maps = maps;
     }
 }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 mod persist;
+mod retain;
 
 /// Why a request could not be served; mapped to a gRPC status by `rpc`.
 #[derive(Debug, thiserror::Error)]
@@ -244,7 +245,7 @@ pub struct Registry {
     symbolizer: Arc<dyn Symbolizer>,
     limits: Limits,
     grants: Arc<[Grant]>,
-    sessions: Mutex<BTreeMap<u64, Handle>>,
+    sessions: Arc<Mutex<BTreeMap<u64, Handle>>>,
     /// Held while a session is checked against the limits and started.
     attaching: Mutex<()>,
     /// Where new sessions' ids come from.
@@ -275,7 +276,7 @@ impl Registry {
             sampler,
             symbolizer,
             grants: grants.into(),
-            sessions: Mutex::new(BTreeMap::new()),
+            sessions: Default::default(),
             attaching: Mutex::new(()),
             ids: Default::default(),
             store: None,

@@ -345,3 +345,45 @@ fn running_out_of_descriptors_refuses_the_attach() {
     let p = Profile::parse(&attach(&h.daemon, w.pid(), "0.3", &[]));
     assert!(p.totals.attributed > 0, "{}", p.table());
 }
+
+/// This run's ended sessions obey the retention limits in memory too: with
+/// `--retain-sessions 2`, the daemon lists (and holds) only the last two.
+#[test]
+fn ended_sessions_beyond_retention_leave_memory() {
+    let _serial = serial();
+    require_root_and_perf();
+    let daemon = Daemon::start_with(&["--retain-sessions", "2"]);
+    let w = Workload::start("split", 60.0);
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(Profile::parse(&attach(&daemon, w.pid(), "0.2", &[])).session_id);
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listed = rt.block_on(async {
+        let mut c = client(daemon.socket()).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let list = c
+                .list_sessions(api::ListSessionsRequest { all: true })
+                .await
+                .expect("ListSessions")
+                .into_inner();
+            let listed: Vec<u64> = list.sessions.iter().map(|s| s.id).collect();
+            if listed.len() <= 2 || Instant::now() > deadline {
+                return listed;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert_eq!(
+        listed,
+        ids[2..],
+        "sessions {ids:?} ended with --retain-sessions 2; the daemon still lists {listed:?}"
+    );
+    let gone = daemon.profctl(&["report", &ids[0].to_string()]);
+    assert!(
+        !gone.status.success() && gone.stderr.contains("not found"),
+        "{}",
+        gone.describe()
+    );
+}

@@ -3,6 +3,7 @@
 //! ids are reserved there, and the sessions of earlier daemon runs found
 //! there at start are registered under their own ids (new ids continue
 //! after them), owned by their recorded owners, listed only on request.
+use super::retain::LiveSessions;
 use super::{Error, Registry};
 use crate::session::{self, Handle};
 use crate::store::{Found, IdError, Ids, Store};
@@ -86,9 +87,10 @@ impl Registry {
     /// while it runs, and once it has ended.
     pub(super) fn save_when_ended(&self, handle: Handle) {
         let Some(store) = self.store.clone() else {
-            return;
+            return self.keep_when_ended(handle);
         };
         let stored = self.stored.clone();
+        let live = self.sessions.clone();
         let task = tokio::spawn(async move {
             let mut state = handle.state();
             let every = store.checkpoint_interval();
@@ -106,13 +108,13 @@ impl Registry {
                         break;
                     }
                     _ = checkpoints.tick() => {
-                        if !save(&handle, &store, &stored).await {
+                        if !save(&handle, &store, &stored, &live).await {
                             return; // ended meanwhile: saved as such
                         }
                     }
                 }
             }
-            save(&handle, &store, &stored).await;
+            save(&handle, &store, &stored, &live).await;
         });
         let mut saves = lock(&self.saves);
         saves.retain(|t| !t.is_finished());
@@ -146,7 +148,12 @@ impl Registry {
 
 /// Save the session as it is now (a checkpoint while it runs); whether it
 /// still runs.
-async fn save(handle: &Handle, store: &Arc<Store>, stored: &StoredSessions) -> bool {
+async fn save(
+    handle: &Handle,
+    store: &Arc<Store>,
+    stored: &StoredSessions,
+    live: &LiveSessions,
+) -> bool {
     let id = handle.id;
     let resolved = match handle.resolve(KernelFrames::Full).await {
         Ok(r) => r,
@@ -168,10 +175,13 @@ async fn save(handle: &Handle, store: &Arc<Store>, stored: &StoredSessions) -> b
             } else {
                 tracing::info!(session = id, dir = %store.dir().display(), "session saved");
             }
-            let mut stored = lock(stored);
-            for d in deleted {
-                stored.remove(&d);
+            {
+                let mut stored = lock(stored);
+                for d in &deleted {
+                    stored.remove(d);
+                }
             }
+            super::retain::forget(live, &deleted).await;
         }
         Ok(Err(e)) => tracing::warn!(session = id, %e, "{what} not saved"),
         Err(e) => tracing::error!(session = id, %e, "saving the {what} panicked"),

@@ -18,7 +18,8 @@
 //! message adds up (exclusive counts = attributed, window counts = window
 //! attributed), every watcher got `final` as its last message with an ended
 //! state, every session ended as its history says and its profile adds up,
-//! the daemon-wide totals agree, the rings are closed, RSS stayed bounded and
+//! the daemon-wide totals agree, the rings are closed, RSS stayed bounded,
+//! the resource bounds hold (`soak/bounds.rs`, in the run's last seconds) and
 //! the daemon stops cleanly on SIGTERM. Prints the figures; exits 1 on any
 //! failed check.
 use anyhow::{bail, Context as _};
@@ -34,6 +35,9 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
+
+#[path = "soak/bounds.rs"]
+mod bounds;
 
 /// Churn against a real profd: many sessions and watchers, then exactness checks.
 #[derive(Debug, Parser)]
@@ -1462,8 +1466,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     };
     c.top_up().await;
 
-    // Churn.
-    let churn = Duration::from_secs(args.seconds);
+    // Churn (the resource-bound cases after the drain take the rest).
+    let churn = Duration::from_secs(match args.seconds {
+        s if s > 2 * bounds::SECONDS => s - bounds::SECONDS,
+        s => s,
+    });
     let mut n = 0u64;
     let mut next_report = Duration::from_secs(10);
     while start.elapsed() < churn {
@@ -1674,6 +1681,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     sampling.store(false, Relaxed);
     let _ = sampler.await;
     let drained = read_proc(daemon.pid, start.elapsed().as_secs_f64());
+    bounds::check(&ctx, daemon.pid, baseline, drained).await;
     let samples = samples.lock().unwrap().clone();
     let mark = (args.seconds as f64 / 2.0).min(10.0);
     let at_mark = samples.iter().find(|s| s.at_s >= mark).copied();

@@ -150,6 +150,11 @@ impl Default for Unwinder {
 }
 
 impl Unwinder {
+    /// Whether it holds nothing: no modules, no rule cache.
+    pub fn is_empty(&self) -> bool {
+        self.modules.is_empty() && self.cache.is_none()
+    }
+
     /// Make the executable mapping `start..end` of file offset `pgoff` of the
     /// ELF file at `path` (readable by profd) known to the unwinder.
     pub fn add_module(&mut self, name: &str, path: &Path, start: u64, end: u64, pgoff: u64) {

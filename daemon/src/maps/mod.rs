@@ -374,6 +374,41 @@ mod tests {
     }
 
     #[test]
+    fn maps_read_sharing_hold_each_file_once() {
+        let me = std::process::id();
+        let first = ProcessMaps::read(me).unwrap();
+        let again = ProcessMaps::read_sharing(me, &first).unwrap();
+        let mut files = 0;
+        for m in again
+            .iter()
+            .filter(|m| m.file().is_some_and(|f| f.is_open()))
+        {
+            let theirs = first.find(m.start).and_then(|f| f.file()).unwrap();
+            assert!(Arc::ptr_eq(m.file().unwrap(), theirs), "{m:?}");
+            files += 1;
+        }
+        assert!(files > 0);
+    }
+
+    #[test]
+    fn released_files_are_closed_and_keep_their_segments() {
+        let mut maps = ProcessMaps::read(std::process::id()).unwrap();
+        let here = released_files_are_closed_and_keep_their_segments as fn() as usize as u64;
+        let offset = maps.find(here).unwrap().file_offset(here);
+        let held = maps.find(here).unwrap().file().unwrap().clone();
+        let vaddr = held.segments().unwrap().vaddr(offset);
+        assert!(vaddr.is_some());
+        maps.release_files();
+        assert!(maps.target().is_none());
+        for m in maps.iter() {
+            assert!(m.file().is_none_or(|f| !f.is_open()), "{m:?} still open");
+        }
+        let closed = maps.find(here).unwrap().file().unwrap();
+        assert_eq!(closed.segments().unwrap().vaddr(offset), vaddr);
+        drop(held);
+    }
+
+    #[test]
     fn deleted_files_keep_their_path_and_new_ones_await_opening() {
         let mut maps = ProcessMaps::default();
         maps.insert(file(0x1000, 0x2000, 0, "/tmp/a.out (deleted)"));

@@ -238,4 +238,28 @@ mod tests {
         assert_eq!(untag(0x401000), (0, 0x401000));
         assert_eq!(untag(0xffff_ffff_8100_0000), (0, 0xffff_ffff_8100_0000));
     }
+
+    #[test]
+    fn an_exited_process_keeps_only_its_mappings_after_the_grace() {
+        let me = std::process::id();
+        let mut spaces = Spaces::new(me, ProcessMaps::read(me).unwrap(), true);
+        let child = u32::MAX - 7;
+        spaces.next_batch();
+        spaces.fork(child, me);
+        let space = spaces.of(child);
+        assert_ne!(space, 0);
+        assert!(!spaces.list[space].unwinder.is_empty());
+        spaces.exit(child);
+        for _ in 0..EXIT_GRACE - 1 {
+            spaces.next_batch();
+            assert!(
+                !spaces.list[space].unwinder.is_empty(),
+                "retired within the grace"
+            );
+        }
+        spaces.next_batch();
+        assert!(spaces.list[space].unwinder.is_empty());
+        assert_eq!(spaces.list[space].maps.len(), spaces.list[0].maps.len());
+        assert!(!spaces.list[0].unwinder.is_empty(), "the target's stays");
+    }
 }

@@ -189,13 +189,7 @@ impl KernelFrames {
             sum.exclusive_pct = percent(sum.exclusive, attributed);
             rows.push(sum);
         }
-        rows.sort_by(|a, b| {
-            b.inclusive
-                .cmp(&a.inclusive)
-                .then_with(|| b.exclusive.cmp(&a.exclusive))
-                .then_with(|| a.name.cmp(&b.name))
-                .then_with(|| a.id.cmp(&b.id))
-        });
+        crate::views::sort_rows(rows);
     }
 }
 

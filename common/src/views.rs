@@ -60,6 +60,13 @@ pub fn functions(p: &ResolvedProfile) -> Vec<api::Function> {
         .filter(|(_, c)| c.inclusive > 0)
         .map(|(id, c)| row(p, id as u32, c))
         .collect();
+    sort_rows(&mut rows);
+    rows
+}
+
+/// Sort a function table as [`functions`] does: inclusive descending, then
+/// exclusive descending, then name, then id.
+pub fn sort_rows(rows: &mut [api::Function]) {
     rows.sort_by(|a, b| {
         b.inclusive
             .cmp(&a.inclusive)
@@ -67,7 +74,6 @@ pub fn functions(p: &ResolvedProfile) -> Vec<api::Function> {
             .then_with(|| a.name.cmp(&b.name))
             .then_with(|| a.id.cmp(&b.id))
     });
-    rows
 }
 
 /// The function `r` selects: by exact name when `r.name` is not empty (of

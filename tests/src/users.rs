@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::{path_str, unique_dir};
 
@@ -267,4 +267,21 @@ pub fn proc_file_owner(pid: u32) -> u32 {
     std::fs::metadata(format!("/proc/{pid}/stat"))
         .unwrap_or_else(|e| panic!("stat /proc/{pid}/stat: {e}"))
         .uid()
+}
+
+/// A test's environment: the global lock, the root/perf preflight and the
+/// test users. Declared before a test's daemon, so it is dropped after it.
+pub struct Env {
+    pub users: &'static Users,
+    _serial: MutexGuard<'static, ()>,
+}
+
+/// Take the global lock, check root and perf, and make the test users.
+pub fn env() -> Env {
+    let serial = crate::serial();
+    crate::require_root_and_perf();
+    Env {
+        users: test_users(),
+        _serial: serial,
+    }
 }

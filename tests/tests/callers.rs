@@ -6,31 +6,15 @@
 //! real `profd` and `profctl`, run as the test users of `users.rs`.
 
 use std::process::Command;
-use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use profd_e2e::users::{chmod, public_copy, public_dir, test_users, User, Users, TEST_GROUP};
+use profd_e2e::users::{chmod, env, public_copy, public_dir, User, TEST_GROUP};
 use profd_e2e::{
-    assert_one_line_error, build_workload, path_str, require_root_and_perf, serial, CmdOutput,
-    Daemon, Info, Profile, Workload,
+    assert_one_line_error, build_workload, path_str, CmdOutput, Daemon, Info, Profile, Workload,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
 const LONG: f64 = 60.0;
-
-struct Env {
-    users: &'static Users,
-    _serial: MutexGuard<'static, ()>,
-}
-
-fn env() -> Env {
-    let serial = serial();
-    require_root_and_perf();
-    Env {
-        users: test_users(),
-        _serial: serial,
-    }
-}
 
 /// profd with its socket open to the test group (alice and bob).
 fn group_daemon() -> Daemon {

@@ -16,17 +16,17 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use profd_e2e::tls::{free_port, make_tls, new_token, sha256_hex, token_file, TlsFiles};
 use profd_e2e::users::{
-    chmod, group_gid, proc_file_owner, process_gids, process_uids, public_copy, public_dir,
-    test_users, User, Users, TEST_GROUP,
+    chmod, env, group_gid, proc_file_owner, process_gids, process_uids, public_copy, public_dir,
+    User, TEST_GROUP,
 };
 use profd_e2e::{
-    assert_one_line_error, build_workload, path_str, require_root_and_perf, run_profctl, run_profd,
-    serial, unique_dir, Cmd, CmdOutput, Daemon, Profile, Workload,
+    assert_one_line_error, build_workload, path_str, run_profctl, run_profd, unique_dir, Cmd,
+    CmdOutput, Daemon, Profile, Workload,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -35,22 +35,6 @@ const LONG: f64 = 60.0;
 const PRIVDROP_SPIN: &str = "privdrop_spin";
 /// The name profd gives the samples beyond `--max-stacks`.
 const STACK_LIMIT: &str = "[stack limit reached]";
-
-/// A test's environment: the global lock, the root/perf preflight and the
-/// test users. Declared before a test's daemon, so it is dropped after it.
-struct Env {
-    users: &'static Users,
-    _serial: MutexGuard<'static, ()>,
-}
-
-fn env() -> Env {
-    let serial = serial();
-    require_root_and_perf();
-    Env {
-        users: test_users(),
-        _serial: serial,
-    }
-}
 
 /// Starts `profd args...` on a fresh socket every user can reach and checks
 /// that it answers `profctl info` (as root).

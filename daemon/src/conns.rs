@@ -126,6 +126,21 @@ impl Gate {
         }
     }
 
+    /// Turn on TCP keepalive for a TCP connection just accepted: a peer
+    /// gone without a word (a host switched off, a dropped route), which
+    /// HTTP/2 pings cannot reach during a TLS handshake, is found by the
+    /// kernel within two keepalive intervals of its last byte.
+    pub fn keep_alive(&self, stream: impl std::os::fd::AsFd) -> io::Result<()> {
+        use rustix::net::sockopt;
+        let idle = KEEPALIVE_INTERVAL
+            .min(self.idle / 3)
+            .max(Duration::from_secs(1));
+        sockopt::set_tcp_keepidle(&stream, idle)?;
+        sockopt::set_tcp_keepintvl(&stream, (idle / 3).max(Duration::from_secs(1)))?;
+        sockopt::set_tcp_keepcnt(&stream, 3)?;
+        Ok(sockopt::set_socket_keepalive(&stream, true)?)
+    }
+
     /// A place for a connection just accepted, `extra` beyond the cap; None
     /// (counted) when the listener is full: the caller closes it at once.
     pub fn admit(&self, extra: usize) -> Option<Slot> {
@@ -397,6 +412,27 @@ mod tests {
             idle_timeout: Duration::from_millis(600),
         };
         Gate::new(&limits, Arc::default())
+    }
+
+    #[test]
+    fn tcp_connections_are_kept_alive() {
+        use rustix::net::sockopt;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        assert!(!sockopt::socket_keepalive(&stream).unwrap());
+        let gate = Gate::new(&Limits::default(), Arc::default());
+        gate.keep_alive(&stream).unwrap();
+        assert!(sockopt::socket_keepalive(&stream).unwrap());
+        assert_eq!(
+            sockopt::tcp_keepidle(&stream).unwrap(),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            sockopt::tcp_keepintvl(&stream).unwrap(),
+            Duration::from_secs(10)
+        );
+        assert_eq!(sockopt::tcp_keepcnt(&stream).unwrap(), 3);
     }
 
     #[test]

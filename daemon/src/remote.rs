@@ -176,6 +176,10 @@ pub fn incoming(
                 tracing::debug!(%peer, "TLS listener full: connection closed");
                 continue;
             };
+            if let Err(err) = gate.keep_alive(&stream) {
+                tracing::debug!(%peer, %err, "cannot set TCP keepalive: connection closed");
+                continue;
+            }
             let (acceptor, tx, gate) = (acceptor.clone(), tx.clone(), gate.clone());
             tokio::spawn(async move {
                 let deadline = gate.handshake_deadline(&slot);

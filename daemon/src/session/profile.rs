@@ -260,6 +260,8 @@ impl Actor {
     pub(super) async fn resolve(&mut self, shown: KernelFrames) -> Resolved {
         self.symbolize_pending().await;
         self.folded_id(shown);
+        // Brings `unsymbolized` up to date, as a view would.
+        self.count_new_samples(&mut Vec::with_capacity(128));
         let functions = self
             .names
             .iter()
@@ -272,15 +274,11 @@ impl Actor {
             })
             .collect();
         let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
-        let mut unsymbolized = 0;
         // Each address's frames, looked up once a stack.
         let mut chains: Vec<(u64, &AddrFrames)> = Vec::with_capacity(128);
         self.ingest.stacks.for_each(|tid, stack, count| {
             chains.clear();
             chains.extend(stack.iter().map(|a| (*a, &self.addr_fn[a])));
-            if chains.iter().any(|(_, at)| at.unnamed) {
-                unsymbolized += count;
-            }
             // Sized exactly: a whole profile's frames are most of its memory.
             let mut frames = Vec::with_capacity(chains.iter().map(|(_, at)| at.frames.len()).sum());
             for &(address, at) in &chains {
@@ -297,10 +295,6 @@ impl Actor {
             }
             stacks.push(ResolvedStack { tid, count, frames })
         });
-        self.ingest.totals.unsymbolized = unsymbolized;
-        // That count includes the samples the next view would add to its
-        // own: it counts every stack again.
-        self.ingest.since_view = None;
         let session = self.summary();
         let mut profile = ResolvedProfile {
             functions,

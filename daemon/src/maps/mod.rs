@@ -139,12 +139,31 @@ impl ProcessMaps {
         }
     }
 
-    /// The error, if some file (or the process's /proc entry) could not be
-    /// opened because the daemon or the system ran out of descriptors.
-    pub fn out_of_fds(&self) -> Option<std::io::Error> {
-        self.out_of_fds
-            .or_else(|| self.target.as_ref().and_then(|t| t.out_of_fds))
-            .map(std::io::Error::from_raw_os_error)
+    /// [`ProcessMaps::read_sharing`] for a session: Err, saying which limit
+    /// to raise, when descriptors ran out reading the maps or opening their
+    /// files (the session would name nothing); maps that cannot be read for
+    /// another reason (the process is gone) are empty.
+    pub fn read_for_session(pid: u32, known: &ProcessMaps) -> Result<ProcessMaps, String> {
+        match ProcessMaps::read_sharing(pid, known) {
+            Ok(maps) => maps.short_of_fds(pid).map_or(Ok(maps), Err),
+            Err(e) => match crate::fds::of_proc(&e) {
+                Some(e) => Err(crate::fds::message(&format!("reading /proc/{pid}/maps"), e)),
+                None => Ok(ProcessMaps::default()),
+            },
+        }
+    }
+
+    /// Why some file of process `pid` (or its /proc entry) could not be
+    /// opened, if it was because the daemon or the system ran out of
+    /// descriptors: the message says which limit to raise.
+    pub fn short_of_fds(&self, pid: u32) -> Option<String> {
+        let errno = self
+            .out_of_fds
+            .or_else(|| self.target.as_ref().and_then(|t| t.out_of_fds))?;
+        Some(crate::fds::message(
+            &format!("opening the files process {pid} maps"),
+            &std::io::Error::from_raw_os_error(errno),
+        ))
     }
 
     /// Close the process's /proc entry (and perf map); the mapped files stay

@@ -204,28 +204,19 @@ pub async fn start(
     // Read after subscribing: later mappings arrive as MMAP2 records, and a
     // later exec or rename as a COMM record (a process attached right after
     // it was spawned may not have had its new name when it was checked).
-    let maps = ProcessMaps::read(params.pid);
     // A session whose files cannot be opened would name nothing: it fails
     // now, and so does one that leaves no descriptors to name with.
-    let short = match &maps {
-        Err(e) => crate::fds::of_proc(e)
-            .map(|e| crate::fds::message(&format!("reading /proc/{}/maps", params.pid), e)),
-        Ok(maps) => maps.out_of_fds().map(|e| {
-            crate::fds::message(
-                &format!("opening the files process {} maps", params.pid),
-                &e,
-            )
-        }),
-    }
-    .map_or_else(
-        || crate::fds::spare("starting the session", crate::fds::SPARE),
-        Err,
-    );
-    if let Err(why) = short {
-        sampler.unsubscribe(spec, params.id).await;
-        return Err(StartError::OutOfFds(why));
-    }
-    let maps = maps.unwrap_or_default();
+    let maps =
+        ProcessMaps::read_for_session(params.pid, &ProcessMaps::default()).and_then(|maps| {
+            crate::fds::spare("starting the session", crate::fds::SPARE).map(|()| maps)
+        });
+    let maps = match maps {
+        Ok(maps) => maps,
+        Err(why) => {
+            sampler.unsubscribe(spec, params.id).await;
+            return Err(StartError::OutOfFds(why));
+        }
+    };
     if let Ok(comm) = std::fs::read_to_string(format!("/proc/{}/comm", params.pid)) {
         params.comm = comm.trim_end().to_string();
     }

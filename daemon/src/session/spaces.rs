@@ -123,14 +123,6 @@ impl Spaces {
         self.out_of_fds.take()
     }
 
-    fn note_out_of_fds(&mut self, pid: u32, maps: &ProcessMaps) {
-        if let Some(e) = maps.out_of_fds() {
-            let what = format!("opening the files process {pid} maps");
-            self.out_of_fds
-                .get_or_insert_with(|| crate::fds::message(&what, &e));
-        }
-    }
-
     fn add(&mut self, pid: u32, maps: ProcessMaps) -> usize {
         let mut unwinder = Unwinder::default();
         if self.stack_copy {
@@ -164,18 +156,10 @@ impl Spaces {
     /// MMAP2 records). The old space stays for the stacks sampled in it.
     pub fn exec(&mut self, pid: u32) {
         let old = self.of(pid);
-        let maps = match ProcessMaps::read_sharing(pid, &self.list[old].maps) {
-            Ok(maps) => maps,
-            Err(e) => {
-                if let Some(e) = crate::fds::of_proc(&e) {
-                    let what = format!("reading /proc/{pid}/maps");
-                    self.out_of_fds
-                        .get_or_insert_with(|| crate::fds::message(&what, e));
-                }
-                ProcessMaps::default()
-            }
-        };
-        self.note_out_of_fds(pid, &maps);
+        let maps = ProcessMaps::read_for_session(pid, &self.list[old].maps).unwrap_or_else(|why| {
+            self.out_of_fds.get_or_insert(why);
+            ProcessMaps::default()
+        });
         let known = self.by_pid.contains_key(&pid);
         if self.add(pid, maps) != old && known {
             self.retire(old);
@@ -216,9 +200,9 @@ impl Spaces {
                 }
             }
         }
-        let maps = std::mem::take(&mut self.list[space].maps);
-        self.note_out_of_fds(pid, &maps);
-        self.list[space].maps = maps;
+        if let Some(why) = self.list[space].maps.short_of_fds(pid) {
+            self.out_of_fds.get_or_insert(why);
+        }
     }
 }
 

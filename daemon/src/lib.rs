@@ -27,6 +27,7 @@ pub mod store;
 pub mod symbolize;
 pub mod unwind;
 
+pub use config::{Config, Remote};
 use profd_common::api::profiler_server::ProfilerServer;
 use sd_notify::NotifyState;
 use std::future::Future;
@@ -42,68 +43,6 @@ use tower::Layer as _;
 
 /// The group given the socket when none is configured (if it exists).
 pub const DEFAULT_SOCKET_GROUP: &str = "profd";
-
-/// Daemon settings.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Unix socket the gRPC API is served on.
-    pub socket: PathBuf,
-    /// Group that owns the socket (mode 0660): its members may connect.
-    /// None: the default group `profd` when it exists, else root's.
-    pub socket_group: Option<String>,
-    /// Members of a group may profile a user's processes.
-    pub grants: Vec<auth::Grant>,
-    pub limits: registry::Limits,
-    /// The TLS listener, off unless set.
-    pub remote: Option<Remote>,
-    /// The state directory ended sessions are kept in across restarts
-    /// (`--state-dir`, retention flags). None: nothing is written to disk.
-    pub persist: Option<store::Persist>,
-    /// Data pages of each CPU ring (a power of two); None: 128, or 512 for
-    /// sessions that copy user stacks.
-    pub ring_pages: Option<usize>,
-    /// Serve Prometheus metrics over plain HTTP on this address.
-    pub metrics: Option<SocketAddr>,
-    /// A listening Unix socket passed by systemd (socket activation): served
-    /// instead of creating `socket`.
-    pub activated: Option<Arc<std::os::unix::net::UnixListener>>,
-    /// What callers other than root are shown of kernel frames.
-    pub kernel_frames: kernel_view::Setting,
-    /// Connection caps and timeouts of both listeners.
-    pub connections: conns::Limits,
-}
-
-/// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
-/// dashboard.
-#[derive(Debug, Clone)]
-pub struct Remote {
-    pub listen: SocketAddr,
-    pub tls: auth::TlsFiles,
-    pub tokens: PathBuf,
-    /// Origins (`https://host:port`) whose pages may call the API with
-    /// grpc-web (CORS); none: only the listener's own (the dashboard).
-    pub cors_origins: Vec<String>,
-}
-
-impl Config {
-    /// Settings with defaults and the given socket path; sessions are not
-    /// persisted unless `persist` is set.
-    pub fn new(socket: PathBuf) -> Config {
-        Config {
-            socket,
-            socket_group: None,
-            grants: Vec::new(),
-            limits: registry::Limits::default(),
-            remote: None,
-            persist: None,
-            ring_pages: None,
-            metrics: None,
-            activated: None,
-            kernel_frames: kernel_view::Setting::Auto,
-            connections: conns::Limits::default(),
-        }
-    }
-}
 
 /// Why the daemon cannot start or serve.
 #[derive(Debug, thiserror::Error)]

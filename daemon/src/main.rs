@@ -6,8 +6,7 @@
 //! man page and shell completions.
 use anyhow::Context;
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use profd::config::{self, Layer, LimitsLayer, MetricsLayer, RemoteLayer, StateLayer};
-use std::net::SocketAddr;
+use profd::config;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
@@ -79,43 +78,6 @@ struct TokenArgs {
     user: String,
 }
 
-fn positive(s: &str) -> Result<usize, String> {
-    config::flag(s, config::positive)
-}
-fn buckets(s: &str) -> Result<u32, String> {
-    config::flag(s, config::buckets)
-}
-fn frequency(s: &str) -> Result<u32, String> {
-    config::flag(s, config::frequency)
-}
-fn seconds(s: &str) -> Result<u64, String> {
-    config::flag(s, config::seconds)
-}
-fn ring_pages(s: &str) -> Result<usize, String> {
-    config::flag(s, config::ring_pages)
-}
-fn days(s: &str) -> Result<f64, String> {
-    config::flag(s, config::days)
-}
-fn bytes(s: &str) -> Result<u64, String> {
-    config::flag(s, config::bytes)
-}
-fn log_level(s: &str) -> Result<String, String> {
-    config::log_level(&toml::Value::String(s.to_string()))
-}
-fn kernel_frames(s: &str) -> Result<String, String> {
-    config::kernel_frames(&toml::Value::String(s.to_string()))
-}
-fn addr(s: &str) -> Result<SocketAddr, String> {
-    config::addr(&toml::Value::String(s.to_string()))
-}
-fn grant(s: &str) -> Result<String, String> {
-    config::grant(&toml::Value::String(s.to_string()))
-}
-fn origin(s: &str) -> Result<String, String> {
-    config::origin(&toml::Value::String(s.to_string()))
-}
-
 #[derive(Debug, Args)]
 struct DaemonArgs {
     /// Settings file (TOML). Default: /etc/profd/profd.toml, used when it
@@ -126,186 +88,8 @@ struct DaemonArgs {
     /// what is wrong) and exit: 0 when they are valid, 1 when not.
     #[arg(long)]
     check_config: bool,
-    /// Unix socket to serve the profd.v1 gRPC API on (config: socket;
-    /// default /run/profd/profd.sock). Ignored when systemd passes one.
-    #[arg(long, value_name = "PATH")]
-    socket: Option<PathBuf>,
-    /// Group owning the socket (mode 0660); its members may connect
-    /// (config: socket_group). Default: `profd` when that group exists, else
-    /// root's group.
-    #[arg(long, value_name = "GROUP")]
-    socket_group: Option<String>,
-    /// Let members of GROUP profile the processes of USER (repeatable;
-    /// config: grants = ["GROUP:USER"], replaced by the flags when given).
-    #[arg(long = "grant", value_name = "GROUP:USER", value_parser = grant)]
-    grants: Vec<String>,
-    /// Also serve on this TCP address, TLS only; needs --tls-cert, --tls-key
-    /// and --tokens (config: remote.listen).
-    #[arg(long, value_name = "ADDR:PORT", value_parser = addr)]
-    listen: Option<SocketAddr>,
-    /// PEM certificate chain of the TLS listener (config: remote.tls_cert).
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    /// PEM private key of the TLS listener (config: remote.tls_key).
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-    /// Require client certificates signed by this PEM CA, mutual TLS
-    /// (config: remote.tls_client_ca).
-    #[arg(long, value_name = "FILE")]
-    tls_client_ca: Option<PathBuf>,
-    /// Bearer tokens accepted on the TLS listener; `profd token` makes them
-    /// (config: remote.tokens).
-    #[arg(long, value_name = "FILE")]
-    tokens: Option<PathBuf>,
-    /// Let pages of this origin (`https://host:port`) call the API on the
-    /// TLS listener with grpc-web (CORS; repeatable; config:
-    /// remote.cors_origins = [...], replaced by the flags when given).
-    /// Default: none, only the dashboard the listener serves itself.
-    #[arg(long = "cors-origin", value_name = "ORIGIN", value_parser = origin)]
-    cors_origins: Vec<String>,
-    /// Most sessions running at once (config: limits.max_sessions; default 64).
-    #[arg(long, value_name = "N", value_parser = positive)]
-    max_sessions: Option<usize>,
-    /// Most sessions one user runs at once (config:
-    /// limits.max_sessions_per_caller; default 16).
-    #[arg(long, value_name = "N", value_parser = positive)]
-    max_sessions_per_caller: Option<usize>,
-    /// Highest sampling frequency in Hz (config: limits.max_frequency;
-    /// default: the kernel's perf_event_max_sample_rate).
-    #[arg(long, value_name = "HZ", value_parser = frequency)]
-    max_frequency: Option<u32>,
-    /// Longest session in seconds; sessions asking for no duration get this
-    /// (config: limits.max_duration; default: unlimited).
-    #[arg(long, value_name = "SECS", value_parser = seconds)]
-    max_duration: Option<u64>,
-    /// Unique stacks one session keeps; samples of further new stacks are
-    /// counted under `[stack limit reached]` (config: limits.max_stacks;
-    /// default 250000).
-    #[arg(long, value_name = "N", value_parser = positive)]
-    max_stacks: Option<usize>,
-    /// Connections each listener (the Unix socket, the TLS listener) holds
-    /// at once; more are closed at once. Root may open 8 more on the Unix
-    /// socket (config: limits.max_connections; default: a quarter of the
-    /// open-files limit, from 16 to 4096).
-    #[arg(long, value_name = "N", value_parser = positive)]
-    max_connections: Option<usize>,
-    /// Seconds a new connection has to finish its TLS handshake and send
-    /// the HTTP/2 preface (config: limits.handshake_timeout; default 10).
-    #[arg(long, value_name = "SECS", value_parser = seconds)]
-    handshake_timeout: Option<u64>,
-    /// Seconds a connection whose client sends nothing is kept (over
-    /// HTTP/1.1: on which nothing moves); HTTP/2 clients are pinged well
-    /// before (config: limits.idle_timeout; default 120).
-    #[arg(long, value_name = "SECS", value_parser = seconds)]
-    idle_timeout: Option<u64>,
-    /// Most buckets one histogram may have, 8 bytes each in memory while
-    /// it is made (config: limits.max_histogram_buckets; default 1048576).
-    #[arg(long, value_name = "N", value_parser = buckets)]
-    max_histogram_buckets: Option<u32>,
-    /// Histogram, export and view requests answered at once; more are
-    /// refused (config: limits.max_concurrent_exports; default 4).
-    #[arg(long, value_name = "N", value_parser = positive)]
-    max_concurrent_exports: Option<usize>,
-    /// Data pages of each per-CPU ring, a power of two (config: ring_pages;
-    /// default 128, or 512 for sessions that copy user stacks). Smaller
-    /// rings lose samples (counted as lost) under load.
-    #[arg(long, value_name = "PAGES", value_parser = ring_pages)]
-    ring_pages: Option<usize>,
-    /// Directory ended sessions are kept in across restarts, pprof and
-    /// metadata, created mode 0700 (config: state.dir; default
-    /// /var/lib/profd).
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
-    /// Keep nothing on disk: sessions end with the daemon (config:
-    /// state.persist = false).
-    #[arg(long, conflicts_with_all = ["state_dir", "retain_sessions", "retain_days", "retain_bytes", "checkpoint_interval"])]
-    no_persist: bool,
-    /// Most sessions kept in the state directory; the oldest go first
-    /// (config: state.retain_sessions; default 1000).
-    #[arg(long, value_name = "N", value_parser = positive)]
-    retain_sessions: Option<usize>,
-    /// Days an ended session is kept in the state directory, fractions
-    /// allowed (config: state.retain_days; default 30).
-    #[arg(long, value_name = "DAYS", value_parser = days)]
-    retain_days: Option<f64>,
-    /// Most bytes the state directory keeps (suffixes K, M, G, T: powers of
-    /// 1024); the oldest sessions go first (config: state.retain_bytes;
-    /// default 1G).
-    #[arg(long, value_name = "BYTES", value_parser = bytes)]
-    retain_bytes: Option<u64>,
-    /// Seconds between saves of a running session to the state directory
-    /// (checkpoints: what a killed daemon's sessions keep) (config:
-    /// state.checkpoint_interval; default 60).
-    #[arg(long, value_name = "SECS", value_parser = seconds)]
-    checkpoint_interval: Option<u64>,
-    /// Serve Prometheus metrics over plain HTTP on ADDR:PORT at /metrics
-    /// (config: metrics.listen; default: off).
-    #[arg(long, value_name = "ADDR:PORT", value_parser = addr)]
-    metrics: Option<SocketAddr>,
-    /// Log level: error, warn, info, debug or trace (config: log_level;
-    /// default info).
-    #[arg(long, value_name = "LEVEL", value_parser = log_level)]
-    log_level: Option<String>,
-    /// What callers other than root are shown of kernel frames: auto (as
-    /// the kernel would show them: kptr_restrict, perf_event_paranoid),
-    /// full, names (without addresses) or folded (one [kernel] frame)
-    /// (config: kernel_frames; default auto).
-    #[arg(long, value_name = "MODE", value_parser = kernel_frames)]
-    kernel_frames: Option<String>,
-}
-
-impl DaemonArgs {
-    /// The settings the flags given set (a layer over the file's).
-    fn layer(&self) -> Layer {
-        let state_flag = self.state_dir.is_some()
-            || self.retain_sessions.is_some()
-            || self.retain_days.is_some()
-            || self.retain_bytes.is_some()
-            || self.checkpoint_interval.is_some();
-        Layer {
-            socket: self.socket.clone(),
-            socket_group: self.socket_group.clone(),
-            grants: (!self.grants.is_empty()).then(|| self.grants.clone()),
-            ring_pages: self.ring_pages,
-            log_level: self.log_level.clone(),
-            kernel_frames: self.kernel_frames.clone(),
-            limits: LimitsLayer {
-                max_sessions: self.max_sessions,
-                max_sessions_per_caller: self.max_sessions_per_caller,
-                max_frequency: self.max_frequency,
-                max_duration: self.max_duration,
-                max_stacks: self.max_stacks,
-                max_connections: self.max_connections,
-                handshake_timeout: self.handshake_timeout,
-                idle_timeout: self.idle_timeout,
-                max_histogram_buckets: self.max_histogram_buckets,
-                max_concurrent_exports: self.max_concurrent_exports,
-            },
-            remote: RemoteLayer {
-                listen: self.listen,
-                tls_cert: self.tls_cert.clone(),
-                tls_key: self.tls_key.clone(),
-                tls_client_ca: self.tls_client_ca.clone(),
-                tokens: self.tokens.clone(),
-                cors_origins: (!self.cors_origins.is_empty()).then(|| self.cors_origins.clone()),
-            },
-            state: StateLayer {
-                persist: if self.no_persist {
-                    Some(false)
-                } else {
-                    state_flag.then_some(true)
-                },
-                dir: self.state_dir.clone(),
-                retain_sessions: self.retain_sessions,
-                retain_days: self.retain_days,
-                retain_bytes: self.retain_bytes,
-                checkpoint_interval: self.checkpoint_interval,
-            },
-            metrics: MetricsLayer {
-                listen: self.metrics,
-            },
-        }
-    }
+    #[command(flatten)]
+    flags: config::Flags,
 }
 
 fn main() -> std::process::ExitCode {
@@ -471,7 +255,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let args = cli.daemon;
     let file = config::read(args.config.as_deref()).map_err(anyhow::Error::msg)?;
     let read_from = file.as_ref().map(|(p, _)| p.clone());
-    let settings = config::settings(file, args.layer()).map_err(anyhow::Error::msg)?;
+    let settings = config::settings(file, args.flags.0).map_err(anyhow::Error::msg)?;
     profd::check_socket_group(settings.config.socket_group.as_deref())?;
     if args.check_config {
         match &read_from {

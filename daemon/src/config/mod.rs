@@ -1,0 +1,682 @@
+//! The daemon's settings: each declared once below (its key in the settings
+//! file, its flag, help, value type and default), the `Config` they build,
+//! and the rules between keys. Flags and the file (TOML;
+//! `/etc/profd/profd.toml` unless `--config` names another) go through the
+//! same value checks; a flag given wins over the file's key.
+mod schema;
+mod values;
+
+pub use schema::{parse, Flag, Flags, Layer, Setting, Type};
+
+use crate::auth::{Grant, TlsFiles};
+use crate::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};
+use crate::{conns, kernel_view, registry};
+use schema::Declared;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use values::*;
+
+/// Where the settings file is read from unless `--config` names another.
+pub const DEFAULT_PATH: &str = "/etc/profd/profd.toml";
+
+/// The daemon's settings, as the code that uses them takes them.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Unix socket the gRPC API is served on.
+    pub socket: PathBuf,
+    /// Group that owns the socket (mode 0660): its members may connect.
+    /// None: the default group `profd` when it exists, else root's.
+    pub socket_group: Option<String>,
+    /// Members of a group may profile a user's processes.
+    pub grants: Vec<Grant>,
+    pub limits: registry::Limits,
+    /// The TLS listener, off unless set.
+    pub remote: Option<Remote>,
+    /// The state directory ended sessions are kept in across restarts
+    /// (`--state-dir`, retention flags). None: nothing is written to disk.
+    pub persist: Option<Persist>,
+    /// Data pages of each CPU ring (a power of two); None: 128, or 512 for
+    /// sessions that copy user stacks.
+    pub ring_pages: Option<usize>,
+    /// Serve Prometheus metrics over plain HTTP on this address.
+    pub metrics: Option<SocketAddr>,
+    /// A listening Unix socket passed by systemd (socket activation): served
+    /// instead of creating `socket`.
+    pub activated: Option<Arc<std::os::unix::net::UnixListener>>,
+    /// What callers other than root are shown of kernel frames.
+    pub kernel_frames: kernel_view::Setting,
+    /// Connection caps and timeouts of both listeners.
+    pub connections: conns::Limits,
+}
+
+/// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
+/// dashboard.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub listen: SocketAddr,
+    pub tls: TlsFiles,
+    pub tokens: PathBuf,
+    /// Origins (`https://host:port`) whose pages may call the API with
+    /// grpc-web (CORS); none: only the listener's own (the dashboard).
+    pub cors_origins: Vec<String>,
+}
+
+impl Config {
+    /// Settings with defaults and the given socket path; sessions are not
+    /// persisted unless `persist` is set.
+    pub fn new(socket: PathBuf) -> Config {
+        Config {
+            socket,
+            socket_group: None,
+            grants: Vec::new(),
+            limits: registry::Limits::default(),
+            remote: None,
+            persist: None,
+            ring_pages: None,
+            metrics: None,
+            activated: None,
+            kernel_frames: kernel_view::Setting::Auto,
+            connections: conns::Limits::default(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The settings. A key `section.name` is `name` in the file's `[section]`
+// table; `--help` lists the flags in this order.
+
+/// The file's tables, in the order `--check-config` shows them.
+pub const SECTIONS: &[&str] = &["limits", "remote", "state", "metrics"];
+
+/// `--LONG VALUE_NAME`.
+const fn flag(long: &'static str, value_name: &'static str) -> Flag {
+    Flag::Value { long, value_name }
+}
+
+/// Declares each setting as a `pub static`, and `ALL` of them in order.
+macro_rules! settings {
+    ($($name:ident: $t:ty = $setting:expr;)*) => {
+        $(pub static $name: Setting<$t> = $setting;)*
+        /// Every setting, in the order of `--help`.
+        static ALL: &[&dyn Declared] = &[$(&$name),*];
+    };
+}
+
+settings! {
+    SOCKET: PathBuf = Setting {
+        key: "socket",
+        flag: flag("socket", "PATH"),
+        ty: PATH,
+        default: Some(|| profd_common::DEFAULT_SOCKET.into()),
+        help: "Unix socket to serve the profd.v1 gRPC API on (config: socket; default /run/profd/profd.sock). Ignored when systemd passes one",
+    };
+    SOCKET_GROUP: String = Setting {
+        key: "socket_group",
+        flag: flag("socket-group", "GROUP"),
+        ty: NAME,
+        default: None,
+        help: "Group owning the socket (mode 0660); its members may connect (config: socket_group). Default: `profd` when that group exists, else root's group",
+    };
+    GRANTS: Vec<String> = Setting {
+        key: "grants",
+        flag: flag("grant", "GROUP:USER"),
+        ty: values::GRANTS,
+        default: Some(Vec::new),
+        help: "Let members of GROUP profile the processes of USER (repeatable; config: grants = [\"GROUP:USER\"], replaced by the flags when given)",
+    };
+    LISTEN: SocketAddr = Setting {
+        key: "remote.listen",
+        flag: flag("listen", "ADDR:PORT"),
+        ty: ADDR,
+        default: None,
+        help: "Also serve on this TCP address, TLS only; needs --tls-cert, --tls-key and --tokens (config: remote.listen)",
+    };
+    TLS_CERT: PathBuf = Setting {
+        key: "remote.tls_cert",
+        flag: flag("tls-cert", "FILE"),
+        ty: PATH,
+        default: None,
+        help: "PEM certificate chain of the TLS listener (config: remote.tls_cert)",
+    };
+    TLS_KEY: PathBuf = Setting {
+        key: "remote.tls_key",
+        flag: flag("tls-key", "FILE"),
+        ty: PATH,
+        default: None,
+        help: "PEM private key of the TLS listener (config: remote.tls_key)",
+    };
+    TLS_CLIENT_CA: PathBuf = Setting {
+        key: "remote.tls_client_ca",
+        flag: flag("tls-client-ca", "FILE"),
+        ty: PATH,
+        default: None,
+        help: "Require client certificates signed by this PEM CA, mutual TLS (config: remote.tls_client_ca)",
+    };
+    TOKENS: PathBuf = Setting {
+        key: "remote.tokens",
+        flag: flag("tokens", "FILE"),
+        ty: PATH,
+        default: None,
+        help: "Bearer tokens accepted on the TLS listener; `profd token` makes them (config: remote.tokens)",
+    };
+    CORS_ORIGINS: Vec<String> = Setting {
+        key: "remote.cors_origins",
+        flag: flag("cors-origin", "ORIGIN"),
+        ty: ORIGINS,
+        default: None,
+        help: "Let pages of this origin (`https://host:port`) call the API on the TLS listener with grpc-web (CORS; repeatable; config: remote.cors_origins = [...], replaced by the flags when given). Default: none, only the dashboard the listener serves itself",
+    };
+    MAX_SESSIONS: usize = Setting {
+        key: "limits.max_sessions",
+        flag: flag("max-sessions", "N"),
+        ty: POSITIVE,
+        default: Some(|| registry::Limits::default().max_sessions),
+        help: "Most sessions running at once (config: limits.max_sessions; default 64)",
+    };
+    MAX_SESSIONS_PER_CALLER: usize = Setting {
+        key: "limits.max_sessions_per_caller",
+        flag: flag("max-sessions-per-caller", "N"),
+        ty: POSITIVE,
+        default: Some(|| registry::Limits::default().max_sessions_per_caller),
+        help: "Most sessions one user runs at once (config: limits.max_sessions_per_caller; default 16)",
+    };
+    MAX_FREQUENCY: u32 = Setting {
+        key: "limits.max_frequency",
+        flag: flag("max-frequency", "HZ"),
+        ty: FREQUENCY,
+        default: None,
+        help: "Highest sampling frequency in Hz (config: limits.max_frequency; default: the kernel's perf_event_max_sample_rate)",
+    };
+    MAX_DURATION: u64 = Setting {
+        key: "limits.max_duration",
+        flag: flag("max-duration", "SECS"),
+        ty: SECONDS,
+        default: None,
+        help: "Longest session in seconds; sessions asking for no duration get this (config: limits.max_duration; default: unlimited)",
+    };
+    MAX_STACKS: usize = Setting {
+        key: "limits.max_stacks",
+        flag: flag("max-stacks", "N"),
+        ty: POSITIVE,
+        default: Some(|| registry::Limits::default().max_stacks),
+        help: "Unique stacks one session keeps; samples of further new stacks are counted under `[stack limit reached]` (config: limits.max_stacks; default 250000)",
+    };
+    MAX_CONNECTIONS: usize = Setting {
+        key: "limits.max_connections",
+        flag: flag("max-connections", "N"),
+        ty: POSITIVE,
+        default: None,
+        help: "Connections each listener (the Unix socket, the TLS listener) holds at once; more are closed at once. Root may open 8 more on the Unix socket (config: limits.max_connections; default: a quarter of the open-files limit, from 16 to 4096)",
+    };
+    HANDSHAKE_TIMEOUT: u64 = Setting {
+        key: "limits.handshake_timeout",
+        flag: flag("handshake-timeout", "SECS"),
+        ty: SECONDS,
+        default: Some(|| conns::Limits::default().handshake_timeout.as_secs()),
+        help: "Seconds a new connection has to finish its TLS handshake and send the HTTP/2 preface (config: limits.handshake_timeout; default 10)",
+    };
+    IDLE_TIMEOUT: u64 = Setting {
+        key: "limits.idle_timeout",
+        flag: flag("idle-timeout", "SECS"),
+        ty: SECONDS,
+        default: Some(|| conns::Limits::default().idle_timeout.as_secs()),
+        help: "Seconds a connection whose client sends nothing is kept (over HTTP/1.1: on which nothing moves); HTTP/2 clients are pinged well before (config: limits.idle_timeout; default 120)",
+    };
+    MAX_HISTOGRAM_BUCKETS: u32 = Setting {
+        key: "limits.max_histogram_buckets",
+        flag: flag("max-histogram-buckets", "N"),
+        ty: BUCKETS,
+        default: Some(|| registry::Limits::default().max_histogram_buckets),
+        help: "Most buckets one histogram may have, 8 bytes each in memory while it is made (config: limits.max_histogram_buckets; default 1048576)",
+    };
+    MAX_CONCURRENT_EXPORTS: usize = Setting {
+        key: "limits.max_concurrent_exports",
+        flag: flag("max-concurrent-exports", "N"),
+        ty: POSITIVE,
+        default: Some(|| registry::Limits::default().max_concurrent_exports),
+        help: "Histogram, export and view requests answered at once; more are refused (config: limits.max_concurrent_exports; default 4)",
+    };
+    RING_PAGES: usize = Setting {
+        key: "ring_pages",
+        flag: flag("ring-pages", "PAGES"),
+        ty: values::RING_PAGES,
+        default: None,
+        help: "Data pages of each per-CPU ring, a power of two (config: ring_pages; default 128, or 512 for sessions that copy user stacks). Smaller rings lose samples (counted as lost) under load",
+    };
+    STATE_DIR: PathBuf = Setting {
+        key: "state.dir",
+        flag: flag("state-dir", "DIR"),
+        ty: PATH,
+        default: Some(|| DEFAULT_STATE_DIR.into()),
+        help: "Directory ended sessions are kept in across restarts, pprof and metadata, created mode 0700 (config: state.dir; default /var/lib/profd)",
+    };
+    PERSIST: bool = Setting {
+        key: "state.persist",
+        flag: Flag::Off("no-persist"),
+        ty: BOOL,
+        default: Some(|| true),
+        help: "Keep nothing on disk: sessions end with the daemon (config: state.persist = false)",
+    };
+    RETAIN_SESSIONS: usize = Setting {
+        key: "state.retain_sessions",
+        flag: flag("retain-sessions", "N"),
+        ty: POSITIVE,
+        default: Some(|| Retention::default().max_sessions),
+        help: "Most sessions kept in the state directory; the oldest go first (config: state.retain_sessions; default 1000)",
+    };
+    RETAIN_DAYS: f64 = Setting {
+        key: "state.retain_days",
+        flag: flag("retain-days", "DAYS"),
+        ty: DAYS,
+        default: Some(|| Retention::default().max_age.as_secs_f64() / 86400.0),
+        help: "Days an ended session is kept in the state directory, fractions allowed (config: state.retain_days; default 30)",
+    };
+    RETAIN_BYTES: u64 = Setting {
+        key: "state.retain_bytes",
+        flag: flag("retain-bytes", "BYTES"),
+        ty: BYTES,
+        default: Some(|| Retention::default().max_bytes),
+        help: "Most bytes the state directory keeps (suffixes K, M, G, T: powers of 1024); the oldest sessions go first (config: state.retain_bytes; default 1G)",
+    };
+    CHECKPOINT_INTERVAL: u64 = Setting {
+        key: "state.checkpoint_interval",
+        flag: flag("checkpoint-interval", "SECS"),
+        ty: SECONDS,
+        default: Some(|| DEFAULT_CHECKPOINT_INTERVAL.as_secs()),
+        help: "Seconds between saves of a running session to the state directory (checkpoints: what a killed daemon's sessions keep) (config: state.checkpoint_interval; default 60)",
+    };
+    METRICS: SocketAddr = Setting {
+        key: "metrics.listen",
+        flag: flag("metrics", "ADDR:PORT"),
+        ty: ADDR,
+        default: None,
+        help: "Serve Prometheus metrics over plain HTTP on ADDR:PORT at /metrics (config: metrics.listen; default: off)",
+    };
+    LOG_LEVEL: String = Setting {
+        key: "log_level",
+        flag: flag("log-level", "LEVEL"),
+        ty: values::LOG_LEVEL,
+        default: Some(|| "info".into()),
+        help: "Log level: error, warn, info, debug or trace (config: log_level; default info)",
+    };
+    KERNEL_FRAMES: String = Setting {
+        key: "kernel_frames",
+        flag: flag("kernel-frames", "MODE"),
+        ty: values::KERNEL_FRAMES,
+        default: Some(|| "auto".into()),
+        help: "What callers other than root are shown of kernel frames: auto (as the kernel would show them: kptr_restrict, perf_event_paranoid), full, names (without addresses) or folded (one [kernel] frame) (config: kernel_frames; default auto)",
+    };
+}
+
+// ---------------------------------------------------------------------------
+// Reading, merging, and the rules between keys.
+
+/// Read the settings file: `explicit` (`--config`; missing is an error), or
+/// the default path (missing is fine: None).
+pub fn read(explicit: Option<&Path>) -> Result<Option<(PathBuf, Layer)>, String> {
+    let path = explicit.unwrap_or(Path::new(DEFAULT_PATH));
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some((path.to_path_buf(), parse(path, &text)?))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => Ok(None),
+        Err(e) => Err(format!(
+            "cannot read the config file {}: {e}",
+            path.display()
+        )),
+    }
+}
+
+/// The settings in effect: merged from the defaults, the file and the
+/// flags, and checked.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file read, if any.
+    pub file: Option<PathBuf>,
+    /// Every key in effect (for `--check-config`).
+    pub effective: Layer,
+    pub config: Config,
+    pub log_level: tracing::Level,
+}
+
+impl Settings {
+    /// The effective settings as a TOML document.
+    pub fn to_toml(&self) -> String {
+        self.effective.to_toml()
+    }
+}
+
+/// Where a key's value came from, for messages naming it.
+struct Namer<'a> {
+    file: Option<&'a Path>,
+    flags: &'a Layer,
+}
+
+impl Namer<'_> {
+    /// `--flag` when the flag was given (or there is no file), else
+    /// `FILE: key`.
+    fn name(&self, from_flag: bool, key: &str, flag: String) -> String {
+        match self.file {
+            Some(file) if !from_flag => format!("{}: {key}", file.display()),
+            _ => flag,
+        }
+    }
+}
+
+/// Merge the file's layer (if any) and the flags' layer over the defaults,
+/// apply the rules between keys, and build the daemon's `Config`.
+pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings, String> {
+    let (path, file_layer) = match file {
+        Some((p, l)) => (Some(p), l),
+        None => (None, Layer::default()),
+    };
+    let namer = Namer {
+        file: path.as_deref(),
+        flags: &flags,
+    };
+    check_state(&namer, &file_layer)?;
+    check_remote(&namer, &file_layer.clone().overlay(&flags))?;
+    let m = Layer::defaults().overlay(&file_layer).overlay(&flags);
+    let grants = m
+        .get_or_default(&GRANTS)
+        .iter()
+        .map(|g| g.parse::<Grant>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut config = Config::new(m.get_or_default(&SOCKET));
+    config.socket_group = m.get(&SOCKET_GROUP);
+    config.grants = grants;
+    config.ring_pages = m.get(&RING_PAGES);
+    config.limits = registry::Limits {
+        max_sessions: m.get_or_default(&MAX_SESSIONS),
+        max_sessions_per_caller: m.get_or_default(&MAX_SESSIONS_PER_CALLER),
+        max_frequency_hz: m.get(&MAX_FREQUENCY),
+        max_duration: m.get(&MAX_DURATION).map(Duration::from_secs),
+        max_stacks: m.get_or_default(&MAX_STACKS),
+        max_histogram_buckets: m.get_or_default(&MAX_HISTOGRAM_BUCKETS),
+        max_concurrent_exports: m.get_or_default(&MAX_CONCURRENT_EXPORTS),
+    };
+    config.connections = conns::Limits {
+        max_connections: m.get(&MAX_CONNECTIONS),
+        handshake_timeout: Duration::from_secs(m.get_or_default(&HANDSHAKE_TIMEOUT)),
+        idle_timeout: Duration::from_secs(m.get_or_default(&IDLE_TIMEOUT)),
+    };
+    let mut effective = m.clone();
+    if m.get_or_default(&PERSIST) {
+        config.persist = Some(Persist {
+            dir: m.get_or_default(&STATE_DIR),
+            retention: Retention {
+                max_sessions: m.get_or_default(&RETAIN_SESSIONS),
+                max_age: Duration::from_secs_f64(m.get_or_default(&RETAIN_DAYS) * 86400.0),
+                max_bytes: m.get_or_default(&RETAIN_BYTES),
+            },
+            checkpoint_interval: Duration::from_secs(m.get_or_default(&CHECKPOINT_INTERVAL)),
+        });
+    } else {
+        effective.retain(|key| key == PERSIST.key || !key.starts_with("state."));
+    }
+    if let (Some(listen), Some(cert), Some(key), Some(tokens)) = (
+        m.get(&LISTEN),
+        m.get(&TLS_CERT),
+        m.get(&TLS_KEY),
+        m.get(&TOKENS),
+    ) {
+        config.remote = Some(Remote {
+            listen,
+            tls: TlsFiles {
+                cert,
+                key,
+                client_ca: m.get(&TLS_CLIENT_CA),
+            },
+            tokens,
+            cors_origins: m.get(&CORS_ORIGINS).unwrap_or_default(),
+        });
+    }
+    config.metrics = m.get(&METRICS);
+    config.kernel_frames = m.get_or_default(&KERNEL_FRAMES).parse()?;
+    let log_level = m
+        .get_or_default(&LOG_LEVEL)
+        .parse()
+        .map_err(|e| format!("log level: {e}"))?;
+    Ok(Settings {
+        file: path,
+        effective,
+        config,
+        log_level,
+    })
+}
+
+/// `state.persist = false` keeps nothing: the file may not also say where
+/// or how much. (A state flag given overrides the file's `persist`, and
+/// `--no-persist` the file's other state keys.)
+fn check_state(namer: &Namer<'_>, file: &Layer) -> Result<(), String> {
+    if file.get(&PERSIST) != Some(false) || namer.flags.has(&PERSIST) {
+        return Ok(());
+    }
+    let mut set: Vec<&str> = file
+        .keys()
+        .filter(|k| k.starts_with("state.") && *k != PERSIST.key)
+        .collect();
+    set.sort_by_key(|k| ALL.iter().position(|s| s.key() == *k));
+    if let Some(key) = set.first() {
+        return Err(format!(
+            "{}: false keeps nothing on disk, but {key} is set too: remove one of them",
+            namer.name(false, PERSIST.key, PERSIST.flag_name())
+        ));
+    }
+    Ok(())
+}
+
+/// The TLS listener needs its certificate, key and tokens; its other keys
+/// mean nothing without it.
+fn check_remote(namer: &Namer<'_>, r: &Layer) -> Result<(), String> {
+    let flags = namer.flags;
+    let needed = [&TLS_CERT, &TLS_KEY, &TOKENS];
+    if r.has(&LISTEN) {
+        if let Some(missing) = needed.iter().find(|s| !r.has(s)) {
+            return Err(match namer.file {
+                Some(file) if !flags.has(&LISTEN) => format!(
+                    "{}: {}: missing: remote.listen needs remote.tls_cert, remote.tls_key and remote.tokens (a tokens file `profd token` writes)",
+                    file.display(),
+                    missing.key
+                ),
+                _ => format!(
+                    "--listen needs {}: the TLS listener needs --tls-cert, --tls-key and --tokens (or their keys under [remote] in the config file)",
+                    missing.flag_name()
+                ),
+            });
+        }
+        return Ok(());
+    }
+    let set = needed
+        .into_iter()
+        .chain([&TLS_CLIENT_CA])
+        .map(|s| (s.key, r.has(s), flags.has(s), s.flag_name()))
+        .chain([(
+            CORS_ORIGINS.key,
+            r.get(&CORS_ORIGINS).is_some_and(|o| !o.is_empty()),
+            flags.has(&CORS_ORIGINS),
+            CORS_ORIGINS.flag_name(),
+        )]);
+    for (key, set, from_flag, flag) in set {
+        if set {
+            return Err(format!(
+                "{}: is set but the TLS listener is not: add {} ADDR:PORT, or remove it",
+                namer.name(from_flag, key, flag),
+                if from_flag || namer.file.is_none() {
+                    "--listen"
+                } else {
+                    "remote.listen ="
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        parse(Path::new("/etc/profd/profd.toml"), text).unwrap_err()
+    }
+
+    #[test]
+    fn values_are_checked_with_key_and_line() {
+        let e = err("socket = \"/run/p.sock\"\n[limits]\nmax_sessions = -1\n");
+        assert_eq!(
+            e,
+            "/etc/profd/profd.toml: limits.max_sessions: expected a positive integer, got -1 (line 3)"
+        );
+        let e = err("[state]\nretain_bytes = \"lots\"\n");
+        assert!(
+            e.starts_with("/etc/profd/profd.toml: state.retain_bytes: expected a size"),
+            "{e}"
+        );
+        let e = err("ring_pages = 3\n");
+        assert!(e.contains("ring_pages: expected a power of two"), "{e}");
+        let e = err("log_level = 5\n");
+        assert!(e.contains("log_level: expected one of"), "{e}");
+        let e = err("[metrics]\nlisten = \"localhost\"\n");
+        assert!(
+            e.contains("metrics.listen: expected an address and port"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_syntax_errors_are_named() {
+        let e = err("[limits]\nmax_session = 3\n");
+        assert!(
+            e.starts_with("/etc/profd/profd.toml: limits.max_session: unknown key"),
+            "{e}"
+        );
+        assert!(e.contains("line 2"), "{e}");
+        let e = err("sockett = \"x\"\n");
+        assert!(
+            e.starts_with("/etc/profd/profd.toml: sockett: unknown key"),
+            "{e}"
+        );
+        let e = err("[limits\n");
+        assert!(e.starts_with("/etc/profd/profd.toml: "), "{e}");
+        assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_the_file_and_defaults_fill_the_rest() {
+        let file = parse(
+            Path::new("f.toml"),
+            "[limits]\nmax_sessions = 3\nmax_stacks = 10\n[state]\npersist = false\n",
+        )
+        .unwrap();
+        let mut flags = Layer::default();
+        flags.set(&MAX_SESSIONS, 5);
+        let s = settings(Some(("f.toml".into(), file)), flags).unwrap();
+        assert_eq!(s.config.limits.max_sessions, 5);
+        assert_eq!(s.config.limits.max_stacks, 10);
+        assert_eq!(s.config.limits.max_sessions_per_caller, 16);
+        assert!(s.config.persist.is_none());
+        assert_eq!(s.config.socket, Path::new(profd_common::DEFAULT_SOCKET));
+        let shown = s.to_toml();
+        assert!(shown.contains("max_sessions = 5"), "{shown}");
+        assert_eq!(s.config.connections, crate::conns::Limits::default());
+        let file = parse(
+            Path::new("f.toml"),
+            "[limits]\nmax_connections = 32\nhandshake_timeout = 3\nidle_timeout = 60\n",
+        )
+        .unwrap();
+        let s = settings(Some(("f.toml".into(), file)), Layer::default()).unwrap();
+        assert_eq!(s.config.connections.max_connections(), 32);
+        assert_eq!(
+            s.config.connections.handshake_timeout,
+            Duration::from_secs(3)
+        );
+        assert_eq!(s.config.connections.idle_timeout, Duration::from_secs(60));
+        let e = err("[limits]\nidle_timeout = 0\n");
+        assert!(
+            e.contains("limits.idle_timeout: expected a positive number of seconds"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_tls_listener_needs_its_files() {
+        let file = parse(
+            Path::new("f.toml"),
+            "[remote]\nlisten = \"127.0.0.1:7000\"\ntls_cert = \"c\"\ntls_key = \"k\"\n",
+        )
+        .unwrap();
+        let e = settings(Some(("f.toml".into(), file.clone())), Layer::default()).unwrap_err();
+        assert!(e.starts_with("f.toml: remote.tokens: missing"), "{e}");
+        let mut flags = Layer::default();
+        flags.set(&TOKENS, "t".into());
+        let s = settings(Some(("f.toml".into(), file)), flags).unwrap();
+        assert_eq!(s.config.remote.unwrap().tokens, Path::new("t"));
+        let mut flags = Layer::default();
+        flags.set(&TLS_KEY, "k".into());
+        let e = settings(None, flags).unwrap_err();
+        assert!(e.starts_with("--tls-key: is set but"), "{e}");
+    }
+
+    #[test]
+    fn cors_origins_are_origins_of_the_tls_listener() {
+        let listener = "[remote]\nlisten = \"127.0.0.1:7000\"\ntls_cert = \"c\"\ntls_key = \"k\"\ntokens = \"t\"\n";
+        let file = parse(
+            Path::new("f.toml"),
+            &format!(
+                "{listener}cors_origins = [\"https://dash.example.com\", \"http://[::1]:8080\"]\n"
+            ),
+        )
+        .unwrap();
+        let s = settings(Some(("f.toml".into(), file)), Layer::default()).unwrap();
+        assert_eq!(
+            s.config.remote.unwrap().cors_origins,
+            ["https://dash.example.com", "http://[::1]:8080"]
+        );
+        for bad in [
+            "\"https://dash.example.com/\"",
+            "\"dash.example.com\"",
+            "\"*\"",
+            "\"https://\"",
+            "7",
+        ] {
+            let e = err(&format!("{listener}cors_origins = [{bad}]\n"));
+            assert!(
+                e.contains("remote.cors_origins")
+                    && e.contains("an origin such as")
+                    && e.contains("(line 6)"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(&format!("{listener}cors_origins = \"https://a.example\"\n"));
+        assert!(e.contains("a list of origins"), "{e}");
+        let file = parse(
+            Path::new("f.toml"),
+            "[remote]\ncors_origins = [\"https://a.example\"]\n",
+        )
+        .unwrap();
+        let e = settings(Some(("f.toml".into(), file)), Layer::default()).unwrap_err();
+        assert!(
+            e.starts_with("f.toml: remote.cors_origins: is set but the TLS listener is not"),
+            "{e}"
+        );
+        let mut flags = Layer::default();
+        flags.set(&CORS_ORIGINS, vec!["https://a.example".into()]);
+        let e = settings(None, flags).unwrap_err();
+        assert!(e.starts_with("--cors-origin: is set but"), "{e}");
+    }
+
+    #[test]
+    fn persist_false_with_other_state_keys_is_refused() {
+        let file = parse(
+            Path::new("f.toml"),
+            "[state]\npersist = false\ndir = \"/x\"\n",
+        )
+        .unwrap();
+        let e = settings(Some(("f.toml".into(), file)), Layer::default()).unwrap_err();
+        assert!(
+            e.starts_with("f.toml: state.persist: false keeps nothing"),
+            "{e}"
+        );
+    }
+}

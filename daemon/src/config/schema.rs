@@ -1,0 +1,400 @@
+//! What a declared setting is, and what is done with every one alike: its
+//! command-line flag, its key read from the settings file (errors name the
+//! file, the key and the line), the layers of values merged, and the TOML
+//! `--check-config` prints.
+use super::{ALL, SECTIONS};
+use clap::builder::ValueHint;
+use clap::{Arg, ArgAction, ArgMatches};
+use serde::de::IntoDeserializer;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use toml::de::{DeTable, DeValue};
+use toml::{Spanned, Value};
+
+/// A value type: the check of a value (shared by the file and the flags),
+/// how a checked value is written, and how a flag's text reads.
+pub struct Type<T> {
+    pub check: fn(&Value) -> Result<T, String>,
+    /// The value as the file writes it.
+    pub show: fn(&T) -> Value,
+    /// A flag's text as the file would write it.
+    pub text: fn(&str) -> Value,
+    /// A list: its flag is repeated, each giving one item, and the flags
+    /// given replace the file's whole list.
+    pub list: bool,
+    /// What shells complete the flag's value with.
+    pub hint: ValueHint,
+}
+
+impl<T> Type<T> {
+    /// Check a value and write it as the file does.
+    pub fn read(&self, v: &Value) -> Result<Value, String> {
+        (self.check)(v).map(|t| (self.show)(&t))
+    }
+
+    /// Check a flag's text (for a list, one item) as the file's value.
+    pub fn flag(&self, text: &str) -> Result<Value, String> {
+        let v = (self.text)(text);
+        if self.list {
+            self.read(&Value::Array(vec![v.clone()])).map(|_| v)
+        } else {
+            self.read(&v)
+        }
+    }
+}
+
+/// The command-line flag of a setting.
+pub enum Flag {
+    /// `--LONG VALUE_NAME` (repeated for a list).
+    Value {
+        long: &'static str,
+        value_name: &'static str,
+    },
+    /// `--LONG` sets this true-or-false key false. It opens its section: the
+    /// section's other flags cannot be given with it and set it true.
+    Off(&'static str),
+}
+
+/// One setting: the file's key, the flag, the help, the value type and the
+/// default.
+pub struct Setting<T: 'static> {
+    /// `name`, or `section.name` for a key of a `[section]` table.
+    pub key: &'static str,
+    pub flag: Flag,
+    /// The flag's help text (`--help`, the man page).
+    pub help: &'static str,
+    pub ty: Type<T>,
+    /// None: the key is unset unless given.
+    pub default: Option<fn() -> T>,
+}
+
+/// A setting whatever its value type: what the table of settings holds.
+pub trait Declared: Sync {
+    fn key(&self) -> &'static str;
+    fn flag(&self) -> &Flag;
+    /// The clap argument of its flag.
+    fn arg(&'static self) -> Arg;
+    /// Check a value and write it as the file does.
+    fn read(&self, v: &Value) -> Result<Value, String>;
+    fn list(&self) -> bool;
+    fn default_value(&self) -> Option<Value>;
+}
+
+impl<T> Declared for Setting<T> {
+    fn key(&self) -> &'static str {
+        self.key
+    }
+
+    fn flag(&self) -> &Flag {
+        &self.flag
+    }
+
+    fn arg(&'static self) -> Arg {
+        let arg = Arg::new(self.key).help(self.help);
+        match self.flag {
+            Flag::Value { long, value_name } => {
+                let ty = &self.ty;
+                arg.long(long)
+                    .value_name(value_name)
+                    .value_hint(ty.hint)
+                    .action(if ty.list {
+                        ArgAction::Append
+                    } else {
+                        ArgAction::Set
+                    })
+                    .value_parser(move |text: &str| ty.flag(text))
+            }
+            Flag::Off(long) => {
+                let section = section_of(self.key);
+                let others = ALL
+                    .iter()
+                    .filter(|s| s.key() != self.key && section_of(s.key()) == section)
+                    .map(|s| s.key());
+                arg.long(long)
+                    .action(ArgAction::SetTrue)
+                    .conflicts_with_all(others)
+            }
+        }
+    }
+
+    fn read(&self, v: &Value) -> Result<Value, String> {
+        self.ty.read(v)
+    }
+
+    fn list(&self) -> bool {
+        self.ty.list
+    }
+
+    fn default_value(&self) -> Option<Value> {
+        self.default.map(|d| (self.ty.show)(&d()))
+    }
+}
+
+impl<T> Setting<T> {
+    /// The flag as messages name it: `--long`.
+    pub fn flag_name(&self) -> String {
+        match self.flag {
+            Flag::Value { long, .. } | Flag::Off(long) => format!("--{long}"),
+        }
+    }
+}
+
+/// The section of a key: "" for the keys at the top of the file.
+fn section_of(key: &str) -> &str {
+    key.split_once('.').map_or("", |(section, _)| section)
+}
+
+/// A section's keys in the order they are listed and shown: a key that
+/// opens its section (an `Off` flag) first, then the others as declared.
+fn keys_of(section: &str) -> impl Iterator<Item = &'static dyn Declared> + '_ {
+    let opens = |s: &&&dyn Declared| matches!(s.flag(), Flag::Off(_));
+    let of = move |s: &&&dyn Declared| section_of(s.key()) == section;
+    let first = ALL.iter().filter(move |s| of(s) && opens(s));
+    let rest = ALL.iter().filter(move |s| of(s) && !opens(s));
+    first.chain(rest).copied()
+}
+
+/// One layer of settings (the file's, the flags given, or the defaults):
+/// the keys it sets, with checked values.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Layer(BTreeMap<&'static str, Value>);
+
+impl Layer {
+    /// The defaults of every key that has one.
+    pub fn defaults() -> Layer {
+        Layer(
+            ALL.iter()
+                .filter_map(|s| Some((s.key(), s.default_value()?)))
+                .collect(),
+        )
+    }
+
+    /// The value of a setting, if this layer sets it.
+    pub fn get<T>(&self, s: &Setting<T>) -> Option<T> {
+        let v = self.0.get(s.key)?;
+        Some((s.ty.check)(v).expect("a layer holds checked values"))
+    }
+
+    /// The value of a setting, or its default.
+    pub fn get_or_default<T>(&self, s: &Setting<T>) -> T {
+        self.get(s)
+            .or_else(|| s.default.map(|d| d()))
+            .expect("a setting with a default")
+    }
+
+    /// Whether this layer sets the key.
+    pub fn has<T>(&self, s: &Setting<T>) -> bool {
+        self.0.contains_key(s.key)
+    }
+
+    /// Set a setting.
+    pub fn set<T>(&mut self, s: &Setting<T>, value: T) {
+        self.0.insert(s.key, (s.ty.show)(&value));
+    }
+
+    /// Keep only the keys `keep` says.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.0.retain(|k, _| keep(k));
+    }
+
+    /// The keys set, in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.0.keys().copied()
+    }
+
+    /// This layer with every key `top` sets taken from `top`.
+    pub fn overlay(mut self, top: &Layer) -> Layer {
+        self.0.extend(top.0.iter().map(|(k, v)| (*k, v.clone())));
+        self
+    }
+
+    /// The layer as a TOML document: the top keys, then a table for each
+    /// section that has keys.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(&Shown(self, "")).unwrap_or_else(|e| format!("# cannot show: {e}\n"))
+    }
+
+    /// The flags given.
+    fn from_matches(m: &ArgMatches) -> Result<Layer, String> {
+        let mut layer = Layer::default();
+        for s in ALL {
+            let key = s.key();
+            match s.flag() {
+                Flag::Value { .. } => {
+                    let mut given = m.get_many::<Value>(key).into_iter().flatten().cloned();
+                    let v = if s.list() {
+                        let items: Vec<Value> = given.collect();
+                        (!items.is_empty()).then_some(Value::Array(items))
+                    } else {
+                        given.next()
+                    };
+                    if let Some(v) = v {
+                        layer.0.insert(key, s.read(&v)?);
+                    }
+                }
+                Flag::Off(_) => {
+                    if m.get_flag(key) {
+                        layer.0.insert(key, Value::Boolean(false));
+                    }
+                }
+            }
+        }
+        // A flag of a section an `Off` flag opens turns the section on.
+        for s in ALL {
+            if let Flag::Off(_) = s.flag() {
+                let section = section_of(s.key());
+                if !layer.0.contains_key(s.key()) && layer.keys().any(|k| section_of(k) == section)
+                {
+                    layer.0.insert(s.key(), Value::Boolean(true));
+                }
+            }
+        }
+        Ok(layer)
+    }
+}
+
+/// A layer, or one of its sections, for serde.
+struct Shown<'a>(&'a Layer, &'a str);
+
+impl Serialize for Shown<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let Shown(layer, section) = *self;
+        let mut map = ser.serialize_map(None)?;
+        for s in keys_of(section) {
+            if let Some(v) = layer.0.get(s.key()) {
+                let name = s.key().rsplit('.').next().unwrap_or_default();
+                map.serialize_entry(name, v)?;
+            }
+        }
+        if section.is_empty() {
+            for &name in SECTIONS {
+                if layer.keys().any(|k| section_of(k) == name) {
+                    map.serialize_entry(name, &Shown(layer, name))?;
+                }
+            }
+        }
+        map.end()
+    }
+}
+
+/// The flags given on the command line: one for each setting.
+#[derive(Debug, Clone, Default)]
+pub struct Flags(pub Layer);
+
+impl clap::FromArgMatches for Flags {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        Layer::from_matches(m)
+            .map(Flags)
+            .map_err(|e| clap::Error::raw(clap::error::ErrorKind::ValueValidation, e))
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Flags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.args(ALL.iter().map(|s| s.arg()))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reading the file.
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// `expected `a``, `expected `a` or `b``, `expected one of `a`, `b`, `c``.
+fn one_of(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    match quoted.as_slice() {
+        [] => "there are no keys".into(),
+        [one] => format!("expected {one}"),
+        [a, b] => format!("expected {a} or {b}"),
+        all => format!("expected one of {}", all.join(", ")),
+    }
+}
+
+/// Parse a settings file's text; errors say `PATH: KEY: what is wrong (line N)`.
+pub fn parse(path: &Path, text: &str) -> Result<Layer, String> {
+    let shown = path.display();
+    let root = DeTable::parse(text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| format!(" (line {})", line_of(text, s.start)));
+        format!(
+            "{shown}: {}{}",
+            e.message().trim_end(),
+            line.unwrap_or_default()
+        )
+    })?;
+    let mut layer = Layer::default();
+    read_table(root.get_ref(), "", &mut layer).map_err(|(key, span, message)| {
+        format!(
+            "{shown}: {key}: {message} (line {})",
+            line_of(text, span.start)
+        )
+    })?;
+    Ok(layer)
+}
+
+/// A key the file gets wrong: the key, where, and what is wrong.
+type KeyError = (String, std::ops::Range<usize>, String);
+
+/// Read the keys of one table of the file (the top one: section "").
+fn read_table(table: &DeTable<'_>, section: &str, layer: &mut Layer) -> Result<(), KeyError> {
+    let mut entries: Vec<_> = table.iter().collect();
+    entries.sort_by_key(|(k, _)| k.span().start);
+    for (name, value) in entries {
+        let key = match section {
+            "" => name.get_ref().to_string(),
+            _ => format!("{section}.{}", name.get_ref()),
+        };
+        let key_span = name.span();
+        let name: &str = name.get_ref();
+        let fail = |message: String| (key.clone(), value.span(), message);
+        if section.is_empty() && SECTIONS.contains(&name) {
+            match value.get_ref() {
+                DeValue::Table(t) => read_table(t, name, layer)?,
+                _ => {
+                    return Err(fail(format!(
+                        "expected a table, got {}",
+                        to_value(value).map_err(fail)?
+                    )))
+                }
+            }
+        } else if let Some(s) = ALL.iter().find(|s| s.key() == key) {
+            let v = s.read(&to_value(value).map_err(fail)?).map_err(fail)?;
+            layer.0.insert(s.key(), v);
+        } else {
+            let mut known: Vec<&str> = keys_of(section)
+                .map(|s| s.key().rsplit('.').next().unwrap_or_default())
+                .collect();
+            if section.is_empty() {
+                known.extend(SECTIONS);
+            }
+            let message = format!("unknown key ({})", one_of(&known));
+            return Err((key, key_span, message));
+        }
+    }
+    Ok(())
+}
+
+/// A value of the file as a plain TOML value.
+fn to_value(v: &Spanned<DeValue<'_>>) -> Result<Value, String> {
+    Value::deserialize(v.clone().into_deserializer()).map_err(|e| e.message().to_string())
+}

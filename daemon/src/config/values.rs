@@ -1,0 +1,307 @@
+//! The value types of settings: for each, the one check a value of the
+//! settings file and a flag's text both go through (so both say the same
+//! thing), and how a checked value is written back.
+use super::schema::Type;
+use crate::auth::Grant;
+use crate::store::parse_bytes;
+use clap::ValueHint;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use toml::Value;
+
+/// Longest retention in days (a century).
+const MAX_RETAIN_DAYS: f64 = 36500.0;
+
+/// A value that is not what a key takes: says what it takes and what it got.
+fn expected(what: &str, got: &Value) -> String {
+    format!("expected {what}, got {got}")
+}
+
+/// A flag's text as the file would write a number: an integer, a float, or
+/// else a string.
+fn number(text: &str) -> Value {
+    if let Ok(n) = text.parse::<i64>() {
+        Value::Integer(n)
+    } else if let Ok(f) = text.parse::<f64>() {
+        Value::Float(f)
+    } else {
+        Value::String(text.to_string())
+    }
+}
+
+/// A flag's text as a string value.
+fn string(text: &str) -> Value {
+    Value::String(text.to_string())
+}
+
+const fn scalar<T>(
+    check: fn(&Value) -> Result<T, String>,
+    show: fn(&T) -> Value,
+    text: fn(&str) -> Value,
+) -> Type<T> {
+    Type {
+        check,
+        show,
+        text,
+        list: false,
+        hint: ValueHint::Unknown,
+    }
+}
+
+/// An integer above 0 (counts and limits).
+pub const POSITIVE: Type<usize> = scalar(
+    |v| match v {
+        Value::Integer(n) if *n > 0 => {
+            usize::try_from(*n).map_err(|_| expected("a positive integer", v))
+        }
+        _ => Err(expected("a positive integer", v)),
+    },
+    |n| Value::Integer(*n as i64),
+    number,
+);
+
+/// A number of histogram buckets profd can answer with at all.
+pub const BUCKETS: Type<u32> = scalar(
+    |v| {
+        let max = crate::rpc::MAX_BUCKETS;
+        match v {
+            Value::Integer(n) if *n > 0 && *n <= i64::from(max) => Ok(*n as u32),
+            _ => Err(expected(&format!("a number of buckets from 1 to {max}"), v)),
+        }
+    },
+    |n| Value::Integer(i64::from(*n)),
+    number,
+);
+
+/// A sampling frequency the kernel allows.
+pub const FREQUENCY: Type<u32> = scalar(
+    |v| {
+        let max = crate::registry::max_sample_rate();
+        match v {
+            Value::Integer(n) if *n > 0 && *n <= i64::from(max) => Ok(*n as u32),
+            _ => Err(expected(
+                &format!(
+                    "a frequency in Hz from 1 to {max} (the kernel's perf_event_max_sample_rate)"
+                ),
+                v,
+            )),
+        }
+    },
+    |n| Value::Integer(i64::from(*n)),
+    number,
+);
+
+/// Whole seconds above 0.
+pub const SECONDS: Type<u64> = scalar(
+    |v| match v {
+        Value::Integer(n) if *n > 0 => Ok(*n as u64),
+        _ => Err(expected("a positive number of seconds", v)),
+    },
+    |n| Value::Integer(*n as i64),
+    number,
+);
+
+/// Ring data pages: a power of two (the kernel's rule).
+pub const RING_PAGES: Type<usize> = scalar(
+    |v| match v {
+        Value::Integer(n) if *n > 0 && (*n as u64).is_power_of_two() && *n <= 1 << 20 => {
+            Ok(*n as usize)
+        }
+        _ => Err(expected(
+            "a power of two (1, 2, 4, ... 1048576: the kernel's rule)",
+            v,
+        )),
+    },
+    |n| Value::Integer(*n as i64),
+    number,
+);
+
+/// Days, fractions allowed.
+pub const DAYS: Type<f64> = scalar(
+    |v| {
+        let d = match v {
+            Value::Integer(n) => *n as f64,
+            Value::Float(f) => *f,
+            _ => f64::NAN,
+        };
+        if d.is_finite() && d > 0.0 && d <= MAX_RETAIN_DAYS {
+            Ok(d)
+        } else {
+            Err(expected(
+                &format!("a number of days above 0 (fractions allowed), at most {MAX_RETAIN_DAYS}"),
+                v,
+            ))
+        }
+    },
+    |d| Value::Float(*d),
+    number,
+);
+
+/// A size above 0: bytes, or a string with K, M, G or T (powers of 1024).
+pub const BYTES: Type<u64> = scalar(
+    |v| {
+        let what = "a size above 0, such as 1073741824 or \"512M\" (K, M, G, T: powers of 1024)";
+        match v {
+            Value::Integer(n) if *n > 0 => Ok(*n as u64),
+            Value::String(s) => match parse_bytes(s) {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(expected(what, v)),
+            },
+            _ => Err(expected(what, v)),
+        }
+    },
+    |n| Value::Integer(*n as i64),
+    number,
+);
+
+/// A log level, written in lower case.
+pub const LOG_LEVEL: Type<String> = scalar(
+    |v| match v {
+        Value::String(s) if s.parse::<tracing::Level>().is_ok() => Ok(s.to_ascii_lowercase()),
+        _ => Err(expected(
+            "one of \"error\", \"warn\", \"info\", \"debug\", \"trace\"",
+            v,
+        )),
+    },
+    |s| Value::String(s.clone()),
+    string,
+);
+
+/// What callers other than root are shown of kernel frames.
+pub const KERNEL_FRAMES: Type<String> = scalar(
+    |v| match v {
+        Value::String(s) if s.parse::<crate::kernel_view::Setting>().is_ok() => Ok(s.clone()),
+        _ => Err(expected(crate::kernel_view::VALUES, v)),
+    },
+    |s| Value::String(s.clone()),
+    string,
+);
+
+/// An address and port, such as `127.0.0.1:9464` or `[::1]:9464`.
+pub const ADDR: Type<SocketAddr> = scalar(
+    |v| {
+        let what = "an address and port such as \"127.0.0.1:9464\"";
+        match v {
+            Value::String(s) => s.parse().map_err(|_| expected(what, v)),
+            _ => Err(expected(what, v)),
+        }
+    },
+    |a| Value::String(a.to_string()),
+    string,
+);
+
+/// true or false.
+pub const BOOL: Type<bool> = scalar(
+    |v| match v {
+        Value::Boolean(b) => Ok(*b),
+        _ => Err(expected("true or false", v)),
+    },
+    |b| Value::Boolean(*b),
+    string,
+);
+
+/// A path (a non-empty string).
+pub const PATH: Type<PathBuf> = Type {
+    hint: ValueHint::AnyPath,
+    ..scalar(
+        |v| match v {
+            Value::String(s) if !s.is_empty() => Ok(PathBuf::from(s)),
+            _ => Err(expected("a path (a non-empty string)", v)),
+        },
+        |p| Value::String(p.display().to_string()),
+        string,
+    )
+};
+
+/// A name (a non-empty string), such as a group's.
+pub const NAME: Type<String> = scalar(
+    |v| match v {
+        Value::String(s) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(expected("a name (a non-empty string)", v)),
+    },
+    |s| Value::String(s.clone()),
+    string,
+);
+
+/// A list of strings, each checked by `item`; a flag gives one item.
+const fn list(check: fn(&Value) -> Result<Vec<String>, String>) -> Type<Vec<String>> {
+    Type {
+        check,
+        show: |items| Value::Array(items.iter().cloned().map(Value::String).collect()),
+        text: string,
+        list: true,
+        hint: ValueHint::Unknown,
+    }
+}
+
+/// A grant `GROUP:USER` naming a group and a user of this machine.
+fn grant(v: &Value) -> Result<String, String> {
+    match v {
+        Value::String(s) => s.parse::<Grant>().map(|_| s.clone()),
+        _ => Err(expected("a grant \"GROUP:USER\"", v)),
+    }
+}
+
+/// Grants `GROUP:USER`.
+pub const GRANTS: Type<Vec<String>> = list(|v| match v {
+    Value::Array(items) => items.iter().map(grant).collect(),
+    _ => Err(expected("a list of grants such as [\"GROUP:USER\"]", v)),
+});
+
+/// A web origin allowed to call the API with grpc-web (CORS):
+/// `scheme://host` or `scheme://host:port`, as browsers send it.
+fn origin(v: &Value) -> Result<String, String> {
+    let what = "an origin such as \"https://dash.example.com\" or \"http://localhost:8080\" (scheme, host and port only)";
+    let Value::String(s) = v else {
+        return Err(expected(what, v));
+    };
+    let host = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"));
+    let ok = host.is_some_and(|h| {
+        !h.is_empty()
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+    });
+    if ok {
+        Ok(s.clone())
+    } else {
+        Err(expected(what, v))
+    }
+}
+
+/// Web origins.
+pub const ORIGINS: Type<Vec<String>> = list(|v| match v {
+    Value::Array(items) => items.iter().map(origin).collect(),
+    _ => Err(expected(
+        "a list of origins such as [\"https://dash.example.com\"]",
+        v,
+    )),
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_text_is_checked_like_file_values() {
+        assert_eq!(POSITIVE.flag("4"), Ok(Value::Integer(4)));
+        assert_eq!(
+            POSITIVE.flag("0").unwrap_err(),
+            "expected a positive integer, got 0"
+        );
+        assert_eq!(DAYS.flag("1.5"), Ok(Value::Float(1.5)));
+        assert_eq!(BYTES.flag("2G"), Ok(Value::Integer(2 << 30)));
+        assert!(RING_PAGES.flag("6").is_err());
+        assert_eq!(LOG_LEVEL.flag("DEBUG"), Ok(Value::String("debug".into())));
+        assert_eq!(
+            LOG_LEVEL.flag("loud").unwrap_err(),
+            "expected one of \"error\", \"warn\", \"info\", \"debug\", \"trace\", got \"loud\""
+        );
+        assert!(ORIGINS.flag("https://a.example").is_ok());
+        assert!(ORIGINS
+            .flag("https://a.example/")
+            .unwrap_err()
+            .starts_with("expected an origin such as"));
+    }
+}

@@ -679,4 +679,78 @@ mod tests {
             "{e}"
         );
     }
+
+    /// The flags of `args`, as `profd` reads them.
+    fn flags(args: &[&str]) -> Result<Layer, clap::Error> {
+        use clap::{Args, FromArgMatches};
+        let cmd = Flags::augment_args(clap::Command::new("profd"));
+        let m = cmd.try_get_matches_from(std::iter::once("profd").chain(args.iter().copied()))?;
+        Flags::from_arg_matches(&m).map(|f| f.0)
+    }
+
+    #[test]
+    fn every_setting_has_one_flag_and_one_key() {
+        use clap::Args;
+        Flags::augment_args(clap::Command::new("profd")).debug_assert();
+        let mut keys: Vec<_> = ALL.iter().map(|s| s.key()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), ALL.len(), "a key is declared twice");
+        for key in keys {
+            let section = key.split_once('.').map_or("", |(s, _)| s);
+            assert!(
+                section.is_empty() || SECTIONS.contains(&section),
+                "{key}: no such section"
+            );
+        }
+    }
+
+    #[test]
+    fn the_defaults_shown_read_back_as_the_same_settings() {
+        let defaults = Layer::defaults();
+        let shown = defaults.to_toml();
+        assert!(
+            shown.starts_with("socket = \"/run/profd/profd.sock\"\n"),
+            "{shown}"
+        );
+        assert!(shown.contains("\n\n[limits]\n"), "{shown}");
+        assert!(shown.contains("[state]\npersist = true\n"), "{shown}");
+        assert_eq!(parse(Path::new("f.toml"), &shown), Ok(defaults));
+    }
+
+    #[test]
+    fn flags_read_as_the_file_reads_their_keys() {
+        let layer = flags(&[
+            "--max-sessions",
+            "5",
+            "--grant",
+            "root:root",
+            "--grant",
+            "root:root",
+            "--retain-bytes",
+            "2G",
+            "--log-level",
+            "DEBUG",
+        ])
+        .unwrap();
+        let file = parse(
+            Path::new("f.toml"),
+            "grants = [\"root:root\", \"root:root\"]\nlog_level = \"debug\"\n\
+             [limits]\nmax_sessions = 5\n[state]\npersist = true\nretain_bytes = \"2G\"\n",
+        )
+        .unwrap();
+        // A flag of [state] turns persisting on.
+        assert_eq!(layer, file);
+        assert_eq!(layer.get(&RETAIN_BYTES), Some(2 << 30));
+        assert_eq!(flags(&[]).unwrap(), Layer::default());
+        let off = flags(&["--no-persist"]).unwrap();
+        assert_eq!(off.get(&PERSIST), Some(false));
+        let e = flags(&["--no-persist", "--retain-days", "2"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let e = flags(&["--ring-pages", "3"]).unwrap_err().to_string();
+        assert!(
+            e.contains("'--ring-pages <PAGES>': expected a power of two"),
+            "{e}"
+        );
+    }
 }

@@ -190,6 +190,7 @@ impl Layer {
     }
 
     /// Set a setting.
+    #[cfg(test)]
     pub fn set<T>(&mut self, s: &Setting<T>, value: T) {
         self.0.insert(s.key, (s.ty.show)(&value));
     }

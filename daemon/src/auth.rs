@@ -1,19 +1,20 @@
 //! Who is calling and what they may do: caller identity (SO_PEERCRED on the
-//! Unix socket, bearer tokens on the TLS listener), roles, grants, and the
-//! tokens file; the rule deciding which processes a caller may profile is in
-//! [`ptrace`].
-use crate::registry::Error;
+//! Unix socket, bearer tokens on the TLS listener), roles, and the tokens
+//! file; accounts and grants are in [`account`], the rule deciding which
+//! processes a caller may profile is in [`ptrace`].
+use crate::error::Error;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fmt::Write as _;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
 use tonic::{Request, Status};
 
+mod account;
 mod ptrace;
 
+pub use account::{Account, Grant};
 pub use ptrace::{check_process, may_profile, Check, TargetCreds};
 
 /// What a caller may do.
@@ -32,76 +33,6 @@ impl Role {
             "operator" => Some(Role::Operator),
             _ => None,
         }
-    }
-}
-
-/// A user account: the identity checks are made against.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Account {
-    pub uid: u32,
-    /// The primary group: the kernel's ptrace rule compares it (the
-    /// caller's real gid) with the target's gids.
-    pub gid: u32,
-    /// Primary and supplementary groups (for grants).
-    pub groups: Vec<u32>,
-    /// Permitted capabilities (a target's must be among them).
-    pub caps: u64,
-    /// The user name (the uid as text when it has none).
-    pub name: String,
-}
-
-impl Account {
-    /// Look a user up by name or number in the user database.
-    pub fn lookup(user: &str) -> Result<Account, String> {
-        let found = match user.parse::<u32>() {
-            Ok(uid) => nix::unistd::User::from_uid(uid.into()),
-            Err(_) => nix::unistd::User::from_name(user),
-        };
-        let u = found
-            .map_err(|e| format!("cannot look up user {user:?}: {e}"))?
-            .ok_or_else(|| format!("no user {user:?} on this machine"))?;
-        let groups = CString::new(u.name.clone())
-            .ok()
-            .and_then(|name| nix::unistd::getgrouplist(&name, u.gid).ok())
-            .map(|gs| gs.into_iter().map(|g| g.as_raw()).collect())
-            .unwrap_or_else(|| vec![u.gid.as_raw()]);
-        Ok(Account {
-            uid: u.uid.as_raw(),
-            gid: u.gid.as_raw(),
-            groups,
-            caps: 0,
-            name: u.name,
-        })
-    }
-
-    /// The account of a peer process, from its credentials: groups and
-    /// capabilities from the process itself when it is still the one that
-    /// connected.
-    fn of_peer(uid: u32, gid: u32, pid: Option<i32>) -> Account {
-        let (mut groups, mut caps) = (vec![gid], 0);
-        if let Some(status) = pid.and_then(|p| procfs::process::Process::new(p).ok()?.status().ok())
-        {
-            if status.euid == uid {
-                groups.extend(status.groups.iter().copied());
-                caps = status.capprm;
-            }
-        }
-        let name = nix::unistd::User::from_uid(uid.into())
-            .ok()
-            .flatten()
-            .map(|u| u.name)
-            .unwrap_or_else(|| uid.to_string());
-        Account {
-            uid,
-            gid,
-            groups,
-            caps,
-            name,
-        }
-    }
-
-    pub(crate) fn in_group(&self, gid: u32) -> bool {
-        self.groups.contains(&gid)
     }
 }
 
@@ -145,40 +76,6 @@ impl Caller {
                 "session {session} belongs to uid {owner_uid}; only its owner or root may use it"
             )))
         }
-    }
-}
-
-/// `--grant GROUP:USER`: members of a group may profile a user's processes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    pub group: String,
-    pub gid: u32,
-    pub user: String,
-    pub uid: u32,
-}
-
-impl std::str::FromStr for Grant {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Grant, String> {
-        let (group, user) = s
-            .split_once(':')
-            .ok_or_else(|| format!("grant {s:?} is not GROUP:USER"))?;
-        let gid = match group.parse::<u32>() {
-            Ok(gid) => gid,
-            Err(_) => nix::unistd::Group::from_name(group)
-                .map_err(|e| format!("cannot look up group {group:?}: {e}"))?
-                .ok_or_else(|| format!("grant {s:?}: no group {group:?} on this machine"))?
-                .gid
-                .as_raw(),
-        };
-        let account = Account::lookup(user).map_err(|e| format!("grant {s:?}: {e}"))?;
-        Ok(Grant {
-            group: group.to_string(),
-            gid,
-            user: account.name,
-            uid: account.uid,
-        })
     }
 }
 

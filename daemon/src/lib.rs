@@ -12,6 +12,7 @@ pub mod channel;
 pub mod config;
 pub mod conns;
 pub mod dashboard;
+pub mod error;
 pub mod fds;
 pub mod kernel_view;
 pub mod maps;
@@ -23,8 +24,10 @@ pub mod remote;
 pub mod rpc;
 pub mod sampler;
 pub mod session;
+pub mod stats;
 pub mod store;
 pub mod symbolize;
+pub mod sysctl;
 pub mod unwind;
 
 pub use config::{Config, Remote};
@@ -238,8 +241,8 @@ impl Daemon {
         tracing::info!(
             cpus = facts.cpus,
             pmu = facts.pmu_available,
-            paranoid = registry::kernel_sysctl("perf_event_paranoid"),
-            max_sample_rate = registry::max_sample_rate(),
+            paranoid = sysctl::kernel_sysctl("perf_event_paranoid"),
+            max_sample_rate = sysctl::max_sample_rate(),
             "probed the kernel"
         );
         if !facts.pmu_available {
@@ -286,7 +289,7 @@ impl Daemon {
         if let Some((store, found)) = store {
             registry.open_store(Arc::new(store), found);
             tracing::info!(
-                earlier_sessions = registry.stored_count(),
+                earlier_sessions = registry.stored_count(None),
                 next_id = registry.next_id(),
                 "sessions of earlier runs reloaded"
             );

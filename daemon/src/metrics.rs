@@ -1,10 +1,8 @@
-//! The Prometheus endpoint: the daemon-wide counters no other part owns
-//! (sessions started, Watch streams open, symbol cache hits and misses;
-//! the listeners' connections are counted by `conns`), a
-//! snapshot of every figure at scrape time (with the sampler's counters, the
-//! registry's sessions and this process's CPU and memory), its rendering in
-//! the OpenMetrics text format, and the plain-HTTP listener serving it on
-//! `/metrics` (every other path is 404).
+//! The Prometheus endpoint: a snapshot of every figure at scrape time (the
+//! registry's activity, the daemon's counters in `stats`, and this
+//! process's CPU and memory), its rendering in the OpenMetrics text format,
+//! and the plain-HTTP listener serving it on `/metrics` (every other path is
+//! 404).
 use crate::registry::Registry;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -16,39 +14,6 @@ use std::sync::Arc;
 
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Counters kept by the registry, the sessions and the Watch streams.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Sessions started since the daemon started.
-    pub sessions_started: AtomicU64,
-    /// Watch streams open now.
-    pub watchers: AtomicU64,
-    /// Stack addresses already named (or being named) when a new stack
-    /// brought them again.
-    pub symbol_cache_hits: AtomicU64,
-    /// Stack addresses that had to be sent to the symbolizer.
-    pub symbol_cache_misses: AtomicU64,
-    /// Connections of each listener: open, refused and closed early.
-    pub connections: crate::conns::Stats,
-}
-
-/// Counts one open Watch stream while it lives.
-pub struct WatcherGuard(Arc<Stats>);
-
-impl Stats {
-    /// Count a Watch stream as open until the guard is dropped.
-    pub fn watcher(self: &Arc<Self>) -> WatcherGuard {
-        self.watchers.fetch_add(1, Ordering::Relaxed);
-        WatcherGuard(self.clone())
-    }
-}
-
-impl Drop for WatcherGuard {
-    fn drop(&mut self) {
-        self.0.watchers.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// Every figure `/metrics` shows, read at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -122,31 +87,20 @@ impl Process {
 
 /// Read every figure now.
 pub async fn snapshot(registry: &Registry) -> Snapshot {
-    let sampler = registry.sampler();
-    let c = sampler.counters();
-    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let ring_groups = sampler.groups().await.len() as u64;
-    let mut running = 0u64;
-    let mut ended = registry.stored_count() as u64;
-    for h in registry.all().await {
-        if *h.state().borrow() == profd_common::api::SessionState::Running {
-            running += 1;
-        } else {
-            ended += 1;
-        }
-    }
+    let a = registry.activity(None).await;
     let s = registry.stats();
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     Snapshot {
-        samples: load(&c.samples),
-        attributed: load(&c.attributed),
-        discarded: load(&c.discarded),
-        lost: load(&c.lost),
-        throttled: load(&c.throttles),
-        ring_reads: load(&c.drains),
-        ring_read_bytes: load(&c.bytes_read),
-        ring_groups,
-        sessions_running: running,
-        sessions_ended: ended,
+        samples: a.counts.samples,
+        attributed: a.counts.attributed,
+        discarded: a.counts.discarded,
+        lost: a.counts.lost,
+        throttled: a.counts.throttled,
+        ring_reads: a.counts.ring_reads,
+        ring_read_bytes: a.counts.ring_read_bytes,
+        ring_groups: a.groups.len() as u64,
+        sessions_running: a.running,
+        sessions_ended: a.ended,
         sessions_started: load(&s.sessions_started),
         watchers: load(&s.watchers),
         symbol_cache_hits: load(&s.symbol_cache_hits),

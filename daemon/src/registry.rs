@@ -3,82 +3,22 @@
 //! starts session actors, and looks them up for their owners. Errors here
 //! carry what the caller should change.
 use crate::auth::{self, Caller, Check, Grant};
-use crate::perf::{EventKind, EventSpec, PerfError, PidFd, MAX_STACK_BYTES};
+use crate::error::Error;
+use crate::perf::{EventKind, EventSpec, PidFd, MAX_STACK_BYTES};
 use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
+use crate::stats::Stats;
 use crate::symbolize::Symbolizer;
+use crate::sysctl::max_sample_rate;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
 
 mod persist;
 mod retain;
-
-/// Why a request could not be served; mapped to a gRPC status by `rpc`.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    InvalidArgument(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    FailedPrecondition(String),
-    #[error("{0}")]
-    PermissionDenied(String),
-    #[error("{0}")]
-    ResourceExhausted(String),
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl From<PerfError> for Error {
-    fn from(e: PerfError) -> Error {
-        match e {
-            PerfError::Permission { .. } | PerfError::Unsupported { .. } => {
-                Error::FailedPrecondition(e.to_string())
-            }
-            PerfError::Io { ref source, .. } if crate::fds::exhausted(source) => {
-                Error::ResourceExhausted(crate::fds::message("opening perf events", source))
-            }
-            PerfError::Io { .. } => Error::Internal(e.to_string()),
-        }
-    }
-}
-
-impl From<session::StartError> for Error {
-    fn from(e: session::StartError) -> Error {
-        match e {
-            session::StartError::Perf(e) => e.into(),
-            session::StartError::OutOfFds(m) => Error::ResourceExhausted(m),
-        }
-    }
-}
-
-impl From<session::Gone> for Error {
-    fn from(e: session::Gone) -> Error {
-        Error::NotFound(e.to_string())
-    }
-}
-
-/// Read an integer sysctl under /proc/sys/kernel.
-pub fn kernel_sysctl(name: &str) -> Option<i64> {
-    std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// The highest sampling frequency the kernel accepts right now (it lowers it
-/// by itself when sampling interrupts take too long).
-pub fn max_sample_rate() -> u32 {
-    kernel_sysctl("perf_event_max_sample_rate")
-        .and_then(|v| u32::try_from(v).ok())
-        .unwrap_or(100_000)
-}
 
 /// The daemon's resource limits (flags `--max-*`).
 #[derive(Debug, Clone, PartialEq)]
@@ -239,28 +179,76 @@ fn target_process(pid: u32) -> Result<(u32, String), Error> {
     Ok((status.tgid as u32, status.name))
 }
 
+/// This run's sessions, by id (the registry's and its saving tasks').
+type LiveSessions = Arc<Mutex<BTreeMap<u64, Handle>>>;
+
+/// The sessions of earlier runs, by id; shared with the saving tasks, which
+/// drop the ones the retention limits delete.
+type StoredSessions = Arc<std::sync::Mutex<BTreeMap<u64, Handle>>>;
+
+/// Whether `seen_by` may see a session owned by `owner_uid`: root sees
+/// every session, other callers their own; without a caller, all.
+fn sees(seen_by: Option<&Caller>, owner_uid: u32) -> bool {
+    seen_by.is_none_or(|c| c.is_root() || owner_uid == c.uid())
+}
+
+/// The sampler's daemon-wide counts since the daemon started.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SampleCounts {
+    pub samples: u64,
+    pub attributed: u64,
+    pub discarded: u64,
+    pub lost: u64,
+    pub throttled: u64,
+    /// Ring reads (a drain reads each ring of its group), and the bytes
+    /// they read.
+    pub ring_reads: u64,
+    pub ring_read_bytes: u64,
+}
+
+/// An open ring group: its settings and how many sessions use it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupUse {
+    pub spec: EventSpec,
+    pub sessions: u32,
+}
+
+/// What the daemon is doing, read at one moment, as a caller may see it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Activity {
+    pub counts: SampleCounts,
+    /// The open ring groups; seen by a caller, only those some session it
+    /// may see uses, counting only those sessions.
+    pub groups: Vec<GroupUse>,
+    /// This run's sessions running now.
+    pub running: u64,
+    /// Ended sessions kept: this run's and reloaded ones.
+    pub ended: u64,
+}
+
 /// All sessions of the daemon, running and ended.
 pub struct Registry {
     sampler: Arc<dyn SampleSource>,
     symbolizer: Arc<dyn Symbolizer>,
     limits: Limits,
     grants: Arc<[Grant]>,
-    sessions: Arc<Mutex<BTreeMap<u64, Handle>>>,
+    sessions: LiveSessions,
     /// Held while a session is checked against the limits and started.
     attaching: Mutex<()>,
-    /// Where new sessions' ids come from.
-    ids: persist::SharedIds,
+    /// Where new sessions' ids come from; reserving them may write to the
+    /// state directory.
+    ids: Arc<std::sync::Mutex<crate::store::Ids>>,
     /// The state directory ended sessions are saved to (None: kept in
     /// memory only).
     store: Option<Arc<crate::store::Store>>,
     /// Sessions of earlier daemon runs, reloaded from the state directory.
-    stored: persist::StoredSessions,
+    stored: StoredSessions,
     /// Tasks saving sessions when they end.
     saves: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Set at shutdown: no new sessions.
     closing: AtomicBool,
     /// Counters for `/metrics`.
-    stats: Arc<crate::metrics::Stats>,
+    stats: Arc<Stats>,
     /// Places for histogram, export and view requests being answered.
     exports: Arc<tokio::sync::Semaphore>,
 }
@@ -309,12 +297,8 @@ impl Registry {
     }
 
     /// The counters `/metrics` shows that the registry and its sessions keep.
-    pub fn stats(&self) -> &Arc<crate::metrics::Stats> {
+    pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
-    }
-
-    pub fn sampler(&self) -> &dyn SampleSource {
-        &*self.sampler
     }
 
     /// Fail when another running session would exceed a session limit.
@@ -447,8 +431,47 @@ impl Registry {
     /// The sessions `caller` may see: all for root, else its own.
     pub async fn visible(&self, caller: &Caller) -> Vec<Handle> {
         let mut all = self.all().await;
-        all.retain(|h| caller.is_root() || h.owner_uid == caller.uid());
+        all.retain(|h| sees(Some(caller), h.owner_uid));
         all
+    }
+
+    /// What the daemon is doing now, as `seen_by` may see it (everything
+    /// without a caller): for Info and `/metrics`.
+    pub async fn activity(&self, seen_by: Option<&Caller>) -> Activity {
+        let c = self.sampler.counters();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let counts = SampleCounts {
+            samples: load(&c.samples),
+            attributed: load(&c.attributed),
+            discarded: load(&c.discarded),
+            lost: load(&c.lost),
+            throttled: load(&c.throttles),
+            ring_reads: load(&c.drains),
+            ring_read_bytes: load(&c.bytes_read),
+        };
+        let mut live = self.all().await;
+        live.retain(|h| sees(seen_by, h.owner_uid));
+        let ids: HashSet<u64> = live.iter().map(|h| h.id).collect();
+        let groups = self
+            .sampler
+            .groups()
+            .await
+            .into_iter()
+            .filter_map(|(spec, users)| {
+                let sessions = users.iter().filter(|id| ids.contains(id)).count() as u32;
+                (seen_by.is_none() || sessions > 0).then_some(GroupUse { spec, sessions })
+            })
+            .collect();
+        let running = live
+            .iter()
+            .filter(|h| *h.state().borrow() == api::SessionState::Running)
+            .count() as u64;
+        Activity {
+            counts,
+            groups,
+            running,
+            ended: (live.len() as u64 - running) + self.stored_count(seen_by) as u64,
+        }
     }
 
     /// Stop every running session and refuse new ones (daemon shutdown);

@@ -3,15 +3,16 @@
 //! statuses, and runs each Watch stream (snapshot, then per-interval deltas,
 //! then a final update).
 use crate::auth::Policy;
+use crate::error::Error;
 use crate::kernel_view::Sysctls;
-use crate::registry::{self, kernel_sysctl, max_sample_rate, Error, Registry};
+use crate::registry::Registry;
 use crate::session::{Handle, View, MAX_WINDOW_S};
+use crate::sysctl::{kernel_sysctl, max_sample_rate};
 use profd_common::api::{self, profiler_server::Profiler};
 use profd_common::kernel::KernelFrames;
 use profd_common::{export, views};
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -219,32 +220,21 @@ impl Profiler for Service {
         let caller = self.policy.caller(&req)?;
         // A caller is shown the sessions ListSessions would show it, and
         // the rings those use: not another user's target pid.
-        let visible = self.registry.visible(&caller).await;
-        let ids: std::collections::HashSet<u64> = visible.iter().map(|h| h.id).collect();
-        let sampler = self.registry.sampler();
-        let c = sampler.counters();
-        let groups = sampler
-            .groups()
-            .await
+        let a = self.registry.activity(Some(&caller)).await;
+        let groups = a
+            .groups
             .into_iter()
-            .filter_map(|(spec, sessions)| {
-                let sessions = sessions.iter().filter(|id| ids.contains(id)).count();
-                (sessions > 0).then(|| api::SamplerGroup {
-                    event: match spec.kind {
-                        crate::perf::EventKind::CpuClock => api::Event::CpuClock as i32,
-                        crate::perf::EventKind::Cycles => api::Event::Cycles as i32,
-                    },
-                    frequency_hz: spec.frequency_hz,
-                    sessions: sessions as u32,
-                    target_pid: spec.target.map_or(0, |t| t.pid),
-                    stack_bytes: spec.stack_bytes,
-                })
+            .map(|g| api::SamplerGroup {
+                event: match g.spec.kind {
+                    crate::perf::EventKind::CpuClock => api::Event::CpuClock as i32,
+                    crate::perf::EventKind::Cycles => api::Event::Cycles as i32,
+                },
+                frequency_hz: g.spec.frequency_hz,
+                sessions: g.sessions,
+                target_pid: g.spec.target.map_or(0, |t| t.pid),
+                stack_bytes: g.spec.stack_bytes,
             })
             .collect();
-        let running = visible
-            .iter()
-            .filter(|h| *h.state().borrow() == api::SessionState::Running)
-            .count() as u32;
         Ok(Response::new(api::InfoResponse {
             version: env!("CARGO_PKG_VERSION").to_string(),
             cpus: self.facts.cpus,
@@ -254,13 +244,13 @@ impl Profiler for Service {
             max_sample_rate: max_sample_rate(),
             groups,
             totals: Some(api::Totals {
-                attributed: c.attributed.load(Ordering::Relaxed),
-                discarded: c.discarded.load(Ordering::Relaxed),
-                lost: c.lost.load(Ordering::Relaxed),
-                throttled: c.throttles.load(Ordering::Relaxed),
+                attributed: a.counts.attributed,
+                discarded: a.counts.discarded,
+                lost: a.counts.lost,
+                throttled: a.counts.throttled,
                 ..Default::default()
             }),
-            running_sessions: running,
+            running_sessions: a.running as u32,
         }))
     }
 
@@ -314,7 +304,7 @@ impl Profiler for Service {
         })?;
         if format != api::ExportFormat::Unspecified {
             let _permit = self.registry.export_permit()?;
-            let resolved = handle.resolve(shown).await.map_err(registry::Error::from)?;
+            let resolved = handle.resolve(shown).await.map_err(Error::from)?;
             let functions = views::functions(&resolved.profile);
             let p = &resolved.profile;
             let data = match format {
@@ -340,10 +330,7 @@ impl Profiler for Service {
                 data,
             }));
         }
-        let view = handle
-            .profile(0, shown)
-            .await
-            .map_err(registry::Error::from)?;
+        let view = handle.profile(0, shown).await.map_err(Error::from)?;
         Ok(Response::new(api::GetProfileResponse {
             session: Some(view.session),
             functions: view.functions,
@@ -358,7 +345,7 @@ impl Profiler for Service {
         let caller = self.policy.caller(&req)?;
         caller.require_operator("stop sessions")?;
         let handle = self.registry.get(req.get_ref().session_id, &caller).await?;
-        let session = handle.stop().await.map_err(registry::Error::from)?;
+        let session = handle.stop().await.map_err(Error::from)?;
         Ok(Response::new(api::StopResponse {
             session: Some(session),
         }))
@@ -377,7 +364,7 @@ impl Profiler for Service {
             ));
         };
         let _permit = self.registry.export_permit()?;
-        let resolved = handle.resolve(shown).await.map_err(registry::Error::from)?;
+        let resolved = handle.resolve(shown).await.map_err(Error::from)?;
         let p = &resolved.profile;
         let find = |r: &api::FunctionRef| {
             views::find_function(p, r).ok_or_else(|| {
@@ -437,7 +424,7 @@ impl Profiler for Service {
             )));
         }
         let _permit = self.registry.export_permit()?;
-        let histogram = handle.histogram(req).await.map_err(registry::Error::from)?;
+        let histogram = handle.histogram(req).await.map_err(Error::from)?;
         histogram
             .map(Response::new)
             .map_err(|m| Error::NotFound(m).into())

@@ -2,7 +2,7 @@
 //! (`PTRACE_MODE_READ_REALCREDS`), as profd applies it to its callers: the
 //! credentials of a target's threads read from /proc, and whether a caller
 //! (or a grant) may profile them. No caller identity, no tokens.
-use super::{Account, Grant};
+use super::account::{Account, Grant};
 use std::os::unix::fs::MetadataExt;
 
 /// A thread's credentials at one moment, from /proc.

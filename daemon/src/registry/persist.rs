@@ -3,23 +3,14 @@
 //! ids are reserved there, and the sessions of earlier daemon runs found
 //! there at start are registered under their own ids (new ids continue
 //! after them), owned by their recorded owners, listed only on request.
-use super::retain::LiveSessions;
-use super::{Error, Registry};
+use super::{sees, LiveSessions, Registry, StoredSessions};
+use crate::auth::Caller;
+use crate::error::Error;
 use crate::session::{self, Handle};
-use crate::store::{Found, IdError, Ids, Store};
+use crate::store::{Found, IdError, Store};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-use crate::auth::Caller;
-
-/// The sessions of earlier runs, by id; shared with the saving tasks, which
-/// drop the ones the retention limits delete.
-pub(super) type StoredSessions = Arc<Mutex<BTreeMap<u64, Handle>>>;
-
-/// The ids of new sessions; reserving them may write to the state directory.
-pub(super) type SharedIds = Arc<Mutex<Ids>>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -32,7 +23,7 @@ impl Registry {
         let mut stored = lock(&self.stored);
         for s in found.sessions {
             let id = s.session.id;
-            stored.insert(id, session::open_stored(store.clone(), s));
+            stored.insert(id, session::stored::open_stored(store.clone(), s));
         }
         drop(stored);
         self.ids = Arc::new(Mutex::new(found.ids));
@@ -75,7 +66,7 @@ impl Registry {
             list.extend(
                 lock(&self.stored)
                     .values()
-                    .filter(|h| caller.is_root() || h.owner_uid == caller.uid())
+                    .filter(|h| sees(Some(caller), h.owner_uid))
                     .cloned(),
             );
             list.sort_by_key(|h| h.id);
@@ -135,9 +126,13 @@ impl Registry {
         }
     }
 
-    /// Sessions of earlier runs currently registered.
-    pub fn stored_count(&self) -> usize {
-        lock(&self.stored).len()
+    /// Sessions of earlier runs currently registered that `seen_by` may
+    /// see (all without a caller).
+    pub fn stored_count(&self, seen_by: Option<&Caller>) -> usize {
+        lock(&self.stored)
+            .values()
+            .filter(|h| sees(seen_by, h.owner_uid))
+            .count()
     }
 
     /// Ids are handed out from here (for tests and logs).

@@ -2,15 +2,9 @@
 //! those the state directory's retention deletes are forgotten too, and a
 //! daemon that keeps nothing on disk keeps at most as many ended sessions in
 //! memory as the state directory would by default.
-use super::Registry;
+use super::{LiveSessions, Registry};
 use crate::session::Handle;
 use profd_common::api;
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use tokio::sync::Mutex;
-
-/// This run's sessions, by id (the registry's and its saving tasks').
-pub(super) type LiveSessions = Arc<Mutex<BTreeMap<u64, Handle>>>;
 
 /// Forget this run's sessions `ids` that have ended (and were deleted from
 /// the state directory): their actors and everything they hold go. A

@@ -5,7 +5,6 @@
 //! queued for naming. Owned by the session's actor; no symbols, no views.
 use super::recent::Recent;
 use super::spaces::{self, Spaces};
-use super::{Recheck, STACK_LIMIT_FRAME};
 use crate::auth::Check;
 use crate::maps::ProcessMaps;
 use crate::sampler::Batch;
@@ -13,7 +12,16 @@ use crate::unwind::Walk;
 use profd_common::api;
 use profd_common::model::StackTable;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
+
+/// Checks, after a process of the session exec'd, that the owner may still
+/// profile it (the program may be set-id).
+pub type Recheck = Arc<dyn Fn(u32) -> Check + Send + Sync>;
+
+/// The one frame of the stack that samples over the unique-stack limit are
+/// counted under; named `[stack limit reached]`.
+pub const STACK_LIMIT_FRAME: u64 = u64::MAX;
 
 /// A session's counts and the state they are made with.
 pub struct Ingest {

@@ -6,28 +6,24 @@ mod profile;
 mod recent;
 mod scope;
 mod spaces;
-mod stored;
+pub(crate) mod stored;
 
-pub use ingest::{Ingest, NewAddresses};
-pub use profile::{Resolved, MAX_WINDOW_S};
-pub use stored::open_stored;
+pub use ingest::{Ingest, NewAddresses, Recheck, STACK_LIMIT_FRAME};
+pub use recent::MAX_WINDOW_S;
 
+use crate::error::Error;
 use crate::maps::ProcessMaps;
 use crate::perf::{EventKind, EventSpec, PidFd};
 use crate::sampler::{Batch, SampleSource};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
-use profd_common::model::Aggregator;
+use profd_common::model::{Aggregator, ResolvedProfile};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
-
-/// Checks, after a process of the session exec'd, that the owner may still
-/// profile it (the program may be set-id).
-pub type Recheck = Arc<dyn Fn(u32) -> crate::auth::Check + Send + Sync>;
 
 /// What the session was asked to do.
 #[derive(Clone)]
@@ -47,12 +43,8 @@ pub struct Params {
     /// Follow the processes the target forks.
     pub children: bool,
     /// The daemon's counters (symbol cache hits and misses).
-    pub stats: Arc<crate::metrics::Stats>,
+    pub stats: Arc<crate::stats::Stats>,
 }
-
-/// The one frame of the stack that samples over the unique-stack limit are
-/// counted under; named `[stack limit reached]`.
-pub const STACK_LIMIT_FRAME: u64 = u64::MAX;
 
 /// A session's full current profile.
 #[derive(Debug, Clone)]
@@ -67,6 +59,13 @@ pub struct View {
     /// Per function (same order): the version at which its counts last
     /// changed, and the version at which it first appeared.
     pub stamps: Vec<(u64, u64)>,
+}
+
+/// A session's resolved profile with its summary.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub session: api::Session,
+    pub profile: ResolvedProfile,
 }
 
 /// A function's counts at the last view, and when they changed.
@@ -186,6 +185,21 @@ pub enum StartError {
     /// limit to raise).
     #[error("{0}")]
     OutOfFds(String),
+}
+
+impl From<StartError> for Error {
+    fn from(e: StartError) -> Error {
+        match e {
+            StartError::Perf(e) => e.into(),
+            StartError::OutOfFds(m) => Error::ResourceExhausted(m),
+        }
+    }
+}
+
+impl From<Gone> for Error {
+    fn from(e: Gone) -> Error {
+        Error::NotFound(e.to_string())
+    }
 }
 
 /// Start a session: route the target's samples from the sampler to a new

@@ -2,7 +2,7 @@
 //! (cumulative and over a recent window), the fully resolved profile that
 //! views and exports are computed from, and the profil(3) histogram.
 use super::spaces::untag;
-use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, Stamp, View};
+use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, Resolved, Stamp, View};
 use crate::symbolize::{is_kernel, FrameName};
 use profd_common::api;
 use profd_common::kernel::{self, KernelFrames};
@@ -11,16 +11,6 @@ use profd_common::model::{
 };
 use std::collections::HashMap;
 use std::time::Instant;
-
-/// Longest window of recent samples kept, in seconds.
-pub const MAX_WINDOW_S: u32 = 600;
-
-/// A session's resolved profile with its summary.
-#[derive(Debug, Clone)]
-pub struct Resolved {
-    pub session: api::Session,
-    pub profile: ResolvedProfile,
-}
 
 impl Actor {
     /// Name the addresses of stacks seen since the last view.

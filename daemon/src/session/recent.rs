@@ -3,9 +3,11 @@
 //! pushed, older ones sorted and delta-encoded (LEB128) with a count for
 //! each index sampled more than once: one or two bytes a sample instead of
 //! four, and a few bytes a stack however often it was sampled that second.
-use super::MAX_WINDOW_S;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
+
+/// Longest window of recent samples kept, in seconds.
+pub const MAX_WINDOW_S: u32 = 600;
 
 #[derive(Default)]
 pub struct Recent {

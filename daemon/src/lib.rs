@@ -14,6 +14,7 @@ pub mod conns;
 pub mod dashboard;
 pub mod error;
 pub mod fds;
+pub mod file_version;
 pub mod kernel_view;
 pub mod maps;
 pub mod metrics;

@@ -2,7 +2,8 @@
 //! eh_frame_hdr, debug_frame, read once per binary and shared while used), a
 //! framehop unwinder per session, and the walk from the sampled registers to
 //! the outermost frame. Frame pointers are used where a module has no CFI.
-use crate::maps::{FileVersion, Load, Mapping, Segments};
+use crate::file_version::FileVersion;
+use crate::maps::{Load, Mapping, Segments};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection};

@@ -5,7 +5,7 @@
 mod files;
 mod segments;
 
-pub use files::{module_name, undeleted, FileVersion, ModuleFile, Target};
+pub use files::{module_name, undeleted, ModuleFile, Target};
 pub use segments::{Load, Segments};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -4,20 +4,27 @@
 //! or from the names found before for any session (`names`);
 //! anonymous code from the target's perf map; the rest as placeholders.
 use super::debug::DebugFiles;
+use super::frame::{Frame, FrameName};
 use super::names::{FileKey, Names};
-use super::{is_kernel, Frame, FrameName, IDLE};
-use crate::maps::{is_jit_candidate, module_name, Backing, FileVersion, ProcessMaps};
+use crate::file_version::FileVersion;
+use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
 use blazesym::symbolize::evict::{self, Evict};
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized, Symbolizer as Blazesym};
 use blazesym::MaybeDefault;
+use profd_common::model::is_kernel;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Module name of functions found in perf maps.
 pub const JIT_MODULE: &str = "[jit]";
+
+/// How long the symbolizer keeps the data of a file (or of kallsyms) that
+/// no request used: longer than the gaps between the short sessions of a
+/// script, which would otherwise parse them again each time.
+pub const IDLE: Duration = Duration::from_secs(60);
 
 /// Owns blazesym's symbolizers and the debug files found, for the daemon's
 /// life, and when each source of symbols was last used.

@@ -4,7 +4,8 @@
 //! root; opened once and held, with the binary's load segments to turn file
 //! offsets into the addresses the debug file uses. blazesym follows debug
 //! links on its own too; this adds the cases it does not cover.
-use crate::maps::{FileVersion, Segments, Target};
+use crate::file_version::FileVersion;
+use crate::maps::{Segments, Target};
 use object::read::elf::ElfFile64;
 use object::{Endianness, Object, ReadCache};
 use std::collections::HashMap;

@@ -5,73 +5,18 @@
 //! known. Unnamed frames become `module+0xoffset` or `[unknown] 0xaddr`.
 mod blaze;
 mod debug;
+mod frame;
 mod names;
 pub mod perfmap;
 #[cfg(test)]
 mod tests;
 
 use crate::maps::ProcessMaps;
+pub use frame::{Frame, FrameName};
 pub use profd_common::model::is_kernel;
 use std::path::PathBuf;
 use std::sync::mpsc::RecvTimeoutError;
-use std::sync::{Arc, Mutex};
-
-/// A function as the function table keys it: name, module, and whether it
-/// was inlined at this point (the same function called normally is another
-/// entry).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct FrameName {
-    pub name: String,
-    pub module: String,
-    pub inlined: bool,
-}
-
-/// One frame an address resolved to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
-    pub func: FrameName,
-    /// Source file of the code at the address, when debug info names it.
-    pub file: Option<Arc<str>>,
-    /// Source line, 0 when unknown.
-    pub line: u32,
-    /// False for placeholders (`module+0x..`, `[unknown] 0x..`).
-    pub named: bool,
-}
-
-impl Frame {
-    /// A placeholder frame for code that could not be named.
-    pub fn unnamed(name: String, module: impl Into<String>) -> Frame {
-        Frame {
-            func: FrameName {
-                name,
-                module: module.into(),
-                inlined: false,
-            },
-            file: None,
-            line: 0,
-            named: false,
-        }
-    }
-
-    /// A named function without source information.
-    pub fn named(name: impl Into<String>, module: impl Into<String>) -> Frame {
-        Frame {
-            func: FrameName {
-                name: name.into(),
-                module: module.into(),
-                inlined: false,
-            },
-            file: None,
-            line: 0,
-            named: true,
-        }
-    }
-
-    /// The frame for an address nothing knows about.
-    pub fn unknown(addr: u64) -> Frame {
-        Frame::unnamed(format!("[unknown] {addr:#x}"), "[unknown]")
-    }
-}
+use std::sync::Mutex;
 
 /// Names addresses of one process (user ones through `maps`).
 pub trait Symbolizer: Send + Sync {
@@ -90,17 +35,12 @@ type Request = (
 /// The blazesym-backed symbolizer, shared by all sessions. blazesym's
 /// symbolizer is not `Send`, so it lives on its own thread and serves
 /// requests in turn. The data it parsed from a file or from kallsyms (tens
-/// of MiB with decompressed debug sections) is released after [`IDLE`]
-/// unused: sessions name only new addresses, which mostly come in bursts
+/// of MiB with decompressed debug sections) is released after
+/// [`blaze::IDLE`] unused: sessions name only new addresses, which mostly come in bursts
 /// (at attach, when new code runs).
 pub struct BlazeSymbolizer {
     requests: Mutex<std::sync::mpsc::Sender<Request>>,
 }
-
-/// How long the symbolizer keeps the data of a file (or of kallsyms) that
-/// no request used: longer than the gaps between the short sessions of a
-/// script, which would otherwise parse them again each time.
-pub const IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How often the daemon's free heap is given back to the system.
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);

@@ -1,11 +1,11 @@
 //! Names found in files, shared by all sessions: a new session of a program
 //! already profiled, or a new process using the same libraries, is named
 //! without parsing those files again (their parsed data, tens of MiB with
-//! debug sections, is released when idle; see `super::IDLE`). Keyed by the
+//! debug sections, is released when idle; see `super::blaze::IDLE`). Keyed by the
 //! file's version (`FileVersion`), module name and file offset; a file's names go when unused for [`NAMES_IDLE`], and the
 //! least recently used files' go when more than [`MAX_NAMES`] are kept.
-use super::Frame;
-use crate::maps::FileVersion;
+use super::frame::Frame;
+use crate::file_version::FileVersion;
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};

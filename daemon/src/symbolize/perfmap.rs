@@ -2,7 +2,7 @@
 //! name` in hex): parsing, and a per-process cache that re-reads the file when
 //! it changes and keeps its last table (and the open file) after the target
 //! exits. Finding the file belongs to `maps::Target`.
-use crate::maps::FileVersion;
+use crate::file_version::FileVersion;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::{Arc, Mutex};

@@ -1,12 +1,14 @@
 //! Tests of the blazesym symbolizer on real binaries: the test binary itself,
 //! and small C and Rust programs built here (inlining, demangling, split
 //! debug files, deleted binaries, other mount namespaces, perf maps).
+use super::blaze::IDLE;
 use super::*;
 use crate::maps::{Backing, Mapping};
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Endianness, Object, ObjectSymbol};
 use std::path::Path;
 use std::process::{Child, Command};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[inline(never)]

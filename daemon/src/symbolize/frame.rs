@@ -1,0 +1,61 @@
+//! What an address is named as: a chain of frames, each a function (name,
+//! module, inlined or not) with its source file and line when known, or a
+//! placeholder for code that could not be named.
+use std::sync::Arc;
+
+/// A function as the function table keys it: name, module, and whether it
+/// was inlined at this point (the same function called normally is another
+/// entry).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FrameName {
+    pub name: String,
+    pub module: String,
+    pub inlined: bool,
+}
+
+/// One frame an address resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub func: FrameName,
+    /// Source file of the code at the address, when debug info names it.
+    pub file: Option<Arc<str>>,
+    /// Source line, 0 when unknown.
+    pub line: u32,
+    /// False for placeholders (`module+0x..`, `[unknown] 0x..`).
+    pub named: bool,
+}
+
+impl Frame {
+    /// A placeholder frame for code that could not be named.
+    pub fn unnamed(name: String, module: impl Into<String>) -> Frame {
+        Frame {
+            func: FrameName {
+                name,
+                module: module.into(),
+                inlined: false,
+            },
+            file: None,
+            line: 0,
+            named: false,
+        }
+    }
+
+    /// A named function without source information.
+    pub fn named(name: impl Into<String>, module: impl Into<String>) -> Frame {
+        Frame {
+            func: FrameName {
+                name: name.into(),
+                module: module.into(),
+                inlined: false,
+            },
+            file: None,
+            line: 0,
+            named: true,
+        }
+    }
+
+    /// The frame for an address nothing knows about.
+    pub fn unknown(addr: u64) -> Frame {
+        Frame::unnamed(format!("[unknown] {addr:#x}"), "[unknown]")
+    }
+}

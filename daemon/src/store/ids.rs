@@ -3,6 +3,7 @@
 //! `next-id` file holds a high-water mark, written and synced before any id
 //! below it is handed out; ids are reserved a block at a time, so a crash
 //! skips the rest of a block and never reuses one.
+use super::atomic::write_atomic;
 use std::path::{Path, PathBuf};
 
 /// The largest id handed out: 2^53 − 1, the largest integer a JSON number
@@ -93,7 +94,7 @@ impl Ids {
 
     fn write(&self, mark: u64) -> Result<(), IdError> {
         let Some(dir) = &self.dir else { return Ok(()) };
-        super::write_atomic(dir, NEXT_ID_FILE, format!("{mark}\n").as_bytes(), true).map_err(|e| {
+        write_atomic(dir, NEXT_ID_FILE, format!("{mark}\n").as_bytes(), true).map_err(|e| {
             IdError::Mark {
                 path: dir.join(NEXT_ID_FILE),
                 reason: e.to_string(),

@@ -1,6 +1,7 @@
 //! The daemon's sessions: validates attach requests against the kernel's and
 //! the daemon's limits, the target's existence and the caller's right to it,
-//! starts session actors, and looks them up for their owners. Errors here
+//! starts session actors, looks them up for their owners, and tells what
+//! the daemon is doing (`activity`, for Info and `/metrics`). Errors here
 //! carry what the caller should change.
 use crate::auth::{self, Caller, Check, Grant};
 use crate::error::Error;

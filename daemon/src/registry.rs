@@ -101,16 +101,12 @@ pub fn plan_attach(
         }
         Some(f) => f,
     };
-    let kind = match api::Event::try_from(req.event) {
-        Ok(api::Event::Unspecified | api::Event::CpuClock) => EventKind::CpuClock,
-        Ok(api::Event::Cycles) => EventKind::Cycles,
-        Err(_) => {
-            return Err(Error::InvalidArgument(format!(
-                "unknown event {}: use EVENT_CPU_CLOCK (1) or EVENT_CYCLES (2)",
-                req.event
-            )))
-        }
-    };
+    let kind = EventKind::from(api::Event::try_from(req.event).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "unknown event {}: use EVENT_CPU_CLOCK (1) or EVENT_CYCLES (2)",
+            req.event
+        ))
+    })?);
     if req.duration_ms > MAX_DURATION_MS {
         return Err(Error::InvalidArgument(format!(
             "duration {} ms is over a year: use 0 (until stopped) or at most {MAX_DURATION_MS} ms",

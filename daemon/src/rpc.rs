@@ -225,10 +225,7 @@ impl Profiler for Service {
             .groups
             .into_iter()
             .map(|g| api::SamplerGroup {
-                event: match g.spec.kind {
-                    crate::perf::EventKind::CpuClock => api::Event::CpuClock as i32,
-                    crate::perf::EventKind::Cycles => api::Event::Cycles as i32,
-                },
+                event: api::Event::from(g.spec.kind) as i32,
                 frequency_hz: g.spec.frequency_hz,
                 sessions: g.sessions,
                 target_pid: g.spec.target.map_or(0, |t| t.pid),

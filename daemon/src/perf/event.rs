@@ -5,6 +5,7 @@
 use super::record::{self, Layout, ParseError, Record};
 use perf_event_open_sys as sys;
 use perf_event_open_sys::bindings as b;
+use profd_common::api;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,26 @@ pub enum EventKind {
     CpuClock,
     /// Hardware cycle counter: needs a PMU.
     Cycles,
+}
+
+/// The API's name of the event.
+impl From<EventKind> for api::Event {
+    fn from(kind: EventKind) -> api::Event {
+        match kind {
+            EventKind::CpuClock => api::Event::CpuClock,
+            EventKind::Cycles => api::Event::Cycles,
+        }
+    }
+}
+
+/// The event the API asks for; unspecified is cpu-clock.
+impl From<api::Event> for EventKind {
+    fn from(event: api::Event) -> EventKind {
+        match event {
+            api::Event::Unspecified | api::Event::CpuClock => EventKind::CpuClock,
+            api::Event::Cycles => EventKind::Cycles,
+        }
+    }
 }
 
 /// Everything that determines how the per-CPU events are opened.

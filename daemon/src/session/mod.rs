@@ -13,7 +13,7 @@ pub use recent::MAX_WINDOW_S;
 
 use crate::error::Error;
 use crate::maps::ProcessMaps;
-use crate::perf::{EventKind, EventSpec, PidFd};
+use crate::perf::{EventSpec, PidFd};
 use crate::sampler::{Batch, SampleSource};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
 use profd_common::api;
@@ -439,10 +439,6 @@ impl Actor {
 
     fn summary(&self) -> api::Session {
         let elapsed = self.ended.unwrap_or_else(Instant::now) - self.started;
-        let event = match self.spec.kind {
-            EventKind::CpuClock => api::Event::CpuClock,
-            EventKind::Cycles => api::Event::Cycles,
-        };
         let mut totals = self.ingest.totals;
         totals.unsampled = scope::unsampled(&totals, self.ingest.counted, &self.spec);
         api::Session {
@@ -450,7 +446,7 @@ impl Actor {
             pid: self.params.pid,
             comm: self.params.comm.clone(),
             frequency_hz: self.spec.frequency_hz,
-            event: event as i32,
+            event: api::Event::from(self.spec.kind) as i32,
             state: *self.state.borrow() as i32,
             started_unix_ms: self.started_unix_ms,
             duration_s: elapsed.as_secs_f64(),

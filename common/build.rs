@@ -15,6 +15,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = tonic_prost_build::Config::new();
     config.enable_type_names();
     tonic_prost_build::configure()
+        // The JSON report (src/export/json.rs) writes these as they are.
+        .type_attribute("profd.v1.Totals", "#[derive(serde::Serialize)]")
+        .type_attribute("profd.v1.ProcessSamples", "#[derive(serde::Serialize)]")
         .codec_path("crate::codec::StrictCodec")
         .compile_fds_with_config(fds, config)?;
 

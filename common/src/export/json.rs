@@ -2,7 +2,7 @@
 //! the daemon's JSON export and `profctl --format json`.
 use serde::Serialize;
 
-use crate::api::{Function, Scope, Session, SessionState, Unwind};
+use crate::api::{Function, ProcessSamples, Scope, Session, SessionState, Totals, Unwind};
 use crate::event_name;
 
 /// The state as JSON and tables spell it: `running`, `stopped`,
@@ -55,32 +55,10 @@ struct Report<'a> {
     owner: &'a str,
     owner_uid: u32,
     children: bool,
-    processes: Vec<Process<'a>>,
+    processes: &'a [ProcessSamples],
     scope: &'static str,
     totals: Totals,
     functions: Vec<Row<'a>>,
-}
-
-#[derive(Serialize)]
-struct Totals {
-    attributed: u64,
-    discarded: u64,
-    lost: u64,
-    truncated: u64,
-    unsymbolized: u64,
-    overflowed: u64,
-    throttled: u64,
-    unchecked: u64,
-    unsampled: u64,
-}
-
-#[derive(Serialize)]
-struct Process<'a> {
-    pid: u32,
-    ppid: u32,
-    comm: &'a str,
-    samples: u64,
-    exited: bool,
 }
 
 #[derive(Serialize)]
@@ -104,7 +82,6 @@ struct Row<'a> {
 /// `inlined`}], keys in this order. `functions` are taken as given (order, percentages): pass them
 /// sorted and limited as wanted.
 pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
-    let t = session.totals.unwrap_or_default();
     let report = Report {
         session_id: session.id,
         pid: session.pid,
@@ -119,29 +96,9 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
         owner: &session.owner,
         owner_uid: session.owner_uid,
         children: session.children,
-        processes: session
-            .processes
-            .iter()
-            .map(|p| Process {
-                pid: p.pid,
-                ppid: p.ppid,
-                comm: &p.comm,
-                samples: p.samples,
-                exited: p.exited,
-            })
-            .collect(),
+        processes: &session.processes,
         scope: scope_name(session.scope()),
-        totals: Totals {
-            attributed: t.attributed,
-            discarded: t.discarded,
-            lost: t.lost,
-            truncated: t.truncated,
-            unsymbolized: t.unsymbolized,
-            overflowed: t.overflowed,
-            throttled: t.throttled,
-            unchecked: t.unchecked,
-            unsampled: t.unsampled,
-        },
+        totals: session.totals.unwrap_or_default(),
         functions: functions
             .iter()
             .map(|f| Row {
@@ -161,7 +118,7 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Event, Totals as ApiTotals};
+    use crate::api::Event;
     use crate::testdata::known;
     use crate::views;
 
@@ -173,7 +130,7 @@ mod tests {
             frequency_hz: 999,
             duration_s: 2.5,
             stack_bytes: 16384,
-            totals: Some(ApiTotals {
+            totals: Some(Totals {
                 attributed: 12,
                 discarded: 3,
                 lost: 1,
@@ -184,6 +141,13 @@ mod tests {
                 unchecked: 0,
                 unsampled: 4,
             }),
+            processes: vec![ProcessSamples {
+                pid: 1234,
+                ppid: 0,
+                comm: "prog".into(),
+                samples: 12,
+                exited: true,
+            }],
             ..Default::default()
         };
         s.set_state(SessionState::DurationElapsed);
@@ -235,6 +199,11 @@ mod tests {
                 "unsampled"
             ]
         );
+        assert_eq!(
+            keys(&v["processes"][0]),
+            ["pid", "ppid", "comm", "samples", "exited"]
+        );
+        assert_eq!(v["processes"][0]["samples"], 12);
         let f = &v["functions"];
         assert_eq!(f.as_array().unwrap().len(), 6);
         assert_eq!(

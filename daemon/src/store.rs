@@ -1,10 +1,11 @@
 //! The state directory: every session that ends is kept there as
-//! `<id>.pprof` (its gzip'd pprof export) and `<id>.json` (its summary), so
-//! that finished sessions survive daemon restarts; running sessions are
-//! saved there too, at intervals (checkpoints), and the high-water mark of
-//! session ids (see [`ids`]). Files are written atomically (temp file,
+//! `<id>.pprof` (its gzip'd pprof export) and `<id>.session` (its summary,
+//! see [`record`]), so that finished sessions survive daemon restarts;
+//! running sessions are saved there too, at intervals (checkpoints), and the
+//! high-water mark of session ids (see [`ids`]). Summaries `<id>.json` (see
+//! [`legacy`]) are read as well. Files are written atomically (temp file,
 //! fsync, rename, fsync of the directory), the metadata last: a session is
-//! stored once its `.json` exists; a session's first save never replaces
+//! stored once its `.session` exists; a session's first save never replaces
 //! files that are there already (another session's). At start,
 //! files that are corrupt, truncated or orphaned are moved to `corrupt/` with
 //! a warning, never fatally. Retention limits (count, age, bytes) delete the
@@ -26,12 +27,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod atomic;
 mod ids;
-mod meta;
+mod legacy;
+mod record;
 
 use atomic::{put, stage, sync_dir};
 pub use ids::{IdError, Ids, MAX_ID, NEXT_ID_FILE};
-use meta::{Meta, ProfileFile};
-pub use meta::{FORMAT_VERSION, INTERRUPTED};
+use prost::Message;
+use record::{ProfileFile, Record};
 
 /// Where sessions are kept unless `--state-dir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/profd";
@@ -147,10 +149,6 @@ fn now_unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A session on disk, for retention.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Entry {
@@ -185,15 +183,30 @@ fn victims(entries: &BTreeMap<u64, Entry>, r: &Retention, now_ms: u64) -> Vec<u6
 /// The kinds of file the state directory holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
+    /// `<id>.session`, the summary.
+    Session,
+    /// `<id>.json`, the summary of format 1.
     Json,
+    /// `<id>.pprof`, the profile.
     Pprof,
 }
 
-/// `<id>.json` or `<id>.pprof`; the id None when it is one profd never
-/// hands out (0, or above [`MAX_ID`]).
+impl Kind {
+    fn name(self, id: u64) -> String {
+        match self {
+            Kind::Session => format!("{id}.session"),
+            Kind::Json => format!("{id}.json"),
+            Kind::Pprof => pprof_name(id),
+        }
+    }
+}
+
+/// `<id>.session`, `<id>.json` or `<id>.pprof`; the id None when it is one
+/// profd never hands out (0, or above [`MAX_ID`]).
 fn parse_name(name: &str) -> Option<(Option<u64>, Kind)> {
     let (stem, ext) = name.rsplit_once('.')?;
     let kind = match ext {
+        "session" => Kind::Session,
         "json" => Kind::Json,
         "pprof" => Kind::Pprof,
         _ => return None,
@@ -202,10 +215,6 @@ fn parse_name(name: &str) -> Option<(Option<u64>, Kind)> {
         return None;
     }
     Some((ids::parse_id(stem), kind))
-}
-
-fn json_name(id: u64) -> String {
-    format!("{id}.json")
 }
 
 fn pprof_name(id: u64) -> String {
@@ -319,25 +328,35 @@ impl Store {
         }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         for (id, kinds) in files {
-            let (json, pprof) = (json_name(id), pprof_name(id));
-            match (kinds.contains(&Kind::Json), kinds.contains(&Kind::Pprof)) {
-                (true, false) => self.move_aside(&json, &format!("its profile {pprof} is missing")),
-                (false, true) => self.move_aside(
+            let pprof = pprof_name(id);
+            // Its summary: `.session`, else `.json`.
+            let meta = [Kind::Session, Kind::Json]
+                .into_iter()
+                .find(|k| kinds.contains(k));
+            match (meta, kinds.contains(&Kind::Pprof)) {
+                (Some(meta), false) => {
+                    self.move_aside(&meta.name(id), &format!("its profile {pprof} is missing"))
+                }
+                (None, true) => self.move_aside(
                     &pprof,
-                    &format!("orphaned: its metadata {json} is missing (the daemon stopped while saving)"),
+                    &format!(
+                        "orphaned: its metadata {} is missing (the daemon stopped while saving)",
+                        Kind::Session.name(id)
+                    ),
                 ),
-                (true, true) => match self.check(id) {
+                (Some(meta), true) => match self.check(id, meta) {
                     Ok((stored, entry)) => {
                         entries.insert(id, entry);
                         kept = id;
                         sessions.push(stored);
                     }
                     Err(why) => {
-                        self.move_aside(&json, &why);
-                        self.move_aside(&pprof, &format!("its metadata {json} is unusable"));
+                        let name = meta.name(id);
+                        self.move_aside(&name, &why);
+                        self.move_aside(&pprof, &format!("its metadata {name} is unusable"));
                     }
                 },
-                (false, false) => {}
+                (None, false) => {}
             }
         }
         let gone = victims(&entries, &self.retention, now_unix_ms());
@@ -388,44 +407,33 @@ impl Store {
         Ok(mark)
     }
 
-    /// Check one session's metadata, and its profile's size and header.
-    fn check(&self, id: u64) -> Result<(Stored, Entry), String> {
-        let json_path = self.dir.join(json_name(id));
-        let mut text = String::new();
-        File::open(&json_path)
-            .and_then(|f| f.take(MAX_META_BYTES + 1).read_to_string(&mut text))
+    /// Check one session's metadata (`meta`: which file holds it), and its
+    /// profile's size and header.
+    fn check(&self, id: u64, meta: Kind) -> Result<(Stored, Entry), String> {
+        let mut bytes = Vec::new();
+        File::open(self.dir.join(meta.name(id)))
+            .and_then(|f| f.take(MAX_META_BYTES + 1).read_to_end(&mut bytes))
             .map_err(|e| format!("cannot read it: {e}"))?;
-        if text.len() as u64 > MAX_META_BYTES {
+        if bytes.len() as u64 > MAX_META_BYTES {
             return Err(format!("larger than {MAX_META_BYTES} bytes"));
         }
-        let meta: Meta =
-            serde_json::from_str(&text).map_err(|e| format!("not valid metadata: {e}"))?;
-        if meta.format != FORMAT_VERSION {
-            return Err(format!(
-                "format version {} (this daemon reads {FORMAT_VERSION})",
-                meta.format
-            ));
+        let (session, profile) = match meta {
+            Kind::Json => legacy::decode(&bytes, &pprof_name(id))?,
+            _ => Record::decode_parts(&bytes)?,
+        };
+        if session.id != id {
+            return Err(format!("it describes session {}, not {id}", session.id));
         }
-        if meta.id != id {
-            return Err(format!("it describes session {}, not {id}", meta.id));
-        }
-        if meta.profile.file != pprof_name(id) {
-            return Err(format!(
-                "its profile is {:?}, not {:?}",
-                meta.profile.file,
-                pprof_name(id)
-            ));
-        }
-        let session = meta.session()?;
+        let session = record::checked(session)?;
         let pprof_path = self.dir.join(pprof_name(id));
         let size = fs::metadata(&pprof_path)
             .map_err(|e| format!("cannot read {}: {e}", pprof_name(id)))?
             .len();
-        if size != meta.profile.bytes {
+        if size != profile.bytes {
             return Err(format!(
                 "{} is {size} bytes, {} were written (truncated?)",
                 pprof_name(id),
-                meta.profile.bytes
+                profile.bytes
             ));
         }
         let mut magic = [0u8; 2];
@@ -436,16 +444,10 @@ impl Store {
             return Err(format!("{} is not a gzip'd pprof file", pprof_name(id)));
         }
         let entry = Entry {
-            ended_unix_ms: meta.ended_unix_ms,
-            bytes: size + text.len() as u64,
+            ended_unix_ms: record::ended_unix_ms(&session),
+            bytes: size + bytes.len() as u64,
         };
-        Ok((
-            Stored {
-                session,
-                profile: meta.profile,
-            },
-            entry,
-        ))
+        Ok((Stored { session, profile }, entry))
     }
 
     /// Keep a session, ended or (a checkpoint) running: its profile, then
@@ -459,14 +461,14 @@ impl Store {
     ) -> Result<Vec<u64>, String> {
         let id = session.id;
         let bytes = export::pprof(profile);
-        let file = ProfileFile {
-            file: pprof_name(id),
-            bytes: bytes.len() as u64,
-            sha256: hex(&Sha256::digest(&bytes)),
-        };
-        let meta = Meta::new(session, file);
-        let mut json = serde_json::to_vec_pretty(&meta).map_err(|e| e.to_string())?;
-        json.push(b'\n');
+        let record = Record {
+            session: Some(session.clone()),
+            profile: Some(ProfileFile {
+                bytes: bytes.len() as u64,
+                sha256: Sha256::digest(&bytes).to_vec(),
+            }),
+        }
+        .encode_to_vec();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
         let replace = own.contains(&id);
@@ -478,29 +480,29 @@ impl Store {
             ),
             _ => format!("cannot write {what} in {}: {e}", self.dir.display()),
         };
-        let (pprof_file, json_file) = (pprof_name(id), json_name(id));
+        let (pprof_file, meta_file) = (pprof_name(id), Kind::Session.name(id));
         // Both written and synced first: a checkpoint replacing the last
         // one leaves the pair mismatched only between the two renames.
         let pprof_tmp = stage(&self.dir, &pprof_file, &bytes).map_err(|e| fail(&pprof_file, e))?;
-        let json_tmp = stage(&self.dir, &json_file, &json).map_err(|e| {
+        let meta_tmp = stage(&self.dir, &meta_file, &record).map_err(|e| {
             let _ = fs::remove_file(&pprof_tmp);
-            fail(&json_file, e)
+            fail(&meta_file, e)
         })?;
         if let Err(e) = put(&self.dir, &pprof_tmp, &pprof_file, replace) {
-            let _ = fs::remove_file(&json_tmp);
+            let _ = fs::remove_file(&meta_tmp);
             return Err(fail(&pprof_file, e));
         }
-        if let Err(e) = put(&self.dir, &json_tmp, &json_file, replace) {
+        if let Err(e) = put(&self.dir, &meta_tmp, &meta_file, replace) {
             let _ = fs::remove_file(self.dir.join(&pprof_file));
-            return Err(fail(&json_file, e));
+            return Err(fail(&meta_file, e));
         }
-        sync_dir(&self.dir).map_err(|e| fail(&json_file, e))?;
+        sync_dir(&self.dir).map_err(|e| fail(&meta_file, e))?;
         own.insert(id);
         entries.insert(
             id,
             Entry {
-                ended_unix_ms: meta.ended_unix_ms,
-                bytes: (bytes.len() + json.len()) as u64,
+                ended_unix_ms: record::ended_unix_ms(session),
+                bytes: (bytes.len() + record.len()) as u64,
             },
         );
         let gone = victims(&entries, &self.retention, now_unix_ms());
@@ -513,7 +515,7 @@ impl Store {
 
     /// Read, check and decode a stored session's profile.
     pub fn load(&self, stored: &Stored) -> Result<ResolvedProfile, LoadError> {
-        let path = self.dir.join(&stored.profile.file);
+        let path = self.dir.join(pprof_name(stored.session.id));
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(LoadError::Gone),
@@ -526,7 +528,7 @@ impl Store {
                 stored.profile.bytes
             )));
         }
-        if hex(&Sha256::digest(&bytes)) != stored.profile.sha256 {
+        if Sha256::digest(&bytes).as_slice() != stored.profile.sha256 {
             return Err(LoadError::Corrupt(
                 "its SHA-256 is not the one written".into(),
             ));
@@ -546,17 +548,22 @@ impl Store {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if entries.remove(&id).is_some() {
             self.move_aside(&pprof_name(id), why);
-            self.move_aside(
-                &json_name(id),
-                &format!("its profile {} is unusable", pprof_name(id)),
-            );
+            for meta in [Kind::Session, Kind::Json] {
+                let name = meta.name(id);
+                if fs::symlink_metadata(self.dir.join(&name)).is_ok() {
+                    self.move_aside(
+                        &name,
+                        &format!("its profile {} is unusable", pprof_name(id)),
+                    );
+                }
+            }
         }
     }
 
     /// Delete a session's files (retention): metadata first, so that it is
     /// never half there.
     fn delete(&self, id: u64) {
-        for name in [json_name(id), pprof_name(id)] {
+        for name in [Kind::Session, Kind::Json, Kind::Pprof].map(|k| k.name(id)) {
             let path = self.dir.join(&name);
             if let Err(e) = fs::remove_file(&path) {
                 if e.kind() != io::ErrorKind::NotFound {

@@ -124,8 +124,8 @@ fn saved_sessions_come_back_with_their_figures() {
     );
     let original = session(3, now_unix_ms());
     assert!(store.save(&original, &profile()).unwrap().is_empty());
-    assert_eq!(names(&p.dir), ["3.json", "3.pprof"], "no temp file left");
-    for f in ["3.json", "3.pprof"] {
+    assert_eq!(names(&p.dir), ["3.pprof", "3.session"], "no temp file left");
+    for f in ["3.pprof", "3.session"] {
         let mode = fs::metadata(p.dir.join(f)).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "{f}");
     }
@@ -157,7 +157,7 @@ fn corrupt_truncated_and_orphaned_files_are_moved_aside() {
     let (store, _) = open(&p);
     save_n(&store, 5);
     drop(store);
-    fs::write(p.dir.join("1.json"), b"{ not json").unwrap();
+    fs::write(p.dir.join("1.session"), b"{ not a record").unwrap();
     let pprof2 = p.dir.join("2.pprof");
     let len = fs::metadata(&pprof2).unwrap().len();
     File::options()
@@ -166,9 +166,9 @@ fn corrupt_truncated_and_orphaned_files_are_moved_aside() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    fs::remove_file(p.dir.join("3.json")).unwrap();
+    fs::remove_file(p.dir.join("3.session")).unwrap();
     fs::remove_file(p.dir.join("4.pprof")).unwrap();
-    fs::write(p.dir.join("7.json.tmp"), b"{").unwrap();
+    fs::write(p.dir.join("7.session.tmp"), b"{").unwrap();
     fs::write(p.dir.join("README"), b"not ours").unwrap();
 
     let (store, found) = open(&p);
@@ -181,27 +181,30 @@ fn corrupt_truncated_and_orphaned_files_are_moved_aside() {
     assert_eq!(
         names(&p.dir.join(CORRUPT_DIR)),
         [
-            "1.json",
             "1.pprof",
-            "2.json",
+            "1.session",
             "2.pprof",
+            "2.session",
             "3.pprof",
-            "4.json",
-            "7.json.tmp"
+            "4.session",
+            "7.session.tmp"
         ]
     );
-    assert_eq!(names(&p.dir), ["5.json", "5.pprof", "README", CORRUPT_DIR]);
+    assert_eq!(
+        names(&p.dir),
+        ["5.pprof", "5.session", "README", CORRUPT_DIR]
+    );
     assert!(store.load(&found.sessions[0]).is_ok());
 
     // The same names again: moved aside under new names, nothing lost.
     drop(store);
-    fs::write(p.dir.join("1.json"), b"[]").unwrap();
+    fs::write(p.dir.join("1.session"), b"[]").unwrap();
     fs::write(p.dir.join("1.pprof"), b"").unwrap();
     let (_, found) = open(&p);
     assert_eq!(ids(&found), [5]);
     let corrupt = names(&p.dir.join(CORRUPT_DIR));
     assert!(
-        corrupt.contains(&"1.json.1".to_string()) && corrupt.contains(&"1.pprof.1".to_string()),
+        corrupt.contains(&"1.session.1".to_string()) && corrupt.contains(&"1.pprof.1".to_string()),
         "{corrupt:?}"
     );
 }
@@ -225,7 +228,7 @@ fn a_profile_damaged_after_start_is_found_when_loaded() {
         "{err}"
     );
     store.discard(1, &err.to_string());
-    assert_eq!(names(&p.dir.join(CORRUPT_DIR)), ["1.json", "1.pprof"]);
+    assert_eq!(names(&p.dir.join(CORRUPT_DIR)), ["1.pprof", "1.session"]);
     fs::remove_file(p.dir.join("2.pprof")).unwrap();
     assert!(matches!(
         store.load(&found.sessions[1]),
@@ -243,7 +246,10 @@ fn retention_by_count_deletes_the_oldest() {
     let (store, _) = open(&p);
     let deleted = save_n(&store, 4);
     assert_eq!(deleted, [vec![], vec![], vec![1], vec![2]]);
-    assert_eq!(names(&p.dir), ["3.json", "3.pprof", "4.json", "4.pprof"]);
+    assert_eq!(
+        names(&p.dir),
+        ["3.pprof", "3.session", "4.pprof", "4.session"]
+    );
     drop(store);
 
     // At start too, with a lower limit.
@@ -257,7 +263,7 @@ fn retention_by_count_deletes_the_oldest() {
     let (_, found) = open(&p1);
     assert_eq!(ids(&found), [4]);
     assert_eq!(found.ids.peek(), 5);
-    assert_eq!(names(&p1.dir), ["4.json", "4.pprof"]);
+    assert_eq!(names(&p1.dir), ["4.pprof", "4.session"]);
 }
 
 #[test]
@@ -273,7 +279,10 @@ fn retention_by_age_deletes_sessions_that_ended_long_ago() {
         .unwrap()
         .is_empty());
     assert!(store.save(&session(3, now), &profile()).unwrap().is_empty());
-    assert_eq!(names(&p.dir), ["2.json", "2.pprof", "3.json", "3.pprof"]);
+    assert_eq!(
+        names(&p.dir),
+        ["2.pprof", "2.session", "3.pprof", "3.session"]
+    );
     drop(store);
     let p = Persist {
         retention: Retention {
@@ -291,7 +300,7 @@ fn retention_by_bytes_deletes_the_oldest() {
     let p = persist(&scratch("bytes"), Retention::default());
     let (store, _) = open(&p);
     save_n(&store, 1);
-    let one: u64 = ["1.json", "1.pprof"]
+    let one: u64 = ["1.pprof", "1.session"]
         .iter()
         .map(|f| fs::metadata(p.dir.join(f)).unwrap().len())
         .sum();
@@ -311,7 +320,10 @@ fn retention_by_bytes_deletes_the_oldest() {
             .save(&session(id, now + id * 1000), &profile())
             .unwrap();
     }
-    assert_eq!(names(&p.dir), ["3.json", "3.pprof", "4.json", "4.pprof"]);
+    assert_eq!(
+        names(&p.dir),
+        ["3.pprof", "3.session", "4.pprof", "4.session"]
+    );
 }
 
 #[test]
@@ -423,7 +435,7 @@ fn files_named_after_ids_never_handed_out_are_moved_aside_and_ignored() {
     store.save(&session(id, now_unix_ms()), &profile()).unwrap();
     drop((store, found));
     let strays = [
-        "0.json",
+        "0.session",
         "18446744073709551615.pprof",
         "9007199254740992.pprof",
         "99999999999999999999999.json",
@@ -453,7 +465,7 @@ fn a_save_never_replaces_another_sessions_files() {
     let (store, _) = open(&p);
     let now = now_unix_ms();
     store.save(&session(1, now), &profile()).unwrap();
-    let files = ["1.json", "1.pprof"];
+    let files = ["1.pprof", "1.session"];
     let before = read_files(&p.dir, &files);
     // Another store on the directory, as if id 1 were handed out again.
     let (other, _) = open(&p);
@@ -473,8 +485,8 @@ fn a_save_never_replaces_another_sessions_files() {
     // Only the metadata there: the profile written is taken back.
     fs::remove_file(p.dir.join("1.pprof")).unwrap();
     let err = other.save(&intruder, &profile()).unwrap_err();
-    assert!(err.contains("1.json"), "{err}");
-    assert_eq!(names(&p.dir), ["1.json"]);
+    assert!(err.contains("1.session"), "{err}");
+    assert_eq!(names(&p.dir), ["1.session"]);
     // A session replaces its own files (a checkpoint, then its end).
     store.save(&session(2, now), &profile()).unwrap();
     store.save(&session(2, now + 1000), &profile()).unwrap();
@@ -501,4 +513,82 @@ fn a_checkpoint_comes_back_as_a_failed_session_of_its_owner() {
     let loaded = store.load(&found.sessions[0]).unwrap();
     assert_eq!(loaded.stacks.len(), profile().stacks.len());
     assert_eq!(loaded.attributed, 4);
+}
+
+/// A state directory written by a daemon that kept summaries as `<id>.json`
+/// (format 1): sessions 1-3 ended, 4 checkpointed while it ran and the
+/// daemon killed; and the JSON exports (`profctl export N --format json`)
+/// that daemon made of them after its restart.
+const FORMAT_1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/state-format-1");
+const FORMAT_1_EXPORTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/testdata/state-format-1-exports"
+);
+
+#[test]
+fn sessions_kept_as_json_summaries_come_back_with_their_figures() {
+    let p = persist(
+        &scratch("format-1"),
+        Retention {
+            max_age: Duration::from_secs(100 * 365 * 24 * 3600),
+            ..Retention::default()
+        },
+    );
+    fs::create_dir(&p.dir).unwrap();
+    for f in fs::read_dir(FORMAT_1).unwrap() {
+        let f = f.unwrap();
+        fs::copy(f.path(), p.dir.join(f.file_name())).unwrap();
+    }
+    let files = names(&p.dir);
+    let (store, found) = open(&p);
+    assert_eq!(ids(&found), [1, 2, 3, 4]);
+    assert_eq!(found.ids.peek(), 17, "after the mark");
+    assert_eq!(
+        names(&p.dir),
+        files,
+        "read in place: nothing moved or written"
+    );
+    for stored in &found.sessions {
+        let id = stored.session.id;
+        assert!(stored.session.earlier_run);
+        let profile = store.load(stored).unwrap();
+        let export = export::json(&stored.session, &views::functions(&profile));
+        let expected = fs::read_to_string(format!("{FORMAT_1_EXPORTS}/{id}.json")).unwrap();
+        // As text: every digit of every figure.
+        assert_eq!(
+            serde_json::to_string_pretty(&export).unwrap(),
+            expected.trim_end(),
+            "session {id}"
+        );
+    }
+    let s = |id: usize| &found.sessions[id - 1].session;
+    assert_eq!(s(3).processes.len(), 2, "the target and its child");
+    assert_eq!(s(3).totals.unwrap().lost, 488);
+    assert_eq!(s(4).state(), api::SessionState::Failed);
+    assert!(s(4).error.contains("last checkpoint"), "{}", s(4).error);
+
+    // A new session beside them is kept as `<id>.session`; both kinds come
+    // back, and retention deletes either.
+    let mut found = found;
+    let id = found.ids.take().unwrap();
+    store.save(&session(id, now_unix_ms()), &profile()).unwrap();
+    drop((store, found));
+    let (_, found) = open(&Persist {
+        retention: Retention {
+            max_sessions: 2,
+            ..p.retention.clone()
+        },
+        ..p.clone()
+    });
+    assert_eq!(ids(&found), [4, id]);
+    assert_eq!(
+        names(&p.dir),
+        [
+            "17.pprof".to_string(),
+            "17.session".into(),
+            "4.json".into(),
+            "4.pprof".into(),
+            NEXT_ID_FILE.into()
+        ]
+    );
 }

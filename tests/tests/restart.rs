@@ -92,7 +92,7 @@ fn sigterm_then_restart_keeps_sessions() {
     let id1 = p1.session_id;
     let state = state_dir(&h.daemon);
     // Saved when it ends, not only at shutdown.
-    wait_for_file(&state.join(format!("{id1}.json")));
+    wait_for_file(&state.join(format!("{id1}.session")));
     let before = export_json(&h.daemon, id1);
     assert_eq!(
         figures(&before),
@@ -137,7 +137,7 @@ fn sigterm_then_restart_keeps_sessions() {
     assert!(p2.totals.attributed > 0, "{}", p2.table());
     let files = names(&state);
     for id in [id1, id2] {
-        for ext in ["json", "pprof"] {
+        for ext in ["session", "pprof"] {
             let name = format!("{id}.{ext}");
             assert!(files.contains(&name), "{name} not in {files:?}");
         }
@@ -265,7 +265,7 @@ fn corrupt_state_files_are_moved_aside() {
     let status = d.terminate();
     assert!(status.success(), "profd on SIGTERM: {status}\n{}", d.log());
     let state = state_dir(&d);
-    let garbage = state.join(format!("{}.json", ids[0]));
+    let garbage = state.join(format!("{}.session", ids[0]));
     std::fs::write(&garbage, "{\"format\": 1, \"id\": gar").unwrap();
     let truncated = state.join(format!("{}.pprof", ids[1]));
     let len = std::fs::metadata(&truncated).unwrap().len();
@@ -288,7 +288,7 @@ fn corrupt_state_files_are_moved_aside() {
     let corrupt = names(&state.join("corrupt"));
     let mut expected: Vec<String> = ids[..2]
         .iter()
-        .flat_map(|id| [format!("{id}.json"), format!("{id}.pprof")])
+        .flat_map(|id| [format!("{id}.session"), format!("{id}.pprof")])
         .collect();
     expected.sort();
     assert_eq!(corrupt, expected);
@@ -405,7 +405,7 @@ fn a_stray_file_with_a_huge_id_reuses_no_id() {
     let first = attach(&d);
     assert_eq!(first.session_id, 1, "a new state directory's first session");
     let state = state_dir(&d);
-    let files1 = [state.join("1.json"), state.join("1.pprof")];
+    let files1 = [state.join("1.session"), state.join("1.pprof")];
     wait_for_file(&files1[0]);
     let read = |path: &PathBuf| std::fs::read(path).unwrap();
     let before: Vec<Vec<u8>> = files1.iter().map(read).collect();
@@ -421,7 +421,7 @@ fn a_stray_file_with_a_huge_id_reuses_no_id() {
         second.session_id,
         first.session_id
     );
-    wait_for_file(&state.join(format!("{}.json", second.session_id)));
+    wait_for_file(&state.join(format!("{}.session", second.session_id)));
     let after: Vec<Vec<u8>> = files1.iter().map(read).collect();
     assert!(after == before, "session 1's files were replaced");
     assert!(
@@ -476,7 +476,7 @@ fn kill_9_reuses_no_id_and_keeps_the_running_session() {
     };
     assert!(id > ended.session_id);
     // Its first checkpoint, a second in.
-    wait_for_file(&state_dir(&d).join(format!("{id}.json")));
+    wait_for_file(&state_dir(&d).join(format!("{id}.session")));
 
     d.kill_and_restart();
     drop(running);

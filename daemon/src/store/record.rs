@@ -1,0 +1,75 @@
+//! The metadata file `<id>.session`: a session's summary as the API's own
+//! message (`profd.v1.Session`) with the size and SHA-256 of its profile
+//! file, encoded with protobuf; and the check of a summary read back. A
+//! summary saved while its session ran (a checkpoint) reads back as a
+//! failed session: the daemon stopped without saving it.
+use profd_common::api;
+use prost::Message;
+
+/// The error of a session whose daemon stopped without saving its end.
+pub const INTERRUPTED: &str = "the daemon stopped while the session ran (killed or crashed): \
+     its profile and totals are those of its last checkpoint";
+
+/// What `<id>.session` holds.
+#[derive(Clone, PartialEq, Message)]
+pub(super) struct Record {
+    /// The session as the API gives it.
+    #[prost(message, optional, tag = "1")]
+    pub(super) session: Option<api::Session>,
+    /// Its profile file `<id>.pprof`.
+    #[prost(message, optional, tag = "2")]
+    pub(super) profile: Option<ProfileFile>,
+}
+
+/// The profile file `<id>.pprof` as written.
+#[derive(Clone, PartialEq, Message)]
+pub(super) struct ProfileFile {
+    /// Its size.
+    #[prost(uint64, tag = "1")]
+    pub(super) bytes: u64,
+    /// The SHA-256 of its bytes (32 bytes).
+    #[prost(bytes = "vec", tag = "2")]
+    pub(super) sha256: Vec<u8>,
+}
+
+impl Record {
+    /// The session and its profile file, from the bytes of `<id>.session`.
+    pub(super) fn decode_parts(bytes: &[u8]) -> Result<(api::Session, ProfileFile), String> {
+        let record = Record::decode(bytes).map_err(|e| format!("not a session record: {e}"))?;
+        match (record.session, record.profile) {
+            (Some(session), Some(profile)) => Ok((session, profile)),
+            (None, _) => Err("it holds no session".into()),
+            (_, None) => Err("it names no profile".into()),
+        }
+    }
+}
+
+/// The summary `s` read back, checked, as a session of an earlier run.
+pub(super) fn checked(mut s: api::Session) -> Result<api::Session, String> {
+    match api::SessionState::try_from(s.state) {
+        // A checkpoint of a running session: the daemon stopped (killed,
+        // crashed) without saving the session's end.
+        Ok(api::SessionState::Running) => {
+            s.state = api::SessionState::Failed as i32;
+            s.error = INTERRUPTED.into();
+        }
+        Ok(api::SessionState::Unspecified) | Err(_) => {
+            return Err(format!("state {} is not a session's state", s.state))
+        }
+        Ok(_) => {}
+    }
+    api::Event::try_from(s.event).map_err(|_| format!("unknown event {}", s.event))?;
+    api::Unwind::try_from(s.unwind).map_err(|_| format!("unknown unwind {}", s.unwind))?;
+    api::Scope::try_from(s.scope).map_err(|_| format!("unknown scope {}", s.scope))?;
+    if !s.duration_s.is_finite() || s.duration_s < 0.0 {
+        return Err(format!("duration_s {} is not a duration", s.duration_s));
+    }
+    s.earlier_run = true;
+    Ok(s)
+}
+
+/// When a session ended, from its start and length.
+pub(super) fn ended_unix_ms(s: &api::Session) -> u64 {
+    s.started_unix_ms
+        .saturating_add((s.duration_s.max(0.0) * 1000.0) as u64)
+}

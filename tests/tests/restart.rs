@@ -512,3 +512,55 @@ fn kill_9_reuses_no_id_and_keeps_the_running_session() {
     let denied = d.profctl_as(bob, &["export", &id.to_string(), "--format", "json"]);
     assert_one_line_error(&denied, &["permission denied"]);
 }
+
+/// A state directory written by a daemon that kept session summaries as
+/// `<id>.json` (daemon/testdata/state-format-1: sessions 1-3 ended, 4
+/// checkpointed and that daemon killed) lists and exports its sessions as
+/// that daemon did after its restart, and keeps its files as they are.
+#[test]
+fn sessions_kept_as_json_summaries_read_as_before() {
+    let _serial = serial();
+    require_root_and_perf();
+    let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/testdata");
+    let state = profd_e2e::unique_dir("state").join("profd");
+    std::fs::create_dir_all(&state).unwrap();
+    for f in std::fs::read_dir(testdata.join("state-format-1")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), state.join(f.file_name())).unwrap();
+    }
+    let files = names(&state);
+    let state_arg = state.display().to_string();
+    // The sessions ended in 2026: kept whatever the date.
+    let d = Daemon::start_with(&["--state-dir", &state_arg, "--retain-days", "36500"]);
+    let all = d.profctl(&["sessions", "--all"]);
+    all.assert_success();
+    eprintln!("{}", all.stdout);
+    // As that daemon listed them.
+    for (id, line) in [
+        (1, "1 13515 timeout exited* cpu-clock 999 Hz 1.54 s 2/413/0"),
+        (
+            2,
+            "2 13582 busy duration_elapsed* cpu-clock 999 Hz 1.03 s 254/1754/0",
+        ),
+        (
+            3,
+            "3 13688 timeout exited* cpu-clock 999 Hz 1.24 s 310/2379/488",
+        ),
+        (4, "4 13717 busy failed* cpu-clock 999 Hz 3.01 s 879/0/0"),
+    ] {
+        let listed = session_line(&all.stdout, id).unwrap_or_default();
+        let listed: Vec<&str> = listed.split_whitespace().collect();
+        assert_eq!(listed.join(" "), line, "session {id}");
+        let export = d.profctl(&["export", &id.to_string(), "--format", "json"]);
+        export.assert_success();
+        let expected =
+            std::fs::read_to_string(testdata.join(format!("state-format-1-exports/{id}.json")))
+                .unwrap();
+        assert_eq!(
+            export.stdout.trim_end(),
+            expected.trim_end(),
+            "session {id}"
+        );
+    }
+    assert_eq!(names(&state), files, "read in place");
+}

@@ -105,6 +105,10 @@ else
     put 0644 "$here/profd.toml" "$confdir/profd.toml"
 fi
 put 0644 "$repo/README.md" "$docdir/README.md"
+put 0644 "$repo/CONTRIBUTING.md" "$docdir/CONTRIBUTING.md"
+for doc in "$repo"/docs/*.md; do
+    put 0644 "$doc" "$docdir/docs/$(basename "$doc")"
+done
 put 0644 "$here/kubernetes/profd-daemonset.yaml" "$docdir/kubernetes/profd-daemonset.yaml"
 
 # Manual pages: profd(8), profctl(1) and one page per profctl subcommand.

@@ -237,7 +237,7 @@ pub fn shorten(s: &str, max: usize) -> String {
     cut
 }
 
-/// The JSON report of `profile` (the README's contract, from
+/// The JSON report of `profile` (the contract of docs/guide.md, "JSON", from
 /// `profd_common::export::json`) keeping at most `limit` functions, as
 /// pretty-printed text ending in a newline.
 pub fn profile_json(profile: &Profile, limit: Option<usize>) -> String {

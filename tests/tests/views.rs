@@ -311,7 +311,7 @@ fn folded_svg_speedscope_and_json_exports_parse() {
     }
     assert_eq!(weight as u64, p.totals.attributed, "speedscope weights");
 
-    // JSON: the README's contract, the same figures as --format json.
+    // JSON: the contract of docs/guide.md, the same figures as --format json.
     let json = Profile::parse(&export("json"));
     assert_eq!(json.session_id, p.session_id);
     assert_eq!(json.totals.attributed, p.totals.attributed);

@@ -1,4 +1,4 @@
-//! profctl's JSON report of a session (the README's contract), shared by
+//! profctl's JSON report of a session (the contract of docs/guide.md, "JSON"), shared by
 //! the daemon's JSON export and `profctl --format json`.
 use serde::Serialize;
 

@@ -91,7 +91,7 @@ pub fn check_process(caller: &Account, grants: &[Grant], pid: u32) -> Check {
 
 /// Whether `caller` may profile a thread (`who`, for messages) with
 /// credentials `target`: the kernel's PTRACE_MODE_READ_REALCREDS rule (see
-/// the README), or a grant. Err says why not.
+/// docs/operations.md, "Who may profile what"), or a grant. Err says why not.
 pub fn may_profile(
     caller: &Account,
     grants: &[Grant],

@@ -10,10 +10,11 @@
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use profd::maps::ProcessMaps;
-use profd::perf::{EventKind, EventSpec, PerfError, PidFd};
+use profd::perf::{EventKind, EventSpec, PerfError};
 use profd::sampler::{Batch, Counters, SampleSource};
 use profd::session::{self, Params};
 use profd::symbolize::{BlazeSymbolizer, Symbolizer};
+use profd::sys::PidFd;
 use profd::unwind::Unwinder;
 use profd_benches::{capture, ThreadCpu};
 use profd_common::kernel::KernelFrames;

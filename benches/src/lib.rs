@@ -108,11 +108,11 @@ pub struct Captured {
     pub stack: Vec<u8>,
 }
 
-/// The registers at a point in [`profd::perf::own_stack`] and `bytes` of
+/// The registers at a point in [`profd::sys::own_stack`] and `bytes` of
 /// the stack above them (fewer where the stack ends), as a
 /// PERF_SAMPLE_STACK_USER sample of this thread holds them.
 pub fn capture(bytes: usize) -> Captured {
-    let (regs, stack) = profd::perf::own_stack(bytes);
+    let (regs, stack) = profd::sys::own_stack(bytes);
     Captured { regs, stack }
 }
 

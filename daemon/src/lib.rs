@@ -29,6 +29,8 @@ pub mod stats;
 pub mod store;
 pub mod symbolize;
 pub mod sysctl;
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod unwind;
 
 pub use config::{Config, Remote};

@@ -275,7 +275,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         tracing::info!(config = %path.display(), "settings read");
     }
     raise_fd_limit();
-    profd::perf::tune_allocator();
+    profd::sys::tune_allocator();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

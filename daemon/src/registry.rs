@@ -5,12 +5,13 @@
 //! carry what the caller should change.
 use crate::auth::{self, Caller, Check, Grant};
 use crate::error::Error;
-use crate::perf::{EventKind, EventSpec, PidFd, MAX_STACK_BYTES};
+use crate::perf::{EventKind, EventSpec, MAX_STACK_BYTES};
 use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
 use crate::stats::Stats;
 use crate::symbolize::Symbolizer;
 use crate::sysctl::max_sample_rate;
+use crate::sys::PidFd;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

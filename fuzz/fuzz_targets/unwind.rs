@@ -59,7 +59,7 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 
 /// The registers at a point in `own_stack` and the stack above them.
 fn capture() -> Captured {
-    let ([ip, sp, bp], stack) = profd::perf::own_stack(CAPTURE_BYTES);
+    let ([ip, sp, bp], stack) = profd::sys::own_stack(CAPTURE_BYTES);
     Captured { ip, sp, bp, stack }
 }
 

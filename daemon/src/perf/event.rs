@@ -142,12 +142,6 @@ pub const SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IDENTIFIER
     | b::PERF_SAMPLE_PERIOD
     | b::PERF_SAMPLE_CALLCHAIN) as u64;
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).unwrap_or(4096)
-}
-
 /// An open, mmap'd sampling ring on one CPU: one system-wide event, or the
 /// events of one target's threads redirected into it.
 #[derive(Debug)]
@@ -344,7 +338,7 @@ impl PerfEvent {
     /// (pid = -1), or with `spec.target` for that process's threads (and,
     /// inherited, whatever they create later), all into one ring.
     pub fn open(cpu: u32, spec: &EventSpec) -> Result<PerfEvent, PerfError> {
-        let page = page_size();
+        let page = rustix::param::page_size();
         let data_size = spec.ring_pages * page;
         let (mut attr, event_name, sample_type, regs) = sampling_attr(spec, data_size);
         let fd = match spec.target {

@@ -1,87 +1,9 @@
-//! The kernel boundary: perf_event_open, the mmap'd sample rings, pidfds,
-//! the pure record parser, and reading the caller's own registers and stack
-//! (what a user-stack sample holds, for the unwinder's benchmarks and fuzz
-//! target), and the C allocator's settings. This module
-//! tree holds ALL of profd's `unsafe` code.
+//! perf events: perf_event_open, the mmap'd sample rings, and the pure
+//! record parser. With [`crate::sys`], the only module allowed `unsafe`.
 mod event;
-mod pidfd;
 pub mod record;
 
 pub use event::{
     online_cpus, pmu_available, walk_ring, Counts, EventKind, EventSpec, PerfError, PerfEvent,
     Target, MAX_STACK_BYTES, SAMPLE_TYPE, USER_REGS,
 };
-pub use pidfd::PidFd;
-
-/// Keep the daemon's heap compact: glibc's malloc raises its mmap threshold
-/// each time a large block is freed, after which the batches of stack
-/// copies (hundreds of KiB, short-lived) come from the heap and leave holes
-/// between the long-lived stack tables; and it keeps up to 8 arenas per CPU.
-/// With large blocks always mmap'd and one arena per CPU, a daemon with ten
-/// stack-copy sessions holds about 8 MiB less (`benches/overhead.sh`,
-/// memory phase). Call before starting threads.
-pub fn tune_allocator() {
-    #[cfg(target_env = "gnu")]
-    {
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        // SAFETY: mallopt only sets malloc's parameters; it is called before
-        // any other thread exists, with valid parameter numbers and values.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
-            libc::mallopt(libc::M_ARENA_MAX, cpus.max(1) as i32);
-        }
-    }
-}
-
-/// Give the heap's free memory back to the system (after large caches were
-/// dropped, so that it shows in the resident size).
-pub fn trim_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free heap pages; it takes malloc's
-    // own locks and leaves every allocated block where it is.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// The instruction, stack and frame pointers (ip, sp, bp) here and up to
-/// `bytes` of the stack above them (fewer where the stack ends), as a
-/// PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER sample of this thread holds
-/// them: a real stack for the unwinder's benchmarks and fuzz target. The
-/// callers' frames stay as they were while this frame is live.
-#[inline(never)]
-pub fn own_stack(bytes: usize) -> ([u64; 3], Vec<u8>) {
-    use std::os::unix::fs::FileExt;
-    let regs = own_registers();
-    let mut stack = vec![0; bytes];
-    let mut got = 0;
-    if let Ok(mem) = std::fs::File::open("/proc/self/mem") {
-        while got < bytes {
-            match mem.read_at(&mut stack[got..], regs[1] + got as u64) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got += n,
-            }
-        }
-    }
-    stack.truncate(got);
-    (regs, stack)
-}
-
-#[inline(always)]
-fn own_registers() -> [u64; 3] {
-    let (ip, sp, bp): (u64, u64, u64);
-    // SAFETY: reads rip, rsp and rbp into registers; touches no memory and
-    // keeps the stack.
-    unsafe {
-        std::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags),
-        );
-    }
-    [ip, sp, bp]
-}

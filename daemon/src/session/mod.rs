@@ -13,9 +13,10 @@ pub use recent::MAX_WINDOW_S;
 
 use crate::error::Error;
 use crate::maps::ProcessMaps;
-use crate::perf::{EventSpec, PidFd};
+use crate::perf::EventSpec;
 use crate::sampler::{Batch, SampleSource};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
+use crate::sys::PidFd;
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use profd_common::model::{Aggregator, ResolvedProfile};

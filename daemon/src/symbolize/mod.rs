@@ -77,7 +77,7 @@ impl BlazeSymbolizer {
                     // were released.
                     let now = std::time::Instant::now();
                     if worker.evict_idle(now) || now.duration_since(trimmed) >= TRIM_EVERY {
-                        crate::perf::trim_heap();
+                        crate::sys::trim_heap();
                         trimmed = now;
                     }
                 }

@@ -11,7 +11,7 @@ use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use profd::maps::ProcessMaps;
 use profd::perf::{EventKind, EventSpec, PerfError};
-use profd::sampler::{Batch, Counters, SampleSource};
+use profd::sampler::{Batch, Counters, SampleSource, Subscription};
 use profd::session::{self, Params};
 use profd::symbolize::{BlazeSymbolizer, Symbolizer};
 use profd::sys::PidFd;
@@ -86,9 +86,12 @@ impl SampleSource for Source {
         _pid: u32,
         _children: bool,
         tx: mpsc::UnboundedSender<Batch>,
-    ) -> Result<EventSpec, PerfError> {
+    ) -> Result<Subscription, PerfError> {
         self.sessions.lock().expect("lock").push(tx);
-        Ok(want)
+        Ok(Subscription {
+            spec: want,
+            tops: None,
+        })
     }
     async fn unsubscribe(&self, _: EventSpec, _: u64) {}
     async fn flush(&self, _: EventSpec, _: bool) {}

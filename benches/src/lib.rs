@@ -346,10 +346,20 @@ impl Pipeline {
         } else {
             ProcessMaps::default()
         };
+        let demux = Demux::new(stack_copy, BatchPool::default());
+        let tops = demux.tops();
         Pipeline {
-            demux: Demux::new(stack_copy, BatchPool::default()),
+            demux,
             targets: Targets::new([(1, target(), false, u64::MAX)]),
-            ingest: Ingest::new(target(), "bench".into(), maps, stack_copy, 1 << 20, None),
+            ingest: Ingest::new(
+                target(),
+                "bench".into(),
+                maps,
+                stack_copy,
+                1 << 20,
+                None,
+                tops,
+            ),
             scratch: Vec::new(),
         }
     }

@@ -6,12 +6,15 @@
 //! by process to the sessions that target it (and, for sessions that follow
 //! children, the processes it forks) and counting the rest as discarded. No
 //! symbols here.
+mod batch;
+mod callchain;
 mod demux;
+mod tops;
 
-pub use demux::{
-    push_stack, Batch, BatchPool, Demux, Drain, Drained, SampleView, StackTops, Targets,
-    BAD_USER_FRAME,
-};
+pub use batch::{Batch, BatchPool, SampleView};
+pub use callchain::{push_stack, BAD_USER_FRAME};
+pub use demux::{Demux, Drain, Drained, Targets};
+pub use tops::StackTops;
 
 use crate::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};
 use std::collections::HashMap;
@@ -81,6 +84,8 @@ impl Routes {
 
 struct Group {
     routes: Arc<RwLock<Routes>>,
+    /// With stack copies, the stack tops its drains cut copies at.
+    tops: Option<StackTops>,
     /// Drain now (`exact`: see [`drain`]), then acknowledge.
     flush: mpsc::UnboundedSender<(bool, oneshot::Sender<()>)>,
     /// The task draining the rings.
@@ -100,11 +105,21 @@ pub struct Sampler {
     pool: BatchPool,
 }
 
+/// What a session gets when it subscribes.
+#[derive(Debug)]
+pub struct Subscription {
+    /// The settings in use.
+    pub spec: EventSpec,
+    /// With stack copies, the stack tops of the rings the session's batches
+    /// come from: its walks raise and drop them.
+    pub tops: Option<StackTops>,
+}
+
 /// Where sessions get their samples from: the perf rings, or a fake in tests.
 #[tonic::async_trait]
 pub trait SampleSource: Send + Sync {
     /// Route samples of `pid` (with `children`, also of the processes it
-    /// forks from now on) to `tx` as `session`; returns the settings in use.
+    /// forks from now on) to `tx` as `session`.
     async fn subscribe(
         &self,
         want: EventSpec,
@@ -112,7 +127,7 @@ pub trait SampleSource: Send + Sync {
         pid: u32,
         children: bool,
         tx: mpsc::UnboundedSender<Batch>,
-    ) -> Result<EventSpec, PerfError>;
+    ) -> Result<Subscription, PerfError>;
     /// Stop routing to `session`.
     async fn unsubscribe(&self, spec: EventSpec, session: u64);
     /// Deliver everything sampled so far; returns once it is sent.
@@ -169,19 +184,23 @@ impl Sampler {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let stack_copy = rings.first().is_some_and(|r| r.get_ref().stack_copy());
+        let demux = Demux::new(stack_copy, self.pool.clone());
+        let tops = demux.tops();
         let routes = Arc::new(RwLock::new(Routes::default()));
         let (stop, stop_rx) = watch::channel(false);
         let (flush, flush_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(run_group(
             rings,
+            demux,
             routes.clone(),
             self.counters.clone(),
-            self.pool.clone(),
             flush_rx,
             stop_rx,
         ));
         Ok(Group {
             routes,
+            tops,
             flush,
             task,
             stop,
@@ -239,8 +258,7 @@ impl SampleSource for Sampler {
     /// of the target alone (the kernel copies no other process's stack),
     /// shared only by sessions of the same target and settings; with
     /// frame pointers, the system-wide rings all such sessions share. See
-    /// [`Sampler::ensure_group`] for the fallbacks. Returns the settings in
-    /// use.
+    /// [`Sampler::ensure_group`] for the fallbacks.
     async fn subscribe(
         &self,
         want: EventSpec,
@@ -248,7 +266,7 @@ impl SampleSource for Sampler {
         pid: u32,
         children: bool,
         tx: mpsc::UnboundedSender<Batch>,
-    ) -> Result<EventSpec, PerfError> {
+    ) -> Result<Subscription, PerfError> {
         let mut groups = self.groups.lock().await;
         let ring_pages = match self.ring_pages {
             Some(pages) => pages,
@@ -298,7 +316,10 @@ impl SampleSource for Sampler {
             tx,
         });
         routes.rebuild();
-        Ok(spec)
+        Ok(Subscription {
+            spec,
+            tops: group.tops.clone(),
+        })
     }
 
     /// Stop routing to `session`; close the group's rings when it was the last.
@@ -354,16 +375,14 @@ impl SampleSource for Sampler {
 
 async fn run_group(
     mut rings: Vec<AsyncFd<PerfEvent>>,
+    mut demux: Demux,
     routes: Arc<RwLock<Routes>>,
     counters: Arc<Counters>,
-    pool: BatchPool,
     mut flush: mpsc::UnboundedReceiver<(bool, oneshot::Sender<()>)>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(DRAIN_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stack_copy = rings.first().is_some_and(|r| r.get_ref().stack_copy());
-    let mut demux = Demux::new(stack_copy, pool);
     let mut heads = Vec::with_capacity(rings.len());
     loop {
         let exact = tokio::select! {

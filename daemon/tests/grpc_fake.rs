@@ -5,7 +5,7 @@ mod support;
 
 use profd::maps::ProcessMaps;
 use profd::perf::{EventSpec, PerfError};
-use profd::sampler::{Batch, Counters, SampleSource};
+use profd::sampler::{Batch, Counters, SampleSource, Subscription};
 use profd::symbolize::{Frame, Symbolizer};
 use profd_common::api;
 use std::sync::{Arc, Mutex};
@@ -47,9 +47,12 @@ impl SampleSource for FakeSource {
         pid: u32,
         _children: bool,
         tx: mpsc::UnboundedSender<Batch>,
-    ) -> Result<EventSpec, PerfError> {
+    ) -> Result<Subscription, PerfError> {
         self.routes.lock().unwrap().push((session, pid, tx));
-        Ok(want)
+        Ok(Subscription {
+            spec: want,
+            tops: None,
+        })
     }
     async fn unsubscribe(&self, _: EventSpec, session: u64) {
         self.routes.lock().unwrap().retain(|r| r.0 != session);

@@ -2,9 +2,10 @@
 //! without): stack copies get rings of the target alone, shared by the
 //! sessions of that target; frame pointers get the shared system-wide
 //! rings; a target the kernel will not sample alone falls back to the
-//! system-wide rings.
+//! system-wide rings. Sessions get the stack tops of their rings when they
+//! subscribe.
 use profd::perf::{online_cpus, EventKind, EventSpec};
-use profd::sampler::{SampleSource, Sampler};
+use profd::sampler::{SampleSource, Sampler, StackTops};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -53,10 +54,25 @@ async fn stack_copies_get_rings_of_their_target() {
     let first = subscribe(dwarf, 1, pid)
         .await
         .expect("per-target rings (needs root)");
+    let copies = first.tops.expect("stack copies come with their tops");
+    let first = first.spec;
     assert_eq!(first.target.map(|t| t.pid), Some(pid));
     let second = subscribe(dwarf, 2, pid).await.unwrap();
+    let tops = second.tops.expect("stack copies come with their tops");
+    let second = second.spec;
     assert_eq!(second, first, "sessions of one target share its rings");
+    // A thread one session's rings saw, whose walk another session made.
+    let tid = u32::MAX - 1;
+    assert_eq!(copies.cut(tid, 0x1000, &[0; 4096]).len(), 4096);
+    tops.learn(tid, 0x1100);
+    assert_eq!(
+        copies.cut(tid, 0x1000, &[0; 4096]).len(),
+        0x100 + StackTops::MARGIN as usize,
+        "and their stack tops"
+    );
     let wide = subscribe(fp, 3, pid).await.unwrap();
+    assert!(wide.tops.is_none(), "frame pointers copy no stacks");
+    let wide = wide.spec;
     assert_eq!(
         wide.target, None,
         "frame pointers use the system-wide rings"
@@ -64,7 +80,7 @@ async fn stack_copies_get_rings_of_their_target() {
 
     // The kernel opens no event on a process that has exited.
     let gone = zombie();
-    let fallback = subscribe(dwarf, 4, gone.0.id()).await.unwrap();
+    let fallback = subscribe(dwarf, 4, gone.0.id()).await.unwrap().spec;
     assert_eq!(
         fallback.target, None,
         "a target that cannot be sampled alone falls back to the system-wide rings"
@@ -74,7 +90,8 @@ async fn stack_copies_get_rings_of_their_target() {
     let children = sampler
         .subscribe(dwarf, 5, pid, true, tx.clone())
         .await
-        .unwrap();
+        .unwrap()
+        .spec;
     assert_eq!(children, fallback, "children are sampled system-wide");
 
     let mut groups = sampler.groups().await;

@@ -1,418 +1,16 @@
-//! Demultiplexing a group's records to sessions: which sessions each process
-//! is routed to ([`Targets`]), the state kept from drain to drain
-//! ([`Demux`]), and the [`Batch`]es each session gets per drain. No perf fd,
-//! no channels: records come in, batches go to a callback.
+//! Routing a group's records to sessions: which sessions each process is
+//! routed to ([`Targets`]), the state kept from drain to drain ([`Demux`]),
+//! and which of a session's [`Batch`]es each record goes to. No perf fd, no
+//! channels: records come in, batches go to a callback.
+use super::batch::{Batch, BatchPool};
+use super::callchain::push_stack;
+use super::tops::StackTops;
 use crate::maps::{Backing, Mapping};
-use crate::perf::record::{is_context_marker, ParseError, Record, CONTEXT_USER};
+use crate::perf::record::{ParseError, Record};
 use crate::perf::Counts;
-use crate::symbolize::is_kernel;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-
-/// What one drain of one ring delivers to one session.
-#[derive(Debug, Default)]
-pub struct Batch {
-    /// The target's stacks, innermost first, flattened; `ends[i]` is where
-    /// stack `i` ends in `frames`. Return addresses are already minus one.
-    pub frames: Vec<u64>,
-    pub ends: Vec<u32>,
-    /// Every sample the ring held in this drain, the target's or not.
-    pub seen: u64,
-    /// Samples the kernel lost on this ring since the last drain.
-    pub lost: u64,
-    /// On a target's rings, what its events counted since the last reading
-    /// (for cpu-clock, nanoseconds its tasks ran, sampled or not): see
-    /// [`crate::perf::Counts`].
-    pub counted: u64,
-    /// Times the kernel throttled this ring since the last drain.
-    pub throttled: u64,
-    /// The target's frame-pointer stacks cut at the kernel's depth limit.
-    pub truncated: u64,
-    /// New executable mappings of the session's processes: (pid, mapping).
-    pub mappings: Vec<(u32, Mapping)>,
-    /// A process of the session exec'd: (pid, new command name). A batch
-    /// ends at an exec, so the samples of the new program come in the next
-    /// batch, which starts with the exec.
-    pub exec: Option<(u32, String)>,
-    /// Processes of the session that forked a new process: (child, parent).
-    pub forks: Vec<(u32, u32)>,
-    /// Processes of the session that exited.
-    pub exits: Vec<u32>,
-    /// Process and thread ids of the stacks, in order.
-    pub pids: Vec<u32>,
-    pub tids: Vec<u32>,
-    /// Names the target's threads took (COMM records): (tid, name).
-    pub comms: Vec<(u32, String)>,
-    /// With stack copies, per stack: the user registers (ip, sp, bp), zero
-    /// when the sample had no user context...
-    pub user_regs: Vec<[u64; 3]>,
-    /// ...and the copied user stack, flattened; `user_ends[i]` is where
-    /// stack `i`'s copy ends in `user_stack`.
-    pub user_stack: Vec<u8>,
-    pub user_ends: Vec<u32>,
-    /// With stack copies, how far up each thread's stack its walks read,
-    /// for the session to tell (see [`StackTops`]).
-    pub tops: Option<StackTops>,
-    /// The ring the batch came from, to give its buffers back to (see
-    /// [`Batch::recycle`]).
-    pub pool: Option<BatchPool>,
-}
-
-/// How far up each thread's stack its unwinding reads, learned from its
-/// complete walks: the copy of a sample's stack is cut there (plus
-/// [`StackTops::MARGIN`]), since every walk of a thread ends at the same
-/// outermost frame. A 16 KiB copy of a stack whose walks read 1 KiB is then
-/// 1.5 KiB taken out of the ring. Shared by a group's drains, which add
-/// each routed thread (unknown: nothing cut) and drop it when it exits or
-/// execs, and the sessions the batches go to, which raise a known thread's
-/// top after each complete walk and drop it after a walk that stops short
-/// (a thread that moved to another stack then has its next copies whole).
-/// A thread's top is the highest any of its complete walks reached: for a
-/// thread that runs on several stacks (coroutines), every stack below it is
-/// then bounded by it, and a stack above it is not cut at all.
-#[derive(Clone, Debug, Default)]
-pub struct StackTops(Arc<Mutex<HashMap<u32, u64>>>);
-
-impl StackTops {
-    /// Bytes kept above a thread's top.
-    pub const MARGIN: u64 = 512;
-    /// Threads known at most; beyond, all are forgotten.
-    const MAX_THREADS: usize = 1 << 16;
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, u64>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The part of thread `tid`'s stack copy `stack`, taken from `sp`,
-    /// that its walks read.
-    pub fn cut<'s>(&self, tid: u32, sp: u64, stack: &'s [u8]) -> &'s [u8] {
-        let mut tops = self.lock();
-        if tops.len() >= Self::MAX_THREADS && !tops.contains_key(&tid) {
-            tops.clear();
-        }
-        match *tops.entry(tid).or_insert(0) {
-            top if top > sp => {
-                let keep = (top - sp).saturating_add(Self::MARGIN);
-                &stack[..stack.len().min(usize::try_from(keep).unwrap_or(usize::MAX))]
-            }
-            _ => stack,
-        }
-    }
-
-    /// A walk of `tid` read its stack below `reach` and ended at the
-    /// outermost frame.
-    pub fn learn(&self, tid: u32, reach: u64) {
-        if let Some(top) = self.lock().get_mut(&tid) {
-            *top = (*top).max(reach);
-        }
-    }
-
-    /// `tid` exited, exec'd, or a walk of it stopped short.
-    pub fn forget(&self, tid: u32) {
-        self.lock().remove(&tid);
-    }
-}
-
-/// Emptied batches on their way back to the rings, so that the next drains
-/// reuse their buffers instead of allocating new ones. One pool serves all
-/// the rings of a sampler, and keeps at most a given number of batches and
-/// bytes: rings that copy stacks fill batches of hundreds of KiB, and a
-/// daemon with many targets has many such rings.
-#[derive(Clone)]
-pub struct BatchPool(Arc<Mutex<Spare>>);
-
-struct Spare {
-    batches: Vec<Batch>,
-    /// Bytes the kept batches' buffers hold.
-    bytes: usize,
-    /// The most bytes a recycled batch used lately (see [`BatchPool::put`]).
-    peak: usize,
-    max_batches: usize,
-    max_bytes: usize,
-}
-
-impl std::fmt::Debug for BatchPool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BatchPool")
-    }
-}
-
-impl Default for BatchPool {
-    /// Room for the batches of a few drains of every CPU, and 4 MiB.
-    fn default() -> BatchPool {
-        BatchPool::new(64, 4 << 20)
-    }
-}
-
-impl BatchPool {
-    /// A pool that keeps at most `max_batches` batches holding at most
-    /// `max_bytes` in all.
-    pub fn new(max_batches: usize, max_bytes: usize) -> BatchPool {
-        BatchPool(Arc::new(Mutex::new(Spare {
-            batches: Vec::new(),
-            bytes: 0,
-            peak: 0,
-            max_batches,
-            max_bytes,
-        })))
-    }
-
-    /// Drop the kept batches (when rings close: theirs would stay unused).
-    pub fn clear(&self) {
-        let mut spare = self.lock();
-        spare.batches.clear();
-        spare.bytes = 0;
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Spare> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn take(&self) -> Batch {
-        let mut spare = self.lock();
-        match spare.batches.pop() {
-            Some(mut batch) => {
-                spare.bytes -= batch.bytes().1;
-                batch
-            }
-            None => Batch::default(),
-        }
-    }
-
-    /// Keep `batch` for a next drain. Its buffers are shrunk first when
-    /// they hold over four times the pool's recent peak use: a burst does
-    /// not leave every pooled batch that large, while batches whose drains
-    /// vary in size (a watermark wakeup, then a short timer drain) keep
-    /// their room instead of being shrunk and grown again each time.
-    fn put(&self, mut batch: Batch) {
-        let (used, room) = batch.bytes();
-        let peak = {
-            let mut spare = self.lock();
-            // Decays by 1/64 a use: after a burst, a few seconds of drains.
-            spare.peak = used.max(spare.peak - spare.peak / 64);
-            spare.peak
-        };
-        if room > 4 * peak {
-            for buffer in batch.buffers() {
-                buffer.fit();
-            }
-        }
-        batch.clear();
-        let bytes = batch.bytes().1;
-        let mut spare = self.lock();
-        if spare.batches.len() < spare.max_batches && spare.bytes + bytes <= spare.max_bytes {
-            spare.bytes += bytes;
-            spare.batches.push(batch);
-        }
-    }
-}
-
-/// A buffer of a batch's samples, as recycling handles it.
-trait SampleBuffer {
-    /// Bytes in use and bytes held.
-    fn bytes(&self) -> (usize, usize);
-    /// Shrink to twice the use when holding four times more.
-    fn fit(&mut self);
-    fn clear(&mut self);
-}
-
-impl<T> SampleBuffer for Vec<T> {
-    fn bytes(&self) -> (usize, usize) {
-        let size = std::mem::size_of::<T>();
-        (self.len() * size, self.capacity() * size)
-    }
-
-    fn fit(&mut self) {
-        if self.capacity() > 4 * self.len() {
-            self.shrink_to(2 * self.len());
-        }
-    }
-
-    fn clear(&mut self) {
-        Vec::clear(self);
-    }
-}
-
-/// One sample of a batch: its kernel (or frame-pointer) frames and, with
-/// stack copies, the user registers and stack to unwind.
-pub struct SampleView<'a> {
-    pub pid: u32,
-    pub tid: u32,
-    pub frames: &'a [u64],
-    pub user: Option<([u64; 3], &'a [u8])>,
-}
-
-impl Batch {
-    /// The samples in this batch.
-    pub fn samples(&self) -> impl Iterator<Item = SampleView<'_>> {
-        let (mut start, mut ustart) = (0usize, 0usize);
-        self.ends.iter().enumerate().map(move |(i, &end)| {
-            let frames = &self.frames[start..end as usize];
-            start = end as usize;
-            let user = self.user_regs.get(i).map(|&regs| {
-                let uend = self.user_ends[i] as usize;
-                let stack = &self.user_stack[ustart..uend];
-                ustart = uend;
-                (regs, stack)
-            });
-            SampleView {
-                pid: self.pids.get(i).copied().unwrap_or(0),
-                tid: self.tids.get(i).copied().unwrap_or(0),
-                frames,
-                user,
-            }
-        })
-    }
-
-    /// Add one sample (see the fields).
-    pub fn push(
-        &mut self,
-        pid: u32,
-        tid: u32,
-        frames: impl Iterator<Item = u64>,
-        user: Option<([u64; 3], &[u8])>,
-    ) {
-        self.pids.push(pid);
-        self.tids.push(tid);
-        self.frames.extend(frames);
-        self.ends.push(self.frames.len() as u32);
-        if let Some((regs, stack)) = user {
-            self.user_regs.push(regs);
-            self.user_stack.extend_from_slice(stack);
-            self.user_ends.push(self.user_stack.len() as u32);
-        }
-    }
-
-    /// Give the batch's buffers back to the ring that filled it, for its
-    /// next drains (a batch made elsewhere is just dropped).
-    pub fn recycle(mut self) {
-        if let Some(pool) = self.pool.take() {
-            pool.put(self);
-        }
-    }
-
-    /// The buffers that carry samples.
-    fn buffers(&mut self) -> [&mut dyn SampleBuffer; 7] {
-        [
-            &mut self.frames,
-            &mut self.ends,
-            &mut self.pids,
-            &mut self.tids,
-            &mut self.user_regs,
-            &mut self.user_stack,
-            &mut self.user_ends,
-        ]
-    }
-
-    /// Bytes the buffers of samples use and hold.
-    fn bytes(&mut self) -> (usize, usize) {
-        self.buffers().iter().fold((0, 0), |(used, room), b| {
-            let (u, r) = b.bytes();
-            (used + u, room + r)
-        })
-    }
-
-    /// Empty the batch, keeping its buffers.
-    fn clear(&mut self) {
-        for buffer in self.buffers() {
-            buffer.clear();
-        }
-        self.seen = 0;
-        self.lost = 0;
-        self.counted = 0;
-        self.throttled = 0;
-        self.truncated = 0;
-        self.mappings.clear();
-        self.exec = None;
-        self.forks.clear();
-        self.exits.clear();
-        self.comms.clear();
-    }
-
-    fn is_empty(&self) -> bool {
-        self.seen == 0
-            && self.lost == 0
-            && self.counted == 0
-            && self.throttled == 0
-            && self.mappings.is_empty()
-            && self.comms.is_empty()
-            && self.exec.is_none()
-            && self.forks.is_empty()
-            && self.exits.is_empty()
-    }
-}
-
-/// A user-context entry in the kernel half of the address space is not a
-/// return address (a frame-pointer walk read garbage); it is kept as a frame
-/// with this value, which no symbolizer resolves.
-pub const BAD_USER_FRAME: u64 = 0;
-
-/// Append the frames of a perf callchain (native-endian words as the ring
-/// holds them; context markers dropped, return addresses minus one so they
-/// fall inside the call instruction) to `out`; falls back to `ip` when the
-/// chain is empty. Returns the frames added.
-pub fn push_stack(out: &mut Vec<u64>, chain: &[[u8; 8]], ip: Option<u64>) -> usize {
-    let before = out.len();
-    out.reserve(chain.len());
-    // Markers start each context's run of addresses: the first of a run is
-    // where the sample was taken in it, the others are return addresses.
-    let mut user = false;
-    let mut rest = chain;
-    loop {
-        let n = first_marker(rest);
-        let (run, after) = rest.split_at(n);
-        if let Some((first, callers)) = run.split_first() {
-            // Two loops without a branch inside, which the compiler turns
-            // into vector code.
-            if user {
-                let keep = |a: u64| if is_kernel(a) { BAD_USER_FRAME } else { a };
-                out.push(keep(word(first)));
-                out.extend(callers.iter().map(|v| keep(word(v).wrapping_sub(1))));
-            } else {
-                out.push(word(first));
-                out.extend(callers.iter().map(|v| word(v).wrapping_sub(1)));
-            }
-        }
-        match after.split_first() {
-            Some((marker, tail)) => {
-                user = word(marker) == CONTEXT_USER;
-                rest = tail;
-            }
-            None => break,
-        }
-    }
-    if out.len() == before {
-        if let Some(ip) = ip {
-            out.push(ip);
-        }
-    }
-    out.len() - before
-}
-
-/// Where the first context marker of `chain` is (its length if none).
-/// Markers are one or two a chain, so whole blocks of addresses are tested
-/// at once, without a branch per entry.
-fn first_marker(chain: &[[u8; 8]]) -> usize {
-    const BLOCK: usize = 8;
-    let marker = |w: &[u8; 8]| is_context_marker(word(w));
-    let (blocks, _) = chain.as_chunks::<BLOCK>();
-    let clear = blocks
-        .iter()
-        .position(|b| b.iter().fold(false, |any, w| any | marker(w)))
-        .unwrap_or(blocks.len());
-    let start = clear * BLOCK;
-    start
-        + chain[start..]
-            .iter()
-            .position(marker)
-            .unwrap_or(chain.len() - start)
-}
-
-/// A callchain entry as the ring holds it.
-fn word(w: &[u8; 8]) -> u64 {
-    u64::from_ne_bytes(*w)
-}
+use std::sync::Arc;
 
 fn mapping_of(start: u64, len: u64, pgoff: u64, filename: &[u8]) -> Mapping {
     let name = String::from_utf8_lossy(filename);
@@ -550,6 +148,12 @@ impl Demux {
             tasks: Vec::new(),
             counts: Drained::default(),
         }
+    }
+
+    /// With stack copies, the stack tops its drains cut copies at, for the
+    /// sessions routed to it to raise and drop with their walks.
+    pub fn tops(&self) -> Option<StackTops> {
+        self.stack_copy.then(|| self.tops.clone())
     }
 
     /// Start a drain routed by `targets`: the fork, exit and exec records of
@@ -775,7 +379,6 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 before.seen = before.ends.len() as u64;
                 seen -= before.seen;
                 before.pool = Some(d.pool.clone());
-                before.tops = d.stack_copy.then(|| d.tops.clone());
                 if before.is_empty() {
                     before.recycle();
                 } else {
@@ -788,7 +391,6 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
             batch.throttled = d.counts.throttles;
             if !batch.is_empty() {
                 batch.pool = Some(d.pool.clone());
-                batch.tops = d.stack_copy.then(|| d.tops.clone());
                 (self.deliver)(i, std::mem::take(batch));
             }
         }
@@ -840,97 +442,6 @@ fn route<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const KERNEL: u64 = (-128i64) as u64;
-    const USER: u64 = (-512i64) as u64;
-
-    /// `push_stack` over a chain as the ring holds it.
-    fn push(out: &mut Vec<u64>, chain: &[u64], ip: Option<u64>) -> usize {
-        let words: Vec<[u8; 8]> = chain.iter().map(|v| v.to_ne_bytes()).collect();
-        push_stack(out, &words, ip)
-    }
-
-    #[test]
-    fn callchains_drop_markers_and_adjust_return_addresses() {
-        let mut out = Vec::new();
-        let chain = [
-            KERNEL,
-            0xffff_ffff_8100_0010,
-            0xffff_ffff_8100_0020,
-            USER,
-            0x401000,
-            0x402000,
-        ];
-        assert_eq!(push(&mut out, &chain, Some(1)), 4);
-        assert_eq!(
-            out,
-            vec![
-                0xffff_ffff_8100_0010,
-                0xffff_ffff_8100_001f,
-                0x401000,
-                0x401fff
-            ]
-        );
-    }
-
-    #[test]
-    fn markers_are_found_wherever_they_are_in_long_chains() {
-        for kernel in [0, 1, 7, 8, 9, 16, 23] {
-            let k = |i: u64| 0xffff_ffff_8100_0000 + i * 0x10;
-            let u = |i: u64| 0x40_0000 + i * 0x10;
-            let mut chain = vec![KERNEL];
-            chain.extend((0..kernel).map(k));
-            chain.push(USER);
-            chain.extend((0..20).map(u));
-            chain[kernel as usize + 12] = k(99);
-            let mut expected: Vec<u64> = (0..kernel).map(|i| k(i) - u64::from(i > 0)).collect();
-            expected.extend((0..20).map(|i| u(i) - u64::from(i > 0)));
-            expected[kernel as usize + 10] = BAD_USER_FRAME;
-            let mut out = vec![7];
-            assert_eq!(push(&mut out, &chain, None), expected.len());
-            assert_eq!(out[1..], expected, "{kernel} kernel frames");
-        }
-    }
-
-    #[test]
-    fn kernel_addresses_in_the_user_chain_are_not_kernel_frames() {
-        let mut out = Vec::new();
-        push(&mut out, &[USER, 0x401000, 0xffff_ffff_8100_0010], None);
-        assert_eq!(out, vec![0x401000, BAD_USER_FRAME]);
-    }
-
-    #[test]
-    fn empty_callchain_uses_ip() {
-        let mut out = vec![7];
-        assert_eq!(push(&mut out, &[USER], Some(0x1234)), 1);
-        assert_eq!(out, vec![7, 0x1234]);
-    }
-
-    #[test]
-    fn batch_samples_keep_frames_and_stack_copies_apart() {
-        let mut b = Batch::default();
-        b.push(
-            1,
-            5,
-            [1, 2].into_iter(),
-            Some(([10, 20, 30], &[7u8; 16][..])),
-        );
-        b.push(1, 6, [3, 4, 5].into_iter(), Some(([0; 3], &[][..])));
-        b.push(1, 5, [6].into_iter(), Some(([11, 21, 31], &[9u8; 8][..])));
-        let samples: Vec<_> = b
-            .samples()
-            .map(|s| (s.frames.to_vec(), s.user.map(|(r, st)| (r, st.to_vec()))))
-            .collect();
-        assert_eq!(
-            samples[0],
-            (vec![1, 2], Some(([10, 20, 30], vec![7u8; 16])))
-        );
-        assert_eq!(samples[1], (vec![3, 4, 5], Some(([0; 3], vec![]))));
-        assert_eq!(samples[2], (vec![6], Some(([11, 21, 31], vec![9u8; 8]))));
-        let mut fp = Batch::default();
-        fp.push(1, 1, [1].into_iter(), None);
-        assert!(fp.samples().all(|s| s.user.is_none()));
-    }
 
     #[test]
     fn an_exited_process_gets_only_its_records_from_before_its_exit() {
@@ -1004,6 +515,7 @@ mod tests {
     /// the batches delivered, in order, and what the drain saw.
     fn drain(targets: &Targets, rings: &[Vec<Rec>]) -> (Vec<(usize, Batch)>, Drained) {
         let mut demux = Demux::new(false, BatchPool::default());
+        assert!(demux.tops().is_none(), "frame pointers: nothing to cut");
         let mut out = Vec::new();
         let mut drain = demux.begin(targets, |i, batch| out.push((i, batch)));
         for record in rings.iter().flatten() {
@@ -1083,7 +595,8 @@ mod tests {
             }))
         };
         let mut demux = Demux::new(true, BatchPool::default());
-        let shared = demux.tops.clone();
+        let tops = demux.tops().expect("stack copies come with the tops");
+        let shared = tops.clone();
         let mut drain = |records: &[Rec]| -> Vec<usize> {
             let mut out = Vec::new();
             let mut d = demux.begin(&targets, |_, batch| out.push(batch));
@@ -1092,7 +605,6 @@ mod tests {
             }
             d.finish(Counts::default());
             let batch = out.pop().expect("a batch");
-            let tops = batch.tops.clone().expect("stack copies come with the tops");
             let lens = batch.samples().map(|s| s.user.unwrap().1.len()).collect();
             // What the session's walks found: thread 10 reads 100 bytes up,
             // thread 11 200; thread 12 was never routed.
@@ -1141,100 +653,6 @@ mod tests {
         assert_eq!(t.of(11), Some(&[0][..]));
         assert_eq!(t.of(12), None);
         assert_eq!(t.children, vec![true, false]);
-    }
-
-    #[test]
-    fn a_batch_filled_far_below_its_room_comes_back_smaller() {
-        let pool = BatchPool::new(4, usize::MAX);
-        let mut b = Batch {
-            pool: Some(pool.clone()),
-            ..Batch::default()
-        };
-        b.user_stack.reserve(1 << 20); // after one large drain
-        b.frames.reserve(4096);
-        b.push(
-            1,
-            2,
-            [1, 2].into_iter(),
-            Some(([4, 5, 6], &[7u8; 1000][..])),
-        );
-        b.recycle();
-        let again = pool.take();
-        assert!(again.user_stack.capacity() >= 1000 && again.user_stack.capacity() <= 2000);
-        assert!(again.frames.capacity() <= 4, "{}", again.frames.capacity());
-    }
-
-    #[test]
-    fn batches_keep_their_room_while_drains_that_large_are_recent() {
-        let pool = BatchPool::new(4, usize::MAX);
-        let used = |n: usize| {
-            let mut b = Batch {
-                pool: Some(pool.clone()),
-                ..Batch::default()
-            };
-            b.user_stack.reserve_exact(1 << 20);
-            b.push(1, 2, [1].into_iter(), Some(([4, 5, 6], &vec![7u8; n][..])));
-            b
-        };
-        // A watermark drain of 512 KiB, then a short timer drain.
-        used(512 << 10).recycle();
-        pool.take();
-        used(8 << 10).recycle();
-        assert!(pool.take().user_stack.capacity() >= 1 << 20, "kept");
-        // Once only small drains are recent, the room goes.
-        for _ in 0..200 {
-            used(8 << 10).recycle();
-            pool.take();
-        }
-        used(8 << 10).recycle();
-        assert!(pool.take().user_stack.capacity() <= 16 << 10, "shrunk");
-    }
-
-    #[test]
-    fn recycled_batches_come_back_empty_with_their_buffers() {
-        let pool = BatchPool::new(1, usize::MAX);
-        let filled = || {
-            let mut b = Batch {
-                seen: 5,
-                exec: Some((1, "x".into())),
-                pool: Some(pool.clone()),
-                ..Batch::default()
-            };
-            b.push(
-                1,
-                2,
-                [1, 2, 3].into_iter(),
-                Some(([4, 5, 6], &[7u8; 64][..])),
-            );
-            b
-        };
-        let (a, b) = (filled(), filled());
-        let room = (a.frames.capacity(), a.user_stack.capacity());
-        a.recycle();
-        b.recycle();
-        assert_eq!(pool.lock().batches.len(), 1, "no more than it keeps");
-        let again = pool.take();
-        assert_eq!((again.frames.capacity(), again.user_stack.capacity()), room);
-        assert_eq!(again.samples().count(), 0);
-        assert!(again.is_empty() && again.pool.is_none());
-        assert_eq!(pool.take().frames.capacity(), 0, "then new ones");
-        assert_eq!(pool.lock().bytes, 0);
-        filled().recycle();
-        pool.clear();
-        let spare = pool.lock();
-        assert_eq!((spare.batches.len(), spare.bytes), (0, 0));
-        drop(spare);
-        // A batch from elsewhere has no pool to go back to.
-        Batch::default().recycle();
-        // Nor are batches kept beyond the pool's bytes.
-        let small = BatchPool::new(8, 100);
-        let mut b = Batch {
-            pool: Some(small.clone()),
-            ..Batch::default()
-        };
-        b.push(1, 2, [1].into_iter(), Some(([4, 5, 6], &[7u8; 64][..])));
-        b.recycle();
-        assert!(small.lock().batches.is_empty(), "over 100 bytes");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use crate::auth::Check;
 use crate::maps::ProcessMaps;
-use crate::sampler::Batch;
+use crate::sampler::{Batch, StackTops};
 use crate::unwind::Walk;
 use profd_common::api;
 use profd_common::model::StackTable;
@@ -32,6 +32,9 @@ pub struct Ingest {
     max_stacks: usize,
     /// Checks that the owner may still profile a process after its exec.
     recheck: Option<Recheck>,
+    /// With stack copies, the sampler's stack tops, told how far each walk
+    /// read.
+    tops: Option<StackTops>,
     /// Processes whose program could not be checked after their exec (they
     /// had exited by then), and their children: their samples count as
     /// `unchecked`, not in the profile.
@@ -80,7 +83,8 @@ impl Ingest {
     /// The counts of a session of process `pid` (named `comm`), whose
     /// mappings are `maps` now; `stack_copy`: its samples carry user stacks
     /// to unwind; at most `max_stacks` unique stacks; `recheck` is asked
-    /// after each exec of one of its processes.
+    /// after each exec of one of its processes; `tops` (from subscribing)
+    /// learns how far up its threads' stacks their walks read.
     pub fn new(
         pid: u32,
         comm: String,
@@ -88,11 +92,13 @@ impl Ingest {
         stack_copy: bool,
         max_stacks: usize,
         recheck: Option<Recheck>,
+        tops: Option<StackTops>,
     ) -> Ingest {
         Ingest {
             pid,
             max_stacks,
             recheck,
+            tops,
             unchecked: foldhash::HashSet::default(),
             stacks: StackTable::default(),
             totals: api::Totals::default(),
@@ -225,7 +231,7 @@ impl Ingest {
                         if walk == Walk::Truncated {
                             self.totals.truncated += 1;
                         }
-                        if let Some(tops) = &batch.tops {
+                        if let Some(tops) = &self.tops {
                             match walk {
                                 Walk::Complete { reach } => tops.learn(sample.tid, reach),
                                 Walk::Truncated => tops.forget(sample.tid),
@@ -319,7 +325,15 @@ mod tests {
     #[test]
     fn samples_drained_after_their_process_exited_still_count_for_it() {
         let (target, child) = (std::process::id(), u32::MAX - 1);
-        let mut ingest = Ingest::new(target, "t".into(), ProcessMaps::default(), false, 100, None);
+        let mut ingest = Ingest::new(
+            target,
+            "t".into(),
+            ProcessMaps::default(),
+            false,
+            100,
+            None,
+            None,
+        );
         // One CPU's ring: the fork, a sample of each, the child's exit.
         let mut first = batch(&[(target, 0x100), (child, 0x200)]);
         first.forks.push((child, target));
@@ -357,6 +371,7 @@ mod tests {
             false,
             100,
             Some(recheck),
+            None,
         );
         let mut first = batch(&[(target, 0x100), (child, 0x200)]);
         first.forks.push((child, target));
@@ -382,10 +397,18 @@ mod tests {
 
     #[test]
     fn walks_tell_the_sampler_how_much_of_each_threads_stack_to_copy() {
-        use crate::sampler::StackTops;
         let target = std::process::id();
-        let mut ingest = Ingest::new(target, "t".into(), ProcessMaps::default(), true, 100, None);
         let tops = StackTops::default();
+        let maps = ProcessMaps::default();
+        let mut ingest = Ingest::new(
+            target,
+            "t".into(),
+            maps,
+            true,
+            100,
+            None,
+            Some(tops.clone()),
+        );
         let (sp, whole) = (0x7fff_0000_1000u64, [0u8; 64]);
         // The sampler routed threads 10 and 11 (unknown yet: copies whole).
         assert_eq!(tops.cut(10, sp, &whole).len(), 64);
@@ -398,10 +421,7 @@ mod tests {
         ends[16..24].copy_from_slice(&0x5555u64.to_ne_bytes());
         let mut leaves = ends;
         leaves[8..16].copy_from_slice(&(sp + 0x1000).to_ne_bytes());
-        let mut batch = Batch {
-            tops: Some(tops.clone()),
-            ..Batch::default()
-        };
+        let mut batch = Batch::default();
         batch.push(
             target,
             10,

@@ -14,7 +14,7 @@ pub use recent::MAX_WINDOW_S;
 use crate::error::Error;
 use crate::maps::ProcessMaps;
 use crate::perf::EventSpec;
-use crate::sampler::{Batch, SampleSource};
+use crate::sampler::{Batch, SampleSource, Subscription};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
 use crate::sys::PidFd;
 use profd_common::api;
@@ -213,7 +213,7 @@ pub async fn start(
     symbolizer: Arc<dyn Symbolizer>,
 ) -> Result<Handle, StartError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
-    let spec = sampler
+    let Subscription { spec, tops } = sampler
         .subscribe(want, params.id, params.pid, params.children, batch_tx)
         .await?;
     // Read after subscribing: later mappings arrive as MMAP2 records, and a
@@ -242,6 +242,7 @@ pub async fn start(
         spec.stack_bytes > 0,
         params.max_stacks,
         params.recheck.clone(),
+        tops,
     );
     let (state, state_rx) = watch::channel(api::SessionState::Running);
     let (tx, cmd_rx) = mpsc::channel(16);

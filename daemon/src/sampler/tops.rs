@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 /// outermost frame. A 16 KiB copy of a stack whose walks read 1 KiB is then
 /// 1.5 KiB taken out of the ring. Shared by a group's drains, which add
 /// each routed thread (unknown: nothing cut) and drop it when it exits or
-/// execs, and the sessions the batches go to, which raise a known thread's
-/// top after each complete walk and drop it after a walk that stops short
+/// execs, and the sessions routed to the group (each given it when it
+/// subscribes), which raise a known thread's top after each complete walk and drop it after a walk that stops short
 /// (a thread that moved to another stack then has its next copies whole).
 /// A thread's top is the highest any of its complete walks reached: for a
 /// thread that runs on several stacks (coroutines), every stack below it is

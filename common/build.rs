@@ -14,10 +14,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (src/codec.rs) looks their descriptors up by.
     let mut config = tonic_prost_build::Config::new();
     config.enable_type_names();
+    // No `ProfilerClient::connect`: callers bring their own channel, and
+    // this crate needs no tonic transport.
     tonic_prost_build::configure()
         // The JSON report (src/export/json.rs) writes these as they are.
         .type_attribute("profd.v1.Totals", "#[derive(serde::Serialize)]")
         .type_attribute("profd.v1.ProcessSamples", "#[derive(serde::Serialize)]")
+        .build_transport(false)
         .codec_path("crate::codec::StrictCodec")
         .compile_fds_with_config(fds, config)?;
 

@@ -1,24 +1,24 @@
-//! Connecting to profd: over its Unix socket (with the in-process private
-//! daemon started when nothing answers and the user is root), or to a remote
-//! profd's TLS listener with a bearer token. Owns the temp dir and the daemon
-//! task; knows nothing about commands.
+//! Connecting to profd: the gRPC channel over its Unix socket (with the
+//! private daemon started when nothing answers, the user is root and the
+//! build has one), or to a remote profd's TLS listener with a bearer token.
+//! Knows nothing about commands.
 use std::ffi::OsString;
 use std::fmt;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hyper_util::rt::TokioIo;
 use profd_common::api::profiler_client::ProfilerClient;
 use tokio::net::UnixStream;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Uri};
 
 use crate::error::{error_chain, Error};
+#[cfg(feature = "private-daemon")]
+use crate::private_daemon::{self, PrivateDaemon};
 
 /// The gRPC client every command uses: a channel to profd whose requests
 /// carry the bearer token, if any.
@@ -62,24 +62,22 @@ pub const TOKEN_FILE_ENV: &str = "PROFD_TOKEN_FILE";
 /// Environment variable holding the token itself (when no token file is named).
 pub const TOKEN_ENV: &str = "PROFD_TOKEN";
 
-/// How long to wait for the private daemon to shut down before abandoning it.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
 /// A gRPC client of profd, and the private daemon behind it if we started one.
 pub struct Connection {
     /// The API client.
     pub client: Client,
     channel: Channel,
     auth: Auth,
+    #[cfg(feature = "private-daemon")]
     private: Option<PrivateDaemon>,
 }
 
 impl Connection {
     /// Connects to the daemon `target` names. For a Unix socket where nothing
-    /// answers, when we run as root, starts a private daemon in this process
-    /// instead (the caller tells the user, see [`Connection::is_private`]);
-    /// otherwise fails with [`Error::NoDaemon`]. A remote daemon is never
-    /// replaced.
+    /// answers, when we run as root and the build has the `private-daemon`
+    /// feature, starts a private daemon in this process instead (the caller
+    /// tells the user, see [`Connection::is_private`]); otherwise fails with
+    /// [`Error::NoDaemon`]. A remote daemon is never replaced.
     pub async fn open(target: &Target) -> Result<Connection, Error> {
         Connection::open_with(target, true).await
     }
@@ -94,37 +92,56 @@ impl Connection {
             Target::Socket(socket) => Connection::open_socket(socket, may_start).await,
             Target::Remote(remote) => {
                 let (channel, auth) = connect_remote(remote).await?;
-                Ok(Connection::new(channel, auth, None))
+                Ok(Connection::new(channel, auth))
             }
         }
     }
 
-    fn new(channel: Channel, auth: Auth, private: Option<PrivateDaemon>) -> Connection {
+    fn new(channel: Channel, auth: Auth) -> Connection {
         Connection {
             client: ProfilerClient::with_interceptor(channel.clone(), auth.clone()),
             channel,
             auth,
-            private,
+            #[cfg(feature = "private-daemon")]
+            private: None,
         }
     }
 
     async fn open_socket(socket: &Path, may_start: bool) -> Result<Connection, Error> {
         match connect(socket).await {
-            Ok(channel) => Ok(Connection::new(channel, Auth::none(), None)),
-            Err(ConnectError::Absent) if may_start && is_root() => {
-                let private = PrivateDaemon::start().await?;
-                let channel = match connect(&private.socket).await {
-                    Ok(channel) => channel,
-                    Err(e) => {
-                        let path = private.socket.clone();
-                        private.shutdown().await;
-                        return Err(e.into_error(path));
-                    }
-                };
-                Ok(Connection::new(channel, Auth::none(), Some(private)))
-            }
+            Ok(channel) => Ok(Connection::new(channel, Auth::none())),
+            Err(ConnectError::Absent) if may_start => Connection::open_private(socket).await,
             Err(e) => Err(e.into_error(socket.to_path_buf())),
         }
+    }
+
+    /// Instead of the daemon at `socket`, which is absent: starts a private
+    /// daemon and connects to it, when we run as root.
+    #[cfg(feature = "private-daemon")]
+    async fn open_private(socket: &Path) -> Result<Connection, Error> {
+        if !private_daemon::is_root() {
+            return Err(ConnectError::Absent.into_error(socket.to_path_buf()));
+        }
+        let private = PrivateDaemon::start().await?;
+        match connect(private.socket()).await {
+            Ok(channel) => {
+                let mut conn = Connection::new(channel, Auth::none());
+                conn.private = Some(private);
+                Ok(conn)
+            }
+            Err(e) => {
+                let path = private.socket().to_path_buf();
+                private.shutdown().await;
+                Err(e.into_error(path))
+            }
+        }
+    }
+
+    /// Instead of the daemon at `socket`, which is absent: this build has no
+    /// private daemon, which the error says.
+    #[cfg(not(feature = "private-daemon"))]
+    async fn open_private(socket: &Path) -> Result<Connection, Error> {
+        Err(ConnectError::Absent.into_error(socket.to_path_buf()))
     }
 
     /// A client of the daemon's health service on this connection.
@@ -137,7 +154,10 @@ impl Connection {
 
     /// Whether this connection is to a daemon running inside this process.
     pub fn is_private(&self) -> bool {
-        self.private.is_some()
+        #[cfg(feature = "private-daemon")]
+        return self.private.is_some();
+        #[cfg(not(feature = "private-daemon"))]
+        false
     }
 
     /// Drops the client and, for a private daemon, shuts it down and removes
@@ -146,11 +166,13 @@ impl Connection {
         let Connection {
             client,
             channel,
+            #[cfg(feature = "private-daemon")]
             private,
             ..
         } = self;
         drop(client);
         drop(channel);
+        #[cfg(feature = "private-daemon")]
         if let Some(private) = private {
             private.shutdown().await;
         }
@@ -187,9 +209,34 @@ async fn connect(path: &Path) -> Result<Channel, ConnectError> {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => ConnectError::Absent,
             _ => ConnectError::Io(e),
         })?;
-    profd::channel::unix_channel(path, Some(first))
+    unix_channel(path, Some(first))
         .await
         .map_err(ConnectError::Transport)
+}
+
+/// A gRPC channel to the daemon listening on the Unix socket `path`. `first`,
+/// when given, is the stream of its first connection (already dialled by a
+/// caller that tells a missing daemon apart); reconnections dial `path`.
+pub async fn unix_channel(
+    path: &Path,
+    first: Option<UnixStream>,
+) -> Result<Channel, tonic::transport::Error> {
+    let first = std::sync::Mutex::new(first);
+    let path = path.to_path_buf();
+    // The URI is a placeholder: the connector ignores it and dials the socket.
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let first = first.lock().map(|mut f| f.take()).unwrap_or(None);
+            let path = path.clone();
+            async move {
+                let stream = match first {
+                    Some(stream) => stream,
+                    None => UnixStream::connect(path).await?,
+                };
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
 }
 
 /// Adds `authorization: Bearer <token>` to every request when it has a token.
@@ -336,112 +383,9 @@ fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, Error> {
     Ok(pem)
 }
 
-/// Whether the effective user is root (who may run a private daemon).
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
-/// A profd daemon served from a task of this process, on a socket in a fresh
-/// private directory.
-struct PrivateDaemon {
-    dir: PathBuf,
-    socket: PathBuf,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), profd::Error>>>,
-}
-
-impl PrivateDaemon {
-    /// Creates the directory (mode 0700), binds the daemon and starts serving.
-    async fn start() -> Result<PrivateDaemon, Error> {
-        let dir = make_private_dir()?;
-        let socket = dir.join("profd.sock");
-        let mut private = PrivateDaemon {
-            dir,
-            socket: socket.clone(),
-            stop: None,
-            task: None,
-        };
-        let mut config = profd::Config::new(socket);
-        // A daemon for one command keeps nothing on disk (and never touches
-        // the system daemon's state directory).
-        config.persist = None;
-        let daemon = profd::Daemon::bind(config).await?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let shutdown = async move {
-            // A dropped sender also means "shut down".
-            let _ = stopped.await;
-        };
-        private.stop = Some(stop);
-        private.task = Some(tokio::spawn(daemon.serve(shutdown)));
-        Ok(private)
-    }
-
-    /// Signals shutdown, waits for the daemon task (reporting its error, if
-    /// any, on stderr) and removes the directory.
-    async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let abort = task.abort_handle();
-            match tokio::time::timeout(SHUTDOWN_GRACE, task).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => eprintln!("profctl: private daemon: {e}"),
-                Ok(Err(e)) if e.is_panic() => eprintln!("profctl: private daemon panicked"),
-                Ok(Err(_)) => {}
-                Err(_) => {
-                    eprintln!("profctl: private daemon did not shut down in time");
-                    abort.abort();
-                }
-            }
-        }
-        // Drop removes the directory.
-    }
-}
-
-impl Drop for PrivateDaemon {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// `$TMPDIR/profctl-<pid>-<random>`, created with mode 0700 (fails rather
-/// than reuse an existing path).
-fn make_private_dir() -> Result<PathBuf, Error> {
-    let base = std::env::temp_dir();
-    let mut last = None;
-    for _ in 0..8 {
-        let dir = base.join(format!("profctl-{}-{:016x}", std::process::id(), random()));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(Error::io(format!("cannot create {}", dir.display()), e)),
-        }
-    }
-    Err(Error::io(
-        format!("cannot create a private directory in {}", base.display()),
-        last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)),
-    ))
-}
-
-/// A random-enough number for a directory name (std's per-process hash seed
-/// mixed with the clock).
-fn random() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
-    }
-    h.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     #[tokio::test]
     async fn missing_socket_is_absent() {
@@ -449,25 +393,33 @@ mod tests {
         assert!(matches!(r, Err(ConnectError::Absent)));
     }
 
+    /// Without the private daemon, profctl as root (or not) says so and
+    /// names the flags that point at a running profd.
+    #[cfg(not(feature = "private-daemon"))]
+    #[tokio::test]
+    async fn missing_daemon_without_a_private_one_names_the_flags() {
+        let socket = PathBuf::from("/nonexistent/dir/profd.sock");
+        let e = Connection::open(&Target::Socket(socket))
+            .await
+            .err()
+            .unwrap();
+        let line = e.to_string();
+        assert!(matches!(e, Error::NoDaemon { .. }), "{line}");
+        assert!(line.contains("/nonexistent/dir/profd.sock"), "{line}");
+        assert!(line.contains("built without a private daemon"), "{line}");
+        assert!(line.contains("--socket PATH"), "{line}");
+        assert!(line.contains("--connect https://HOST:PORT"), "{line}");
+        assert!(!line.contains("as root"), "{line}");
+    }
+
     #[tokio::test]
     async fn socket_without_listener_is_absent() {
-        let dir = make_private_dir().unwrap();
+        let dir = dir_with(&[]);
         let path = dir.join("s.sock");
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         let r = connect(&path).await;
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(matches!(r, Err(ConnectError::Absent)));
-    }
-
-    #[test]
-    fn private_dir_is_0700_and_unique() {
-        let a = make_private_dir().unwrap();
-        let b = make_private_dir().unwrap();
-        assert_ne!(a, b);
-        let mode = std::fs::metadata(&a).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o700);
-        std::fs::remove_dir_all(a).unwrap();
-        std::fs::remove_dir_all(b).unwrap();
     }
 
     /// A self-signed CA certificate (public part only; its key is gone):
@@ -522,9 +474,14 @@ BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiAwtb0D1+x9TLzulA3KD80S3EMPdylI
         assert!(Auth::bearer("two\nlines").is_err());
     }
 
-    /// A fresh private directory with `files` written in it.
+    /// A fresh directory with `files` written in it.
     fn dir_with(files: &[(&str, &str)]) -> PathBuf {
-        let dir = make_private_dir().unwrap();
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("profctl-connect-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
         for (name, text) in files {
             std::fs::write(dir.join(name), text).unwrap();
         }

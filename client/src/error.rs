@@ -9,10 +9,23 @@ pub enum Error {
     /// The daemon answered with a gRPC error.
     #[error("{}", status_line(.0))]
     Rpc(#[from] tonic::Status),
-    /// Nothing listens on the socket and we may not start a private daemon.
-    #[error(
-        "no daemon answers at {}; start the service (`systemctl start profd`) or run profctl as root",
-        .path.display()
+    /// Nothing listens on the socket and we may not start a private daemon
+    /// (not root, or a build without one).
+    #[cfg_attr(
+        feature = "private-daemon",
+        error(
+            "no daemon answers at {}; start the service (`systemctl start profd`) or run profctl as root",
+            .path.display()
+        )
+    )]
+    #[cfg_attr(
+        not(feature = "private-daemon"),
+        error(
+            "no daemon answers at {}, and this profctl is built without a private daemon; \
+             start the service (`systemctl start profd`), or point profctl at a running profd \
+             with --socket PATH or --connect https://HOST:PORT",
+            .path.display()
+        )
     )]
     NoDaemon {
         /// The socket that was tried.
@@ -47,6 +60,7 @@ pub enum Error {
     #[error("cannot set up TLS: {0}")]
     Tls(String),
     /// The in-process private daemon failed.
+    #[cfg(feature = "private-daemon")]
     #[error("private daemon: {0}")]
     Daemon(#[from] profd::Error),
     /// The command given to `profctl run` could not be started.
@@ -274,6 +288,7 @@ mod tests {
         assert!(!e.is_broken_pipe());
     }
 
+    #[cfg(feature = "private-daemon")]
     #[test]
     fn no_daemon_names_the_fix() {
         let e = Error::NoDaemon {

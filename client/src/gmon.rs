@@ -279,7 +279,7 @@ pub fn histogram_text(h: &Histogram) -> String {
             out,
             "{i:>8}  {:<37}  {count:>w$}  {:>5.1}%",
             format!("{lo:#x}..{hi:#x}"),
-            crate::profile::percent(count, in_range)
+            crate::ranking::percent(count, in_range)
         );
     }
     if !any {

@@ -6,13 +6,15 @@
 pub mod cli;
 pub mod commands;
 pub mod connect;
-pub mod docs;
 pub mod error;
+pub mod generated_docs;
 pub mod gmon;
-pub mod local;
 pub mod output;
-pub mod profile;
+pub mod pprof_file;
+#[cfg(feature = "private-daemon")]
+mod private_daemon;
 pub mod progress;
+pub mod ranking;
 pub mod render;
 pub mod render_views;
 pub mod tui;
@@ -37,9 +39,9 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
                 return commands::report_file(&path, args, &Output::stdout()).map(|()| 0);
             }
         }
-        Command::Man(args) => return docs::man(args, &Output::stdout()).map(|()| 0),
+        Command::Man(args) => return generated_docs::man(args, &Output::stdout()).map(|()| 0),
         Command::Completions(args) => {
-            return docs::completions(args, &Output::stdout()).map(|()| 0)
+            return generated_docs::completions(args, &Output::stdout()).map(|()| 0)
         }
         Command::Health(args) => {
             let target = cli.target().map_err(Error::Usage)?;

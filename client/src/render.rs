@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use profd_common::api::{InfoResponse, Scope, Session, SessionState, Totals};
 use profd_common::event_name;
 
-use crate::profile::{percent, totals, Profile};
+use crate::ranking::{percent, totals, Profile};
 
 /// The widest a function name gets in a table before it is shortened.
 pub const DEFAULT_NAME_WIDTH: usize = 60;

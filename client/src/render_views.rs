@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use profd_common::api::{CallerCallee, Edge, Function, GetViewResponse, Session, TreeNode};
 
-use crate::profile::{percent, totals};
+use crate::ranking::{percent, totals};
 use crate::render::{module_cell, shorten, INLINED_MARK};
 
 /// The widest a function name gets in a view before it is shortened.

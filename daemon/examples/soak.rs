@@ -255,7 +255,7 @@ impl Ctx {
 }
 
 async fn connect(socket: &Path) -> Result<ProfilerClient<Channel>, tonic::transport::Error> {
-    let channel = profd::channel::unix_channel(socket, None).await?;
+    let channel = profctl::connect::unix_channel(socket, None).await?;
     Ok(ProfilerClient::new(channel))
 }
 

@@ -8,7 +8,6 @@
 #![deny(unsafe_code)]
 
 pub mod auth;
-pub mod channel;
 pub mod config;
 pub mod conns;
 pub mod dashboard;

@@ -375,7 +375,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 async fn unix_channel(path: PathBuf) -> Channel {
-    profd::channel::unix_channel(&path, None)
+    profctl::connect::unix_channel(&path, None)
         .await
         .expect("connect to profd's socket")
 }

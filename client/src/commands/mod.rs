@@ -1,16 +1,16 @@
 //! The subcommands, each a function of a connected client and its
 //! arguments; shared helpers for unwrapping replies.
 mod admin;
+mod attach;
 mod export;
 mod histogram;
-mod profile;
 mod report;
 mod run;
 
 pub use admin::{health, info, sessions, stop};
+pub use attach::attach;
 pub use export::export;
 pub use histogram::histogram;
-pub use profile::attach;
 pub use report::{report_file, report_file_text, report_session, view_request, view_text};
 pub use run::{held_exec, run};
 

@@ -7,10 +7,10 @@ use super::required_session;
 use crate::cli::{ReportArgs, ReportView};
 use crate::connect::Client;
 use crate::error::Error;
-use crate::local;
 use crate::output::Output;
-use crate::profile::Profile;
+use crate::pprof_file;
 use crate::progress::waiting;
+use crate::ranking::Profile;
 use crate::render::{self, TableOptions};
 use crate::render_views;
 
@@ -130,20 +130,20 @@ pub fn report_file_text(
     name_width: usize,
 ) -> Result<String, Error> {
     let view = args.view().map_err(Error::Usage)?;
-    let profile = local::load(path)?;
-    let session = local::session(&profile);
+    let profile = pprof_file::load(path)?;
+    let session = pprof_file::session(&profile);
     let mut text = render_views::file_header(&path.display().to_string(), &session);
     match view_request(&view) {
         None => {
             let ReportView::Flat { limit } = view else {
                 unreachable!("only the flat table has no view request")
             };
-            let flat = Profile::new(session, local::functions(&profile));
+            let flat = Profile::new(session, pprof_file::functions(&profile));
             let options = TableOptions { limit, name_width };
             text.push_str(&render::profile_rows(&flat, options));
         }
         Some(request) => {
-            let reply = local::view(&profile, &request)?;
+            let reply = pprof_file::view(&profile, &request)?;
             text.push_str(&view_text(&view, &reply));
         }
     }

@@ -12,7 +12,7 @@ use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use super::profile::{follow, start, ChildProcess, View};
+use super::attach::{follow, start, ChildProcess, View};
 use crate::cli::RunArgs;
 use crate::connect::Client;
 use crate::error::Error;

@@ -8,7 +8,7 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
 use super::state::{Mode, SortKey, TuiState};
-use crate::profile::percent;
+use crate::ranking::percent;
 use crate::render::{state_name, unwind_text, INLINED_MARK};
 use crate::render_views;
 

@@ -8,7 +8,7 @@ use profd_common::api::get_view_request::View;
 use profd_common::api::{Function, FunctionRef, GetViewResponse, TreeRequest};
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::profile::Profile;
+use crate::ranking::Profile;
 
 /// Nodes below this share of the samples are left out of the TUI's tree.
 pub const TREE_MIN_PCT: f64 = 0.5;
@@ -131,7 +131,7 @@ impl TuiState {
             } else {
                 primary
             };
-            primary.then_with(|| crate::profile::display_order(a, b))
+            primary.then_with(|| crate::ranking::display_order(a, b))
         });
         rows
     }

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::draw::draw;
 use super::state::{Action, TuiState};
-use crate::profile::Profile;
+use crate::ranking::Profile;
 
 /// How often the event thread checks whether it should end.
 const POLL: Duration = Duration::from_millis(100);

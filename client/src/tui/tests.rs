@@ -10,7 +10,7 @@ use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 
 use super::*;
-use crate::profile::{Profile, Window};
+use crate::ranking::{Profile, Window};
 
 fn func(id: u64, name: &str, inclusive: u64, exclusive: u64) -> Function {
     Function {

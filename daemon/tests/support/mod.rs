@@ -31,7 +31,7 @@ where
     let server = tokio::spawn(daemon.serve(async move {
         let _ = stop_rx.await;
     }));
-    let channel = profd::channel::unix_channel(&socket, None)
+    let channel = profctl::connect::unix_channel(&socket, None)
         .await
         .expect("connect to the daemon");
     Running {

@@ -3,7 +3,7 @@
 // the live table of one session read twice; a function clicked for its
 // callers and callees; the flame graph; the totals; the session stopped
 // and its final table; a reload. Prints what it saw as
-// one JSON line `RESULT {...}` for tests/tests/dashboard.rs to check, and
+// one JSON line `RESULT {...}` for tests/tests/e2e/dashboard.rs to check, and
 // exits non-zero with the step that failed and the page's text otherwise.
 //
 // Environment:

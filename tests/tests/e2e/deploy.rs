@@ -9,7 +9,6 @@
 //! systemd-socket-activate), man-db and groff-base, strace, util-linux and
 //! bash; fails with the package to install when one is missing.
 
-#[path = "deploy/unit_run.rs"]
 mod unit_run;
 
 use std::collections::BTreeSet;

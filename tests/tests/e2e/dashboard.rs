@@ -18,7 +18,6 @@ use profd_e2e::{
 };
 use prost::Message;
 
-#[path = "dashboard/http.rs"]
 mod http;
 use http::{frames, grpc_status, messages, Reply};
 

@@ -1,9 +1,9 @@
-//! End-to-end tests: real kernel, real `profd` and `profctl`, C workloads whose
-//! time split is known by construction (see `tests/workloads/`). They need
-//! root; without it, or without perf events, they fail (never skip).
-//!
-//! Every test holds a global lock while it runs, since the machine has few
-//! CPUs and concurrent workloads would skew the measured splits.
+//! End-to-end tests of a session's life and figures: the time split of C
+//! workloads known by construction (see `tests/workloads/`), recursion,
+//! `attach`, `run`, `stop`, `sessions`, a view, Ctrl-C, the table format,
+//! the errors of bad requests and the private daemon. Real kernel, real
+//! `profd` and `profctl`; they need root and perf events and fail (never
+//! skip) without them.
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,27 @@
+//! End-to-end tests of profd and profctl against the real kernel, one module
+//! per area, sharing the `profd_e2e` support library (tests/src/). One area
+//! runs with `cargo test -p profd-e2e --test e2e <area>::`.
+//!
+//! All areas run in this one process, so what the library makes once (the
+//! test users, the built workloads, the scratch directory) serves them all.
+//! Every test that starts a workload or a daemon holds the global lock
+//! ([`profd_e2e::serial`]) while it runs, whichever area it is in: the
+//! machine has few CPUs, and concurrent workloads would skew the measured
+//! splits.
+
+mod accounting;
+mod bounds;
+mod callers;
+mod connections;
+mod dashboard;
+mod deploy;
+mod faults;
+mod kernel_frames;
+mod python;
+mod restart;
+mod scope;
+mod security;
+mod service;
+mod sessions;
+mod stacks;
+mod views;

@@ -1,15 +1,14 @@
 //! The gRPC API in-process over a Unix socket, fed by a fake sample source and
 //! a fake symbolizer: exact inclusive/exclusive figures, Watch snapshot and
 //! deltas, session ends, and the status codes of bad requests.
-mod support;
 
+use crate::support::{serve, sleeper, until_final, Running};
 use profd::maps::ProcessMaps;
 use profd::perf::{EventSpec, PerfError};
 use profd::sampler::{Batch, Counters, SampleSource, Subscription};
 use profd::symbolize::{Frame, Symbolizer};
 use profd_common::api;
 use std::sync::{Arc, Mutex};
-use support::{serve, sleeper, until_final, Running};
 use tokio::sync::mpsc;
 use tonic::Code;
 

@@ -1,9 +1,8 @@
 //! In-process daemon against the real kernel over its Unix socket: attach to a
 //! busy child, watch until the duration ends, check the accounting.
-mod support;
 
+use crate::support::{serve, sleeper, spawn, Running};
 use profd_common::api;
-use support::{serve, sleeper, spawn, Running};
 
 /// Build `main -> spin` (spin: a loop with no stack frame of its own at -O2).
 fn busy_program(dir: &std::path::Path, cflags: &[&str]) -> std::path::PathBuf {

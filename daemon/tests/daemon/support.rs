@@ -1,7 +1,5 @@
 //! Shared by the daemon's integration tests: serve a daemon in-process on a
 //! temporary Unix socket, connect to it, and read Watch streams.
-// Each test binary uses a part of this module.
-#![allow(dead_code)]
 
 use profd_common::api::{self, profiler_client::ProfilerClient};
 use std::future::Future;

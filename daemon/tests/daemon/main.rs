@@ -1,0 +1,9 @@
+//! The daemon library's integration tests, one module per area: the gRPC API
+//! over a fake sample source, the in-process daemon and the sampler against
+//! the real kernel. One area runs with `cargo test -p profd --test daemon
+//! <area>::`.
+
+mod grpc_fake;
+mod kernel_smoke;
+mod sampler_scope;
+mod support;

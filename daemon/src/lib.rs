@@ -27,9 +27,9 @@ pub mod session;
 pub mod stats;
 pub mod store;
 pub mod symbolize;
-pub mod sysctl;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod sysctl;
 pub mod unwind;
 
 pub use config::{Config, Remote};

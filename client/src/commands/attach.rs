@@ -29,7 +29,7 @@ const CHILD_EXIT_GRACE: Duration = Duration::from_secs(5);
 /// Profiles process `args.pid` until it exits, `--duration` elapses or Ctrl-C.
 pub async fn attach(client: &mut Client, args: &AttachArgs, out: &Output) -> Result<(), Error> {
     let session = start(client, args.options.attach_request(args.pid)).await?;
-    let mut view = View::new(&args.options, *out);
+    let mut view = SessionDisplay::new(&args.options, *out);
     let profile = follow(client, &session, &mut view, None).await?;
     view.finish(&profile)
 }
@@ -55,7 +55,7 @@ pub(super) struct ChildProcess {
 /// What the user sees of a session: the live view while it runs (the
 /// full-screen TUI, or a refreshed table), the final table or JSON document
 /// at the end.
-pub(super) struct View {
+pub(super) struct SessionDisplay {
     options: ProfileOptions,
     out: Output,
     table: TableOptions,
@@ -63,7 +63,7 @@ pub(super) struct View {
     tui: Option<Tui>,
 }
 
-impl View {
+impl SessionDisplay {
     /// The view for `options`; on a terminal, opens the full-screen view
     /// (falling back to the refreshed table if the terminal refuses).
     pub(super) fn new(options: &ProfileOptions, out: Output) -> Self {
@@ -79,7 +79,7 @@ impl View {
         } else {
             None
         };
-        View {
+        SessionDisplay {
             options: options.clone(),
             out,
             table: TableOptions {
@@ -183,7 +183,7 @@ impl View {
 pub(super) async fn follow(
     client: &mut Client,
     session: &Session,
-    view: &mut View,
+    view: &mut SessionDisplay,
     child: Option<&mut ChildProcess>,
 ) -> Result<Profile, Error> {
     let result = follow_inner(client, session, view, child).await;
@@ -213,7 +213,7 @@ fn is_transport(status: &tonic::Status) -> bool {
 async fn follow_inner(
     client: &mut Client,
     session: &Session,
-    view: &mut View,
+    view: &mut SessionDisplay,
     mut child: Option<&mut ChildProcess>,
 ) -> Result<Profile, Error> {
     let id = session.id;

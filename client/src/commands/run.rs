@@ -12,7 +12,7 @@ use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use super::attach::{follow, start, ChildProcess, View};
+use super::attach::{follow, start, ChildProcess, SessionDisplay};
 use crate::cli::RunArgs;
 use crate::connect::Client;
 use crate::error::Error;
@@ -64,7 +64,7 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
         // session ends with it.
         let _ = go.write_all(b"g");
         released = true;
-        let mut view = View::new(&args.options, *out);
+        let mut view = SessionDisplay::new(&args.options, *out);
         let profile = follow(client, &session, &mut view, Some(&mut child)).await?;
         Ok::<_, Error>((view, profile))
     }

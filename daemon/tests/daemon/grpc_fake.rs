@@ -811,7 +811,7 @@ async fn ended_sessions_survive_a_restart() {
     // Shutdown stops the running session and returns once both are saved.
     h.finish().await;
     for id in [first.id, second.id] {
-        for ext in ["json", "pprof"] {
+        for ext in ["session", "pprof"] {
             assert!(state.join(format!("{id}.{ext}")).is_file(), "{id}.{ext}");
         }
     }

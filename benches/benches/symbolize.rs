@@ -9,13 +9,13 @@
 //! ([`ThreadCpu`]; the session's task runs on it).
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use profd::maps::ProcessMaps;
-use profd::perf::{EventKind, EventSpec, PerfError};
-use profd::sampler::{Batch, Counters, SampleSource, Subscription};
-use profd::session::{self, Params};
-use profd::symbolize::{BlazeSymbolizer, Symbolizer};
-use profd::sys::PidFd;
-use profd::unwind::Unwinder;
+use profd::internals::maps::ProcessMaps;
+use profd::internals::perf::{EventKind, EventSpec, PerfError};
+use profd::internals::sampler::{Batch, Counters, SampleSource, Subscription};
+use profd::internals::session::{self, Params};
+use profd::internals::symbolize::{BlazeSymbolizer, Symbolizer};
+use profd::internals::sys::PidFd;
+use profd::internals::unwind::Unwinder;
 use profd_benches::{capture, ThreadCpu};
 use profd_common::kernel::KernelFrames;
 use std::hint::black_box;
@@ -130,7 +130,7 @@ fn hit(c: &mut Criterion<ThreadCpu>) {
     let want = EventSpec {
         kind: EventKind::CpuClock,
         frequency_hz: 999,
-        ring_pages: profd::sampler::RING_PAGES,
+        ring_pages: profd::internals::sampler::RING_PAGES,
         stack_bytes: 0,
         target: None,
     };

@@ -5,8 +5,8 @@
 //! the framehop rule cache warm. Times are the bench thread's CPU time
 //! ([`ThreadCpu`]).
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use profd::maps::ProcessMaps;
-use profd::unwind::{Unwinder, Walk};
+use profd::internals::maps::ProcessMaps;
+use profd::internals::unwind::{Unwinder, Walk};
 use profd_benches::{capture, ThreadCpu};
 use std::hint::black_box;
 

@@ -5,8 +5,8 @@
 //! functions examined. Times are the bench thread's CPU time
 //! ([`ThreadCpu`]).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use profd::rpc::delta;
-use profd::session::View;
+use profd::internals::rpc::delta;
+use profd::internals::session::FunctionTable;
 use profd_benches::ThreadCpu;
 use profd_common::api;
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ const FUNCTIONS: u64 = 10_000;
 /// The view's version; the client has seen the one before.
 const VERSION: u64 = 50;
 
-fn view() -> View {
+fn view() -> FunctionTable {
     let functions: Vec<api::Function> = (0..FUNCTIONS)
         .map(|id| api::Function {
             id,
@@ -37,7 +37,7 @@ fn view() -> View {
             _ => (VERSION - 10, 1),
         })
         .collect();
-    View {
+    FunctionTable {
         session: api::Session::default(),
         functions,
         window_attributed: 0,

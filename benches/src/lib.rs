@@ -5,11 +5,13 @@
 //! the CPU-time measurement the single-threaded benchmarks use.
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use perf_event_open_sys::bindings as sys;
-use profd::maps::ProcessMaps;
-use profd::perf::record::{self, is_context_marker, Layout, CONTEXT_KERNEL, CONTEXT_USER};
-use profd::perf::{walk_ring, Counts, SAMPLE_TYPE, USER_REGS};
-use profd::sampler::{BatchPool, Demux, Drained, Targets};
-use profd::session::Ingest;
+use profd::internals::maps::ProcessMaps;
+use profd::internals::perf::record::{
+    self, is_context_marker, Layout, CONTEXT_KERNEL, CONTEXT_USER,
+};
+use profd::internals::perf::{walk_ring, Counts, SAMPLE_TYPE, USER_REGS};
+use profd::internals::sampler::{BatchPool, Demux, Drained, Targets};
+use profd::internals::session::Ingest;
 
 /// Criterion measurement: the CPU time of the benchmark's thread
 /// (CLOCK_THREAD_CPUTIME_ID) instead of wall-clock time, so that other
@@ -55,9 +57,9 @@ impl Measurement for ThreadCpu {
 }
 
 /// Bytes one drain reads: the rings wake profd at a quarter full.
-pub const FP_DRAIN_BYTES: usize = profd::sampler::RING_PAGES * 4096 / 4;
+pub const FP_DRAIN_BYTES: usize = profd::internals::sampler::RING_PAGES * 4096 / 4;
 /// The same with stack copies (their rings are larger).
-pub const COPY_DRAIN_BYTES: usize = profd::sampler::STACK_RING_PAGES * 4096 / 4;
+pub const COPY_DRAIN_BYTES: usize = profd::internals::sampler::STACK_RING_PAGES * 4096 / 4;
 
 /// The session's target in every synthetic ring: this process, so that
 /// thread names and mappings are real.
@@ -108,11 +110,11 @@ pub struct Captured {
     pub stack: Vec<u8>,
 }
 
-/// The registers at a point in [`profd::sys::own_stack`] and `bytes` of
+/// The registers at a point in [`profd::internals::sys::own_stack`] and `bytes` of
 /// the stack above them (fewer where the stack ends), as a
 /// PERF_SAMPLE_STACK_USER sample of this thread holds them.
 pub fn capture(bytes: usize) -> Captured {
-    let (regs, stack) = profd::sys::own_stack(bytes);
+    let (regs, stack) = profd::internals::sys::own_stack(bytes);
     Captured { regs, stack }
 }
 

@@ -2,7 +2,7 @@
 //! Unix socket, bearer tokens on the TLS listener), roles, and the tokens
 //! file; accounts and grants are in [`account`], the rule deciding which
 //! processes a caller may profile is in [`ptrace`].
-use crate::error::Error;
+use crate::request_error::Error;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -15,7 +15,7 @@ mod account;
 mod ptrace;
 
 pub use account::{Account, Grant};
-pub use ptrace::{check_process, may_profile, Check, TargetCreds};
+pub use ptrace::{check_process, Check};
 
 /// What a caller may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,10 +220,9 @@ pub fn new_token(path: &Path, name: &str, role: &str, user: &str) -> Result<Stri
     Ok(token)
 }
 
-/// How callers are identified and what grants apply.
+/// How callers are identified and what kernel frames they are shown.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
-    pub grants: Vec<Grant>,
     /// Tokens of the TLS listener (empty without one).
     pub tokens: Tokens,
     /// What callers other than root are shown of kernel frames.

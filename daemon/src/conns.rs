@@ -2,7 +2,7 @@
 //! listener holds (with a reserve for root on the Unix socket), the deadline
 //! for a new connection's handshake and HTTP/2 preface, the idle timeout,
 //! the HTTP/2 keepalive, and the counts of what they refused for `/metrics`.
-//! Who a caller is stays `auth`'s business; the TLS handshake, `remote`'s.
+//! Who a caller is stays `auth`'s business; the TLS handshake, `tls_listener`'s.
 use std::future::Future;
 use std::io;
 use std::pin::Pin;

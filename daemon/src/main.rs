@@ -6,7 +6,6 @@
 //! man page and shell completions.
 use anyhow::Context;
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use profd::config;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
@@ -89,7 +88,7 @@ struct DaemonArgs {
     #[arg(long)]
     check_config: bool,
     #[command(flatten)]
-    flags: config::Flags,
+    flags: profd::Flags,
 }
 
 fn main() -> std::process::ExitCode {
@@ -233,7 +232,7 @@ fn print_all(bytes: &[u8]) -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Token(t)) => {
-            let token = profd::auth::new_token(&t.tokens, &t.name, &t.role, &t.user)
+            let token = profd::new_token(&t.tokens, &t.name, &t.role, &t.user)
                 .map_err(anyhow::Error::msg)?;
             println!("{token}");
             return Ok(());
@@ -253,16 +252,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         None => {}
     }
     let args = cli.daemon;
-    let file = config::read(args.config.as_deref()).map_err(anyhow::Error::msg)?;
+    let file = profd::read_settings_file(args.config.as_deref()).map_err(anyhow::Error::msg)?;
     let read_from = file.as_ref().map(|(p, _)| p.clone());
-    let settings = config::settings(file, args.flags.0).map_err(anyhow::Error::msg)?;
+    let settings = profd::settings(file, args.flags.0).map_err(anyhow::Error::msg)?;
     profd::check_socket_group(settings.config.socket_group.as_deref())?;
     if args.check_config {
         match &read_from {
             Some(path) => println!("# {}: valid; the settings in effect:", path.display()),
             None => println!(
                 "# no settings file at {}: defaults and flags; the settings in effect:",
-                config::DEFAULT_PATH
+                profd::DEFAULT_SETTINGS_PATH
             ),
         }
         print!("{}", settings.to_toml());
@@ -275,7 +274,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         tracing::info!(config = %path.display(), "settings read");
     }
     raise_fd_limit();
-    profd::sys::tune_allocator();
+    profd::tune_allocator();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

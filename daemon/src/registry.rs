@@ -4,8 +4,8 @@
 //! the daemon is doing (`activity`, for Info and `/metrics`). Errors here
 //! carry what the caller should change.
 use crate::auth::{self, Caller, Check, Grant};
-use crate::error::Error;
 use crate::perf::{EventKind, EventSpec, MAX_STACK_BYTES};
+use crate::request_error::Error;
 use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
 use crate::stats::Stats;

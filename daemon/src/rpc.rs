@@ -3,10 +3,10 @@
 //! statuses, and runs each Watch stream (snapshot, then per-interval deltas,
 //! then a final update).
 use crate::auth::Policy;
-use crate::error::Error;
 use crate::kernel_view::Sysctls;
 use crate::registry::Registry;
-use crate::session::{Handle, View, MAX_WINDOW_S};
+use crate::request_error::Error;
+use crate::session::{FunctionTable, Handle, MAX_WINDOW_S};
 use crate::sysctl::{kernel_sysctl, max_sample_rate};
 use profd_common::api::{self, profiler_server::Profiler};
 use profd_common::kernel::KernelFrames;
@@ -135,7 +135,7 @@ fn watch_interval(ms: u32) -> Result<Duration, Error> {
 /// yet, since the client's window figures are unknown. Public for the
 /// benchmarks.
 pub fn delta(
-    view: &View,
+    view: &FunctionTable,
     after: u64,
     windowed: bool,
     window_sent: &mut HashMap<u64, (u64, u64)>,
@@ -457,8 +457,8 @@ mod tests {
         }
     }
 
-    fn view(functions: Vec<api::Function>, version: u64, stamps: Vec<(u64, u64)>) -> View {
-        View {
+    fn view(functions: Vec<api::Function>, version: u64, stamps: Vec<(u64, u64)>) -> FunctionTable {
+        FunctionTable {
             window_attributed: 0,
             session: api::Session::default(),
             functions,

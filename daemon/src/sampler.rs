@@ -11,9 +11,9 @@ mod callchain;
 mod demux;
 mod tops;
 
-pub use batch::{Batch, BatchPool, SampleView};
-pub use callchain::{push_stack, BAD_USER_FRAME};
-pub use demux::{Demux, Drain, Drained, Targets};
+pub use batch::{Batch, BatchPool};
+pub use callchain::BAD_USER_FRAME;
+pub use demux::{Demux, Drained, Targets};
 pub use tops::StackTops;
 
 use crate::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};

@@ -1,5 +1,5 @@
-//! Fuzz target for the perf record parser (`profd::perf::record::parse`) and the ring walk
-//! (`profd::perf::walk_ring`): arbitrary bytes as one record or as a whole ring, never a panic.
+//! Fuzz target for the perf record parser (`profd::internals::perf::record::parse`) and the ring walk
+//! (`profd::internals::perf::walk_ring`): arbitrary bytes as one record or as a whole ring, never a panic.
 //!
 //! Input: byte 0 picks the mode, the rest is the data.
 //! - bits 0-1, the layout: 0 = profd's event without a stack copy (`SAMPLE_TYPE`),
@@ -20,8 +20,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use perf_event_open_sys::bindings as sys;
-use profd::perf::record::{self, CallchainContext, Layout, Record};
-use profd::perf::{walk_ring, SAMPLE_TYPE, USER_REGS};
+use profd::internals::perf::record::{self, CallchainContext, Layout, Record};
+use profd::internals::perf::{walk_ring, SAMPLE_TYPE, USER_REGS};
 
 const STACK_BITS: u64 = (sys::PERF_SAMPLE_REGS_USER | sys::PERF_SAMPLE_STACK_USER) as u64;
 

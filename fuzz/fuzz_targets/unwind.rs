@@ -1,4 +1,4 @@
-//! Fuzz target for the user-stack unwinder (`profd::unwind::Unwinder::unwind`): arbitrary
+//! Fuzz target for the user-stack unwinder (`profd::internals::unwind::Unwinder::unwind`): arbitrary
 //! registers and stack copies, walked with this process's own executable mappings (the fuzz
 //! binary, libc, ...) added as profd adds a target's, so framehop's CFI paths run on real
 //! eh_frame data; never a panic, never more than `MAX_FRAMES` frames.
@@ -22,8 +22,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profd::maps::ProcessMaps;
-use profd::unwind::{Unwinder, MAX_FRAMES};
+use profd::internals::maps::ProcessMaps;
+use profd::internals::unwind::{Unwinder, MAX_FRAMES};
 use std::ops::Range;
 use std::sync::{Mutex, OnceLock};
 
@@ -59,7 +59,7 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 
 /// The registers at a point in `own_stack` and the stack above them.
 fn capture() -> Captured {
-    let ([ip, sp, bp], stack) = profd::sys::own_stack(CAPTURE_BYTES);
+    let ([ip, sp, bp], stack) = profd::internals::sys::own_stack(CAPTURE_BYTES);
     Captured { ip, sp, bp, stack }
 }
 

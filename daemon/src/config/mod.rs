@@ -6,7 +6,7 @@
 mod schema;
 mod values;
 
-pub use schema::{parse, Flag, Flags, Layer, Setting, Type};
+pub use schema::{parse, Flag, Flags, Layer, Setting};
 
 use crate::auth::{Grant, TlsFiles};
 use crate::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};

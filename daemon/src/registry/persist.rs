@@ -5,7 +5,7 @@
 //! after them), owned by their recorded owners, listed only on request.
 use super::{sees, LiveSessions, Registry, StoredSessions};
 use crate::auth::Caller;
-use crate::error::Error;
+use crate::request_error::Error;
 use crate::session::{self, Handle};
 use crate::store::{Found, IdError, Store};
 use profd_common::api;

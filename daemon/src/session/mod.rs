@@ -1,8 +1,8 @@
 //! A profiling session as an actor: it owns the target's stack table, maps and
 //! totals, applies batches from the sampler, ends on stop / duration / target
 //! exit, and answers profile requests (symbolizing only new addresses).
+mod answers;
 mod ingest;
-mod profile;
 mod recent;
 mod scope;
 mod spaces;
@@ -11,9 +11,9 @@ pub(crate) mod stored;
 pub use ingest::{Ingest, NewAddresses, Recheck, STACK_LIMIT_FRAME};
 pub use recent::MAX_WINDOW_S;
 
-use crate::error::Error;
 use crate::maps::ProcessMaps;
 use crate::perf::EventSpec;
+use crate::request_error::Error;
 use crate::sampler::{Batch, SampleSource, Subscription};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
 use crate::sys::PidFd;
@@ -47,9 +47,10 @@ pub struct Params {
     pub stats: Arc<crate::stats::Stats>,
 }
 
-/// A session's full current profile.
+/// A session's per-function table at one version: what GetProfile answers
+/// and Watch deltas are computed from.
 #[derive(Debug, Clone)]
-pub struct View {
+pub struct FunctionTable {
     pub session: api::Session,
     /// Sorted by inclusive, then exclusive, descending.
     pub functions: Vec<api::Function>,
@@ -78,7 +79,7 @@ struct Stamp {
 }
 
 enum Command {
-    Profile(u32, KernelFrames, oneshot::Sender<View>),
+    Profile(u32, KernelFrames, oneshot::Sender<FunctionTable>),
     Resolve(KernelFrames, oneshot::Sender<Resolved>),
     Histogram(
         api::GetHistogramRequest,
@@ -112,7 +113,7 @@ impl Handle {
     /// The full profile, symbolized, with kernel frames `shown` as the
     /// caller may see them; with `window_s` > 0 also the counts of the
     /// last `window_s` seconds.
-    pub async fn profile(&self, window_s: u32, shown: KernelFrames) -> Result<View, Gone> {
+    pub async fn profile(&self, window_s: u32, shown: KernelFrames) -> Result<FunctionTable, Gone> {
         self.ask(|reply| Command::Profile(window_s, shown, reply))
             .await
     }

@@ -3,7 +3,7 @@
 //! commands from the stored summary and profile. The profile is read when
 //! first asked for and dropped again after a while unused; a profile found
 //! corrupt then is moved aside and the session is gone.
-use super::{Command, Handle, Resolved, View};
+use super::{Command, FunctionTable, Handle, Resolved};
 use crate::store::{LoadError, Store, Stored};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
@@ -81,7 +81,7 @@ async fn run(
                 };
                 // The profile never changes: version 1, every function
                 // first seen and last changed then.
-                let _ = reply.send(View {
+                let _ = reply.send(FunctionTable {
                     session,
                     stamps: vec![(1, 1); functions.len()],
                     functions,

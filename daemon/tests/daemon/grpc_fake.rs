@@ -3,10 +3,10 @@
 //! deltas, session ends, and the status codes of bad requests.
 
 use crate::support::{serve, sleeper, until_final, Running};
-use profd::maps::ProcessMaps;
-use profd::perf::{EventSpec, PerfError};
-use profd::sampler::{Batch, Counters, SampleSource, Subscription};
-use profd::symbolize::{Frame, Symbolizer};
+use profd::internals::maps::ProcessMaps;
+use profd::internals::perf::{EventSpec, PerfError};
+use profd::internals::sampler::{Batch, Counters, SampleSource, Subscription};
+use profd::internals::symbolize::{Frame, Symbolizer};
 use profd_common::api;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -89,10 +89,13 @@ impl Symbolizer for FakeSymbolizer {
 }
 
 async fn start(name: &str) -> (Running, Arc<FakeSource>) {
-    start_with(name, profd::registry::Limits::default()).await
+    start_with(name, profd::internals::registry::Limits::default()).await
 }
 
-async fn start_with(name: &str, limits: profd::registry::Limits) -> (Running, Arc<FakeSource>) {
+async fn start_with(
+    name: &str,
+    limits: profd::internals::registry::Limits,
+) -> (Running, Arc<FakeSource>) {
     let source = Arc::new(FakeSource::default());
     let fake = source.clone();
     let running = serve(name, |socket| {
@@ -628,7 +631,7 @@ async fn views_exports_and_windows_over_known_stacks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_are_enforced_and_named() {
-    let limits = profd::registry::Limits {
+    let limits = profd::internals::registry::Limits {
         max_sessions: 2,
         max_sessions_per_caller: 2,
         max_stacks: 2,
@@ -691,7 +694,7 @@ async fn start_persisting(name: &str, state: &std::path::Path) -> (Running, Arc<
     let state = state.to_path_buf();
     let running = serve(name, |socket| {
         let mut config = profd::Config::new(socket);
-        config.persist = Some(profd::store::Persist::new(state));
+        config.persist = Some(profd::internals::store::Persist::new(state));
         profd::Daemon::bind_with(config, fake, Arc::new(FakeSymbolizer))
     })
     .await;
@@ -893,7 +896,7 @@ async fn ended_sessions_survive_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attaches_are_refused_once_ids_run_out() {
-    use profd::store::{MAX_ID, NEXT_ID_FILE};
+    use profd::internals::store::{MAX_ID, NEXT_ID_FILE};
     let state = std::env::temp_dir().join(format!("profd-fake-ids-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).unwrap();

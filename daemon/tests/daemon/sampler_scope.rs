@@ -4,8 +4,8 @@
 //! rings; a target the kernel will not sample alone falls back to the
 //! system-wide rings. Sessions get the stack tops of their rings when they
 //! subscribe.
-use profd::perf::{online_cpus, EventKind, EventSpec};
-use profd::sampler::{SampleSource, Sampler, StackTops};
+use profd::internals::perf::{online_cpus, EventKind, EventSpec};
+use profd::internals::sampler::{SampleSource, Sampler, StackTops};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;

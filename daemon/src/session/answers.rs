@@ -1,8 +1,8 @@
-//! A session's profile views: naming new addresses, the per-function table
+//! A session's answers to views: naming new addresses, the per-function table
 //! (cumulative and over a recent window), the fully resolved profile that
 //! views and exports are computed from, and the profil(3) histogram.
 use super::spaces::untag;
-use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, Resolved, Stamp, View};
+use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, FunctionTable, Resolved, Stamp};
 use crate::symbolize::{is_kernel, FrameName};
 use profd_common::api;
 use profd_common::kernel::{self, KernelFrames};
@@ -172,7 +172,7 @@ impl Actor {
         }
     }
 
-    pub(super) async fn view(&mut self, window_s: u32, shown: KernelFrames) -> View {
+    pub(super) async fn view(&mut self, window_s: u32, shown: KernelFrames) -> FunctionTable {
         self.symbolize_pending().await;
         let folded = self.folded_id(shown);
         let mut ids = Vec::with_capacity(128);
@@ -238,7 +238,7 @@ impl Actor {
                 (st.changed, st.first)
             })
             .collect();
-        View {
+        FunctionTable {
             session: self.summary(),
             functions,
             window_attributed,

@@ -3,7 +3,9 @@
 //! routes it serves: the gRPC services as gRPC and grpc-web, the web
 //! dashboard's assets, and CORS for the origins configured. Who a caller
 //! is stays `auth`'s business; what the dashboard holds, `dashboard`'s.
-use crate::{auth, conns, dashboard, Error, Remote};
+use crate::config::Remote;
+use crate::daemon_error::Error;
+use crate::{auth, conns, dashboard};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use std::path::Path;

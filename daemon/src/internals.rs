@@ -1,0 +1,49 @@
+//! The daemon's inner parts that the benches, the fuzz targets and the
+//! daemon's integration tests drive directly, re-exported item by item.
+//! Not a stable API: it changes whenever the daemon's parts do.
+
+pub mod maps {
+    pub use crate::maps::ProcessMaps;
+}
+
+pub mod perf {
+    pub use crate::perf::record;
+    pub use crate::perf::{
+        online_cpus, walk_ring, Counts, EventKind, EventSpec, PerfError, SAMPLE_TYPE, USER_REGS,
+    };
+}
+
+pub mod registry {
+    pub use crate::registry::Limits;
+}
+
+pub mod rpc {
+    pub use crate::rpc::delta;
+}
+
+pub mod sampler {
+    pub use crate::sampler::{
+        Batch, BatchPool, Counters, Demux, Drained, SampleSource, Sampler, StackTops, Subscription,
+        Targets, RING_PAGES, STACK_RING_PAGES,
+    };
+}
+
+pub mod session {
+    pub use crate::session::{start, FunctionTable, Ingest, Params};
+}
+
+pub mod store {
+    pub use crate::store::{Persist, MAX_ID, NEXT_ID_FILE};
+}
+
+pub mod symbolize {
+    pub use crate::symbolize::{BlazeSymbolizer, Frame, Symbolizer};
+}
+
+pub mod sys {
+    pub use crate::sys::{own_stack, PidFd};
+}
+
+pub mod unwind {
+    pub use crate::unwind::{Unwinder, Walk, MAX_FRAMES};
+}

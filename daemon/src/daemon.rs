@@ -184,7 +184,9 @@ impl Daemon {
         .await
     }
 
-    /// `bind` with a given sample source and symbolizer (tests use fakes).
+    /// `bind` with a given sample source and symbolizer: the daemon's tests
+    /// pass fakes, built from the types in [`crate::internals`].
+    #[doc(hidden)]
     pub async fn bind_with(
         config: Config,
         source: Arc<dyn sampler::SampleSource>,

@@ -1,5 +1,5 @@
 //! The daemon's own error: why it cannot start (socket, CPUs, settings,
-//! state directory, listeners) or stop serving.
+//! state directory, listeners) or why serving failed.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -6,12 +6,12 @@
 mod schema;
 mod values;
 
-pub use schema::{parse, Flag, Flags, Layer, Setting};
+pub use schema::{Flag, Flags, Layer, Setting};
 
 use crate::auth::{Grant, TlsFiles};
 use crate::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};
 use crate::{conns, kernel_view, registry};
-use schema::Declared;
+use schema::{Declared, Schema};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -102,6 +102,54 @@ macro_rules! settings {
         /// Every setting, in the order of `--help`.
         static ALL: &[&dyn Declared] = &[$(&$name),*];
     };
+}
+
+/// The settings declared here, and the file's sections.
+static SCHEMA: Schema = Schema {
+    all: ALL,
+    sections: SECTIONS,
+};
+
+/// Parse a settings file's text; errors say `PATH: KEY: what is wrong (line N)`.
+pub fn parse(path: &Path, text: &str) -> Result<Layer, String> {
+    SCHEMA.parse(path, text)
+}
+
+impl Layer {
+    /// The defaults of every setting that has one.
+    pub fn defaults() -> Layer {
+        SCHEMA.defaults()
+    }
+
+    /// The layer as a TOML document: the top keys, then a table for each
+    /// section that has keys.
+    pub fn to_toml(&self) -> String {
+        SCHEMA.show(self)
+    }
+}
+
+impl clap::FromArgMatches for Flags {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        SCHEMA
+            .flags_given(m)
+            .map(Flags)
+            .map_err(|e| clap::Error::raw(clap::error::ErrorKind::ValueValidation, e))
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Flags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.args(SCHEMA.args())
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 settings! {

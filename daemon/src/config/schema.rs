@@ -2,7 +2,6 @@
 //! command-line flag, its key read from the settings file (errors name the
 //! file, the key and the line), the layers of values merged, and the TOML
 //! `--check-config` prints.
-use super::{ALL, SECTIONS};
 use clap::builder::ValueHint;
 use clap::{Arg, ArgAction, ArgMatches};
 use serde::de::IntoDeserializer;
@@ -12,6 +11,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use toml::de::{DeTable, DeValue};
 use toml::{Spanned, Value};
+
+/// The declared settings and the file's sections, in the order they are
+/// shown: what everything below works over.
+pub struct Schema {
+    pub all: &'static [&'static dyn Declared],
+    /// The `[section]` tables a file may have.
+    pub sections: &'static [&'static str],
+}
 
 /// A value type: the check of a value (shared by the file and the flags),
 /// how a checked value is written, and how a flag's text reads.
@@ -74,8 +81,9 @@ pub struct Setting<T: 'static> {
 pub trait Declared: Sync {
     fn key(&self) -> &'static str;
     fn flag(&self) -> &Flag;
-    /// The clap argument of its flag.
-    fn arg(&'static self) -> Arg;
+    /// The clap argument of its flag (`all`: the settings it may conflict
+    /// with).
+    fn arg(&'static self, all: &[&'static dyn Declared]) -> Arg;
     /// Check a value and write it as the file does.
     fn read(&self, v: &Value) -> Result<Value, String>;
     fn list(&self) -> bool;
@@ -91,7 +99,7 @@ impl<T> Declared for Setting<T> {
         &self.flag
     }
 
-    fn arg(&'static self) -> Arg {
+    fn arg(&'static self, all: &[&'static dyn Declared]) -> Arg {
         let arg = Arg::new(self.key).help(self.help);
         match self.flag {
             Flag::Value { long, value_name } => {
@@ -108,7 +116,7 @@ impl<T> Declared for Setting<T> {
             }
             Flag::Off(long) => {
                 let section = section_of(self.key);
-                let others = ALL
+                let others = all
                     .iter()
                     .filter(|s| s.key() != self.key && section_of(s.key()) == section)
                     .map(|s| s.key());
@@ -146,14 +154,37 @@ fn section_of(key: &str) -> &str {
     key.split_once('.').map_or("", |(section, _)| section)
 }
 
-/// A section's keys in the order they are listed and shown: a key that
-/// opens its section (an `Off` flag) first, then the others as declared.
-fn keys_of(section: &str) -> impl Iterator<Item = &'static dyn Declared> + '_ {
-    let opens = |s: &&&dyn Declared| matches!(s.flag(), Flag::Off(_));
-    let of = move |s: &&&dyn Declared| section_of(s.key()) == section;
-    let first = ALL.iter().filter(move |s| of(s) && opens(s));
-    let rest = ALL.iter().filter(move |s| of(s) && !opens(s));
-    first.chain(rest).copied()
+impl Schema {
+    /// A section's keys in the order they are listed and shown: a key that
+    /// opens its section (an `Off` flag) first, then the others as declared.
+    fn keys_of<'a>(&'a self, section: &'a str) -> impl Iterator<Item = &'static dyn Declared> + 'a {
+        let opens = |s: &&&dyn Declared| matches!(s.flag(), Flag::Off(_));
+        let of = move |s: &&&dyn Declared| section_of(s.key()) == section;
+        let first = self.all.iter().filter(move |s| of(s) && opens(s));
+        let rest = self.all.iter().filter(move |s| of(s) && !opens(s));
+        first.chain(rest).copied()
+    }
+
+    /// The defaults of every key that has one.
+    pub fn defaults(&self) -> Layer {
+        Layer(
+            self.all
+                .iter()
+                .filter_map(|s| Some((s.key(), s.default_value()?)))
+                .collect(),
+        )
+    }
+
+    /// A layer as a TOML document: the top keys, then a table for each
+    /// section that has keys.
+    pub fn show(&self, layer: &Layer) -> String {
+        toml::to_string(&Shown(self, layer, "")).unwrap_or_else(|e| format!("# cannot show: {e}\n"))
+    }
+
+    /// The clap arguments of every flag.
+    pub fn args(&self) -> impl Iterator<Item = Arg> + '_ {
+        self.all.iter().map(|s| s.arg(self.all))
+    }
 }
 
 /// One layer of settings (the file's, the flags given, or the defaults):
@@ -162,15 +193,6 @@ fn keys_of(section: &str) -> impl Iterator<Item = &'static dyn Declared> + '_ {
 pub struct Layer(BTreeMap<&'static str, Value>);
 
 impl Layer {
-    /// The defaults of every key that has one.
-    pub fn defaults() -> Layer {
-        Layer(
-            ALL.iter()
-                .filter_map(|s| Some((s.key(), s.default_value()?)))
-                .collect(),
-        )
-    }
-
     /// The value of a setting, if this layer sets it.
     pub fn get<T>(&self, s: &Setting<T>) -> Option<T> {
         let v = self.0.get(s.key)?;
@@ -210,17 +232,13 @@ impl Layer {
         self.0.extend(top.0.iter().map(|(k, v)| (*k, v.clone())));
         self
     }
+}
 
-    /// The layer as a TOML document: the top keys, then a table for each
-    /// section that has keys.
-    pub fn to_toml(&self) -> String {
-        toml::to_string(&Shown(self, "")).unwrap_or_else(|e| format!("# cannot show: {e}\n"))
-    }
-
+impl Schema {
     /// The flags given.
-    fn from_matches(m: &ArgMatches) -> Result<Layer, String> {
+    pub fn flags_given(&self, m: &ArgMatches) -> Result<Layer, String> {
         let mut layer = Layer::default();
-        for s in ALL {
+        for s in self.all {
             let key = s.key();
             match s.flag() {
                 Flag::Value { .. } => {
@@ -243,7 +261,7 @@ impl Layer {
             }
         }
         // A flag of a section an `Off` flag opens turns the section on.
-        for s in ALL {
+        for s in self.all {
             if let Flag::Off(_) = s.flag() {
                 let section = section_of(s.key());
                 if !layer.0.contains_key(s.key()) && layer.keys().any(|k| section_of(k) == section)
@@ -257,22 +275,22 @@ impl Layer {
 }
 
 /// A layer, or one of its sections, for serde.
-struct Shown<'a>(&'a Layer, &'a str);
+struct Shown<'a>(&'a Schema, &'a Layer, &'a str);
 
 impl Serialize for Shown<'_> {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-        let Shown(layer, section) = *self;
+        let Shown(schema, layer, section) = *self;
         let mut map = ser.serialize_map(None)?;
-        for s in keys_of(section) {
+        for s in schema.keys_of(section) {
             if let Some(v) = layer.0.get(s.key()) {
                 let name = s.key().rsplit('.').next().unwrap_or_default();
                 map.serialize_entry(name, v)?;
             }
         }
         if section.is_empty() {
-            for &name in SECTIONS {
+            for &name in schema.sections {
                 if layer.keys().any(|k| section_of(k) == name) {
-                    map.serialize_entry(name, &Shown(layer, name))?;
+                    map.serialize_entry(name, &Shown(schema, layer, name))?;
                 }
             }
         }
@@ -283,29 +301,6 @@ impl Serialize for Shown<'_> {
 /// The flags given on the command line: one for each setting.
 #[derive(Debug, Clone, Default)]
 pub struct Flags(pub Layer);
-
-impl clap::FromArgMatches for Flags {
-    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        Layer::from_matches(m)
-            .map(Flags)
-            .map_err(|e| clap::Error::raw(clap::error::ErrorKind::ValueValidation, e))
-    }
-
-    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-        *self = Self::from_arg_matches(m)?;
-        Ok(())
-    }
-}
-
-impl clap::Args for Flags {
-    fn augment_args(cmd: clap::Command) -> clap::Command {
-        cmd.args(ALL.iter().map(|s| s.arg()))
-    }
-
-    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        Self::augment_args(cmd)
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Reading the file.
@@ -330,69 +325,80 @@ fn one_of(names: &[&str]) -> String {
     }
 }
 
-/// Parse a settings file's text; errors say `PATH: KEY: what is wrong (line N)`.
-pub fn parse(path: &Path, text: &str) -> Result<Layer, String> {
-    let shown = path.display();
-    let root = DeTable::parse(text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| format!(" (line {})", line_of(text, s.start)));
-        format!(
-            "{shown}: {}{}",
-            e.message().trim_end(),
-            line.unwrap_or_default()
-        )
-    })?;
-    let mut layer = Layer::default();
-    read_table(root.get_ref(), "", &mut layer).map_err(|(key, span, message)| {
-        format!(
-            "{shown}: {key}: {message} (line {})",
-            line_of(text, span.start)
-        )
-    })?;
-    Ok(layer)
+impl Schema {
+    /// Parse a settings file's text; errors say `PATH: KEY: what is wrong (line N)`.
+    pub fn parse(&self, path: &Path, text: &str) -> Result<Layer, String> {
+        let shown = path.display();
+        let root = DeTable::parse(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| format!(" (line {})", line_of(text, s.start)));
+            format!(
+                "{shown}: {}{}",
+                e.message().trim_end(),
+                line.unwrap_or_default()
+            )
+        })?;
+        let mut layer = Layer::default();
+        self.read_table(root.get_ref(), "", &mut layer)
+            .map_err(|(key, span, message)| {
+                format!(
+                    "{shown}: {key}: {message} (line {})",
+                    line_of(text, span.start)
+                )
+            })?;
+        Ok(layer)
+    }
 }
 
 /// A key the file gets wrong: the key, where, and what is wrong.
 type KeyError = (String, std::ops::Range<usize>, String);
 
-/// Read the keys of one table of the file (the top one: section "").
-fn read_table(table: &DeTable<'_>, section: &str, layer: &mut Layer) -> Result<(), KeyError> {
-    let mut entries: Vec<_> = table.iter().collect();
-    entries.sort_by_key(|(k, _)| k.span().start);
-    for (name, value) in entries {
-        let key = match section {
-            "" => name.get_ref().to_string(),
-            _ => format!("{section}.{}", name.get_ref()),
-        };
-        let key_span = name.span();
-        let name: &str = name.get_ref();
-        let fail = |message: String| (key.clone(), value.span(), message);
-        if section.is_empty() && SECTIONS.contains(&name) {
-            match value.get_ref() {
-                DeValue::Table(t) => read_table(t, name, layer)?,
-                _ => {
-                    return Err(fail(format!(
-                        "expected a table, got {}",
-                        to_value(value).map_err(fail)?
-                    )))
+impl Schema {
+    /// Read the keys of one table of the file (the top one: section "").
+    fn read_table(
+        &self,
+        table: &DeTable<'_>,
+        section: &str,
+        layer: &mut Layer,
+    ) -> Result<(), KeyError> {
+        let mut entries: Vec<_> = table.iter().collect();
+        entries.sort_by_key(|(k, _)| k.span().start);
+        for (name, value) in entries {
+            let key = match section {
+                "" => name.get_ref().to_string(),
+                _ => format!("{section}.{}", name.get_ref()),
+            };
+            let key_span = name.span();
+            let name: &str = name.get_ref();
+            let fail = |message: String| (key.clone(), value.span(), message);
+            if section.is_empty() && self.sections.contains(&name) {
+                match value.get_ref() {
+                    DeValue::Table(t) => self.read_table(t, name, layer)?,
+                    _ => {
+                        return Err(fail(format!(
+                            "expected a table, got {}",
+                            to_value(value).map_err(fail)?
+                        )))
+                    }
                 }
+            } else if let Some(s) = self.all.iter().find(|s| s.key() == key) {
+                let v = s.read(&to_value(value).map_err(fail)?).map_err(fail)?;
+                layer.0.insert(s.key(), v);
+            } else {
+                let mut known: Vec<&str> = self
+                    .keys_of(section)
+                    .map(|s| s.key().rsplit('.').next().unwrap_or_default())
+                    .collect();
+                if section.is_empty() {
+                    known.extend(self.sections);
+                }
+                let message = format!("unknown key ({})", one_of(&known));
+                return Err((key, key_span, message));
             }
-        } else if let Some(s) = ALL.iter().find(|s| s.key() == key) {
-            let v = s.read(&to_value(value).map_err(fail)?).map_err(fail)?;
-            layer.0.insert(s.key(), v);
-        } else {
-            let mut known: Vec<&str> = keys_of(section)
-                .map(|s| s.key().rsplit('.').next().unwrap_or_default())
-                .collect();
-            if section.is_empty() {
-                known.extend(SECTIONS);
-            }
-            let message = format!("unknown key ({})", one_of(&known));
-            return Err((key, key_span, message));
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A value of the file as a plain TOML value.

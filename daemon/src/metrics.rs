@@ -3,7 +3,7 @@
 //! process's CPU and memory), its rendering in the OpenMetrics text format,
 //! and the plain-HTTP listener serving it on `/metrics` (every other path is
 //! 404).
-use crate::registry::Registry;
+use crate::registry::{Registry, SampleCounts};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
@@ -18,13 +18,8 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// Every figure `/metrics` shows, read at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
-    pub samples: u64,
-    pub attributed: u64,
-    pub discarded: u64,
-    pub lost: u64,
-    pub throttled: u64,
-    pub ring_reads: u64,
-    pub ring_read_bytes: u64,
+    /// The sampler's counts.
+    pub counts: SampleCounts,
     pub ring_groups: u64,
     pub sessions_running: u64,
     pub sessions_ended: u64,
@@ -91,13 +86,7 @@ pub async fn snapshot(registry: &Registry) -> Snapshot {
     let s = registry.stats();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     Snapshot {
-        samples: a.counts.samples,
-        attributed: a.counts.attributed,
-        discarded: a.counts.discarded,
-        lost: a.counts.lost,
-        throttled: a.counts.throttled,
-        ring_reads: a.counts.ring_reads,
-        ring_read_bytes: a.counts.ring_read_bytes,
+        counts: a.counts,
         ring_groups: a.groups.len() as u64,
         sessions_running: a.running,
         sessions_ended: a.ended,
@@ -120,37 +109,37 @@ pub fn render(s: &Snapshot) -> String {
         (
             "profd_samples",
             "Samples the kernel took on the rings profd reads",
-            s.samples,
+            s.counts.samples,
         ),
         (
             "profd_samples_attributed",
             "Samples of processes a session profiles",
-            s.attributed,
+            s.counts.attributed,
         ),
         (
             "profd_samples_discarded",
             "Samples of processes no session profiles, dropped",
-            s.discarded,
+            s.counts.discarded,
         ),
         (
             "profd_samples_lost",
             "Samples the kernel lost (ring full), from LOST records and ring counts",
-            s.lost,
+            s.counts.lost,
         ),
         (
             "profd_throttled",
             "Times the kernel throttled sampling (THROTTLE records)",
-            s.throttled,
+            s.counts.throttled,
         ),
         (
             "profd_ring_reads",
             "Reads (drains) of the per-CPU sample rings",
-            s.ring_reads,
+            s.counts.ring_reads,
         ),
         (
             "profd_ring_read_bytes",
             "Bytes read from the per-CPU sample rings",
-            s.ring_read_bytes,
+            s.counts.ring_read_bytes,
         ),
         (
             "profd_sessions_started",
@@ -282,7 +271,10 @@ mod tests {
     #[test]
     fn renders_counters_and_gauges_with_help_and_type() {
         let s = Snapshot {
-            samples: 7,
+            counts: SampleCounts {
+                samples: 7,
+                ..Default::default()
+            },
             watchers: 2,
             process: Some(Process {
                 cpu_seconds: 1.5,

@@ -10,7 +10,7 @@
 mod command;
 mod daemon;
 mod info;
-mod profile;
+mod json_report;
 pub mod terminal;
 pub mod tls;
 pub mod users;
@@ -20,7 +20,7 @@ mod workload;
 pub use command::{assert_one_line_error, Cmd, CmdOutput};
 pub use daemon::{run_profctl, run_profd, Daemon, PROFCTL_TIMEOUT};
 pub use info::Info;
-pub use profile::{FunctionRow, Measure, ProcessRow, Profile, Totals, PCT_TOLERANCE};
+pub use json_report::{FunctionRow, Measure, ProcessRow, Profile, Totals, PCT_TOLERANCE};
 pub use workload::{
     build_workload, cpu_time, Build, Lang, Workload, INLINED, JIT, STACKS_FP, STACKS_NOFP,
     STACKS_RS_FP, STACKS_RS_NOFP, WORKLOAD_CFLAGS,

@@ -6,9 +6,8 @@
 //! telling systemd how it goes, ending every session cleanly and saving it.
 use crate::config::Config;
 use crate::daemon_error::Error;
-use crate::{
-    auth, conns, metrics, perf, registry, rpc, sampler, store, symbolize, sysctl, tls_listener,
-};
+use crate::sys::perf;
+use crate::{auth, conns, metrics, registry, rpc, sampler, store, symbolize, sysctl, tls_listener};
 use profd_common::api::profiler_server::ProfilerServer;
 use sd_notify::NotifyState;
 use std::future::Future;

@@ -7,8 +7,8 @@ pub mod maps {
 }
 
 pub mod perf {
-    pub use crate::perf::record;
-    pub use crate::perf::{
+    pub use crate::sys::perf::record;
+    pub use crate::sys::perf::{
         online_cpus, walk_ring, Counts, EventKind, EventSpec, PerfError, SAMPLE_TYPE, USER_REGS,
     };
 }

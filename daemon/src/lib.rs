@@ -19,8 +19,6 @@ pub mod internals;
 mod kernel_view;
 mod maps;
 mod metrics;
-#[allow(unsafe_code)]
-mod perf;
 mod registry;
 mod request_error;
 mod rpc;

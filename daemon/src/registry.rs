@@ -4,12 +4,12 @@
 //! the daemon is doing (`activity`, for Info and `/metrics`). Errors here
 //! carry what the caller should change.
 use crate::auth::{self, Caller, Check, Grant};
-use crate::perf::{EventKind, EventSpec, MAX_STACK_BYTES};
 use crate::request_error::Error;
 use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
 use crate::stats::Stats;
 use crate::symbolize::Symbolizer;
+use crate::sys::perf::{EventKind, EventSpec, MAX_STACK_BYTES};
 use crate::sys::PidFd;
 use crate::sysctl::max_sample_rate;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};

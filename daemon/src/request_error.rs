@@ -1,6 +1,6 @@
 //! The request error: why a request could not be served, in the terms of
 //! what the caller should change; `rpc` maps it to a gRPC status.
-use crate::perf::PerfError;
+use crate::sys::perf::PerfError;
 
 /// Why a request could not be served; mapped to a gRPC status by `rpc`.
 #[derive(Debug, thiserror::Error)]

@@ -16,7 +16,7 @@ pub use callchain::BAD_USER_FRAME;
 pub use demux::{Demux, Drained, Targets};
 pub use tops::StackTops;
 
-use crate::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};
+use crate::sys::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

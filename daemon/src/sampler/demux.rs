@@ -6,8 +6,8 @@ use super::batch::{Batch, BatchPool};
 use super::callchain::push_stack;
 use super::tops::StackTops;
 use crate::maps::{Backing, Mapping};
-use crate::perf::record::{ParseError, Record};
-use crate::perf::Counts;
+use crate::sys::perf::record::{ParseError, Record};
+use crate::sys::perf::Counts;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -480,7 +480,7 @@ mod tests {
     type Rec = Result<Record<'static>, ParseError>;
 
     fn sample(pid: u32, time: u64) -> Rec {
-        Ok(Record::Sample(crate::perf::record::Sample::at(
+        Ok(Record::Sample(crate::sys::perf::record::Sample::at(
             pid,
             time,
             0x1000 + time,
@@ -488,7 +488,7 @@ mod tests {
     }
 
     fn fork(pid: u32, ppid: u32, time: u64) -> Rec {
-        Ok(Record::Fork(crate::perf::record::Task {
+        Ok(Record::Fork(crate::sys::perf::record::Task {
             pid,
             ppid,
             tid: pid,
@@ -499,12 +499,12 @@ mod tests {
     }
 
     fn exec(pid: u32, time: u64, name: &'static str) -> Rec {
-        Ok(Record::Comm(crate::perf::record::Comm {
+        Ok(Record::Comm(crate::sys::perf::record::Comm {
             pid,
             tid: pid,
             comm: name.as_bytes(),
             exec: true,
-            sample_id: crate::perf::record::SampleId {
+            sample_id: crate::sys::perf::record::SampleId {
                 time: Some(time),
                 ..Default::default()
             },
@@ -581,11 +581,11 @@ mod tests {
         let stack: &'static [u8] = Vec::leak(vec![7u8; 4096]);
         let sp = 0x7fff_0000_0000;
         let copied = |tid: u32, time: u64| -> Rec {
-            let s = crate::perf::record::Sample::at(10, time, 0x1000 + time);
+            let s = crate::sys::perf::record::Sample::at(10, time, 0x1000 + time);
             Ok(Record::Sample(s.copied(tid, sp, stack)))
         };
         let exit = |tid: u32, time: u64| -> Rec {
-            Ok(Record::Exit(crate::perf::record::Task {
+            Ok(Record::Exit(crate::sys::perf::record::Task {
                 pid: 10,
                 ppid: 1,
                 tid,
@@ -636,7 +636,7 @@ mod tests {
         shared.forget(10);
         assert_eq!(drain(&[copied(10, 9)]), [4096]);
         // A stack pointer above the top (on another stack): nothing cut.
-        let above = crate::perf::record::Sample::at(10, 10, 0x1000);
+        let above = crate::sys::perf::record::Sample::at(10, 10, 0x1000);
         let above: Rec = Ok(Record::Sample(above.copied(10, sp + 0x1000, stack)));
         assert_eq!(drain(&[above, copied(10, 11)]), [4096, 100 + margin]);
     }

@@ -12,10 +12,10 @@ pub use ingest::{Ingest, NewAddresses, Recheck, STACK_LIMIT_FRAME};
 pub use recent::MAX_WINDOW_S;
 
 use crate::maps::ProcessMaps;
-use crate::perf::EventSpec;
 use crate::request_error::Error;
 use crate::sampler::{Batch, SampleSource, Subscription};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
+use crate::sys::perf::EventSpec;
 use crate::sys::PidFd;
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
@@ -182,7 +182,7 @@ struct Actor {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
-    Perf(#[from] crate::perf::PerfError),
+    Perf(#[from] crate::sys::perf::PerfError),
     /// The daemon has too few file descriptors left (the message says which
     /// limit to raise).
     #[error("{0}")]

@@ -1,6 +1,8 @@
-//! The daemon's OS calls outside perf: process file descriptors, the C
+//! The daemon's OS layer, the only module allowed `unsafe`: perf events
+//! and their rings (`perf`), and here process file descriptors, the C
 //! allocator's settings, and reading the caller's own registers and stack.
-//! With [`crate::perf`], the only module allowed `unsafe`.
+pub mod perf;
+
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 

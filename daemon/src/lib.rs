@@ -14,6 +14,7 @@ mod daemon_error;
 mod dashboard;
 mod fds;
 mod file_version;
+mod gopclntab;
 #[doc(hidden)]
 pub mod internals;
 mod kernel_view;

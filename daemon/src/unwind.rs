@@ -1,11 +1,14 @@
 //! DWARF unwinding of user stack copies: per-module unwind tables (eh_frame,
-//! eh_frame_hdr, debug_frame, read once per binary and shared while used), a
-//! framehop unwinder per session, and the walk from the sampled registers to
-//! the outermost frame. Frame pointers are used where a module has no CFI.
+//! eh_frame_hdr, debug_frame, read once per binary and shared while used; Go
+//! code by its `.gopclntab`), a framehop unwinder per session, and the walk
+//! from the sampled registers to the outermost frame. Frame pointers are used
+//! where a module has no CFI. It also finds the caller a frame-pointer
+//! callchain skips below a Go function without a frame.
 use crate::file_version::FileVersion;
+use crate::gopclntab::{GoTable, Step};
 use crate::maps::{Load, Mapping, Segments};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 use object::{Object, ObjectSection};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -44,38 +47,39 @@ impl ElfUnwindData {
             Some((s.address()..s.address() + s.size(), Arc::from(&data[..])))
         };
         let loads = Segments::of(&cache)?;
+        let text = section(".text");
+        let got = elf
+            .section_by_name(".got")
+            .map(|s| s.address()..s.address() + s.size());
+        let mut eh_frame = section(".eh_frame");
+        let mut eh_frame_hdr = section(".eh_frame_hdr");
+        let debug_frame = section(".debug_frame").map(|(_, d)| d);
+        // framehop reads one CFI section, .eh_frame where there is one. A
+        // program built without asynchronous unwind tables (gcc's
+        // -fno-asynchronous-unwind-tables -g) has its functions' CFI only in
+        // .debug_frame, and an .eh_frame from the C runtime's objects that
+        // covers a few of them: use the section that covers more code.
+        if let (Some((range, eh)), Some(debug)) = (&eh_frame, &debug_frame) {
+            let bases = gimli::BaseAddresses::default()
+                .set_eh_frame(range.start)
+                .set_text(text.as_ref().map_or(0, |(r, _)| r.start))
+                .set_got(got.as_ref().map_or(0, |r| r.start));
+            let endian = gimli::LittleEndian;
+            let eh = gimli::EhFrame::new(eh, endian);
+            let debug = gimli::DebugFrame::new(debug, endian);
+            if covered(&debug, &bases) > covered(&eh, &bases) {
+                eh_frame = None;
+                eh_frame_hdr = None;
+            }
+        }
         Some(ElfUnwindData {
-            text: section(".text"),
-            eh_frame: section(".eh_frame"),
-            eh_frame_hdr: section(".eh_frame_hdr"),
-            debug_frame: section(".debug_frame").map(|(_, d)| d),
-            got: elf
-                .section_by_name(".got")
-                .map(|s| s.address()..s.address() + s.size()),
+            text,
+            eh_frame,
+            eh_frame_hdr,
+            debug_frame,
+            got,
             loads,
         })
-    }
-
-    /// avma − svma for an executable mapping of file offset `pgoff` at
-    /// `start`. The mapping starts at the page holding the executable
-    /// segment's first byte, which linkers such as lld let share a page with
-    /// the segment before it: match the executable segment first.
-    fn bias(&self, start: u64, pgoff: u64) -> Option<u64> {
-        let holds = |l: &&Load| l.offset & !0xfff <= pgoff && pgoff < l.offset + l.size;
-        let load = self
-            .loads
-            .0
-            .iter()
-            .filter(|l| l.exec)
-            .find(holds)
-            .or_else(|| self.loads.0.iter().find(holds))?;
-        // avma = start + (off − pgoff) and svma = vaddr + (off − offset).
-        Some(
-            start
-                .wrapping_sub(pgoff)
-                .wrapping_add(load.offset)
-                .wrapping_sub(load.vaddr),
-        )
     }
 
     fn section_info(&self) -> ExplicitModuleSectionInfo<Data> {
@@ -92,6 +96,44 @@ impl ElfUnwindData {
             ..Default::default()
         }
     }
+}
+
+/// Bytes of code the FDEs of a CFI section describe.
+fn covered<'a, S>(section: &S, bases: &gimli::BaseAddresses) -> u64
+where
+    S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
+{
+    let mut entries = section.entries(bases);
+    let mut bytes = 0u64;
+    while let Ok(Some(entry)) = entries.next() {
+        if let gimli::CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(S::cie_from_offset) {
+                bytes = bytes.saturating_add(fde.len());
+            }
+        }
+    }
+    bytes
+}
+
+/// avma − svma for an executable mapping of file offset `pgoff` at `start`
+/// of a file loaded as `loads`. The mapping starts at the page holding the
+/// executable segment's first byte, which linkers such as lld let share a
+/// page with the segment before it: match the executable segment first.
+fn bias(loads: &Segments, start: u64, pgoff: u64) -> Option<u64> {
+    let holds = |l: &&Load| l.offset & !0xfff <= pgoff && pgoff < l.offset + l.size;
+    let load = loads
+        .0
+        .iter()
+        .filter(|l| l.exec)
+        .find(holds)
+        .or_else(|| loads.0.iter().find(holds))?;
+    // avma = start + (off − pgoff) and svma = vaddr + (off − offset).
+    Some(
+        start
+            .wrapping_sub(pgoff)
+            .wrapping_add(load.offset)
+            .wrapping_sub(load.vaddr),
+    )
 }
 
 /// Unwind data of the binaries some unwinder uses, by file version (a
@@ -129,6 +171,24 @@ pub enum Walk {
     Truncated,
 }
 
+/// A Go program mapped in a process: its code's addresses, avma − svma,
+/// and its function table.
+struct GoModule {
+    avma: Range<u64>,
+    bias: u64,
+    table: Arc<GoTable>,
+}
+
+impl GoModule {
+    /// The function holding `pc` (an address in the process).
+    fn func(&self, pc: u64) -> Option<crate::gopclntab::Func<'_>> {
+        if !self.avma.contains(&pc) {
+            return None;
+        }
+        self.table.func(pc.wrapping_sub(self.bias))
+    }
+}
+
 /// One process's modules and unwinding state.
 pub struct Unwinder {
     inner: UnwinderX86_64<Data>,
@@ -138,6 +198,8 @@ pub struct Unwinder {
     /// The modules added, by start address (so each is added once), with
     /// the unwind data they use (kept while they do).
     modules: HashMap<u64, (Range<u64>, Arc<ElfUnwindData>)>,
+    /// The Go programs among them, unwound by their function tables.
+    go: Vec<GoModule>,
 }
 
 impl Default for Unwinder {
@@ -146,6 +208,7 @@ impl Default for Unwinder {
             inner: UnwinderX86_64::new(),
             cache: None,
             modules: HashMap::new(),
+            go: Vec::new(),
         }
     }
 }
@@ -153,7 +216,12 @@ impl Default for Unwinder {
 impl Unwinder {
     /// Whether it holds nothing: no modules, no rule cache.
     pub fn is_empty(&self) -> bool {
-        self.modules.is_empty() && self.cache.is_none()
+        self.modules.is_empty() && self.cache.is_none() && self.go.is_empty()
+    }
+
+    /// Whether Go code is mapped.
+    pub fn has_go(&self) -> bool {
+        !self.go.is_empty()
     }
 
     /// Make the executable mapping `start..end` of file offset `pgoff` of the
@@ -166,7 +234,7 @@ impl Unwinder {
             tracing::debug!(path = %path.display(), "no unwind data; frame pointers only there");
             return;
         };
-        let Some(bias) = data.bias(start, pgoff) else {
+        let Some(bias) = bias(&data.loads, start, pgoff) else {
             return;
         };
         let info = data.section_info();
@@ -175,6 +243,25 @@ impl Unwinder {
         }
         self.inner
             .add_module(Module::new(name.to_string(), start..end, bias, info));
+        self.add_go(path, start, end, pgoff);
+    }
+
+    /// Make the mapping `start..end` of file offset `pgoff` known as Go
+    /// code if the file at `path` is a Go program.
+    fn add_go(&mut self, path: &Path, start: u64, end: u64, pgoff: u64) {
+        self.go
+            .retain(|m| m.avma.end <= start || end <= m.avma.start);
+        let Some(table) = GoTable::of(path) else {
+            return;
+        };
+        let Some(bias) = bias(&table.loads, start, pgoff) else {
+            return;
+        };
+        self.go.push(GoModule {
+            avma: start..end,
+            bias,
+            table,
+        });
     }
 
     /// Make an executable mapping of the target known (file-backed ones;
@@ -205,32 +292,95 @@ impl Unwinder {
             reach = reach.max(addr + 8);
             Ok(u64::from_ne_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let mut frames = self.inner.iter_frames(
-            ip,
-            UnwindRegsX86_64::new(ip, sp, bp),
-            self.cache.get_or_insert_with(Default::default),
-            &mut read_stack,
-        );
-        let mut n = 0;
-        let complete = loop {
-            match frames.next() {
-                Ok(Some(frame)) => {
-                    n += 1;
-                    if n > MAX_FRAMES {
-                        break false;
+        let cache = self.cache.get_or_insert_with(Default::default);
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut address = FrameAddress::from_instruction_pointer(ip);
+        out.push(ip);
+        for _ in 1..MAX_FRAMES {
+            let caller = match go_step(&self.go, address, &mut regs, &mut read_stack) {
+                Some(step) => step,
+                None => self
+                    .inner
+                    .unwind_frame(address, &mut regs, cache, &mut read_stack)
+                    .map_err(drop),
+            };
+            match caller {
+                Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
+                    Some(next) => {
+                        out.push(next.address_for_lookup());
+                        address = next;
                     }
-                    out.push(frame.address_for_lookup());
-                }
-                Ok(None) => break true,
-                Err(_) => break false,
+                    None => return Walk::Truncated,
+                },
+                Ok(None) => return Walk::Complete { reach },
+                Err(()) => return Walk::Truncated,
             }
+        }
+        Walk::Truncated
+    }
+
+    /// The return address a frame-pointer callchain skips when the sample
+    /// is in a Go function that has no frame, or has not set it up yet
+    /// (rbp still is its caller's): the one at sp plus the function's frame
+    /// size, read from the `stack` bytes copied from sp. None when `ip` is
+    /// not in Go code or the copy is too short.
+    pub fn go_return_address(&self, ip: u64, stack: &[u8]) -> Option<u64> {
+        let m = self.go.iter().find(|m| m.avma.contains(&ip))?;
+        let Step::Delta(delta) = m.func(ip)?.step(ip.wrapping_sub(m.bias))? else {
+            return None;
         };
-        if complete {
-            Walk::Complete { reach }
-        } else {
-            Walk::Truncated
+        let at = usize::try_from(delta).ok()?;
+        let bytes = stack.get(at..at.checked_add(8)?)?;
+        Some(u64::from_ne_bytes(bytes.try_into().ok()?)).filter(|&ra| ra != 0)
+    }
+
+    /// Make the executable mapping `m` known as Go code if it maps a Go
+    /// program (for frame-pointer sessions, which unwind nothing else).
+    pub fn add_go_mapping(&mut self, m: &Mapping) {
+        if let Some(file) = m.file() {
+            self.add_go(&file.readable, m.start, m.end, m.pgoff);
         }
     }
+}
+
+/// One frame of Go code unwound with its function table: the caller's
+/// return address (None at the outermost frame), with `regs` set to the
+/// caller's. None when `address` is not in Go code.
+fn go_step(
+    go: &[GoModule],
+    address: FrameAddress,
+    regs: &mut UnwindRegsX86_64,
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<Result<Option<u64>, ()>> {
+    // A return address is looked up in its call instruction.
+    let pc = address.address_for_lookup();
+    let m = go.iter().find(|m| m.avma.contains(&pc))?;
+    let func = m.func(pc)?;
+    let mut step = || -> Result<Option<u64>, ()> {
+        let delta = match func.step(pc.wrapping_sub(m.bias)).ok_or(())? {
+            Step::Top => return Ok(None),
+            Step::Delta(delta) => delta,
+        };
+        // The return address is above the frame; Go keeps the caller's rbp
+        // right below it in every function with a frame (only the one
+        // instruction after the frame's allocation has not stored it yet).
+        let cfa = regs
+            .sp()
+            .checked_add(delta)
+            .ok_or(())?
+            .checked_add(8)
+            .ok_or(())?;
+        let ra = read_stack(cfa - 8)?;
+        if delta > 0 {
+            if let Ok(bp) = read_stack(cfa - 16) {
+                regs.set_bp(bp);
+            }
+        }
+        regs.set_sp(cfa);
+        regs.set_ip(ra);
+        Ok(Some(ra))
+    };
+    Some(step())
 }
 
 #[cfg(test)]
@@ -300,9 +450,7 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let data = elf_data(&exe).expect("own ELF");
         assert!(data.eh_frame.is_some() && data.eh_frame_hdr.is_some());
-        let bias = data
-            .bias(m.start, m.pgoff)
-            .expect("text mapping is in a PT_LOAD");
+        let bias = bias(&data.loads, m.start, m.pgoff).expect("text mapping is in a PT_LOAD");
         // The symbol table's address of a function plus the bias is where it runs.
         assert!(m.start <= here && here < m.end);
         assert!(bias <= here);
@@ -334,9 +482,9 @@ mod tests {
             ]),
         };
         let start = 0x5555_5556_c000;
-        let bias = data.bias(start, 0x17000).unwrap();
+        let shift = bias(&data.loads, start, 0x17000).unwrap();
         // The segment's first byte (file 0x17550) is at start + 0x550.
-        assert_eq!(0x18550 + bias, start + 0x550);
+        assert_eq!(0x18550 + shift, start + 0x550);
         // A classic layout: text at offset 0x1000, vaddr 0x1000.
         let classic = ElfUnwindData {
             loads: Segments(vec![Load {
@@ -347,7 +495,7 @@ mod tests {
             }]),
             ..data
         };
-        assert_eq!(classic.bias(0x7000_1000, 0x1000), Some(0x7000_0000));
+        assert_eq!(bias(&classic.loads, 0x7000_1000, 0x1000), Some(0x7000_0000));
     }
 
     #[test]
@@ -381,10 +529,7 @@ mod tests {
         let bytes = std::fs::read(path).unwrap();
         let elf = object::File::parse(&*bytes).unwrap();
         let plt = elf.section_by_name(".plt").expect("libc has a .plt");
-        let bias = elf_data(path)
-            .unwrap()
-            .bias(libc.start, libc.pgoff)
-            .unwrap();
+        let bias = bias(&elf_data(path).unwrap().loads, libc.start, libc.pgoff).unwrap();
         // The first stub after the PLT header.
         let ip = plt.address() + 16 + bias;
         assert!(libc.start <= ip && ip < libc.end);

@@ -125,9 +125,11 @@ impl Spaces {
 
     fn add(&mut self, pid: u32, maps: ProcessMaps) -> usize {
         let mut unwinder = Unwinder::default();
-        if self.stack_copy {
-            for m in maps.iter() {
+        for m in maps.iter() {
+            if self.stack_copy {
                 unwinder.add_mapping(m);
+            } else {
+                unwinder.add_go_mapping(m);
             }
         }
         if self.list.len() >= MAX_SPACES {
@@ -193,10 +195,12 @@ impl Spaces {
         }
         // Opens new mappings' files, and a perf map once JIT code appears.
         s.maps.resolve_new(pid);
-        if self.stack_copy {
-            for start in starts {
-                if let Some(m) = s.maps.find(start) {
+        for start in starts {
+            if let Some(m) = s.maps.find(start) {
+                if self.stack_copy {
                     s.unwinder.add_mapping(m);
+                } else {
+                    s.unwinder.add_go_mapping(m);
                 }
             }
         }

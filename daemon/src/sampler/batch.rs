@@ -38,10 +38,12 @@ pub struct Batch {
     pub tids: Vec<u32>,
     /// Names the target's threads took (COMM records): (tid, name).
     pub comms: Vec<(u32, String)>,
-    /// With stack copies, per stack: the user registers (ip, sp, bp), zero
-    /// when the sample had no user context...
+    /// Per stack (when the ring's samples carry them): the user registers
+    /// (ip, sp, bp; frame-pointer samples only sp), zero when the sample had
+    /// no user context...
     pub user_regs: Vec<[u64; 3]>,
-    /// ...and the copied user stack, flattened; `user_ends[i]` is where
+    /// ...and the copied user stack (frame-pointer samples: a few bytes),
+    /// flattened; `user_ends[i]` is where
     /// stack `i`'s copy ends in `user_stack`.
     pub user_stack: Vec<u8>,
     pub user_ends: Vec<u32>,
@@ -170,8 +172,8 @@ impl<T> SampleBuffer for Vec<T> {
     }
 }
 
-/// One sample of a batch: its kernel (or frame-pointer) frames and, with
-/// stack copies, the user registers and stack to unwind.
+/// One sample of a batch: its kernel (or frame-pointer) frames and the user
+/// registers and stack bytes copied with it.
 pub struct SampleView<'a> {
     pub pid: u32,
     pub tid: u32,

@@ -269,15 +269,20 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 if let Some(targets) = route(by_pid, &c.forked, &c.exited, s.pid, s.time) {
                     c.matched += 1;
                     let stack_copy = d.stack_copy;
-                    let user = stack_copy.then(|| {
-                        let mut regs = s.regs_user();
+                    let mut regs = s.regs_user();
+                    let user = if stack_copy {
                         let (bp, sp, ip) = (regs.next(), regs.next(), regs.next());
                         let regs = match (ip, sp, bp) {
                             (Some(ip), Some(sp), Some(bp)) => [ip, sp, bp],
                             _ => [0; 3],
                         };
-                        (regs, d.tops.cut(s.tid, regs[1], s.stack_user))
-                    });
+                        Some((regs, d.tops.cut(s.tid, regs[1], s.stack_user)))
+                    } else {
+                        // Frame-pointer samples: sp alone, and the bytes
+                        // at sp that find the frames the kernel's walk
+                        // skips (none in kernel threads).
+                        Some(([0, regs.next().unwrap_or(0), 0], s.stack_user))
+                    };
                     let chain = s.callchain();
                     for &i in targets {
                         let b = batch(&mut batches[i], &mut execs[i], s.time);

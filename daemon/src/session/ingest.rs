@@ -8,7 +8,8 @@ use super::spaces::{self, Spaces};
 use crate::auth::Check;
 use crate::maps::ProcessMaps;
 use crate::sampler::{Batch, StackTops};
-use crate::unwind::Walk;
+use crate::symbolize::is_kernel;
+use crate::unwind::{Unwinder, Walk};
 use profd_common::api;
 use profd_common::model::StackTable;
 use std::collections::HashMap;
@@ -48,6 +49,8 @@ pub struct Ingest {
     /// Mappings and unwinders of the target's (and its children's) address
     /// spaces; stack addresses are tagged with their space.
     pub(super) spaces: Spaces,
+    /// Samples carry user stacks to unwind (else frame-pointer callchains).
+    stack_copy: bool,
     /// Samples per process, and where each pid's latest process is in the
     /// list (kept after it exits: another CPU's ring may hold its last
     /// samples, drained after the exit).
@@ -104,6 +107,7 @@ impl Ingest {
             totals: api::Totals::default(),
             counted: 0,
             spaces: Spaces::new(pid, maps, stack_copy),
+            stack_copy,
             processes: vec![api::ProcessSamples {
                 pid,
                 comm,
@@ -218,15 +222,26 @@ impl Ingest {
             }
             attributed += 1;
             // Frame-pointer stacks of the target's first program are used as
-            // they came; others are unwound and/or tagged in `scratch`.
-            let stack = if sample.user.is_none() && space == 0 {
+            // they came, but for the caller the kernel's walk skips below Go
+            // code without a frame; others are unwound and/or tagged in
+            // `scratch`.
+            let unwinder = &mut self.spaces.list[space].unwinder;
+            let skipped = match sample.user {
+                Some((_, bytes)) if !self.stack_copy && unwinder.has_go() => {
+                    go_skipped(sample.frames, unwinder, bytes)
+                }
+                _ => None,
+            };
+            let stack = if !self.stack_copy && skipped.is_none() && space == 0 {
                 sample.frames
             } else {
                 scratch.clear();
                 scratch.extend_from_slice(sample.frames);
-                if let Some(([ip, sp, bp], bytes)) = sample.user {
-                    let unwinder = &mut self.spaces.list[space].unwinder;
-                    if ip != 0 {
+                if let Some((at, caller)) = skipped {
+                    scratch.insert(at, caller);
+                }
+                match sample.user {
+                    Some(([ip, sp, bp], bytes)) if self.stack_copy && ip != 0 => {
                         let walk = unwinder.unwind(ip, sp, bp, bytes, &mut scratch);
                         if walk == Walk::Truncated {
                             self.totals.truncated += 1;
@@ -238,6 +253,7 @@ impl Ingest {
                             }
                         }
                     }
+                    _ => {}
                 }
                 if space != 0 {
                     for a in scratch.iter_mut() {
@@ -305,6 +321,16 @@ impl Ingest {
             self.threads.insert(tid, name);
         }
     }
+}
+
+/// The caller a frame-pointer stack (`frames`, innermost first) lacks when
+/// it was sampled in Go code without a frame: where it goes in `frames`, and
+/// the frame (return address minus one), read from the `stack` bytes copied
+/// at sp. None when the stack has it.
+fn go_skipped(frames: &[u64], unwinder: &Unwinder, stack: &[u8]) -> Option<(usize, u64)> {
+    let at = frames.iter().position(|&a| !is_kernel(a))?;
+    let caller = unwinder.go_return_address(frames[at], stack)? - 1;
+    (frames.get(at + 1) != Some(&caller)).then_some((at + 1, caller))
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! The symbolizer thread's work: kernel addresses through kallsyms, user
 //! addresses grouped by mapped file and named from its ELF/DWARF data (or a
 //! split debug file) by file offset, with inlined functions and source lines,
-//! or from the names found before for any session (`names`);
+//! or from the names found before for any session (`names`), or for Go
+//! programs without symbols from their function table (`.gopclntab`);
 //! anonymous code from the target's perf map; the rest as placeholders.
 use super::debug::DebugFiles;
 use super::frame::{Frame, FrameName};
 use super::names::{FileKey, Names};
 use crate::file_version::FileVersion;
+use crate::gopclntab::GoTable;
 use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
 use blazesym::symbolize::evict::{self, Evict};
 use blazesym::symbolize::source::{Elf, Kernel, Source};
@@ -355,19 +357,35 @@ impl Worker {
         let offsets: Vec<u64> = left.iter().map(|&(_, off)| off).collect();
         self.used(readable);
         let src = Source::Elf(Elf::new(readable));
-        let placeholder = |off: u64| Frame::unnamed(format!("{module}+{off:#x}"), &module);
+        let mut unnamed = Vec::new();
         match self.sym.symbolize(&src, Input::FileOffset(&offsets)) {
             Ok(results) => {
                 for (&(i, off), r) in left.iter().zip(results) {
                     match r {
                         Symbolized::Sym(s) => out[i] = Some(frames_of(&s, &module, files)),
-                        Symbolized::Unknown(_) => jit.push((i, placeholder(off))),
+                        Symbolized::Unknown(_) => unnamed.push((i, off)),
                     }
                 }
             }
             Err(err) => {
                 tracing::debug!(path = %path.display(), %err, "cannot read symbols");
-                jit.extend(left.iter().map(|&(i, off)| (i, placeholder(off))));
+                unnamed = left;
+            }
+        }
+        if unnamed.is_empty() {
+            return;
+        }
+        // Go programs without symbols (linked with -s) still have their
+        // function table.
+        let go = GoTable::of(readable);
+        for (i, off) in unnamed {
+            let name = go.as_ref().and_then(|t| {
+                let func = t.func(t.loads.vaddr(off)?)?;
+                func.name()
+            });
+            match name {
+                Some(name) => out[i] = Some(vec![Frame::named(name, &*module)]),
+                None => jit.push((i, Frame::unnamed(format!("{module}+{off:#x}"), &module))),
             }
         }
     }

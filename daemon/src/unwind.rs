@@ -32,6 +32,12 @@ struct ElfUnwindData {
     eh_frame: Option<(Range<u64>, Data)>,
     eh_frame_hdr: Option<(Range<u64>, Data)>,
     debug_frame: Option<Data>,
+    /// With both sections, whether .debug_frame covers more code: it is
+    /// then the one given to framehop...
+    debug_frame_first: bool,
+    /// ...and these code ranges (svma), which only .eh_frame covers (the C
+    /// runtime's), are unwound with .eh_frame.
+    eh_frame_only: Vec<Range<u64>>,
     got: Option<Range<u64>>,
     loads: Segments,
 }
@@ -51,25 +57,32 @@ impl ElfUnwindData {
         let got = elf
             .section_by_name(".got")
             .map(|s| s.address()..s.address() + s.size());
-        let mut eh_frame = section(".eh_frame");
-        let mut eh_frame_hdr = section(".eh_frame_hdr");
+        let eh_frame = section(".eh_frame");
+        let eh_frame_hdr = section(".eh_frame_hdr");
         let debug_frame = section(".debug_frame").map(|(_, d)| d);
         // framehop reads one CFI section, .eh_frame where there is one. A
         // program built without asynchronous unwind tables (gcc's
         // -fno-asynchronous-unwind-tables -g) has its functions' CFI only in
         // .debug_frame, and an .eh_frame from the C runtime's objects that
-        // covers a few of them: use the section that covers more code.
+        // covers a few others (_start, whose CFI ends the stack): the code
+        // only .eh_frame covers is unwound with it, the rest with
+        // .debug_frame when that covers more.
+        let (mut debug_frame_first, mut eh_frame_only) = (false, Vec::new());
         if let (Some((range, eh)), Some(debug)) = (&eh_frame, &debug_frame) {
             let bases = gimli::BaseAddresses::default()
                 .set_eh_frame(range.start)
                 .set_text(text.as_ref().map_or(0, |(r, _)| r.start))
                 .set_got(got.as_ref().map_or(0, |r| r.start));
             let endian = gimli::LittleEndian;
-            let eh = gimli::EhFrame::new(eh, endian);
-            let debug = gimli::DebugFrame::new(debug, endian);
-            if covered(&debug, &bases) > covered(&eh, &bases) {
-                eh_frame = None;
-                eh_frame_hdr = None;
+            let eh = fde_ranges(&gimli::EhFrame::new(eh, endian), &bases);
+            let debug = fde_ranges(&gimli::DebugFrame::new(debug, endian), &bases);
+            let size = |r: &[Range<u64>]| r.iter().map(|r| r.end - r.start).sum::<u64>();
+            if size(&debug) > size(&eh) {
+                debug_frame_first = true;
+                eh_frame_only = eh
+                    .into_iter()
+                    .filter(|r| !debug.iter().any(|d| d.start < r.end && r.start < d.end))
+                    .collect();
             }
         }
         Some(ElfUnwindData {
@@ -77,42 +90,49 @@ impl ElfUnwindData {
             eh_frame,
             eh_frame_hdr,
             debug_frame,
+            debug_frame_first,
+            eh_frame_only,
             got,
             loads,
         })
     }
 
-    fn section_info(&self) -> ExplicitModuleSectionInfo<Data> {
+    /// The sections framehop unwinds the module with: .eh_frame (and its
+    /// header) or, with `debug_frame`, .debug_frame alone.
+    fn section_info(&self, debug_frame: bool) -> ExplicitModuleSectionInfo<Data> {
+        let eh = |x: &Option<(Range<u64>, Data)>| x.clone().filter(|_| !debug_frame);
+        let (eh_frame, eh_frame_hdr) = (eh(&self.eh_frame), eh(&self.eh_frame_hdr));
         ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma: self.text.as_ref().map(|(r, _)| r.clone()),
             text: self.text.as_ref().map(|(_, d)| d.clone()),
             got_svma: self.got.clone(),
-            eh_frame_svma: self.eh_frame.as_ref().map(|(r, _)| r.clone()),
-            eh_frame: self.eh_frame.as_ref().map(|(_, d)| d.clone()),
-            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
-            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
-            debug_frame: self.debug_frame.clone(),
+            eh_frame_svma: eh_frame.as_ref().map(|(r, _)| r.clone()),
+            eh_frame: eh_frame.map(|(_, d)| d),
+            eh_frame_hdr_svma: eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
+            eh_frame_hdr: eh_frame_hdr.map(|(_, d)| d),
+            debug_frame: self.debug_frame.clone().filter(|_| debug_frame),
             ..Default::default()
         }
     }
 }
 
-/// Bytes of code the FDEs of a CFI section describe.
-fn covered<'a, S>(section: &S, bases: &gimli::BaseAddresses) -> u64
+/// The code ranges (svma) the FDEs of a CFI section describe.
+fn fde_ranges<'a, S>(section: &S, bases: &gimli::BaseAddresses) -> Vec<Range<u64>>
 where
     S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
 {
     let mut entries = section.entries(bases);
-    let mut bytes = 0u64;
+    let mut ranges = Vec::new();
     while let Ok(Some(entry)) = entries.next() {
         if let gimli::CieOrFde::Fde(partial) = entry {
             if let Ok(fde) = partial.parse(S::cie_from_offset) {
-                bytes = bytes.saturating_add(fde.len());
+                let start = fde.initial_address();
+                ranges.push(start..start.saturating_add(fde.len()));
             }
         }
     }
-    bytes
+    ranges
 }
 
 /// avma − svma for an executable mapping of file offset `pgoff` at `start`
@@ -192,6 +212,10 @@ impl GoModule {
 /// One process's modules and unwinding state.
 pub struct Unwinder {
     inner: UnwinderX86_64<Data>,
+    /// The modules unwound by .debug_frame with their .eh_frame instead,
+    /// for the code only that covers (`eh_frame_only`, here as avma).
+    eh_frame: UnwinderX86_64<Data>,
+    eh_frame_only: Vec<Range<u64>>,
     /// framehop's rule cache (about 16 KB), made at the first walk: the
     /// spaces of processes never sampled, or gone, do without.
     cache: Option<CacheX86_64>,
@@ -206,6 +230,8 @@ impl Default for Unwinder {
     fn default() -> Self {
         Unwinder {
             inner: UnwinderX86_64::new(),
+            eh_frame: UnwinderX86_64::new(),
+            eh_frame_only: Vec::new(),
             cache: None,
             modules: HashMap::new(),
             go: Vec::new(),
@@ -237,10 +263,22 @@ impl Unwinder {
         let Some(bias) = bias(&data.loads, start, pgoff) else {
             return;
         };
-        let info = data.section_info();
-        if self.modules.insert(start, (start..end, data)).is_some() {
+        if let Some((old, _)) = self.modules.remove(&start) {
             self.inner.remove_module(start);
+            self.eh_frame.remove_module(start);
+            self.eh_frame_only
+                .retain(|r| !(old.start <= r.start && r.end <= old.end));
         }
+        if data.debug_frame_first {
+            let info = data.section_info(false);
+            let module = Module::new(name.to_string(), start..end, bias, info);
+            self.eh_frame.add_module(module);
+            let avma = |r: &Range<u64>| r.start.wrapping_add(bias)..r.end.wrapping_add(bias);
+            self.eh_frame_only
+                .extend(data.eh_frame_only.iter().map(avma));
+        }
+        let info = data.section_info(data.debug_frame_first);
+        self.modules.insert(start, (start..end, data));
         self.inner
             .add_module(Module::new(name.to_string(), start..end, bias, info));
         self.add_go(path, start, end, pgoff);
@@ -299,10 +337,16 @@ impl Unwinder {
         for _ in 1..MAX_FRAMES {
             let caller = match go_step(&self.go, address, &mut regs, &mut read_stack) {
                 Some(step) => step,
-                None => self
-                    .inner
-                    .unwind_frame(address, &mut regs, cache, &mut read_stack)
-                    .map_err(drop),
+                None => {
+                    let pc = address.address_for_lookup();
+                    let unwinder = match self.eh_frame_only.iter().any(|r| r.contains(&pc)) {
+                        true => &self.eh_frame,
+                        false => &self.inner,
+                    };
+                    unwinder
+                        .unwind_frame(address, &mut regs, cache, &mut read_stack)
+                        .map_err(drop)
+                }
             };
             match caller {
                 Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
@@ -465,6 +509,8 @@ mod tests {
             eh_frame: None,
             eh_frame_hdr: None,
             debug_frame: None,
+            debug_frame_first: false,
+            eh_frame_only: Vec::new(),
             got: None,
             loads: Segments(vec![
                 Load {

@@ -1,5 +1,6 @@
 //! The workloads in `tests/workloads/`: compiled once per test process (C with
-//! `cc`, Rust with `rustc`), and run as child processes killed when dropped.
+//! `cc`, Rust with `rustc`, Go with `go build`), and run as child processes
+//! killed when dropped.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -38,6 +39,8 @@ pub enum Lang {
     C,
     /// Built with `$RUSTC` (default `rustc`), a single-file program.
     Rust,
+    /// Built with `$GO build` (default `go`), a single-file program.
+    Go,
 }
 
 /// One build of a workload source: its own flags and executable name (the
@@ -113,6 +116,41 @@ pub const STACKS_RS_NOFP: Build = Build {
     ],
 };
 
+/// `stacks.c` without asynchronous unwind tables: its functions' CFI is only
+/// in `.debug_frame` (with `-g`), while the C runtime's objects still bring
+/// an `.eh_frame` covering their own code.
+pub const STACKS_DEBUG_FRAME: Build = Build {
+    name: "stacks_dbgframe",
+    source: "stacks.c",
+    lang: Lang::C,
+    flags: &[
+        "-O2",
+        "-g",
+        "-fno-inline-small-functions",
+        "-fno-optimize-sibling-calls",
+        "-Wall",
+        "-fomit-frame-pointer",
+        "-fno-asynchronous-unwind-tables",
+    ],
+};
+
+/// `gostacks.go` as `go build` makes it: symbol table and DWARF included.
+pub const GOSTACKS: Build = Build {
+    name: "gostacks",
+    source: "gostacks.go",
+    lang: Lang::Go,
+    flags: &[],
+};
+
+/// `gostacks.go` linked with `-s -w`: no symbol table, no DWARF, only
+/// Go's own function table (`.gopclntab`).
+pub const GOSTACKS_STRIPPED: Build = Build {
+    name: "gostacks_strip",
+    source: "gostacks.go",
+    lang: Lang::Go,
+    flags: &["-ldflags=-s -w"],
+};
+
 /// `inlined.c`: an always_inline function inside a noinline one.
 pub const INLINED: Build = Build {
     name: "inlined",
@@ -149,10 +187,13 @@ impl Build {
 /// where it sits against the instruction fetch lines can change that speed
 /// (by up to 2× on an AMD EPYC, where `stacks.c`'s `rec_leaf` took 58 % of
 /// the time instead of 40 %).
-fn align_loops(lang: Lang) -> &'static str {
+/// (`go build` has no such flag: `gostacks.go` says why its loops run at the
+/// same speed.)
+fn align_loops(lang: Lang) -> Option<&'static str> {
     match lang {
-        Lang::C => "-falign-loops=64",
-        Lang::Rust => "-Cllvm-args=-align-loops=64",
+        Lang::C => Some("-falign-loops=64"),
+        Lang::Rust => Some("-Cllvm-args=-align-loops=64"),
+        Lang::Go => None,
     }
 }
 
@@ -175,11 +216,23 @@ fn compile(lang: Lang, source: &str, out_name: &str, flags: &[&str]) -> PathBuf 
     let (var, default, install) = match lang {
         Lang::C => ("CC", "cc", "install gcc"),
         Lang::Rust => ("RUSTC", "rustc", "install the Rust toolchain"),
+        Lang::Go => ("GO", "go", "install golang-go"),
     };
     let compiler = std::env::var(var).unwrap_or_else(|_| default.to_string());
-    let output = Command::new(&compiler)
+    let mut command = Command::new(&compiler);
+    if lang == Lang::Go {
+        // Its build cache and module directory in the scratch directory:
+        // the tests' HOME may be anything.
+        let dir = unique_dir("go");
+        command
+            .arg("build")
+            .env("GOCACHE", dir.join("cache"))
+            .env("GOPATH", dir.join("path"))
+            .env("GO111MODULE", "off");
+    }
+    let output = command
         .args(flags)
-        .arg(align_loops(lang))
+        .args(align_loops(lang))
         .arg("-o")
         .arg(&out)
         .arg(&source)

@@ -16,6 +16,7 @@ mod connections;
 mod dashboard;
 mod deploy;
 mod faults;
+mod go;
 mod kernel_frames;
 mod python;
 mod restart;

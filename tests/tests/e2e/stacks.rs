@@ -14,8 +14,8 @@ use std::process::Command;
 
 use profd_e2e::{
     assert_one_line_error, path_str, unique_dir, Build, Harness, Measure::Exclusive,
-    Measure::Inclusive, Profile, Workload, INLINED, JIT, STACKS_FP, STACKS_NOFP, STACKS_RS_FP,
-    STACKS_RS_NOFP,
+    Measure::Inclusive, Profile, Workload, INLINED, JIT, STACKS_DEBUG_FRAME, STACKS_FP,
+    STACKS_NOFP, STACKS_RS_FP, STACKS_RS_NOFP,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -155,6 +155,13 @@ fn c_frame_pointer_build_matches_construction() {
 #[test]
 fn c_no_frame_pointer_build_matches_construction() {
     default_unwind_matches_construction(&STACKS_NOFP, "");
+}
+
+/// C built without asynchronous unwind tables: its CFI is only in
+/// `.debug_frame`, next to the C runtime's small `.eh_frame`.
+#[test]
+fn c_debug_frame_only_build_matches_construction() {
+    default_unwind_matches_construction(&STACKS_DEBUG_FRAME, "");
 }
 
 /// Rust names come out demangled without the hash: `stacks_rs::leaf_a`, not

@@ -1,0 +1,107 @@
+//! End-to-end tests of Go programs: real kernel, real `profd` and `profctl`,
+//! and `tests/workloads/gostacks.go` built with Debian's `go` (the tests fail
+//! when it is missing), as it comes and linked with `-s -w`. Its hot leaves
+//! have no frame; their callers must be on the stacks under DWARF unwinding
+//! (from `.gopclntab`) and under `--unwind fp` alike, within ±2 points of the
+//! construction, with names as Go prints them.
+
+use profd_e2e::{
+    Build, Harness, Measure::Exclusive, Measure::Inclusive, Profile, Workload, GOSTACKS,
+    GOSTACKS_STRIPPED,
+};
+
+/// Long enough for any test: workloads are killed when the test ends.
+const LONG: f64 = 60.0;
+/// Percentage points a measured share may be off the construction.
+const TOLERANCE: f64 = 2.0;
+/// Enough samples for ±2 points.
+const MIN_SAMPLES: u64 = 1000;
+
+/// `gostacks.go` by construction: (function, measure, %).
+const GO_SPLIT: &[(&str, profd_e2e::Measure, f64)] = &[
+    ("main.leafA", Exclusive, 30.0),
+    ("main.leafB", Exclusive, 70.0),
+    ("main.makeMid.func1", Inclusive, 70.0),
+    ("main.(*Worker).Work", Inclusive, 100.0),
+    ("main.run", Inclusive, 100.0),
+];
+
+/// Profiles `build` for 4 s with `extra` options and checks the split, the
+/// names and that stacks are complete.
+fn go_profile_matches_construction(build: &Build, extra: &[&str], unwind: &str) -> Profile {
+    let h = Harness::start();
+    let target = Workload::start_build(build, LONG);
+    let pid = target.pid_arg();
+    let mut args = vec!["attach", &pid, "--duration", "4", "--format", "json"];
+    args.extend_from_slice(extra);
+    let p = Profile::parse(&h.daemon.profctl(&args));
+    eprintln!("{}", p.table());
+    eprintln!(
+        "  unwind {}; attributed {}, truncated {}, unsymbolized {}",
+        p.unwind, p.totals.attributed, p.totals.truncated, p.totals.unsymbolized
+    );
+    assert_eq!(p.unwind, unwind, "{}", p.table());
+    assert!(
+        p.totals.attributed >= MIN_SAMPLES,
+        "only {} samples, too few to check ±{TOLERANCE} points:\n{}",
+        p.totals.attributed,
+        p.table()
+    );
+    // Names as Go prints them, from the program itself.
+    for &(name, _, _) in GO_SPLIT {
+        assert_eq!(
+            p.function(name).module,
+            build.name,
+            "{name} is not from {}:\n{}",
+            build.name,
+            p.table()
+        );
+    }
+    let unnamed: Vec<&str> = p
+        .functions
+        .iter()
+        .filter(|f| f.module == build.name)
+        .filter(|f| f.name.contains("+0x") || f.name.starts_with("[unknown]"))
+        .map(|f| f.name.as_str())
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "frames of {} left unnamed: {unnamed:?}\n{}",
+        build.name,
+        p.table()
+    );
+    for &(name, measure, pct) in GO_SPLIT {
+        p.assert_pct_within(name, measure, pct, TOLERANCE);
+    }
+    // Goroutine stacks end at runtime.goexit: complete, not truncated.
+    let one_pct = p.totals.attributed / 100;
+    assert!(
+        p.totals.truncated <= one_pct,
+        "{} of {} samples truncated (expected ≤ 1 %):\n{}",
+        p.totals.truncated,
+        p.totals.attributed,
+        p.table()
+    );
+    p
+}
+
+#[test]
+fn default_unwinding_finds_the_callers_of_frameless_go_functions() {
+    go_profile_matches_construction(&GOSTACKS, &[], "dwarf");
+}
+
+#[test]
+fn fp_unwinding_finds_the_callers_of_frameless_go_functions() {
+    go_profile_matches_construction(&GOSTACKS, &["--unwind", "fp"], "fp");
+}
+
+/// Without symbols or DWARF, `.gopclntab` names and unwinds the code.
+#[test]
+fn a_stripped_go_program_unwinds_and_is_named_with_dwarf_unwinding() {
+    go_profile_matches_construction(&GOSTACKS_STRIPPED, &["--unwind", "dwarf"], "dwarf");
+}
+
+#[test]
+fn a_stripped_go_program_unwinds_and_is_named_with_fp_unwinding() {
+    go_profile_matches_construction(&GOSTACKS_STRIPPED, &["--unwind", "fp"], "fp");
+}

@@ -9,7 +9,8 @@ pub mod maps {
 pub mod perf {
     pub use crate::sys::perf::record;
     pub use crate::sys::perf::{
-        online_cpus, walk_ring, Counts, EventKind, EventSpec, PerfError, SAMPLE_TYPE, USER_REGS,
+        online_cpus, walk_ring, Counts, EventKind, EventSpec, PerfError, FP_USER_REGS, SAMPLE_TYPE,
+        USER_REGS,
     };
 }
 

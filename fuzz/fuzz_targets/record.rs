@@ -2,7 +2,8 @@
 //! (`profd::internals::perf::walk_ring`): arbitrary bytes as one record or as a whole ring, never a panic.
 //!
 //! Input: byte 0 picks the mode, the rest is the data.
-//! - bits 0-1, the layout: 0 = profd's event without a stack copy (`SAMPLE_TYPE`),
+//! - bits 0-1, the layout: 0 = profd's frame-pointer event (`SAMPLE_TYPE | REGS_USER | STACK_USER`,
+//!   `FP_USER_REGS`),
 //!   1 = profd's stack-copy event (`SAMPLE_TYPE | REGS_USER | STACK_USER`, `USER_REGS`),
 //!   2 = `Layout::new` from the next 17 bytes (sample_type, regs mask, sample_id_all; inputs it
 //!   refuses are still parsed with profd's layout), 3 = a `Layout` built field by field from
@@ -21,7 +22,7 @@
 use libfuzzer_sys::fuzz_target;
 use perf_event_open_sys::bindings as sys;
 use profd::internals::perf::record::{self, CallchainContext, Layout, Record};
-use profd::internals::perf::{walk_ring, SAMPLE_TYPE, USER_REGS};
+use profd::internals::perf::{walk_ring, FP_USER_REGS, SAMPLE_TYPE, USER_REGS};
 
 const STACK_BITS: u64 = (sys::PERF_SAMPLE_REGS_USER | sys::PERF_SAMPLE_STACK_USER) as u64;
 
@@ -38,11 +39,8 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 fn layout(mode: u8, rest: &[u8]) -> (Layout, &[u8]) {
     let sample_id_all = mode & 4 == 0;
     let profd = |stack_copy: bool| {
-        let (sample_type, regs) = if stack_copy {
-            (SAMPLE_TYPE | STACK_BITS, USER_REGS)
-        } else {
-            (SAMPLE_TYPE, 0)
-        };
+        let regs = if stack_copy { USER_REGS } else { FP_USER_REGS };
+        let sample_type = SAMPLE_TYPE | STACK_BITS;
         Layout::new(sample_type, sample_id_all, regs).expect("profd's layouts are supported")
     };
     match mode & 3 {

@@ -5,5 +5,5 @@ pub mod record;
 
 pub use event::{
     online_cpus, pmu_available, walk_ring, Counts, EventKind, EventSpec, PerfError, PerfEvent,
-    Target, MAX_STACK_BYTES, SAMPLE_TYPE, USER_REGS,
+    Target, FP_USER_REGS, MAX_STACK_BYTES, SAMPLE_TYPE, USER_REGS,
 };

@@ -130,10 +130,30 @@ impl GoTable {
         let file = std::fs::File::open(path).ok()?;
         let cache = object::ReadCache::new(file);
         let elf = object::File::parse(&cache).ok()?;
-        let section = elf.section_by_name(".gopclntab")?;
-        let data = section.data().ok()?.to_vec();
         let text = elf.section_by_name(".text").map_or(0, |s| s.address());
-        GoTable::parse(data, text, Segments::of(&cache)?)
+        let loads = Segments::of(&cache)?;
+        // Go's linker names the table's section (inside .data.rel.ro in
+        // position-independent programs); the system linker (cgo, external
+        // linking) merges it into .data.rel.ro of those, where its header
+        // finds it. A Go program always has .go.buildinfo.
+        let named = [".gopclntab", ".data.rel.ro.gopclntab"]
+            .iter()
+            .find_map(|name| elf.section_by_name(name));
+        if let Some(section) = named {
+            return GoTable::parse(section.data().ok()?.to_vec(), text, loads);
+        }
+        elf.section_by_name(".go.buildinfo")?;
+        let data = elf.section_by_name(".data.rel.ro")?.data().ok()?;
+        // The table is aligned; its header starts with a magic and 0, 0, 1, 8.
+        (0..data.len().saturating_sub(8))
+            .step_by(8)
+            .filter(|&at| {
+                matches!(
+                    u32_at(data, at),
+                    Some(0xffff_fffa | 0xffff_fff0 | 0xffff_fff1)
+                ) && data[at + 4..at + 8] == [0, 0, 1, 8]
+            })
+            .find_map(|at| GoTable::parse(data[at..].to_vec(), text, loads.clone()))
     }
 
     /// The table of the Go program at `path`, read once per file version and
@@ -437,5 +457,29 @@ mod tests {
         assert_eq!(names(&a), names(&b));
         // Not a Go program.
         assert!(GoTable::of(&std::env::current_exe().unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_position_independent_program_linked_externally_has_its_table_found() {
+        // No .gopclntab section: the system linker put the table inside
+        // .data.rel.ro.
+        let pie = build(
+            "gostacks_extpie",
+            &["-buildmode=pie", "-ldflags=-linkmode=external -s -w"],
+        );
+        let bytes = std::fs::read(&pie).unwrap();
+        let elf = object::File::parse(&*bytes).unwrap();
+        assert!(elf.section_by_name(".gopclntab").is_none());
+        let table = GoTable::of(&pie).expect("the table in .data.rel.ro");
+        let funcs: Vec<Func<'_>> = table.funcs().collect();
+        let work = funcs
+            .iter()
+            .find(|f| f.name() == Some("main.(*Worker).Work"))
+            .expect("main.(*Worker).Work");
+        assert_eq!(table.func(work.entry + 1).unwrap().entry, work.entry);
+        // Its functions are in the executable segment.
+        let text = elf.section_by_name(".text").unwrap();
+        assert!(text.address() <= funcs[0].entry);
+        assert!(funcs.last().unwrap().end <= text.address() + text.size());
     }
 }

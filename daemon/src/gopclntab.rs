@@ -278,13 +278,18 @@ impl<'a> Func<'a> {
         std::str::from_utf8(&names[..len]).ok()
     }
 
+    /// Whether it is the outermost frame of every stack it is on
+    /// (`runtime.goexit` for goroutines, `runtime.mstart` for threads).
+    pub fn outermost(&self) -> bool {
+        self.flag() & FLAG_TOPFRAME != 0
+            || (self.table.version == Version::Go116
+                && self.name().is_some_and(|n| TOP_FUNCS.contains(&n)))
+    }
+
     /// How its frame is unwound at `pc` (in the function; for a caller's
     /// frame, the call instruction's address).
     pub fn step(&self, pc: u64) -> Option<Step> {
-        let flag = self.flag();
-        if flag & (FLAG_TOPFRAME | FLAG_SPWRITE) != 0
-            || (self.table.version == Version::Go116 && TOP_FUNCS.contains(&self.name()?))
-        {
+        if self.outermost() || self.flag() & FLAG_SPWRITE != 0 {
             return Some(Step::Top);
         }
         let delta = self.sp_delta(pc)?;
@@ -327,7 +332,7 @@ impl<'a> Func<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
     use std::path::PathBuf;
     use std::process::Command;
@@ -335,7 +340,7 @@ mod tests {
     /// `tests/workloads/gostacks.go` built with `go build` and `flags` into
     /// a directory of its own (fails when `go` is missing: install
     /// golang-go).
-    fn build(name: &str, flags: &[&str]) -> PathBuf {
+    pub fn build(name: &str, flags: &[&str]) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("profd-gopclntab-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/gostacks.go");
@@ -356,7 +361,7 @@ mod tests {
     }
 
     /// `go tool objdump -s REGEX` of `exe`: (address, instruction text).
-    fn objdump(exe: &Path, regex: &str) -> Vec<(u64, String)> {
+    pub fn objdump(exe: &Path, regex: &str) -> Vec<(u64, String)> {
         let out = Command::new("go")
             .args(["tool", "objdump", "-s", regex])
             .arg(exe)

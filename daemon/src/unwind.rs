@@ -378,6 +378,21 @@ impl Unwinder {
         Some(u64::from_ne_bytes(bytes.try_into().ok()?)).filter(|&ra| ra != 0)
     }
 
+    /// How many of a frame-pointer stack's `frames` (innermost first) to
+    /// keep: up to its outermost Go frame (`runtime.goexit`), above which the
+    /// kernel's walk follows whatever rbp held when the goroutine started.
+    /// None to keep them all.
+    pub fn go_stack_len(&self, frames: &[u64]) -> Option<usize> {
+        let outermost = |pc: u64| {
+            self.go
+                .iter()
+                .find_map(|m| m.func(pc))
+                .is_some_and(|f| f.outermost())
+        };
+        let at = frames.iter().position(|&pc| outermost(pc))?;
+        (at + 1 < frames.len()).then_some(at + 1)
+    }
+
     /// Make the executable mapping `m` known as Go code if it maps a Go
     /// program (for frame-pointer sessions, which unwind nothing else).
     pub fn add_go_mapping(&mut self, m: &Mapping) {

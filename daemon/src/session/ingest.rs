@@ -222,21 +222,29 @@ impl Ingest {
             }
             attributed += 1;
             // Frame-pointer stacks of the target's first program are used as
-            // they came, but for the caller the kernel's walk skips below Go
-            // code without a frame; others are unwound and/or tagged in
-            // `scratch`.
+            // they came, but in Go code: there the caller the kernel's walk
+            // skips below a function without a frame is put back, and what
+            // it read above the outermost frame dropped. Others are unwound
+            // and/or tagged in `scratch`.
             let unwinder = &mut self.spaces.list[space].unwinder;
-            let skipped = match sample.user {
-                Some((_, bytes)) if !self.stack_copy && unwinder.has_go() => {
-                    go_skipped(sample.frames, unwinder, bytes)
+            let (mut frames, mut skipped) = (sample.frames, None);
+            if !self.stack_copy && unwinder.has_go() {
+                if let Some(len) = unwinder.go_stack_len(frames) {
+                    frames = &frames[..len];
                 }
-                _ => None,
-            };
-            let stack = if !self.stack_copy && skipped.is_none() && space == 0 {
+                if let Some((_, bytes)) = sample.user {
+                    skipped = go_skipped(frames, unwinder, bytes);
+                }
+            }
+            let stack = if !self.stack_copy
+                && skipped.is_none()
+                && frames.len() == sample.frames.len()
+                && space == 0
+            {
                 sample.frames
             } else {
                 scratch.clear();
-                scratch.extend_from_slice(sample.frames);
+                scratch.extend_from_slice(frames);
                 if let Some((at, caller)) = skipped {
                     scratch.insert(at, caller);
                 }

@@ -447,6 +447,95 @@ mod tests {
     use super::*;
 
     #[test]
+    fn go_code_is_unwound_by_its_function_table() {
+        use crate::gopclntab::tests::{build, objdump};
+        let exe = build("gostacks", &[]);
+        let table = GoTable::of(&exe).unwrap();
+        let entry = |name: &str| {
+            table
+                .funcs()
+                .find(|f| f.name() == Some(name))
+                .unwrap_or_else(|| panic!("{name}"))
+                .entry
+        };
+        let text = *table.loads.0.iter().find(|l| l.exec).unwrap();
+        let mut u = Unwinder::default();
+        let (start, pgoff) = (text.vaddr & !0xfff, text.offset & !0xfff);
+        u.add_module("gostacks", &exe, start, text.vaddr + text.size, pgoff);
+        // leafA (no frame) called by Work (a 0x18-byte frame), as if Work
+        // had been called by runtime.goexit, the outermost frame.
+        let call = objdump(&exe, r"^main\.\(\*Worker\)\.Work$")
+            .into_iter()
+            .find(|(_, i)| i.starts_with("CALL main.leafA"))
+            .unwrap()
+            .0;
+        let (ip, ra1, ra2) = (
+            entry("main.leafA") + 4,
+            call + 5,
+            entry("runtime.goexit") + 1,
+        );
+        let sp = 0x7ffc_0000_1000u64;
+        let mut stack = vec![0u8; 0x40];
+        let mut put = |at: usize, v: u64| stack[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+        put(0, ra1);
+        put(0x18, 0x7ffc_0000_0bbb); // Work's caller's rbp
+        put(0x20, ra2);
+        put(0x28, 0x5555); // not a frame: above the outermost one
+        let mut out = Vec::new();
+        let walk = u.unwind(ip, sp, 0x1234, &stack, &mut out);
+        assert_eq!(out, vec![ip, ra1 - 1, ra2 - 1]);
+        assert_eq!(walk, Walk::Complete { reach: sp + 0x28 });
+        // The frame-pointer helpers: the return address a frameless leaf
+        // leaves at sp, and where a chain ends.
+        assert_eq!(u.go_return_address(ip, &stack), Some(ra1));
+        assert_eq!(u.go_return_address(ra1 - 1, &stack[8..]), Some(ra2));
+        assert_eq!(u.go_return_address(0x1234, &stack), None);
+        let chain = [ip, ra1 - 1, ra2 - 1, 0x5554];
+        assert_eq!(u.go_stack_len(&chain), Some(3));
+        assert_eq!(u.go_stack_len(&chain[..3]), None);
+    }
+
+    #[test]
+    fn a_program_with_cfi_only_in_debug_frame_is_unwound_with_it() {
+        // stacks.c without asynchronous unwind tables: its functions' CFI
+        // is in .debug_frame, _start's in .eh_frame.
+        let dir = std::env::temp_dir().join(format!("profd-debug-frame-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("stacks");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/stacks.c");
+        let status = std::process::Command::new("cc")
+            .args(["-O2", "-g", "-fomit-frame-pointer"])
+            .arg("-fno-asynchronous-unwind-tables")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&source)
+            .status()
+            .expect("running cc");
+        assert!(status.success());
+        let data = elf_data(&exe).unwrap();
+        assert!(data.debug_frame_first, "{data:?}");
+        let bytes = std::fs::read(&exe).unwrap();
+        let elf = object::File::parse(&*bytes).unwrap();
+        let symbol = |name: &str| {
+            use object::ObjectSymbol;
+            elf.symbols()
+                .find(|s| s.name() == Ok(name))
+                .unwrap()
+                .address()
+        };
+        let only = |a: u64| data.eh_frame_only.iter().any(|r| r.contains(&a));
+        assert!(only(symbol("_start")));
+        assert!(!only(symbol("main")));
+        // A binary built as usual keeps .eh_frame.
+        assert!(
+            !elf_data(&std::env::current_exe().unwrap())
+                .unwrap()
+                .debug_frame_first
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_binary_rewritten_in_place_is_read_again() {
         let path = std::env::temp_dir().join(format!("profd-rewritten-{}", std::process::id()));
         let exe = std::env::current_exe().unwrap();

@@ -969,6 +969,55 @@ mod tests {
         }
     }
 
+    /// Frame-pointer samples carry sp and the 64 bytes above it: 96 bytes
+    /// more a sample than the callchain alone.
+    #[test]
+    fn frame_pointer_samples_carry_sp_and_a_few_stack_bytes() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinning = stop.clone();
+        let spinner = std::thread::spawn(move || {
+            let mut x = 0u64;
+            while !spinning.load(Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        });
+        let pid = std::process::id();
+        let spec = EventSpec {
+            kind: EventKind::CpuClock,
+            frequency_hz: 499,
+            ring_pages: 64,
+            stack_bytes: 0,
+            target: Target::of(pid),
+        };
+        let mut rings: Vec<PerfEvent> = online_cpus()
+            .expect("online CPUs")
+            .iter()
+            .map(|&cpu| PerfEvent::open(cpu, &spec).expect("per-target events (needs root)"))
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        stop.store(true, Ordering::Relaxed);
+        spinner.join().unwrap();
+        let mut extra = Vec::new();
+        for ring in &mut rings {
+            assert!(!ring.stack_copy());
+            let (layout, head) = (ring.layout, ring.head());
+            ring.walk(head, false, |kind, misc, body| {
+                if let Ok(Record::Sample(s)) = record::parse(&layout, kind, misc, body) {
+                    if s.pid == pid && !s.stack_user.is_empty() {
+                        assert_eq!(s.regs_user().len(), 1);
+                        assert_eq!(s.stack_user.len(), FP_STACK_BYTES as usize);
+                        // identifier, ip, pid+tid, time, cpu, period, the
+                        // callchain's length and entries.
+                        let chain = 8 * (7 + s.callchain().len());
+                        extra.push(body.len() - chain);
+                    }
+                }
+            });
+        }
+        assert!(!extra.is_empty(), "no user samples");
+        assert!(extra.iter().all(|&e| e == 96), "{extra:?}");
+    }
+
     /// A thread that existed before the events were opened is sampled too
     /// (perf_event_open(pid) alone would follow only the thread `pid`).
     #[test]

@@ -18,14 +18,17 @@
 #     stacks_fp              stacks.c, -O2 -fno-omit-frame-pointer (frameless leaves)
 #     stacks_rs_nofp         stacks_rs.rs, rustc -C opt-level=2 -C force-frame-pointers=no
 #     stacks_rs_fp           stacks_rs.rs, ... force-frame-pointers=yes
+#     stacks_dbgframe        stacks.c, ... -fno-asynchronous-unwind-tables (CFI only in .debug_frame)
 #     inlined                inlined.c (an always_inline function)
+#     gostacks               gostacks.go, go build (frameless leaves)
+#     gostacks_strip         gostacks.go, go build -ldflags='-s -w'
 #     split, recurse         the frame-pointer workloads of the core tests
 #   or the path of an executable, run as `EXE SECONDS`.
 #   -d SECONDS: how long each run lasts (default 5); -F HZ: sampling
 #   frequency (default 999); -n ROWS: rows shown (default 25, 0 = all).
 #
-# Needs root, perf (Debian package linux-perf), python3, and gcc or rustc for
-# the workload. It installs nothing: it says what is missing. profctl is
+# Needs root, perf (Debian package linux-perf), python3, and gcc, rustc or go
+# for the workload. It installs nothing: it says what is missing. profctl is
 # taken from $PROFCTL, else the newer of target/release and target/debug
 # (built with cargo when neither exists); it uses the daemon on $PROFD_SOCKET or starts a
 # private one.
@@ -74,7 +77,14 @@ stacks_nofp) build "$workload" "${CC:-cc}" stacks.c "${c_o2[@]}" -fomit-frame-po
 stacks_fp) build "$workload" "${CC:-cc}" stacks.c "${c_o2[@]}" -fno-omit-frame-pointer ;;
 stacks_rs_nofp) build "$workload" "${RUSTC:-rustc}" stacks_rs.rs "${rust_o2[@]}" -Cforce-frame-pointers=no ;;
 stacks_rs_fp) build "$workload" "${RUSTC:-rustc}" stacks_rs.rs "${rust_o2[@]}" -Cforce-frame-pointers=yes ;;
+stacks_dbgframe) build "$workload" "${CC:-cc}" stacks.c "${c_o2[@]}" -fomit-frame-pointer -fno-asynchronous-unwind-tables ;;
 inlined) build "$workload" "${CC:-cc}" inlined.c "${c_o2[@]}" -fno-omit-frame-pointer ;;
+gostacks | gostacks_strip)
+    flags=()
+    [ "$workload" = gostacks ] || flags=(-ldflags='-s -w')
+    GOCACHE="$work/go-cache" GOPATH="$work/go-path" GO111MODULE=off \
+        build "$workload" "${GO:-go}" gostacks.go build "${flags[@]}"
+    ;;
 split | recurse) build "$workload" "${CC:-cc}" "$workload.c" "${c_core[@]}" ;;
 *)
     [ -x "$workload" ] || die "unknown workload '$workload' (not a known build, nor an executable)"

@@ -73,12 +73,20 @@ fn go_profile_matches_construction(build: &Build, extra: &[&str], unwind: &str) 
     for &(name, measure, pct) in GO_SPLIT {
         p.assert_pct_within(name, measure, pct, TOLERANCE);
     }
-    // Goroutine stacks end at runtime.goexit: complete, not truncated.
+    // Goroutine stacks end at runtime.goexit: complete, not truncated, and
+    // nothing unnamed above it.
     let one_pct = p.totals.attributed / 100;
     assert!(
         p.totals.truncated <= one_pct,
         "{} of {} samples truncated (expected ≤ 1 %):\n{}",
         p.totals.truncated,
+        p.totals.attributed,
+        p.table()
+    );
+    assert!(
+        p.totals.unsymbolized <= one_pct,
+        "{} of {} samples have an unnamed frame (expected ≤ 1 %):\n{}",
+        p.totals.unsymbolized,
         p.totals.attributed,
         p.table()
     );

@@ -334,7 +334,8 @@ impl Unwinder {
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut address = FrameAddress::from_instruction_pointer(ip);
         out.push(ip);
-        for _ in 1..MAX_FRAMES {
+        let mut frames = 1;
+        loop {
             let caller = match go_step(&self.go, address, &mut regs, &mut read_stack) {
                 Some(step) => step,
                 None => {
@@ -350,17 +351,17 @@ impl Unwinder {
             };
             match caller {
                 Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
-                    Some(next) => {
+                    Some(next) if frames < MAX_FRAMES => {
+                        frames += 1;
                         out.push(next.address_for_lookup());
                         address = next;
                     }
-                    None => return Walk::Truncated,
+                    _ => return Walk::Truncated,
                 },
                 Ok(None) => return Walk::Complete { reach },
                 Err(()) => return Walk::Truncated,
             }
         }
-        Walk::Truncated
     }
 
     /// The return address a frame-pointer callchain skips when the sample

@@ -502,19 +502,41 @@ mod tests {
         // is in .debug_frame, _start's in .eh_frame.
         let dir = std::env::temp_dir().join(format!("profd-debug-frame-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("stacks");
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/stacks.c");
-        let status = std::process::Command::new("cc")
-            .args(["-O2", "-g", "-fomit-frame-pointer"])
-            .arg("-fno-asynchronous-unwind-tables")
-            .arg("-o")
-            .arg(&exe)
-            .arg(&source)
-            .status()
-            .expect("running cc");
-        assert!(status.success());
+        let build = |name: &str, extra: &[&str]| {
+            let exe = dir.join(name);
+            let status = std::process::Command::new("cc")
+                .args(["-O2", "-g", "-fomit-frame-pointer"])
+                .arg("-fno-asynchronous-unwind-tables")
+                .args(extra)
+                .arg("-o")
+                .arg(&exe)
+                .arg(&source)
+                .status()
+                .expect("running cc");
+            assert!(status.success());
+            exe
+        };
+        // Debug sections compressed with zlib (SHF_COMPRESSED) read the same.
+        let compressed = build("stacks-gz", &["-gz"]);
+        let flags = std::process::Command::new("readelf")
+            .args(["-S", "-W"])
+            .arg(&compressed)
+            .output()
+            .expect("running readelf");
+        let flags = String::from_utf8_lossy(&flags.stdout);
+        let line = flags.lines().find(|l| l.contains(".debug_frame")).unwrap();
+        assert!(line.split_whitespace().any(|w| w.contains('C')), "{line}");
+        let gz = elf_data(&compressed).unwrap();
+        assert!(gz.debug_frame_first, "{gz:?}");
+        let exe = build("stacks", &[]);
         let data = elf_data(&exe).unwrap();
         assert!(data.debug_frame_first, "{data:?}");
+        assert_eq!(
+            gz.debug_frame.as_deref(),
+            data.debug_frame.as_deref(),
+            "the same .debug_frame once uncompressed"
+        );
         let bytes = std::fs::read(&exe).unwrap();
         let elf = object::File::parse(&*bytes).unwrap();
         let symbol = |name: &str| {

@@ -11,7 +11,7 @@ use super::segments::Segments;
 use crate::symbolize::perfmap::{PerfMap, PerfMapTable};
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -113,6 +113,10 @@ pub struct Target {
     /// Whether the target shares profd's mount namespace (same paths).
     pub same_mounts: bool,
     proc_dir: Option<File>,
+    /// The target's /tmp, opened at its first perf map look-up and held: a
+    /// map written as the target exits is read through it once the
+    /// target's /proc entry and root are gone.
+    tmp_dir: OnceLock<Option<File>>,
     perf_map: PerfMap,
     /// The error (EMFILE or ENFILE) if /proc/PID could not be opened for
     /// want of descriptors.
@@ -142,6 +146,7 @@ impl Target {
                 .filter(|e| crate::fds::exhausted(e))
                 .and_then(|e| e.raw_os_error()),
             proc_dir: proc_dir.ok(),
+            tmp_dir: OnceLock::new(),
             perf_map: PerfMap::default(),
         };
         if let Some(ns_pid) = std::fs::read_to_string(target.proc_path("status"))
@@ -224,21 +229,24 @@ impl Target {
         }
     }
 
-    /// The target's perf map (`/tmp/perf-<pid>.map` in its root), re-read when
-    /// it changed; after exit, the last file held (or, for a target that
-    /// shared profd's mounts, the file in profd's own /tmp).
+    /// The target's perf map (`/tmp/perf-<pid>.map` in its mount namespace,
+    /// `<pid>` as the target sees it), re-read when it changed; after exit,
+    /// the file in the /tmp held since the first look-up, or else the last
+    /// file held. Only a regular file is read.
     pub fn perf_map(&self) -> Arc<PerfMapTable> {
-        let name = format!("tmp/perf-{}.map", self.ns_pid);
-        let held = self.perf_map.is_open();
         self.perf_map.table(|| {
-            File::open(self.proc_path("root").join(&name))
-                .ok()
-                .or_else(|| {
-                    let gone = !self.proc_path("").exists();
-                    (gone && !held && self.same_mounts && self.ns_pid == self.pid)
-                        .then(|| File::open(Path::new("/").join(&name)).ok())
-                        .flatten()
-                })
+            let dir = self
+                .tmp_dir
+                .get_or_init(|| File::open(self.proc_path("root/tmp")).ok())
+                .as_ref()?;
+            let path = format!("/proc/self/fd/{}/perf-{}.map", dir.as_raw_fd(), self.ns_pid);
+            // Non-blocking: a FIFO put in its place must not hang the reader.
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .ok()?;
+            file.metadata().ok()?.is_file().then_some(file)
         })
     }
 
@@ -280,6 +288,25 @@ mod tests {
             Path::new("/tmp/a.out")
         );
         assert_eq!(undeleted(Path::new("/bin/ls")), Path::new("/bin/ls"));
+    }
+
+    #[test]
+    fn a_perf_map_written_as_the_target_exits_is_read_after_the_exit() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let target = Target::open(child.id());
+        // No map yet: the first look-up opens the target's /tmp.
+        assert!(target.perf_map().is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!target.proc_path("root/tmp").exists(), "its root is gone");
+        let path = format!("/tmp/perf-{}.map", child.id());
+        std::fs::write(&path, "1000 10 written_at_exit\n").unwrap();
+        let table = target.perf_map();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(table.lookup(0x1008).unwrap().as_ref(), "written_at_exit");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 mod files;
 mod segments;
 
+use crate::symbolize::perfmap::PerfMapTable;
 pub use files::{module_name, undeleted, ModuleFile, Target};
 pub use segments::{Load, Segments};
 use std::collections::HashMap;
@@ -92,6 +93,9 @@ pub struct ProcessMaps {
     /// Whether some mapping has not been through `resolve_new`.
     unresolved: bool,
     perf_map_tried: Option<Instant>,
+    /// The perf map as last read before the target was let go of (see
+    /// `release_process`).
+    perf_map_kept: Option<Arc<PerfMapTable>>,
     /// EMFILE or ENFILE, if a file could not be opened for want of
     /// descriptors.
     out_of_fds: Option<i32>,
@@ -134,6 +138,7 @@ impl ProcessMaps {
         ProcessMaps {
             target: None,
             perf_map_tried: None,
+            perf_map_kept: None,
             out_of_fds: None,
             ..self.clone()
         }
@@ -166,17 +171,36 @@ impl ProcessMaps {
         ))
     }
 
-    /// Close the process's /proc entry (and perf map); the mapped files stay
-    /// open. For processes that have exited.
+    /// Close the process's /proc entry and perf map, reading the map a last
+    /// time (a runtime may write it as it exits) and keeping its table; the
+    /// mapped files stay open. For processes that have exited.
     pub fn release_process(&mut self) {
-        self.target = None;
+        if let Some(target) = self.target.take() {
+            if self.has_jit_code() {
+                self.perf_map_kept = Some(target.perf_map()).filter(|t| !t.is_empty());
+            }
+        }
+    }
+
+    /// The perf map naming the process's JIT code: as it is now while the
+    /// process is held (see `resolve_new`), else as last read.
+    pub fn perf_map(&self) -> Option<Arc<PerfMapTable>> {
+        match &self.target {
+            Some(target) => Some(target.perf_map()),
+            None => self.perf_map_kept.clone(),
+        }
+    }
+
+    fn has_jit_code(&self) -> bool {
+        self.maps.iter().any(|m| is_jit_candidate(&m.backing))
     }
 
     /// Close the process's /proc entry and every mapped file, keeping the
     /// files' load segments (histograms read them). For ended sessions,
     /// whose addresses are all named.
     pub fn release_files(&mut self) {
-        self.release_process();
+        self.target = None;
+        self.perf_map_kept = None;
         self.files = Default::default();
         self.unopened.clear();
         let mut closed: HashMap<*const ModuleFile, Arc<ModuleFile>> = HashMap::new();
@@ -206,7 +230,7 @@ impl ProcessMaps {
             && self
                 .perf_map_tried
                 .is_none_or(|t| t.elapsed() >= PERF_MAP_RETRY)
-            && self.maps.iter().any(|m| is_jit_candidate(&m.backing));
+            && self.has_jit_code();
         if !self.unresolved && self.target.is_some() && !needs_perf_map {
             return;
         }
@@ -224,7 +248,7 @@ impl ProcessMaps {
             }
             self.maps = maps;
         }
-        if self.maps.iter().any(|m| is_jit_candidate(&m.backing)) && !target.holds_perf_map() {
+        if self.has_jit_code() && !target.holds_perf_map() {
             self.perf_map_tried = Some(Instant::now());
             target.hold_perf_map();
         }

@@ -224,7 +224,7 @@ impl Worker {
             self.file(maps, &readable, group, &mut out, &mut jit, &mut files);
         }
         if !jit.is_empty() {
-            let table = maps.target().map(|t| t.perf_map());
+            let table = maps.perf_map();
             for (i, placeholder) in jit {
                 let named = table
                     .as_ref()

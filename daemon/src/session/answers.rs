@@ -3,6 +3,7 @@
 //! views and exports are computed from, and the profil(3) histogram.
 use super::spaces::untag;
 use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, FunctionTable, Resolved, Stamp};
+use crate::maps::is_jit_candidate;
 use crate::symbolize::{is_kernel, FrameName};
 use profd_common::api;
 use profd_common::kernel::{self, KernelFrames};
@@ -13,9 +14,14 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 impl Actor {
-    /// Name the addresses of stacks seen since the last view.
+    /// Name the addresses of stacks seen since the last view, and look up
+    /// again those in JIT code whose perf map changed since they were.
     pub(super) async fn symbolize_pending(&mut self) {
-        if self.ingest.pending.is_empty() {
+        let spaces = &self.ingest.spaces.list;
+        let again = self
+            .unnamed_jit
+            .due(|space| spaces[space.min(spaces.len() - 1)].maps.perf_map());
+        if self.ingest.pending.is_empty() && again.is_empty() {
             return;
         }
         let mut addrs: Vec<u64> = self.ingest.pending.drain().collect();
@@ -38,22 +44,39 @@ impl Actor {
                 },
             );
         }
+        addrs.extend(again);
         // One symbolizer call per address space, with its mappings.
         let mut by_space: HashMap<usize, Vec<u64>> = HashMap::new();
         for a in addrs {
             by_space.entry(untag(a).0).or_default().push(a);
         }
+        let mut renamed = false;
         for (space, addrs) in by_space {
             let spaces = &self.ingest.spaces.list;
             let maps = spaces[space.min(spaces.len() - 1)].maps.clone();
-            self.symbolize_in(maps, addrs).await;
+            renamed |= self.symbolize_in(space, maps, addrs).await;
+        }
+        if renamed {
+            // Stacks counted under the old names: count them all again.
+            self.ingest.since_view = None;
         }
     }
 
-    /// Name (tagged) addresses of one space.
-    async fn symbolize_in(&mut self, maps: crate::maps::ProcessMaps, addrs: Vec<u64>) {
+    /// Name (tagged) addresses of one space; true if some address named
+    /// before got other frames.
+    async fn symbolize_in(
+        &mut self,
+        space: usize,
+        maps: crate::maps::ProcessMaps,
+        addrs: Vec<u64>,
+    ) -> bool {
         let symbolizer = self.symbolizer.clone();
         let lookup: Vec<u64> = addrs.iter().map(|&a| untag(a).1).collect();
+        let perf_map = maps.perf_map();
+        let in_jit: Vec<bool> = lookup
+            .iter()
+            .map(|&a| !is_kernel(a) && maps.find(a).is_some_and(|m| is_jit_candidate(&m.backing)))
+            .collect();
         let resolved =
             match tokio::task::spawn_blocking(move || symbolizer.symbolize(&maps, &lookup)).await {
                 Ok(frames) if frames.len() == addrs.len() => frames,
@@ -66,7 +89,8 @@ impl Actor {
                     lookup_fallback(&addrs)
                 }
             };
-        for (addr, frames) in addrs.into_iter().zip(resolved) {
+        let mut renamed = false;
+        for ((addr, frames), in_jit) in addrs.into_iter().zip(resolved).zip(in_jit) {
             let in_kernel = is_kernel(addr);
             let frames = if frames.is_empty() {
                 lookup_fallback(&[untag(addr).1]).remove(0)
@@ -74,6 +98,9 @@ impl Actor {
                 frames
             };
             let unnamed = frames.iter().any(|f| !f.named);
+            if unnamed && in_jit {
+                self.unnamed_jit.wait(space, &perf_map, addr);
+            }
             let frames = frames
                 .into_iter()
                 .map(|f| {
@@ -83,8 +110,10 @@ impl Actor {
                     FrameLoc { func, line: f.line }
                 })
                 .collect();
-            self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
+            let before = self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
+            renamed |= before.is_some_and(|b| b.unnamed && !unnamed);
         }
+        renamed
     }
 
     /// The id of a function, given one when new.

@@ -7,6 +7,7 @@ mod recent;
 mod scope;
 mod spaces;
 pub(crate) mod stored;
+mod unnamed_jit;
 
 pub use ingest::{Ingest, NewAddresses, Recheck, STACK_LIMIT_FRAME};
 pub use recent::MAX_WINDOW_S;
@@ -164,6 +165,9 @@ struct Actor {
     /// What each symbolized address resolved to (set once, never changed);
     /// looked up for every frame of the stacks a view adds.
     addr_fn: foldhash::HashMap<u64, AddrFrames>,
+    /// Addresses in JIT code not named yet, looked up again when their
+    /// perf map changes.
+    unnamed_jit: unnamed_jit::UnnamedJit,
     fn_ids: HashMap<FrameName, u32>,
     names: Vec<FrameName>,
     /// Source file of each function (by id), where known.
@@ -264,6 +268,7 @@ pub async fn start(
         error: String::new(),
         ingest,
         addr_fn: foldhash::HashMap::default(),
+        unnamed_jit: Default::default(),
         fn_ids: HashMap::new(),
         names: Vec::new(),
         files: Vec::new(),
@@ -411,8 +416,10 @@ impl Actor {
             "session ended"
         );
         let _ = self.state.send(state);
-        // Name what is left, then let go of the processes' files.
+        // Name what is left (JIT code from a perf map written at exit too),
+        // then let go of the processes' files and maps.
         self.symbolize_pending().await;
+        self.unnamed_jit = Default::default();
         self.ingest.spaces.release();
     }
 

@@ -249,6 +249,61 @@ fn compile(lang: Lang, source: &str, out_name: &str, flags: &[&str]) -> PathBuf 
     out
 }
 
+/// The flags `JitSplit.java` runs with: frame pointers kept in compiled
+/// code, and each of its methods a frame of its own (never inlined).
+pub const JAVA_FLAGS: &[&str] = &[
+    "-XX:+PreserveFramePointer",
+    "-XX:CompileCommand=quiet",
+    "-XX:CompileCommand=dontinline,JitSplit::*",
+];
+
+/// `java JAVA_FLAGS extra... JitSplit args...`, with `JitSplit.java` compiled
+/// by `javac` (once per test process; fails when the JDK is missing).
+pub fn java_command(extra: &[&str], args: &[&str]) -> Command {
+    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
+    let classes = CLASSES.get_or_init(|| {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/JitSplit.java");
+        let out = unique_dir("java");
+        let output = Command::new("javac")
+            .arg("-d")
+            .arg(&out)
+            .arg(&source)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run javac (install openjdk-17-jdk-headless): {e}"));
+        assert!(
+            output.status.success(),
+            "javac {} failed ({}):\n{}",
+            source.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        out
+    });
+    let mut command = Command::new("java");
+    command
+        .args(JAVA_FLAGS)
+        .args(extra)
+        .arg("-cp")
+        .arg(classes)
+        .arg("JitSplit")
+        .args(args);
+    command
+}
+
+/// `node --perf-basic-prof ... jit_split.js SECONDS --ready`: V8 writes its
+/// perf map as it compiles; no inlining and no on-stack replacement (whose
+/// code runs the same loop at another speed), so the split holds.
+pub fn node_command(seconds: f64) -> Command {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/jit_split.js");
+    let mut command = Command::new("node");
+    command
+        .args(["--perf-basic-prof", "--no-turbo-inlining", "--no-use-osr"])
+        .arg(script)
+        .arg(seconds.to_string())
+        .arg("--ready");
+    command
+}
+
 /// A running workload process; killed and reaped when dropped.
 pub struct Workload {
     child: Child,

@@ -17,6 +17,7 @@ mod dashboard;
 mod deploy;
 mod faults;
 mod go;
+mod jit;
 mod kernel_frames;
 mod python;
 mod restart;

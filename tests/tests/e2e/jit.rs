@@ -1,0 +1,297 @@
+//! End-to-end tests of JIT code, which only perf maps name: a JVM (OpenJDK,
+//! `tests/workloads/JitSplit.java`, run with -XX:+PreserveFramePointer) and
+//! node (`tests/workloads/jit_split.js`, --perf-basic-prof), each with a known
+//! split under known callers. Both unwinding modes must keep the callers of
+//! compiled frames; the perf map must be read when it is written while the
+//! target runs, when it is rewritten, and when it is written at exit. They
+//! fail (never skip) when java, javac, jcmd or node is missing.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use profd_e2e::{
+    java_command, node_command, unique_dir, Cmd, Harness, Measure::Exclusive, Measure::Inclusive,
+    Profile, Workload,
+};
+
+/// Long enough for any test: workloads are killed when the test ends.
+const LONG: f64 = 60.0;
+/// Percentage points a measured share may be off the construction.
+const TOLERANCE: f64 = 3.0;
+/// Enough samples for ±3 points.
+const MIN_SAMPLES: u64 = 1000;
+
+const LEAF_A: &str = "void JitSplit.leafA(long)";
+const LEAF_B: &str = "void JitSplit.leafB(long)";
+const MID: &str = "void JitSplit.mid(long)";
+const WORK: &str = "void JitSplit.work(long)";
+const LATE_LEAF: &str = "void JitSplit.lateLeaf(long)";
+
+/// Removes a perf map file when dropped (the JVM leaves its own).
+struct PerfMapFile(PathBuf);
+
+impl PerfMapFile {
+    fn of(pid: u32) -> PerfMapFile {
+        PerfMapFile(PathBuf::from(format!("/tmp/perf-{pid}.map")))
+    }
+}
+
+impl Drop for PerfMapFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `jcmd PID <command>`, which must succeed.
+fn jcmd(pid: u32, command: &str) -> String {
+    let out = Cmd::run(
+        "jcmd",
+        &[&pid.to_string(), command],
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "jcmd failed:\n{}", out.describe());
+    out.stdout
+}
+
+/// The Java workload, started and ready (its methods compiled).
+fn start_java(extra_args: &[&str]) -> Workload {
+    let mut args = vec![LONG.to_string(), "--ready".to_string()];
+    args.extend(extra_args.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Workload::start_command(java_command(&[], &args), "java")
+}
+
+fn attach(h: &Harness, target: &Workload, secs: &str, extra: &[&str]) -> Profile {
+    let pid = target.pid_arg();
+    let mut args = vec!["attach", &pid, "--duration", secs, "--format", "json"];
+    args.extend_from_slice(extra);
+    let p = Profile::parse(&h.daemon.profctl(&args));
+    eprintln!("{}", p.table());
+    assert!(
+        p.totals.attributed >= MIN_SAMPLES,
+        "too few samples:\n{}",
+        p.table()
+    );
+    p
+}
+
+/// The share of samples whose innermost frame is unnamed JIT code.
+fn unnamed_jit_pct(p: &Profile) -> f64 {
+    p.functions
+        .iter()
+        .filter(|f| f.name.starts_with("[anon]+0x"))
+        .map(|f| f.exclusive_pct)
+        .sum()
+}
+
+/// The split and its callers by construction (see JitSplit.java).
+fn assert_java_split(p: &Profile) {
+    p.assert_pct_within(LEAF_A, Exclusive, 30.0, TOLERANCE);
+    p.assert_pct_within(LEAF_B, Exclusive, 70.0, TOLERANCE);
+    p.assert_pct_within(MID, Inclusive, 70.0, TOLERANCE);
+    p.assert_pct_within(WORK, Inclusive, 100.0, TOLERANCE);
+}
+
+/// A map written by `jcmd Compiler.perfmap` while the JVM runs names its
+/// compiled methods, and the callers of compiled frames are kept: the DWARF
+/// unwinder steps through them by frame pointer, as `--unwind fp` does.
+#[test]
+fn java_split_and_callers_from_a_map_written_while_running() {
+    let h = Harness::start();
+    let target = start_java(&[]);
+    let _map = PerfMapFile::of(target.pid());
+    jcmd(target.pid(), "Compiler.perfmap");
+    let dwarf = attach(&h, &target, "5", &[]);
+    assert_java_split(&dwarf);
+    eprintln!("  truncated: {}", dwarf.totals.truncated);
+    let fp = attach(&h, &target, "5", &["--unwind", "fp"]);
+    assert_java_split(&fp);
+}
+
+/// `-XX:+DumpPerfMapAtExit` writes the map as the JVM exits: `profctl run`'s
+/// final profile, and a later export of the ended session, name the frames.
+#[test]
+fn java_map_written_at_exit_names_the_final_profile() {
+    let h = Harness::start();
+    let java = java_command(
+        &["-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit"],
+        &["5"],
+    );
+    let mut args = vec!["run", "--format", "json", "--"];
+    let program = java.get_program().to_str().unwrap().to_string();
+    let rest: Vec<String> = java
+        .get_args()
+        .map(|a| a.to_str().unwrap().to_string())
+        .collect();
+    args.push(&program);
+    args.extend(rest.iter().map(String::as_str));
+    let out = h.daemon.profctl(&args);
+    let p = Profile::parse(&out);
+    let _map = PerfMapFile::of(p.pid);
+    eprintln!("{}", p.table());
+    assert!(
+        p.totals.attributed >= MIN_SAMPLES,
+        "too few samples:\n{}",
+        p.table()
+    );
+    // The whole run is profiled, JVM start and warm-up included (its
+    // interpreted frames are named `Interpreter`): the leaves' ratio holds.
+    let (a, b) = (p.function(LEAF_A).exclusive, p.function(LEAF_B).exclusive);
+    let b_share = 100.0 * b as f64 / (a + b) as f64;
+    eprintln!("  leafB / (leafA + leafB): {b_share:.2} %");
+    assert!(
+        (b_share - 70.0).abs() <= TOLERANCE,
+        "leafB has {b_share:.2} % of the leaves' samples:\n{}",
+        p.table()
+    );
+    let unnamed = unnamed_jit_pct(&p);
+    assert!(
+        unnamed < 1.0,
+        "{unnamed:.2} % in unnamed JIT code:\n{}",
+        p.table()
+    );
+    // Every later view of the ended session has the names too.
+    let id = p.session_id.to_string();
+    let again = Profile::parse(&h.daemon.profctl(&["export", &id, "--format", "json"]));
+    assert_eq!(again.function(LEAF_B).exclusive, b, "{}", again.table());
+}
+
+/// Code compiled after a first map was written is unnamed until the map is
+/// written again; then the same session names it, for the samples taken
+/// before the rewrite too.
+#[test]
+fn java_code_compiled_after_the_map_is_named_once_it_is_rewritten() {
+    let h = Harness::start();
+    let trigger = unique_dir("late").join("go");
+    let target = start_java(&["--late", trigger.to_str().unwrap()]);
+    let pid = target.pid();
+    let _map = PerfMapFile::of(pid);
+    jcmd(pid, "Compiler.perfmap");
+    let session = h.daemon.spawn_profctl(&[
+        "attach",
+        &pid.to_string(),
+        "--duration",
+        "10",
+        "--format",
+        "json",
+    ]);
+    std::fs::write(&trigger, "").expect("create the trigger file");
+    wait_for_c2(pid, "JitSplit.lateLeaf(J)V");
+    // Samples in lateLeaf's compiled code, before the map names it.
+    std::thread::sleep(Duration::from_secs(2));
+    let id = session_id(&h, pid);
+    let before = Profile::parse(&h.daemon.profctl(&["export", &id, "--format", "json"]));
+    eprintln!("before the rewrite:\n{}", before.table());
+    assert!(
+        before.rows(LATE_LEAF).is_empty(),
+        "lateLeaf named before the map listed it:\n{}",
+        before.table()
+    );
+    let unnamed = unnamed_jit_pct(&before);
+    assert!(
+        unnamed >= 5.0,
+        "only {unnamed:.2} % in unnamed JIT code:\n{}",
+        before.table()
+    );
+    jcmd(pid, "Compiler.perfmap");
+    let after = Profile::parse(&session.wait(Duration::from_secs(60)));
+    eprintln!("after the rewrite:\n{}", after.table());
+    let unnamed = unnamed_jit_pct(&after);
+    assert!(
+        unnamed < 1.0,
+        "{unnamed:.2} % in unnamed JIT code:\n{}",
+        after.table()
+    );
+    // Named for all its samples: those before the rewrite too.
+    let late = after.function(LATE_LEAF).exclusive;
+    assert!(
+        late > before.totals.attributed * 5 / 100,
+        "lateLeaf has {late} samples:\n{}",
+        after.table()
+    );
+}
+
+/// Waits until the JVM lists a C2 (tier 4), non-OSR version of `method`.
+fn wait_for_c2(pid: u32, method: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = jcmd(pid, "Compiler.codelist");
+        let compiled = list.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() > 3 && w[1] == "4" && w[2] == "0" && w[3] == method
+        });
+        if compiled {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{method} not compiled:\n{list}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The id of the daemon's session of `pid` (waiting for it to start).
+fn session_id(h: &Harness, pid: u32) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = h.daemon.profctl(&["sessions"]);
+        let pid = pid.to_string();
+        let id = out.stdout.lines().find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() > 1 && w[1] == pid).then(|| w[0].to_string())
+        });
+        if let Some(id) = id {
+            return id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no session of {pid}:\n{}",
+            out.stdout
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The rows of V8 functions named `name` (baseline `^name` and optimized
+/// `*name` are two functions of the map), summed: the workload does not
+/// recurse, so no sample has both.
+fn js_pct(p: &Profile, name: &str, measure: profd_e2e::Measure) -> f64 {
+    p.functions
+        .iter()
+        .filter(|f| {
+            f.name
+                .strip_prefix("JS:")
+                .map(|n| n.trim_start_matches(['*', '^', '~']))
+                .and_then(|n| n.split_once(' '))
+                .is_some_and(|(n, _)| n == name)
+        })
+        .map(|f| f.pct(measure))
+        .sum()
+}
+
+/// node --perf-basic-prof: the split and its callers, in both modes.
+#[test]
+fn node_split_and_callers_from_its_perf_map() {
+    let h = Harness::start();
+    let target = Workload::start_command(node_command(LONG), "node");
+    let _map = PerfMapFile::of(target.pid());
+    assert!(
+        Path::new(&format!("/tmp/perf-{}.map", target.pid())).exists(),
+        "node wrote no perf map"
+    );
+    for extra in [&[][..], &["--unwind", "fp"][..]] {
+        let p = attach(&h, &target, "5", extra);
+        for (name, measure, expected) in [
+            ("leafA", Exclusive, 30.0),
+            ("leafB", Exclusive, 70.0),
+            ("mid", Inclusive, 70.0),
+            ("work", Inclusive, 100.0),
+        ] {
+            let got = js_pct(&p, name, measure);
+            eprintln!("  {} {name} {measure:?}: {got:.2} %", p.unwind);
+            assert!(
+                (got - expected).abs() <= TOLERANCE,
+                "{measure:?} % of {name} is {got:.2}, expected {expected} ± {TOLERANCE}:\n{}",
+                p.table()
+            );
+        }
+    }
+}

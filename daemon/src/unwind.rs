@@ -721,6 +721,41 @@ mod tests {
     }
 
     #[test]
+    fn jit_frames_are_walked_by_frame_pointer_then_native_ones_by_cfi() {
+        // JIT code lies in no module: its frame is stepped by frame pointer,
+        // and the unwinder goes on with the tables of the native code it
+        // returns to (here a PLT stub of libc, whose CFA is rsp + 8).
+        let maps = crate::maps::ProcessMaps::read(std::process::id()).unwrap();
+        let libc = maps
+            .iter()
+            .find(|m| m.module().starts_with("libc.so"))
+            .expect("libc is mapped");
+        let path = &libc.file().expect("libc was opened").readable;
+        let bytes = std::fs::read(path).unwrap();
+        let elf = object::File::parse(&*bytes).unwrap();
+        let plt = elf.section_by_name(".plt").expect("libc has a .plt");
+        let bias = bias(&elf_data(path).unwrap().loads, libc.start, libc.pgoff).unwrap();
+        let stub = plt.address() + 16 + bias;
+        let mut u = Unwinder::default();
+        u.add_mapping(libc);
+        // sp = 0x7ffc_0000_1000; the JIT frame's bp = sp + 0x10 holds the
+        // caller's bp (0: the outermost frame uses none) and the return
+        // address into the stub; above it, the stub's return address.
+        let (sp, jit_ip, outer) = (
+            0x7ffc_0000_1000u64,
+            0x7f00_dead_0040u64,
+            0x7f00_dead_1234u64,
+        );
+        let mut stack = vec![0u8; 0x28];
+        stack[0x18..0x20].copy_from_slice(&(stub + 1).to_ne_bytes());
+        stack[0x20..0x28].copy_from_slice(&outer.to_ne_bytes());
+        let mut out = Vec::new();
+        let walk = u.unwind(jit_ip, sp, sp + 0x10, &stack, &mut out);
+        assert_eq!(out, vec![jit_ip, stub, outer - 1]);
+        assert_eq!(walk, Walk::Complete { reach: sp + 0x28 });
+    }
+
+    #[test]
     fn a_zero_frame_pointer_ends_the_stack() {
         let mut u = Unwinder::default();
         let mut out = Vec::new();

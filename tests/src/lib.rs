@@ -22,9 +22,9 @@ pub use daemon::{run_profctl, run_profd, Daemon, PROFCTL_TIMEOUT};
 pub use info::Info;
 pub use json_report::{FunctionRow, Measure, ProcessRow, Profile, Totals, PCT_TOLERANCE};
 pub use workload::{
-    build_workload, cpu_time, java_command, node_command, Build, Lang, Workload, GOSTACKS,
-    GOSTACKS_STRIPPED, INLINED, JAVA_FLAGS, JIT, STACKS_DEBUG_FRAME, STACKS_FP, STACKS_NOFP,
-    STACKS_RS_FP, STACKS_RS_NOFP, WORKLOAD_CFLAGS,
+    build_workload, cpu_time, java_classes, java_command, node_command, Build, Lang, Workload,
+    GOSTACKS, GOSTACKS_STRIPPED, INLINED, JAVA_FLAGS, JIT, STACKS_DEBUG_FRAME, STACKS_FP,
+    STACKS_NOFP, STACKS_RS_FP, STACKS_RS_NOFP, WORKLOAD_CFLAGS,
 };
 
 use std::path::{Path, PathBuf};

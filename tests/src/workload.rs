@@ -257,11 +257,12 @@ pub const JAVA_FLAGS: &[&str] = &[
     "-XX:CompileCommand=dontinline,JitSplit::*",
 ];
 
-/// `java JAVA_FLAGS extra... JitSplit args...`, with `JitSplit.java` compiled
-/// by `javac` (once per test process; fails when the JDK is missing).
-pub fn java_command(extra: &[&str], args: &[&str]) -> Command {
+/// The directory holding `JitSplit.class`, compiled from
+/// `tests/workloads/JitSplit.java` by `javac` once per test process (fails
+/// when the JDK is missing).
+pub fn java_classes() -> &'static Path {
     static CLASSES: OnceLock<PathBuf> = OnceLock::new();
-    let classes = CLASSES.get_or_init(|| {
+    CLASSES.get_or_init(|| {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/JitSplit.java");
         let out = unique_dir("java");
         let output = Command::new("javac")
@@ -278,13 +279,17 @@ pub fn java_command(extra: &[&str], args: &[&str]) -> Command {
             String::from_utf8_lossy(&output.stderr)
         );
         out
-    });
+    })
+}
+
+/// `java JAVA_FLAGS extra... -cp <java_classes()> JitSplit args...`.
+pub fn java_command(extra: &[&str], args: &[&str]) -> Command {
     let mut command = Command::new("java");
     command
         .args(JAVA_FLAGS)
         .args(extra)
         .arg("-cp")
-        .arg(classes)
+        .arg(java_classes())
         .arg("JitSplit")
         .args(args);
     command

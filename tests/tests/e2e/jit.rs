@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use profd_e2e::{
-    java_command, node_command, unique_dir, Cmd, Harness, Measure::Exclusive, Measure::Inclusive,
-    Profile, Workload,
+    java_classes, java_command, node_command, unique_dir, Cmd, Harness, Measure::Exclusive,
+    Measure::Inclusive, Profile, Workload, JAVA_FLAGS,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -113,21 +113,66 @@ fn java_split_and_callers_from_a_map_written_while_running() {
 #[test]
 fn java_map_written_at_exit_names_the_final_profile() {
     let h = Harness::start();
-    let java = java_command(
-        &["-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit"],
-        &["5"],
-    );
-    let mut args = vec!["run", "--format", "json", "--"];
-    let program = java.get_program().to_str().unwrap().to_string();
-    let rest: Vec<String> = java
-        .get_args()
-        .map(|a| a.to_str().unwrap().to_string())
-        .collect();
-    args.push(&program);
-    args.extend(rest.iter().map(String::as_str));
-    let out = h.daemon.profctl(&args);
-    let p = Profile::parse(&out);
+    let java = java_command(&EXIT_MAP, &["5"]);
+    let mut command = vec![java.get_program().to_str().unwrap().to_string()];
+    command.extend(java.get_args().map(|a| a.to_str().unwrap().to_string()));
+    let p = run_to_exit(&h, &command);
     let _map = PerfMapFile::of(p.pid);
+    assert!(_map.0.exists(), "the JVM wrote no {}", _map.0.display());
+}
+
+/// The same with the JVM in a mount namespace of its own, with its own
+/// /tmp: the map, written there as the JVM exits, is read from that /tmp
+/// after the exit (when the namespace and /proc/PID/root are gone).
+#[test]
+fn java_map_written_at_exit_in_its_own_mount_namespace_is_read() {
+    let h = Harness::start();
+    // The classes are under the daemon's /tmp, hidden once the tmpfs is
+    // mounted there: they are copied in from the working directory.
+    let script = r#"set -e
+cd "$1"
+mount -t tmpfs profd-e2e /tmp
+mkdir /tmp/classes
+cp ./*.class /tmp/classes/
+shift
+exec "$@""#;
+    let mut command: Vec<String> = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        java_classes().to_str().unwrap(),
+        "java",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    command.extend(JAVA_FLAGS.iter().chain(&EXIT_MAP).map(|a| a.to_string()));
+    command.extend(["-cp", "/tmp/classes", "JitSplit", "5"].map(String::from));
+    let p = run_to_exit(&h, &command);
+    let ours = PerfMapFile::of(p.pid);
+    assert!(
+        !ours.0.exists(),
+        "the JVM wrote {} outside its namespace",
+        ours.0.display()
+    );
+}
+
+/// The JVM flags that make it write its perf map as it exits.
+const EXIT_MAP: [&str; 2] = ["-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit"];
+
+/// `profctl run --format json -- <command>` of a JVM writing its perf map
+/// at exit: its frames are named in the final profile and in a later
+/// export of the ended session.
+fn run_to_exit(h: &Harness, command: &[String]) -> Profile {
+    let mut args = vec!["run", "--format", "json", "--"];
+    args.extend(command.iter().map(String::as_str));
+    let p = Profile::parse(&h.daemon.profctl(&args));
     eprintln!("{}", p.table());
     assert!(
         p.totals.attributed >= MIN_SAMPLES,
@@ -154,6 +199,7 @@ fn java_map_written_at_exit_names_the_final_profile() {
     let id = p.session_id.to_string();
     let again = Profile::parse(&h.daemon.profctl(&["export", &id, "--format", "json"]));
     assert_eq!(again.function(LEAF_B).exclusive, b, "{}", again.table());
+    p
 }
 
 /// Code compiled after a first map was written is unnamed until the map is

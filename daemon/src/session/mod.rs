@@ -1,6 +1,7 @@
 //! A profiling session as an actor: it owns the target's stack table, maps and
 //! totals, applies batches from the sampler, ends on stop / duration / target
-//! exit, and answers profile requests (symbolizing only new addresses).
+//! exit, and answers profile requests (symbolizing only new addresses, and
+//! unnamed JIT addresses again once their perf map changed).
 mod answers;
 mod ingest;
 mod recent;
@@ -162,8 +163,9 @@ struct Actor {
     /// The stack table, totals, address spaces, processes and threads that
     /// batches are counted into.
     ingest: Ingest,
-    /// What each symbolized address resolved to (set once, never changed);
-    /// looked up for every frame of the stacks a view adds.
+    /// What each symbolized address resolved to (set once, except for JIT
+    /// addresses a changed perf map names later); looked up for every frame
+    /// of the stacks a view adds.
     addr_fn: foldhash::HashMap<u64, AddrFrames>,
     /// Addresses in JIT code not named yet, looked up again when their
     /// perf map changes.

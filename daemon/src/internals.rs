@@ -3,7 +3,7 @@
 //! Not a stable API: it changes whenever the daemon's parts do.
 
 pub mod maps {
-    pub use crate::maps::ProcessMaps;
+    pub use crate::maps::{Backing, Mapping, ProcessMaps};
 }
 
 pub mod perf {

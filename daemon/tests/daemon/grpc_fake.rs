@@ -3,7 +3,7 @@
 //! deltas, session ends, and the status codes of bad requests.
 
 use crate::support::{serve, sleeper, until_final, Running};
-use profd::internals::maps::ProcessMaps;
+use profd::internals::maps::{Backing, Mapping, ProcessMaps};
 use profd::internals::perf::{EventSpec, PerfError};
 use profd::internals::sampler::{Batch, Counters, SampleSource, Subscription};
 use profd::internals::symbolize::{Frame, Symbolizer};
@@ -33,6 +33,21 @@ impl FakeSource {
                 }
             }
             tx.send(batch).unwrap();
+        }
+    }
+
+    /// One drain holding a new mapping of `pid` and one sample of it.
+    fn feed_mapping(&self, pid: u32, mapping: Mapping, stack: &[u64]) {
+        for (_, p, tx) in self.routes.lock().unwrap().iter() {
+            if *p == pid {
+                let mut batch = Batch {
+                    seen: 1,
+                    ..Batch::default()
+                };
+                batch.mappings.push((pid, mapping.clone()));
+                batch.push(pid, pid, stack.iter().copied(), None);
+                tx.send(batch).unwrap();
+            }
         }
     }
 }
@@ -69,10 +84,12 @@ impl SampleSource for FakeSource {
 }
 
 /// Address 0xN00..0xNff is function `fN`; addresses from [`UNNAMED`] up
-/// are not named.
+/// are not named, except those from [`JIT`] up, which the process's perf
+/// map names (if it has them).
 struct FakeSymbolizer;
 
 const UNNAMED: u64 = 0xf000;
+const JIT: u64 = 0x7000_0000;
 
 /// The frame the fake symbolizer names `a` with.
 fn fake_frame(a: u64) -> Frame {
@@ -83,8 +100,17 @@ fn fake_frame(a: u64) -> Frame {
 }
 
 impl Symbolizer for FakeSymbolizer {
-    fn symbolize(&self, _: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>> {
-        addrs.iter().map(|&a| vec![fake_frame(a)]).collect()
+    fn symbolize(&self, maps: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>> {
+        let perf_map = maps.perf_map();
+        addrs
+            .iter()
+            .map(|&a| {
+                let named = (a >= JIT)
+                    .then(|| perf_map.as_ref()?.lookup(a).cloned())
+                    .flatten();
+                vec![named.map_or_else(|| fake_frame(a), |n| Frame::named(&*n, "[jit]"))]
+            })
+            .collect()
     }
 }
 
@@ -917,4 +943,60 @@ async fn attaches_are_refused_once_ids_run_out() {
     a.kill();
     h.finish().await;
     let _ = std::fs::remove_dir_all(&state);
+}
+
+/// JIT code the perf map did not list when a view named it is named at a
+/// later view, once the map lists it; the counts move to the new name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jit_addresses_are_looked_up_again_when_the_perf_map_changes() {
+    let (mut h, source) = start("fake-jit").await;
+    let mut target = sleeper();
+    let pid = target.id();
+    let map = std::path::PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    std::fs::write(&map, format!("{JIT:x} 10 early\n")).unwrap();
+    let s = attach(&mut h, pid).await;
+    let code = Mapping::new(JIT, JIT + 0x1000, 0, Backing::Special("[anon]".into()));
+    source.feed_mapping(pid, code, &[JIT + 0x20, 0x100]);
+    source.feed(&[(pid, &[JIT + 4, 0x100])]);
+    let profile = |h: &mut Running| {
+        let mut client = h.client.clone();
+        async move {
+            client
+                .get_profile(api::GetProfileRequest {
+                    session_id: s.id,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let before = loop {
+        let p = profile(&mut h).await;
+        if p.session.as_ref().unwrap().totals.unwrap().attributed == 2 {
+            break p;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let unnamed = format!("fake+{:#x}", JIT + 0x20);
+    assert_eq!(find(&before.functions, "early").exclusive, 1);
+    assert_eq!(find(&before.functions, &unnamed).exclusive, 1);
+    assert_eq!(before.session.unwrap().totals.unwrap().unsymbolized, 1);
+    // The runtime compiled more code and rewrote its map.
+    std::fs::write(
+        &map,
+        format!("{JIT:x} 10 early\n{:x} 10 late\n", JIT + 0x20),
+    )
+    .unwrap();
+    let after = profile(&mut h).await;
+    std::fs::remove_file(&map).unwrap();
+    assert_eq!(find(&after.functions, "late").exclusive, 1);
+    assert_eq!(find(&after.functions, "f1").inclusive, 2);
+    assert!(
+        after.functions.iter().all(|f| f.name != unnamed),
+        "{:?}",
+        after.functions
+    );
+    assert_eq!(after.session.unwrap().totals.unwrap().unsymbolized, 0);
+    target.kill();
 }

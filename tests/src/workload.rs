@@ -297,11 +297,13 @@ pub fn java_command(extra: &[&str], args: &[&str]) -> Command {
 
 /// `node --perf-basic-prof ... jit_split.js SECONDS --ready`: V8 writes its
 /// perf map as it compiles; no inlining and no on-stack replacement (whose
-/// code runs the same loop at another speed), so the split holds.
+/// code runs the same loop at another speed), so the split holds. It runs
+/// in a scratch directory, where V8 also writes an `isolate-*-v8.log`.
 pub fn node_command(seconds: f64) -> Command {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/jit_split.js");
     let mut command = Command::new("node");
     command
+        .current_dir(unique_dir("node"))
         .args(["--perf-basic-prof", "--no-turbo-inlining", "--no-use-osr"])
         .arg(script)
         .arg(seconds.to_string())

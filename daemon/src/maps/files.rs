@@ -113,6 +113,9 @@ pub struct Target {
     /// Whether the target shares profd's mount namespace (same paths).
     pub same_mounts: bool,
     proc_dir: Option<File>,
+    /// The owner of its /proc directory: its effective user (root when it
+    /// is not dumpable).
+    uid: Option<u32>,
     /// The target's /tmp, opened at its first perf map look-up and held: a
     /// map written as the target exits is read through it once the
     /// target's /proc entry and root are gone.
@@ -145,6 +148,11 @@ impl Target {
                 .err()
                 .filter(|e| crate::fds::exhausted(e))
                 .and_then(|e| e.raw_os_error()),
+            uid: proc_dir
+                .as_ref()
+                .ok()
+                .and_then(|d| d.metadata().ok())
+                .map(|m| m.uid()),
             proc_dir: proc_dir.ok(),
             tmp_dir: OnceLock::new(),
             perf_map: PerfMap::default(),
@@ -232,7 +240,9 @@ impl Target {
     /// The target's perf map (`/tmp/perf-<pid>.map` in its mount namespace,
     /// `<pid>` as the target sees it), re-read when it changed; after exit,
     /// the file in the /tmp held since the first look-up, or else the last
-    /// file held. Only a regular file is read.
+    /// file held. As perf does, only a regular file owned by the target's
+    /// user or root is read (anyone may create files in /tmp), and not
+    /// through a symbolic link.
     pub fn perf_map(&self) -> Arc<PerfMapTable> {
         self.perf_map.table(|| {
             let dir = self
@@ -243,10 +253,12 @@ impl Target {
             // Non-blocking: a FIFO put in its place must not hang the reader.
             let file = std::fs::OpenOptions::new()
                 .read(true)
-                .custom_flags(libc::O_NONBLOCK)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
                 .open(path)
                 .ok()?;
-            file.metadata().ok()?.is_file().then_some(file)
+            let meta = file.metadata().ok()?;
+            let owner_ok = meta.uid() == 0 || Some(meta.uid()) == self.uid;
+            (meta.is_file() && owner_ok).then_some(file)
         })
     }
 
@@ -307,6 +319,27 @@ mod tests {
         let table = target.perf_map();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(table.lookup(0x1008).unwrap().as_ref(), "written_at_exit");
+    }
+
+    #[test]
+    fn a_perf_map_of_another_user_or_behind_a_link_is_not_read() {
+        let me = Target::open(std::process::id());
+        let path = format!("/tmp/perf-{}.map", std::process::id());
+        let other = std::env::temp_dir().join(format!("profd-perfmap-link-{}", std::process::id()));
+        std::fs::write(&other, "1000 10 elsewhere\n").unwrap();
+        std::os::unix::fs::symlink(&other, &path).unwrap();
+        assert!(me.perf_map().is_empty(), "read through a link");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "1000 10 theirs\n").unwrap();
+        std::os::unix::fs::chown(&path, Some(4242), None).expect("chown (run as root)");
+        let theirs = me.perf_map();
+        std::os::unix::fs::chown(&path, Some(me.uid.unwrap()), None).unwrap();
+        std::fs::write(&path, "1000 10 mine\n2000 10 more\n").unwrap();
+        let mine = me.perf_map();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_file(&other).unwrap();
+        assert!(theirs.is_empty(), "read a map another user owns");
+        assert_eq!(mine.lookup(0x1000).unwrap().as_ref(), "mine");
     }
 
     #[test]

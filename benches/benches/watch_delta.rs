@@ -43,6 +43,7 @@ fn view() -> FunctionTable {
         window_attributed: 0,
         version: VERSION,
         stamps,
+        emptied: Vec::new(),
     }
 }
 

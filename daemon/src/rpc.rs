@@ -130,7 +130,8 @@ fn watch_interval(ms: u32) -> Result<Duration, Error> {
 
 /// The functions of `view` a client that has seen version `after` lacks:
 /// those whose counts changed after it (names only for those it has never
-/// seen), and with a window (`windowed`) those whose window counts differ
+/// seen), those it has seen that lost all their samples after it (as rows
+/// of zero counts), and with a window (`windowed`) those whose window counts differ
 /// from `window_sent` (updated) — every function the stream has not sent
 /// yet, since the client's window figures are unknown. Public for the
 /// benchmarks.
@@ -155,6 +156,15 @@ pub fn delta(
             });
         } else {
             out.push(f.clone());
+        }
+    }
+    // Functions the client has seen that have no samples any more.
+    for &(id, first, at) in &view.emptied {
+        if first <= after && at > after {
+            out.push(api::Function {
+                id,
+                ..Default::default()
+            });
         }
     }
     out
@@ -464,6 +474,7 @@ mod tests {
             functions,
             version,
             stamps,
+            emptied: Vec::new(),
         }
     }
 
@@ -488,6 +499,22 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!((d[0].id, d[0].inclusive, d[0].name.as_str()), (1, 6, ""));
         assert_eq!((d[1].id, d[1].name.as_str()), (3, "f3"));
+    }
+
+    #[test]
+    fn functions_that_lost_their_samples_are_sent_as_zero_rows_once() {
+        // Function 7 (first seen at 2) lost its samples at 5: its address
+        // was named anew as function 1.
+        let mut v = view(vec![f(1, 6, 1)], 5, vec![(5, 5)]);
+        v.emptied = vec![(7, 2, 5)];
+        let mut w = HashMap::new();
+        let d = delta(&v, 3, false, &mut w);
+        assert_eq!(d.len(), 2);
+        assert_eq!((d[1].id, d[1].inclusive, d[1].exclusive), (7, 0, 0));
+        assert!(delta(&v, 5, false, &mut w).is_empty(), "sent once");
+        // A client that never saw it is not told.
+        assert_eq!(delta(&v, 1, false, &mut w).len(), 1);
+        assert_eq!(delta(&v, 0, false, &mut w).len(), 1, "nor is a snapshot");
     }
 
     #[test]

@@ -267,12 +267,25 @@ impl Actor {
                 (st.changed, st.first)
             })
             .collect();
+        // Functions shown with samples before that have none left: their
+        // addresses were named anew (see `symbolize_pending`).
+        let counts = self.counted.counts();
+        let empty = |id: usize| counts.get(id).is_none_or(|c| c.inclusive == 0);
+        self.emptied.retain(|&(id, ..)| empty(id as usize));
+        for (id, st) in self.stamps.iter_mut().enumerate() {
+            if st.counts.0 > 0 && empty(id) {
+                st.counts = (0, 0);
+                st.changed = version;
+                self.emptied.push((id as u64, st.first, version));
+            }
+        }
         FunctionTable {
             session: self.summary(),
             functions,
             window_attributed,
             version,
             stamps,
+            emptied: self.emptied.clone(),
         }
     }
 

@@ -63,6 +63,10 @@ pub struct FunctionTable {
     /// Per function (same order): the version at which its counts last
     /// changed, and the version at which it first appeared.
     pub stamps: Vec<(u64, u64)>,
+    /// Functions an earlier view listed that have no samples any more (JIT
+    /// addresses named anew): id, the version at which it first appeared,
+    /// and the version at which it lost its samples.
+    pub emptied: Vec<(u64, u64, u64)>,
 }
 
 /// A session's resolved profile with its summary.
@@ -179,6 +183,8 @@ struct Actor {
     /// Views computed so far, and per function id when its counts changed.
     version: u64,
     stamps: Vec<Stamp>,
+    /// See [`FunctionTable::emptied`].
+    emptied: Vec<(u64, u64, u64)>,
     /// Inclusive and exclusive samples per function id as of the last view;
     /// each view adds the samples since (see `Ingest::since_view`).
     counted: Aggregator,
@@ -277,6 +283,7 @@ pub async fn start(
         kernel: Vec::new(),
         version: 0,
         stamps: Vec::new(),
+        emptied: Vec::new(),
         counted: Aggregator::new(0),
     };
     tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));

@@ -87,6 +87,7 @@ async fn run(
                     functions,
                     window_attributed: 0,
                     version: 1,
+                    emptied: Vec::new(),
                 });
             }
             Command::Resolve(shown, reply) => {

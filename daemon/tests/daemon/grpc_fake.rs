@@ -982,6 +982,10 @@ async fn jit_addresses_are_looked_up_again_when_the_perf_map_changes() {
     assert_eq!(find(&before.functions, "early").exclusive, 1);
     assert_eq!(find(&before.functions, &unnamed).exclusive, 1);
     assert_eq!(before.session.unwrap().totals.unwrap().unsymbolized, 1);
+    let unnamed_id = find(&before.functions, &unnamed).id;
+    let mut stream = h.watch(s.id, 100).await;
+    let snap = stream.message().await.unwrap().unwrap();
+    assert_eq!(find(&snap.functions, &unnamed).inclusive, 1);
     // The runtime compiled more code and rewrote its map.
     std::fs::write(
         &map,
@@ -998,5 +1002,20 @@ async fn jit_addresses_are_looked_up_again_when_the_perf_map_changes() {
         after.functions
     );
     assert_eq!(after.session.unwrap().totals.unwrap().unsymbolized, 0);
+    // A watcher that saw the unnamed row gets it with no samples left.
+    let delta = loop {
+        let m = stream.message().await.unwrap().unwrap();
+        if !m.functions.is_empty() {
+            break m;
+        }
+    };
+    let gone = delta.functions.iter().find(|f| f.id == unnamed_id);
+    assert_eq!(
+        gone.map(|f| (f.inclusive, f.exclusive)),
+        Some((0, 0)),
+        "{:?}",
+        delta.functions
+    );
+    assert_eq!(find(&delta.functions, "late").exclusive, 1);
     target.kill();
 }

@@ -17,10 +17,29 @@ impl Actor {
     /// Name the addresses of stacks seen since the last view, and look up
     /// again those in JIT code whose perf map changed since they were.
     pub(super) async fn symbolize_pending(&mut self) {
+        // The perf maps of the spaces with such addresses, read (when they
+        // changed) off the actor's thread.
         let spaces = &self.ingest.spaces.list;
+        let waiting: Vec<_> = self
+            .unnamed_jit
+            .spaces()
+            .map(|space| (space, spaces[space.min(spaces.len() - 1)].maps.clone()))
+            .collect();
+        let now: HashMap<usize, _> = if waiting.is_empty() {
+            HashMap::new()
+        } else {
+            tokio::task::spawn_blocking(move || {
+                waiting
+                    .into_iter()
+                    .map(|(space, maps)| (space, maps.perf_map()))
+                    .collect()
+            })
+            .await
+            .unwrap_or_default()
+        };
         let again = self
             .unnamed_jit
-            .due(|space| spaces[space.min(spaces.len() - 1)].maps.perf_map());
+            .due(|space| now.get(&space).cloned().flatten());
         if self.ingest.pending.is_empty() && again.is_empty() {
             return;
         }
@@ -72,23 +91,28 @@ impl Actor {
     ) -> bool {
         let symbolizer = self.symbolizer.clone();
         let lookup: Vec<u64> = addrs.iter().map(|&a| untag(a).1).collect();
-        let perf_map = maps.perf_map();
         let in_jit: Vec<bool> = lookup
             .iter()
             .map(|&a| !is_kernel(a) && maps.find(a).is_some_and(|m| is_jit_candidate(&m.backing)))
             .collect();
-        let resolved =
-            match tokio::task::spawn_blocking(move || symbolizer.symbolize(&maps, &lookup)).await {
-                Ok(frames) if frames.len() == addrs.len() => frames,
-                Ok(_) => {
-                    tracing::error!("the symbolizer answered for the wrong number of addresses");
-                    lookup_fallback(&addrs)
-                }
-                Err(err) => {
-                    tracing::error!(%err, "symbolization panicked");
-                    lookup_fallback(&addrs)
-                }
-            };
+        // The perf map as it is before naming: an address it does not name
+        // is looked up again once the map is another.
+        let answer = tokio::task::spawn_blocking(move || {
+            let perf_map = maps.perf_map();
+            (symbolizer.symbolize(&maps, &lookup), perf_map)
+        })
+        .await;
+        let (resolved, perf_map) = match answer {
+            Ok((frames, perf_map)) if frames.len() == addrs.len() => (frames, perf_map),
+            Ok((_, perf_map)) => {
+                tracing::error!("the symbolizer answered for the wrong number of addresses");
+                (lookup_fallback(&addrs), perf_map)
+            }
+            Err(err) => {
+                tracing::error!(%err, "symbolization panicked");
+                (lookup_fallback(&addrs), None)
+            }
+        };
         let mut renamed = false;
         for ((addr, frames), in_jit) in addrs.into_iter().zip(resolved).zip(in_jit) {
             let in_kernel = is_kernel(addr);

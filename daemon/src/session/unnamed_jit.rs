@@ -30,6 +30,11 @@ impl UnnamedJit {
         addrs.push(addr);
     }
 
+    /// The spaces with addresses waiting.
+    pub fn spaces(&self) -> impl Iterator<Item = usize> + '_ {
+        self.by_space.keys().copied()
+    }
+
     /// Take the addresses to look up again: those of the spaces whose perf
     /// map (`now` of the space) is not the one they were looked up in.
     pub fn due(&mut self, now: impl Fn(usize) -> Seen) -> Vec<u64> {
@@ -58,6 +63,9 @@ mod tests {
         waiting.wait(1, &first, 0x2000);
         waiting.wait(1, &first, 0x2008);
         // No map changed: nothing to look up again.
+        let mut spaces: Vec<usize> = waiting.spaces().collect();
+        spaces.sort();
+        assert_eq!(spaces, vec![0, 1]);
         let maps = [None, first.clone()];
         assert!(waiting.due(|s| maps[s].clone()).is_empty());
         // Space 1's map grew (another table): its addresses are due, once.

@@ -53,12 +53,13 @@ fn jcmd(pid: u32, command: &str) -> String {
     out.stdout
 }
 
-/// The Java workload, started and ready (its methods compiled).
-fn start_java(extra_args: &[&str]) -> Workload {
+/// The Java workload with these JVM flags and workload arguments, started
+/// and ready (its methods compiled).
+fn start_java(flags: &[&str], extra_args: &[&str]) -> Workload {
     let mut args = vec![LONG.to_string(), "--ready".to_string()];
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Workload::start_command(java_command(&[], &args), "java")
+    Workload::start_command(java_command(flags, &args), "java")
 }
 
 fn attach(h: &Harness, target: &Workload, secs: &str, extra: &[&str]) -> Profile {
@@ -98,14 +99,47 @@ fn assert_java_split(p: &Profile) {
 #[test]
 fn java_split_and_callers_from_a_map_written_while_running() {
     let h = Harness::start();
-    let target = start_java(&[]);
+    let target = start_java(&[], &[]);
     let _map = PerfMapFile::of(target.pid());
     jcmd(target.pid(), "Compiler.perfmap");
     let dwarf = attach(&h, &target, "5", &[]);
     assert_java_split(&dwarf);
-    eprintln!("  truncated: {}", dwarf.totals.truncated);
+    let truncated = dwarf.totals.truncated;
+    assert!(
+        truncated * 100 <= dwarf.totals.attributed,
+        "{truncated} stacks truncated:\n{}",
+        dwarf.table()
+    );
     let fp = attach(&h, &target, "5", &["--unwind", "fp"]);
     assert_java_split(&fp);
+}
+
+/// Without -XX:+PreserveFramePointer compiled Java code uses rbp as a
+/// general register: the leaves are named with their shares, but the walk
+/// cannot go past them, and the DWARF unwinder counts those stacks as
+/// truncated.
+#[test]
+fn java_without_frame_pointers_loses_the_callers_as_truncated_stacks() {
+    let h = Harness::start();
+    let target = start_java(&["-XX:-PreserveFramePointer"], &[]);
+    let _map = PerfMapFile::of(target.pid());
+    jcmd(target.pid(), "Compiler.perfmap");
+    let p = attach(&h, &target, "3", &[]);
+    p.assert_pct_within(LEAF_A, Exclusive, 30.0, TOLERANCE);
+    p.assert_pct_within(LEAF_B, Exclusive, 70.0, TOLERANCE);
+    let work = p.rows(WORK).first().map_or(0.0, |f| f.inclusive_pct);
+    assert!(
+        work <= 5.0,
+        "work on {work:.2} % of the stacks:\n{}",
+        p.table()
+    );
+    let truncated = p.totals.truncated as f64 / p.totals.attributed as f64;
+    assert!(
+        truncated >= 0.9,
+        "only {:.1} % of the stacks truncated:\n{}",
+        truncated * 100.0,
+        p.table()
+    );
 }
 
 /// `-XX:+DumpPerfMapAtExit` writes the map as the JVM exits: `profctl run`'s
@@ -117,8 +151,8 @@ fn java_map_written_at_exit_names_the_final_profile() {
     let mut command = vec![java.get_program().to_str().unwrap().to_string()];
     command.extend(java.get_args().map(|a| a.to_str().unwrap().to_string()));
     let p = run_to_exit(&h, &command);
-    let _map = PerfMapFile::of(p.pid);
-    assert!(_map.0.exists(), "the JVM wrote no {}", _map.0.display());
+    let map = PerfMapFile::of(p.pid);
+    assert!(map.0.exists(), "the JVM wrote no {}", map.0.display());
 }
 
 /// The same with the JVM in a mount namespace of its own, with its own
@@ -209,7 +243,7 @@ fn run_to_exit(h: &Harness, command: &[String]) -> Profile {
 fn java_code_compiled_after_the_map_is_named_once_it_is_rewritten() {
     let h = Harness::start();
     let trigger = unique_dir("late").join("go");
-    let target = start_java(&["--late", trigger.to_str().unwrap()]);
+    let target = start_java(&[], &["--late", trigger.to_str().unwrap()]);
     let pid = target.pid();
     let _map = PerfMapFile::of(pid);
     jcmd(pid, "Compiler.perfmap");

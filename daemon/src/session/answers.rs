@@ -4,6 +4,7 @@
 use super::spaces::untag;
 use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, FunctionTable, Resolved, Stamp};
 use crate::maps::is_jit_candidate;
+use crate::sampler::BAD_USER_FRAME;
 use crate::symbolize::{is_kernel, FrameName};
 use profd_common::api;
 use profd_common::kernel::{self, KernelFrames};
@@ -91,9 +92,15 @@ impl Actor {
     ) -> bool {
         let symbolizer = self.symbolizer.clone();
         let lookup: Vec<u64> = addrs.iter().map(|&a| untag(a).1).collect();
+        // Addresses the perf map may name: in anonymous executable memory, or
+        // in none the session knows of (its mapping record may be lost).
         let in_jit: Vec<bool> = lookup
             .iter()
-            .map(|&a| !is_kernel(a) && maps.find(a).is_some_and(|m| is_jit_candidate(&m.backing)))
+            .map(|&a| {
+                !is_kernel(a)
+                    && a != BAD_USER_FRAME
+                    && maps.find(a).is_none_or(|m| is_jit_candidate(&m.backing))
+            })
             .collect();
         // The perf map as it is before naming: an address it does not name
         // is looked up again once the map is another.

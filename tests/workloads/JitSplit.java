@@ -8,8 +8,10 @@
  *   exclusive: leafA 30 %, leafB 70 %
  *   inclusive: work 100 %, mid 70 %
  * Run it with -XX:CompileCommand=dontinline,JitSplit::* so that C2 keeps each
- * method a frame of its own. It runs rounds for WARMUP seconds before it
- * prints "ready", so that the methods are compiled by then.
+ * method a frame of its own. Before it prints "ready" it runs WARMUP_ROUNDS
+ * short rounds, enough calls for the JIT to compile every method of the
+ * round with C2 (its last tier) soon after; the tests wait for that with
+ * `jcmd PID Compiler.codelist`.
  *
  * With `--late FILE`, once FILE exists, each round also calls late → lateLeaf
  * (5 u): code compiled only after that point (never run before it).
@@ -20,7 +22,8 @@ import java.io.File;
 
 public class JitSplit {
     static final long U = 100000;
-    static final double WARMUP = 2.0;
+    static final long WARMUP_U = 100;
+    static final int WARMUP_ROUNDS = 50000;
     static volatile long sink;
     static long x = 88172645463325252L;
 
@@ -77,10 +80,8 @@ public class JitSplit {
                 trigger = new File(args[++i]);
             }
         }
-        long start = System.nanoTime();
-        long warm = start + (long) (WARMUP * 1e9);
-        while (System.nanoTime() < warm) {
-            work(vary(U));
+        for (int i = 0; i < WARMUP_ROUNDS; i++) {
+            work(vary(WARMUP_U));
         }
         if (ready) {
             System.out.println("ready");

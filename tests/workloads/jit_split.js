@@ -8,8 +8,8 @@
  *   exclusive: leafA 30 %, leafB 70 %
  *   inclusive: work 100 %, mid 70 %
  * Run it with --no-turbo-inlining so that each function stays a frame of its
- * own. It runs rounds for WARMUP seconds before it prints "ready", so that
- * the functions are optimized by then.
+ * own. Before it prints "ready" it runs WARMUP_ROUNDS short rounds (many
+ * calls, for V8 to optimize every function), then rounds for WARMUP seconds.
  *
  * Usage: node --perf-basic-prof --no-turbo-inlining jit_split.js SECONDS [--ready]
  */
@@ -17,6 +17,8 @@
 
 const U = 100000;
 const WARMUP = 2.0;
+const WARMUP_U = 100;
+const WARMUP_ROUNDS = 50000;
 let sink = 0;
 let x = 88172645463325252n;
 
@@ -55,6 +57,9 @@ function main() {
   const seconds = Number(process.argv[2]);
   const ready = process.argv.includes('--ready');
   const now = () => Number(process.hrtime.bigint()) / 1e9;
+  for (let i = 0; i < WARMUP_ROUNDS; i++) {
+    work(vary(WARMUP_U));
+  }
   const warm = now() + WARMUP;
   while (now() < warm) {
     work(vary(U));

@@ -53,13 +53,18 @@ fn jcmd(pid: u32, command: &str) -> String {
     out.stdout
 }
 
-/// The Java workload with these JVM flags and workload arguments, started
-/// and ready (its methods compiled).
+/// The Java workload with these JVM flags and workload arguments, started,
+/// ready, and with the methods of its rounds compiled by C2 (their last
+/// tier: no newer code replaces them later).
 fn start_java(flags: &[&str], extra_args: &[&str]) -> Workload {
     let mut args = vec![LONG.to_string(), "--ready".to_string()];
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Workload::start_command(java_command(flags, &args), "java")
+    let target = Workload::start_command(java_command(flags, &args), "java");
+    for method in ["leafA", "leafB", "mid", "work"] {
+        wait_for_c2(target.pid(), &format!("JitSplit.{method}(J)V"));
+    }
+    target
 }
 
 fn attach(h: &Harness, target: &Workload, secs: &str, extra: &[&str]) -> Profile {

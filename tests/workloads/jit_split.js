@@ -44,13 +44,13 @@ function leafB(n) {
 
 function mid(n) {
   leafB(n);
-  sink++;
+  sink = (sink + 1) | 0;
 }
 
 function work(u) {
   leafA(3 * u);
   mid(7 * u);
-  sink++;
+  sink = (sink + 1) | 0;
 }
 
 function main() {

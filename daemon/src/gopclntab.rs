@@ -2,12 +2,11 @@
 //! functions' ranges, names and flags, and their stack-pointer deltas per pc,
 //! for naming and unwinding Go code. Layouts of Go 1.16 to 1.2x on 64-bit
 //! little-endian targets (`runtime/symtab.go`, `runtime/runtime2.go`).
-use crate::file_version::FileVersion;
+use crate::file_version::SharedReads;
 use crate::maps::Segments;
 use object::{Object, ObjectSection};
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::Arc;
 
 /// The table's layout, told by its magic number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,23 +158,8 @@ impl GoTable {
     /// The table of the Go program at `path`, read once per file version and
     /// shared while used (by unwinders and the symbolizer).
     pub fn of(path: &Path) -> Option<Arc<GoTable>> {
-        type Cache = Mutex<HashMap<FileVersion, Weak<GoTable>>>;
-        static CACHE: OnceLock<Cache> = OnceLock::new();
-        let key = FileVersion::at(path)?;
-        let cache = CACHE.get_or_init(Default::default);
-        let hit = cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .and_then(Weak::upgrade);
-        if hit.is_some() {
-            return hit;
-        }
-        let table = Arc::new(GoTable::read(path)?);
-        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.retain(|_, t| t.strong_count() > 0);
-        cache.insert(key, Arc::downgrade(&table));
-        Some(table)
+        static TABLES: SharedReads<GoTable> = SharedReads::new();
+        TABLES.get(path, GoTable::read)
     }
 
     /// Entry `i` of the function table: (entry pc, `_func` offset).

@@ -4,7 +4,7 @@
 //! from the sampled registers to the outermost frame. Frame pointers are used
 //! where a module has no CFI. It also finds the caller a frame-pointer
 //! callchain skips below a Go function without a frame.
-use crate::file_version::FileVersion;
+use crate::file_version::SharedReads;
 use crate::gopclntab::{GoTable, Step};
 use crate::maps::{Load, Mapping, Segments};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -13,7 +13,7 @@ use object::{Object, ObjectSection};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::Arc;
 
 /// Most frames followed in one stack.
 pub const MAX_FRAMES: usize = 256;
@@ -160,23 +160,8 @@ fn bias(loads: &Segments, start: u64, pgoff: u64) -> Option<u64> {
 /// binary rewritten in place is read again): read once, shared by all
 /// sessions, dropped when the last unwinder using it goes.
 fn elf_data(path: &Path) -> Option<Arc<ElfUnwindData>> {
-    type Cache = Mutex<HashMap<FileVersion, Weak<ElfUnwindData>>>;
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    let key = FileVersion::at(path)?;
-    let cache = CACHE.get_or_init(Default::default);
-    let hit = cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&key)
-        .and_then(Weak::upgrade);
-    if hit.is_some() {
-        return hit;
-    }
-    let data = Arc::new(ElfUnwindData::read(path)?);
-    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-    cache.retain(|_, d| d.strong_count() > 0);
-    cache.insert(key, Arc::downgrade(&data));
-    Some(data)
+    static DATA: SharedReads<ElfUnwindData> = SharedReads::new();
+    DATA.get(path, ElfUnwindData::read)
 }
 
 /// How one stack walk ended.

@@ -230,23 +230,32 @@ fn compile(lang: Lang, source: &str, out_name: &str, flags: &[&str]) -> PathBuf 
             .env("GOPATH", dir.join("path"))
             .env("GO111MODULE", "off");
     }
-    let output = command
+    command
         .args(flags)
         .args(align_loops(lang))
         .arg("-o")
         .arg(&out)
-        .arg(&source)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run the compiler `{compiler}` ({install}): {e}"));
+        .arg(&source);
+    build(command, &format!("workload {out_name}"), install);
+    built.insert(out_name.to_string(), out.clone());
+    out
+}
+
+/// Runs the compiler `command` building `what`; panics with its errors,
+/// or with `install` when the compiler is missing.
+fn build(mut command: Command, what: &str, install: &str) {
+    let output = command.output().unwrap_or_else(|e| {
+        panic!(
+            "cannot run the compiler `{}` ({install}): {e}",
+            command.get_program().to_string_lossy()
+        )
+    });
     assert!(
         output.status.success(),
-        "building workload {out_name} from {} failed ({}):\n{}",
-        source.display(),
+        "building {what} failed ({}): {command:?}\n{}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    built.insert(out_name.to_string(), out.clone());
-    out
 }
 
 /// The flags `JitSplit.java` runs with: frame pointers kept in compiled
@@ -265,19 +274,9 @@ pub fn java_classes() -> &'static Path {
     CLASSES.get_or_init(|| {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/JitSplit.java");
         let out = unique_dir("java");
-        let output = Command::new("javac")
-            .arg("-d")
-            .arg(&out)
-            .arg(&source)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run javac (install openjdk-17-jdk-headless): {e}"));
-        assert!(
-            output.status.success(),
-            "javac {} failed ({}):\n{}",
-            source.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let mut javac = Command::new("javac");
+        javac.arg("-d").arg(&out).arg(&source);
+        build(javac, "JitSplit.java", "install openjdk-17-jdk-headless");
         out
     })
 }

@@ -20,11 +20,11 @@ impl Actor {
     pub(super) async fn symbolize_pending(&mut self) {
         // The perf maps of the spaces with such addresses, read (when they
         // changed) off the actor's thread.
-        let spaces = &self.ingest.spaces.list;
+        let spaces = &self.ingest.spaces;
         let waiting: Vec<_> = self
             .unnamed_jit
             .spaces()
-            .map(|space| (space, spaces[space.min(spaces.len() - 1)].maps.clone()))
+            .map(|space| (space, spaces.maps(space).clone()))
             .collect();
         let now: HashMap<usize, _> = if waiting.is_empty() {
             HashMap::new()
@@ -72,8 +72,7 @@ impl Actor {
         }
         let mut renamed = false;
         for (space, addrs) in by_space {
-            let spaces = &self.ingest.spaces.list;
-            let maps = spaces[space.min(spaces.len() - 1)].maps.clone();
+            let maps = self.ingest.spaces.maps(space).clone();
             renamed |= self.symbolize_in(space, maps, addrs).await;
         }
         if renamed {

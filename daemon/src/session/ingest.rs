@@ -49,8 +49,6 @@ pub struct Ingest {
     /// Mappings and unwinders of the target's (and its children's) address
     /// spaces; stack addresses are tagged with their space.
     pub(super) spaces: Spaces,
-    /// Samples carry user stacks to unwind (else frame-pointer callchains).
-    stack_copy: bool,
     /// Samples per process, and where each pid's latest process is in the
     /// list (kept after it exits: another CPU's ring may hold its last
     /// samples, drained after the exit).
@@ -107,7 +105,6 @@ impl Ingest {
             totals: api::Totals::default(),
             counted: 0,
             spaces: Spaces::new(pid, maps, stack_copy),
-            stack_copy,
             processes: vec![api::ProcessSamples {
                 pid,
                 comm,
@@ -226,9 +223,10 @@ impl Ingest {
             // skips below a function without a frame is put back, and what
             // it read above the outermost frame dropped. Others are unwound
             // and/or tagged in `scratch`.
+            let stack_copy = self.spaces.stack_copy;
             let unwinder = &mut self.spaces.list[space].unwinder;
             let (mut frames, mut skipped) = (sample.frames, None);
-            if !self.stack_copy && unwinder.has_go() {
+            if !stack_copy && unwinder.has_go() {
                 if let Some(len) = unwinder.go_stack_len(frames) {
                     frames = &frames[..len];
                 }
@@ -236,7 +234,7 @@ impl Ingest {
                     skipped = go_skipped(frames, unwinder, bytes);
                 }
             }
-            let stack = if !self.stack_copy
+            let stack = if !stack_copy
                 && skipped.is_none()
                 && frames.len() == sample.frames.len()
                 && space == 0
@@ -249,7 +247,7 @@ impl Ingest {
                     scratch.insert(at, caller);
                 }
                 match sample.user {
-                    Some(([ip, sp, bp], bytes)) if self.stack_copy && ip != 0 => {
+                    Some(([ip, sp, bp], bytes)) if stack_copy && ip != 0 => {
                         let walk = unwinder.unwind(ip, sp, bp, bytes, &mut scratch);
                         if walk == Walk::Truncated {
                             self.totals.truncated += 1;

@@ -35,7 +35,9 @@ pub struct Spaces {
     /// The current space of each process of the session (kept after it
     /// exits: its last samples may come in after the exit).
     by_pid: HashMap<u32, usize>,
-    stack_copy: bool,
+    /// The session's samples carry user stacks to unwind (else
+    /// frame-pointer callchains, with the few bytes at sp that Go code needs).
+    pub stack_copy: bool,
     /// The session's target: its last space is kept when the session ends.
     target: u32,
     /// Batches counted so far, and the spaces of processes that exited at
@@ -146,6 +148,12 @@ impl Spaces {
     /// The current space of `pid` (the target's first space if unknown).
     pub fn of(&self, pid: u32) -> usize {
         self.by_pid.get(&pid).copied().unwrap_or(0)
+    }
+
+    /// The mappings of space `space` (the last space's for a tag past the
+    /// list).
+    pub fn maps(&self, space: usize) -> &ProcessMaps {
+        &self.list[space.min(self.list.len() - 1)].maps
     }
 
     /// `child` was forked by `parent`: it starts with a copy of its space.

@@ -671,13 +671,9 @@ mod tests {
         assert_eq!(walk, Walk::Truncated);
     }
 
-    #[test]
-    fn a_stack_pointer_outside_user_space_is_not_walked() {
-        // Found by fuzz/fuzz_targets/unwind.rs: in a PLT stub, whose CFA is
-        // the DWARF expression rsp + 8 (+ 8), sp = u64::MAX - 1 wrapped the
-        // CFA to 6 and framehop's `cfa - 8` overflowed (a panic wherever
-        // overflow checks are on, as in this test). libc's .plt has such CFI.
-        // (Also found: sp = 0 where libgcc's CFA is rsp + 0, the same panic.)
+    /// An unwinder knowing this process's libc, and the address of the first
+    /// stub of libc's .plt (its CFA is the DWARF expression rsp + 8 (+ 8)).
+    fn libc_plt_stub() -> (Unwinder, u64) {
         let maps = crate::maps::ProcessMaps::read(std::process::id()).unwrap();
         let libc = maps
             .iter()
@@ -693,6 +689,17 @@ mod tests {
         assert!(libc.start <= ip && ip < libc.end);
         let mut u = Unwinder::default();
         u.add_mapping(libc);
+        (u, ip)
+    }
+
+    #[test]
+    fn a_stack_pointer_outside_user_space_is_not_walked() {
+        // Found by fuzz/fuzz_targets/unwind.rs: in a PLT stub, whose CFA is
+        // the DWARF expression rsp + 8 (+ 8), sp = u64::MAX - 1 wrapped the
+        // CFA to 6 and framehop's `cfa - 8` overflowed (a panic wherever
+        // overflow checks are on, as in this test). libc's .plt has such CFI.
+        // (Also found: sp = 0 where libgcc's CFA is rsp + 0, the same panic.)
+        let (mut u, ip) = libc_plt_stub();
         for sp in [u64::MAX - 1, 1 << 56, 0xfff, 0] {
             let mut out = Vec::new();
             let walk = u.unwind(ip, sp, 0, &[0u8; 16], &mut out);
@@ -710,19 +717,7 @@ mod tests {
         // JIT code lies in no module: its frame is stepped by frame pointer,
         // and the unwinder goes on with the tables of the native code it
         // returns to (here a PLT stub of libc, whose CFA is rsp + 8).
-        let maps = crate::maps::ProcessMaps::read(std::process::id()).unwrap();
-        let libc = maps
-            .iter()
-            .find(|m| m.module().starts_with("libc.so"))
-            .expect("libc is mapped");
-        let path = &libc.file().expect("libc was opened").readable;
-        let bytes = std::fs::read(path).unwrap();
-        let elf = object::File::parse(&*bytes).unwrap();
-        let plt = elf.section_by_name(".plt").expect("libc has a .plt");
-        let bias = bias(&elf_data(path).unwrap().loads, libc.start, libc.pgoff).unwrap();
-        let stub = plt.address() + 16 + bias;
-        let mut u = Unwinder::default();
-        u.add_mapping(libc);
+        let (mut u, stub) = libc_plt_stub();
         // sp = 0x7ffc_0000_1000; the JIT frame's bp = sp + 0x10 holds the
         // caller's bp (0: the outermost frame uses none) and the return
         // address into the stub; above it, the stub's return address.

@@ -1192,6 +1192,7 @@ impl Controller {
         let req = api::GetProfileRequest {
             session_id: id,
             format: format as i32,
+            query: None,
         };
         let about = format!("session {id}");
         let Some(p) = self
@@ -1572,6 +1573,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         let req = api::GetProfileRequest {
             session_id: id,
             format: 0,
+            query: None,
         };
         let Some(p) = ctx
             .call("GetProfile", &about, client.get_profile(req))

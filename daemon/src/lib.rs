@@ -9,6 +9,7 @@
 mod auth;
 mod config;
 mod conns;
+mod continuous;
 mod daemon;
 mod daemon_error;
 mod dashboard;

@@ -403,6 +403,15 @@ impl Profiler for Service {
         Ok(Response::new(out))
     }
 
+    async fn list_windows(
+        &self,
+        _req: Request<api::ListWindowsRequest>,
+    ) -> Result<Response<api::ListWindowsResponse>, Status> {
+        Err(Status::failed_precondition(
+            "continuous profiling is off in this daemon: start profd with --continuous or a [continuous] section in profd.toml",
+        ))
+    }
+
     async fn get_histogram(
         &self,
         req: Request<api::GetHistogramRequest>,

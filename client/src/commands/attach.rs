@@ -339,6 +339,7 @@ async fn fetch_view(
         .get_view(GetViewRequest {
             session_id: id,
             view: Some(request),
+            query: None,
         })
         .await
         .map(tonic::Response::into_inner)

@@ -26,6 +26,7 @@ pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Res
         client.get_profile(GetProfileRequest {
             session_id: args.session,
             format: ExportFormat::from(args.format) as i32,
+            query: None,
         }),
     )
     .await?

@@ -105,6 +105,7 @@ pub async fn report_session(
                 client.get_view(GetViewRequest {
                     session_id: id,
                     view: Some(request),
+                    query: None,
                 }),
             )
             .await?

@@ -270,6 +270,13 @@ impl Profiler for Fake {
         Err(Status::unimplemented("not faked"))
     }
 
+    async fn list_windows(
+        &self,
+        _: Request<profd_common::api::ListWindowsRequest>,
+    ) -> Result<Response<profd_common::api::ListWindowsResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
     async fn list_sessions(
         &self,
         _: Request<ListSessionsRequest>,

@@ -58,6 +58,7 @@ async fn wait_ended(ctx: &Ctx, id: u64, within: Duration) -> Option<api::Session
         let req = api::GetProfileRequest {
             session_id: id,
             format: 0,
+            query: None,
         };
         let client = &mut ctx.client();
         let s = ctx

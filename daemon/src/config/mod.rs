@@ -49,6 +49,8 @@ pub struct Config {
     pub kernel_frames: kernel_view::Setting,
     /// Connection caps and timeouts of both listeners.
     pub connections: conns::Limits,
+    /// Continuous profiling (`--continuous`, `[continuous]`); None: off.
+    pub continuous: Option<crate::continuous::Settings>,
 }
 
 /// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
@@ -79,6 +81,7 @@ impl Config {
             activated: None,
             kernel_frames: kernel_view::Setting::Auto,
             connections: conns::Limits::default(),
+            continuous: None,
         }
     }
 }

@@ -392,6 +392,7 @@ async fn malformed_messages_and_long_names_get_short_precise_statuses() {
                 id: 0,
                 name,
             })),
+            query: None,
         })
         .await
         .unwrap_err();
@@ -523,6 +524,7 @@ async fn views_exports_and_windows_over_known_stacks() {
     let view = |v: api::get_view_request::View| api::GetViewRequest {
         session_id: s.id,
         view: Some(v),
+        query: None,
     };
     let id_of = |fs: &[api::Function], name: &str| find(fs, name).id;
 
@@ -587,6 +589,7 @@ async fn views_exports_and_windows_over_known_stacks() {
         .get_view(api::GetViewRequest {
             session_id: s.id,
             view: None,
+            query: None,
         })
         .await
         .unwrap_err();
@@ -606,6 +609,7 @@ async fn views_exports_and_windows_over_known_stacks() {
         .get_profile(api::GetProfileRequest {
             session_id: s.id,
             format: 99,
+            query: None,
         })
         .await
         .unwrap_err();
@@ -874,6 +878,7 @@ async fn ended_sessions_survive_a_restart() {
             view: Some(api::get_view_request::View::Tree(
                 api::TreeRequest::default(),
             )),
+            query: None,
         })
         .await
         .unwrap()

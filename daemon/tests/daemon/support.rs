@@ -66,6 +66,7 @@ impl Running {
         let req = api::GetProfileRequest {
             session_id,
             format: format as i32,
+            query: None,
         };
         self.client.get_profile(req).await.unwrap().into_inner()
     }

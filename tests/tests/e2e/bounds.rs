@@ -239,6 +239,7 @@ fn concurrent_histograms_and_exports_are_bounded() {
                     c.get_profile(api::GetProfileRequest {
                         session_id: s.id,
                         format: api::ExportFormat::Pprof as i32,
+                        query: None,
                     })
                     .await
                     .map(|_| ())

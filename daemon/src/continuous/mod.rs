@@ -1,0 +1,38 @@
+//! Continuous profiling: every selected process on the host sampled at a low
+//! frequency with no client attached, cut into windows labelled by service,
+//! kept as local history and answered by queries.
+#![allow(dead_code)] // filled in by the parts that use it
+pub mod history;
+pub mod service;
+
+use std::time::Duration;
+
+/// The `[continuous]` settings, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Samples per second on each CPU.
+    pub frequency_hz: u32,
+    /// The span of one window.
+    pub window: Duration,
+    /// History kept: at most this many bytes, and windows at most this old.
+    pub retention_bytes: u64,
+    pub retention_age: Duration,
+    /// Which processes are profiled; none = every process.
+    pub select: Vec<service::Selector>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            frequency_hz: DEFAULT_FREQUENCY_HZ,
+            window: Duration::from_secs(10),
+            retention_bytes: 256 << 20,
+            retention_age: Duration::from_secs(7 * 24 * 3600),
+            select: Vec::new(),
+        }
+    }
+}
+
+/// 19 Hz: prime, so the timer does not beat with periodic work on a round
+/// period, and low enough to leave on everywhere (see docs/continuous.md).
+pub const DEFAULT_FREQUENCY_HZ: u32 = 19;

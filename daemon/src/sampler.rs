@@ -13,7 +13,7 @@ mod tops;
 
 pub use batch::{Batch, BatchPool};
 pub use callchain::BAD_USER_FRAME;
-pub use demux::{Demux, Drained, Targets};
+pub use demux::{Demux, Drained, Targets, EVERY_PROCESS};
 pub use tops::StackTops;
 
 use crate::sys::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};
@@ -119,7 +119,8 @@ pub struct Subscription {
 #[tonic::async_trait]
 pub trait SampleSource: Send + Sync {
     /// Route samples of `pid` (with `children`, also of the processes it
-    /// forks from now on) to `tx` as `session`.
+    /// forks from now on) to `tx` as `session`; [`EVERY_PROCESS`]: of every
+    /// process but the daemon.
     async fn subscribe(
         &self,
         want: EventSpec,
@@ -279,7 +280,7 @@ impl SampleSource for Sampler {
         // of a period left at its exit is dropped. Sessions that follow
         // children (often many short-lived ones) therefore sample on the
         // system-wide rings, whose period runs on across processes.
-        let target = if want.stack_bytes > 0 && !children {
+        let target = if want.stack_bytes > 0 && !children && pid != EVERY_PROCESS {
             let target = Target::of(pid);
             if target.is_none() {
                 tracing::info!(

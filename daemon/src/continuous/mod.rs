@@ -3,6 +3,7 @@
 //! kept as local history and answered by queries.
 #![allow(dead_code)] // filled in by the parts that use it
 pub mod history;
+pub mod profiler;
 pub mod service;
 
 use std::time::Duration;

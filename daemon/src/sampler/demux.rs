@@ -39,33 +39,57 @@ fn max_stack() -> usize {
 /// Which sessions each process's records go to. Sessions are numbered from
 /// 0 in the order they first appear in the routes given to [`Targets::new`];
 /// a drain makes one batch per session, however many of its processes are
-/// routed.
+/// routed. A route of pid [`EVERY_PROCESS`] takes every process's records
+/// but the daemon's own and the idle task's (continuous profiling).
 #[derive(Debug, Default, Clone)]
 pub struct Targets {
     /// Looked up for every record: hashed with foldhash. Per process: the
     /// perf time of its exit once a ring showed it (`u64::MAX` before; its
     /// records up to then still come from rings drained later, a process
-    /// that later gets its pid is not taken for it), and its sessions.
+    /// that later gets its pid is not taken for it), and its sessions
+    /// (those that take every process included).
     by_pid: foldhash::HashMap<u32, (u64, Vec<usize>)>,
     /// Per session: whether it follows the processes its processes fork.
     children: Vec<bool>,
+    /// The sessions that take every process.
+    every: Vec<usize>,
+    /// The daemon's own process, never routed to them.
+    own: u32,
 }
+
+/// The pid of a route that takes every process (the idle task's pid: it is
+/// never a target).
+pub const EVERY_PROCESS: u32 = 0;
 
 impl Targets {
     /// Targets from routes (session id, pid, follow children, exit time or
     /// `u64::MAX`); a session's first route says whether it follows
     /// children.
     pub fn new(routes: impl IntoIterator<Item = (u64, u32, bool, u64)>) -> Targets {
-        let mut targets = Targets::default();
+        let mut targets = Targets {
+            own: std::process::id(),
+            ..Targets::default()
+        };
         let mut slot: HashMap<u64, usize> = HashMap::new();
         for (session, pid, children, until) in routes {
             let i = *slot.entry(session).or_insert_with(|| {
                 targets.children.push(children);
                 targets.children.len() - 1
             });
+            if pid == EVERY_PROCESS {
+                targets.every.push(i);
+                continue;
+            }
             let (end, sessions) = targets.by_pid.entry(pid).or_insert((until, Vec::new()));
             *end = (*end).min(until);
             sessions.push(i);
+        }
+        if !targets.every.is_empty() {
+            for (_, sessions) in targets.by_pid.values_mut() {
+                sessions.extend(targets.every.iter().copied());
+                sessions.sort_unstable();
+                sessions.dedup();
+            }
         }
         targets
     }
@@ -80,6 +104,14 @@ impl Targets {
         self.by_pid
             .get(&pid)
             .map(|(_, sessions)| sessions.as_slice())
+            .or_else(|| self.every_for(pid))
+    }
+
+    /// The sessions that take every process, for `pid` (none for the idle
+    /// task and the daemon itself).
+    fn every_for(&self, pid: u32) -> Option<&[usize]> {
+        (!self.every.is_empty() && pid != EVERY_PROCESS && pid != self.own)
+            .then_some(self.every.as_slice())
     }
 }
 
@@ -223,7 +255,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
     pub fn resolve(&mut self) {
         let d = &mut *self.demux;
         let c = &mut d.counts;
-        let by_pid = &self.targets.by_pid;
+        let by_pid = self.targets;
         d.tasks.sort_unstable();
         for &(time, pid, task) in &d.tasks {
             match task {
@@ -244,7 +276,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     }
                 }
                 Task::Exit => {
-                    if route(by_pid, &c.forked, &c.exited, pid, Some(time)).is_some() {
+                    if routed(by_pid, &c.forked, &c.exited, pid, Some(time)).is_some() {
                         c.exited.push((pid, time));
                     }
                 }
@@ -260,7 +292,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
     /// Route one record to the batch of its sessions that covers its time.
     pub fn record(&mut self, record: Result<Record<'_>, ParseError>) {
         let d = &mut *self.demux;
-        let by_pid = &self.targets.by_pid;
+        let by_pid = self.targets;
         let c = &mut d.counts;
         let (batches, execs) = (&mut d.batches, &mut d.execs);
         match record {
@@ -330,6 +362,11 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 }
             }
             Ok(Record::Fork(t)) if t.pid != t.ppid => {
+                for &i in self.targets.every_for(t.ppid).unwrap_or(&[]) {
+                    batch(&mut batches[i], &mut execs[i], Some(t.time))
+                        .forks
+                        .push((t.pid, t.ppid));
+                }
                 if let Some((time, follow)) = c.forked.get(&t.pid) {
                     if *time == t.time {
                         for &i in follow {
@@ -421,27 +458,42 @@ fn batch<'b>(
 /// The sessions (batch indices) a process's record of perf time `time` goes
 /// to: routed before this drain (and the record not after the process's
 /// exit), or forked during it (and the record not before the fork), and the
-/// record not after an exit of the process in this drain.
+/// record not after an exit of the process in this drain; else the sessions
+/// that take every process.
 #[inline]
 fn route<'a>(
-    by_pid: &'a foldhash::HashMap<u32, (u64, Vec<usize>)>,
+    targets: &'a Targets,
+    forked: &'a foldhash::HashMap<u32, (u64, Vec<usize>)>,
+    exited: &[(u32, u64)],
+    pid: u32,
+    time: Option<u64>,
+) -> Option<&'a [usize]> {
+    routed(targets, forked, exited, pid, time).or_else(|| targets.every_for(pid))
+}
+
+/// [`route`] but for the sessions that take every process.
+#[inline]
+fn routed<'a>(
+    targets: &'a Targets,
     forked: &'a foldhash::HashMap<u32, (u64, Vec<usize>)>,
     exited: &[(u32, u64)],
     pid: u32,
     time: Option<u64>,
 ) -> Option<&'a [usize]> {
     let time = time.unwrap_or(0);
-    let routed = by_pid
+    let routed = targets
+        .by_pid
         .get(&pid)
         .filter(|(until, _)| time <= *until)
         .map(|(_, sessions)| sessions);
-    let targets = routed.or_else(|| {
+    let own = routed.or_else(|| {
         forked
             .get(&pid)
             .filter(|(at, _)| *at <= time)
             .map(|(_, sessions)| sessions)
-    })?;
-    (!exited.iter().any(|&(p, end)| p == pid && time > end)).then_some(targets.as_slice())
+    });
+    let own = own?;
+    (!exited.iter().any(|&(p, end)| p == pid && time > end)).then_some(own.as_slice())
 }
 
 #[cfg(test)]
@@ -452,31 +504,28 @@ mod tests {
     fn an_exited_process_gets_only_its_records_from_before_its_exit() {
         let t = Targets::new([(7, 10, false, 500), (7, 11, false, u64::MAX)]);
         let none = foldhash::HashMap::default();
-        assert_eq!(route(&t.by_pid, &none, &[], 10, Some(499)), Some(&[0][..]));
-        assert_eq!(route(&t.by_pid, &none, &[], 10, Some(500)), Some(&[0][..]));
+        assert_eq!(route(&t, &none, &[], 10, Some(499)), Some(&[0][..]));
+        assert_eq!(route(&t, &none, &[], 10, Some(500)), Some(&[0][..]));
         assert_eq!(
-            route(&t.by_pid, &none, &[], 10, Some(501)),
+            route(&t, &none, &[], 10, Some(501)),
             None,
             "a later process with its pid"
         );
-        assert_eq!(route(&t.by_pid, &none, &[], 11, Some(501)), Some(&[0][..]));
+        assert_eq!(route(&t, &none, &[], 11, Some(501)), Some(&[0][..]));
         assert_eq!(
-            route(&t.by_pid, &none, &[(11, 400)], 11, Some(300)),
+            route(&t, &none, &[(11, 400)], 11, Some(300)),
             Some(&[0][..]),
             "before an exit seen in this drain"
         );
         assert_eq!(
-            route(&t.by_pid, &none, &[(11, 400)], 11, Some(401)),
+            route(&t, &none, &[(11, 400)], 11, Some(401)),
             None,
             "after it"
         );
         let forked = foldhash::HashMap::from_iter([(12, (600, vec![0]))]);
+        assert_eq!(route(&t, &forked, &[], 12, Some(600)), Some(&[0][..]));
         assert_eq!(
-            route(&t.by_pid, &forked, &[], 12, Some(600)),
-            Some(&[0][..])
-        );
-        assert_eq!(
-            route(&t.by_pid, &forked, &[], 12, Some(599)),
+            route(&t, &forked, &[], 12, Some(599)),
             None,
             "an earlier process with the pid of a child forked in this drain"
         );
@@ -658,6 +707,50 @@ mod tests {
         assert_eq!(t.of(11), Some(&[0][..]));
         assert_eq!(t.of(12), None);
         assert_eq!(t.children, vec![true, false]);
+    }
+
+    /// A route of every process takes all records but the idle task's and
+    /// the daemon's own, beside a session of one target; forks and exits of
+    /// every process come with them.
+    #[test]
+    fn every_process_is_routed_to_continuous_sessions() {
+        let own = std::process::id();
+        let targets = Targets::new([
+            (5, EVERY_PROCESS, false, u64::MAX),
+            (9, 10, false, u64::MAX),
+        ]);
+        let exit = |pid: u32, time: u64| -> Rec {
+            Ok(Record::Exit(crate::sys::perf::record::Task {
+                pid,
+                ppid: 1,
+                tid: pid,
+                ptid: 1,
+                time,
+                sample_id: Default::default(),
+            }))
+        };
+        let rings = [vec![
+            sample(10, 1),
+            sample(0, 2),
+            sample(own, 3),
+            fork(20, 10, 4),
+            sample(20, 5),
+            exit(20, 6),
+            sample(30, 7),
+        ]];
+        let (out, d) = drain(&targets, &rings);
+        let every = &out.iter().find(|(i, _)| *i == 0).unwrap().1;
+        let target = &out.iter().find(|(i, _)| *i == 1).unwrap().1;
+        assert_eq!(times(every), [1, 5, 7]);
+        assert_eq!(times(target), [1]);
+        assert_eq!(every.forks, [(20, 10)]);
+        assert_eq!(every.exits, [20]);
+        assert!(
+            target.forks.is_empty(),
+            "the target's session does not follow"
+        );
+        assert_eq!((d.seen, d.matched), (5, 3));
+        assert!(d.exited.is_empty(), "no route of its own ends");
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct Ingest {
     scratch: Vec<u64>,
     /// Thread names by tid.
     pub(super) threads: foldhash::HashMap<u32, String>,
+    /// The process of each thread sampled.
+    pub(super) thread_pid: foldhash::HashMap<u32, u32>,
     /// Stack indices sampled lately, for windowed figures.
     pub(super) recent: Recent,
     /// The stack index of each sample since the last view, which adds only
@@ -114,9 +116,71 @@ impl Ingest {
             pending: foldhash::HashSet::default(),
             scratch: Vec::new(),
             threads: foldhash::HashMap::default(),
+            thread_pid: foldhash::HashMap::default(),
             recent: Recent::default(),
             since_view: None,
         }
+    }
+
+    /// The counts of every process on the host (continuous profiling): no
+    /// target, each process's space opened when it is first seen; samples of
+    /// the processes marked with [`Ingest::exclude`] count as `unchecked`.
+    pub fn every(stack_copy: bool, max_stacks: usize, tops: Option<StackTops>) -> Ingest {
+        let mut ingest = Ingest::new(
+            0,
+            String::new(),
+            ProcessMaps::default(),
+            stack_copy,
+            max_stacks,
+            None,
+            tops,
+        );
+        ingest.spaces = Spaces::every(stack_copy);
+        ingest.processes.clear();
+        ingest.process_index.clear();
+        ingest
+    }
+
+    /// Leave out `pid` (and the processes it forks from now on): its
+    /// samples count as `unchecked`, its mappings are not read.
+    pub fn exclude(&mut self, pid: u32) {
+        self.unchecked.insert(pid);
+    }
+
+    /// Count `pid` again (see [`Ingest::exclude`]).
+    pub fn include(&mut self, pid: u32) {
+        self.unchecked.remove(&pid);
+    }
+
+    /// Start counting anew, keeping the address spaces and thread names
+    /// (continuous profiling, at the end of each window).
+    pub fn restart(&mut self) {
+        self.stacks = StackTable::default();
+        self.totals = api::Totals::default();
+        self.processes.clear();
+        self.process_index.clear();
+        self.pending.clear();
+        let sampled = &self.thread_pid;
+        self.threads.retain(|tid, _| sampled.contains_key(tid));
+        self.thread_pid.clear();
+        self.recent = Recent::default();
+        self.since_view = None;
+    }
+
+    /// Where `pid` is in the process list; with no target (every process),
+    /// a process not listed yet is added.
+    fn process_of(&mut self, pid: u32) -> Option<usize> {
+        if let Some(&i) = self.process_index.get(&pid) {
+            return Some(i);
+        }
+        (self.pid == 0).then(|| {
+            self.process_index.insert(pid, self.processes.len());
+            self.processes.push(api::ProcessSamples {
+                pid,
+                ..Default::default()
+            });
+            self.processes.len() - 1
+        })
     }
 
     /// The stack table.
@@ -161,14 +225,16 @@ impl Ingest {
             if let Some(&i) = self.process_index.get(&pid) {
                 self.processes[i].comm = comm;
             }
-            self.spaces.exec(pid);
+            if !self.unchecked.contains(&pid) {
+                self.spaces.exec(pid);
+            }
         }
         for (child, parent) in batch.forks.drain(..) {
             if self.unchecked.contains(&parent) {
                 self.unchecked.insert(child);
-            } else {
-                self.unchecked.remove(&child);
+                continue;
             }
+            self.unchecked.remove(&child);
             self.spaces.fork(child, parent);
             let comm = self
                 .process_index
@@ -188,7 +254,9 @@ impl Ingest {
         }
         let mut by_pid: HashMap<u32, Vec<crate::maps::Mapping>> = HashMap::new();
         for (pid, m) in batch.mappings.drain(..) {
-            by_pid.entry(pid).or_default().push(m);
+            if !self.unchecked.contains(&pid) {
+                by_pid.entry(pid).or_default().push(m);
+            }
         }
         for (pid, mappings) in by_pid {
             self.spaces.insert(pid, mappings.into_iter());
@@ -209,9 +277,11 @@ impl Ingest {
         for sample in batch.samples() {
             if last_pid != Some(sample.pid) {
                 last_pid = Some(sample.pid);
-                space = self.spaces.of(sample.pid);
-                process = self.process_index.get(&sample.pid).copied();
                 checked = !self.unchecked.contains(&sample.pid);
+                if checked {
+                    space = self.spaces.open(sample.pid);
+                    process = self.process_of(sample.pid);
+                }
             }
             if !checked {
                 unchecked += 1;
@@ -295,7 +365,7 @@ impl Ingest {
             }
             if last_tid != Some(sample.tid) {
                 last_tid = Some(sample.tid);
-                self.name_thread(sample.tid);
+                self.name_thread(sample.pid, sample.tid);
             }
             if let Some(i) = process {
                 self.processes[i].samples += 1;
@@ -319,13 +389,13 @@ impl Ingest {
     }
 
     /// Read the name of a thread not seen before.
-    fn name_thread(&mut self, tid: u32) {
-        if !self.threads.contains_key(&tid) {
-            let name = std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid))
+    fn name_thread(&mut self, pid: u32, tid: u32) {
+        self.thread_pid.insert(tid, pid);
+        self.threads.entry(tid).or_insert_with(|| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
                 .map(|s| s.trim_end().to_string())
-                .unwrap_or_default();
-            self.threads.insert(tid, name);
-        }
+                .unwrap_or_default()
+        });
     }
 }
 

@@ -3,6 +3,7 @@
 //! exit, and answers profile requests (symbolizing only new addresses, and
 //! unnamed JIT addresses again once their perf map changed).
 mod answers;
+mod collector;
 mod ingest;
 mod recent;
 mod scope;
@@ -10,6 +11,7 @@ mod spaces;
 pub(crate) mod stored;
 mod unnamed_jit;
 
+pub use collector::{Collected, Collector};
 pub use ingest::{Ingest, NewAddresses, Recheck, STACK_LIMIT_FRAME};
 pub use recent::MAX_WINDOW_S;
 
@@ -257,35 +259,10 @@ pub async fn start(
         params.recheck.clone(),
         tops,
     );
-    let (state, state_rx) = watch::channel(api::SessionState::Running);
     let (tx, cmd_rx) = mpsc::channel(16);
     let id = params.id;
     let owner_uid = params.owner_uid;
-    let actor = Actor {
-        params,
-        spec,
-        sampler,
-        symbolizer,
-        started: Instant::now(),
-        started_unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0),
-        ended: None,
-        state,
-        error: String::new(),
-        ingest,
-        addr_fn: foldhash::HashMap::default(),
-        unnamed_jit: Default::default(),
-        fn_ids: HashMap::new(),
-        names: Vec::new(),
-        files: Vec::new(),
-        kernel: Vec::new(),
-        version: 0,
-        stamps: Vec::new(),
-        emptied: Vec::new(),
-        counted: Aggregator::new(0),
-    };
+    let (actor, state_rx) = Actor::new(params, spec, sampler, symbolizer, ingest);
     tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));
     Ok(Handle {
         id,
@@ -296,6 +273,43 @@ pub async fn start(
 }
 
 impl Actor {
+    /// An actor counting into `ingest`, running from now.
+    fn new(
+        params: Params,
+        spec: EventSpec,
+        sampler: Arc<dyn SampleSource>,
+        symbolizer: Arc<dyn Symbolizer>,
+        ingest: Ingest,
+    ) -> (Actor, watch::Receiver<api::SessionState>) {
+        let (state, state_rx) = watch::channel(api::SessionState::Running);
+        let actor = Actor {
+            params,
+            spec,
+            sampler,
+            symbolizer,
+            started: Instant::now(),
+            started_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            ended: None,
+            state,
+            error: String::new(),
+            ingest,
+            addr_fn: foldhash::HashMap::default(),
+            unnamed_jit: Default::default(),
+            fn_ids: HashMap::new(),
+            names: Vec::new(),
+            files: Vec::new(),
+            kernel: Vec::new(),
+            version: 0,
+            stamps: Vec::new(),
+            emptied: Vec::new(),
+            counted: Aggregator::new(0),
+        };
+        (actor, state_rx)
+    }
+
     fn running(&self) -> bool {
         self.ended.is_none()
     }

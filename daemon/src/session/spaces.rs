@@ -24,6 +24,8 @@ const EXIT_GRACE: u64 = 2;
 pub struct Space {
     pub maps: ProcessMaps,
     pub unwinder: Unwinder,
+    /// No process runs in it any more (it exited or exec'd).
+    retired: bool,
 }
 
 /// The spaces of a session; space 0 is the target's at attach. A space no
@@ -47,6 +49,9 @@ pub struct Spaces {
     /// Why the session must fail: descriptors ran out opening a process's
     /// files or /proc entry.
     out_of_fds: Option<String>,
+    /// Spaces of every process (continuous profiling): a process not seen
+    /// before gets a space from its mappings then.
+    every: bool,
 }
 
 /// Tag user address `addr` with space `space` (space 0 and kernel addresses
@@ -79,9 +84,92 @@ impl Spaces {
             batches: 0,
             exited: Vec::new(),
             out_of_fds: None,
+            every: false,
         };
         spaces.add(pid, maps);
         spaces
+    }
+
+    /// The spaces of every process of the host, each added when first
+    /// seen; space 0 is empty (no target).
+    pub fn every(stack_copy: bool) -> Spaces {
+        Spaces {
+            every: true,
+            ..Spaces::new(0, ProcessMaps::default(), stack_copy)
+        }
+    }
+
+    /// The current space of `pid`; with [`Spaces::every`], a process not
+    /// seen before gets one from its mappings now.
+    pub fn open(&mut self, pid: u32) -> usize {
+        match self.by_pid.get(&pid) {
+            Some(&i) => i,
+            None if self.every && pid != 0 => {
+                let maps = ProcessMaps::read_for_session(pid, &ProcessMaps::default())
+                    .unwrap_or_else(|why| {
+                        self.out_of_fds.get_or_insert(why);
+                        ProcessMaps::default()
+                    });
+                self.add(pid, maps)
+            }
+            None => 0,
+        }
+    }
+
+    /// Spaces in use: those of processes that still run (or exited within
+    /// the grace). With [`Spaces::every`], after every address of the
+    /// spaces was named: the others are dropped and the rest renumbered
+    /// (their addresses' tags change).
+    pub fn compact(&mut self) {
+        let mut old: Vec<Option<Space>> = std::mem::take(&mut self.list)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut kept = vec![old[0].take().expect("space 0 is always there")];
+        let mut renumbered: HashMap<usize, usize> = HashMap::new();
+        let mut by_pid = HashMap::with_capacity(self.by_pid.len());
+        for (&pid, &i) in &self.by_pid {
+            let j = match (i, renumbered.get(&i)) {
+                (0, _) => 0,
+                (_, Some(&j)) => j,
+                _ => match old[i].take() {
+                    Some(space) if !space.retired => {
+                        kept.push(space);
+                        renumbered.insert(i, kept.len() - 1);
+                        kept.len() - 1
+                    }
+                    _ => continue,
+                },
+            };
+            by_pid.insert(pid, j);
+        }
+        self.exited = self
+            .exited
+            .iter()
+            .filter_map(|&(i, at)| renumbered.get(&i).map(|&j| (j, at)))
+            .collect();
+        self.by_pid = by_pid;
+        self.list = kept;
+    }
+
+    /// Let go of the mappings of spaces no process runs in any more (their
+    /// addresses are all named); returns them.
+    pub fn release_retired(&mut self) -> Vec<usize> {
+        let waiting: std::collections::HashSet<usize> =
+            self.exited.iter().map(|&(i, _)| i).collect();
+        let mut released = Vec::new();
+        for (i, space) in self.list.iter_mut().enumerate().skip(1) {
+            if space.retired && !space.maps.is_empty() && !waiting.contains(&i) {
+                space.maps = ProcessMaps::default();
+                released.push(i);
+            }
+        }
+        released
+    }
+
+    /// Spaces held now.
+    pub fn len(&self) -> usize {
+        self.list.len()
     }
 
     /// Let go of what space `i` needs only while a process runs in it: its
@@ -94,6 +182,7 @@ impl Spaces {
         if let Some(space) = self.list.get_mut(i) {
             space.unwinder = Unwinder::default();
             space.maps.release_process();
+            space.retired = true;
         }
     }
 
@@ -139,7 +228,11 @@ impl Spaces {
             self.by_pid.insert(pid, last);
             return last;
         }
-        self.list.push(Space { maps, unwinder });
+        self.list.push(Space {
+            maps,
+            unwinder,
+            retired: false,
+        });
         let index = self.list.len() - 1;
         self.by_pid.insert(pid, index);
         index
@@ -158,7 +251,8 @@ impl Spaces {
 
     /// `child` was forked by `parent`: it starts with a copy of its space.
     pub fn fork(&mut self, child: u32, parent: u32) {
-        let maps = self.list[self.of(parent)].maps.forked();
+        let parent = self.open(parent);
+        let maps = self.list[parent].maps.forked();
         self.add(child, maps);
     }
 
@@ -194,7 +288,7 @@ impl Spaces {
 
     /// New mappings of `pid`, files opened and added to its unwinder.
     pub fn insert(&mut self, pid: u32, mappings: impl Iterator<Item = Mapping>) {
-        let space = self.of(pid);
+        let space = self.open(pid);
         let s = &mut self.list[space];
         let mut starts = Vec::new();
         for m in mappings {
@@ -233,6 +327,34 @@ mod tests {
         assert_eq!(untag(t), (3, 0x7fff_1234_5678));
         assert_eq!(untag(0x401000), (0, 0x401000));
         assert_eq!(untag(0xffff_ffff_8100_0000), (0, 0xffff_ffff_8100_0000));
+    }
+
+    /// Every process gets a space when first seen; compacting drops the
+    /// spaces of processes gone and keeps the others with their mappings.
+    #[test]
+    fn spaces_of_every_process_open_when_seen_and_compact_when_gone() {
+        let me = std::process::id();
+        let mut spaces = Spaces::every(true);
+        assert_eq!(spaces.open(0), 0, "the idle task has none");
+        let mine = spaces.open(me);
+        assert_ne!(mine, 0);
+        assert!(!spaces.maps(mine).is_empty(), "read from /proc");
+        assert_eq!(spaces.open(me), mine, "opened once");
+        let (child, other) = (u32::MAX - 7, u32::MAX - 8);
+        spaces.fork(child, me);
+        spaces.fork(other, me);
+        spaces.exit(child);
+        for _ in 0..EXIT_GRACE + 1 {
+            spaces.next_batch();
+        }
+        assert_eq!(spaces.len(), 4);
+        spaces.compact();
+        assert_eq!(spaces.len(), 3, "the exited child's space is dropped");
+        assert_eq!(spaces.of(child), 0);
+        let (m, o) = (spaces.of(me), spaces.of(other));
+        assert!(m != 0 && o != 0 && m != o);
+        assert_eq!(spaces.maps(m).len(), spaces.maps(o).len());
+        assert!(!spaces.list[o].unwinder.is_empty());
     }
 
     #[test]

@@ -1,0 +1,469 @@
+//! The continuous profiler's task: every process's samples from one ring
+//! group at a low frequency, each process labelled with its service when
+//! first seen (and chosen or left out by the selectors), cut into windows on
+//! wall-clock boundaries and handed to the history.
+use super::history::History;
+use super::service::{self, Label};
+use super::Settings;
+use crate::registry::DEFAULT_STACK_BYTES;
+use crate::sampler::{Batch, SampleSource, Subscription, EVERY_PROCESS};
+use crate::session::{Collected, Collector};
+use crate::symbolize::Symbolizer;
+use crate::sys::perf::{EventKind, EventSpec};
+use profd_common::api;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, watch};
+
+/// Unique stacks kept in one window; samples of further new stacks count
+/// under `[stack limit reached]`.
+const MAX_STACKS: usize = 500_000;
+
+/// What continuous profiling knows of a process.
+#[derive(Debug, Clone, Default)]
+struct Process {
+    label: Label,
+    comm: String,
+    ppid: u32,
+    exe: String,
+    build_id: String,
+    selected: bool,
+    exited: bool,
+}
+
+/// The host's facts every window carries.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub name: String,
+    pub kernel_release: String,
+}
+
+impl Host {
+    /// This host's (uname).
+    pub fn this() -> Host {
+        let uname = rustix::system::uname();
+        Host {
+            name: uname.nodename().to_string_lossy().into_owned(),
+            kernel_release: uname.release().to_string_lossy().into_owned(),
+        }
+    }
+}
+
+/// Events of a window that were handled and are counted in it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Notes {
+    cgroup_unreadable: u64,
+    processes_exited: u64,
+    binaries_replaced: u64,
+}
+
+struct Profiler {
+    settings: Settings,
+    host: Host,
+    spec: EventSpec,
+    collector: Collector,
+    processes: HashMap<u32, Process>,
+    /// Build ids of executables by (device, inode, size, mtime).
+    build_ids: HashMap<(u64, u64, u64, i64), String>,
+    notes: Notes,
+}
+
+/// Run continuous profiling with `settings` until `stop`, handing each
+/// window to `history`. Fails only when the rings cannot be opened.
+pub async fn run(
+    settings: Settings,
+    sampler: Arc<dyn SampleSource>,
+    symbolizer: Arc<dyn Symbolizer>,
+    stats: Arc<crate::stats::Stats>,
+    history: History,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let want = EventSpec {
+        kind: EventKind::CpuClock,
+        frequency_hz: settings.frequency_hz,
+        ring_pages: 0,
+        stack_bytes: DEFAULT_STACK_BYTES,
+        target: None,
+    };
+    let (tx, mut batches) = mpsc::unbounded_channel();
+    let Subscription { spec, tops } = sampler
+        .subscribe(want, u64::MAX, EVERY_PROCESS, false, tx)
+        .await
+        .map_err(|e| format!("continuous profiling cannot sample: {e}"))?;
+    tracing::info!(
+        frequency_hz = spec.frequency_hz,
+        window_s = settings.window.as_secs_f64(),
+        "continuous profiling started"
+    );
+    let collector = Collector::new(spec, tops, sampler.clone(), symbolizer, stats, MAX_STACKS);
+    let mut p = Profiler {
+        settings,
+        host: Host::this(),
+        spec,
+        collector,
+        processes: HashMap::new(),
+        build_ids: HashMap::new(),
+        notes: Notes::default(),
+    };
+    let mut start = SystemTime::now();
+    loop {
+        let end = next_boundary(start, p.settings.window);
+        let wait = end
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        let last = tokio::select! {
+            Some(batch) = batches.recv() => {
+                p.take(batch);
+                continue;
+            }
+            _ = tokio::time::sleep(wait) => false,
+            _ = stop.changed() => true,
+        };
+        sampler.flush(spec, last).await;
+        while let Ok(batch) = batches.try_recv() {
+            p.take(batch);
+        }
+        let now = SystemTime::now();
+        let window = p.cut(start, now).await;
+        start = now;
+        if window.totals.as_ref().is_some_and(|t| t.attributed > 0) || last {
+            history.add(window).await;
+        }
+        if last {
+            sampler.unsubscribe(spec, u64::MAX).await;
+            tracing::info!("continuous profiling stopped");
+            return Ok(());
+        }
+    }
+}
+
+/// The first multiple of `window` (in Unix time) after `t`.
+fn next_boundary(t: SystemTime, window: Duration) -> SystemTime {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let w = window.as_nanos().max(1);
+    let next = (since / w + 1) * w;
+    UNIX_EPOCH + Duration::from_nanos(next.min(u128::from(u64::MAX)) as u64)
+}
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// A new window id: 16 random bytes in hex.
+fn window_id() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Profiler {
+    /// Label the processes a batch brings (new ones, forks, an exec), then
+    /// count it.
+    fn take(&mut self, batch: Batch) {
+        if let Some((pid, comm)) = &batch.exec {
+            self.exec(*pid, comm);
+        }
+        for &(child, parent) in &batch.forks {
+            self.learn(parent);
+            let mut p = self.processes[&parent].clone();
+            p.ppid = parent;
+            p.exited = false;
+            self.processes.insert(child, p);
+        }
+        for &(tid, ref name) in &batch.comms {
+            if let Some(p) = self.processes.get_mut(&tid) {
+                p.comm.clone_from(name);
+            }
+        }
+        let mut last = None;
+        for &pid in &batch.pids {
+            if last != Some(pid) {
+                last = Some(pid);
+                self.learn(pid);
+            }
+        }
+        for pid in &batch.exits {
+            if let Some(p) = self.processes.get_mut(pid) {
+                if !p.exited {
+                    p.exited = true;
+                    self.notes.processes_exited += 1;
+                }
+            }
+        }
+        if let Err(why) = self.collector.apply(batch) {
+            tracing::warn!(%why, "continuous profiling: a process's files could not be opened");
+        }
+    }
+
+    /// Label `pid` if it is new.
+    fn learn(&mut self, pid: u32) {
+        if !self.processes.contains_key(&pid) {
+            let p = self.describe(pid, None);
+            self.processes.insert(pid, p);
+            self.choose(pid);
+        }
+    }
+
+    /// `pid` exec'd `comm`: a new program (and perhaps a new cgroup, as a
+    /// launcher moves itself before its exec), perhaps chosen otherwise.
+    fn exec(&mut self, pid: u32, comm: &str) {
+        let ppid = self.processes.get(&pid).map(|p| p.ppid).unwrap_or(0);
+        let mut p = self.describe(pid, Some(comm));
+        p.ppid = ppid;
+        self.processes.insert(pid, p);
+        self.choose(pid);
+    }
+
+    /// What /proc says of `pid` now: its label, command name (`comm` when
+    /// known), executable and build id.
+    fn describe(&mut self, pid: u32, comm: Option<&str>) -> Process {
+        let comm = match comm {
+            Some(c) => c.to_string(),
+            None => std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|s| s.trim_end().to_string())
+                .unwrap_or_default(),
+        };
+        let label = match service::read_label(pid, &comm) {
+            Ok(label) => label,
+            Err((label, why)) => {
+                if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    self.notes.cgroup_unreadable += 1;
+                    tracing::debug!(pid, %why, "cgroup unreadable: labelled by command name");
+                }
+                label
+            }
+        };
+        let mut p = Process {
+            label,
+            comm,
+            ..Process::default()
+        };
+        self.read_exe(pid, &mut p);
+        p
+    }
+
+    /// The executable of `pid` and its build id (read through /proc, so a
+    /// binary deleted or replaced since is still the one read).
+    fn read_exe(&mut self, pid: u32, p: &mut Process) {
+        let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
+            return;
+        };
+        let exe = exe.to_string_lossy().into_owned();
+        if let Some(path) = exe.strip_suffix(" (deleted)") {
+            self.notes.binaries_replaced += 1;
+            p.exe = path.to_string();
+        } else {
+            p.exe = exe;
+        }
+        p.build_id = self.build_id(pid).unwrap_or_default();
+    }
+
+    fn build_id(&mut self, pid: u32) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let file = std::fs::File::open(format!("/proc/{pid}/exe")).ok()?;
+        let m = file.metadata().ok()?;
+        let key = (m.dev(), m.ino(), m.size(), m.mtime());
+        if let Some(id) = self.build_ids.get(&key) {
+            return Some(id.clone());
+        }
+        let id = elf_build_id(file).unwrap_or_default();
+        self.build_ids.insert(key, id.clone());
+        Some(id)
+    }
+
+    /// Profile `pid` or leave it out, by the selectors.
+    fn choose(&mut self, pid: u32) {
+        let Some(p) = self.processes.get_mut(&pid) else {
+            return;
+        };
+        let select = &self.settings.select;
+        p.selected =
+            select.is_empty() || select.iter().any(|s| s.matches(&p.label, &p.comm, &p.exe));
+        if p.selected {
+            self.collector.ingest().include(pid);
+        } else {
+            self.collector.ingest().exclude(pid);
+        }
+    }
+
+    /// The window [start, end) so far, per service; counting starts anew.
+    async fn cut(&mut self, start: SystemTime, end: SystemTime) -> api::Window {
+        let Collected {
+            resolved,
+            thread_pid,
+            processes,
+        } = self.collector.cut().await;
+        let mut totals = resolved.session.totals.unwrap_or_default();
+        totals.discarded += totals.unchecked;
+        totals.unchecked = 0;
+        totals.unsampled = 0;
+        let profile = resolved.profile;
+        let mut services: Vec<ServiceBuilder> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let service_of = |pid: u32| -> (String, api::ServiceSource) {
+            match self.processes.get(&pid) {
+                Some(p) => (p.label.service.clone(), p.label.source),
+                None => (String::from("unknown"), api::ServiceSource::Unspecified),
+            }
+        };
+        let mut of_pid: HashMap<u32, usize> = HashMap::new();
+        let mut slot = |pid: u32, services: &mut Vec<ServiceBuilder>| -> usize {
+            *of_pid.entry(pid).or_insert_with(|| {
+                let (name, source) = service_of(pid);
+                *index.entry(name.clone()).or_insert_with(|| {
+                    services.push(ServiceBuilder::new(name, source));
+                    services.len() - 1
+                })
+            })
+        };
+        let mut thread_samples: HashMap<u32, u64> = HashMap::new();
+        for stack in &profile.stacks {
+            let pid = thread_pid.get(&stack.tid).copied().unwrap_or(0);
+            let s = slot(pid, &mut services);
+            services[s].add(stack, &profile.functions);
+            *thread_samples.entry(stack.tid).or_default() += stack.count;
+        }
+        for (tid, n) in thread_samples {
+            let pid = thread_pid.get(&tid).copied().unwrap_or(0);
+            let s = slot(pid, &mut services);
+            services[s].window.threads.push(api::WindowThread {
+                tid,
+                pid,
+                name: profile.threads.get(&tid).cloned().unwrap_or_default(),
+                samples: n,
+            });
+        }
+        for ps in processes.iter().filter(|p| p.samples > 0) {
+            let s = slot(ps.pid, &mut services);
+            let p = self.processes.get(&ps.pid).cloned().unwrap_or_default();
+            services[s].window.processes.push(api::WindowProcess {
+                pid: ps.pid,
+                ppid: p.ppid,
+                comm: p.comm,
+                executable: p.exe,
+                build_id: p.build_id,
+                cgroup: p.label.cgroup,
+                container_id: p.label.container_id,
+                samples: ps.samples,
+                exited: p.exited,
+            });
+        }
+        let notes = std::mem::take(&mut self.notes);
+        self.processes.retain(|_, p| !p.exited);
+        let mut services: Vec<api::ServiceWindow> =
+            services.into_iter().map(ServiceBuilder::finish).collect();
+        services.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.service.cmp(&b.service)));
+        api::Window {
+            id: window_id(),
+            start_unix_ns: unix_ns(start),
+            end_unix_ns: unix_ns(end),
+            host: self.host.name.clone(),
+            kernel_release: self.host.kernel_release.clone(),
+            frequency_hz: self.spec.frequency_hz,
+            event: api::Event::from(self.spec.kind) as i32,
+            totals: Some(totals),
+            services,
+            cgroup_unreadable: notes.cgroup_unreadable,
+            processes_exited: notes.processes_exited,
+            binaries_replaced: notes.binaries_replaced,
+        }
+    }
+}
+
+/// One service's part of a window being built: its own function table.
+struct ServiceBuilder {
+    window: api::ServiceWindow,
+    functions: HashMap<u32, u32>,
+}
+
+impl ServiceBuilder {
+    fn new(service: String, source: api::ServiceSource) -> ServiceBuilder {
+        ServiceBuilder {
+            window: api::ServiceWindow {
+                service,
+                source: source as i32,
+                ..Default::default()
+            },
+            functions: HashMap::new(),
+        }
+    }
+
+    fn add(
+        &mut self,
+        stack: &profd_common::model::ResolvedStack,
+        functions: &[profd_common::model::FunctionInfo],
+    ) {
+        let w = &mut self.window;
+        let mut out = api::WindowStack {
+            tid: stack.tid,
+            count: stack.count,
+            ..Default::default()
+        };
+        for f in &stack.frames {
+            let local = *self.functions.entry(f.function).or_insert_with(|| {
+                let info = &functions[f.function as usize];
+                w.functions.push(api::WindowFunction {
+                    name: info.name.clone(),
+                    module: info.module.clone(),
+                    file: info.file.clone(),
+                    inlined: info.inlined,
+                });
+                w.functions.len() as u32 - 1
+            });
+            out.function.push(local);
+            out.line.push(f.line);
+            out.address.push(f.address);
+        }
+        w.samples += stack.count;
+        w.stacks.push(out);
+    }
+
+    fn finish(mut self) -> api::ServiceWindow {
+        self.window
+            .processes
+            .sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+        self.window
+            .threads
+            .sort_by(|a, b| b.samples.cmp(&a.samples).then(a.tid.cmp(&b.tid)));
+        self.window
+    }
+}
+
+/// The GNU build id of an ELF file, in hex.
+fn elf_build_id(file: std::fs::File) -> Option<String> {
+    use object::read::elf::ElfFile64;
+    use object::Object;
+    let cache = object::ReadCache::new(file);
+    let elf = ElfFile64::<object::Endianness, _>::parse(&cache).ok()?;
+    let id = elf.build_id().ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_end_on_multiples_of_their_span() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_700_000_003_250);
+        let next = next_boundary(t, Duration::from_secs(10));
+        assert_eq!(unix_ns(next), 1_700_000_010_000_000_000);
+        assert_eq!(
+            unix_ns(next_boundary(next, Duration::from_secs(10))),
+            1_700_000_020_000_000_000
+        );
+    }
+
+    #[test]
+    fn the_daemons_own_executable_has_a_build_id() {
+        let exe = std::fs::File::open("/proc/self/exe").unwrap();
+        let id = elf_build_id(exe).expect("rustc links a build id");
+        assert!(
+            id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+}

@@ -91,7 +91,7 @@ impl Config {
 // table; `--help` lists the flags in this order.
 
 /// The file's tables, in the order `--check-config` shows them.
-pub const SECTIONS: &[&str] = &["limits", "remote", "state", "metrics"];
+pub const SECTIONS: &[&str] = &["limits", "remote", "state", "metrics", "continuous"];
 
 /// `--LONG VALUE_NAME`.
 const fn flag(long: &'static str, value_name: &'static str) -> Flag {
@@ -359,6 +359,48 @@ settings! {
         default: Some(|| "auto".into()),
         help: "What callers other than root are shown of kernel frames: auto (as the kernel would show them: kptr_restrict, perf_event_paranoid), full, names (without addresses) or folded (one [kernel] frame) (config: kernel_frames; default auto)",
     };
+    CONTINUOUS: bool = Setting {
+        key: "continuous.enabled",
+        flag: Flag::On("continuous"),
+        ty: BOOL,
+        default: Some(|| false),
+        help: "Profile every process on the host (or those --continuous-select chooses) all the time, at a low frequency, kept as windows labelled by service (config: continuous.enabled = true; default off). The other continuous settings do not turn it on",
+    };
+    CONTINUOUS_FREQUENCY: u32 = Setting {
+        key: "continuous.frequency",
+        flag: flag("continuous-freq", "HZ"),
+        ty: FREQUENCY,
+        default: Some(|| crate::continuous::DEFAULT_FREQUENCY_HZ),
+        help: "Samples per second on each CPU of continuous profiling (config: continuous.frequency; default 19: low enough to leave on everywhere, as Parca and the OpenTelemetry profiler's 19-20 Hz, where Pyroscope's eBPF profiler takes 97; a prime, so it does not beat with work on a round period)",
+    };
+    CONTINUOUS_WINDOW: u64 = Setting {
+        key: "continuous.window",
+        flag: flag("continuous-window", "SECS"),
+        ty: WINDOW,
+        default: Some(|| crate::continuous::Settings::default().window.as_secs()),
+        help: "Seconds of one continuous window, the unit kept, queried and sent, from 1 to 3600 (config: continuous.window; default 10)",
+    };
+    CONTINUOUS_RETENTION_BYTES: u64 = Setting {
+        key: "continuous.retention_bytes",
+        flag: flag("continuous-retention-bytes", "BYTES"),
+        ty: HISTORY_BYTES,
+        default: Some(|| crate::continuous::Settings::default().retention_bytes),
+        help: "Most bytes of continuous history kept, at least 1M (suffixes K, M, G, T: powers of 1024); the oldest windows go first (config: continuous.retention_bytes; default 256M)",
+    };
+    CONTINUOUS_RETENTION_AGE: Duration = Setting {
+        key: "continuous.retention_age",
+        flag: flag("continuous-retention-age", "AGE"),
+        ty: DURATION,
+        default: Some(|| crate::continuous::Settings::default().retention_age),
+        help: "Oldest continuous window kept, such as 7d, 12h or 90m, at least one window (config: continuous.retention_age; default 7d)",
+    };
+    CONTINUOUS_SELECT: Vec<String> = Setting {
+        key: "continuous.select",
+        flag: flag("continuous-select", "SELECTOR"),
+        ty: SELECTORS,
+        default: Some(Vec::new),
+        help: "Profile only processes this selects: unit:NAME, cgroup:/PATH (and below), container:ID (a prefix), comm:GLOB or exe:GLOB; any one selector suffices (repeatable; config: continuous.select = [...], replaced by the flags when given; default: every process)",
+    };
 }
 
 // ---------------------------------------------------------------------------
@@ -428,6 +470,7 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
     check_state(&namer, &file_layer)?;
     check_remote(&namer, &file_layer.clone().overlay(&flags))?;
     let m = Layer::defaults().overlay(&file_layer).overlay(&flags);
+    let continuous = continuous(&namer, &m)?;
     let grants = m
         .get_or_default(&GRANTS)
         .iter()
@@ -483,6 +526,7 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
         });
     }
     config.metrics = m.get(&METRICS);
+    config.continuous = m.get_or_default(&CONTINUOUS).then_some(continuous);
     config.kernel_frames = m.get_or_default(&KERNEL_FRAMES).parse()?;
     let log_level = m
         .get_or_default(&LOG_LEVEL)
@@ -515,6 +559,36 @@ fn check_state(namer: &Namer<'_>, file: &Layer) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The continuous settings (checked whether or not they are on): history
+/// must hold at least one window.
+fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Settings, String> {
+    let window = Duration::from_secs(m.get_or_default(&CONTINUOUS_WINDOW));
+    let retention_age = m.get_or_default(&CONTINUOUS_RETENTION_AGE);
+    if retention_age < window {
+        let s = &CONTINUOUS_RETENTION_AGE;
+        return Err(format!(
+            "{}: {} is shorter than one window (continuous.window: {}s), so no window would be kept: make it at least {}",
+            namer.name(namer.flags.has(s), s.key, s.flag_name()),
+            values::show_duration(retention_age),
+            window.as_secs(),
+            values::show_duration(window),
+        ));
+    }
+    let select = m
+        .get_or_default(&CONTINUOUS_SELECT)
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, String>>()
+        .map_err(|e| format!("continuous.select: {e}"))?;
+    Ok(crate::continuous::Settings {
+        frequency_hz: m.get_or_default(&CONTINUOUS_FREQUENCY),
+        window,
+        retention_bytes: m.get_or_default(&CONTINUOUS_RETENTION_BYTES),
+        retention_age,
+        select,
+    })
 }
 
 /// The TLS listener needs its certificate, key and tokens; its other keys
@@ -766,6 +840,13 @@ mod tests {
         );
         assert!(shown.contains("\n\n[limits]\n"), "{shown}");
         assert!(shown.contains("[state]\npersist = true\n"), "{shown}");
+        assert!(
+            shown.ends_with(
+                "[continuous]\nenabled = false\nfrequency = 19\nwindow = 10\n\
+                 retention_bytes = \"256M\"\nretention_age = \"7d\"\nselect = []\n"
+            ),
+            "{shown}"
+        );
         assert_eq!(parse(Path::new("f.toml"), &shown), Ok(defaults));
     }
 
@@ -803,5 +884,195 @@ mod tests {
             e.contains("'--ring-pages <PAGES>': expected a power of two"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn continuous_profiling_is_on_only_when_enabled() {
+        let s = settings(None, Layer::default()).unwrap();
+        assert_eq!(s.config.continuous, None);
+        let file = parse(
+            Path::new("f.toml"),
+            "[continuous]\nwindow = 5\nselect = [\"unit:nginx\"]\n",
+        )
+        .unwrap();
+        let s = settings(Some(("f.toml".into(), file.clone())), Layer::default()).unwrap();
+        assert_eq!(s.config.continuous, None);
+        let mut on = Layer::default();
+        on.set(&CONTINUOUS, true);
+        let c = settings(Some(("f.toml".into(), file)), on)
+            .unwrap()
+            .config
+            .continuous
+            .unwrap();
+        assert_eq!(c.window, Duration::from_secs(5));
+        assert_eq!(c.frequency_hz, 19);
+        assert_eq!(c.retention_bytes, 256 << 20);
+        assert_eq!(c.retention_age, Duration::from_secs(7 * 86400));
+        assert_eq!(
+            c.select,
+            [crate::continuous::service::Selector::Unit("nginx".into())]
+        );
+        let file = parse(
+            Path::new("f.toml"),
+            "[continuous]\nenabled = true\nfrequency = 97\nwindow = 15\n\
+             retention_bytes = \"2G\"\nretention_age = \"12h\"\n",
+        )
+        .unwrap();
+        let c = settings(Some(("f.toml".into(), file)), Layer::default())
+            .unwrap()
+            .config
+            .continuous
+            .unwrap();
+        assert_eq!(
+            c,
+            crate::continuous::Settings {
+                frequency_hz: 97,
+                window: Duration::from_secs(15),
+                retention_bytes: 2 << 30,
+                retention_age: Duration::from_secs(12 * 3600),
+                select: Vec::new(),
+            }
+        );
+    }
+
+    #[test]
+    fn continuous_flags_read_as_the_file_reads_their_keys() {
+        let layer = flags(&[
+            "--continuous",
+            "--continuous-freq",
+            "49",
+            "--continuous-window",
+            "30",
+            "--continuous-retention-bytes",
+            "64M",
+            "--continuous-retention-age",
+            "36h",
+            "--continuous-select",
+            "comm:postgres*",
+            "--continuous-select",
+            "cgroup:/system.slice/foo",
+        ])
+        .unwrap();
+        let file = parse(
+            Path::new("f.toml"),
+            "[continuous]\nenabled = true\nfrequency = 49\nwindow = 30\n\
+             retention_bytes = 67108864\nretention_age = 129600\n\
+             select = [\"comm:postgres*\", \"cgroup:/system.slice/foo\"]\n",
+        )
+        .unwrap();
+        assert_eq!(layer, file);
+        // Other continuous flags do not turn it on.
+        let layer = flags(&["--continuous-window", "30"]).unwrap();
+        assert_eq!(layer.get(&CONTINUOUS), None);
+        let s = settings(None, layer).unwrap();
+        assert_eq!(s.config.continuous, None);
+        let e = flags(&["--continuous-select", "nginx"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'--continuous-select <SELECTOR>': bad selector \"nginx\": expected one of unit:NAME"),
+            "{e}"
+        );
+        let e = flags(&["--continuous-freq", "0"]).unwrap_err().to_string();
+        assert!(e.contains("expected a frequency in Hz from 1 to"), "{e}");
+    }
+
+    #[test]
+    fn bad_continuous_values_name_the_setting() {
+        let max = crate::sysctl::max_sample_rate();
+        for (text, key, what) in [
+            ("enabled = 1", "enabled", "expected true or false, got 1"),
+            (
+                "frequency = 0",
+                "frequency",
+                "expected a frequency in Hz from 1 to",
+            ),
+            (
+                &format!("frequency = {}", u64::from(max) + 1),
+                "frequency",
+                "expected a frequency in Hz from 1 to",
+            ),
+            ("frequency = \"19\"", "frequency", "expected a frequency"),
+            (
+                "window = 0",
+                "window",
+                "expected a number of seconds from 1 to 3600, got 0",
+            ),
+            (
+                "window = 3601",
+                "window",
+                "expected a number of seconds from 1 to 3600",
+            ),
+            ("window = 1.5", "window", "expected a number of seconds"),
+            (
+                "retention_bytes = \"512K\"",
+                "retention_bytes",
+                "expected a size of at least 1M",
+            ),
+            (
+                "retention_bytes = \"lots\"",
+                "retention_bytes",
+                "expected a size of at least 1M",
+            ),
+            (
+                "retention_age = \"7 parsecs\"",
+                "retention_age",
+                "expected a duration such as \"7d\"",
+            ),
+            ("retention_age = 0", "retention_age", "expected a duration"),
+            (
+                "select = \"comm:x\"",
+                "select",
+                "expected a list of selectors",
+            ),
+            (
+                "select = [\"pid:3\"]",
+                "select",
+                "bad selector \"pid:3\": unknown kind `pid`",
+            ),
+            (
+                "select = [\"comm:[\"]",
+                "select",
+                "bad selector \"comm:[\": the command name is not a glob",
+            ),
+            (
+                "select = [3]",
+                "select",
+                "expected a selector, one of unit:NAME",
+            ),
+            (
+                "frequncy = 19",
+                "frequncy",
+                "unknown key (expected one of `enabled`, `frequency`",
+            ),
+        ] {
+            let e = err(&format!("[continuous]\n{text}\n"));
+            let want = format!("/etc/profd/profd.toml: continuous.{key}: {what}");
+            assert!(e.starts_with(&want), "{text}: {e}\nwanted: {want}");
+            assert!(e.ends_with("(line 2)"), "{e}");
+        }
+    }
+
+    #[test]
+    fn continuous_history_holds_at_least_one_window() {
+        let file = parse(
+            Path::new("f.toml"),
+            "[continuous]\nwindow = 600\nretention_age = \"5m\"\n",
+        )
+        .unwrap();
+        let e = settings(Some(("f.toml".into(), file.clone())), Layer::default()).unwrap_err();
+        assert_eq!(
+            e,
+            "f.toml: continuous.retention_age: 5m is shorter than one window (continuous.window: 600s), so no window would be kept: make it at least 10m"
+        );
+        let mut flags = Layer::default();
+        flags.set(&CONTINUOUS_RETENTION_AGE, Duration::from_secs(5));
+        let e = settings(None, flags.clone()).unwrap_err();
+        assert!(
+            e.starts_with("--continuous-retention-age: 5s is shorter"),
+            "{e}"
+        );
+        flags.set(&CONTINUOUS_RETENTION_AGE, Duration::from_secs(600));
+        assert!(settings(Some(("f.toml".into(), file)), flags).is_ok());
     }
 }

@@ -62,6 +62,10 @@ pub enum Flag {
     /// `--LONG` sets this true-or-false key false. It opens its section: the
     /// section's other flags cannot be given with it and set it true.
     Off(&'static str),
+    /// `--LONG` sets this true-or-false key true. Unlike `Off`, it alone
+    /// turns its section on: the section's other flags may be given without
+    /// it (their values are still checked).
+    On(&'static str),
 }
 
 /// One setting: the file's key, the flag, the help, the value type and the
@@ -124,6 +128,7 @@ impl<T> Declared for Setting<T> {
                     .action(ArgAction::SetTrue)
                     .conflicts_with_all(others)
             }
+            Flag::On(long) => arg.long(long).action(ArgAction::SetTrue),
         }
     }
 
@@ -144,7 +149,7 @@ impl<T> Setting<T> {
     /// The flag as messages name it: `--long`.
     pub fn flag_name(&self) -> String {
         match self.flag {
-            Flag::Value { long, .. } | Flag::Off(long) => format!("--{long}"),
+            Flag::Value { long, .. } | Flag::Off(long) | Flag::On(long) => format!("--{long}"),
         }
     }
 }
@@ -156,9 +161,10 @@ fn section_of(key: &str) -> &str {
 
 impl Schema {
     /// A section's keys in the order they are listed and shown: a key that
-    /// opens its section (an `Off` flag) first, then the others as declared.
+    /// turns its section on or off (an `Off` or `On` flag) first, then the
+    /// others as declared.
     fn keys_of<'a>(&'a self, section: &'a str) -> impl Iterator<Item = &'static dyn Declared> + 'a {
-        let opens = |s: &&&dyn Declared| matches!(s.flag(), Flag::Off(_));
+        let opens = |s: &&&dyn Declared| matches!(s.flag(), Flag::Off(_) | Flag::On(_));
         let of = move |s: &&&dyn Declared| section_of(s.key()) == section;
         let first = self.all.iter().filter(move |s| of(s) && opens(s));
         let rest = self.all.iter().filter(move |s| of(s) && !opens(s));
@@ -256,6 +262,11 @@ impl Schema {
                 Flag::Off(_) => {
                     if m.get_flag(key) {
                         layer.0.insert(key, Value::Boolean(false));
+                    }
+                }
+                Flag::On(_) => {
+                    if m.get_flag(key) {
+                        layer.0.insert(key, Value::Boolean(true));
                     }
                 }
             }

@@ -7,6 +7,7 @@ use crate::store::parse_bytes;
 use clap::ValueHint;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 use toml::Value;
 
 /// Longest retention in days (a century).
@@ -154,6 +155,88 @@ pub const BYTES: Type<u64> = scalar(
     number,
 );
 
+/// Longest continuous window in seconds (an hour).
+pub const MAX_WINDOW_SECS: u64 = 3600;
+
+/// Whole seconds of a continuous window, 1 to an hour.
+pub const WINDOW: Type<u64> = scalar(
+    |v| match v {
+        Value::Integer(n) if *n > 0 && *n as u64 <= MAX_WINDOW_SECS => Ok(*n as u64),
+        _ => Err(expected(
+            &format!("a number of seconds from 1 to {MAX_WINDOW_SECS}"),
+            v,
+        )),
+    },
+    |n| Value::Integer(*n as i64),
+    number,
+);
+
+/// Least continuous history in bytes: a few windows of a busy host.
+pub const MIN_HISTORY_BYTES: u64 = 1 << 20;
+
+/// A size of at least 1 MiB: bytes, or a string with K, M, G or T.
+pub const HISTORY_BYTES: Type<u64> = scalar(
+    |v| {
+        let what =
+            "a size of at least 1M, such as 268435456 or \"256M\" (K, M, G, T: powers of 1024)";
+        let n = match v {
+            Value::Integer(n) if *n > 0 => Some(*n as u64),
+            Value::String(s) => parse_bytes(s).ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if n >= MIN_HISTORY_BYTES => Ok(n),
+            _ => Err(expected(what, v)),
+        }
+    },
+    |n| match n {
+        n if n.is_multiple_of(1 << 30) => Value::String(format!("{}G", n >> 30)),
+        n if n.is_multiple_of(1 << 20) => Value::String(format!("{}M", n >> 20)),
+        n => Value::Integer(*n as i64),
+    },
+    number,
+);
+
+/// Units a duration is shown in, largest first.
+const DURATION_UNITS: &[(u64, &str)] = &[(86400, "d"), (3600, "h"), (60, "m"), (1, "s")];
+
+/// A duration: whole seconds, or a string such as "7d", "12h" or "1h 30m"
+/// (units s, m, h, d, w), from a second to a century.
+pub const DURATION: Type<Duration> = scalar(
+    |v| {
+        let what =
+            "a duration such as \"7d\", \"12h\" or \"90m\" (or whole seconds), at most 36500d";
+        let d = match v {
+            Value::Integer(n) if *n > 0 => Some(Duration::from_secs(*n as u64)),
+            Value::String(s) => humantime::parse_duration(s.trim()).ok(),
+            _ => None,
+        };
+        match d {
+            Some(d)
+                if d.as_secs() > 0
+                    && d.subsec_nanos() == 0
+                    && d.as_secs_f64() <= MAX_RETAIN_DAYS * 86400.0 =>
+            {
+                Ok(d)
+            }
+            _ => Err(expected(what, v)),
+        }
+    },
+    |d| Value::String(show_duration(*d)),
+    number,
+);
+
+/// A whole-second duration in its largest exact unit: `7d`, `90m`, `45s`.
+pub fn show_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (size, unit) = DURATION_UNITS
+        .iter()
+        .find(|(size, _)| secs.is_multiple_of(*size))
+        .copied()
+        .unwrap_or((1, "s"));
+    format!("{}{unit}", secs / size)
+}
+
 /// A log level, written in lower case.
 pub const LOG_LEVEL: Type<String> = scalar(
     |v| match v {
@@ -248,6 +331,31 @@ pub const GRANTS: Type<Vec<String>> = list(|v| match v {
     _ => Err(expected("a list of grants such as [\"GROUP:USER\"]", v)),
 });
 
+/// A continuous-profiling selector (`unit:nginx.service`, ...).
+fn selector(v: &Value) -> Result<String, String> {
+    match v {
+        Value::String(s) => s
+            .parse::<crate::continuous::service::Selector>()
+            .map(|_| s.clone()),
+        _ => Err(expected(
+            &format!(
+                "a selector, one of {}",
+                crate::continuous::service::SELECTOR_FORMS
+            ),
+            v,
+        )),
+    }
+}
+
+/// Continuous-profiling selectors.
+pub const SELECTORS: Type<Vec<String>> = list(|v| match v {
+    Value::Array(items) => items.iter().map(selector).collect(),
+    _ => Err(expected(
+        "a list of selectors such as [\"unit:nginx.service\", \"comm:postgres*\"]",
+        v,
+    )),
+});
+
 /// A web origin allowed to call the API with grpc-web (CORS):
 /// `scheme://host` or `scheme://host:port`, as browsers send it.
 fn origin(v: &Value) -> Result<String, String> {
@@ -299,6 +407,34 @@ mod tests {
             "expected one of \"error\", \"warn\", \"info\", \"debug\", \"trace\", got \"loud\""
         );
         assert!(ORIGINS.flag("https://a.example").is_ok());
+        assert_eq!(DURATION.flag("7d"), Ok(Value::String("7d".into())));
+        assert_eq!(DURATION.flag("36h"), Ok(Value::String("36h".into())));
+        assert_eq!(DURATION.flag("1h 30m"), Ok(Value::String("90m".into())));
+        assert_eq!(DURATION.flag("2w"), Ok(Value::String("14d".into())));
+        assert_eq!(DURATION.flag("3600"), Ok(Value::String("1h".into())));
+        assert_eq!(DURATION.flag("61"), Ok(Value::String("61s".into())));
+        for bad in ["0", "-3", "7x", "1.5s", "500ms", "36501d", ""] {
+            let e = DURATION.flag(bad).unwrap_err();
+            assert!(e.starts_with("expected a duration such as"), "{bad}: {e}");
+        }
+        assert_eq!(WINDOW.flag("3600"), Ok(Value::Integer(3600)));
+        assert_eq!(
+            WINDOW.flag("3601").unwrap_err(),
+            "expected a number of seconds from 1 to 3600, got 3601"
+        );
+        assert_eq!(HISTORY_BYTES.flag("1M"), Ok(Value::String("1M".into())));
+        assert_eq!(HISTORY_BYTES.flag("2048K"), Ok(Value::String("2M".into())));
+        assert_eq!(HISTORY_BYTES.flag("1048577"), Ok(Value::Integer(1048577)));
+        assert!(HISTORY_BYTES
+            .flag("1023K")
+            .unwrap_err()
+            .starts_with("expected a size of at least 1M"));
+        assert!(SELECTORS.flag("comm:postgres*").is_ok());
+        let e = SELECTORS.flag("postgres").unwrap_err();
+        assert!(
+            e.starts_with("bad selector \"postgres\": expected one of"),
+            "{e}"
+        );
         assert!(ORIGINS
             .flag("https://a.example/")
             .unwrap_err()

@@ -167,6 +167,7 @@ pub fn label_of(cgroup_file: &str, comm: &str) -> Label {
 /// The label of process `pid` from `/proc/PID/cgroup`. When that cannot be
 /// read (the process exited, or /proc hides it): the label by command name,
 /// and why, for the caller to count.
+#[allow(clippy::result_large_err)] // both ways give a whole label, boxing only adds an allocation
 pub fn read_label(pid: u32, comm: &str) -> Result<Label, (Label, String)> {
     let path = format!("/proc/{pid}/cgroup");
     match std::fs::read_to_string(&path) {

@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cgroups;
 mod command;
 mod daemon;
 mod info;

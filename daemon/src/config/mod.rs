@@ -1054,6 +1054,17 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_shows_the_continuous_defaults() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/profd.toml"));
+        let mut file = parse(path, &std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut defaults = Layer::defaults();
+        file.retain(|k| k.starts_with("continuous."));
+        defaults.retain(|k| k.starts_with("continuous."));
+        assert_eq!(file.to_toml(), defaults.to_toml());
+        assert_eq!(file, defaults);
+    }
+
+    #[test]
     fn continuous_history_holds_at_least_one_window() {
         let file = parse(
             Path::new("f.toml"),

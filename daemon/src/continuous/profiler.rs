@@ -279,9 +279,7 @@ impl Profiler {
         let Some(p) = self.processes.get_mut(&pid) else {
             return;
         };
-        let select = &self.settings.select;
-        p.selected =
-            select.is_empty() || select.iter().any(|s| s.matches(&p.label, &p.comm, &p.exe));
+        p.selected = service::selected(&self.settings.select, &p.label, &p.comm, &p.exe);
         if p.selected {
             self.collector.ingest().include(pid);
         } else {

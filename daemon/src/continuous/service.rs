@@ -8,7 +8,7 @@ use std::str::FromStr;
 pub use glob::Pattern;
 
 /// The service a process belongs to, and what it was found from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Label {
     /// The label: a unit (`nginx.service`), the first 12 hex digits of a
     /// container id, a cgroup's name, or the command name.

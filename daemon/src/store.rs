@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-mod atomic;
+pub(crate) mod atomic;
 mod ids;
 mod legacy;
 mod record;

@@ -1,3 +1,800 @@
 //! Local history: windows kept in the state directory (or in memory without
 //! one), bounded by bytes and age, reloaded at start, and the merged profile
 //! of a query over them.
+//!
+//! Each window is one file, `<start ns>-<end ns>-<id>.window.gz` (gzipped
+//! protobuf `profd.v1.Window`, mode 0600, written atomically), so the index
+//! is rebuilt at start from the directory listing alone. A file that cannot
+//! be read back is renamed `….damaged`, dropped from the index and counted.
+use super::Settings;
+use crate::request_error::Error;
+use crate::store::atomic;
+use flate2::{read::GzDecoder, write::GzEncoder, Compression};
+use profd_common::api;
+use profd_common::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
+use prost::Message;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The ending of a window file's name.
+const SUFFIX: &str = ".window.gz";
+/// What a window file that could not be read is renamed with.
+const DAMAGED: &str = ".damaged";
+/// Most bytes one window may take once decompressed (a bound on what a
+/// damaged or forged file can make the daemon allocate).
+const MAX_WINDOW_BYTES: u64 = 1 << 30;
+/// Most service names quoted in a NOT_FOUND message.
+const MAX_NAMED: usize = 20;
+
+/// The continuous history: cheap to clone, shared by the sampler (which
+/// adds windows) and the rpc service (which lists and queries them).
+#[derive(Clone)]
+pub struct History {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// None: windows are kept in memory, under the same limits.
+    dir: Option<PathBuf>,
+    settings: Settings,
+    host: String,
+    state: Mutex<State>,
+}
+
+/// A window's place in the index: its start (ns) and id; oldest first.
+type Key = (u64, String);
+
+#[derive(Default)]
+struct State {
+    windows: BTreeMap<Key, Kept>,
+    bytes: u64,
+    dropped_bytes: u64,
+    dropped_age: u64,
+    damaged: u64,
+}
+
+/// A window of the index.
+struct Kept {
+    end_ns: u64,
+    bytes: u64,
+    /// Known once the window was added or read in this run.
+    summary: Option<Arc<api::WindowSummary>>,
+    /// Without a state directory: the bytes a file would hold.
+    data: Option<Arc<Vec<u8>>>,
+}
+
+/// The history's figures (for metrics and `profctl info`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Windows and bytes kept now.
+    pub windows: u64,
+    pub bytes: u64,
+    /// Windows dropped since the daemon started, by retention on bytes and
+    /// on age.
+    pub dropped_bytes: u64,
+    pub dropped_age: u64,
+    /// Windows that could not be written or read back.
+    pub damaged: u64,
+}
+
+/// The host's name (`uname -n`), as windows carry it.
+pub fn host_name() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The kernel's release (`uname -r`), as windows carry it.
+pub fn kernel_release() -> String {
+    rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// An id fit for a file name: 1 to 64 ASCII letters and digits.
+fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// A new random window id (32 hex digits).
+fn random_id() -> String {
+    let mut b = [0u8; 16];
+    if rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).is_err() {
+        // No getrandom(2): the clock makes an id unique enough for a name.
+        b[..8].copy_from_slice(&now_ns().to_le_bytes());
+    }
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn file_name(start_ns: u64, end_ns: u64, id: &str) -> String {
+    format!("{start_ns:020}-{end_ns:020}-{id}{SUFFIX}")
+}
+
+/// Start, end and id of a window file's name.
+fn parse_name(name: &str) -> Option<(u64, u64, String)> {
+    let stem = name.strip_suffix(SUFFIX)?;
+    let mut parts = stem.splitn(3, '-');
+    let start = parts.next()?.parse().ok()?;
+    let end = parts.next()?.parse().ok()?;
+    let id = parts.next()?;
+    valid_id(id).then(|| (start, end, id.to_string()))
+}
+
+/// A window's summary: its span, totals and services (most samples first).
+fn summarize(w: &api::Window, bytes: u64) -> api::WindowSummary {
+    let mut services: Vec<api::ServiceSamples> = w
+        .services
+        .iter()
+        .map(|s| api::ServiceSamples {
+            service: s.service.clone(),
+            samples: s.samples,
+        })
+        .collect();
+    sort_services(&mut services);
+    api::WindowSummary {
+        id: w.id.clone(),
+        start_unix_ns: w.start_unix_ns,
+        end_unix_ns: w.end_unix_ns,
+        totals: w.totals,
+        services,
+        bytes,
+    }
+}
+
+fn sort_services(s: &mut [api::ServiceSamples]) {
+    s.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.service.cmp(&b.service)));
+}
+
+fn encode(w: &api::Window) -> std::io::Result<Vec<u8>> {
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&w.encode_to_vec())?;
+    gz.finish()
+}
+
+fn decode(bytes: &[u8]) -> Result<api::Window, String> {
+    let mut raw = Vec::new();
+    GzDecoder::new(bytes)
+        .take(MAX_WINDOW_BYTES + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("not gzip: {e}"))?;
+    if raw.len() as u64 > MAX_WINDOW_BYTES {
+        return Err(format!(
+            "more than {MAX_WINDOW_BYTES} bytes once decompressed"
+        ));
+    }
+    api::Window::decode(&raw[..]).map_err(|e| format!("not a profd.v1.Window: {e}"))
+}
+
+/// The time range of a listing or query in ns, checked: windows that end
+/// after `from` and start before `to`.
+fn range(from_ms: u64, to_ms: u64, field: &str) -> Result<(u64, u64), Error> {
+    if to_ms != 0 && from_ms > to_ms {
+        return Err(Error::InvalidArgument(format!(
+            "{field}from_unix_ms {from_ms} is after {field}to_unix_ms {to_ms}: give a from time before the to time (0 = the oldest window, and now)"
+        )));
+    }
+    let to_ns = match to_ms {
+        0 => u64::MAX,
+        ms => ms.saturating_mul(1_000_000),
+    };
+    Ok((from_ms.saturating_mul(1_000_000), to_ns))
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere leaves the index consistent (every change is one
+        // step): keep using it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn path(&self, key: &Key, end_ns: u64) -> Option<PathBuf> {
+        Some(self.dir.as_ref()?.join(file_name(key.0, end_ns, &key.1)))
+    }
+
+    /// Drop windows past the limits, oldest first: those that ended more
+    /// than the retention age before `now`, then while the bytes kept are
+    /// above the limit. Their files are removed.
+    fn retain(&self, now: u64) {
+        let age = self.settings.retention_age.as_nanos() as u64;
+        let cutoff = now.saturating_sub(age);
+        let mut gone = Vec::new();
+        {
+            let mut st = self.lock();
+            while let Some(entry) = st.windows.first_entry() {
+                if entry.get().end_ns > cutoff {
+                    break;
+                }
+                let (key, kept) = entry.remove_entry();
+                st.bytes -= kept.bytes;
+                st.dropped_age += 1;
+                gone.push((key, kept.end_ns));
+            }
+            while st.bytes > self.settings.retention_bytes {
+                let Some((key, kept)) = st.windows.pop_first() else {
+                    break;
+                };
+                st.bytes -= kept.bytes;
+                st.dropped_bytes += 1;
+                gone.push((key, kept.end_ns));
+            }
+        }
+        for (key, end_ns) in gone {
+            if let Some(path) = self.path(&key, end_ns) {
+                if let Err(err) = std::fs::remove_file(&path) {
+                    tracing::warn!(path = %path.display(), %err, "cannot remove a window past retention");
+                }
+            }
+        }
+    }
+
+    fn add(&self, mut w: api::Window) {
+        if !valid_id(&w.id) {
+            w.id = random_id();
+        }
+        w.end_unix_ns = w.end_unix_ns.max(w.start_unix_ns);
+        let key = (w.start_unix_ns, w.id.clone());
+        if self.lock().windows.contains_key(&key) {
+            tracing::debug!(id = %w.id, "window added twice: kept once");
+            return;
+        }
+        let bytes = match encode(&w) {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                tracing::warn!(%err, "cannot compress a window: not kept");
+                self.lock().damaged += 1;
+                return;
+            }
+        };
+        if let Some(dir) = &self.dir {
+            let name = file_name(w.start_unix_ns, w.end_unix_ns, &w.id);
+            if let Err(err) = atomic::write_atomic(dir, &name, &bytes, false) {
+                tracing::warn!(path = %dir.join(&name).display(), %err, "cannot write a window: not kept");
+                self.lock().damaged += 1;
+                return;
+            }
+        }
+        let size = bytes.len() as u64;
+        let kept = Kept {
+            end_ns: w.end_unix_ns,
+            bytes: size,
+            summary: Some(Arc::new(summarize(&w, size))),
+            data: self.dir.is_none().then(|| Arc::new(bytes)),
+        };
+        {
+            let mut st = self.lock();
+            st.bytes += size;
+            st.windows.insert(key, kept);
+        }
+        self.retain(now_ns());
+    }
+
+    /// The window `key` read back; None when it is gone (dropped meanwhile)
+    /// or damaged (then moved aside and counted).
+    fn read(&self, key: &Key) -> Option<api::Window> {
+        let (end_ns, data) = {
+            let st = self.lock();
+            let kept = st.windows.get(key)?;
+            (kept.end_ns, kept.data.clone())
+        };
+        let bytes = match (data, self.path(key, end_ns)) {
+            (Some(data), _) => Ok(data.to_vec()),
+            (None, Some(path)) => std::fs::read(&path).map_err(|e| e.to_string()),
+            (None, None) => return None,
+        };
+        match bytes.and_then(|b| decode(&b)) {
+            Ok(w) => Some(w),
+            Err(reason) => {
+                self.damaged(key, &reason);
+                None
+            }
+        }
+    }
+
+    /// Take a window that cannot be read out of the index, rename its file
+    /// aside and count it.
+    fn damaged(&self, key: &Key, reason: &str) {
+        let kept = {
+            let mut st = self.lock();
+            let Some(kept) = st.windows.remove(key) else {
+                // Dropped by retention while it was read.
+                return;
+            };
+            st.bytes -= kept.bytes;
+            st.damaged += 1;
+            kept
+        };
+        match self.path(key, kept.end_ns) {
+            Some(path) => {
+                tracing::warn!(path = %path.display(), reason, "damaged window file: moved aside");
+                let mut aside = path.clone().into_os_string();
+                aside.push(DAMAGED);
+                if let Err(err) = std::fs::rename(&path, &aside) {
+                    tracing::warn!(path = %path.display(), %err, "cannot move a damaged window aside");
+                }
+            }
+            None => tracing::warn!(id = %key.1, reason, "damaged window in memory: dropped"),
+        }
+    }
+
+    /// Keys of the windows overlapping [from, to), oldest first.
+    fn keys(&self, from_ns: u64, to_ns: u64) -> Vec<Key> {
+        self.lock()
+            .windows
+            .range(..(to_ns, String::new()))
+            .filter(|(_, k)| k.end_ns > from_ns)
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    fn summary(&self, key: &Key) -> Option<Arc<api::WindowSummary>> {
+        if let Some(s) = self.lock().windows.get(key)?.summary.clone() {
+            return Some(s);
+        }
+        let w = self.read(key)?;
+        let mut st = self.lock();
+        let kept = st.windows.get_mut(key)?;
+        let s = Arc::new(summarize(&w, kept.bytes));
+        kept.summary = Some(s.clone());
+        Some(s)
+    }
+
+    fn stats(&self) -> Stats {
+        let st = self.lock();
+        Stats {
+            windows: st.windows.len() as u64,
+            bytes: st.bytes,
+            dropped_bytes: st.dropped_bytes,
+            dropped_age: st.dropped_age,
+            damaged: st.damaged,
+        }
+    }
+
+    fn list(&self, from_ns: u64, to_ns: u64) -> api::ListWindowsResponse {
+        let mut windows = Vec::new();
+        let mut services: HashMap<String, u64> = HashMap::new();
+        for key in self.keys(from_ns, to_ns) {
+            let Some(s) = self.summary(&key) else {
+                continue;
+            };
+            for svc in &s.services {
+                *services.entry(svc.service.clone()).or_default() += svc.samples;
+            }
+            windows.push(api::WindowSummary::clone(&s));
+        }
+        let mut services: Vec<api::ServiceSamples> = services
+            .into_iter()
+            .map(|(service, samples)| api::ServiceSamples { service, samples })
+            .collect();
+        sort_services(&mut services);
+        let stats = self.stats();
+        let s = &self.settings;
+        api::ListWindowsResponse {
+            enabled: true,
+            frequency_hz: s.frequency_hz,
+            window_seconds: s.window.as_secs() as u32,
+            retention_bytes: s.retention_bytes,
+            retention_s: s.retention_age.as_secs(),
+            host: self.host.clone(),
+            windows_kept: stats.windows,
+            bytes_kept: stats.bytes,
+            dropped_bytes: stats.dropped_bytes,
+            dropped_age: stats.dropped_age,
+            damaged: stats.damaged,
+            windows,
+            services,
+        }
+    }
+}
+
+/// Rebuild the index from the directory's names (and sizes); leftovers of
+/// interrupted writes are removed, other files left alone.
+fn scan(dir: &Path, st: &mut State) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if name.ends_with(".tmp") {
+            let _ = std::fs::remove_file(entry.path());
+            continue;
+        }
+        let Some((start, end, id)) = parse_name(name) else {
+            if !name.ends_with(DAMAGED) {
+                tracing::debug!(name, "not a window file: left alone");
+            }
+            continue;
+        };
+        let bytes = match entry.metadata() {
+            Ok(m) if m.is_file() => m.len(),
+            _ => continue,
+        };
+        st.bytes += bytes;
+        st.windows.insert(
+            (start, id),
+            Kept {
+                end_ns: end,
+                bytes,
+                summary: None,
+                data: None,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// The merged profile of a query, built window by window.
+struct Merge<'q> {
+    q: &'q api::Query,
+    p: ResolvedProfile,
+    functions: HashMap<FunctionInfo, u32>,
+    stacks: HashMap<(u32, Vec<FrameRef>), usize>,
+    /// Per process: its entry of Session.processes (index by pid).
+    processes: Vec<api::ProcessSamples>,
+    process_at: HashMap<u32, usize>,
+    totals: api::Totals,
+    first_start_ns: Option<u64>,
+    covered_ns: u64,
+    event: i32,
+    /// Services and processes in the range (of the services selected).
+    services_seen: BTreeSet<String>,
+    pids_seen: BTreeSet<u32>,
+}
+
+impl<'q> Merge<'q> {
+    fn new(q: &'q api::Query) -> Merge<'q> {
+        Merge {
+            q,
+            p: ResolvedProfile {
+                pid: 0,
+                comm: "continuous".into(),
+                ..Default::default()
+            },
+            functions: HashMap::new(),
+            stacks: HashMap::new(),
+            processes: Vec::new(),
+            process_at: HashMap::new(),
+            totals: api::Totals::default(),
+            first_start_ns: None,
+            covered_ns: 0,
+            event: 0,
+            services_seen: BTreeSet::new(),
+            pids_seen: BTreeSet::new(),
+        }
+    }
+
+    fn function(&mut self, info: FunctionInfo) -> u32 {
+        if let Some(&id) = self.functions.get(&info) {
+            return id;
+        }
+        let id = self.p.functions.len() as u32;
+        self.p.functions.push(info.clone());
+        self.functions.insert(info, id);
+        id
+    }
+
+    fn group(&mut self, name: String) -> FrameRef {
+        FrameRef {
+            function: self.function(FunctionInfo {
+                name,
+                module: "[group]".into(),
+                ..Default::default()
+            }),
+            line: 0,
+            address: 0,
+        }
+    }
+
+    fn add(&mut self, w: api::Window) {
+        self.first_start_ns = Some(
+            self.first_start_ns
+                .map_or(w.start_unix_ns, |s| s.min(w.start_unix_ns)),
+        );
+        self.covered_ns += w.end_unix_ns.saturating_sub(w.start_unix_ns);
+        if w.frequency_hz != 0 {
+            self.p.frequency_hz = w.frequency_hz;
+            self.event = w.event;
+        }
+        if let Some(t) = &w.totals {
+            let s = &mut self.totals;
+            s.discarded += t.discarded;
+            s.lost += t.lost;
+            s.truncated += t.truncated;
+            s.unsymbolized += t.unsymbolized;
+            s.overflowed += t.overflowed;
+            s.throttled += t.throttled;
+            s.unchecked += t.unchecked;
+            s.unsampled += t.unsampled;
+        }
+        let by = api::GroupBy::try_from(self.q.by).unwrap_or_default();
+        let host = (by == api::GroupBy::Host).then(|| self.group(format!("[host {}]", w.host)));
+        for sw in w.services {
+            self.services_seen.insert(sw.service.clone());
+            if !self.q.services.is_empty() && !self.q.services.contains(&sw.service) {
+                continue;
+            }
+            self.add_service(sw, by, host);
+        }
+    }
+
+    fn add_service(&mut self, sw: api::ServiceWindow, by: api::GroupBy, host: Option<FrameRef>) {
+        let pid_of: HashMap<u32, u32> = sw.threads.iter().map(|t| (t.tid, t.pid)).collect();
+        let process: HashMap<u32, &api::WindowProcess> =
+            sw.processes.iter().map(|p| (p.pid, p)).collect();
+        self.pids_seen.extend(sw.processes.iter().map(|p| p.pid));
+        let service =
+            (by == api::GroupBy::Service).then(|| self.group(format!("[service {}]", sw.service)));
+        let mut ids: Vec<Option<u32>> = vec![None; sw.functions.len()];
+        let mut groups: HashMap<u32, FrameRef> = HashMap::new();
+        let mut used = HashSet::new();
+        for s in &sw.stacks {
+            let pid = pid_of.get(&s.tid).copied().unwrap_or(0);
+            if !self.q.pids.is_empty() && !self.q.pids.contains(&pid) {
+                continue;
+            }
+            let mut frames = Vec::with_capacity(s.function.len() + 1);
+            for (i, &f) in s.function.iter().enumerate() {
+                let id = match ids.get(f as usize) {
+                    Some(Some(id)) => *id,
+                    Some(None) => {
+                        let wf = &sw.functions[f as usize];
+                        let id = self.function(FunctionInfo {
+                            name: wf.name.clone(),
+                            module: wf.module.clone(),
+                            file: wf.file.clone(),
+                            inlined: wf.inlined,
+                        });
+                        ids[f as usize] = Some(id);
+                        id
+                    }
+                    // An index past the window's functions: unnamed.
+                    None => self.function(FunctionInfo {
+                        name: "[unknown]".into(),
+                        ..Default::default()
+                    }),
+                };
+                frames.push(FrameRef {
+                    function: id,
+                    line: s.line.get(i).copied().unwrap_or(0),
+                    address: s.address.get(i).copied().unwrap_or(0),
+                });
+            }
+            let group = match by {
+                api::GroupBy::Service => service,
+                api::GroupBy::Host => host,
+                api::GroupBy::Process => Some(match groups.get(&pid) {
+                    Some(g) => *g,
+                    None => {
+                        let comm = process.get(&pid).map_or("", |p| p.comm.as_str());
+                        let g = self.group(format!("[process {pid} {comm}]"));
+                        groups.insert(pid, g);
+                        g
+                    }
+                }),
+                api::GroupBy::Unspecified => None,
+            };
+            frames.extend(group);
+            used.insert(s.tid);
+            self.p.attributed += s.count;
+            match self.stacks.get(&(s.tid, frames.clone())) {
+                Some(&at) => self.p.stacks[at].count += s.count,
+                None => {
+                    self.stacks
+                        .insert((s.tid, frames.clone()), self.p.stacks.len());
+                    self.p.stacks.push(ResolvedStack {
+                        tid: s.tid,
+                        frames,
+                        count: s.count,
+                    });
+                }
+            }
+            let at = match self.process_at.get(&pid) {
+                Some(&at) => at,
+                None => {
+                    self.processes.push(api::ProcessSamples {
+                        pid,
+                        ..Default::default()
+                    });
+                    self.process_at.insert(pid, self.processes.len() - 1);
+                    self.processes.len() - 1
+                }
+            };
+            let entry = &mut self.processes[at];
+            entry.samples += s.count;
+            if let Some(wp) = process.get(&pid) {
+                entry.comm = wp.comm.clone();
+                entry.ppid = wp.ppid;
+            }
+        }
+        for t in sw.threads {
+            if !t.name.is_empty() && used.contains(&t.tid) {
+                self.p.threads.insert(t.tid, t.name);
+            }
+        }
+    }
+
+    /// The profile and its session, or NOT_FOUND when a service or process
+    /// asked for is in none of the windows.
+    fn finish(
+        mut self,
+        from_ns: u64,
+        to_ns: u64,
+    ) -> Result<(api::Session, ResolvedProfile), Error> {
+        let span = || {
+            let to = if to_ns == u64::MAX {
+                "now".to_string()
+            } else {
+                format!("{} ms", to_ns / 1_000_000)
+            };
+            format!("from {} ms to {to} (Unix time)", from_ns / 1_000_000)
+        };
+        let missing: Vec<&String> = self
+            .q
+            .services
+            .iter()
+            .filter(|s| !self.services_seen.contains(*s))
+            .collect();
+        if !missing.is_empty() {
+            let there = if self.services_seen.is_empty() {
+                "there are no windows in that range".to_string()
+            } else {
+                let mut names: Vec<String> = self
+                    .services_seen
+                    .iter()
+                    .take(MAX_NAMED)
+                    .map(|s| profd_common::quoted(s))
+                    .collect();
+                if self.services_seen.len() > MAX_NAMED {
+                    names.push(format!("and {} more", self.services_seen.len() - MAX_NAMED));
+                }
+                format!("the services there are {}", names.join(", "))
+            };
+            let missing: Vec<String> = missing.iter().map(|s| profd_common::quoted(s)).collect();
+            return Err(Error::NotFound(format!(
+                "no service {} in the history {}: {there} (see profctl query --list)",
+                missing.join(", "),
+                span()
+            )));
+        }
+        let missing: Vec<String> = self
+            .q
+            .pids
+            .iter()
+            .filter(|p| !self.pids_seen.contains(*p))
+            .map(u32::to_string)
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::NotFound(format!(
+                "no process {} in the history {}{}: give the pid of a process sampled then",
+                missing.join(", "),
+                span(),
+                if self.q.services.is_empty() {
+                    String::new()
+                } else {
+                    " of the services asked for".to_string()
+                }
+            )));
+        }
+        self.p.duration_s = self.covered_ns as f64 / 1e9;
+        self.totals.attributed = self.p.attributed;
+        let session = api::Session {
+            id: 0,
+            pid: 0,
+            comm: self.p.comm.clone(),
+            frequency_hz: self.p.frequency_hz,
+            event: self.event,
+            state: api::SessionState::DurationElapsed as i32,
+            started_unix_ms: self.first_start_ns.unwrap_or(0) / 1_000_000,
+            duration_s: self.p.duration_s,
+            totals: Some(self.totals),
+            scope: api::Scope::SystemWide as i32,
+            processes: self.processes,
+            ..Default::default()
+        };
+        Ok((session, self.p))
+    }
+}
+
+impl History {
+    /// Open the history: in `dir` (created 0700; the windows found there are
+    /// indexed by name and age retention applied), or in memory when None.
+    /// Blocking: call it off the async runtime.
+    pub fn open(dir: Option<PathBuf>, settings: &Settings) -> Result<History, String> {
+        let mut state = State::default();
+        if let Some(dir) = &dir {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            scan(dir, &mut state)?;
+        }
+        let inner = Inner {
+            dir,
+            settings: settings.clone(),
+            host: host_name(),
+            state: Mutex::new(state),
+        };
+        inner.retain(now_ns());
+        Ok(History {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Keep a finished window (compressed, written atomically), then drop
+    /// the oldest windows past the limits. A window that cannot be written
+    /// is counted as damaged and logged; a window already kept (same start
+    /// and id) is kept once.
+    pub async fn add(&self, window: api::Window) {
+        let inner = self.inner.clone();
+        if let Err(err) = tokio::task::spawn_blocking(move || inner.add(window)).await {
+            tracing::error!(%err, "adding a window to the history failed");
+        }
+    }
+
+    /// The settings, the history's figures and the windows and services
+    /// overlapping [from, to) (Unix ms; 0 = the oldest, and now).
+    pub async fn list(&self, from_ms: u64, to_ms: u64) -> Result<api::ListWindowsResponse, Error> {
+        let (from, to) = range(from_ms, to_ms, "")?;
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.list(from, to))
+            .await
+            .map_err(|e| Error::Internal(format!("listing the history: {e}")))
+    }
+
+    /// The windows overlapping the query's range, of the services and
+    /// processes it asks for, merged into one profile, with its synthetic
+    /// session (id 0, pid 0, system-wide).
+    pub async fn query(&self, q: &api::Query) -> Result<(api::Session, ResolvedProfile), Error> {
+        let (from, to) = range(q.from_unix_ms, q.to_unix_ms, "query.")?;
+        if api::GroupBy::try_from(q.by).is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "query.by {} is not a grouping: use 0 (none), 1 (service), 2 (process) or 3 (host)",
+                q.by
+            )));
+        }
+        let inner = self.inner.clone();
+        let q = q.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut merge = Merge::new(&q);
+            for key in inner.keys(from, to) {
+                if let Some(w) = inner.read(&key) {
+                    merge.add(w);
+                }
+            }
+            merge.finish(from, to)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("reading the history: {e}")))?
+    }
+
+    /// Windows and bytes kept, and windows dropped and damaged.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// The settings the history was opened with.
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// The host's name, as the listing gives it.
+    pub fn host(&self) -> &str {
+        &self.inner.host
+    }
+}
+
+#[cfg(test)]
+#[path = "history_tests.rs"]
+mod tests;

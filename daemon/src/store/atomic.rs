@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 
 /// Write `dir/name` so that it is either as before or whole: staged,
 /// put in place, fsync of the directory.
-pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8], replace: bool) -> io::Result<()> {
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8], replace: bool) -> io::Result<()> {
     let tmp = stage(dir, name, bytes)?;
     put(dir, &tmp, name, replace)?;
     sync_dir(dir)
 }
 
 /// Write `bytes` to `dir/name.tmp` (mode 0600) and fsync it.
-pub(super) fn stage(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+pub(crate) fn stage(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
     let tmp = dir.join(format!("{name}.tmp"));
     let written = (|| {
         let mut f = fs::OpenOptions::new()
@@ -39,7 +39,7 @@ pub(super) fn stage(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf>
 /// Put the staged `tmp` in place as `dir/name`: renamed over it with
 /// `replace`, else hard-linked, which fails with `AlreadyExists` when
 /// `name` is there.
-pub(super) fn put(dir: &Path, tmp: &Path, name: &str, replace: bool) -> io::Result<()> {
+pub(crate) fn put(dir: &Path, tmp: &Path, name: &str, replace: bool) -> io::Result<()> {
     let to = dir.join(name);
     let moved = if replace {
         fs::rename(tmp, &to)
@@ -52,6 +52,6 @@ pub(super) fn put(dir: &Path, tmp: &Path, name: &str, replace: bool) -> io::Resu
     moved
 }
 
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }

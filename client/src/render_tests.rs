@@ -431,6 +431,7 @@ fn info_lists_everything() {
             unsampled: 0,
         }),
         running_sessions: 1,
+        continuous: None,
     };
     let text = info_text(&info);
     for needle in [

@@ -5,6 +5,7 @@
 //! TLS listener also as grpc-web, with the web dashboard) until shutdown,
 //! telling systemd how it goes, ending every session cleanly and saving it.
 use crate::config::Config;
+use crate::continuous::history::History;
 use crate::daemon_error::Error;
 use crate::sys::perf;
 use crate::{auth, conns, metrics, registry, rpc, sampler, store, symbolize, sysctl, tls_listener};
@@ -36,6 +37,9 @@ pub struct Daemon {
     policy: Arc<auth::Policy>,
     facts: rpc::Facts,
     connections: conns::Limits,
+    /// Continuous profiling's history (`<state dir>/windows`, or in memory
+    /// without a state directory); None when continuous profiling is off.
+    history: Option<History>,
 }
 
 /// How long connections may take to close once serving ends.
@@ -141,6 +145,36 @@ async fn running_sessions(registry: &registry::Registry) -> usize {
     n
 }
 
+/// Open continuous profiling's history in `<state dir>/windows` (in memory
+/// without a state directory); a directory that cannot be used stops the
+/// start.
+async fn open_history(
+    persist: Option<&store::Persist>,
+    settings: &crate::continuous::Settings,
+) -> Result<History, Error> {
+    let dir = persist.map(|p| p.dir.join("windows"));
+    let (d, s) = (dir.clone(), settings.clone());
+    let opened = tokio::task::spawn_blocking(move || History::open(d, &s))
+        .await
+        .map_err(|e| Error::Config(format!("reading the continuous history: {e}")))?;
+    let history = opened.map_err(|reason| Error::State {
+        path: dir.clone().unwrap_or_default(),
+        reason,
+    })?;
+    let stats = history.stats();
+    match &dir {
+        Some(dir) => tracing::info!(
+            dir = %dir.display(),
+            windows = stats.windows,
+            bytes = stats.bytes,
+            dropped_age = stats.dropped_age,
+            "continuous history reloaded"
+        ),
+        None => tracing::info!("no state directory: the continuous history is kept in memory"),
+    }
+    Ok(history)
+}
+
 /// How often systemd's STATUS line is brought up to date.
 const STATUS_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -230,6 +264,10 @@ impl Daemon {
             }
             None => None,
         };
+        let history = match &config.continuous {
+            Some(settings) => Some(open_history(config.persist.as_ref(), settings).await?),
+            None => None,
+        };
         let metrics = match config.metrics {
             Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| Error::Listen {
                 addr,
@@ -272,7 +310,14 @@ impl Daemon {
             policy: Arc::new(policy),
             facts,
             connections: config.connections,
+            history,
         })
+    }
+
+    /// Continuous profiling's history, when it is on: the sampler adds each
+    /// finished window to it (`History::add`); ListWindows and queries read it.
+    pub fn history(&self) -> Option<&History> {
+        self.history.as_ref()
     }
 
     /// Serve until `shutdown` resolves; running sessions are stopped first so
@@ -330,8 +375,9 @@ impl Daemon {
         if let Some(listener) = self.metrics {
             let registry = self.registry.clone();
             let until = stopped();
+            let history = self.history.clone();
             tokio::spawn(async move {
-                if let Err(err) = metrics::serve(listener, registry, until).await {
+                if let Err(err) = metrics::serve(listener, registry, history, until).await {
                     tracing::error!(%err, "the metrics listener failed");
                 }
             });
@@ -361,7 +407,8 @@ impl Daemon {
                 .http2_keepalive_interval(Some(keepalive))
                 .http2_keepalive_timeout(Some(keepalive_timeout))
         };
-        let service = rpc::Service::new(self.registry, self.policy.clone(), self.facts);
+        let service = rpc::Service::new(self.registry, self.policy.clone(), self.facts)
+            .with_history(self.history.clone());
         let incoming = conns::UnixIncoming::new(self.listener, unix_gate);
         let local = builder()
             .add_service(ProfilerServer::new(service.clone()))

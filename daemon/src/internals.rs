@@ -48,3 +48,8 @@ pub mod sys {
 pub mod unwind {
     pub use crate::unwind::{Unwinder, Walk, MAX_FRAMES};
 }
+
+pub mod continuous {
+    pub use crate::continuous::history::History;
+    pub use crate::continuous::Settings;
+}

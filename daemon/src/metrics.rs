@@ -1,8 +1,9 @@
 //! The Prometheus endpoint: a snapshot of every figure at scrape time (the
 //! registry's activity, the daemon's counters in `stats`, and this
-//! process's CPU and memory), its rendering in the OpenMetrics text format,
+//! process's CPU and memory, continuous profiling's history), its rendering in the OpenMetrics text format,
 //! and the plain-HTTP listener serving it on `/metrics` (every other path is
 //! 404).
+use crate::continuous::history::{History, Stats as HistoryStats};
 use crate::registry::{Registry, SampleCounts};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -31,6 +32,8 @@ pub struct Snapshot {
     pub process: Option<Process>,
     /// Per listener (`unix`, `tls`).
     pub connections: Vec<Connections>,
+    /// Continuous profiling's history, when it is on.
+    pub history: Option<HistoryStats>,
 }
 
 /// One listener's connections.
@@ -81,7 +84,7 @@ impl Process {
 }
 
 /// Read every figure now.
-pub async fn snapshot(registry: &Registry) -> Snapshot {
+pub async fn snapshot(registry: &Registry, history: Option<&History>) -> Snapshot {
     let a = registry.activity(None).await;
     let s = registry.stats();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -99,6 +102,7 @@ pub async fn snapshot(registry: &Registry) -> Snapshot {
             Connections::read("unix", &s.connections.unix),
             Connections::read("tls", &s.connections.tls),
         ],
+        history: history.map(History::stats),
     }
 }
 
@@ -207,6 +211,34 @@ pub fn render(s: &Snapshot) -> String {
         "Connections closed before being served, per listener and reason: limit (the listener was full), handshake_timeout (no TLS handshake or HTTP/2 preface in time), idle_timeout (nothing moved)",
         refused,
     );
+    if let Some(h) = &s.history {
+        reg.register(
+            "profd_history_windows",
+            "Continuous profiling windows kept in the history now",
+            ConstGauge::new(h.windows as i64),
+        );
+        reg.register(
+            "profd_history_bytes",
+            "Bytes the continuous history's windows take now",
+            ConstGauge::new(h.bytes as i64),
+        );
+        let dropped = Family::<Vec<(String, String)>, Counter>::default();
+        for (reason, n) in [("bytes", h.dropped_bytes), ("age", h.dropped_age)] {
+            dropped
+                .get_or_create(&vec![("reason".into(), reason.into())])
+                .inc_by(n);
+        }
+        reg.register(
+            "profd_history_windows_dropped",
+            "Windows dropped from the continuous history since the daemon started, per retention limit: bytes (retention_bytes), age (retention_age)",
+            dropped,
+        );
+        reg.register(
+            "profd_history_windows_damaged",
+            "Windows that could not be written to the history or read back (moved aside as .damaged)",
+            ConstCounter::new(h.damaged),
+        );
+    }
     if let Some(p) = &s.process {
         reg.register(
             "process_cpu_seconds",
@@ -239,6 +271,7 @@ pub fn render(s: &Snapshot) -> String {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
+    history: Option<History>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::http::{header, StatusCode};
@@ -246,9 +279,9 @@ pub async fn serve(
         .route(
             "/metrics",
             axum::routing::get(move || {
-                let registry = registry.clone();
+                let (registry, history) = (registry.clone(), history.clone());
                 async move {
-                    let body = render(&snapshot(&registry).await);
+                    let body = render(&snapshot(&registry, history.as_ref()).await);
                     ([(header::CONTENT_TYPE, CONTENT_TYPE)], body)
                 }
             }),
@@ -317,6 +350,31 @@ mod tests {
             "profd_connections_refused_total{listener=\"tls\",reason=\"limit\"} 5\n",
             "profd_connections_refused_total{listener=\"tls\",reason=\"handshake_timeout\"} 0\n",
             "profd_connections_refused_total{listener=\"tls\",reason=\"idle_timeout\"} 1\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn renders_the_history_when_continuous_profiling_is_on() {
+        assert!(!render(&Snapshot::default()).contains("profd_history"));
+        let s = Snapshot {
+            history: Some(HistoryStats {
+                windows: 4,
+                bytes: 1000,
+                dropped_bytes: 2,
+                dropped_age: 3,
+                damaged: 1,
+            }),
+            ..Default::default()
+        };
+        let text = render(&s);
+        for line in [
+            "profd_history_windows 4\n",
+            "profd_history_bytes 1000\n",
+            "profd_history_windows_dropped_total{reason=\"bytes\"} 2\n",
+            "profd_history_windows_dropped_total{reason=\"age\"} 3\n",
+            "profd_history_windows_damaged_total 1\n",
         ] {
             assert!(text.contains(line), "no {line:?} in\n{text}");
         }

@@ -3,10 +3,11 @@
 //! statuses, and runs each Watch stream (snapshot, then per-interval deltas,
 //! then a final update).
 use crate::auth::Policy;
+use crate::continuous::history::History;
 use crate::kernel_view::Sysctls;
 use crate::registry::Registry;
 use crate::request_error::Error;
-use crate::session::{FunctionTable, Handle, MAX_WINDOW_S};
+use crate::session::{FunctionTable, Handle, Resolved, MAX_WINDOW_S};
 use crate::sysctl::{kernel_sysctl, max_sample_rate};
 use profd_common::api::{self, profiler_server::Profiler};
 use profd_common::kernel::KernelFrames;
@@ -74,6 +75,41 @@ pub struct Service {
     registry: Arc<Registry>,
     policy: Arc<Policy>,
     facts: Facts,
+    /// Continuous profiling's history, when it is on.
+    history: Option<History>,
+}
+
+/// What continuous profiling's rpcs answer while it is off.
+const CONTINUOUS_OFF: &str = "continuous profiling is off in this daemon: start profd with --continuous or a [continuous] section in profd.toml";
+
+/// What a profile, view or export is made from: a session, or a query of
+/// the continuous history.
+enum Source {
+    Session(Handle, KernelFrames),
+    History(History, api::Query),
+}
+
+impl Source {
+    /// The whole profile with its summary.
+    async fn resolve(&self) -> Result<Resolved, Status> {
+        match self {
+            Source::Session(handle, shown) => {
+                Ok(handle.resolve(*shown).await.map_err(Error::from)?)
+            }
+            Source::History(history, q) => {
+                let (session, profile) = history.query(q).await?;
+                Ok(Resolved { session, profile })
+            }
+        }
+    }
+
+    /// What the source is, for messages: `session 5`, `the history query`.
+    fn name(&self, session_id: u64) -> String {
+        match self {
+            Source::Session(..) => format!("session {session_id}"),
+            Source::History(..) => "the history selected by the query".to_string(),
+        }
+    }
 }
 
 impl Service {
@@ -82,6 +118,51 @@ impl Service {
             registry,
             policy,
             facts,
+            history: None,
+        }
+    }
+
+    /// Answer ListWindows and queries from `history` (continuous profiling
+    /// is on).
+    pub fn with_history(mut self, history: Option<History>) -> Service {
+        self.history = history;
+        self
+    }
+
+    /// The history, when the caller may read it: it covers every process,
+    /// so only root (on the Unix socket, or a token whose user is root).
+    fn history<T>(&self, req: &Request<T>) -> Result<History, Status> {
+        let caller = self.policy.caller(req)?;
+        let Some(history) = &self.history else {
+            return Err(Status::failed_precondition(CONTINUOUS_OFF));
+        };
+        if !caller.is_root() {
+            return Err(Error::PermissionDenied(format!(
+                "{} may not read the continuous history: it covers every process on the host, so only root may (on the Unix socket, or with a token whose user is root)",
+                caller.label
+            ))
+            .into());
+        }
+        Ok(history.clone())
+    }
+
+    /// The source a GetProfile or GetView request names: its session, or
+    /// with `query` the history (then session_id must be 0).
+    async fn source<T>(
+        &self,
+        req: &Request<T>,
+        session_id: u64,
+        query: Option<&api::Query>,
+    ) -> Result<Source, Status> {
+        match query {
+            None => {
+                let (handle, shown) = self.session(req, session_id).await?;
+                Ok(Source::Session(handle, shown))
+            }
+            Some(_) if session_id != 0 => Err(Status::invalid_argument(format!(
+                "session_id {session_id} and query are both set: set session_id to 0 to query the continuous history, or leave query unset to read the session"
+            ))),
+            Some(q) => Ok(Source::History(self.history(req)?, q.clone())),
         }
     }
 
@@ -126,6 +207,55 @@ fn watch_interval(ms: u32) -> Result<Duration, Error> {
         ))),
         ms => Ok(Duration::from_millis(u64::from(ms))),
     }
+}
+
+/// A whole profile in an export format (not UNSPECIFIED): `functions` is
+/// its function table; `query` titles a flame graph of the history.
+fn encode(
+    resolved: &Resolved,
+    functions: &[api::Function],
+    format: api::ExportFormat,
+    query: Option<&api::Query>,
+) -> Result<Vec<u8>, Status> {
+    let p = &resolved.profile;
+    Ok(match format {
+        api::ExportFormat::Pprof => export::pprof(p),
+        api::ExportFormat::Folded => export::folded(p).into_bytes(),
+        api::ExportFormat::Svg => {
+            let title = match query {
+                None => format!(
+                    "profd session {} — pid {} ({})",
+                    resolved.session.id, p.pid, p.comm
+                ),
+                Some(q) => history_title(q, resolved.session.duration_s),
+            };
+            export::svg(p, &title).map_err(|e| Status::internal(format!("flame graph: {e}")))?
+        }
+        api::ExportFormat::Speedscope => export::speedscope(p).into_bytes(),
+        api::ExportFormat::Json | api::ExportFormat::Unspecified => {
+            serde_json::to_vec_pretty(&export::json(&resolved.session, functions))
+                .map_err(|e| Status::internal(e.to_string()))?
+        }
+    })
+}
+
+/// The title of a flame graph of the history: what the query selected.
+fn history_title(q: &api::Query, duration_s: f64) -> String {
+    let mut what = Vec::new();
+    if !q.services.is_empty() {
+        what.push(format!("services {}", q.services.join(", ")));
+    }
+    if !q.pids.is_empty() {
+        let pids: Vec<String> = q.pids.iter().map(u32::to_string).collect();
+        what.push(format!("pids {}", pids.join(", ")));
+    }
+    if what.is_empty() {
+        what.push("every service".to_string());
+    }
+    format!(
+        "profd continuous profile — {} — {duration_s:.0} s of windows",
+        what.join("; ")
+    )
 }
 
 /// The functions of `view` a client that has seen version `after` lacks:
@@ -258,6 +388,7 @@ impl Profiler for Service {
                 ..Default::default()
             }),
             running_sessions: a.running as u32,
+            continuous: self.history.as_ref().map(History::overview),
         }))
     }
 
@@ -302,46 +433,36 @@ impl Profiler for Service {
         &self,
         req: Request<api::GetProfileRequest>,
     ) -> Result<Response<api::GetProfileResponse>, Status> {
-        let (handle, shown) = self.session(&req, req.get_ref().session_id).await?;
-        let format = api::ExportFormat::try_from(req.get_ref().format).map_err(|_| {
+        let r = req.get_ref();
+        let source = self.source(&req, r.session_id, r.query.as_ref()).await?;
+        let format = api::ExportFormat::try_from(r.format).map_err(|_| {
             Status::invalid_argument(format!(
                 "unknown export format {}: use 1 (pprof), 2 (folded), 3 (svg), 4 (speedscope) or 5 (json)",
-                req.get_ref().format
+                r.format
             ))
         })?;
-        if format != api::ExportFormat::Unspecified {
-            let _permit = self.registry.export_permit()?;
-            let resolved = handle.resolve(shown).await.map_err(Error::from)?;
-            let functions = views::functions(&resolved.profile);
-            let p = &resolved.profile;
-            let data = match format {
-                api::ExportFormat::Pprof => export::pprof(p),
-                api::ExportFormat::Folded => export::folded(p).into_bytes(),
-                api::ExportFormat::Svg => {
-                    let title = format!(
-                        "profd session {} — pid {} ({})",
-                        resolved.session.id, p.pid, p.comm
-                    );
-                    export::svg(p, &title)
-                        .map_err(|e| Status::internal(format!("flame graph: {e}")))?
-                }
-                api::ExportFormat::Speedscope => export::speedscope(p).into_bytes(),
-                api::ExportFormat::Json | api::ExportFormat::Unspecified => {
-                    serde_json::to_vec_pretty(&export::json(&resolved.session, &functions))
-                        .map_err(|e| Status::internal(e.to_string()))?
-                }
-            };
+        if let (api::ExportFormat::Unspecified, Source::Session(handle, shown)) = (format, &source)
+        {
+            // The function table alone: the session's own, without
+            // resolving every stack.
+            let view = handle.profile(0, *shown).await.map_err(Error::from)?;
             return Ok(Response::new(api::GetProfileResponse {
-                session: Some(resolved.session),
-                functions,
-                data,
+                session: Some(view.session),
+                functions: view.functions,
+                data: Vec::new(),
             }));
         }
-        let view = handle.profile(0, shown).await.map_err(Error::from)?;
+        let _permit = self.registry.export_permit()?;
+        let resolved = source.resolve().await?;
+        let functions = views::functions(&resolved.profile);
+        let data = match format {
+            api::ExportFormat::Unspecified => Vec::new(),
+            format => encode(&resolved, &functions, format, r.query.as_ref())?,
+        };
         Ok(Response::new(api::GetProfileResponse {
-            session: Some(view.session),
-            functions: view.functions,
-            data: Vec::new(),
+            session: Some(resolved.session),
+            functions,
+            data,
         }))
     }
 
@@ -363,26 +484,26 @@ impl Profiler for Service {
         req: Request<api::GetViewRequest>,
     ) -> Result<Response<api::GetViewResponse>, Status> {
         use api::get_view_request::View as V;
-        let (handle, shown) = self.session(&req, req.get_ref().session_id).await?;
-        let req = req.into_inner();
-        let Some(view) = req.view else {
+        let r = req.get_ref();
+        let source = self.source(&req, r.session_id, r.query.as_ref()).await?;
+        let what = source.name(r.session_id);
+        let Some(view) = req.into_inner().view else {
             return Err(Status::invalid_argument(
                 "no view selected: set one of tree, callers, hot_path, threads or lines",
             ));
         };
         let _permit = self.registry.export_permit()?;
-        let resolved = handle.resolve(shown).await.map_err(Error::from)?;
+        let resolved = source.resolve().await?;
         let p = &resolved.profile;
         let find = |r: &api::FunctionRef| {
             views::find_function(p, r).ok_or_else(|| {
                 Status::from(Error::NotFound(format!(
-                    "no function {} in session {}: give an id or the exact name from its profile",
+                    "no function {} in {what}: give an id or the exact name from its profile",
                     if r.name.is_empty() {
                         format!("with id {}", r.id)
                     } else {
                         format!("named {}", profd_common::quoted(&r.name))
                     },
-                    req.session_id
                 )))
             })
         };
@@ -405,11 +526,12 @@ impl Profiler for Service {
 
     async fn list_windows(
         &self,
-        _req: Request<api::ListWindowsRequest>,
+        req: Request<api::ListWindowsRequest>,
     ) -> Result<Response<api::ListWindowsResponse>, Status> {
-        Err(Status::failed_precondition(
-            "continuous profiling is off in this daemon: start profd with --continuous or a [continuous] section in profd.toml",
-        ))
+        let history = self.history(&req)?;
+        let r = req.get_ref();
+        let list = history.list(r.from_unix_ms, r.to_unix_ms).await?;
+        Ok(Response::new(list))
     }
 
     async fn get_histogram(

@@ -134,6 +134,7 @@ impl Profiler for Fake {
             groups: vec![],
             totals: Some(Totals::default()),
             running_sessions: 0,
+            continuous: None,
         }))
     }
 

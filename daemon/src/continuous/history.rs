@@ -378,6 +378,15 @@ impl Inner {
             .map(|(service, samples)| api::ServiceSamples { service, samples })
             .collect();
         sort_services(&mut services);
+        api::ListWindowsResponse {
+            windows,
+            services,
+            ..self.overview()
+        }
+    }
+
+    /// The settings and figures of a listing, without windows or services.
+    fn overview(&self) -> api::ListWindowsResponse {
         let stats = self.stats();
         let s = &self.settings;
         api::ListWindowsResponse {
@@ -392,8 +401,8 @@ impl Inner {
             dropped_bytes: stats.dropped_bytes,
             dropped_age: stats.dropped_age,
             damaged: stats.damaged,
-            windows,
-            services,
+            windows: Vec::new(),
+            services: Vec::new(),
         }
     }
 }
@@ -777,6 +786,12 @@ impl History {
         })
         .await
         .map_err(|e| Error::Internal(format!("reading the history: {e}")))?
+    }
+
+    /// The settings and figures ListWindows gives, without windows or
+    /// services (for Info).
+    pub fn overview(&self) -> api::ListWindowsResponse {
+        self.inner.overview()
     }
 
     /// Windows and bytes kept, and windows dropped and damaged.

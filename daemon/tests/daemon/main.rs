@@ -4,6 +4,7 @@
 //! <area>::`.
 
 mod grpc_fake;
+mod history_rpc;
 mod kernel_smoke;
 mod sampler_scope;
 mod support;

@@ -1,8 +1,8 @@
 //! Command-line syntax (clap derive) and its validation into plain values;
 //! no I/O and no daemon calls here.
 use std::ffi::OsString;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use profd_common::api;
@@ -134,6 +134,7 @@ Examples:
   profctl sessions                     the daemon's sessions, running and ended
   profctl report 3 --tree              the call tree of session 3
   profctl export 3 --format pprof -o cpu.pb.gz
+  profctl query --since 15m --by service   the continuous history (root)
   profctl info                         daemon version, CPUs, kernel limits
   profctl --connect https://host:7443 --tls-ca ca.pem --token-file token sessions
                                        a remote daemon, over TLS
@@ -244,6 +245,23 @@ Examples:
   profctl report 3 --lines compute_hash
   profctl report cpu.pb.gz --hot-path       a saved pprof file, no daemon needed")]
     Report(ReportArgs),
+    /// Read the continuous profiling history: the profile of every service
+    /// (or those asked for) over a time range, as a table, any view of
+    /// `report`, or an export; --list shows the windows and services kept.
+    #[command(after_help = "\
+Examples:
+  profctl query --since 15m                 every service, the last 15 minutes
+  profctl query --since 1h --service nginx.service --tree
+  profctl query --since 2h --by service --format svg -o services.svg
+  profctl query --from 2026-12-02T09:00:00Z --to 2026-12-02T10:00:00Z --pid 4242
+  profctl query --since 1d --service db --callers malloc
+  profctl query --since 6h --format pprof -o history.pb.gz
+  profctl query --list --since 1h           the windows and services kept
+
+The history is read by root only (on the socket, or a token whose user is
+root): it covers every process on the host. Times are RFC 3339 in UTC or
+Unix seconds; durations are like 30s, 15m, 2h, 1d.")]
+    Query(QueryArgs),
     /// Print a profil(3)-style PC histogram of one module of a session's
     /// target, and optionally write it as a gmon.out for gprof.
     #[command(after_help = "\
@@ -525,6 +543,14 @@ pub struct ReportArgs {
     /// A session id of the daemon, or a pprof file (`profctl export --format pprof`).
     #[arg(value_name = "SESSION|FILE")]
     pub source: PathBuf,
+    /// The view to print.
+    #[command(flatten)]
+    pub options: ViewOptions,
+}
+
+/// The view options of `profctl report` and `profctl query`.
+#[derive(Debug, Clone, Args)]
+pub struct ViewOptions {
     /// The call tree, from the outermost frames in (see --bottom-up).
     #[arg(long, conflicts_with_all = ["hot_path", "threads", "lines", "callers", "callees"])]
     pub tree: bool,
@@ -604,6 +630,13 @@ impl ReportArgs {
 
     /// The view the flags ask for.
     pub fn view(&self) -> Result<ReportView, String> {
+        self.options.view()
+    }
+}
+
+impl ViewOptions {
+    /// The view the flags ask for.
+    pub fn view(&self) -> Result<ReportView, String> {
         let tree = api::TreeRequest {
             bottom_up: self.bottom_up,
             min_pct: self.min_pct,
@@ -643,6 +676,172 @@ impl ReportArgs {
             }),
         }
     }
+}
+
+/// `profctl query`.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// Only this service (exact label, see --list); repeat for several
+    /// [default: every service].
+    #[arg(long = "service", value_name = "NAME")]
+    pub services: Vec<String>,
+    /// Only this process id; repeat for several [default: every process].
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// The windows of the last DURATION (30s, 15m, 2h, 1d) [default: the
+    /// whole history kept].
+    #[arg(long, value_name = "DURATION", value_parser = parse_since, conflicts_with = "from")]
+    pub since: Option<Duration>,
+    /// Windows that end after TIME (RFC 3339 in UTC, e.g.
+    /// 2026-12-02T09:00:00Z, or Unix seconds).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub from: Option<SystemTime>,
+    /// Windows that start before TIME (as --from) [default: now].
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub to: Option<SystemTime>,
+    /// Split the profile: each stack gets an outermost frame naming its
+    /// service, process or host.
+    #[arg(long, value_enum, value_name = "GROUP")]
+    pub by: Option<GroupByArg>,
+    /// List the windows and services kept over the range instead.
+    #[arg(long, conflicts_with_all = ["format", "by", "services", "pids"])]
+    pub list: bool,
+    /// Write the profile in this encoding (as `profctl export`) instead of
+    /// printing a view.
+    #[arg(long, value_enum)]
+    pub format: Option<ExportFormatArg>,
+    /// With --format: the file to write, `-` for stdout.
+    #[arg(short, long, value_name = "FILE", default_value = "-")]
+    pub output: PathBuf,
+    /// The view to print.
+    #[command(flatten)]
+    pub options: ViewOptions,
+}
+
+/// How `profctl query` splits a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GroupByArg {
+    /// By service label.
+    Service,
+    /// By process (pid and command name).
+    Process,
+    /// By host name.
+    Host,
+}
+
+impl From<GroupByArg> for api::GroupBy {
+    fn from(g: GroupByArg) -> Self {
+        match g {
+            GroupByArg::Service => api::GroupBy::Service,
+            GroupByArg::Process => api::GroupBy::Process,
+            GroupByArg::Host => api::GroupBy::Host,
+        }
+    }
+}
+
+/// What `profctl query` does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueryAction {
+    /// List the windows and services of the range.
+    List,
+    /// Print a view of the merged profile.
+    View(ReportView),
+    /// Write the merged profile in an export format.
+    Export(ExportFormatArg),
+}
+
+impl QueryArgs {
+    /// Milliseconds since the Unix epoch of `t` (0 for times before it).
+    fn unix_ms(t: SystemTime) -> u64 {
+        t.duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// The range asked for, in Unix ms (0 = the oldest window, and now),
+    /// with `now` the time --since counts back from.
+    pub fn range(&self, now: SystemTime) -> Result<(u64, u64), String> {
+        let from = match (self.since, self.from) {
+            (Some(since), _) => Self::unix_ms(now.checked_sub(since).unwrap_or(UNIX_EPOCH)).max(1),
+            (None, Some(from)) => Self::unix_ms(from),
+            (None, None) => 0,
+        };
+        let to = self.to.map_or(0, Self::unix_ms);
+        if to != 0 && from > to {
+            return Err(format!(
+                "the range starts after it ends: give a --to after {}",
+                if self.since.is_some() {
+                    "now minus --since"
+                } else {
+                    "--from"
+                }
+            ));
+        }
+        Ok((from, to))
+    }
+
+    /// The query the options ask for.
+    pub fn query(&self, now: SystemTime) -> Result<api::Query, String> {
+        let (from_unix_ms, to_unix_ms) = self.range(now)?;
+        Ok(api::Query {
+            from_unix_ms,
+            to_unix_ms,
+            services: self.services.clone(),
+            pids: self.pids.clone(),
+            by: self
+                .by
+                .map_or(api::GroupBy::Unspecified, api::GroupBy::from) as i32,
+        })
+    }
+
+    /// What to do: list, print a view, or export.
+    pub fn action(&self) -> Result<QueryAction, String> {
+        let view = self.options.view()?;
+        let flat = matches!(view, ReportView::Flat { .. });
+        if self.list {
+            if !flat {
+                return Err(
+                    "--list prints the windows and services: leave out the view options".into(),
+                );
+            }
+            return Ok(QueryAction::List);
+        }
+        if self.output != Path::new("-") && self.format.is_none() {
+            return Err("-o FILE goes with --format (a view is printed on stdout)".into());
+        }
+        match self.format {
+            Some(_) if !flat => Err("--format writes the whole profile: leave out the view options (--tree, --callers, ...)".into()),
+            Some(format) => Ok(QueryAction::Export(format)),
+            None => Ok(QueryAction::View(view)),
+        }
+    }
+}
+
+/// `profctl query --since`: a positive duration such as 30s, 15m, 2h or 1d.
+fn parse_since(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration ({e}): use e.g. 30s, 15m, 2h or 1d"))?;
+    if d.is_zero() {
+        return Err(format!("`{s}` is no time at all: give a positive duration"));
+    }
+    Ok(d)
+}
+
+/// `profctl query --from/--to`: RFC 3339 (UTC) or Unix seconds.
+fn parse_time(s: &str) -> Result<SystemTime, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        let secs: u64 = t
+            .parse()
+            .map_err(|_| format!("`{s}` is too large for Unix seconds"))?;
+        return UNIX_EPOCH
+            .checked_add(Duration::from_secs(secs))
+            .ok_or_else(|| format!("`{s}` is too large for Unix seconds"));
+    }
+    humantime::parse_rfc3339_weak(t).map_err(|e| {
+        format!(
+            "`{s}` is not a time ({e}): use RFC 3339 in UTC (2026-12-02T09:00:00Z) or Unix seconds"
+        )
+    })
 }
 
 /// `#12` selects function id 12; anything else is an exact function name.

@@ -470,3 +470,118 @@ fn remote_options_need_connect() {
         assert_eq!(e, format!("{flag} applies only with --connect"));
     }
 }
+
+fn query_args(args: &[&str]) -> Result<QueryArgs, clap::Error> {
+    let full: Vec<&str> = std::iter::once("query")
+        .chain(args.iter().copied())
+        .collect();
+    match parse(&full)?.command {
+        Command::Query(q) => Ok(q),
+        other => panic!("not query: {other:?}"),
+    }
+}
+
+#[test]
+fn query_selects_services_processes_and_a_range() {
+    let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+    let q = query_args(&[
+        "--service",
+        "nginx.service",
+        "--service",
+        "db",
+        "--pid",
+        "42",
+        "--since",
+        "15m",
+        "--by",
+        "process",
+    ])
+    .unwrap();
+    let query = q.query(now).unwrap();
+    assert_eq!(query.services, ["nginx.service", "db"]);
+    assert_eq!(query.pids, [42]);
+    assert_eq!(query.from_unix_ms, (1_000_000 - 900) * 1000);
+    assert_eq!(query.to_unix_ms, 0, "up to now");
+    assert_eq!(query.by, api::GroupBy::Process as i32);
+    assert_eq!(
+        q.action(),
+        Ok(QueryAction::View(ReportView::Flat { limit: Some(20) }))
+    );
+
+    for (since, secs) in [("30s", 30), ("2h", 7200), ("1d", 86_400)] {
+        let q = query_args(&["--since", since]).unwrap();
+        assert_eq!(
+            q.query(now).unwrap().from_unix_ms,
+            (1_000_000 - secs) * 1000,
+            "{since}"
+        );
+    }
+    let q = query_args(&[]).unwrap();
+    let all = q.query(now).unwrap();
+    assert_eq!((all.from_unix_ms, all.to_unix_ms, all.by), (0, 0, 0));
+    assert!(all.services.is_empty() && all.pids.is_empty());
+}
+
+#[test]
+fn query_times_are_rfc3339_or_unix_seconds() {
+    let q = query_args(&["--from", "2026-12-02T09:00:00Z", "--to", "1796205600"]).unwrap();
+    let query = q.query(SystemTime::now()).unwrap();
+    assert_eq!(query.from_unix_ms, 1_796_202_000_000);
+    assert_eq!(query.to_unix_ms, 1_796_205_600_000);
+    let q = query_args(&["--from", "1700000000", "--to", "1700000600"]).unwrap();
+    let query = q.query(SystemTime::now()).unwrap();
+    assert_eq!(
+        (query.from_unix_ms, query.to_unix_ms),
+        (1_700_000_000_000, 1_700_000_600_000)
+    );
+    let q = query_args(&["--from", "1700000600", "--to", "1700000000"]).unwrap();
+    let err = q.query(SystemTime::now()).unwrap_err();
+    assert!(err.contains("--to") && err.contains("--from"), "{err}");
+    for bad in [
+        &["--since", "15"][..],
+        &["--since", "0s"],
+        &["--since", "soon"],
+        &["--from", "yesterday"],
+        &["--to", "2026-13-01T00:00:00Z"],
+        &["--since", "1h", "--from", "1700000000"],
+        &["--by", "thread"],
+    ] {
+        assert!(query_args(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn query_takes_report_views_exports_and_list() {
+    let q = query_args(&["--since", "1h", "--tree", "--min-pct", "2"]).unwrap();
+    assert!(matches!(q.action(), Ok(QueryAction::View(ReportView::Tree(t))) if t.min_pct == 2.0));
+    let q = query_args(&["--callers", "malloc"]).unwrap();
+    assert!(matches!(
+        q.action(),
+        Ok(QueryAction::View(ReportView::CallerCallee {
+            callers: true,
+            ..
+        }))
+    ));
+    let q = query_args(&["--threads"]).unwrap();
+    assert_eq!(q.action(), Ok(QueryAction::View(ReportView::Threads)));
+    let q = query_args(&["--format", "svg", "-o", "f.svg"]).unwrap();
+    assert_eq!(q.action(), Ok(QueryAction::Export(ExportFormatArg::Svg)));
+    assert_eq!(q.output, PathBuf::from("f.svg"));
+    let q = query_args(&["--list", "--since", "1h"]).unwrap();
+    assert_eq!(q.action(), Ok(QueryAction::List));
+
+    let err = query_args(&["--format", "svg", "--tree"])
+        .unwrap()
+        .action()
+        .unwrap_err();
+    assert!(err.contains("--format"), "{err}");
+    let err = query_args(&["-o", "x.txt"]).unwrap().action().unwrap_err();
+    assert!(err.contains("--format"), "{err}");
+    let err = query_args(&["--list", "--hot-path"])
+        .unwrap()
+        .action()
+        .unwrap_err();
+    assert!(err.contains("--list"), "{err}");
+    assert!(query_args(&["--list", "--service", "db"]).is_err());
+    assert!(query_args(&["--tree", "--threads"]).is_err(), "one view");
+}

@@ -70,6 +70,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         Command::Stop(args) => commands::stop(client, args.id, &out).await,
         Command::Info => commands::info(client, &out).await,
         Command::Export(args) => commands::export(client, args, &out).await,
+        Command::Query(args) => commands::query(client, args, &out).await,
         Command::Histogram(args) => commands::histogram(client, args, &out).await,
         Command::Report(args) => match args.source() {
             ReportSource::Session(id) => commands::report_session(client, id, args, &out).await,

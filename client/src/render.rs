@@ -3,7 +3,7 @@
 //! functions from values to strings; writing them out is the caller's job.
 use std::fmt::Write as _;
 
-use profd_common::api::{InfoResponse, Scope, Session, SessionState, Totals};
+use profd_common::api::{InfoResponse, ListWindowsResponse, Scope, Session, SessionState, Totals};
 use profd_common::event_name;
 
 use crate::ranking::{percent, totals, Profile};
@@ -113,10 +113,58 @@ fn processes_text(session: &Session) -> String {
     format!("processes: {}\n", list.join(", "))
 }
 
+/// The synthetic session of a query of the continuous history (id 0,
+/// pid 0), as the daemon answers it.
+pub fn is_history(session: &Session) -> bool {
+    session.id == 0 && session.pid == 0
+}
+
+/// Unix milliseconds as RFC 3339 in UTC, to the second.
+pub fn unix_ms_text(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// `1.5 MiB`: a byte count for people.
+pub fn bytes_text(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// `7d`, `6h`, `90s`: a retention age for people.
+fn age_text(s: u64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(s)).to_string()
+}
+
 /// The profile table's two header lines: session, target, event, unwinding,
 /// scope, elapsed time, state; then the sample totals, with the stack totals.
+/// A query of the continuous history says so, with the first window's start
+/// and the time its windows cover.
 pub fn table_header(session: &Session) -> String {
     let t = totals(session);
+    if is_history(session) {
+        return format!(
+            "profd continuous history — windows from {} — {} @ {} Hz — {:.0} s of windows\n\
+             samples: {}; stacks: {} truncated, {} unsymbolized\n",
+            unix_ms_text(session.started_unix_ms),
+            event_name(session.event()),
+            session.frequency_hz,
+            session.duration_s,
+            totals_text(&t),
+            t.truncated,
+            t.unsymbolized,
+        );
+    }
     format!(
         "profd session {} — {} — {} @ {} Hz — {}{} — {:.2} s — {}\n\
          samples: {}; stacks: {} truncated, {} unsymbolized\n{}",
@@ -251,6 +299,14 @@ pub fn profile_json(profile: &Profile, limit: Option<usize>) -> String {
 /// One line on a session, e.g. for `profctl stop`:
 /// `session 3 — pid 1234 (work) — stopped — 5.00 s — 9950 attributed, 812 discarded, 0 lost`.
 pub fn session_line(session: &Session) -> String {
+    if is_history(session) {
+        return format!(
+            "the continuous history — windows from {} — {:.0} s — {}\n",
+            unix_ms_text(session.started_unix_ms),
+            session.duration_s,
+            totals_text(&totals(session)),
+        );
+    }
     format!(
         "session {} — {} — {} — {:.2} s — {}\n",
         session.id,
@@ -397,11 +453,113 @@ pub fn info_text(info: &InfoResponse) -> String {
         ("sampler groups", groups),
         ("samples", totals_text(&t)),
         ("running sessions", info.running_sessions.to_string()),
+        (
+            "continuous",
+            info.continuous
+                .as_ref()
+                .map_or("off".to_string(), continuous_text),
+        ),
     ];
     let mut out = String::from("profd daemon\n");
     for (k, v) in lines {
         let _ = writeln!(out, "  {:<22}{v}", format!("{k}:"));
     }
+    out
+}
+
+/// Continuous profiling's settings and history on one line (Info).
+fn continuous_text(c: &ListWindowsResponse) -> String {
+    format!(
+        "on, {} Hz, windows of {} s; history {} windows, {} (keeps {} and {}); dropped {} by bytes, {} by age; {} damaged",
+        c.frequency_hz,
+        c.window_seconds,
+        c.windows_kept,
+        bytes_text(c.bytes_kept),
+        bytes_text(c.retention_bytes),
+        age_text(c.retention_s),
+        c.dropped_bytes,
+        c.dropped_age,
+        c.damaged,
+    )
+}
+
+/// `profctl query --list`: the settings and history, the services of the
+/// range (most samples first), then its windows (oldest first).
+pub fn windows_text(l: &ListWindowsResponse) -> String {
+    let mut out = format!(
+        "profd continuous profiling on {}: {}\n",
+        l.host,
+        continuous_text(l)
+    );
+    if l.windows.is_empty() {
+        out.push_str("no windows in the range\n");
+        return out;
+    }
+    let first = l.windows.first().map_or(0, |w| w.start_unix_ns / 1_000_000);
+    let last = l.windows.last().map_or(0, |w| w.end_unix_ns / 1_000_000);
+    let total: u64 = l.services.iter().map(|s| s.samples).sum();
+    let _ = writeln!(
+        out,
+        "{} windows from {} to {}, {} samples\n",
+        l.windows.len(),
+        unix_ms_text(first),
+        unix_ms_text(last),
+        total
+    );
+    let rows: Vec<Vec<String>> = l
+        .services
+        .iter()
+        .map(|s| {
+            vec![
+                s.samples.to_string(),
+                format!("{:.1}", percent(s.samples, total)),
+                s.service.clone(),
+            ]
+        })
+        .collect();
+    out.push_str(&columns(
+        &["SAMPLES", "%", "SERVICE"],
+        &[Align::Right, Align::Right, Align::Left],
+        &rows,
+    ));
+    out.push('\n');
+    let rows: Vec<Vec<String>> = l
+        .windows
+        .iter()
+        .map(|w| {
+            let samples: u64 = w.services.iter().map(|s| s.samples).sum();
+            let mut top: Vec<String> = w
+                .services
+                .iter()
+                .take(3)
+                .map(|s| format!("{} {}", s.service, s.samples))
+                .collect();
+            if w.services.len() > 3 {
+                top.push(format!("+{} more", w.services.len() - 3));
+            }
+            vec![
+                unix_ms_text(w.start_unix_ns / 1_000_000),
+                format!(
+                    "{:.0}",
+                    w.end_unix_ns.saturating_sub(w.start_unix_ns) as f64 / 1e9
+                ),
+                samples.to_string(),
+                bytes_text(w.bytes),
+                top.join(", "),
+            ]
+        })
+        .collect();
+    out.push_str(&columns(
+        &["START", "SECS", "SAMPLES", "SIZE", "SERVICES"],
+        &[
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Left,
+        ],
+        &rows,
+    ));
     out
 }
 

@@ -450,3 +450,75 @@ fn info_lists_everything() {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
 }
+
+#[test]
+fn a_history_query_is_headed_as_the_history() {
+    let session = Session {
+        id: 0,
+        pid: 0,
+        comm: "continuous".into(),
+        frequency_hz: 19,
+        started_unix_ms: 1_796_202_000_000,
+        duration_s: 600.0,
+        scope: Scope::SystemWide as i32,
+        ..Default::default()
+    };
+    let header = table_header(&session);
+    assert!(
+        header.starts_with(
+            "profd continuous history — windows from 2026-12-02T09:00:00Z — cpu-clock @ 19 Hz — 600 s of windows\n"
+        ),
+        "{header}"
+    );
+    assert!(session_line(&session).starts_with("the continuous history — windows from"));
+}
+
+#[test]
+fn window_listings_show_services_then_windows() {
+    use profd_common::api::{ListWindowsResponse, ServiceSamples, WindowSummary};
+    let svc = |service: &str, samples| ServiceSamples {
+        service: service.into(),
+        samples,
+    };
+    let l = ListWindowsResponse {
+        enabled: true,
+        frequency_hz: 19,
+        window_seconds: 10,
+        retention_bytes: 256 << 20,
+        retention_s: 7 * 86_400,
+        host: "web-1".into(),
+        windows_kept: 2,
+        bytes_kept: 3 << 10,
+        dropped_age: 4,
+        windows: vec![WindowSummary {
+            id: "a".into(),
+            start_unix_ns: 1_796_202_000_000_000_000,
+            end_unix_ns: 1_796_202_010_000_000_000,
+            services: vec![svc("web", 30), svc("db", 10)],
+            bytes: 1500,
+            ..Default::default()
+        }],
+        services: vec![svc("web", 30), svc("db", 10)],
+        ..Default::default()
+    };
+    let text = windows_text(&l);
+    for needle in [
+        "profd continuous profiling on web-1: on, 19 Hz, windows of 10 s; history 2 windows, 3.0 KiB (keeps 256.0 MiB and 7days); dropped 0 by bytes, 4 by age; 0 damaged",
+        "1 windows from 2026-12-02T09:00:00Z to 2026-12-02T09:00:10Z, 40 samples",
+        "     30  75.0  web",
+        "2026-12-02T09:00:00Z    10       40  1.5 KiB  web 30, db 10",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in\n{text}");
+    }
+    let info = InfoResponse {
+        continuous: Some(l.clone()),
+        ..Default::default()
+    };
+    let text = info_text(&info);
+    assert!(
+        text.contains("\n  continuous:           on, 19 Hz"),
+        "{text}"
+    );
+    let text = info_text(&InfoResponse::default());
+    assert!(text.contains("\n  continuous:           off\n"), "{text}");
+}

@@ -1,11 +1,11 @@
-//! `profctl export`: GetProfile with a format, its bytes written to a file
-//! or stdout.
+//! `profctl export` (and `profctl query --format`): GetProfile with a
+//! format, its bytes written to a file or stdout.
 use std::io::Write as _;
 use std::path::Path;
 
 use profd_common::api::{ExportFormat, GetProfileRequest};
 
-use super::required_session;
+use super::{required_session, Source};
 use crate::cli::{ExportArgs, ExportFormatArg};
 use crate::connect::Client;
 use crate::error::Error;
@@ -15,28 +15,40 @@ use crate::render;
 
 /// Writes session `args.session` in `args.format` to `args.output`.
 pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Result<(), Error> {
-    let to_stdout = args.output == Path::new("-");
-    if to_stdout && out.is_terminal() && args.format == ExportFormatArg::Pprof {
+    let source = Source::Session(args.session);
+    export_source(client, &source, args.format, &args.output, out).await
+}
+
+/// Writes a session or the continuous history in `format` to `output`
+/// (`-` for stdout).
+pub async fn export_source(
+    client: &mut Client,
+    source: &Source,
+    format: ExportFormatArg,
+    output: &Path,
+    out: &Output,
+) -> Result<(), Error> {
+    let to_stdout = output == Path::new("-");
+    if to_stdout && out.is_terminal() && format == ExportFormatArg::Pprof {
         return Err(Error::Usage(
             "a pprof export is binary (gzip): give -o FILE rather than a terminal".into(),
         ));
     }
     let reply = waiting(
-        &format!("exporting session {}", args.session),
+        &format!("exporting {}", source.name()),
         client.get_profile(GetProfileRequest {
-            session_id: args.session,
-            format: ExportFormat::from(args.format) as i32,
-            query: None,
+            session_id: source.session_id(),
+            format: ExportFormat::from(format) as i32,
+            query: source.query(),
         }),
     )
     .await?
     .into_inner();
     let session = required_session(reply.session, "GetProfile")?;
     // Only folded stacks of a session without samples are empty.
-    if reply.data.is_empty() && args.format != ExportFormatArg::Folded {
+    if reply.data.is_empty() && format != ExportFormatArg::Folded {
         return Err(Error::Protocol(format!(
-            "the GetProfile reply has no {:?} data",
-            args.format
+            "the GetProfile reply has no {format:?} data"
         )));
     }
     if to_stdout {
@@ -46,11 +58,11 @@ pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Res
             .and_then(|()| stdout.flush())
             .map_err(Error::Output);
     }
-    std::fs::write(&args.output, &reply.data)
-        .map_err(|e| Error::io(format!("cannot write {}", args.output.display()), e))?;
+    std::fs::write(output, &reply.data)
+        .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
     eprintln!(
         "profctl: wrote {} ({} bytes) for {}",
-        args.output.display(),
+        output.display(),
         reply.data.len(),
         render::session_line(&session).trim_end()
     );

@@ -1,9 +1,10 @@
-//! `profctl report`: one view of a live session (GetProfile / GetView) or of
-//! a saved pprof file (computed locally), printed as text.
+//! `profctl report`: one view of a live session or of the continuous
+//! history (GetProfile / GetView), or of a saved pprof file (computed
+//! locally), printed as text.
 use profd_common::api::get_view_request::View;
 use profd_common::api::{GetProfileRequest, GetViewRequest, GetViewResponse, ThreadsRequest};
 
-use super::required_session;
+use super::{required_session, Source};
 use crate::cli::{ReportArgs, ReportView};
 use crate::connect::Client;
 use crate::error::Error;
@@ -81,15 +82,26 @@ pub async fn report_session(
     out: &Output,
 ) -> Result<(), Error> {
     let view = args.view().map_err(Error::Usage)?;
-    let text = match view_request(&view) {
+    report_daemon(client, &Source::Session(id), &view, out).await
+}
+
+/// Prints `view` of a session or of the continuous history.
+pub async fn report_daemon(
+    client: &mut Client,
+    source: &Source,
+    view: &ReportView,
+    out: &Output,
+) -> Result<(), Error> {
+    let text = match view_request(view) {
         None => {
             let ReportView::Flat { limit } = view else {
                 unreachable!("only the flat table has no view request")
             };
             let reply = waiting(
-                &format!("reading the profile of session {id}"),
+                &format!("reading the profile of {}", source.name()),
                 client.get_profile(GetProfileRequest {
-                    session_id: id,
+                    session_id: source.session_id(),
+                    query: source.query(),
                     ..Default::default()
                 }),
             )
@@ -97,22 +109,22 @@ pub async fn report_session(
             .into_inner();
             let session = required_session(reply.session, "GetProfile")?;
             let profile = Profile::new(session, reply.functions);
-            render::profile_table(&profile, table_options(limit, out))
+            render::profile_table(&profile, table_options(*limit, out))
         }
         Some(request) => {
             let reply = waiting(
-                &format!("reading the view of session {id}"),
+                &format!("reading the view of {}", source.name()),
                 client.get_view(GetViewRequest {
-                    session_id: id,
+                    session_id: source.session_id(),
                     view: Some(request),
-                    query: None,
+                    query: source.query(),
                 }),
             )
             .await?
             .into_inner();
             let session = required_session(reply.session.clone(), "GetView")?;
             let mut text = render::table_header(&session);
-            text.push_str(&view_text(&view, &reply));
+            text.push_str(&view_text(view, &reply));
             text
         }
     };

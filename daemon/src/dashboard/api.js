@@ -56,6 +56,12 @@ function frame(message) {
   return out;
 }
 
+// A GetViewRequest's source: session_id (1), or query (7) with id 0.
+function viewRequest(source) {
+  if (typeof source === 'number') return new Writer().uint(1, source);
+  return new Writer().message(7, pb.queryWriter(source));
+}
+
 export class Client {
   constructor(token, base = '') {
     this.token = token;
@@ -140,17 +146,26 @@ export class Client {
     return this.unary('Stop', new Writer().uint(1, sessionId).finish(), pb.StopResponse);
   }
 
-  // The call tree top-down, leaving out nodes under `minPct` % of the samples.
-  tree(sessionId, minPct) {
+  // The call tree top-down, leaving out nodes under `minPct` % of the
+  // samples, of `source`: a session id, or a query of the continuous
+  // history ({ fromUnixMs, toUnixMs, services, pids, by }).
+  tree(source, minPct) {
     const tree = new Writer().double(2, minPct);
-    const req = new Writer().uint(1, sessionId).message(2, tree);
+    const req = viewRequest(source).message(2, tree);
     return this.unary('GetView', req.finish(), pb.GetViewResponse);
   }
 
-  callers(sessionId, functionId) {
+  callers(source, functionId) {
     const ref = new Writer().uint(1, functionId);
-    const req = new Writer().uint(1, sessionId).message(3, ref);
+    const req = viewRequest(source).message(3, ref);
     return this.unary('GetView', req.finish(), pb.GetViewResponse);
+  }
+
+  // The continuous history's settings, windows and services over
+  // [fromMs, toMs) (Unix ms; 0 = the oldest, and now).
+  listWindows(fromMs, toMs) {
+    const req = new Writer().uint(1, fromMs).uint(2, toMs);
+    return this.unary('ListWindows', req.finish(), pb.ListWindowsResponse);
   }
 
   // One Watch stream: `onUpdate` gets each decoded WatchResponse.

@@ -1,11 +1,14 @@
 // app.js: the dashboard page: sign-in with a bearer token (kept in
 // sessionStorage), the session list, and for the session chosen a live
 // function table from one Watch stream (snapshot, then deltas applied as
-// docs/API.md says), its totals, a flame graph and callers/callees.
+// docs/API.md says), its totals, a flame graph and callers/callees. The
+// continuous profiling panel lists the services of a time range
+// (ListWindows) and shows the merged profile of one or all of them with the
+// same table, flame graph and callers/callees (GetView with a query).
 
 import { Client, GrpcError } from './api.js';
 import { drawFlame } from './flame.js';
-import { STATES, EVENTS, RUNNING } from './proto.js';
+import { STATES, EVENTS, RUNNING, GROUP_BY } from './proto.js';
 
 const TOKEN_KEY = 'profd.token';
 const SESSIONS_EVERY_MS = 2000;
@@ -96,6 +99,7 @@ async function signIn(token) {
   $('whoami').textContent = `signed in with a token of ${location.host}`;
   renderSessions(reply.sessions);
   state.sessionsTimer = setInterval(refreshSessions, SESSIONS_EVERY_MS);
+  listServices();
   const wanted = Number(new URLSearchParams(location.hash.slice(1)).get('session'));
   if (wanted && reply.sessions.some((s) => s.id === wanted)) selectSession(wanted);
 }
@@ -266,16 +270,25 @@ function renderSession(watch) {
   for (const key of TOTALS) {
     document.querySelector(`#totals [data-total="${key}"]`).textContent = fmt(totals[key] || 0);
   }
-  if (s) {
+  if (s && watch.query) {
+    const event = EVENTS[s.event] || `event ${s.event}`;
+    $('session-title').textContent = `Continuous: ${watch.label}, ${event} at ${s.frequencyHz} Hz`;
+    show('stop', false);
+  } else if (s) {
     const event = EVENTS[s.event] || `event ${s.event}`;
     $('session-title').textContent =
       `Session ${s.id}: pid ${s.pid} (${s.comm}), ${event} at ${s.frequencyHz} Hz, ${stateText(s)}`;
     show('stop', s.state === RUNNING);
   }
   const time = new Date().toLocaleTimeString('en-GB');
-  $('status').textContent = watch.final
-    ? `ended; ${s?.durationS.toFixed(1)} s sampled`
-    : `live, updated ${time} (seq ${watch.seq}, ${s?.durationS.toFixed(1)} s)`;
+  if (watch.query) {
+    const from = s?.startedUnixMs ? new Date(s.startedUnixMs).toLocaleString('en-GB') : '—';
+    $('status').textContent = `${s?.durationS.toFixed(0)} s of windows from ${from}`;
+  } else {
+    $('status').textContent = watch.final
+      ? `ended; ${s?.durationS.toFixed(1)} s sampled`
+      : `live, updated ${time} (seq ${watch.seq}, ${s?.durationS.toFixed(1)} s)`;
+  }
   const total = totals.attributed || 0;
   const rows = [...watch.counts.entries()]
     .sort((a, b) => b[1].inclusive - a[1].inclusive || b[1].exclusive - a[1].exclusive || a[0] - b[0]);
@@ -356,7 +369,7 @@ async function selectFunction(id) {
 
 async function loadCallers(id) {
   const watch = state.watch;
-  const view = await state.client.callers(watch.id, id);
+  const view = await state.client.callers(watch.query || watch.id, id);
   if (state.watch !== watch || state.selected !== id) return;
   const names = new Map(view.functions.map((f) => [f.id, f]));
   const cc = view.callerCallee;
@@ -389,6 +402,109 @@ async function loadCallers(id) {
 }
 
 // ---------------------------------------------------------------------------
+// Continuous profiling: the services of a range, and a merged profile
+
+// The range chosen, in Unix ms ([0, 0] = the whole history).
+function continuousRange() {
+  const choice = $('continuous-range').value;
+  if (choice !== 'custom') {
+    return { fromUnixMs: Date.now() - Number(choice) * 1000, toUnixMs: 0, label: $('continuous-range').selectedOptions[0].textContent };
+  }
+  const from = $('continuous-from').value ? new Date($('continuous-from').value).getTime() : 0;
+  const to = $('continuous-to').value ? new Date($('continuous-to').value).getTime() : 0;
+  const label = `${from ? new Date(from).toLocaleString('en-GB') : 'the oldest window'} to ${to ? new Date(to).toLocaleString('en-GB') : 'now'}`;
+  return { fromUnixMs: from, toUnixMs: to, label };
+}
+
+async function listServices(event) {
+  event?.preventDefault();
+  if (!state.client) return;
+  const range = continuousRange();
+  let list;
+  try {
+    list = await state.client.listWindows(range.fromUnixMs, range.toUnixMs);
+  } catch (e) {
+    if (e instanceof GrpcError && e.code === UNAUTHENTICATED) return showError(e);
+    // Off in this daemon, or not root: say why, in place of the panel.
+    $('continuous-error').textContent = e instanceof GrpcError ? e.detail : e.message;
+    show('continuous-error', true);
+    show('services', false);
+    show('no-windows', false);
+    $('continuous-summary').textContent = '';
+    return;
+  }
+  show('continuous-error', false);
+  $('continuous-summary').textContent =
+    `${list.host}: ${list.frequencyHz} Hz, windows of ${list.windowSeconds} s; ` +
+    `${fmt(list.windows.length)} windows in the range, ${fmt(list.windowsKept)} kept`;
+  const total = list.services.reduce((n, s) => n + s.samples, 0);
+  const row = (name, samples, services) => {
+    const tr = document.createElement('tr');
+    tr.dataset.service = services.join(',');
+    tr.append(cell(name, 'name'), cell(fmt(samples), 'num'), pctCell(total ? (100 * samples) / total : 0));
+    tr.addEventListener('click', () => {
+      for (const r of $('services').tBodies[0].rows) r.classList.toggle('selected', r === tr);
+      const label = `${services.length ? services[0] : 'all services'}, ${range.label}`;
+      selectContinuous({ fromUnixMs: range.fromUnixMs, toUnixMs: range.toUnixMs, services, by: services.length ? GROUP_BY.none : GROUP_BY.service }, label);
+    });
+    return tr;
+  };
+  const rows = list.services.map((s) => row(s.service, s.samples, [s.service]));
+  if (rows.length) rows.unshift(row('all services', total, []));
+  $('services').tBodies[0].replaceChildren(...rows);
+  show('services', rows.length > 0);
+  show('no-windows', rows.length === 0);
+}
+
+// Show the merged profile of `query` in the session panel: table, totals,
+// flame graph and callers/callees, from one GetView tree.
+async function selectContinuous(query, label) {
+  closeSession();
+  clearError();
+  for (const tr of $('sessions').tBodies[0].rows) tr.classList.remove('selected');
+  const watch = {
+    id: 0,
+    query,
+    label,
+    names: new Map(),
+    counts: new Map(),
+    seq: 0,
+    updates: 0,
+    session: null,
+    final: true,
+    viewsDone: true,
+    abort: new AbortController(),
+  };
+  state.watch = watch;
+  state.selected = null;
+  state.flameView = null;
+  $('session-title').textContent = `Continuous: ${label}`;
+  $('functions').tBodies[0].replaceChildren();
+  $('flame').replaceChildren();
+  $('status').textContent = 'reading the history…';
+  show('stop', false);
+  show('callers-panel', false);
+  show('session-panel', true);
+  try {
+    const view = await state.client.tree(query, FLAME_MIN_PCT);
+    if (state.watch !== watch) return;
+    for (const f of view.functions) {
+      watch.names.set(f.id, { name: f.name, module: f.module, inlined: f.inlined });
+      watch.counts.set(f.id, { inclusive: f.inclusive, exclusive: f.exclusive });
+    }
+    watch.session = view.session;
+    renderSession(watch);
+    state.flameView = view;
+    drawCurrentFlame();
+  } catch (e) {
+    if (state.watch === watch) {
+      showError(e);
+      $('status').textContent = '';
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Start
 
 function start() {
@@ -405,6 +521,11 @@ function start() {
   });
   $('logout').addEventListener('click', () => signOut());
   $('attach-form').addEventListener('submit', attach);
+  $('continuous-form').addEventListener('submit', listServices);
+  $('continuous-range').addEventListener('change', () => {
+    show('continuous-custom', $('continuous-range').value === 'custom');
+    if ($('continuous-range').value !== 'custom') listServices();
+  });
   $('stop').addEventListener('click', async () => {
     try {
       if (state.watch) await state.client.stop(state.watch.id);

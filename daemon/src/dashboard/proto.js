@@ -168,7 +168,7 @@ function readValue(r, type, wire) {
 }
 
 // ---------------------------------------------------------------------------
-// profd.v1 replies (field numbers from proto/profd/v1/profd.proto)
+// profd.v1 messages (field numbers from proto/profd/v1/profd.proto)
 
 export const Totals = {
   1: ['attributed', 'uint'],
@@ -254,6 +254,49 @@ export const GetViewResponse = {
   3: ['nodes', TreeNode, 'repeated'],
   4: ['callerCallee', CallerCallee],
 };
+
+// Continuous profiling (ListWindows). Times in ns exceed 2^53: they read
+// to within a microsecond, enough to show them.
+const ServiceSamples = {
+  1: ['service', 'string'],
+  2: ['samples', 'uint'],
+};
+
+const WindowSummary = {
+  1: ['id', 'string'],
+  2: ['startUnixNs', 'uint'],
+  3: ['endUnixNs', 'uint'],
+  4: ['totals', Totals],
+  5: ['services', ServiceSamples, 'repeated'],
+  6: ['bytes', 'uint'],
+};
+
+export const ListWindowsResponse = {
+  1: ['enabled', 'bool'],
+  2: ['frequencyHz', 'uint'],
+  3: ['windowSeconds', 'uint'],
+  4: ['retentionBytes', 'uint'],
+  5: ['retentionS', 'uint'],
+  6: ['host', 'string'],
+  7: ['windowsKept', 'uint'],
+  8: ['bytesKept', 'uint'],
+  9: ['droppedBytes', 'uint'],
+  10: ['droppedAge', 'uint'],
+  11: ['damaged', 'uint'],
+  12: ['windows', WindowSummary, 'repeated'],
+  13: ['services', ServiceSamples, 'repeated'],
+};
+
+// GroupBy, as Query.by takes it.
+export const GROUP_BY = { none: 0, service: 1, process: 2, host: 3 };
+
+// A profd.v1.Query: { fromUnixMs, toUnixMs, services: [], pids: [], by }.
+export function queryWriter(q) {
+  const w = new Writer().uint(1, q.fromUnixMs || 0).uint(2, q.toUnixMs || 0);
+  for (const s of q.services || []) w.string(3, s);
+  for (const pid of q.pids || []) w.uint(4, pid);
+  return w.uint(5, q.by || 0);
+}
 
 // SessionState and enum names, as the API spells them.
 export const STATES = ['unspecified', 'running', 'stopped', 'duration elapsed', 'exited', 'failed'];

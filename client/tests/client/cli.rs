@@ -22,6 +22,7 @@ fn help_lists_every_command() {
         "info",
         "export",
         "report",
+        "query",
         "histogram",
     ] {
         assert!(

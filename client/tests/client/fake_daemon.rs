@@ -81,6 +81,37 @@ fn function(id: u64, name: &str, module: &str, inclusive: u64, exclusive: u64) -
 #[derive(Clone, Default)]
 struct Fake {
     sessions: Arc<Mutex<HashMap<u64, FakeSession>>>,
+    /// The queries of the continuous history asked, in order.
+    queries: Arc<Mutex<Vec<Query>>>,
+}
+
+/// The synthetic session of a history query, as profd answers it.
+fn history_session() -> Session {
+    Session {
+        id: 0,
+        pid: 0,
+        comm: "continuous".into(),
+        frequency_hz: 19,
+        event: Event::CpuClock as i32,
+        state: SessionState::DurationElapsed as i32,
+        started_unix_ms: 1_796_202_000_000,
+        duration_s: 20.0,
+        scope: Scope::SystemWide as i32,
+        totals: Some(Totals {
+            attributed: 8,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn history_functions() -> Vec<Function> {
+    let mut main = function(1, "main", "web", 8, 0);
+    main.inclusive_pct = 100.0;
+    let mut serve = function(2, "serve_request", "web", 8, 8);
+    serve.inclusive_pct = 100.0;
+    serve.exclusive_pct = 100.0;
+    vec![main, serve]
 }
 
 impl Fake {
@@ -229,9 +260,22 @@ impl Profiler for Fake {
         &self,
         request: Request<GetProfileRequest>,
     ) -> Result<Response<GetProfileResponse>, Status> {
+        let request = request.into_inner();
+        if let Some(q) = request.query {
+            self.queries.lock().unwrap().push(q);
+            let data = match ExportFormat::try_from(request.format) {
+                Ok(ExportFormat::Folded) => b"main;serve_request 8\n".to_vec(),
+                _ => Vec::new(),
+            };
+            return Ok(Response::new(GetProfileResponse {
+                session: Some(history_session()),
+                functions: history_functions(),
+                data,
+            }));
+        }
         let sessions = self.sessions.lock().unwrap();
         let s = sessions
-            .get(&request.into_inner().session_id)
+            .get(&request.session_id)
             .ok_or_else(|| Status::not_found("no such session"))?;
         Ok(Response::new(GetProfileResponse {
             session: Some(s.session.clone()),
@@ -259,9 +303,26 @@ impl Profiler for Fake {
 
     async fn get_view(
         &self,
-        _: Request<profd_common::api::GetViewRequest>,
+        request: Request<profd_common::api::GetViewRequest>,
     ) -> Result<Response<profd_common::api::GetViewResponse>, Status> {
-        Err(Status::unimplemented("not faked"))
+        let request = request.into_inner();
+        let Some(q) = request.query else {
+            return Err(Status::unimplemented("not faked"));
+        };
+        self.queries.lock().unwrap().push(q);
+        let node = |parent, depth, function_id| TreeNode {
+            parent,
+            depth,
+            function_id,
+            inclusive: 8,
+            exclusive: if depth == 1 { 8 } else { 0 },
+        };
+        Ok(Response::new(GetViewResponse {
+            session: Some(history_session()),
+            functions: history_functions(),
+            nodes: vec![node(-1, 0, 1), node(0, 1, 2)],
+            ..Default::default()
+        }))
     }
 
     async fn get_histogram(
@@ -273,9 +334,38 @@ impl Profiler for Fake {
 
     async fn list_windows(
         &self,
-        _: Request<profd_common::api::ListWindowsRequest>,
+        request: Request<profd_common::api::ListWindowsRequest>,
     ) -> Result<Response<profd_common::api::ListWindowsResponse>, Status> {
-        Err(Status::unimplemented("not faked"))
+        let r = request.into_inner();
+        self.queries.lock().unwrap().push(Query {
+            from_unix_ms: r.from_unix_ms,
+            to_unix_ms: r.to_unix_ms,
+            ..Default::default()
+        });
+        let svc = |service: &str, samples| ServiceSamples {
+            service: service.into(),
+            samples,
+        };
+        Ok(Response::new(ListWindowsResponse {
+            enabled: true,
+            frequency_hz: 19,
+            window_seconds: 10,
+            retention_bytes: 256 << 20,
+            retention_s: 7 * 86_400,
+            host: "fake-host".into(),
+            windows_kept: 1,
+            bytes_kept: 900,
+            windows: vec![WindowSummary {
+                id: "w1".into(),
+                start_unix_ns: 1_796_202_000_000_000_000,
+                end_unix_ns: 1_796_202_010_000_000_000,
+                services: vec![svc("web", 8), svc("db", 2)],
+                bytes: 900,
+                ..Default::default()
+            }],
+            services: vec![svc("web", 8), svc("db", 2)],
+            ..Default::default()
+        }))
     }
 
     async fn list_sessions(
@@ -589,4 +679,88 @@ async fn sessions_stop_and_info() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("9.9.9-fake"), "{stdout}");
     assert!(stdout.contains("perf_event_paranoid:  2"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn query_reads_the_continuous_history() {
+    let server = Server::start().await;
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let before = now_ms();
+    let (code, stdout, stderr) = server.profctl(&["query", "--list", "--since", "1h"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with("profd continuous profiling on fake-host: on, 19 Hz"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("     8  80.0  web\n"), "{stdout}");
+    assert!(stdout.contains("2026-12-02T09:00:00Z"), "{stdout}");
+    let asked = server.fake.queries.lock().unwrap().pop().unwrap();
+    let hour_ago = before - 3_600_000;
+    assert!(
+        (hour_ago..hour_ago + 60_000).contains(&asked.from_unix_ms),
+        "{asked:?}"
+    );
+    assert_eq!(asked.to_unix_ms, 0);
+
+    let (code, stdout, stderr) = server
+        .profctl(&[
+            "query",
+            "--since",
+            "15m",
+            "--service",
+            "web",
+            "--by",
+            "process",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with("profd continuous history — windows from 2026-12-02T09:00:00Z — cpu-clock @ 19 Hz — 20 s of windows\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("serve_request"), "{stdout}");
+    let asked = server.fake.queries.lock().unwrap().pop().unwrap();
+    assert_eq!(asked.services, ["web"]);
+    assert_eq!(asked.by, GroupBy::Process as i32);
+
+    let (code, stdout, stderr) = server
+        .profctl(&[
+            "query",
+            "--from",
+            "1796202000",
+            "--to",
+            "1796205600",
+            "--pid",
+            "42",
+            "--tree",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("call tree, top-down"), "{stdout}");
+    assert!(stdout.contains("    serve_request"), "{stdout}");
+    let asked = server.fake.queries.lock().unwrap().pop().unwrap();
+    assert_eq!(
+        (asked.from_unix_ms, asked.to_unix_ms),
+        (1_796_202_000_000, 1_796_205_600_000)
+    );
+    assert_eq!(asked.pids, [42]);
+
+    let (code, stdout, stderr) = server.profctl(&["query", "--format", "folded"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "main;serve_request 8\n");
+    let asked = server.fake.queries.lock().unwrap().pop().unwrap();
+    assert_eq!(
+        (asked.from_unix_ms, asked.to_unix_ms),
+        (0, 0),
+        "the whole history"
+    );
+
+    let (code, _, stderr) = server.profctl(&["query", "--since", "soon"]).await;
+    assert_eq!(code, 2, "a usage error: {stderr}");
+    assert!(stderr.contains("soon"), "{stderr}");
 }

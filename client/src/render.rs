@@ -506,6 +506,14 @@ pub fn windows_text(l: &ListWindowsResponse) -> String {
         unix_ms_text(last),
         total
     );
+    if l.windows_left_out > 0 {
+        let _ = writeln!(
+            out,
+            "{} older windows of the range are not listed (the samples below count them): \
+             give a narrower range to see them\n",
+            l.windows_left_out
+        );
+    }
     let rows: Vec<Vec<String>> = l
         .services
         .iter()

@@ -519,6 +519,15 @@ fn window_listings_show_services_then_windows() {
         text.contains("\n  continuous:           on, 19 Hz"),
         "{text}"
     );
+    let wide = ListWindowsResponse {
+        windows_left_out: 5,
+        ..l.clone()
+    };
+    let text = windows_text(&wide);
+    assert!(
+        text.contains("5 older windows of the range are not listed"),
+        "{text}"
+    );
     let text = info_text(&InfoResponse::default());
     assert!(text.contains("\n  continuous:           off\n"), "{text}");
 }

@@ -27,6 +27,9 @@ const DAMAGED: &str = ".damaged";
 /// Most bytes one window may take once decompressed (a bound on what a
 /// damaged or forged file can make the daemon allocate).
 const MAX_WINDOW_BYTES: u64 = 1 << 30;
+/// Most bytes of window summaries in one listing (clients take replies of
+/// 4 MiB by default); the oldest windows of a wider range are left out.
+const MAX_LISTED_BYTES: usize = 2 << 20;
 /// Most service names quoted in a NOT_FOUND message.
 const MAX_NAMED: usize = 20;
 
@@ -364,15 +367,23 @@ impl Inner {
     fn list(&self, from_ns: u64, to_ns: u64) -> api::ListWindowsResponse {
         let mut windows = Vec::new();
         let mut services: HashMap<String, u64> = HashMap::new();
-        for key in self.keys(from_ns, to_ns) {
-            let Some(s) = self.summary(&key) else {
+        let (mut listed_bytes, mut left_out) = (0, 0);
+        // Newest first, so that those left out are the oldest.
+        for key in self.keys(from_ns, to_ns).iter().rev() {
+            let Some(s) = self.summary(key) else {
                 continue;
             };
             for svc in &s.services {
                 *services.entry(svc.service.clone()).or_default() += svc.samples;
             }
-            windows.push(api::WindowSummary::clone(&s));
+            listed_bytes += s.encoded_len();
+            if listed_bytes > MAX_LISTED_BYTES {
+                left_out += 1;
+            } else {
+                windows.push(api::WindowSummary::clone(&s));
+            }
         }
+        windows.reverse();
         let mut services: Vec<api::ServiceSamples> = services
             .into_iter()
             .map(|(service, samples)| api::ServiceSamples { service, samples })
@@ -381,6 +392,7 @@ impl Inner {
         api::ListWindowsResponse {
             windows,
             services,
+            windows_left_out: left_out,
             ..self.overview()
         }
     }
@@ -403,6 +415,7 @@ impl Inner {
             damaged: stats.damaged,
             windows: Vec::new(),
             services: Vec::new(),
+            windows_left_out: 0,
         }
     }
 }

@@ -502,3 +502,30 @@ fn names_carry_start_end_and_id() {
     assert!(valid_id(&random_id()));
     assert_eq!(random_id().len(), 32);
 }
+
+#[tokio::test]
+async fn wide_listings_leave_out_the_oldest_windows() {
+    let h = History::open(None, &settings()).unwrap();
+    // Summaries of about 20 KB: some 100 fit in a listing.
+    let label = "s".repeat(20_000);
+    for i in 0..150u64 {
+        h.add(
+            WindowBuilder::new(&format!("w{i}"), 3000 - i * 10)
+                .stack(&label, 1, "x", 1, &["f"], 1)
+                .build(),
+        )
+        .await;
+    }
+    let list = h.list(0, 0).await.unwrap();
+    let listed = list.windows.len() as u64;
+    assert!((50..150).contains(&listed), "{listed} listed");
+    assert_eq!(list.windows_left_out, 150 - listed);
+    assert_eq!(
+        list.windows.last().unwrap().id,
+        "w149",
+        "the newest are kept"
+    );
+    assert_eq!(list.windows[0].id, format!("w{}", 150 - listed));
+    assert_eq!(list.services[0].samples, 150, "services count every window");
+    assert!(prost::Message::encoded_len(&list) < 4 << 20);
+}

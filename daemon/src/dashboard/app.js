@@ -436,7 +436,7 @@ async function listServices(event) {
   show('continuous-error', false);
   $('continuous-summary').textContent =
     `${list.host}: ${list.frequencyHz} Hz, windows of ${list.windowSeconds} s; ` +
-    `${fmt(list.windows.length)} windows in the range, ${fmt(list.windowsKept)} kept`;
+    `${fmt(list.windows.length + list.windowsLeftOut)} windows in the range, ${fmt(list.windowsKept)} kept`;
   const total = list.services.reduce((n, s) => n + s.samples, 0);
   const row = (name, samples, services) => {
     const tr = document.createElement('tr');

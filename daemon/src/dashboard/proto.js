@@ -285,6 +285,7 @@ export const ListWindowsResponse = {
   11: ['damaged', 'uint'],
   12: ['windows', WindowSummary, 'repeated'],
   13: ['services', ServiceSamples, 'repeated'],
+  14: ['windowsLeftOut', 'uint'],
 };
 
 // GroupBy, as Query.by takes it.

@@ -1,5 +1,6 @@
 // Drives profd's web dashboard in real headless Chromium (playwright-core)
 // as a person would: a wrong token, then the right one; the session list;
+// the continuous profiling panel (off: it says so);
 // the live table of one session read twice; a function clicked for its
 // callers and callees; the flame graph; the totals; the session stopped
 // and its final table; a reload. Prints what it saw as
@@ -125,6 +126,10 @@ try {
     session: sessionStorage.getItem('profd.token') !== null,
     local: localStorage.length,
   }));
+
+  step = 'reading the continuous profiling panel (off in this daemon)';
+  await page.locator('#continuous-error').waitFor({ state: 'visible' });
+  result.continuousOff = (await page.textContent('#continuous-error')).trim();
 
   step = 'opening the session';
   watchStreams = 0;

@@ -539,6 +539,13 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
         "{}",
         show("the token kept after signing out")
     );
+    // The continuous profiling panel says why it shows nothing.
+    let off = seen["continuousOff"].as_str().unwrap_or_default();
+    assert!(
+        off.contains("continuous profiling is off in this daemon"),
+        "{}",
+        show("the continuous profiling panel")
+    );
     let row = seen["sessionRow"].as_str().unwrap_or_default();
     assert!(
         row.contains("split") && row.contains("running"),

@@ -421,8 +421,9 @@ impl Inner {
 }
 
 /// Rebuild the index from the directory's names (and sizes); leftovers of
-/// interrupted writes are removed, other files left alone.
-fn scan(dir: &Path, st: &mut State) -> Result<(), String> {
+/// interrupted writes, and damaged windows that ended before `cutoff` (ns),
+/// are removed, other files left alone.
+fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for entry in entries {
         let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -435,7 +436,13 @@ fn scan(dir: &Path, st: &mut State) -> Result<(), String> {
             continue;
         }
         let Some((start, end, id)) = parse_name(name) else {
-            if !name.ends_with(DAMAGED) {
+            let old_damage = name
+                .strip_suffix(DAMAGED)
+                .and_then(parse_name)
+                .is_some_and(|(_, end, _)| end <= cutoff);
+            if old_damage {
+                let _ = std::fs::remove_file(entry.path());
+            } else if !name.ends_with(DAMAGED) {
                 tracing::debug!(name, "not a window file: left alone");
             }
             continue;
@@ -611,16 +618,16 @@ impl<'q> Merge<'q> {
             frames.extend(group);
             used.insert(s.tid);
             self.p.attributed += s.count;
-            match self.stacks.get(&(s.tid, frames.clone())) {
+            let key = (s.tid, frames);
+            match self.stacks.get(&key) {
                 Some(&at) => self.p.stacks[at].count += s.count,
                 None => {
-                    self.stacks
-                        .insert((s.tid, frames.clone()), self.p.stacks.len());
                     self.p.stacks.push(ResolvedStack {
                         tid: s.tid,
-                        frames,
+                        frames: key.1.clone(),
                         count: s.count,
                     });
+                    self.stacks.insert(key, self.p.stacks.len() - 1);
                 }
             }
             let at = match self.process_at.get(&pid) {
@@ -740,7 +747,8 @@ impl History {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
                 .map_err(|e| format!("{}: {e}", dir.display()))?;
-            scan(dir, &mut state)?;
+            let age = settings.retention_age.as_nanos() as u64;
+            scan(dir, &mut state, now_ns().saturating_sub(age))?;
         }
         let inner = Inner {
             dir,

@@ -328,6 +328,20 @@ async fn damaged_files_are_moved_aside_and_counted() {
     drop(h);
     let h = History::open(Some(dir.clone()), &settings()).unwrap();
     assert_eq!(h.stats().windows, 1, "damaged files are not indexed again");
+    assert!(
+        dir.join(format!("{cut}.damaged")).exists(),
+        "kept within the age"
+    );
+    drop(h);
+    // Past the age kept, damaged files go with the windows.
+    let s = Settings {
+        retention_age: Duration::from_secs(5),
+        ..settings()
+    };
+    let h = History::open(Some(dir.clone()), &s).unwrap();
+    assert_eq!(h.stats().windows, 0);
+    assert!(!dir.join(format!("{cut}.damaged")).exists());
+    assert!(dir.join("README").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

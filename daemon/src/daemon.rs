@@ -145,36 +145,6 @@ async fn running_sessions(registry: &registry::Registry) -> usize {
     n
 }
 
-/// Open continuous profiling's history in `<state dir>/windows` (in memory
-/// without a state directory); a directory that cannot be used stops the
-/// start.
-async fn open_history(
-    persist: Option<&store::Persist>,
-    settings: &crate::continuous::Settings,
-) -> Result<History, Error> {
-    let dir = persist.map(|p| p.dir.join("windows"));
-    let (d, s) = (dir.clone(), settings.clone());
-    let opened = tokio::task::spawn_blocking(move || History::open(d, &s))
-        .await
-        .map_err(|e| Error::Config(format!("reading the continuous history: {e}")))?;
-    let history = opened.map_err(|reason| Error::State {
-        path: dir.clone().unwrap_or_default(),
-        reason,
-    })?;
-    let stats = history.stats();
-    match &dir {
-        Some(dir) => tracing::info!(
-            dir = %dir.display(),
-            windows = stats.windows,
-            bytes = stats.bytes,
-            dropped_age = stats.dropped_age,
-            "continuous history reloaded"
-        ),
-        None => tracing::info!("no state directory: the continuous history is kept in memory"),
-    }
-    Ok(history)
-}
-
 /// How often systemd's STATUS line is brought up to date.
 const STATUS_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -265,7 +235,14 @@ impl Daemon {
             None => None,
         };
         let history = match &config.continuous {
-            Some(settings) => Some(open_history(config.persist.as_ref(), settings).await?),
+            Some(settings) => {
+                let dir = config.persist.as_ref().map(|p| p.dir.join("windows"));
+                let opened = History::start(dir.clone(), settings).await;
+                Some(opened.map_err(|reason| Error::State {
+                    path: dir.unwrap_or_default(),
+                    reason,
+                })?)
+            }
             None => None,
         };
         let metrics = match config.metrics {

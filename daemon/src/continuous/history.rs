@@ -762,6 +762,27 @@ impl History {
         })
     }
 
+    /// [`History::open`] off the async runtime, logging what was found: the
+    /// daemon's start.
+    pub async fn start(dir: Option<PathBuf>, settings: &Settings) -> Result<History, String> {
+        let (d, s) = (dir.clone(), settings.clone());
+        let history = tokio::task::spawn_blocking(move || History::open(d, &s))
+            .await
+            .map_err(|e| format!("reading the continuous history: {e}"))??;
+        let stats = history.stats();
+        match &dir {
+            Some(dir) => tracing::info!(
+                dir = %dir.display(),
+                windows = stats.windows,
+                bytes = stats.bytes,
+                dropped_age = stats.dropped_age,
+                "continuous history reloaded"
+            ),
+            None => tracing::info!("no state directory: the continuous history is kept in memory"),
+        }
+        Ok(history)
+    }
+
     /// Keep a finished window (compressed, written atomically), then drop
     /// the oldest windows past the limits. A window that cannot be written
     /// is counted as damaged and logged; a window already kept (same start

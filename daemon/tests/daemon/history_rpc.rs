@@ -1,6 +1,7 @@
 //! Continuous profiling's history over the gRPC API: ListWindows, and
 //! GetProfile and GetView with a query answered with the same views and
-//! exports as sessions, from hand-made windows added before serving.
+//! exports as sessions, from hand-made windows added before serving; only
+//! root may read them.
 
 use crate::support::{serve, Running};
 use profd::internals::continuous::Settings;
@@ -234,5 +235,62 @@ async fn without_continuous_profiling_the_history_is_refused() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    h.finish().await;
+}
+
+/// A unary call on the daemon's socket as user `nobody` (curl over HTTP/2
+/// under setpriv), with an empty request: the reply's headers.
+fn call_as_nobody(socket: &std::path::Path, method: &str) -> String {
+    let dir = socket.parent().unwrap();
+    let frame = dir.join("empty.frame");
+    std::fs::write(&frame, [0u8; 5]).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["curl", "-sS", "--http2-prior-knowledge", "--max-time", "30"])
+        .arg("--unix-socket")
+        .arg(socket)
+        .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
+        .arg("--data-binary")
+        .arg(format!("@{}", frame.display()))
+        .args(["-D", "-", "-o", "/dev/null"])
+        .arg(format!("http://localhost/profd.v1.Profiler/{method}"))
+        .output()
+        .expect("run setpriv and curl (util-linux, curl)");
+    assert!(
+        out.status.success(),
+        "curl as nobody failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_root_reads_the_history() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = start("history-root", true).await;
+    let socket = h.dir.join("profd.sock");
+    // Let anyone connect: the daemon, not the socket, must refuse.
+    std::fs::set_permissions(&h.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let socket2 = socket.clone();
+    let headers = tokio::task::spawn_blocking(move || call_as_nobody(&socket2, "ListWindows"))
+        .await
+        .unwrap();
+    assert!(
+        headers.contains("grpc-status: 7"),
+        "PERMISSION_DENIED:\n{headers}"
+    );
+    assert!(
+        headers.contains("uid%2065534") && headers.contains("only%20root%20may"),
+        "{headers}"
+    );
+    // Anything else is still served to them.
+    let headers = tokio::task::spawn_blocking(move || call_as_nobody(&socket, "ListSessions"))
+        .await
+        .unwrap();
+    assert!(
+        headers.starts_with("HTTP/2 200") && !headers.contains("grpc-status: 7"),
+        "{headers}"
+    );
     h.finish().await;
 }

@@ -134,7 +134,8 @@ Examples:
   profctl sessions                     the daemon's sessions, running and ended
   profctl report 3 --tree              the call tree of session 3
   profctl export 3 --format pprof -o cpu.pb.gz
-  profctl query --since 15m --by service   the continuous history (root)
+  profctl query --since 15m --by service
+                                       the continuous history, per service (root)
   profctl info                         daemon version, CPUs, kernel limits
   profctl --connect https://host:7443 --tls-ca ca.pem --token-file token sessions
                                        a remote daemon, over TLS
@@ -245,9 +246,13 @@ Examples:
   profctl report 3 --lines compute_hash
   profctl report cpu.pb.gz --hot-path       a saved pprof file, no daemon needed")]
     Report(ReportArgs),
-    /// Read the continuous profiling history: the profile of every service
-    /// (or those asked for) over a time range, as a table, any view of
-    /// `report`, or an export; --list shows the windows and services kept.
+    /// Read the continuous profiling history (root only): the services
+    /// asked for over a time range, as a report view or an export.
+    ///
+    /// The windows of the range are merged into one profile, printed as
+    /// `profctl report` prints a session (any of its views) or written as
+    /// `profctl export` writes one (--format); --list shows the windows and
+    /// services kept instead.
     #[command(after_help = "\
 Examples:
   profctl query --since 15m                 every service, the last 15 minutes

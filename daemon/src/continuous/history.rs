@@ -291,12 +291,14 @@ impl Inner {
             let kept = st.windows.get(key)?;
             (kept.end_ns, kept.data.clone())
         };
-        let bytes = match (data, self.path(key, end_ns)) {
-            (Some(data), _) => Ok(data.to_vec()),
-            (None, Some(path)) => std::fs::read(&path).map_err(|e| e.to_string()),
+        let decoded = match (data, self.path(key, end_ns)) {
+            (Some(data), _) => decode(&data),
+            (None, Some(path)) => std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| decode(&b)),
             (None, None) => return None,
         };
-        match bytes.and_then(|b| decode(&b)) {
+        match decoded {
             Ok(w) => Some(w),
             Err(reason) => {
                 self.damaged(key, &reason);

@@ -145,6 +145,27 @@ async fn running_sessions(registry: &registry::Registry) -> usize {
     n
 }
 
+/// Continuous profiling into `history` until `stop`; a failure to open the
+/// rings is logged, and the daemon serves on without it.
+async fn run_continuous(
+    registry: Arc<registry::Registry>,
+    history: History,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let settings = history.settings().clone();
+    let run = crate::continuous::profiler::run(
+        settings,
+        registry.sampler().clone(),
+        registry.symbolizer().clone(),
+        registry.stats().clone(),
+        history,
+        stop,
+    );
+    if let Err(err) = run.await {
+        tracing::error!(%err, "continuous profiling stopped");
+    }
+}
+
 /// How often systemd's STATUS line is brought up to date.
 const STATUS_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -314,6 +335,13 @@ impl Daemon {
         let (reflect_v1, reflect_v1alpha) = reflection()?;
         let (done, stopping) = tokio::sync::watch::channel(false);
         let (closing_tx, closing) = tokio::sync::watch::channel(false);
+        let continuous = self.history.clone().map(|history| {
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            (
+                stop,
+                tokio::spawn(run_continuous(registry.clone(), history, stopped)),
+            )
+        });
         tokio::spawn(async move {
             shutdown.await;
             let _ = closing_tx.send(true);
@@ -328,6 +356,15 @@ impl Daemon {
                 NotifyState::Status("stopping: ending and saving sessions"),
             ]);
             registry.stop_all().await;
+            if let Some((stop, task)) = continuous {
+                // The window under way is cut and kept.
+                let _ = stop.send(true);
+                if tokio::time::timeout(SAVE_TIMEOUT, task).await.is_err() {
+                    tracing::warn!(
+                        "the last continuous window was not saved within {SAVE_TIMEOUT:?}"
+                    );
+                }
+            }
             if tokio::time::timeout(SAVE_TIMEOUT, registry.wait_saved())
                 .await
                 .is_err()

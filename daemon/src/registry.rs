@@ -294,6 +294,16 @@ impl Registry {
         })
     }
 
+    /// Where samples come from (continuous profiling subscribes too).
+    pub fn sampler(&self) -> &Arc<dyn SampleSource> {
+        &self.sampler
+    }
+
+    /// The symbolizer sessions name addresses with.
+    pub fn symbolizer(&self) -> &Arc<dyn Symbolizer> {
+        &self.symbolizer
+    }
+
     /// The counters `/metrics` shows that the registry and its sessions keep.
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats

@@ -271,6 +271,7 @@ impl SampleSource for Sampler {
         let mut groups = self.groups.lock().await;
         let ring_pages = match self.ring_pages {
             Some(pages) => pages,
+            None if want.ring_pages > 0 => want.ring_pages,
             None if want.stack_bytes > 0 => STACK_RING_PAGES,
             None => RING_PAGES,
         };

@@ -2,11 +2,11 @@
 //! group at a low frequency, each process labelled with its service when
 //! first seen (and chosen or left out by the selectors), cut into windows on
 //! wall-clock boundaries and handed to the history.
-use super::history::History;
+use super::history::{self, History};
 use super::service::{self, Label};
 use super::Settings;
 use crate::registry::DEFAULT_STACK_BYTES;
-use crate::sampler::{Batch, SampleSource, Subscription, EVERY_PROCESS};
+use crate::sampler::{Batch, SampleSource, Subscription, EVERY_PROCESS, STACK_RING_PAGES};
 use crate::session::{Collected, Collector};
 use crate::symbolize::Symbolizer;
 use crate::sys::perf::{EventKind, EventSpec};
@@ -34,20 +34,9 @@ struct Process {
 
 /// The host's facts every window carries.
 #[derive(Debug, Clone)]
-pub struct Host {
-    pub name: String,
-    pub kernel_release: String,
-}
-
-impl Host {
-    /// This host's (uname).
-    pub fn this() -> Host {
-        let uname = rustix::system::uname();
-        Host {
-            name: uname.nodename().to_string_lossy().into_owned(),
-            kernel_release: uname.release().to_string_lossy().into_owned(),
-        }
-    }
+struct Host {
+    name: String,
+    kernel_release: String,
 }
 
 /// Events of a window that were handled and are counted in it.
@@ -82,7 +71,7 @@ pub async fn run(
     let want = EventSpec {
         kind: EventKind::CpuClock,
         frequency_hz: settings.frequency_hz,
-        ring_pages: 0,
+        ring_pages: ring_pages(settings.frequency_hz),
         stack_bytes: DEFAULT_STACK_BYTES,
         target: None,
     };
@@ -99,7 +88,10 @@ pub async fn run(
     let collector = Collector::new(spec, tops, sampler.clone(), symbolizer, stats, MAX_STACKS);
     let mut p = Profiler {
         settings,
-        host: Host::this(),
+        host: Host {
+            name: history::host_name(),
+            kernel_release: history::kernel_release(),
+        },
         spec,
         collector,
         processes: HashMap::new(),
@@ -136,6 +128,15 @@ pub async fn run(
             return Ok(());
         }
     }
+}
+
+/// Data pages of each ring: room for about a second of samples with their
+/// stack copies (the rings hold every process's), within 2 to 8 MiB.
+fn ring_pages(frequency_hz: u32) -> usize {
+    let bytes = u64::from(frequency_hz) * (u64::from(DEFAULT_STACK_BYTES) + 1024);
+    (bytes.div_ceil(4096) as usize)
+        .next_power_of_two()
+        .clamp(STACK_RING_PAGES, 4 * STACK_RING_PAGES)
 }
 
 /// The first multiple of `window` (in Unix time) after `t`.
@@ -210,9 +211,16 @@ impl Profiler {
     /// `pid` exec'd `comm`: a new program (and perhaps a new cgroup, as a
     /// launcher moves itself before its exec), perhaps chosen otherwise.
     fn exec(&mut self, pid: u32, comm: &str) {
-        let ppid = self.processes.get(&pid).map(|p| p.ppid).unwrap_or(0);
+        let before = self.processes.remove(&pid);
         let mut p = self.describe(pid, Some(comm));
-        p.ppid = ppid;
+        if let Some(before) = before {
+            p.ppid = before.ppid;
+            // Gone already (a short-lived program): it kept the service
+            // it had from its parent.
+            if p.label.source == api::ServiceSource::Comm && !alive(pid) {
+                p.label = before.label;
+            }
+        }
         self.processes.insert(pid, p);
         self.choose(pid);
     }
@@ -229,7 +237,7 @@ impl Profiler {
         let label = match service::read_label(pid, &comm) {
             Ok(label) => label,
             Err((label, why)) => {
-                if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                if alive(pid) {
                     self.notes.cgroup_unreadable += 1;
                     tracing::debug!(pid, %why, "cgroup unreadable: labelled by command name");
                 }
@@ -289,6 +297,12 @@ impl Profiler {
 
     /// The window [start, end) so far, per service; counting starts anew.
     async fn cut(&mut self, start: SystemTime, end: SystemTime) -> api::Window {
+        let executables: HashMap<u32, String> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| p.exe.is_empty())
+            .filter_map(|(&pid, _)| Some((pid, self.collector.executable(pid)?)))
+            .collect();
         let Collected {
             resolved,
             thread_pid,
@@ -336,7 +350,11 @@ impl Profiler {
         }
         for ps in processes.iter().filter(|p| p.samples > 0) {
             let s = slot(ps.pid, &mut services);
-            let p = self.processes.get(&ps.pid).cloned().unwrap_or_default();
+            let mut p = self.processes.get(&ps.pid).cloned().unwrap_or_default();
+            if p.exe.is_empty() {
+                // Gone before /proc could say: the program it mapped.
+                p.exe = executables.get(&ps.pid).cloned().unwrap_or_default();
+            }
             services[s].window.processes.push(api::WindowProcess {
                 pid: ps.pid,
                 ppid: p.ppid,
@@ -430,6 +448,11 @@ impl ServiceBuilder {
     }
 }
 
+/// Process `pid` is still there (its /proc entry is).
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// The GNU build id of an ELF file, in hex.
 fn elf_build_id(file: std::fs::File) -> Option<String> {
     use object::read::elf::ElfFile64;
@@ -453,6 +476,15 @@ mod tests {
             unix_ns(next_boundary(next, Duration::from_secs(10))),
             1_700_000_020_000_000_000
         );
+    }
+
+    #[test]
+    fn rings_hold_about_a_second_of_samples() {
+        assert_eq!(ring_pages(19), STACK_RING_PAGES);
+        assert_eq!(ring_pages(99), STACK_RING_PAGES);
+        assert_eq!(ring_pages(199), 1024);
+        assert_eq!(ring_pages(499), 2048);
+        assert_eq!(ring_pages(4999), 2048);
     }
 
     #[test]

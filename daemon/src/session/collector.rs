@@ -63,6 +63,19 @@ impl Collector {
         &mut self.actor.ingest
     }
 
+    /// The program process `pid` runs: the file it maps lowest (the
+    /// executable, loaded below its libraries).
+    pub fn executable(&self, pid: u32) -> Option<String> {
+        let spaces = &self.actor.ingest.spaces;
+        spaces
+            .maps(spaces.of(pid))
+            .iter()
+            .find_map(|m| match &m.backing {
+                crate::maps::Backing::File(path) => Some(path.display().to_string()),
+                crate::maps::Backing::Special(_) => None,
+            })
+    }
+
     /// Count a batch. Err: a process's files could not be opened for want
     /// of descriptors (its frames go unnamed; counting goes on).
     pub fn apply(&mut self, batch: Batch) -> Result<(), String> {

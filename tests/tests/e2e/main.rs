@@ -13,6 +13,7 @@ mod accounting;
 mod bounds;
 mod callers;
 mod connections;
+mod continuous;
 mod dashboard;
 mod deploy;
 mod faults;

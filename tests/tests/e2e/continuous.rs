@@ -1,0 +1,318 @@
+//! Continuous profiling end to end: `profd --continuous` samples every
+//! process with no client attached, labels each with its service (here, a
+//! cgroup2 group of its own), cuts windows kept in the state directory
+//! across restarts within their retention limits, and `profctl query`
+//! answers over them as a session would. Real kernel, real `profd` and
+//! `profctl`; root needed.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use profd_common::api::{self, profiler_client::ProfilerClient};
+use profd_e2e::cgroups::Cgroup;
+use profd_e2e::{
+    build_workload, require_root_and_perf, serial, Daemon, Measure, Profile, Workload, STACKS_NOFP,
+};
+
+/// High enough for ±2 points over a few seconds of each workload.
+const FREQ: &str = "499";
+
+/// How long a test waits for windows to be cut and written.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// ListWindows over the whole history.
+fn list(socket: &Path) -> api::ListWindowsResponse {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = profctl::connect::unix_channel(socket, None)
+            .await
+            .expect("connect to profd");
+        ProfilerClient::new(channel)
+            .list_windows(api::ListWindowsRequest::default())
+            .await
+            .expect("ListWindows")
+            .into_inner()
+    })
+}
+
+/// Waits until the history holds a window ending at or after `t_ns`.
+fn wait_for_window_after(d: &Daemon, t_ns: u64) -> api::ListWindowsResponse {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let l = list(d.socket());
+        if l.windows.last().is_some_and(|w| w.end_unix_ns >= t_ns) {
+            return l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no window ending after {t_ns} within {WAIT:?}: {l:?}\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `profctl query ARGS --format json`.
+fn query(d: &Daemon, args: &[&str]) -> Profile {
+    let mut all = vec!["query"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--format", "json"]);
+    let p = Profile::parse(&d.profctl(&all));
+    eprintln!("{}", p.table());
+    p
+}
+
+/// The modules of a profile's functions.
+fn modules(p: &Profile) -> BTreeSet<String> {
+    p.functions.iter().map(|f| f.module.clone()).collect()
+}
+
+/// Two workloads of known split, each in a cgroup of its own: each is its
+/// own service, with its own exclusive split within ±2 points, and neither
+/// leaks into the other. Neither the idle task nor profd is in any window.
+#[test]
+fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
+    let _serial = serial();
+    require_root_and_perf();
+    let d = Daemon::start_with(&[
+        "--continuous",
+        "--continuous-freq",
+        FREQ,
+        "--continuous-window",
+        "2",
+    ]);
+    let tag = std::process::id();
+    let (a, b) = (
+        Cgroup::new(&format!("profd-ct-split-{tag}")),
+        Cgroup::new(&format!("profd-ct-stacks-{tag}")),
+    );
+    let mut split = a.command(build_workload("split"));
+    split.args(["5", "--ready"]);
+    let mut stacks = b.command(STACKS_NOFP.path());
+    stacks.args(["5", "--ready"]);
+    let mut w1 = Workload::start_command(split, "split");
+    let mut w2 = Workload::start_command(stacks, "stacks_nofp");
+    w1.wait(Duration::from_secs(30));
+    w2.wait(Duration::from_secs(30));
+    let listed = wait_for_window_after(&d, now_ns());
+    let services: HashSet<&str> = listed.services.iter().map(|s| s.service.as_str()).collect();
+    assert!(
+        services.contains(a.name()) && services.contains(b.name()),
+        "services {services:?} lack {} or {}",
+        a.name(),
+        b.name()
+    );
+    let pa = query(&d, &["--service", a.name()]);
+    let pb = query(&d, &["--service", b.name()]);
+    // split.c: leaf_a 25 %, leaf_b 75 % exclusive by construction.
+    pa.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
+    pa.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 2.0);
+    // stacks.c, no frame pointers: leaf_a 15, leaf_b 45, rec_leaf 40
+    // exclusive; work 60 and rec 40 inclusive need whole DWARF walks.
+    pb.assert_pct_within("leaf_a", Measure::Exclusive, 15.0, 2.0);
+    pb.assert_pct_within("leaf_b", Measure::Exclusive, 45.0, 2.0);
+    pb.assert_pct_within("rec_leaf", Measure::Exclusive, 40.0, 2.0);
+    pb.assert_pct_within("work", Measure::Inclusive, 60.0, 2.0);
+    pb.assert_pct_within("rec", Measure::Inclusive, 40.0, 2.0);
+    assert!(!modules(&pa).contains("stacks_nofp"), "{}", pa.table());
+    assert!(!modules(&pb).contains("split"), "{}", pb.table());
+    // Each service's samples are its workload's: about 5 s of one CPU.
+    for p in [&pa, &pb] {
+        assert!(p.totals.attributed > 499 * 3, "{}", p.table());
+    }
+    // No profd frames anywhere: its own threads are never sampled.
+    let all = query(&d, &["--by", "process"]);
+    let own = format!("[process {} ", d.pid());
+    assert!(
+        all.functions.iter().all(|f| !f.name.starts_with(&own)),
+        "profd's own process is in the history:\n{}",
+        all.table()
+    );
+}
+
+/// Seconds in a `times` figure such as `0m5.120s`.
+fn times_s(figure: &str) -> f64 {
+    let (m, s) = figure
+        .trim_end_matches('s')
+        .split_once('m')
+        .expect("NmN.NNNs");
+    m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+}
+
+/// A shell loop starting short-lived processes (each spins 50 ms): their
+/// samples land in the loop's service, as many as the CPU time they used
+/// calls for, each process is named, and their frames are named.
+#[test]
+fn short_lived_processes_are_counted_named_and_symbolized() {
+    let _serial = serial();
+    require_root_and_perf();
+    let d = Daemon::start_with(&[
+        "--continuous",
+        "--continuous-freq",
+        FREQ,
+        "--continuous-window",
+        "2",
+    ]);
+    let cg = Cgroup::new(&format!("profd-ct-loop-{}", std::process::id()));
+    let busy = build_workload("busy");
+    let runs = 120;
+    let mut sh = cg.command("/bin/sh");
+    sh.arg("-c")
+        .arg(format!(
+            "i=0; while [ $i -lt {runs} ]; do \"$0\" threads 1 0.05 2>/dev/null; i=$((i+1)); done; times"
+        ))
+        .arg(&busy);
+    let out = sh.output().expect("run the loop");
+    assert!(out.status.success(), "{out:?}");
+    // `times`: the shell's user and system time, then its children's.
+    let times = String::from_utf8_lossy(&out.stdout).into_owned();
+    let children: f64 = times
+        .lines()
+        .nth(1)
+        .unwrap_or_else(|| panic!("no children's times in {times:?}"))
+        .split_whitespace()
+        .map(times_s)
+        .sum();
+    wait_for_window_after(&d, now_ns());
+    let p = query(&d, &["--service", cg.name()]);
+    let called_for = children * FREQ.parse::<f64>().unwrap();
+    let ratio = p.totals.attributed as f64 / called_for;
+    eprintln!(
+        "{} samples for {children:.2} s of the processes' CPU: {ratio:.2} of {called_for:.0}",
+        p.totals.attributed
+    );
+    assert!((0.85..=1.15).contains(&ratio), "{ratio:.2}:\n{}", p.table());
+    p.assert_pct_between("thread_spin", Measure::Exclusive, 70.0, 100.0);
+    let unnamed: Vec<&str> = p
+        .functions
+        .iter()
+        .filter(|f| f.module == "busy" && f.name.starts_with("busy+0x"))
+        .map(|f| f.name.as_str())
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "unnamed in busy: {unnamed:?}\n{}",
+        p.table()
+    );
+    let by = query(&d, &["--service", cg.name(), "--by", "process"]);
+    let named: HashSet<&str> = by
+        .functions
+        .iter()
+        .filter(|f| f.name.starts_with("[process ") && f.name.ends_with(" busy]"))
+        .map(|f| f.name.as_str())
+        .collect();
+    assert!(
+        named.len() >= runs * 9 / 10,
+        "{} of {runs} processes named busy:\n{}",
+        named.len(),
+        by.table()
+    );
+}
+
+/// A restart between two windows: the windows before it are still there,
+/// unchanged, beside those after it, and a query over all of them counts
+/// each sample once.
+#[test]
+fn windows_survive_a_restart_and_count_once() {
+    let _serial = serial();
+    require_root_and_perf();
+    let mut d = Daemon::start_with(&[
+        "--continuous",
+        "--continuous-freq",
+        FREQ,
+        "--continuous-window",
+        "1",
+    ]);
+    let cg = Cgroup::new(&format!("profd-ct-restart-{}", std::process::id()));
+    let mut cmd = cg.command(build_workload("split"));
+    cmd.args(["30", "--ready"]);
+    let _w = Workload::start_command(cmd, "split");
+    let before = wait_for_window_after(&d, now_ns() + 2_000_000_000);
+    d.restart();
+    let after = wait_for_window_after(&d, now_ns() + 2_000_000_000);
+    let ids: Vec<&str> = after.windows.iter().map(|w| w.id.as_str()).collect();
+    let unique: HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "a window listed twice: {ids:?}");
+    for w in &before.windows {
+        let kept = after.windows.iter().find(|x| x.id == w.id);
+        assert_eq!(
+            kept.map(|x| (x.start_unix_ns, x.totals)),
+            Some((w.start_unix_ns, w.totals)),
+            "window {} changed or went across the restart",
+            w.id
+        );
+    }
+    // The window cut at the restart ends before the next one starts.
+    for pair in after.windows.windows(2) {
+        assert!(pair[0].end_unix_ns <= pair[1].start_unix_ns, "{pair:?}");
+    }
+    let to_ms = (after.windows.last().unwrap().end_unix_ns / 1_000_000 + 1).to_string();
+    let p = query(&d, &["--from", "0", "--to", &to_ms]);
+    let sum: u64 = after
+        .windows
+        .iter()
+        .map(|w| w.totals.map_or(0, |t| t.attributed))
+        .sum();
+    assert_eq!(p.totals.attributed, sum, "a query counts each window once");
+    assert!(after.windows.len() > before.windows.len());
+}
+
+/// A retention age shorter than the history: the oldest windows are
+/// dropped first, and counted.
+#[test]
+fn retention_drops_the_oldest_windows_and_counts_them() {
+    let _serial = serial();
+    require_root_and_perf();
+    let d = Daemon::start_with(&[
+        "--continuous",
+        "--continuous-freq",
+        FREQ,
+        "--continuous-window",
+        "1",
+        "--continuous-retention-age",
+        "3",
+    ]);
+    let cg = Cgroup::new(&format!("profd-ct-keep-{}", std::process::id()));
+    let mut cmd = cg.command(build_workload("split"));
+    cmd.args(["30", "--ready"]);
+    let _w = Workload::start_command(cmd, "split");
+    let mut seen: Vec<(u64, String)> = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let l = list(d.socket());
+        for w in &l.windows {
+            if !seen.iter().any(|(_, id)| *id == w.id) {
+                seen.push((w.start_unix_ns, w.id.clone()));
+            }
+        }
+        if l.dropped_age >= 3 {
+            seen.sort();
+            let kept: Vec<&str> = l.windows.iter().map(|w| w.id.as_str()).collect();
+            let newest: Vec<&str> = seen[seen.len() - kept.len()..]
+                .iter()
+                .map(|(_, id)| id.as_str())
+                .collect();
+            assert_eq!(kept, newest, "the windows kept are the newest");
+            let oldest = l.windows.first().unwrap().end_unix_ns;
+            assert!(
+                now_ns().saturating_sub(oldest) <= 5_000_000_000,
+                "a window older than 3 s (and a window) kept"
+            );
+            assert_eq!(l.windows_kept as usize, kept.len());
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing dropped within {WAIT:?}: {l:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}

@@ -153,6 +153,9 @@ fn summarize(w: &api::Window, bytes: u64) -> api::WindowSummary {
         totals: w.totals,
         services,
         bytes,
+        cgroup_unreadable: w.cgroup_unreadable,
+        processes_exited: w.processes_exited,
+        binaries_replaced: w.binaries_replaced,
     }
 }
 

@@ -260,12 +260,7 @@ impl Profiler {
             return;
         };
         let exe = exe.to_string_lossy().into_owned();
-        if let Some(path) = exe.strip_suffix(" (deleted)") {
-            self.notes.binaries_replaced += 1;
-            p.exe = path.to_string();
-        } else {
-            p.exe = exe;
-        }
+        p.exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe).to_string();
         p.build_id = self.build_id(pid).unwrap_or_default();
     }
 
@@ -331,6 +326,7 @@ impl Profiler {
                 })
             })
         };
+        let mut notes = std::mem::take(&mut self.notes);
         let mut thread_samples: HashMap<u32, u64> = HashMap::new();
         for stack in &profile.stacks {
             let pid = thread_pid.get(&stack.tid).copied().unwrap_or(0);
@@ -349,6 +345,9 @@ impl Profiler {
             });
         }
         for ps in processes.iter().filter(|p| p.samples > 0) {
+            if replaced(ps.pid) {
+                notes.binaries_replaced += 1;
+            }
             let s = slot(ps.pid, &mut services);
             let mut p = self.processes.get(&ps.pid).cloned().unwrap_or_default();
             if p.exe.is_empty() {
@@ -367,7 +366,6 @@ impl Profiler {
                 exited: p.exited,
             });
         }
-        let notes = std::mem::take(&mut self.notes);
         self.processes.retain(|_, p| !p.exited);
         let mut services: Vec<api::ServiceWindow> =
             services.into_iter().map(ServiceBuilder::finish).collect();
@@ -446,6 +444,13 @@ impl ServiceBuilder {
             .sort_by(|a, b| b.samples.cmp(&a.samples).then(a.tid.cmp(&b.tid)));
         self.window
     }
+}
+
+/// The executable process `pid` runs was deleted or replaced since it
+/// started (the kernel marks the link `(deleted)`).
+fn replaced(pid: u32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .is_ok_and(|exe| exe.to_string_lossy().ends_with(" (deleted)"))
 }
 
 /// Process `pid` is still there (its /proc entry is).

@@ -102,6 +102,14 @@ impl Collector {
             a.addr_fn
                 .retain(|&addr, _| !released.contains(&untag(addr).0));
         }
+        // A runtime reuses its code memory for other code: JIT addresses
+        // are named anew in each window, from the perf map as it is then.
+        let names = &a.names;
+        a.addr_fn.retain(|_, at| {
+            !at.frames
+                .iter()
+                .any(|f| names[f.func as usize].module == crate::symbolize::JIT_MODULE)
+        });
         if a.names.len() > NAMES_KEPT {
             a.addr_fn.clear();
             a.fn_ids.clear();

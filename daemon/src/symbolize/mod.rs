@@ -12,6 +12,7 @@ pub mod perfmap;
 mod tests;
 
 use crate::maps::ProcessMaps;
+pub use blaze::JIT_MODULE;
 pub use frame::{Frame, FrameName};
 pub use profd_common::model::is_kernel;
 use std::path::PathBuf;

@@ -222,6 +222,23 @@ impl Profile {
         );
     }
 
+    /// The percentage of V8's functions named `name` (`JS:*name ...`,
+    /// `JS:^name ...`: each tier's code is a function of the perf map),
+    /// summed: the JIT workloads do not recurse, so no sample has two.
+    pub fn js_pct(&self, name: &str, measure: Measure) -> f64 {
+        self.functions
+            .iter()
+            .filter(|f| {
+                f.name
+                    .strip_prefix("JS:")
+                    .map(|n| n.trim_start_matches(['*', '^', '~']))
+                    .and_then(|n| n.split_once(' '))
+                    .is_some_and(|(n, _)| n == name)
+            })
+            .map(|f| f.pct(measure))
+            .sum()
+    }
+
     /// Asserts that `name`'s percentage lies in `lo..=hi`.
     pub fn assert_pct_between(&self, name: &str, measure: Measure, lo: f64, hi: f64) {
         let actual = self.function(name).pct(measure);

@@ -31,6 +31,33 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
+/// `profd --continuous` at [`FREQ`] with windows of `window` seconds, and
+/// `extra` settings.
+fn continuous(window: &str, extra: &[&str]) -> Daemon {
+    let mut args = vec![
+        "--continuous",
+        "--continuous-freq",
+        FREQ,
+        "--continuous-window",
+        window,
+    ];
+    args.extend_from_slice(extra);
+    Daemon::start_with(&args)
+}
+
+/// A cgroup2 group for this test process, its own service: `profd-ct-KIND-PID`.
+fn group(kind: &str) -> Cgroup {
+    Cgroup::new(&format!("profd-ct-{kind}-{}", std::process::id()))
+}
+
+/// `exe SECONDS --ready` started in `cg`, once it is ready.
+fn start_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
+    let mut cmd = cg.command(exe);
+    cmd.args([seconds, "--ready"]);
+    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+    Workload::start_command(cmd, &name)
+}
+
 /// ListWindows over the whole history.
 fn list(socket: &Path) -> api::ListWindowsResponse {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -85,24 +112,10 @@ fn modules(p: &Profile) -> BTreeSet<String> {
 fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
     let _serial = serial();
     require_root_and_perf();
-    let d = Daemon::start_with(&[
-        "--continuous",
-        "--continuous-freq",
-        FREQ,
-        "--continuous-window",
-        "2",
-    ]);
-    let tag = std::process::id();
-    let (a, b) = (
-        Cgroup::new(&format!("profd-ct-split-{tag}")),
-        Cgroup::new(&format!("profd-ct-stacks-{tag}")),
-    );
-    let mut split = a.command(build_workload("split"));
-    split.args(["6", "--ready"]);
-    let mut stacks = b.command(STACKS_NOFP.path());
-    stacks.args(["6", "--ready"]);
-    let mut w1 = Workload::start_command(split, "split");
-    let mut w2 = Workload::start_command(stacks, "stacks_nofp");
+    let d = continuous("2", &[]);
+    let (a, b) = (group("split"), group("stacks"));
+    let mut w1 = start_in(&a, &build_workload("split"), "6");
+    let mut w2 = start_in(&b, &STACKS_NOFP.path(), "6");
     w1.wait(Duration::from_secs(30));
     w2.wait(Duration::from_secs(30));
     let listed = wait_for_window_after(&d, now_ns());
@@ -184,14 +197,8 @@ fn times_s(figure: &str) -> f64 {
 fn short_lived_processes_are_counted_named_and_symbolized() {
     let _serial = serial();
     require_root_and_perf();
-    let d = Daemon::start_with(&[
-        "--continuous",
-        "--continuous-freq",
-        FREQ,
-        "--continuous-window",
-        "2",
-    ]);
-    let cg = Cgroup::new(&format!("profd-ct-loop-{}", std::process::id()));
+    let d = continuous("2", &[]);
+    let cg = group("loop");
     let busy = build_workload("busy");
     let runs = 120;
     let mut sh = cg.command("/bin/sh");
@@ -262,27 +269,11 @@ fn short_lived_processes_are_counted_named_and_symbolized() {
 fn a_selector_profiles_only_the_processes_it_chooses() {
     let _serial = serial();
     require_root_and_perf();
-    let tag = std::process::id();
-    let (a, b) = (
-        Cgroup::new(&format!("profd-ct-chosen-{tag}")),
-        Cgroup::new(&format!("profd-ct-other-{tag}")),
-    );
+    let (a, b) = (group("chosen"), group("other"));
     let select = format!("cgroup:{}", a.path());
-    let d = Daemon::start_with(&[
-        "--continuous",
-        "--continuous-freq",
-        FREQ,
-        "--continuous-window",
-        "1",
-        "--continuous-select",
-        &select,
-    ]);
-    let mut chosen = a.command(build_workload("split"));
-    chosen.args(["3", "--ready"]);
-    let mut other = b.command(build_workload("split"));
-    other.args(["3", "--ready"]);
-    let mut w1 = Workload::start_command(chosen, "split");
-    let mut w2 = Workload::start_command(other, "split");
+    let d = continuous("1", &["--continuous-select", &select]);
+    let mut w1 = start_in(&a, &build_workload("split"), "3");
+    let mut w2 = start_in(&b, &build_workload("split"), "3");
     w1.wait(Duration::from_secs(30));
     w2.wait(Duration::from_secs(30));
     let l = wait_for_window_after(&d, now_ns());
@@ -307,19 +298,11 @@ fn a_selector_profiles_only_the_processes_it_chooses() {
 fn a_binary_deleted_while_it_runs_is_still_named_and_counted() {
     let _serial = serial();
     require_root_and_perf();
-    let d = Daemon::start_with(&[
-        "--continuous",
-        "--continuous-freq",
-        FREQ,
-        "--continuous-window",
-        "1",
-    ]);
-    let cg = Cgroup::new(&format!("profd-ct-deleted-{}", std::process::id()));
+    let d = continuous("1", &[]);
+    let cg = group("deleted");
     let copy = unique_dir("continuous-deleted").join("split_copy");
     std::fs::copy(build_workload("split"), &copy).expect("copy the workload");
-    let mut cmd = cg.command(&copy);
-    cmd.args(["4", "--ready"]);
-    let mut w = Workload::start_command(cmd, "split_copy");
+    let mut w = start_in(&cg, &copy, "4");
     std::fs::remove_file(&copy).expect("delete the running program");
     w.wait(Duration::from_secs(30));
     let l = wait_for_window_after(&d, now_ns());
@@ -337,17 +320,9 @@ fn a_binary_deleted_while_it_runs_is_still_named_and_counted() {
 fn windows_survive_a_restart_and_count_once() {
     let _serial = serial();
     require_root_and_perf();
-    let mut d = Daemon::start_with(&[
-        "--continuous",
-        "--continuous-freq",
-        FREQ,
-        "--continuous-window",
-        "1",
-    ]);
-    let cg = Cgroup::new(&format!("profd-ct-restart-{}", std::process::id()));
-    let mut cmd = cg.command(build_workload("split"));
-    cmd.args(["30", "--ready"]);
-    let _w = Workload::start_command(cmd, "split");
+    let mut d = continuous("1", &[]);
+    let cg = group("restart");
+    let _w = start_in(&cg, &build_workload("split"), "30");
     let before = wait_for_window_after(&d, now_ns() + 2_000_000_000);
     d.restart();
     let after = wait_for_window_after(&d, now_ns() + 2_000_000_000);
@@ -384,19 +359,9 @@ fn windows_survive_a_restart_and_count_once() {
 fn retention_drops_the_oldest_windows_and_counts_them() {
     let _serial = serial();
     require_root_and_perf();
-    let d = Daemon::start_with(&[
-        "--continuous",
-        "--continuous-freq",
-        FREQ,
-        "--continuous-window",
-        "1",
-        "--continuous-retention-age",
-        "3",
-    ]);
-    let cg = Cgroup::new(&format!("profd-ct-keep-{}", std::process::id()));
-    let mut cmd = cg.command(build_workload("split"));
-    cmd.args(["30", "--ready"]);
-    let _w = Workload::start_command(cmd, "split");
+    let d = continuous("1", &["--continuous-retention-age", "3"]);
+    let cg = group("keep");
+    let _w = start_in(&cg, &build_workload("split"), "30");
     let mut seen: Vec<(u64, String)> = Vec::new();
     let deadline = Instant::now() + WAIT;
     loop {
@@ -430,22 +395,6 @@ fn retention_drops_the_oldest_windows_and_counts_them() {
     }
 }
 
-/// The rows of V8 functions named `name` (baseline and optimized code are
-/// two functions of the perf map), summed, as in the JIT tests.
-fn js_pct(p: &Profile, name: &str, measure: Measure) -> f64 {
-    p.functions
-        .iter()
-        .filter(|f| {
-            f.name
-                .strip_prefix("JS:")
-                .map(|n| n.trim_start_matches(['*', '^', '~']))
-                .and_then(|n| n.split_once(' '))
-                .is_some_and(|(n, _)| n == name)
-        })
-        .map(|f| f.pct(measure))
-        .sum()
-}
-
 /// JIT code is named from its runtime's perf map, as in a session: node's
 /// jit_split.js in its service, every leaf sample named and under its
 /// callers. Not its 30/70 split: over a whole run (warm-up included) V8
@@ -456,14 +405,8 @@ fn js_pct(p: &Profile, name: &str, measure: Measure) -> f64 {
 fn jit_frames_are_named_from_the_perf_map() {
     let _serial = serial();
     require_root_and_perf();
-    let d = Daemon::start_with(&[
-        "--continuous",
-        "--continuous-freq",
-        FREQ,
-        "--continuous-window",
-        "2",
-    ]);
-    let cg = Cgroup::new(&format!("profd-ct-node-{}", std::process::id()));
+    let d = continuous("2", &[]);
+    let cg = group("node");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/jit_split.js");
     let mut node = cg.command("node");
     node.current_dir(unique_dir("node"))
@@ -478,14 +421,14 @@ fn jit_frames_are_named_from_the_perf_map() {
     let p = query(&d, &["--service", cg.name()]);
     // The whole life of the process is in the history, node's start too.
     let (a, b) = (
-        js_pct(&p, "leafA", Measure::Exclusive),
-        js_pct(&p, "leafB", Measure::Exclusive),
+        p.js_pct("leafA", Measure::Exclusive),
+        p.js_pct("leafB", Measure::Exclusive),
     );
     eprintln!("  leafA {a:.2} %, leafB {b:.2} % exclusive");
     assert!(a >= 3.0 && b >= 3.0 && a + b >= 90.0, "{}", p.table());
     let (mid, leaf_b) = (
-        js_pct(&p, "mid", Measure::Inclusive),
-        js_pct(&p, "leafB", Measure::Inclusive),
+        p.js_pct("mid", Measure::Inclusive),
+        p.js_pct("leafB", Measure::Inclusive),
     );
     assert!(
         (mid - leaf_b).abs() <= 1.0,
@@ -493,7 +436,7 @@ fn jit_frames_are_named_from_the_perf_map() {
         p.table()
     );
     assert!(
-        js_pct(&p, "work", Measure::Inclusive) >= 90.0,
+        p.js_pct("work", Measure::Inclusive) >= 90.0,
         "{}",
         p.table()
     );

@@ -335,23 +335,6 @@ fn session_id(h: &Harness, pid: u32) -> String {
     }
 }
 
-/// The rows of V8 functions named `name` (baseline `^name` and optimized
-/// `*name` are two functions of the map), summed: the workload does not
-/// recurse, so no sample has both.
-fn js_pct(p: &Profile, name: &str, measure: profd_e2e::Measure) -> f64 {
-    p.functions
-        .iter()
-        .filter(|f| {
-            f.name
-                .strip_prefix("JS:")
-                .map(|n| n.trim_start_matches(['*', '^', '~']))
-                .and_then(|n| n.split_once(' '))
-                .is_some_and(|(n, _)| n == name)
-        })
-        .map(|f| f.pct(measure))
-        .sum()
-}
-
 /// node --perf-basic-prof: the split and its callers, in both modes.
 #[test]
 fn node_split_and_callers_from_its_perf_map() {
@@ -370,7 +353,7 @@ fn node_split_and_callers_from_its_perf_map() {
             ("mid", Inclusive, 70.0),
             ("work", Inclusive, 100.0),
         ] {
-            let got = js_pct(&p, name, measure);
+            let got = p.js_pct(name, measure);
             eprintln!("  {} {name} {measure:?}: {got:.2} %", p.unwind);
             assert!(
                 (got - expected).abs() <= TOLERANCE,

@@ -1,6 +1,6 @@
 // Drives profd's web dashboard in real headless Chromium (playwright-core)
 // as a person would: a wrong token, then the right one; the session list;
-// the continuous profiling panel (off: it says so);
+// the continuous profiling panel (a service's merged table and flame graph);
 // the live table of one session read twice; a function clicked for its
 // callers and callees; the flame graph; the totals; the session stopped
 // and its final table; a reload. Prints what it saw as
@@ -14,6 +14,7 @@
 //   PROFD_SERVER_CERT  the daemon's certificate (PEM): only its key is
 //                      trusted (Chromium's --ignore-certificate-errors-spki-list)
 //   PROFD_FOCUS        the function to click (its callers are read)
+//   PROFD_SERVICE      a service of the continuous history to open
 //   PROFD_SCREENSHOT   where to write a screenshot of the page
 //   CHROMIUM           the browser (default /usr/bin/chromium)
 
@@ -34,6 +35,7 @@ const url = env('PROFD_URL');
 const token = env('PROFD_TOKEN');
 const sessionId = env('PROFD_SESSION');
 const focus = env('PROFD_FOCUS');
+const service = env('PROFD_SERVICE');
 const screenshot = env('PROFD_SCREENSHOT', '');
 const executablePath = env('CHROMIUM', '/usr/bin/chromium');
 const WAIT_MS = 30000;
@@ -127,9 +129,24 @@ try {
     local: localStorage.length,
   }));
 
-  step = 'reading the continuous profiling panel (off in this daemon)';
-  await page.locator('#continuous-error').waitFor({ state: 'visible' });
-  result.continuousOff = (await page.textContent('#continuous-error')).trim();
+  step = `opening the service ${service} of the continuous profiling panel`;
+  const serviceRow = `#services tbody tr[data-service="${service}"]`;
+  await page.locator(serviceRow).waitFor();
+  result.services = await page.$$eval('#services tbody tr', (trs) => trs.map((tr) => tr.dataset.service));
+  await page.click(serviceRow);
+  await page.waitForFunction(
+    (names) => {
+      const seen = new Set([...document.querySelectorAll('#functions tbody tr')].map((tr) => tr.dataset.name));
+      return names.every((n) => seen.has(n));
+    },
+    ['work', 'mid', 'leaf_a', 'leaf_b'],
+  );
+  await page.locator('#flame svg g.frame[data-name="leaf_b"]').first().waitFor();
+  result.continuous = {
+    title: (await page.textContent('#session-title')).trim(),
+    rows: await rows('#functions'),
+    flame: await page.$$eval('#flame svg g.frame', (gs) => gs.map((g) => g.dataset.name)),
+  };
 
   step = 'opening the session';
   watchStreams = 0;

@@ -3,7 +3,7 @@
 //! HTTP/2, with and without a token), CORS preflights from listed and
 //! unlisted origins, and the web dashboard driven in real headless Chromium
 //! (tests/dashboard/dashboard.mjs with playwright-core) against a live
-//! session of the `split` workload. They need root, perf events, curl,
+//! session of the `split` workload and the continuous history of its cgroup. They need root, perf events, curl,
 //! Node.js and Chromium (Debian's `chromium`); without them they fail.
 
 use std::collections::BTreeMap;
@@ -12,9 +12,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use profd_common::api;
+use profd_e2e::cgroups::Cgroup;
 use profd_e2e::tls::{free_port, listen_args, make_tls, new_token, TlsFiles};
 use profd_e2e::{
-    path_str, require_root_and_perf, serial, unique_dir, words, Cmd, Daemon, Profile, Workload,
+    build_workload, path_str, require_root_and_perf, serial, unique_dir, words, Cmd, Daemon,
+    Profile, Workload,
 };
 use prost::Message;
 
@@ -446,7 +448,9 @@ fn shown_total(totals: &serde_json::Value, key: &str) -> u64 {
 }
 
 /// A person's visit: a wrong token is refused with UNAUTHENTICATED; with the
-/// token the session list shows the running session; its table fills with
+/// token the continuous profiling panel lists the workload's service, whose
+/// merged table and flame graph open on a click; the session list shows
+/// the running session; its table fills with
 /// the workload's functions and grows from one Watch stream; clicking
 /// leaf_b shows its caller mid; the flame graph nests leaf_b on mid on
 /// work; discarded and lost are shown; once Stop is clicked the table
@@ -457,8 +461,35 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
     let _serial = serial();
     require_root_and_perf();
     let driver = dashboard_driver();
-    let r = remote("operator", &[]);
-    let workload = Workload::start("split", 300.0);
+    let r = remote(
+        "operator",
+        &[
+            "--continuous",
+            "--continuous-freq",
+            "999",
+            "--continuous-window",
+            "1",
+        ],
+    );
+    let cg = Cgroup::new(&format!("profd-dash-{}", std::process::id()));
+    let mut split = cg.command(build_workload("split"));
+    split.args(["300", "--ready"]);
+    let workload = Workload::start_command(split, "split");
+    // The continuous panel lists the workload's service once a window has it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !r
+        .daemon
+        .profctl(&["query", "--list"])
+        .stdout
+        .contains(cg.name())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no window of {} within 30 s",
+            cg.name()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // The page stops the session; the duration only bounds a failed run.
     let attach = r.daemon.spawn_profctl(&[
         "attach",
@@ -479,6 +510,7 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
             path_str(&r.tls.server_cert).to_string(),
         ),
         ("PROFD_FOCUS", "leaf_b".to_string()),
+        ("PROFD_SERVICE", cg.name().to_string()),
         ("PROFD_SCREENSHOT", path_str(&screenshot).to_string()),
         ("CHROMIUM", CHROMIUM.to_string()),
     ]
@@ -539,12 +571,40 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
         "{}",
         show("the token kept after signing out")
     );
-    // The continuous profiling panel says why it shows nothing.
-    let off = seen["continuousOff"].as_str().unwrap_or_default();
+    // The continuous profiling panel: the workload's service, its merged
+    // table (split.c: leaf_a 25 %, leaf_b 75 % of the leaves) and flame graph.
+    let services = json_rows(&seen["services"]);
     assert!(
-        off.contains("continuous profiling is off in this daemon"),
+        services.iter().any(|s| s == cg.name()) && services.iter().any(|s| s == ""),
         "{}",
-        show("the continuous profiling panel")
+        show("the services listed (and all of them)")
+    );
+    let title = seen["continuous"]["title"].as_str().unwrap_or_default();
+    assert!(
+        title.contains(cg.name()),
+        "{}",
+        show("the continuous title")
+    );
+    let merged = row_counts(&json_rows(&seen["continuous"]["rows"]));
+    let exclusive = |name: &str| {
+        merged
+            .iter()
+            .find(|((n, ..), _)| n == name)
+            .map_or(0, |(_, (_, e))| *e) as f64
+    };
+    let share = 100.0 * exclusive("leaf_a") / (exclusive("leaf_a") + exclusive("leaf_b"));
+    assert!(
+        (share - 25.0).abs() <= 3.0,
+        "leaf_a {share:.1} %: {}",
+        show("the continuous table")
+    );
+    let flame = json_rows(&seen["continuous"]["flame"]);
+    assert!(
+        ["work", "mid", "leaf_b"]
+            .iter()
+            .all(|n| flame.iter().any(|f| f == n)),
+        "{}",
+        show("the continuous flame graph")
     );
     let row = seen["sessionRow"].as_str().unwrap_or_default();
     assert!(

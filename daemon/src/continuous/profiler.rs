@@ -235,6 +235,11 @@ impl Profiler {
                 .unwrap_or_default(),
         };
         let label = match service::read_label(pid, &comm) {
+            _ if kernel_thread(pid) => Label {
+                service: KERNEL_SERVICE.to_string(),
+                source: api::ServiceSource::Kernel,
+                ..Label::default()
+            },
             Ok(label) => label,
             Err((label, why)) => {
                 if alive(pid) {
@@ -366,7 +371,15 @@ impl Profiler {
                 exited: p.exited,
             });
         }
-        self.processes.retain(|_, p| !p.exited);
+        // Processes gone (exited, or their exit record lost) are let go of.
+        let collector = &mut self.collector;
+        self.processes.retain(|&pid, p| {
+            let keep = !p.exited && alive(pid);
+            if !keep {
+                collector.ingest().include(pid);
+            }
+            keep
+        });
         let mut services: Vec<api::ServiceWindow> =
             services.into_iter().map(ServiceBuilder::finish).collect();
         services.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.service.cmp(&b.service)));
@@ -453,6 +466,23 @@ fn replaced(pid: u32) -> bool {
         .is_ok_and(|exe| exe.to_string_lossy().ends_with(" (deleted)"))
 }
 
+/// The service of every kernel thread.
+pub const KERNEL_SERVICE: &str = "[kernel]";
+
+/// `pid` is a kernel thread (PF_KTHREAD in its /proc stat flags).
+fn kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command name (which may hold spaces and
+            // parentheses): state is the 3rd field, flags the 9th.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            rest.split_whitespace().nth(6)?.parse::<u64>().ok()
+        })
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
 /// Process `pid` is still there (its /proc entry is).
 fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
@@ -490,6 +520,13 @@ mod tests {
         assert_eq!(ring_pages(199), 1024);
         assert_eq!(ring_pages(499), 2048);
         assert_eq!(ring_pages(4999), 2048);
+    }
+
+    #[test]
+    fn kernel_threads_are_told_from_processes() {
+        assert!(kernel_thread(2), "kthreadd");
+        assert!(!kernel_thread(std::process::id()));
+        assert!(!kernel_thread(1));
     }
 
     #[test]

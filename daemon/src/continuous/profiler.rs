@@ -119,7 +119,7 @@ pub async fn run(
         let now = SystemTime::now();
         let window = p.cut(start, now).await;
         start = now;
-        if window.totals.as_ref().is_some_and(|t| t.attributed > 0) || last {
+        if window.totals.as_ref().is_some_and(|t| t.attributed > 0) {
             history.add(window).await;
         }
         if last {

@@ -80,7 +80,7 @@ pub struct Service {
 }
 
 /// What continuous profiling's rpcs answer while it is off.
-const CONTINUOUS_OFF: &str = "continuous profiling is off in this daemon: start profd with --continuous or a [continuous] section in profd.toml";
+const CONTINUOUS_OFF: &str = "continuous profiling is off in this daemon: start profd with --continuous, or set enabled = true in the [continuous] section of profd.toml";
 
 /// What a profile, view or export is made from: a session, or a query of
 /// the continuous history.

@@ -163,9 +163,15 @@ fn sort_services(s: &mut [api::ServiceSamples]) {
     s.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.service.cmp(&b.service)));
 }
 
+#[cfg(test)]
 fn encode(w: &api::Window) -> std::io::Result<Vec<u8>> {
-    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
-    gz.write_all(&w.encode_to_vec())?;
+    compress(&w.encode_to_vec())
+}
+
+/// gzip of an encoded window.
+fn compress(raw: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut gz = GzEncoder::new(Vec::with_capacity(raw.len() / 4), Compression::default());
+    gz.write_all(raw)?;
     gz.finish()
 }
 
@@ -255,7 +261,14 @@ impl Inner {
             tracing::debug!(id = %w.id, "window added twice: kept once");
             return;
         }
-        let bytes = match encode(&w) {
+        // The window itself is let go of before it is compressed: its
+        // stacks are most of a cut's memory.
+        let mut summary = summarize(&w, 0);
+        let name = file_name(w.start_unix_ns, w.end_unix_ns, &w.id);
+        let end_ns = w.end_unix_ns;
+        let raw = w.encode_to_vec();
+        drop(w);
+        let bytes = match compress(&raw) {
             Ok(bytes) => bytes,
             Err(err) => {
                 tracing::warn!(%err, "cannot compress a window: not kept");
@@ -263,8 +276,8 @@ impl Inner {
                 return;
             }
         };
+        drop(raw);
         if let Some(dir) = &self.dir {
-            let name = file_name(w.start_unix_ns, w.end_unix_ns, &w.id);
             if let Err(err) = atomic::write_atomic(dir, &name, &bytes, false) {
                 tracing::warn!(path = %dir.join(&name).display(), %err, "cannot write a window: not kept");
                 self.lock().damaged += 1;
@@ -272,10 +285,11 @@ impl Inner {
             }
         }
         let size = bytes.len() as u64;
+        summary.bytes = size;
         let kept = Kept {
-            end_ns: w.end_unix_ns,
+            end_ns,
             bytes: size,
-            summary: Some(Arc::new(summarize(&w, size))),
+            summary: Some(Arc::new(summary)),
             data: self.dir.is_none().then(|| Arc::new(bytes)),
         };
         {

@@ -1,7 +1,6 @@
 //! Continuous profiling: every selected process on the host sampled at a low
 //! frequency with no client attached, cut into windows labelled by service,
 //! kept as local history and answered by queries.
-#![allow(dead_code)] // filled in by the parts that use it
 pub mod history;
 pub mod profiler;
 pub mod service;

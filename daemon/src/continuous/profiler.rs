@@ -312,7 +312,7 @@ impl Profiler {
         totals.discarded += totals.unchecked;
         totals.unchecked = 0;
         totals.unsampled = 0;
-        let profile = resolved.profile;
+        let mut profile = resolved.profile;
         let mut services: Vec<ServiceBuilder> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         let service_of = |pid: u32| -> (String, api::ServiceSource) {
@@ -333,11 +333,13 @@ impl Profiler {
         };
         let mut notes = std::mem::take(&mut self.notes);
         let mut thread_samples: HashMap<u32, u64> = HashMap::new();
-        for stack in &profile.stacks {
+        // Each stack's frames are let go of as soon as they are copied:
+        // a window's stacks are most of its memory.
+        for stack in std::mem::take(&mut profile.stacks) {
             let pid = thread_pid.get(&stack.tid).copied().unwrap_or(0);
             let s = slot(pid, &mut services);
-            services[s].add(stack, &profile.functions);
             *thread_samples.entry(stack.tid).or_default() += stack.count;
+            services[s].add(stack, &profile.functions);
         }
         for (tid, n) in thread_samples {
             let pid = thread_pid.get(&tid).copied().unwrap_or(0);
@@ -420,14 +422,17 @@ impl ServiceBuilder {
 
     fn add(
         &mut self,
-        stack: &profd_common::model::ResolvedStack,
+        stack: profd_common::model::ResolvedStack,
         functions: &[profd_common::model::FunctionInfo],
     ) {
         let w = &mut self.window;
+        let n = stack.frames.len();
         let mut out = api::WindowStack {
             tid: stack.tid,
             count: stack.count,
-            ..Default::default()
+            function: Vec::with_capacity(n),
+            line: Vec::with_capacity(n),
+            address: Vec::with_capacity(n),
         };
         for f in &stack.frames {
             let local = *self.functions.entry(f.function).or_insert_with(|| {

@@ -99,6 +99,8 @@ pub async fn run(
         notes: Notes::default(),
     };
     let mut start = SystemTime::now();
+    // The window being compressed and written, while batches are counted.
+    let mut adding: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         let end = next_boundary(start, p.settings.window);
         let wait = end
@@ -119,10 +121,17 @@ pub async fn run(
         let now = SystemTime::now();
         let window = p.cut(start, now).await;
         start = now;
+        if let Some(previous) = adding.take() {
+            let _ = previous.await;
+        }
         if window.totals.as_ref().is_some_and(|t| t.attributed > 0) {
-            history.add(window).await;
+            let history = history.clone();
+            adding = Some(tokio::spawn(async move { history.add(window).await }));
         }
         if last {
+            if let Some(add) = adding.take() {
+                let _ = add.await;
+            }
             sampler.unsubscribe(spec, u64::MAX).await;
             tracing::info!("continuous profiling stopped");
             return Ok(());

@@ -1,12 +1,14 @@
 /*
  * many_stacks: spins through 2^14 = 16384 distinct call paths, so that a
  * profiling session on it collects well over 10 000 unique stacks (the
- * daemon memory scenario of benches/overhead.sh).
+ * daemon memory scenario of benches/overhead.sh). Built with -DLEVELS=17,
+ * through 2^17 = 131072 (the continuous memory scenario of
+ * benches/continuous.sh, 100 000 unique stacks in a window).
  *
  * Usage: many_stacks SECONDS [PATHS]
  *
  * Each step picks a path p at random (xorshift) among the first PATHS
- * (default and most 16384) and calls down 14 levels:
+ * (default and most 2^LEVELS) and calls down LEVELS levels (default 14):
  * level k calls step<k>_1 when bit k of p is set, else step<k>_0, two
  * distinct functions per level, so every path has its own return addresses
  * (and its own folded stack once named); the leaf fills a 256 KiB buffer
@@ -28,6 +30,13 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef LEVELS
+#define LEVELS 14
+#endif
+#if LEVELS != 14 && LEVELS != 17
+#error "LEVELS must be 14 or 17"
+#endif
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define KEEP __attribute__((noipa, noinline))
@@ -86,18 +95,27 @@ KEEP void leaf(unsigned p)
 		sink += 2;                                                     \
 	}
 
-KEEP void step13_0(unsigned p)
-{
-	leaf(p);
-	sink++;
-}
+/* The deepest level's twins call the leaf. */
+#define LAST(K)                                                                \
+	KEEP void step##K##_0(unsigned p)                                      \
+	{                                                                      \
+		leaf(p);                                                       \
+		sink++;                                                        \
+	}                                                                      \
+	KEEP void step##K##_1(unsigned p)                                      \
+	{                                                                      \
+		leaf(p);                                                       \
+		sink += 2;                                                     \
+	}
 
-KEEP void step13_1(unsigned p)
-{
-	leaf(p);
-	sink += 2;
-}
-
+#if LEVELS == 17
+LAST(16)
+STEP(15, 16)
+STEP(14, 15)
+STEP(13, 14)
+#else
+LAST(13)
+#endif
 STEP(12, 13)
 STEP(11, 12)
 STEP(10, 11)
@@ -133,12 +151,12 @@ int main(int argc, char **argv)
 {
 	unsigned long long x = 0x9E3779B97F4A7C15ull ^ (unsigned long long)getpid();
 	double seconds, deadline;
-	unsigned long paths = 1ul << 14;
+	unsigned long paths = 1ul << LEVELS;
 	char *end;
 
 	if (argc < 2 || argc > 3 || (seconds = strtod(argv[1], &end)) <= 0 || *end != '\0' ||
-	    (argc == 3 && ((paths = strtoul(argv[2], &end, 10)) < 1 || paths > 1ul << 14 || *end != '\0'))) {
-		fprintf(stderr, "usage: %s SECONDS [PATHS (1-16384)]\n", argv[0]);
+	    (argc == 3 && ((paths = strtoul(argv[2], &end, 10)) < 1 || paths > 1ul << LEVELS || *end != '\0'))) {
+		fprintf(stderr, "usage: %s SECONDS [PATHS (1-%lu)]\n", argv[0], 1ul << LEVELS);
 		return 2;
 	}
 	deadline = now_s() + seconds;

@@ -485,16 +485,10 @@ pub const KERNEL_SERVICE: &str = "[kernel]";
 
 /// `pid` is a kernel thread (PF_KTHREAD in its /proc stat flags).
 fn kernel_thread(pid: u32) -> bool {
-    const PF_KTHREAD: u64 = 0x0020_0000;
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // Fields after the command name (which may hold spaces and
-            // parentheses): state is the 3rd field, flags the 9th.
-            let rest = &stat[stat.rfind(')')? + 1..];
-            rest.split_whitespace().nth(6)?.parse::<u64>().ok()
-        })
-        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+    const PF_KTHREAD: u32 = 0x0020_0000;
+    procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .is_ok_and(|stat| stat.flags & PF_KTHREAD != 0)
 }
 
 /// Process `pid` is still there (its /proc entry is).

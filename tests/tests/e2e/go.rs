@@ -14,8 +14,13 @@ use profd_e2e::{
 const LONG: f64 = 60.0;
 /// Percentage points a measured share may be off the construction.
 const TOLERANCE: f64 = 2.0;
+/// Sampling frequency: 4 s at 4999 Hz gives about 20 000 samples. At 999 Hz
+/// the shares of these rounds spread by about 1 point from run to run, so
+/// ±2 points failed now and then; with five times the samples they spread
+/// by under half a point.
+const FREQ: &str = "4999";
 /// Enough samples for ±2 points.
-const MIN_SAMPLES: u64 = 1000;
+const MIN_SAMPLES: u64 = 5000;
 
 /// `gostacks.go` by construction: (function, measure, %).
 const GO_SPLIT: &[(&str, profd_e2e::Measure, f64)] = &[
@@ -32,7 +37,16 @@ fn go_profile_matches_construction(build: &Build, extra: &[&str], unwind: &str) 
     let h = Harness::start();
     let target = Workload::start_build(build, LONG);
     let pid = target.pid_arg();
-    let mut args = vec!["attach", &pid, "--duration", "4", "--format", "json"];
+    let mut args = vec![
+        "attach",
+        &pid,
+        "--duration",
+        "4",
+        "--freq",
+        FREQ,
+        "--format",
+        "json",
+    ];
     args.extend_from_slice(extra);
     let p = Profile::parse(&h.daemon.profctl(&args));
     eprintln!("{}", p.table());

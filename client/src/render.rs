@@ -141,9 +141,31 @@ pub fn bytes_text(n: u64) -> String {
     }
 }
 
-/// `7d`, `6h`, `90s`: a retention age for people.
+/// `7 days`, `1 day 6 h`, `90 min`, `45 s`: a retention age for people, in
+/// its two largest units.
 fn age_text(s: u64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs(s)).to_string()
+    const UNITS: [(u64, &str, &str); 4] = [
+        (86_400, "day", "days"),
+        (3_600, "h", "h"),
+        (60, "min", "min"),
+        (1, "s", "s"),
+    ];
+    let mut parts = Vec::new();
+    let mut left = s;
+    for (size, one, many) in UNITS {
+        if left >= size && parts.len() < 2 {
+            let n = left / size;
+            left %= size;
+            parts.push(format!("{n} {}", if n == 1 { one } else { many }));
+        } else if !parts.is_empty() {
+            break;
+        }
+    }
+    if parts.is_empty() {
+        "0 s".to_string()
+    } else {
+        parts.join(" ")
+    }
 }
 
 /// The profile table's two header lines: session, target, event, unwinding,

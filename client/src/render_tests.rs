@@ -503,7 +503,7 @@ fn window_listings_show_services_then_windows() {
     };
     let text = windows_text(&l);
     for needle in [
-        "profd continuous profiling on web-1: on, 19 Hz, windows of 10 s; history 2 windows, 3.0 KiB (keeps 256.0 MiB and 7days); dropped 0 by bytes, 4 by age; 0 damaged",
+        "profd continuous profiling on web-1: on, 19 Hz, windows of 10 s; history 2 windows, 3.0 KiB (keeps 256.0 MiB and 7 days); dropped 0 by bytes, 4 by age; 0 damaged",
         "1 windows from 2026-12-02T09:00:00Z to 2026-12-02T09:00:10Z, 40 samples",
         "     30  75.0  web",
         "2026-12-02T09:00:00Z    10       40  1.5 KiB  web 30, db 10",
@@ -530,4 +530,15 @@ fn window_listings_show_services_then_windows() {
     );
     let text = info_text(&InfoResponse::default());
     assert!(text.contains("\n  continuous:           off\n"), "{text}");
+}
+
+#[test]
+fn retention_ages_read_as_words() {
+    assert_eq!(age_text(7 * 86_400), "7 days");
+    assert_eq!(age_text(86_400 + 6 * 3_600), "1 day 6 h");
+    assert_eq!(age_text(86_400 + 60), "1 day");
+    assert_eq!(age_text(5_400), "1 h 30 min");
+    assert_eq!(age_text(90), "1 min 30 s");
+    assert_eq!(age_text(45), "45 s");
+    assert_eq!(age_text(0), "0 s");
 }

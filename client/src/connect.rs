@@ -72,6 +72,11 @@ pub struct Connection {
     private: Option<PrivateDaemon>,
 }
 
+/// The largest answer taken from the daemon: a profile of a day of
+/// continuous history with hundreds of thousands of unique stacks is tens of
+/// MiB (gRPC's default limit is 4 MiB).
+const MAX_ANSWER_BYTES: usize = 1 << 30;
+
 impl Connection {
     /// Connects to the daemon `target` names. For a Unix socket where nothing
     /// answers, when we run as root and the build has the `private-daemon`
@@ -99,7 +104,8 @@ impl Connection {
 
     fn new(channel: Channel, auth: Auth) -> Connection {
         Connection {
-            client: ProfilerClient::with_interceptor(channel.clone(), auth.clone()),
+            client: ProfilerClient::with_interceptor(channel.clone(), auth.clone())
+                .max_decoding_message_size(MAX_ANSWER_BYTES),
             channel,
             auth,
             #[cfg(feature = "private-daemon")]

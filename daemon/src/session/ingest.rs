@@ -26,8 +26,6 @@ pub const STACK_LIMIT_FRAME: u64 = u64::MAX;
 
 /// A session's counts and the state they are made with.
 pub struct Ingest {
-    /// The session's target.
-    pid: u32,
     /// Unique stacks kept; samples of further new stacks count under
     /// [`STACK_LIMIT_FRAME`].
     max_stacks: usize,
@@ -98,7 +96,6 @@ impl Ingest {
         tops: Option<StackTops>,
     ) -> Ingest {
         Ingest {
-            pid,
             max_stacks,
             recheck,
             tops,
@@ -173,7 +170,7 @@ impl Ingest {
         if let Some(&i) = self.process_index.get(&pid) {
             return Some(i);
         }
-        (self.pid == 0).then(|| {
+        self.spaces.of_every_process().then(|| {
             self.process_index.insert(pid, self.processes.len());
             self.processes.push(api::ProcessSamples {
                 pid,

@@ -99,6 +99,11 @@ impl Spaces {
         }
     }
 
+    /// Whether these are the spaces of every process ([`Spaces::every`]).
+    pub fn of_every_process(&self) -> bool {
+        self.every
+    }
+
     /// The current space of `pid`; with [`Spaces::every`], a process not
     /// seen before gets one from its mappings now.
     pub fn open(&mut self, pid: u32) -> usize {

@@ -24,18 +24,21 @@
 #           every 10 ms); also when the window was cut (its end_unix_ns)
 #           and when its file was written.
 #  memory   500 live processes (benches/workloads/idlers.c: each busy
-#           0.5 ms a second) and two many_stacks processes of 2^17 call
-#           paths each, profd --continuous at --rss-freq (4999 Hz) with
+#           0.5 ms a second) and two many_stacks processes of --rss-paths
+#           (2^16) call paths each, profd --continuous at --rss-freq (4999 Hz) with
 #           --rss-window (30 s) windows, so that each window holds
-#           100 000 unique stacks or more: two windows of warm-up, then
-#           --rss-minutes (30) measured, profd's memory read every 30 s;
+#           100 000 unique stacks or more: two windows (at least 120 s)
+#           of warm-up, then
+#           --rss-minutes (30) measured, profd's memory read every 30 s
+#           (its peak, VmHWM, over the measured minutes);
 #           every window's services, processes and unique stacks read back
 #           from its file.
 #
 # Usage: benches/continuous.sh [--quick] [--only PHASES] [--rounds N] [--cpu-seconds S]
 #                              [--disk-windows N] [--latency-windows N]
 #                              [--rss-minutes M] [--rss-procs N] [--rss-freq HZ]
-#                              [--rss-window S] [--nice N] [--no-build] [--keep]
+#                              [--rss-window S] [--rss-paths N] [--nice N]
+#                              [--no-build] [--keep]
 #   --quick               short runs for a smoke test (1 round of 10 s, 4 disk
 #                         windows, 3 latency windows, 2 minutes of memory
 #                         with 10 s windows)
@@ -51,6 +54,8 @@
 #   --rss-procs N         live processes of the memory scenario (default 500)
 #   --rss-freq HZ         its sampling frequency (default 4999)
 #   --rss-window S        its window span in seconds (default 30)
+#   --rss-paths N         call paths of each many_stacks process (default
+#                         65536, at most 131072)
 #   --nice N              run everything measured (load, perf, profd, profctl)
 #                         at this nice level, as benches/overhead.sh does
 #   --no-build            use the release binaries already built
@@ -64,6 +69,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$root/benches/lib.sh"
 phases=cpu,disk,latency,memory
 rounds=3
 cpu_s=30
@@ -76,7 +82,7 @@ rss_minutes=30
 rss_procs=500
 rss_freq=4999
 rss_window=30
-rss_paths=131072
+rss_paths=65536
 rss_every=30
 nice_level=''
 build=1
@@ -100,6 +106,7 @@ while [ $# -gt 0 ]; do
     --rss-procs) given+=("rss_procs=${2:?--rss-procs needs a number}"); shift ;;
     --rss-freq) given+=("rss_freq=${2:?--rss-freq needs a frequency}"); shift ;;
     --rss-window) given+=("rss_window=${2:?--rss-window needs seconds}"); shift ;;
+    --rss-paths) given+=("rss_paths=${2:?--rss-paths needs a number}"); shift ;;
     --nice) nice_level="${2:?--nice needs a level, -20..19}"; shift ;;
     --no-build) build=0 ;;
     --keep) keep=1 ;;
@@ -122,6 +129,8 @@ whole --latency-windows "$latency_windows"
 whole --rss-procs "$rss_procs"
 whole --rss-freq "$rss_freq"
 whole --rss-window "$rss_window"
+whole --rss-paths "$rss_paths"
+[ "$rss_paths" -le 131072 ] || die "--rss-paths must be at most 131072 (2^17: many_stacks's call paths), not $rss_paths"
 if ! [[ "$rss_minutes" =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v m="$rss_minutes" 'BEGIN { exit !(m > 0) }'; then
     die "--rss-minutes must be a number of minutes above 0, not '$rss_minutes'"
 fi
@@ -172,14 +181,8 @@ work="$(mktemp -d /tmp/continuous.XXXXXX)"
 # loop's xz), then the work directory goes. A sampling rate the kernel
 # lowered during the run (perf: "interrupt took too long") is given back.
 cleanup() {
-    local pid kids
     trap - EXIT INT TERM
-    for pid in $(jobs -p); do
-        kids="$(pgrep -P "$pid" || true)"
-        kill -TERM "$pid" 2>/dev/null || true
-        for k in $kids; do kill -TERM "$k" 2>/dev/null || true; done
-    done
-    wait 2>/dev/null || true
+    stop_jobs
     if [ "$(cat /proc/sys/kernel/perf_event_max_sample_rate)" != "$max_rate" ]; then
         say "the kernel lowered perf_event_max_sample_rate to $(cat /proc/sys/kernel/perf_event_max_sample_rate) during the run; set back to $max_rate"
         echo "$max_rate" >/proc/sys/kernel/perf_event_max_sample_rate || true
@@ -192,18 +195,9 @@ trap 'exit 130' INT TERM
 
 # ----------------------------------------------------------------- helpers
 
-now() { date +%s.%N; }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 minmax() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (NR) printf "%s..%s", lo, hi; else printf "-" }'; }
 # Sleep until Unix time $1 (fractions allowed).
 sleep_until() { sleep "$(awk -v t="$1" -v n="$(now)" 'BEGIN { d = t - n; print (d > 0 ? d : 0) }')"; }
-
-# CPU time of a whole process in seconds, from the scheduler's nanosecond
-# counts of its threads (as benches/overhead.sh).
-proc_cpu() {
-    { cat "/proc/$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'
-}
 
 # A process's memory in MiB: VmRSS VmHWM RssAnon RssFile.
 proc_mem() {
@@ -561,7 +555,9 @@ phase_latency() {
 phase_memory() {
     local warm_s rss_s total_s start el next rss hwm anon file last_f t0 t1 files=() max_hwm pids=() p
     stop_load
-    warm_s=$((2 * rss_window))
+    # Two windows, and a minute more than the symbolizer keeps files it
+    # no longer uses: at the start every program on the host is named.
+    warm_s=$((2 * rss_window > 120 ? 2 * rss_window : 120))
     rss_s="$(awk -v m="$rss_minutes" 'BEGIN { printf "%d", m * 60 }')"
     total_s=$((warm_s + rss_s))
     echo
@@ -581,12 +577,17 @@ phase_memory() {
     : >"$work/rss"
     while :; do
         el="$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%d", b - a }')"
+        if [ "$el" -ge "$warm_s" ] && [ ! -s "$work/rss" ]; then
+            # The peak from here on: the warm-up's (every process named for
+            # the first time) is not the steady state's.
+            echo "-- measured from here (VmHWM reset)"
+            echo 5 >"/proc/$profd_pid/clear_refs"
+        fi
         read -r rss hwm anon file < <(proc_mem "$profd_pid")
         last_f="$(ls "$state/windows"/*.window.gz 2>/dev/null | tail -n 1 || true)"
         if [ -n "$last_f" ]; then
             last_f="$(window_facts "$last_f" | awk '{ printf "%d %d %d %d", $5, $6, $8, $9 + $10 }')"
         fi
-        [ "$el" -ge "$warm_s" ] && [ ! -s "$work/rss" ] && echo "-- measured from here"
         printf '%7ss %7sM %7sM %7sM %7sM  %-44s %s\n' "$el" "$rss" "$hwm" "$anon" "$file" "${last_f:--}" "$(loadavg)"
         [ "$el" -ge "$warm_s" ] && echo "$el $rss $hwm" >>"$work/rss"
         [ "$el" -ge "$total_s" ] && break
@@ -629,7 +630,7 @@ phase_memory() {
               mean = sy / n; drift = slope * span
               flat = (drift < 0 ? -drift : drift) <= 0.05 * mean
               shown = min_stacks >= 100000 && min_procs >= want_procs
-              printf "VmHWM %.1f MiB over the scenario (≤ 128: %s); VmRSS %.1f → %.1f MiB, range %.1f..%.1f, trend %+.2f MiB over the measured %.0f s (flat, within 5 %% of the mean: %s)\n",
+              printf "VmHWM %.1f MiB over the measured minutes (≤ 128: %s); VmRSS %.1f → %.1f MiB, range %.1f..%.1f, trend %+.2f MiB over the measured %.0f s (flat, within 5 %% of the mean: %s)\n",
                      hwm, (hwm <= 128 ? "yes" : "no"), first, last, lo, hi, drift, span, (flat ? "yes" : "no")
               printf "fewest unique stacks in a window: %d, fewest processes: %d (goal ≤ 128 MiB, flat, with ≥ 100000 stacks and %d processes: %s)\n",
                      min_stacks, min_procs, want_procs,

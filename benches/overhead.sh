@@ -72,6 +72,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$root/benches/lib.sh"
 rounds=5
 rss_minutes=10
 rss_warmup=10
@@ -179,14 +180,8 @@ work="$(mktemp -d /tmp/overhead.XXXXXX)"
 # exit the ones still running are stopped (with their children: the targets
 # profctl run started), then the work directory goes.
 cleanup() {
-    local pid kids
     trap - EXIT INT TERM
-    for pid in $(jobs -p); do
-        kids="$(pgrep -P "$pid" || true)"
-        kill -TERM "$pid" 2>/dev/null || true
-        for k in $kids; do kill -TERM "$k" 2>/dev/null || true; done
-    done
-    wait 2>/dev/null || true
+    stop_jobs
     if [ -n "$autogroup_nice" ]; then echo "$autogroup_nice" >"/proc/$$/autogroup" || true; fi
     if [ "$keep" = 1 ]; then say "work directory kept: $work"; else rm -rf "$work"; fi
 }
@@ -194,19 +189,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ----------------------------------------------------------------- helpers
-
-now() { date +%s.%N; }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-
-# CPU time of a whole process in seconds: the scheduler's nanosecond counts
-# of its threads (/proc/PID/task/*/schedstat), exact where utime + stime
-# count whole clock ticks (perf record's own CPU in a run is under one). A
-# thread that ends between two readings takes its time since the first with
-# it (profd's threads live as long as the daemon, but for tokio's blocking
-# pool, which mostly waits).
-proc_cpu() {
-    { cat "/proc/$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'
-}
 
 # Seconds of CPU between two proc_cpu readings.
 cpu_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", b - a }'; }
@@ -242,7 +224,6 @@ window() {
     echo "$(cpu_s "$c0" "$c1") $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') $((a1 - a0)) $((d1 - d0))"
 }
 
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 minmax() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f..%.2f", lo, hi }'; }
 field() { awk -v k="$1" '{ for (i = 1; i < NF; i++) if ($i == k) { print $(i + 1); exit } }' "$2"; }
 json_number() { grep -o "\"$1\": [0-9.]*" "$2" | head -n 1 | awk '{ print $2 }'; }

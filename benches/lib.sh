@@ -1,0 +1,27 @@
+# Helpers shared by the benchmark scripts (sourced, not run).
+
+now() { date +%s.%N; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+# CPU time of a whole process in seconds: the scheduler's nanosecond counts
+# of its threads (/proc/PID/task/*/schedstat), exact where utime + stime
+# count whole clock ticks (perf record's own CPU in a run is under one). A
+# thread that ends between two readings takes its time since the first with
+# it (profd's threads live as long as the daemon, but for tokio's blocking
+# pool, which mostly waits).
+proc_cpu() {
+    { cat "/proc/$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ ns += $1 } END { printf "%.6f", ns / 1e9 }'
+}
+
+# Stop the calling script's jobs that still run, with their children (the
+# shells' loops' commands, the targets profctl run started), and wait.
+stop_jobs() {
+    local pid kids k
+    for pid in $(jobs -p); do
+        kids="$(pgrep -P "$pid" || true)"
+        kill -TERM "$pid" 2>/dev/null || true
+        for k in $kids; do kill -TERM "$k" 2>/dev/null || true; done
+    done
+    wait 2>/dev/null || true
+}

@@ -243,12 +243,12 @@ impl StackTable {
         }
     }
 
-    /// The stack with this index: its thread id, with its frames written
-    /// to `frames`.
-    pub fn get(&self, index: usize, frames: &mut Vec<u64>) -> Option<u32> {
+    /// The stack with this index: its thread id and count, with its frames
+    /// written to `frames`.
+    pub fn get(&self, index: usize, frames: &mut Vec<u64>) -> Option<(u32, u64)> {
         let stack = self.stacks.get(index)?;
         self.frames_into(stack.leaf, frames);
-        Some(stack.tid)
+        Some((stack.tid, stack.count))
     }
 
     fn frames_into(&self, leaf: u32, frames: &mut Vec<u64>) {
@@ -454,7 +454,7 @@ mod tests {
             ]
         );
         let mut frames = Vec::new();
-        assert_eq!(t.get(2, &mut frames), Some(7));
+        assert_eq!(t.get(2, &mut frames), Some((7, 1)));
         assert_eq!(frames, [4]);
         assert_eq!(t.get(3, &mut frames), None);
     }
@@ -482,7 +482,7 @@ mod tests {
         // A stack that is a prefix (callers) of others is its own stack.
         assert_eq!(t.add(1, &[0xa, 0xb, 0xc][1..], 1), ((1 << 14) + 1, true));
         let mut frames = Vec::new();
-        assert_eq!(t.get(12345 + 1, &mut frames), Some(1));
+        assert_eq!(t.get(12345 + 1, &mut frames), Some((1, 3)));
         assert_eq!(frames, path(12345));
         let mut total = 0;
         t.for_each(|_, frames, n| {
@@ -555,7 +555,7 @@ mod tests {
                     stack(index as u64 / 5, k)
                 }
             };
-            assert_eq!(t.get(index, &mut frames), Some(tid));
+            assert_eq!(t.get(index, &mut frames), Some((tid, 1)));
             assert_eq!(frames, expected, "stack {index}");
             assert_eq!(t.add(tid, &expected, 1), (index, false), "stack {index}");
         }

@@ -6,15 +6,14 @@
 //! protobuf `profd.v1.Window`, mode 0600, written atomically), so the index
 //! is rebuilt at start from the directory listing alone. A file that cannot
 //! be read back is renamed `….damaged`, dropped from the index and counted.
+use super::encode::{decode, Encoded};
 use super::Settings;
 use crate::request_error::Error;
 use crate::store::atomic;
-use flate2::{read::GzDecoder, write::GzEncoder, Compression};
 use profd_common::api;
 use profd_common::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
 use prost::Message;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,9 +23,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 const SUFFIX: &str = ".window.gz";
 /// What a window file that could not be read is renamed with.
 const DAMAGED: &str = ".damaged";
-/// Most bytes one window may take once decompressed (a bound on what a
-/// damaged or forged file can make the daemon allocate).
-const MAX_WINDOW_BYTES: u64 = 1 << 30;
 /// Most bytes of window summaries in one listing (clients take replies of
 /// 4 MiB by default); the oldest windows of a wider range are left out.
 const MAX_LISTED_BYTES: usize = 2 << 20;
@@ -112,7 +108,7 @@ fn valid_id(id: &str) -> bool {
 }
 
 /// A new random window id (32 hex digits).
-fn random_id() -> String {
+pub(super) fn random_id() -> String {
     let mut b = [0u8; 16];
     if rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).is_err() {
         // No getrandom(2): the clock makes an id unique enough for a name.
@@ -161,32 +157,6 @@ fn summarize(w: &api::Window, bytes: u64) -> api::WindowSummary {
 
 fn sort_services(s: &mut [api::ServiceSamples]) {
     s.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.service.cmp(&b.service)));
-}
-
-#[cfg(test)]
-fn encode(w: &api::Window) -> std::io::Result<Vec<u8>> {
-    compress(&w.encode_to_vec())
-}
-
-/// gzip of an encoded window.
-fn compress(raw: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut gz = GzEncoder::new(Vec::with_capacity(raw.len() / 4), Compression::default());
-    gz.write_all(raw)?;
-    gz.finish()
-}
-
-fn decode(bytes: &[u8]) -> Result<api::Window, String> {
-    let mut raw = Vec::new();
-    GzDecoder::new(bytes)
-        .take(MAX_WINDOW_BYTES + 1)
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("not gzip: {e}"))?;
-    if raw.len() as u64 > MAX_WINDOW_BYTES {
-        return Err(format!(
-            "more than {MAX_WINDOW_BYTES} bytes once decompressed"
-        ));
-    }
-    api::Window::decode(&raw[..]).map_err(|e| format!("not a profd.v1.Window: {e}"))
 }
 
 /// The time range of a listing or query in ns, checked: windows that end
@@ -251,9 +221,15 @@ impl Inner {
         }
     }
 
-    fn add(&self, mut w: api::Window) {
+    fn add(&self, e: Encoded) {
+        let Encoded {
+            head: mut w,
+            gz: bytes,
+        } = e;
         if !valid_id(&w.id) {
-            w.id = random_id();
+            tracing::warn!(id = %w.id, "a window with an id unfit for a file name: not kept");
+            self.lock().damaged += 1;
+            return;
         }
         w.end_unix_ns = w.end_unix_ns.max(w.start_unix_ns);
         let key = (w.start_unix_ns, w.id.clone());
@@ -261,22 +237,9 @@ impl Inner {
             tracing::debug!(id = %w.id, "window added twice: kept once");
             return;
         }
-        // The window itself is let go of before it is compressed: its
-        // stacks are most of a cut's memory.
         let mut summary = summarize(&w, 0);
         let name = file_name(w.start_unix_ns, w.end_unix_ns, &w.id);
         let end_ns = w.end_unix_ns;
-        let raw = w.encode_to_vec();
-        drop(w);
-        let bytes = match compress(&raw) {
-            Ok(bytes) => bytes,
-            Err(err) => {
-                tracing::warn!(%err, "cannot compress a window: not kept");
-                self.lock().damaged += 1;
-                return;
-            }
-        };
-        drop(raw);
         if let Some(dir) = &self.dir {
             if let Err(err) = atomic::write_atomic(dir, &name, &bytes, false) {
                 tracing::warn!(path = %dir.join(&name).display(), %err, "cannot write a window: not kept");
@@ -364,6 +327,35 @@ impl Inner {
             .filter(|(_, k)| k.end_ns > from_ns)
             .map(|(key, _)| key.clone())
             .collect()
+    }
+
+    /// Why a query over [from_ns, to_ns) has nothing to answer: the range
+    /// the history holds, to choose another.
+    fn nothing_in(&self, from_ns: u64, to_ns: u64) -> String {
+        let at = |ns: u64| {
+            let t = UNIX_EPOCH + std::time::Duration::from_nanos(ns);
+            humantime::format_rfc3339_seconds(t).to_string()
+        };
+        let to = match to_ns {
+            u64::MAX => "now".to_string(),
+            ns => at(ns),
+        };
+        let asked = format!("no windows in the history from {} to {to}", at(from_ns));
+        let st = self.lock();
+        let (Some((first, _)), Some((_, last))) =
+            (st.windows.first_key_value(), st.windows.last_key_value())
+        else {
+            return format!(
+                "{asked}: it holds none (continuous profiling writes one each window once \
+                 it runs: see profctl info)"
+            );
+        };
+        format!(
+            "{asked}: it holds {} from {} to {} (see profctl query --list)",
+            st.windows.len(),
+            at(first.0),
+            at(last.end_ns)
+        )
     }
 
     fn summary(&self, key: &Key) -> Option<Arc<api::WindowSummary>> {
@@ -812,7 +804,7 @@ impl History {
     /// the oldest windows past the limits. A window that cannot be written
     /// is counted as damaged and logged; a window already kept (same start
     /// and id) is kept once.
-    pub async fn add(&self, window: api::Window) {
+    pub async fn add(&self, window: Encoded) {
         let inner = self.inner.clone();
         if let Err(err) = tokio::task::spawn_blocking(move || inner.add(window)).await {
             tracing::error!(%err, "adding a window to the history failed");
@@ -844,12 +836,20 @@ impl History {
         let q = q.clone();
         tokio::task::spawn_blocking(move || {
             let mut merge = Merge::new(&q);
+            let mut read = 0;
             for key in inner.keys(from, to) {
                 if let Some(w) = inner.read(&key) {
                     merge.add(w);
+                    read += 1;
                 }
             }
-            merge.finish(from, to)
+            if read == 0 {
+                return Err(Error::NotFound(inner.nothing_in(from, to)));
+            }
+            let answer = merge.finish(from, to);
+            // The windows read, freed, are given back to the system.
+            crate::sys::trim_heap();
+            answer
         })
         .await
         .map_err(|e| Error::Internal(format!("reading the history: {e}")))?

@@ -1,6 +1,14 @@
 use super::*;
+use crate::continuous::encode;
 use profd_common::views;
 use std::time::Duration;
+
+impl History {
+    /// Add a window built whole, encoded as the profiler's are.
+    async fn add_window(&self, w: api::Window) {
+        self.add(encode::encode(w).unwrap()).await
+    }
+}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("profd-history-{}-{name}", std::process::id()));
@@ -160,7 +168,7 @@ async fn windows_survive_a_restart() {
     let h = History::open(Some(dir.clone()), &settings()).unwrap();
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700);
-    h.add(
+    h.add_window(
         WindowBuilder::new("aa01", 30)
             .stack("nginx.service", 1, "nginx", 1, &["work", "main"], 3)
             .build(),
@@ -169,9 +177,9 @@ async fn windows_survive_a_restart() {
     let second = WindowBuilder::new("aa02", 20)
         .stack("db", 2, "pg", 2, &["scan", "main"], 4)
         .build();
-    h.add(second.clone()).await;
+    h.add_window(second.clone()).await;
     // Added twice: kept once.
-    h.add(second).await;
+    h.add_window(second).await;
     let before = h.stats();
     assert_eq!(before.windows, 2);
     assert!(before.bytes > 0);
@@ -207,7 +215,7 @@ async fn windows_survive_a_restart() {
 async fn a_listing_selects_windows_by_time() {
     let h = History::open(None, &settings()).unwrap();
     for (id, ago) in [("a", 100), ("b", 50), ("c", 20)] {
-        h.add(
+        h.add_window(
             WindowBuilder::new(id, ago)
                 .stack("s", 1, "x", 1, &["f"], 1)
                 .build(),
@@ -233,14 +241,14 @@ async fn a_listing_selects_windows_by_time() {
 #[tokio::test]
 async fn retention_by_bytes_drops_the_oldest_and_counts() {
     let dir = scratch("bytes");
-    let one = encode(&bulky("x", 0)).unwrap().len() as u64;
+    let one = encode::encode(bulky("x", 0)).unwrap().gz.len() as u64;
     let s = Settings {
         retention_bytes: one * 3 + one / 2,
         ..settings()
     };
     let h = History::open(Some(dir.clone()), &s).unwrap();
     for (i, id) in ["w1", "w2", "w3", "w4", "w5"].iter().enumerate() {
-        h.add(bulky(id, 100 - i as u64 * 10)).await;
+        h.add_window(bulky(id, 100 - i as u64 * 10)).await;
     }
     let st = h.stats();
     assert_eq!(ids(&h), ["w3", "w4", "w5"]);
@@ -254,7 +262,7 @@ async fn retention_by_bytes_drops_the_oldest_and_counts() {
     // The same limit in memory.
     let h = History::open(None, &s).unwrap();
     for (i, id) in ["w1", "w2", "w3", "w4", "w5"].iter().enumerate() {
-        h.add(bulky(id, 100 - i as u64 * 10)).await;
+        h.add_window(bulky(id, 100 - i as u64 * 10)).await;
     }
     assert_eq!(ids(&h), ["w3", "w4", "w5"]);
     assert_eq!(h.stats().dropped_bytes, 2);
@@ -266,10 +274,10 @@ async fn retention_by_age_drops_the_oldest_at_add_and_at_open() {
     let dir = scratch("age");
     let h = History::open(Some(dir.clone()), &settings()).unwrap();
     // Ended 2 h ago, past the hour kept: dropped at once.
-    h.add(bulky("old", 7200)).await;
+    h.add_window(bulky("old", 7200)).await;
     assert_eq!(h.stats().dropped_age, 1);
     for (id, ago) in [("m40", 2400), ("m20", 1200), ("m1", 60)] {
-        h.add(bulky(id, ago)).await;
+        h.add_window(bulky(id, ago)).await;
     }
     assert_eq!(ids(&h), ["m40", "m20", "m1"]);
     drop(h);
@@ -290,7 +298,7 @@ async fn retention_by_age_drops_the_oldest_at_add_and_at_open() {
 async fn damaged_files_are_moved_aside_and_counted() {
     let dir = scratch("damaged");
     let h = History::open(Some(dir.clone()), &settings()).unwrap();
-    h.add(
+    h.add_window(
         WindowBuilder::new("good", 60)
             .stack("s", 1, "x", 1, &["f"], 2)
             .build(),
@@ -300,12 +308,13 @@ async fn damaged_files_are_moved_aside_and_counted() {
     // A truncated window, a file that is not gzip, a leftover of an
     // interrupted write, and a file that is not a window at all.
     let start = now_ns() - 30 * SEC;
-    let bytes = encode(
-        &WindowBuilder::new("cut", 30)
+    let bytes = encode::encode(
+        WindowBuilder::new("cut", 30)
             .stack("s", 1, "x", 1, &["f"], 2)
             .build(),
     )
-    .unwrap();
+    .unwrap()
+    .gz;
     let cut = file_name(start, start + 10 * SEC, "cut");
     std::fs::write(dir.join(&cut), &bytes[..bytes.len() / 2]).unwrap();
     let junk = file_name(start + 1, start + 10 * SEC, "junk");
@@ -348,7 +357,7 @@ async fn damaged_files_are_moved_aside_and_counted() {
 #[tokio::test]
 async fn queries_merge_windows_and_filter_services_and_processes() {
     let h = History::open(None, &settings()).unwrap();
-    h.add(
+    h.add_window(
         WindowBuilder::new("w1", 40)
             .stack("web", 10, "nginx", 10, &["read", "serve", "main"], 3)
             .stack("web", 11, "nginx", 11, &["serve", "main"], 1)
@@ -356,7 +365,7 @@ async fn queries_merge_windows_and_filter_services_and_processes() {
             .build(),
     )
     .await;
-    h.add(
+    h.add_window(
         WindowBuilder::new("w2", 20)
             .stack("web", 10, "nginx", 10, &["read", "serve", "main"], 2)
             .stack("db", 20, "pg", 21, &["scan", "main"], 1)
@@ -437,7 +446,7 @@ async fn queries_merge_windows_and_filter_services_and_processes() {
 #[tokio::test]
 async fn bad_queries_say_what_to_change() {
     let h = History::open(None, &settings()).unwrap();
-    h.add(
+    h.add_window(
         WindowBuilder::new("w1", 40)
             .stack("web", 10, "nginx", 10, &["f"], 1)
             .stack("db", 2, "pg", 2, &["g"], 1)
@@ -477,18 +486,38 @@ async fn bad_queries_say_what_to_change() {
     };
     let err = h.query(&q).await.unwrap_err();
     assert!(err.to_string().contains("query.by 9"), "{err}");
+    // A range with no windows: not an empty profile, but what is there.
+    let q = api::Query {
+        from_unix_ms: 1_000,
+        to_unix_ms: 2_000,
+        ..Default::default()
+    };
+    let err = h.query(&q).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("no windows in the history from 1970-01-01T00:00:01Z to 1970-01-01T00:00:02Z")
+            && msg.contains("it holds 1 from "),
+        "{msg}"
+    );
+    let empty = History::open(None, &settings()).unwrap();
+    let err = empty.query(&api::Query::default()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotFound(_)) && err.to_string().contains("it holds none"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn recursion_counts_once_per_sample() {
     let h = History::open(None, &settings()).unwrap();
-    h.add(
+    h.add_window(
         WindowBuilder::new("w1", 40)
             .stack("app", 1, "app", 1, &["fib", "fib", "fib", "main"], 4)
             .build(),
     )
     .await;
-    h.add(
+    h.add_window(
         WindowBuilder::new("w2", 20)
             .stack("app", 1, "app", 1, &["fib", "fib", "main"], 2)
             .build(),
@@ -523,7 +552,7 @@ async fn wide_listings_leave_out_the_oldest_windows() {
     // Summaries of about 20 KB: some 100 fit in a listing.
     let label = "s".repeat(20_000);
     for i in 0..150u64 {
-        h.add(
+        h.add_window(
             WindowBuilder::new(&format!("w{i}"), 3000 - i * 10)
                 .stack(&label, 1, "x", 1, &["f"], 1)
                 .build(),

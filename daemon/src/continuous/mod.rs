@@ -1,6 +1,7 @@
 //! Continuous profiling: every selected process on the host sampled at a low
 //! frequency with no client attached, cut into windows labelled by service,
 //! kept as local history and answered by queries.
+pub mod encode;
 pub mod history;
 pub mod profiler;
 pub mod service;

@@ -2,15 +2,17 @@
 //! group at a low frequency, each process labelled with its service when
 //! first seen (and chosen or left out by the selectors), cut into windows on
 //! wall-clock boundaries and handed to the history.
+use super::encode::{self, Encoded};
 use super::history::{self, History};
 use super::service::{self, Label};
 use super::Settings;
 use crate::registry::DEFAULT_STACK_BYTES;
 use crate::sampler::{Batch, SampleSource, Subscription, EVERY_PROCESS, STACK_RING_PAGES};
-use crate::session::{Collected, Collector};
+use crate::session::Collector;
 use crate::symbolize::Symbolizer;
 use crate::sys::perf::{EventKind, EventSpec};
 use profd_common::api;
+use profd_common::model::{FrameRef, FunctionInfo};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -99,7 +101,7 @@ pub async fn run(
         notes: Notes::default(),
     };
     let mut start = SystemTime::now();
-    // The window being compressed and written, while batches are counted.
+    // The window being written, while batches are counted.
     let mut adding: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         let end = next_boundary(start, p.settings.window);
@@ -119,14 +121,31 @@ pub async fn run(
             p.take(batch);
         }
         let now = SystemTime::now();
-        let window = p.cut(start, now).await;
+        let cut = p.cut(start, now).await;
         start = now;
         if let Some(previous) = adding.take() {
             let _ = previous.await;
         }
-        if window.totals.as_ref().is_some_and(|t| t.attributed > 0) {
+        let window = match cut {
+            Ok(window) => window,
+            Err(err) => {
+                tracing::warn!(%err, "cannot encode a window: not kept");
+                continue;
+            }
+        };
+        if window
+            .head
+            .totals
+            .as_ref()
+            .is_some_and(|t| t.attributed > 0)
+        {
             let history = history.clone();
-            adding = Some(tokio::spawn(async move { history.add(window).await }));
+            adding = Some(tokio::spawn(async move {
+                history.add(window).await;
+                // The cut's memory, freed, is given back to the system, not
+                // kept for the next cut.
+                crate::sys::trim_heap();
+            }));
         }
         if last {
             if let Some(add) = adding.take() {
@@ -160,13 +179,6 @@ fn unix_ns(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
-}
-
-/// A new window id: 16 random bytes in hex.
-fn window_id() -> String {
-    let mut bytes = [0u8; 16];
-    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Profiler {
@@ -304,68 +316,69 @@ impl Profiler {
         }
     }
 
-    /// The window [start, end) so far, per service; counting starts anew.
-    async fn cut(&mut self, start: SystemTime, end: SystemTime) -> api::Window {
+    /// The window [start, end) so far, per service, encoded; counting starts
+    /// anew. Its stacks are named twice, never all held: first to learn
+    /// each one's service, each service's functions and the bytes its
+    /// stacks take, then service by service as they are written.
+    async fn cut(&mut self, start: SystemTime, end: SystemTime) -> std::io::Result<Encoded> {
         let executables: HashMap<u32, String> = self
             .processes
             .iter()
             .filter(|(_, p)| p.exe.is_empty())
             .filter_map(|(&pid, _)| Some((pid, self.collector.executable(pid)?)))
             .collect();
-        let Collected {
-            resolved,
-            thread_pid,
-            processes,
-        } = self.collector.cut().await;
-        let mut totals = resolved.session.totals.unwrap_or_default();
-        totals.discarded += totals.unchecked;
-        totals.unchecked = 0;
-        totals.unsampled = 0;
-        let mut profile = resolved.profile;
+        let thread_pid = self.collector.thread_pids();
+        let known = &self.processes;
         let mut services: Vec<ServiceBuilder> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
-        let service_of = |pid: u32| -> (String, api::ServiceSource) {
-            match self.processes.get(&pid) {
-                Some(p) => (p.label.service.clone(), p.label.source),
-                None => (String::from("unknown"), api::ServiceSource::Unspecified),
-            }
-        };
         let mut of_pid: HashMap<u32, usize> = HashMap::new();
         let mut slot = |pid: u32, services: &mut Vec<ServiceBuilder>| -> usize {
             *of_pid.entry(pid).or_insert_with(|| {
-                let (name, source) = service_of(pid);
+                let (name, source) = match known.get(&pid) {
+                    Some(p) => (p.label.service.clone(), p.label.source),
+                    None => (String::from("unknown"), api::ServiceSource::Unspecified),
+                };
                 *index.entry(name.clone()).or_insert_with(|| {
                     services.push(ServiceBuilder::new(name, source));
                     services.len() - 1
                 })
             })
         };
-        let mut notes = std::mem::take(&mut self.notes);
         let mut thread_samples: HashMap<u32, u64> = HashMap::new();
-        // Each stack's frames are let go of as soon as they are copied:
-        // a window's stacks are most of its memory.
-        for stack in std::mem::take(&mut profile.stacks) {
-            let pid = thread_pid.get(&stack.tid).copied().unwrap_or(0);
-            let s = slot(pid, &mut services);
-            *thread_samples.entry(stack.tid).or_default() += stack.count;
-            services[s].add(stack, &profile.functions);
-        }
+        let mut stack_service: Vec<u32> = Vec::new();
+        let resolved = self
+            .collector
+            .name_stacks(|functions, tid, count, frames| {
+                let pid = thread_pid.get(&tid).copied().unwrap_or(0);
+                let s = slot(pid, &mut services);
+                stack_service.push(s as u32);
+                *thread_samples.entry(tid).or_default() += count;
+                services[s].count(tid, count, frames, functions);
+            })
+            .await;
+        let mut totals = resolved.session.totals.unwrap_or_default();
+        totals.discarded += totals.unchecked;
+        totals.unchecked = 0;
+        totals.unsampled = 0;
+        let thread_names = resolved.profile.threads;
+        drop(resolved.profile.functions);
+        let mut notes = std::mem::take(&mut self.notes);
         for (tid, n) in thread_samples {
             let pid = thread_pid.get(&tid).copied().unwrap_or(0);
             let s = slot(pid, &mut services);
             services[s].window.threads.push(api::WindowThread {
                 tid,
                 pid,
-                name: profile.threads.get(&tid).cloned().unwrap_or_default(),
+                name: thread_names.get(&tid).cloned().unwrap_or_default(),
                 samples: n,
             });
         }
-        for ps in processes.iter().filter(|p| p.samples > 0) {
+        for ps in self.collector.processes().iter().filter(|p| p.samples > 0) {
             if replaced(ps.pid) {
                 notes.binaries_replaced += 1;
             }
             let s = slot(ps.pid, &mut services);
-            let mut p = self.processes.get(&ps.pid).cloned().unwrap_or_default();
+            let mut p = known.get(&ps.pid).cloned().unwrap_or_default();
             if p.exe.is_empty() {
                 // Gone before /proc could say: the program it mapped.
                 p.exe = executables.get(&ps.pid).cloned().unwrap_or_default();
@@ -382,7 +395,47 @@ impl Profiler {
                 exited: p.exited,
             });
         }
+        for s in &mut services {
+            s.finish();
+        }
+        // Most samples first.
+        let mut order: Vec<usize> = (0..services.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&services[a].window, &services[b].window);
+            b.samples.cmp(&a.samples).then(a.service.cmp(&b.service))
+        });
+        let head = api::Window {
+            id: history::random_id(),
+            start_unix_ns: unix_ns(start),
+            end_unix_ns: unix_ns(end),
+            host: self.host.name.clone(),
+            kernel_release: self.host.kernel_release.clone(),
+            frequency_hz: self.spec.frequency_hz,
+            event: api::Event::from(self.spec.kind) as i32,
+            totals: Some(totals),
+            services: order.iter().map(|&s| services[s].window.clone()).collect(),
+            cgroup_unreadable: notes.cgroup_unreadable,
+            processes_exited: notes.processes_exited,
+            binaries_replaced: notes.binaries_replaced,
+        };
+        // Each service's stacks, by index: a counting sort of the stacks.
+        let mut first = vec![0usize; services.len() + 1];
+        for &s in &stack_service {
+            first[s as usize + 1] += 1;
+        }
+        for s in 0..services.len() {
+            first[s + 1] += first[s];
+        }
+        let mut next = first.clone();
+        let mut by_service = vec![0u32; stack_service.len()];
+        for (i, &s) in stack_service.iter().enumerate() {
+            by_service[next[s as usize]] = i as u32;
+            next[s as usize] += 1;
+        }
+        drop(stack_service);
+        let written = self.write(&head, &services, &order, &first, &by_service);
         // Processes gone (exited, or their exit record lost) are let go of.
+        self.collector.restart();
         let collector = &mut self.collector;
         self.processes.retain(|&pid, p| {
             let keep = !p.exited && alive(pid);
@@ -391,30 +444,49 @@ impl Profiler {
             }
             keep
         });
-        let mut services: Vec<api::ServiceWindow> =
-            services.into_iter().map(ServiceBuilder::finish).collect();
-        services.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.service.cmp(&b.service)));
-        api::Window {
-            id: window_id(),
-            start_unix_ns: unix_ns(start),
-            end_unix_ns: unix_ns(end),
-            host: self.host.name.clone(),
-            kernel_release: self.host.kernel_release.clone(),
-            frequency_hz: self.spec.frequency_hz,
-            event: api::Event::from(self.spec.kind) as i32,
-            totals: Some(totals),
-            services,
-            cgroup_unreadable: notes.cgroup_unreadable,
-            processes_exited: notes.processes_exited,
-            binaries_replaced: notes.binaries_replaced,
+        Ok(Encoded { head, gz: written? })
+    }
+
+    /// Write the window: `head`'s fields, then each service in `order` with
+    /// its stacks (`by_service[first[s]..first[s + 1]]`), named again.
+    fn write(
+        &self,
+        head: &api::Window,
+        services: &[ServiceBuilder],
+        order: &[usize],
+        first: &[usize],
+        by_service: &[u32],
+    ) -> std::io::Result<Vec<u8>> {
+        let mut out = encode::Writer::new(&api::Window {
+            services: Vec::new(),
+            ..head.clone()
+        });
+        let (mut raw, mut frames) = (Vec::new(), Vec::new());
+        let mut stack = api::WindowStack::default();
+        for &s in order {
+            let b = &services[s];
+            out.service(&b.window, b.stacks_len)?;
+            for &i in &by_service[first[s]..first[s + 1]] {
+                let Some((tid, count)) = self.collector.stack(i as usize, &mut raw, &mut frames)
+                else {
+                    continue;
+                };
+                b.fill(&mut stack, tid, count, &frames);
+                out.stack(&stack)?;
+            }
         }
+        out.finish()
     }
 }
 
-/// One service's part of a window being built: its own function table.
+/// One service's part of a window being built: its own function table,
+/// and the bytes its stacks take once encoded.
 struct ServiceBuilder {
     window: api::ServiceWindow,
     functions: HashMap<u32, u32>,
+    stacks_len: usize,
+    /// Scratch for measuring a stack.
+    scratch: api::WindowStack,
 }
 
 impl ServiceBuilder {
@@ -426,25 +498,17 @@ impl ServiceBuilder {
                 ..Default::default()
             },
             functions: HashMap::new(),
+            stacks_len: 0,
+            scratch: api::WindowStack::default(),
         }
     }
 
-    fn add(
-        &mut self,
-        stack: profd_common::model::ResolvedStack,
-        functions: &[profd_common::model::FunctionInfo],
-    ) {
+    /// Count a stack of the service: its functions join the service's
+    /// table, its samples and encoded bytes are added up.
+    fn count(&mut self, tid: u32, count: u64, frames: &[FrameRef], functions: &[FunctionInfo]) {
         let w = &mut self.window;
-        let n = stack.frames.len();
-        let mut out = api::WindowStack {
-            tid: stack.tid,
-            count: stack.count,
-            function: Vec::with_capacity(n),
-            line: Vec::with_capacity(n),
-            address: Vec::with_capacity(n),
-        };
-        for f in &stack.frames {
-            let local = *self.functions.entry(f.function).or_insert_with(|| {
+        for f in frames {
+            self.functions.entry(f.function).or_insert_with(|| {
                 let info = &functions[f.function as usize];
                 w.functions.push(api::WindowFunction {
                     name: info.name.clone(),
@@ -454,22 +518,37 @@ impl ServiceBuilder {
                 });
                 w.functions.len() as u32 - 1
             });
-            out.function.push(local);
+        }
+        w.samples += count;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.fill(&mut scratch, tid, count, frames);
+        self.stacks_len += encode::Writer::stack_len(&scratch);
+        self.scratch = scratch;
+    }
+
+    /// `out` := the stack as the service's window holds it (every function
+    /// of `frames` was counted).
+    fn fill(&self, out: &mut api::WindowStack, tid: u32, count: u64, frames: &[FrameRef]) {
+        out.tid = tid;
+        out.count = count;
+        out.function.clear();
+        out.line.clear();
+        out.address.clear();
+        for f in frames {
+            out.function.push(self.functions[&f.function]);
             out.line.push(f.line);
             out.address.push(f.address);
         }
-        w.samples += stack.count;
-        w.stacks.push(out);
     }
 
-    fn finish(mut self) -> api::ServiceWindow {
+    fn finish(&mut self) {
         self.window
             .processes
             .sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
         self.window
             .threads
             .sort_by(|a, b| b.samples.cmp(&a.samples).then(a.tid.cmp(&b.tid)));
-        self.window
+        self.scratch = api::WindowStack::default();
     }
 }
 

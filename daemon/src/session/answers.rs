@@ -320,11 +320,68 @@ impl Actor {
     }
 
     pub(super) async fn resolve(&mut self, shown: KernelFrames) -> Resolved {
+        let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
+        let mut resolved = self
+            .resolve_each(shown, |_, tid, count, frames| {
+                // Sized exactly: a whole profile's frames are most of its memory.
+                stacks.push(ResolvedStack {
+                    tid,
+                    count,
+                    frames: frames.to_vec(),
+                })
+            })
+            .await;
+        resolved.profile.stacks = stacks;
+        shown.apply(&mut resolved.profile);
+        resolved
+    }
+
+    /// The frames of `stack` (addresses, tagged, innermost first) as named
+    /// at the last [`Self::resolve_each`], written to `frames`.
+    fn name_stack(&self, stack: &[u64], frames: &mut Vec<FrameRef>) {
+        frames.clear();
+        for &a in stack {
+            let at = &self.addr_fn[&a];
+            // The frame of samples over the stack limit has no address.
+            let address = match a {
+                super::STACK_LIMIT_FRAME => 0,
+                a => untag(a).1,
+            };
+            frames.extend(at.frames.iter().map(|f| FrameRef {
+                function: f.func,
+                line: f.line,
+                address,
+            }));
+        }
+    }
+
+    /// Stack `index` named as at the last [`Self::resolve_each`]: its
+    /// thread and count, its frames written to `frames` (`raw` holds its
+    /// addresses). None when the table has no such stack.
+    pub(super) fn named_stack(
+        &self,
+        index: usize,
+        raw: &mut Vec<u64>,
+        frames: &mut Vec<FrameRef>,
+    ) -> Option<(u32, u64)> {
+        let (tid, count) = self.ingest.stacks.get(index, raw)?;
+        self.name_stack(raw, frames);
+        Some((tid, count))
+    }
+
+    /// The profile with its stacks handed to `each` one at a time (with the
+    /// function table they index, the thread and the count) instead of
+    /// kept: its `stacks` are empty and `shown` is not applied to them.
+    pub(super) async fn resolve_each(
+        &mut self,
+        shown: KernelFrames,
+        mut each: impl FnMut(&[FunctionInfo], u32, u64, &[FrameRef]),
+    ) -> Resolved {
         self.symbolize_pending().await;
         self.folded_id(shown);
         // Brings `unsymbolized` up to date, as a view would.
         self.count_new_samples(&mut Vec::with_capacity(128));
-        let functions = self
+        let functions: Vec<FunctionInfo> = self
             .names
             .iter()
             .zip(&self.files)
@@ -335,32 +392,15 @@ impl Actor {
                 inlined: n.inlined,
             })
             .collect();
-        let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
-        // Each address's frames, looked up once a stack.
-        let mut chains: Vec<(u64, &AddrFrames)> = Vec::with_capacity(128);
+        let mut frames = Vec::with_capacity(128);
         self.ingest.stacks.for_each(|tid, stack, count| {
-            chains.clear();
-            chains.extend(stack.iter().map(|a| (*a, &self.addr_fn[a])));
-            // Sized exactly: a whole profile's frames are most of its memory.
-            let mut frames = Vec::with_capacity(chains.iter().map(|(_, at)| at.frames.len()).sum());
-            for &(address, at) in &chains {
-                // The frame of samples over the stack limit has no address.
-                let address = match address {
-                    super::STACK_LIMIT_FRAME => 0,
-                    a => untag(a).1,
-                };
-                frames.extend(at.frames.iter().map(|f| FrameRef {
-                    function: f.func,
-                    line: f.line,
-                    address,
-                }));
-            }
-            stacks.push(ResolvedStack { tid, count, frames })
+            self.name_stack(stack, &mut frames);
+            each(&functions, tid, count, &frames);
         });
         let session = self.summary();
-        let mut profile = ResolvedProfile {
+        let profile = ResolvedProfile {
             functions,
-            stacks,
+            stacks: Vec::new(),
             threads: self
                 .ingest
                 .threads
@@ -373,7 +413,6 @@ impl Actor {
             pid: session.pid,
             comm: session.comm.clone(),
         };
-        shown.apply(&mut profile);
         Resolved { session, profile }
     }
 

@@ -1,6 +1,6 @@
 //! The session machinery without a client, for continuous profiling: every
 //! process's batches counted, unwound and named as a session's are, and
-//! handed out window by window as a resolved profile.
+//! handed out window by window, a stack at a time.
 use super::spaces::untag;
 use super::{Actor, Ingest, Params, Resolved};
 use crate::sampler::{Batch, SampleSource, StackTops, EVERY_PROCESS};
@@ -8,7 +8,7 @@ use crate::symbolize::Symbolizer;
 use crate::sys::perf::EventSpec;
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
-use profd_common::model::Aggregator;
+use profd_common::model::{Aggregator, FrameRef, FunctionInfo};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -20,14 +20,6 @@ const NAMES_KEPT: usize = 200_000;
 /// Counts every process's samples (see [`Ingest::every`]).
 pub struct Collector {
     actor: Actor,
-}
-
-/// One window's samples: the profile (stacks per thread) and which process
-/// each thread and each process's samples belong to.
-pub struct Collected {
-    pub resolved: Resolved,
-    pub thread_pid: HashMap<u32, u32>,
-    pub processes: Vec<api::ProcessSamples>,
 }
 
 impl Collector {
@@ -76,19 +68,49 @@ impl Collector {
             })
     }
 
+    /// The process of each thread sampled since the last cut.
+    pub fn thread_pids(&self) -> HashMap<u32, u32> {
+        let ingest = &self.actor.ingest;
+        ingest.thread_pid.iter().map(|(&t, &p)| (t, p)).collect()
+    }
+
     /// Count a batch. Err: a process's files could not be opened for want
     /// of descriptors (its frames go unnamed; counting goes on).
     pub fn apply(&mut self, batch: Batch) -> Result<(), String> {
         self.actor.apply(batch)
     }
 
-    /// The window so far, named, and counting starts anew. Address spaces
-    /// of processes gone are let go of.
-    pub async fn cut(&mut self) -> Collected {
-        let resolved = self.actor.resolve(KernelFrames::Full).await;
+    /// Name the stacks counted since the last restart, and hand each to
+    /// `each` (with the function table it indexes, its thread and count), in
+    /// index order: the profile's other parts are returned (its `stacks`
+    /// are empty). Its stacks are never all named at once: they are most of
+    /// a window's memory.
+    pub async fn name_stacks(
+        &mut self,
+        each: impl FnMut(&[FunctionInfo], u32, u64, &[FrameRef]),
+    ) -> Resolved {
+        self.actor.resolve_each(KernelFrames::Full, each).await
+    }
+
+    /// Stack `index` named as [`Collector::name_stacks`] named it: its
+    /// thread and count, its frames written to `frames` (`raw` is scratch).
+    pub fn stack(
+        &self,
+        index: usize,
+        raw: &mut Vec<u64>,
+        frames: &mut Vec<FrameRef>,
+    ) -> Option<(u32, u64)> {
+        self.actor.named_stack(index, raw, frames)
+    }
+
+    /// The samples of each process since the last restart.
+    pub fn processes(&self) -> &[api::ProcessSamples] {
+        &self.actor.ingest.processes
+    }
+
+    /// Counting starts anew. Address spaces of processes gone are let go of.
+    pub fn restart(&mut self) {
         let a = &mut self.actor;
-        let thread_pid = a.ingest.thread_pid.iter().map(|(&t, &p)| (t, p)).collect();
-        let processes = std::mem::take(&mut a.ingest.processes);
         a.ingest.restart();
         a.counted = Aggregator::new(0);
         a.started = std::time::Instant::now();
@@ -117,11 +139,6 @@ impl Collector {
             a.files.clear();
             a.kernel.clear();
             a.stamps.clear();
-        }
-        Collected {
-            resolved,
-            thread_pid,
-            processes,
         }
     }
 }

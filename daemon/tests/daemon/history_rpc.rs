@@ -4,7 +4,7 @@
 //! root may read them.
 
 use crate::support::{serve, Running};
-use profd::internals::continuous::Settings;
+use profd::internals::continuous::{encode, Settings};
 use profd_common::api;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tonic::Code;
@@ -72,17 +72,20 @@ async fn start(name: &str, continuous: bool) -> Running {
         let daemon = profd::Daemon::bind(config).await?;
         if let Some(history) = daemon.history() {
             history
-                .add(window(
-                    "a1",
-                    60,
-                    &[
-                        ("web", 10, &["read", "main"], 3),
-                        ("db", 20, &["scan", "main"], 2),
-                    ],
-                ))
+                .add(
+                    encode(window(
+                        "a1",
+                        60,
+                        &[
+                            ("web", 10, &["read", "main"], 3),
+                            ("db", 20, &["scan", "main"], 2),
+                        ],
+                    ))
+                    .unwrap(),
+                )
                 .await;
             history
-                .add(window("a2", 30, &[("web", 10, &["read", "main"], 1)]))
+                .add(encode(window("a2", 30, &[("web", 10, &["read", "main"], 1)])).unwrap())
                 .await;
         }
         Ok(daemon)

@@ -385,6 +385,19 @@ fn retention_drops_the_oldest_windows_and_counts_them() {
                 "a window older than 3 s (and a window) kept"
             );
             assert_eq!(l.windows_kept as usize, kept.len());
+            // The oldest window's range is no longer answered: an error
+            // saying what the history holds, not an empty profile.
+            let (gone_ns, gone) = &seen[0];
+            assert!(!kept.contains(&gone.as_str()));
+            let from = (gone_ns / 1_000_000_000).to_string();
+            let to = (gone_ns / 1_000_000_000 + 1).to_string();
+            let out = d.profctl(&["query", "--from", &from, "--to", &to]);
+            assert!(
+                !out.status.success()
+                    && out.stderr.contains("no windows in the history from")
+                    && out.stderr.contains("it holds"),
+                "{out:?}"
+            );
             return;
         }
         assert!(

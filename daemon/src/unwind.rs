@@ -230,6 +230,16 @@ impl Unwinder {
         self.modules.is_empty() && self.cache.is_none() && self.go.is_empty()
     }
 
+    /// Whether it holds a rule cache (made at its first walk).
+    pub fn has_cache(&self) -> bool {
+        self.cache.is_some()
+    }
+
+    /// Let go of the rule cache; the next walk makes a new one.
+    pub fn drop_cache(&mut self) {
+        self.cache = None;
+    }
+
     /// Whether Go code is mapped.
     pub fn has_go(&self) -> bool {
         !self.go.is_empty()

@@ -346,6 +346,7 @@ impl Profiler {
         };
         let mut thread_samples: HashMap<u32, u64> = HashMap::new();
         let mut stack_service: Vec<u32> = Vec::new();
+        let began = std::time::Instant::now();
         let resolved = self
             .collector
             .name_stacks(|functions, tid, count, frames| {
@@ -433,7 +434,16 @@ impl Profiler {
             next[s as usize] += 1;
         }
         drop(stack_service);
+        let named = began.elapsed();
         let written = self.write(&head, &services, &order, &first, &by_service);
+        tracing::debug!(
+            stacks = by_service.len(),
+            services = services.len(),
+            bytes = written.as_ref().map_or(0, Vec::len),
+            named_ms = named.as_millis() as u64,
+            written_ms = (began.elapsed() - named).as_millis() as u64,
+            "window cut"
+        );
         // Processes gone (exited, or their exit record lost) are let go of.
         self.collector.restart();
         let collector = &mut self.collector;
@@ -483,7 +493,9 @@ impl Profiler {
 /// and the bytes its stacks take once encoded.
 struct ServiceBuilder {
     window: api::ServiceWindow,
-    functions: HashMap<u32, u32>,
+    /// Each function's index in the service's table, by function id: looked
+    /// up for every frame, twice.
+    functions: foldhash::HashMap<u32, u32>,
     stacks_len: usize,
     /// Scratch for measuring a stack.
     scratch: api::WindowStack,
@@ -497,7 +509,7 @@ impl ServiceBuilder {
                 source: source as i32,
                 ..Default::default()
             },
-            functions: HashMap::new(),
+            functions: foldhash::HashMap::default(),
             stacks_len: 0,
             scratch: api::WindowStack::default(),
         }

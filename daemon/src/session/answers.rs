@@ -322,7 +322,7 @@ impl Actor {
     pub(super) async fn resolve(&mut self, shown: KernelFrames) -> Resolved {
         let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
         let mut resolved = self
-            .resolve_each(shown, |_, tid, count, frames| {
+            .resolve_each(shown, true, |_, tid, count, frames| {
                 // Sized exactly: a whole profile's frames are most of its memory.
                 stacks.push(ResolvedStack {
                     tid,
@@ -337,11 +337,14 @@ impl Actor {
     }
 
     /// The frames of `stack` (addresses, tagged, innermost first) as named
-    /// at the last [`Self::resolve_each`], written to `frames`.
-    fn name_stack(&self, stack: &[u64], frames: &mut Vec<FrameRef>) {
+    /// at the last [`Self::resolve_each`], written to `frames`; true when a
+    /// frame could not be named.
+    fn name_stack(&self, stack: &[u64], frames: &mut Vec<FrameRef>) -> bool {
         frames.clear();
+        let mut unnamed = false;
         for &a in stack {
             let at = &self.addr_fn[&a];
+            unnamed |= at.unnamed;
             // The frame of samples over the stack limit has no address.
             let address = match a {
                 super::STACK_LIMIT_FRAME => 0,
@@ -353,6 +356,7 @@ impl Actor {
                 address,
             }));
         }
+        unnamed
     }
 
     /// Stack `index` named as at the last [`Self::resolve_each`]: its
@@ -365,22 +369,26 @@ impl Actor {
         frames: &mut Vec<FrameRef>,
     ) -> Option<(u32, u64)> {
         let (tid, count) = self.ingest.stacks.get(index, raw)?;
-        self.name_stack(raw, frames);
+        let _ = self.name_stack(raw, frames);
         Some((tid, count))
     }
 
     /// The profile with its stacks handed to `each` one at a time (with the
     /// function table they index, the thread and the count) instead of
     /// kept: its `stacks` are empty and `shown` is not applied to them.
+    /// With `live`, the running counts that views read are brought up to
+    /// date too (without, `unsymbolized` alone is counted).
     pub(super) async fn resolve_each(
         &mut self,
         shown: KernelFrames,
+        live: bool,
         mut each: impl FnMut(&[FunctionInfo], u32, u64, &[FrameRef]),
     ) -> Resolved {
         self.symbolize_pending().await;
         self.folded_id(shown);
-        // Brings `unsymbolized` up to date, as a view would.
-        self.count_new_samples(&mut Vec::with_capacity(128));
+        if live {
+            self.count_new_samples(&mut Vec::with_capacity(128));
+        }
         let functions: Vec<FunctionInfo> = self
             .names
             .iter()
@@ -392,11 +400,16 @@ impl Actor {
                 inlined: n.inlined,
             })
             .collect();
-        let mut frames = Vec::with_capacity(128);
+        let (mut frames, mut unsymbolized) = (Vec::with_capacity(128), 0);
         self.ingest.stacks.for_each(|tid, stack, count| {
-            self.name_stack(stack, &mut frames);
+            if self.name_stack(stack, &mut frames) {
+                unsymbolized += count;
+            }
             each(&functions, tid, count, &frames);
         });
+        if !live {
+            self.ingest.totals.unsymbolized = unsymbolized;
+        }
         let session = self.summary();
         let profile = ResolvedProfile {
             functions,

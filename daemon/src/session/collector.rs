@@ -89,7 +89,10 @@ impl Collector {
         &mut self,
         each: impl FnMut(&[FunctionInfo], u32, u64, &[FrameRef]),
     ) -> Resolved {
-        self.actor.resolve_each(KernelFrames::Full, each).await
+        // No live view reads these counts: only `unsymbolized` is counted.
+        self.actor
+            .resolve_each(KernelFrames::Full, false, each)
+            .await
     }
 
     /// Stack `index` named as [`Collector::name_stacks`] named it: its

@@ -291,7 +291,10 @@ impl Ingest {
             // it read above the outermost frame dropped. Others are unwound
             // and/or tagged in `scratch`.
             let stack_copy = self.spaces.stack_copy;
-            let unwinder = &mut self.spaces.list[space].unwinder;
+            let unwinder = match stack_copy {
+                true => self.spaces.unwinder(space),
+                false => &mut self.spaces.list[space].unwinder,
+            };
             let (mut frames, mut skipped) = (sample.frames, None);
             if !stack_copy && unwinder.has_go() {
                 if let Some(len) = unwinder.go_stack_len(frames) {

@@ -20,12 +20,20 @@ const MAX_SPACES: usize = 0x7fff;
 /// rings may still come in the next batch.
 const EXIT_GRACE: u64 = 2;
 
+/// Unwinders holding a rule cache (about 16 KiB each) at once: with every
+/// process on the host sampled, one cache each would be megabytes; those
+/// walked most keep theirs, a process sampled now and then makes one anew.
+const MAX_CACHES: usize = 64;
+
 /// One address space.
 pub struct Space {
     pub maps: ProcessMaps,
     pub unwinder: Unwinder,
     /// No process runs in it any more (it exited or exec'd).
     retired: bool,
+    /// Walked since its cache last had a second chance (see
+    /// [`Spaces::unwinder`]).
+    walked: bool,
 }
 
 /// The spaces of a session; space 0 is the target's at attach. A space no
@@ -52,6 +60,8 @@ pub struct Spaces {
     /// Spaces of every process (continuous profiling): a process not seen
     /// before gets a space from its mappings then.
     every: bool,
+    /// Spaces whose unwinder made a rule cache, oldest first.
+    cached: std::collections::VecDeque<usize>,
 }
 
 /// Tag user address `addr` with space `space` (space 0 and kernel addresses
@@ -85,6 +95,7 @@ impl Spaces {
             exited: Vec::new(),
             out_of_fds: None,
             every: false,
+            cached: Default::default(),
         };
         spaces.add(pid, maps);
         spaces
@@ -153,6 +164,14 @@ impl Spaces {
             .iter()
             .filter_map(|&(i, at)| renumbered.get(&i).map(|&j| (j, at)))
             .collect();
+        self.cached = self
+            .cached
+            .iter()
+            .filter_map(|&i| match i {
+                0 => Some(0),
+                i => renumbered.get(&i).copied(),
+            })
+            .collect();
         self.by_pid = by_pid;
         self.list = kept;
     }
@@ -170,6 +189,34 @@ impl Spaces {
             }
         }
         released
+    }
+
+    /// The unwinder of space `i`, to walk a stack with, within the budget
+    /// of [`MAX_CACHES`] rule caches: past it, the oldest cache goes, but
+    /// for one walked since it was last looked at, which has a second
+    /// chance (the clock algorithm).
+    pub fn unwinder(&mut self, i: usize) -> &mut Unwinder {
+        if !self.list[i].unwinder.has_cache() && self.cached.back() != Some(&i) {
+            self.cached.push_back(i);
+        }
+        self.list[i].walked = true;
+        while self.cached.len() > MAX_CACHES {
+            let Some(old) = self.cached.pop_front() else {
+                break;
+            };
+            let Some(space) = self.list.get_mut(old) else {
+                continue;
+            };
+            if !space.unwinder.has_cache() && old != i {
+                continue;
+            }
+            if std::mem::take(&mut space.walked) {
+                self.cached.push_back(old);
+            } else {
+                space.unwinder.drop_cache();
+            }
+        }
+        &mut self.list[i].unwinder
     }
 
     /// Spaces held now.
@@ -237,6 +284,7 @@ impl Spaces {
             maps,
             unwinder,
             retired: false,
+            walked: false,
         });
         let index = self.list.len() - 1;
         self.by_pid.insert(pid, index);
@@ -360,6 +408,65 @@ mod tests {
         assert!(m != 0 && o != 0 && m != o);
         assert_eq!(spaces.maps(m).len(), spaces.maps(o).len());
         assert!(!spaces.list[o].unwinder.is_empty());
+    }
+
+    /// With more processes walked than rule caches allowed, the oldest
+    /// caches go, but for those walked since they were last looked at.
+    #[test]
+    fn rule_caches_are_kept_within_their_budget() {
+        let me = std::process::id();
+        let mut spaces = Spaces::new(me, ProcessMaps::read(me).unwrap(), true);
+        let stack = [0u8; 64];
+        let walk = |spaces: &mut Spaces, i: usize| {
+            let sp = 0x7ffd_0000_0000;
+            spaces
+                .unwinder(i)
+                .unwind(0x1234, sp, sp, &stack, &mut Vec::new());
+        };
+        let kids: Vec<usize> = (0..3 * MAX_CACHES as u32)
+            .map(|k| {
+                spaces.fork(u32::MAX - k, me);
+                spaces.of(u32::MAX - k)
+            })
+            .collect();
+        let caches = |spaces: &Spaces| {
+            spaces
+                .list
+                .iter()
+                .filter(|s| s.unwinder.has_cache())
+                .count()
+        };
+        walk(&mut spaces, 0);
+        for (n, &i) in kids.iter().enumerate() {
+            walk(&mut spaces, i);
+            // The target is walked all along: it keeps its cache.
+            if n % 4 == 0 {
+                walk(&mut spaces, 0);
+            }
+            assert!(
+                caches(&spaces) <= MAX_CACHES + 1,
+                "{} caches",
+                caches(&spaces)
+            );
+        }
+        assert!(
+            spaces.list[0].unwinder.has_cache(),
+            "the busy space keeps its cache"
+        );
+        assert!(
+            !spaces.list[kids[0]].unwinder.has_cache(),
+            "the oldest went"
+        );
+        assert!(spaces.list[*kids.last().unwrap()].unwinder.has_cache());
+        assert!(
+            caches(&spaces) >= MAX_CACHES / 2,
+            "{} caches",
+            caches(&spaces)
+        );
+        // Renumbered spaces keep their place.
+        spaces.compact();
+        walk(&mut spaces, 1);
+        assert!(caches(&spaces) <= MAX_CACHES + 1);
     }
 
     #[test]

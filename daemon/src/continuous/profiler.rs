@@ -345,16 +345,16 @@ impl Profiler {
             })
         };
         let mut thread_samples: HashMap<u32, u64> = HashMap::new();
-        let mut stack_service: Vec<u32> = Vec::new();
+        let mut index_of_stack = 0;
         let began = std::time::Instant::now();
         let resolved = self
             .collector
             .name_stacks(|functions, tid, count, frames| {
                 let pid = thread_pid.get(&tid).copied().unwrap_or(0);
                 let s = slot(pid, &mut services);
-                stack_service.push(s as u32);
                 *thread_samples.entry(tid).or_default() += count;
-                services[s].count(tid, count, frames, functions);
+                services[s].count(index_of_stack, tid, count, frames, functions);
+                index_of_stack += 1;
             })
             .await;
         let mut totals = resolved.session.totals.unwrap_or_default();
@@ -419,25 +419,10 @@ impl Profiler {
             processes_exited: notes.processes_exited,
             binaries_replaced: notes.binaries_replaced,
         };
-        // Each service's stacks, by index: a counting sort of the stacks.
-        let mut first = vec![0usize; services.len() + 1];
-        for &s in &stack_service {
-            first[s as usize + 1] += 1;
-        }
-        for s in 0..services.len() {
-            first[s + 1] += first[s];
-        }
-        let mut next = first.clone();
-        let mut by_service = vec![0u32; stack_service.len()];
-        for (i, &s) in stack_service.iter().enumerate() {
-            by_service[next[s as usize]] = i as u32;
-            next[s as usize] += 1;
-        }
-        drop(stack_service);
         let named = began.elapsed();
-        let written = self.write(&head, &services, &order, &first, &by_service);
+        let written = self.write(&head, &services, &order);
         tracing::debug!(
-            stacks = by_service.len(),
+            stacks = index_of_stack,
             services = services.len(),
             bytes = written.as_ref().map_or(0, Vec::len),
             named_ms = named.as_millis() as u64,
@@ -458,30 +443,25 @@ impl Profiler {
     }
 
     /// Write the window: `head`'s fields, then each service in `order` with
-    /// its stacks (`by_service[first[s]..first[s + 1]]`), named again.
+    /// its stacks, named again.
     fn write(
         &self,
         head: &api::Window,
         services: &[ServiceBuilder],
         order: &[usize],
-        first: &[usize],
-        by_service: &[u32],
     ) -> std::io::Result<Vec<u8>> {
-        let mut out = encode::Writer::new(&api::Window {
-            services: Vec::new(),
-            ..head.clone()
-        });
+        let mut out = encode::Writer::new(head);
         let (mut raw, mut frames) = (Vec::new(), Vec::new());
         let mut stack = api::WindowStack::default();
         for &s in order {
             let b = &services[s];
             out.service(&b.window, b.stacks_len)?;
-            for &i in &by_service[first[s]..first[s + 1]] {
+            for &i in &b.stacks {
                 let Some((tid, count)) = self.collector.stack(i as usize, &mut raw, &mut frames)
                 else {
                     continue;
                 };
-                b.fill(&mut stack, tid, count, &frames);
+                fill(&b.functions, &mut stack, tid, count, &frames);
                 out.stack(&stack)?;
             }
         }
@@ -490,12 +470,14 @@ impl Profiler {
 }
 
 /// One service's part of a window being built: its own function table,
-/// and the bytes its stacks take once encoded.
+/// its stacks (their indices in the collector's table) and the bytes they
+/// take once encoded.
 struct ServiceBuilder {
     window: api::ServiceWindow,
     /// Each function's index in the service's table, by function id: looked
     /// up for every frame, twice.
     functions: foldhash::HashMap<u32, u32>,
+    stacks: Vec<u32>,
     stacks_len: usize,
     /// Scratch for measuring a stack.
     scratch: api::WindowStack,
@@ -510,14 +492,22 @@ impl ServiceBuilder {
                 ..Default::default()
             },
             functions: foldhash::HashMap::default(),
+            stacks: Vec::new(),
             stacks_len: 0,
             scratch: api::WindowStack::default(),
         }
     }
 
-    /// Count a stack of the service: its functions join the service's
+    /// Count stack `index` of the service: its functions join the service's
     /// table, its samples and encoded bytes are added up.
-    fn count(&mut self, tid: u32, count: u64, frames: &[FrameRef], functions: &[FunctionInfo]) {
+    fn count(
+        &mut self,
+        index: u32,
+        tid: u32,
+        count: u64,
+        frames: &[FrameRef],
+        functions: &[FunctionInfo],
+    ) {
         let w = &mut self.window;
         for f in frames {
             self.functions.entry(f.function).or_insert_with(|| {
@@ -532,25 +522,9 @@ impl ServiceBuilder {
             });
         }
         w.samples += count;
-        let mut scratch = std::mem::take(&mut self.scratch);
-        self.fill(&mut scratch, tid, count, frames);
-        self.stacks_len += encode::Writer::stack_len(&scratch);
-        self.scratch = scratch;
-    }
-
-    /// `out` := the stack as the service's window holds it (every function
-    /// of `frames` was counted).
-    fn fill(&self, out: &mut api::WindowStack, tid: u32, count: u64, frames: &[FrameRef]) {
-        out.tid = tid;
-        out.count = count;
-        out.function.clear();
-        out.line.clear();
-        out.address.clear();
-        for f in frames {
-            out.function.push(self.functions[&f.function]);
-            out.line.push(f.line);
-            out.address.push(f.address);
-        }
+        self.stacks.push(index);
+        fill(&self.functions, &mut self.scratch, tid, count, frames);
+        self.stacks_len += encode::Writer::stack_len(&self.scratch);
     }
 
     fn finish(&mut self) {
@@ -561,6 +535,27 @@ impl ServiceBuilder {
             .threads
             .sort_by(|a, b| b.samples.cmp(&a.samples).then(a.tid.cmp(&b.tid)));
         self.scratch = api::WindowStack::default();
+    }
+}
+
+/// `out` := a stack as its service's window holds it, by the service's
+/// function table `functions` (which has every function of `frames`).
+fn fill(
+    functions: &foldhash::HashMap<u32, u32>,
+    out: &mut api::WindowStack,
+    tid: u32,
+    count: u64,
+    frames: &[FrameRef],
+) {
+    out.tid = tid;
+    out.count = count;
+    out.function.clear();
+    out.line.clear();
+    out.address.clear();
+    for f in frames {
+        out.function.push(functions[&f.function]);
+        out.line.push(f.line);
+        out.address.push(f.address);
     }
 }
 

@@ -8,7 +8,7 @@ use crate::symbolize::Symbolizer;
 use crate::sys::perf::EventSpec;
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
-use profd_common::model::{Aggregator, FrameRef, FunctionInfo};
+use profd_common::model::{FrameRef, FunctionInfo};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -115,7 +115,6 @@ impl Collector {
     pub fn restart(&mut self) {
         let a = &mut self.actor;
         a.ingest.restart();
-        a.counted = Aggregator::new(0);
         a.started = std::time::Instant::now();
         let spaces = &mut a.ingest.spaces;
         let released: HashSet<usize> = spaces.release_retired().into_iter().collect();

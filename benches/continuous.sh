@@ -142,10 +142,7 @@ wants() { [[ ",$phases," == *",$1,"* ]]; }
 # ------------------------------------------------------------------ checks
 
 [ "$(id -u)" = 0 ] || die "run as root: perf -a and continuous profiling sample the whole system"
-command -v perf >/dev/null ||
-    die "perf is missing: install the Debian package linux-perf (apt-get install linux-perf)"
-perf version >/dev/null 2>&1 ||
-    die "perf does not run: $(perf version 2>&1 | head -n 1); install linux-perf (apt-get install linux-perf)"
+need_perf
 command -v "${CC:-gcc}" >/dev/null || die "${CC:-gcc} is missing (apt-get install gcc)"
 command -v xz >/dev/null || die "xz is missing (apt-get install xz-utils)"
 command -v python3 >/dev/null || die "python3 is missing (apt-get install python3): it reads the window files"
@@ -165,14 +162,7 @@ for b in "$profd" "$profctl"; do
     [ -x "$b" ] || die "$b is missing (run without --no-build)"
 done
 
-autogroup_nice=''
-if [ -n "$nice_level" ]; then
-    renice -n "$nice_level" -p $$ >/dev/null || die "cannot set nice level $nice_level"
-    if [ -w "/proc/$$/autogroup" ]; then
-        autogroup_nice="$(awk '{ print $3 }' "/proc/$$/autogroup")"
-        echo "$nice_level" >"/proc/$$/autogroup" || die "cannot set the autogroup's nice level to $nice_level"
-    fi
-fi
+use_nice "$nice_level"
 
 work="$(mktemp -d /tmp/continuous.XXXXXX)"
 
@@ -187,7 +177,7 @@ cleanup() {
         say "the kernel lowered perf_event_max_sample_rate to $(cat /proc/sys/kernel/perf_event_max_sample_rate) during the run; set back to $max_rate"
         echo "$max_rate" >/proc/sys/kernel/perf_event_max_sample_rate || true
     fi
-    if [ -n "$autogroup_nice" ]; then echo "$autogroup_nice" >"/proc/$$/autogroup" || true; fi
+    give_back_nice
     if [ "$keep" = 1 ]; then say "work directory kept: $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT

@@ -25,3 +25,29 @@ stop_jobs() {
     done
     wait 2>/dev/null || true
 }
+
+# perf must be there and run (Debian's linux-perf).
+need_perf() {
+    command -v perf >/dev/null ||
+        die "perf is missing: install the Debian package linux-perf (apt-get install linux-perf)"
+    perf version >/dev/null 2>&1 ||
+        die "perf does not run: $(perf version 2>&1 | head -n 1); install linux-perf (apt-get install linux-perf)"
+}
+
+# From here on every process started inherits nice level $1 (none when
+# empty). With autogroups (kernel.sched_autogroup_enabled), nice only ranks
+# the processes of one session against each other and sessions share the
+# CPUs by their autogroup's nice: that is set too, and give_back_nice
+# restores it.
+autogroup_nice=''
+use_nice() {
+    [ -n "$1" ] || return 0
+    renice -n "$1" -p $$ >/dev/null || die "cannot set nice level $1"
+    if [ -w "/proc/$$/autogroup" ]; then
+        autogroup_nice="$(awk '{ print $3 }' "/proc/$$/autogroup")"
+        echo "$1" >"/proc/$$/autogroup" || die "cannot set the autogroup's nice level to $1"
+    fi
+}
+give_back_nice() {
+    if [ -n "$autogroup_nice" ]; then echo "$autogroup_nice" >"/proc/$$/autogroup" || true; fi
+}

@@ -142,10 +142,7 @@ wants() { [[ ",$phases," == *",$1,"* ]]; }
 # ------------------------------------------------------------------ checks
 
 [ "$(id -u)" = 0 ] || die "run as root: perf -a and profd sample the whole system"
-command -v perf >/dev/null ||
-    die "perf is missing: install the Debian package linux-perf (apt-get install linux-perf)"
-perf version >/dev/null 2>&1 ||
-    die "perf does not run: $(perf version 2>&1 | head -n 1); install linux-perf (apt-get install linux-perf)"
+need_perf
 command -v "${CC:-gcc}" >/dev/null || die "${CC:-gcc} is missing (apt-get install gcc)"
 command -v chrt >/dev/null || die "chrt is missing (apt-get install util-linux)"
 command -v cargo >/dev/null || die "cargo is missing"
@@ -161,18 +158,7 @@ for b in "$profd" "$profctl" "$latency"; do
     [ -x "$b" ] || die "$b is missing (run without --no-build)"
 done
 
-# From here on every process started inherits the nice level. With
-# autogroups (kernel.sched_autogroup_enabled), nice only ranks the processes
-# of one session against each other and sessions share the CPUs by their
-# autogroup's nice: that is set too, and given back on exit.
-autogroup_nice=''
-if [ -n "$nice_level" ]; then
-    renice -n "$nice_level" -p $$ >/dev/null || die "cannot set nice level $nice_level"
-    if [ -w "/proc/$$/autogroup" ]; then
-        autogroup_nice="$(awk '{ print $3 }' "/proc/$$/autogroup")"
-        echo "$nice_level" >"/proc/$$/autogroup" || die "cannot set the autogroup's nice level to $nice_level"
-    fi
-fi
+use_nice "$nice_level"
 
 work="$(mktemp -d /tmp/overhead.XXXXXX)"
 
@@ -182,7 +168,7 @@ work="$(mktemp -d /tmp/overhead.XXXXXX)"
 cleanup() {
     trap - EXIT INT TERM
     stop_jobs
-    if [ -n "$autogroup_nice" ]; then echo "$autogroup_nice" >"/proc/$$/autogroup" || true; fi
+    give_back_nice
     if [ "$keep" = 1 ]; then say "work directory kept: $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT

@@ -31,11 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
-#define KEEP __attribute__((noipa, noinline))
-#else
-#define KEEP __attribute__((noinline))
-#endif
+#include "keep.h"
 
 /* Per thread: the two threads never share a cache line. */
 static __thread volatile unsigned long sink;

@@ -24,11 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
-#define KEEP __attribute__((noipa, noinline))
-#else
-#define KEEP __attribute__((noinline))
-#endif
+#include "keep.h"
 
 static volatile unsigned long sink;
 static volatile sig_atomic_t stopping;

@@ -31,17 +31,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "keep.h"
+
 #ifndef LEVELS
 #define LEVELS 14
 #endif
 #if LEVELS != 14 && LEVELS != 17
 #error "LEVELS must be 14 or 17"
-#endif
-
-#if defined(__GNUC__) && !defined(__clang__)
-#define KEEP __attribute__((noipa, noinline))
-#else
-#define KEEP __attribute__((noinline))
 #endif
 
 static volatile unsigned long sink;

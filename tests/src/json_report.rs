@@ -187,6 +187,20 @@ impl Profile {
             .collect()
     }
 
+    /// Exclusive samples by function, named as `go tool pprof -top` prints
+    /// them: a function inlined into its caller ends in ` (inline)`.
+    pub fn exclusive_as_pprof_names(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut m = std::collections::BTreeMap::new();
+        for f in self.functions.iter().filter(|f| f.exclusive > 0) {
+            let name = match f.inlined {
+                true => format!("{} (inline)", f.name),
+                false => f.name.clone(),
+            };
+            *m.entry(name).or_insert(0) += f.exclusive;
+        }
+        m
+    }
+
     /// The one row named `name`; fails the test when there is none or several.
     pub fn function(&self, name: &str) -> &FunctionRow {
         match self.rows(name).as_slice() {

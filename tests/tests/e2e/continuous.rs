@@ -5,7 +5,7 @@
 //! answers over them as a session would. Real kernel, real `profd` and
 //! `profctl`; root needed.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -166,10 +166,7 @@ fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
     ])
     .assert_success();
     let (flat, text) = go_pprof_flat(&file);
-    let mut want = BTreeMap::new();
-    for f in pa.functions.iter().filter(|f| f.exclusive > 0) {
-        *want.entry(f.name.clone()).or_insert(0) += f.exclusive;
-    }
+    let want = pa.exclusive_as_pprof_names();
     assert_eq!(flat, want, "go tool pprof -top:\n{text}\n{}", pa.table());
     // No profd frames anywhere: its own threads are never sampled.
     let all = query(&d, &["--by", "process"]);

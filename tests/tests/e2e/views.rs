@@ -53,14 +53,6 @@ fn ok(daemon: &Daemon, args: &[&str]) -> CmdOutput {
 
 /// profd's exclusive counts by function name (rows with one name added up,
 /// as pprof shows them), leaving out zeros.
-fn exclusive_by_name(p: &Profile) -> BTreeMap<String, u64> {
-    let mut m = BTreeMap::new();
-    for f in p.functions.iter().filter(|f| f.exclusive > 0) {
-        *m.entry(f.name.clone()).or_insert(0) += f.exclusive;
-    }
-    m
-}
-
 fn assert_near(what: &str, actual: f64, expected: f64, tolerance: f64, context: &str) {
     eprintln!("  {what}: {actual:.2} (expected {expected:.2} ± {tolerance})");
     assert!(
@@ -97,7 +89,7 @@ fn pprof_export_matches_profd_in_go_pprof_and_report() {
 
     let (flat, pprof_text) = go_pprof_flat(&file);
     eprintln!("go tool pprof -top:\n{pprof_text}");
-    let want = exclusive_by_name(&p);
+    let want = p.exclusive_as_pprof_names();
     assert_eq!(
         flat,
         want,

@@ -30,7 +30,7 @@
 #           100 000 unique stacks or more: two windows (at least 120 s)
 #           of warm-up, then
 #           --rss-minutes (30) measured, profd's memory read every 30 s
-#           (its peak, VmHWM, over the measured minutes);
+#           (its peak, VmHWM, over the measured minutes); then
 #           every window's services, processes and unique stacks read back
 #           from its file.
 #
@@ -60,6 +60,9 @@
 #                         at this nice level, as benches/overhead.sh does
 #   --no-build            use the release binaries already built
 #   --keep                keep the work directory (logs, windows, figures)
+#
+# PROFD_LOG_LEVEL sets the log level of the profd it starts (default warn;
+# debug logs each window cut, with the time it took, in profd-*.log).
 #
 # Needs root, perf (Debian package linux-perf), gcc, xz, python3 (to read
 # the window files: gzip'd protobuf, decoded by hand) and cargo. Builds the
@@ -322,7 +325,7 @@ start_profd() {
     state="$work/state-$1"
     rm -rf "$state"
     export PROFD_SOCKET="$work/$1.sock"
-    "$profd" --socket "$PROFD_SOCKET" --state-dir "$state" --log-level warn \
+    "$profd" --socket "$PROFD_SOCKET" --state-dir "$state" --log-level "${PROFD_LOG_LEVEL:-warn}" \
         --continuous --continuous-freq "$2" --continuous-window "$3" 2>"$work/profd-$1.log" &
     profd_pid=$!
     for _ in $(seq 100); do
@@ -561,7 +564,7 @@ phase_memory() {
     sleep 2
     start_profd memory "$rss_freq" "$rss_window"
     echo 5 >"/proc/$profd_pid/clear_refs"
-    printf '%8s %8s %8s %8s %8s  %-44s %s\n' elapsed VmRSS VmHWM RssAnon RssFile "last window: services processes stacks samples" load
+    printf '%8s %8s %8s %8s %8s  %s\n' elapsed VmRSS VmHWM RssAnon RssFile load
     start="$(now)"
     t0="$(awk -v s="$start" -v w="$warm_s" 'BEGIN { printf "%.3f", s + w }')"
     : >"$work/rss"
@@ -573,12 +576,11 @@ phase_memory() {
             echo "-- measured from here (VmHWM reset)"
             echo 5 >"/proc/$profd_pid/clear_refs"
         fi
+        # Only /proc is read meanwhile: the windows are read back (by
+        # python) once the minutes are over, as profd would name a python
+        # of ours like any other process, and hold its libraries' symbols.
         read -r rss hwm anon file < <(proc_mem "$profd_pid")
-        last_f="$(ls "$state/windows"/*.window.gz 2>/dev/null | tail -n 1 || true)"
-        if [ -n "$last_f" ]; then
-            last_f="$(window_facts "$last_f" | awk '{ printf "%d %d %d %d", $5, $6, $8, $9 + $10 }')"
-        fi
-        printf '%7ss %7sM %7sM %7sM %7sM  %-44s %s\n' "$el" "$rss" "$hwm" "$anon" "$file" "${last_f:--}" "$(loadavg)"
+        printf '%7ss %7sM %7sM %7sM %7sM  %s\n' "$el" "$rss" "$hwm" "$anon" "$file" "$(loadavg)"
         [ "$el" -ge "$warm_s" ] && echo "$el $rss $hwm" >>"$work/rss"
         [ "$el" -ge "$total_s" ] && break
         next=$(((el / rss_every + 1) * rss_every))

@@ -8,11 +8,11 @@ use super::service::{self, Label};
 use super::Settings;
 use crate::registry::DEFAULT_STACK_BYTES;
 use crate::sampler::{Batch, SampleSource, Subscription, EVERY_PROCESS, STACK_RING_PAGES};
-use crate::session::Collector;
+use crate::session::{Collector, Finished};
 use crate::symbolize::Symbolizer;
 use crate::sys::perf::{EventKind, EventSpec};
 use profd_common::api;
-use profd_common::model::{FrameRef, FunctionInfo};
+use profd_common::model::FrameRef;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -21,6 +21,9 @@ use tokio::sync::{mpsc, watch};
 /// Unique stacks kept in one window; samples of further new stacks count
 /// under `[stack limit reached]`.
 const MAX_STACKS: usize = 500_000;
+/// Stacks named or written between two looks for batches (a few
+/// milliseconds).
+const WRITE_SLICE: usize = 4096;
 
 /// What continuous profiling knows of a process.
 #[derive(Debug, Clone, Default)]
@@ -121,8 +124,26 @@ pub async fn run(
             p.take(batch);
         }
         let now = SystemTime::now();
-        let cut = p.cut(start, now).await;
+        let mut writing = p.cut(start, now).await;
         start = now;
+        // While the window is built, the next one's batches are counted
+        // (else they wait in the channel, with their stack copies).
+        let overlap = !last && p.collector.counts_while_writing();
+        let slice = if overlap { WRITE_SLICE } else { usize::MAX };
+        let written = loop {
+            match p.build(&mut writing, slice) {
+                Ok(false) => {}
+                Ok(true) => break Ok(()),
+                Err(err) => break Err(err),
+            }
+            if overlap {
+                while let Ok(batch) = batches.try_recv() {
+                    p.take(batch);
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        let cut = p.finish(writing, written);
         if let Some(previous) = adding.take() {
             let _ = previous.await;
         }
@@ -316,73 +337,110 @@ impl Profiler {
         }
     }
 
-    /// The window [start, end) so far, per service, encoded; counting starts
-    /// anew. Its stacks are named twice, never all held: first to learn
-    /// each one's service, each service's functions and the bytes its
-    /// stacks take, then service by service as they are written.
-    async fn cut(&mut self, start: SystemTime, end: SystemTime) -> std::io::Result<Encoded> {
+    /// Cut the window [start, end): its addresses are named and counting
+    /// starts anew. The window is then built and written a slice at a time
+    /// (see [`Profiler::build`]).
+    async fn cut(&mut self, start: SystemTime, end: SystemTime) -> Writing {
+        let began = std::time::Instant::now();
+        self.collector.name_pending().await;
         let executables: HashMap<u32, String> = self
             .processes
             .iter()
             .filter(|(_, p)| p.exe.is_empty())
             .filter_map(|(&pid, _)| Some((pid, self.collector.executable(pid)?)))
             .collect();
-        let thread_pid = self.collector.thread_pids();
-        let known = &self.processes;
-        let mut services: Vec<ServiceBuilder> = Vec::new();
-        let mut index: HashMap<String, usize> = HashMap::new();
-        let mut of_pid: HashMap<u32, usize> = HashMap::new();
-        let mut slot = |pid: u32, services: &mut Vec<ServiceBuilder>| -> usize {
-            *of_pid.entry(pid).or_insert_with(|| {
-                let (name, source) = match known.get(&pid) {
-                    Some(p) => (p.label.service.clone(), p.label.source),
-                    None => (String::from("unknown"), api::ServiceSource::Unspecified),
-                };
-                *index.entry(name.clone()).or_insert_with(|| {
-                    services.push(ServiceBuilder::new(name, source));
-                    services.len() - 1
-                })
-            })
-        };
-        let mut thread_samples: HashMap<u32, u64> = HashMap::new();
-        let mut index_of_stack = 0;
-        let began = std::time::Instant::now();
-        let resolved = self
-            .collector
-            .name_stacks(|functions, tid, count, frames| {
-                let pid = thread_pid.get(&tid).copied().unwrap_or(0);
-                let s = slot(pid, &mut services);
-                *thread_samples.entry(tid).or_default() += count;
-                services[s].count(index_of_stack, tid, count, frames, functions);
-                index_of_stack += 1;
-            })
-            .await;
-        let mut totals = resolved.session.totals.unwrap_or_default();
-        totals.discarded += totals.unchecked;
-        totals.unchecked = 0;
-        totals.unsampled = 0;
-        let thread_names = resolved.profile.threads;
-        drop(resolved.profile.functions);
-        let mut notes = std::mem::take(&mut self.notes);
-        for (tid, n) in thread_samples {
-            let pid = thread_pid.get(&tid).copied().unwrap_or(0);
-            let s = slot(pid, &mut services);
+        let window = self.collector.restart();
+        let pids = window.processes.iter().map(|p| p.pid);
+        let labels = pids
+            .chain(window.thread_pid.values().copied())
+            .filter_map(|pid| Some((pid, self.processes.get(&pid)?.clone())))
+            .collect();
+        // Processes gone (exited, or their exit record lost) are let go of.
+        let collector = &mut self.collector;
+        self.processes.retain(|&pid, p| {
+            let keep = !p.exited && alive(pid);
+            if !keep {
+                collector.ingest().include(pid);
+            }
+            keep
+        });
+        Writing {
+            start,
+            end,
+            window,
+            labels,
+            executables,
+            notes: std::mem::take(&mut self.notes),
+            services: Vec::new(),
+            index: HashMap::new(),
+            of_pid: HashMap::new(),
+            thread_samples: HashMap::new(),
+            unsymbolized: 0,
+            next: 0,
+            written: None,
+            scratch: (Vec::new(), Vec::new(), api::WindowStack::default()),
+            began,
+            named: Duration::ZERO,
+        }
+    }
+
+    /// Build the window `w` with up to `budget` more stacks: true once it
+    /// is written. Its stacks are named twice, never all held: first to
+    /// learn each one's service, each service's functions and the bytes its
+    /// stacks take, then service by service as they are written.
+    fn build(&self, w: &mut Writing, budget: usize) -> std::io::Result<bool> {
+        if w.written.is_some() {
+            return self.write_some(w, budget);
+        }
+        let (raw, frames, _) = &mut w.scratch;
+        let end = w.window.unique_stacks().min(w.next.saturating_add(budget));
+        for i in w.next..end {
+            let Some((tid, count, unnamed)) = self.collector.stack(&w.window, i, raw, frames)
+            else {
+                continue;
+            };
+            if unnamed {
+                w.unsymbolized += count;
+            }
+            let pid = w.window.thread_pid.get(&tid).copied().unwrap_or(0);
+            let s = slot(&w.labels, &mut w.index, &mut w.of_pid, &mut w.services, pid);
+            *w.thread_samples.entry(tid).or_default() += count;
+            w.services[s].count(i as u32, tid, count, frames, &self.collector);
+        }
+        w.next = end;
+        if end == w.window.unique_stacks() {
+            self.head(w);
+        }
+        Ok(false)
+    }
+
+    /// The window's head, once its stacks were all named: its services'
+    /// threads and processes, and its totals. The writing begins.
+    fn head(&self, w: &mut Writing) {
+        let (labels, index, of_pid, services) =
+            (&w.labels, &mut w.index, &mut w.of_pid, &mut w.services);
+        let mut slot =
+            |pid, services: &mut Vec<ServiceBuilder>| slot(labels, index, of_pid, services, pid);
+        for (&tid, &n) in &w.thread_samples {
+            let pid = w.window.thread_pid.get(&tid).copied().unwrap_or(0);
+            let s = slot(pid, services);
             services[s].window.threads.push(api::WindowThread {
                 tid,
                 pid,
-                name: thread_names.get(&tid).cloned().unwrap_or_default(),
+                name: w.window.threads.get(&tid).cloned().unwrap_or_default(),
                 samples: n,
             });
         }
-        for ps in self.collector.processes().iter().filter(|p| p.samples > 0) {
+        let notes = &mut w.notes;
+        for ps in w.window.processes.iter().filter(|p| p.samples > 0) {
             if replaced(ps.pid) {
                 notes.binaries_replaced += 1;
             }
-            let s = slot(ps.pid, &mut services);
-            let mut p = known.get(&ps.pid).cloned().unwrap_or_default();
+            let s = slot(ps.pid, services);
+            let mut p = labels.get(&ps.pid).cloned().unwrap_or_default();
             if p.exe.is_empty() {
                 // Gone before /proc could say: the program it mapped.
-                p.exe = executables.get(&ps.pid).cloned().unwrap_or_default();
+                p.exe = w.executables.get(&ps.pid).cloned().unwrap_or_default();
             }
             services[s].window.processes.push(api::WindowProcess {
                 pid: ps.pid,
@@ -396,7 +454,7 @@ impl Profiler {
                 exited: p.exited,
             });
         }
-        for s in &mut services {
+        for s in services.iter_mut() {
             s.finish();
         }
         // Most samples first.
@@ -405,10 +463,15 @@ impl Profiler {
             let (a, b) = (&services[a].window, &services[b].window);
             b.samples.cmp(&a.samples).then(a.service.cmp(&b.service))
         });
+        let mut totals = w.window.totals;
+        totals.discarded += totals.unchecked;
+        totals.unchecked = 0;
+        totals.unsampled = 0;
+        totals.unsymbolized = w.unsymbolized;
         let head = api::Window {
             id: history::random_id(),
-            start_unix_ns: unix_ns(start),
-            end_unix_ns: unix_ns(end),
+            start_unix_ns: unix_ns(w.start),
+            end_unix_ns: unix_ns(w.end),
             host: self.host.name.clone(),
             kernel_release: self.host.kernel_release.clone(),
             frequency_hz: self.spec.frequency_hz,
@@ -419,54 +482,129 @@ impl Profiler {
             processes_exited: notes.processes_exited,
             binaries_replaced: notes.binaries_replaced,
         };
-        let named = began.elapsed();
-        let written = self.write(&head, &services, &order);
-        tracing::debug!(
-            stacks = index_of_stack,
-            services = services.len(),
-            bytes = written.as_ref().map_or(0, Vec::len),
-            named_ms = named.as_millis() as u64,
-            written_ms = (began.elapsed() - named).as_millis() as u64,
-            "window cut"
-        );
-        // Processes gone (exited, or their exit record lost) are let go of.
-        self.collector.restart();
-        let collector = &mut self.collector;
-        self.processes.retain(|&pid, p| {
-            let keep = !p.exited && alive(pid);
-            if !keep {
-                collector.ingest().include(pid);
-            }
-            keep
+        w.named = w.began.elapsed();
+        w.written = Some(Written {
+            out: encode::Writer::new(&head),
+            head,
+            order,
+            at: (0, 0),
         });
-        Ok(Encoded { head, gz: written? })
     }
 
-    /// Write the window: `head`'s fields, then each service in `order` with
-    /// its stacks, named again.
-    fn write(
-        &self,
-        head: &api::Window,
-        services: &[ServiceBuilder],
-        order: &[usize],
-    ) -> std::io::Result<Vec<u8>> {
-        let mut out = encode::Writer::new(head);
-        let (mut raw, mut frames) = (Vec::new(), Vec::new());
-        let mut stack = api::WindowStack::default();
-        for &s in order {
-            let b = &services[s];
-            out.service(&b.window, b.stacks_len)?;
-            for &i in &b.stacks {
-                let Some((tid, count)) = self.collector.stack(i as usize, &mut raw, &mut frames)
+    /// Write up to `budget` more stacks of the window: true once all are.
+    /// Each service's fields come first, then its stacks, named again.
+    fn write_some(&self, w: &mut Writing, mut budget: usize) -> std::io::Result<bool> {
+        let (raw, frames, stack) = &mut w.scratch;
+        let Some(o) = &mut w.written else {
+            return Ok(false);
+        };
+        while let Some(&s) = o.order.get(o.at.0) {
+            if budget == 0 {
+                return Ok(false);
+            }
+            let b = &w.services[s];
+            if o.at.1 == 0 {
+                o.out.service(&b.window, b.stacks_len)?;
+            }
+            while let Some(&i) = b.stacks.get(o.at.1) {
+                if budget == 0 {
+                    return Ok(false);
+                }
+                budget -= 1;
+                o.at.1 += 1;
+                let Some((tid, count, _)) =
+                    self.collector.stack(&w.window, i as usize, raw, frames)
                 else {
                     continue;
                 };
-                fill(&b.functions, &mut stack, tid, count, &frames);
-                out.stack(&stack)?;
+                fill(&b.functions, stack, tid, count, frames);
+                o.out.stack(stack)?;
             }
+            o.at = (o.at.0 + 1, 0);
         }
-        out.finish()
+        Ok(true)
     }
+
+    /// The window written (or not: `built`), its names let go of.
+    fn finish(&mut self, w: Writing, built: std::io::Result<()>) -> std::io::Result<Encoded> {
+        let stacks = w.window.unique_stacks();
+        self.collector.forget(w.window);
+        let Some(o) = w.written else {
+            return Err(built
+                .err()
+                .unwrap_or_else(|| std::io::Error::other("the window was not built")));
+        };
+        let gz = built.and_then(|()| o.out.finish());
+        tracing::debug!(
+            stacks,
+            services = w.services.len(),
+            bytes = gz.as_ref().map_or(0, Vec::len),
+            named_ms = w.named.as_millis() as u64,
+            written_ms = (w.began.elapsed() - w.named).as_millis() as u64,
+            "window cut"
+        );
+        Ok(Encoded {
+            head: o.head,
+            gz: gz?,
+        })
+    }
+}
+
+/// The service slot of process `pid` in `services`, by its label in
+/// `labels` (the service is added when new).
+fn slot(
+    labels: &HashMap<u32, Process>,
+    index: &mut HashMap<String, usize>,
+    of_pid: &mut HashMap<u32, usize>,
+    services: &mut Vec<ServiceBuilder>,
+    pid: u32,
+) -> usize {
+    *of_pid.entry(pid).or_insert_with(|| {
+        let (name, source) = match labels.get(&pid) {
+            Some(p) => (p.label.service.clone(), p.label.source),
+            None => (String::from("unknown"), api::ServiceSource::Unspecified),
+        };
+        *index.entry(name.clone()).or_insert_with(|| {
+            services.push(ServiceBuilder::new(name, source));
+            services.len() - 1
+        })
+    })
+}
+
+/// A window cut, being built while the next one is counted.
+struct Writing {
+    start: SystemTime,
+    end: SystemTime,
+    window: Finished,
+    /// What was known of its processes at the cut, and the programs of
+    /// those that had none yet.
+    labels: HashMap<u32, Process>,
+    executables: HashMap<u32, String>,
+    notes: Notes,
+    services: Vec<ServiceBuilder>,
+    /// Each service's slot by name, and by pid.
+    index: HashMap<String, usize>,
+    of_pid: HashMap<u32, usize>,
+    thread_samples: HashMap<u32, u64>,
+    unsymbolized: u64,
+    /// The next stack to name.
+    next: usize,
+    /// Once every stack was named: the window being written.
+    written: Option<Written>,
+    scratch: (Vec<u64>, Vec<FrameRef>, api::WindowStack),
+    began: std::time::Instant,
+    named: Duration,
+}
+
+/// A window's head, and how far its writing is.
+struct Written {
+    head: api::Window,
+    out: encode::Writer,
+    /// Services in the order they are written.
+    order: Vec<usize>,
+    /// The next stack to write: its service's place in `order`, its place
+    /// in the service's stacks.
+    at: (usize, usize),
 }
 
 /// One service's part of a window being built: its own function table,
@@ -500,24 +638,11 @@ impl ServiceBuilder {
 
     /// Count stack `index` of the service: its functions join the service's
     /// table, its samples and encoded bytes are added up.
-    fn count(
-        &mut self,
-        index: u32,
-        tid: u32,
-        count: u64,
-        frames: &[FrameRef],
-        functions: &[FunctionInfo],
-    ) {
+    fn count(&mut self, index: u32, tid: u32, count: u64, frames: &[FrameRef], names: &Collector) {
         let w = &mut self.window;
         for f in frames {
             self.functions.entry(f.function).or_insert_with(|| {
-                let info = &functions[f.function as usize];
-                w.functions.push(api::WindowFunction {
-                    name: info.name.clone(),
-                    module: info.module.clone(),
-                    file: info.file.clone(),
-                    inlined: info.inlined,
-                });
+                w.functions.push(names.function(f.function));
                 w.functions.len() as u32 - 1
             });
         }

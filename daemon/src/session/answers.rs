@@ -322,7 +322,7 @@ impl Actor {
     pub(super) async fn resolve(&mut self, shown: KernelFrames) -> Resolved {
         let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
         let mut resolved = self
-            .resolve_each(shown, true, |_, tid, count, frames| {
+            .resolve_each(shown, |_, tid, count, frames| {
                 // Sized exactly: a whole profile's frames are most of its memory.
                 stacks.push(ResolvedStack {
                     tid,
@@ -339,7 +339,7 @@ impl Actor {
     /// The frames of `stack` (addresses, tagged, innermost first) as named
     /// at the last [`Self::resolve_each`], written to `frames`; true when a
     /// frame could not be named.
-    fn name_stack(&self, stack: &[u64], frames: &mut Vec<FrameRef>) -> bool {
+    pub(super) fn name_stack(&self, stack: &[u64], frames: &mut Vec<FrameRef>) -> bool {
         frames.clear();
         let mut unnamed = false;
         for &a in stack {
@@ -359,36 +359,18 @@ impl Actor {
         unnamed
     }
 
-    /// Stack `index` named as at the last [`Self::resolve_each`]: its
-    /// thread and count, its frames written to `frames` (`raw` holds its
-    /// addresses). None when the table has no such stack.
-    pub(super) fn named_stack(
-        &self,
-        index: usize,
-        raw: &mut Vec<u64>,
-        frames: &mut Vec<FrameRef>,
-    ) -> Option<(u32, u64)> {
-        let (tid, count) = self.ingest.stacks.get(index, raw)?;
-        let _ = self.name_stack(raw, frames);
-        Some((tid, count))
-    }
-
     /// The profile with its stacks handed to `each` one at a time (with the
     /// function table they index, the thread and the count) instead of
-    /// kept: its `stacks` are empty and `shown` is not applied to them.
-    /// With `live`, the running counts that views read are brought up to
-    /// date too (without, `unsymbolized` alone is counted).
+    /// kept: its `stacks` are empty and `shown` is not applied to them. The
+    /// running counts that views read are brought up to date too.
     pub(super) async fn resolve_each(
         &mut self,
         shown: KernelFrames,
-        live: bool,
         mut each: impl FnMut(&[FunctionInfo], u32, u64, &[FrameRef]),
     ) -> Resolved {
         self.symbolize_pending().await;
         self.folded_id(shown);
-        if live {
-            self.count_new_samples(&mut Vec::with_capacity(128));
-        }
+        self.count_new_samples(&mut Vec::with_capacity(128));
         let functions: Vec<FunctionInfo> = self
             .names
             .iter()
@@ -400,16 +382,11 @@ impl Actor {
                 inlined: n.inlined,
             })
             .collect();
-        let (mut frames, mut unsymbolized) = (Vec::with_capacity(128), 0);
+        let mut frames = Vec::with_capacity(128);
         self.ingest.stacks.for_each(|tid, stack, count| {
-            if self.name_stack(stack, &mut frames) {
-                unsymbolized += count;
-            }
+            self.name_stack(stack, &mut frames);
             each(&functions, tid, count, &frames);
         });
-        if !live {
-            self.ingest.totals.unsymbolized = unsymbolized;
-        }
         let session = self.summary();
         let profile = ResolvedProfile {
             functions,

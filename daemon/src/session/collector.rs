@@ -2,13 +2,12 @@
 //! process's batches counted, unwound and named as a session's are, and
 //! handed out window by window, a stack at a time.
 use super::spaces::untag;
-use super::{Actor, Ingest, Params, Resolved};
+use super::{Actor, Ingest, Params};
 use crate::sampler::{Batch, SampleSource, StackTops, EVERY_PROCESS};
 use crate::symbolize::Symbolizer;
 use crate::sys::perf::EventSpec;
 use profd_common::api;
-use profd_common::kernel::KernelFrames;
-use profd_common::model::{FrameRef, FunctionInfo};
+use profd_common::model::{FrameRef, StackTable};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -68,61 +67,97 @@ impl Collector {
             })
     }
 
-    /// The process of each thread sampled since the last cut.
-    pub fn thread_pids(&self) -> HashMap<u32, u32> {
-        let ingest = &self.actor.ingest;
-        ingest.thread_pid.iter().map(|(&t, &p)| (t, p)).collect()
-    }
-
     /// Count a batch. Err: a process's files could not be opened for want
     /// of descriptors (its frames go unnamed; counting goes on).
     pub fn apply(&mut self, batch: Batch) -> Result<(), String> {
         self.actor.apply(batch)
     }
 
-    /// Name the stacks counted since the last restart, and hand each to
-    /// `each` (with the function table it indexes, its thread and count), in
-    /// index order: the profile's other parts are returned (its `stacks`
-    /// are empty). Its stacks are never all named at once: they are most of
-    /// a window's memory.
-    pub async fn name_stacks(
-        &mut self,
-        each: impl FnMut(&[FunctionInfo], u32, u64, &[FrameRef]),
-    ) -> Resolved {
-        // No live view reads these counts: only `unsymbolized` is counted.
-        self.actor
-            .resolve_each(KernelFrames::Full, false, each)
-            .await
+    /// Name the addresses of the stacks counted so far, before a
+    /// [`Collector::restart`].
+    pub async fn name_pending(&mut self) {
+        self.actor.symbolize_pending().await;
     }
 
-    /// Stack `index` named as [`Collector::name_stacks`] named it: its
-    /// thread and count, its frames written to `frames` (`raw` is scratch).
+    /// The function with id `id` (as stacks are named).
+    pub fn function(&self, id: u32) -> api::WindowFunction {
+        let a = &self.actor;
+        let n = &a.names[id as usize];
+        api::WindowFunction {
+            name: n.name.clone(),
+            module: n.module.clone(),
+            file: a.files[id as usize].clone(),
+            inlined: n.inlined,
+        }
+    }
+
+    /// Stack `index` of a finished window, named as the addresses were
+    /// named before its restart: its thread and count, and whether a frame
+    /// has no name; its frames are written to `frames` (`raw` is scratch).
     pub fn stack(
         &self,
+        window: &Finished,
         index: usize,
         raw: &mut Vec<u64>,
         frames: &mut Vec<FrameRef>,
-    ) -> Option<(u32, u64)> {
-        self.actor.named_stack(index, raw, frames)
+    ) -> Option<(u32, u64, bool)> {
+        let (tid, count) = window.stacks.get(index, raw)?;
+        let unnamed = self.actor.name_stack(raw, frames);
+        Some((tid, count, unnamed))
     }
 
-    /// The samples of each process since the last restart.
-    pub fn processes(&self) -> &[api::ProcessSamples] {
-        &self.actor.ingest.processes
-    }
-
-    /// Counting starts anew. Address spaces of processes gone are let go of.
-    pub fn restart(&mut self) {
+    /// Counting starts anew (after [`Collector::name_pending`]); the window
+    /// counted so far is returned, its stacks still named (see
+    /// [`Collector::stack`]) until it is handed to [`Collector::forget`].
+    /// Batches may be counted meanwhile, unless
+    /// [`Collector::counts_while_writing`] says otherwise.
+    pub fn restart(&mut self) -> Finished {
         let a = &mut self.actor;
-        a.ingest.restart();
         a.started = std::time::Instant::now();
+        let ingest = &mut a.ingest;
+        let threads = ingest
+            .thread_pid
+            .keys()
+            .filter_map(|&tid| Some((tid, ingest.threads.get(&tid)?.clone())))
+            .collect();
+        let thread_pid = ingest.thread_pid.iter().map(|(&t, &p)| (t, p)).collect();
+        let processes = std::mem::take(&mut ingest.processes);
+        let totals = ingest.totals;
+        let stacks = ingest.restart();
+        // Processes gone before this instant have no stacks in the next
+        // window.
+        let released = ingest.spaces.release_retired().into_iter().collect();
+        Finished {
+            stacks,
+            totals,
+            processes,
+            thread_pid,
+            threads,
+            released,
+        }
+    }
+
+    /// Whether batches may be counted between [`Collector::restart`] and
+    /// [`Collector::forget`]: not when the address spaces are to be
+    /// renumbered there, which changes the tags of the addresses counted.
+    pub fn counts_while_writing(&self) -> bool {
+        self.actor.ingest.spaces.len() <= COMPACT_AT
+    }
+
+    /// Let go of the names only `window` needed: those of address spaces
+    /// gone, of JIT code, or all of them past [`NAMES_KEPT`]. Addresses of
+    /// stacks counted since the restart whose names went are named again
+    /// at the next cut.
+    pub fn forget(&mut self, window: Finished) {
+        drop(window.stacks);
+        let a = &mut self.actor;
         let spaces = &mut a.ingest.spaces;
-        let released: HashSet<usize> = spaces.release_retired().into_iter().collect();
-        if spaces.len() > COMPACT_AT {
+        if spaces.len() > COMPACT_AT && a.ingest.stacks.is_empty() {
             spaces.compact();
             a.addr_fn.clear();
             a.unnamed_jit = Default::default();
-        } else if !released.is_empty() {
+        } else if !window.released.is_empty() {
+            let released = &window.released;
             a.addr_fn
                 .retain(|&addr, _| !released.contains(&untag(addr).0));
         }
@@ -142,5 +177,33 @@ impl Collector {
             a.kernel.clear();
             a.stamps.clear();
         }
+        let ingest = &mut a.ingest;
+        let (addr_fn, pending) = (&a.addr_fn, &mut ingest.pending);
+        ingest.stacks.for_each(|_, stack, _| {
+            pending.extend(stack.iter().filter(|a| !addr_fn.contains_key(a)));
+        });
     }
+}
+
+impl Finished {
+    /// Unique stacks in the window.
+    pub fn unique_stacks(&self) -> usize {
+        self.stacks.len()
+    }
+}
+
+/// A window's counts, after [`Collector::restart`].
+pub struct Finished {
+    stacks: StackTable,
+    /// Its totals (`unsymbolized` is not counted).
+    pub totals: api::Totals,
+    /// The samples of each process.
+    pub processes: Vec<api::ProcessSamples>,
+    /// The process of each thread sampled...
+    pub thread_pid: HashMap<u32, u32>,
+    /// ...and the names of those with one.
+    pub threads: HashMap<u32, String>,
+    /// Address spaces let go of at the restart: their names are kept
+    /// until the window is written.
+    released: HashSet<usize>,
 }

@@ -150,9 +150,10 @@ impl Ingest {
     }
 
     /// Start counting anew, keeping the address spaces and thread names
-    /// (continuous profiling, at the end of each window).
-    pub fn restart(&mut self) {
-        self.stacks = StackTable::default();
+    /// (continuous profiling, at the end of each window); the stacks
+    /// counted so far are returned.
+    pub fn restart(&mut self) -> StackTable {
+        let stacks = std::mem::take(&mut self.stacks);
         self.totals = api::Totals::default();
         self.processes.clear();
         self.process_index.clear();
@@ -162,6 +163,7 @@ impl Ingest {
         self.thread_pid.clear();
         self.recent = Recent::default();
         self.since_view = None;
+        stacks
     }
 
     /// Where `pid` is in the process list; with no target (every process),

@@ -11,7 +11,7 @@ mod spaces;
 pub(crate) mod stored;
 mod unnamed_jit;
 
-pub use collector::Collector;
+pub use collector::{Collector, Finished};
 pub use ingest::{Ingest, NewAddresses, Recheck, STACK_LIMIT_FRAME};
 pub use recent::MAX_WINDOW_S;
 

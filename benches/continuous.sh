@@ -27,7 +27,7 @@
 #           0.5 ms a second) and two many_stacks processes of --rss-paths
 #           (2^16) call paths each, profd --continuous at --rss-freq (4999 Hz) with
 #           --rss-window (30 s) windows, so that each window holds
-#           100 000 unique stacks or more: two windows (at least 120 s)
+#           100 000 unique stacks or more: two windows (at least 180 s)
 #           of warm-up, then
 #           --rss-minutes (30) measured, profd's memory read every 30 s
 #           (its peak, VmHWM, over the measured minutes); then
@@ -550,7 +550,7 @@ phase_memory() {
     stop_load
     # Two windows, and a minute more than the symbolizer keeps files it
     # no longer uses: at the start every program on the host is named.
-    warm_s=$((2 * rss_window > 120 ? 2 * rss_window : 120))
+    warm_s=$((2 * rss_window > 180 ? 2 * rss_window : 180))
     rss_s="$(awk -v m="$rss_minutes" 'BEGIN { printf "%d", m * 60 }')"
     total_s=$((warm_s + rss_s))
     echo

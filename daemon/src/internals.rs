@@ -54,3 +54,9 @@ pub mod continuous {
     pub use crate::continuous::history::History;
     pub use crate::continuous::Settings;
 }
+
+pub mod sinks {
+    pub use crate::sinks::clickhouse::{
+        rows as clickhouse_rows, schema_script as clickhouse_schema, Layout as ClickHouseLayout,
+    };
+}

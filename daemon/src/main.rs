@@ -2,8 +2,9 @@
 //! `Config` (`--check-config` shows it), logging (plain lines with a
 //! priority prefix when stderr is the journal), a socket systemd passed,
 //! and the daemon run until SIGTERM or SIGINT; `profd token` adds a token
-//! to a tokens file, `profd man` and `profd completions SHELL` print the
-//! man page and shell completions.
+//! to a tokens file, `profd schema clickhouse` prints the backend's schema,
+//! `profd man` and `profd completions SHELL` print the man page and shell
+//! completions.
 use anyhow::Context;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
@@ -23,6 +24,8 @@ Examples:
                                          the web dashboard at https://HOST:7443/
   profd --metrics 127.0.0.1:9464         Prometheus metrics on /metrics
   profd token --tokens /etc/profd/tokens --name dash --role read-only --user root
+  profd schema clickhouse --cluster fleet | clickhouse-client --multiquery
+                                         the tables continuous windows go to
   profd man > profd.8; profd completions bash > /usr/share/bash-completion/completions/profd
 
 Every flag has a key in the settings file (shown as `config: KEY`); a flag
@@ -51,6 +54,9 @@ enum Command {
     /// Make a new bearer token for the TLS listener: appends its hash to the
     /// tokens file (created mode 0600) and prints the token.
     Token(TokenArgs),
+    /// Print the schema a backend needs to take continuous windows: the
+    /// statements to run, in order (docs/fleet.md).
+    Schema(SchemaArgs),
     /// Print profd's man page (roff) on standard output.
     Man,
     /// Print a completion script for a shell on standard output.
@@ -75,6 +81,25 @@ struct TokenArgs {
     /// (root: everything) and owns the sessions it starts.
     #[arg(long)]
     user: String,
+}
+
+#[derive(Debug, Args)]
+struct SchemaArgs {
+    /// The backend: clickhouse.
+    #[arg(value_parser = ["clickhouse"])]
+    backend: String,
+    /// The database the tables go in.
+    #[arg(long, default_value = "profd")]
+    database: String,
+    /// A cluster of the servers' remote_servers: local tables on each
+    /// server (run the statements on every one), and Distributed tables
+    /// over them, sharded by host.
+    #[arg(long, value_name = "NAME")]
+    cluster: Option<String>,
+    /// With --cluster: replicated local tables (ReplicatedReplacingMergeTree
+    /// with the {shard} and {replica} macros; needs Keeper or ZooKeeper).
+    #[arg(long, requires = "cluster")]
+    replicated: bool,
 }
 
 #[derive(Debug, Args)]
@@ -236,6 +261,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?;
             println!("{token}");
             return Ok(());
+        }
+        Some(Command::Schema(s)) => {
+            let layout = profd::ClickHouseLayout {
+                database: s.database,
+                cluster: s.cluster,
+                replicated: s.replicated,
+            };
+            let script = profd::clickhouse_schema(&layout).map_err(anyhow::Error::msg)?;
+            return print_all(script.as_bytes());
         }
         Some(Command::Man) => {
             let mut page = Vec::new();

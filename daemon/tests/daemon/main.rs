@@ -3,6 +3,7 @@
 //! the real kernel. One area runs with `cargo test -p profd --test daemon
 //! <area>::`.
 
+mod clickhouse;
 mod grpc_fake;
 mod history_rpc;
 mod kernel_smoke;

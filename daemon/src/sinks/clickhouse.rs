@@ -1,0 +1,353 @@
+//! The ClickHouse form of continuous windows: the schema (`profd schema
+//! clickhouse`), one that ClickHouse 18.16 and current releases both take,
+//! and a window's rows as `JSONEachRow` for its HTTP interface.
+use profd_common::api;
+use serde_json::json;
+use std::fmt::Write as _;
+
+/// Where the schema goes: a database, and a cluster when the tables are
+/// sharded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub database: String,
+    /// The cluster (of the servers' `remote_servers`) the `Distributed`
+    /// tables spread over; None: one server, plain tables.
+    pub cluster: Option<String>,
+    /// With a cluster: local tables replicated through ClickHouse Keeper
+    /// or ZooKeeper (the `{shard}` and `{replica}` macros of each server).
+    pub replicated: bool,
+}
+
+impl Default for Layout {
+    fn default() -> Layout {
+        Layout {
+            database: "profd".into(),
+            cluster: None,
+            replicated: false,
+        }
+    }
+}
+
+impl Layout {
+    /// Err when a name is not a plain identifier (letters, digits and `_`,
+    /// not starting with a digit): the statements use them unquoted.
+    pub fn check(&self) -> Result<(), String> {
+        let plain = |s: &str| {
+            s.chars().next().is_some_and(|c| !c.is_ascii_digit())
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if !plain(&self.database) {
+            return Err(format!(
+                "database: {:?} is not a plain name: use letters, digits and _ (not first a digit)",
+                self.database
+            ));
+        }
+        match &self.cluster {
+            Some(c) if !plain(c) => Err(format!(
+                "cluster: {c:?} is not a plain name: use letters, digits and _ (not first a digit)"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One row per window and host: the window's totals.
+const WINDOWS_COLUMNS: &str = "    window_id String,
+    host String,
+    kernel_release String,
+    start_ns UInt64,
+    end_ns UInt64,
+    start DateTime,
+    frequency_hz UInt32,
+    event String,
+    attributed UInt64,
+    discarded UInt64,
+    lost UInt64,
+    throttled UInt64,
+    truncated UInt64,
+    unsymbolized UInt64,
+    overflowed UInt64,
+    cgroup_unreadable UInt64,
+    processes_exited UInt64,
+    binaries_replaced UInt64";
+
+/// One row per unique stack of a thread in a window: its frames innermost
+/// first, as parallel arrays, and its count.
+const STACKS_COLUMNS: &str = "    window_id String,
+    host String,
+    service String,
+    start_ns UInt64,
+    end_ns UInt64,
+    start DateTime,
+    pid UInt32,
+    comm String,
+    executable String,
+    build_id String,
+    tid UInt32,
+    thread String,
+    stack UInt32,
+    functions Array(String),
+    modules Array(String),
+    files Array(String),
+    lines Array(UInt32),
+    inlined Array(UInt8),
+    addresses Array(UInt64),
+    count UInt64";
+
+/// The two tables: name, columns, and sorting key. A window sent twice
+/// has the same key on every row (its id, and each stack's place in its
+/// service), so `ReplacingMergeTree` keeps one, and queries that group by
+/// the key count it once before the merge.
+const TABLES: [(&str, &str, &str); 2] = [
+    ("windows", WINDOWS_COLUMNS, "(host, start, window_id)"),
+    (
+        "stacks",
+        STACKS_COLUMNS,
+        "(service, start, host, window_id, stack)",
+    ),
+];
+
+/// The statements that create the schema, in order, each without its `;`.
+/// Tables are partitioned by day and sorted by service, then time, so that
+/// "one service over the last hour on every host" reads a few granules of
+/// one or two partitions. With a cluster, each server gets the local tables
+/// (`stacks_local`, `windows_local`), and the `Distributed` tables `stacks`
+/// and `windows` over them, sharded by host: a window's rows, and its
+/// copies, always land on the same shard.
+pub fn schema(layout: &Layout) -> Vec<String> {
+    let db = &layout.database;
+    let mut out = vec![format!("CREATE DATABASE IF NOT EXISTS {db}")];
+    for (table, columns, order) in TABLES {
+        let local = match &layout.cluster {
+            Some(_) => format!("{table}_local"),
+            None => table.to_string(),
+        };
+        let engine = match layout.replicated && layout.cluster.is_some() {
+            true => format!(
+                "ReplicatedReplacingMergeTree('/clickhouse/tables/{{shard}}/{db}/{local}', '{{replica}}')"
+            ),
+            false => "ReplacingMergeTree()".into(),
+        };
+        let mut ddl = format!("CREATE TABLE IF NOT EXISTS {db}.{local} (\n{columns}\n)\n");
+        let _ = write!(
+            ddl,
+            "ENGINE = {engine}\nPARTITION BY toDate(start)\nORDER BY {order}"
+        );
+        out.push(ddl);
+        if let Some(cluster) = &layout.cluster {
+            out.push(format!(
+                "CREATE TABLE IF NOT EXISTS {db}.{table} AS {db}.{local}\n\
+                 ENGINE = Distributed({cluster}, {db}, {local}, cityHash64(host))"
+            ));
+        }
+    }
+    out
+}
+
+/// The schema as a script: each statement ended by `;`.
+pub fn schema_script(layout: &Layout) -> Result<String, String> {
+    layout.check()?;
+    let mut s = String::new();
+    for statement in schema(layout) {
+        s.push_str(&statement);
+        s.push_str(";\n\n");
+    }
+    Ok(s)
+}
+
+/// A window as rows: `windows` gets one line, `stacks` one per unique
+/// stack of every service (JSON objects, one a line, as `INSERT ...
+/// FORMAT JSONEachRow` reads them).
+pub fn rows(w: &api::Window, windows: &mut Vec<u8>, stacks: &mut Vec<u8>) {
+    let t = w.totals.unwrap_or_default();
+    // Unix seconds: what both old and current servers read as a DateTime.
+    let start = w.start_unix_ns / 1_000_000_000;
+    let event = api::Event::try_from(w.event)
+        .map(|e| e.as_str_name().to_string())
+        .unwrap_or_default();
+    let line = json!({
+        "window_id": w.id,
+        "host": w.host,
+        "kernel_release": w.kernel_release,
+        "start": start,
+        "start_ns": w.start_unix_ns,
+        "end_ns": w.end_unix_ns,
+        "frequency_hz": w.frequency_hz,
+        "event": event,
+        "attributed": t.attributed,
+        "discarded": t.discarded,
+        "lost": t.lost,
+        "throttled": t.throttled,
+        "truncated": t.truncated,
+        "unsymbolized": t.unsymbolized,
+        "overflowed": t.overflowed,
+        "cgroup_unreadable": w.cgroup_unreadable,
+        "processes_exited": w.processes_exited,
+        "binaries_replaced": w.binaries_replaced,
+    });
+    push_line(windows, &line);
+    for s in &w.services {
+        for (i, stack) in s.stacks.iter().enumerate() {
+            let thread = s.threads.iter().find(|t| t.tid == stack.tid);
+            let pid = thread.map_or(0, |t| t.pid);
+            let process = s.processes.iter().find(|p| p.pid == pid);
+            let f = |i: &u32| s.functions.get(*i as usize);
+            let line = json!({
+                "window_id": w.id,
+                "host": w.host,
+                "service": s.service,
+                "start": start,
+                "start_ns": w.start_unix_ns,
+                "end_ns": w.end_unix_ns,
+                "pid": pid,
+                "comm": process.map_or("", |p| p.comm.as_str()),
+                "executable": process.map_or("", |p| p.executable.as_str()),
+                "build_id": process.map_or("", |p| p.build_id.as_str()),
+                "tid": stack.tid,
+                "thread": thread.map_or("", |t| t.name.as_str()),
+                "stack": i,
+                "functions": stack.function.iter().map(|i| f(i).map_or("", |f| f.name.as_str())).collect::<Vec<_>>(),
+                "modules": stack.function.iter().map(|i| f(i).map_or("", |f| f.module.as_str())).collect::<Vec<_>>(),
+                "files": stack.function.iter().map(|i| f(i).map_or("", |f| f.file.as_str())).collect::<Vec<_>>(),
+                "lines": stack.line,
+                "inlined": stack.function.iter().map(|i| u8::from(f(i).is_some_and(|f| f.inlined))).collect::<Vec<_>>(),
+                "addresses": stack.address,
+                "count": stack.count,
+            });
+            push_line(stacks, &line);
+        }
+    }
+}
+
+fn push_line(out: &mut Vec<u8>, v: &serde_json::Value) {
+    // Writing JSON to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, v);
+    out.push(b'\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_gets_local_tables_and_distributed_ones_by_host() {
+        let plain = schema(&Layout::default());
+        assert_eq!(plain.len(), 3);
+        assert!(plain[2].starts_with("CREATE TABLE IF NOT EXISTS profd.stacks ("));
+        assert!(plain[2].contains("ENGINE = ReplacingMergeTree()"));
+        assert!(plain[2].ends_with("ORDER BY (service, start, host, window_id, stack)"));
+        let cluster = schema(&Layout {
+            database: "p".into(),
+            cluster: Some("two".into()),
+            replicated: true,
+        });
+        assert_eq!(cluster.len(), 5);
+        assert!(cluster[3].starts_with("CREATE TABLE IF NOT EXISTS p.stacks_local ("));
+        assert!(cluster[3].contains(
+            "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/p/stacks_local', '{replica}')"
+        ));
+        assert_eq!(
+            cluster[4],
+            "CREATE TABLE IF NOT EXISTS p.stacks AS p.stacks_local\n\
+             ENGINE = Distributed(two, p, stacks_local, cityHash64(host))"
+        );
+    }
+
+    #[test]
+    fn names_are_plain_identifiers() {
+        let bad = Layout {
+            database: "a;DROP".into(),
+            ..Layout::default()
+        };
+        assert!(schema_script(&bad).unwrap_err().starts_with("database: "));
+        let bad = Layout {
+            cluster: Some("1x".into()),
+            ..Layout::default()
+        };
+        assert!(schema_script(&bad).unwrap_err().starts_with("cluster: "));
+        assert!(schema_script(&Layout::default()).is_ok());
+    }
+
+    #[test]
+    fn a_window_is_one_totals_row_and_a_row_per_stack() {
+        let w = api::Window {
+            id: "ab".into(),
+            start_unix_ns: 10_000_000_000,
+            end_unix_ns: 20_000_000_000,
+            host: "h".into(),
+            totals: Some(api::Totals {
+                attributed: 5,
+                lost: 1,
+                ..Default::default()
+            }),
+            services: vec![api::ServiceWindow {
+                service: "web.service".into(),
+                samples: 5,
+                source: api::ServiceSource::Unit as i32,
+                processes: vec![api::WindowProcess {
+                    pid: 7,
+                    comm: "web".into(),
+                    ..Default::default()
+                }],
+                threads: vec![api::WindowThread {
+                    tid: 8,
+                    pid: 7,
+                    name: "worker".into(),
+                    samples: 5,
+                }],
+                functions: vec![
+                    api::WindowFunction {
+                        name: "leaf".into(),
+                        module: "web".into(),
+                        inlined: true,
+                        ..Default::default()
+                    },
+                    api::WindowFunction {
+                        name: "main".into(),
+                        module: "web".into(),
+                        ..Default::default()
+                    },
+                ],
+                stacks: vec![
+                    api::WindowStack {
+                        tid: 8,
+                        function: vec![0, 1],
+                        line: vec![3, 4],
+                        address: vec![0x10, 0x20],
+                        count: 4,
+                    },
+                    api::WindowStack {
+                        tid: 8,
+                        function: vec![1],
+                        line: vec![4],
+                        address: vec![0x20],
+                        count: 1,
+                    },
+                ],
+            }],
+            ..Default::default()
+        };
+        let (mut windows, mut stacks) = (Vec::new(), Vec::new());
+        rows(&w, &mut windows, &mut stacks);
+        let windows: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&windows)
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(windows.len(), 1);
+        assert_eq!(windows[0]["attributed"], 5);
+        assert_eq!(windows[0]["lost"], 1);
+        let stacks: Vec<serde_json::Value> = String::from_utf8(stacks)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(stacks.len(), 2);
+        assert_eq!(stacks[0]["functions"], json!(["leaf", "main"]));
+        assert_eq!(stacks[0]["inlined"], json!([1, 0]));
+        assert_eq!(stacks[0]["pid"], 7);
+        assert_eq!(stacks[0]["comm"], "web");
+        assert_eq!(stacks[0]["thread"], "worker");
+        assert_eq!(stacks[1]["stack"], 1);
+        assert_eq!(stacks[1]["count"], 1);
+    }
+}

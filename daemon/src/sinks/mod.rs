@@ -1,0 +1,3 @@
+//! Where continuous windows go besides the local history: the backends
+//! fleets already run, and the form each takes them in.
+pub mod clickhouse;

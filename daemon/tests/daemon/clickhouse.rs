@@ -1,0 +1,448 @@
+//! The ClickHouse schema and rows against real `clickhouse-server`s (Debian's
+//! package, 18.16) started here on loopback: one server, and two shards
+//! under `Distributed` tables; and against a current ClickHouse engine, in
+//! process through chdb (Python).
+use profd::internals::sinks::{clickhouse_rows, clickhouse_schema, ClickHouseLayout};
+use profd_common::api;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `clickhouse-server` of this test, stopped when dropped.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+    http: u16,
+}
+
+/// A port free on loopback now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    /// The HTTP and native ports of `n` servers to be.
+    fn ports(n: usize) -> Vec<(u16, u16)> {
+        (0..n).map(|_| (free_port(), free_port())).collect()
+    }
+
+    /// Start a server on `ports`, in a cluster `shards` of one shard on
+    /// each of `all`.
+    fn start(name: &str, (http, tcp): (u16, u16), all: &[(u16, u16)]) -> Server {
+        let dir = std::env::temp_dir().join(format!("profd-ch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let shards: String = all
+            .iter()
+            .map(|(_, tcp)| {
+                format!(
+                    "<shard><replica><host>127.0.0.1</host><port>{tcp}</port></replica></shard>"
+                )
+            })
+            .collect();
+        let d = dir.display();
+        let config = format!(
+            "<yandex>
+  <logger><level>warning</level><console>1</console></logger>
+  <http_port>{http}</http_port>
+  <tcp_port>{tcp}</tcp_port>
+  <listen_host>127.0.0.1</listen_host>
+  <path>{d}/data/</path>
+  <tmp_path>{d}/tmp/</tmp_path>
+  <user_files_path>{d}/user_files/</user_files_path>
+  <format_schema_path>{d}/format_schemas/</format_schema_path>
+  <users_config>users.xml</users_config>
+  <default_profile>default</default_profile>
+  <default_database>default</default_database>
+  <mark_cache_size>5368709</mark_cache_size>
+  <remote_servers><shards>{shards}</shards></remote_servers>
+</yandex>
+"
+        );
+        std::fs::write(dir.join("config.xml"), config).unwrap();
+        std::fs::write(
+            dir.join("users.xml"),
+            "<yandex>
+  <profiles><default></default></profiles>
+  <users><default><password></password><networks><ip>127.0.0.1</ip></networks>
+    <profile>default</profile><quota>default</quota></default></users>
+  <quotas><default></default></quotas>
+</yandex>
+",
+        )
+        .unwrap();
+        let child = Command::new("clickhouse-server")
+            .arg(format!(
+                "--config-file={}",
+                dir.join("config.xml").display()
+            ))
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+            .spawn()
+            .expect("clickhouse-server runs (apt-get install clickhouse-server; .ci/run does)");
+        let mut s = Server { child, dir, http };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok((200, body)) = s.http("GET", "/ping", b"") {
+                assert_eq!(body, "Ok.\n");
+                break;
+            }
+            if let Ok(Some(status)) = s.child.try_wait() {
+                panic!(
+                    "clickhouse-server exited ({status}): {}",
+                    std::fs::read_to_string(s.dir.join("stderr")).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "clickhouse-server did not answer /ping in 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s
+    }
+
+    /// One HTTP/1.1 request: the status and the body.
+    fn http(&self, method: &str, target: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
+        let mut c = TcpStream::connect(("127.0.0.1", self.http))?;
+        c.set_read_timeout(Some(Duration::from_secs(60)))?;
+        write!(
+            c,
+            "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )?;
+        c.write_all(body)?;
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer)?;
+        let text = String::from_utf8_lossy(&answer);
+        let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let chunked = head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked");
+        Ok((
+            status,
+            if chunked {
+                unchunk(rest)
+            } else {
+                rest.to_string()
+            },
+        ))
+    }
+
+    /// Run `sql` (with `body` after it, for an INSERT), which must succeed:
+    /// its answer.
+    fn query(&self, sql: &str, body: &[u8]) -> String {
+        self.query_with(sql, "", body)
+    }
+
+    /// As [`Server::query`], with settings as URL parameters.
+    fn query_with(&self, sql: &str, settings: &str, body: &[u8]) -> String {
+        let target = format!("/?query={}{settings}", escape(sql));
+        let (status, answer) = self.http("POST", &target, body).unwrap();
+        assert_eq!(status, 200, "{sql}\n→ {answer}");
+        answer
+    }
+
+    fn number(&self, sql: &str) -> u64 {
+        let a = self.query(sql, b"");
+        a.trim().parse().unwrap_or_else(|_| panic!("{sql} → {a:?}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn unchunk(s: &str) -> String {
+    let (mut out, mut rest) = (String::new(), s);
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Percent-encoding of a URL query value.
+fn escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A window of `host` at `start_s`: two services, stacks with recursion.
+fn window(id: &str, host: &str, start_s: u64) -> api::Window {
+    let f = |name: &str| api::WindowFunction {
+        name: name.into(),
+        module: "app".into(),
+        ..Default::default()
+    };
+    let stack = |tid, function: Vec<u32>, count| api::WindowStack {
+        tid,
+        line: vec![0; function.len()],
+        address: (0..function.len() as u64).collect(),
+        function,
+        count,
+    };
+    let service = |name: &str, pid: u32, stacks: Vec<api::WindowStack>| api::ServiceWindow {
+        service: name.into(),
+        source: api::ServiceSource::Unit as i32,
+        samples: stacks.iter().map(|s| s.count).sum(),
+        processes: vec![api::WindowProcess {
+            pid,
+            comm: name.into(),
+            ..Default::default()
+        }],
+        threads: vec![api::WindowThread {
+            tid: pid,
+            pid,
+            name: name.into(),
+            samples: stacks.iter().map(|s| s.count).sum(),
+        }],
+        functions: vec![f("leaf"), f("rec"), f("main")],
+        stacks,
+    };
+    let services = vec![
+        service(
+            "web.service",
+            10,
+            vec![stack(10, vec![0, 1, 1, 2], 6), stack(10, vec![1, 2], 3)],
+        ),
+        service("db.service", 20, vec![stack(20, vec![0, 2], 5)]),
+    ];
+    api::Window {
+        id: id.into(),
+        start_unix_ns: start_s * 1_000_000_000,
+        end_unix_ns: (start_s + 10) * 1_000_000_000,
+        host: host.into(),
+        kernel_release: "6.1".into(),
+        frequency_hz: 19,
+        totals: Some(api::Totals {
+            attributed: 14,
+            discarded: 3,
+            ..Default::default()
+        }),
+        services,
+        ..Default::default()
+    }
+}
+
+/// Insert `w`'s rows; `settings`: URL parameters (`&name=value`).
+fn insert(s: &Server, w: &api::Window, settings: &str) {
+    let (mut windows, mut stacks) = (Vec::new(), Vec::new());
+    clickhouse_rows(w, &mut windows, &mut stacks);
+    for (table, rows) in [("windows", windows), ("stacks", stacks)] {
+        let sql = format!("INSERT INTO profd.{table} FORMAT JSONEachRow");
+        s.query_with(&sql, settings, &rows);
+    }
+}
+
+/// Samples of `service` on every host since `from_s`, each window's rows
+/// counted once however often they were inserted.
+fn service_samples(s: &Server, service: &str, from_s: u64) -> u64 {
+    s.number(&format!(
+        "SELECT sum(count) FROM (SELECT any(count) AS count FROM profd.stacks \
+         WHERE service = '{service}' AND start >= toDateTime({from_s}) \
+         GROUP BY window_id, service, stack)"
+    ))
+}
+
+/// Samples whose stack holds `function` (once a sample, recursion or not).
+fn inclusive(s: &Server, function: &str) -> u64 {
+    s.number(&format!(
+        "SELECT sum(count) FROM (SELECT any(count) AS count, any(functions) AS functions \
+         FROM profd.stacks GROUP BY window_id, service, stack) WHERE has(functions, '{function}')"
+    ))
+}
+
+fn apply(s: &Server, layout: &ClickHouseLayout) {
+    let script = clickhouse_schema(layout).unwrap();
+    for statement in script.split(";\n").map(str::trim).filter(|t| !t.is_empty()) {
+        s.query(statement, b"");
+    }
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[test]
+fn the_schema_takes_windows_and_a_window_sent_twice_counts_once() {
+    let ports = Server::ports(1);
+    let s = Server::start("one", ports[0], &ports);
+    let layout = ClickHouseLayout::default();
+    apply(&s, &layout);
+    // Twice: the statements may run again on an existing schema.
+    apply(&s, &layout);
+    let t = now_s() - 3600;
+    let a = window("0a", "host-a", t);
+    insert(&s, &a, "");
+    insert(&s, &a, "");
+    insert(&s, &window("0b", "host-a", t + 10), "");
+    assert_eq!(service_samples(&s, "web.service", t), 18);
+    assert_eq!(service_samples(&s, "db.service", t), 10);
+    assert_eq!(service_samples(&s, "web.service", t + 10), 9);
+    // rec is on web's two stacks (twice on the first): 9 samples a window.
+    assert_eq!(inclusive(&s, "rec"), 18);
+    assert_eq!(inclusive(&s, "leaf"), 22);
+    assert_eq!(
+        s.number("SELECT sum(attributed) FROM profd.windows FINAL"),
+        28
+    );
+    let row = s.query(
+        "SELECT host, pid, comm, thread, functions, lines, inlined FROM profd.stacks \
+         WHERE window_id = '0a' AND service = 'web.service' AND stack = 0 LIMIT 1 FORMAT TabSeparated",
+        b"",
+    );
+    assert_eq!(
+        row,
+        "host-a\t10\tweb.service\tweb.service\t['leaf','rec','rec','main']\t[0,0,0,0]\t[0,0,0,0]\n"
+    );
+}
+
+#[test]
+fn two_shards_under_distributed_tables_answer_for_every_host() {
+    let ports = Server::ports(2);
+    let servers: Vec<Server> = (0..2)
+        .map(|i| Server::start(&format!("shard{i}"), ports[i], &ports))
+        .collect();
+    let layout = ClickHouseLayout {
+        cluster: Some("shards".into()),
+        ..ClickHouseLayout::default()
+    };
+    for s in &servers {
+        apply(s, &layout);
+    }
+    let t = now_s() - 600;
+    let hosts: Vec<String> = (0..8).map(|i| format!("host-{i}")).collect();
+    for (i, host) in hosts.iter().enumerate() {
+        let w = window(&format!("{i:032x}"), host, t);
+        // Sent twice, through either server; each insert returns once the
+        // rows are on their shard.
+        let sync = "&insert_distributed_sync=1";
+        insert(&servers[i % 2], &w, sync);
+        insert(&servers[(i + 1) % 2], &w, sync);
+    }
+    let rows = |s: &Server| s.number("SELECT count() FROM profd.stacks_local");
+    let unique = |s: &Server| {
+        s.number("SELECT count() FROM (SELECT 1 FROM profd.stacks_local GROUP BY window_id, service, stack)")
+    };
+    // Both copies arrived (unless a merge already dropped one)...
+    assert!(rows(&servers[0]) + rows(&servers[1]) >= unique(&servers[0]) + unique(&servers[1]));
+    assert_eq!(
+        unique(&servers[0]) + unique(&servers[1]),
+        3 * hosts.len() as u64
+    );
+    // Each host's rows are on one shard, and both shards hold some.
+    for s in &servers {
+        let n = s.number("SELECT uniqExact(host) FROM profd.stacks_local");
+        assert!(n > 0 && n < hosts.len() as u64, "{n} hosts on one shard");
+    }
+    for s in &servers {
+        assert_eq!(service_samples(s, "web.service", t), 9 * hosts.len() as u64);
+        assert_eq!(service_samples(s, "db.service", t), 5 * hosts.len() as u64);
+    }
+}
+
+/// The same statements, rows and queries in a current ClickHouse (chdb's
+/// engine): the schema, JSONEachRow as profd writes it, and the counting
+/// queries, from the script's standard input as JSON.
+const CHDB: &str = r#"
+import json, sys, tempfile
+from chdb import session
+job = json.load(sys.stdin)
+s = session.Session(tempfile.mkdtemp())
+for statement in job["schema"]:
+    s.query(statement)
+for table, rows in job["inserts"]:
+    s.query(f"INSERT INTO profd.{table} FORMAT JSONEachRow\n" + rows)
+print(json.dumps([str(s.query(q, "TabSeparated")).strip() for q in job["queries"]]))
+"#;
+
+#[test]
+fn the_schema_and_queries_work_on_a_current_clickhouse_too() {
+    let script = clickhouse_schema(&ClickHouseLayout::default()).unwrap();
+    let schema: Vec<&str> = script
+        .split(";\n")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect();
+    let t = now_s() - 3600;
+    let mut inserts = Vec::new();
+    for w in [
+        window("0a", "host-a", t),
+        window("0a", "host-a", t),
+        window("0b", "host-b", t + 10),
+    ] {
+        let (mut windows, mut stacks) = (Vec::new(), Vec::new());
+        clickhouse_rows(&w, &mut windows, &mut stacks);
+        inserts.push(("windows", String::from_utf8(windows).unwrap()));
+        inserts.push(("stacks", String::from_utf8(stacks).unwrap()));
+    }
+    let queries = [
+        format!(
+            "SELECT sum(count) FROM (SELECT any(count) AS count FROM profd.stacks \
+             WHERE service = 'web.service' AND start >= toDateTime({t}) GROUP BY window_id, service, stack)"
+        ),
+        "SELECT sum(count) FROM (SELECT any(count) AS count, any(functions) AS functions \
+         FROM profd.stacks GROUP BY window_id, service, stack) WHERE has(functions, 'rec')"
+            .to_string(),
+        "SELECT sum(attributed) FROM profd.windows FINAL".to_string(),
+        "SELECT functions FROM profd.stacks WHERE window_id = '0b' AND service = 'web.service' \
+         AND stack = 0 LIMIT 1"
+            .to_string(),
+    ];
+    let job = serde_json::json!({ "schema": schema, "inserts": inserts, "queries": queries });
+    let mut child = Command::new("python3")
+        .args(["-c", CHDB])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(job.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "chdb (pip install chdb; .ci/run does): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        answers,
+        ["18", "18", "28", "['leaf','rec','rec','main']"],
+        "web samples, rec inclusive, attributed, one stack's functions"
+    );
+}

@@ -3,6 +3,7 @@
 //! and a window's rows as `JSONEachRow` for its HTTP interface.
 use profd_common::api;
 use serde_json::json;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// Where the schema goes: a database, and a cluster when the tables are
@@ -187,10 +188,16 @@ pub fn rows(w: &api::Window, windows: &mut Vec<u8>, stacks: &mut Vec<u8>) {
     });
     push_line(windows, &line);
     for s in &w.services {
+        // A service may hold hundreds of processes and threads, and a
+        // hundred thousand stacks.
+        let threads: HashMap<u32, &api::WindowThread> =
+            s.threads.iter().map(|t| (t.tid, t)).collect();
+        let processes: HashMap<u32, &api::WindowProcess> =
+            s.processes.iter().map(|p| (p.pid, p)).collect();
         for (i, stack) in s.stacks.iter().enumerate() {
-            let thread = s.threads.iter().find(|t| t.tid == stack.tid);
+            let thread = threads.get(&stack.tid);
             let pid = thread.map_or(0, |t| t.pid);
-            let process = s.processes.iter().find(|p| p.pid == pid);
+            let process = processes.get(&pid);
             let f = |i: &u32| s.functions.get(*i as usize);
             let line = json!({
                 "window_id": w.id,

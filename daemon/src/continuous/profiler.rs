@@ -368,12 +368,14 @@ impl Profiler {
             start,
             end,
             window,
-            labels,
             executables,
             notes: std::mem::take(&mut self.notes),
-            services: Vec::new(),
-            index: HashMap::new(),
-            of_pid: HashMap::new(),
+            services: Services {
+                labels,
+                list: Vec::new(),
+                by_name: HashMap::new(),
+                of_pid: HashMap::new(),
+            },
             thread_samples: HashMap::new(),
             unsymbolized: 0,
             next: 0,
@@ -403,9 +405,9 @@ impl Profiler {
                 w.unsymbolized += count;
             }
             let pid = w.window.thread_pid.get(&tid).copied().unwrap_or(0);
-            let s = slot(&w.labels, &mut w.index, &mut w.of_pid, &mut w.services, pid);
+            let s = w.services.slot(pid);
             *w.thread_samples.entry(tid).or_default() += count;
-            w.services[s].count(i as u32, tid, count, frames, &self.collector);
+            w.services.list[s].count(i as u32, tid, count, frames, &self.collector);
         }
         w.next = end;
         if end == w.window.unique_stacks() {
@@ -417,14 +419,11 @@ impl Profiler {
     /// The window's head, once its stacks were all named: its services'
     /// threads and processes, and its totals. The writing begins.
     fn head(&self, w: &mut Writing) {
-        let (labels, index, of_pid, services) =
-            (&w.labels, &mut w.index, &mut w.of_pid, &mut w.services);
-        let mut slot =
-            |pid, services: &mut Vec<ServiceBuilder>| slot(labels, index, of_pid, services, pid);
+        let services = &mut w.services;
         for (&tid, &n) in &w.thread_samples {
             let pid = w.window.thread_pid.get(&tid).copied().unwrap_or(0);
-            let s = slot(pid, services);
-            services[s].window.threads.push(api::WindowThread {
+            let s = services.slot(pid);
+            services.list[s].window.threads.push(api::WindowThread {
                 tid,
                 pid,
                 name: w.window.threads.get(&tid).cloned().unwrap_or_default(),
@@ -436,13 +435,13 @@ impl Profiler {
             if replaced(ps.pid) {
                 notes.binaries_replaced += 1;
             }
-            let s = slot(ps.pid, services);
-            let mut p = labels.get(&ps.pid).cloned().unwrap_or_default();
+            let s = services.slot(ps.pid);
+            let mut p = services.labels.get(&ps.pid).cloned().unwrap_or_default();
             if p.exe.is_empty() {
                 // Gone before /proc could say: the program it mapped.
                 p.exe = w.executables.get(&ps.pid).cloned().unwrap_or_default();
             }
-            services[s].window.processes.push(api::WindowProcess {
+            services.list[s].window.processes.push(api::WindowProcess {
                 pid: ps.pid,
                 ppid: p.ppid,
                 comm: p.comm,
@@ -454,6 +453,7 @@ impl Profiler {
                 exited: p.exited,
             });
         }
+        let services = &mut services.list;
         for s in services.iter_mut() {
             s.finish();
         }
@@ -502,7 +502,7 @@ impl Profiler {
             if budget == 0 {
                 return Ok(false);
             }
-            let b = &w.services[s];
+            let b = &w.services.list[s];
             if o.at.1 == 0 {
                 o.out.service(&b.window, b.stacks_len)?;
             }
@@ -537,7 +537,7 @@ impl Profiler {
         let gz = built.and_then(|()| o.out.finish());
         tracing::debug!(
             stacks,
-            services = w.services.len(),
+            services = w.services.list.len(),
             bytes = gz.as_ref().map_or(0, Vec::len),
             named_ms = w.named.as_millis() as u64,
             written_ms = (w.began.elapsed() - w.named).as_millis() as u64,
@@ -550,25 +550,32 @@ impl Profiler {
     }
 }
 
-/// The service slot of process `pid` in `services`, by its label in
-/// `labels` (the service is added when new).
-fn slot(
-    labels: &HashMap<u32, Process>,
-    index: &mut HashMap<String, usize>,
-    of_pid: &mut HashMap<u32, usize>,
-    services: &mut Vec<ServiceBuilder>,
-    pid: u32,
-) -> usize {
-    *of_pid.entry(pid).or_insert_with(|| {
-        let (name, source) = match labels.get(&pid) {
-            Some(p) => (p.label.service.clone(), p.label.source),
-            None => (String::from("unknown"), api::ServiceSource::Unspecified),
-        };
-        *index.entry(name.clone()).or_insert_with(|| {
-            services.push(ServiceBuilder::new(name, source));
-            services.len() - 1
+/// A window's services as its stacks are counted, each process in the
+/// service of its label at the cut.
+struct Services {
+    /// What was known of the window's processes at the cut.
+    labels: HashMap<u32, Process>,
+    list: Vec<ServiceBuilder>,
+    /// Each service's place in `list` by name, and by pid.
+    by_name: HashMap<String, usize>,
+    of_pid: HashMap<u32, usize>,
+}
+
+impl Services {
+    /// The place of process `pid`'s service in `list` (added when new).
+    fn slot(&mut self, pid: u32) -> usize {
+        let (labels, list, by_name) = (&self.labels, &mut self.list, &mut self.by_name);
+        *self.of_pid.entry(pid).or_insert_with(|| {
+            let (name, source) = match labels.get(&pid) {
+                Some(p) => (p.label.service.clone(), p.label.source),
+                None => (String::from("unknown"), api::ServiceSource::Unspecified),
+            };
+            *by_name.entry(name.clone()).or_insert_with(|| {
+                list.push(ServiceBuilder::new(name, source));
+                list.len() - 1
+            })
         })
-    })
+    }
 }
 
 /// A window cut, being built while the next one is counted.
@@ -576,15 +583,10 @@ struct Writing {
     start: SystemTime,
     end: SystemTime,
     window: Finished,
-    /// What was known of its processes at the cut, and the programs of
-    /// those that had none yet.
-    labels: HashMap<u32, Process>,
+    /// The programs of the window's processes that had none yet at the cut.
     executables: HashMap<u32, String>,
     notes: Notes,
-    services: Vec<ServiceBuilder>,
-    /// Each service's slot by name, and by pid.
-    index: HashMap<String, usize>,
-    of_pid: HashMap<u32, usize>,
+    services: Services,
     thread_samples: HashMap<u32, u64>,
     unsymbolized: u64,
     /// The next stack to name.

@@ -185,13 +185,6 @@ impl Collector {
     }
 }
 
-impl Finished {
-    /// Unique stacks in the window.
-    pub fn unique_stacks(&self) -> usize {
-        self.stacks.len()
-    }
-}
-
 /// A window's counts, after [`Collector::restart`].
 pub struct Finished {
     stacks: StackTable,
@@ -206,4 +199,11 @@ pub struct Finished {
     /// Address spaces let go of at the restart: their names are kept
     /// until the window is written.
     released: HashSet<usize>,
+}
+
+impl Finished {
+    /// Unique stacks in the window.
+    pub fn unique_stacks(&self) -> usize {
+        self.stacks.len()
+    }
 }

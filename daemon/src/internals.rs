@@ -59,4 +59,5 @@ pub mod sinks {
     pub use crate::sinks::clickhouse::{
         rows as clickhouse_rows, schema_script as clickhouse_schema, Layout as ClickHouseLayout,
     };
+    pub use crate::sinks::{http_client, judge, Auth, Failure, Secret, Sent};
 }

@@ -1,3 +1,201 @@
 //! Where continuous windows go besides the local history: the backends
-//! fleets already run, and the form each takes them in.
+//! fleets already run, the form each takes them in, and what every sink
+//! shares (credentials, the HTTP client, how an answer is judged).
 pub mod clickhouse;
+
+use std::path::Path;
+use std::time::Duration;
+
+/// A credential read from a file: never printed, logged or shown.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The file's text without its final line break. Err (naming the file)
+    /// when it cannot be read or is empty.
+    pub fn read(path: &Path) -> Result<Secret, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = text.trim_end_matches(['\n', '\r']);
+        if text.is_empty() {
+            return Err(format!("{} is empty", path.display()));
+        }
+        Ok(Secret(text.to_string()))
+    }
+
+    /// The credential itself, for a request header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// How a sink proves who it is to an HTTP backend.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Auth {
+    #[default]
+    None,
+    /// `Authorization: Basic …`.
+    Basic { user: String, password: Secret },
+    /// `Authorization: Bearer …`.
+    Bearer(Secret),
+}
+
+impl Auth {
+    /// `request` with this authorization.
+    pub fn apply(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match self {
+            Auth::None => request,
+            Auth::Basic { user, password } => request.basic_auth(user, Some(password.expose())),
+            Auth::Bearer(token) => request.bearer_auth(token.expose()),
+        }
+    }
+}
+
+/// What sending one window took.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// Bytes of request bodies, as sent.
+    pub bytes: u64,
+    /// Requests the backend accepted.
+    pub requests: u64,
+    /// Profiles split in parts to stay within the backend's limits.
+    pub split: u64,
+    /// Stacks cut short to the backend's depth limit.
+    pub truncated: u64,
+}
+
+/// Why a window was not delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The backend is down, slow or asks to wait (connection error,
+    /// timeout, 408, 429, 5xx): the window stays spooled and is retried.
+    Retry(String),
+    /// The backend will never take it (another 4xx, a rejected payload):
+    /// the window is dropped and counted under `reason`, a short label
+    /// such as `http_400`.
+    Drop { reason: String, detail: String },
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Retry(why) => write!(f, "will retry: {why}"),
+            Failure::Drop { reason, detail } => write!(f, "dropped ({reason}): {detail}"),
+        }
+    }
+}
+
+/// Most bytes of an error answer kept for the log.
+const MAX_DETAIL: usize = 512;
+
+/// An HTTP answer judged: Ok for 2xx; 408, 429 and 5xx are retried; any
+/// other status drops the window, counted as `http_<status>`.
+pub fn judge(status: reqwest::StatusCode, body: &str) -> Result<(), Failure> {
+    if status.is_success() {
+        return Ok(());
+    }
+    let mut detail = format!("{status}: {}", body.trim());
+    if detail.len() > MAX_DETAIL {
+        let mut end = MAX_DETAIL;
+        while !detail.is_char_boundary(end) {
+            end -= 1;
+        }
+        detail.truncate(end);
+        detail.push('…');
+    }
+    let code = status.as_u16();
+    if code == 408 || code == 429 || status.is_server_error() {
+        Err(Failure::Retry(detail))
+    } else {
+        Err(Failure::Drop {
+            reason: format!("http_{code}"),
+            detail,
+        })
+    }
+}
+
+/// A request that got no answer (refused, reset, timed out): retried.
+pub fn unanswered(err: reqwest::Error) -> Failure {
+    // The URL may carry credentials a user put there: it stays out.
+    Failure::Retry(err.without_url().to_string())
+}
+
+/// The HTTP client of one sink: each request bounded by `timeout`; TLS
+/// through rustls, trusting the system's roots and `ca` (a PEM file) too.
+pub fn http_client(timeout: Duration, ca: Option<&Path>) -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .use_rustls_tls();
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).map_err(|e| format!("cannot read {}: {e}", ca.display()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| format!("{}: not PEM certificates: {e}", ca.display()))?;
+        if certs.is_empty() {
+            return Err(format!("{}: no certificate in it", ca.display()));
+        }
+        for cert in certs {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder
+        .build()
+        .map_err(|e| format!("cannot make an HTTP client: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_judged_by_status() {
+        let s = |c| reqwest::StatusCode::from_u16(c).unwrap();
+        assert_eq!(judge(s(200), ""), Ok(()));
+        assert_eq!(judge(s(204), ""), Ok(()));
+        for retried in [408, 429, 500, 502, 503] {
+            assert!(
+                matches!(judge(s(retried), "x"), Err(Failure::Retry(_))),
+                "{retried}"
+            );
+        }
+        match judge(s(400), "bad name") {
+            Err(Failure::Drop { reason, detail }) => {
+                assert_eq!(reason, "http_400");
+                assert!(detail.contains("bad name"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let long = "é".repeat(1000);
+        match judge(s(422), &long) {
+            Err(Failure::Drop { detail, .. }) => assert!(detail.len() <= MAX_DETAIL + 3),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_come_from_files_and_are_never_printed() {
+        let dir = std::env::temp_dir().join(format!("profd-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let secret = Secret::read(&file).unwrap();
+        assert_eq!(secret.expose(), "s3cret");
+        assert!(!format!("{secret:?}").contains("s3cret"));
+        let auth = Auth::Bearer(secret);
+        assert!(!format!("{auth:?}").contains("s3cret"));
+        std::fs::write(&file, "\n").unwrap();
+        assert!(Secret::read(&file).unwrap_err().contains("is empty"));
+        let missing = Secret::read(&dir.join("none")).unwrap_err();
+        assert!(
+            missing.contains("cannot read") && missing.contains("none"),
+            "{missing}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

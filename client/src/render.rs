@@ -486,7 +486,59 @@ pub fn info_text(info: &InfoResponse) -> String {
     for (k, v) in lines {
         let _ = writeln!(out, "  {:<22}{v}", format!("{k}:"));
     }
+    for sink in &info.sinks {
+        let _ = writeln!(
+            out,
+            "  {:<22}{}",
+            format!("sink {}:", sink.name),
+            sink_text(sink)
+        );
+    }
     out
+}
+
+/// A sink's backend and figures on one line (Info).
+fn sink_text(s: &profd_common::api::SinkStatus) -> String {
+    let drops = if s.drops.is_empty() {
+        "none".to_string()
+    } else {
+        s.drops
+            .iter()
+            .map(|d| format!("{} {}", d.windows, d.reason))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut line = format!(
+        "{} {} ({}); sent {} windows, {} in {} requests; {} retries; dropped {drops}; spool {} windows, {} of {}",
+        s.kind,
+        s.url,
+        s.protocol,
+        s.windows_sent,
+        bytes_text(s.bytes_sent),
+        s.requests,
+        s.retries,
+        s.spool_windows,
+        bytes_text(s.spool_bytes),
+        bytes_text(s.spool_limit_bytes),
+    );
+    if s.oldest_unsent_age_ms > 0 {
+        let _ = write!(
+            line,
+            ", oldest unsent {}",
+            age_text(s.oldest_unsent_age_ms / 1000)
+        );
+    }
+    if s.split > 0 || s.truncated > 0 {
+        let _ = write!(
+            line,
+            "; {} profiles split, {} stacks truncated",
+            s.split, s.truncated
+        );
+    }
+    if !s.last_error.is_empty() {
+        let _ = write!(line, "; last error: {}", s.last_error);
+    }
+    line
 }
 
 /// Continuous profiling's settings and history on one line (Info).

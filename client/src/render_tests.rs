@@ -432,6 +432,27 @@ fn info_lists_everything() {
         }),
         running_sessions: 1,
         continuous: None,
+        sinks: vec![profd_common::api::SinkStatus {
+            name: "ch".into(),
+            kind: "clickhouse".into(),
+            url: "http://127.0.0.1:8123/".into(),
+            protocol: "HTTP interface, JSONEachRow".into(),
+            windows_sent: 12,
+            bytes_sent: 3 << 20,
+            requests: 24,
+            retries: 3,
+            drops: vec![profd_common::api::SinkDrop {
+                reason: "spool_full".into(),
+                windows: 2,
+            }],
+            spool_windows: 4,
+            spool_bytes: 1 << 20,
+            spool_limit_bytes: 256 << 20,
+            oldest_unsent_age_ms: 90_000,
+            last_error: "connection refused".into(),
+            split: 0,
+            truncated: 0,
+        }],
     };
     let text = info_text(&info);
     for needle in [
@@ -446,6 +467,8 @@ fn info_lists_everything() {
         "cpu-clock @ 999 Hz fp system-wide (1 session), cpu-clock @ 999 Hz dwarf pid 42 (2 sessions)",
         "5 attributed, 6 discarded, 7 lost",
         "running sessions:     1",
+        "sink ch:",
+        "clickhouse http://127.0.0.1:8123/ (HTTP interface, JSONEachRow); sent 12 windows, 3.0 MiB in 24 requests; 3 retries; dropped 2 spool_full; spool 4 windows, 1.0 MiB of 256.0 MiB, oldest unsent 1 min 30 s; last error: connection refused",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }

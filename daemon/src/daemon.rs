@@ -259,10 +259,16 @@ impl Daemon {
             Some(settings) => {
                 let dir = config.persist.as_ref().map(|p| p.dir.join("windows"));
                 let opened = History::start(dir.clone(), settings).await;
-                Some(opened.map_err(|reason| Error::State {
+                let history = opened.map_err(|reason| Error::State {
                     path: dir.unwrap_or_default(),
                     reason,
-                })?)
+                })?;
+                let state = config.persist.as_ref().map(|p| p.dir.as_path());
+                let sinks = crate::sinks::Sinks::start(config.sinks.clone(), state)
+                    .await
+                    .map_err(Error::Config)?;
+                history.attach(sinks);
+                Some(history)
             }
             None => None,
         };
@@ -337,9 +343,11 @@ impl Daemon {
         let (closing_tx, closing) = tokio::sync::watch::channel(false);
         let continuous = self.history.clone().map(|history| {
             let (stop, stopped) = tokio::sync::watch::channel(false);
+            let sinks = history.sinks();
             (
                 stop,
                 tokio::spawn(run_continuous(registry.clone(), history, stopped)),
+                sinks,
             )
         });
         tokio::spawn(async move {
@@ -356,14 +364,15 @@ impl Daemon {
                 NotifyState::Status("stopping: ending and saving sessions"),
             ]);
             registry.stop_all().await;
-            if let Some((stop, task)) = continuous {
-                // The window under way is cut and kept.
+            if let Some((stop, task, sinks)) = continuous {
+                // The window under way is cut and kept (and spooled).
                 let _ = stop.send(true);
                 if tokio::time::timeout(SAVE_TIMEOUT, task).await.is_err() {
                     tracing::warn!(
                         "the last continuous window was not saved within {SAVE_TIMEOUT:?}"
                     );
                 }
+                sinks.stop();
             }
             if tokio::time::timeout(SAVE_TIMEOUT, registry.wait_saved())
                 .await

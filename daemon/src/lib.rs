@@ -42,4 +42,6 @@ pub use config::{read as read_settings_file, settings, Config, Flags, Settings};
 pub use daemon::{check_socket_group, Daemon};
 pub use daemon_error::Error;
 pub use sinks::clickhouse::{schema_script as clickhouse_schema, Layout as ClickHouseLayout};
+pub use sinks::config::Settings as SinkSettings;
+pub use sinks::deliver::probe as probe_sinks;
 pub use sys::tune_allocator;

@@ -246,6 +246,32 @@ fn activated_socket() -> anyhow::Result<Option<Arc<std::os::unix::net::UnixListe
 }
 
 /// Write to stdout; a reader that went away (`| head`) is not an error.
+/// Try each sink's backend (reachable, credentials taken, schema there):
+/// `--check-config` fails naming the first that cannot be used.
+fn check_sinks(sinks: &[profd::SinkSettings]) -> anyhow::Result<()> {
+    if sinks.is_empty() {
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let said = runtime.block_on(profd::probe_sinks(sinks));
+    let mut failed = None;
+    for (name, result) in said {
+        match result {
+            Ok(backend) => println!("# sink {name}: reachable ({backend})"),
+            Err(err) => {
+                println!("# sink {name}: cannot be used: {err}");
+                failed.get_or_insert(format!("sink {name}: {err}"));
+            }
+        }
+    }
+    match failed {
+        Some(err) => Err(anyhow::Error::msg(err)),
+        None => Ok(()),
+    }
+}
+
 fn print_all(bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write;
     match std::io::stdout().lock().write_all(bytes) {
@@ -299,7 +325,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ),
         }
         print!("{}", settings.to_toml());
-        return Ok(());
+        return check_sinks(&settings.config.sinks);
     }
     let mut config = settings.config;
     config.activated = activated_socket()?;

@@ -34,6 +34,8 @@ pub struct Snapshot {
     pub connections: Vec<Connections>,
     /// Continuous profiling's history, when it is on.
     pub history: Option<HistoryStats>,
+    /// The sinks windows are sent to.
+    pub sinks: Vec<crate::sinks::deliver::Report>,
 }
 
 /// One listener's connections.
@@ -103,6 +105,7 @@ pub async fn snapshot(registry: &Registry, history: Option<&History>) -> Snapsho
             Connections::read("tls", &s.connections.tls),
         ],
         history: history.map(History::stats),
+        sinks: history.map_or_else(Vec::new, |h| h.sinks().reports()),
     }
 }
 
@@ -239,6 +242,9 @@ pub fn render(s: &Snapshot) -> String {
             ConstCounter::new(h.damaged),
         );
     }
+    if !s.sinks.is_empty() {
+        sink_metrics(&mut reg, &s.sinks);
+    }
     if let Some(p) = &s.process {
         reg.register(
             "process_cpu_seconds",
@@ -265,6 +271,95 @@ pub fn render(s: &Snapshot) -> String {
     // Writing to a String cannot fail.
     let _ = encode(&mut out, &reg);
     out
+}
+
+/// Per sink (label `sink`): windows and bytes sent, requests, retries,
+/// drops by reason, the spool, and the oldest unsent window's age.
+fn sink_metrics(
+    reg: &mut prometheus_client::registry::Registry,
+    sinks: &[crate::sinks::deliver::Report],
+) {
+    type Labels = Vec<(String, String)>;
+    let counter = Family::<Labels, Counter>::default;
+    let gauge = Family::<Labels, Gauge>::default;
+    let (sent, bytes, requests, retries, dropped) =
+        (counter(), counter(), counter(), counter(), counter());
+    let (split, truncated) = (counter(), counter());
+    let (spool_windows, spool_bytes, spool_limit, oldest) = (gauge(), gauge(), gauge(), gauge());
+    let now = crate::continuous::history::now_ns();
+    for r in sinks {
+        let l = vec![
+            ("sink".to_string(), r.name.clone()),
+            ("kind".to_string(), r.kind.name().to_string()),
+        ];
+        let c = &r.counts;
+        sent.get_or_create(&l).inc_by(c.windows_sent);
+        bytes.get_or_create(&l).inc_by(c.bytes_sent);
+        requests.get_or_create(&l).inc_by(c.requests);
+        retries.get_or_create(&l).inc_by(c.retries);
+        split.get_or_create(&l).inc_by(c.split);
+        truncated.get_or_create(&l).inc_by(c.truncated);
+        for (reason, n) in &c.drops {
+            let mut with = l.clone();
+            with.push(("reason".into(), reason.clone()));
+            dropped.get_or_create(&with).inc_by(*n);
+        }
+        spool_windows.get_or_create(&l).set(r.spool.windows as i64);
+        spool_bytes.get_or_create(&l).set(r.spool.bytes as i64);
+        spool_limit.get_or_create(&l).set(r.spool_limit as i64);
+        let age = r
+            .spool
+            .oldest_end_ns
+            .map_or(0.0, |end| now.saturating_sub(end) as f64 / 1e9);
+        oldest.get_or_create(&l).set(age as i64);
+    }
+    reg.register(
+        "profd_sink_windows_sent",
+        "Continuous windows the sink's backend took",
+        sent,
+    );
+    reg.register(
+        "profd_sink_bytes_sent",
+        "Bytes of request bodies the sink's backend took",
+        bytes,
+    );
+    reg.register(
+        "profd_sink_requests",
+        "Requests the sink's backend took (a window may take several)",
+        requests,
+    );
+    reg.register(
+        "profd_sink_retries",
+        "Failed tries that are retried: backend down or slow, 408, 429, 5xx",
+        retries,
+    );
+    reg.register("profd_sink_windows_dropped", "Windows the sink dropped, per reason: spool_full, too_old, damaged, spool_unwritable, or the backend's refusal (http_NNN, grpc_CODE)", dropped);
+    reg.register(
+        "profd_sink_profiles_split",
+        "Profiles split in parts to stay within the backend's limits",
+        split,
+    );
+    reg.register(
+        "profd_sink_stacks_truncated",
+        "Stacks cut to the backend's depth limit",
+        truncated,
+    );
+    reg.register(
+        "profd_sink_spool_windows",
+        "Windows waiting in the sink's spool now",
+        spool_windows,
+    );
+    reg.register(
+        "profd_sink_spool_bytes",
+        "Bytes of the windows waiting in the sink's spool now",
+        spool_bytes,
+    );
+    reg.register(
+        "profd_sink_spool_limit_bytes",
+        "The most bytes the sink's spool holds (spool_bytes)",
+        spool_limit,
+    );
+    reg.register("profd_sink_oldest_unsent_seconds", "Age of the oldest window waiting in the sink's spool, from its end, in seconds (0: none waits)", oldest);
 }
 
 /// Serve `/metrics` on `listener` until `shutdown` resolves.

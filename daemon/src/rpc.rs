@@ -389,6 +389,9 @@ impl Profiler for Service {
             }),
             running_sessions: a.running as u32,
             continuous: self.history.as_ref().map(History::overview),
+            sinks: self.history.as_ref().map_or_else(Vec::new, |h| {
+                h.sinks().reports().iter().map(|r| r.to_api()).collect()
+            }),
         }))
     }
 

@@ -166,6 +166,7 @@ impl Profiler for Fake {
             totals: Some(Totals::default()),
             running_sessions: 0,
             continuous: None,
+            sinks: vec![],
         }))
     }
 

@@ -7,6 +7,7 @@ mod schema;
 mod values;
 
 pub use schema::{Flag, Flags, Layer, Setting};
+pub use values::show_duration;
 
 use crate::auth::{Grant, TlsFiles};
 use crate::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};
@@ -51,6 +52,8 @@ pub struct Config {
     pub connections: conns::Limits,
     /// Continuous profiling (`--continuous`, `[continuous]`); None: off.
     pub continuous: Option<crate::continuous::Settings>,
+    /// Backends continuous windows are sent to (`[[sink]]`), files read.
+    pub sinks: Vec<crate::sinks::config::Settings>,
 }
 
 /// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
@@ -82,6 +85,7 @@ impl Config {
             kernel_frames: kernel_view::Setting::Auto,
             connections: conns::Limits::default(),
             continuous: None,
+            sinks: Vec::new(),
         }
     }
 }
@@ -527,6 +531,7 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
     }
     config.metrics = m.get(&METRICS);
     config.continuous = m.get_or_default(&CONTINUOUS).then_some(continuous);
+    config.sinks = sinks(&namer, &m)?;
     config.kernel_frames = m.get_or_default(&KERNEL_FRAMES).parse()?;
     let log_level = m
         .get_or_default(&LOG_LEVEL)
@@ -589,6 +594,30 @@ fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Setting
         retention_age,
         select,
     })
+}
+
+/// The `[[sink]]` entries with the files they name read; they send
+/// continuous windows, so continuous profiling must be on.
+fn sinks(namer: &Namer<'_>, m: &Layer) -> Result<Vec<crate::sinks::config::Settings>, String> {
+    let file = namer
+        .file
+        .map(|f| format!("{}: ", f.display()))
+        .unwrap_or_default();
+    if !m.sinks().is_empty() && !m.get_or_default(&CONTINUOUS) {
+        return Err(format!(
+            "{file}sink: a sink sends continuous windows, but continuous profiling is off: set enabled = true in [continuous] (or give --continuous)"
+        ));
+    }
+    m.sinks()
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            e.settings().map_err(|(key, message)| match key {
+                Some(k) => format!("{file}sink[{i}].{k}: {message}"),
+                None => format!("{file}sink[{i}]: {message}"),
+            })
+        })
+        .collect()
 }
 
 /// The TLS listener needs its certificate, key and tokens; its other keys
@@ -828,6 +857,92 @@ mod tests {
                 "{key}: no such section"
             );
         }
+    }
+
+    #[test]
+    fn sink_entries_are_checked_key_by_key_with_their_line() {
+        let e = err("[[sink]]\nurl = \"http://h:8123\"\n");
+        assert_eq!(e, "/etc/profd/profd.toml: sink[0]: no kind: add kind = … (expected one of \"clickhouse\", \"pyroscope\", \"otlp\") (line 1)");
+        let e = err("[[sink]]\nkind = \"clickhouse\"\nurl = \"http://h:8123\"\n\n[[sink]]\nkind = \"pyroscope\"\nurl = \"http://h:4040\"\ndatabase = \"x\"\n");
+        assert!(
+            e.starts_with("/etc/profd/profd.toml: sink[1].database: unknown key for a pyroscope sink (it takes `kind`, `name`, `url`")
+                && e.ends_with("(line 8)"),
+            "{e}"
+        );
+        let e = err("[[sink]]\nkind = \"otlp\"\nurl = \"grpc://h:4317\"\n");
+        assert!(
+            e.contains("sink[0].url: \"grpc://h:4317\": use http:// or https:// (line 3)"),
+            "{e}"
+        );
+        let e = err("[[sink]]\nkind = \"clickhouse\"\nurl = \"http://u:p@h:8123\"\n");
+        assert!(e.contains("sink[0].url: has credentials in it"), "{e}");
+        let e = err("[[sink]]\nkind = \"clickhouse\"\nurl = \"http://h\"\nspool_bytes = 0\n");
+        assert!(
+            e.contains("sink[0].spool_bytes: expected a size above 0"),
+            "{e}"
+        );
+        let e = err("[[sink]]\nkind = \"clickhouse\"\nurl = \"http://h\"\ndatabase = \"a;b\"\n");
+        assert!(
+            e.contains("sink[0].database: database: \"a;b\" is not a plain name"),
+            "{e}"
+        );
+        let e = err("[[sink]]\nkind = \"clickhouse\"\nurl = \"http://a\"\n[[sink]]\nkind = \"clickhouse\"\nurl = \"http://b\"\n");
+        assert!(
+            e.contains("sink[1].name: name \"clickhouse\" is also sink[0]'s"),
+            "{e}"
+        );
+        let e = err("sink = 3\n");
+        assert!(e.contains("sink: expected [[sink]] tables"), "{e}");
+    }
+
+    #[test]
+    fn sinks_read_their_files_and_need_continuous_profiling() {
+        let dir = std::env::temp_dir().join(format!("profd-sink-conf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("ch.key");
+        std::fs::write(&key, "k3y\n").unwrap();
+        let path = Path::new("/etc/profd/profd.toml");
+        let text = format!(
+            "[continuous]\nenabled = true\n\n[[sink]]\nkind = \"clickhouse\"\nname = \"ch\"\nurl = \"http://127.0.0.1:8123\"\nuser = \"profd\"\npassword_file = \"{}\"\n",
+            key.display()
+        );
+        let layer = parse(path, &text).unwrap();
+        let s = settings(Some((path.into(), layer.clone())), Layer::default()).unwrap();
+        assert_eq!(s.config.sinks.len(), 1);
+        let sink = &s.config.sinks[0];
+        assert_eq!(
+            sink.clickhouse_key.as_ref().map(|k| k.expose()),
+            Some("k3y")
+        );
+        assert_eq!(
+            sink.entry.spool_bytes,
+            crate::sinks::config::DEFAULT_SPOOL_BYTES
+        );
+        // Shown by --check-config with the file's path, never the secret;
+        // and read back the same.
+        let shown = s.to_toml();
+        assert!(
+            shown.contains("[[sink]]\nkind = \"clickhouse\"\nname = \"ch\""),
+            "{shown}"
+        );
+        assert!(shown.contains("password_file = "), "{shown}");
+        assert!(!shown.contains("k3y"), "{shown}");
+        assert_eq!(parse(path, &shown).unwrap().sinks(), layer.sinks());
+        // A file that cannot be read names the key and the file.
+        std::fs::remove_file(&key).unwrap();
+        let e = settings(Some((path.into(), layer)), Layer::default()).unwrap_err();
+        assert!(
+            e.starts_with("/etc/profd/profd.toml: sink[0].password_file: cannot read"),
+            "{e}"
+        );
+        // Without continuous profiling there is nothing to send.
+        let off = parse(path, &text.replace("enabled = true", "enabled = false")).unwrap();
+        let e = settings(Some((path.into(), off)), Layer::default()).unwrap_err();
+        assert!(
+            e.contains("a sink sends continuous windows, but continuous profiling is off"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

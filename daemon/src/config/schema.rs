@@ -2,6 +2,7 @@
 //! command-line flag, its key read from the settings file (errors name the
 //! file, the key and the line), the layers of values merged, and the TOML
 //! `--check-config` prints.
+use crate::sinks::config::{check_names, read_entry, Entry};
 use clap::builder::ValueHint;
 use clap::{Arg, ArgAction, ArgMatches};
 use serde::de::IntoDeserializer;
@@ -178,6 +179,7 @@ impl Schema {
                 .iter()
                 .filter_map(|s| Some((s.key(), s.default_value()?)))
                 .collect(),
+            Vec::new(),
         )
     }
 
@@ -196,7 +198,7 @@ impl Schema {
 /// One layer of settings (the file's, the flags given, or the defaults):
 /// the keys it sets, with checked values.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Layer(BTreeMap<&'static str, Value>);
+pub struct Layer(BTreeMap<&'static str, Value>, Vec<Entry>);
 
 impl Layer {
     /// The value of a setting, if this layer sets it.
@@ -233,10 +235,19 @@ impl Layer {
         self.0.keys().copied()
     }
 
-    /// This layer with every key `top` sets taken from `top`.
+    /// This layer with every key `top` sets taken from `top` (and its
+    /// sinks, when it has any).
     pub fn overlay(mut self, top: &Layer) -> Layer {
         self.0.extend(top.0.iter().map(|(k, v)| (*k, v.clone())));
+        if !top.1.is_empty() {
+            self.1 = top.1.clone();
+        }
         self
+    }
+
+    /// The `[[sink]]` entries.
+    pub fn sinks(&self) -> &[Entry] {
+        &self.1
     }
 }
 
@@ -303,6 +314,9 @@ impl Serialize for Shown<'_> {
                 if layer.keys().any(|k| section_of(k) == name) {
                     map.serialize_entry(name, &Shown(schema, layer, name))?;
                 }
+            }
+            if !layer.1.is_empty() {
+                map.serialize_entry(SINK, &layer.1)?;
             }
         }
         map.end()
@@ -383,7 +397,9 @@ impl Schema {
             let key_span = name.span();
             let name: &str = name.get_ref();
             let fail = |message: String| (key.clone(), value.span(), message);
-            if section.is_empty() && self.sections.contains(&name) {
+            if section.is_empty() && name == SINK {
+                layer.1 = read_sinks(value)?;
+            } else if section.is_empty() && self.sections.contains(&name) {
                 match value.get_ref() {
                     DeValue::Table(t) => self.read_table(t, name, layer)?,
                     _ => {
@@ -403,6 +419,7 @@ impl Schema {
                     .collect();
                 if section.is_empty() {
                     known.extend(self.sections);
+                    known.push(SINK);
                 }
                 let message = format!("unknown key ({})", one_of(&known));
                 return Err((key, key_span, message));
@@ -410,6 +427,60 @@ impl Schema {
         }
         Ok(())
     }
+}
+
+/// The array of tables each backend a window is sent to has.
+const SINK: &str = "sink";
+
+/// The `[[sink]]` entries, each key checked; errors name `sink[N].key`.
+fn read_sinks(value: &Spanned<DeValue<'_>>) -> Result<Vec<Entry>, KeyError> {
+    let DeValue::Array(items) = value.get_ref() else {
+        return Err((
+            SINK.into(),
+            value.span(),
+            "expected [[sink]] tables (an array of tables)".into(),
+        ));
+    };
+    let mut entries = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{SINK}[{i}]");
+        let DeValue::Table(t) = item.get_ref() else {
+            return Err((at, item.span(), "expected a table".into()));
+        };
+        let mut keys = Vec::new();
+        let mut spans = Vec::new();
+        let mut fields: Vec<_> = t.iter().collect();
+        fields.sort_by_key(|(k, _)| k.span().start);
+        for (k, v) in fields {
+            let key: &str = k.get_ref();
+            let fail = |m: String| (format!("{at}.{key}"), v.span(), m);
+            keys.push((key.to_string(), to_value(v).map_err(fail)?));
+            spans.push(k.span());
+        }
+        let entry = read_entry(
+            &keys,
+            |v| (super::values::BYTES.check)(v),
+            |v| (super::values::DURATION.check)(v),
+        )
+        .map_err(|(key, message)| {
+            let span = key
+                .as_deref()
+                .and_then(|k| {
+                    let top = k.split('.').next().unwrap_or(k);
+                    keys.iter().position(|(name, _)| name == top)
+                })
+                .map_or(item.span(), |j| spans[j].clone());
+            let shown = match key {
+                Some(k) => format!("{at}.{k}"),
+                None => at.clone(),
+            };
+            (shown, span, message)
+        })?;
+        entries.push(entry);
+    }
+    check_names(&entries)
+        .map_err(|(i, message)| (format!("{SINK}[{i}].name"), items[i].span(), message))?;
+    Ok(entries)
 }
 
 /// A value of the file as a plain TOML value.

@@ -39,6 +39,8 @@ pub struct History {
 struct Inner {
     /// None: windows are kept in memory, under the same limits.
     dir: Option<PathBuf>,
+    /// Where each window added is sent too.
+    sinks: std::sync::OnceLock<crate::sinks::Sinks>,
     settings: Settings,
     host: String,
     state: Mutex<State>,
@@ -96,19 +98,19 @@ pub fn kernel_release() -> String {
         .into_owned()
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// An id fit for a file name: 1 to 64 ASCII letters and digits.
-fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// A new random window id (32 hex digits).
-pub(super) fn random_id() -> String {
+pub(crate) fn random_id() -> String {
     let mut b = [0u8; 16];
     if rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).is_err() {
         // No getrandom(2): the clock makes an id unique enough for a name.
@@ -117,12 +119,12 @@ pub(super) fn random_id() -> String {
     b.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn file_name(start_ns: u64, end_ns: u64, id: &str) -> String {
+pub(crate) fn file_name(start_ns: u64, end_ns: u64, id: &str) -> String {
     format!("{start_ns:020}-{end_ns:020}-{id}{SUFFIX}")
 }
 
 /// Start, end and id of a window file's name.
-fn parse_name(name: &str) -> Option<(u64, u64, String)> {
+pub(crate) fn parse_name(name: &str) -> Option<(u64, u64, String)> {
     let stem = name.strip_suffix(SUFFIX)?;
     let mut parts = stem.splitn(3, '-');
     let start = parts.next()?.parse().ok()?;
@@ -232,6 +234,9 @@ impl Inner {
             return;
         }
         w.end_unix_ns = w.end_unix_ns.max(w.start_unix_ns);
+        if let Some(sinks) = self.sinks.get() {
+            sinks.offer(&w, &bytes);
+        }
         let key = (w.start_unix_ns, w.id.clone());
         if self.lock().windows.contains_key(&key) {
             tracing::debug!(id = %w.id, "window added twice: kept once");
@@ -769,6 +774,7 @@ impl History {
         }
         let inner = Inner {
             dir,
+            sinks: std::sync::OnceLock::new(),
             settings: settings.clone(),
             host: host_name(),
             state: Mutex::new(state),
@@ -800,7 +806,18 @@ impl History {
         Ok(history)
     }
 
-    /// Keep a finished window (compressed, written atomically), then drop
+    /// Send every window added from now on to `sinks` as well (once).
+    pub fn attach(&self, sinks: crate::sinks::Sinks) {
+        let _ = self.inner.sinks.set(sinks);
+    }
+
+    /// The sinks windows are sent to (none unless attached).
+    pub fn sinks(&self) -> crate::sinks::Sinks {
+        self.inner.sinks.get().cloned().unwrap_or_default()
+    }
+
+    /// Keep a finished window (compressed, written atomically) and spool it
+    /// for each sink, then drop
     /// the oldest windows past the limits. A window that cannot be written
     /// is counted as damaged and logged; a window already kept (same start
     /// and id) is kept once.

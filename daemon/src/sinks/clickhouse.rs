@@ -1,10 +1,13 @@
 //! The ClickHouse form of continuous windows: the schema (`profd schema
 //! clickhouse`), one that ClickHouse 18.16 and current releases both take,
-//! and a window's rows as `JSONEachRow` for its HTTP interface.
+//! a window's rows as `JSONEachRow`, and the sink that inserts them over
+//! the HTTP interface.
+use super::{config, judge, unanswered, Failure, Secret, Sent};
 use profd_common::api;
 use serde_json::json;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where the schema goes: a database, and a cluster when the tables are
 /// sharded.
@@ -223,6 +226,186 @@ pub fn rows(w: &api::Window, windows: &mut Vec<u8>, stacks: &mut Vec<u8>) {
             });
             push_line(stacks, &line);
         }
+    }
+}
+
+/// The columns of a table's statement: (name, type) in order.
+fn columns(text: &str) -> Vec<(&str, &str)> {
+    text.lines()
+        .filter_map(|l| l.trim().trim_end_matches(',').split_once(' '))
+        .collect()
+}
+
+/// A ClickHouse server (or a cluster's `Distributed` tables) over HTTP.
+pub struct Sink {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    database: String,
+    user: Option<String>,
+    key: Option<Secret>,
+    create_schema: bool,
+    schema_ready: AtomicBool,
+}
+
+impl Sink {
+    pub fn new(s: &config::Settings) -> Result<Sink, String> {
+        let e = &s.entry;
+        Ok(Sink {
+            client: super::http_client(e.timeout, e.ca_file.as_deref())?,
+            url: reqwest::Url::parse(&e.url).map_err(|err| format!("url: {err}"))?,
+            database: e
+                .database
+                .clone()
+                .unwrap_or_else(|| Layout::default().database),
+            user: e.user.clone(),
+            key: s.clickhouse_key.clone(),
+            create_schema: e.create_schema.unwrap_or(true),
+            schema_ready: AtomicBool::new(false),
+        })
+    }
+
+    /// Run `sql` (with `body` after it, as the HTTP interface joins them);
+    /// the answer's text.
+    async fn run(&self, sql: &str, body: Vec<u8>) -> Result<String, Failure> {
+        let mut url = self.url.clone();
+        url.query_pairs_mut()
+            .append_pair("database", &self.database)
+            .append_pair("query", sql);
+        let mut request = self.client.post(url).body(body);
+        if let Some(user) = &self.user {
+            request = request.header("X-ClickHouse-User", user);
+        }
+        if let Some(key) = &self.key {
+            request = request.header("X-ClickHouse-Key", key.expose());
+        }
+        let answer = request.send().await.map_err(unanswered)?;
+        let status = answer.status();
+        // Current servers may answer 200 and name the error in a header.
+        let failed = answer.headers().get("X-ClickHouse-Exception-Code").cloned();
+        let text = answer.text().await.map_err(unanswered)?;
+        judge(status, &text)?;
+        match failed {
+            Some(code) => Err(Failure::Retry(format!(
+                "exception {}: {}",
+                code.to_str().unwrap_or("?"),
+                text.trim()
+            ))),
+            None => Ok(text),
+        }
+    }
+
+    /// Create the schema once (when `create_schema`): its statements all
+    /// say IF NOT EXISTS.
+    async fn ensure_schema(&self) -> Result<(), Failure> {
+        if !self.create_schema || self.schema_ready.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let layout = Layout {
+            database: self.database.clone(),
+            ..Layout::default()
+        };
+        for statement in schema(&layout) {
+            // The database may not exist yet: DDL runs in `default`.
+            let mut url = self.url.clone();
+            url.query_pairs_mut().append_pair("query", &statement);
+            let mut request = self.client.post(url);
+            if let Some(user) = &self.user {
+                request = request.header("X-ClickHouse-User", user);
+            }
+            if let Some(key) = &self.key {
+                request = request.header("X-ClickHouse-Key", key.expose());
+            }
+            let answer = request.send().await.map_err(unanswered)?;
+            let status = answer.status();
+            let text = answer.text().await.map_err(unanswered)?;
+            // A refused statement is the server's setup to mend: the
+            // windows wait meanwhile.
+            judge(status, &text).map_err(|f| match f {
+                Failure::Drop { detail, .. } => {
+                    Failure::Retry(format!("creating the schema: {detail}"))
+                }
+                retry => retry,
+            })?;
+        }
+        self.schema_ready.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Insert a window: its stacks, then its totals. Inserting it again is
+    /// harmless (the schema's key).
+    pub async fn send(&self, w: &api::Window) -> Result<Sent, Failure> {
+        self.ensure_schema().await?;
+        let (mut windows, mut stacks) = (Vec::new(), Vec::new());
+        rows(w, &mut windows, &mut stacks);
+        let bytes = (windows.len() + stacks.len()) as u64;
+        let mut requests = 0;
+        if !stacks.is_empty() {
+            self.run("INSERT INTO stacks FORMAT JSONEachRow", stacks)
+                .await?;
+            requests += 1;
+        }
+        self.run("INSERT INTO windows FORMAT JSONEachRow", windows)
+            .await?;
+        Ok(Sent {
+            bytes,
+            requests: requests + 1,
+            ..Sent::default()
+        })
+    }
+
+    /// Check the server now: reachable, the credentials taken, the tables
+    /// there (created when `create_schema`) with the columns profd writes.
+    /// Ok: the server's version.
+    pub async fn probe(&self) -> Result<String, String> {
+        let shown = |f: Failure| match f {
+            Failure::Retry(why) => why,
+            Failure::Drop { detail, .. } => detail,
+        };
+        let version = self
+            .run("SELECT version()", Vec::new())
+            .await
+            .map_err(shown)?;
+        self.ensure_schema().await.map_err(shown)?;
+        let found = self
+            .run(
+                "SELECT table, name, type FROM system.columns WHERE database = currentDatabase() AND table IN ('windows', 'stacks') FORMAT TabSeparated",
+                Vec::new(),
+            )
+            .await
+            .map_err(shown)?;
+        for (table, text, _) in TABLES {
+            let have: Vec<(&str, &str)> = found
+                .lines()
+                .filter_map(|l| {
+                    let mut f = l.splitn(3, '\t');
+                    (f.next()? == table).then_some((f.next()?, f.next()?))
+                })
+                .collect();
+            if have.is_empty() {
+                return Err(format!(
+                    "no table {}.{table}: create it with `profd schema clickhouse --database {}` (or set create_schema = true)",
+                    self.database, self.database
+                ));
+            }
+            for (name, ty) in columns(text) {
+                match have.iter().find(|(n, _)| *n == name) {
+                    Some((_, t)) if *t == ty => {}
+                    Some((_, t)) => {
+                        return Err(format!(
+                            "{}.{table}.{name} is {t}, profd writes {ty}: the table is not profd's schema (see `profd schema clickhouse`)",
+                            self.database
+                        ))
+                    }
+                    None => {
+                        return Err(format!(
+                            "{}.{table} has no column {name}: the table is not profd's schema (see `profd schema clickhouse`)",
+                            self.database
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(version.trim().to_string())
     }
 }
 

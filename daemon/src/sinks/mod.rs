@@ -2,6 +2,11 @@
 //! fleets already run, the form each takes them in, and what every sink
 //! shares (credentials, the HTTP client, how an answer is judged).
 pub mod clickhouse;
+pub mod config;
+pub mod deliver;
+pub mod spool;
+
+pub use deliver::Sinks;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,401 @@
+//! Delivery: every finished window goes into each sink's spool, and one
+//! task per sink sends the oldest waiting window until the backend takes
+//! it, backing off with jitter while it is down, dropping (and counting)
+//! what it will never take.
+use super::config::{Kind, Settings};
+use super::spool::{Figures, Key, Spool};
+use super::{clickhouse, Failure, Sent};
+use crate::continuous::encode::decode;
+use crate::continuous::history::now_ns;
+use profd_common::api;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+
+/// First wait after a failed attempt; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A failing backend is logged at its first failure and every this many
+/// retries after.
+const LOG_EVERY: u64 = 10;
+
+/// The backend a sink sends to.
+enum Backend {
+    ClickHouse(clickhouse::Sink),
+}
+
+impl Backend {
+    fn new(s: &Settings) -> Result<Backend, String> {
+        match s.entry.kind {
+            Kind::ClickHouse => Ok(Backend::ClickHouse(clickhouse::Sink::new(s)?)),
+            Kind::Pyroscope | Kind::Otlp => Err(format!(
+                "{} sinks are not available in this build",
+                s.entry.kind.name()
+            )),
+        }
+    }
+
+    /// `done`: requests of this window the backend took in earlier tries.
+    async fn send(&self, w: &api::Window, _done: &mut u64) -> Result<Sent, Failure> {
+        match self {
+            Backend::ClickHouse(s) => s.send(w).await,
+        }
+    }
+
+    /// Windows older than this are refused by the backend (None: any age).
+    fn max_age(&self) -> Option<Duration> {
+        match self {
+            Backend::ClickHouse(_) => None,
+        }
+    }
+
+    /// A word on the protocol for `info` (a version, experimental or not).
+    fn note(&self) -> String {
+        match self {
+            Backend::ClickHouse(_) => "HTTP interface, JSONEachRow".into(),
+        }
+    }
+
+    /// Check the backend now; Ok: what it said about itself.
+    async fn probe(&self) -> Result<String, String> {
+        match self {
+            Backend::ClickHouse(s) => s.probe().await.map(|v| format!("ClickHouse {v}")),
+        }
+    }
+}
+
+/// A sink's figures since the daemon started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub windows_sent: u64,
+    pub bytes_sent: u64,
+    pub requests: u64,
+    pub retries: u64,
+    pub split: u64,
+    pub truncated: u64,
+    /// Windows dropped, by reason: spool_full, too_old, damaged, http_NNN…
+    pub drops: BTreeMap<String, u64>,
+}
+
+struct Sink {
+    settings: Settings,
+    backend: Backend,
+    spool: Spool,
+    wake: Notify,
+    counts: Mutex<Counts>,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Sink {
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn drop_counted(&self, reason: &str, n: u64) {
+        if n > 0 {
+            *self.counts().drops.entry(reason.to_string()).or_default() += n;
+        }
+    }
+
+    fn set_error(&self, e: Option<String>) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+}
+
+/// The sinks of the daemon: cheap to clone.
+#[derive(Clone, Default)]
+pub struct Sinks {
+    list: Arc<Vec<Arc<Sink>>>,
+    stop: Option<Arc<watch::Sender<bool>>>,
+}
+
+/// One sink as `info` and the metrics show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub name: String,
+    pub kind: Kind,
+    pub url: String,
+    pub note: String,
+    pub counts: Counts,
+    pub spool: Figures,
+    pub spool_limit: u64,
+    pub last_error: Option<String>,
+}
+
+impl Report {
+    pub fn to_api(&self) -> api::SinkStatus {
+        let c = &self.counts;
+        api::SinkStatus {
+            name: self.name.clone(),
+            kind: self.kind.name().into(),
+            url: self.url.clone(),
+            protocol: self.note.clone(),
+            windows_sent: c.windows_sent,
+            bytes_sent: c.bytes_sent,
+            requests: c.requests,
+            retries: c.retries,
+            drops: c
+                .drops
+                .iter()
+                .map(|(reason, n)| api::SinkDrop {
+                    reason: reason.clone(),
+                    windows: *n,
+                })
+                .collect(),
+            spool_windows: self.spool.windows,
+            spool_bytes: self.spool.bytes,
+            spool_limit_bytes: self.spool_limit,
+            oldest_unsent_age_ms: self
+                .spool
+                .oldest_end_ns
+                .map_or(0, |end| now_ns().saturating_sub(end) / 1_000_000),
+            last_error: self.last_error.clone().unwrap_or_default(),
+            split: c.split,
+            truncated: c.truncated,
+        }
+    }
+}
+
+impl Sinks {
+    /// Open each sink's spool (under `state`/spool/NAME, or in memory) and
+    /// start its delivery. Err names the sink that cannot start.
+    pub async fn start(settings: Vec<Settings>, state: Option<&Path>) -> Result<Sinks, String> {
+        if settings.is_empty() {
+            return Ok(Sinks::default());
+        }
+        let (stop, stopped) = watch::channel(false);
+        let mut list = Vec::new();
+        for s in settings {
+            let name = s.entry.name.clone();
+            let backend = Backend::new(&s).map_err(|e| format!("sink {name}: {e}"))?;
+            let dir = state.map(|d| s.entry.spool_dir(d));
+            let limit = s.entry.spool_bytes;
+            let d = dir.clone();
+            let spool = tokio::task::spawn_blocking(move || Spool::open(d, limit))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("sink {name}: spool: {e}"))?;
+            let waiting = spool.figures();
+            tracing::info!(
+                sink = %name,
+                kind = s.entry.kind.name(),
+                url = %s.entry.url,
+                spool = %dir.map_or("in memory".into(), |d| d.display().to_string()),
+                waiting = waiting.windows,
+                "sink ready"
+            );
+            let sink = Arc::new(Sink {
+                settings: s,
+                backend,
+                spool,
+                wake: Notify::new(),
+                counts: Mutex::new(Counts::default()),
+                last_error: Mutex::new(None),
+            });
+            list.push(sink.clone());
+            tokio::spawn(deliver(sink, stopped.clone()));
+        }
+        Ok(Sinks {
+            list: Arc::new(list),
+            stop: Some(Arc::new(stop)),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Spool a finished window for every sink (blocking: call it off the
+    /// async runtime). A full spool drops its oldest windows, counted.
+    pub fn offer(&self, w: &api::Window, gz: &[u8]) {
+        for sink in self.list.iter() {
+            match sink.spool.push(w.start_unix_ns, w.end_unix_ns, &w.id, gz) {
+                Ok(dropped) => sink.drop_counted("spool_full", dropped),
+                Err(err) => {
+                    tracing::warn!(sink = %sink.settings.entry.name, %err, "cannot spool a window: dropped");
+                    sink.drop_counted("spool_unwritable", 1);
+                }
+            }
+            sink.wake.notify_one();
+        }
+    }
+
+    /// Stop delivering; what waits stays spooled.
+    pub fn stop(&self) {
+        if let Some(stop) = &self.stop {
+            let _ = stop.send(true);
+        }
+    }
+
+    pub fn reports(&self) -> Vec<Report> {
+        self.list
+            .iter()
+            .map(|s| Report {
+                name: s.settings.entry.name.clone(),
+                kind: s.settings.entry.kind,
+                url: s.settings.entry.url.clone(),
+                note: s.backend.note(),
+                counts: s.counts().clone(),
+                spool: s.spool.figures(),
+                spool_limit: s.settings.entry.spool_bytes,
+                last_error: s
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
+            })
+            .collect()
+    }
+}
+
+/// Check each sink's backend now (`--check-config`): the sink's name and
+/// what its backend said, or why it cannot be used.
+pub async fn probe(settings: &[Settings]) -> Vec<(String, Result<String, String>)> {
+    let mut out = Vec::new();
+    for s in settings {
+        let said = match Backend::new(s) {
+            Ok(b) => b.probe().await,
+            Err(e) => Err(e),
+        };
+        out.push((s.entry.name.clone(), said));
+    }
+    out
+}
+
+/// The wait before retry `n` (0-based): doubling from a second to
+/// [`MAX_BACKOFF`], a random half of it taken off so that daemons that
+/// lost the same backend do not come back in step.
+fn backoff(n: u64) -> Duration {
+    let full = FIRST_BACKOFF
+        .saturating_mul(1u32 << n.min(16))
+        .min(MAX_BACKOFF);
+    let mut b = [0u8; 8];
+    let r = match rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()) {
+        Ok(_) => u64::from_le_bytes(b),
+        Err(_) => now_ns(),
+    };
+    let half = full.as_millis() as u64 / 2;
+    Duration::from_millis(half + r % (half + 1))
+}
+
+/// Send the spool's windows, oldest first, until `stop`.
+async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
+    let name = sink.settings.entry.name.clone();
+    match sink.backend.probe().await {
+        Ok(said) => tracing::info!(sink = %name, backend = %said, "sink connected"),
+        Err(err) => {
+            tracing::error!(sink = %name, %err, "the sink's backend cannot be used now: windows wait in the spool");
+            sink.set_error(Some(err));
+        }
+    }
+    // Failed tries of the current window; requests of it already taken.
+    let (mut failures, mut done) = (0u64, 0u64);
+    let mut current: Option<Key> = None;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let Some((key, end_ns)) = sink.spool.oldest() else {
+            tokio::select! {
+                _ = sink.wake.notified() => {}
+                _ = stop.changed() => {}
+            }
+            continue;
+        };
+        if current.as_ref() != Some(&key) {
+            current = Some(key.clone());
+            done = 0;
+        }
+        if let Some(max) = sink.backend.max_age() {
+            if now_ns().saturating_sub(end_ns) > max.as_nanos() as u64 {
+                tracing::warn!(sink = %name, id = %key.1, "window older than the backend takes: dropped");
+                sink.drop_counted("too_old", 1);
+                sink.spool.remove(&key);
+                continue;
+            }
+        }
+        let window = {
+            let spool_key = key.clone();
+            let s = sink.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                s.spool.read(&spool_key).and_then(|b| decode(&b))
+            })
+            .await;
+            match read {
+                Ok(Ok(w)) => w,
+                Ok(Err(err)) => {
+                    tracing::warn!(sink = %name, id = %key.1, %err, "cannot read a spooled window: dropped");
+                    sink.drop_counted("damaged", 1);
+                    sink.spool.remove(&key);
+                    continue;
+                }
+                Err(err) => {
+                    tracing::error!(sink = %name, %err, "reading a spooled window failed");
+                    return;
+                }
+            }
+        };
+        let sent = tokio::select! {
+            sent = sink.backend.send(&window, &mut done) => sent,
+            _ = stop.changed() => return,
+        };
+        match sent {
+            Ok(sent) => {
+                {
+                    let mut c = sink.counts();
+                    c.windows_sent += 1;
+                    c.bytes_sent += sent.bytes;
+                    c.requests += sent.requests;
+                    c.split += sent.split;
+                    c.truncated += sent.truncated;
+                }
+                sink.spool.remove(&key);
+                if failures > 0 {
+                    tracing::info!(sink = %name, retries = failures, "the backend takes windows again");
+                    sink.set_error(None);
+                }
+                failures = 0;
+            }
+            Err(Failure::Drop { reason, detail }) => {
+                tracing::warn!(sink = %name, id = %key.1, %reason, %detail, "the backend refused a window: dropped");
+                sink.drop_counted(&reason, 1);
+                sink.set_error(Some(format!("{reason}: {detail}")));
+                sink.spool.remove(&key);
+                failures = 0;
+            }
+            Err(Failure::Retry(why)) => {
+                sink.counts().retries += 1;
+                if failures.is_multiple_of(LOG_EVERY) {
+                    tracing::warn!(sink = %name, retries = failures, waiting = sink.spool.figures().windows, error = %why, "cannot deliver: windows wait in the spool");
+                }
+                sink.set_error(Some(why));
+                let wait = backoff(failures);
+                failures += 1;
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_doubling_with_jitter_up_to_a_cap() {
+        for n in 0..40 {
+            let full = FIRST_BACKOFF
+                .saturating_mul(1 << n.min(16))
+                .min(MAX_BACKOFF);
+            let w = backoff(n);
+            assert!(w >= full / 2 && w <= full, "{n}: {w:?} of {full:?}");
+        }
+        let waits: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(10)).collect();
+        assert!(waits.len() > 1, "no jitter: {waits:?}");
+    }
+}

@@ -267,6 +267,20 @@ The history is read by root only (on the socket, or a token whose user is
 root): it covers every process on the host. Times are RFC 3339 in UTC or
 Unix seconds; durations are like 30s, 15m, 2h, 1d.")]
     Query(QueryArgs),
+    /// Answer across hosts from the ClickHouse tables that profd's
+    /// ClickHouse sinks fill: the same views and exports as `query`,
+    /// without a daemon.
+    #[command(after_help = "\
+Examples:
+  profctl fleet --clickhouse http://ch:8123 --since 1h --service api.service
+  profctl fleet --clickhouse http://ch:8123 --since 1h --by host
+  profctl fleet --clickhouse http://ch:8123 --since 30m --host web-3 --tree
+  profctl fleet --clickhouse http://ch:8123 --since 1d --callers malloc
+  profctl fleet --clickhouse http://ch:8123 --since 6h --format pprof -o fleet.pb.gz
+
+Each window counts once however often it was inserted (docs/fleet.md).
+Times are RFC 3339 in UTC or Unix seconds; durations are like 30s, 15m, 2h, 1d.")]
+    Fleet(FleetArgs),
     /// Print a profil(3)-style PC histogram of one module of a session's
     /// target, and optionally write it as a gmon.out for gprof.
     #[command(after_help = "\
@@ -723,6 +737,118 @@ pub struct QueryArgs {
     pub options: ViewOptions,
 }
 
+/// `profctl fleet`.
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// ClickHouse's HTTP interface, e.g. http://clickhouse:8123.
+    #[arg(long, value_name = "URL")]
+    pub clickhouse: String,
+    /// The database profd's tables are in.
+    #[arg(long, value_name = "NAME", default_value = "profd")]
+    pub database: String,
+    /// ClickHouse user [default: the server's default user].
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// A file holding the user's password.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Only this service; repeat for several [default: every service].
+    #[arg(long = "service", value_name = "NAME")]
+    pub services: Vec<String>,
+    /// Only this host; repeat for several [default: every host].
+    #[arg(long = "host", value_name = "NAME")]
+    pub hosts: Vec<String>,
+    /// The windows of the last DURATION (30s, 15m, 2h, 1d) [default: 1h].
+    #[arg(long, value_name = "DURATION", value_parser = parse_since, conflicts_with = "from")]
+    pub since: Option<Duration>,
+    /// Windows that end after TIME (RFC 3339 in UTC, or Unix seconds).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub from: Option<SystemTime>,
+    /// Windows that start before TIME (as --from) [default: now].
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub to: Option<SystemTime>,
+    /// Split the profile: each stack gets an outermost frame naming its
+    /// host or service.
+    #[arg(long, value_enum, value_name = "GROUP")]
+    pub by: Option<FleetGroupArg>,
+    /// Write the profile in this encoding instead of printing a view.
+    #[arg(long, value_enum)]
+    pub format: Option<ExportFormatArg>,
+    /// With --format: the file to write, `-` for stdout.
+    #[arg(short, long, value_name = "FILE", default_value = "-")]
+    pub output: PathBuf,
+    /// The view to print.
+    #[command(flatten)]
+    pub options: ViewOptions,
+}
+
+/// How `profctl fleet` splits a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FleetGroupArg {
+    /// By host name.
+    Host,
+    /// By service label.
+    Service,
+}
+
+impl FleetArgs {
+    /// The range asked for, in Unix ms: --since (1 h unless --from), and
+    /// --to (0 = now).
+    pub fn range(&self, now: SystemTime) -> Result<(u64, u64), String> {
+        let since = match (self.since, self.from) {
+            (None, None) => Some(Duration::from_secs(3600)),
+            (since, _) => since,
+        };
+        range_of(since, self.from, self.to, now)
+    }
+
+    /// What to do: print a view, or export.
+    pub fn action(&self) -> Result<QueryAction, String> {
+        let view = self.options.view()?;
+        if self.output != Path::new("-") && self.format.is_none() {
+            return Err("-o FILE goes with --format (a view is printed on stdout)".into());
+        }
+        match self.format {
+            Some(_) if !matches!(view, ReportView::Flat { .. }) => Err("--format writes the whole profile: leave out the view options (--tree, --callers, ...)".into()),
+            Some(format) => Ok(QueryAction::Export(format)),
+            None => Ok(QueryAction::View(view)),
+        }
+    }
+}
+
+/// Unix ms of `t` (0 for times before the epoch).
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A range in Unix ms (0 = the oldest, and now) from --since (counting
+/// back from `now`), or --from, and --to.
+fn range_of(
+    since: Option<Duration>,
+    from: Option<SystemTime>,
+    to: Option<SystemTime>,
+    now: SystemTime,
+) -> Result<(u64, u64), String> {
+    let start = match (since, from) {
+        (Some(since), _) => unix_ms(now.checked_sub(since).unwrap_or(UNIX_EPOCH)).max(1),
+        (None, Some(from)) => unix_ms(from),
+        (None, None) => 0,
+    };
+    let end = to.map_or(0, unix_ms);
+    if end != 0 && start > end {
+        return Err(format!(
+            "the range starts after it ends: give a --to after {}",
+            if since.is_some() {
+                "now minus --since"
+            } else {
+                "--from"
+            }
+        ));
+    }
+    Ok((start, end))
+}
+
 /// How `profctl query` splits a profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GroupByArg {
@@ -756,32 +882,10 @@ pub enum QueryAction {
 }
 
 impl QueryArgs {
-    /// Milliseconds since the Unix epoch of `t` (0 for times before it).
-    fn unix_ms(t: SystemTime) -> u64 {
-        t.duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    }
-
     /// The range asked for, in Unix ms (0 = the oldest window, and now),
     /// with `now` the time --since counts back from.
     pub fn range(&self, now: SystemTime) -> Result<(u64, u64), String> {
-        let from = match (self.since, self.from) {
-            (Some(since), _) => Self::unix_ms(now.checked_sub(since).unwrap_or(UNIX_EPOCH)).max(1),
-            (None, Some(from)) => Self::unix_ms(from),
-            (None, None) => 0,
-        };
-        let to = self.to.map_or(0, Self::unix_ms);
-        if to != 0 && from > to {
-            return Err(format!(
-                "the range starts after it ends: give a --to after {}",
-                if self.since.is_some() {
-                    "now minus --since"
-                } else {
-                    "--from"
-                }
-            ));
-        }
-        Ok((from, to))
+        range_of(self.since, self.from, self.to, now)
     }
 
     /// The query the options ask for.

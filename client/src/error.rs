@@ -99,6 +99,9 @@ pub enum Error {
     /// A second Ctrl-C while waiting for a stopped session's last update.
     #[error("interrupted")]
     Interrupted,
+    /// A fleet backend (ClickHouse) could not answer.
+    #[error("{0}")]
+    Fleet(String),
     /// The health service answered, with anything but SERVING.
     #[error("{0}")]
     Unhealthy(String),

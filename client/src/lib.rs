@@ -7,6 +7,7 @@ pub mod cli;
 pub mod commands;
 pub mod connect;
 pub mod error;
+pub mod fleet;
 pub mod generated_docs;
 pub mod gmon;
 pub mod output;
@@ -40,6 +41,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
             }
         }
         Command::Man(args) => return generated_docs::man(args, &Output::stdout()).map(|()| 0),
+        Command::Fleet(args) => return commands::fleet(args, &Output::stdout()).await.map(|()| 0),
         Command::Completions(args) => {
             return generated_docs::completions(args, &Output::stdout()).map(|()| 0)
         }
@@ -76,7 +78,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
             ReportSource::Session(id) => commands::report_session(client, id, args, &out).await,
             ReportSource::File(path) => commands::report_file(&path, args, &out),
         },
-        Command::Man(_) | Command::Completions(_) | Command::Health(_) => {
+        Command::Man(_) | Command::Completions(_) | Command::Health(_) | Command::Fleet(_) => {
             unreachable!("handled without a connection above")
         }
     };

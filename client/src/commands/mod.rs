@@ -3,6 +3,7 @@
 mod admin;
 mod attach;
 mod export;
+mod fleet;
 mod histogram;
 mod query;
 mod report;
@@ -11,6 +12,7 @@ mod run;
 pub use admin::{health, info, sessions, stop};
 pub use attach::attach;
 pub use export::{export, export_source};
+pub use fleet::fleet;
 pub use histogram::histogram;
 pub use query::query;
 pub use report::{

@@ -146,19 +146,29 @@ pub fn report_file_text(
     let profile = pprof_file::load(path)?;
     let session = pprof_file::session(&profile);
     let mut text = render_views::file_header(&path.display().to_string(), &session);
-    match view_request(&view) {
+    text.push_str(&view_text_of(&profile, &view, name_width)?);
+    Ok(text)
+}
+
+/// A view of a profile held here (a file's, the fleet's), computed as the
+/// daemon computes it, without a header.
+pub fn view_text_of(
+    profile: &profd_common::model::ResolvedProfile,
+    view: &ReportView,
+    name_width: usize,
+) -> Result<String, Error> {
+    Ok(match view_request(view) {
         None => {
-            let ReportView::Flat { limit } = view else {
+            let ReportView::Flat { limit } = *view else {
                 unreachable!("only the flat table has no view request")
             };
-            let flat = Profile::new(session, pprof_file::functions(&profile));
+            let flat = Profile::new(pprof_file::session(profile), pprof_file::functions(profile));
             let options = TableOptions { limit, name_width };
-            text.push_str(&render::profile_rows(&flat, options));
+            render::profile_rows(&flat, options)
         }
         Some(request) => {
-            let reply = pprof_file::view(&profile, &request)?;
-            text.push_str(&view_text(&view, &reply));
+            let reply = pprof_file::view(profile, &request)?;
+            view_text(view, &reply)
         }
-    }
-    Ok(text)
+    })
 }

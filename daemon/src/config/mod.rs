@@ -398,6 +398,13 @@ settings! {
         default: Some(|| crate::continuous::Settings::default().retention_age),
         help: "Oldest continuous window kept, such as 7d, 12h or 90m, at least one window (config: continuous.retention_age; default 7d)",
     };
+    CONTINUOUS_HOST: String = Setting {
+        key: "continuous.host",
+        flag: flag("continuous-host", "NAME"),
+        ty: NAME,
+        default: None,
+        help: "The host name continuous windows carry, in queries and in every sink (config: continuous.host; default: the machine's host name, as hostname(1) prints it). Set it where that name is not the one to group by, such as a node's name for a daemon in a container",
+    };
     CONTINUOUS_SELECT: Vec<String> = Setting {
         key: "continuous.select",
         flag: flag("continuous-select", "SELECTOR"),
@@ -588,6 +595,9 @@ fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Setting
         .collect::<Result<_, String>>()
         .map_err(|e| format!("continuous.select: {e}"))?;
     Ok(crate::continuous::Settings {
+        host: m
+            .get(&CONTINUOUS_HOST)
+            .unwrap_or_else(crate::continuous::history::host_name),
         frequency_hz: m.get_or_default(&CONTINUOUS_FREQUENCY),
         window,
         retention_bytes: m.get_or_default(&CONTINUOUS_RETENTION_BYTES),
@@ -1041,6 +1051,7 @@ mod tests {
         assert_eq!(
             c,
             crate::continuous::Settings {
+                host: crate::continuous::history::host_name(),
                 frequency_hz: 97,
                 window: Duration::from_secs(15),
                 retention_bytes: 2 << 30,
@@ -1066,16 +1077,20 @@ mod tests {
             "comm:postgres*",
             "--continuous-select",
             "cgroup:/system.slice/foo",
+            "--continuous-host",
+            "node-7",
         ])
         .unwrap();
         let file = parse(
             Path::new("f.toml"),
             "[continuous]\nenabled = true\nfrequency = 49\nwindow = 30\n\
-             retention_bytes = 67108864\nretention_age = 129600\n\
+             retention_bytes = 67108864\nretention_age = 129600\nhost = \"node-7\"\n\
              select = [\"comm:postgres*\", \"cgroup:/system.slice/foo\"]\n",
         )
         .unwrap();
         assert_eq!(layer, file);
+        let s = settings(None, layer.clone()).unwrap();
+        assert_eq!(s.config.continuous.unwrap().host, "node-7");
         // Other continuous flags do not turn it on.
         let layer = flags(&["--continuous-window", "30"]).unwrap();
         assert_eq!(layer.get(&CONTINUOUS), None);

@@ -776,7 +776,7 @@ impl History {
             dir,
             sinks: std::sync::OnceLock::new(),
             settings: settings.clone(),
-            host: host_name(),
+            host: settings.host.clone(),
             state: Mutex::new(state),
         };
         inner.retain(now_ns());

@@ -11,6 +11,8 @@ use std::time::Duration;
 /// The `[continuous]` settings, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
+    /// The host name windows carry.
+    pub host: String,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
     /// The span of one window.
@@ -25,6 +27,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Settings {
         Settings {
+            host: history::host_name(),
             frequency_hz: DEFAULT_FREQUENCY_HZ,
             window: Duration::from_secs(10),
             retention_bytes: 256 << 20,

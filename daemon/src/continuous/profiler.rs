@@ -92,11 +92,11 @@ pub async fn run(
     );
     let collector = Collector::new(spec, tops, sampler.clone(), symbolizer, stats, MAX_STACKS);
     let mut p = Profiler {
-        settings,
         host: Host {
-            name: history::host_name(),
+            name: settings.host.clone(),
             kernel_release: history::kernel_release(),
         },
+        settings,
         spec,
         collector,
         processes: HashMap::new(),

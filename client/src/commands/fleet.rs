@@ -1,0 +1,153 @@
+//! `profctl fleet`: a view or an export of many hosts' continuous windows,
+//! read from ClickHouse (no daemon), computed here with the same code the
+//! daemon's views use.
+use std::io::Write;
+use std::time::SystemTime;
+
+use profd_common::export;
+
+use super::report::view_text_of;
+use crate::cli::{ExportFormatArg, FleetArgs, QueryAction};
+use crate::error::Error;
+use crate::fleet::{Answer, Fleet, Selection};
+use crate::output::Output;
+use crate::pprof_file;
+use crate::progress::waiting;
+use crate::render;
+
+/// Runs `profctl fleet`.
+pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
+    let action = args.action().map_err(Error::Usage)?;
+    let now = SystemTime::now();
+    let (from_ms, to_ms) = args.range(now).map_err(Error::Usage)?;
+    let now_ms = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let fleet = Fleet::new(
+        &args.clickhouse,
+        &args.database,
+        args.user.clone(),
+        args.password_file.as_deref(),
+    )?;
+    let selection = Selection {
+        services: args.services.clone(),
+        hosts: args.hosts.clone(),
+        from_ms,
+        to_ms,
+        by: args.by,
+    };
+    let answer = waiting("querying ClickHouse", fleet.profile(&selection, now_ms)).await?;
+    if answer.profile.stacks.is_empty() {
+        return Err(Error::Fleet(format!(
+            "no samples in {} for {}: see profctl fleet --help for the selection",
+            args.clickhouse,
+            what(&selection)
+        )));
+    }
+    match action {
+        QueryAction::View(view) => {
+            let mut text = header(&answer);
+            text.push_str(&view_text_of(&answer.profile, &view, out.name_width())?);
+            out.print(&text)
+        }
+        QueryAction::Export(format) => write(&answer, format, &args.output, out),
+        QueryAction::List => unreachable!("fleet has no --list"),
+    }
+}
+
+/// `service api, host web-1, from … to …`: what a selection asks for.
+fn what(s: &Selection) -> String {
+    let mut parts = Vec::new();
+    if !s.services.is_empty() {
+        parts.push(format!("services {}", s.services.join(", ")));
+    }
+    if !s.hosts.is_empty() {
+        parts.push(format!("hosts {}", s.hosts.join(", ")));
+    }
+    let to = if s.to_ms == 0 {
+        "now".to_string()
+    } else {
+        render::unix_ms_text(s.to_ms)
+    };
+    parts.push(format!(
+        "windows from {} to {to}",
+        render::unix_ms_text(s.from_ms)
+    ));
+    parts.join(", ")
+}
+
+/// The lines above a fleet view: hosts, services, the span, the samples.
+fn header(a: &Answer) -> String {
+    let names = |set: &std::collections::BTreeSet<String>| {
+        let shown: Vec<&str> = set.iter().take(8).map(String::as_str).collect();
+        let more = set.len().saturating_sub(8);
+        if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        }
+    };
+    format!(
+        "profd fleet — {} host{} ({}) — {} service{} ({}) — windows from {} to {}\nsamples: {} attributed\n",
+        a.hosts.len(),
+        if a.hosts.len() == 1 { "" } else { "s" },
+        names(&a.hosts),
+        a.services.len(),
+        if a.services.len() == 1 { "" } else { "s" },
+        names(&a.services),
+        render::unix_ms_text(a.first_ns / 1_000_000),
+        render::unix_ms_text(a.last_ns / 1_000_000),
+        a.profile.attributed,
+    )
+}
+
+/// Write the merged profile in `format` to `output` (`-`: stdout).
+fn write(
+    a: &Answer,
+    format: ExportFormatArg,
+    output: &std::path::Path,
+    out: &Output,
+) -> Result<(), Error> {
+    let p = &a.profile;
+    let to_stdout = output == std::path::Path::new("-");
+    if to_stdout && out.is_terminal() && format == ExportFormatArg::Pprof {
+        return Err(Error::Usage(
+            "a pprof export is binary (gzip): give -o FILE rather than a terminal".into(),
+        ));
+    }
+    let data = match format {
+        ExportFormatArg::Pprof => export::pprof(p),
+        ExportFormatArg::Folded => export::folded(p).into_bytes(),
+        ExportFormatArg::Svg => {
+            let title = format!(
+                "profd fleet — {} hosts — {} services",
+                a.hosts.len(),
+                a.services.len()
+            );
+            export::svg(p, &title).map_err(|e| Error::Fleet(format!("flame graph: {e}")))?
+        }
+        ExportFormatArg::Speedscope => export::speedscope(p).into_bytes(),
+        ExportFormatArg::Json => serde_json::to_vec_pretty(&export::json(
+            &pprof_file::session(p),
+            &pprof_file::functions(p),
+        ))
+        .map_err(|e| Error::Fleet(e.to_string()))?,
+    };
+    if to_stdout {
+        let mut stdout = std::io::stdout().lock();
+        return stdout
+            .write_all(&data)
+            .and_then(|()| stdout.flush())
+            .map_err(Error::Output);
+    }
+    std::fs::write(output, &data)
+        .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
+    eprintln!(
+        "profctl: wrote {} ({} bytes): {} samples of {} hosts",
+        output.display(),
+        data.len(),
+        p.attributed,
+        a.hosts.len()
+    );
+    Ok(())
+}

@@ -2,6 +2,7 @@
 //! fleets already run, the form each takes them in, and what every sink
 //! shares (credentials, the HTTP client, how an answer is judged).
 pub mod clickhouse;
+pub mod pyroscope;
 
 use std::path::Path;
 use std::time::Duration;

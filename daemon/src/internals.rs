@@ -59,5 +59,9 @@ pub mod sinks {
     pub use crate::sinks::clickhouse::{
         rows as clickhouse_rows, schema_script as clickhouse_schema, Layout as ClickHouseLayout,
     };
+    pub use crate::sinks::pyroscope::{
+        requests as pyroscope_requests, Config as PyroscopeConfig, Ingest as PyroscopeIngest,
+        Limits as PyroscopeLimits, Pyroscope,
+    };
     pub use crate::sinks::{http_client, judge, Auth, Failure, Secret, Sent};
 }

@@ -4,6 +4,7 @@
 pub mod clickhouse;
 pub mod config;
 pub mod deliver;
+pub mod pyroscope;
 pub mod spool;
 
 pub use deliver::Sinks;

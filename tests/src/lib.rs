@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cgroups;
+pub mod clickhouse;
 mod command;
 mod daemon;
 mod info;

@@ -4,7 +4,7 @@
 //! what it will never take.
 use super::config::{Kind, Settings};
 use super::spool::{Figures, Key, Spool};
-use super::{clickhouse, Failure, Sent};
+use super::{clickhouse, pyroscope, Failure, Sent};
 use crate::continuous::encode::decode;
 use crate::continuous::history::now_ns;
 use profd_common::api;
@@ -24,13 +24,24 @@ const LOG_EVERY: u64 = 10;
 /// The backend a sink sends to.
 enum Backend {
     ClickHouse(clickhouse::Sink),
+    Pyroscope(pyroscope::Pyroscope),
 }
 
 impl Backend {
     fn new(s: &Settings) -> Result<Backend, String> {
         match s.entry.kind {
             Kind::ClickHouse => Ok(Backend::ClickHouse(clickhouse::Sink::new(s)?)),
-            Kind::Pyroscope | Kind::Otlp => Err(format!(
+            Kind::Pyroscope => Ok(Backend::Pyroscope(pyroscope::Pyroscope::new(
+                pyroscope::Config {
+                    url: s.entry.url.clone(),
+                    tenant: s.entry.tenant.clone(),
+                    auth: s.auth.clone(),
+                    labels: s.entry.labels.clone().into_iter().collect(),
+                    timeout: s.entry.timeout,
+                    ca: s.entry.ca_file.clone(),
+                },
+            )?)),
+            Kind::Otlp => Err(format!(
                 "{} sinks are not available in this build",
                 s.entry.kind.name()
             )),
@@ -38,9 +49,10 @@ impl Backend {
     }
 
     /// `done`: requests of this window the backend took in earlier tries.
-    async fn send(&self, w: &api::Window, _done: &mut u64) -> Result<Sent, Failure> {
+    async fn send(&self, w: &api::Window, done: &mut u64) -> Result<Sent, Failure> {
         match self {
             Backend::ClickHouse(s) => s.send(w).await,
+            Backend::Pyroscope(s) => s.send(w, done).await,
         }
     }
 
@@ -48,6 +60,7 @@ impl Backend {
     fn max_age(&self) -> Option<Duration> {
         match self {
             Backend::ClickHouse(_) => None,
+            Backend::Pyroscope(_) => Some(pyroscope::Pyroscope::MAX_AGE),
         }
     }
 
@@ -55,6 +68,7 @@ impl Backend {
     fn note(&self) -> String {
         match self {
             Backend::ClickHouse(_) => "HTTP interface, JSONEachRow".into(),
+            Backend::Pyroscope(_) => "POST /ingest, pprof".into(),
         }
     }
 
@@ -62,6 +76,7 @@ impl Backend {
     async fn probe(&self) -> Result<String, String> {
         match self {
             Backend::ClickHouse(s) => s.probe().await.map(|v| format!("ClickHouse {v}")),
+            Backend::Pyroscope(s) => s.probe().await,
         }
     }
 }

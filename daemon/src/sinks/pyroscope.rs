@@ -147,6 +147,31 @@ impl Pyroscope {
         }
         Ok(sent)
     }
+
+    /// Check the server now: it answers (`GET …/ready`, Pyroscope's
+    /// readiness endpoint) and does not refuse the credentials.
+    pub async fn probe(&self) -> Result<String, String> {
+        let mut ready = self.url.clone();
+        ready.set_path(&self.url.path().replace("/ingest", "/ready"));
+        let mut request = self.client.get(ready);
+        if let Some(tenant) = &self.tenant {
+            request = request.header("X-Scope-OrgID", tenant);
+        }
+        let answer = self
+            .auth
+            .apply(request)
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach {}: {}", self.url, e.without_url()))?;
+        match answer.status().as_u16() {
+            401 | 403 => Err(format!(
+                "{} refuses the credentials ({}): check user, password_file or token_file",
+                self.url,
+                answer.status()
+            )),
+            _ => Ok(format!("Pyroscope, /ready answered {}", answer.status())),
+        }
+    }
 }
 
 /// `base` with `/ingest` appended to its path; Err naming `url` when it is

@@ -17,6 +17,7 @@ mod continuous;
 mod dashboard;
 mod deploy;
 mod faults;
+mod fleet;
 mod go;
 mod jit;
 mod kernel_frames;

@@ -1,0 +1,314 @@
+//! The fleet end to end: two `profd --continuous` daemons with host names
+//! of their own push their windows through ClickHouse sinks into two real
+//! `clickhouse-server` shards under `Distributed` tables (the schema as
+//! `profd schema clickhouse --cluster` prints it), and `profctl fleet`
+//! answers across both; through an outage of both servers and a daemon
+//! restart, every window arrives and counts once. Root needed.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use profd_common::api::{self, profiler_client::ProfilerClient};
+use profd_e2e::cgroups::Cgroup;
+use profd_e2e::clickhouse::Server;
+use profd_e2e::{
+    build_workload, path_str, require_root_and_perf, run_profctl, run_profd, serial, unique_dir,
+    Daemon, Measure, Profile, Workload,
+};
+
+/// High enough for ±2 points over a few seconds of the workload.
+const FREQ: &str = "999";
+/// How long windows may take to reach ClickHouse once it answers (the
+/// sinks back off up to 30 s between tries).
+const DELIVERY: Duration = Duration::from_secs(120);
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Two shards, each with the local tables and the `Distributed` ones over
+/// them, as `profd schema clickhouse --cluster shards` prints them.
+fn two_shards() -> Vec<Server> {
+    let ports = Server::ports(2);
+    let servers: Vec<Server> = (0..2)
+        .map(|i| Server::start(&format!("fleet{i}"), ports[i], &ports))
+        .collect();
+    let schema = run_profd(&["schema", "clickhouse", "--cluster", "shards"]);
+    schema.assert_success();
+    for s in &servers {
+        for statement in schema.stdout.split(';').filter(|s| !s.trim().is_empty()) {
+            s.query(statement, b"");
+        }
+    }
+    servers
+}
+
+/// A daemon named `host`, continuous at [`FREQ`] in windows of 2 s over
+/// the processes of `cg`, with a ClickHouse sink to `server` (no schema of
+/// its own: the cluster's is there).
+fn daemon(host: &str, cg: &Cgroup, server: &Server) -> Daemon {
+    let config = unique_dir("fleet-config").join("profd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[continuous]\nenabled = true\nfrequency = {FREQ}\nwindow = 2\nhost = \"{host}\"\n\
+             select = [\"cgroup:{}\"]\n\n\
+             [[sink]]\nkind = \"clickhouse\"\nname = \"shards\"\nurl = \"{}\"\ncreate_schema = false\n",
+            cg.path(),
+            server.url()
+        ),
+    )
+    .unwrap();
+    Daemon::start_with(&["--config", path_str(&config)])
+}
+
+fn info(socket: &Path) -> api::InfoResponse {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = profctl::connect::unix_channel(socket, None)
+            .await
+            .expect("connect to profd");
+        ProfilerClient::new(channel)
+            .info(api::InfoRequest {})
+            .await
+            .expect("Info")
+            .into_inner()
+    })
+}
+
+fn list(socket: &Path) -> api::ListWindowsResponse {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = profctl::connect::unix_channel(socket, None)
+            .await
+            .expect("connect to profd");
+        ProfilerClient::new(channel)
+            .list_windows(api::ListWindowsRequest::default())
+            .await
+            .expect("ListWindows")
+            .into_inner()
+    })
+}
+
+/// Waits until `d` holds a window ending after `t_s` and its sink has
+/// nothing left to send.
+fn wait_delivered(d: &Daemon, t_s: u64) -> api::SinkStatus {
+    let deadline = Instant::now() + DELIVERY;
+    loop {
+        let windows = list(d.socket());
+        let i = info(d.socket());
+        let sink = i.sinks.first().cloned().expect("the daemon has its sink");
+        let cut = windows
+            .windows
+            .last()
+            .is_some_and(|w| w.end_unix_ns >= t_s * 1_000_000_000);
+        if cut && sink.spool_windows == 0 && sink.windows_sent > 0 {
+            return sink;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "windows not delivered within {DELIVERY:?}: {sink:?}\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// `profctl query --from FROM --to TO ARGS --format json` on `d`.
+fn query(d: &Daemon, range: (u64, u64), args: &[&str]) -> Profile {
+    let (from, to) = (range.0.to_string(), range.1.to_string());
+    let mut all = vec!["query", "--from", &from, "--to", &to];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--format", "json"]);
+    let p = Profile::parse(&d.profctl(&all));
+    eprintln!("{}", p.table());
+    p
+}
+
+/// `profctl fleet --clickhouse URL --from FROM --to TO ARGS`.
+fn fleet_text(server: &Server, range: (u64, u64), args: &[&str]) -> profd_e2e::CmdOutput {
+    let (url, from, to) = (server.url(), range.0.to_string(), range.1.to_string());
+    let mut all = vec!["fleet", "--clickhouse", &url, "--from", &from, "--to", &to];
+    all.extend_from_slice(args);
+    run_profctl(&all, &[])
+}
+
+/// As [`fleet_text`], the profile as JSON.
+fn fleet(server: &Server, range: (u64, u64), args: &[&str]) -> Profile {
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--format", "json"]);
+    let p = Profile::parse(&fleet_text(server, range, &all));
+    eprintln!("{}", p.table());
+    p
+}
+
+/// Waits until the fleet's attributed samples over `range` reach `want`
+/// (a Distributed insert reaches the other shard a moment later): the
+/// fleet profile then.
+fn fleet_when(server: &Server, range: (u64, u64), want: u64) -> Profile {
+    let deadline = Instant::now() + DELIVERY;
+    loop {
+        let p = fleet(server, range, &[]);
+        if p.totals.attributed >= want || Instant::now() > deadline {
+            return p;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// (name, inclusive, exclusive) of every function: what a table shows.
+fn rows(p: &Profile) -> BTreeSet<(String, String, u64, u64)> {
+    p.functions
+        .iter()
+        .map(|f| (f.name.clone(), f.module.clone(), f.inclusive, f.exclusive))
+        .collect()
+}
+
+fn workload(cg: &Cgroup, seconds: &str) -> Workload {
+    let mut cmd = cg.command(&build_workload("split"));
+    cmd.args([seconds, "--ready"]);
+    Workload::start_command(cmd, "split")
+}
+
+/// The host-named window ids ClickHouse holds.
+fn ids_in(server: &Server, host: &str) -> BTreeSet<String> {
+    server
+        .query(
+            &format!("SELECT DISTINCT window_id FROM profd.windows WHERE host = '{host}' FORMAT TabSeparated"),
+            b"",
+        )
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Two daemons, two shards: the fleet's samples are exactly the sum of
+/// the daemons' own, one host's fleet answer is that host's query, and
+/// the workload's split holds across the fleet.
+#[test]
+fn two_daemons_into_two_shards_add_up_exactly() {
+    let _serial = serial();
+    require_root_and_perf();
+    let servers = two_shards();
+    let cg = Cgroup::new(&format!("profd-fleet-{}", std::process::id()));
+    let a = daemon("fleet-a", &cg, &servers[0]);
+    let b = daemon("fleet-b", &cg, &servers[1]);
+    let from = now_s() - 1;
+    let mut w = workload(&cg, "6");
+    w.wait(Duration::from_secs(30));
+    let to = now_s() + 1;
+    wait_delivered(&a, to);
+    wait_delivered(&b, to);
+    let range = (from, to);
+    let pa = query(&a, range, &[]);
+    let pb = query(&b, range, &[]);
+    let want = pa.totals.attributed + pb.totals.attributed;
+    assert!(pa.totals.attributed > 999 * 2 && pb.totals.attributed > 999 * 2);
+    let all = fleet_when(&servers[0], range, want);
+    assert_eq!(
+        all.totals.attributed, want,
+        "the fleet counts each daemon's samples once"
+    );
+    // Either server answers the same through its Distributed tables.
+    let other = fleet(&servers[1], range, &[]);
+    assert_eq!(rows(&other), rows(&all));
+    all.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
+    all.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 2.0);
+    // One host's fleet answer is that host's own query.
+    let only_a = fleet(&servers[1], range, &["--host", "fleet-a"]);
+    assert_eq!(only_a.totals.attributed, pa.totals.attributed);
+    assert_eq!(rows(&only_a), rows(&pa));
+    // Grouped by host: one outermost frame per daemon, with its samples.
+    let by = fleet(&servers[0], range, &["--by", "host"]);
+    for (host, p) in [("fleet-a", &pa), ("fleet-b", &pb)] {
+        let g = by.function(&format!("[host {host}]"));
+        assert_eq!(g.inclusive, p.totals.attributed, "{host}");
+    }
+    // The table view and the caller view, as a session's.
+    let table = fleet_text(&servers[0], range, &["--service", cg.name()]);
+    table.assert_success();
+    assert!(
+        table
+            .stdout
+            .starts_with("profd fleet — 2 hosts (fleet-a, fleet-b) — 1 service"),
+        "{}",
+        table.stdout
+    );
+    let callers = fleet_text(&servers[0], range, &["--callers", "leaf_b"]);
+    callers.assert_success();
+    assert!(callers.stdout.contains("mid"), "{}", callers.stdout);
+    // profctl info shows the sink's figures.
+    let shown = a.profctl(&["info"]);
+    assert!(
+        shown.stdout.contains("sink shards:")
+            && shown.stdout.contains("clickhouse http://127.0.0.1:"),
+        "{}",
+        shown.stdout
+    );
+}
+
+/// Both servers down for 60 s while the daemons keep profiling, and one
+/// daemon restarted meanwhile: once the servers are back, every window of
+/// each daemon's history is in ClickHouse, and none counts twice.
+#[test]
+fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
+    let _serial = serial();
+    require_root_and_perf();
+    let mut servers = two_shards();
+    let cg = Cgroup::new(&format!("profd-outage-{}", std::process::id()));
+    let a = daemon("outage-a", &cg, &servers[0]);
+    let mut b = daemon("outage-b", &cg, &servers[1]);
+    let from = now_s() - 1;
+    let mut w = workload(&cg, "75");
+    wait_delivered(&a, now_s() + 2);
+    for s in &mut servers {
+        s.stop();
+    }
+    let down = Instant::now();
+    std::thread::sleep(Duration::from_secs(20));
+    b.restart();
+    while down.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let waiting = info(a.socket()).sinks[0].clone();
+    assert!(
+        waiting.spool_windows > 0 && waiting.retries > 0 && !waiting.last_error.is_empty(),
+        "windows wait while the servers are down: {waiting:?}"
+    );
+    for s in &mut servers {
+        s.resume();
+    }
+    w.wait(Duration::from_secs(60));
+    let to = now_s() + 1;
+    let sa = wait_delivered(&a, to);
+    wait_delivered(&b, to);
+    assert!(sa.drops.is_empty(), "nothing dropped: {sa:?}");
+    let range = (from, to);
+    let mut want = 0;
+    for (d, host) in [(&a, "outage-a"), (&b, "outage-b")] {
+        let kept: BTreeSet<String> = list(d.socket())
+            .windows
+            .iter()
+            .map(|w| w.id.clone())
+            .collect();
+        let deadline = Instant::now() + DELIVERY;
+        let mut there = ids_in(&servers[0], host);
+        while !kept.is_subset(&there) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            there = ids_in(&servers[0], host);
+        }
+        let missing: Vec<&String> = kept.difference(&there).collect();
+        assert!(
+            missing.is_empty(),
+            "{host}: windows not in ClickHouse: {missing:?}"
+        );
+        want += query(d, range, &[]).totals.attributed;
+    }
+    let all = fleet_when(&servers[1], range, want);
+    assert_eq!(all.totals.attributed, want, "every window once");
+    all.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
+}

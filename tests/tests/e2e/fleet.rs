@@ -169,7 +169,7 @@ fn rows(p: &Profile) -> BTreeSet<(String, String, u64, u64)> {
 }
 
 fn workload(cg: &Cgroup, seconds: &str) -> Workload {
-    let mut cmd = cg.command(&build_workload("split"));
+    let mut cmd = cg.command(build_workload("split"));
     cmd.args([seconds, "--ready"]);
     Workload::start_command(cmd, "split")
 }

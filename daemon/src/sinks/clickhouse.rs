@@ -264,13 +264,23 @@ impl Sink {
         })
     }
 
-    /// Run `sql` (with `body` after it, as the HTTP interface joins them);
-    /// the answer's text.
-    async fn run(&self, sql: &str, body: Vec<u8>) -> Result<String, Failure> {
+    /// Run `sql` (with `body` after it, as the HTTP interface joins them),
+    /// in the sink's database unless `in_default` (the database may not
+    /// exist yet); the answer's text.
+    async fn run(&self, sql: &str, body: Vec<u8>, in_default: bool) -> Result<String, Failure> {
         let mut url = self.url.clone();
-        url.query_pairs_mut()
-            .append_pair("database", &self.database)
-            .append_pair("query", sql);
+        if !in_default {
+            url.query_pairs_mut()
+                .append_pair("database", &self.database);
+        }
+        // A statement alone goes in the body: a POST needs a length, which
+        // an empty body does not get.
+        let body = if body.is_empty() {
+            sql.as_bytes().to_vec()
+        } else {
+            url.query_pairs_mut().append_pair("query", sql);
+            body
+        };
         let mut request = self.client.post(url).body(body);
         if let Some(user) = &self.user {
             request = request.header("X-ClickHouse-User", user);
@@ -305,27 +315,16 @@ impl Sink {
             ..Layout::default()
         };
         for statement in schema(&layout) {
-            // The database may not exist yet: DDL runs in `default`.
-            let mut url = self.url.clone();
-            url.query_pairs_mut().append_pair("query", &statement);
-            let mut request = self.client.post(url);
-            if let Some(user) = &self.user {
-                request = request.header("X-ClickHouse-User", user);
-            }
-            if let Some(key) = &self.key {
-                request = request.header("X-ClickHouse-Key", key.expose());
-            }
-            let answer = request.send().await.map_err(unanswered)?;
-            let status = answer.status();
-            let text = answer.text().await.map_err(unanswered)?;
             // A refused statement is the server's setup to mend: the
             // windows wait meanwhile.
-            judge(status, &text).map_err(|f| match f {
-                Failure::Drop { detail, .. } => {
-                    Failure::Retry(format!("creating the schema: {detail}"))
-                }
-                retry => retry,
-            })?;
+            self.run(&statement, Vec::new(), true)
+                .await
+                .map_err(|f| match f {
+                    Failure::Drop { detail, .. } => {
+                        Failure::Retry(format!("creating the schema: {detail}"))
+                    }
+                    retry => retry,
+                })?;
         }
         self.schema_ready.store(true, Ordering::Relaxed);
         Ok(())
@@ -340,11 +339,11 @@ impl Sink {
         let bytes = (windows.len() + stacks.len()) as u64;
         let mut requests = 0;
         if !stacks.is_empty() {
-            self.run("INSERT INTO stacks FORMAT JSONEachRow", stacks)
+            self.run("INSERT INTO stacks FORMAT JSONEachRow", stacks, false)
                 .await?;
             requests += 1;
         }
-        self.run("INSERT INTO windows FORMAT JSONEachRow", windows)
+        self.run("INSERT INTO windows FORMAT JSONEachRow", windows, false)
             .await?;
         Ok(Sent {
             bytes,
@@ -362,14 +361,15 @@ impl Sink {
             Failure::Drop { detail, .. } => detail,
         };
         let version = self
-            .run("SELECT version()", Vec::new())
+            .run("SELECT version()", Vec::new(), true)
             .await
-            .map_err(shown)?;
+            .map_err(|f| format!("{}: {}", self.url, shown(f)))?;
         self.ensure_schema().await.map_err(shown)?;
         let found = self
             .run(
                 "SELECT table, name, type FROM system.columns WHERE database = currentDatabase() AND table IN ('windows', 'stacks') FORMAT TabSeparated",
                 Vec::new(),
+                false,
             )
             .await
             .map_err(shown)?;

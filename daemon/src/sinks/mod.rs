@@ -128,8 +128,25 @@ pub fn judge(status: reqwest::StatusCode, body: &str) -> Result<(), Failure> {
 
 /// A request that got no answer (refused, reset, timed out): retried.
 pub fn unanswered(err: reqwest::Error) -> Failure {
-    // The URL may carry credentials a user put there: it stays out.
-    Failure::Retry(err.without_url().to_string())
+    Failure::Retry(error_chain(err))
+}
+
+/// An HTTP client error with its causes (`error sending request: client
+/// error (Connect): tcp connect error: Connection refused`), without the
+/// URL (which may carry what a user put there).
+pub fn error_chain(err: reqwest::Error) -> String {
+    let err = err.without_url();
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        let shown = c.to_string();
+        if !text.contains(&shown) {
+            text.push_str(": ");
+            text.push_str(&shown);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The HTTP client of one sink: each request bounded by `timeout`; TLS

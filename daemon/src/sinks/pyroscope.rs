@@ -162,7 +162,7 @@ impl Pyroscope {
             .apply(request)
             .send()
             .await
-            .map_err(|e| format!("cannot reach {}: {}", self.url, e.without_url()))?;
+            .map_err(|e| format!("cannot reach {}: {}", self.url, super::error_chain(e)))?;
         match answer.status().as_u16() {
             401 | 403 => Err(format!(
                 "{} refuses the credentials ({}): check user, password_file or token_file",

@@ -312,3 +312,126 @@ fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
     assert_eq!(all.totals.attributed, want, "every window once");
     all.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
 }
+
+/// `profd --config FILE --check-config`, FILE holding `text`.
+fn check(text: &str) -> profd_e2e::CmdOutput {
+    let config = unique_dir("fleet-check").join("profd.toml");
+    std::fs::write(&config, text).unwrap();
+    run_profd(&["--config", path_str(&config), "--check-config"])
+}
+
+/// A sink entry to `url`, continuous on, with `extra` keys.
+fn sink_config(url: &str, extra: &str) -> String {
+    format!(
+        "[continuous]\nenabled = true\n\n[[sink]]\nkind = \"clickhouse\"\nname = \"ch\"\nurl = \"{url}\"\n{extra}"
+    )
+}
+
+/// What is wrong with a sink is named at --check-config: a malformed
+/// entry, a server that does not answer, credentials it refuses, tables
+/// that are not profd's. A daemon whose backend is down starts, says so,
+/// and keeps profiling, its windows spooled.
+#[test]
+fn bad_sink_settings_are_named_and_a_daemon_keeps_profiling() {
+    let _serial = serial();
+    require_root_and_perf();
+    let ports = Server::ports(1);
+    let server = Server::start("check", ports[0], &ports);
+    let out = check(&sink_config(&server.url(), "kind2 = 1\n"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("sink[0].kind2: unknown key for a clickhouse sink")
+            && out.stderr.contains("(line 8)"),
+        "{}",
+        out.stderr
+    );
+    // Nothing listens on this port (the server's native one speaks no HTTP:
+    // take a fresh one).
+    let closed = Server::ports(1)[0].0;
+    let out = check(&sink_config(&format!("http://127.0.0.1:{closed}"), ""));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        out.stdout.contains("# sink ch: cannot be used:")
+            && out.stderr.contains("Connection refused"),
+        "{out:?}"
+    );
+    let secrets = unique_dir("fleet-secret");
+    let key = secrets.join("ch.key");
+    std::fs::write(&key, "not-the-password\n").unwrap();
+    let out = check(&sink_config(
+        &server.url(),
+        &format!(
+            "user = \"default\"\npassword_file = \"{}\"\n",
+            key.display()
+        ),
+    ));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stderr.contains("password"), "{}", out.stderr);
+    assert!(!out.stderr.contains("not-the-password") && !out.stdout.contains("not-the-password"));
+    // Tables of another shape.
+    server.query("CREATE DATABASE other", b"");
+    server.query(
+        "CREATE TABLE other.windows (window_id String, host UInt32) ENGINE = Memory",
+        b"",
+    );
+    server.query(
+        "CREATE TABLE other.stacks (window_id String) ENGINE = Memory",
+        b"",
+    );
+    let out = check(&sink_config(
+        &server.url(),
+        "database = \"other\"\ncreate_schema = false\n",
+    ));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("other.windows.host is UInt32, profd writes String"),
+        "{}",
+        out.stderr
+    );
+    // The schema profd creates passes.
+    let out = check(&sink_config(&server.url(), ""));
+    out.assert_success();
+    assert!(
+        out.stdout
+            .contains("# sink ch: reachable (ClickHouse 18.16"),
+        "{}",
+        out.stdout
+    );
+    // A running daemon whose backend is down keeps profiling.
+    let cg = Cgroup::new(&format!("profd-down-{}", std::process::id()));
+    let config = unique_dir("fleet-down").join("profd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[continuous]\nenabled = true\nfrequency = {FREQ}\nwindow = 1\nselect = [\"cgroup:{}\"]\n\n\
+             [[sink]]\nkind = \"clickhouse\"\nname = \"ch\"\nurl = \"http://127.0.0.1:{closed}\"\n",
+            cg.path()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start_with(&["--config", path_str(&config)]);
+    let mut w = workload(&cg, "3");
+    w.wait(Duration::from_secs(30));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let sink = loop {
+        let sink = info(d.socket()).sinks[0].clone();
+        if sink.spool_windows >= 2 || Instant::now() > deadline {
+            break sink;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        sink.spool_windows >= 2 && sink.windows_sent == 0,
+        "{sink:?}"
+    );
+    assert!(sink.last_error.contains("Connection refused"), "{sink:?}");
+    assert!(
+        d.log().contains("the sink's backend cannot be used now"),
+        "{}",
+        d.log()
+    );
+    let p = Profile::parse(&d.profctl(&["query", "--format", "json"]));
+    p.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 4.0);
+}

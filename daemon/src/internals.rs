@@ -59,9 +59,11 @@ pub mod sinks {
     pub use crate::sinks::clickhouse::{
         rows as clickhouse_rows, schema_script as clickhouse_schema, Layout as ClickHouseLayout,
     };
+    pub use crate::sinks::config::{Entry as SinkEntry, Kind as SinkKind};
+    pub use crate::sinks::deliver::Report as SinkReport;
     pub use crate::sinks::pyroscope::{
         requests as pyroscope_requests, Config as PyroscopeConfig, Ingest as PyroscopeIngest,
         Limits as PyroscopeLimits, Pyroscope,
     };
-    pub use crate::sinks::{http_client, judge, Auth, Failure, Secret, Sent};
+    pub use crate::sinks::{http_client, judge, Auth, Failure, Secret, Sent, Sinks};
 }

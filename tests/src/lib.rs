@@ -13,6 +13,7 @@ mod command;
 mod daemon;
 mod info;
 mod json_report;
+pub mod metrics;
 pub mod terminal;
 pub mod tls;
 pub mod users;

@@ -282,6 +282,28 @@ pub struct Settings {
 }
 
 impl Entry {
+    /// An entry of `kind` named `name` sending to `url`, every other key
+    /// at its default.
+    pub fn new(kind: Kind, name: &str, url: &str) -> Entry {
+        Entry {
+            kind,
+            name: name.into(),
+            url: url.into(),
+            spool_bytes: DEFAULT_SPOOL_BYTES,
+            timeout: DEFAULT_TIMEOUT,
+            max_age: None,
+            ca_file: None,
+            database: None,
+            create_schema: None,
+            tenant: None,
+            user: None,
+            password_file: None,
+            token_file: None,
+            labels: BTreeMap::new(),
+            headers: BTreeMap::new(),
+        }
+    }
+
     /// Read the files this entry names (credentials, CA). Errors name the
     /// key and the file.
     pub fn settings(&self) -> Result<Settings, EntryError> {

@@ -4,8 +4,10 @@
 //! back with the real pprof reader, `go tool pprof -raw`.
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use profd::internals::continuous::encode;
 use profd::internals::sinks::{
     pyroscope_requests, Auth, Failure, Pyroscope, PyroscopeConfig, PyroscopeLimits, Secret,
+    SinkEntry, SinkKind, SinkReport, Sinks,
 };
 use profd_common::api;
 use std::collections::{BTreeMap, VecDeque};
@@ -43,11 +45,15 @@ struct Receiver {
 
 impl Receiver {
     async fn start() -> Receiver {
+        Receiver::start_on("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    async fn start_on(addr: SocketAddr) -> Receiver {
         let shared = Arc::new(Shared::default());
         let app = axum::Router::new()
             .route("/ingest", axum::routing::any(ingest))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -683,4 +689,102 @@ fn the_go_reader_is_parsed_as_it_prints() {
     let web = parts.iter().find(|p| p.service == "web.service").unwrap();
     let (samples, text) = go_pprof_raw(&web.body, "guard");
     assert_eq!(samples, expected(&w, "web.service"), "{text}");
+}
+
+/// Waits until `sinks`' only sink shows what `done` asks for.
+async fn until(sinks: &Sinks, done: impl Fn(&SinkReport) -> bool) -> SinkReport {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = sinks.reports().remove(0);
+        if done(&r) {
+            return r;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `w` moved `by` seconds into the past, with its own id.
+fn aged(mut w: api::Window, id: &str, by: u64) -> api::Window {
+    w.id = id.into();
+    w.start_unix_ns -= by * 1_000_000_000;
+    w.end_unix_ns -= by * 1_000_000_000;
+    w
+}
+
+/// Windows go through the spool: one too old for Pyroscope is dropped
+/// unsent, one answered 503 is retried until taken, one answered 400 is
+/// dropped; every drop counted by reason. What waits while the backend is
+/// down stays on disk across a restart of the sinks, and goes once it is up.
+#[tokio::test]
+async fn the_spool_retries_drops_by_reason_and_survives_a_restart() {
+    let state = std::env::temp_dir().join(format!("profd-delivery-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let receiver = Receiver::start().await;
+    let settings = |url: &str| {
+        SinkEntry::new(SinkKind::Pyroscope, "pyro", url)
+            .settings()
+            .unwrap()
+    };
+    let sinks = Sinks::start(vec![settings(&receiver.url())], Some(&state))
+        .await
+        .unwrap();
+    let offer = |sinks: &Sinks, w: api::Window| {
+        let gz = encode(w.clone()).unwrap().gz;
+        sinks.offer(&w, &gz);
+    };
+    let base = window(10);
+    offer(&sinks, aged(base.clone(), "old", 2 * 3600));
+    let r = until(&sinks, |r| r.counts.drops.contains_key("too_old")).await;
+    assert_eq!(r.counts.windows_sent, 0);
+    assert!(receiver.take().is_empty(), "a window too old is not sent");
+    // Three services, one request each; the second is refused twice.
+    receiver.answer(&[200, 503, 503]);
+    offer(&sinks, aged(base.clone(), "retried", 0));
+    let r = until(&sinks, |r| r.counts.windows_sent == 1).await;
+    assert_eq!(r.counts.retries, 2);
+    let got = receiver.take();
+    let statuses: Vec<u16> = got.iter().map(|g| g.status).collect();
+    assert_eq!(
+        statuses,
+        [200, 503, 503, 200, 200],
+        "the part taken is not sent again"
+    );
+    receiver.answer(&[400]);
+    offer(&sinks, aged(base.clone(), "refused", 0));
+    let r = until(&sinks, |r| r.counts.drops.contains_key("http_400")).await;
+    assert_eq!(r.counts.windows_sent, 1);
+    assert_eq!(r.spool.windows, 0);
+    assert!(
+        r.last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("http_400")),
+        "{r:?}"
+    );
+    let shown = r.clone();
+    assert_eq!(
+        shown.counts.drops,
+        BTreeMap::from([("http_400".to_string(), 1), ("too_old".to_string(), 1)])
+    );
+    sinks.stop();
+    // The backend goes away; a window waits, on disk, across a restart.
+    let addr = receiver.addr;
+    drop(receiver);
+    let sinks = Sinks::start(vec![settings(&format!("http://{addr}"))], Some(&state))
+        .await
+        .unwrap();
+    offer(&sinks, aged(base.clone(), "waited", 0));
+    let r = until(&sinks, |r| r.counts.retries > 0).await;
+    assert_eq!(r.spool.windows, 1);
+    assert!(r.spool.oldest_end_ns.is_some());
+    sinks.stop();
+    let receiver = Receiver::start_on(addr).await;
+    let sinks = Sinks::start(vec![settings(&receiver.url())], Some(&state))
+        .await
+        .unwrap();
+    let r = until(&sinks, |r| r.counts.windows_sent == 1).await;
+    assert_eq!(r.spool.windows, 0);
+    assert_eq!(receiver.take().len(), 3, "the waiting window, once");
+    sinks.stop();
+    std::fs::remove_dir_all(&state).unwrap();
 }

@@ -5,10 +5,10 @@
 //! the handshake timeout has passed, serves the TLS listener again, and
 //! counts what it refused in `/metrics`.
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use profd_e2e::metrics::{sample, scrape as metrics};
 use profd_e2e::tls::{free_port, listen_args, make_tls, new_token, token_file};
 use profd_e2e::users::{public_dir, test_users, TEST_GROUP};
 use profd_e2e::{path_str, require_root_and_perf, run_profctl, serial, Cmd, Daemon};
@@ -126,27 +126,6 @@ impl Flood {
             .unwrap_or_else(|| panic!("the flooder did not finish:\n{}", out.describe()));
         (closed, open)
     }
-}
-
-/// `GET /metrics`: the lines of the body.
-fn metrics(addr: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read /metrics");
-    text
-}
-
-/// The value of one sample (name with its labels) in a scrape.
-fn sample(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no sample {name} in /metrics:\n{text}"))
 }
 
 fn refused(text: &str, listener: &str, reason: &str) -> f64 {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use profd_common::api::{self, profiler_client::ProfilerClient};
 use profd_e2e::cgroups::Cgroup;
 use profd_e2e::clickhouse::Server;
+use profd_e2e::metrics::{sample, scrape};
 use profd_e2e::{
     build_workload, path_str, require_root_and_perf, run_profctl, run_profd, serial, unique_dir,
     Daemon, Measure, Profile, Workload,
@@ -411,7 +412,8 @@ fn bad_sink_settings_are_named_and_a_daemon_keeps_profiling() {
         ),
     )
     .unwrap();
-    let d = Daemon::start_with(&["--config", path_str(&config)]);
+    let scrape_at = format!("127.0.0.1:{}", Server::ports(1)[0].0);
+    let d = Daemon::start_with(&["--config", path_str(&config), "--metrics", &scrape_at]);
     let mut w = workload(&cg, "3");
     w.wait(Duration::from_secs(30));
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -434,4 +436,21 @@ fn bad_sink_settings_are_named_and_a_daemon_keeps_profiling() {
     );
     let p = Profile::parse(&d.profctl(&["query", "--format", "json"]));
     p.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 4.0);
+    // The metrics say the same, per sink.
+    let m = scrape(&scrape_at);
+    let labels = "{sink=\"ch\",kind=\"clickhouse\"}";
+    let waiting = sample(&m, &format!("profd_sink_spool_windows{labels}"));
+    assert!(waiting >= 2.0, "{m}");
+    assert!(
+        sample(&m, &format!("profd_sink_retries_total{labels}")) >= 1.0,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, &format!("profd_sink_windows_sent_total{labels}")),
+        0.0
+    );
+    assert!(
+        sample(&m, &format!("profd_sink_spool_bytes{labels}")) > 0.0,
+        "{m}"
+    );
 }

@@ -13,6 +13,7 @@ use profd_common::api::{self, profiler_client::ProfilerClient};
 use profd_e2e::cgroups::Cgroup;
 use profd_e2e::clickhouse::Server;
 use profd_e2e::metrics::{sample, scrape};
+use profd_e2e::views::go_pprof_flat;
 use profd_e2e::{
     build_workload, path_str, require_root_and_perf, run_profctl, run_profd, serial, unique_dir,
     Daemon, Measure, Profile, Workload,
@@ -242,6 +243,29 @@ fn two_daemons_into_two_shards_add_up_exactly() {
     let callers = fleet_text(&servers[0], range, &["--callers", "leaf_b"]);
     callers.assert_success();
     assert!(callers.stdout.contains("mid"), "{}", callers.stdout);
+    // Exports as a session's: pprof as `go tool pprof` reads it, folded
+    // stacks that add up to the samples.
+    let file = unique_dir("fleet-pprof").join("fleet.pb.gz");
+    fleet_text(
+        &servers[0],
+        range,
+        &["--format", "pprof", "-o", path_str(&file)],
+    )
+    .assert_success();
+    let (flat, text) = go_pprof_flat(&file);
+    assert_eq!(
+        flat,
+        all.exclusive_as_pprof_names(),
+        "go tool pprof -top:\n{text}"
+    );
+    let folded = fleet_text(&servers[0], range, &["--format", "folded"]);
+    folded.assert_success();
+    let summed: u64 = folded
+        .stdout
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert_eq!(summed, want);
     // profctl info shows the sink's figures.
     let shown = a.profctl(&["info"]);
     assert!(

@@ -59,5 +59,8 @@ pub mod sinks {
     pub use crate::sinks::clickhouse::{
         rows as clickhouse_rows, schema_script as clickhouse_schema, Layout as ClickHouseLayout,
     };
+    pub use crate::sinks::otlp::{
+        request as otlp_request, Config as OtlpConfig, Otlp, PROTO_VERSION as OTLP_PROTO_VERSION,
+    };
     pub use crate::sinks::{http_client, judge, Auth, Failure, Secret, Sent};
 }

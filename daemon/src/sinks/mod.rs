@@ -2,6 +2,7 @@
 //! fleets already run, the form each takes them in, and what every sink
 //! shares (credentials, the HTTP client, how an answer is judged).
 pub mod clickhouse;
+pub mod otlp;
 
 use std::path::Path;
 use std::time::Duration;
@@ -68,6 +69,9 @@ pub struct Sent {
     pub split: u64,
     /// Stacks cut short to the backend's depth limit.
     pub truncated: u64,
+    /// Profiles the backend took the request of but rejected (an OTLP
+    /// partial success).
+    pub rejected: u64,
 }
 
 /// Why a window was not delivered.

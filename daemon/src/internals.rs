@@ -62,5 +62,5 @@ pub mod sinks {
     pub use crate::sinks::otlp::{
         request as otlp_request, Config as OtlpConfig, Otlp, PROTO_VERSION as OTLP_PROTO_VERSION,
     };
-    pub use crate::sinks::{http_client, judge, Auth, Failure, Secret, Sent};
+    pub use crate::sinks::{http_client, judge, unanswered, Auth, Failure, Secret, Sent};
 }

@@ -324,16 +324,25 @@ fn whole(w: &api::Window) -> Part {
 }
 
 /// The Export requests for a window, each encoded in at most `max` bytes
-/// where it can be: the window is halved (by services, then by a service's
-/// stacks) until its parts fit. None for a window without stacks.
+/// where it can be. A window too big is cut into as many parts of about
+/// equal stacks as its size asks (and a quarter more, as parts share less
+/// of the dictionary), and a part still too big is halved until it fits.
+/// None for a window without stacks.
 fn requests(w: &api::Window, max: usize) -> Vec<ExportProfilesServiceRequest> {
     let all = whole(w);
     if all.is_empty() {
         return Vec::new();
     }
+    let first = build(w, &all);
+    let len = first.encoded_len();
+    if len <= max {
+        return vec![first];
+    }
+    drop(first);
+    let k = (len.div_ceil(max.max(1)) * 5).div_ceil(4);
     let mut out = Vec::new();
     // Parts still to build, in order (the next one last).
-    let mut todo = vec![all];
+    let mut todo: Vec<Part> = cut(&all, k).into_iter().rev().collect();
     while let Some(part) = todo.pop() {
         let r = build(w, &part);
         if r.encoded_len() <= max {
@@ -347,6 +356,29 @@ fn requests(w: &api::Window, max: usize) -> Vec<ExportProfilesServiceRequest> {
             }
             // One stack: as small as it gets.
             None => out.push(r),
+        }
+    }
+    out
+}
+
+/// `part` in `k` parts of about as many stacks each, in order (a service's
+/// stacks may straddle two parts).
+fn cut(part: &Part, k: usize) -> Vec<Part> {
+    let stacks: usize = part.iter().map(|(_, r)| r.len()).sum();
+    let per = stacks.div_ceil(k.max(1)).max(1);
+    let mut out: Vec<Part> = vec![Vec::new()];
+    let mut room = per;
+    for (service, range) in part {
+        let mut at = range.start;
+        while at < range.end {
+            if room == 0 {
+                out.push(Vec::new());
+                room = per;
+            }
+            let end = range.end.min(at + room);
+            out.last_mut().expect("a part").push((*service, at..end));
+            room -= end - at;
+            at = end;
         }
     }
     out
@@ -375,6 +407,9 @@ enum Value {
     Str(String),
 }
 
+/// A location: its mapping, address, and lines (function, line number).
+type LocationKey = (i32, u64, Vec<(i32, i64)>);
+
 /// The request's shared dictionary, each table with its zero value at [0]
 /// and an index to find entries again.
 struct Dictionary {
@@ -383,7 +418,7 @@ struct Dictionary {
     attributes: HashMap<(i32, Value), i32>,
     functions: HashMap<(i32, i32), i32>,
     mappings: HashMap<(i32, i32), i32>,
-    locations: HashMap<(i32, u64, Vec<(i32, i64)>), i32>,
+    locations: HashMap<LocationKey, i32>,
     stacks: HashMap<Vec<i32>, i32>,
 }
 
@@ -1043,6 +1078,11 @@ mod tests {
         assert_eq!(by_service["web.service"], 9);
         assert_eq!(by_service["db.service"], 5);
         assert!(requests(&api::Window::default(), 100).is_empty());
+        let all = super::whole(&w);
+        let parts = cut(&all, 3);
+        assert_eq!(parts, vec![vec![(0, 0..2)], vec![(0, 2..3), (1, 0..1)]]);
+        assert_eq!(cut(&all, 1), vec![all.clone()]);
+        assert_eq!(cut(&all, 9).len(), 4);
     }
 
     #[test]

@@ -7,5 +7,6 @@ mod clickhouse;
 mod grpc_fake;
 mod history_rpc;
 mod kernel_smoke;
+mod otlp;
 mod sampler_scope;
 mod support;

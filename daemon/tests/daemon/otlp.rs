@@ -71,8 +71,17 @@ struct Collector {
 
 impl Collector {
     async fn start(answer: Answer) -> Collector {
+        Collector::serve(answer, None).await
+    }
+
+    /// With `tls` (certificate and key PEM), over TLS as `https://localhost`.
+    async fn serve(answer: Answer, tls: Option<(String, String)>) -> Collector {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let port = listener.local_addr().unwrap().port();
+        let url = match tls {
+            Some(_) => format!("https://localhost:{port}"),
+            None => format!("http://127.0.0.1:{port}"),
+        };
         let got = Arc::new(Mutex::new(Vec::new()));
         let paths = Arc::new(Mutex::new(Vec::new()));
         let seen = paths.clone();
@@ -86,8 +95,15 @@ impl Collector {
             got: got.clone(),
             answer,
         };
+        let mut server = tonic::transport::Server::builder();
+        if let Some((cert, key)) = tls {
+            let identity = tonic::transport::Identity::from_pem(cert, key);
+            server = server
+                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                .unwrap();
+        }
         tokio::spawn(
-            tonic::transport::Server::builder()
+            server
                 .layer(record)
                 .add_service(ProfilesServiceServer::new(receiver))
                 .serve_with_incoming_shutdown(
@@ -514,4 +530,55 @@ async fn a_big_window_arrives_in_parts_within_the_default_limit() {
             .sum::<i64>();
     }
     assert_eq!(total as u64, attributed);
+}
+
+/// A CA and a server certificate it signed for `localhost`: (CA PEM,
+/// certificate PEM, key PEM).
+fn certificates() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca_pem, cert.pem(), key.serialize_pem())
+}
+
+/// Over TLS (rustls), the collector's certificate is checked against the
+/// CA file given: with it the window arrives, without it the system's
+/// roots do not know the collector and the send is retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_trusts_the_ca_file() {
+    let (ca, cert, key) = certificates();
+    let collector = Collector::serve(Answer::Ok(0), Some((cert, key))).await;
+    let files = Files::new("tls");
+    let ca_file = files.0.join("ca.pem");
+    std::fs::write(&ca_file, ca).unwrap();
+    let trusting = Otlp::new(OtlpConfig {
+        ca: Some(ca_file),
+        ..config(&collector.url, &files)
+    })
+    .unwrap();
+    let sent = trusting.send(&window()).await.unwrap();
+    assert_eq!(sent.requests, 1);
+    {
+        let got = collector.got.lock().unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            got[0].metadata.get("authorization").unwrap(),
+            "Bearer t0ken"
+        );
+    }
+
+    let strange = Otlp::new(config(&collector.url, &files)).unwrap();
+    match strange.send(&window()).await {
+        Err(Failure::Retry(why)) => assert!(why.contains("certificate"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(collector.got.lock().unwrap().len(), 1);
 }

@@ -144,7 +144,9 @@ impl Otlp {
     /// Unavailable, ResourceExhausted, DeadlineExceeded, Aborted, Cancelled
     /// and transport errors are retried; other codes drop the window as
     /// `grpc_<code>`; profiles the collector rejects in a partial success
-    /// are counted in `rejected`.
+    /// are counted in `rejected`. A window without stacks sends nothing.
+    /// A part sent again after a later part failed carries the same
+    /// `profile_id`s, for receivers that deduplicate.
     pub async fn send(&self, w: &api::Window) -> Result<Sent, Failure> {
         let channel = self
             .channel
@@ -671,7 +673,13 @@ fn profile(
                 };
                 text("thread.name", thread.map_or("", |t| t.name.as_str()));
                 if let Some(p) = process {
-                    text("process.executable.name", &p.comm);
+                    // The executable's file name (semconv), else the
+                    // command name when the executable is unknown.
+                    let name = match p.executable.as_str() {
+                        "" => p.comm.as_str(),
+                        exe => base_name(exe),
+                    };
+                    text("process.executable.name", name);
                     text("process.executable.path", &p.executable);
                     text("container.id", &p.container_id);
                 }
@@ -1151,6 +1159,27 @@ mod tests {
         })
         .unwrap();
         assert!(!format!("{otlp:?}").contains("tenant-1"));
+        let basic = Otlp::new(Config {
+            auth: Auth::Basic {
+                user: "user".into(),
+                password: Secret::read(&file).unwrap(),
+            },
+            ..config("http://h:4317")
+        })
+        .unwrap();
+        // base64("user:tenant-1")
+        assert_eq!(
+            basic.metadata.get("authorization").unwrap(),
+            "Basic dXNlcjp0ZW5hbnQtMQ=="
+        );
+        let colon = Config {
+            auth: Auth::Basic {
+                user: "a:b".into(),
+                password: Secret::read(&file).unwrap(),
+            },
+            ..config("http://h:4317")
+        };
+        assert!(Otlp::new(colon).unwrap_err().starts_with("auth: "));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

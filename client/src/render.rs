@@ -528,6 +528,9 @@ fn sink_text(s: &profd_common::api::SinkStatus) -> String {
             age_text(s.oldest_unsent_age_ms / 1000)
         );
     }
+    if s.rejected > 0 {
+        let _ = write!(line, "; {} profiles rejected", s.rejected);
+    }
     if s.split > 0 || s.truncated > 0 {
         let _ = write!(
             line,

@@ -452,6 +452,7 @@ fn info_lists_everything() {
             last_error: "connection refused".into(),
             split: 0,
             truncated: 0,
+            rejected: 0,
         }],
     };
     let text = info_text(&info);

@@ -61,6 +61,9 @@ pub mod sinks {
     };
     pub use crate::sinks::config::{Entry as SinkEntry, Kind as SinkKind};
     pub use crate::sinks::deliver::Report as SinkReport;
+    pub use crate::sinks::otlp::{
+        request as otlp_request, Config as OtlpConfig, Otlp, PROTO_VERSION as OTLP_PROTO_VERSION,
+    };
     pub use crate::sinks::pyroscope::{
         requests as pyroscope_requests, Config as PyroscopeConfig, Ingest as PyroscopeIngest,
         Limits as PyroscopeLimits, Pyroscope,

@@ -4,7 +4,7 @@
 //! what it will never take.
 use super::config::{Kind, Settings};
 use super::spool::{Figures, Key, Spool};
-use super::{clickhouse, pyroscope, Failure, Sent};
+use super::{clickhouse, otlp, pyroscope, Failure, Secret, Sent};
 use crate::continuous::encode::decode;
 use crate::continuous::history::now_ns;
 use profd_common::api;
@@ -25,6 +25,7 @@ const LOG_EVERY: u64 = 10;
 enum Backend {
     ClickHouse(clickhouse::Sink),
     Pyroscope(pyroscope::Pyroscope),
+    Otlp(Box<otlp::Otlp>),
 }
 
 impl Backend {
@@ -41,10 +42,18 @@ impl Backend {
                     ca: s.entry.ca_file.clone(),
                 },
             )?)),
-            Kind::Otlp => Err(format!(
-                "{} sinks are not available in this build",
-                s.entry.kind.name()
-            )),
+            Kind::Otlp => Ok(Backend::Otlp(Box::new(otlp::Otlp::new(otlp::Config {
+                url: s.entry.url.clone(),
+                auth: s.auth.clone(),
+                headers: s
+                    .entry
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Secret::given(v.clone())))
+                    .collect(),
+                timeout: s.entry.timeout,
+                ca: s.entry.ca_file.clone(),
+            })?))),
         }
     }
 
@@ -53,6 +62,7 @@ impl Backend {
         match self {
             Backend::ClickHouse(s) => s.send(w).await,
             Backend::Pyroscope(s) => s.send(w, done).await,
+            Backend::Otlp(s) => s.send(w).await,
         }
     }
 
@@ -61,6 +71,7 @@ impl Backend {
         match self {
             Backend::ClickHouse(_) => None,
             Backend::Pyroscope(_) => Some(pyroscope::Pyroscope::MAX_AGE),
+            Backend::Otlp(_) => None,
         }
     }
 
@@ -69,6 +80,10 @@ impl Backend {
         match self {
             Backend::ClickHouse(_) => "HTTP interface, JSONEachRow".into(),
             Backend::Pyroscope(_) => "POST /ingest, pprof".into(),
+            Backend::Otlp(_) => format!(
+                "OTLP profiles {} over gRPC, experimental",
+                otlp::PROTO_VERSION
+            ),
         }
     }
 
@@ -77,6 +92,7 @@ impl Backend {
         match self {
             Backend::ClickHouse(s) => s.probe().await.map(|v| format!("ClickHouse {v}")),
             Backend::Pyroscope(s) => s.probe().await,
+            Backend::Otlp(s) => s.probe().await,
         }
     }
 }
@@ -90,6 +106,8 @@ pub struct Counts {
     pub retries: u64,
     pub split: u64,
     pub truncated: u64,
+    /// Profiles the backend turned away in a partial success.
+    pub rejected: u64,
     /// Windows dropped, by reason: spool_full, too_old, damaged, http_NNN…
     pub drops: BTreeMap<String, u64>,
 }
@@ -169,6 +187,7 @@ impl Report {
             last_error: self.last_error.clone().unwrap_or_default(),
             split: c.split,
             truncated: c.truncated,
+            rejected: c.rejected,
         }
     }
 }
@@ -365,6 +384,7 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
                     c.requests += sent.requests;
                     c.split += sent.split;
                     c.truncated += sent.truncated;
+                    c.rejected += sent.rejected;
                 }
                 sink.spool.remove(&key);
                 if failures > 0 {

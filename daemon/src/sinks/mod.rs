@@ -4,6 +4,7 @@
 pub mod clickhouse;
 pub mod config;
 pub mod deliver;
+pub mod otlp;
 pub mod pyroscope;
 pub mod spool;
 
@@ -27,6 +28,12 @@ impl Secret {
             return Err(format!("{} is empty", path.display()));
         }
         Ok(Secret(text.to_string()))
+    }
+
+    /// A value given in the settings themselves (a header that is no
+    /// credential but is handled as one all the same).
+    pub fn given(value: String) -> Secret {
+        Secret(value)
     }
 
     /// The credential itself, for a request header.
@@ -74,6 +81,9 @@ pub struct Sent {
     pub split: u64,
     /// Stacks cut short to the backend's depth limit.
     pub truncated: u64,
+    /// Profiles the backend took the request of but rejected (an OTLP
+    /// partial success).
+    pub rejected: u64,
 }
 
 /// Why a window was not delivered.

@@ -931,7 +931,8 @@ mod tests {
                 bytes: ingests[0].body.len() as u64,
                 requests: 1,
                 split: 0,
-                truncated: 0
+                truncated: 0,
+                rejected: 0,
             }
         );
     }

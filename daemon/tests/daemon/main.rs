@@ -7,6 +7,7 @@ mod clickhouse;
 mod grpc_fake;
 mod history_rpc;
 mod kernel_smoke;
+mod otlp;
 mod pyroscope;
 mod sampler_scope;
 mod support;

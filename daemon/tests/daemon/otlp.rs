@@ -7,7 +7,10 @@ use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesPartialSuccess, ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use profd::internals::sinks::{Auth, Failure, Otlp, OtlpConfig, Secret};
+use profd::internals::continuous::encode;
+use profd::internals::sinks::{
+    Auth, Failure, Otlp, OtlpConfig, Secret, SinkEntry, SinkKind, Sinks,
+};
 use profd_common::api;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -581,4 +584,48 @@ async fn tls_trusts_the_ca_file() {
         other => panic!("{other:?}"),
     }
     assert_eq!(collector.got.lock().unwrap().len(), 1);
+}
+
+/// A `[[sink]]` entry of kind otlp, through the spool: its token file and
+/// headers become the call's metadata, the collector is checked with an
+/// empty Export first, and the window goes once, counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_otlp_sink_entry_delivers_through_the_spool() {
+    let collector = Collector::start(Answer::Ok(0)).await;
+    let files = Files::new("entry");
+    let token = files.0.join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let mut entry = SinkEntry::new(SinkKind::Otlp, "otel", &collector.url);
+    entry.token_file = Some(token);
+    entry
+        .headers
+        .insert("x-scope-orgid".into(), "tenant-9".into());
+    let sinks = Sinks::start(vec![entry.settings().unwrap()], None)
+        .await
+        .unwrap();
+    let w = window();
+    let gz = encode(w.clone()).unwrap().gz;
+    sinks.offer(&w, &gz);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let r = loop {
+        let r = sinks.reports().remove(0);
+        if r.counts.windows_sent == 1 || std::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(r.counts.windows_sent, 1, "{r:?}");
+    assert_eq!(r.spool.windows, 0);
+    assert_eq!(r.note, "OTLP profiles v1.10.0 over gRPC, experimental");
+    let got = collector.got.lock().unwrap();
+    // The probe's empty Export, then the window's.
+    assert_eq!(got.len(), 2);
+    assert!(got[0].request.resource_profiles.is_empty());
+    for g in got.iter() {
+        assert_eq!(g.metadata.get("authorization").unwrap(), "Bearer s3cret");
+        assert_eq!(g.metadata.get("x-scope-orgid").unwrap(), "tenant-9");
+    }
+    assert_eq!(decoded(&got[1].request), expected(&w));
+    assert!(!format!("{r:?}").contains("s3cret"));
+    sinks.stop();
 }

@@ -804,15 +804,23 @@ impl FleetArgs {
 
     /// What to do: print a view, or export.
     pub fn action(&self) -> Result<QueryAction, String> {
-        let view = self.options.view()?;
-        if self.output != Path::new("-") && self.format.is_none() {
-            return Err("-o FILE goes with --format (a view is printed on stdout)".into());
-        }
-        match self.format {
-            Some(_) if !matches!(view, ReportView::Flat { .. }) => Err("--format writes the whole profile: leave out the view options (--tree, --callers, ...)".into()),
-            Some(format) => Ok(QueryAction::Export(format)),
-            None => Ok(QueryAction::View(view)),
-        }
+        view_or_export(self.options.view()?, self.format, &self.output)
+    }
+}
+
+/// A view to print, or with --format the whole profile to write (to -o).
+fn view_or_export(
+    view: ReportView,
+    format: Option<ExportFormatArg>,
+    output: &Path,
+) -> Result<QueryAction, String> {
+    if output != Path::new("-") && format.is_none() {
+        return Err("-o FILE goes with --format (a view is printed on stdout)".into());
+    }
+    match format {
+        Some(_) if !matches!(view, ReportView::Flat { .. }) => Err("--format writes the whole profile: leave out the view options (--tree, --callers, ...)".into()),
+        Some(format) => Ok(QueryAction::Export(format)),
+        None => Ok(QueryAction::View(view)),
     }
 }
 
@@ -905,23 +913,15 @@ impl QueryArgs {
     /// What to do: list, print a view, or export.
     pub fn action(&self) -> Result<QueryAction, String> {
         let view = self.options.view()?;
-        let flat = matches!(view, ReportView::Flat { .. });
         if self.list {
-            if !flat {
+            if !matches!(view, ReportView::Flat { .. }) {
                 return Err(
                     "--list prints the windows and services: leave out the view options".into(),
                 );
             }
             return Ok(QueryAction::List);
         }
-        if self.output != Path::new("-") && self.format.is_none() {
-            return Err("-o FILE goes with --format (a view is printed on stdout)".into());
-        }
-        match self.format {
-            Some(_) if !flat => Err("--format writes the whole profile: leave out the view options (--tree, --callers, ...)".into()),
-            Some(format) => Ok(QueryAction::Export(format)),
-            None => Ok(QueryAction::View(view)),
-        }
+        view_or_export(view, self.format, &self.output)
     }
 }
 

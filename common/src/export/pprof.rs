@@ -17,21 +17,31 @@ pub const TID_LABEL: &str = "tid";
 pub const THREAD_NAME_LABEL: &str = "thread name";
 const NANOS: u64 = 1_000_000_000;
 
-/// The string table under construction: "" at index 0, each string once.
-struct Strings {
-    table: Vec<String>,
+/// A pprof string table under construction: "" at index 0, each string
+/// once.
+pub struct Strings {
+    /// The strings by id.
+    pub table: Vec<String>,
     index: HashMap<String, i64>,
 }
 
+impl Default for Strings {
+    fn default() -> Strings {
+        Strings::new()
+    }
+}
+
 impl Strings {
-    fn new() -> Strings {
+    /// A table holding only "".
+    pub fn new() -> Strings {
         Strings {
             table: vec![String::new()],
             index: HashMap::from([(String::new(), 0)]),
         }
     }
 
-    fn id(&mut self, s: &str) -> i64 {
+    /// The id of `s`, added when new.
+    pub fn id(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.index.get(s) {
             return i;
         }

@@ -445,8 +445,15 @@ impl Inner {
 /// Rebuild the index from the directory's names (and sizes); leftovers of
 /// interrupted writes, and damaged windows that ended before `cutoff` (ns),
 /// are removed, other files left alone.
-fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), String> {
+/// The window files of `dir` (start, id, end and bytes of each);
+/// half-written ones (`.tmp`) are removed, and `other` is told of every
+/// other name.
+pub(crate) fn window_files(
+    dir: &Path,
+    mut other: impl FnMut(&str, &Path),
+) -> Result<Vec<(u64, String, u64, u64)>, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut found = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
         let name = entry.file_name();
@@ -458,21 +465,31 @@ fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), String> {
             continue;
         }
         let Some((start, end, id)) = parse_name(name) else {
-            let old_damage = name
-                .strip_suffix(DAMAGED)
-                .and_then(parse_name)
-                .is_some_and(|(_, end, _)| end <= cutoff);
-            if old_damage {
-                let _ = std::fs::remove_file(entry.path());
-            } else if !name.ends_with(DAMAGED) {
-                tracing::debug!(name, "not a window file: left alone");
-            }
+            other(name, &entry.path());
             continue;
         };
-        let bytes = match entry.metadata() {
-            Ok(m) if m.is_file() => m.len(),
-            _ => continue,
-        };
+        if let Ok(m) = entry.metadata() {
+            if m.is_file() {
+                found.push((start, id, end, m.len()));
+            }
+        }
+    }
+    Ok(found)
+}
+
+fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), String> {
+    let found = window_files(dir, |name, path| {
+        let old_damage = name
+            .strip_suffix(DAMAGED)
+            .and_then(parse_name)
+            .is_some_and(|(_, end, _)| end <= cutoff);
+        if old_damage {
+            let _ = std::fs::remove_file(path);
+        } else if !name.ends_with(DAMAGED) {
+            tracing::debug!(name, "not a window file: left alone");
+        }
+    })?;
+    for (start, id, end, bytes) in found {
         st.bytes += bytes;
         st.windows.insert(
             (start, id),

@@ -4,6 +4,7 @@
 use super::{http_client, judge, unanswered, Auth, Failure, Sent};
 use flate2::{write::GzEncoder, Compression};
 use profd_common::api;
+use profd_common::export::Strings;
 use profd_common::pprof_proto as pb;
 use prost::Message;
 use std::collections::HashMap;
@@ -740,32 +741,6 @@ fn is_library(module: &str) -> bool {
         || module.starts_with('[')
         || module.ends_with(".so")
         || module.contains(".so.")
-}
-
-/// A pprof string table under construction: "" at index 0, each string
-/// once.
-struct Strings {
-    table: Vec<String>,
-    index: HashMap<String, i64>,
-}
-
-impl Strings {
-    fn new() -> Strings {
-        Strings {
-            table: vec![String::new()],
-            index: HashMap::from([(String::new(), 0)]),
-        }
-    }
-
-    fn id(&mut self, s: &str) -> i64 {
-        if let Some(&i) = self.index.get(s) {
-            return i;
-        }
-        let i = self.table.len() as i64;
-        self.table.push(s.to_string());
-        self.index.insert(s.to_string(), i);
-        i
-    }
 }
 
 #[cfg(test)]

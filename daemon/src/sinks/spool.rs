@@ -4,7 +4,7 @@
 //!
 //! Each window is the history's file form, `<start ns>-<end ns>-<id>.window.gz`,
 //! written atomically; the spool is rebuilt at start from the listing.
-use crate::continuous::history::{file_name, parse_name};
+use crate::continuous::history::{file_name, window_files};
 use crate::store::atomic;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -175,24 +175,7 @@ impl Spool {
 
 /// Index the window files of `dir`; half-written ones (`.tmp`) go.
 fn scan(dir: &Path, st: &mut State) -> Result<(), String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else {
-            continue;
-        };
-        if name.ends_with(".tmp") {
-            let _ = std::fs::remove_file(entry.path());
-            continue;
-        }
-        let Some((start, end, id)) = parse_name(name) else {
-            continue;
-        };
-        let bytes = match entry.metadata() {
-            Ok(m) if m.is_file() => m.len(),
-            _ => continue,
-        };
+    for (start, id, end, bytes) in window_files(dir, |_, _| {})? {
         st.bytes += bytes;
         st.windows.insert(
             (start, id),

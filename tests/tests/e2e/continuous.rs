@@ -59,7 +59,7 @@ fn start_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
 }
 
 /// ListWindows over the whole history.
-fn list(socket: &Path) -> api::ListWindowsResponse {
+pub(crate) fn list(socket: &Path) -> api::ListWindowsResponse {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let channel = profctl::connect::unix_channel(socket, None)

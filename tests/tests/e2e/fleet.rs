@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::continuous::list;
 use profd_common::api::{self, profiler_client::ProfilerClient};
 use profd_e2e::cgroups::Cgroup;
 use profd_e2e::clickhouse::Server;
@@ -78,20 +79,6 @@ fn info(socket: &Path) -> api::InfoResponse {
             .info(api::InfoRequest {})
             .await
             .expect("Info")
-            .into_inner()
-    })
-}
-
-fn list(socket: &Path) -> api::ListWindowsResponse {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let channel = profctl::connect::unix_channel(socket, None)
-            .await
-            .expect("connect to profd");
-        ProfilerClient::new(channel)
-            .list_windows(api::ListWindowsRequest::default())
-            .await
-            .expect("ListWindows")
             .into_inner()
     })
 }

@@ -52,25 +52,11 @@ impl Strings {
     }
 }
 
-/// The profile as a gzip'd pprof `Profile`: sample types `samples/count`
-/// (the default shown) and `cpu/nanoseconds` (count × 1e9 / frequency_hz),
-/// period `cpu/nanoseconds` = 1e9 / frequency_hz, one mapping per module
-/// (its address range is that of the profile's frames in it that have an
-/// address, [0, 0) when none has), one function per profd function (pprof
-/// id = profd id + 1), one location per address
-/// and inline chain (consecutive frames at one address whose inner ones are
-/// inlined become the lines of one location, innermost first), a numeric
-/// `tid` label and a `thread name` label per sample, and comments `pid=N`
-/// and `comm=NAME`. Empty stacks are left out.
-pub fn pprof(p: &ResolvedProfile) -> Vec<u8> {
-    let mut st = Strings::new();
-    let period = NANOS.checked_div(u64::from(p.frequency_hz)).unwrap_or(0);
-    let cpu_ns = |count: u64| {
-        (u128::from(count) * u128::from(NANOS))
-            .checked_div(u128::from(p.frequency_hz))
-            .unwrap_or(0) as i64
-    };
-    let mut prof = pb::Profile {
+/// An empty profile of CPU samples at `frequency_hz`: sample types
+/// `samples/count` (the default shown) and `cpu/nanoseconds`, period
+/// `cpu/nanoseconds` = 1e9 / frequency_hz.
+pub fn cpu_profile(st: &mut Strings, frequency_hz: u32) -> pb::Profile {
+    pb::Profile {
         sample_type: vec![
             pb::ValueType {
                 r#type: st.id("samples"),
@@ -85,10 +71,32 @@ pub fn pprof(p: &ResolvedProfile) -> Vec<u8> {
             r#type: st.id("cpu"),
             unit: st.id("nanoseconds"),
         }),
-        period: period as i64,
-        duration_nanos: (p.duration_s.max(0.0) * NANOS as f64) as i64,
+        period: NANOS.checked_div(u64::from(frequency_hz)).unwrap_or(0) as i64,
         default_sample_type: st.id("samples"),
         ..Default::default()
+    }
+}
+
+/// The profile as a gzip'd pprof `Profile`: sample types `samples/count`
+/// (the default shown) and `cpu/nanoseconds` (count × 1e9 / frequency_hz),
+/// period `cpu/nanoseconds` = 1e9 / frequency_hz, one mapping per module
+/// (its address range is that of the profile's frames in it that have an
+/// address, [0, 0) when none has), one function per profd function (pprof
+/// id = profd id + 1), one location per address
+/// and inline chain (consecutive frames at one address whose inner ones are
+/// inlined become the lines of one location, innermost first), a numeric
+/// `tid` label and a `thread name` label per sample, and comments `pid=N`
+/// and `comm=NAME`. Empty stacks are left out.
+pub fn pprof(p: &ResolvedProfile) -> Vec<u8> {
+    let mut st = Strings::new();
+    let cpu_ns = |count: u64| {
+        (u128::from(count) * u128::from(NANOS))
+            .checked_div(u128::from(p.frequency_hz))
+            .unwrap_or(0) as i64
+    };
+    let mut prof = pb::Profile {
+        duration_nanos: (p.duration_s.max(0.0) * NANOS as f64) as i64,
+        ..cpu_profile(&mut st, p.frequency_hz)
     };
     prof.comment = vec![
         st.id(&format!("pid={}", p.pid)),

@@ -4,7 +4,7 @@
 use super::{http_client, judge, unanswered, Auth, Failure, Sent};
 use flate2::{write::GzEncoder, Compression};
 use profd_common::api;
-use profd_common::export::Strings;
+use profd_common::export::{cpu_profile, Strings};
 use profd_common::pprof_proto as pb;
 use prost::Message;
 use std::collections::HashMap;
@@ -591,29 +591,13 @@ impl<'a> Profile<'a> {
         };
         let mut st = Strings::new();
         let mut prof = pb::Profile {
-            sample_type: vec![
-                pb::ValueType {
-                    r#type: st.id("samples"),
-                    unit: st.id("count"),
-                },
-                pb::ValueType {
-                    r#type: st.id("cpu"),
-                    unit: st.id("nanoseconds"),
-                },
-            ],
-            period_type: Some(pb::ValueType {
-                r#type: st.id("cpu"),
-                unit: st.id("nanoseconds"),
-            }),
-            period: NANOS.checked_div(hz).unwrap_or(0) as i64,
             time_nanos: self.window.start_unix_ns.min(i64::MAX as u64) as i64,
             duration_nanos: self
                 .window
                 .end_unix_ns
                 .saturating_sub(self.window.start_unix_ns)
                 .min(i64::MAX as u64) as i64,
-            default_sample_type: st.id("samples"),
-            ..Default::default()
+            ..cpu_profile(&mut st, self.window.frequency_hz)
         };
         let keys = [
             st.id(PID_LABEL),

@@ -19,11 +19,10 @@ const NANOS: u64 = 1_000_000_000;
 pub const SPY_NAME: &str = "profd";
 
 /// Sample labels of each pprof sample. `pid` and `tid` are numeric, which
-/// Pyroscope keeps in the samples; string labels (`thread_name`, `comm`)
+/// Pyroscope keeps in the samples; string labels (`comm`)
 /// Pyroscope also adds to the sample's series labels.
 pub const PID_LABEL: &str = "pid";
 pub const TID_LABEL: &str = "tid";
-pub const THREAD_NAME_LABEL: &str = "thread_name";
 pub const COMM_LABEL: &str = "comm";
 
 /// Most extra series labels: Pyroscope takes at most 30 label names a
@@ -422,7 +421,6 @@ struct Sample {
     count: u64,
     tid: u32,
     pid: Option<u32>,
-    thread_name: String,
     comm: String,
 }
 
@@ -530,7 +528,6 @@ impl<'a> Profile<'a> {
                 count: s.count,
                 tid: s.tid,
                 pid,
-                thread_name: thread.map_or(String::new(), |t| t.name.clone()),
                 comm: pid
                     .and_then(|pid| processes.get(&pid))
                     .map_or(String::new(), |pr| pr.comm.clone()),
@@ -599,12 +596,7 @@ impl<'a> Profile<'a> {
                 .min(i64::MAX as u64) as i64,
             ..cpu_profile(&mut st, self.window.frequency_hz)
         };
-        let keys = [
-            st.id(PID_LABEL),
-            st.id(TID_LABEL),
-            st.id(THREAD_NAME_LABEL),
-            st.id(COMM_LABEL),
-        ];
+        let keys = [st.id(PID_LABEL), st.id(TID_LABEL), st.id(COMM_LABEL)];
         // New ids (from 1) of the locations, functions and mappings used.
         let mut location_id = vec![0u64; self.locations.len()];
         let mut function_id = vec![0u64; self.service.functions.len()];
@@ -666,7 +658,7 @@ impl<'a> Profile<'a> {
                 }
                 ids.push(location_id[l]);
             }
-            let mut label = Vec::with_capacity(4);
+            let mut label = Vec::with_capacity(3);
             if let Some(pid) = sample.pid {
                 label.push(pb::Label {
                     key: keys[0],
@@ -679,14 +671,12 @@ impl<'a> Profile<'a> {
                 num: i64::from(sample.tid),
                 ..Default::default()
             });
-            for (key, text) in [(keys[2], &sample.thread_name), (keys[3], &sample.comm)] {
-                if !text.is_empty() {
-                    label.push(pb::Label {
-                        key,
-                        str: st.id(text),
-                        ..Default::default()
-                    });
-                }
+            if !sample.comm.is_empty() {
+                label.push(pb::Label {
+                    key: keys[2],
+                    str: st.id(&sample.comm),
+                    ..Default::default()
+                });
             }
             prof.sample.push(pb::Sample {
                 location_id: ids,
@@ -978,32 +968,17 @@ mod tests {
                 (
                     strings(&["leaf", "mid", "main"]),
                     3,
-                    l(&[
-                        ("pid", "10"),
-                        ("tid", "10"),
-                        ("thread_name", "app"),
-                        ("comm", "app")
-                    ])
+                    l(&[("pid", "10"), ("tid", "10"), ("comm", "app")])
                 ),
                 (
                     strings(&["leaf", "mid", "main"]),
                     4,
-                    l(&[
-                        ("pid", "10"),
-                        ("tid", "11"),
-                        ("thread_name", "worker"),
-                        ("comm", "app")
-                    ])
+                    l(&[("pid", "10"), ("tid", "11"), ("comm", "app")])
                 ),
                 (
                     strings(&["inl", "leaf", "main"]),
                     2,
-                    l(&[
-                        ("pid", "10"),
-                        ("tid", "11"),
-                        ("thread_name", "worker"),
-                        ("comm", "app")
-                    ])
+                    l(&[("pid", "10"), ("tid", "11"), ("comm", "app")])
                 ),
                 // A thread the window does not describe: its tid only.
                 (strings(&["main"]), 1, l(&[("tid", "99")])),

@@ -342,7 +342,6 @@ fn expected(w: &api::Window, service: &str) -> Vec<Sample> {
             let mut labels = vec![
                 ("comm".to_string(), p.comm.clone()),
                 ("pid".to_string(), t.pid.to_string()),
-                ("thread_name".to_string(), t.name.clone()),
                 ("tid".to_string(), st.tid.to_string()),
             ];
             labels.sort();
@@ -418,7 +417,7 @@ fn parse_raw(text: &str) -> Vec<Sample> {
                 samples.push((ids, count, Vec::new()));
             }
             "Samples:" if t.contains(":[") => {
-                // "comm:[web] thread_name:[web-worker]" or "pid:[4100] tid:[4101]"
+                // "comm:[web]" or "pid:[4100] tid:[4101]"
                 let s = samples.last_mut().expect("labels follow a sample");
                 for pair in t.split("] ").map(|p| p.trim_end_matches(']')) {
                     let (k, v) = pair.split_once(":[").unwrap();

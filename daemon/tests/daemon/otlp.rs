@@ -537,7 +537,7 @@ async fn a_big_window_arrives_in_parts_within_the_default_limit() {
 
 /// A CA and a server certificate it signed for `localhost`: (CA PEM,
 /// certificate PEM, key PEM).
-fn certificates() -> (String, String, String) {
+pub(crate) fn certificates() -> (String, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

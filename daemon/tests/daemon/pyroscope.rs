@@ -6,8 +6,8 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use profd::internals::continuous::encode;
 use profd::internals::sinks::{
-    pyroscope_requests, Auth, Failure, Pyroscope, PyroscopeConfig, PyroscopeLimits, Secret,
-    SinkEntry, SinkKind, SinkReport, Sinks,
+    http_client, pyroscope_requests, Auth, Failure, Pyroscope, PyroscopeConfig, PyroscopeLimits,
+    Secret, SinkEntry, SinkKind, SinkReport, Sinks,
 };
 use profd_common::api;
 use std::collections::{BTreeMap, VecDeque};
@@ -786,4 +786,60 @@ async fn the_spool_retries_drops_by_reason_and_survives_a_restart() {
     assert_eq!(receiver.take().len(), 3, "the waiting window, once");
     sinks.stop();
     std::fs::remove_dir_all(&state).unwrap();
+}
+
+/// The HTTP sinks' client speaks TLS with rustls: a server whose
+/// certificate the sink's `ca_file` vouches for is reached, and without
+/// that file (the system's roots do not know it) the request fails.
+#[tokio::test]
+async fn https_trusts_the_ca_file_and_only_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    let (ca, cert, key) = super::otlp::certificates();
+    let config = tokio_rustls::rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = tls.read(&mut buf).await;
+                let _ = tls
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("profd-https-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca).unwrap();
+    let url = format!("https://localhost:{port}/");
+    let trusted = http_client(Duration::from_secs(10), Some(&ca_file)).unwrap();
+    let answer = trusted.get(&url).send().await.unwrap();
+    assert_eq!(answer.text().await.unwrap(), "ok");
+    let untrusted = http_client(Duration::from_secs(10), None).unwrap();
+    let err = untrusted.get(&url).send().await.unwrap_err();
+    let chain = profd::internals::sinks::error_chain(err);
+    assert!(chain.contains("UnknownIssuer"), "{chain}");
+    std::fs::write(&ca_file, "not a certificate").unwrap();
+    let e = http_client(Duration::from_secs(10), Some(&ca_file)).unwrap_err();
+    assert!(e.contains("ca.pem"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

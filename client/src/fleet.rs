@@ -346,4 +346,20 @@ mod tests {
         );
         assert!(merge("{\"h\":1}", None).is_err());
     }
+
+    #[test]
+    fn recursion_counts_once_a_sample_across_hosts() {
+        let row = |h: &str, k: u64| {
+            format!(
+                r#"{{"h":"{h}","s":"db","p":1,"c":"db","t":5,"n":"","f":["rec","rec","rec","main"],"m":["db","db","db","db"],"fi":["","","",""],"i":[0,0,0,0],"l":[1,1,1,2],"a":[1,1,1,2],"count":{k},"first_ns":1,"last_ns":2}}"#
+            )
+        };
+        let rows = format!("{}\n{}\n", row("a", 4), row("b", 6));
+        let a = merge(&rows, None).unwrap();
+        let f = profd_common::views::functions(&a.profile);
+        let rec = f.iter().find(|f| f.name == "rec").unwrap();
+        assert_eq!((rec.inclusive, rec.exclusive), (10, 10));
+        let main = f.iter().find(|f| f.name == "main").unwrap();
+        assert_eq!((main.inclusive, main.exclusive), (10, 0));
+    }
 }

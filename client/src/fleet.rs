@@ -32,6 +32,10 @@ pub struct Selection {
     pub to_ms: u64,
     /// The outermost frame each stack gets, if any.
     pub by: Option<FleetGroupArg>,
+    /// Keep each thread's stacks apart (the threads view, speedscope's
+    /// tracks); else stacks merge across threads, processes and hosts,
+    /// which keeps a fleet's answer as small as its distinct stacks.
+    pub per_thread: bool,
 }
 
 /// A merged fleet profile and what it covers.
@@ -89,15 +93,26 @@ pub fn sql(sel: &Selection, now_ms: u64) -> String {
             filter.push_str(&format!(" AND {column} IN ({})", list.join(", ")));
         }
     }
+    // The key of a merged stack: its frames, and its service (as a
+    // session's views group by service too), host or thread when asked.
+    let mut key = vec!["s", "f", "m", "fi", "i", "l"];
+    if sel.by == Some(FleetGroupArg::Host) {
+        key.push("h");
+    }
+    if sel.per_thread {
+        key.extend(["t", "n"]);
+    }
+    let key = key.join(", ");
     // Aliases differ from the columns: ClickHouse lets an alias stand for
     // its column everywhere in a query, WHERE included.
     format!(
-        "SELECT h, s, p, c, t, n, f, m, fi, i, l, a, sum(k) AS count, min(b) AS first_ns, max(e) AS last_ns \
-         FROM (SELECT window_id, service AS s, stack, any(host) AS h, any(pid) AS p, any(comm) AS c, \
-         any(tid) AS t, any(thread) AS n, any(functions) AS f, any(modules) AS m, any(files) AS fi, \
-         any(inlined) AS i, any(lines) AS l, any(addresses) AS a, any(count) AS k, any(start_ns) AS b, \
+        "SELECT {key}, groupUniqArray(h) AS hosts, sum(k) AS count, min(b) AS first_ns, \
+         max(e) AS last_ns \
+         FROM (SELECT window_id, service AS s, stack, any(host) AS h, any(tid) AS t, \
+         any(thread) AS n, any(functions) AS f, any(modules) AS m, any(files) AS fi, \
+         any(inlined) AS i, any(lines) AS l, any(count) AS k, any(start_ns) AS b, \
          any(end_ns) AS e FROM stacks WHERE {filter} GROUP BY window_id, service, stack) \
-         GROUP BY h, s, p, c, t, n, f, m, fi, i, l, a FORMAT JSONEachRow"
+         GROUP BY {key} FORMAT JSONEachRow"
     )
 }
 
@@ -121,16 +136,21 @@ impl Num {
 /// One row of [`sql`]'s answer.
 #[derive(Debug, Deserialize)]
 struct Row {
-    h: String,
+    /// With --by host: the host.
+    #[serde(default)]
+    h: Option<String>,
+    hosts: Vec<String>,
     s: String,
-    t: Num,
+    /// Per thread only.
+    #[serde(default)]
+    t: Option<Num>,
+    #[serde(default)]
     n: String,
     f: Vec<String>,
     m: Vec<String>,
     fi: Vec<String>,
     i: Vec<u8>,
     l: Vec<Num>,
-    a: Vec<Num>,
     count: Num,
     first_ns: Num,
     last_ns: Num,
@@ -155,7 +175,7 @@ pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, String> {
         let r: Row =
             serde_json::from_str(line).map_err(|e| format!("a row ClickHouse sent: {e}"))?;
         let count = r.count.get()?;
-        let tid = r.t.get()? as u32;
+        let tid = r.t.as_ref().map(Num::get).transpose()?.unwrap_or(0) as u32;
         let mut frames = Vec::with_capacity(r.f.len() + 1);
         for (k, name) in r.f.iter().enumerate() {
             let info = FunctionInfo {
@@ -167,11 +187,11 @@ pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, String> {
             frames.push(FrameRef {
                 function: intern(p, info),
                 line: r.l.get(k).map(Num::get).transpose()?.unwrap_or(0) as u32,
-                address: r.a.get(k).map(Num::get).transpose()?.unwrap_or(0),
+                address: 0,
             });
         }
         let group = match by {
-            Some(FleetGroupArg::Host) => Some(format!("[host {}]", r.h)),
+            Some(FleetGroupArg::Host) => Some(format!("[host {}]", r.h.as_deref().unwrap_or(""))),
             Some(FleetGroupArg::Service) => Some(format!("[service {}]", r.s)),
             None => None,
         };
@@ -200,7 +220,7 @@ pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, String> {
         }
         answer.first_ns = answer.first_ns.min(r.first_ns.get()?);
         answer.last_ns = answer.last_ns.max(r.last_ns.get()?);
-        answer.hosts.insert(r.h);
+        answer.hosts.extend(r.hosts);
         answer.services.insert(r.s);
     }
     if answer.first_ns == u64::MAX {
@@ -306,6 +326,7 @@ mod tests {
             from_ms: 1_800_000_000_000,
             to_ms: 0,
             by: None,
+            per_thread: false,
         };
         let q = sql(&sel, 1_800_000_600_000);
         assert!(
@@ -316,12 +337,25 @@ mod tests {
         assert!(q.contains("service IN ('api', 'o\\'brien')"), "{q}");
         assert!(q.contains("host IN ('web-1')"), "{q}");
         assert!(q.contains("GROUP BY window_id, service, stack"), "{q}");
+        assert!(q.contains("GROUP BY s, f, m, fi, i, l FORMAT"), "{q}");
+        let by_thread = sql(
+            &Selection {
+                by: Some(FleetGroupArg::Host),
+                per_thread: true,
+                ..sel
+            },
+            1_800_000_600_000,
+        );
+        assert!(
+            by_thread.contains("GROUP BY s, f, m, fi, i, l, h, t, n FORMAT"),
+            "{by_thread}"
+        );
     }
 
     #[test]
     fn rows_merge_into_one_profile_grouped_as_asked() {
-        let rows = r#"{"h":"a","s":"web","p":1,"c":"w","t":11,"n":"w","f":["leaf","main"],"m":["w","w"],"fi":["",""],"i":[0,0],"l":[3,9],"a":["16","32"],"count":"5","first_ns":"100","last_ns":"200"}
-{"h":"b","s":"web","p":2,"c":"w","t":11,"n":"w","f":["leaf","main"],"m":["w","w"],"fi":["",""],"i":[0,0],"l":[3,9],"a":[16,32],"count":7,"first_ns":"50","last_ns":"150"}
+        let rows = r#"{"h":"a","hosts":["a"],"s":"web","t":11,"n":"w","f":["leaf","main"],"m":["w","w"],"fi":["",""],"i":[0,0],"l":[3,9],"count":"5","first_ns":"100","last_ns":"200"}
+{"h":"b","hosts":["b"],"s":"web","t":11,"n":"w","f":["leaf","main"],"m":["w","w"],"fi":["",""],"i":[0,0],"l":[3,9],"count":7,"first_ns":"50","last_ns":"150"}
 "#;
         let a = merge(rows, None).unwrap();
         assert_eq!(a.profile.attributed, 12);
@@ -351,7 +385,7 @@ mod tests {
     fn recursion_counts_once_a_sample_across_hosts() {
         let row = |h: &str, k: u64| {
             format!(
-                r#"{{"h":"{h}","s":"db","p":1,"c":"db","t":5,"n":"","f":["rec","rec","rec","main"],"m":["db","db","db","db"],"fi":["","","",""],"i":[0,0,0,0],"l":[1,1,1,2],"a":[1,1,1,2],"count":{k},"first_ns":1,"last_ns":2}}"#
+                r#"{{"hosts":["{h}"],"s":"db","f":["rec","rec","rec","main"],"m":["db","db","db","db"],"fi":["","","",""],"i":[0,0,0,0],"l":[1,1,1,2],"count":{k},"first_ns":1,"last_ns":2}}"#
             )
         };
         let rows = format!("{}\n{}\n", row("a", 4), row("b", 6));

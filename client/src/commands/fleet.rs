@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use profd_common::export;
 
 use super::report::view_text_of;
-use crate::cli::{ExportFormatArg, FleetArgs, QueryAction};
+use crate::cli::{ExportFormatArg, FleetArgs, QueryAction, ReportView};
 use crate::error::Error;
 use crate::fleet::{Answer, Fleet, Selection};
 use crate::output::Output;
@@ -35,6 +35,8 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
         from_ms,
         to_ms,
         by: args.by,
+        per_thread: matches!(action, QueryAction::View(ReportView::Threads))
+            || matches!(action, QueryAction::Export(ExportFormatArg::Speedscope)),
     };
     let answer = waiting("querying ClickHouse", fleet.profile(&selection, now_ms)).await?;
     if answer.profile.stacks.is_empty() {

@@ -14,21 +14,24 @@
 #           recorded windows in turn (its own host name, window ids, pids,
 #           tids and address layout), one a window span, ending now:
 #           60 minutes a host, fewer when N × windows would pass
-#           --max-windows (5000; the table says how many). The first
-#           --per-window-seconds go as the sink sends (one INSERT per window
-#           and table), the rest in INSERTs of --batch-windows windows;
-#           then the bytes on disk (system.parts, as inserted and after
-#           OPTIMIZE FINAL), and `profctl fleet --service S` over the span
-#           filled, timed --runs times (the SQL alone over HTTP, and the
-#           whole profctl command).
+#           --max-windows (2500; the table says how many). The first
+#           --per-window-seconds (20) go as the sink sends (one INSERT per
+#           window and table), the rest in INSERTs of --batch-windows (200)
+#           windows; then the bytes of the active parts (system.parts), and
+#           the fleet query for one service over the span filled, timed
+#           --runs (5) times: profctl fleet's SQL alone over HTTP, the whole
+#           profctl command, and the same rows aggregated in ClickHouse
+#           (top 50 functions). A fleet query slower than
+#           --slow-query-seconds (15) is timed once, without profctl.
+#           Results in docs/fleet.md ("Scale").
 #
 # Usage: benches/fleet.sh [--record-seconds S] [--record-window S] [--no-build]
 #                         [--windows DIR] [fleet_sim options...]
 #   --windows DIR   replay this recording (a state dir's windows/) instead
 #                   of recording one
-#   fleet_sim options: --hosts 10,100,1000 --minutes 60 --max-windows 5000
-#                   --per-window-seconds 30 --batch-windows 500
-#                   --inserters 4 --runs 7 --slow-query-seconds 20
+#   fleet_sim options: --hosts 10,100,1000 --minutes 60 --max-windows 2500
+#                   --per-window-seconds 20 --batch-windows 200
+#                   --inserters 4 --runs 5 --slow-query-seconds 15
 #                   --service NAME
 #                   (target/debug/fleet_sim --help)
 #

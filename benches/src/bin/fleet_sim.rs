@@ -5,7 +5,8 @@
 //! rate (one INSERT per window and table, as the sink sends them, then
 //! batched over many windows), the bytes per host-hour (sent, and on disk
 //! compressed), and the latency of `profctl fleet`'s query for one
-//! service over the last hour across all hosts.
+//! service over the span filled across all hosts (and of the same rows
+//! aggregated in ClickHouse). Results: docs/fleet.md, "Scale".
 //!
 //! Run by `benches/fleet.sh`; not part of `cargo test`.
 
@@ -36,25 +37,25 @@ struct Args {
     minutes: u64,
     /// At most this many windows per run: fewer minutes per host when
     /// hosts × minutes would be more.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 2_500)]
     max_windows: usize,
     /// Seconds of one INSERT per window and table (the sink's way) at the
     /// start of each run; the rest goes batched.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 20)]
     per_window_seconds: u64,
     /// Windows per batched INSERT.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 200)]
     batch_windows: usize,
     /// Concurrent inserters (hosts or collectors), alternating between the
     /// two servers.
     #[arg(long, default_value_t = 4)]
     inserters: usize,
     /// Timed runs of each query.
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 5)]
     runs: usize,
-    /// A fleet query whose first run takes longer is timed once more
-    /// (as profctl), not `runs` times.
-    #[arg(long, default_value_t = 20.0)]
+    /// A fleet query whose first run takes longer is timed by that run
+    /// alone, and profctl not run.
+    #[arg(long, default_value_t = 15.0)]
     slow_query_seconds: f64,
     /// The profctl binary, for `profctl fleet`'s own latency.
     #[arg(long)]
@@ -89,8 +90,6 @@ struct Figures {
     compressed_bytes: u64,
     uncompressed_bytes: u64,
     parts: u64,
-    optimize_secs: f64,
-    disk_bytes_merged: u64,
     host_hours: f64,
     query_rows_in: u64,
     query_answer_bytes: usize,
@@ -367,6 +366,44 @@ impl Run<'_> {
     }
 }
 
+/// POST `sql` to the server at `url` (http://127.0.0.1:PORT) with
+/// `settings`, which must succeed: the length of its answer, read and let
+/// go of (an answer may be larger than memory allows keeping).
+fn answer_len(url: &str, sql: &str, settings: &str) -> usize {
+    use std::io::{Read, Write};
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(1800))).unwrap();
+    let target = format!("/?{}", settings.trim_start_matches('&'));
+    write!(
+        c,
+        "POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sql}",
+        sql.len()
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        let n = c.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        if head.len() < 4096 {
+            head.extend_from_slice(&buf[..n.min(4096)]);
+        }
+        total += n;
+    }
+    let text = String::from_utf8_lossy(&head);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{sql}\n→ {}",
+        text.chars().take(2000).collect::<String>()
+    );
+    // The whole answer less its head (chunk sizes counted: a few bytes a MiB).
+    total - text.find("\r\n\r\n").map_or(0, |i| i + 4)
+}
+
 /// Windows whose rows are also gzip'd, for [`Figures::gzip_ratio`].
 const GZIP_SAMPLE: usize = 50;
 
@@ -547,7 +584,8 @@ fn simulate(
         "every stack row arrived, through both shards"
     );
     f.host_hours = total as f64 * len_ns as f64 / 3600e9;
-    let parts = |f: &mut Figures| {
+    // The active parts of both shards.
+    {
         let (mut disk, mut comp, mut unc, mut n) = (0, 0, 0, 0);
         for s in servers {
             let a = s.query(
@@ -563,12 +601,11 @@ fn simulate(
             unc += v[2];
             n += v[3];
         }
+        f.disk_bytes = disk;
         f.compressed_bytes = comp;
         f.uncompressed_bytes = unc;
         f.parts = n;
-        disk
-    };
-    f.disk_bytes = parts(&mut f);
+    }
     // The query, as profctl fleet sends it, for the hour (or the minutes
     // simulated) just filled.
     let sel = Selection {
@@ -588,8 +625,8 @@ fn simulate(
     let settings = format!("&database={db}");
     let timed = |q: &str| {
         let t = Instant::now();
-        let answer = servers[0].query_with(q, &settings, b"");
-        (t.elapsed().as_secs_f64() * 1e3, answer)
+        let len = answer_len(&servers[0].url(), q, &settings);
+        (t.elapsed().as_secs_f64() * 1e3, len)
     };
     // The same rows aggregated by ClickHouse: each function's self and
     // inclusive samples, each (window, service, stack) once, the top 50.
@@ -606,9 +643,8 @@ fn simulate(
     f.top_ms.remove(0);
     // One untimed run: the first reads from disk into the page cache. An
     // answer too slow for that is timed once.
-    let (first, answer) = timed(&q);
-    f.query_answer_bytes = answer.len();
-    drop(answer);
+    let (first, len) = timed(&q);
+    f.query_answer_bytes = len;
     let slow = first > args.slow_query_seconds * 1e3;
     if slow {
         f.sql_ms.push(first);
@@ -617,12 +653,14 @@ fn simulate(
             f.sql_ms.push(timed(&q).0);
         }
     }
-    if let Some(profctl) = &args.profctl {
+    // profctl reads the same answer, then merges it: not run on one too
+    // slow to time several times.
+    if let Some(profctl) = args.profctl.as_ref().filter(|_| !slow) {
         let (from, to) = (
             (r.first_ns / 1_000_000_000).to_string(),
             (end_ns / 1_000_000_000).to_string(),
         );
-        for _ in 0..if slow { 1 } else { args.runs } {
+        for _ in 0..args.runs {
             let t = Instant::now();
             let out = Command::new(profctl)
                 .args([
@@ -644,16 +682,6 @@ fn simulate(
             f.profctl_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
-    // Parts merged as they will be in time: what a host-hour keeps.
-    let t = Instant::now();
-    for s in servers {
-        for table in ["stacks_local", "windows_local"] {
-            s.query(&format!("OPTIMIZE TABLE {db}.{table} FINAL"), b"");
-        }
-    }
-    f.optimize_secs = t.elapsed().as_secs_f64();
-    let mut merged = Figures::default();
-    f.disk_bytes_merged = parts(&mut merged);
     for s in servers {
         s.query(&format!("DROP DATABASE IF EXISTS {db}"), b"");
     }
@@ -717,15 +745,20 @@ fn main() {
         let f = simulate(&args, &servers, &rec, run, hosts, &service);
         eprintln!("{f:?}");
         all.push(f);
+        print(&args, &service, &all);
     }
+}
+
+/// The tables of the runs so far.
+fn print(args: &Args, service: &str, all: &[Figures]) {
     let mib = |b: f64| b / (1 << 20) as f64;
     println!();
     println!("insert (through the Distributed tables, insert_distributed_sync=1, {} inserters alternating between the servers):", args.inserters);
-    println!("| hosts | min/host | windows | stack rows | 1 INSERT/window/table: windows/s | rows/s | batched ({} windows/INSERT): windows/s | rows/s | generator CPU s | sent MiB/host-h | gzip'd | on disk MiB/host-h (as inserted) | merged | compressed/uncompressed |", args.batch_windows);
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for f in &all {
+    println!("| hosts | min/host | windows | stack rows | 1 INSERT/window/table: windows/s | rows/s | batched ({} windows/INSERT): windows/s | rows/s | generator CPU s | sent MiB/host-h | gzip'd | on disk MiB/host-h | compressed/uncompressed |", args.batch_windows);
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for f in all {
         println!(
-            "| {} | {:.1} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.3} |",
+            "| {} | {:.1} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.3} |",
             f.hosts,
             f.minutes_per_host,
             f.windows,
@@ -738,7 +771,6 @@ fn main() {
             mib(f.sent_bytes as f64 / f.host_hours),
             mib(f.sent_bytes as f64 * f.gzip_ratio / f.host_hours),
             mib(f.disk_bytes as f64 / f.host_hours),
-            mib(f.disk_bytes_merged as f64 / f.host_hours),
             f.compressed_bytes as f64 / f.uncompressed_bytes.max(1) as f64,
         );
     }
@@ -747,14 +779,14 @@ fn main() {
         "query: top functions of {service} over the simulated span, all hosts ({} runs after one untimed):",
         args.runs
     );
-    println!("| hosts | min/host | stack rows of the service | fleet SQL: runs | median ms | p90 ms | answer MiB | profctl fleet: runs | median ms | p90 ms | top 50 in ClickHouse: median ms | p90 ms | parts | OPTIMIZE FINAL s |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for f in &all {
+    println!("| hosts | min/host | stack rows of the service | fleet SQL: runs | median ms | p90 ms | answer MiB | profctl fleet: runs | median ms | p90 ms | top 50 in ClickHouse: median ms | p90 ms | parts |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for f in all {
         let (sm, sp) = median_p90(&f.sql_ms);
         let (pm, pp) = median_p90(&f.profctl_ms);
         let (tm, tp) = median_p90(&f.top_ms);
         println!(
-            "| {} | {:.1} | {} | {} | {:.0} | {:.0} | {:.1} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.1} |",
+            "| {} | {:.1} | {} | {} | {:.0} | {:.0} | {:.1} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
             f.hosts,
             f.minutes_per_host,
             f.query_rows_in,
@@ -768,7 +800,6 @@ fn main() {
             tm,
             tp,
             f.parts,
-            f.optimize_secs
         );
     }
 }

@@ -50,7 +50,7 @@ pub mod unwind {
 }
 
 pub mod continuous {
-    pub use crate::continuous::encode::encode;
+    pub use crate::continuous::encode::{decode, encode};
     pub use crate::continuous::history::History;
     pub use crate::continuous::Settings;
 }

@@ -1,0 +1,805 @@
+//! fleet_sim: the fleet's load on ClickHouse, simulated. Replays windows
+//! recorded by a real `profd --continuous` as N hosts into two
+//! `clickhouse-server` shards under `Distributed` tables (the schema of
+//! `profd schema clickhouse --cluster shards`), and measures the insert
+//! rate (one INSERT per window and table, as the sink sends them, then
+//! batched over many windows), the bytes per host-hour (sent, and on disk
+//! compressed), and the latency of `profctl fleet`'s query for one
+//! service over the span filled across all hosts (and of the same rows
+//! aggregated in ClickHouse). Results: docs/fleet.md, "Scale".
+//!
+//! Run by `benches/fleet.sh`; not part of `cargo test`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+use profctl::fleet::{sql, Selection};
+use profd::internals::continuous::decode;
+use profd::internals::sinks::{clickhouse_rows, clickhouse_schema, ClickHouseLayout};
+use profd_common::api;
+use profd_e2e::clickhouse::Server;
+
+#[derive(Parser)]
+#[command(about = "Replay recorded windows as N hosts into two ClickHouse shards")]
+struct Args {
+    /// A `--state-dir`'s `windows` directory: the recorded `*.window.gz`.
+    #[arg(long)]
+    windows: PathBuf,
+    /// Simulated host counts, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+    hosts: Vec<usize>,
+    /// Minutes of windows per host (60: the hour the query reads).
+    #[arg(long, default_value_t = 60)]
+    minutes: u64,
+    /// At most this many windows per run: fewer minutes per host when
+    /// hosts × minutes would be more.
+    #[arg(long, default_value_t = 2_500)]
+    max_windows: usize,
+    /// Seconds of one INSERT per window and table (the sink's way) at the
+    /// start of each run; the rest goes batched.
+    #[arg(long, default_value_t = 20)]
+    per_window_seconds: u64,
+    /// Windows per batched INSERT.
+    #[arg(long, default_value_t = 200)]
+    batch_windows: usize,
+    /// Concurrent inserters (hosts or collectors), alternating between the
+    /// two servers.
+    #[arg(long, default_value_t = 4)]
+    inserters: usize,
+    /// Timed runs of each query.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// A fleet query whose first run takes longer is timed by that run
+    /// alone, and profctl not run.
+    #[arg(long, default_value_t = 15.0)]
+    slow_query_seconds: f64,
+    /// The profctl binary, for `profctl fleet`'s own latency.
+    #[arg(long)]
+    profctl: Option<PathBuf>,
+    /// The service queried (default: the one with the most stack rows in
+    /// the recording).
+    #[arg(long)]
+    service: Option<String>,
+}
+
+/// One run's figures.
+#[derive(Default, Debug)]
+struct Figures {
+    hosts: usize,
+    minutes_per_host: f64,
+    windows: usize,
+    stack_rows: u64,
+    // One INSERT per window and table.
+    pw_windows: usize,
+    pw_rows: u64,
+    pw_secs: f64,
+    // Batched.
+    batch_windows: usize,
+    batch_rows: u64,
+    batch_secs: f64,
+    batch_inserts: usize,
+    sent_bytes: u64,
+    /// gzip'd / raw, over the first windows sent.
+    gzip_ratio: f64,
+    gen_secs: f64,
+    disk_bytes: u64,
+    compressed_bytes: u64,
+    uncompressed_bytes: u64,
+    parts: u64,
+    host_hours: f64,
+    query_rows_in: u64,
+    query_answer_bytes: usize,
+    sql_ms: Vec<f64>,
+    top_ms: Vec<f64>,
+    profctl_ms: Vec<f64>,
+}
+
+/// A deterministic 64-bit mix (splitmix64): ids and offsets per host.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The recorded whole windows (those with stacks), in time order, their
+/// files' total size, and their span (ns).
+fn load(dir: &Path) -> (Vec<api::Window>, u64, u64) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".window.gz"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let raw = std::fs::read(&f).unwrap();
+        let w = decode(&raw).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        if w.services.iter().any(|s| !s.stacks.is_empty()) {
+            out.push((w, raw.len() as u64));
+        }
+    }
+    assert!(
+        !out.is_empty(),
+        "no window with stacks in {}",
+        dir.display()
+    );
+    // Whole windows only: the first and last of a recording are cut short.
+    let mut lens: Vec<u64> = out
+        .iter()
+        .map(|(w, _)| w.end_unix_ns - w.start_unix_ns)
+        .collect();
+    lens.sort();
+    let len = lens[lens.len() / 2];
+    let mut bytes = 0;
+    let out: Vec<api::Window> = out
+        .into_iter()
+        .filter(|(w, _)| w.end_unix_ns - w.start_unix_ns >= len / 20 * 19)
+        .map(|(w, b)| {
+            bytes += b;
+            w
+        })
+        .collect();
+    (out, bytes, len)
+}
+
+/// A recorded window as a simulated host's: its own id, host name,
+/// times, and the pids, tids and addresses a host of its own would have
+/// (another ASLR layout).
+fn as_host(w: &api::Window, v: &Variant) -> api::Window {
+    let mut w = w.clone();
+    w.id = v.id.clone();
+    w.host = v.host.clone();
+    w.start_unix_ns = v.start_ns;
+    w.end_unix_ns = v.end_ns;
+    let pid_shift = v.pid_shift as u32;
+    for s in &mut w.services {
+        for p in s.processes.iter_mut().filter(|p| p.pid != 0) {
+            p.pid += pid_shift;
+        }
+        for t in &mut s.threads {
+            if t.pid != 0 {
+                t.pid += pid_shift;
+            }
+            t.tid += pid_shift;
+        }
+        for st in &mut s.stacks {
+            st.tid += pid_shift;
+            for a in &mut st.address {
+                if *a != 0 {
+                    *a = a.wrapping_add(v.aslr);
+                }
+            }
+        }
+    }
+    w
+}
+
+/// A recorded window's rows as the sink writes them, with what a host
+/// and time change (ids, host, times, pids, tids, addresses) taken out:
+/// rows for any host and time are then written by copying.
+struct Template {
+    /// The `windows` row's other fields, as JSON without the braces.
+    totals: String,
+    /// Each `stacks` row: its pid, tid, addresses, and the other fields.
+    stacks: Vec<(u64, u64, Vec<u64>, String)>,
+}
+
+/// What the variable fields are called in the sink's rows.
+const VARIABLE: [&str; 8] = [
+    "window_id",
+    "host",
+    "start",
+    "start_ns",
+    "end_ns",
+    "pid",
+    "tid",
+    "addresses",
+];
+
+impl Template {
+    fn new(w: &api::Window) -> Template {
+        let (mut wb, mut sb) = (Vec::new(), Vec::new());
+        clickhouse_rows(w, &mut wb, &mut sb);
+        let rest = |line: &[u8]| {
+            let mut v: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_slice(line).unwrap();
+            let taken: Vec<serde_json::Value> = VARIABLE
+                .iter()
+                .map(|k| v.remove(*k).unwrap_or_default())
+                .collect();
+            let text = serde_json::Value::Object(v).to_string();
+            (taken, text[1..text.len() - 1].to_string())
+        };
+        let totals = rest(wb.strip_suffix(b"\n").unwrap()).1;
+        let stacks = sb
+            .split(|&c| c == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (taken, text) = rest(l);
+                let addresses = taken[7]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_u64().unwrap())
+                    .collect();
+                (
+                    taken[5].as_u64().unwrap(),
+                    taken[6].as_u64().unwrap(),
+                    addresses,
+                    text,
+                )
+            })
+            .collect();
+        Template { totals, stacks }
+    }
+
+    /// The rows of [`as_host`]'s window, appended.
+    fn write(&self, v: &Variant, windows: &mut Vec<u8>, stacks: &mut Vec<u8>) {
+        use std::io::Write;
+        let head = format!(
+            "{{\"window_id\":\"{}\",\"host\":\"{}\",\"start\":{},\"start_ns\":{},\"end_ns\":{},",
+            v.id,
+            v.host,
+            v.start_ns / 1_000_000_000,
+            v.start_ns,
+            v.end_ns
+        );
+        windows.extend_from_slice(head.as_bytes());
+        windows.extend_from_slice(self.totals.as_bytes());
+        windows.extend_from_slice(b"}\n");
+        for (pid, tid, addresses, rest) in &self.stacks {
+            stacks.extend_from_slice(head.as_bytes());
+            let shift = |x: u64| if x == 0 { 0 } else { x + v.pid_shift };
+            let _ = write!(
+                stacks,
+                "\"pid\":{},\"tid\":{},\"addresses\":[",
+                shift(*pid),
+                tid + v.pid_shift
+            );
+            for (k, a) in addresses.iter().enumerate() {
+                if k > 0 {
+                    stacks.push(b',');
+                }
+                let a = if *a == 0 { 0 } else { a.wrapping_add(v.aslr) };
+                let _ = write!(stacks, "{a}");
+            }
+            stacks.extend_from_slice(b"],");
+            stacks.extend_from_slice(rest.as_bytes());
+            stacks.extend_from_slice(b"}\n");
+        }
+    }
+}
+
+/// What a simulated host's window changes in a recorded one.
+struct Variant {
+    id: String,
+    host: String,
+    start_ns: u64,
+    end_ns: u64,
+    pid_shift: u64,
+    aslr: u64,
+}
+
+impl Variant {
+    fn new(run: usize, h: usize, i: usize, start_ns: u64, len_ns: u64) -> Variant {
+        let key = ((run as u64) << 48) ^ ((h as u64) << 24) ^ i as u64;
+        let seed = mix(h as u64);
+        Variant {
+            id: format!("{:016x}{:016x}", mix(key), mix(!key)),
+            host: format!("host-{h:05}.fleet.example"),
+            start_ns,
+            end_ns: start_ns + len_ns,
+            pid_shift: seed % 30_000,
+            aslr: (seed >> 20) & 0x7fff_ffff_f000,
+        }
+    }
+}
+
+fn median_p90(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let at = |q: f64| s[((q * (s.len() - 1) as f64).round() as usize).min(s.len() - 1)];
+    (at(0.5), at(0.9))
+}
+
+fn number(s: &Server, sql: &str) -> u64 {
+    s.number(sql)
+}
+
+struct Run<'a> {
+    servers: &'a [Server],
+    recorded: &'a [api::Window],
+    templates: &'a [Template],
+    db: String,
+    run: usize,
+    hosts: usize,
+    first_ns: u64,
+    len_ns: u64,
+}
+
+impl Run<'_> {
+    /// Job `j` in time order (step j / hosts, host j % hosts): the recorded
+    /// window it replays, and as what.
+    fn job(&self, j: usize) -> (usize, Variant) {
+        let (i, h) = (j / self.hosts, j % self.hosts);
+        // Neighbouring hosts replay different recorded windows.
+        let r = (i + h * 7) % self.recorded.len();
+        let start = self.first_ns + i as u64 * self.len_ns;
+        (r, Variant::new(self.run, h, i, start, self.len_ns))
+    }
+
+    /// Job `j`'s rows, appended.
+    fn rows(&self, j: usize, windows: &mut Vec<u8>, stacks: &mut Vec<u8>) {
+        let (r, v) = self.job(j);
+        self.templates[r].write(&v, windows, stacks);
+    }
+
+    /// Job `j`'s rows as the sink writes them (`rows` must give the same).
+    fn sink_rows(&self, j: usize) -> (Vec<u8>, Vec<u8>) {
+        let (r, v) = self.job(j);
+        let (mut wb, mut sb) = (Vec::new(), Vec::new());
+        clickhouse_rows(&as_host(&self.recorded[r], &v), &mut wb, &mut sb);
+        (wb, sb)
+    }
+
+    fn insert(&self, server: usize, table: &str, body: &[u8]) {
+        self.servers[server % self.servers.len()].query_with(
+            &format!("INSERT INTO {table} FORMAT JSONEachRow"),
+            &format!("&database={}&insert_distributed_sync=1", self.db),
+            body,
+        );
+    }
+}
+
+/// POST `sql` to the server at `url` (http://127.0.0.1:PORT) with
+/// `settings`, which must succeed: the length of its answer, read and let
+/// go of (an answer may be larger than memory allows keeping).
+fn answer_len(url: &str, sql: &str, settings: &str) -> usize {
+    use std::io::{Read, Write};
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(1800))).unwrap();
+    let target = format!("/?{}", settings.trim_start_matches('&'));
+    write!(
+        c,
+        "POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sql}",
+        sql.len()
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        let n = c.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        if head.len() < 4096 {
+            head.extend_from_slice(&buf[..n.min(4096)]);
+        }
+        total += n;
+    }
+    let text = String::from_utf8_lossy(&head);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{sql}\n→ {}",
+        text.chars().take(2000).collect::<String>()
+    );
+    // The whole answer less its head (chunk sizes counted: a few bytes a MiB).
+    total - text.find("\r\n\r\n").map_or(0, |i| i + 4)
+}
+
+/// Windows whose rows are also gzip'd, for [`Figures::gzip_ratio`].
+const GZIP_SAMPLE: usize = 50;
+
+/// The length of `b` gzip'd (level 6, as curl or a proxy would).
+fn gzip_len(b: &[u8]) -> u64 {
+    use std::io::Write;
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(b).unwrap();
+    z.finish().unwrap().len() as u64
+}
+
+/// The rows of a body.
+fn lines(b: &[u8]) -> u64 {
+    b.iter().filter(|&&c| c == b'\n').count() as u64
+}
+
+/// The recorded windows, their templates, and their span (ns).
+struct Recording {
+    windows: Vec<api::Window>,
+    templates: Vec<Template>,
+    len_ns: u64,
+}
+
+fn simulate(
+    args: &Args,
+    servers: &[Server],
+    rec: &Recording,
+    run: usize,
+    hosts: usize,
+    service: &str,
+) -> Figures {
+    let (recorded, templates, len_ns) = (&rec.windows[..], &rec.templates[..], rec.len_ns);
+    let db = format!("sim{hosts}");
+    let layout = ClickHouseLayout {
+        database: db.clone(),
+        cluster: Some("shards".into()),
+        replicated: false,
+    };
+    let script = clickhouse_schema(&layout).unwrap();
+    for s in servers {
+        s.query(&format!("DROP DATABASE IF EXISTS {db}"), b"");
+        for statement in script.split(';').filter(|s| !s.trim().is_empty()) {
+            s.query(statement, b"");
+        }
+    }
+    let wanted = (args.minutes as usize * 60_000_000_000 / len_ns as usize).max(1);
+    let steps = wanted.min((args.max_windows / hosts).max(1));
+    let end_ns = now_ms() / 1000 * 1_000_000_000 / len_ns * len_ns;
+    let r = Run {
+        servers,
+        recorded,
+        db: db.clone(),
+        run,
+        hosts,
+        templates,
+        first_ns: end_ns - steps as u64 * len_ns,
+        len_ns,
+    };
+    let total = hosts * steps;
+    // The copied rows are the sink's own.
+    for j in [0, total / 2, total - 1] {
+        let (mut wb, mut sb) = (Vec::new(), Vec::new());
+        r.rows(j, &mut wb, &mut sb);
+        let parse = |b: &[u8]| -> Vec<serde_json::Value> {
+            serde_json::Deserializer::from_slice(b)
+                .into_iter()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let (sw, ss) = r.sink_rows(j);
+        assert_eq!(parse(&wb), parse(&sw), "the windows row of job {j}");
+        assert_eq!(parse(&sb), parse(&ss), "the stacks rows of job {j}");
+    }
+    let mut f = Figures {
+        hosts,
+        minutes_per_host: steps as f64 * len_ns as f64 / 60e9,
+        windows: total,
+        ..Figures::default()
+    };
+    eprintln!(
+        "{hosts} hosts: {steps} windows each ({:.1} min), {total} windows",
+        f.minutes_per_host
+    );
+    let next = AtomicUsize::new(0);
+    let tally = Mutex::new((0usize, 0u64, 0u64, 0f64)); // windows, rows, bytes, gen s
+    let gzipped = Mutex::new((0u64, 0u64)); // raw, gzip'd
+                                            // One INSERT per window and table, for a while.
+    let budget = Duration::from_secs(args.per_window_seconds);
+    let t0 = Instant::now();
+    std::thread::scope(|scope| {
+        for k in 0..args.inserters {
+            let (r, next, tally, gzipped) = (&r, &next, &tally, &gzipped);
+            scope.spawn(move || {
+                let (mut wb, mut sb) = (Vec::new(), Vec::new());
+                while t0.elapsed() < budget {
+                    let j = next.fetch_add(1, Ordering::Relaxed);
+                    if j >= total {
+                        break;
+                    }
+                    let g = Instant::now();
+                    wb.clear();
+                    sb.clear();
+                    r.rows(j, &mut wb, &mut sb);
+                    let gen = g.elapsed().as_secs_f64();
+                    if j < GZIP_SAMPLE {
+                        let gz = gzip_len(&sb) + gzip_len(&wb);
+                        let mut z = gzipped.lock().unwrap();
+                        z.0 += (sb.len() + wb.len()) as u64;
+                        z.1 += gz;
+                    }
+                    // The sink's order: stacks, then the totals.
+                    r.insert(k, "stacks", &sb);
+                    r.insert(k, "windows", &wb);
+                    let mut t = tally.lock().unwrap();
+                    t.0 += 1;
+                    t.1 += lines(&sb);
+                    t.2 += (sb.len() + wb.len()) as u64;
+                    t.3 += gen;
+                }
+            });
+        }
+    });
+    f.pw_secs = t0.elapsed().as_secs_f64();
+    let pw = *tally.lock().unwrap();
+    f.pw_windows = pw.0;
+    f.pw_rows = pw.1;
+    let begin = next.load(Ordering::Relaxed).min(total);
+    // The rest batched: many windows, of many hosts, in one INSERT a table.
+    *tally.lock().unwrap() = (0, 0, 0, 0.0);
+    let batches: Vec<(usize, usize)> = (begin..total)
+        .step_by(args.batch_windows)
+        .map(|a| (a, (a + args.batch_windows).min(total)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let t1 = Instant::now();
+    std::thread::scope(|scope| {
+        for k in 0..args.inserters {
+            let (r, next, tally, batches) = (&r, &next, &tally, &batches);
+            scope.spawn(move || loop {
+                let b = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(a, z)) = batches.get(b) else {
+                    break;
+                };
+                let g = Instant::now();
+                let (mut wb, mut sb) = (Vec::new(), Vec::new());
+                for j in a..z {
+                    r.rows(j, &mut wb, &mut sb);
+                }
+                let gen = g.elapsed().as_secs_f64();
+                r.insert(k, "stacks", &sb);
+                r.insert(k, "windows", &wb);
+                let mut t = tally.lock().unwrap();
+                t.0 += z - a;
+                t.1 += lines(&sb);
+                t.2 += (sb.len() + wb.len()) as u64;
+                t.3 += gen;
+            });
+        }
+    });
+    f.batch_secs = t1.elapsed().as_secs_f64();
+    let bt = *tally.lock().unwrap();
+    f.batch_windows = bt.0;
+    f.batch_rows = bt.1;
+    f.batch_inserts = batches.len();
+    f.sent_bytes = pw.2 + bt.2;
+    let z = *gzipped.lock().unwrap();
+    f.gzip_ratio = z.1 as f64 / z.0.max(1) as f64;
+    f.gen_secs = pw.3 + bt.3;
+    f.stack_rows = number(&servers[0], &format!("SELECT count() FROM {db}.stacks"));
+    let windows_rows = number(&servers[0], &format!("SELECT count() FROM {db}.windows"));
+    assert_eq!(
+        windows_rows, total as u64,
+        "every window's totals row arrived"
+    );
+    assert_eq!(
+        f.stack_rows,
+        pw.1 + bt.1,
+        "every stack row arrived, through both shards"
+    );
+    f.host_hours = total as f64 * len_ns as f64 / 3600e9;
+    // The active parts of both shards.
+    {
+        let (mut disk, mut comp, mut unc, mut n) = (0, 0, 0, 0);
+        for s in servers {
+            let a = s.query(
+                &format!(
+                    "SELECT sum(bytes_on_disk), sum(data_compressed_bytes), sum(data_uncompressed_bytes), count() \
+                     FROM system.parts WHERE database = '{db}' AND active FORMAT TabSeparated"
+                ),
+                b"",
+            );
+            let v: Vec<u64> = a.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            disk += v[0];
+            comp += v[1];
+            unc += v[2];
+            n += v[3];
+        }
+        f.disk_bytes = disk;
+        f.compressed_bytes = comp;
+        f.uncompressed_bytes = unc;
+        f.parts = n;
+    }
+    // The query, as profctl fleet sends it, for the hour (or the minutes
+    // simulated) just filled.
+    let sel = Selection {
+        services: vec![service.to_string()],
+        from_ms: r.first_ns / 1_000_000,
+        to_ms: end_ns / 1_000_000,
+        ..Selection::default()
+    };
+    let q = sql(&sel, now_ms());
+    f.query_rows_in = number(
+        &servers[0],
+        &format!(
+            "SELECT count() FROM {db}.stacks WHERE service = '{}'",
+            service.replace('\'', "\\'")
+        ),
+    );
+    let settings = format!("&database={db}");
+    let timed = |q: &str| {
+        let t = Instant::now();
+        let len = answer_len(&servers[0].url(), q, &settings);
+        (t.elapsed().as_secs_f64() * 1e3, len)
+    };
+    // The same rows aggregated by ClickHouse: each function's self and
+    // inclusive samples, each (window, service, stack) once, the top 50.
+    let filter = &q[q.find(" WHERE ").unwrap() + 7..q.find(" GROUP BY window_id").unwrap()];
+    let top = format!(
+        "SELECT fn, sum(k * (fn = fs[1])) AS self, sum(k) AS inclusive FROM \
+         (SELECT any(functions) AS fs, any(count) AS k FROM stacks WHERE {filter} \
+         GROUP BY window_id, service, stack) ARRAY JOIN arrayDistinct(fs) AS fn \
+         GROUP BY fn ORDER BY self DESC LIMIT 50 FORMAT TabSeparated"
+    );
+    for _ in 0..=args.runs {
+        f.top_ms.push(timed(&top).0);
+    }
+    f.top_ms.remove(0);
+    // One untimed run: the first reads from disk into the page cache. An
+    // answer too slow for that is timed once.
+    let (first, len) = timed(&q);
+    f.query_answer_bytes = len;
+    let slow = first > args.slow_query_seconds * 1e3;
+    if slow {
+        f.sql_ms.push(first);
+    } else {
+        for _ in 0..args.runs {
+            f.sql_ms.push(timed(&q).0);
+        }
+    }
+    // profctl reads the same answer, then merges it: not run on one too
+    // slow to time several times.
+    if let Some(profctl) = args.profctl.as_ref().filter(|_| !slow) {
+        let (from, to) = (
+            (r.first_ns / 1_000_000_000).to_string(),
+            (end_ns / 1_000_000_000).to_string(),
+        );
+        for _ in 0..args.runs {
+            let t = Instant::now();
+            let out = Command::new(profctl)
+                .args([
+                    "fleet",
+                    "--clickhouse",
+                    &servers[0].url(),
+                    "--database",
+                    &db,
+                ])
+                .args(["--service", service, "--from", &from, "--to", &to])
+                .stdout(Stdio::null())
+                .output()
+                .expect("profctl runs");
+            assert!(
+                out.status.success(),
+                "profctl fleet: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            f.profctl_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    for s in servers {
+        s.query(&format!("DROP DATABASE IF EXISTS {db}"), b"");
+    }
+    f
+}
+
+fn main() {
+    let args = Args::parse();
+    let (recorded, file_bytes, len_ns) = load(&args.windows);
+    let per_hour = 3600e9 / len_ns as f64;
+    // The service with the most stacks.
+    let mut by_service: std::collections::HashMap<&str, usize> = Default::default();
+    let (mut stacks, mut services) = (0usize, 0usize);
+    for w in &recorded {
+        services += w.services.len();
+        for s in &w.services {
+            stacks += s.stacks.len();
+            *by_service.entry(&s.service).or_default() += s.stacks.len();
+        }
+    }
+    let service = args.service.clone().unwrap_or_else(|| {
+        by_service
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(s, _)| s.to_string())
+            .unwrap()
+    });
+    let n = recorded.len() as f64;
+    println!(
+        "recorded: {} windows of {:.1} s, {:.1} services and {:.0} stack rows a window; \
+         window files {:.0} KiB a window = {:.1} MiB per host-hour (gzip'd protobuf)",
+        recorded.len(),
+        len_ns as f64 / 1e9,
+        services as f64 / n,
+        stacks as f64 / n,
+        file_bytes as f64 / n / 1024.0,
+        file_bytes as f64 / n * per_hour / (1 << 20) as f64
+    );
+    let mut listed: Vec<(&&str, &usize)> = by_service.iter().collect();
+    listed.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
+    for (s, k) in listed {
+        println!("  service {s}: {:.0} stack rows a window", *k as f64 / n);
+    }
+    println!("service queried: {service}");
+    let rec = Recording {
+        templates: recorded.iter().map(Template::new).collect(),
+        windows: recorded,
+        len_ns,
+    };
+    let ports = Server::ports(2);
+    let servers: Vec<Server> = (0..2)
+        .map(|i| Server::start(&format!("sim{i}"), ports[i], &ports))
+        .collect();
+    println!(
+        "ClickHouse {} ×2 on loopback (cluster `shards`, one shard each), {} CPUs",
+        servers[0].query("SELECT version()", b"").trim(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let mut all = Vec::new();
+    for (run, &hosts) in args.hosts.iter().enumerate() {
+        let f = simulate(&args, &servers, &rec, run, hosts, &service);
+        eprintln!("{f:?}");
+        all.push(f);
+        print(&args, &service, &all);
+    }
+}
+
+/// The tables of the runs so far.
+fn print(args: &Args, service: &str, all: &[Figures]) {
+    let mib = |b: f64| b / (1 << 20) as f64;
+    println!();
+    println!("insert (through the Distributed tables, insert_distributed_sync=1, {} inserters alternating between the servers):", args.inserters);
+    println!("| hosts | min/host | windows | stack rows | 1 INSERT/window/table: windows/s | rows/s | batched ({} windows/INSERT): windows/s | rows/s | generator CPU s | sent MiB/host-h | gzip'd | on disk MiB/host-h | compressed/uncompressed |", args.batch_windows);
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for f in all {
+        println!(
+            "| {} | {:.1} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.3} |",
+            f.hosts,
+            f.minutes_per_host,
+            f.windows,
+            f.stack_rows,
+            f.pw_windows as f64 / f.pw_secs,
+            f.pw_rows as f64 / f.pw_secs,
+            f.batch_windows as f64 / f.batch_secs,
+            f.batch_rows as f64 / f.batch_secs,
+            f.gen_secs,
+            mib(f.sent_bytes as f64 / f.host_hours),
+            mib(f.sent_bytes as f64 * f.gzip_ratio / f.host_hours),
+            mib(f.disk_bytes as f64 / f.host_hours),
+            f.compressed_bytes as f64 / f.uncompressed_bytes.max(1) as f64,
+        );
+    }
+    println!();
+    println!(
+        "query: top functions of {service} over the simulated span, all hosts ({} runs after one untimed):",
+        args.runs
+    );
+    println!("| hosts | min/host | stack rows of the service | fleet SQL: runs | median ms | p90 ms | answer MiB | profctl fleet: runs | median ms | p90 ms | top 50 in ClickHouse: median ms | p90 ms | parts |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for f in all {
+        let (sm, sp) = median_p90(&f.sql_ms);
+        let (pm, pp) = median_p90(&f.profctl_ms);
+        let (tm, tp) = median_p90(&f.top_ms);
+        println!(
+            "| {} | {:.1} | {} | {} | {:.0} | {:.0} | {:.1} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+            f.hosts,
+            f.minutes_per_host,
+            f.query_rows_in,
+            f.sql_ms.len(),
+            sm,
+            sp,
+            mib(f.query_answer_bytes as f64),
+            f.profctl_ms.len(),
+            pm,
+            pp,
+            tm,
+            tp,
+            f.parts,
+        );
+    }
+}

@@ -318,8 +318,14 @@ async fn follow_inner(
         waiting(&format!("reading the profile of session {id}"), get_profile).await
     } else {
         get_profile.await
-    }?
-    .into_inner();
+    };
+    let reply = match reply {
+        Ok(reply) => reply.into_inner(),
+        // The daemon went away (shutting down) after the final update:
+        // that update already holds the whole profile.
+        Err(status) if state.is_final() && is_transport(&status) => return Ok(state.profile()),
+        Err(status) => return Err(status.into()),
+    };
     let session = required_session(reply.session, "GetProfile")?;
     if !state.is_final() && session.state() == SessionState::Running {
         return Err(Error::Protocol(

@@ -148,11 +148,7 @@ impl Otlp {
     /// A part sent again after a later part failed carries the same
     /// `profile_id`s, for receivers that deduplicate.
     pub async fn send(&self, w: &api::Window) -> Result<Sent, Failure> {
-        let channel = self
-            .channel
-            .get_or_init(|| self.endpoint.connect_lazy())
-            .clone();
-        let mut client = ProfilesServiceClient::new(channel);
+        let mut client = self.client();
         let parts = requests(w, MAX_REQUEST_BYTES);
         let mut sent = Sent {
             split: parts.len().saturating_sub(1) as u64,
@@ -160,10 +156,10 @@ impl Otlp {
         };
         for part in parts {
             let bytes = part.encoded_len() as u64;
-            let mut request = tonic::Request::new(part);
-            *request.metadata_mut() = self.metadata.clone();
-            request.set_timeout(self.timeout);
-            let answer = client.export(request).await.map_err(|s| judge(&s))?;
+            let answer = client
+                .export(self.request(part))
+                .await
+                .map_err(|s| judge(&s))?;
             sent.bytes += bytes;
             sent.requests += 1;
             if let Some(p) = answer.into_inner().partial_success {
@@ -182,18 +178,29 @@ impl Otlp {
         Ok(sent)
     }
 
+    /// The client of the collector's channel (made on first use: it needs
+    /// the runtime; connected on use).
+    fn client(&self) -> ProfilesServiceClient<Channel> {
+        let channel = self.channel.get_or_init(|| self.endpoint.connect_lazy());
+        ProfilesServiceClient::new(channel.clone())
+    }
+
+    /// An Export call with the sink's metadata and timeout.
+    fn request(
+        &self,
+        body: ExportProfilesServiceRequest,
+    ) -> tonic::Request<ExportProfilesServiceRequest> {
+        let mut request = tonic::Request::new(body);
+        *request.metadata_mut() = self.metadata.clone();
+        request.set_timeout(self.timeout);
+        request
+    }
+
     /// Check the collector now: an empty Export (which OTLP allows) with
     /// the sink's metadata must be taken.
     pub async fn probe(&self) -> Result<String, String> {
-        let channel = self
-            .channel
-            .get_or_init(|| self.endpoint.connect_lazy())
-            .clone();
-        let mut client = ProfilesServiceClient::new(channel);
-        let mut request = tonic::Request::new(ExportProfilesServiceRequest::default());
-        *request.metadata_mut() = self.metadata.clone();
-        request.set_timeout(self.timeout);
-        match client.export(request).await {
+        let request = self.request(ExportProfilesServiceRequest::default());
+        match self.client().export(request).await {
             Ok(_) => Ok(format!("OTLP profiles {PROTO_VERSION} collector")),
             Err(s) => Err(match s.code() {
                 tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => format!(

@@ -19,6 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // The JSON report (src/export/json.rs) writes these as they are.
         .type_attribute("profd.v1.Totals", "#[derive(serde::Serialize)]")
+        .type_attribute("profd.v1.TimeTotals", "#[derive(serde::Serialize)]")
         .type_attribute("profd.v1.ProcessSamples", "#[derive(serde::Serialize)]")
         .build_transport(false)
         .codec_path("crate::codec::StrictCodec")

@@ -128,6 +128,7 @@ fn hit(c: &mut Criterion<ThreadCpu>) {
         stats: Arc::default(),
     };
     let want = EventSpec {
+        mode: Default::default(),
         kind: EventKind::CpuClock,
         frequency_hz: 999,
         ring_pages: profd::internals::sampler::RING_PAGES,

@@ -405,6 +405,13 @@ pub struct ProfileOptions {
     /// Perf event that drives sampling (`cycles` needs a hardware PMU).
     #[arg(long, value_enum, default_value_t = EventArg::CpuClock)]
     pub event: EventArg,
+    /// What is measured: `cpu` samples threads on the CPU; `off-cpu`
+    /// weighs the stack each thread leaves the CPU with by the time until
+    /// it runs again (sleep, I/O, locks, waiting for a CPU); `wall` both,
+    /// as shares of the threads' wall-clock time. Off-CPU and wall figures
+    /// are times.
+    #[arg(long, value_enum, default_value_t = ModeArg::Cpu)]
+    pub mode: ModeArg,
     /// How user stacks are followed: `auto` gives complete stacks with or
     /// without frame pointers; `fp` is the kernel's frame-pointer walk
     /// (cheapest; callers of frameless code are lost); `dwarf` unwinds user
@@ -442,6 +449,7 @@ impl ProfileOptions {
             unwind: api::Unwind::from(self.unwind) as i32,
             stack_bytes: self.stack_bytes.unwrap_or(0),
             children: self.children,
+            mode: api::Mode::from(self.mode) as i32,
         }
     }
 
@@ -489,6 +497,27 @@ impl From<EventArg> for api::Event {
         match e {
             EventArg::CpuClock => api::Event::CpuClock,
             EventArg::Cycles => api::Event::Cycles,
+        }
+    }
+}
+
+/// What a session measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// On-CPU samples.
+    Cpu,
+    /// Time off the CPU, by the stack each wait began with.
+    OffCpu,
+    /// On-CPU samples and off-CPU time: wall-clock time.
+    Wall,
+}
+
+impl From<ModeArg> for api::Mode {
+    fn from(m: ModeArg) -> Self {
+        match m {
+            ModeArg::Cpu => api::Mode::Cpu,
+            ModeArg::OffCpu => api::Mode::OffCpu,
+            ModeArg::Wall => api::Mode::Wall,
         }
     }
 }

@@ -429,6 +429,7 @@ fn info_lists_everything() {
             throttled: 0,
             unchecked: 0,
             unsampled: 0,
+            time: None,
         }),
         running_sessions: 1,
         continuous: None,

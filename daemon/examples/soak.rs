@@ -1037,6 +1037,7 @@ impl Controller {
             } else {
                 0
             },
+            mode: api::Mode::Cpu as i32,
             event: api::Event::CpuClock as i32,
             unwind: if dwarf {
                 api::Unwind::Dwarf

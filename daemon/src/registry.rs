@@ -9,7 +9,7 @@ use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
 use crate::stats::Stats;
 use crate::symbolize::Symbolizer;
-use crate::sys::perf::{EventKind, EventSpec, MAX_STACK_BYTES};
+use crate::sys::perf::{EventKind, EventSpec, Mode, MAX_STACK_BYTES};
 use crate::sys::PidFd;
 use crate::sysctl::max_sample_rate;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};
@@ -108,6 +108,12 @@ pub fn plan_attach(
             req.event
         ))
     })?);
+    let mode = Mode::from(api::Mode::try_from(req.mode).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "unknown mode {}: use MODE_CPU (1), MODE_OFF_CPU (2) or MODE_WALL (3)",
+            req.mode
+        ))
+    })?);
     if req.duration_ms > MAX_DURATION_MS {
         return Err(Error::InvalidArgument(format!(
             "duration {} ms is over a year: use 0 (until stopped) or at most {MAX_DURATION_MS} ms",
@@ -148,6 +154,7 @@ pub fn plan_attach(
     };
     let spec = EventSpec {
         kind,
+        mode,
         frequency_hz,
         ring_pages: 0,
         stack_bytes,

@@ -41,6 +41,7 @@ fn session() -> Session {
             throttled: 0,
             unchecked: 0,
             unsampled: 0,
+            time: None,
         }),
         ..Default::default()
     }

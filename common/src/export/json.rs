@@ -140,6 +140,7 @@ mod tests {
                 throttled: 0,
                 unchecked: 0,
                 unsampled: 4,
+                time: None,
             }),
             processes: vec![ProcessSamples {
                 pid: 1234,

@@ -74,6 +74,7 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let want = EventSpec {
+        mode: Default::default(),
         kind: EventKind::CpuClock,
         frequency_hz: settings.frequency_hz,
         ring_pages: ring_pages(settings.frequency_hz),

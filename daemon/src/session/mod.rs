@@ -502,6 +502,7 @@ impl Actor {
             processes: self.ingest.processes.clone(),
             earlier_run: false,
             scope: scope::scope(&self.spec) as i32,
+            mode: api::Mode::from(self.spec.mode) as i32,
         }
     }
 }

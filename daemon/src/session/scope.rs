@@ -43,6 +43,7 @@ mod tests {
     fn spec(kind: EventKind, target: Option<u32>) -> EventSpec {
         EventSpec {
             kind,
+            mode: Default::default(),
             frequency_hz: 1000,
             ring_pages: 512,
             stack_bytes: 16384,

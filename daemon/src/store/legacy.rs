@@ -139,6 +139,7 @@ pub(super) fn decode(text: &[u8], pprof_name: &str) -> Result<(api::Session, Pro
             throttled: t.throttled,
             unchecked: t.unchecked,
             unsampled: t.unsampled,
+            time: None,
         }),
         duration_limit_ms: meta.duration_limit_ms,
         error: meta.error,
@@ -148,6 +149,7 @@ pub(super) fn decode(text: &[u8], pprof_name: &str) -> Result<(api::Session, Pro
         owner: meta.owner,
         earlier_run: false,
         scope,
+        mode: api::Mode::Cpu as i32,
         children: meta.children,
         processes: meta
             .processes

@@ -38,6 +38,7 @@ async fn stack_copies_get_rings_of_their_target() {
     let live = Process(Command::new("sleep").arg("30").spawn().expect("sleep runs"));
     let pid = live.0.id();
     let dwarf = EventSpec {
+        mode: Default::default(),
         kind: EventKind::CpuClock,
         frequency_hz: 99,
         ring_pages: 0,

@@ -41,10 +41,58 @@ impl From<api::Event> for EventKind {
     }
 }
 
+/// What a group's events measure (a session's mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// On-CPU samples of `kind`.
+    #[default]
+    Cpu,
+    /// A sample at each switch out of a target's thread, and the switch
+    /// records that time its waits (events of the target alone).
+    OffCpu,
+    /// Both.
+    Wall,
+}
+
+impl Mode {
+    /// The events include on-CPU samples.
+    pub fn on_cpu(self) -> bool {
+        self != Mode::OffCpu
+    }
+
+    /// The events include switches.
+    pub fn switches(self) -> bool {
+        self != Mode::Cpu
+    }
+}
+
+impl From<Mode> for api::Mode {
+    fn from(mode: Mode) -> api::Mode {
+        match mode {
+            Mode::Cpu => api::Mode::Cpu,
+            Mode::OffCpu => api::Mode::OffCpu,
+            Mode::Wall => api::Mode::Wall,
+        }
+    }
+}
+
+/// The mode the API asks for; unspecified is cpu.
+impl From<api::Mode> for Mode {
+    fn from(mode: api::Mode) -> Mode {
+        match mode {
+            api::Mode::Unspecified | api::Mode::Cpu => Mode::Cpu,
+            api::Mode::OffCpu => Mode::OffCpu,
+            api::Mode::Wall => Mode::Wall,
+        }
+    }
+}
+
 /// Everything that determines how the per-CPU events are opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EventSpec {
     pub kind: EventKind,
+    /// What the events measure.
+    pub mode: Mode,
     pub frequency_hz: u32,
     /// Data pages of each ring (a power of two).
     pub ring_pages: usize,
@@ -909,6 +957,7 @@ mod tests {
         let target = Shell::start("sleep 0.3; (while :; do :; done) & while :; do :; done");
         let pid = target.0.id();
         let spec = EventSpec {
+            mode: Default::default(),
             kind: EventKind::CpuClock,
             frequency_hz: 499,
             ring_pages: 512,
@@ -983,6 +1032,7 @@ mod tests {
         });
         let pid = std::process::id();
         let spec = EventSpec {
+            mode: Default::default(),
             kind: EventKind::CpuClock,
             frequency_hz: 499,
             ring_pages: 64,
@@ -1036,6 +1086,7 @@ mod tests {
         let spinner_tid = rx.recv().unwrap();
         let pid = std::process::id();
         let spec = EventSpec {
+            mode: Default::default(),
             kind: EventKind::CpuClock,
             frequency_hz: 499,
             ring_pages: 64,

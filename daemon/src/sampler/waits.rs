@@ -153,7 +153,9 @@ impl Waits {
     }
 
     /// Pair the held events up to `upto` in time order, handing each ended
-    /// wait to `emit`; with `close` (the session's end, at that time) pair
+    /// wait to `emit`, and the part up to `upto` of each wait still open
+    /// (the rest follows at later calls; `waits` counts it once, at its
+    /// end); with `close` (the session's end, at that time) pair
     /// every event, then cut the waits still open there and forget every
     /// thread. Returns the accounting since the last call.
     pub fn settle(
@@ -200,6 +202,32 @@ impl Waits {
             }
             self.exited.clear();
         } else {
+            // Waits still open count up to here, so that live figures show
+            // threads that sleep on; the rest counts as it comes.
+            let totals = &mut self.totals;
+            for thread in self.threads.values_mut() {
+                if let Thread::Off {
+                    since,
+                    preempted,
+                    stack,
+                } = thread
+                {
+                    if *since < upto {
+                        let ns = upto - *since;
+                        totals.off_cpu_ns += ns;
+                        if *preempted {
+                            totals.runnable_ns += ns;
+                        }
+                        emit(Wait {
+                            stack,
+                            since: *since,
+                            ns,
+                            mark: mark(*preempted),
+                        });
+                        *since = upto;
+                    }
+                }
+            }
             // An exit's last switch comes right after it.
             let old = upto.saturating_sub(1_000_000_000);
             self.exited.retain(|_, at| *at >= old);
@@ -344,16 +372,17 @@ mod tests {
         waits.switch_out(100, stack(10, 0xa));
         waits.switch(101, 10, true, false);
         waits.switch(500, 10, false, false);
-        // Events after 400 wait for a later drain.
+        // Events after 400 wait for a later drain; the wait open at 400
+        // counts up to there.
         let (out, t) = settle(&mut waits, 400, None);
-        assert_eq!(out, [(0xa, 200, Mark::Blocked)]);
+        assert_eq!(out, [(0xa, 200, Mark::Blocked), (0xb, 50, Mark::Runnable)]);
         assert_eq!(
             (t.waits, t.off_cpu_ns, t.on_cpu_ns, t.unpaired),
-            (1, 200, 50, 0)
+            (1, 250, 50, 0)
         );
         let (out, t) = settle(&mut waits, 1000, None);
-        assert_eq!(out, [(0xb, 150, Mark::Runnable)]);
-        assert_eq!((t.waits, t.off_cpu_ns, t.runnable_ns), (1, 150, 150));
+        assert_eq!(out, [(0xb, 100, Mark::Runnable)]);
+        assert_eq!((t.waits, t.off_cpu_ns, t.runnable_ns), (1, 100, 100));
     }
 
     /// A switch in without its switch out (asleep when the session began)

@@ -401,7 +401,11 @@ impl Ingest {
                 addresses.queued += queued;
                 addresses.known += stack.len() as u64 - queued;
             }
-            self.recent.push(index as u32);
+            if weighted {
+                self.recent.push_weighted(index as u32, weight);
+            } else {
+                self.recent.push(index as u32);
+            }
             if let Some(indices) = &mut self.since_view {
                 if indices.len() < self.stacks.len().max(SINCE_VIEW_MIN) {
                     indices.push(index as u32);

@@ -129,6 +129,7 @@ fn hit(c: &mut Criterion<ThreadCpu>) {
     };
     let want = EventSpec {
         mode: Default::default(),
+        session: 0,
         kind: EventKind::CpuClock,
         frequency_hz: 999,
         ring_pages: profd::internals::sampler::RING_PAGES,

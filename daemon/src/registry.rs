@@ -114,6 +114,12 @@ pub fn plan_attach(
             req.mode
         ))
     })?);
+    if mode != Mode::Cpu && kind == EventKind::Cycles {
+        return Err(Error::InvalidArgument(format!(
+            "mode {} weighs stacks by time, which the cycles event does not count: leave event unset (cpu-clock) with this mode",
+            api::Mode::from(mode).as_str_name()
+        )));
+    }
     if req.duration_ms > MAX_DURATION_MS {
         return Err(Error::InvalidArgument(format!(
             "duration {} ms is over a year: use 0 (until stopped) or at most {MAX_DURATION_MS} ms",
@@ -155,6 +161,7 @@ pub fn plan_attach(
     let spec = EventSpec {
         kind,
         mode,
+        session: 0,
         frequency_hz,
         ring_pages: 0,
         stack_bytes,

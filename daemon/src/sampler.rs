@@ -10,11 +10,13 @@ mod batch;
 mod callchain;
 mod demux;
 mod tops;
+mod waits;
 
-pub use batch::{Batch, BatchPool};
+pub use batch::{Batch, BatchPool, Mark};
 pub use callchain::BAD_USER_FRAME;
 pub use demux::{Demux, Drained, Targets, EVERY_PROCESS};
 pub use tops::StackTops;
+pub use waits::Waits;
 
 use crate::sys::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};
 use std::collections::HashMap;
@@ -186,7 +188,11 @@ impl Sampler {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let stack_copy = rings.first().is_some_and(|r| r.get_ref().stack_copy());
-        let demux = Demux::new(stack_copy, self.pool.clone());
+        let mut demux = Demux::new(stack_copy, self.pool.clone());
+        if spec.mode.switches() {
+            let ids = rings.iter().flat_map(|r| r.get_ref().switch_ids().to_vec());
+            demux = demux.with_waits(Waits::new(spec.mode, ids));
+        }
         let tops = demux.tops();
         let routes = Arc::new(RwLock::new(Routes::default()));
         let (stop, stop_rx) = watch::channel(false);
@@ -231,6 +237,8 @@ impl Sampler {
                     tracing::info!(%source, "{event} cannot be opened (no hardware PMU); falling back to cpu-clock");
                     spec.kind = EventKind::CpuClock;
                 }
+                // Switches are opened on the target alone.
+                Err(err) if spec.mode.switches() => return Err(err),
                 Err(err) => match spec.target.take() {
                     Some(target) => tracing::info!(
                         pid = target.pid,
@@ -272,7 +280,7 @@ impl SampleSource for Sampler {
         let ring_pages = match self.ring_pages {
             Some(pages) => pages,
             None if want.ring_pages > 0 => want.ring_pages,
-            None if want.stack_bytes > 0 => STACK_RING_PAGES,
+            None if want.stack_bytes > 0 || want.mode.switches() => STACK_RING_PAGES,
             None => RING_PAGES,
         };
         // A process or thread the target creates inherits its events, with
@@ -281,7 +289,10 @@ impl SampleSource for Sampler {
         // of a period left at its exit is dropped. Sessions that follow
         // children (often many short-lived ones) therefore sample on the
         // system-wide rings, whose period runs on across processes.
-        let target = if want.stack_bytes > 0 && !children && pid != EVERY_PROCESS {
+        // Switches are timed on the target's own events, children followed
+        // or not: the system-wide rings would carry every process's.
+        let switches = want.mode.switches();
+        let target = if (switches || want.stack_bytes > 0 && !children) && pid != EVERY_PROCESS {
             let target = Target::of(pid);
             if target.is_none() {
                 tracing::info!(
@@ -296,6 +307,8 @@ impl SampleSource for Sampler {
         let spec = EventSpec {
             ring_pages,
             target,
+            // A wait is paired and closed for one session.
+            session: if switches { session } else { 0 },
             ..want
         };
         let shared = groups.contains_key(&spec);
@@ -454,6 +467,10 @@ fn drain(
     let mut drain = demux.begin(&guard.targets, |i, batch| {
         let _ = sessions[i].tx.send(batch);
     });
+    // Switch events' clock: every record before this was written before
+    // the heads are read.
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let now = (now.tv_sec as u64).saturating_mul(1_000_000_000) + now.tv_nsec as u64;
     heads.clear();
     heads.extend(rings.iter().map(|r| r.get_ref().head()));
     for (ring, &head) in rings.iter_mut().zip(heads.iter()) {
@@ -470,6 +487,8 @@ fn drain(
         counts.counted += new.counted;
         bytes_read += bytes;
     }
+    // An exact drain of a group with switches is its session's end.
+    drain.settle_waits(now, exact);
     let d = drain.finish(counts);
     drop(guard);
     if !d.forked.is_empty() || !d.exited.is_empty() || exiting {

@@ -75,6 +75,7 @@ pub async fn run(
 ) -> Result<(), String> {
     let want = EventSpec {
         mode: Default::default(),
+        session: 0,
         kind: EventKind::CpuClock,
         frequency_hz: settings.frequency_hz,
         ring_pages: ring_pages(settings.frequency_hz),

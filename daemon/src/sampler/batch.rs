@@ -47,9 +47,28 @@ pub struct Batch {
     /// stack `i`'s copy ends in `user_stack`.
     pub user_stack: Vec<u8>,
     pub user_ends: Vec<u32>,
+    /// Per stack, on rings with switches (empty elsewhere, where each
+    /// stack is one sample): the nanoseconds it stands for (a wait, or an
+    /// on-CPU sample's period)...
+    pub weights: Vec<u64>,
+    /// ...and what it is: [`Mark::OnCpu`], or the kind of wait.
+    pub marks: Vec<Mark>,
+    /// On rings with switches: the time accounting of this drain.
+    pub time: Option<profd_common::api::TimeTotals>,
     /// The ring the batch came from, to give its buffers back to (see
     /// [`Batch::recycle`]).
     pub pool: Option<BatchPool>,
+}
+
+/// What a weighted stack stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// An on-CPU sample.
+    OnCpu,
+    /// A wait of a thread that gave the CPU up (sleep, I/O, a lock).
+    Blocked,
+    /// A wait of a preempted thread, runnable but not running.
+    Runnable,
 }
 
 /// Emptied batches on their way back to the rings, so that the next drains
@@ -179,6 +198,9 @@ pub struct SampleView<'a> {
     pub tid: u32,
     pub frames: &'a [u64],
     pub user: Option<([u64; 3], &'a [u8])>,
+    /// Nanoseconds on rings with switches, else 1 (one sample).
+    pub weight: u64,
+    pub mark: Mark,
 }
 
 impl Batch {
@@ -199,6 +221,8 @@ impl Batch {
                 tid: self.tids.get(i).copied().unwrap_or(0),
                 frames,
                 user,
+                weight: self.weights.get(i).copied().unwrap_or(1),
+                mark: self.marks.get(i).copied().unwrap_or(Mark::OnCpu),
             }
         })
     }
@@ -231,8 +255,10 @@ impl Batch {
     }
 
     /// The buffers that carry samples.
-    fn buffers(&mut self) -> [&mut dyn SampleBuffer; 7] {
+    fn buffers(&mut self) -> [&mut dyn SampleBuffer; 9] {
         [
+            &mut self.weights,
+            &mut self.marks,
             &mut self.frames,
             &mut self.ends,
             &mut self.pids,
@@ -266,6 +292,7 @@ impl Batch {
         self.forks.clear();
         self.exits.clear();
         self.comms.clear();
+        self.time = None;
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -278,6 +305,7 @@ impl Batch {
             && self.exec.is_none()
             && self.forks.is_empty()
             && self.exits.is_empty()
+            && self.time.is_none()
     }
 }
 

@@ -2,9 +2,10 @@
 //! routed to ([`Targets`]), the state kept from drain to drain ([`Demux`]),
 //! and which of a session's [`Batch`]es each record goes to. No perf fd, no
 //! channels: records come in, batches go to a callback.
-use super::batch::{Batch, BatchPool};
+use super::batch::{Batch, BatchPool, Mark};
 use super::callchain::push_stack;
 use super::tops::StackTops;
+use super::waits::{self, Waits};
 use crate::maps::{Backing, Mapping};
 use crate::sys::perf::record::{ParseError, Record};
 use crate::sys::perf::Counts;
@@ -164,6 +165,10 @@ pub struct Demux {
     /// The drain's fork, exit and exec records: (perf time, process, what).
     tasks: Vec<(u64, u32, Task)>,
     counts: Drained,
+    /// On rings with switches: their pairing into waits.
+    waits: Option<Waits>,
+    /// The drain's time accounting (rings with switches).
+    time: Option<profd_common::api::TimeTotals>,
 }
 
 impl Demux {
@@ -179,7 +184,15 @@ impl Demux {
             tops: StackTops::default(),
             tasks: Vec::new(),
             counts: Drained::default(),
+            waits: None,
+            time: None,
         }
+    }
+
+    /// Pair the switches of the rings (see [`Waits`]).
+    pub fn with_waits(mut self, waits: Waits) -> Demux {
+        self.waits = Some(waits);
+        self
     }
 
     /// With stack copies, the stack tops its drains cut copies at, for the
@@ -211,6 +224,7 @@ impl Demux {
         self.execs.resize_with(n, Vec::new);
         self.tasks.clear();
         self.counts = Drained::default();
+        self.time = None;
         Drain {
             demux: self,
             targets,
@@ -297,25 +311,38 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
         let (batches, execs) = (&mut d.batches, &mut d.execs);
         match record {
             Ok(Record::Sample(s)) => {
+                let stack_copy = d.stack_copy;
+                if let Some(w) = d.waits.as_mut().filter(|w| w.is_switch(s.identifier)) {
+                    // A switch out: its stack waits for the switch back in.
+                    if route(by_pid, &c.forked, &c.exited, s.pid, s.time).is_none() {
+                        c.seen += 1;
+                        return;
+                    }
+                    let mut frames = Vec::new();
+                    let ip = if stack_copy { None } else { s.ip };
+                    let n = push_stack(&mut frames, s.callchain(), ip);
+                    let user = user_part(stack_copy, &d.tops, &s).map(|(r, b)| (r, b.to_vec()));
+                    let stack = waits::Stack {
+                        pid: s.pid,
+                        tid: s.tid,
+                        frames,
+                        user,
+                        truncated: !stack_copy && n >= d.max_stack,
+                    };
+                    w.switch_out(s.time.unwrap_or(0), stack);
+                    return;
+                }
                 c.seen += 1;
                 if let Some(targets) = route(by_pid, &c.forked, &c.exited, s.pid, s.time) {
                     c.matched += 1;
-                    let stack_copy = d.stack_copy;
-                    let mut regs = s.regs_user();
-                    let user = if stack_copy {
-                        let (bp, sp, ip) = (regs.next(), regs.next(), regs.next());
-                        let regs = match (ip, sp, bp) {
-                            (Some(ip), Some(sp), Some(bp)) => [ip, sp, bp],
-                            _ => [0; 3],
-                        };
-                        Some((regs, d.tops.cut(s.tid, regs[1], s.stack_user)))
-                    } else {
-                        // Frame-pointer samples: sp alone, and the bytes
-                        // at sp that find the frames the kernel's walk
-                        // skips (none in kernel threads).
-                        Some(([0, regs.next().unwrap_or(0), 0], s.stack_user))
-                    };
+                    let user = user_part(stack_copy, &d.tops, &s);
                     let chain = s.callchain();
+                    // Wall mode: each on-CPU sample stands for its period.
+                    let period = d.waits.as_mut().map(|w| {
+                        let ns = s.period.unwrap_or(0);
+                        w.on_cpu(ns);
+                        ns
+                    });
                     for &i in targets {
                         let b = batch(&mut batches[i], &mut execs[i], s.time);
                         let n =
@@ -329,7 +356,24 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                             b.user_stack.extend_from_slice(stack);
                             b.user_ends.push(b.user_stack.len() as u32);
                         }
+                        if let Some(ns) = period {
+                            b.weights.push(ns);
+                            b.marks.push(Mark::OnCpu);
+                        }
                     }
+                }
+            }
+            Ok(Record::Switch(sw)) => {
+                let (Some(w), Some(pid), Some(tid), Some(time)) = (
+                    d.waits.as_mut(),
+                    sw.sample_id.pid,
+                    sw.sample_id.tid,
+                    sw.sample_id.time,
+                ) else {
+                    return;
+                };
+                if route(by_pid, &c.forked, &c.exited, pid, Some(time)).is_some() {
+                    w.switch(time, tid, sw.out, sw.preempted);
                 }
             }
             Ok(Record::Mmap2(m)) => {
@@ -381,6 +425,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 if d.stack_copy {
                     d.tops.forget(t.tid);
                 }
+                if let Some(w) = &mut d.waits {
+                    w.exit(t.time, t.tid);
+                }
                 if t.pid != t.tid {
                     return;
                 }
@@ -392,7 +439,12 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     }
                 }
             }
-            Ok(Record::Lost(l)) => c.lost += l.lost,
+            Ok(Record::Lost(l)) => {
+                c.lost += l.lost;
+                if let Some(w) = &mut d.waits {
+                    w.lost(l.sample_id.time.unwrap_or(0));
+                }
+            }
             Ok(Record::Throttle(_)) => c.throttles += 1,
             Ok(_) => {}
             Err(err) => {
@@ -400,6 +452,43 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 tracing::debug!(%err, "unparsable perf record");
             }
         }
+    }
+
+    /// On rings with switches, after every ring's records: pair the
+    /// switches up to `now` (CLOCK_MONOTONIC when the drain began, less
+    /// [`waits::MARGIN_NS`]), each wait going to every session of the
+    /// group as a stack weighted by its nanoseconds; with `close` (the
+    /// session's end) pair them all and cut the waits still open at `now`.
+    pub fn settle_waits(&mut self, now: u64, close: bool) {
+        let d = &mut *self.demux;
+        let Some(w) = d.waits.as_mut() else {
+            return;
+        };
+        let c = &mut d.counts;
+        let (batches, execs) = (&mut d.batches, &mut d.execs);
+        let sessions = self.targets.sessions();
+        let upto = now.saturating_sub(waits::MARGIN_NS);
+        let time = w.settle(upto, close.then_some(now), |wait| {
+            c.seen += 1;
+            c.matched += 1;
+            let stack = wait.stack;
+            for i in 0..sessions {
+                let b = batch(&mut batches[i], &mut execs[i], Some(wait.since));
+                b.frames.extend_from_slice(&stack.frames);
+                b.ends.push(b.frames.len() as u32);
+                b.pids.push(stack.pid);
+                b.tids.push(stack.tid);
+                b.truncated += u64::from(stack.truncated);
+                if let Some((regs, bytes)) = &stack.user {
+                    b.user_regs.push(*regs);
+                    b.user_stack.extend_from_slice(bytes);
+                    b.user_ends.push(b.user_stack.len() as u32);
+                }
+                b.weights.push(wait.ns);
+                b.marks.push(wait.mark);
+            }
+        });
+        d.time = Some(time);
     }
 
     /// End the drain: every session's batches that hold anything go to
@@ -431,12 +520,35 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
             batch.lost = lost;
             batch.counted = counts.counted;
             batch.throttled = d.counts.throttles;
+            batch.time = d.time;
             if !batch.is_empty() {
                 batch.pool = Some(d.pool.clone());
                 (self.deliver)(i, std::mem::take(batch));
             }
         }
         std::mem::take(&mut d.counts)
+    }
+}
+
+/// The user part of a sample for its batch: with stack copies the user
+/// registers (ip, sp, bp) and the copy cut at its thread's top; with frame
+/// pointers sp alone and the bytes at sp that find the frames the kernel's
+/// walk skips (none in kernel threads).
+fn user_part<'s>(
+    stack_copy: bool,
+    tops: &StackTops,
+    s: &crate::sys::perf::record::Sample<'s>,
+) -> Option<([u64; 3], &'s [u8])> {
+    let mut regs = s.regs_user();
+    if stack_copy {
+        let (bp, sp, ip) = (regs.next(), regs.next(), regs.next());
+        let regs = match (ip, sp, bp) {
+            (Some(ip), Some(sp), Some(bp)) => [ip, sp, bp],
+            _ => [0; 3],
+        };
+        Some((regs, tops.cut(s.tid, regs[1], s.stack_user)))
+    } else {
+        Some(([0, regs.next().unwrap_or(0), 0], s.stack_user))
     }
 }
 

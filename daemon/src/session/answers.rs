@@ -45,11 +45,14 @@ impl Actor {
             return;
         }
         let mut addrs: Vec<u64> = self.ingest.pending.drain().collect();
-        if let Some(i) = addrs.iter().position(|&a| a == super::STACK_LIMIT_FRAME) {
+        for (frame, name) in super::SYNTHETIC_FRAMES {
+            let Some(i) = addrs.iter().position(|&a| a == frame) else {
+                continue;
+            };
             addrs.swap_remove(i);
             let func = self.function_id(
                 FrameName {
-                    name: "[stack limit reached]".into(),
+                    name: name.into(),
                     module: "[profd]".into(),
                     inlined: false,
                 },
@@ -57,7 +60,7 @@ impl Actor {
             );
             let frames = Box::new([FrameLoc { func, line: 0 }]);
             self.addr_fn.insert(
-                super::STACK_LIMIT_FRAME,
+                frame,
                 AddrFrames {
                     frames,
                     unnamed: false,
@@ -345,10 +348,10 @@ impl Actor {
         for &a in stack {
             let at = &self.addr_fn[&a];
             unnamed |= at.unnamed;
-            // The frame of samples over the stack limit has no address.
-            let address = match a {
-                super::STACK_LIMIT_FRAME => 0,
-                a => untag(a).1,
+            // The frames profd adds have no address.
+            let address = match super::SYNTHETIC_FRAMES.iter().any(|&(f, _)| f == a) {
+                true => 0,
+                false => untag(a).1,
             };
             frames.extend(at.frames.iter().map(|f| FrameRef {
                 function: f.func,

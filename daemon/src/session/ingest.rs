@@ -7,7 +7,7 @@ use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use crate::auth::Check;
 use crate::maps::ProcessMaps;
-use crate::sampler::{Batch, StackTops};
+use crate::sampler::{Batch, Mark, StackTops};
 use crate::symbolize::is_kernel;
 use crate::unwind::{Unwinder, Walk};
 use profd_common::api;
@@ -23,6 +23,21 @@ pub type Recheck = Arc<dyn Fn(u32) -> Check + Send + Sync>;
 /// The one frame of the stack that samples over the unique-stack limit are
 /// counted under; named `[stack limit reached]`.
 pub const STACK_LIMIT_FRAME: u64 = u64::MAX;
+
+/// The outermost frame of a wait's stack: the thread gave the CPU up;
+/// named `[off-cpu: blocked]`.
+pub const BLOCKED_FRAME: u64 = u64::MAX - 1;
+
+/// The outermost frame of a wait's stack: the thread was preempted, still
+/// runnable; named `[off-cpu: runnable]`.
+pub const RUNNABLE_FRAME: u64 = u64::MAX - 2;
+
+/// The frames profd adds to stacks, with their names.
+pub const SYNTHETIC_FRAMES: [(u64, &str); 3] = [
+    (STACK_LIMIT_FRAME, "[stack limit reached]"),
+    (BLOCKED_FRAME, "[off-cpu: blocked]"),
+    (RUNNABLE_FRAME, "[off-cpu: runnable]"),
+];
 
 /// A session's counts and the state they are made with.
 pub struct Ingest {
@@ -265,7 +280,20 @@ impl Ingest {
             return Err(why);
         }
         let (mut attributed, mut unchecked) = (0u64, 0u64);
+        // Stacks counted (a sample or a wait each), whatever their weight.
+        let mut stacks = 0u64;
+        let weighted = !batch.weights.is_empty();
+        if let Some(time) = batch.time.take() {
+            let t = self.totals.time.get_or_insert_with(Default::default);
+            t.on_cpu_ns += time.on_cpu_ns;
+            t.off_cpu_ns += time.off_cpu_ns;
+            t.runnable_ns += time.runnable_ns;
+            t.waits += time.waits;
+            t.unpaired += time.unpaired;
+            t.open_at_end += time.open_at_end;
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
+        let mut marked = Vec::new();
         // The samples of a batch were read together: one time for all.
         if !batch.ends.is_empty() {
             self.recent.start(Instant::now());
@@ -282,11 +310,13 @@ impl Ingest {
                     process = self.process_of(sample.pid);
                 }
             }
+            stacks += 1;
+            let weight = sample.weight;
             if !checked {
-                unchecked += 1;
+                unchecked += weight;
                 continue;
             }
-            attributed += 1;
+            attributed += weight;
             // Frame-pointer stacks of the target's first program are used as
             // they came, but in Go code: there the caller the kernel's walk
             // skips below a function without a frame is put back, and what
@@ -340,13 +370,27 @@ impl Ingest {
                 }
                 &scratch[..]
             };
+            // A wait's stack begins with what kind of wait it was.
+            let stack = match sample.mark {
+                Mark::OnCpu => stack,
+                kind => {
+                    marked.clear();
+                    marked.extend_from_slice(stack);
+                    marked.push(match kind {
+                        Mark::Runnable => RUNNABLE_FRAME,
+                        _ => BLOCKED_FRAME,
+                    });
+                    &marked[..]
+                }
+            };
             let cap = self.max_stacks;
-            let (stack, (index, new)) = match self.stacks.add_within(sample.tid, stack, 1, cap) {
+            let (stack, (index, new)) = match self.stacks.add_within(sample.tid, stack, weight, cap)
+            {
                 Some(added) => (stack, added),
                 None => {
-                    self.totals.overflowed += 1;
+                    self.totals.overflowed += weight;
                     let limit = &[STACK_LIMIT_FRAME][..];
-                    (limit, self.stacks.add(0, limit, 1))
+                    (limit, self.stacks.add(0, limit, weight))
                 }
             };
             if new {
@@ -357,7 +401,11 @@ impl Ingest {
                 addresses.queued += queued;
                 addresses.known += stack.len() as u64 - queued;
             }
-            self.recent.push(index as u32);
+            if weighted {
+                self.recent.push_weighted(index as u32, weight);
+            } else {
+                self.recent.push(index as u32);
+            }
             if let Some(indices) = &mut self.since_view {
                 if indices.len() < self.stacks.len().max(SINCE_VIEW_MIN) {
                     indices.push(index as u32);
@@ -370,10 +418,15 @@ impl Ingest {
                 self.name_thread(sample.pid, sample.tid);
             }
             if let Some(i) = process {
-                self.processes[i].samples += 1;
+                self.processes[i].samples += weight;
             }
         }
         self.scratch = scratch;
+        if weighted {
+            // The running counts add one per stack index since the last
+            // view: weighted stacks are counted again whole.
+            self.since_view = None;
+        }
         for pid in batch.exits.drain(..) {
             if let Some(&i) = self.process_index.get(&pid) {
                 self.processes[i].exited = true;
@@ -382,7 +435,7 @@ impl Ingest {
         }
         self.totals.attributed += attributed;
         self.totals.unchecked += unchecked;
-        self.totals.discarded += batch.seen.saturating_sub(attributed + unchecked);
+        self.totals.discarded += batch.seen.saturating_sub(stacks);
         self.totals.lost += batch.lost;
         self.totals.throttled += batch.throttled;
         self.totals.truncated += batch.truncated;

@@ -12,7 +12,7 @@ pub(crate) mod stored;
 mod unnamed_jit;
 
 pub use collector::{Collector, Finished};
-pub use ingest::{Ingest, NewAddresses, Recheck, STACK_LIMIT_FRAME};
+pub use ingest::{Ingest, NewAddresses, Recheck, SYNTHETIC_FRAMES};
 pub use recent::MAX_WINDOW_S;
 
 use crate::maps::ProcessMaps;
@@ -41,7 +41,7 @@ pub struct Params {
     pub owner_uid: u32,
     pub owner: String,
     /// Unique stacks kept; samples of further new stacks count under
-    /// [`STACK_LIMIT_FRAME`].
+    /// [`ingest::STACK_LIMIT_FRAME`].
     pub max_stacks: usize,
     /// None for root's sessions.
     pub recheck: Option<Recheck>,
@@ -473,7 +473,10 @@ impl Actor {
     fn summary(&self) -> api::Session {
         let elapsed = self.ended.unwrap_or_else(Instant::now) - self.started;
         let mut totals = self.ingest.totals;
-        totals.unsampled = scope::unsampled(&totals, self.ingest.counted, &self.spec);
+        // Sampling periods are a cpu-mode figure (time modes count time).
+        if self.spec.mode == crate::sys::perf::Mode::Cpu {
+            totals.unsampled = scope::unsampled(&totals, self.ingest.counted, &self.spec);
+        }
         api::Session {
             id: self.params.id,
             pid: self.params.pid,

@@ -15,6 +15,9 @@ pub struct Recent {
     sealed: VecDeque<(Instant, Box<[u8]>)>,
     /// The bucket samples go to now, with its start time.
     open: Option<(Instant, Vec<u32>)>,
+    /// The open bucket's weighted stacks (off-CPU and wall sessions: a
+    /// stack index and the nanoseconds it stands for).
+    weighted: Vec<(u32, u64)>,
 }
 
 impl Recent {
@@ -33,9 +36,11 @@ impl Recent {
             }
             Some((start, mut bucket)) => {
                 if !old(&start) {
-                    self.sealed.push_back((start, seal(&mut bucket)));
+                    let sealed = seal(&mut bucket, &mut self.weighted);
+                    self.sealed.push_back((start, sealed));
                 }
                 bucket.clear();
+                self.weighted.clear();
                 bucket
             }
             None => Vec::new(),
@@ -51,7 +56,15 @@ impl Recent {
         }
     }
 
-    /// Samples per stack index in the buckets begun less than `window_s`
+    /// Count `weight` (nanoseconds) of stack `index` in the open bucket (if
+    /// one was started).
+    pub fn push_weighted(&mut self, index: u32, weight: u64) {
+        if self.open.is_some() && weight > 0 {
+            self.weighted.push((index, weight));
+        }
+    }
+
+    /// Samples (or weights) per stack index in the buckets begun less than `window_s`
     /// seconds before `now`.
     pub fn counts(&self, window_s: u32, now: Instant) -> HashMap<u32, u64> {
         let within =
@@ -63,6 +76,9 @@ impl Recent {
             }
             for &i in bucket {
                 *counts.entry(i).or_insert(0) += 1;
+            }
+            for &(i, w) in &self.weighted {
+                *counts.entry(i).or_insert(0) += w;
             }
         }
         for (_, bytes) in self.sealed.iter().rev().take_while(|(t, _)| within(t)) {
@@ -81,17 +97,38 @@ impl Recent {
 /// `bucket` sorted, each index once, as the LEB128 difference of index + 1
 /// from the previous index + 1 (never 0); an index sampled n > 1 times is
 /// followed by a 0 and n - 1.
-fn seal(bucket: &mut [u32]) -> Box<[u8]> {
+fn seal(bucket: &mut [u32], weighted: &mut [(u32, u64)]) -> Box<[u8]> {
     bucket.sort_unstable();
-    let mut out = Vec::with_capacity(bucket.len() + bucket.len() / 2);
+    weighted.sort_unstable_by_key(|&(i, _)| i);
+    let mut runs = bucket
+        .chunk_by(|a, b| a == b)
+        .map(|run| (run[0], run.len() as u64))
+        .peekable();
+    let mut sums = weighted
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|run| (run[0].0, run.iter().map(|&(_, w)| w).sum::<u64>()))
+        .peekable();
+    let mut out = Vec::with_capacity(bucket.len() + bucket.len() / 2 + weighted.len() * 4);
     let mut last = 0;
-    for run in bucket.chunk_by(|a, b| a == b) {
-        let next = u64::from(run[0]) + 1;
+    loop {
+        // The two sorted lists merged, an index in both summed.
+        let (index, n) = match (runs.peek(), sums.peek()) {
+            (Some(&(a, _)), Some(&(b, _))) if a == b => {
+                let (_, n) = runs.next().unwrap_or_default();
+                let (_, w) = sums.next().unwrap_or_default();
+                (a, n + w)
+            }
+            (Some(&(a, _)), Some(&(b, _))) if b < a => sums.next().unwrap_or_default(),
+            (Some(_), _) => runs.next().unwrap_or_default(),
+            (None, Some(_)) => sums.next().unwrap_or_default(),
+            (None, None) => break,
+        };
+        let next = u64::from(index) + 1;
         leb128(&mut out, next - last);
         last = next;
-        if run.len() > 1 {
+        if n > 1 {
             out.push(0);
-            leb128(&mut out, run.len() as u64 - 1);
+            leb128(&mut out, n - 1);
         }
     }
     out.into_boxed_slice()
@@ -136,7 +173,7 @@ mod tests {
         let indices = [7, 0, u32::MAX, 7, 128, 127, 16_384, 3, 7, 1 << 28, 0];
         let mut bucket = indices.to_vec();
         let mut out = Vec::new();
-        decode(&seal(&mut bucket), |i, n| out.push((i, n)));
+        decode(&seal(&mut bucket, &mut []), |i, n| out.push((i, n)));
         let mut counts = std::collections::BTreeMap::new();
         for i in indices {
             *counts.entry(i).or_insert(0) += 1;
@@ -144,10 +181,32 @@ mod tests {
         assert_eq!(out, counts.into_iter().collect::<Vec<_>>());
     }
 
+    /// Weighted stacks (off-CPU time) count their nanoseconds, in the
+    /// open bucket and once sealed, summed with the same index's samples.
+    #[test]
+    fn weighted_stacks_count_their_weight() {
+        let t0 = Instant::now();
+        let mut recent = Recent::default();
+        recent.start(t0);
+        recent.push(4);
+        recent.push_weighted(4, 1_000_000);
+        recent.push_weighted(2, 7_000_000);
+        recent.push_weighted(2, 3);
+        let open = recent.counts(2, t0 + Duration::from_millis(500));
+        assert_eq!(open, HashMap::from([(4, 1_000_001), (2, 7_000_003)]));
+        recent.start(t0 + Duration::from_secs(1));
+        recent.push_weighted(9, 5);
+        let both = recent.counts(2, t0 + Duration::from_millis(1500));
+        assert_eq!(
+            both,
+            HashMap::from([(4, 1_000_001), (2, 7_000_003), (9, 5)])
+        );
+    }
+
     #[test]
     fn a_stack_sampled_often_takes_a_few_bytes_a_bucket() {
         let mut bucket = [vec![5; 100_000], vec![9; 300], vec![70_000]].concat();
-        let bytes = seal(&mut bucket);
+        let bytes = seal(&mut bucket, &mut []);
         // Difference, 0, count - 1: 5 in 1 + 1 + 3 bytes, 9 in 1 + 1 + 2;
         // 70 000, sampled once, in 3.
         assert_eq!(bytes.len(), 5 + 4 + 3);

@@ -44,6 +44,7 @@ mod tests {
         EventSpec {
             kind,
             mode: Default::default(),
+            session: 0,
             frequency_hz: 1000,
             ring_pages: 512,
             stack_bytes: 16384,

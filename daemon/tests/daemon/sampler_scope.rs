@@ -39,6 +39,7 @@ async fn stack_copies_get_rings_of_their_target() {
     let pid = live.0.id();
     let dwarf = EventSpec {
         mode: Default::default(),
+        session: 0,
         kind: EventKind::CpuClock,
         frequency_hz: 99,
         ring_pages: 0,

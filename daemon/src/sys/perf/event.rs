@@ -93,6 +93,10 @@ pub struct EventSpec {
     pub kind: EventKind,
     /// What the events measure.
     pub mode: Mode,
+    /// The one session the group serves (modes with switches: a wait is
+    /// paired and closed for one session); 0 = any sessions of the same
+    /// settings share it.
+    pub session: u64,
     pub frequency_hz: u32,
     /// Data pages of each ring (a power of two).
     pub ring_pages: usize,
@@ -213,6 +217,13 @@ pub struct PerfEvent {
     /// each inherited by the threads and processes it creates later (the
     /// kernel sends inherited events' records to the parent's ring).
     threads: Vec<OwnedFd>,
+    /// With a target in a mode with switches: one switch event per thread
+    /// it had when opened (inherited like `threads`), sampling each switch
+    /// out and recording switches in and out.
+    switches: Vec<OwnedFd>,
+    /// The ids samples of those events carry (`PERF_SAMPLE_IDENTIFIER`:
+    /// inherited events report their parent's).
+    switch_ids: Vec<u64>,
     base: *mut u8,
     map_len: usize,
     data_offset: usize,
@@ -309,7 +320,53 @@ fn sampling_attr(
     attr.set_inherit(u64::from(spec.target.is_some()));
     attr.read_format = PERF_FORMAT_LOST;
     set_watermark(&mut attr, data_size);
+    set_clock(&mut attr, spec);
     (attr, event_name, sample_type, regs)
+}
+
+/// A target's switch event, from its sampling `attr`: a sample at every
+/// switch out (period 1, with the same fields: the stack the thread leaves
+/// the CPU with), and a `PERF_RECORD_SWITCH` at every switch in and out.
+/// Without on-CPU samples (off-CPU mode) it also carries the side-band
+/// records the sampling event would.
+fn switch_attr(sampling: &b::perf_event_attr, mode: Mode) -> b::perf_event_attr {
+    let mut attr = *sampling;
+    attr.type_ = b::PERF_TYPE_SOFTWARE;
+    attr.config = b::PERF_COUNT_SW_CONTEXT_SWITCHES as u64;
+    attr.set_freq(0);
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.set_context_switch(1);
+    if mode.on_cpu() {
+        attr.set_mmap(0);
+        attr.set_mmap2(0);
+        attr.set_comm(0);
+        attr.set_comm_exec(0);
+        attr.set_task(0);
+    }
+    attr
+}
+
+/// Switch events time waits against the session's start and end, read
+/// with `clock_gettime`: every event of such a ring uses CLOCK_MONOTONIC.
+fn set_clock(attr: &mut b::perf_event_attr, spec: &EventSpec) {
+    if spec.mode.switches() {
+        attr.set_use_clockid(1);
+        attr.clockid = libc::CLOCK_MONOTONIC;
+    }
+}
+
+/// The event's id, as its samples carry it.
+fn event_id(fd: &OwnedFd, cpu: u32) -> Result<u64, PerfError> {
+    let mut id = 0u64;
+    // SAFETY: ID writes one u64 to the pointer, a live local.
+    if unsafe { sys::ioctls::ID(fd.as_raw_fd(), &mut id) } < 0 {
+        return Err(PerfError::Io {
+            what: "reading an event's id",
+            cpu,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(id)
 }
 
 /// Wake the reader when a quarter of the ring is filled, not per record.
@@ -367,7 +424,7 @@ fn open_error(source: io::Error, event: &'static str, cpu: u32) -> PerfError {
 /// The ring carrier of a target's events on `cpu`: a software dummy event
 /// for all processes that records nothing itself (no sampling, no side-band
 /// records), whose ring the threads' events are redirected into.
-fn open_carrier(cpu: u32, data_size: usize) -> Result<OwnedFd, PerfError> {
+fn open_carrier(cpu: u32, data_size: usize, spec: &EventSpec) -> Result<OwnedFd, PerfError> {
     let mut attr = b::perf_event_attr {
         size: std::mem::size_of::<b::perf_event_attr>() as u32,
         type_: b::PERF_TYPE_SOFTWARE,
@@ -376,6 +433,7 @@ fn open_carrier(cpu: u32, data_size: usize) -> Result<OwnedFd, PerfError> {
     };
     attr.set_disabled(1);
     set_watermark(&mut attr, data_size);
+    set_clock(&mut attr, spec);
     perf_event_open(&mut attr, -1, cpu).map_err(|e| open_error(e, "dummy", cpu))
 }
 
@@ -411,7 +469,7 @@ impl PerfEvent {
         let fd = match spec.target {
             None => open_counting_lost(&mut attr, -1, cpu)
                 .map_err(|e| open_error(e, event_name, cpu))?,
-            Some(_) => open_carrier(cpu, data_size)?,
+            Some(_) => open_carrier(cpu, data_size, spec)?,
         };
         let map_len = page + data_size;
         // SAFETY: mapping a perf fd with length 1 + 2^n pages, shared and
@@ -440,6 +498,8 @@ impl PerfEvent {
         let mut event = PerfEvent {
             fd,
             threads: Vec::new(),
+            switches: Vec::new(),
+            switch_ids: Vec::new(),
             base: base.cast(),
             map_len,
             data_offset: page,
@@ -469,7 +529,7 @@ impl PerfEvent {
         }
         match spec.target {
             None => enable(&event.fd, cpu)?,
-            Some(target) => event.attach_threads(target, &mut attr, event_name)?,
+            Some(target) => event.attach_threads(target, spec.mode, &mut attr, event_name)?,
         }
         Ok(event)
     }
@@ -483,6 +543,7 @@ impl PerfEvent {
     fn attach_threads(
         &mut self,
         target: Target,
+        mode: Mode,
         attr: &mut b::perf_event_attr,
         event_name: &'static str,
     ) -> Result<(), PerfError> {
@@ -496,32 +557,67 @@ impl PerfEvent {
         if Target::of(target.pid) != Some(target) {
             return Err(gone(io::Error::from_raw_os_error(libc::ESRCH)));
         }
+        let mut switch = switch_attr(attr, mode);
         for tid in threads {
-            let fd = match open_counting_lost(attr, tid as i32, cpu) {
-                Ok(fd) => fd,
-                // The thread exited since the listing.
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
-                Err(e) => return Err(open_error(e, event_name, cpu)),
-            };
-            // SAFETY: SET_OUTPUT takes two perf event fds and touches no
-            // user memory: `fd` (never mapped) then writes into the ring of
-            // `self.fd` (same CPU, same clock), which the kernel keeps
-            // alive for as long as any event writes to it.
-            if unsafe { sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), self.fd.as_raw_fd()) } < 0 {
-                return Err(PerfError::Io {
-                    what: "redirecting a thread's event into the ring",
-                    cpu,
-                    source: io::Error::last_os_error(),
-                });
+            if mode.on_cpu() {
+                let Some(fd) = self.open_redirected(attr, tid, event_name)? else {
+                    continue;
+                };
+                self.threads.push(fd);
             }
-            enable(&fd, cpu)?;
-            self.threads.push(fd);
+            if mode.switches() {
+                let Some(fd) = self.open_redirected(&mut switch, tid, "context-switches")? else {
+                    continue;
+                };
+                self.switch_ids.push(event_id(&fd, cpu)?);
+                self.switches.push(fd);
+            }
         }
-        self.counts_lost = attr.read_format != 0;
-        if self.threads.is_empty() {
+        self.counts_lost = attr.read_format != 0 && switch.read_format != 0;
+        if self.threads.is_empty() && self.switches.is_empty() {
             return Err(gone(io::Error::from_raw_os_error(libc::ESRCH)));
         }
         Ok(())
+    }
+
+    /// Open `attr` on thread `tid`, redirect it into this ring and enable
+    /// it; None when the thread exited since it was listed.
+    fn open_redirected(
+        &mut self,
+        attr: &mut b::perf_event_attr,
+        tid: u32,
+        event_name: &'static str,
+    ) -> Result<Option<OwnedFd>, PerfError> {
+        let cpu = self.cpu;
+        let fd = match open_counting_lost(attr, tid as i32, cpu) {
+            Ok(fd) => fd,
+            // The thread exited since the listing.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+            Err(e) => return Err(open_error(e, event_name, cpu)),
+        };
+        // SAFETY: SET_OUTPUT takes two perf event fds and touches no
+        // user memory: `fd` (never mapped) then writes into the ring of
+        // `self.fd` (same CPU, same clock), which the kernel keeps
+        // alive for as long as any event writes to it.
+        if unsafe { sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), self.fd.as_raw_fd()) } < 0 {
+            return Err(PerfError::Io {
+                what: "redirecting a thread's event into the ring",
+                cpu,
+                source: io::Error::last_os_error(),
+            });
+        }
+        enable(&fd, cpu)?;
+        Ok(Some(fd))
+    }
+
+    /// The ring's event samples every process on its CPU (no target).
+    fn system_wide(&self) -> bool {
+        self.threads.is_empty() && self.switches.is_empty()
+    }
+
+    /// The ids the samples of switch events carry (none without them).
+    pub fn switch_ids(&self) -> &[u64] {
+        &self.switch_ids
     }
 
     /// Register the ring's fd with tokio's reactor (readable on watermark).
@@ -545,14 +641,16 @@ impl PerfEvent {
     /// threads' events include their inherited events' counts and losses,
     /// those of exited tasks too.
     fn kernel_counts(&self) -> Option<(u64, Option<u64>)> {
-        let sampling = if self.threads.is_empty() {
+        let sampling = if self.system_wide() {
             std::slice::from_ref(&self.fd)
         } else {
             &self.threads[..]
         };
         let want = if self.counts_lost { 16 } else { 8 };
         let (mut value, mut lost) = (0u64, 0u64);
-        for fd in sampling {
+        // Switch events count switches, not time: only their losses count.
+        let switches = self.switches.iter().map(|fd| (fd, false));
+        for (fd, counts) in sampling.iter().map(|fd| (fd, true)).chain(switches) {
             let mut values = [0u64; 2];
             // SAFETY: read() writes at most size_of_val(&values) bytes into
             // the local array; the kernel writes { value } or, with
@@ -567,7 +665,9 @@ impl PerfEvent {
             if n != want {
                 return None;
             }
-            value = value.wrapping_add(values[0]);
+            if counts {
+                value = value.wrapping_add(values[0]);
+            }
             lost += values[1];
         }
         Some((value, self.counts_lost.then_some(lost)))
@@ -597,7 +697,7 @@ impl PerfEvent {
             lost: from_records,
             counted: 0,
         };
-        if !self.counts_lost && self.threads.is_empty() {
+        if !self.counts_lost && self.system_wide() {
             return records;
         }
         let due = exact
@@ -616,7 +716,7 @@ impl PerfEvent {
         let Some((value, lost)) = self.kernel_counts() else {
             return records;
         };
-        let counted = if self.threads.is_empty() {
+        let counted = if self.system_wide() {
             0
         } else {
             let new = value.saturating_sub(self.counted_accounted);
@@ -958,6 +1058,7 @@ mod tests {
         let pid = target.0.id();
         let spec = EventSpec {
             mode: Default::default(),
+            session: 0,
             kind: EventKind::CpuClock,
             frequency_hz: 499,
             ring_pages: 512,
@@ -1033,6 +1134,7 @@ mod tests {
         let pid = std::process::id();
         let spec = EventSpec {
             mode: Default::default(),
+            session: 0,
             kind: EventKind::CpuClock,
             frequency_hz: 499,
             ring_pages: 64,
@@ -1087,6 +1189,7 @@ mod tests {
         let pid = std::process::id();
         let spec = EventSpec {
             mode: Default::default(),
+            session: 0,
             kind: EventKind::CpuClock,
             frequency_hz: 499,
             ring_pages: 64,

@@ -38,6 +38,8 @@ const fn misc_bit(bit: u32) -> u16 {
 const MISC_CPUMODE_MASK: u16 = misc_bit(sys::PERF_RECORD_MISC_CPUMODE_MASK);
 const MISC_COMM_EXEC: u16 = misc_bit(sys::PERF_RECORD_MISC_COMM_EXEC);
 const MISC_MMAP_BUILD_ID: u16 = misc_bit(sys::PERF_RECORD_MISC_MMAP_BUILD_ID);
+const MISC_SWITCH_OUT: u16 = misc_bit(sys::PERF_RECORD_MISC_SWITCH_OUT);
+const MISC_SWITCH_OUT_PREEMPT: u16 = misc_bit(sys::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT);
 
 /// Callchain marker: the entries that follow are kernel addresses.
 pub const CONTEXT_KERNEL: u64 = sys::PERF_CONTEXT_KERNEL;
@@ -190,6 +192,7 @@ pub enum Record<'a> {
     Lost(Lost),
     Throttle(Throttle),
     Unthrottle(Throttle),
+    Switch(Switch),
     /// Any other record type; the caller skips it.
     Other {
         kind: u32,
@@ -356,6 +359,17 @@ pub struct Lost {
     pub sample_id: SampleId,
 }
 
+/// A `PERF_RECORD_SWITCH` of a task's event (attr `context_switch`): the
+/// thread in `sample_id` left the CPU (`out`) or came back to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switch {
+    pub out: bool,
+    /// A switch out of a preempted thread, still runnable (Linux 4.17+;
+    /// false before).
+    pub preempted: bool,
+    pub sample_id: SampleId,
+}
+
 /// A `PERF_RECORD_THROTTLE` or `PERF_RECORD_UNTHROTTLE`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Throttle {
@@ -383,6 +397,7 @@ pub fn parse<'a>(
             | sys::PERF_RECORD_LOST
             | sys::PERF_RECORD_THROTTLE
             | sys::PERF_RECORD_UNTHROTTLE
+            | sys::PERF_RECORD_SWITCH
     );
     if !known {
         return Ok(Record::Other { kind });
@@ -414,6 +429,11 @@ pub fn parse<'a>(
         }),
         sys::PERF_RECORD_THROTTLE => Record::Throttle(parse_throttle(&mut r, sample_id)?),
         sys::PERF_RECORD_UNTHROTTLE => Record::Unthrottle(parse_throttle(&mut r, sample_id)?),
+        sys::PERF_RECORD_SWITCH => Record::Switch(Switch {
+            out: misc & MISC_SWITCH_OUT != 0,
+            preempted: misc & MISC_SWITCH_OUT_PREEMPT != 0,
+            sample_id,
+        }),
         _ => Record::Other { kind },
     })
 }

@@ -431,9 +431,34 @@ fn throttle_and_unthrottle() {
 }
 
 #[test]
+fn switch_records_say_in_or_out_and_preempted() {
+    let l = layout(S_TID | S_TIME, true, 0);
+    let body = w(&[pair(7, 8), 1234]).0;
+    let out = sys::PERF_RECORD_MISC_SWITCH_OUT as u16;
+    let preempt = sys::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT as u16;
+    for (misc, want) in [
+        (0, (false, false)),
+        (out, (true, false)),
+        (out | preempt, (true, true)),
+    ] {
+        let Ok(Record::Switch(s)) = parse(&l, sys::PERF_RECORD_SWITCH, misc, &body) else {
+            panic!("misc {misc:#x}")
+        };
+        let id = s.sample_id;
+        assert_eq!((s.out, s.preempted), want);
+        assert_eq!((id.pid, id.tid, id.time), (Some(7), Some(8), Some(1234)));
+    }
+}
+
+#[test]
 fn other_record_types_are_skipped_unparsed() {
     let l = layout(S_TID, true, 0);
-    for kind in [sys::PERF_RECORD_MMAP, sys::PERF_RECORD_SWITCH, 42, u32::MAX] {
+    for kind in [
+        sys::PERF_RECORD_MMAP,
+        sys::PERF_RECORD_SWITCH_CPU_WIDE,
+        42,
+        u32::MAX,
+    ] {
         assert_eq!(parse(&l, kind, 0, &[1, 2, 3]), Ok(Record::Other { kind }));
     }
 }

@@ -5,7 +5,8 @@
 # The load: tests/workloads/offcpu.c's ping-pong, two threads bouncing a
 # byte over two pipes, each blocking on its read once a round trip (two
 # switches out a round trip), paced to a target rate of switches a second
-# (--rates; 0 = as fast as they go). Each rate is run
+# (--rates; 0 = as fast as they go) by short sleeps, each one more switch,
+# so that the switches come evenly, not in bursts. Each rate is run
 #     bare
 #     under perf record -e sched:sched_switch -g            (perf)
 #     under profctl run --mode off-cpu --unwind fp           (profd-fp)
@@ -25,10 +26,11 @@
 #                Totals.lost + TimeTotals.unpaired (switches that could not
 #                be paired: lost, or the threads' first switch in)
 #   seen %       switches recorded against the target's switches (2 a round
-#                trip): perf's samples, profd's TimeTotals.waits
+#                trip, 1 a pacing sleep): perf's samples, profd's
+#                TimeTotals.waits
 #
 # Usage: benches/offcpu.sh [--rates "50000 200000 0"] [--seconds S] [--rounds N]
-#                          [--configs LIST] [--nice N] [--no-build] [--keep]
+#                          [--configs LIST] [--nice N] [--no-build] [--bin DIR] [--keep]
 #   --rates LIST  target rates in switches a second, 0 = unpaced (default
 #                 "50000 200000 0")
 #   --seconds S   length of each run (default 5)
@@ -38,6 +40,7 @@
 #   --nice N      run everything measured at this nice level (all
 #                 configurations alike)
 #   --no-build    use the release binaries already built
+#   --bin DIR     use the profd and profctl in DIR (implies --no-build)
 #   --keep        keep the work directory (logs, profiles)
 #
 # Needs root, perf (Debian package linux-perf), gcc, GNU time (/usr/bin/time)
@@ -53,6 +56,7 @@ seconds=5
 rounds=3
 nice_level=''
 configs_arg=bare,perf,profd-fp,profd-dwarf
+bin="${CARGO_TARGET_DIR:-$root/target}/release"
 build=1
 keep=0
 
@@ -68,6 +72,7 @@ while [ $# -gt 0 ]; do
     --configs) configs_arg="${2:?--configs needs a list, e.g. bare,perf}"; shift ;;
     --nice) nice_level="${2:?--nice needs a level, -20..19}"; shift ;;
     --no-build) build=0 ;;
+    --bin) bin="${2:?--bin needs a directory}"; build=0; shift ;;
     --keep) keep=1 ;;
     -h | --help) usage ;;
     *) echo "offcpu: unknown option '$1'" >&2; usage ;;
@@ -94,7 +99,6 @@ need_perf
 command -v "${CC:-gcc}" >/dev/null || die "${CC:-gcc} is missing (apt-get install gcc)"
 [ -x /usr/bin/time ] || die "GNU time is missing (apt-get install time)"
 
-bin="${CARGO_TARGET_DIR:-$root/target}/release"
 profd="$bin/profd" profctl="$bin/profctl"
 if [ "$with_profd" = 1 ]; then
     if [ "$build" = 1 ]; then
@@ -184,7 +188,7 @@ run() {
         seen="$(json_number waits "$work/p.json")"
         ;;
     esac
-    switches=$(($(field round_trips "$err") * 2))
+    switches="$(field switches "$err")"
     [ "$seen" != - ] && seen="$(awk -v s="$seen" -v n="$switches" 'BEGIN { printf "%.1f", s / n * 100 }')"
     echo "$c $rate $round $(field switches_per_s "$err") $(field cpu_us_per_round_trip "$err") $prof $lost $seen" >>"$work/runs"
 }

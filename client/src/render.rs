@@ -3,7 +3,9 @@
 //! functions from values to strings; writing them out is the caller's job.
 use std::fmt::Write as _;
 
-use profd_common::api::{InfoResponse, ListWindowsResponse, Scope, Session, SessionState, Totals};
+use profd_common::api::{
+    InfoResponse, ListWindowsResponse, Mode, Scope, Session, SessionState, Totals,
+};
 use profd_common::event_name;
 
 use crate::ranking::{percent, totals, Profile};
@@ -450,10 +452,17 @@ pub fn info_text(info: &InfoResponse) -> String {
                     0 => "system-wide".to_string(),
                     pid => format!("pid {pid}"),
                 };
+                let event = match g.mode() {
+                    Mode::OffCpu => "context switches".to_string(),
+                    Mode::Wall => format!(
+                        "{} @ {} Hz + context switches",
+                        event_name(g.event()),
+                        g.frequency_hz
+                    ),
+                    _ => format!("{} @ {} Hz", event_name(g.event()), g.frequency_hz),
+                };
                 format!(
-                    "{} @ {} Hz {unwind} {scope} ({} session{})",
-                    event_name(g.event()),
-                    g.frequency_hz,
+                    "{event} {unwind} {scope} ({} session{})",
                     g.sessions,
                     if g.sessions == 1 { "" } else { "s" }
                 )

@@ -29,6 +29,10 @@ pub struct Profile {
     pub unwind: String,
     /// Bytes of user stack copied per sample (0 without stack copies).
     pub stack_bytes: u32,
+    /// `cpu`, `off-cpu` or `wall` (absent from reports of daemons without
+    /// modes: `cpu`).
+    #[serde(default)]
+    pub mode: Option<String>,
     pub totals: Totals,
     /// Whether the session followed the target's children.
     #[serde(default)]
@@ -67,6 +71,26 @@ pub struct Totals {
     /// take (target scope, cpu-clock).
     #[serde(default)]
     pub unsampled: u64,
+    /// Time accounting of off-cpu and wall sessions (absent or null in cpu
+    /// mode).
+    #[serde(default)]
+    pub time: Option<TimeTotals>,
+}
+
+/// `totals.time` of an off-cpu or wall session: nanoseconds and counts of
+/// the target's switches (proto `TimeTotals`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct TimeTotals {
+    pub on_cpu_ns: u64,
+    pub off_cpu_ns: u64,
+    /// Of `off_cpu_ns`: preempted, still runnable.
+    pub runnable_ns: u64,
+    /// Switches out paired with the switch back in.
+    pub waits: u64,
+    /// Switches that could not be paired (not counted as time).
+    pub unpaired: u64,
+    /// Waits still open when the session ended, counted up to its end.
+    pub open_at_end: u64,
 }
 
 /// One process of a session (the target, and its children when followed).
@@ -155,6 +179,20 @@ impl Profile {
                 .overflowed
                 .map_or_else(String::new, |n| format!(" overflowed {n}"))
         );
+        if let Some(t) = self.totals.time {
+            let _ = writeln!(
+                s,
+                "mode {}: on_cpu {:.3}s off_cpu {:.3}s (runnable {:.3}s) waits {} unpaired {} \
+                 open_at_end {}",
+                self.mode.as_deref().unwrap_or("?"),
+                t.on_cpu_ns as f64 / 1e9,
+                t.off_cpu_ns as f64 / 1e9,
+                t.runnable_ns as f64 / 1e9,
+                t.waits,
+                t.unpaired,
+                t.open_at_end
+            );
+        }
         let _ = writeln!(
             s,
             "{:>8} {:>7} {:>8} {:>7}  FUNCTION  MODULE",

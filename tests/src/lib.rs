@@ -23,7 +23,9 @@ mod workload;
 pub use command::{assert_one_line_error, Cmd, CmdOutput};
 pub use daemon::{run_profctl, run_profd, Daemon, PROFCTL_TIMEOUT};
 pub use info::Info;
-pub use json_report::{FunctionRow, Measure, ProcessRow, Profile, Totals, PCT_TOLERANCE};
+pub use json_report::{
+    FunctionRow, Measure, ProcessRow, Profile, TimeTotals, Totals, PCT_TOLERANCE,
+};
 pub use workload::{
     build_workload, cpu_time, java_classes, java_command, node_command, Build, Lang, Workload,
     GOSTACKS, GOSTACKS_STRIPPED, INLINED, JAVA_FLAGS, JIT, STACKS_DEBUG_FRAME, STACKS_FP,

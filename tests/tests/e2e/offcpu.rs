@@ -205,20 +205,27 @@ fn mutex_waits_show_the_lock_caller() {
     let (p, _) = run(&h, "off-cpu", &[], &["mutex", "3"]);
     let stacks = folded(&h, p.session_id);
     let mut lock_callers: BTreeMap<String, u64> = BTreeMap::new();
-    let mut in_wait_for_lock = 0;
+    let (mut in_wait_for_lock, mut blocked) = (0, 0);
     for (frames, ns) in &stacks {
         if let Some(i) = frames.iter().position(|f| f.contains("pthread_mutex_lock")) {
             let caller = if i == 0 { "(none)" } else { &frames[i - 1] };
             *lock_callers.entry(caller.to_string()).or_default() += ns;
         }
         if frames.iter().any(|f| f == "wait_for_lock") {
-            assert_eq!(
-                frames[0], "[off-cpu: blocked]",
-                "a waiter for a mutex gave the CPU up: {frames:?}"
-            );
             in_wait_for_lock += ns;
+            if frames[0] == "[off-cpu: blocked]" {
+                blocked += ns;
+            }
         }
     }
+    // A waiter woken in the instant it went to sleep leaves the CPU still
+    // runnable (the kernel marks that switch preempted): rare, short.
+    assert!(
+        blocked as f64 >= 0.9 * in_wait_for_lock as f64,
+        "waiters for a mutex gave the CPU up: only {blocked} of {in_wait_for_lock} ns \
+         under wait_for_lock begin with [off-cpu: blocked]\n{}",
+        p.table()
+    );
     eprintln!("  callers of pthread_mutex_lock (ns): {lock_callers:?}");
     let lock_total: u64 = lock_callers.values().sum();
     let from_waiters = lock_callers.get("wait_for_lock").copied().unwrap_or(0);

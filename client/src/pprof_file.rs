@@ -20,10 +20,12 @@ pub fn load(path: &Path) -> Result<ResolvedProfile, Error> {
     export::pprof_decode(&data).map_err(|e| bad(e.to_string()))
 }
 
-/// The session a saved profile stands for: its target, frequency, duration
-/// and attributed samples (no id, state or other totals: the file has none).
+/// The session a saved profile stands for: its target, frequency, duration,
+/// mode and attributed samples or time (no id, state or other totals: the
+/// file has none).
 pub fn session(profile: &ResolvedProfile) -> Session {
     Session {
+        mode: profile.mode as i32,
         pid: profile.pid,
         comm: profile.comm.clone(),
         frequency_hz: profile.frequency_hz,

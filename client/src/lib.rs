@@ -19,6 +19,7 @@ pub mod ranking;
 pub mod render;
 pub mod render_views;
 pub mod tui;
+pub mod units;
 pub mod watch;
 
 pub use error::Error;

@@ -20,10 +20,12 @@ pub fn load(path: &Path) -> Result<ResolvedProfile, Error> {
     export::pprof_decode(&data).map_err(|e| bad(e.to_string()))
 }
 
-/// The session a saved profile stands for: its target, frequency, duration
-/// and attributed samples (no id, state or other totals: the file has none).
+/// The session a saved profile stands for: its target, frequency, duration,
+/// mode and attributed samples or time (no id, state or other totals: the
+/// file has none).
 pub fn session(profile: &ResolvedProfile) -> Session {
     Session {
+        mode: profile.mode as i32,
         pid: profile.pid,
         comm: profile.comm.clone(),
         frequency_hz: profile.frequency_hz,
@@ -74,4 +76,67 @@ fn find(profile: &ResolvedProfile, f: &FunctionRef) -> Result<u32, Error> {
             format!("no function named {:?} in the profile", f.name)
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ranking::Profile;
+    use crate::render::{profile_rows, TableOptions};
+    use crate::render_views::file_header;
+    use profd_common::api::Mode;
+    use profd_common::model::{FrameRef, FunctionInfo, ResolvedStack};
+
+    #[test]
+    fn an_off_cpu_file_reads_back_as_time() {
+        let f = |name: &str| FunctionInfo {
+            name: name.into(),
+            module: "w".into(),
+            ..Default::default()
+        };
+        let fr = |function| FrameRef {
+            function,
+            line: 0,
+            address: 0x1000 + u64::from(function),
+        };
+        let stack = |frames, count| ResolvedStack {
+            tid: 7,
+            frames,
+            count,
+        };
+        let profile = ResolvedProfile {
+            functions: vec![f("[off-cpu: blocked]"), f("main"), f("read_pipe")],
+            stacks: vec![
+                stack(vec![fr(2), fr(1), fr(0)], 2_000_000_000),
+                stack(vec![fr(1), fr(0)], 1_000_000_000),
+            ],
+            attributed: 3_000_000_000,
+            duration_s: 4.0,
+            pid: 7,
+            comm: "w".into(),
+            mode: Mode::OffCpu,
+            ..Default::default()
+        };
+        let dir = std::env::temp_dir().join(format!("profctl-pprof-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("off-cpu.pb.gz");
+        std::fs::write(&path, export::pprof(&profile)).unwrap();
+        let back = load(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let s = session(&back);
+        assert_eq!(s.mode(), Mode::OffCpu);
+        assert_eq!(
+            file_header("off-cpu.pb.gz", &s),
+            "profile off-cpu.pb.gz — pid 7 (w) — off-cpu — 4.00 s\ntime: 3.00 s attributed\n"
+        );
+        let rows = profile_rows(&Profile::new(s, functions(&back)), TableOptions::default());
+        assert!(
+            rows.contains(" 66.7%     2.00 s   66.7%     2.00 s  read_pipe  [w]\n"),
+            "{rows}"
+        );
+        assert!(
+            rows.contains("100.0%     3.00 s   33.3%     1.00 s  main  [w]\n"),
+            "{rows}"
+        );
+    }
 }

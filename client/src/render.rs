@@ -3,10 +3,16 @@
 //! functions from values to strings; writing them out is the caller's job.
 use std::fmt::Write as _;
 
-use profd_common::api::{InfoResponse, ListWindowsResponse, Scope, Session, SessionState, Totals};
+use profd_common::api::{
+    InfoResponse, ListWindowsResponse, Mode, Scope, Session, SessionState, Totals,
+};
 use profd_common::event_name;
+use profd_common::model::mode_name;
 
 use crate::ranking::{percent, totals, Profile};
+use crate::units::{
+    count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
+};
 
 /// The widest a function name gets in a table before it is shortened.
 pub const DEFAULT_NAME_WIDTH: usize = 60;
@@ -75,11 +81,16 @@ fn state_text(session: &Session) -> String {
 }
 
 /// The sample totals, with the samples the target's time called for that
-/// no ring took when there are any.
-fn totals_text(t: &Totals) -> String {
+/// no ring took when there are any. Attributed, over-the-limit and unchecked
+/// counts are times in an off-CPU or wall-clock session's.
+fn totals_text(session: &Session) -> String {
+    let t = totals(session);
+    let n = |v: u64| count_text(session, v);
     let mut text = format!(
         "{} attributed, {} discarded, {} lost",
-        t.attributed, t.discarded, t.lost
+        n(t.attributed),
+        t.discarded,
+        t.lost
     );
     if t.unsampled > 0 {
         text += &format!(", {} unsampled", t.unsampled);
@@ -88,10 +99,28 @@ fn totals_text(t: &Totals) -> String {
         text += &format!(" (throttled {} times)", t.throttled);
     }
     if t.overflowed > 0 {
-        text += &format!("; {} over the stack limit", t.overflowed);
+        text += &format!("; {} over the stack limit", n(t.overflowed));
     }
     if t.unchecked > 0 {
-        text += &format!("; {} unchecked", t.unchecked);
+        text += &format!("; {} unchecked", n(t.unchecked));
+    }
+    text
+}
+
+/// The header's totals lines: `samples: …; stacks: …`, or for an off-CPU or
+/// wall-clock session `time: …; stacks: …` and the time accounting.
+fn totals_lines(session: &Session) -> String {
+    let t = totals(session);
+    let mut text = format!(
+        "{}: {}; stacks: {} truncated, {} unsymbolized\n",
+        counts_word(session, false),
+        totals_text(session),
+        t.truncated,
+        count_text(session, t.unsymbolized),
+    );
+    if counts_time(session) {
+        text += &time_totals_text(&t.time.unwrap_or_default());
+        text.push('\n');
     }
     text
 }
@@ -168,10 +197,12 @@ fn age_text(s: u64) -> String {
     }
 }
 
-/// The profile table's two header lines: session, target, event, unwinding,
-/// scope, elapsed time, state; then the sample totals, with the stack totals.
-/// A query of the continuous history says so, with the first window's start
-/// and the time its windows cover.
+/// The profile table's two header lines: session, target, event (and the
+/// mode when not cpu), unwinding, scope, elapsed time, state; then the
+/// sample totals, with the stack totals (times, and a third line of time
+/// accounting, for an off-CPU or wall-clock session). A query of the
+/// continuous history says so, with the first window's start and the time
+/// its windows cover.
 pub fn table_header(session: &Session) -> String {
     let t = totals(session);
     if is_history(session) {
@@ -182,25 +213,21 @@ pub fn table_header(session: &Session) -> String {
             event_name(session.event()),
             session.frequency_hz,
             session.duration_s,
-            totals_text(&t),
+            totals_text(session),
             t.truncated,
             t.unsymbolized,
         );
     }
     format!(
-        "profd session {} — {} — {} @ {} Hz — {}{} — {:.2} s — {}\n\
-         samples: {}; stacks: {} truncated, {} unsymbolized\n{}",
+        "profd session {} — {} — {} — {}{} — {:.2} s — {}\n{}{}",
         session.id,
         target(session),
-        event_name(session.event()),
-        session.frequency_hz,
+        measure_text(session),
         unwind_text(session),
         scope_text(session),
         session.duration_s,
         state_text(session),
-        totals_text(&t),
-        t.truncated,
-        t.unsymbolized,
+        totals_lines(session),
         processes_text(session),
     )
 }
@@ -223,7 +250,8 @@ pub fn profile_rows(profile: &Profile, options: TableOptions) -> String {
         let _ = writeln!(
             out,
             "window: last {} s, {} attributed (W.INCL% and W.EXCL% are over these)",
-            w.seconds, w.attributed
+            w.seconds,
+            count_text(&profile.session, w.attributed)
         );
     }
     let shown = match options.limit {
@@ -231,12 +259,15 @@ pub fn profile_rows(profile: &Profile, options: TableOptions) -> String {
         None => profile.functions.len(),
     };
     let rows = &profile.functions[..shown];
-    let widest = rows
+    let n = |v: u64| count_text(&profile.session, v);
+    let (incl, excl) = incl_excl(&profile.session);
+    let w = rows
         .iter()
-        .map(|f| f.inclusive.max(f.exclusive))
+        .flat_map(|f| [n(f.inclusive), n(f.exclusive)])
+        .map(|c| c.chars().count())
+        .chain([5, incl.len()])
         .max()
-        .unwrap_or(0);
-    let w = widest.to_string().len().max(5);
+        .unwrap_or(5);
     let window_header = if profile.window.is_some() {
         format!("{:>7}  {:>7}  ", "W.INCL%", "W.EXCL%")
     } else {
@@ -245,7 +276,7 @@ pub fn profile_rows(profile: &Profile, options: TableOptions) -> String {
     let _ = writeln!(
         out,
         "{:>6}  {:>w$}  {:>6}  {:>w$}  {window_header}FUNCTION  [MODULE]",
-        "INCL%", "INCL", "EXCL%", "EXCL"
+        "INCL%", incl, "EXCL%", excl
     );
     if profile.functions.is_empty() {
         out.push_str("(no samples)\n");
@@ -264,9 +295,9 @@ pub fn profile_rows(profile: &Profile, options: TableOptions) -> String {
             out,
             "{:>5.1}%  {:>w$}  {:>5.1}%  {:>w$}  {window_cells}{}{}{}",
             f.inclusive_pct,
-            f.inclusive,
+            n(f.inclusive),
             f.exclusive_pct,
-            f.exclusive,
+            n(f.exclusive),
             shorten(&f.name, options.name_width),
             if f.inlined { INLINED_MARK } else { "" },
             module_cell(&f.module),
@@ -326,7 +357,7 @@ pub fn session_line(session: &Session) -> String {
             "the continuous history — windows from {} — {:.0} s — {}\n",
             unix_ms_text(session.started_unix_ms),
             session.duration_s,
-            totals_text(&totals(session)),
+            totals_text(session),
         );
     }
     format!(
@@ -335,7 +366,7 @@ pub fn session_line(session: &Session) -> String {
         target(session),
         state_text(session),
         session.duration_s,
-        totals_text(&totals(session)),
+        totals_text(session),
     )
 }
 
@@ -401,10 +432,10 @@ pub fn sessions_table(sessions: &[Session]) -> String {
                     state_name(s.state()),
                     if s.earlier_run { "*" } else { "" }
                 ),
-                event_name(s.event()).to_string(),
+                event_cell(s),
                 format!("{} Hz", s.frequency_hz),
                 format!("{:.2} s", s.duration_s),
-                format!("{}/{}/{}", t.attributed, t.discarded, t.lost),
+                format!("{}/{}/{}", count_text(s, t.attributed), t.discarded, t.lost),
             ]
         })
         .collect();
@@ -426,6 +457,16 @@ pub fn sessions_table(sessions: &[Session]) -> String {
         text.push_str(EARLIER_RUN_NOTE);
     }
     text
+}
+
+/// The sessions table's EVENT cell: the event, after the mode when it is
+/// not cpu (`off-cpu`, `wall cpu-clock`).
+fn event_cell(s: &Session) -> String {
+    match s.mode() {
+        Mode::Cpu | Mode::Unspecified => event_name(s.event()).to_string(),
+        Mode::OffCpu => mode_name(Mode::OffCpu).to_string(),
+        Mode::Wall => format!("{} {}", mode_name(Mode::Wall), event_name(s.event())),
+    }
 }
 
 /// The footnote of `profctl sessions --all` for sessions marked `*`.
@@ -450,10 +491,17 @@ pub fn info_text(info: &InfoResponse) -> String {
                     0 => "system-wide".to_string(),
                     pid => format!("pid {pid}"),
                 };
+                let event = match g.mode() {
+                    Mode::OffCpu => "context switches".to_string(),
+                    Mode::Wall => format!(
+                        "{} @ {} Hz + context switches",
+                        event_name(g.event()),
+                        g.frequency_hz
+                    ),
+                    _ => format!("{} @ {} Hz", event_name(g.event()), g.frequency_hz),
+                };
                 format!(
-                    "{} @ {} Hz {unwind} {scope} ({} session{})",
-                    event_name(g.event()),
-                    g.frequency_hz,
+                    "{event} {unwind} {scope} ({} session{})",
                     g.sessions,
                     if g.sessions == 1 { "" } else { "s" }
                 )
@@ -473,7 +521,7 @@ pub fn info_text(info: &InfoResponse) -> String {
         ("perf_event_paranoid", info.perf_event_paranoid.to_string()),
         ("max sample rate", format!("{} Hz", info.max_sample_rate)),
         ("sampler groups", groups),
-        ("samples", totals_text(&t)),
+        ("samples", daemon_totals_text(&t)),
         ("running sessions", info.running_sessions.to_string()),
         (
             "continuous",
@@ -495,6 +543,15 @@ pub fn info_text(info: &InfoResponse) -> String {
         );
     }
     out
+}
+
+/// The daemon's sample totals (Info), as [`totals_text`] gives a CPU
+/// session's.
+fn daemon_totals_text(t: &Totals) -> String {
+    totals_text(&Session {
+        totals: Some(*t),
+        ..Default::default()
+    })
 }
 
 /// A sink's backend and figures on one line (Info).

@@ -263,7 +263,12 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["unwind"], "dwarf");
     assert_eq!(v["stack_bytes"], 16384);
     let totals = v["totals"].as_object().unwrap();
-    assert_eq!(totals.len(), 9);
+    assert_eq!(totals.len(), 10);
+    assert!(
+        v["totals"]["time"].is_null(),
+        "no time accounting in cpu mode"
+    );
+    assert_eq!((&v["mode"], &v["unit"]), (&"cpu".into(), &"samples".into()));
     assert_eq!(v["totals"]["attributed"], 9950);
     assert_eq!(v["totals"]["discarded"], 812);
     assert_eq!(v["totals"]["lost"], 0);
@@ -417,6 +422,15 @@ fn info_lists_everything() {
                 sessions: 2,
                 target_pid: 42,
                 stack_bytes: 16384,
+                mode: Mode::Cpu as i32,
+            },
+            SamplerGroup {
+                event: Event::CpuClock as i32,
+                frequency_hz: 999,
+                sessions: 1,
+                target_pid: 43,
+                stack_bytes: 0,
+                mode: Mode::OffCpu as i32,
             },
         ],
         totals: Some(Totals {
@@ -466,7 +480,7 @@ fn info_lists_everything() {
         "cpu-clock",
         "perf_event_paranoid:  2",
         "100000 Hz",
-        "cpu-clock @ 999 Hz fp system-wide (1 session), cpu-clock @ 999 Hz dwarf pid 42 (2 sessions)",
+        "cpu-clock @ 999 Hz fp system-wide (1 session), cpu-clock @ 999 Hz dwarf pid 42 (2 sessions), context switches fp pid 43 (1 session)",
         "5 attributed, 6 discarded, 7 lost",
         "running sessions:     1",
         "sink ch:",
@@ -566,4 +580,92 @@ fn retention_ages_read_as_words() {
     assert_eq!(age_text(90), "1 min 30 s");
     assert_eq!(age_text(45), "45 s");
     assert_eq!(age_text(0), "0 s");
+}
+
+/// An off-CPU session: 2 s of waits in `read_pipe` under `main`, 500 ms in
+/// `sleep`, counts in nanoseconds.
+fn off_cpu_profile() -> Profile {
+    let mut s = session(SessionState::Stopped);
+    s.set_mode(profd_common::api::Mode::OffCpu);
+    s.totals = Some(Totals {
+        attributed: 2_500_000_000,
+        discarded: 0,
+        lost: 0,
+        truncated: 1,
+        unsymbolized: 780_000,
+        time: Some(profd_common::api::TimeTotals {
+            on_cpu_ns: 45_600_000,
+            off_cpu_ns: 2_500_000_000,
+            runnable_ns: 12_300_000,
+            waits: 1234,
+            unpaired: 5,
+            open_at_end: 2,
+        }),
+        ..Default::default()
+    });
+    Profile::new(
+        s,
+        vec![
+            func(1, "[off-cpu: blocked]", "[off-cpu]", 2_500_000_000, 0),
+            func(2, "main", "work", 2_500_000_000, 0),
+            func(3, "read_pipe", "work", 2_000_000_000, 2_000_000_000),
+            func(4, "sleep", "libc.so.6", 500_000_000, 500_000_000),
+        ],
+    )
+}
+
+#[test]
+fn off_cpu_table_shows_times_and_the_time_accounting() {
+    let text = profile_table(&off_cpu_profile(), TableOptions::default());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "profd session 3 — pid 1234 (work) — off-cpu — unwind dwarf (16384 B) — 5.00 s — stopped",
+        "{text}"
+    );
+    assert_eq!(
+        lines[1],
+        "time: 2.50 s attributed, 0 discarded, 0 lost; stacks: 1 truncated, 780 µs unsymbolized",
+        "{text}"
+    );
+    assert_eq!(
+        lines[2],
+        "time: on-CPU 45.6 ms, off-CPU 2.50 s (runnable 12.3 ms); 1234 waits, 5 unpaired, 2 open at end",
+        "{text}"
+    );
+    assert_eq!(
+        lines[3], " INCL%  INCL TIME   EXCL%  EXCL TIME  FUNCTION  [MODULE]",
+        "{text}"
+    );
+    assert_eq!(
+        lines[4], "100.0%     2.50 s    0.0%       0 ns  [off-cpu: blocked]  [off-cpu]",
+        "{text}"
+    );
+    assert!(
+        text.contains(" 80.0%     2.00 s   80.0%     2.00 s  read_pipe  [work]\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(" 20.0%     500 ms   20.0%     500 ms  sleep  [libc.so.6]\n"),
+        "{text}"
+    );
+    let line = session_line(&off_cpu_profile().session);
+    assert!(line.contains("— 2.50 s attributed, 0 discarded"), "{line}");
+    let table = sessions_table(&[off_cpu_profile().session]);
+    assert!(table.contains(" off-cpu "), "{table}");
+    assert!(table.contains("2.50 s/0/0"), "{table}");
+}
+
+#[test]
+fn wall_header_names_the_mode_and_the_event() {
+    let mut p = off_cpu_profile();
+    p.session.set_mode(profd_common::api::Mode::Wall);
+    let text = table_header(&p.session);
+    assert!(
+        text.starts_with(
+            "profd session 3 — pid 1234 (work) — wall (cpu-clock @ 999 Hz) — unwind dwarf"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("\ntime: on-CPU 45.6 ms,"), "{text}");
 }

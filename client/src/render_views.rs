@@ -5,28 +5,43 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use profd_common::api::{CallerCallee, Edge, Function, GetViewResponse, Session, TreeNode};
+use profd_common::api::{CallerCallee, Edge, Function, GetViewResponse, Mode, Session, TreeNode};
+use profd_common::model::mode_name;
 
 use crate::ranking::{percent, totals};
 use crate::render::{module_cell, shorten, INLINED_MARK};
+use crate::units::{count_text, counts_word, incl_excl, total_text};
 
 /// The widest a function name gets in a view before it is shortened.
 pub const VIEW_NAME_WIDTH: usize = 80;
 
 /// Header of a report on a saved file: where it came from, the target and
-/// the sample total.
+/// the sample total (for an off-CPU or wall-clock profile, its mode and the
+/// time).
 pub fn file_header(path: &str, session: &Session) -> String {
     let target = if session.comm.is_empty() {
         format!("pid {}", session.pid)
     } else {
         format!("pid {} ({})", session.pid, session.comm)
     };
-    format!(
-        "profile {path} — {target} — {} Hz — {:.2} s\nsamples: {} attributed\n",
-        session.frequency_hz,
-        session.duration_s,
-        totals(session).attributed
-    )
+    let attributed = totals(session).attributed;
+    match session.mode() {
+        Mode::OffCpu | Mode::Wall => format!(
+            "profile {path} — {target} — {} — {:.2} s\ntime: {} attributed\n",
+            mode_name(session.mode()),
+            session.duration_s,
+            count_text(session, attributed)
+        ),
+        Mode::Cpu | Mode::Unspecified => format!(
+            "profile {path} — {target} — {} Hz — {:.2} s\nsamples: {attributed} attributed\n",
+            session.frequency_hz, session.duration_s,
+        ),
+    }
+}
+
+/// The session of a view reply (a default one when it has none).
+fn session_of(view: &GetViewResponse) -> Session {
+    view.session.clone().unwrap_or_default()
 }
 
 /// The functions of a view by id.
@@ -61,40 +76,53 @@ impl<'a> Names<'a> {
     }
 }
 
-/// Width of the count columns: the widest count, at least 5.
-fn count_width(counts: impl Iterator<Item = u64>) -> usize {
-    counts.max().unwrap_or(0).to_string().len().max(5)
+/// Width of the count columns: the widest count as shown, at least 5.
+fn count_width(session: &Session, counts: impl Iterator<Item = u64>) -> usize {
+    counts
+        .map(|n| count_text(session, n).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(5)
 }
 
 /// A call tree or hot path: one line per node in depth-first order, the
 /// function indented two spaces per level, with the node's inclusive and
-/// exclusive samples and their shares of all samples.
+/// exclusive samples (times, in an off-CPU or wall-clock session) and their
+/// shares of the total.
 pub fn tree_text(view: &GetViewResponse, title: &str) -> String {
-    let attributed = view.session.as_ref().map_or(0, |s| totals(s).attributed);
+    let session = session_of(view);
+    let attributed = totals(&session).attributed;
     let names = Names::new(&view.functions);
-    let mut out = format!("{title}: {attributed} samples\n");
-    let w = count_width(view.nodes.iter().map(|n| n.inclusive));
+    let mut out = format!("{title}: {}\n", total_text(&session, attributed));
+    let (incl, excl) = incl_excl(&session);
+    let w = count_width(&session, view.nodes.iter().map(|n| n.inclusive)).max(incl.len());
     let _ = writeln!(
         out,
         "{:>6}  {:>w$}  {:>6}  {:>w$}  FUNCTION  [MODULE]",
-        "INCL%", "INCL", "EXCL%", "EXCL"
+        "INCL%", incl, "EXCL%", excl
     );
     if view.nodes.is_empty() {
         out.push_str("(no samples)\n");
     }
     for node in &view.nodes {
-        let _ = writeln!(out, "{}", tree_row(node, attributed, w, &names));
+        let _ = writeln!(out, "{}", tree_row(&session, node, attributed, w, &names));
     }
     out
 }
 
-fn tree_row(node: &TreeNode, attributed: u64, w: usize, names: &Names) -> String {
+fn tree_row(
+    session: &Session,
+    node: &TreeNode,
+    attributed: u64,
+    w: usize,
+    names: &Names,
+) -> String {
     format!(
         "{:>5.1}%  {:>w$}  {:>5.1}%  {:>w$}  {}{}",
         percent(node.inclusive, attributed),
-        node.inclusive,
+        count_text(session, node.inclusive),
         percent(node.exclusive, attributed),
-        node.exclusive,
+        count_text(session, node.exclusive),
         "  ".repeat(node.depth as usize),
         names.label(node.function_id)
     )
@@ -106,43 +134,49 @@ fn tree_row(node: &TreeNode, attributed: u64, w: usize, names: &Names) -> String
 /// (exclusive) as shares of all samples, and SHARE, the edge's part of the
 /// function's inclusive samples.
 pub fn caller_callee_text(view: &GetViewResponse, callers: bool, callees: bool) -> String {
-    let attributed = view.session.as_ref().map_or(0, |s| totals(s).attributed);
+    let session = session_of(view);
+    let attributed = totals(&session).attributed;
+    let n = |v: u64| count_text(&session, v);
     let names = Names::new(&view.functions);
     let default = CallerCallee::default();
     let cc = view.caller_callee.as_ref().unwrap_or(&default);
     let f = cc.function.clone().unwrap_or_default();
+    let (incl, excl) = incl_excl(&session);
     let w = count_width(
+        &session,
         cc.callers
             .iter()
             .chain(&cc.callees)
-            .map(|e| e.inclusive)
-            .chain([f.inclusive]),
-    );
+            .flat_map(|e| [e.inclusive, e.exclusive])
+            .chain([f.inclusive, f.exclusive]),
+    )
+    .max(incl.len());
     let mut out = format!(
-        "callers and callees of {}: {} inclusive ({:.1} %), {} exclusive ({:.1} %) of {attributed} samples\n",
+        "callers and callees of {}: {} inclusive ({:.1} %), {} exclusive ({:.1} %) of {}\n",
         if f.name.is_empty() {
             names.name(f.id)
         } else {
             f.name.clone()
         },
-        f.inclusive,
+        n(f.inclusive),
         percent(f.inclusive, attributed),
-        f.exclusive,
+        n(f.exclusive),
         percent(f.exclusive, attributed),
+        total_text(&session, attributed),
     );
     let _ = writeln!(
         out,
         "{:>6}  {:>w$}  {:>6}  {:>6}  {:>w$}  FUNCTION  [MODULE]",
-        "INCL%", "INCL", "SHARE", "EXCL%", "EXCL"
+        "INCL%", incl, "SHARE", "EXCL%", excl
     );
     let row = |id: u64, inclusive: u64, exclusive: u64, label: Option<String>| {
         format!(
             "{:>5.1}%  {:>w$}  {:>5.1}%  {:>5.1}%  {:>w$}  {}\n",
             percent(inclusive, attributed),
-            inclusive,
+            n(inclusive),
             percent(inclusive, f.inclusive),
             percent(exclusive, attributed),
-            exclusive,
+            n(exclusive),
             label.unwrap_or_else(|| names.label(id))
         )
     };
@@ -181,12 +215,15 @@ pub fn caller_callee_text(view: &GetViewResponse, callers: bool, callees: bool) 
     out
 }
 
-/// Samples per thread, most first.
+/// Samples (or time, in an off-CPU or wall-clock session) per thread, most
+/// first.
 pub fn threads_text(view: &GetViewResponse) -> String {
+    let session = session_of(view);
+    let word = counts_word(&session, true);
     let names = Names::new(&view.functions);
     let mut rows: Vec<_> = view.threads.iter().collect();
     rows.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.tid.cmp(&b.tid)));
-    let w = count_width(rows.iter().map(|t| t.samples)).max("SAMPLES".len());
+    let w = count_width(&session, rows.iter().map(|t| t.samples)).max(word.len());
     let nw = rows
         .iter()
         .map(|t| t.name.chars().count())
@@ -197,7 +234,7 @@ pub fn threads_text(view: &GetViewResponse) -> String {
     let _ = writeln!(
         out,
         "{:>7}  {:<nw$}  {:>w$}  {:>6}  TOP FUNCTION",
-        "TID", "NAME", "SAMPLES", "PCT"
+        "TID", "NAME", word, "PCT"
     );
     if rows.is_empty() {
         out.push_str("(no samples)\n");
@@ -208,7 +245,7 @@ pub fn threads_text(view: &GetViewResponse) -> String {
             "{:>7}  {:<nw$}  {:>w$}  {:>5.1}%  {}",
             t.tid,
             t.name,
-            t.samples,
+            count_text(&session, t.samples),
             t.pct,
             names.label(t.top_function_id)
         );
@@ -216,13 +253,18 @@ pub fn threads_text(view: &GetViewResponse) -> String {
     out
 }
 
-/// Exclusive samples per source line of one function, as `file:line  samples
-/// pct` (of all samples), by line.
+/// Exclusive samples (or time) per source line of one function, as
+/// `file:line  samples pct` (of the total), by line.
 pub fn lines_text(view: &GetViewResponse, function: &str) -> String {
-    let attributed = view.session.as_ref().map_or(0, |s| totals(s).attributed);
+    let session = session_of(view);
+    let word = counts_word(&session, true);
+    let attributed = totals(&session).attributed;
     let total: u64 = view.lines.iter().map(|l| l.exclusive).sum();
-    let mut out =
-        format!("source lines of {function}: {total} exclusive of {attributed} samples\n");
+    let mut out = format!(
+        "source lines of {function}: {} exclusive of {}\n",
+        count_text(&session, total),
+        total_text(&session, attributed)
+    );
     let mut rows: Vec<_> = view.lines.iter().collect();
     rows.sort_by(|a, b| a.file.cmp(&b.file).then(a.line.cmp(&b.line)));
     let cells: Vec<String> = rows
@@ -241,8 +283,8 @@ pub fn lines_text(view: &GetViewResponse, function: &str) -> String {
         .max()
         .unwrap_or(0)
         .max("FILE:LINE".len());
-    let w = count_width(rows.iter().map(|l| l.exclusive)).max("SAMPLES".len());
-    let _ = writeln!(out, "{:<fw$}  {:>w$}  {:>6}", "FILE:LINE", "SAMPLES", "PCT");
+    let w = count_width(&session, rows.iter().map(|l| l.exclusive)).max(word.len());
+    let _ = writeln!(out, "{:<fw$}  {:>w$}  {:>6}", "FILE:LINE", word, "PCT");
     if rows.is_empty() {
         out.push_str("(no samples with line information)\n");
     }
@@ -250,7 +292,7 @@ pub fn lines_text(view: &GetViewResponse, function: &str) -> String {
         let _ = writeln!(
             out,
             "{cell:<fw$}  {:>w$}  {:>5.1}%",
-            l.exclusive,
+            count_text(&session, l.exclusive),
             percent(l.exclusive, attributed)
         );
     }

@@ -201,3 +201,106 @@ fn file_header_names_the_file() {
         "profile /tmp/p.pb.gz — pid 99 (split) — 999 Hz — 3.00 s\nsamples: 1000 attributed\n"
     );
 }
+
+/// `session()` in off-CPU mode: 1 s of waits.
+fn off_cpu_session() -> Session {
+    let mut s = session();
+    s.set_mode(profd_common::api::Mode::OffCpu);
+    s.totals = Some(Totals {
+        attributed: 1_000_000_000,
+        ..Default::default()
+    });
+    s
+}
+
+#[test]
+fn off_cpu_views_show_times() {
+    let ms = 1_000_000;
+    let functions: Vec<Function> = functions()
+        .into_iter()
+        .map(|f| func(f.id, &f.name, f.inclusive * ms, f.exclusive * ms))
+        .collect();
+    let view = GetViewResponse {
+        session: Some(off_cpu_session()),
+        functions: functions.clone(),
+        nodes: vec![
+            node(-1, 0, 0, 1000 * ms, 0),
+            node(0, 1, 3, 750 * ms, 750 * ms),
+            node(0, 1, 4, 250 * ms, 250 * ms),
+        ],
+        ..Default::default()
+    };
+    let text = tree_text(&view, "call tree, top-down");
+    let want = "\
+call tree, top-down: 1.00 s off-CPU
+ INCL%  INCL TIME   EXCL%  EXCL TIME  FUNCTION  [MODULE]
+100.0%     1.00 s    0.0%       0 ns  main  [split]
+ 75.0%     750 ms   75.0%     750 ms    leaf_b  [split]
+ 25.0%     250 ms   25.0%     250 ms    leaf_a  [split]
+";
+    assert_eq!(text, want);
+
+    let view = GetViewResponse {
+        session: Some(off_cpu_session()),
+        functions: functions.clone(),
+        threads: vec![ThreadRow {
+            tid: 7,
+            name: "split".into(),
+            samples: 1000 * ms,
+            pct: 100.0,
+            top_function_id: 3,
+        }],
+        lines: vec![LineRow {
+            file: "split.c".into(),
+            line: 12,
+            exclusive: 750 * ms,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let threads = threads_text(&view);
+    assert!(
+        threads.starts_with("    TID  NAME     TIME     PCT  TOP FUNCTION\n"),
+        "{threads}"
+    );
+    assert!(
+        threads.contains("      7  split  1.00 s  100.0%  leaf_b  [split]"),
+        "{threads}"
+    );
+    let lines = lines_text(&view, "leaf_b");
+    assert!(
+        lines.starts_with("source lines of leaf_b: 750 ms exclusive of 1.00 s off-CPU\nFILE:LINE     TIME     PCT\nsplit.c:12  750 ms   75.0%\n"),
+        "{lines}"
+    );
+
+    let mut callers = GetViewResponse {
+        session: Some(off_cpu_session()),
+        functions,
+        ..Default::default()
+    };
+    callers.caller_callee = Some(CallerCallee {
+        function: Some(func(3, "leaf_b", 750 * ms, 750 * ms)),
+        callers: vec![Edge {
+            function_id: 0,
+            inclusive: 750 * ms,
+            exclusive: 750 * ms,
+            ..Default::default()
+        }],
+        callees: vec![],
+    });
+    let text = caller_callee_text(&callers, true, true);
+    assert!(
+        text.starts_with("callers and callees of leaf_b: 750 ms inclusive (75.0 %), 750 ms exclusive (75.0 %) of 1.00 s off-CPU\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(" 75.0%     750 ms  100.0%   75.0%     750 ms  main  [split]"),
+        "{text}"
+    );
+
+    let header = file_header("w.pb.gz", &off_cpu_session());
+    assert_eq!(
+        header,
+        "profile w.pb.gz — pid 99 (split) — off-cpu — 3.00 s\ntime: 1.00 s attributed\n"
+    );
+}

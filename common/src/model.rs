@@ -6,6 +6,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 
+use crate::api;
+
 /// Raw stacks (thread, addresses innermost first) interned with their sample
 /// counts. Each unique stack keeps the index it was first given. Adding a
 /// stack already seen allocates nothing.
@@ -391,7 +393,7 @@ pub struct ResolvedStack {
 
 /// A whole profile with every frame named: what views and exports are
 /// computed from.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedProfile {
     /// Indexed by function id (`api::Function::id`).
     pub functions: Vec<FunctionInfo>,
@@ -405,6 +407,53 @@ pub struct ResolvedProfile {
     pub duration_s: f64,
     pub pid: u32,
     pub comm: String,
+    /// What the session measured, and so the unit of every count above:
+    /// samples (`Mode::Cpu`), or nanoseconds (`Mode::OffCpu`, `Mode::Wall`;
+    /// see [`is_time`]).
+    pub mode: api::Mode,
+}
+
+impl Default for ResolvedProfile {
+    /// An empty CPU profile.
+    fn default() -> ResolvedProfile {
+        ResolvedProfile {
+            functions: Vec::new(),
+            stacks: Vec::new(),
+            threads: HashMap::new(),
+            attributed: 0,
+            frequency_hz: 0,
+            duration_s: 0.0,
+            pid: 0,
+            comm: String::new(),
+            mode: api::Mode::Cpu,
+        }
+    }
+}
+
+/// Whether the counts of a profile of `mode` are nanoseconds (off-CPU and
+/// wall-clock time) rather than samples (CPU, or unspecified).
+pub fn is_time(mode: api::Mode) -> bool {
+    matches!(mode, api::Mode::OffCpu | api::Mode::Wall)
+}
+
+/// The mode as profctl's `--mode` and the JSON report spell it: `cpu`,
+/// `off-cpu` or `wall` (`cpu` when unspecified).
+pub fn mode_name(mode: api::Mode) -> &'static str {
+    match mode {
+        api::Mode::Cpu | api::Mode::Unspecified => "cpu",
+        api::Mode::OffCpu => "off-cpu",
+        api::Mode::Wall => "wall",
+    }
+}
+
+/// The unit of the counts of a profile of `mode`: `samples` or
+/// `nanoseconds`.
+pub fn unit_name(mode: api::Mode) -> &'static str {
+    if is_time(mode) {
+        "nanoseconds"
+    } else {
+        "samples"
+    }
 }
 
 /// `part` as a percentage (0–100) of `whole`; 0 when `whole` is 0.

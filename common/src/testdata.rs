@@ -1,5 +1,6 @@
 //! Hand-built resolved profiles with known figures, shared by the unit tests
 //! of views and exports (test builds only).
+use crate::api::Mode;
 use crate::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
 
 pub const MAIN: u32 = 0;
@@ -84,5 +85,24 @@ pub fn known() -> ResolvedProfile {
         duration_s: 2.5,
         pid: 1234,
         comm: "prog".into(),
+        mode: Mode::Cpu,
     }
+}
+
+/// A waiting frame's function id in [`off_cpu`].
+pub const BLOCKED: u32 = 7;
+
+/// [`known`] as an off-CPU profile: the same stacks under an outermost
+/// `[off-cpu: blocked]` frame, each count in milliseconds (12 ms in all).
+pub fn off_cpu() -> ResolvedProfile {
+    let mut p = known();
+    p.mode = Mode::OffCpu;
+    p.functions
+        .push(f("[off-cpu: blocked]", "[off-cpu]", "", false));
+    for s in &mut p.stacks {
+        s.frames.push(fr(BLOCKED, 0, 0));
+        s.count *= 1_000_000;
+    }
+    p.attributed *= 1_000_000;
+    p
 }

@@ -1,7 +1,9 @@
 //! Views of a resolved profile, as the API serves them: the flat function
 //! table, call trees (top-down, bottom-up), the hot path, callers and callees
 //! of one function, threads and source lines. Pure functions of a
-//! [`ResolvedProfile`]; percentages are over its attributed samples. Exports
+//! [`ResolvedProfile`]; percentages are over its attributed total (samples,
+//! or nanoseconds for off-CPU and wall-clock profiles: the views do not
+//! depend on the unit). Exports
 //! (pprof, folded, ...) live in `export`, not here.
 use std::cmp::Ordering;
 use std::collections::HashMap;

@@ -370,6 +370,7 @@ impl Profiler for Service {
                 sessions: g.sessions,
                 target_pid: g.spec.target.map_or(0, |t| t.pid),
                 stack_bytes: g.spec.stack_bytes,
+                mode: api::Mode::from(g.spec.mode) as i32,
             })
             .collect();
         Ok(Response::new(api::InfoResponse {

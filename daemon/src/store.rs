@@ -540,6 +540,7 @@ impl Store {
         p.frequency_hz = s.frequency_hz;
         p.pid = s.pid;
         p.comm = s.comm.clone();
+        p.mode = s.mode();
         Ok(p)
     }
 

@@ -55,6 +55,7 @@ fn profile() -> ResolvedProfile {
         duration_s: 2.0,
         pid: 4242,
         comm: "prog".into(),
+        mode: api::Mode::Cpu,
     }
 }
 
@@ -591,4 +592,48 @@ fn sessions_kept_as_json_summaries_come_back_with_their_figures() {
             NEXT_ID_FILE.into()
         ]
     );
+}
+
+#[test]
+fn off_cpu_sessions_come_back_with_their_mode_and_times() {
+    let p = persist(&scratch("offcpu"), Retention::default());
+    let (store, _) = open(&p);
+    let mut original = session(5, now_unix_ms());
+    original.set_mode(api::Mode::OffCpu);
+    original.frequency_hz = 0;
+    let ms = 1_000_000;
+    original.totals = Some(api::Totals {
+        attributed: 4 * ms,
+        time: Some(api::TimeTotals {
+            on_cpu_ns: ms,
+            off_cpu_ns: 4 * ms,
+            runnable_ns: ms / 2,
+            waits: 4,
+            unpaired: 1,
+            open_at_end: 1,
+        }),
+        ..Default::default()
+    });
+    let mut profile = profile();
+    profile.mode = api::Mode::OffCpu;
+    profile.frequency_hz = 0;
+    profile.attributed = 4 * ms;
+    for s in &mut profile.stacks {
+        s.count *= ms;
+    }
+    store.save(&original, &profile).unwrap();
+    drop(store);
+
+    let (store, found) = open(&p);
+    let back = &found.sessions[0];
+    assert_eq!(back.session.mode(), api::Mode::OffCpu);
+    assert_eq!(back.session.totals, original.totals, "the time totals too");
+    let loaded = store.load(back).unwrap();
+    assert_eq!(loaded.mode, api::Mode::OffCpu);
+    assert_eq!(loaded.attributed, 4 * ms);
+    let main = views::functions(&loaded)
+        .into_iter()
+        .find(|f| f.name == "main")
+        .unwrap();
+    assert_eq!((main.inclusive, main.exclusive), (4 * ms, ms));
 }

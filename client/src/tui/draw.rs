@@ -1,6 +1,5 @@
 //! Drawing the live view: a pure function of [`TuiState`] onto a ratatui
 //! frame (header, totals, table or view, key help). No I/O.
-use profd_common::event_name;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
@@ -11,6 +10,9 @@ use super::state::{Mode, SortKey, TuiState};
 use crate::ranking::percent;
 use crate::render::{state_name, unwind_text, INLINED_MARK};
 use crate::render_views;
+use crate::units::{
+    count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
+};
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, state: &TuiState) {
@@ -42,25 +44,39 @@ fn header_lines(state: &TuiState) -> Vec<Line<'static>> {
         state_name(s.state()).to_string()
     };
     let title = format!(
-        "profd session {} — {target} — {} @ {} Hz — {} — {:.1} s — {status}",
+        "profd session {} — {target} — {} — {} — {:.1} s — {status}",
         s.id,
-        event_name(s.event()),
-        s.frequency_hz,
+        measure_text(s),
         unwind_text(s),
         s.duration_s,
     );
+    let n = |v: u64| count_text(s, v);
     let totals = format!(
-        "samples: {} attributed, {} discarded, {} lost; stacks: {} truncated, {} unsymbolized",
-        t.attributed, t.discarded, t.lost, t.truncated, t.unsymbolized
+        "{}: {} attributed, {} discarded, {} lost; stacks: {} truncated, {} unsymbolized",
+        counts_word(s, false),
+        n(t.attributed),
+        t.discarded,
+        t.lost,
+        t.truncated,
+        n(t.unsymbolized)
     );
-    let third = match state.profile.window {
+    let functions = match state.profile.window {
         Some(w) => format!(
             "window: last {} s, {} attributed; {} functions",
             w.seconds,
-            w.attributed,
+            n(w.attributed),
             state.profile.functions.len()
         ),
         None => format!("{} functions", state.profile.functions.len()),
+    };
+    // Off-CPU and wall-clock sessions: the time accounting before it.
+    let third = if counts_time(s) {
+        format!(
+            "{}; {functions}",
+            time_totals_text(&t.time.unwrap_or_default())
+        )
+    } else {
+        functions
     };
     vec![
         Line::styled(title, Style::new().add_modifier(Modifier::BOLD)),
@@ -84,18 +100,22 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
     let rows = state.rows();
     let attributed = state.profile.totals().attributed;
     let window = state.profile.window;
+    let session = &state.profile.session;
+    let (incl, excl) = incl_excl(session);
+    // Count columns: 8 wide, 9 for times (`INCL TIME`, `999.5 ms`).
+    let cw = if counts_time(session) { 9 } else { 8 };
     // Number columns: titles and cells right-aligned to the column width.
     let mut titles = vec![
         format!("{:>7}", title(state, "INCL%", SortKey::Inclusive)),
-        format!("{:>8}", "INCL"),
+        format!("{incl:>cw$}"),
         format!("{:>7}", title(state, "EXCL%", SortKey::Exclusive)),
-        format!("{:>8}", "EXCL"),
+        format!("{excl:>cw$}"),
     ];
     let mut widths = vec![
         Constraint::Length(7),
-        Constraint::Length(8),
+        Constraint::Length(cw as u16),
         Constraint::Length(7),
-        Constraint::Length(8),
+        Constraint::Length(cw as u16),
     ];
     if window.is_some() {
         titles.push(format!("{:>8}", title(state, "W.INCL%", SortKey::Window)));
@@ -124,9 +144,9 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
             };
             let mut cells = vec![
                 pct(f.inclusive, attributed, 7),
-                Cell::from(format!("{:>8}", f.inclusive)),
+                Cell::from(format!("{:>cw$}", count_text(session, f.inclusive))),
                 pct(f.exclusive, attributed, 7),
-                Cell::from(format!("{:>8}", f.exclusive)),
+                Cell::from(format!("{:>cw$}", count_text(session, f.exclusive))),
             ];
             if let Some(w) = window {
                 cells.push(pct(f.window_inclusive, w.attributed, 8));

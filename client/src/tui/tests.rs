@@ -363,3 +363,50 @@ fn window_columns_and_sort() {
     let mut plain = TuiState::new(profile());
     assert_eq!(plain.on_key(key('w')), Action::None);
 }
+
+#[test]
+fn off_cpu_sessions_show_times() {
+    let mut s = session();
+    s.set_mode(profd_common::api::Mode::OffCpu);
+    let ms = 1_000_000;
+    s.totals = Some(Totals {
+        attributed: 1000 * ms,
+        unsymbolized: ms,
+        time: Some(profd_common::api::TimeTotals {
+            on_cpu_ns: 20 * ms,
+            off_cpu_ns: 1000 * ms,
+            runnable_ns: 3 * ms,
+            waits: 40,
+            unpaired: 1,
+            open_at_end: 0,
+        }),
+        ..Default::default()
+    });
+    let functions = profile()
+        .functions
+        .into_iter()
+        .map(|f| func(f.id, &f.name, f.inclusive * ms, f.exclusive * ms))
+        .collect();
+    let state = TuiState::new(Profile::new(s, functions));
+    let lines = screen(&state, 120, 16);
+    let text = lines.join("\n");
+    assert!(
+        lines[0].starts_with("profd session 7 — pid 4242 (split) — off-cpu — "),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("time: 1.00 s attributed, 0 discarded, 0 lost; stacks: 0 truncated, 1.00 ms unsymbolized"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("time: on-CPU 20.0 ms, off-CPU 1.00 s (runnable 3.00 ms); 40 waits, 1 unpaired, 0 open at end; 6 functions"),
+        "{text}"
+    );
+    assert!(text.contains("INCL TIME"), "{text}");
+    assert!(text.contains("EXCL TIME"), "{text}");
+    let leaf_b = lines.iter().find(|l| l.contains("leaf_b")).unwrap();
+    assert!(
+        leaf_b.starts_with("  75.0%    750 ms   75.0%    750 ms leaf_b"),
+        "{text}"
+    );
+}

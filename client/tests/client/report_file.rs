@@ -67,6 +67,7 @@ fn split_profile() -> ResolvedProfile {
         duration_s: 1.0,
         pid: 42,
         comm: "split".into(),
+        ..Default::default()
     }
 }
 

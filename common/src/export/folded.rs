@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::{frame_name, ExportError};
-use crate::model::ResolvedProfile;
+use crate::api::Mode;
+use crate::model::{is_time, ResolvedProfile};
 
 /// A frame name safe in a folded line: `;` separates frames and the line
 /// ends in ` count`, so `;` and line breaks become `:` and spaces.
@@ -17,7 +18,9 @@ fn clean(name: String) -> String {
 
 /// Folded stacks: one `outer;...;inner count` line per distinct stack
 /// (threads merged; frames named `name`, or `name [inlined]`), lines
-/// sorted, each ending in `\n`. Empty stacks are left out.
+/// sorted, each ending in `\n`. Empty stacks are left out. The count is the
+/// profile's: samples, or for off-CPU and wall-clock profiles an integer
+/// number of nanoseconds (the `[off-cpu: …]` frames of waits outermost).
 pub fn folded(p: &ResolvedProfile) -> String {
     let names: Vec<String> = p.functions.iter().map(|f| clean(frame_name(f))).collect();
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
@@ -51,12 +54,19 @@ pub fn folded(p: &ResolvedProfile) -> String {
 }
 
 /// An SVG flame graph of the folded stacks (inferno), titled `title`. A
-/// profile without samples gives inferno's picture saying so.
+/// profile without samples gives inferno's picture saying so. Frames count
+/// `samples`, or for off-CPU and wall-clock profiles `ns`, with a subtitle
+/// saying which time.
 pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
     let text = folded(p);
     let mut opt = inferno::flamegraph::Options::default();
     opt.title = title.to_string();
-    opt.count_name = "samples".to_string();
+    opt.count_name = if is_time(p.mode) { "ns" } else { "samples" }.to_string();
+    opt.subtitle = match p.mode {
+        Mode::OffCpu => Some("off-CPU time (ns)".to_string()),
+        Mode::Wall => Some("wall-clock time, on- and off-CPU (ns)".to_string()),
+        Mode::Cpu | Mode::Unspecified => None,
+    };
     let mut out = Vec::new();
     match inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut out) {
         Ok(()) => Ok(out),
@@ -105,6 +115,25 @@ mod tests {
         for name in ["main", "inl [inlined]", "prog (pid 1234)"] {
             assert!(svg.contains(name), "{name} missing");
         }
+    }
+
+    #[test]
+    fn off_cpu_values_are_nanoseconds() {
+        let p = crate::testdata::off_cpu();
+        let text = folded(&p);
+        assert!(
+            text.starts_with("[off-cpu: blocked];main;a 1000000\n"),
+            "{text}"
+        );
+        let sum: u64 = text
+            .lines()
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(sum, 12_000_000);
+        let svg = String::from_utf8(svg(&p, "prog").unwrap()).unwrap();
+        assert!(svg.contains("off-CPU time (ns)"), "no subtitle");
+        assert!(svg.contains(" ns, "), "frames count ns");
+        assert!(!svg.contains(" samples, "), "frames count ns");
     }
 
     #[test]

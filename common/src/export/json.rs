@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::api::{Function, ProcessSamples, Scope, Session, SessionState, Totals, Unwind};
 use crate::event_name;
+use crate::model::{mode_name, unit_name};
 
 /// The state as JSON and tables spell it: `running`, `stopped`,
 /// `duration_elapsed`, `exited`, `failed` (`unknown` if unset).
@@ -57,6 +58,8 @@ struct Report<'a> {
     children: bool,
     processes: &'a [ProcessSamples],
     scope: &'static str,
+    mode: &'static str,
+    unit: &'static str,
     totals: Totals,
     functions: Vec<Row<'a>>,
 }
@@ -75,11 +78,17 @@ struct Row<'a> {
 /// The JSON report: `session_id`, `pid`, `comm`, `state`, (`error` when
 /// not empty), `duration_s`, `frequency_hz`, `event`, `unwind`,
 /// `stack_bytes`, `owner`, `owner_uid`, `children`, `processes` [{`pid`,
-/// `ppid`, `comm`, `samples`, `exited`}], `scope`,
-/// `totals` {`attributed`, `discarded`, `lost`, `truncated`,
-/// `unsymbolized`, `overflowed`, `throttled`, `unchecked`, `unsampled`} and `functions` [{`name`,
-/// `module`, `inclusive`, `exclusive`, `inclusive_pct`, `exclusive_pct`,
-/// `inlined`}], keys in this order. `functions` are taken as given (order, percentages): pass them
+/// `ppid`, `comm`, `samples`, `exited`}], `scope`, `mode` (`cpu`,
+/// `off-cpu` or `wall`), `unit` (of the counts: `samples`, or
+/// `nanoseconds` for off-cpu and wall), `totals` {`attributed`,
+/// `discarded`, `lost`, `truncated`, `unsymbolized`, `overflowed`,
+/// `throttled`, `unchecked`, `unsampled`, `time` (null in cpu mode, else
+/// {`on_cpu_ns`, `off_cpu_ns`, `runnable_ns`, `waits`, `unpaired`,
+/// `open_at_end`})} and `functions` [{`name`, `module`, `inclusive`,
+/// `exclusive`, `inclusive_pct`, `exclusive_pct`, `inlined`}], keys in this
+/// order. With the unit `nanoseconds`, `processes[].samples`,
+/// `attributed`, `unsymbolized`, `overflowed`, `unchecked` and the
+/// functions' counts are nanoseconds. `functions` are taken as given (order, percentages): pass them
 /// sorted and limited as wanted.
 pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
     let report = Report {
@@ -98,6 +107,8 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
         children: session.children,
         processes: &session.processes,
         scope: scope_name(session.scope()),
+        mode: mode_name(session.mode()),
+        unit: unit_name(session.mode()),
         totals: session.totals.unwrap_or_default(),
         functions: functions
             .iter()
@@ -182,6 +193,8 @@ mod tests {
                 "children",
                 "processes",
                 "scope",
+                "mode",
+                "unit",
                 "totals",
                 "functions"
             ]
@@ -197,9 +210,12 @@ mod tests {
                 "overflowed",
                 "throttled",
                 "unchecked",
-                "unsampled"
+                "unsampled",
+                "time"
             ]
         );
+        assert_eq!((&v["mode"], &v["unit"]), (&"cpu".into(), &"samples".into()));
+        assert!(v["totals"]["time"].is_null());
         assert_eq!(
             keys(&v["processes"][0]),
             ["pid", "ppid", "comm", "samples", "exited"]
@@ -228,6 +244,49 @@ mod tests {
         assert_eq!(v["totals"]["lost"], 1);
         assert_eq!(v["scope"], "target");
         assert_eq!(v["totals"]["unsampled"], 4);
+    }
+
+    #[test]
+    fn off_cpu_reports_say_nanoseconds_and_time_totals() {
+        let mut s = session();
+        s.set_mode(crate::api::Mode::OffCpu);
+        let time = crate::api::TimeTotals {
+            on_cpu_ns: 1_000,
+            off_cpu_ns: 12_000_000,
+            runnable_ns: 2_000_000,
+            waits: 30,
+            unpaired: 2,
+            open_at_end: 1,
+        };
+        s.totals.as_mut().unwrap().time = Some(time);
+        s.totals.as_mut().unwrap().attributed = 12_000_000;
+        let v = json(&s, &views::functions(&crate::testdata::off_cpu()));
+        assert_eq!(
+            (&v["mode"], &v["unit"]),
+            (&"off-cpu".into(), &"nanoseconds".into())
+        );
+        assert_eq!(
+            keys(&v["totals"]["time"]),
+            [
+                "on_cpu_ns",
+                "off_cpu_ns",
+                "runnable_ns",
+                "waits",
+                "unpaired",
+                "open_at_end"
+            ]
+        );
+        assert_eq!(v["totals"]["time"]["off_cpu_ns"], 12_000_000);
+        assert_eq!(v["totals"]["time"]["open_at_end"], 1);
+        let top = &v["functions"][0];
+        assert_eq!(top["name"], "[off-cpu: blocked]");
+        assert_eq!(
+            (&top["inclusive"], &top["inclusive_pct"]),
+            (&12_000_000.into(), &100.0.into())
+        );
+        let mut wall = s.clone();
+        wall.set_mode(crate::api::Mode::Wall);
+        assert_eq!(json(&wall, &[])["mode"], "wall");
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod speedscope;
 
 pub use folded::{folded, svg};
 pub use json::{json, scope_name, state_name, unwind_name};
-pub use pprof::{cpu_profile, pprof, pprof_decode, Strings};
+pub use pprof::{cpu_profile, pprof, pprof_decode, time_sample_type, Strings};
 pub use speedscope::speedscope;
 
 /// Why an export could not be made or read.

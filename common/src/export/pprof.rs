@@ -8,6 +8,7 @@ use flate2::{read::MultiGzDecoder, write::GzEncoder, Compression};
 use prost::Message;
 
 use super::ExportError;
+use crate::api::Mode;
 use crate::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
 use crate::pprof_proto as pb;
 
@@ -77,9 +78,41 @@ pub fn cpu_profile(st: &mut Strings, frequency_hz: u32) -> pb::Profile {
     }
 }
 
-/// The profile as a gzip'd pprof `Profile`: sample types `samples/count`
-/// (the default shown) and `cpu/nanoseconds` (count × 1e9 / frequency_hz),
-/// period `cpu/nanoseconds` = 1e9 / frequency_hz, one mapping per module
+/// The pprof sample type of a profile of off-CPU or wall-clock time:
+/// `off_cpu` or `wall` (unit `nanoseconds`); None for CPU samples.
+pub fn time_sample_type(mode: Mode) -> Option<&'static str> {
+    match mode {
+        Mode::OffCpu => Some("off_cpu"),
+        Mode::Wall => Some("wall"),
+        Mode::Cpu | Mode::Unspecified => None,
+    }
+}
+
+/// An empty profile of time in nanoseconds, of sample type `kind`
+/// (`off_cpu` or `wall`, the only one, so the default shown), period type
+/// the same, period `period_ns`.
+fn time_profile(st: &mut Strings, kind: &str, period_ns: u64) -> pb::Profile {
+    let kind = pb::ValueType {
+        r#type: st.id(kind),
+        unit: st.id("nanoseconds"),
+    };
+    pb::Profile {
+        sample_type: vec![kind],
+        period_type: Some(kind),
+        period: period_ns as i64,
+        default_sample_type: kind.r#type,
+        ..Default::default()
+    }
+}
+
+/// The profile as a gzip'd pprof `Profile`. A CPU profile has sample types
+/// `samples/count` (the default shown) and `cpu/nanoseconds` (count × 1e9 /
+/// frequency_hz), period `cpu/nanoseconds` = 1e9 / frequency_hz. An
+/// off-CPU profile has the one sample type `off_cpu/nanoseconds` (the
+/// counts, which are nanoseconds), period type the same and period 0 (each
+/// wait is counted, none sampled); a wall-clock profile likewise
+/// `wall/nanoseconds`, period 1e9 / frequency_hz (the on-CPU samples'). The
+/// profile has one mapping per module
 /// (its address range is that of the profile's frames in it that have an
 /// address, [0, 0) when none has), one function per profd function (pprof
 /// id = profd id + 1), one location per address
@@ -94,9 +127,16 @@ pub fn pprof(p: &ResolvedProfile) -> Vec<u8> {
             .checked_div(u128::from(p.frequency_hz))
             .unwrap_or(0) as i64
     };
+    let period_ns = NANOS.checked_div(u64::from(p.frequency_hz)).unwrap_or(0);
+    let time = time_sample_type(p.mode);
+    let base = match (time, p.mode) {
+        (Some(kind), Mode::Wall) => time_profile(&mut st, kind, period_ns),
+        (Some(kind), _) => time_profile(&mut st, kind, 0),
+        (None, _) => cpu_profile(&mut st, p.frequency_hz),
+    };
     let mut prof = pb::Profile {
         duration_nanos: (p.duration_s.max(0.0) * NANOS as f64) as i64,
-        ..cpu_profile(&mut st, p.frequency_hz)
+        ..base
     };
     prof.comment = vec![
         st.id(&format!("pid={}", p.pid)),
@@ -200,7 +240,10 @@ pub fn pprof(p: &ResolvedProfile) -> Vec<u8> {
         }
         prof.sample.push(pb::Sample {
             location_id: ids,
-            value: vec![s.count as i64, cpu_ns(s.count)],
+            value: match time {
+                Some(_) => vec![s.count as i64],
+                None => vec![s.count as i64, cpu_ns(s.count)],
+            },
             label,
         });
     }
@@ -253,11 +296,14 @@ fn is_library(module: &str) -> bool {
 }
 
 /// Reads a pprof file (gzip'd or not) into a resolved profile: counts from
-/// the first sample type; frames from the locations, leaf first, each
+/// the first sample type, and the mode from it (`off_cpu/nanoseconds`:
+/// off-CPU, `wall/nanoseconds`: wall-clock, counts in nanoseconds; any
+/// other: CPU); frames from the locations, leaf first, each
 /// location's lines innermost first (all but its last line are inlined
 /// functions); modules from the mappings' file names (basename); tid from a
 /// numeric `tid` / `thread id` label (else 0) and thread names from a
-/// `thread name` label; frequency from a nanosecond period; pid and comm
+/// `thread name` label; frequency from a nanosecond period (none for
+/// off-CPU time); pid and comm
 /// from profd's comments. Unnamed locations become `module+0xoffset` or
 /// `[unknown] 0xaddr`. Identical (tid, stack) samples are merged.
 pub fn pprof_decode(bytes: &[u8]) -> Result<ResolvedProfile, ExportError> {
@@ -407,7 +453,23 @@ impl Decoder {
         Ok((tid, name))
     }
 
+    /// The mode of the profile's counts, from its first sample type.
+    fn mode(&self) -> Result<Mode, ExportError> {
+        let Some(first) = self.prof.sample_type.first() else {
+            return Ok(Mode::Cpu);
+        };
+        if self.str(first.unit)? != "nanoseconds" {
+            return Ok(Mode::Cpu);
+        }
+        let kind = self.str(first.r#type)?;
+        Ok([Mode::OffCpu, Mode::Wall]
+            .into_iter()
+            .find(|&m| time_sample_type(m) == Some(kind))
+            .unwrap_or(Mode::Cpu))
+    }
+
     fn run(mut self) -> Result<ResolvedProfile, ExportError> {
+        self.out.mode = self.mode()?;
         self.locations()?;
         let mut index: HashMap<(u32, Vec<FrameRef>), usize> = HashMap::new();
         for s in std::mem::take(&mut self.prof.sample) {
@@ -437,7 +499,10 @@ impl Decoder {
             }
         }
         let period_type = self.prof.period_type.unwrap_or_default();
-        if self.str(period_type.unit)? == "nanoseconds" && self.prof.period > 0 {
+        if self.str(period_type.unit)? == "nanoseconds"
+            && self.prof.period > 0
+            && self.out.mode != Mode::OffCpu
+        {
             self.out.frequency_hz = (NANOS as f64 / self.prof.period as f64).round() as u32;
         }
         self.out.duration_s = self.prof.duration_nanos.max(0) as f64 / NANOS as f64;

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::api::Mode;
 use crate::testdata::known;
 use crate::views;
 
@@ -304,4 +305,105 @@ fn program_mapping_first() {
         "a_very_long_pro"
     ));
     assert!(!is_main_binary("prog2", "prog") && !is_main_binary("x", ""));
+}
+
+#[test]
+fn off_cpu_and_wall_profiles_are_nanoseconds_and_round_trip_their_mode() {
+    let p = crate::testdata::off_cpu();
+    let prof = raw(&p);
+    let s = |i: i64| prof.string_table[i as usize].as_str();
+    let types: Vec<(&str, &str)> = prof
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(types, [("off_cpu", "nanoseconds")]);
+    let pt = prof.period_type.unwrap();
+    assert_eq!(
+        (s(pt.r#type), s(pt.unit), prof.period),
+        ("off_cpu", "nanoseconds", 0)
+    );
+    assert_eq!(s(prof.default_sample_type), "off_cpu");
+    for (sample, stack) in prof.sample.iter().zip(&p.stacks) {
+        assert_eq!(sample.value, [stack.count as i64]);
+    }
+    let back = pprof_decode(&pprof(&p)).unwrap();
+    assert_eq!(back.mode, Mode::OffCpu);
+    assert_eq!(back.attributed, 12_000_000);
+    assert_eq!(back.frequency_hz, 0, "no sampling period");
+    assert_eq!(figures(&back), figures(&p));
+
+    let mut wall = p.clone();
+    wall.mode = Mode::Wall;
+    let prof = raw(&wall);
+    let s = |i: i64| prof.string_table[i as usize].as_str();
+    let t = &prof.sample_type;
+    assert_eq!(
+        (t.len(), s(t[0].r#type), s(t[0].unit)),
+        (1, "wall", "nanoseconds")
+    );
+    assert_eq!(prof.period, 1_000_000, "the on-CPU samples' period");
+    let back = pprof_decode(&pprof(&wall)).unwrap();
+    assert_eq!((back.mode, back.frequency_hz), (Mode::Wall, 1000));
+    assert_eq!(figures(&back), figures(&wall));
+
+    // CPU profiles stay samples; files of other tools are read as such.
+    assert_eq!(pprof_decode(&pprof(&known())).unwrap().mode, Mode::Cpu);
+    assert_eq!(
+        pprof(&known()),
+        pprof(&ResolvedProfile {
+            mode: Mode::Unspecified,
+            ..known()
+        })
+    );
+}
+
+/// `go tool pprof ARGS FILE` with a go cache of its own; fails (does not
+/// skip) when go is missing.
+fn go_pprof(file: &std::path::Path, args: &[&str]) -> String {
+    let home = std::env::temp_dir().join(format!("profd-common-go-{}", std::process::id()));
+    let out = std::process::Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("HOME", &home)
+        .env("GOCACHE", home.join("cache"))
+        .env("GOPATH", home.join("path"))
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .expect("go runs (CI installs Debian's golang-go)");
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn go_tool_pprof_reads_off_cpu_time() {
+    let dir = std::env::temp_dir().join(format!("profd-common-pprof-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("off-cpu.pb.gz");
+    std::fs::write(&file, pprof(&crate::testdata::off_cpu())).unwrap();
+    let top = go_pprof(
+        &file,
+        &["-top", "-nodefraction=0", "-symbolize=none", "-unit=ms"],
+    );
+    assert!(top.contains("Type: off_cpu"), "{top}");
+    assert!(top.contains("of 12ms total"), "{top}");
+    // Flat: c 3 + 2 ms, r 4 ms, inl 2 ms, a 1 ms; cum of the wait frame 12 ms.
+    let flat = |name: &str| {
+        top.lines()
+            .find(|l| l.split_whitespace().nth(5) == Some(name))
+            .map(|l| l.split_whitespace().next().unwrap().to_string())
+    };
+    assert_eq!(flat("c").as_deref(), Some("5ms"), "{top}");
+    assert_eq!(flat("r").as_deref(), Some("4ms"), "{top}");
+    assert_eq!(flat("a").as_deref(), Some("1ms"), "{top}");
+    let raw = go_pprof(&file, &["-raw", "-symbolize=none"]);
+    assert!(raw.contains("PeriodType: off_cpu nanoseconds"), "{raw}");
+    assert!(raw.contains("off_cpu/nanoseconds"), "{raw}");
+    assert!(raw.contains("4000000: "), "r r r main, 4 ms: {raw}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use super::frame_name;
-use crate::model::ResolvedProfile;
+use crate::model::{is_time, ResolvedProfile};
 
 /// The schema URL speedscope recognises its files by.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -53,8 +53,10 @@ struct Profile {
 /// The profile as a speedscope file: `shared.frames` has one frame per
 /// function on a stack (`name [inlined]` for inlined ones, with the source
 /// file, else the module, as `file`); each thread is a `sampled` profile
-/// whose samples list frame indices outermost first, weighted by sample
-/// counts (unit `none`), distinct stacks in sorted order.
+/// whose samples list frame indices outermost first, weighted by the
+/// counts, distinct stacks in sorted order: unit `none` for samples,
+/// `nanoseconds` for off-CPU and wall-clock time (speedscope then shows
+/// times).
 pub fn speedscope(p: &ResolvedProfile) -> String {
     let mut frames = Vec::new();
     let mut frame_of: HashMap<u32, usize> = HashMap::new();
@@ -84,6 +86,11 @@ pub fn speedscope(p: &ResolvedProfile) -> String {
         let path: Vec<usize> = s.frames.iter().rev().map(|f| frame(f.function)).collect();
         *threads.entry(s.tid).or_default().entry(path).or_default() += s.count;
     }
+    let unit = if is_time(p.mode) {
+        "nanoseconds"
+    } else {
+        "none"
+    };
     let profiles = threads
         .into_iter()
         .map(|(tid, stacks)| {
@@ -95,7 +102,7 @@ pub fn speedscope(p: &ResolvedProfile) -> String {
             Profile {
                 kind: "sampled",
                 name,
-                unit: "none",
+                unit,
                 start_value: 0,
                 end_value: weights.iter().sum(),
                 samples,
@@ -172,5 +179,22 @@ mod tests {
             .position(|s| *s == serde_json::json!([main, r, r, r]))
             .unwrap();
         assert_eq!(profiles[1]["weights"][idx], 4);
+        assert!(profiles.iter().all(|p| p["unit"] == "none"));
+    }
+
+    #[test]
+    fn off_cpu_profiles_are_in_nanoseconds() {
+        let v: Value = serde_json::from_str(&speedscope(&crate::testdata::off_cpu())).unwrap();
+        let profiles = v["profiles"].as_array().unwrap();
+        assert_eq!(profiles.len(), 2);
+        for prof in profiles {
+            assert_eq!(prof["unit"], "nanoseconds");
+        }
+        // tid 10: 6 ms in all.
+        assert_eq!(profiles[0]["endValue"], 6_000_000);
+        let mut wall = crate::testdata::off_cpu();
+        wall.mode = crate::api::Mode::Wall;
+        let v: Value = serde_json::from_str(&speedscope(&wall)).unwrap();
+        assert_eq!(v["profiles"][0]["unit"], "nanoseconds");
     }
 }

@@ -137,8 +137,8 @@ export class Client {
     return this.unary('ListSessions', new Writer().finish(), pb.ListSessionsResponse);
   }
 
-  attach(pid, seconds) {
-    const req = new Writer().uint(1, pid).uint(3, Math.round(seconds * 1000));
+  attach(pid, seconds, mode) {
+    const req = new Writer().uint(1, pid).uint(3, Math.round(seconds * 1000)).uint(8, mode || 0);
     return this.unary('Attach', req.finish(), pb.AttachResponse);
   }
 

@@ -8,7 +8,7 @@
 
 import { Client, GrpcError } from './api.js';
 import { drawFlame } from './flame.js';
-import { STATES, EVENTS, RUNNING, GROUP_BY } from './proto.js';
+import { STATES, EVENTS, MODES, TIMED, RUNNING, GROUP_BY } from './proto.js';
 
 const TOKEN_KEY = 'profd.token';
 const SESSIONS_EVERY_MS = 2000;
@@ -69,6 +69,28 @@ function nameCell(name, module) {
 
 function fmt(n) {
   return n.toLocaleString('en-US');
+}
+
+// Totals that are nanoseconds in off-cpu and wall sessions.
+const TIMED_TOTALS = new Set(['attributed', 'unsymbolized', 'overflowed', 'unchecked']);
+
+// A time in nanoseconds, as a person reads it.
+function fmtTime(ns) {
+  if (ns >= 1e9) return `${(ns / 1e9).toFixed(2)} s`;
+  if (ns >= 1e6) return `${(ns / 1e6).toFixed(1)} ms`;
+  if (ns >= 1e3) return `${(ns / 1e3).toFixed(0)} µs`;
+  return `${ns} ns`;
+}
+
+// A count of session `s`'s profile: samples, or in off-cpu and wall
+// sessions nanoseconds.
+function fmtCount(n, s) {
+  return TIMED.has(s?.mode) ? fmtTime(n) : fmt(n);
+}
+
+// What a session's counts are.
+function unit(s) {
+  return TIMED.has(s?.mode) ? 'time' : 'samples';
 }
 
 // ---------------------------------------------------------------------------
@@ -143,7 +165,7 @@ function renderSessions(sessions) {
       cell(s.comm),
       cell(stateText(s)),
       cell(s.owner),
-      cell(fmt(s.totals?.attributed || 0), 'num'),
+      cell(fmtCount(s.totals?.attributed || 0, s), 'num'),
       cell(s.durationS.toFixed(1), 'num'),
     );
     tr.addEventListener('click', () => selectSession(s.id));
@@ -164,7 +186,7 @@ async function attach(event) {
   try {
     const pid = Number($('attach-pid').value);
     const seconds = Number($('attach-seconds').value || 0);
-    const reply = await state.client.attach(pid, seconds);
+    const reply = await state.client.attach(pid, seconds, Number($('attach-mode').value));
     await refreshSessions();
     selectSession(reply.session.id);
   } catch (e) {
@@ -268,7 +290,17 @@ function renderSession(watch) {
   const s = watch.session;
   const totals = s?.totals || {};
   for (const key of TOTALS) {
-    document.querySelector(`#totals [data-total="${key}"]`).textContent = fmt(totals[key] || 0);
+    const n = totals[key] || 0;
+    document.querySelector(`#totals [data-total="${key}"]`).textContent =
+      TIMED_TOTALS.has(key) ? fmtCount(n, s) : fmt(n);
+  }
+  const t = totals.time;
+  show('time-totals', Boolean(t));
+  if (t) {
+    $('time-totals').textContent =
+      `on-CPU ${fmtTime(t.onCpuNs || 0)}, off-CPU ${fmtTime(t.offCpuNs || 0)} ` +
+      `(runnable ${fmtTime(t.runnableNs || 0)}) in ${fmt(t.waits || 0)} waits; ` +
+      `${fmt(t.unpaired || 0)} switches unpaired, ${fmt(t.openAtEnd || 0)} waits open at the end`;
   }
   if (s && watch.query) {
     const event = EVENTS[s.event] || `event ${s.event}`;
@@ -276,8 +308,10 @@ function renderSession(watch) {
     show('stop', false);
   } else if (s) {
     const event = EVENTS[s.event] || `event ${s.event}`;
+    const what = s.mode === 2 ? 'off-CPU time' :
+      `${event} at ${s.frequencyHz} Hz${s.mode === 3 ? ' + off-CPU time (wall)' : ''}`;
     $('session-title').textContent =
-      `Session ${s.id}: pid ${s.pid} (${s.comm}), ${event} at ${s.frequencyHz} Hz, ${stateText(s)}`;
+      `Session ${s.id}: pid ${s.pid} (${s.comm}), ${what}, ${stateText(s)}`;
     show('stop', s.state === RUNNING);
   }
   const time = new Date().toLocaleTimeString('en-GB');
@@ -305,16 +339,17 @@ function renderSession(watch) {
     const name = info.inlined ? `${info.name} [inlined]` : info.name;
     tr.append(
       nameCell(name, info.module),
-      cell(fmt(c.inclusive), 'num'),
+      cell(fmtCount(c.inclusive, s), 'num'),
       pctCell(total ? (100 * c.inclusive) / total : 0),
-      cell(fmt(c.exclusive), 'num'),
+      cell(fmtCount(c.exclusive, s), 'num'),
       pctCell(total ? (100 * c.exclusive) / total : 0),
     );
     tr.addEventListener('click', () => selectFunction(id));
     return tr;
   });
   $('functions').tBodies[0].replaceChildren(...shown);
-  $('more-rows').textContent = `${rows.length - shown.length} functions with fewer samples not shown.`;
+  $('more-rows').textContent = `${rows.length - shown.length} functions with less ${unit(s)} not shown.`;
+  $('functions').dataset.unit = unit(s);
   show('more-rows', rows.length > shown.length);
 }
 
@@ -375,7 +410,7 @@ async function loadCallers(id) {
   const cc = view.callerCallee;
   const f = cc?.function;
   $('callers-title').textContent = f
-    ? `${f.name}: ${fmt(f.inclusive)} samples inclusive (${f.inclusivePct.toFixed(2)} %), ${fmt(f.exclusive)} exclusive`
+    ? `${f.name}: ${fmtCount(f.inclusive, view.session)} ${TIMED.has(view.session?.mode) ? '' : 'samples '}inclusive (${f.inclusivePct.toFixed(2)} %), ${fmtCount(f.exclusive, view.session)} exclusive`
     : functionName(watch, id);
   const edgeRows = (edges) => edges.map((e) => {
     const other = names.get(e.functionId);
@@ -384,7 +419,7 @@ async function loadCallers(id) {
     tr.dataset.id = e.functionId;
     tr.dataset.name = name;
     tr.dataset.inclusive = e.inclusive;
-    tr.append(nameCell(name, other?.module), cell(fmt(e.inclusive), 'num'), pctCell(e.inclusivePct));
+    tr.append(nameCell(name, other?.module), cell(fmtCount(e.inclusive, view.session), 'num'), pctCell(e.inclusivePct));
     tr.addEventListener('click', () => selectFunction(e.functionId));
     return tr;
   });

@@ -39,9 +39,11 @@ export function drawFlame(container, view, width, onSelect) {
   const depth = Math.max(...nodes.map((n) => n.depth)) + 1;
   const height = depth * ROW;
   const scale = width / total;
+  // Off-cpu and wall profiles count nanoseconds.
+  const timed = [2, 3].includes(view.session?.mode);
   const svg = el('svg', { width, height, viewBox: `0 0 ${width} ${height}`, role: 'img' });
   const label = el('title', {});
-  label.textContent = 'Flame graph: outermost frames at the bottom, width = inclusive samples';
+  label.textContent = `Flame graph: outermost frames at the bottom, width = inclusive ${timed ? 'time' : 'samples'}`;
   svg.append(label);
   const x = new Array(nodes.length).fill(0);
   const nextChild = new Array(nodes.length).fill(0);
@@ -60,7 +62,9 @@ export function drawFlame(container, view, width, onSelect) {
     const g = el('g', { class: 'frame', 'data-id': n.functionId, 'data-name': name, 'data-depth': n.depth });
     const title = el('title', {});
     const pct = ((100 * n.inclusive) / total).toFixed(2);
-    title.textContent = `${name}: ${n.inclusive} samples (${pct} %)`;
+    title.textContent = timed
+      ? `${name}: ${(n.inclusive / 1e6).toFixed(1)} ms (${pct} %)`
+      : `${name}: ${n.inclusive} samples (${pct} %)`;
     const y = height - (n.depth + 1) * ROW;
     g.append(title, el('rect', {
       x: (x[i] * scale).toFixed(2),

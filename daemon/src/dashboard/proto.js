@@ -170,6 +170,15 @@ function readValue(r, type, wire) {
 // ---------------------------------------------------------------------------
 // profd.v1 messages (field numbers from proto/profd/v1/profd.proto)
 
+const TimeTotals = {
+  1: ['onCpuNs', 'uint'],
+  2: ['offCpuNs', 'uint'],
+  3: ['runnableNs', 'uint'],
+  4: ['waits', 'uint'],
+  5: ['unpaired', 'uint'],
+  6: ['openAtEnd', 'uint'],
+};
+
 export const Totals = {
   1: ['attributed', 'uint'],
   2: ['discarded', 'uint'],
@@ -180,6 +189,7 @@ export const Totals = {
   7: ['throttled', 'uint'],
   8: ['unchecked', 'uint'],
   9: ['unsampled', 'uint'],
+  10: ['time', TimeTotals],
 };
 
 export const Session = {
@@ -201,6 +211,7 @@ export const Session = {
   16: ['children', 'bool'],
   20: ['earlierRun', 'bool'],
   21: ['scope', 'uint'],
+  23: ['mode', 'uint'],
 };
 
 export const Function = {
@@ -303,4 +314,7 @@ export function queryWriter(q) {
 export const STATES = ['unspecified', 'running', 'stopped', 'duration elapsed', 'exited', 'failed'];
 export const EVENTS = ['unspecified', 'cpu-clock', 'cycles'];
 export const UNWINDS = ['unspecified', 'auto', 'fp', 'dwarf'];
+export const MODES = ['cpu', 'cpu', 'off-cpu', 'wall'];
+// Modes whose counts are nanoseconds.
+export const TIMED = new Set([2, 3]);
 export const RUNNING = 1;

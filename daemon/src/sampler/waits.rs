@@ -296,10 +296,27 @@ impl Waits {
                 self.threads.insert(tid, Thread::On { since: time });
             }
             What::Exit => {
-                if let Some(Thread::On { since }) = self.threads.remove(&tid) {
-                    if measure_on {
+                match self.threads.remove(&tid) {
+                    Some(Thread::On { since }) if measure_on => {
                         self.totals.on_cpu_ns += time.saturating_sub(since);
                     }
+                    // Killed while it waited: the kernel writes no switch
+                    // in before the exit; the wait lasted until the exit.
+                    Some(Thread::Off {
+                        since,
+                        preempted,
+                        stack,
+                    }) => {
+                        let ns = time.saturating_sub(since);
+                        count_wait(&mut self.totals, ns, preempted);
+                        emit(Wait {
+                            stack: &stack,
+                            since,
+                            ns,
+                            mark: mark(preempted),
+                        });
+                    }
+                    _ => {}
                 }
                 self.exited.insert(tid, time);
             }
@@ -405,15 +422,19 @@ mod tests {
         assert_eq!(t.on_cpu_ns, 10 + 10);
     }
 
-    /// A thread's last switch out, after its exit record, is no wait.
+    /// A thread killed while it waits exits without a switch in: its wait
+    /// lasts until its exit. Its last switch out, after the exit record, is
+    /// no wait.
     #[test]
-    fn an_exited_threads_last_switch_is_no_wait() {
+    fn a_wait_ends_at_the_exit_and_the_last_switch_is_no_wait() {
         let mut waits = Waits::new(Mode::Wall, [7]);
         waits.switch(10, 13, false, false);
         waits.exit(20, 13);
         waits.switch_out(21, stack(13, 0xa));
+        waits.switch_out(30, stack(14, 0xb));
+        waits.exit(70, 14);
         let (out, t) = settle(&mut waits, 100, Some(100));
-        assert!(out.is_empty());
+        assert_eq!(out, [(0xb, 40, Mark::Blocked)]);
         // The switch in at 10 had no switch out before it.
         assert_eq!((t.open_at_end, t.unpaired, t.on_cpu_ns), (0, 1, 0));
     }

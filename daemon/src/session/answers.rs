@@ -405,6 +405,7 @@ impl Actor {
             duration_s: session.duration_s,
             pid: session.pid,
             comm: session.comm.clone(),
+            mode: session.mode(),
         };
         Resolved { session, profile }
     }

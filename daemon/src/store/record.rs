@@ -61,6 +61,7 @@ pub(super) fn checked(mut s: api::Session) -> Result<api::Session, String> {
     api::Event::try_from(s.event).map_err(|_| format!("unknown event {}", s.event))?;
     api::Unwind::try_from(s.unwind).map_err(|_| format!("unknown unwind {}", s.unwind))?;
     api::Scope::try_from(s.scope).map_err(|_| format!("unknown scope {}", s.scope))?;
+    api::Mode::try_from(s.mode).map_err(|_| format!("unknown mode {}", s.mode))?;
     if !s.duration_s.is_finite() || s.duration_s < 0.0 {
         return Err(format!("duration_s {} is not a duration", s.duration_s));
     }

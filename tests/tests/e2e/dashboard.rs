@@ -779,3 +779,116 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
     );
     drop(workload);
 }
+
+/// An off-CPU session started from the dashboard's attach form: the live
+/// table fills with the workload's waiting functions, shown as times (the
+/// cell text is a time; the counts behind it nanoseconds, sleep_part about
+/// 70 % of the waiting and pipe_part 30 %); the totals, the time totals
+/// line and the flame graph's titles speak of time, and the session's row
+/// its total as a time.
+#[test]
+fn dashboard_shows_an_off_cpu_session_in_time() {
+    let _serial = serial();
+    require_root_and_perf();
+    let driver = dashboard_driver();
+    let r = remote("operator", &[]);
+    let mut command = Command::new(build_workload("offcpu"));
+    command.args(["split", "300", "--ready"]);
+    let workload = Workload::start_command(command, "offcpu");
+    let env = [
+        ("PROFD_URL", format!("{}/", r.url)),
+        ("PROFD_TOKEN", r.token.clone()),
+        ("PROFD_PID", workload.pid().to_string()),
+        ("PROFD_SECONDS", "4".to_string()),
+        (
+            "PROFD_SERVER_CERT",
+            path_str(&r.tls.server_cert).to_string(),
+        ),
+        ("CHROMIUM", CHROMIUM.to_string()),
+    ]
+    .map(|(k, v)| (k.to_string(), v));
+    let script = driver.join("offcpu.mjs");
+    let out = Cmd::spawn_env("node", &[path_str(&script)], &env).wait(Duration::from_secs(200));
+    assert!(
+        out.status.success(),
+        "the dashboard run failed:\n{}\n--- profd log ---\n{}",
+        out.describe(),
+        r.daemon.log()
+    );
+    let line = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT line:\n{}", out.describe()));
+    let seen: serde_json::Value = serde_json::from_str(line).expect("the RESULT JSON");
+    let show = |what: &str| format!("{what}:\n{}", serde_json::to_string_pretty(&seen).unwrap());
+    assert_eq!(
+        seen["problems"],
+        serde_json::json!([]),
+        "{}",
+        show("errors")
+    );
+    assert!(
+        seen["title"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("off-CPU time"),
+        "{}",
+        show("the title")
+    );
+    let rows = json_rows(&seen["final"]);
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{}", show(&format!("no row {name}"))))
+    };
+    // A time: a number and a unit, never a bare count.
+    let is_time = |text: &str| {
+        let (n, unit) = text.split_once(' ').unwrap_or(("", ""));
+        n.parse::<f64>().is_ok() && ["s", "ms", "µs", "ns"].contains(&unit)
+    };
+    let (sleep, pipe) = (row("sleep_part"), row("pipe_part"));
+    for r in [sleep, pipe] {
+        assert!(
+            is_time(r["shown"].as_str().unwrap_or_default()),
+            "{}",
+            show("a row's inclusive cell")
+        );
+    }
+    let (s, p) = (
+        sleep["inclusive"].as_f64().unwrap_or_default(),
+        pipe["inclusive"].as_f64().unwrap_or_default(),
+    );
+    let share = 100.0 * s / (s + p);
+    assert!(
+        (share - 70.0).abs() <= 5.0,
+        "sleep_part {share:.1} % of the waiting: {}",
+        show("the final table")
+    );
+    assert!(
+        is_time(seen["attributed"].as_str().unwrap_or_default()),
+        "{}",
+        show("the attributed total")
+    );
+    let time_totals = seen["timeTotals"].as_str().unwrap_or_default();
+    assert!(
+        time_totals.starts_with("on-CPU ") && time_totals.contains(" waits"),
+        "{}",
+        show("the time totals")
+    );
+    let titles = json_rows(&seen["flameTitles"]);
+    assert!(
+        titles
+            .iter()
+            .filter_map(|t| t.as_str())
+            .any(|t| t.starts_with("sleep_part: ") && t.contains(" ms (")),
+        "{}",
+        show("the flame graph's titles")
+    );
+    let session_row = seen["sessionRow"].as_str().unwrap_or_default();
+    assert!(
+        [" s", " ms"].iter().any(|u| session_row.contains(u)),
+        "{}",
+        show("the session row")
+    );
+}

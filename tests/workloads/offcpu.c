@@ -33,7 +33,9 @@
  *
  * On exit (after SECONDS, not when killed) it prints `key value` lines on
  * stderr: for split and exit the measured wall-clock seconds of each part
- * (`sleep_s`, `pipe_s`, `compute_s`, `rounds`, `lifetime_s`); for pingpong
+ * (`sleep_s`, `pipe_s`, `compute_s`, `rounds`, `lifetime_s`, and when a
+ * thread sleeps in long_sleep, `sleeper_start_s`: when it began, from the
+ * start of main, printed at once); for pingpong
  * `switches_per_s`, `switches`, `round_trips`, `seconds`, `cpu_s` and
  * `cpu_us_per_round_trip` (the process's CPU time over the round trips: a
  * profiler that collects stacks at each switch adds its work there).

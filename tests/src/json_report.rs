@@ -33,6 +33,10 @@ pub struct Profile {
     /// modes: `cpu`).
     #[serde(default)]
     pub mode: Option<String>,
+    /// The unit of every count: `samples` (cpu) or `nanoseconds` (off-cpu,
+    /// wall); absent from reports of daemons without modes.
+    #[serde(default)]
+    pub unit: Option<String>,
     pub totals: Totals,
     /// Whether the session followed the target's children.
     #[serde(default)]

@@ -54,9 +54,13 @@ fn printed(values: &BTreeMap<String, f64>, key: &str, p: &Profile) -> f64 {
 /// time totals are present and the profile's total is their off-CPU time
 /// (off-cpu) or on-CPU plus off-CPU time (wall).
 fn check_time_profile(p: &Profile, mode: &str) -> TimeTotals {
-    if let Some(m) = &p.mode {
-        assert_eq!(m, mode, "mode:\n{}", p.table());
-    }
+    assert_eq!(p.mode.as_deref(), Some(mode), "mode:\n{}", p.table());
+    assert_eq!(
+        p.unit.as_deref(),
+        Some("nanoseconds"),
+        "unit:\n{}",
+        p.table()
+    );
     let t = p
         .totals
         .time

@@ -2,8 +2,8 @@
 # What off-CPU profiling costs at high context-switch rates, profd side by
 # side with perf on the same load.
 #
-# The load: tests/workloads/offcpu.c's ping-pong, two threads bouncing a
-# byte over two pipes, each blocking on its read once a round trip (two
+# The load: tests/workloads/offcpu.c's ping-pong, two threads on one CPU
+# bouncing a byte over two pipes, each blocking on its read once a round trip (two
 # switches out a round trip), paced to a target rate of switches a second
 # (--rates; 0 = as fast as they go) by short sleeps, each one more switch,
 # so that the switches come evenly, not in bursts. Each rate is run

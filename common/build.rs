@@ -20,10 +20,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The JSON report (src/export/json.rs) writes these as they are.
         .type_attribute("profd.v1.Totals", "#[derive(serde::Serialize)]")
         .type_attribute("profd.v1.TimeTotals", "#[derive(serde::Serialize)]")
-        .field_attribute(
-            "profd.v1.Totals.time",
-            "#[serde(skip_serializing_if = \"Option::is_none\")]",
-        )
         .type_attribute("profd.v1.ProcessSamples", "#[derive(serde::Serialize)]")
         .build_transport(false)
         .codec_path("crate::codec::StrictCodec")

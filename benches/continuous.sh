@@ -167,24 +167,16 @@ done
 
 use_nice "$nice_level"
 
-work="$(mktemp -d /tmp/continuous.XXXXXX)"
-
-# Every process this script starts is one of its jobs until waited for; on
-# exit the ones still running are stopped with their children (the xz
-# loop's xz), then the work directory goes. A sampling rate the kernel
-# lowered during the run (perf: "interrupt took too long") is given back.
-cleanup() {
-    trap - EXIT INT TERM
-    stop_jobs
+# Every process this script starts is one of its jobs until waited for (see
+# start_work). A sampling rate the kernel lowered during the run (perf:
+# "interrupt took too long") is given back.
+before_cleanup() {
     if [ "$(cat /proc/sys/kernel/perf_event_max_sample_rate)" != "$max_rate" ]; then
         say "the kernel lowered perf_event_max_sample_rate to $(cat /proc/sys/kernel/perf_event_max_sample_rate) during the run; set back to $max_rate"
         echo "$max_rate" >/proc/sys/kernel/perf_event_max_sample_rate || true
     fi
-    give_back_nice
-    if [ "$keep" = 1 ]; then say "work directory kept: $work"; else rm -rf "$work"; fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+start_work continuous
 
 # ----------------------------------------------------------------- helpers
 

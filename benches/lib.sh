@@ -51,3 +51,21 @@ use_nice() {
 give_back_nice() {
     if [ -n "$autogroup_nice" ]; then echo "$autogroup_nice" >"/proc/$$/autogroup" || true; fi
 }
+
+# A work directory for the run, in $work ($1 names it), and what happens on
+# exit: the jobs still running are stopped (with their children: the
+# targets profctl run started), before_cleanup runs if the script defines
+# one, the nice level is given back, then the directory goes (kept with
+# keep=1).
+start_work() {
+    work="$(mktemp -d "/tmp/$1.XXXXXX")"
+    trap cleanup_work EXIT
+    trap 'exit 130' INT TERM
+}
+cleanup_work() {
+    trap - EXIT INT TERM
+    stop_jobs
+    if declare -F before_cleanup >/dev/null; then before_cleanup; fi
+    give_back_nice
+    if [ "${keep:-0}" = 1 ]; then say "work directory kept: $work"; else rm -rf "$work"; fi
+}

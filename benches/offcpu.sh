@@ -112,15 +112,7 @@ if [ "$with_profd" = 1 ]; then
 fi
 
 use_nice "$nice_level"
-work="$(mktemp -d /tmp/offcpu.XXXXXX)"
-cleanup() {
-    trap - EXIT INT TERM
-    stop_jobs
-    give_back_nice
-    if [ "$keep" = 1 ]; then say "work directory kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+start_work offcpu
 
 "${CC:-gcc}" -O2 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer -fno-optimize-sibling-calls \
     -pthread -Wall -o "$work/offcpu" "$root/tests/workloads/offcpu.c" || die "building offcpu failed"

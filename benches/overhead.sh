@@ -160,19 +160,9 @@ done
 
 use_nice "$nice_level"
 
-work="$(mktemp -d /tmp/overhead.XXXXXX)"
-
-# Every process this script starts is one of its jobs until waited for; on
-# exit the ones still running are stopped (with their children: the targets
-# profctl run started), then the work directory goes.
-cleanup() {
-    trap - EXIT INT TERM
-    stop_jobs
-    give_back_nice
-    if [ "$keep" = 1 ]; then say "work directory kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# Every process this script starts is one of its jobs until waited for
+# (see start_work).
+start_work overhead
 
 # ----------------------------------------------------------------- helpers
 

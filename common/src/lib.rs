@@ -28,6 +28,18 @@ pub mod pprof_proto {
     include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
 }
 
+/// Time accounting adds up drain by drain and session by session.
+impl std::ops::AddAssign for api::TimeTotals {
+    fn add_assign(&mut self, t: api::TimeTotals) {
+        self.on_cpu_ns += t.on_cpu_ns;
+        self.off_cpu_ns += t.off_cpu_ns;
+        self.runnable_ns += t.runnable_ns;
+        self.waits += t.waits;
+        self.unpaired += t.unpaired;
+        self.open_at_end += t.open_at_end;
+    }
+}
+
 /// The event's name as perf spells it.
 pub fn event_name(event: api::Event) -> &'static str {
     match event {

@@ -18,18 +18,7 @@
 //   PROFD_SCREENSHOT   where to write a screenshot of the page
 //   CHROMIUM           the browser (default /usr/bin/chromium)
 
-import { createHash, X509Certificate } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { chromium } from 'playwright-core';
-
-const env = (name, fallback) => {
-  const v = process.env[name] ?? fallback;
-  if (v === undefined) {
-    console.error(`FAILED: ${name} is not set`);
-    process.exit(2);
-  }
-  return v;
-};
+import { env, openPage } from './browser.mjs';
 
 const url = env('PROFD_URL');
 const token = env('PROFD_TOKEN');
@@ -37,42 +26,10 @@ const sessionId = env('PROFD_SESSION');
 const focus = env('PROFD_FOCUS');
 const service = env('PROFD_SERVICE');
 const screenshot = env('PROFD_SCREENSHOT', '');
-const executablePath = env('CHROMIUM', '/usr/bin/chromium');
 const WAIT_MS = 30000;
 
-// The base64 SHA-256 of the certificate's public key (SPKI), as Chromium
-// takes it: that key alone is accepted, whatever signed the certificate.
-const pem = readFileSync(env('PROFD_SERVER_CERT'), 'utf8');
-const spki = new X509Certificate(pem).publicKey.export({ type: 'spki', format: 'der' });
-const spkiHash = createHash('sha256').update(spki).digest('base64');
-
 let step = 'launching Chromium';
-const problems = [];
-
-const browser = await chromium.launch({
-  executablePath,
-  args: [
-    '--headless',
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-quic',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync',
-    `--ignore-certificate-errors-spki-list=${spkiHash}`,
-  ],
-});
-
-const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-page.setDefaultTimeout(WAIT_MS);
-page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-page.on('console', (m) => {
-  if (m.type() === 'error') problems.push(`console error: ${m.text()}`);
-});
-page.on('response', (r) => {
-  if (r.status() >= 400) problems.push(`HTTP ${r.status()} for ${r.url()}`);
-});
+const { browser, page, problems } = await openPage(WAIT_MS);
 let watchStreams = 0;
 page.on('request', (r) => {
   if (r.url().endsWith('/profd.v1.Profiler/Watch')) watchStreams += 1;

@@ -15,47 +15,15 @@
 //   PROFD_SERVER_CERT  the daemon's certificate (PEM)
 //   CHROMIUM           the browser (default /usr/bin/chromium)
 
-import { createHash, X509Certificate } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { chromium } from 'playwright-core';
-
-const env = (name, fallback) => {
-  const v = process.env[name] ?? fallback;
-  if (v === undefined) {
-    console.error(`FAILED: ${name} is not set`);
-    process.exit(2);
-  }
-  return v;
-};
+import { env, openPage } from './browser.mjs';
 
 const url = env('PROFD_URL');
 const token = env('PROFD_TOKEN');
 const pid = env('PROFD_PID');
 const seconds = env('PROFD_SECONDS');
-const executablePath = env('CHROMIUM', '/usr/bin/chromium');
-const pem = readFileSync(env('PROFD_SERVER_CERT'), 'utf8');
-const spki = new X509Certificate(pem).publicKey.export({ type: 'spki', format: 'der' });
-const spkiHash = createHash('sha256').update(spki).digest('base64');
 
 let step = 'launching Chromium';
-const problems = [];
-const browser = await chromium.launch({
-  executablePath,
-  args: [
-    '--headless',
-    '--no-sandbox',
-    '--disable-gpu',
-    '--no-first-run',
-    '--disable-background-networking',
-    `--ignore-certificate-errors-spki-list=${spkiHash}`,
-  ],
-});
-const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-page.setDefaultTimeout(60000);
-page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-page.on('console', (m) => {
-  if (m.type() === 'error') problems.push(`console error: ${m.text()}`);
-});
+const { browser, page, problems } = await openPage(60000);
 
 // The function table's rows: the counts (data attributes, nanoseconds)
 // and the text of the inclusive cell.

@@ -188,15 +188,8 @@ impl Waits {
                         preempted,
                         stack,
                     } => {
-                        let ns = end.saturating_sub(since);
                         self.totals.open_at_end += 1;
-                        count_wait(&mut self.totals, ns, preempted);
-                        emit(Wait {
-                            stack: &stack,
-                            since,
-                            ns,
-                            mark: mark(preempted),
-                        });
+                        end_wait(&mut self.totals, &stack, since, end, preempted, &mut emit);
                     }
                 }
             }
@@ -278,16 +271,7 @@ impl Waits {
                         since,
                         preempted,
                         stack,
-                    }) => {
-                        let ns = time.saturating_sub(since);
-                        count_wait(&mut self.totals, ns, preempted);
-                        emit(Wait {
-                            stack: &stack,
-                            since,
-                            ns,
-                            mark: mark(preempted),
-                        });
-                    }
+                    }) => end_wait(&mut self.totals, &stack, since, time, preempted, emit),
                     // Off the CPU since before the session (or its switch
                     // out was lost), or a switch in twice.
                     Some(Thread::On { .. }) | None => self.totals.unpaired += 1,
@@ -306,16 +290,7 @@ impl Waits {
                         since,
                         preempted,
                         stack,
-                    }) => {
-                        let ns = time.saturating_sub(since);
-                        count_wait(&mut self.totals, ns, preempted);
-                        emit(Wait {
-                            stack: &stack,
-                            since,
-                            ns,
-                            mark: mark(preempted),
-                        });
-                    }
+                    }) => end_wait(&mut self.totals, &stack, since, time, preempted, emit),
                     _ => {}
                 }
                 self.exited.insert(tid, time);
@@ -343,12 +318,28 @@ fn mark(preempted: bool) -> Mark {
     }
 }
 
-fn count_wait(totals: &mut TimeTotals, ns: u64, preempted: bool) {
+/// A wait of `stack` from `since` ends at `end`: counted, and handed to
+/// `emit`.
+fn end_wait(
+    totals: &mut TimeTotals,
+    stack: &Stack,
+    since: u64,
+    end: u64,
+    preempted: bool,
+    emit: &mut impl FnMut(Wait<'_>),
+) {
+    let ns = end.saturating_sub(since);
     totals.waits += 1;
     totals.off_cpu_ns += ns;
     if preempted {
         totals.runnable_ns += ns;
     }
+    emit(Wait {
+        stack,
+        since,
+        ns,
+        mark: mark(preempted),
+    });
 }
 
 #[cfg(test)]

@@ -284,13 +284,7 @@ impl Ingest {
         let mut stacks = 0u64;
         let weighted = !batch.weights.is_empty();
         if let Some(time) = batch.time.take() {
-            let t = self.totals.time.get_or_insert_with(Default::default);
-            t.on_cpu_ns += time.on_cpu_ns;
-            t.off_cpu_ns += time.off_cpu_ns;
-            t.runnable_ns += time.runnable_ns;
-            t.waits += time.waits;
-            t.unpaired += time.unpaired;
-            t.open_at_end += time.open_at_end;
+            *self.totals.time.get_or_insert_with(Default::default) += time;
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut marked = Vec::new();

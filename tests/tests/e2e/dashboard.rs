@@ -390,6 +390,25 @@ fn dashboard_driver() -> PathBuf {
     dir
 }
 
+/// Run the Node script `script` against `r`'s dashboard with `env`; what
+/// it saw (its `RESULT` line's JSON). Fails with its output and the
+/// daemon's log when it fails.
+fn drive(r: &Remote, script: &Path, env: &[(String, String)]) -> serde_json::Value {
+    let out = Cmd::spawn_env("node", &[path_str(script)], env).wait(Duration::from_secs(200));
+    assert!(
+        out.status.success(),
+        "the dashboard run failed:\n{}\n--- profd log ---\n{}",
+        out.describe(),
+        r.daemon.log()
+    );
+    let line = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT line:\n{}", out.describe()));
+    serde_json::from_str(line).expect("the RESULT JSON")
+}
+
 /// The id of the running session of `pid`, from `profctl sessions`.
 fn session_of(d: &Daemon, pid: u32) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -515,23 +534,10 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
         ("CHROMIUM", CHROMIUM.to_string()),
     ]
     .map(|(k, v)| (k.to_string(), v));
-    let script = driver.join("dashboard.mjs");
-    let out = Cmd::spawn_env("node", &[path_str(&script)], &env).wait(Duration::from_secs(200));
-    assert!(
-        out.status.success(),
-        "the dashboard run failed:\n{}\n--- profd log ---\n{}",
-        out.describe(),
-        r.daemon.log()
-    );
+    let seen = drive(&r, &driver.join("dashboard.mjs"), &env);
     let profile = Profile::parse(&attach.wait(Duration::from_secs(60)));
     assert_eq!(profile.state, "stopped", "{}", profile.table());
     eprintln!("screenshot: {}", screenshot.display());
-    let line = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("no RESULT line:\n{}", out.describe()));
-    let seen: serde_json::Value = serde_json::from_str(line).expect("the RESULT JSON");
     let show = |what: &str| format!("{what}:\n{}", serde_json::to_string_pretty(&seen).unwrap());
 
     assert_eq!(seen["pageStatus"], 200, "{}", show("the page"));
@@ -807,20 +813,7 @@ fn dashboard_shows_an_off_cpu_session_in_time() {
         ("CHROMIUM", CHROMIUM.to_string()),
     ]
     .map(|(k, v)| (k.to_string(), v));
-    let script = driver.join("offcpu.mjs");
-    let out = Cmd::spawn_env("node", &[path_str(&script)], &env).wait(Duration::from_secs(200));
-    assert!(
-        out.status.success(),
-        "the dashboard run failed:\n{}\n--- profd log ---\n{}",
-        out.describe(),
-        r.daemon.log()
-    );
-    let line = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("no RESULT line:\n{}", out.describe()));
-    let seen: serde_json::Value = serde_json::from_str(line).expect("the RESULT JSON");
+    let seen = drive(&r, &driver.join("offcpu.mjs"), &env);
     let show = |what: &str| format!("{what}:\n{}", serde_json::to_string_pretty(&seen).unwrap());
     assert_eq!(
         seen["problems"],

@@ -565,6 +565,15 @@ impl Profiler for Service {
                 req.buckets
             )));
         }
+        let session = handle.summary().await.map_err(Error::from)?;
+        if !matches!(session.mode(), api::Mode::Cpu | api::Mode::Unspecified) {
+            return Err(Status::failed_precondition(format!(
+                "session {} measures time ({}), not on-CPU samples, and a profil(3) histogram \
+                 counts samples: attach with MODE_CPU for one",
+                session.id,
+                session.mode().as_str_name()
+            )));
+        }
         let _permit = self.registry.export_permit()?;
         let histogram = handle.histogram(req).await.map_err(Error::from)?;
         histogram

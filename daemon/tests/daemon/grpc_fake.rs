@@ -458,6 +458,27 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
 
+    // Modes: an unknown one, and the cycles event (which counts no time)
+    // with a time mode, are refused, naming what to ask for.
+    for (mode, event, names) in [
+        (9, api::Event::CpuClock, "MODE_OFF_CPU"),
+        (api::Mode::OffCpu as i32, api::Event::Cycles, "cpu-clock"),
+        (api::Mode::Wall as i32, api::Event::Cycles, "cpu-clock"),
+    ] {
+        let err = h
+            .client
+            .attach(api::AttachRequest {
+                pid: me,
+                mode,
+                event: event as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+        assert!(err.message().contains(names), "{}", err.message());
+    }
+
     let err = h
         .client
         .get_profile(api::GetProfileRequest {
@@ -498,10 +519,38 @@ async fn bad_requests_get_precise_statuses_and_the_daemon_lives_on() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("50"), "{}", err.message());
 
+    // A profil(3) histogram counts samples: an off-CPU session has none.
+    let off = h
+        .client
+        .attach(api::AttachRequest {
+            pid: target.id(),
+            mode: api::Mode::OffCpu as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    assert_eq!(off.mode(), api::Mode::OffCpu);
+    let err = h
+        .client
+        .get_histogram(api::GetHistogramRequest {
+            session_id: off.id,
+            module: "sleep".into(),
+            offset: 0,
+            scale: 65536,
+            buckets: 4,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+    assert!(err.message().contains("MODE_CPU"), "{}", err.message());
+
     let info = h.info().await;
     assert_eq!(
-        info.running_sessions, 1,
-        "the daemon and its session survived"
+        info.running_sessions, 2,
+        "the daemon and its sessions survived"
     );
     assert_eq!(info.max_sample_rate.to_string(), max);
     target.kill();

@@ -69,3 +69,18 @@ cleanup_work() {
     give_back_nice
     if [ "${keep:-0}" = 1 ]; then say "work directory kept: $work"; else rm -rf "$work"; fi
 }
+
+# Start "$profd" with its socket in $work (PROFD_SOCKET, exported for
+# profctl) and nothing kept on disk; $profd_pid is its pid. Dies when it
+# does not answer within 10 s.
+start_profd() {
+    export PROFD_SOCKET="$work/profd.sock"
+    "$profd" --socket "$PROFD_SOCKET" --no-persist --log-level warn 2>"$work/profd.log" &
+    profd_pid=$!
+    for _ in $(seq 100); do
+        "$profctl" info >/dev/null 2>&1 && break
+        kill -0 "$profd_pid" 2>/dev/null || die "profd exited at start: $(cat "$work/profd.log")"
+        sleep 0.1
+    done
+    "$profctl" info >/dev/null 2>&1 || die "profd does not answer on $PROFD_SOCKET: $(cat "$work/profd.log")"
+}

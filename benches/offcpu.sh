@@ -118,17 +118,6 @@ start_work offcpu
     -pthread -Wall -o "$work/offcpu" "$root/tests/workloads/offcpu.c" || die "building offcpu failed"
 wl="$work/offcpu"
 
-export PROFD_SOCKET="$work/profd.sock"
-start_profd() {
-    "$profd" --socket "$PROFD_SOCKET" --no-persist --log-level warn 2>"$work/profd.log" &
-    profd_pid=$!
-    for _ in $(seq 100); do
-        "$profctl" info >/dev/null 2>&1 && break
-        kill -0 "$profd_pid" 2>/dev/null || die "profd exited at start: $(cat "$work/profd.log")"
-        sleep 0.1
-    done
-    "$profctl" info >/dev/null 2>&1 || die "profd does not answer on $PROFD_SOCKET: $(cat "$work/profd.log")"
-}
 if [ "$with_profd" = 1 ]; then start_profd; fi
 
 field() { awk -v k="$1" '$1 == k { print $2; exit }' "$2"; }

@@ -215,15 +215,7 @@ fixed="$work/fixed_work"
 
 # ------------------------------------------------------------------- profd
 
-export PROFD_SOCKET="$work/profd.sock"
-"$profd" --socket "$PROFD_SOCKET" --no-persist --log-level warn 2>"$work/profd.log" &
-profd_pid=$!
-for _ in $(seq 100); do
-    "$profctl" info >/dev/null 2>&1 && break
-    kill -0 "$profd_pid" 2>/dev/null || die "profd exited at start: $(cat "$work/profd.log")"
-    sleep 0.1
-done
-"$profctl" info >/dev/null 2>&1 || die "profd does not answer on $PROFD_SOCKET: $(cat "$work/profd.log")"
+start_profd
 
 echo "== profd overhead, side by side with perf"
 echo "date:     $(date -u '+%Y-%m-%d %H:%M UTC')"

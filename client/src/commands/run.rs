@@ -39,6 +39,23 @@ const HOLD_ENV: &str = "PROFCTL_RUN_HOLD_FD";
 pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8, Error> {
     let (program, _) = args.command.split_first().expect("clap requires a command");
     let name = program.to_string_lossy().into_owned();
+    // A command that cannot run gets no session: a shell's 127 (not found)
+    // or 126 (not executable).
+    if let Err(source) = find_program(program) {
+        let code = if source.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        eprintln!(
+            "profctl: {}",
+            Error::Spawn {
+                command: name,
+                source
+            }
+        );
+        return Ok(code);
+    }
     let spawn_error = |source| Error::Spawn {
         command: name.clone(),
         source,
@@ -126,6 +143,30 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
     let status = status.map_err(|e| Error::io(format!("cannot wait for {name}"), e))?;
     eprintln!("profctl: {}", describe_exit(&name, status));
     Ok(if ended_here { 0 } else { exit_code(status) })
+}
+
+/// The file `program` runs, found as execvp(3) finds it: a name with a
+/// slash is that path, else the first file of that name in PATH that may be
+/// executed. Errors are the kernel's: ENOENT, EACCES.
+fn find_program(program: &std::ffi::OsStr) -> std::io::Result<std::path::PathBuf> {
+    use rustix::fs::{access, Access};
+    use rustix::io::Errno;
+    let path = std::path::Path::new(program);
+    let runnable = |p: &std::path::Path| -> std::io::Result<()> {
+        access(p, Access::EXEC_OK)?;
+        match p.is_file() {
+            true => Ok(()),
+            false => Err(Errno::ACCESS.into()),
+        }
+    };
+    if program.as_encoded_bytes().contains(&b'/') {
+        return runnable(path).map(|()| path.to_path_buf());
+    }
+    let dirs = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&dirs)
+        .map(|dir| dir.join(path))
+        .find(|candidate| runnable(candidate).is_ok())
+        .ok_or_else(|| Errno::NOENT.into())
 }
 
 /// A shell's exit status for a command's: its code, or 128 + the signal.

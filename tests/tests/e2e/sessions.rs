@@ -205,8 +205,9 @@ fn run_ends_with_exited_state() {
 /// `profctl run` holds the command until its session is attached: when the
 /// command's first line runs, `profctl sessions` already lists a running
 /// session on it under the command's name, and the hold leaves nothing in
-/// its environment. A command that cannot run exits 127, with the reason,
-/// and so does profctl.
+/// its environment. A command that cannot run gets no session: profctl
+/// says why and exits as a shell would, 127 when it is not found, 126 when
+/// it may not be executed; a command that fails gives profctl its status.
 #[test]
 fn run_attaches_before_the_command_starts() {
     let h = Harness::start();
@@ -244,16 +245,32 @@ fn run_attaches_before_the_command_starts() {
     assert!(seen.contains("hold 0"), "{seen}");
     assert_eq!(Profile::parse(&run).comm, "sh");
 
-    let missing = h.daemon.profctl(&["run", "--", "/nonexistent/command"]);
-    assert_eq!(missing.status.code(), Some(127), "{}", missing.describe());
-    assert!(
-        missing
-            .stderr
-            .contains("cannot run /nonexistent/command: No such file or directory")
-            && missing.stderr.contains("exited with status 127"),
-        "{}",
-        missing.describe()
+    let sessions = || h.daemon.profctl(&["sessions"]).stdout.lines().count();
+    let before = sessions();
+    let not_executable = unique_dir("run-noexec").join("script");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").expect("write a script");
+    for (command, code, why) in [
+        ("/nonexistent/command", 127, "No such file or directory"),
+        ("no-such-command-in-path", 127, "No such file or directory"),
+        (path_str(&not_executable), 126, "Permission denied"),
+    ] {
+        let out = h.daemon.profctl(&["run", "--", command]);
+        assert_eq!(out.status.code(), Some(code), "{}", out.describe());
+        assert!(
+            out.stderr.contains(&format!("cannot run {command}: {why}"))
+                && !out.stderr.contains("exited with status"),
+            "{}",
+            out.describe()
+        );
+    }
+    assert_eq!(
+        sessions(),
+        before,
+        "a command that could not run left a session"
     );
+    // A command that runs and fails: profctl exits with its status.
+    let failing = h.daemon.profctl(&["run", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(failing.status.code(), Some(3), "{}", failing.describe());
 }
 
 /// Attaching for longer than the target lives: the session ends when the

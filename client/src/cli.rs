@@ -325,7 +325,7 @@ pub struct HealthArgs {
 #[derive(Debug, Args)]
 pub struct ManArgs {
     /// Write profctl.1 and one page per subcommand (profctl-attach.1, ...)
-    /// into DIR instead of printing profctl.1.
+    /// into DIR (created if missing) instead of printing profctl.1.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }

@@ -50,14 +50,11 @@ pub fn write_man(out: &mut dyn Write) -> Result<(), Error> {
 }
 
 /// Writes profctl.1 and one page per subcommand (`profctl-attach.1`, ...)
-/// into `dir`, which must exist; returns the files written.
+/// into `dir`, created if it does not exist (with its parents, as
+/// `mkdir -p`); returns the files written.
 pub fn write_man_dir(dir: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
-    if !dir.is_dir() {
-        return Err(Error::Usage(format!(
-            "--dir {}: no such directory (create it first)",
-            dir.display()
-        )));
-    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(format!("--dir {}: cannot create it", dir.display()), e))?;
     let mut cmd = command().disable_help_subcommand(true);
     cmd.build();
     let mut written = Vec::new();
@@ -124,8 +121,13 @@ mod tests {
         assert!(!names.iter().any(|n| n == "profctl-help.1"), "{names:?}");
         let attach = std::fs::read_to_string(dir.join("profctl-attach.1")).unwrap();
         assert!(attach.contains("\\-\\-duration"), "{attach}");
+        // A directory that is not there is made.
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(write_man_dir(&dir).is_err());
+        assert_eq!(
+            write_man_dir(&dir.join("man1")).unwrap().len(),
+            written.len()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -712,10 +712,21 @@ fn profctl_help_man_and_completions() {
     let out = run(&["man", "--dir", path_str(&dir)]);
     out.assert_success();
     assert!(dir.join("profctl-report.1").is_file());
-    let out = run(&["man", "--dir", path_str(&dir.join("missing"))]);
+    // A directory that does not exist is made, as mkdir -p would; one that
+    // cannot be (under a file) is an error naming it.
+    let nested = dir.join("new/man1");
+    let out = run(&["man", "--dir", path_str(&nested)]);
+    out.assert_success();
+    assert!(
+        nested.join("profctl-report.1").is_file(),
+        "{}",
+        out.describe()
+    );
+    let under_file = dir.join("profctl-report.1/man1");
+    let out = run(&["man", "--dir", path_str(&under_file)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        out.stderr.contains("no such directory"),
+        out.stderr.contains("cannot create it"),
         "{}",
         out.describe()
     );

@@ -474,16 +474,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
             let stack = wait.stack;
             for i in 0..sessions {
                 let b = batch(&mut batches[i], &mut execs[i], Some(wait.since));
-                b.frames.extend_from_slice(&stack.frames);
-                b.ends.push(b.frames.len() as u32);
-                b.pids.push(stack.pid);
-                b.tids.push(stack.tid);
+                let user = stack.user.as_ref().map(|(regs, bytes)| (*regs, &bytes[..]));
+                b.push(stack.pid, stack.tid, stack.frames.iter().copied(), user);
                 b.truncated += u64::from(stack.truncated);
-                if let Some((regs, bytes)) = &stack.user {
-                    b.user_regs.push(*regs);
-                    b.user_stack.extend_from_slice(bytes);
-                    b.user_ends.push(b.user_stack.len() as u32);
-                }
                 b.weights.push(wait.ns);
                 b.marks.push(wait.mark);
             }

@@ -283,6 +283,12 @@ impl Ingest {
         // Stacks counted (a sample or a wait each), whatever their weight.
         let mut stacks = 0u64;
         let weighted = !batch.weights.is_empty();
+        if weighted {
+            // The running counts add one per stack index since the last
+            // view: after weighted stacks they are counted again whole, so
+            // no index is kept.
+            self.since_view = None;
+        }
         if let Some(time) = batch.time.take() {
             *self.totals.time.get_or_insert_with(Default::default) += time;
         }
@@ -416,11 +422,6 @@ impl Ingest {
             }
         }
         self.scratch = scratch;
-        if weighted {
-            // The running counts add one per stack index since the last
-            // view: weighted stacks are counted again whole.
-            self.since_view = None;
-        }
         for pid in batch.exits.drain(..) {
             if let Some(&i) = self.process_index.get(&pid) {
                 self.processes[i].exited = true;

@@ -8,7 +8,7 @@
 
 import { Client, GrpcError } from './api.js';
 import { drawFlame } from './flame.js';
-import { STATES, EVENTS, MODES, TIMED, RUNNING, GROUP_BY } from './proto.js';
+import { STATES, EVENTS, TIMED, RUNNING, GROUP_BY } from './proto.js';
 
 const TOKEN_KEY = 'profd.token';
 const SESSIONS_EVERY_MS = 2000;

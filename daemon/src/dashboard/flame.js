@@ -2,6 +2,8 @@
 // (nodes in depth-first order with parent indices): outermost frames at the
 // bottom, each frame as wide as its inclusive samples.
 
+import { TIMED } from './proto.js';
+
 const SVG = 'http://www.w3.org/2000/svg';
 const ROW = 18;
 const CHAR = 7;
@@ -40,7 +42,7 @@ export function drawFlame(container, view, width, onSelect) {
   const height = depth * ROW;
   const scale = width / total;
   // Off-cpu and wall profiles count nanoseconds.
-  const timed = [2, 3].includes(view.session?.mode);
+  const timed = TIMED.has(view.session?.mode);
   const svg = el('svg', { width, height, viewBox: `0 0 ${width} ${height}`, role: 'img' });
   const label = el('title', {});
   label.textContent = `Flame graph: outermost frames at the bottom, width = inclusive ${timed ? 'time' : 'samples'}`;

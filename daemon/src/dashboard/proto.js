@@ -314,7 +314,6 @@ export function queryWriter(q) {
 export const STATES = ['unspecified', 'running', 'stopped', 'duration elapsed', 'exited', 'failed'];
 export const EVENTS = ['unspecified', 'cpu-clock', 'cycles'];
 export const UNWINDS = ['unspecified', 'auto', 'fp', 'dwarf'];
-export const MODES = ['cpu', 'cpu', 'off-cpu', 'wall'];
 // Modes whose counts are nanoseconds.
 export const TIMED = new Set([2, 3]);
 export const RUNNING = 1;

@@ -56,6 +56,8 @@ struct State {
     dropped_bytes: u64,
     dropped_age: u64,
     damaged: u64,
+    /// The end (ns) of the last window cut, kept or not.
+    cut_until_ns: u64,
 }
 
 /// A window of the index.
@@ -438,6 +440,7 @@ impl Inner {
             windows: Vec::new(),
             services: Vec::new(),
             windows_left_out: 0,
+            cut_until_unix_ns: self.lock().cut_until_ns,
         }
     }
 }
@@ -843,6 +846,13 @@ impl History {
         if let Err(err) = tokio::task::spawn_blocking(move || inner.add(window)).await {
             tracing::error!(%err, "adding a window to the history failed");
         }
+    }
+
+    /// Note that every sample before `end_ns` is in the history: the
+    /// window ending there was kept (or had no samples).
+    pub fn cut_until(&self, end_ns: u64) {
+        let mut st = self.inner.lock();
+        st.cut_until_ns = st.cut_until_ns.max(end_ns);
     }
 
     /// The settings, the history's figures and the windows and services

@@ -156,6 +156,7 @@ pub async fn run(
                 continue;
             }
         };
+        let end_ns = unix_ns(now);
         if window
             .head
             .totals
@@ -165,10 +166,13 @@ pub async fn run(
             let history = history.clone();
             adding = Some(tokio::spawn(async move {
                 history.add(window).await;
+                history.cut_until(end_ns);
                 // The cut's memory, freed, is given back to the system, not
                 // kept for the next cut.
                 crate::sys::trim_heap();
             }));
+        } else {
+            history.cut_until(end_ns);
         }
         if last {
             if let Some(add) = adding.take() {

@@ -73,17 +73,19 @@ pub(crate) fn list(socket: &Path) -> api::ListWindowsResponse {
     })
 }
 
-/// Waits until the history holds a window ending at or after `t_ns`.
+/// Waits until the daemon has cut its windows up to `t_ns` or later: the
+/// history holds every sample before it (a window without samples is not
+/// kept, so the last window listed may end earlier).
 fn wait_for_window_after(d: &Daemon, t_ns: u64) -> api::ListWindowsResponse {
     let deadline = Instant::now() + WAIT;
     loop {
         let l = list(d.socket());
-        if l.windows.last().is_some_and(|w| w.end_unix_ns >= t_ns) {
+        if l.cut_until_unix_ns >= t_ns {
             return l;
         }
         assert!(
             Instant::now() < deadline,
-            "no window ending after {t_ns} within {WAIT:?}: {l:?}\n{}",
+            "no window cut up to {t_ns} within {WAIT:?}: {l:?}\n{}",
             d.log()
         );
         std::thread::sleep(Duration::from_millis(200));

@@ -83,18 +83,16 @@ fn info(socket: &Path) -> api::InfoResponse {
     })
 }
 
-/// Waits until `d` holds a window ending after `t_s` and its sink has
-/// nothing left to send.
+/// Waits until `d` has cut its windows up to `t_s` (every sample before
+/// it is in the history: a window without samples is not kept, so the
+/// last window kept may end earlier) and its sink has nothing left to send.
 fn wait_delivered(d: &Daemon, t_s: u64) -> api::SinkStatus {
     let deadline = Instant::now() + DELIVERY;
     loop {
         let windows = list(d.socket());
         let i = info(d.socket());
         let sink = i.sinks.first().cloned().expect("the daemon has its sink");
-        let cut = windows
-            .windows
-            .last()
-            .is_some_and(|w| w.end_unix_ns >= t_s * 1_000_000_000);
+        let cut = windows.cut_until_unix_ns >= t_s * 1_000_000_000;
         if cut && sink.spool_windows == 0 && sink.windows_sent > 0 {
             return sink;
         }

@@ -614,13 +614,15 @@ pub struct ViewOptions {
     /// Exclusive samples per source line of FN.
     #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads"])]
     pub lines: Option<String>,
-    /// The heaviest path from the root: at each step the child with the most samples.
+    /// The heaviest path from the root: at each step the child with the
+    /// most samples, while it holds at least --min-pct of them.
     #[arg(long, conflicts_with = "threads")]
     pub hot_path: bool,
     /// Samples per thread.
     #[arg(long)]
     pub threads: bool,
-    /// Tree: leave out nodes below this share of the samples (0-100).
+    /// Tree: leave out nodes below this share of the samples (0-100); hot
+    /// path: end where the heaviest child falls below it.
     #[arg(long, value_name = "P", default_value_t = 0.5, value_parser = parse_pct)]
     pub min_pct: f64,
     /// Tree: the deepest level shown, 0 = all.

@@ -117,16 +117,18 @@ impl Tree {
         };
         for s in p.stacks.iter().filter(|s| !s.frames.is_empty()) {
             if bottom_up {
-                t.add(ids(s), s.count);
+                t.add(ids(s), s.count, true);
             } else {
-                t.add(ids(s).rev(), s.count);
+                t.add(ids(s).rev(), s.count, false);
             }
         }
         t
     }
 
-    /// Adds `n` samples along `path` (root first).
-    fn add(&mut self, path: impl Iterator<Item = u32>, n: u64) {
+    /// Adds `n` samples along `path` (root first), their exclusive count
+    /// to the innermost frame: the root when `innermost_first`, else the
+    /// last node.
+    fn add(&mut self, path: impl Iterator<Item = u32>, n: u64, innermost_first: bool) {
         let mut parent = usize::MAX;
         for f in path {
             let node = match self.index.get(&(parent, f)) {
@@ -147,9 +149,12 @@ impl Tree {
                 }
             };
             self.inclusive[node] += n;
+            if innermost_first && parent == usize::MAX {
+                self.exclusive[node] += n;
+            }
             parent = node;
         }
-        if parent != usize::MAX {
+        if !innermost_first && parent != usize::MAX {
             self.exclusive[parent] += n;
         }
     }
@@ -188,10 +193,11 @@ impl Tree {
 /// The call tree flattened depth-first, children sorted by inclusive
 /// descending (then name). Top-down, roots are the outermost frames and a
 /// node's `exclusive` counts the samples whose innermost frame it is;
-/// bottom-up, roots are the innermost frames (a root's `inclusive` is its
-/// function's exclusive samples), a node's `inclusive` counts the samples
-/// whose stack ends (innermost first) with its path, and its `exclusive` the
-/// samples whose whole stack is its path. A node is a path, so recursion
+/// bottom-up, roots are the innermost frames and hold the exclusive
+/// samples (a root's `inclusive` and `exclusive` are its function's
+/// exclusive samples; other nodes have none), and a node's `inclusive`
+/// counts the samples whose stack ends (innermost first) with its path.
+/// A node is a path, so recursion
 /// repeats frames. Nodes under `min_pct` (0–100 of attributed) are dropped
 /// with their subtrees; `max_depth` is the deepest depth kept (roots are at
 /// depth 0), 0 = unlimited.
@@ -221,11 +227,19 @@ pub fn call_tree(
 }
 
 /// The heaviest path: the root with the most inclusive samples, then at
-/// each level the child with the most (ties by name, then id); nodes as in
-/// [`call_tree`], each the parent of the next.
-pub fn hot_path(p: &ResolvedProfile, bottom_up: bool) -> Vec<api::TreeNode> {
+/// each level the child with the most (ties by name, then id), as long as
+/// that child holds at least `min_pct` (0–100) of the attributed samples:
+/// the path ends at the hot function, not in the noise under it. Nodes as
+/// in [`call_tree`], each the parent of the next.
+pub fn hot_path(p: &ResolvedProfile, bottom_up: bool, min_pct: f64) -> Vec<api::TreeNode> {
     let t = Tree::build(p, bottom_up);
-    let heaviest = |nodes: &[usize]| nodes.iter().copied().min_by(|&a, &b| t.order(p, a, b));
+    let heaviest = |nodes: &[usize]| {
+        nodes
+            .iter()
+            .copied()
+            .min_by(|&a, &b| t.order(p, a, b))
+            .filter(|&i| percent(t.inclusive[i], p.attributed) >= min_pct)
+    };
     let mut out = Vec::new();
     let mut next = heaviest(&t.roots);
     while let Some(i) = next {

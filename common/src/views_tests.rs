@@ -101,26 +101,30 @@ fn bottom_up_tree() {
     assert_eq!(
         shape(&t),
         vec![
-            (C, 0, -1, 5, 0),
+            (C, 0, -1, 5, 5),
             (A, 1, 0, 3, 0),
-            (MAIN, 2, 1, 3, 3),
+            (MAIN, 2, 1, 3, 0),
             (B, 1, 0, 2, 0),
-            (MAIN, 2, 3, 2, 2),
-            (R, 0, -1, 4, 0),
+            (MAIN, 2, 3, 2, 0),
+            (R, 0, -1, 4, 4),
             (R, 1, 5, 4, 0),
             (R, 2, 6, 4, 0),
-            (MAIN, 3, 7, 4, 4),
-            (INL, 0, -1, 2, 0),
+            (MAIN, 3, 7, 4, 0),
+            (INL, 0, -1, 2, 2),
             (B, 1, 9, 2, 0),
-            (MAIN, 2, 10, 2, 2),
-            (A, 0, -1, 1, 0),
-            (MAIN, 1, 12, 1, 1),
+            (MAIN, 2, 10, 2, 0),
+            (A, 0, -1, 1, 1),
+            (MAIN, 1, 12, 1, 0),
         ]
     );
-    // Roots carry their function's exclusive samples; every sample ends once.
-    let roots: u64 = t.iter().filter(|n| n.parent < 0).map(|n| n.inclusive).sum();
+    // Roots carry their function's exclusive samples, as inclusive and as
+    // exclusive; no other node has any; every sample ends once.
+    for n in &t {
+        let want = if n.parent < 0 { n.inclusive } else { 0 };
+        assert_eq!(n.exclusive, want, "{n:?}");
+    }
     let ends: u64 = t.iter().map(|n| n.exclusive).sum();
-    assert_eq!((roots, ends), (12, 12));
+    assert_eq!(ends, 12);
 }
 
 #[test]
@@ -151,14 +155,22 @@ fn tree_pruning() {
 fn hot_paths() {
     let p = known();
     assert_eq!(
-        shape(&hot_path(&p, false)),
+        shape(&hot_path(&p, false, 0.0)),
         vec![(MAIN, 0, -1, 12, 0), (A, 1, 0, 4, 1), (C, 2, 1, 3, 3)]
     );
     assert_eq!(
-        shape(&hot_path(&p, true)),
-        vec![(C, 0, -1, 5, 0), (A, 1, 0, 3, 0), (MAIN, 2, 1, 3, 3)]
+        shape(&hot_path(&p, true, 0.0)),
+        vec![(C, 0, -1, 5, 5), (A, 1, 0, 3, 0), (MAIN, 2, 1, 3, 0)]
     );
-    assert!(hot_path(&ResolvedProfile::default(), false).is_empty());
+    // It ends where the heaviest child falls under the threshold: a (4 of
+    // 12, 33 %) is kept at 30 %, the c under it (3 of 12, 25 %) is not;
+    // above every root, the path is empty.
+    assert_eq!(
+        shape(&hot_path(&p, false, 30.0)),
+        vec![(MAIN, 0, -1, 12, 0), (A, 1, 0, 4, 1)]
+    );
+    assert!(hot_path(&p, false, 100.1).is_empty());
+    assert!(hot_path(&ResolvedProfile::default(), false, 0.0).is_empty());
 }
 
 #[test]

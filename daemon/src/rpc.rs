@@ -519,7 +519,7 @@ impl Profiler for Service {
             V::Tree(t) => {
                 out.nodes = views::call_tree(p, t.bottom_up, valid_pct(t.min_pct)?, t.max_depth)
             }
-            V::HotPath(t) => out.nodes = views::hot_path(p, t.bottom_up),
+            V::HotPath(t) => out.nodes = views::hot_path(p, t.bottom_up, valid_pct(t.min_pct)?),
             V::Callers(r) => out.caller_callee = Some(views::callers_callees(p, find(&r)?)),
             V::Threads(_) => out.threads = views::threads(p),
             V::Lines(r) => out.lines = views::lines(p, find(&r)?),

@@ -412,17 +412,27 @@ fn caller_callee_tree_and_hot_path_of_split() {
         .unwrap_or_else(|| panic!("leaf_b is not a root of the bottom-up tree:\n{text}"));
     assert_eq!(tree[leaf_b + 1].name, "mid", "{text}");
     assert_eq!(tree[leaf_b + 1].depth(), 1, "{text}");
+    // The roots hold the exclusive samples (leaf_b's all of its own), the
+    // callers under them none.
+    assert_eq!(tree[leaf_b].numbers[3], tree[leaf_b].numbers[1], "{text}");
+    for r in tree.iter().filter(|r| r.depth() > 0) {
+        assert_eq!(
+            r.numbers[3], 0.0,
+            "{} under a root has EXCL:\n{text}",
+            r.name
+        );
+    }
 
-    // The hot path goes through mid to leaf_b.
+    // The hot path goes through mid and ends at leaf_b, not in the few
+    // samples interrupted in the kernel under it.
     let text = ok(&h.daemon, &["report", &sid, "--hot-path"]).stdout;
     let path: Vec<String> = rows(&text).into_iter().map(|r| r.name).collect();
-    // (It may go on into the kernel through a single interrupted sample.)
     let main = path
         .iter()
         .position(|n| n == "main")
         .unwrap_or_else(|| panic!("no main on the hot path:\n{text}"));
     assert_eq!(
-        path.get(main..main + 4),
+        path.get(main..),
         Some(&["main", "work", "mid", "leaf_b"].map(String::from)[..]),
         "hot path:\n{text}"
     );

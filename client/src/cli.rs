@@ -426,6 +426,11 @@ pub struct ProfileOptions {
     /// beside the cumulative ones.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=600))]
     pub window: Option<u32>,
+    /// Table order, live and final: `exclusive` leads with the functions
+    /// the time is spent in (as perf top and py-spy top do); `inclusive`
+    /// with their callers (`_start` and `main` first, at 100 %).
+    #[arg(long, value_enum, default_value_t = SortArg::Exclusive)]
+    pub sort: SortArg,
     /// Print a plain refreshed table even on a terminal (no full-screen view).
     #[arg(long)]
     pub no_tui: bool,
@@ -499,6 +504,17 @@ impl From<EventArg> for api::Event {
             EventArg::Cycles => api::Event::Cycles,
         }
     }
+}
+
+/// Orders of the function table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SortArg {
+    /// Exclusive (self) samples or time, most first.
+    Exclusive,
+    /// Inclusive samples or time, most first.
+    Inclusive,
+    /// Function name, A to Z.
+    Name,
 }
 
 /// What a session measures.

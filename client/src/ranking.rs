@@ -4,6 +4,8 @@ use std::cmp::Ordering;
 
 use profd_common::api::{Function, Session, Totals};
 
+use crate::cli::SortArg;
+
 /// A session and its functions, sorted by inclusive samples (descending),
 /// then exclusive (descending), then name; percentages are over the session's
 /// attributed samples.
@@ -42,6 +44,24 @@ impl Profile {
             functions,
             window: None,
         }
+    }
+
+    /// The same profile in the order `by`: most exclusive first, or most
+    /// inclusive first (as [`Profile::new`] sorts), or by name; ties as
+    /// [`display_order`].
+    pub fn sorted(mut self, by: SortArg) -> Self {
+        match by {
+            SortArg::Inclusive => self.functions.sort_by(display_order),
+            SortArg::Exclusive => self.functions.sort_by(|a, b| {
+                b.exclusive
+                    .cmp(&a.exclusive)
+                    .then_with(|| display_order(a, b))
+            }),
+            SortArg::Name => self
+                .functions
+                .sort_by(|a, b| a.name.cmp(&b.name).then_with(|| display_order(a, b))),
+        }
+        self
     }
 
     /// The same profile with windowed figures.
@@ -124,6 +144,29 @@ mod tests {
         );
         let names: Vec<_> = p.functions.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["d", "c", "a", "b", "e"]);
+    }
+
+    #[test]
+    fn sorts_by_exclusive_or_name_on_request() {
+        let p = Profile::new(
+            session(100),
+            vec![
+                func(1, "b", 50, 10),
+                func(2, "a", 50, 10),
+                func(3, "c", 60, 20),
+                func(4, "d", 100, 0),
+                func(5, "e", 1, 1),
+            ],
+        );
+        let names =
+            |p: &Profile| -> Vec<String> { p.functions.iter().map(|f| f.name.clone()).collect() };
+        let by_self = p.clone().sorted(SortArg::Exclusive);
+        assert_eq!(names(&by_self), ["c", "a", "b", "e", "d"]);
+        assert_eq!(
+            names(&by_self.sorted(SortArg::Name)),
+            ["a", "b", "c", "d", "e"]
+        );
+        assert_eq!(names(&p.clone().sorted(SortArg::Inclusive)), names(&p));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use profd_common::api::{CallerCallee, Edge, Function, GetViewResponse, Mode, Session, TreeNode};
+use profd_common::api::{CallerCallee, Edge, Function, GetViewResponse, Mode, Session};
 use profd_common::model::mode_name;
 
 use crate::ranking::{percent, totals};
@@ -90,42 +90,56 @@ fn count_width(session: &Session, counts: impl Iterator<Item = u64>) -> usize {
 /// exclusive samples (times, in an off-CPU or wall-clock session) and their
 /// shares of the total.
 pub fn tree_text(view: &GetViewResponse, title: &str) -> String {
-    let session = session_of(view);
-    let attributed = totals(&session).attributed;
-    let names = Names::new(&view.functions);
-    let mut out = format!("{title}: {}\n", total_text(&session, attributed));
-    let (incl, excl) = incl_excl(&session);
-    let w = count_width(&session, view.nodes.iter().map(|n| n.inclusive)).max(incl.len());
-    let _ = writeln!(
-        out,
-        "{:>6}  {:>w$}  {:>6}  {:>w$}  FUNCTION  [MODULE]",
-        "INCL%", incl, "EXCL%", excl
-    );
-    if view.nodes.is_empty() {
+    let (header, rows) = tree_lines(view, title, |_| "");
+    let mut out = header.join("\n") + "\n";
+    if rows.is_empty() {
         out.push_str("(no samples)\n");
     }
-    for node in &view.nodes {
-        let _ = writeln!(out, "{}", tree_row(&session, node, attributed, w, &names));
+    for row in rows {
+        out += &row;
+        out.push('\n');
     }
     out
 }
 
-fn tree_row(
-    session: &Session,
-    node: &TreeNode,
-    attributed: u64,
-    w: usize,
-    names: &Names,
-) -> String {
-    format!(
-        "{:>5.1}%  {:>w$}  {:>5.1}%  {:>w$}  {}{}",
-        percent(node.inclusive, attributed),
-        count_text(session, node.inclusive),
-        percent(node.exclusive, attributed),
-        count_text(session, node.exclusive),
-        "  ".repeat(node.depth as usize),
-        names.label(node.function_id)
-    )
+/// The lines of [`tree_text`]: the title and column header, and one row
+/// per node, `mark(i)` before node `i`'s name (after its indentation).
+pub fn tree_lines(
+    view: &GetViewResponse,
+    title: &str,
+    mark: impl Fn(usize) -> &'static str,
+) -> (Vec<String>, Vec<String>) {
+    let session = session_of(view);
+    let attributed = totals(&session).attributed;
+    let names = Names::new(&view.functions);
+    let (incl, excl) = incl_excl(&session);
+    let w = count_width(&session, view.nodes.iter().map(|n| n.inclusive)).max(incl.len());
+    let header = vec![
+        format!("{title}: {}", total_text(&session, attributed)),
+        format!(
+            "{:>6}  {:>w$}  {:>6}  {:>w$}  FUNCTION  [MODULE]",
+            "INCL%", incl, "EXCL%", excl
+        ),
+    ];
+    let n = |v: u64| count_text(&session, v);
+    let rows = view
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            format!(
+                "{:>5.1}%  {:>w$}  {:>5.1}%  {:>w$}  {}{}{}",
+                percent(node.inclusive, attributed),
+                n(node.inclusive),
+                percent(node.exclusive, attributed),
+                n(node.exclusive),
+                "  ".repeat(node.depth as usize),
+                mark(i),
+                names.label(node.function_id)
+            )
+        })
+        .collect();
+    (header, rows)
 }
 
 /// Callers and callees in the Visual Studio style: the calling functions

@@ -1,6 +1,6 @@
 //! Unit tests of `render_views`: tree, callers/callees, threads and lines text.
 use super::*;
-use profd_common::api::{LineRow, ThreadRow, Totals};
+use profd_common::api::{LineRow, ThreadRow, Totals, TreeNode};
 
 fn func(id: u64, name: &str, inclusive: u64, exclusive: u64) -> Function {
     Function {

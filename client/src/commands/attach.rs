@@ -69,7 +69,7 @@ impl SessionDisplay {
     pub(super) fn new(options: &ProfileOptions, out: Output) -> Self {
         let tui = if wants_tui(options, &out) {
             let empty = WatchState::with_window(options.window_s()).profile();
-            match Tui::start(empty) {
+            match Tui::start(empty, options.sort) {
                 Ok(tui) => Some(tui),
                 Err(e) => {
                     eprintln!("profctl: cannot open the full-screen view ({e}); printing tables");
@@ -101,8 +101,9 @@ impl SessionDisplay {
             return tui.draw().map_err(Error::Output);
         }
         self.live_shown = true;
+        let profile = state.profile().sorted(self.options.sort);
         self.out
-            .refresh(&render::profile_table(&state.profile(), self.table))
+            .refresh(&render::profile_table(&profile, self.table))
     }
 
     /// The next thing the user asked for in the full-screen view; never
@@ -148,9 +149,10 @@ impl SessionDisplay {
             tui.restore();
         }
         match self.options.format {
-            Format::Table => self
-                .out
-                .finish(&render::profile_table(profile, self.table), self.live_shown),
+            Format::Table => self.out.finish(
+                &render::profile_table(&profile.clone().sorted(self.options.sort), self.table),
+                self.live_shown,
+            ),
             Format::Json => self
                 .out
                 .print(&render::profile_json(profile, self.options.row_limit())),

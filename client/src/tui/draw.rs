@@ -1,28 +1,29 @@
 //! Drawing the live view: a pure function of [`TuiState`] onto a ratatui
 //! frame (header, totals, table or view, key help). No I/O.
+use profd_common::api::GetViewResponse;
+use profd_common::kernel::KERNEL;
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Modifier, Style};
+use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
 use super::state::{Mode, SortKey, TuiState};
 use crate::ranking::percent;
-use crate::render::{state_name, unwind_text, INLINED_MARK};
+use crate::render::{self, INLINED_MARK};
 use crate::render_views;
-use crate::units::{
-    count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
-};
+use crate::units::{count_text, counts_time, incl_excl};
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, state: &TuiState) {
+    let header_text = header_lines(state);
     let [header, body, footer] = Layout::vertical([
-        Constraint::Length(3),
+        Constraint::Length(header_text.len() as u16),
         Constraint::Min(1),
         Constraint::Length(1),
     ])
     .areas(frame.area());
-    frame.render_widget(Paragraph::new(header_lines(state)), header);
+    frame.render_widget(Paragraph::new(header_text), header);
     match state.mode {
         Mode::Table => draw_table(frame, body, state),
         _ => draw_view(frame, body, state),
@@ -30,37 +31,31 @@ pub fn draw(frame: &mut Frame, state: &TuiState) {
     frame.render_widget(Paragraph::new(footer_line(state)), footer);
 }
 
+/// The header: the final table's lines (session, target, measure,
+/// unwinding, scope, elapsed time, state; totals; time accounting and
+/// processes where the session has them), then the functions, the window
+/// and the rate of the last update.
 fn header_lines(state: &TuiState) -> Vec<Line<'static>> {
     let s = &state.profile.session;
-    let t = state.profile.totals();
-    let target = if s.comm.is_empty() {
-        format!("pid {}", s.pid)
-    } else {
-        format!("pid {} ({})", s.pid, s.comm)
-    };
-    let status = if state.stopping {
-        "stopping…".to_string()
-    } else {
-        state_name(s.state()).to_string()
-    };
-    let title = format!(
-        "profd session {} — {target} — {} — {} — {:.1} s — {status}",
-        s.id,
-        measure_text(s),
-        unwind_text(s),
-        s.duration_s,
-    );
+    let header = render::table_header(s);
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    for (i, line) in header.lines().enumerate() {
+        if i == 0 {
+            // While q's Stop is on its way, the state says so.
+            let title = match line.rsplit_once(" — ") {
+                Some((rest, _)) if state.stopping => format!("{rest} — stopping…"),
+                _ => line.to_string(),
+            };
+            lines.push(Line::styled(
+                title,
+                Style::new().add_modifier(Modifier::BOLD),
+            ));
+        } else {
+            lines.push(Line::raw(line.to_string()));
+        }
+    }
     let n = |v: u64| count_text(s, v);
-    let totals = format!(
-        "{}: {} attributed, {} discarded, {} lost; stacks: {} truncated, {} unsymbolized",
-        counts_word(s, false),
-        n(t.attributed),
-        t.discarded,
-        t.lost,
-        t.truncated,
-        n(t.unsymbolized)
-    );
-    let functions = match state.profile.window {
+    let mut last = match state.profile.window {
         Some(w) => format!(
             "window: last {} s, {} attributed; {} functions",
             w.seconds,
@@ -69,20 +64,27 @@ fn header_lines(state: &TuiState) -> Vec<Line<'static>> {
         ),
         None => format!("{} functions", state.profile.functions.len()),
     };
-    // Off-CPU and wall-clock sessions: the time accounting before it.
-    let third = if counts_time(s) {
-        format!(
-            "{}; {functions}",
-            time_totals_text(&t.time.unwrap_or_default())
-        )
-    } else {
-        functions
-    };
-    vec![
-        Line::styled(title, Style::new().add_modifier(Modifier::BOLD)),
-        Line::raw(totals),
-        Line::raw(third),
-    ]
+    if let Some(rate) = state.rate {
+        let per_s = if counts_time(s) {
+            format!("{} per second", n(rate.round() as u64))
+        } else {
+            format!("{rate:.0} samples/s")
+        };
+        last = format!("{last}; {per_s}");
+    }
+    lines.push(Line::raw(last));
+    lines
+}
+
+/// The colour of a percentage, as perf colours its: red from 5 %, green
+/// from 0.5 %; none below, or when colour is off.
+fn heat(state: &TuiState, pct: f64) -> Style {
+    match pct {
+        _ if !state.colour => Style::new(),
+        p if p >= 5.0 => Style::new().fg(Color::Red),
+        p if p >= 0.5 => Style::new().fg(Color::Green),
+        _ => Style::new(),
+    }
 }
 
 /// A column title with ▼ (or ▲ when reversed) on the sort column.
@@ -122,9 +124,15 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
         titles.push(format!("{:>8}", "W.EXCL%"));
         widths.extend([Constraint::Length(8), Constraint::Length(8)]);
     }
+    // perf top's marks: [k] kernel code, [.] user code.
+    titles.push(String::new());
     titles.push(title(state, "FUNCTION", SortKey::Name));
     titles.push("MODULE".to_string());
-    widths.extend([Constraint::Min(20), Constraint::Length(20)]);
+    widths.extend([
+        Constraint::Length(3),
+        Constraint::Min(20),
+        Constraint::Length(20),
+    ]);
 
     // Rows that fit under the column header; scroll to keep the selection shown.
     let height = usize::from(area.height.saturating_sub(1)).max(1);
@@ -137,10 +145,8 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
         .take(height)
         .map(|(i, f)| {
             let pct = |count, total, width: usize| {
-                Cell::from(format!(
-                    "{:>width$}",
-                    format!("{:.1}%", percent(count, total))
-                ))
+                let p = percent(count, total);
+                Cell::from(format!("{:>width$}", format!("{p:.1}%"))).style(heat(state, p))
             };
             let mut cells = vec![
                 pct(f.inclusive, attributed, 7),
@@ -157,7 +163,14 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
             } else {
                 f.name.clone()
             };
-            cells.push(Cell::from(name));
+            let kernel = f.module == KERNEL;
+            cells.push(Cell::from(if kernel { "[k]" } else { "[.]" }));
+            let name = Cell::from(name);
+            cells.push(if kernel && state.colour {
+                name.style(Style::new().fg(Color::Cyan))
+            } else {
+                name
+            });
             cells.push(Cell::from(f.module.clone()));
             let row = Row::new(cells);
             if i == selected {
@@ -183,18 +196,55 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
     }
 }
 
+/// The tree as rows to fold and unfold: ▸ before a folded node, ▾ before
+/// an open one with children; the selected row reversed.
+fn draw_tree(
+    frame: &mut Frame,
+    area: Rect,
+    state: &TuiState,
+    reply: &GetViewResponse,
+    title: &str,
+) {
+    let shown = state.tree_rows();
+    let mark = |i: usize| match shown.iter().find(|r| r.node == i) {
+        Some(r) if r.folded => "▸ ",
+        Some(r) if r.children => "▾ ",
+        _ => "  ",
+    };
+    let (header, rows) = render_views::tree_lines(reply, title, mark);
+    let mut lines: Vec<Line> = header
+        .into_iter()
+        .map(|l| Line::styled(l, Style::new().add_modifier(Modifier::BOLD)))
+        .collect();
+    if shown.is_empty() {
+        lines.push(Line::raw("(no samples)"));
+    }
+    let height = usize::from(area.height).saturating_sub(lines.len()).max(1);
+    let selected = state.scroll.min(shown.len().saturating_sub(1));
+    let first = (selected + 1).saturating_sub(height);
+    for (at, r) in shown.iter().enumerate().skip(first).take(height) {
+        let line = Line::raw(rows[r.node].clone());
+        lines.push(if at == selected {
+            line.style(Style::new().add_modifier(Modifier::REVERSED))
+        } else {
+            line
+        });
+    }
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
 fn draw_view(frame: &mut Frame, area: Rect, state: &TuiState) {
     let text = match (&state.mode, &state.view) {
         (_, None) => "loading…".to_string(),
         (_, Some(Err(e))) => format!("cannot show this view: {e}"),
-        (Mode::Tree { bottom_up }, Some(Ok(reply))) => render_views::tree_text(
-            reply,
-            if *bottom_up {
+        (Mode::Tree { bottom_up }, Some(Ok(reply))) => {
+            let title = if *bottom_up {
                 "call tree, bottom-up"
             } else {
                 "call tree, top-down"
-            },
-        ),
+            };
+            return draw_tree(frame, area, state, reply, title);
+        }
         (_, Some(Ok(reply))) => render_views::caller_callee_text(reply, true, true),
     };
     let lines: Vec<Line> = text.lines().map(|l| Line::raw(l.to_string())).collect();
@@ -220,7 +270,9 @@ fn footer_line(state: &TuiState) -> Line<'static> {
             };
             format!("q quit  sort: i e n{window}  / filter  t tree  c callers/callees  ↑↓ select")
         }
-        Mode::Tree { .. } => "q quit  t/Esc table  b bottom-up/top-down  ↑↓ scroll".to_string(),
+        Mode::Tree { .. } => {
+            "q quit  t/Esc table  b bottom-up/top-down  ↑↓ select  Enter/←/→ fold".to_string()
+        }
         Mode::Callers { .. } => "q quit  c/Esc table  ↑↓ scroll".to_string(),
     };
     if state.filter.is_empty() {

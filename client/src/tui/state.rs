@@ -3,11 +3,13 @@
 //! callers/callees view fetched from the daemon. No I/O: keys in, actions
 //! out (the caller performs them).
 use std::cmp::Ordering;
+use std::collections::HashSet;
 
 use profd_common::api::get_view_request::View;
 use profd_common::api::{Function, FunctionRef, GetViewResponse, TreeRequest};
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use crate::cli::SortArg;
 use crate::ranking::Profile;
 
 /// Nodes below this share of the samples are left out of the TUI's tree.
@@ -26,6 +28,16 @@ pub enum SortKey {
     Window,
 }
 
+impl From<SortArg> for SortKey {
+    fn from(s: SortArg) -> Self {
+        match s {
+            SortArg::Exclusive => SortKey::Exclusive,
+            SortArg::Inclusive => SortKey::Inclusive,
+            SortArg::Name => SortKey::Name,
+        }
+    }
+}
+
 /// What the body of the screen shows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mode {
@@ -41,6 +53,19 @@ pub enum Mode {
         /// The function.
         function: FunctionRef,
     },
+}
+
+/// A row of the tree as shown (see [`TuiState::tree_rows`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeRow {
+    /// Index of the node in the reply.
+    pub node: usize,
+    /// The node has children (it can be folded).
+    pub children: bool,
+    /// Its children are hidden.
+    pub folded: bool,
+    /// Its depth in the tree (0 for a root).
+    pub depth: u32,
 }
 
 /// What the caller should do after a key.
@@ -75,18 +100,27 @@ pub struct TuiState {
     pub mode: Mode,
     /// The latest reply for the tree or callers view, or why it failed.
     pub view: Option<Result<GetViewResponse, String>>,
-    /// First line shown of the tree or callers view.
+    /// First line shown of the callers view; the selected row of the tree.
     pub scroll: usize,
+    /// Tree nodes folded (their subtrees hidden), by their path of
+    /// function ids from the root, so that they stay folded across updates.
+    pub folded: HashSet<Vec<u64>>,
     /// q was pressed: the session is being stopped.
     pub stopping: bool,
+    /// Attributed samples (or nanoseconds) per second of the session at
+    /// the last update; None before two updates.
+    pub rate: Option<f64>,
+    /// Percentages and kernel rows in colour (off with `NO_COLOR`).
+    pub colour: bool,
 }
 
 impl TuiState {
-    /// The state before any key, showing `profile`.
+    /// The state before any key, showing `profile` by exclusive samples
+    /// (`--sort`'s default).
     pub fn new(profile: Profile) -> Self {
         TuiState {
             profile,
-            sort: SortKey::Inclusive,
+            sort: SortKey::Exclusive,
             reverse: false,
             filter: String::new(),
             editing_filter: false,
@@ -94,12 +128,26 @@ impl TuiState {
             mode: Mode::Table,
             view: None,
             scroll: 0,
+            folded: HashSet::new(),
             stopping: false,
+            rate: None,
+            colour: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         }
     }
 
     /// A new profile from the Watch stream.
+    /// The rate is the attributed samples (or time) between the last two
+    /// profiles over the session time between them.
     pub fn set_profile(&mut self, profile: Profile) {
+        let (before, now) = (&self.profile.session, &profile.session);
+        let seconds = now.duration_s - before.duration_s;
+        if before.id == now.id && seconds > 0.0 {
+            let added = profile
+                .totals()
+                .attributed
+                .saturating_sub(self.profile.totals().attributed);
+            self.rate = Some(added as f64 / seconds);
+        }
         self.profile = profile;
     }
 
@@ -197,6 +245,9 @@ impl TuiState {
                 }),
                 _ => Action::None,
             },
+            KeyCode::Enter | KeyCode::Char(' ') if self.is_tree() => self.fold(None),
+            KeyCode::Right | KeyCode::Char('+') if self.is_tree() => self.fold(Some(false)),
+            KeyCode::Left | KeyCode::Char('-') if self.is_tree() => self.fold(Some(true)),
             KeyCode::Char('c') | KeyCode::Enter => self.toggle_callers(),
             KeyCode::Esc => match self.mode {
                 Mode::Table if !self.filter.is_empty() => {
@@ -279,7 +330,97 @@ impl TuiState {
         }
     }
 
+    fn is_tree(&self) -> bool {
+        matches!(self.mode, Mode::Tree { .. })
+    }
+
+    /// The tree's rows as shown: each node not under a folded one, with
+    /// whether it has children and whether it is folded. Empty without a
+    /// tree reply.
+    pub fn tree_rows(&self) -> Vec<TreeRow> {
+        let nodes = match (&self.mode, &self.view) {
+            (Mode::Tree { .. }, Some(Ok(reply))) => &reply.nodes,
+            _ => return Vec::new(),
+        };
+        let mut paths: Vec<Vec<u64>> = Vec::with_capacity(nodes.len());
+        let mut rows = Vec::new();
+        // Nodes deeper than this are under a folded node.
+        let mut hide_below: Option<u32> = None;
+        for (i, n) in nodes.iter().enumerate() {
+            let mut path = usize::try_from(n.parent)
+                .ok()
+                .and_then(|p| paths.get(p).cloned())
+                .unwrap_or_default();
+            path.push(n.function_id);
+            match hide_below {
+                Some(d) if n.depth > d => {
+                    paths.push(path);
+                    continue;
+                }
+                _ => hide_below = None,
+            }
+            let children = nodes.get(i + 1).is_some_and(|c| c.parent == i as i32);
+            let folded = children && self.folded.contains(&path);
+            if folded {
+                hide_below = Some(n.depth);
+            }
+            rows.push(TreeRow {
+                node: i,
+                children,
+                folded,
+                depth: n.depth,
+            });
+            paths.push(path);
+        }
+        rows
+    }
+
+    /// Folds (`Some(true)`), unfolds (`Some(false)`) or toggles (`None`)
+    /// the selected tree node. Folding a node without children, or one
+    /// already folded, selects its parent instead.
+    fn fold(&mut self, fold: Option<bool>) -> Action {
+        let rows = self.tree_rows();
+        let Some(row) = rows.get(self.scroll.min(rows.len().saturating_sub(1))) else {
+            return Action::None;
+        };
+        let path = self.tree_path(row.node);
+        let fold = fold.unwrap_or(!row.folded);
+        if fold && (!row.children || row.folded) {
+            if let Some(parent) = rows[..self.scroll.min(rows.len())]
+                .iter()
+                .rposition(|r| r.depth < row.depth)
+            {
+                self.scroll = parent;
+            }
+        } else if fold {
+            self.folded.insert(path);
+        } else {
+            self.folded.remove(&path);
+        }
+        Action::Redraw
+    }
+
+    /// The path of function ids from the root to tree node `i`.
+    fn tree_path(&self, i: usize) -> Vec<u64> {
+        let Some(Ok(reply)) = &self.view else {
+            return Vec::new();
+        };
+        let mut path = Vec::new();
+        let mut at = i as i32;
+        while let Some(n) = usize::try_from(at).ok().and_then(|i| reply.nodes.get(i)) {
+            path.push(n.function_id);
+            at = n.parent;
+        }
+        path.reverse();
+        path
+    }
+
     fn move_by(&mut self, delta: isize) -> Action {
+        if self.is_tree() {
+            let last = self.tree_rows().len().saturating_sub(1);
+            self.scroll = step(self.scroll.min(last), delta, last);
+            return Action::Redraw;
+        }
         if self.mode != Mode::Table {
             let lines = match &self.view {
                 Some(Ok(_)) => usize::MAX / 2,

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::draw::draw;
 use super::state::{Action, TuiState};
+use crate::cli::SortArg;
 use crate::ranking::Profile;
 
 /// How often the event thread checks whether it should end.
@@ -35,7 +36,7 @@ pub struct Tui {
 impl Tui {
     /// Switches the terminal to raw mode and the alternate screen and starts
     /// reading keys.
-    pub fn start(profile: Profile) -> io::Result<Tui> {
+    pub fn start(profile: Profile, sort: SortArg) -> io::Result<Tui> {
         enable_raw_mode()?;
         let mut stdout = io::stdout();
         if let Err(e) = execute!(stdout, EnterAlternateScreen, cursor::Hide) {
@@ -55,6 +56,7 @@ impl Tui {
             active: true,
             state: TuiState::new(profile),
         };
+        tui.state.sort = sort.into();
         tui.terminal.clear()?;
         tui.draw()?;
         Ok(tui)

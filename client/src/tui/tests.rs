@@ -113,18 +113,62 @@ fn shows_header_totals_and_rows() {
             .contains("1000 attributed, 55 discarded, 3 lost; stacks: 2 truncated, 1 unsymbolized"),
         "{text}"
     );
-    assert!(text.contains("INCL%▼"), "sort marker on inclusive:\n{text}");
+    // By self time first (--sort's default), callers without any last.
+    assert!(text.contains("EXCL%▼"), "sort marker on exclusive:\n{text}");
     assert_eq!(
         listed(&lines),
-        ["main", "work", "leaf_b", "mid", "leaf_a", "zeta_helper"],
+        ["leaf_b", "leaf_a", "zeta_helper", "main", "work", "mid"],
         "{text}"
     );
+    // perf top's marks: user code [.], kernel code [k].
     let leaf_b = lines.iter().find(|l| l.contains("leaf_b")).unwrap();
+    assert!(leaf_b.contains(" [.] leaf_b"), "{leaf_b}");
     assert!(
         leaf_b.contains("75.0%") && leaf_b.contains("750"),
         "{leaf_b}"
     );
     assert!(text.contains("q quit"), "key help:\n{text}");
+}
+
+#[test]
+fn the_header_has_the_final_tables_facts_and_the_rate() {
+    let mut s = session();
+    s.set_scope(profd_common::api::Scope::Target);
+    s.children = true;
+    s.processes = vec![profd_common::api::ProcessSamples {
+        pid: 4243,
+        comm: "child".into(),
+        samples: 250,
+        exited: true,
+        ..Default::default()
+    }];
+    s.totals.as_mut().unwrap().unsampled = 9;
+    let mut state = TuiState::new(Profile::new(s.clone(), profile().functions));
+    let text = screen(&state, 140, 20).join("\n");
+    let first = crate::render::table_header(&s);
+    for line in first.lines() {
+        assert!(text.contains(line), "{line:?} missing:\n{text}");
+    }
+    assert!(text.contains("— target rings —"), "{text}");
+    assert!(text.contains("9 unsampled"), "{text}");
+    assert!(
+        text.contains("processes: 4243 child 250 (exited)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("samples/s"),
+        "no rate before two updates:\n{text}"
+    );
+    // One second and 999 samples later: 999 samples/s.
+    s.duration_s += 1.0;
+    s.totals.as_mut().unwrap().attributed += 999;
+    state.set_profile(Profile::new(s, profile().functions));
+    let text = screen(&state, 140, 20).join("\n");
+    assert!(text.contains("6 functions; 999 samples/s"), "{text}");
+    // q: the state says the session is being stopped.
+    state.on_key(key('q'));
+    let lines = screen(&state, 140, 20);
+    assert!(lines[0].ends_with("— stopping…"), "{}", lines[0]);
 }
 
 #[test]
@@ -188,6 +232,7 @@ fn filter_keeps_matching_names() {
 #[test]
 fn selection_moves_and_scrolls() {
     let mut state = TuiState::new(profile());
+    state.sort = SortKey::Inclusive;
     // 3 header lines + column header + 2 rows + footer.
     let lines = screen(&state, 110, 7);
     assert_eq!(listed(&lines), ["main", "work"]);
@@ -256,13 +301,13 @@ fn t_fetches_and_shows_the_tree() {
     let lines = screen(&state, 110, 16);
     let text = lines.join("\n");
     assert!(text.contains("call tree, top-down: 1000 samples"), "{text}");
+    // The column of each name: two more per level (after ▾ or ▸ marks).
     let indent = |name: &str| {
         let l = lines
             .iter()
             .find(|l| l.contains(&format!(" {name}  [split]")))
             .unwrap_or_else(|| panic!("{name} not shown:\n{text}"));
-        let at = l.find(name).unwrap();
-        at - l[..at].trim_end().len()
+        l[..l.find(name).unwrap()].chars().count()
     };
     assert_eq!(indent("work"), indent("main") + 2, "{text}");
     assert_eq!(indent("leaf_b"), indent("main") + 6, "{text}");
@@ -278,8 +323,43 @@ fn t_fetches_and_shows_the_tree() {
 }
 
 #[test]
+fn tree_nodes_fold_and_stay_folded_across_updates() {
+    let mut state = TuiState::new(profile());
+    state.on_key(key('t'));
+    state.set_view(Ok(tree_reply()));
+    let shown = |state: &TuiState| listed(&screen(state, 110, 16));
+    assert_eq!(shown(&state), ["main", "work", "mid", "leaf_b", "leaf_a"]);
+    // work: ← folds it, its subtree hidden, marked ▸.
+    state.on_key(code(KeyCode::Down));
+    assert_eq!(state.on_key(code(KeyCode::Left)), Action::Redraw);
+    assert_eq!(shown(&state), ["main", "work"]);
+    let text = screen(&state, 110, 16).join("\n");
+    assert!(text.contains("▸ work") && text.contains("▾ main"), "{text}");
+    // A new reply (the next update) keeps it folded.
+    state.set_view(Ok(tree_reply()));
+    assert_eq!(shown(&state), ["main", "work"]);
+    // → unfolds; Enter toggles.
+    state.on_key(code(KeyCode::Right));
+    assert_eq!(shown(&state), ["main", "work", "mid", "leaf_b", "leaf_a"]);
+    state.on_key(code(KeyCode::Enter));
+    assert_eq!(shown(&state), ["main", "work"]);
+    state.on_key(code(KeyCode::Enter));
+    // ← on a leaf (leaf_b) selects its parent, mid; ← again folds mid.
+    state.on_key(code(KeyCode::Down));
+    state.on_key(code(KeyCode::Down));
+    state.on_key(code(KeyCode::Left));
+    assert_eq!(state.scroll, 2, "mid selected");
+    state.on_key(code(KeyCode::Left));
+    assert_eq!(shown(&state), ["main", "work", "mid", "leaf_a"]);
+    // The selection cannot go past the last row shown.
+    state.on_key(code(KeyCode::End));
+    assert_eq!(state.scroll, 3);
+}
+
+#[test]
 fn c_shows_callers_and_callees_of_the_selected_row() {
     let mut state = TuiState::new(profile());
+    state.sort = SortKey::Inclusive;
     state.on_key(code(KeyCode::Down)); // work
     let action = state.on_key(key('c'));
     assert_eq!(
@@ -399,14 +479,15 @@ fn off_cpu_sessions_show_times() {
         "{text}"
     );
     assert!(
-        lines[2].starts_with("time: on-CPU 20.0 ms, off-CPU 1.00 s (runnable 3.00 ms); 40 waits, 1 unpaired, 0 open at end; 6 functions"),
+        lines[2].starts_with("time: on-CPU 20.0 ms, off-CPU 1.00 s (runnable 3.00 ms); 40 waits, 1 unpaired, 0 open at end"),
         "{text}"
     );
+    assert_eq!(lines[3], "6 functions", "{text}");
     assert!(text.contains("INCL TIME"), "{text}");
     assert!(text.contains("EXCL TIME"), "{text}");
     let leaf_b = lines.iter().find(|l| l.contains("leaf_b")).unwrap();
     assert!(
-        leaf_b.starts_with("  75.0%    750 ms   75.0%    750 ms leaf_b"),
+        leaf_b.starts_with("  75.0%    750 ms   75.0%    750 ms [.] leaf_b"),
         "{text}"
     );
 }

@@ -526,18 +526,39 @@ fn tui_in_a_terminal() {
     });
     eprintln!("TUI:\n{screen}");
     assert!(screen.contains("q quit"), "{screen}");
+    assert!(screen.contains("— target rings —"), "{screen}");
 
-    // Name order: the listed names are sorted.
-    let listed = |s: &str| -> Vec<String> {
+    // INCL% INCL EXCL% EXCL [.] NAME MODULE: the names listed, with their
+    // user/kernel marks.
+    let marked = |s: &str| -> Vec<(String, String)> {
         s.lines()
             .skip_while(|l| !l.contains("FUNCTION"))
             .skip(1)
             .filter_map(|l| {
                 let w: Vec<&str> = l.split_whitespace().collect();
-                (w.len() >= 5 && w[0].ends_with('%')).then(|| w[4].to_string())
+                (w.len() >= 6 && w[0].ends_with('%')).then(|| (w[4].to_string(), w[5].to_string()))
             })
             .collect()
     };
+    let listed = |s: &str| -> Vec<String> { marked(s).into_iter().map(|(_, n)| n).collect() };
+    // By self time first: leaf_b (75 %), then leaf_a (25 %); a rate once
+    // two updates came.
+    let screen = term.wait_for("a rate", wait, |s| s.contains("samples/s"));
+    assert_eq!(
+        listed(&screen).get(..2),
+        Some(&["leaf_b", "leaf_a"].map(String::from)[..]),
+        "{screen}"
+    );
+    for (mark, name) in marked(&screen) {
+        let kernel = screen
+            .lines()
+            .any(|l| l.contains(&name) && l.contains("[kernel]"));
+        assert_eq!(
+            mark,
+            if kernel { "[k]" } else { "[.]" },
+            "{name}:\n{screen}"
+        );
+    }
     term.keys(&["n"]);
     let screen = term.wait_for("rows sorted by name", wait, |s| {
         let names = listed(s);
@@ -558,6 +579,16 @@ fn tui_in_a_terminal() {
         s.contains("call tree, top-down") && s.contains("mid")
     });
     eprintln!("tree:\n{screen}");
+    // The root selected, ← folds it: only it is left, marked ▸; → opens it.
+    term.keys(&["Left"]);
+    let screen = term.wait_for("the root folded", wait, |s| {
+        s.contains("▸ ") && !s.contains(" mid ")
+    });
+    eprintln!("folded:\n{screen}");
+    term.keys(&["Right"]);
+    term.wait_for("the root open", wait, |s| {
+        s.contains(" mid ") && !s.contains("▸ ")
+    });
     term.keys(&["t"]);
 
     // q stops the session; the final table is printed after the full screen.

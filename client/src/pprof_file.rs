@@ -48,6 +48,7 @@ pub fn view(profile: &ResolvedProfile, view: &View) -> Result<GetViewResponse, E
     let mut reply = GetViewResponse {
         session: Some(session(profile)),
         functions: views::functions(profile),
+        attributed: profile.attributed,
         ..Default::default()
     };
     match view {
@@ -60,6 +61,7 @@ pub fn view(profile: &ResolvedProfile, view: &View) -> Result<GetViewResponse, E
             reply.caller_callee = Some(views::callers_callees(profile, id));
         }
         View::Threads(_) => reply.threads = views::threads(profile),
+        View::Functions(_) => {}
         View::Lines(f) => {
             let id = find(profile, f)?;
             reply.lines = views::lines(profile, id);

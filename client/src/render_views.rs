@@ -244,11 +244,23 @@ pub fn threads_text(view: &GetViewResponse) -> String {
         .max()
         .unwrap_or(0)
         .max(4);
+    // A session that follows children has threads of several processes.
+    let pid = |p: &dyn std::fmt::Display| {
+        if session.children {
+            format!("{p:>7}  ")
+        } else {
+            String::new()
+        }
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>7}  {:<nw$}  {:>w$}  {:>6}  TOP FUNCTION",
-        "TID", "NAME", word, "PCT"
+        "{:>7}  {}{:<nw$}  {:>w$}  {:>6}  TOP FUNCTION",
+        "TID",
+        pid(&"PID"),
+        "NAME",
+        word,
+        "PCT"
     );
     if rows.is_empty() {
         out.push_str("(no samples)\n");
@@ -256,8 +268,9 @@ pub fn threads_text(view: &GetViewResponse) -> String {
     for t in rows {
         let _ = writeln!(
             out,
-            "{:>7}  {:<nw$}  {:>w$}  {:>5.1}%  {}",
+            "{:>7}  {}{:<nw$}  {:>w$}  {:>5.1}%  {}",
             t.tid,
+            pid(&t.pid),
             t.name,
             count_text(&session, t.samples),
             t.pct,

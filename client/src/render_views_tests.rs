@@ -142,6 +142,7 @@ fn threads_by_samples() {
                 samples: 300,
                 pct: 30.0,
                 top_function_id: 4,
+                pid: 0,
             },
             ThreadRow {
                 tid: 11,
@@ -149,6 +150,7 @@ fn threads_by_samples() {
                 samples: 700,
                 pct: 70.0,
                 top_function_id: 3,
+                pid: 0,
             },
         ],
         ..Default::default()
@@ -249,6 +251,7 @@ call tree, top-down: 1.00 s off-CPU
             samples: 1000 * ms,
             pct: 100.0,
             top_function_id: 3,
+            pid: 0,
         }],
         lines: vec![LineRow {
             file: "split.c".into(),

@@ -400,6 +400,8 @@ pub struct ResolvedProfile {
     pub stacks: Vec<ResolvedStack>,
     /// Thread names by tid, where known.
     pub threads: HashMap<u32, String>,
+    /// The process of each thread (tid → pid), where known.
+    pub thread_pids: HashMap<u32, u32>,
     /// The session's attributed samples (the sum of the stacks' counts).
     pub attributed: u64,
     /// Sampling frequency: each sample stands for 1/frequency_hz seconds.
@@ -420,6 +422,7 @@ impl Default for ResolvedProfile {
             functions: Vec::new(),
             stacks: Vec::new(),
             threads: HashMap::new(),
+            thread_pids: HashMap::new(),
             attributed: 0,
             frequency_hz: 0,
             duration_s: 0.0,

@@ -80,6 +80,7 @@ pub fn known() -> ResolvedProfile {
             ),
         ],
         threads: [(10, "main".to_string()), (11, "worker".to_string())].into(),
+        thread_pids: [(10, 1234), (11, 1235)].into(),
         attributed: 12,
         frequency_hz: 1000,
         duration_s: 2.5,

@@ -66,6 +66,24 @@ pub fn functions(p: &ResolvedProfile) -> Vec<api::Function> {
     rows
 }
 
+/// Keeps only the samples of threads `tids` and of processes `pids` (none
+/// of either: every sample); `attributed` becomes theirs, so that views
+/// and percentages are over them.
+pub fn keep_only(p: &mut ResolvedProfile, tids: &[u32], pids: &[u32]) {
+    if tids.is_empty() && pids.is_empty() {
+        return;
+    }
+    let pid_of = |tid: u32| p.thread_pids.get(&tid).copied();
+    let keep: Vec<bool> = p
+        .stacks
+        .iter()
+        .map(|s| tids.contains(&s.tid) || pid_of(s.tid).is_some_and(|pid| pids.contains(&pid)))
+        .collect();
+    let mut keep = keep.into_iter();
+    p.stacks.retain(|_| keep.next().unwrap_or(false));
+    p.attributed = p.stacks.iter().map(|s| s.count).sum();
+}
+
 /// Sort a function table as [`functions`] does: inclusive descending, then
 /// exclusive descending, then name, then id.
 pub fn sort_rows(rows: &mut [api::Function]) {
@@ -347,6 +365,7 @@ pub fn threads(p: &ResolvedProfile) -> Vec<api::ThreadRow> {
             name: p.threads.get(&tid).cloned().unwrap_or_default(),
             samples,
             pct: percent(samples, p.attributed),
+            pid: p.thread_pids.get(&tid).copied().unwrap_or(0),
             top_function_id: excl
                 .into_iter()
                 .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))

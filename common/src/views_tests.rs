@@ -219,15 +219,24 @@ fn caller_callee_of_unsampled_or_unknown() {
 fn thread_rows() {
     let mut p = known();
     let t = threads(&p);
-    let rows: Vec<(u32, &str, u64, f64, u64)> = t
+    let rows: Vec<(u32, u32, &str, u64, f64, u64)> = t
         .iter()
-        .map(|r| (r.tid, r.name.as_str(), r.samples, r.pct, r.top_function_id))
+        .map(|r| {
+            (
+                r.tid,
+                r.pid,
+                r.name.as_str(),
+                r.samples,
+                r.pct,
+                r.top_function_id,
+            )
+        })
         .collect();
     assert_eq!(
         rows,
         vec![
-            (10, "main", 6, 50.0, u64::from(C)),
-            (11, "worker", 6, 50.0, u64::from(R)),
+            (10, 1234, "main", 6, 50.0, u64::from(C)),
+            (11, 1235, "worker", 6, 50.0, u64::from(R)),
         ]
     );
     p.threads.clear();
@@ -237,6 +246,44 @@ fn thread_rows() {
     assert_eq!((t[0].tid, t[0].name.as_str(), t[0].samples), (11, "", 14));
     assert_eq!(t[0].top_function_id, u64::from(INL));
     assert_eq!(t[0].pct, 70.0);
+}
+
+#[test]
+fn filters_keep_the_samples_of_threads_and_processes() {
+    let table = |p: &ResolvedProfile| -> Vec<(String, u64, u64)> {
+        functions(p)
+            .into_iter()
+            .map(|f| (f.name, f.inclusive, f.exclusive))
+            .collect()
+    };
+    let all = known();
+    let mut p = known();
+    keep_only(&mut p, &[], &[]);
+    assert_eq!(p, all, "no filter keeps everything");
+    // Thread 10: c a main ×3, c b main ×2, a main ×1.
+    keep_only(&mut p, &[10], &[]);
+    assert_eq!(p.attributed, 6);
+    assert_eq!(
+        table(&p),
+        [("main", 6, 0), ("c", 5, 5), ("a", 4, 1), ("b", 2, 0)].map(|(n, i, e)| (
+            n.to_string(),
+            i,
+            e
+        ))
+    );
+    assert_eq!(functions(&p)[1].exclusive_pct, 5.0 * 100.0 / 6.0);
+    // Process 1235 is thread 11's; a thread and a process add up.
+    let mut q = known();
+    keep_only(&mut q, &[], &[1235]);
+    assert_eq!(q.attributed, 6);
+    assert!(q.stacks.iter().all(|s| s.tid == 11));
+    let mut both = known();
+    keep_only(&mut both, &[10], &[1235]);
+    assert_eq!(both.attributed, 12);
+    // Ids without samples select nothing.
+    let mut none = known();
+    keep_only(&mut none, &[99], &[]);
+    assert_eq!((none.attributed, none.stacks.len()), (0, 0));
 }
 
 #[test]

@@ -491,13 +491,16 @@ impl Profiler for Service {
         let r = req.get_ref();
         let source = self.source(&req, r.session_id, r.query.as_ref()).await?;
         let what = source.name(r.session_id);
-        let Some(view) = req.into_inner().view else {
+        let req = req.into_inner();
+        let (r_tids, r_pids) = (req.tids, req.pids);
+        let Some(view) = req.view else {
             return Err(Status::invalid_argument(
-                "no view selected: set one of tree, callers, hot_path, threads or lines",
+                "no view selected: set one of tree, callers, hot_path, threads, lines or functions",
             ));
         };
         let _permit = self.registry.export_permit()?;
-        let resolved = source.resolve().await?;
+        let mut resolved = source.resolve().await?;
+        views::keep_only(&mut resolved.profile, &r_tids, &r_pids);
         let p = &resolved.profile;
         let find = |r: &api::FunctionRef| {
             views::find_function(p, r).ok_or_else(|| {
@@ -523,7 +526,9 @@ impl Profiler for Service {
             V::Callers(r) => out.caller_callee = Some(views::callers_callees(p, find(&r)?)),
             V::Threads(_) => out.threads = views::threads(p),
             V::Lines(r) => out.lines = views::lines(p, find(&r)?),
+            V::Functions(_) => {}
         }
+        out.attributed = p.attributed;
         out.session = Some(resolved.session);
         Ok(Response::new(out))
     }

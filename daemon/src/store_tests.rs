@@ -50,6 +50,7 @@ fn profile() -> ResolvedProfile {
             },
         ],
         threads: [(10, "prog".to_string()), (11, "worker".to_string())].into(),
+        thread_pids: Default::default(),
         attributed: 4,
         frequency_hz: 999,
         duration_s: 2.0,

@@ -115,10 +115,16 @@ impl SessionDisplay {
         }
     }
 
-    /// The view request to refresh the full-screen view's tree or callers
-    /// view with, if it shows one.
-    fn view_request(&self) -> Option<profd_common::api::get_view_request::View> {
-        self.tui.as_ref().and_then(|t| t.state.refresh_request())
+    /// The view request to refresh the full-screen view's tree, callers,
+    /// threads or filtered table with, if it shows one, and its filter.
+    fn view_request(
+        &self,
+    ) -> Option<(
+        profd_common::api::get_view_request::View,
+        (Vec<u32>, Vec<u32>),
+    )> {
+        let state = &self.tui.as_ref()?.state;
+        Some((state.refresh_request()?, state.only_ids()))
     }
 
     /// Shows a GetView reply (or its error) in the full-screen view.
@@ -271,10 +277,12 @@ async fn follow_inner(
                     view.redraw()?;
                     stop_session(client, id).await?;
                 }
-                Action::Fetch(request) => {
+                Action::Fetch(_) => {
                     view.redraw()?;
-                    let reply = fetch_view(client, id, request).await;
-                    view.show_view(reply)?;
+                    if let Some(request) = view.view_request() {
+                        let reply = fetch_view(client, id, request).await;
+                        view.show_view(reply)?;
+                    }
                 }
                 Action::Redraw | Action::None => view.redraw()?,
             },
@@ -341,13 +349,18 @@ async fn follow_inner(
 async fn fetch_view(
     client: &mut Client,
     id: u64,
-    request: profd_common::api::get_view_request::View,
+    (request, (tids, pids)): (
+        profd_common::api::get_view_request::View,
+        (Vec<u32>, Vec<u32>),
+    ),
 ) -> Result<profd_common::api::GetViewResponse, String> {
     client
         .get_view(GetViewRequest {
             session_id: id,
             view: Some(request),
             query: None,
+            tids,
+            pids,
         })
         .await
         .map(tonic::Response::into_inner)

@@ -118,6 +118,7 @@ pub async fn report_daemon(
                     session_id: source.session_id(),
                     view: Some(request),
                     query: source.query(),
+                    ..Default::default()
                 }),
             )
             .await?

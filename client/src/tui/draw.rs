@@ -8,7 +8,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use super::state::{Mode, SortKey, TuiState};
+use super::state::{Mode, Only, SortKey, TuiState};
 use crate::ranking::percent;
 use crate::render::{self, INLINED_MARK};
 use crate::render_views;
@@ -26,6 +26,7 @@ pub fn draw(frame: &mut Frame, state: &TuiState) {
     frame.render_widget(Paragraph::new(header_text), header);
     match state.mode {
         Mode::Table => draw_table(frame, body, state),
+        Mode::Threads => draw_threads(frame, body, state),
         _ => draw_view(frame, body, state),
     }
     frame.render_widget(Paragraph::new(footer_line(state)), footer);
@@ -73,6 +74,21 @@ fn header_lines(state: &TuiState) -> Vec<Line<'static>> {
         last = format!("{last}; {per_s}");
     }
     lines.push(Line::raw(last));
+    if let Some(only) = &state.only {
+        let who = match only {
+            Only::Thread(tid, name) if name.is_empty() => format!("thread {tid}"),
+            Only::Thread(tid, name) => format!("thread {tid} ({name})"),
+            Only::Process(pid) => format!("process {pid}"),
+        };
+        let text = format!(
+            "only {who}: {} attributed (x shows every thread)",
+            n(state.table().1)
+        );
+        lines.push(Line::styled(
+            text,
+            Style::new().add_modifier(Modifier::REVERSED),
+        ));
+    }
     lines
 }
 
@@ -100,8 +116,9 @@ fn title(state: &TuiState, text: &str, key: SortKey) -> String {
 
 fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
     let rows = state.rows();
-    let attributed = state.profile.totals().attributed;
-    let window = state.profile.window;
+    let attributed = state.table().1;
+    // A filtered table comes without windowed figures.
+    let window = state.profile.window.filter(|_| state.only.is_none());
     let session = &state.profile.session;
     let (incl, excl) = incl_excl(session);
     // Count columns: 8 wide, 9 for times (`INCL TIME`, `999.5 ms`).
@@ -233,6 +250,35 @@ fn draw_tree(
     frame.render_widget(Paragraph::new(lines), area);
 }
 
+/// The threads, most samples first, the selected one reversed.
+fn draw_threads(frame: &mut Frame, area: Rect, state: &TuiState) {
+    let text = match &state.view {
+        None => "loading…".to_string(),
+        Some(Err(e)) => format!("cannot show this view: {e}"),
+        Some(Ok(reply)) => render_views::threads_text(reply),
+    };
+    let all: Vec<&str> = text.lines().collect();
+    let Some((header, rows)) = all.split_first() else {
+        return;
+    };
+    let mut lines = vec![Line::styled(
+        header.to_string(),
+        Style::new().add_modifier(Modifier::BOLD),
+    )];
+    let height = usize::from(area.height).saturating_sub(1).max(1);
+    let selected = state.scroll.min(rows.len().saturating_sub(1));
+    let first = (selected + 1).saturating_sub(height);
+    for (i, row) in rows.iter().enumerate().skip(first).take(height) {
+        let line = Line::raw(row.to_string());
+        lines.push(if i == selected && matches!(&state.view, Some(Ok(_))) {
+            line.style(Style::new().add_modifier(Modifier::REVERSED))
+        } else {
+            line
+        });
+    }
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
 fn draw_view(frame: &mut Frame, area: Rect, state: &TuiState) {
     let text = match (&state.mode, &state.view) {
         (_, None) => "loading…".to_string(),
@@ -268,12 +314,18 @@ fn footer_line(state: &TuiState) -> Line<'static> {
             } else {
                 ""
             };
-            format!("q quit  sort: i e n{window}  / filter  t tree  c callers/callees  ↑↓ select")
+            let only = if state.only.is_some() { "  x all" } else { "" };
+            format!(
+                "q quit  sort: i e n{window}  / filter  t tree  c callers/callees  h threads{only}  ↑↓ select"
+            )
         }
         Mode::Tree { .. } => {
             "q quit  t/Esc table  b bottom-up/top-down  ↑↓ select  Enter/←/→ fold".to_string()
         }
         Mode::Callers { .. } => "q quit  c/Esc table  ↑↓ scroll".to_string(),
+        Mode::Threads => {
+            "q quit  h/Esc table  ↑↓ select  Enter this thread only  p its process only".to_string()
+        }
     };
     if state.filter.is_empty() {
         Line::raw(keys)

@@ -7,7 +7,7 @@ pub mod state;
 pub mod term;
 
 pub use draw::draw;
-pub use state::{Action, Mode, SortKey, TuiState};
+pub use state::{Action, Mode, Only, SortKey, TuiState};
 pub use term::Tui;
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::cmp::Ordering;
 use std::collections::HashSet;
 
 use profd_common::api::get_view_request::View;
-use profd_common::api::{Function, FunctionRef, GetViewResponse, TreeRequest};
+use profd_common::api::{
+    Function, FunctionRef, FunctionsRequest, GetViewResponse, ThreadsRequest, TreeRequest,
+};
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::cli::SortArg;
@@ -53,6 +55,17 @@ pub enum Mode {
         /// The function.
         function: FunctionRef,
     },
+    /// The threads, to choose one (or its process) to show alone (key `h`).
+    Threads,
+}
+
+/// The samples the table and views are over, when not all of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Only {
+    /// One thread: its id and name.
+    Thread(u32, String),
+    /// One process (of a session that follows children).
+    Process(u32),
 }
 
 /// A row of the tree as shown (see [`TuiState::tree_rows`]).
@@ -112,6 +125,9 @@ pub struct TuiState {
     pub rate: Option<f64>,
     /// Percentages and kernel rows in colour (off with `NO_COLOR`).
     pub colour: bool,
+    /// Only this thread's or process's samples (the table then comes from
+    /// GetView, refreshed at each update).
+    pub only: Option<Only>,
 }
 
 impl TuiState {
@@ -132,6 +148,7 @@ impl TuiState {
             stopping: false,
             rate: None,
             colour: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+            only: None,
         }
     }
 
@@ -153,8 +170,31 @@ impl TuiState {
 
     /// A reply to the last [`Action::Fetch`] (or to [`TuiState::refresh_request`]).
     pub fn set_view(&mut self, reply: Result<GetViewResponse, String>) {
-        if self.mode != Mode::Table {
+        if self.mode != Mode::Table || self.only.is_some() {
             self.view = Some(reply);
+        }
+    }
+
+    /// The thread and process ids of [`TuiState::only`] for GetView (none
+    /// in the threads view, which lists every thread).
+    pub fn only_ids(&self) -> (Vec<u32>, Vec<u32>) {
+        match (&self.only, &self.mode) {
+            (_, Mode::Threads) | (None, _) => (Vec::new(), Vec::new()),
+            (Some(Only::Thread(tid, _)), _) => (vec![*tid], Vec::new()),
+            (Some(Only::Process(pid)), _) => (Vec::new(), vec![*pid]),
+        }
+    }
+
+    /// The functions of the table: the session's, or with [`TuiState::only`]
+    /// those of the last filtered reply (none before it comes), and the
+    /// samples they are over.
+    pub fn table(&self) -> (&[Function], u64) {
+        match (&self.only, &self.view) {
+            (None, _) => (&self.profile.functions, self.profile.totals().attributed),
+            (Some(_), Some(Ok(reply))) if self.mode == Mode::Table => {
+                (&reply.functions, reply.attributed)
+            }
+            (Some(_), _) => (&[], 0),
         }
     }
 
@@ -162,8 +202,8 @@ impl TuiState {
     pub fn rows(&self) -> Vec<&Function> {
         let needle = self.filter.to_lowercase();
         let mut rows: Vec<&Function> = self
-            .profile
-            .functions
+            .table()
+            .0
             .iter()
             .filter(|f| needle.is_empty() || f.name.to_lowercase().contains(&needle))
             .collect();
@@ -195,7 +235,9 @@ impl TuiState {
     /// The GetView request that refreshes the current view, if it has one.
     pub fn refresh_request(&self) -> Option<View> {
         match &self.mode {
+            Mode::Table if self.only.is_some() => Some(View::Functions(FunctionsRequest {})),
             Mode::Table => None,
+            Mode::Threads => Some(View::Threads(ThreadsRequest {})),
             Mode::Tree { bottom_up } => Some(View::Tree(TreeRequest {
                 bottom_up: *bottom_up,
                 min_pct: TREE_MIN_PCT,
@@ -239,6 +281,13 @@ impl TuiState {
                 Action::Redraw
             }
             KeyCode::Char('t') => self.toggle_tree(),
+            KeyCode::Char('h') => match self.mode {
+                Mode::Threads => self.enter(Mode::Table),
+                _ => self.enter(Mode::Threads),
+            },
+            KeyCode::Enter if self.mode == Mode::Threads => self.choose_thread(false),
+            KeyCode::Char('p') if self.mode == Mode::Threads => self.choose_thread(true),
+            KeyCode::Char('x') if self.only.is_some() => self.show_only(None),
             KeyCode::Char('b') => match self.mode {
                 Mode::Tree { bottom_up } => self.enter(Mode::Tree {
                     bottom_up: !bottom_up,
@@ -254,6 +303,7 @@ impl TuiState {
                     self.filter.clear();
                     Action::Redraw
                 }
+                Mode::Table if self.only.is_some() => self.show_only(None),
                 Mode::Table => Action::None,
                 _ => self.enter(Mode::Table),
             },
@@ -328,6 +378,30 @@ impl TuiState {
             Some(request) => Action::Fetch(request),
             None => Action::Redraw,
         }
+    }
+
+    /// The thread (or with `process`, its process) selected in the threads
+    /// view becomes the only one shown, in the table.
+    fn choose_thread(&mut self, process: bool) -> Action {
+        let Some(Ok(reply)) = &self.view else {
+            return Action::None;
+        };
+        let Some(t) = reply.threads.get(self.scroll) else {
+            return Action::None;
+        };
+        let only = match process {
+            true if t.pid == 0 => return Action::None,
+            true => Only::Process(t.pid),
+            false => Only::Thread(t.tid, t.name.clone()),
+        };
+        self.show_only(Some(only))
+    }
+
+    /// Shows `only` those samples (or all) in the table.
+    fn show_only(&mut self, only: Option<Only>) -> Action {
+        self.only = only;
+        self.selected = None;
+        self.enter(Mode::Table)
     }
 
     fn is_tree(&self) -> bool {
@@ -416,6 +490,14 @@ impl TuiState {
     }
 
     fn move_by(&mut self, delta: isize) -> Action {
+        if self.mode == Mode::Threads {
+            let threads = match &self.view {
+                Some(Ok(reply)) => reply.threads.len(),
+                _ => 0,
+            };
+            self.scroll = step(self.scroll, delta, threads.saturating_sub(1));
+            return Action::Redraw;
+        }
         if self.is_tree() {
             let last = self.tree_rows().len().saturating_sub(1);
             self.scroll = step(self.scroll.min(last), delta, last);

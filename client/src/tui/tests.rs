@@ -357,6 +357,86 @@ fn tree_nodes_fold_and_stay_folded_across_updates() {
 }
 
 #[test]
+fn a_thread_or_its_process_can_be_shown_alone() {
+    use profd_common::api::ThreadRow;
+    let mut state = TuiState::new(profile());
+    assert_eq!(state.only_ids(), (vec![], vec![]));
+    let Action::Fetch(View::Threads(_)) = state.on_key(key('h')) else {
+        panic!("h asks for the threads")
+    };
+    let thread = |tid, pid, name: &str, samples| ThreadRow {
+        tid,
+        pid,
+        name: name.into(),
+        samples,
+        pct: samples as f64 / 10.0,
+        top_function_id: 4,
+    };
+    let mut s = session();
+    s.children = true;
+    state.set_view(Ok(GetViewResponse {
+        session: Some(s),
+        functions: profile().functions,
+        threads: vec![
+            thread(11, 4242, "split", 700),
+            thread(12, 4243, "worker", 300),
+        ],
+        ..Default::default()
+    }));
+    let text = screen(&state, 110, 16).join("\n");
+    assert!(
+        text.contains("PID") && text.contains("   4243  worker"),
+        "{text}"
+    );
+    // The second thread, alone: the table is fetched for it.
+    state.on_key(code(KeyCode::Down));
+    let action = state.on_key(code(KeyCode::Enter));
+    assert_eq!(action, Action::Fetch(View::Functions(Default::default())));
+    assert_eq!(state.only, Some(Only::Thread(12, "worker".into())));
+    assert_eq!(state.only_ids(), (vec![12], vec![]));
+    assert!(
+        listed(&screen(&state, 110, 16)).is_empty(),
+        "nothing before the reply"
+    );
+    state.set_view(Ok(GetViewResponse {
+        session: Some(session()),
+        functions: vec![func(1, "main", 300, 0), func(5, "leaf_a", 300, 300)],
+        attributed: 300,
+        ..Default::default()
+    }));
+    let lines = screen(&state, 110, 16);
+    let text = lines.join("\n");
+    assert_eq!(listed(&lines), ["leaf_a", "main"], "{text}");
+    assert!(
+        text.contains("only thread 12 (worker): 300 attributed"),
+        "{text}"
+    );
+    let leaf_a = lines.iter().find(|l| l.contains("leaf_a")).unwrap();
+    assert!(
+        leaf_a.contains("100.0%"),
+        "over the thread's samples: {leaf_a}"
+    );
+    // The tree is the thread's too.
+    state.on_key(key('t'));
+    assert_eq!(state.only_ids(), (vec![12], vec![]));
+    state.on_key(key('t'));
+    // x shows every thread again.
+    assert_eq!(state.on_key(key('x')), Action::Redraw);
+    assert_eq!(state.only, None);
+    assert_eq!(listed(&screen(&state, 110, 16)).len(), 6);
+    // p in the threads view: the thread's process.
+    state.on_key(key('h'));
+    state.set_view(Ok(GetViewResponse {
+        threads: vec![thread(11, 4242, "split", 700)],
+        ..Default::default()
+    }));
+    state.on_key(key('p'));
+    assert_eq!(state.only_ids(), (vec![], vec![4242]));
+    assert_eq!(state.on_key(code(KeyCode::Esc)), Action::Redraw);
+    assert_eq!(state.only, None);
+}
+
+#[test]
 fn c_shows_callers_and_callees_of_the_selected_row() {
     let mut state = TuiState::new(profile());
     state.sort = SortKey::Inclusive;

@@ -62,6 +62,7 @@ fn split_profile() -> ResolvedProfile {
             ),
         ],
         threads: [(42, "split".to_string())].into(),
+        thread_pids: Default::default(),
         attributed: 100,
         frequency_hz: 999,
         duration_s: 1.0,

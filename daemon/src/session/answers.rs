@@ -400,6 +400,12 @@ impl Actor {
                 .iter()
                 .map(|(&t, n)| (t, n.clone()))
                 .collect(),
+            thread_pids: self
+                .ingest
+                .thread_pid
+                .iter()
+                .map(|(&t, &p)| (t, p))
+                .collect(),
             attributed: self.ingest.totals.attributed,
             frequency_hz: session.frequency_hz,
             duration_s: session.duration_s,

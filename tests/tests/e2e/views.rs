@@ -667,3 +667,85 @@ fn view_errors_are_one_line() {
         );
     }
 }
+
+/// GetView over the samples of one thread or one process: a `--children`
+/// session of `kids` (two children one after the other, two busy threads
+/// each). Each thread alone has exactly its row's samples, each process
+/// exactly its samples in the session's process list, and its threads add
+/// up to it; an id without samples selects none.
+#[test]
+fn views_of_one_thread_or_one_process_are_exact() {
+    use profd_common::api::{self, get_view_request::View, profiler_client::ProfilerClient};
+
+    let h = Harness::start();
+    let out = ok(
+        &h.daemon,
+        &[
+            "run",
+            "--children",
+            "--format",
+            "json",
+            "--",
+            path_str(&build_workload("kids")),
+            "2",
+            "1",
+        ],
+    );
+    let p = Profile::parse(&out);
+    eprintln!("{}\nprocesses {:?}", p.table(), p.processes);
+    let children: Vec<_> = p.processes.iter().filter(|c| c.pid != p.pid).collect();
+    assert_eq!(children.len(), 2, "{:?}", p.processes);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let view = |view: View, tids: Vec<u32>, pids: Vec<u32>| {
+        rt.block_on(async {
+            let channel = profctl::connect::unix_channel(h.daemon.socket(), None)
+                .await
+                .expect("connect to profd");
+            ProfilerClient::new(channel)
+                .get_view(api::GetViewRequest {
+                    session_id: p.session_id,
+                    view: Some(view),
+                    tids,
+                    pids,
+                    ..Default::default()
+                })
+                .await
+                .expect("GetView")
+                .into_inner()
+        })
+    };
+    let functions = || View::Functions(api::FunctionsRequest {});
+    let all = view(View::Threads(api::ThreadsRequest {}), vec![], vec![]);
+    assert_eq!(all.attributed, p.totals.attributed);
+    for t in &all.threads {
+        let one = view(functions(), vec![t.tid], vec![]);
+        assert_eq!(one.attributed, t.samples, "thread {t:?}");
+        let top = one.functions.iter().map(|f| f.inclusive).max().unwrap_or(0);
+        assert!(top <= t.samples, "thread {t:?}: {:?}", one.functions);
+    }
+    for c in &children {
+        let threads: Vec<_> = all.threads.iter().filter(|t| t.pid == c.pid).collect();
+        assert_eq!(threads.len(), 2, "two threads of {c:?}: {:?}", all.threads);
+        let one = view(functions(), vec![], vec![c.pid]);
+        assert_eq!(one.attributed, c.samples, "process {c:?}");
+        assert_eq!(threads.iter().map(|t| t.samples).sum::<u64>(), c.samples);
+        let spin = one.functions.iter().find(|f| f.name == "kid_spin");
+        assert!(
+            spin.is_some_and(|f| f.inclusive * 10 >= c.samples * 9),
+            "kid_spin holds process {}'s samples: {:?}",
+            c.pid,
+            one.functions
+        );
+        // The tree of the process is over its samples alone.
+        let tree = view(View::Tree(api::TreeRequest::default()), vec![], vec![c.pid]);
+        let roots: u64 = tree
+            .nodes
+            .iter()
+            .filter(|n| n.parent < 0)
+            .map(|n| n.inclusive)
+            .sum();
+        assert_eq!(roots, c.samples);
+    }
+    let none = view(functions(), vec![u32::MAX], vec![]);
+    assert_eq!((none.attributed, none.functions.len()), (0, 0));
+}

@@ -117,12 +117,7 @@ impl SessionDisplay {
 
     /// The view request to refresh the full-screen view's tree, callers,
     /// threads or filtered table with, if it shows one, and its filter.
-    fn view_request(
-        &self,
-    ) -> Option<(
-        profd_common::api::get_view_request::View,
-        (Vec<u32>, Vec<u32>),
-    )> {
+    fn view_request(&self) -> Option<ViewRequest> {
         let state = &self.tui.as_ref()?.state;
         Some((state.refresh_request()?, state.only_ids()))
     }
@@ -345,14 +340,18 @@ async fn follow_inner(
     Ok(Profile::new(session, reply.functions))
 }
 
+/// A view of the full-screen view, and the threads and processes it is of
+/// (none: all).
+type ViewRequest = (
+    profd_common::api::get_view_request::View,
+    (Vec<u32>, Vec<u32>),
+);
+
 /// One GetView for the full-screen view: the reply, or the error as a line.
 async fn fetch_view(
     client: &mut Client,
     id: u64,
-    (request, (tids, pids)): (
-        profd_common::api::get_view_request::View,
-        (Vec<u32>, Vec<u32>),
-    ),
+    (request, (tids, pids)): ViewRequest,
 ) -> Result<profd_common::api::GetViewResponse, String> {
     client
         .get_view(GetViewRequest {

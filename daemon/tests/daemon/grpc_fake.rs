@@ -393,6 +393,7 @@ async fn malformed_messages_and_long_names_get_short_precise_statuses() {
                 name,
             })),
             query: None,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -574,6 +575,7 @@ async fn views_exports_and_windows_over_known_stacks() {
         session_id: s.id,
         view: Some(v),
         query: None,
+        ..Default::default()
     };
     let id_of = |fs: &[api::Function], name: &str| find(fs, name).id;
 
@@ -639,6 +641,7 @@ async fn views_exports_and_windows_over_known_stacks() {
             session_id: s.id,
             view: None,
             query: None,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -928,6 +931,7 @@ async fn ended_sessions_survive_a_restart() {
                 api::TreeRequest::default(),
             )),
             query: None,
+            ..Default::default()
         })
         .await
         .unwrap()

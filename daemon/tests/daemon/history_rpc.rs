@@ -140,6 +140,7 @@ async fn the_history_is_listed_and_queried_like_a_session() {
             session_id: 0,
             query: query(&[], api::GroupBy::Service),
             view: tree(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -191,6 +192,7 @@ async fn the_history_is_listed_and_queried_like_a_session() {
             session_id: 3,
             query: query(&[], api::GroupBy::Unspecified),
             view: tree(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

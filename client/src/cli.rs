@@ -246,6 +246,22 @@ Examples:
   profctl report 3 --lines compute_hash
   profctl report cpu.pb.gz --hot-path       a saved pprof file, no daemon needed")]
     Report(ReportArgs),
+    /// Compare two profiles: each function's share of its profile's
+    /// samples (self and inclusive) in BASE and NEW, biggest changes first.
+    ///
+    /// BASE and NEW are each a session id, a saved pprof file, or a time
+    /// range of the continuous history (FROM..TO, times as --from takes
+    /// them); shares are over each side's own total, so profiles of
+    /// different lengths compare. --pprof writes the pair for
+    /// `go tool pprof -diff_base`.
+    #[command(after_help = "\
+Examples:
+  profctl diff 3 4                                   two sessions
+  profctl diff before.pb.gz after.pb.gz              two saved profiles
+  profctl diff 2026-12-02T09:00:00Z..2026-12-02T09:10:00Z \\
+               2026-12-02T10:00:00Z..2026-12-02T10:10:00Z --service nginx.service
+  profctl diff 3 4 --pprof out && go tool pprof -top -diff_base out/base.pb.gz out/new.pb.gz")]
+    Diff(DiffArgs),
     /// Read the continuous profiling history (root only): the services
     /// asked for over a time range, as a report view or an export.
     ///
@@ -598,6 +614,61 @@ impl From<ExportFormatArg> for api::ExportFormat {
             ExportFormatArg::Speedscope => api::ExportFormat::Speedscope,
             ExportFormatArg::Json => api::ExportFormat::Json,
         }
+    }
+}
+
+/// `profctl diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The profile compared against: a session id, a pprof file, or
+    /// FROM..TO of the continuous history.
+    #[arg(value_name = "BASE", value_parser = parse_diff_side)]
+    pub base: DiffSide,
+    /// The profile compared with BASE (as BASE).
+    #[arg(value_name = "NEW", value_parser = parse_diff_side)]
+    pub new: DiffSide,
+    /// Rows to show, 0 = all.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP)]
+    pub top: usize,
+    /// Time ranges: only this service (exact label); repeat for several
+    /// [default: every service].
+    #[arg(long = "service", value_name = "NAME")]
+    pub services: Vec<String>,
+    /// Also write both profiles into DIR as base.pb.gz and new.pb.gz, for
+    /// `go tool pprof -diff_base DIR/base.pb.gz DIR/new.pb.gz`.
+    #[arg(long, value_name = "DIR")]
+    pub pprof: Option<PathBuf>,
+}
+
+/// One side of `profctl diff`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DiffSide {
+    /// A session of the daemon.
+    Session(u64),
+    /// A saved pprof file.
+    File(PathBuf),
+    /// The continuous history from one time to another.
+    Range(SystemTime, SystemTime),
+}
+
+/// A session id (a number that names no file), FROM..TO, or a file.
+fn parse_diff_side(s: &str) -> Result<DiffSide, String> {
+    if let Some((from, to)) = s.split_once("..") {
+        let (from, to) = (parse_time(from)?, parse_time(to)?);
+        if to <= from {
+            return Err(format!(
+                "`{s}` ends before it starts: give FROM..TO with FROM first"
+            ));
+        }
+        return Ok(DiffSide::Range(from, to));
+    }
+    let path = PathBuf::from(s);
+    match s.parse::<u64>() {
+        Ok(id) if !path.exists() => Ok(DiffSide::Session(id)),
+        _ if path.exists() => Ok(DiffSide::File(path)),
+        _ => Err(format!(
+            "`{s}` is neither a session id, nor a file, nor FROM..TO of the continuous history"
+        )),
     }
 }
 

@@ -41,6 +41,11 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
                 return commands::report_file(&path, args, &Output::stdout()).map(|()| 0);
             }
         }
+        Command::Diff(args) if commands::diff_needs_no_daemon(args) => {
+            return commands::diff(None, args, &Output::stdout())
+                .await
+                .map(|()| 0)
+        }
         Command::Man(args) => return generated_docs::man(args, &Output::stdout()).map(|()| 0),
         Command::Fleet(args) => return commands::fleet(args, &Output::stdout()).await.map(|()| 0),
         Command::Completions(args) => {
@@ -74,6 +79,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         Command::Info => commands::info(client, &out).await,
         Command::Export(args) => commands::export(client, args, &out).await,
         Command::Query(args) => commands::query(client, args, &out).await,
+        Command::Diff(args) => commands::diff(Some(client), args, &out).await,
         Command::Histogram(args) => commands::histogram(client, args, &out).await,
         Command::Report(args) => match args.source() {
             ReportSource::Session(id) => commands::report_session(client, id, args, &out).await,

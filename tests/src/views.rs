@@ -155,6 +155,54 @@ fn go_env() -> Vec<(String, String)> {
     ]
 }
 
+/// `go tool pprof -top -normalize -diff_base base new`: function name →
+/// flat samples of `new` scaled to `base`'s total, less those of `base`
+/// (negative where a function shrank), and the output.
+pub fn go_pprof_diff(base: &Path, new: &Path) -> (BTreeMap<String, f64>, String) {
+    let env = go_env();
+    let args = [
+        "tool",
+        "pprof",
+        "-top",
+        "-nodecount=100000",
+        "-nodefraction=0",
+        "-edgefraction=0",
+        "-sample_index=samples",
+        "-symbolize=none",
+        "-normalize",
+        "-diff_base",
+        path_str(base),
+        path_str(new),
+    ];
+    let out = Cmd::spawn_env("go", &args, &env).wait(TOOL_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "`go tool pprof -diff_base` failed (CI installs Debian's golang-go):\n{}",
+        out.describe()
+    );
+    let mut flat = BTreeMap::new();
+    let mut in_table = false;
+    for line in out.stdout.lines() {
+        if line.trim_start().starts_with("flat") {
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        let n: f64 = cells[0].parse().unwrap_or_else(|_| {
+            panic!(
+                "pprof flat cell {:?} is not a number:\n{}",
+                cells[0], out.stdout
+            )
+        });
+        *flat.entry(cells[5..].join(" ")).or_insert(0.0) += n;
+    }
+    assert!(in_table, "no table in pprof's output:\n{}", out.describe());
+    (flat, out.stdout)
+}
+
 /// `go tool pprof -top` on `file`, every node, flat in samples: function
 /// name → flat samples (nodes with 0 flat left out). Fails the test when the
 /// go tool is missing (CI installs Debian's golang-go) or pprof fails.

@@ -9,6 +9,10 @@
  * costs nothing measurable.
  *
  * Usage: split SECONDS [--ready]
+ *
+ * With SPLIT_MID=K in the environment, mid() runs K n iterations instead of
+ * 3n: exclusive leaf_a 1/(K+1), leaf_b K/(K+1) (K=1: 50 % each), for a
+ * known change between two runs.
  */
 #include "workload.h"
 
@@ -30,16 +34,22 @@ __attribute__((noinline)) void mid(unsigned long n)
 	sink++; /* work after the call: never a tail call */
 }
 
+static unsigned long mid_share = 3;
+
 __attribute__((noinline)) void work(unsigned long n)
 {
 	leaf_a(n);
-	mid(3 * n);
+	mid(mid_share * n);
 	sink++;
 }
 
 int main(int argc, char **argv)
 {
 	double deadline = start(argc, argv);
+	const char *k = getenv("SPLIT_MID");
+
+	if (k)
+		mid_share = strtoul(k, NULL, 10);
 
 	while (now_s() < deadline)
 		work(vary(N));

@@ -2,6 +2,7 @@
 //! arguments; shared helpers for unwrapping replies.
 mod admin;
 mod attach;
+mod diff;
 mod export;
 mod fleet;
 mod histogram;
@@ -11,6 +12,7 @@ mod run;
 
 pub use admin::{health, info, sessions, stop};
 pub use attach::attach;
+pub use diff::{diff, diff_needs_no_daemon};
 pub use export::{export, export_source};
 pub use fleet::fleet;
 pub use histogram::histogram;

@@ -749,3 +749,91 @@ fn views_of_one_thread_or_one_process_are_exact() {
     let none = view(functions(), vec![u32::MAX], vec![]);
     assert_eq!((none.attributed, none.functions.len()), (0, 0));
 }
+
+/// `profctl diff` of two runs of `split`, 25/75 then (SPLIT_MID=1) 50/50:
+/// leaf_a's self share grows by 25 points and leaf_b's shrinks by 25, the
+/// biggest changes first; the pprof pair it writes gives the same changes
+/// in `go tool pprof -normalize -diff_base`, and two saved files diff
+/// without a daemon as the sessions do.
+#[test]
+fn diff_of_two_runs_shows_the_change_and_a_pprof_pair() {
+    let h = Harness::start();
+    let split = build_workload("split");
+    let run = |env: &[&str]| {
+        let mut args = vec!["run", "--duration", "3", "--format", "json", "--", "env"];
+        args.extend_from_slice(env);
+        args.extend([path_str(&split), "30"]);
+        Profile::parse(&ok(&h.daemon, &args))
+    };
+    let (before, after) = (run(&[]), run(&["SPLIT_MID=1"]));
+    let dir = unique_dir("diff");
+    let text = ok(
+        &h.daemon,
+        &["diff", &id(&before), &id(&after), "--pprof", path_str(&dir)],
+    )
+    .stdout;
+    eprintln!("{text}");
+    let table = rows(&text);
+    let row = |name: &str| {
+        table
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("no {name}:\n{text}"))
+            .clone()
+    };
+    // BASE EXCL, NEW EXCL, CHANGE, BASE INCL, NEW INCL, CHANGE.
+    let (a, b) = (row("leaf_a"), row("leaf_b"));
+    assert_near("leaf_a base", a.numbers[0], 25.0, PCT_TOLERANCE, &text);
+    assert_near("leaf_a new", a.numbers[1], 50.0, PCT_TOLERANCE, &text);
+    assert_near(
+        "leaf_a change",
+        a.numbers[2],
+        25.0,
+        2.0 * PCT_TOLERANCE,
+        &text,
+    );
+    assert_near(
+        "leaf_b change",
+        b.numbers[2],
+        -25.0,
+        2.0 * PCT_TOLERANCE,
+        &text,
+    );
+    assert_near(
+        "mid incl change",
+        row("mid").numbers[5],
+        -25.0,
+        2.0 * PCT_TOLERANCE,
+        &text,
+    );
+    let first: Vec<&str> = table[..2].iter().map(|r| r.name.as_str()).collect();
+    assert!(
+        first.contains(&"leaf_a") && first.contains(&"leaf_b"),
+        "{text}"
+    );
+    assert!(text.contains("go tool pprof -diff_base"), "{text}");
+
+    // go tool pprof: the same changes (-normalize scales the new profile
+    // to the base's total, in whose samples the changes are).
+    let (base, new) = (dir.join("base.pb.gz"), dir.join("new.pb.gz"));
+    let (flat, out) = views::go_pprof_diff(&base, &new);
+    eprintln!("{out}");
+    let total = before.totals.attributed as f64;
+    for (name, ours) in [("leaf_a", a.numbers[2]), ("leaf_b", b.numbers[2])] {
+        let theirs = flat.get(name).copied().unwrap_or(0.0) * 100.0 / total;
+        assert_near(&format!("{name} change in pprof"), theirs, ours, 0.5, &out);
+    }
+
+    // The two files, without a daemon: the same table.
+    let cmd = profd_e2e::run_profctl(&["diff", path_str(&base), path_str(&new)], &[]);
+    cmd.assert_success();
+    let from_files = rows(&cmd.stdout);
+    for name in ["leaf_a", "leaf_b"] {
+        let f = from_files.iter().find(|r| r.name == name).unwrap();
+        assert_eq!(f.numbers, row(name).numbers, "{}", cmd.stdout);
+    }
+
+    // A session that does not exist is an error, not an empty side.
+    let err = h.daemon.profctl(&["diff", &id(&before), "999"]);
+    assert!(!err.status.success(), "{}", err.describe());
+}

@@ -198,8 +198,9 @@ fn diff_table(base: &Side, new: &Side, limit: Option<usize>, name_width: usize) 
     let mut out = String::new();
     for (which, side) in [("base", base), ("new", new)] {
         let s = &side.session;
+        // A range of the history has no one target.
         let target = match s.comm.as_str() {
-            "" if s.pid == 0 => String::new(),
+            _ if s.pid == 0 => String::new(),
             "" => format!(" — pid {}", s.pid),
             comm => format!(" — pid {} ({comm})", s.pid),
         };

@@ -453,3 +453,53 @@ fn jit_frames_are_named_from_the_perf_map() {
         p.table()
     );
 }
+
+/// `profctl diff` of two time ranges of the history: split 25/75, a pause,
+/// then split 50/50 (SPLIT_MID=1) in the same service; over its service,
+/// leaf_a's self share grows by 25 points and leaf_b's shrinks by 25.
+#[test]
+fn diff_of_two_time_ranges_shows_the_change() {
+    let _serial = serial();
+    require_root_and_perf();
+    let d = continuous("1", &[]);
+    let cg = group("diff");
+    let split = build_workload("split");
+    let phase = |mid: &str| {
+        let start = now_ns() / 1_000_000_000;
+        let mut cmd = cg.command(&split);
+        cmd.env("SPLIT_MID", mid).args(["3", "--ready"]);
+        Workload::start_command(cmd, "split").wait(Duration::from_secs(30));
+        (start, now_ns() / 1_000_000_000 + 1)
+    };
+    let before = phase("3");
+    // Windows of a second: a pause of two keeps the phases apart.
+    std::thread::sleep(Duration::from_secs(2));
+    let after = phase("1");
+    wait_for_window_after(&d, after.1 * 1_000_000_000);
+    let range = |(from, to): (u64, u64)| format!("{from}..{to}");
+    let out = d.profctl(&[
+        "diff",
+        &range(before),
+        &range(after),
+        "--service",
+        cg.name(),
+    ]);
+    out.assert_success();
+    eprintln!("{}", out.stdout);
+    let table = profd_e2e::views::rows(&out.stdout);
+    let change = |name: &str| {
+        table
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("no {name}:\n{}", out.stdout))
+            .numbers[2]
+    };
+    for (name, want) in [("leaf_a", 25.0), ("leaf_b", -25.0)] {
+        let got = change(name);
+        assert!(
+            (got - want).abs() <= 4.0,
+            "{name} changed {got}, not {want} ± 4:\n{}",
+            out.stdout
+        );
+    }
+}

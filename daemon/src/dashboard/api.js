@@ -133,8 +133,17 @@ export class Client {
     return reply;
   }
 
+  // This run's sessions and, kept in the state directory, earlier runs'.
   listSessions() {
-    return this.unary('ListSessions', new Writer().finish(), pb.ListSessionsResponse);
+    return this.unary('ListSessions', new Writer().uint(1, 1).finish(), pb.ListSessionsResponse);
+  }
+
+  // The profile of `source` (a session id or a query) as export `format`.
+  profile(source, format) {
+    const req = typeof source === 'number'
+      ? new Writer().uint(1, source).uint(2, format)
+      : new Writer().uint(2, format).message(3, pb.queryWriter(source));
+    return this.unary('GetProfile', req.finish(), pb.GetProfileResponse);
   }
 
   attach(pid, seconds, mode) {

@@ -5,10 +5,12 @@
 // continuous profiling panel lists the services of a time range
 // (ListWindows) and shows the merged profile of one or all of them with the
 // same table, flame graph and callers/callees (GetView with a query).
+// The flame graph zooms and searches, the table sorts and filters, every
+// export downloads, and two sessions compare in a diff flame graph.
 
 import { Client, GrpcError } from './api.js';
 import { drawFlame } from './flame.js';
-import { STATES, EVENTS, TIMED, RUNNING, GROUP_BY } from './proto.js';
+import { STATES, EVENTS, TIMED, RUNNING, GROUP_BY, EXPORTS } from './proto.js';
 
 const TOKEN_KEY = 'profd.token';
 const SESSIONS_EVERY_MS = 2000;
@@ -30,6 +32,14 @@ const state = {
   selected: null,
   flameView: null,
   viewsTimer: null,
+  // The flame graph's zoomed frame (its path) and search text.
+  zoom: null,
+  search: '',
+  // The function table's order and name filter.
+  sort: { key: 'inclusive', descending: true },
+  filter: '',
+  // The diff shown: { base, next } views, or null.
+  diff: null,
 };
 
 function show(id, on) {
@@ -56,8 +66,20 @@ function pctCell(pct) {
   return td;
 }
 
+// A name of at most LONG_NAME characters: a longer one (a C++ signature)
+// keeps its start and its end, where the method's name is; the whole
+// name is the cell's tooltip.
+const LONG_NAME = 90;
+
+function shortName(name) {
+  if (name.length <= LONG_NAME) return name;
+  const tail = Math.floor(LONG_NAME / 2);
+  return `${name.slice(0, LONG_NAME - tail - 1)}…${name.slice(name.length - tail)}`;
+}
+
 function nameCell(name, module) {
-  const td = cell(name, 'name');
+  const td = cell(shortName(name), 'name');
+  td.title = name;
   if (module) {
     const m = document.createElement('span');
     m.className = 'module';
@@ -158,12 +180,14 @@ function renderSessions(sessions) {
     const tr = document.createElement('tr');
     tr.dataset.id = s.id;
     tr.dataset.state = STATES[s.state] || String(s.state);
+    tr.dataset.earlier = Boolean(s.earlierRun);
     if (s.id === state.watch?.id) tr.className = 'selected';
+    if (s.earlierRun) tr.classList.add('earlier');
     tr.append(
       cell(String(s.id)),
       cell(String(s.pid)),
       cell(s.comm),
-      cell(stateText(s)),
+      cell(s.earlierRun ? `${stateText(s)} (earlier run)` : stateText(s)),
       cell(s.owner),
       cell(fmtCount(s.totals?.attributed || 0, s), 'num'),
       cell(s.durationS.toFixed(1), 'num'),
@@ -220,6 +244,7 @@ function selectSession(id) {
   state.watch = watch;
   state.selected = null;
   state.flameView = null;
+  state.zoom = null;
   $('session-title').textContent = `Session ${id}`;
   $('functions').tBodies[0].replaceChildren();
   $('flame').replaceChildren();
@@ -234,6 +259,8 @@ function selectSession(id) {
 function closeSession() {
   if (state.watch) state.watch.abort.abort();
   state.watch = null;
+  state.diff = null;
+  show('diff-panel', false);
   clearInterval(state.viewsTimer);
   show('session-panel', false);
 }
@@ -324,8 +351,20 @@ function renderSession(watch) {
       : `live, updated ${time} (seq ${watch.seq}, ${s?.durationS.toFixed(1)} s)`;
   }
   const total = totals.attributed || 0;
+  const name = (id) => watch.names.get(id)?.name || `#${id}`;
+  const needle = state.filter.toLowerCase();
+  const { key, descending } = state.sort;
+  const order = key === 'name'
+    ? (a, b) => name(a[0]).localeCompare(name(b[0]))
+    : (a, b) => a[1][key] - b[1][key];
   const rows = [...watch.counts.entries()]
-    .sort((a, b) => b[1].inclusive - a[1].inclusive || b[1].exclusive - a[1].exclusive || a[0] - b[0]);
+    .filter(([id]) => !needle || name(id).toLowerCase().includes(needle))
+    .sort((a, b) => (descending ? -order(a, b) : order(a, b))
+      || b[1].inclusive - a[1].inclusive || b[1].exclusive - a[1].exclusive || a[0] - b[0]);
+  for (const th of $('functions').tHead.rows[0].cells) {
+    th.classList.toggle('sorted', th.dataset.sort === key);
+    th.dataset.descending = descending;
+  }
   const shown = rows.slice(0, MAX_ROWS).map(([id, c]) => {
     const info = watch.names.get(id) || { name: `#${id}`, module: '' };
     const tr = document.createElement('tr');
@@ -348,7 +387,7 @@ function renderSession(watch) {
     return tr;
   });
   $('functions').tBodies[0].replaceChildren(...shown);
-  $('more-rows').textContent = `${rows.length - shown.length} functions with less ${unit(s)} not shown.`;
+  $('more-rows').textContent = `${rows.length - shown.length} more functions not shown.`;
   $('functions').dataset.unit = unit(s);
   show('more-rows', rows.length > shown.length);
 }
@@ -379,8 +418,109 @@ async function refreshViews() {
 function drawCurrentFlame() {
   if (!state.flameView) return;
   const box = $('flame');
-  drawFlame(box, state.flameView, box.clientWidth || 800, selectFunction);
+  const { matchedPct } = drawFlame(box, state.flameView, box.clientWidth || 800, {
+    onClick: (id, path) => {
+      state.zoom = path;
+      drawCurrentFlame();
+      selectFunction(id);
+    },
+    zoom: state.zoom,
+    search: state.search,
+  });
+  show('flame-reset', state.zoom !== null);
+  $('flame-matched').textContent = state.search ? `${matchedPct.toFixed(1)} % of the ${unit(state.flameView.session)} match` : '';
   markSelectedFrames();
+}
+
+// ---------------------------------------------------------------------------
+// Downloads: every export of what the panel shows (GetProfile with a format)
+
+async function download(format) {
+  const watch = state.watch;
+  const e = EXPORTS.find((x) => x.format === format);
+  if (!watch || !e) return;
+  try {
+    const reply = await state.client.profile(watch.query || watch.id, format);
+    const what = watch.query ? 'continuous' : `session-${watch.id}`;
+    const url = URL.createObjectURL(new Blob([reply.data]));
+    const a = document.createElement('a');
+    a.href = url;
+    a.download = `${what}-${e.file}`;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  } catch (err) {
+    showError(err);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Diff: the new session's flame graph coloured by change against the base,
+// and the functions whose self share changed most
+
+async function compare(event) {
+  event?.preventDefault();
+  show('diff-error', false);
+  const baseId = Number($('diff-base').value);
+  const newId = Number($('diff-new').value);
+  try {
+    const [base, next] = await Promise.all([
+      state.client.tree(baseId, FLAME_MIN_PCT),
+      state.client.tree(newId, FLAME_MIN_PCT),
+    ]);
+    closeSession();
+    state.diff = { base, next, baseId, newId };
+    $('diff-title').textContent = `Session ${newId} against session ${baseId}`;
+    show('diff-panel', true);
+    drawDiff();
+  } catch (e) {
+    if (e instanceof GrpcError && e.code === UNAUTHENTICATED) return showError(e);
+    $('diff-error').textContent = e.message;
+    show('diff-error', true);
+  }
+}
+
+function drawDiff() {
+  const d = state.diff;
+  if (!d) return;
+  const box = $('diff-flame');
+  drawFlame(box, d.next, box.clientWidth || 800, { base: d.base });
+  // Self shares by name and module, over each side's own total.
+  const shares = (view) => {
+    const total = view.attributed || view.session?.totals?.attributed || 0;
+    const m = new Map();
+    for (const f of view.functions) {
+      const k = `${f.name}\u0000${f.module}`;
+      const v = m.get(k) || { name: f.name, module: f.module, excl: 0 };
+      v.excl += total ? (100 * f.exclusive) / total : 0;
+      m.set(k, v);
+    }
+    return m;
+  };
+  const b = shares(d.base);
+  const n = shares(d.next);
+  const keys = new Set([...b.keys(), ...n.keys()]);
+  const rows = [...keys].map((k) => {
+    const x = b.get(k) || n.get(k);
+    const before = b.get(k)?.excl || 0;
+    const after = n.get(k)?.excl || 0;
+    return { name: x.name, module: x.module, before, after, change: after - before };
+  }).sort((p, q) => Math.abs(q.change) - Math.abs(p.change) || p.name.localeCompare(q.name));
+  const trs = rows.filter((r) => Math.abs(r.change) >= 0.05).slice(0, 30).map((r) => {
+    const tr = document.createElement('tr');
+    tr.dataset.name = r.name;
+    tr.dataset.change = r.change.toFixed(2);
+    tr.className = r.change > 0 ? 'grew' : r.change < 0 ? 'shrank' : '';
+    tr.append(
+      nameCell(r.name, r.module),
+      cell(`${r.before.toFixed(1)} %`, 'num'),
+      cell(`${r.after.toFixed(1)} %`, 'num'),
+      cell(`${r.change >= 0 ? '+' : ''}${r.change.toFixed(1)}`, 'num'),
+    );
+    return tr;
+  });
+  $('diff-table').tBodies[0].replaceChildren(...trs);
 }
 
 function markSelectedFrames() {
@@ -513,6 +653,7 @@ async function selectContinuous(query, label) {
   state.watch = watch;
   state.selected = null;
   state.flameView = null;
+  state.zoom = null;
   $('session-title').textContent = `Continuous: ${label}`;
   $('functions').tBodies[0].replaceChildren();
   $('flame').replaceChildren();
@@ -568,10 +709,42 @@ function start() {
       showError(e);
     }
   });
+  $('diff-form').addEventListener('submit', compare);
+  $('flame-search').addEventListener('input', () => {
+    state.search = $('flame-search').value.trim();
+    drawCurrentFlame();
+  });
+  $('flame-reset').addEventListener('click', () => {
+    state.zoom = null;
+    drawCurrentFlame();
+  });
+  $('functions-filter').addEventListener('input', () => {
+    state.filter = $('functions-filter').value.trim();
+    if (state.watch) renderSession(state.watch);
+  });
+  for (const th of $('functions').tHead.rows[0].cells) {
+    if (!th.dataset.sort) continue;
+    th.addEventListener('click', () => {
+      const key = th.dataset.sort;
+      state.sort = { key, descending: state.sort.key === key ? !state.sort.descending : key !== 'name' };
+      if (state.watch) renderSession(state.watch);
+    });
+  }
+  for (const e of EXPORTS) {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.dataset.format = e.name;
+    b.textContent = e.name;
+    b.addEventListener('click', () => download(e.format));
+    $('downloads').append(b);
+  }
   let resize = null;
   window.addEventListener('resize', () => {
     clearTimeout(resize);
-    resize = setTimeout(drawCurrentFlame, 150);
+    resize = setTimeout(() => {
+      drawCurrentFlame();
+      drawDiff();
+    }, 150);
   });
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) {

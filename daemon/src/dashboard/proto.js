@@ -264,7 +264,23 @@ export const GetViewResponse = {
   2: ['functions', Function, 'repeated'],
   3: ['nodes', TreeNode, 'repeated'],
   4: ['callerCallee', CallerCallee],
+  7: ['attributed', 'uint'],
 };
+
+export const GetProfileResponse = {
+  1: ['session', Session],
+  2: ['functions', Function, 'repeated'],
+  3: ['data', 'bytes'],
+};
+
+// ExportFormat values, and the file names the dashboard gives them.
+export const EXPORTS = [
+  { format: 1, name: 'pprof', file: 'profile.pb.gz' },
+  { format: 2, name: 'folded', file: 'profile.folded' },
+  { format: 3, name: 'svg', file: 'flame.svg' },
+  { format: 4, name: 'speedscope', file: 'profile.speedscope.json' },
+  { format: 5, name: 'json', file: 'profile.json' },
+];
 
 // Continuous profiling (ListWindows). Times in ns exceed 2^53: they read
 // to within a microsecond, enough to show them.

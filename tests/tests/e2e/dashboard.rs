@@ -885,3 +885,253 @@ fn dashboard_shows_an_off_cpu_session_in_time() {
         show("the session row")
     );
 }
+
+/// The dashboard's tools in headless Chromium (tests/dashboard/tools.mjs):
+/// a session of an earlier daemon run (split, 25/75) is listed as such and
+/// opens with its counts; a session of this run (split with SPLIT_MID=1,
+/// 50/50) sorts by each heading, filters by name, zooms into `mid` (leaf_b
+/// then spans the graph, leaf_a is gone) and back, searches `leaf_b`
+/// (marked, its share matched); every export downloads and reads as its
+/// format (the pprof through `go tool pprof` with the session's counts);
+/// and comparing the two shows leaf_a grown by 25 points (red) and leaf_b
+/// shrunk by 25 (blue).
+#[test]
+fn dashboard_tools_sort_filter_zoom_search_download_and_compare() {
+    let _serial = serial();
+    require_root_and_perf();
+    let driver = dashboard_driver();
+    let mut r = remote("operator", &[]);
+    let (_before, base) = split_session(&r.daemon, "3");
+    r.daemon.restart();
+    let mut command = Command::new(build_workload("split"));
+    command.env("SPLIT_MID", "1").args(["60", "--ready"]);
+    let after = Workload::start_command(command, "split");
+    let new = Profile::parse(&r.daemon.profctl(&[
+        "attach",
+        &after.pid_arg(),
+        "--duration",
+        "3",
+        "--format",
+        "json",
+    ]));
+    let downloads = unique_dir("dashboard-downloads");
+    let shot = r.dir.join("tools.png");
+    let env = [
+        ("PROFD_URL", format!("{}/", r.url)),
+        ("PROFD_TOKEN", r.token.clone()),
+        ("PROFD_BASE", base.session_id.to_string()),
+        ("PROFD_NEW", new.session_id.to_string()),
+        ("PROFD_DOWNLOADS", path_str(&downloads).to_string()),
+        (
+            "PROFD_SERVER_CERT",
+            path_str(&r.tls.server_cert).to_string(),
+        ),
+        ("PROFD_SCREENSHOT", path_str(&shot).to_string()),
+        ("CHROMIUM", CHROMIUM.to_string()),
+    ]
+    .map(|(k, v)| (k.to_string(), v));
+    let seen = drive(&r, &driver.join("tools.mjs"), &env);
+    let show = |what: &str| format!("{what}:\n{}", serde_json::to_string_pretty(&seen).unwrap());
+    assert_eq!(
+        seen["problems"],
+        serde_json::json!([]),
+        "{}",
+        show("errors")
+    );
+
+    // The earlier run's session: marked, and its table is its profile's.
+    assert_eq!(seen["baseRow"]["earlier"], "true", "{}", show("the row"));
+    assert!(
+        seen["baseRow"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("(earlier run)"),
+        "{}",
+        show("the row")
+    );
+    let table_counts = |v: &serde_json::Value| -> Counts {
+        json_rows(v)
+            .iter()
+            .map(|r| {
+                (
+                    (
+                        r["name"].as_str().unwrap_or_default().to_string(),
+                        r["module"].as_str().unwrap_or_default().to_string(),
+                        r["inlined"].as_bool().unwrap_or_default(),
+                    ),
+                    (
+                        r["inclusive"].as_u64().unwrap_or_default(),
+                        r["exclusive"].as_u64().unwrap_or_default(),
+                    ),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(table_counts(&seen["baseRows"]), profile_counts(&base));
+    assert_eq!(table_counts(&seen["newRows"]), profile_counts(&new));
+
+    // Sorted by exclusive, most first, then least first; by name; filtered.
+    let excl = |v: &serde_json::Value| -> Vec<u64> {
+        json_rows(v)
+            .iter()
+            .map(|r| r["exclusive"].as_u64().unwrap_or_default())
+            .collect()
+    };
+    let down = excl(&seen["byExclusive"]);
+    assert!(
+        down.windows(2).all(|w| w[0] >= w[1]),
+        "{}",
+        show("by exclusive")
+    );
+    let up = excl(&seen["byExclusiveAscending"]);
+    assert!(up.windows(2).all(|w| w[0] <= w[1]), "{}", show("ascending"));
+    let by_name: Vec<String> = json_rows(&seen["byName"])
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default().to_string())
+        .collect();
+    let mut sorted = by_name.clone();
+    sorted.sort_by_key(|n| n.to_lowercase());
+    assert_eq!(by_name, sorted, "{}", show("by name"));
+    let mut filtered: Vec<String> = json_rows(&seen["filtered"])
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default().to_string())
+        .collect();
+    filtered.sort();
+    assert_eq!(filtered, ["leaf_a", "leaf_b"], "{}", show("the filter"));
+
+    // Zoomed into mid: mid and leaf_b span the graph, leaf_a is not drawn.
+    let width = seen["flameWidth"].as_f64().unwrap_or_default();
+    let frame = |set: &str, name: &str| {
+        json_rows(&seen[set])
+            .into_iter()
+            .find(|f| f["name"] == name)
+    };
+    for name in ["mid", "leaf_b"] {
+        let f = frame("zoomed", name).unwrap_or_else(|| panic!("{}", show("zoomed")));
+        assert!(
+            f["x"].as_f64().unwrap_or(1e9) < 1.0
+                && f["width"].as_f64().unwrap_or_default() > width * 0.98,
+            "{name} spans the graph: {}",
+            show("zoomed")
+        );
+    }
+    assert!(frame("zoomed", "leaf_a").is_none(), "{}", show("zoomed"));
+    assert!(
+        seen["callersAfterZoom"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("mid:"),
+        "{}",
+        show("the click also selects")
+    );
+    let b = frame("beforeZoom", "leaf_b").unwrap();
+    assert!(
+        b["width"].as_f64().unwrap_or_default() < width * 0.7,
+        "{}",
+        show("before")
+    );
+    assert!(frame("afterReset", "leaf_a").is_some(), "{}", show("reset"));
+
+    // Searched: leaf_b marked, the others dimmed, its share matched.
+    for f in json_rows(&seen["searched"]) {
+        let hit = f["name"] == "leaf_b";
+        assert_eq!(f["match"].as_bool(), Some(hit), "{}", show("search"));
+        assert_eq!(f["dim"].as_bool(), Some(!hit), "{}", show("search"));
+    }
+    let leaf_b = new.function("leaf_b").pct(profd_e2e::Measure::Inclusive);
+    let matched: f64 = seen["matched"]
+        .as_str()
+        .unwrap_or_default()
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1.0);
+    assert!(
+        (matched - leaf_b).abs() < 0.2,
+        "{matched} vs {leaf_b}: {}",
+        show("matched")
+    );
+
+    // Downloads, each read as its format.
+    let file = |format: &str| {
+        PathBuf::from(
+            seen["downloads"][format]["path"]
+                .as_str()
+                .unwrap_or_default(),
+        )
+    };
+    let (flat, text) = profd_e2e::views::go_pprof_flat(&file("pprof"));
+    for name in ["leaf_a", "leaf_b"] {
+        assert_eq!(
+            flat.get(name).copied().unwrap_or(0),
+            new.function(name).exclusive,
+            "{name} in the downloaded pprof:\n{text}"
+        );
+    }
+    let folded = std::fs::read_to_string(file("folded")).unwrap();
+    let sum: u64 = folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, n)| n.parse::<u64>().ok()))
+        .sum();
+    assert_eq!(sum, new.totals.attributed, "folded stacks add up");
+    assert!(std::fs::read_to_string(file("svg"))
+        .unwrap()
+        .contains("<svg"));
+    let speedscope: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file("speedscope")).unwrap()).unwrap();
+    assert!(speedscope["$schema"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("speedscope"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file("json")).unwrap()).unwrap();
+    assert_eq!(json["session_id"].as_u64(), Some(new.session_id));
+    assert_eq!(
+        seen["downloads"]["pprof"]["file"],
+        format!("session-{}-profile.pb.gz", new.session_id)
+    );
+
+    // The comparison: leaf_a grew 25 points (red), leaf_b shrank 25 (blue).
+    let change = |name: &str| {
+        json_rows(&seen["diffRows"])
+            .into_iter()
+            .find(|r| r["name"] == name)
+            .and_then(|r| r["change"].as_f64())
+            .unwrap_or_else(|| panic!("{}", show("the diff table")))
+    };
+    assert!(
+        (change("leaf_a") - 25.0).abs() <= 6.0,
+        "{}",
+        show("leaf_a's change")
+    );
+    assert!(
+        (change("leaf_b") + 25.0).abs() <= 6.0,
+        "{}",
+        show("leaf_b's change")
+    );
+    let diff_frame = |name: &str| {
+        json_rows(&seen["diffFlame"])
+            .into_iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("{}", show("the diff flame graph")))
+    };
+    let (a, b) = (diff_frame("leaf_a"), diff_frame("leaf_b"));
+    assert!(
+        a["fill"].as_str().unwrap_or_default().starts_with("hsl(0,"),
+        "{}",
+        show("red")
+    );
+    assert!(
+        b["fill"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("hsl(215,"),
+        "{}",
+        show("blue")
+    );
+    assert!((a["change"].as_f64().unwrap_or_default() - 25.0).abs() <= 6.0);
+    assert!(
+        std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000),
+        "a screenshot"
+    );
+}

@@ -355,7 +355,7 @@ function renderSession(watch) {
   const needle = state.filter.toLowerCase();
   const { key, descending } = state.sort;
   const order = key === 'name'
-    ? (a, b) => name(a[0]).localeCompare(name(b[0]))
+    ? (a, b) => (name(a[0]) < name(b[0]) ? -1 : name(a[0]) > name(b[0]) ? 1 : 0)
     : (a, b) => a[1][key] - b[1][key];
   const rows = [...watch.counts.entries()]
     .filter(([id]) => !needle || name(id).toLowerCase().includes(needle))

@@ -496,7 +496,7 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
     let workload = Workload::start_command(split, "split");
     // The continuous panel lists the workload's service once a window has it.
     // The first windows name every process's code, this test binary's (a
-    // debug build with hundreds of MB of DWARF) among them: on a loaded
+    // debug build with tens of MB of DWARF) among them: on a loaded
     // machine that takes a debug profd well over 30 s.
     let deadline = Instant::now() + Duration::from_secs(120);
     while !r

@@ -84,7 +84,7 @@ impl SessionDisplay {
             out,
             table: TableOptions {
                 limit: options.row_limit(),
-                name_width: out.name_width(),
+                names: out.names(),
             },
             live_shown: false,
             tui,

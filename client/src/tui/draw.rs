@@ -8,11 +8,12 @@ use ratatui::Frame;
 
 use super::state::{Mode, SortKey, TuiState};
 use crate::ranking::percent;
-use crate::render::{state_name, unwind_text, INLINED_MARK};
+use crate::render::{state_name, unwind_text, NameStyle, INLINED_MARK};
 use crate::render_views;
 use crate::units::{
     count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
 };
+use profd_common::names::display_name;
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, state: &TuiState) {
@@ -124,6 +125,17 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
     }
     titles.push(title(state, "FUNCTION", SortKey::Name));
     titles.push("MODULE".to_string());
+    // The function column takes what the others leave (one space between
+    // columns); names are shortened to fit it.
+    let others: u16 = widths
+        .iter()
+        .map(|w| match w {
+            Constraint::Length(n) => n + 1,
+            _ => 1,
+        })
+        .sum::<u16>()
+        + 20;
+    let name_width = usize::from(area.width.saturating_sub(others)).max(20);
     widths.extend([Constraint::Min(20), Constraint::Length(20)]);
 
     // Rows that fit under the column header; scroll to keep the selection shown.
@@ -153,9 +165,10 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
                 cells.push(pct(f.window_exclusive, w.attributed, 8));
             }
             let name = if f.inlined {
-                format!("{}{INLINED_MARK}", f.name)
+                let width = name_width.saturating_sub(INLINED_MARK.len());
+                format!("{}{INLINED_MARK}", display_name(&f.name, width, false))
             } else {
-                f.name.clone()
+                display_name(&f.name, name_width, false).into_owned()
             };
             cells.push(Cell::from(name));
             cells.push(Cell::from(f.module.clone()));
@@ -194,8 +207,11 @@ fn draw_view(frame: &mut Frame, area: Rect, state: &TuiState) {
             } else {
                 "call tree, top-down"
             },
+            NameStyle::default(),
         ),
-        (_, Some(Ok(reply))) => render_views::caller_callee_text(reply, true, true),
+        (_, Some(Ok(reply))) => {
+            render_views::caller_callee_text(reply, true, true, NameStyle::default())
+        }
     };
     let lines: Vec<Line> = text.lines().map(|l| Line::raw(l.to_string())).collect();
     let height = usize::from(area.height).max(1);

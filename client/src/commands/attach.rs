@@ -69,7 +69,7 @@ impl SessionDisplay {
     pub(super) fn new(options: &ProfileOptions, out: Output) -> Self {
         let tui = if wants_tui(options, &out) {
             let empty = WatchState::with_window(options.window_s()).profile();
-            match Tui::start(empty) {
+            match Tui::start(empty, out.names()) {
                 Ok(tui) => Some(tui),
                 Err(e) => {
                     eprintln!("profctl: cannot open the full-screen view ({e}); printing tables");

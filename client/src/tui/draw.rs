@@ -8,12 +8,11 @@ use ratatui::Frame;
 
 use super::state::{Mode, SortKey, TuiState};
 use crate::ranking::percent;
-use crate::render::{state_name, unwind_text, NameStyle, INLINED_MARK};
+use crate::render::{state_name, unwind_text, INLINED_MARK};
 use crate::render_views;
 use crate::units::{
     count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
 };
-use profd_common::names::display_name;
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, state: &TuiState) {
@@ -165,10 +164,12 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
                 cells.push(pct(f.window_exclusive, w.attributed, 8));
             }
             let name = if f.inlined {
-                let width = name_width.saturating_sub(INLINED_MARK.len());
-                format!("{}{INLINED_MARK}", display_name(&f.name, width, false))
+                let names = state
+                    .names
+                    .at_most(name_width.saturating_sub(INLINED_MARK.len()));
+                format!("{}{INLINED_MARK}", names.name(f.id, &f.name))
             } else {
-                display_name(&f.name, name_width, false).into_owned()
+                state.names.at_most(name_width).name(f.id, &f.name)
             };
             cells.push(Cell::from(name));
             cells.push(Cell::from(f.module.clone()));
@@ -207,11 +208,9 @@ fn draw_view(frame: &mut Frame, area: Rect, state: &TuiState) {
             } else {
                 "call tree, top-down"
             },
-            NameStyle::default(),
+            state.names,
         ),
-        (_, Some(Ok(reply))) => {
-            render_views::caller_callee_text(reply, true, true, NameStyle::default())
-        }
+        (_, Some(Ok(reply))) => render_views::caller_callee_text(reply, true, true, state.names),
     };
     let lines: Vec<Line> = text.lines().map(|l| Line::raw(l.to_string())).collect();
     let height = usize::from(area.height).max(1);

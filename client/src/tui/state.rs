@@ -6,6 +6,8 @@ use std::cmp::Ordering;
 
 use profd_common::api::get_view_request::View;
 use profd_common::api::{Function, FunctionRef, GetViewResponse, TreeRequest};
+
+use crate::render::NameStyle;
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::ranking::Profile;
@@ -79,6 +81,9 @@ pub struct TuiState {
     pub scroll: usize,
     /// q was pressed: the session is being stopped.
     pub stopping: bool,
+    /// How function names are shown (`--full-names`, `--ids`; the width
+    /// is the column's).
+    pub names: NameStyle,
 }
 
 impl TuiState {
@@ -95,6 +100,7 @@ impl TuiState {
             view: None,
             scroll: 0,
             stopping: false,
+            names: NameStyle::default(),
         }
     }
 

@@ -30,6 +30,17 @@ pub struct Cli {
     )]
     pub socket: PathBuf,
 
+    /// Print whole function names: by default C++ and Rust template
+    /// arguments and parameter lists are elided (`std::map<…>::find(…)`)
+    /// and long names are cut in the middle.
+    #[arg(long, global = true)]
+    pub full_names: bool,
+
+    /// Show each function's id (`#ID`) before its name in tables and
+    /// views; give `#ID` where a function is asked for.
+    #[arg(long, global = true)]
+    pub ids: bool,
+
     /// Where a remote daemon is and how to reach it.
     #[command(flatten)]
     pub remote: RemoteArgs,

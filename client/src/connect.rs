@@ -199,10 +199,29 @@ impl ConnectError {
     fn into_error(self, path: PathBuf) -> Error {
         match self {
             ConnectError::Absent => Error::NoDaemon { path },
+            ConnectError::Io(source) if source.kind() == io::ErrorKind::PermissionDenied => {
+                match socket_group(&path) {
+                    Some(group) => Error::NotInGroup { path, group },
+                    None => Error::Connect { path, source },
+                }
+            }
             ConnectError::Io(source) => Error::Connect { path, source },
             ConnectError::Transport(source) => Error::Transport { path, source },
         }
     }
+}
+
+/// The name of the group that owns the socket at `path`, or its number
+/// when it has no name; `None` when the socket cannot be looked at.
+fn socket_group(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let gid = std::fs::metadata(path).ok()?.gid();
+    Some(
+        nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+            .ok()
+            .flatten()
+            .map_or_else(|| gid.to_string(), |g| g.name),
+    )
 }
 
 /// Connects a gRPC channel over the Unix socket at `path`. The first socket

@@ -31,6 +31,19 @@ pub enum Error {
         /// The socket that was tried.
         path: PathBuf,
     },
+    /// The socket refused us: we are not in its group.
+    #[error(
+        "cannot connect to {}: permission denied; only root and members of the group {group} \
+         may connect: ask an administrator to add you (`usermod --append --groups {group} \
+         $USER`, then log in again), or run profctl as root",
+        .path.display()
+    )]
+    NotInGroup {
+        /// The socket that was tried.
+        path: PathBuf,
+        /// The socket's group.
+        group: String,
+    },
     /// The socket exists but connecting to it failed for another reason.
     #[error("cannot connect to {}: {source}", .path.display())]
     Connect {

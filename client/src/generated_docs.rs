@@ -42,11 +42,102 @@ fn command() -> clap::Command {
 
 /// Writes profctl(1) as roff to `out`.
 pub fn write_man(out: &mut dyn Write) -> Result<(), Error> {
-    clap_mangen::Man::new(command())
+    let mut cmd = command();
+    cmd.build();
+    out.write_all(&page(&cmd)?).map_err(Error::Output)
+}
+
+/// The roff page of `cmd` (built): clap_mangen's, with a SYNOPSIS that
+/// keeps each option's value placeholder (`[--callers FN]`, where
+/// clap_mangen writes `[--callers]`).
+fn page(cmd: &clap::Command) -> Result<Vec<u8>, Error> {
+    let mut roff = Vec::new();
+    clap_mangen::Man::new(cmd.clone())
         .section("1")
         .manual("profd")
-        .render(out)
-        .map_err(Error::Output)
+        .render(&mut roff)
+        .map_err(Error::Output)?;
+    let roff = String::from_utf8_lossy(&roff).into_owned();
+    const HEAD: &str = ".SH SYNOPSIS\n";
+    let Some(start) = roff.find(HEAD).map(|i| i + HEAD.len()) else {
+        return Ok(roff.into_bytes());
+    };
+    let end = roff[start..]
+        .find("\n.SH ")
+        .map_or(roff.len(), |i| start + i + 1);
+    Ok(format!("{}{}\n{}", &roff[..start], synopsis(cmd), &roff[end..]).into_bytes())
+}
+
+/// `s` as roff text: backslashes and hyphens escaped.
+fn roff_text(s: &str) -> String {
+    s.replace('\\', "\\e").replace('-', "\\-")
+}
+
+/// The SYNOPSIS line of `cmd` in roff: its name in bold, then each visible
+/// option (`[--name VALUE]`, `<...>` when required), the positionals in
+/// italics and the subcommand placeholder.
+fn synopsis(cmd: &clap::Command) -> String {
+    let bold = |s: &str| format!("\\fB{}\\fR", roff_text(s));
+    let italic = |s: &str| format!("\\fI{}\\fR", roff_text(s));
+    let marks = |a: &clap::Arg| {
+        if a.is_required_set() {
+            ("<", ">")
+        } else {
+            ("[", "]")
+        }
+    };
+    let value = |a: &clap::Arg| {
+        a.get_value_names()
+            .map(|v| v.join(" "))
+            .unwrap_or_else(|| a.get_id().as_str().to_uppercase())
+    };
+    let mut line = vec![bold(cmd.get_bin_name().unwrap_or_else(|| cmd.get_name()))];
+    let mut options: Vec<&clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !a.is_positional())
+        .collect();
+    options.sort_by_key(|a| (a.get_long().is_none(), a.get_long(), a.get_short()));
+    for a in options {
+        let flag = match (a.get_short(), a.get_long()) {
+            (Some(s), Some(l)) => format!("{}|{}", bold(&format!("-{s}")), bold(&format!("--{l}"))),
+            (Some(s), None) => bold(&format!("-{s}")),
+            (None, Some(l)) => bold(&format!("--{l}")),
+            (None, None) => continue,
+        };
+        let takes = a.get_num_args().is_some_and(|n| n.takes_values())
+            && !matches!(
+                a.get_action(),
+                clap::ArgAction::SetTrue | clap::ArgAction::SetFalse | clap::ArgAction::Count
+            );
+        let (l, r) = marks(a);
+        line.push(if takes {
+            format!("{l}{flag} {}{r}", italic(&value(a)))
+        } else {
+            format!("{l}{flag}{r}")
+        });
+    }
+    for a in cmd.get_positionals().filter(|a| !a.is_hide_set()) {
+        let (l, r) = marks(a);
+        line.push(format!("{l}{}{r}", italic(&value(a))));
+    }
+    if cmd.has_subcommands() {
+        let name = cmd.get_subcommand_value_name().unwrap_or("COMMAND");
+        line.push(format!(
+            "{}{}{}",
+            if cmd.is_subcommand_required_set() {
+                "<"
+            } else {
+                "["
+            },
+            italic(&name.to_lowercase()),
+            if cmd.is_subcommand_required_set() {
+                ">"
+            } else {
+                "]"
+            },
+        ));
+    }
+    line.join(" ")
 }
 
 /// Writes profctl.1 and one page per subcommand (`profctl-attach.1`, ...)
@@ -67,13 +158,8 @@ fn write_pages(
     dir: &Path,
     written: &mut Vec<std::path::PathBuf>,
 ) -> Result<(), Error> {
-    let page = clap_mangen::Man::new(cmd.clone())
-        .section("1")
-        .manual("profd");
-    let path = dir.join(page.get_filename());
-    let mut roff = Vec::new();
-    page.render(&mut roff).map_err(Error::Output)?;
-    std::fs::write(&path, roff)
+    let path = dir.join(clap_mangen::Man::new(cmd.clone()).get_filename());
+    std::fs::write(&path, page(cmd)?)
         .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
     written.push(path);
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
@@ -121,6 +207,21 @@ mod tests {
         assert!(!names.iter().any(|n| n == "profctl-help.1"), "{names:?}");
         let attach = std::fs::read_to_string(dir.join("profctl-attach.1")).unwrap();
         assert!(attach.contains("\\-\\-duration"), "{attach}");
+        // The SYNOPSIS keeps the placeholders of options that take a value.
+        let report = std::fs::read_to_string(dir.join("profctl-report.1")).unwrap();
+        let synopsis = report
+            .split(".SH SYNOPSIS\n")
+            .nth(1)
+            .and_then(|s| s.lines().next())
+            .unwrap_or_else(|| panic!("no SYNOPSIS: {report}"));
+        for part in [
+            "[\\fB\\-\\-callers\\fR \\fIFN\\fR]",
+            "[\\fB\\-\\-min\\-pct\\fR \\fIP\\fR]",
+            "[\\fB\\-\\-tree\\fR]",
+            "\\fISESSION|FILE\\fR",
+        ] {
+            assert!(synopsis.contains(part), "{part} missing from {synopsis}");
+        }
         // A directory that is not there is made.
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(

@@ -34,27 +34,24 @@ use progress::waiting;
 /// daemon), runs the command, and closes the connection. Returns the exit
 /// status: 0, or for `run` its command's.
 pub async fn run(cli: Cli) -> Result<u8, Error> {
+    let out = Output::stdout().with_names(cli.full_names, cli.ids);
     // Manual pages, completions and reports on saved files need no daemon.
     match &cli.command {
         Command::Report(args) => {
             if let ReportSource::File(path) = args.source() {
-                return commands::report_file(&path, args, &Output::stdout()).map(|()| 0);
+                return commands::report_file(&path, args, &out).map(|()| 0);
             }
         }
         Command::Diff(args) if commands::diff_needs_no_daemon(args) => {
-            return commands::diff(None, args, &Output::stdout())
-                .await
-                .map(|()| 0)
+            return commands::diff(None, args, &out).await.map(|()| 0)
         }
-        Command::Man(args) => return generated_docs::man(args, &Output::stdout()).map(|()| 0),
-        Command::Fleet(args) => return commands::fleet(args, &Output::stdout()).await.map(|()| 0),
-        Command::Completions(args) => {
-            return generated_docs::completions(args, &Output::stdout()).map(|()| 0)
-        }
+        Command::Man(args) => return generated_docs::man(args, &out).map(|()| 0),
+        Command::Fleet(args) => return commands::fleet(args, &out).await.map(|()| 0),
+        Command::Completions(args) => return generated_docs::completions(args, &out).map(|()| 0),
         Command::Health(args) => {
             let target = cli.target().map_err(Error::Usage)?;
             let conn = waiting("connecting to profd", Connection::open_existing(&target)).await?;
-            let result = commands::health(&conn, args, &Output::stdout()).await;
+            let result = commands::health(&conn, args, &out).await;
             conn.close().await;
             return result.map(|()| 0);
         }
@@ -68,7 +65,6 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
             socket.display()
         );
     }
-    let out = Output::stdout();
     let client = &mut conn.client;
     let mut code = 0;
     let result = match &cli.command {

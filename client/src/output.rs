@@ -3,7 +3,7 @@
 use std::io::{self, IsTerminal, Write};
 
 use crate::error::Error;
-use crate::render::DEFAULT_NAME_WIDTH;
+use crate::render::{NameStyle, DEFAULT_NAME_WIDTH};
 
 /// ANSI: cursor home, clear screen.
 const CLEAR: &str = "\x1b[H\x1b[2J";
@@ -12,6 +12,9 @@ const CLEAR: &str = "\x1b[H\x1b[2J";
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
     terminal: bool,
+    /// `--full-names` and `--ids`.
+    full_names: bool,
+    ids: bool,
 }
 
 impl Output {
@@ -19,6 +22,28 @@ impl Output {
     pub fn stdout() -> Self {
         Output {
             terminal: io::stdout().is_terminal(),
+            full_names: false,
+            ids: false,
+        }
+    }
+
+    /// The same output, showing whole function names (`--full-names`)
+    /// and function ids (`--ids`) as asked.
+    pub fn with_names(self, full_names: bool, ids: bool) -> Self {
+        Output {
+            full_names,
+            ids,
+            ..self
+        }
+    }
+
+    /// How function names are shown: [`Output::name_width`] wide, whole
+    /// or with ids as asked.
+    pub fn names(&self) -> NameStyle {
+        NameStyle {
+            width: self.name_width(),
+            full: self.full_names,
+            ids: self.ids,
         }
     }
 

@@ -71,13 +71,7 @@ pub fn view(profile: &ResolvedProfile, view: &View) -> Result<GetViewResponse, E
 }
 
 fn find(profile: &ResolvedProfile, f: &FunctionRef) -> Result<u32, Error> {
-    views::find_function(profile, f).ok_or_else(|| {
-        Error::Usage(if f.name.is_empty() {
-            format!("no function #{} in the profile", f.id)
-        } else {
-            format!("no function named {:?} in the profile", f.name)
-        })
-    })
+    profd_common::names::find_function(profile, f).map_err(|e| Error::Usage(e.to_string()))
 }
 
 #[cfg(test)]

@@ -19,20 +19,63 @@ pub const DEFAULT_NAME_WIDTH: usize = 60;
 /// The widest a module name gets in a table before it is shortened.
 pub const MODULE_WIDTH: usize = 32;
 
+/// How function names are shown in text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameStyle {
+    /// Longest name shown; longer ones are cut in the middle with `…`.
+    pub width: usize,
+    /// Whole names (`--full-names`): no elision, no cut.
+    pub full: bool,
+    /// Each function's id before its name (`--ids`), as `#ID`.
+    pub ids: bool,
+}
+
+impl Default for NameStyle {
+    fn default() -> Self {
+        NameStyle {
+            width: DEFAULT_NAME_WIDTH,
+            full: false,
+            ids: false,
+        }
+    }
+}
+
+impl NameStyle {
+    /// The same style with names at most `width` wide.
+    pub fn at_most(self, width: usize) -> Self {
+        NameStyle {
+            width: self.width.min(width),
+            ..self
+        }
+    }
+
+    /// Function `id`'s `name` as text: `#ID ` first with `--ids`, template
+    /// arguments and parameter lists elided and cut in the middle to the
+    /// width, unless `--full-names`.
+    pub fn name(&self, id: u64, name: &str) -> String {
+        let shown = profd_common::names::display_name(name, self.width, self.full);
+        if self.ids {
+            format!("#{id} {shown}")
+        } else {
+            shown.into_owned()
+        }
+    }
+}
+
 /// How to lay out a profile table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableOptions {
     /// Rows to show; `None` = all.
     pub limit: Option<usize>,
-    /// Longest function name shown; longer ones end in `…`.
-    pub name_width: usize,
+    /// How function names are shown.
+    pub names: NameStyle,
 }
 
 impl Default for TableOptions {
     fn default() -> Self {
         TableOptions {
             limit: Some(crate::cli::DEFAULT_TOP),
-            name_width: DEFAULT_NAME_WIDTH,
+            names: NameStyle::default(),
         }
     }
 }
@@ -298,7 +341,7 @@ pub fn profile_rows(profile: &Profile, options: TableOptions) -> String {
             n(f.inclusive),
             f.exclusive_pct,
             n(f.exclusive),
-            shorten(&f.name, options.name_width),
+            options.names.name(f.id, &f.name),
             if f.inlined { INLINED_MARK } else { "" },
             module_cell(&f.module),
         );

@@ -206,21 +206,51 @@ fn table_without_functions() {
 }
 
 #[test]
-fn long_names_are_shortened() {
-    let long = "std::collections::hash::map::HashMap<K,V,S>::insert::very::long::path";
+fn long_names_are_shortened_in_the_middle() {
+    let map = "std::map<int, long, std::less<int>, std::allocator<std::pair<int const, long> > >";
+    let index = format!("{map}::operator[](int const&)");
+    let lower = format!("{map}::lower_bound(int const&)");
     let p = Profile::new(
         session(SessionState::Running),
-        vec![func(1, long, "m", 1, 1)],
+        vec![func(7, &index, "m", 2, 2), func(9, &lower, "m", 1, 1)],
     );
-    let text = profile_table(
-        &p,
-        TableOptions {
-            limit: None,
-            name_width: 20,
-        },
+    let table = |names: NameStyle| {
+        let text = profile_table(&p, TableOptions { limit: None, names });
+        text.lines()
+            .skip(3)
+            .take(2)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let narrow = NameStyle {
+        width: 20,
+        ..NameStyle::default()
+    };
+    let rows = table(narrow);
+    assert!(rows[0].ends_with("  std::m…operator[](…)  [m]"), "{rows:?}");
+    assert!(rows[1].ends_with("  std::…lower_bound(…)  [m]"), "{rows:?}");
+    let rows = table(NameStyle::default());
+    assert!(
+        rows[0].ends_with("  std::map<…>::operator[](…)  [m]"),
+        "{rows:?}"
     );
-    let row = text.lines().nth(3).unwrap();
-    assert!(row.contains("std::collections::h…  [m]"), "{row}");
+    let rows = table(NameStyle {
+        ids: true,
+        ..narrow
+    });
+    assert!(
+        rows[0].ends_with("  #7 std::m…operator[](…)  [m]"),
+        "{rows:?}"
+    );
+    assert!(
+        rows[1].ends_with("  #9 std::…lower_bound(…)  [m]"),
+        "{rows:?}"
+    );
+    let rows = table(NameStyle {
+        full: true,
+        ..narrow
+    });
+    assert!(rows[0].ends_with(&format!("  {index}  [m]")), "{rows:?}");
     assert_eq!(shorten("héllo wörld", 5), "héll…");
     assert_eq!(shorten("short", 5), "short");
 }
@@ -290,6 +320,7 @@ fn json_has_the_contract_keys_and_types() {
             [
                 "exclusive",
                 "exclusive_pct",
+                "id",
                 "inclusive",
                 "inclusive_pct",
                 "inlined",
@@ -297,6 +328,7 @@ fn json_has_the_contract_keys_and_types() {
                 "name"
             ]
         );
+        assert!(f["id"].is_u64());
         assert_eq!(f["inlined"], false);
         assert!(f["name"].is_string() && f["module"].is_string());
         let inclusive = f["inclusive"].as_u64().unwrap();

@@ -9,7 +9,7 @@ use profd_common::api::{CallerCallee, Edge, Function, GetViewResponse, Mode, Ses
 use profd_common::model::mode_name;
 
 use crate::ranking::{percent, totals};
-use crate::render::{module_cell, shorten, INLINED_MARK};
+use crate::render::{module_cell, NameStyle, INLINED_MARK};
 use crate::units::{count_text, counts_word, incl_excl, total_text};
 
 /// The widest a function name gets in a view before it is shortened.
@@ -44,15 +44,17 @@ fn session_of(view: &GetViewResponse) -> Session {
     view.session.clone().unwrap_or_default()
 }
 
-/// The functions of a view by id.
+/// The functions of a view by id, and how to show their names.
 struct Names<'a> {
     by_id: HashMap<u64, &'a Function>,
+    style: NameStyle,
 }
 
 impl<'a> Names<'a> {
-    fn new(functions: &'a [Function]) -> Self {
+    fn new(functions: &'a [Function], style: NameStyle) -> Self {
         Names {
             by_id: functions.iter().map(|f| (f.id, f)).collect(),
+            style: style.at_most(VIEW_NAME_WIDTH),
         }
     }
 
@@ -61,7 +63,7 @@ impl<'a> Names<'a> {
         match self.by_id.get(&id) {
             Some(f) => format!(
                 "{}{}{}",
-                shorten(&f.name, VIEW_NAME_WIDTH),
+                self.style.name(f.id, &f.name),
                 if f.inlined { INLINED_MARK } else { "" },
                 module_cell(&f.module)
             ),
@@ -89,8 +91,8 @@ fn count_width(session: &Session, counts: impl Iterator<Item = u64>) -> usize {
 /// function indented two spaces per level, with the node's inclusive and
 /// exclusive samples (times, in an off-CPU or wall-clock session) and their
 /// shares of the total.
-pub fn tree_text(view: &GetViewResponse, title: &str) -> String {
-    let (header, rows) = tree_lines(view, title, |_| "");
+pub fn tree_text(view: &GetViewResponse, title: &str, style: NameStyle) -> String {
+    let (header, rows) = tree_lines(view, title, style, |_| "");
     let mut out = header.join("\n") + "\n";
     if rows.is_empty() {
         out.push_str("(no samples)\n");
@@ -107,11 +109,12 @@ pub fn tree_text(view: &GetViewResponse, title: &str) -> String {
 pub fn tree_lines(
     view: &GetViewResponse,
     title: &str,
+    style: NameStyle,
     mark: impl Fn(usize) -> &'static str,
 ) -> (Vec<String>, Vec<String>) {
     let session = session_of(view);
     let attributed = totals(&session).attributed;
-    let names = Names::new(&view.functions);
+    let names = Names::new(&view.functions, style);
     let (incl, excl) = incl_excl(&session);
     let w = count_width(&session, view.nodes.iter().map(|n| n.inclusive)).max(incl.len());
     let header = vec![
@@ -147,11 +150,16 @@ pub fn tree_lines(
 /// samples through that edge (inclusive) and those ending in the callee
 /// (exclusive) as shares of all samples, and SHARE, the edge's part of the
 /// function's inclusive samples.
-pub fn caller_callee_text(view: &GetViewResponse, callers: bool, callees: bool) -> String {
+pub fn caller_callee_text(
+    view: &GetViewResponse,
+    callers: bool,
+    callees: bool,
+    style: NameStyle,
+) -> String {
     let session = session_of(view);
     let attributed = totals(&session).attributed;
     let n = |v: u64| count_text(&session, v);
-    let names = Names::new(&view.functions);
+    let names = Names::new(&view.functions, style);
     let default = CallerCallee::default();
     let cc = view.caller_callee.as_ref().unwrap_or(&default);
     let f = cc.function.clone().unwrap_or_default();
@@ -170,7 +178,7 @@ pub fn caller_callee_text(view: &GetViewResponse, callers: bool, callees: bool) 
         if f.name.is_empty() {
             names.name(f.id)
         } else {
-            f.name.clone()
+            names.style.name(f.id, &f.name)
         },
         n(f.inclusive),
         percent(f.inclusive, attributed),
@@ -216,7 +224,7 @@ pub fn caller_callee_text(view: &GetViewResponse, callers: bool, callees: bool) 
     let label = (!names.by_id.contains_key(&f.id)).then(|| {
         format!(
             "{}{}{}",
-            f.name,
+            names.style.name(f.id, &f.name),
             if f.inlined { INLINED_MARK } else { "" },
             module_cell(&f.module)
         )
@@ -231,10 +239,10 @@ pub fn caller_callee_text(view: &GetViewResponse, callers: bool, callees: bool) 
 
 /// Samples (or time, in an off-CPU or wall-clock session) per thread, most
 /// first.
-pub fn threads_text(view: &GetViewResponse) -> String {
+pub fn threads_text(view: &GetViewResponse, style: NameStyle) -> String {
     let session = session_of(view);
     let word = counts_word(&session, true);
-    let names = Names::new(&view.functions);
+    let names = Names::new(&view.functions, style);
     let mut rows: Vec<_> = view.threads.iter().collect();
     rows.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.tid.cmp(&b.tid)));
     let w = count_width(&session, rows.iter().map(|t| t.samples)).max(word.len());

@@ -62,7 +62,7 @@ fn tree_is_indented_by_depth() {
         ],
         ..Default::default()
     };
-    let text = tree_text(&view, "call tree, top-down");
+    let text = tree_text(&view, "call tree, top-down", NameStyle::default());
     let want = "\
 call tree, top-down: 1000 samples
  INCL%   INCL   EXCL%   EXCL  FUNCTION  [MODULE]
@@ -77,7 +77,7 @@ call tree, top-down: 1000 samples
         session: Some(session()),
         ..Default::default()
     };
-    assert!(tree_text(&empty, "hot path").ends_with("(no samples)\n"));
+    assert!(tree_text(&empty, "hot path", NameStyle::default()).ends_with("(no samples)\n"));
 }
 
 fn edge(function_id: u64, inclusive: u64, exclusive: u64) -> Edge {
@@ -104,7 +104,7 @@ fn work_view() -> GetViewResponse {
 
 #[test]
 fn callers_callees_in_visual_studio_order() {
-    let text = caller_callee_text(&work_view(), true, true);
+    let text = caller_callee_text(&work_view(), true, true, NameStyle::default());
     let want = "\
 callers and callees of work: 1000 inclusive (100.0 %), 0 exclusive (0.0 %) of 1000 samples
  INCL%   INCL   SHARE   EXCL%   EXCL  FUNCTION  [MODULE]
@@ -121,13 +121,14 @@ called functions:
 
 #[test]
 fn callers_only_and_callees_only() {
-    let callers = caller_callee_text(&work_view(), true, false);
+    let callers = caller_callee_text(&work_view(), true, false, NameStyle::default());
     assert!(callers.contains("calling functions:") && !callers.contains("called functions:"));
-    let callees = caller_callee_text(&work_view(), false, true);
+    let callees = caller_callee_text(&work_view(), false, true, NameStyle::default());
     assert!(!callees.contains("calling functions:") && callees.contains("called functions:"));
     let mut none = work_view();
     none.caller_callee.as_mut().unwrap().callers.clear();
-    assert!(caller_callee_text(&none, true, false).contains("calling functions:\n  (none)\n"));
+    assert!(caller_callee_text(&none, true, false, NameStyle::default())
+        .contains("calling functions:\n  (none)\n"));
 }
 
 #[test]
@@ -155,7 +156,7 @@ fn threads_by_samples() {
         ],
         ..Default::default()
     };
-    let text = threads_text(&view);
+    let text = threads_text(&view, NameStyle::default());
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "    TID  NAME    SAMPLES     PCT  TOP FUNCTION");
     assert_eq!(
@@ -232,7 +233,7 @@ fn off_cpu_views_show_times() {
         ],
         ..Default::default()
     };
-    let text = tree_text(&view, "call tree, top-down");
+    let text = tree_text(&view, "call tree, top-down", NameStyle::default());
     let want = "\
 call tree, top-down: 1.00 s off-CPU
  INCL%  INCL TIME   EXCL%  EXCL TIME  FUNCTION  [MODULE]
@@ -261,7 +262,7 @@ call tree, top-down: 1.00 s off-CPU
         }],
         ..Default::default()
     };
-    let threads = threads_text(&view);
+    let threads = threads_text(&view, NameStyle::default());
     assert!(
         threads.starts_with("    TID  NAME     TIME     PCT  TOP FUNCTION\n"),
         "{threads}"
@@ -291,7 +292,7 @@ call tree, top-down: 1.00 s off-CPU
         }],
         callees: vec![],
     });
-    let text = caller_callee_text(&callers, true, true);
+    let text = caller_callee_text(&callers, true, true, NameStyle::default());
     assert!(
         text.starts_with("callers and callees of leaf_b: 750 ms inclusive (75.0 %), 750 ms exclusive (75.0 %) of 1.00 s off-CPU\n"),
         "{text}"

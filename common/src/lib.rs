@@ -6,6 +6,7 @@ pub mod codec;
 pub mod export;
 pub mod kernel;
 pub mod model;
+pub mod names;
 pub mod views;
 
 #[cfg(test)]

@@ -28,6 +28,11 @@ fn counts(p: &ResolvedProfile) -> Vec<Counts> {
     agg.into_counts()
 }
 
+/// Inclusive samples per function, indexed by function id.
+pub(crate) fn inclusive_counts(p: &ResolvedProfile) -> Vec<u64> {
+    counts(p).into_iter().map(|c| c.inclusive).collect()
+}
+
 /// The flat row of function `id` with counts `c`.
 fn row(p: &ResolvedProfile, id: u32, c: Counts) -> api::Function {
     let info = &p.functions[id as usize];
@@ -94,22 +99,6 @@ pub fn sort_rows(rows: &mut [api::Function]) {
             .then_with(|| a.name.cmp(&b.name))
             .then_with(|| a.id.cmp(&b.id))
     });
-}
-
-/// The function `r` selects: by exact name when `r.name` is not empty (of
-/// several functions with that name, the one with the most inclusive
-/// samples, then the lowest id), else by id when it is in range.
-pub fn find_function(p: &ResolvedProfile, r: &api::FunctionRef) -> Option<u32> {
-    if r.name.is_empty() {
-        return (r.id < p.functions.len() as u64).then_some(r.id as u32);
-    }
-    let c = counts(p);
-    p.functions
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.name == r.name)
-        .max_by(|(a, _), (b, _)| c[*a].inclusive.cmp(&c[*b].inclusive).then(b.cmp(a)))
-        .map(|(id, _)| id as u32)
 }
 
 /// A call tree of paths: node 0.. in insertion order, children by lookup.

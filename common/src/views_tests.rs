@@ -53,28 +53,6 @@ fn flat_table_counts_and_order() {
 }
 
 #[test]
-fn find_by_name_or_id() {
-    let mut p = known();
-    let by = |p: &ResolvedProfile, id: u64, name: &str| {
-        find_function(
-            p,
-            &api::FunctionRef {
-                id,
-                name: name.into(),
-            },
-        )
-    };
-    assert_eq!(by(&p, 0, "c"), Some(C));
-    assert_eq!(by(&p, 3, ""), Some(C));
-    assert_eq!(by(&p, UNUSED as u64, ""), Some(UNUSED));
-    assert_eq!(by(&p, 99, ""), None);
-    assert_eq!(by(&p, 0, "nope"), None);
-    // Two functions named "r": the one with more inclusive samples wins.
-    p.functions[UNUSED as usize].name = "r".into();
-    assert_eq!(by(&p, 0, "r"), Some(R));
-}
-
-#[test]
 fn top_down_tree() {
     let p = known();
     let t = call_tree(&p, false, 0.0, 0);

@@ -11,6 +11,7 @@ use crate::session::{FunctionTable, Handle, Resolved, MAX_WINDOW_S};
 use crate::sysctl::{kernel_sysctl, max_sample_rate};
 use profd_common::api::{self, profiler_server::Profiler};
 use profd_common::kernel::KernelFrames;
+use profd_common::names::{self, FindError};
 use profd_common::{export, views};
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -503,15 +504,13 @@ impl Profiler for Service {
         views::keep_only(&mut resolved.profile, &r_tids, &r_pids);
         let p = &resolved.profile;
         let find = |r: &api::FunctionRef| {
-            views::find_function(p, r).ok_or_else(|| {
-                Status::from(Error::NotFound(format!(
-                    "no function {} in {what}: give an id or the exact name from its profile",
-                    if r.name.is_empty() {
-                        format!("with id {}", r.id)
-                    } else {
-                        format!("named {}", profd_common::quoted(&r.name))
-                    },
-                )))
+            names::find_function(p, r).map_err(|e| {
+                Status::from(match e {
+                    FindError::Ambiguous { .. } => Error::InvalidArgument(format!("{what}: {e}")),
+                    FindError::NoId(_) | FindError::NoMatch(_) => {
+                        Error::NotFound(format!("{what}: {e}"))
+                    }
+                })
             })
         };
         let mut out = api::GetViewResponse {

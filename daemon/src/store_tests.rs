@@ -554,7 +554,11 @@ fn sessions_kept_as_json_summaries_come_back_with_their_figures() {
         let id = stored.session.id;
         assert!(stored.session.earlier_run);
         let profile = store.load(stored).unwrap();
-        let export = export::json(&stored.session, &views::functions(&profile));
+        let mut export = export::json(&stored.session, &views::functions(&profile));
+        // That daemon's exports had no function ids (a key added since).
+        for f in export["functions"].as_array_mut().unwrap() {
+            f.as_object_mut().unwrap().shift_remove("id");
+        }
         let expected = fs::read_to_string(format!("{FORMAT_1_EXPORTS}/{id}.json")).unwrap();
         // As text: every digit of every figure.
         assert_eq!(

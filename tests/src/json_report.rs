@@ -109,6 +109,10 @@ pub struct ProcessRow {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct FunctionRow {
+    /// The function's id in the session (`#ID`); absent from reports of
+    /// daemons that did not print it.
+    #[serde(default)]
+    pub id: Option<u64>,
     pub name: String,
     pub module: String,
     pub inclusive: u64,

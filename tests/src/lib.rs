@@ -28,8 +28,8 @@ pub use json_report::{
 };
 pub use workload::{
     build_workload, cpu_time, java_classes, java_command, node_command, Build, Lang, Workload,
-    GOSTACKS, GOSTACKS_STRIPPED, INLINED, JAVA_FLAGS, JIT, STACKS_DEBUG_FRAME, STACKS_FP,
-    STACKS_NOFP, STACKS_RS_FP, STACKS_RS_NOFP, WORKLOAD_CFLAGS,
+    GOSTACKS, GOSTACKS_STRIPPED, INLINED, JAVA_FLAGS, JIT, NAMES_CPP, STACKS_DEBUG_FRAME,
+    STACKS_FP, STACKS_NOFP, STACKS_RS_FP, STACKS_RS_NOFP, SYMEDGES, WORKLOAD_CFLAGS,
 };
 
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! The workloads in `tests/workloads/`: compiled once per test process (C with
-//! `cc`, Rust with `rustc`, Go with `go build`), and run as child processes
+//! `cc`, C++ with `c++`, Rust with `rustc`, Go with `go build`), and run as child processes
 //! killed when dropped.
 
 use std::collections::HashMap;
@@ -37,6 +37,8 @@ pub fn build_workload(name: &str) -> PathBuf {
 pub enum Lang {
     /// Built with `$CC` (default `cc`).
     C,
+    /// Built with `$CXX` (default `c++`).
+    Cpp,
     /// Built with `$RUSTC` (default `rustc`), a single-file program.
     Rust,
     /// Built with `$GO build` (default `go`), a single-file program.
@@ -174,6 +176,32 @@ pub const JIT: Build = Build {
     flags: &["-O2", "-g", "-fno-omit-frame-pointer", "-Wall"],
 };
 
+/// `names.cpp`: member functions of a class template with long names.
+pub const NAMES_CPP: Build = Build {
+    name: "names_cpp",
+    source: "names.cpp",
+    lang: Lang::Cpp,
+    flags: WORKLOAD_CFLAGS,
+};
+
+/// `symedges.c`: memcmp called through the PLT (`-fno-builtin` keeps the
+/// calls) and the vDSO's clock_gettime.
+pub const SYMEDGES: Build = Build {
+    name: "symedges",
+    source: "symedges.c",
+    lang: Lang::C,
+    flags: &[
+        "-O1",
+        "-fno-omit-frame-pointer",
+        "-mno-omit-leaf-frame-pointer",
+        "-fno-inline",
+        "-fno-optimize-sibling-calls",
+        "-fno-builtin",
+        "-g",
+        "-Wall",
+    ],
+};
+
 impl Build {
     /// Compiles this build (once per test process) and returns the executable.
     pub fn path(&self) -> PathBuf {
@@ -191,7 +219,7 @@ impl Build {
 /// same speed.)
 fn align_loops(lang: Lang) -> Option<&'static str> {
     match lang {
-        Lang::C => Some("-falign-loops=64"),
+        Lang::C | Lang::Cpp => Some("-falign-loops=64"),
         Lang::Rust => Some("-Cllvm-args=-align-loops=64"),
         Lang::Go => None,
     }
@@ -215,6 +243,7 @@ fn compile(lang: Lang, source: &str, out_name: &str, flags: &[&str]) -> PathBuf 
     let out = unique_dir("workload").join(out_name);
     let (var, default, install) = match lang {
         Lang::C => ("CC", "cc", "install gcc"),
+        Lang::Cpp => ("CXX", "c++", "install g++"),
         Lang::Rust => ("RUSTC", "rustc", "install the Rust toolchain"),
         Lang::Go => ("GO", "go", "install golang-go"),
     };

@@ -69,7 +69,7 @@ impl SessionDisplay {
     pub(super) fn new(options: &ProfileOptions, out: Output) -> Self {
         let tui = if wants_tui(options, &out) {
             let empty = WatchState::with_window(options.window_s()).profile();
-            match Tui::start(empty, options.sort) {
+            match Tui::start(empty, options.sort, out.names()) {
                 Ok(tui) => Some(tui),
                 Err(e) => {
                     eprintln!("profctl: cannot open the full-screen view ({e}); printing tables");
@@ -84,7 +84,7 @@ impl SessionDisplay {
             out,
             table: TableOptions {
                 limit: options.row_limit(),
-                name_width: out.name_width(),
+                names: out.names(),
             },
             live_shown: false,
             tui,

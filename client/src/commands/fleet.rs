@@ -49,7 +49,7 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
     match action {
         QueryAction::View(view) => {
             let mut text = header(&answer);
-            text.push_str(&view_text_of(&answer.profile, &view, out.name_width())?);
+            text.push_str(&view_text_of(&answer.profile, &view, out.names())?);
             out.print(&text)
         }
         QueryAction::Export(format) => write(&answer, format, &args.output, out),

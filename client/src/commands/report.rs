@@ -12,7 +12,7 @@ use crate::output::Output;
 use crate::pprof_file;
 use crate::progress::waiting;
 use crate::ranking::Profile;
-use crate::render::{self, TableOptions};
+use crate::render::{self, NameStyle, TableOptions};
 use crate::render_views;
 
 /// The GetView request for a report view (`None` for the flat table, which
@@ -29,7 +29,7 @@ pub fn view_request(view: &ReportView) -> Option<View> {
 }
 
 /// A view's text (without the header lines naming the session or file).
-pub fn view_text(view: &ReportView, reply: &GetViewResponse) -> String {
+pub fn view_text(view: &ReportView, reply: &GetViewResponse, names: NameStyle) -> String {
     match view {
         ReportView::Flat { .. } => String::new(),
         ReportView::Tree(t) => render_views::tree_text(
@@ -39,6 +39,7 @@ pub fn view_text(view: &ReportView, reply: &GetViewResponse) -> String {
             } else {
                 "call tree, top-down"
             },
+            names,
         ),
         ReportView::HotPath(t) => render_views::tree_text(
             reply,
@@ -47,10 +48,11 @@ pub fn view_text(view: &ReportView, reply: &GetViewResponse) -> String {
             } else {
                 "hot path, top-down"
             },
+            names,
         ),
         ReportView::CallerCallee {
             callers, callees, ..
-        } => render_views::caller_callee_text(reply, *callers, *callees),
+        } => render_views::caller_callee_text(reply, *callers, *callees, names),
         ReportView::Lines(f) => {
             let name = match reply
                 .caller_callee
@@ -63,14 +65,14 @@ pub fn view_text(view: &ReportView, reply: &GetViewResponse) -> String {
             };
             render_views::lines_text(reply, &name)
         }
-        ReportView::Threads => render_views::threads_text(reply),
+        ReportView::Threads => render_views::threads_text(reply, names),
     }
 }
 
 fn table_options(limit: Option<usize>, out: &Output) -> TableOptions {
     TableOptions {
         limit,
-        name_width: out.name_width(),
+        names: out.names(),
     }
 }
 
@@ -125,7 +127,7 @@ pub async fn report_daemon(
             .into_inner();
             let session = required_session(reply.session.clone(), "GetView")?;
             let mut text = render::table_header(&session);
-            text.push_str(&view_text(view, &reply));
+            text.push_str(&view_text(view, &reply, out.names()));
             text
         }
     };
@@ -134,20 +136,20 @@ pub async fn report_daemon(
 
 /// Reports on a saved pprof file, without a daemon.
 pub fn report_file(path: &std::path::Path, args: &ReportArgs, out: &Output) -> Result<(), Error> {
-    out.print(&report_file_text(path, args, out.name_width())?)
+    out.print(&report_file_text(path, args, out.names())?)
 }
 
-/// The text of [`report_file`], names shortened to `name_width`.
+/// The text of [`report_file`], names shown as `names` says.
 pub fn report_file_text(
     path: &std::path::Path,
     args: &ReportArgs,
-    name_width: usize,
+    names: NameStyle,
 ) -> Result<String, Error> {
     let view = args.view().map_err(Error::Usage)?;
     let profile = pprof_file::load(path)?;
     let session = pprof_file::session(&profile);
     let mut text = render_views::file_header(&path.display().to_string(), &session);
-    text.push_str(&view_text_of(&profile, &view, name_width)?);
+    text.push_str(&view_text_of(&profile, &view, names)?);
     Ok(text)
 }
 
@@ -156,7 +158,7 @@ pub fn report_file_text(
 pub fn view_text_of(
     profile: &profd_common::model::ResolvedProfile,
     view: &ReportView,
-    name_width: usize,
+    names: NameStyle,
 ) -> Result<String, Error> {
     Ok(match view_request(view) {
         None => {
@@ -164,12 +166,12 @@ pub fn view_text_of(
                 unreachable!("only the flat table has no view request")
             };
             let flat = Profile::new(pprof_file::session(profile), pprof_file::functions(profile));
-            let options = TableOptions { limit, name_width };
+            let options = TableOptions { limit, names };
             render::profile_rows(&flat, options)
         }
         Some(request) => {
             let reply = pprof_file::view(profile, &request)?;
-            view_text(view, &reply)
+            view_text(view, &reply, names)
         }
     })
 }

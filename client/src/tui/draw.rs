@@ -145,6 +145,18 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
     titles.push(String::new());
     titles.push(title(state, "FUNCTION", SortKey::Name));
     titles.push("MODULE".to_string());
+    // The function column takes what the others leave (one space between
+    // columns, and the user/kernel mark's); names are shortened to fit it.
+    let others: u16 = widths
+        .iter()
+        .map(|w| match w {
+            Constraint::Length(n) => n + 1,
+            _ => 1,
+        })
+        .sum::<u16>()
+        + 4
+        + 20;
+    let name_width = usize::from(area.width.saturating_sub(others)).max(20);
     widths.extend([
         Constraint::Length(3),
         Constraint::Min(20),
@@ -176,9 +188,12 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
                 cells.push(pct(f.window_exclusive, w.attributed, 8));
             }
             let name = if f.inlined {
-                format!("{}{INLINED_MARK}", f.name)
+                let names = state
+                    .names
+                    .at_most(name_width.saturating_sub(INLINED_MARK.len()));
+                format!("{}{INLINED_MARK}", names.name(f.id, &f.name))
             } else {
-                f.name.clone()
+                state.names.at_most(name_width).name(f.id, &f.name)
             };
             let kernel = f.module == KERNEL;
             cells.push(Cell::from(if kernel { "[k]" } else { "[.]" }));
@@ -228,7 +243,7 @@ fn draw_tree(
         Some(r) if r.children => "▾ ",
         _ => "  ",
     };
-    let (header, rows) = render_views::tree_lines(reply, title, mark);
+    let (header, rows) = render_views::tree_lines(reply, title, state.names, mark);
     let mut lines: Vec<Line> = header
         .into_iter()
         .map(|l| Line::styled(l, Style::new().add_modifier(Modifier::BOLD)))
@@ -255,7 +270,7 @@ fn draw_threads(frame: &mut Frame, area: Rect, state: &TuiState) {
     let text = match &state.view {
         None => "loading…".to_string(),
         Some(Err(e)) => format!("cannot show this view: {e}"),
-        Some(Ok(reply)) => render_views::threads_text(reply),
+        Some(Ok(reply)) => render_views::threads_text(reply, state.names),
     };
     let all: Vec<&str> = text.lines().collect();
     let Some((header, rows)) = all.split_first() else {
@@ -291,7 +306,7 @@ fn draw_view(frame: &mut Frame, area: Rect, state: &TuiState) {
             };
             return draw_tree(frame, area, state, reply, title);
         }
-        (_, Some(Ok(reply))) => render_views::caller_callee_text(reply, true, true),
+        (_, Some(Ok(reply))) => render_views::caller_callee_text(reply, true, true, state.names),
     };
     let lines: Vec<Line> = text.lines().map(|l| Line::raw(l.to_string())).collect();
     let height = usize::from(area.height).max(1);

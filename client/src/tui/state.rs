@@ -9,6 +9,8 @@ use profd_common::api::get_view_request::View;
 use profd_common::api::{
     Function, FunctionRef, FunctionsRequest, GetViewResponse, ThreadsRequest, TreeRequest,
 };
+
+use crate::render::NameStyle;
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::cli::SortArg;
@@ -128,6 +130,9 @@ pub struct TuiState {
     /// Only this thread's or process's samples (the table then comes from
     /// GetView, refreshed at each update).
     pub only: Option<Only>,
+    /// How function names are shown (`--full-names`, `--ids`; the width
+    /// is the column's).
+    pub names: NameStyle,
 }
 
 impl TuiState {
@@ -149,6 +154,7 @@ impl TuiState {
             rate: None,
             colour: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
             only: None,
+            names: NameStyle::default(),
         }
     }
 

@@ -19,6 +19,7 @@ use super::draw::draw;
 use super::state::{Action, TuiState};
 use crate::cli::SortArg;
 use crate::ranking::Profile;
+use crate::render::NameStyle;
 
 /// How often the event thread checks whether it should end.
 const POLL: Duration = Duration::from_millis(100);
@@ -36,7 +37,7 @@ pub struct Tui {
 impl Tui {
     /// Switches the terminal to raw mode and the alternate screen and starts
     /// reading keys.
-    pub fn start(profile: Profile, sort: SortArg) -> io::Result<Tui> {
+    pub fn start(profile: Profile, sort: SortArg, names: NameStyle) -> io::Result<Tui> {
         enable_raw_mode()?;
         let mut stdout = io::stdout();
         if let Err(e) = execute!(stdout, EnterAlternateScreen, cursor::Hide) {
@@ -54,7 +55,10 @@ impl Tui {
             events,
             stop_reader,
             active: true,
-            state: TuiState::new(profile),
+            state: TuiState {
+                names,
+                ..TuiState::new(profile)
+            },
         };
         tui.state.sort = sort.into();
         tui.terminal.clear()?;

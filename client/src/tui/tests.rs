@@ -571,3 +571,37 @@ fn off_cpu_sessions_show_times() {
         "{text}"
     );
 }
+
+/// C++ names are shortened to fit the function column (their method's
+/// name kept), shown whole with `--full-names` and after their id with
+/// `--ids`.
+#[test]
+fn long_names_fit_the_function_column() {
+    let long = "app::Table<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >, long>::lookup(std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&) const";
+    let p = Profile::new(session(), vec![func(7, long, 100, 100)]);
+    let row = |names: crate::render::NameStyle| {
+        let state = TuiState {
+            names,
+            ..TuiState::new(p.clone())
+        };
+        screen(&state, 100, 12)
+            .into_iter()
+            .find(|l| l.contains("app::"))
+            .unwrap_or_default()
+    };
+    let short = row(Default::default());
+    assert!(short.contains("app::Table<…>::lookup(…) const"), "{short}");
+    let full = row(crate::render::NameStyle {
+        full: true,
+        ..Default::default()
+    });
+    assert!(
+        full.contains("app::Table<std::__cxx11::basic_str"),
+        "{full}"
+    );
+    let ids = row(crate::render::NameStyle {
+        ids: true,
+        ..Default::default()
+    });
+    assert!(ids.contains("#7 app::Table<…>::lookup(…) const"), "{ids}");
+}

@@ -222,7 +222,10 @@ fn report_errors_are_one_line() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no function named \"nosuch\""), "{err}");
+    assert!(
+        err.contains("no function's name is, contains or matches \"nosuch\""),
+        "{err}"
+    );
 
     for args in [
         &["--tree", "--threads"][..],

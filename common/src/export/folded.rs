@@ -4,7 +4,21 @@ use std::collections::BTreeMap;
 
 use super::{frame_name, ExportError};
 use crate::api::Mode;
-use crate::model::{is_time, ResolvedProfile};
+use crate::kernel::KERNEL;
+use crate::model::{is_time, FunctionInfo, ResolvedProfile};
+
+/// A frame's name with flamegraph.pl's annotations, which its `java`, `js`
+/// and `perl` palettes colour by: `name_[k]` for kernel code, `name_[i]`
+/// for an inlined function, else `name`.
+fn annotated(f: &FunctionInfo) -> String {
+    if f.module == KERNEL {
+        format!("{}_[k]", f.name)
+    } else if f.inlined {
+        format!("{}_[i]", f.name)
+    } else {
+        f.name.clone()
+    }
+}
 
 /// A frame name safe in a folded line: `;` separates frames and the line
 /// ends in ` count`, so `;` and line breaks become `:` and spaces.
@@ -17,12 +31,18 @@ fn clean(name: String) -> String {
 }
 
 /// Folded stacks: one `outer;...;inner count` line per distinct stack
-/// (threads merged; frames named `name`, or `name [inlined]`), lines
+/// (threads merged; frames named `name`, `name_[k]` for kernel code or
+/// `name_[i]` for an inlined function, as flamegraph.pl expects), lines
 /// sorted, each ending in `\n`. Empty stacks are left out. The count is the
 /// profile's: samples, or for off-CPU and wall-clock profiles an integer
 /// number of nanoseconds (the `[off-cpu: …]` frames of waits outermost).
 pub fn folded(p: &ResolvedProfile) -> String {
-    let names: Vec<String> = p.functions.iter().map(|f| clean(frame_name(f))).collect();
+    fold(p, annotated)
+}
+
+/// Folded stacks with frames named by `name`.
+fn fold(p: &ResolvedProfile, name: fn(&FunctionInfo) -> String) -> String {
+    let names: Vec<String> = p.functions.iter().map(|f| clean(name(f))).collect();
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for s in p
         .stacks
@@ -54,11 +74,13 @@ pub fn folded(p: &ResolvedProfile) -> String {
 }
 
 /// An SVG flame graph of the folded stacks (inferno), titled `title`. A
-/// profile without samples gives inferno's picture saying so. Frames count
+/// profile without samples gives inferno's picture saying so. Frames are
+/// named as in viewers (`name [inlined]`: inferno would hide the folded
+/// annotations). Frames count
 /// `samples`, or for off-CPU and wall-clock profiles `ns`, with a subtitle
 /// saying which time.
 pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
-    let text = folded(p);
+    let text = fold(p, frame_name);
     let mut opt = inferno::flamegraph::Options::default();
     opt.title = title.to_string();
     opt.count_name = if is_time(p.mode) { "ns" } else { "samples" }.to_string();
@@ -85,7 +107,7 @@ mod tests {
     fn folded_text() {
         assert_eq!(
             folded(&known()),
-            "main;a 1\nmain;a;c 3\nmain;b;c 2\nmain;b;inl [inlined] 2\nmain;r;r;r 4\n"
+            "main;a 1\nmain;a;c 3\nmain;b;c 2\nmain;b;inl_[i] 2\nmain;r;r;r 4\n"
         );
     }
 
@@ -101,6 +123,16 @@ mod tests {
         let text = folded(&p);
         assert!(text.starts_with("main;a:x 6\nmain;a:x;c 3\n"), "{text}");
         assert_eq!(folded(&ResolvedProfile::default()), "");
+    }
+
+    #[test]
+    fn kernel_frames_end_in_k() {
+        let mut p = known();
+        p.functions[3].module = KERNEL.into();
+        let text = folded(&p);
+        assert!(text.contains("main;a;c_[k] 3\n"), "{text}");
+        assert!(text.contains("main;b;inl_[i] 2\n"), "{text}");
+        assert!(!text.contains("main;a;c 3"), "{text}");
     }
 
     #[test]

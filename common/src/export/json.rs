@@ -66,6 +66,7 @@ struct Report<'a> {
 
 #[derive(Serialize)]
 struct Row<'a> {
+    id: u64,
     name: &'a str,
     module: &'a str,
     inclusive: u64,
@@ -84,7 +85,7 @@ struct Row<'a> {
 /// `discarded`, `lost`, `truncated`, `unsymbolized`, `overflowed`,
 /// `throttled`, `unchecked`, `unsampled`, `time` (null in cpu mode, else
 /// {`on_cpu_ns`, `off_cpu_ns`, `runnable_ns`, `waits`, `unpaired`,
-/// `open_at_end`})} and `functions` [{`name`, `module`, `inclusive`,
+/// `open_at_end`})} and `functions` [{`id`, `name`, `module`, `inclusive`,
 /// `exclusive`, `inclusive_pct`, `exclusive_pct`, `inlined`}], keys in this
 /// order. With the unit `nanoseconds`, `processes[].samples`,
 /// `attributed`, `unsymbolized`, `overflowed`, `unchecked` and the
@@ -113,6 +114,7 @@ pub fn json(session: &Session, functions: &[Function]) -> serde_json::Value {
         functions: functions
             .iter()
             .map(|f| Row {
+                id: f.id,
                 name: &f.name,
                 module: &f.module,
                 inclusive: f.inclusive,
@@ -226,6 +228,7 @@ mod tests {
         assert_eq!(
             keys(&f[0]),
             [
+                "id",
                 "name",
                 "module",
                 "inclusive",

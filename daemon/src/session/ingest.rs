@@ -438,14 +438,24 @@ impl Ingest {
         Ok(addresses)
     }
 
-    /// Read the name of a thread not seen before.
+    /// Read the name of a thread not seen before; a thread gone by then
+    /// (a short-lived child, forked without exec) has its process's command
+    /// name, which a thread or child inherits when no COMM record renames
+    /// it.
     fn name_thread(&mut self, pid: u32, tid: u32) {
         self.thread_pid.insert(tid, pid);
-        self.threads.entry(tid).or_insert_with(|| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                .map(|s| s.trim_end().to_string())
-                .unwrap_or_default()
-        });
+        if self.threads.contains_key(&tid) {
+            return;
+        }
+        let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+            .map(|s| s.trim_end().to_string())
+            .ok()
+            .or_else(|| {
+                let &i = self.process_index.get(&pid)?;
+                Some(self.processes[i].comm.clone())
+            })
+            .unwrap_or_default();
+        self.threads.insert(tid, name);
     }
 }
 

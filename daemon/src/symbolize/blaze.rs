@@ -1,12 +1,16 @@
 //! The symbolizer thread's work: kernel addresses through kallsyms, user
 //! addresses grouped by mapped file and named from its ELF/DWARF data (or a
-//! split debug file) by file offset, with inlined functions and source lines,
+//! split debug file) by file offset, with inlined functions and source lines
+//! (PLT stubs as `symbol@plt`),
 //! or from the names found before for any session (`names`), or for Go
 //! programs without symbols from their function table (`.gopclntab`);
-//! anonymous code from the target's perf map; the rest as placeholders.
+//! vDSO code from the vDSO image; anonymous code from the target's perf map;
+//! the rest as placeholders.
 use super::debug::DebugFiles;
 use super::frame::{Frame, FrameName};
 use super::names::{FileKey, Names};
+use super::plt::Plt;
+use super::vdso::{Vdso, VDSO_MODULE};
 use crate::file_version::FileVersion;
 use crate::gopclntab::GoTable;
 use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
@@ -209,6 +213,13 @@ impl Worker {
                         .items
                         .push((i, m.file_offset(addr)));
                 }
+                Backing::Special(name) if &**name == VDSO_MODULE => {
+                    let offset = addr - m.start;
+                    out[i] = Some(vec![match Vdso::get().and_then(|v| v.name(offset)) {
+                        Some(function) => Frame::named(function, VDSO_MODULE),
+                        None => Frame::unnamed(format!("{name}+{offset:#x}"), VDSO_MODULE),
+                    }]);
+                }
                 Backing::Special(name) => {
                     let placeholder =
                         Frame::unnamed(format!("{name}+{:#x}", addr - m.start), &**name);
@@ -326,6 +337,16 @@ impl Worker {
             version,
         } = group;
         let mut left = items;
+        // PLT stubs: no symbol covers them.
+        if let Some(plt) = Plt::of(readable) {
+            left.retain(|&(i, off)| match plt.name(off) {
+                Some(name) => {
+                    out[i] = Some(vec![Frame::named(format!("{name}@plt"), &*module)]);
+                    false
+                }
+                None => true,
+            });
+        }
         let target = maps.target().map(|t| &**t);
         if let Some(split) = self.debug.find(readable, &path, target, version.as_ref()) {
             let (mapped, unmapped): (Vec<_>, Vec<_>) = left

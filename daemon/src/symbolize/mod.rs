@@ -8,8 +8,10 @@ mod debug;
 mod frame;
 mod names;
 pub mod perfmap;
+mod plt;
 #[cfg(test)]
 mod tests;
+mod vdso;
 
 use crate::maps::ProcessMaps;
 pub use blaze::JIT_MODULE;

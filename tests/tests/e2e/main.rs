@@ -21,6 +21,7 @@ mod fleet;
 mod go;
 mod jit;
 mod kernel_frames;
+mod names;
 mod offcpu;
 mod python;
 mod restart;

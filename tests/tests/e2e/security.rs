@@ -298,6 +298,13 @@ fn socket_is_group_only_and_never_replaces_other_files() {
         "carol's error does not say that she may not connect:\n{}",
         carol.describe()
     );
+    assert!(
+        carol
+            .stderr
+            .contains(&format!("usermod --append --groups {TEST_GROUP}")),
+        "carol's error does not name the group {TEST_GROUP} to join:\n{}",
+        carol.describe()
+    );
     d.assert_alive();
     drop(d);
 

@@ -1,0 +1,304 @@
+//! End-to-end tests of function names as people read and type them: C++
+//! template names shortened in tables and kept whole on request, functions
+//! named by a part of their name, a regular expression or `#ID`, and the
+//! ids shown in tables and JSON; PLT stubs and vDSO code, which no symbol
+//! of the program covers; the threads of children forked without exec.
+//! Real kernel, real `profd` and `profctl`, and
+//! `names.cpp` built with the machine's g++.
+
+use profd_e2e::views::{self, caller_callee};
+use profd_e2e::{
+    build_workload, path_str, unique_dir, CmdOutput, Daemon, Harness, Profile, Workload, NAMES_CPP,
+    SYMEDGES,
+};
+
+/// Long enough for any test: workloads are killed when the test ends.
+const LONG: f64 = 60.0;
+
+/// Runs profctl and fails the test unless it succeeded.
+fn ok(daemon: &Daemon, args: &[&str]) -> CmdOutput {
+    let out = daemon.profctl(args);
+    out.assert_success();
+    out
+}
+
+/// The JSON row of the one function whose name has `part` (fails unless
+/// exactly one has).
+fn only<'a>(p: &'a Profile, part: &str) -> &'a profd_e2e::FunctionRow {
+    let found: Vec<_> = p
+        .functions
+        .iter()
+        .filter(|f| f.name.contains(part))
+        .collect();
+    assert_eq!(found.len(), 1, "functions with {part:?}:\n{}", p.table());
+    found[0]
+}
+
+/// `names_cpp`'s two methods of `app::Table<…>` have names of hundreds of
+/// characters that differ only after the template arguments. The table
+/// shows them short and distinct (`app::Table<…>::lookup(…) const`), whole
+/// with `--full-names`, and with their JSON ids under `--ids`. A part of a
+/// name (`lookup`), a regular expression and `#ID` select a function for
+/// `--callers`; a part that two names share is refused with both listed,
+/// ids included.
+#[test]
+fn cpp_names_are_short_in_tables_and_found_by_part_regex_or_id() {
+    let h = Harness::start();
+    let target = Workload::start_build(&NAMES_CPP, LONG);
+    let out = ok(
+        &h.daemon,
+        &[
+            "attach",
+            &target.pid_arg(),
+            "--duration",
+            "3",
+            "--format",
+            "json",
+        ],
+    );
+    let p = Profile::parse(&out);
+    eprintln!("{}", p.table());
+    assert!(
+        p.totals.attributed >= 300,
+        "too few samples:\n{}",
+        p.table()
+    );
+    let id = p.session_id.to_string();
+    let lookup = only(&p, "::lookup(");
+    let update = only(&p, "::update(");
+    for f in [lookup, update] {
+        assert!(
+            f.name.starts_with("app::Table<std::") && f.name.len() > 200,
+            "not the long demangled name: {}",
+            f.name
+        );
+        assert!(f.exclusive > 0, "{} has no samples:\n{}", f.name, p.table());
+    }
+    let (lookup_id, update_id) = (lookup.id.expect("JSON id"), update.id.expect("JSON id"));
+    assert_ne!(lookup_id, update_id);
+
+    // Short and distinct by default.
+    let short_lookup = "app::Table<…>::lookup(…) const";
+    let short_update = "app::Table<…>::update(…)";
+    let table = ok(&h.daemon, &["report", &id, "--top", "0"]);
+    eprintln!("{}", table.stdout);
+    let names: Vec<String> = views::rows(&table.stdout)
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    for short in [short_lookup, short_update] {
+        assert!(
+            names.iter().any(|n| n == short),
+            "no row {short}:\n{}",
+            table.stdout
+        );
+    }
+    assert!(
+        !table.stdout.contains("std::__cxx11::basic_string"),
+        "a template argument in the default table:\n{}",
+        table.stdout
+    );
+    // Whole with --full-names, as in the JSON.
+    let full = ok(&h.daemon, &["report", &id, "--top", "0", "--full-names"]);
+    let names: Vec<String> = views::rows(&full.stdout)
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    for f in [lookup, update] {
+        assert!(
+            names.contains(&f.name),
+            "no row {}:\n{}",
+            f.name,
+            full.stdout
+        );
+    }
+    // The JSON ids, shown by --ids.
+    let with_ids = ok(&h.daemon, &["report", &id, "--top", "0", "--ids"]);
+    eprintln!("{}", with_ids.stdout);
+    let names: Vec<String> = views::rows(&with_ids.stdout)
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    for (fid, short) in [(lookup_id, short_lookup), (update_id, short_update)] {
+        let want = format!("#{fid} {short}");
+        assert!(names.contains(&want), "no row {want}:\n{}", with_ids.stdout);
+    }
+
+    // The callers of lookup, named by a part of its name, a regular
+    // expression and its id: map_work<unsigned long> every time.
+    let callers_of = |name: &str| {
+        let out = ok(&h.daemon, &["report", &id, "--callers", name]);
+        let cc = caller_callee(&out.stdout);
+        let function = cc
+            .function
+            .clone()
+            .unwrap_or_else(|| panic!("{}", out.stdout));
+        let callers: Vec<String> = cc.callers.iter().map(|r| r.name.clone()).collect();
+        (function.name, callers, out.stdout)
+    };
+    for name in [
+        "lookup".to_string(),
+        "^app::Table<.*>::look".to_string(),
+        format!("#{lookup_id}"),
+    ] {
+        let (function, callers, text) = callers_of(&name);
+        eprintln!("--callers {name}:\n{text}");
+        assert_eq!(function, short_lookup, "--callers {name}:\n{text}");
+        assert_eq!(
+            callers,
+            ["void map_work<…>(…)"],
+            "--callers {name}:\n{text}"
+        );
+    }
+    let (function, _, text) = callers_of("::update(");
+    assert_eq!(function, short_update, "{text}");
+
+    // Two names have `> > >::` (the end of Table's arguments): refused,
+    // both listed with their ids.
+    let out = h.daemon.profctl(&["report", &id, "--callers", "> > >::"]);
+    eprintln!("{}", out.stderr);
+    assert!(
+        !out.status.success(),
+        "an ambiguous name was taken:\n{}",
+        out.describe()
+    );
+    for (fid, short) in [(lookup_id, short_lookup), (update_id, short_update)] {
+        let want = format!("#{fid} {short}");
+        assert!(
+            out.stderr.contains(&want),
+            "{want} not listed:\n{}",
+            out.describe()
+        );
+    }
+    assert!(
+        out.stderr.contains("matches 2 functions"),
+        "{}",
+        out.describe()
+    );
+}
+
+/// `symedges` calls memcmp through its PLT and reads the clock in the
+/// vDSO: the stub is `memcmp@plt` in the program (as perf names it), not
+/// the function before the PLT (`_init`), and the clock's code is
+/// `__vdso_clock_gettime` in `[vdso]`, not an offset.
+#[test]
+fn plt_stubs_and_vdso_code_are_named() {
+    let h = Harness::start();
+    let target = Workload::start_build(&SYMEDGES, LONG);
+    let out = ok(
+        &h.daemon,
+        &[
+            "attach",
+            &target.pid_arg(),
+            "--duration",
+            "3",
+            "--format",
+            "json",
+        ],
+    );
+    let p = Profile::parse(&out);
+    eprintln!("{}", p.table());
+    assert!(
+        p.totals.attributed >= 300,
+        "too few samples:\n{}",
+        p.table()
+    );
+    let share = |name: &str, module: &str| {
+        let rows: Vec<_> = p
+            .functions
+            .iter()
+            .filter(|f| f.name == name && f.module == module)
+            .collect();
+        assert_eq!(rows.len(), 1, "no {name} [{module}]:\n{}", p.table());
+        100.0 * rows[0].exclusive as f64 / p.totals.attributed as f64
+    };
+    // perf gives the stub 2.5 % and the vDSO 27 % of this workload here.
+    let stub = share("memcmp@plt", "symedges");
+    assert!(stub >= 0.3, "memcmp@plt has {stub:.2} %:\n{}", p.table());
+    let vdso = share("__vdso_clock_gettime", "[vdso]");
+    assert!(
+        vdso >= 5.0,
+        "__vdso_clock_gettime has {vdso:.2} %:\n{}",
+        p.table()
+    );
+    for f in &p.functions {
+        assert!(
+            f.name != "_init" && !f.name.starts_with("[vdso]+"),
+            "{} [{}] has {} samples:\n{}",
+            f.name,
+            f.module,
+            f.inclusive,
+            p.table()
+        );
+    }
+}
+
+/// `kids` forks children without exec, each with a second thread, that
+/// live less than a drain period: gone before the daemon could read their
+/// names in /proc. Every thread is still named `kids`, the command name it
+/// inherits, in `--threads` and in the speedscope export.
+#[test]
+fn threads_of_forked_children_have_the_command_name() {
+    let h = Harness::start();
+    let kids = build_workload("kids");
+    let out = ok(
+        &h.daemon,
+        &[
+            "run",
+            "--children",
+            "--format",
+            "json",
+            "--",
+            path_str(&kids),
+            "6",
+            "0.15",
+        ],
+    );
+    let p = Profile::parse(&out);
+    assert_eq!(p.processes.len(), 7, "{:?}", p.processes);
+    let id = p.session_id.to_string();
+    let threads = ok(&h.daemon, &["report", &id, "--threads"]).stdout;
+    eprintln!("{threads}");
+    let rows: Vec<Vec<&str>> = threads
+        .lines()
+        .skip_while(|l| !l.contains("TOP FUNCTION"))
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // The target and two threads in each of six children.
+    assert!(rows.len() >= 13, "threads:\n{threads}");
+    for row in &rows {
+        assert_eq!(
+            row.get(1),
+            Some(&"kids"),
+            "a thread without its name:\n{threads}"
+        );
+    }
+    let file = unique_dir("speedscope").join("kids.speedscope.json");
+    ok(
+        &h.daemon,
+        &[
+            "export",
+            &id,
+            "--format",
+            "speedscope",
+            "-o",
+            path_str(&file),
+        ],
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("read the export")).unwrap();
+    let names: Vec<&str> = doc["profiles"]
+        .as_array()
+        .expect("profiles")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), rows.len(), "{names:?}");
+    for name in &names {
+        assert!(
+            name.starts_with("kids (tid "),
+            "speedscope thread {name:?}: {names:?}"
+        );
+    }
+}

@@ -200,14 +200,18 @@ Examples:
   profctl attach 4242                       until Ctrl-C (q in the full-screen view)
   profctl attach 4242 --duration 30 --format json > profile.json
   profctl attach 4242 --freq 99 --window 10 --no-tui
-  profctl attach 4242 --children --unwind dwarf")]
+  profctl attach 4242 --children --unwind dwarf
+  profctl attach 4242 --duration 10 -o flame.svg")]
     Attach(AttachArgs),
     /// Start a command and profile it until it exits (or --duration elapses).
     #[command(after_help = "\
 Examples:
   profctl run -- make -j4                   until the command exits
   profctl run --duration 10 --format json -- ./server > profile.json
-  profctl run --children -- sh -c './prepare && ./compute'")]
+  profctl run --children -- sh -c './prepare && ./compute'
+  profctl run -o cpu.pb.gz -- ./bench     also write the profile as pprof
+  profctl run --output-format firefox -o timeline.json -- ./bench
+                                            a timeline for the Firefox Profiler")]
     Run(RunArgs),
     /// List the daemon's sessions, running and ended (--all: also those of
     /// earlier daemon runs).
@@ -229,7 +233,7 @@ Examples:
   profctl --socket /tmp/profd.sock info     a daemon on another socket")]
     Info,
     /// Write a session's whole profile as pprof, folded stacks, an SVG flame
-    /// graph, speedscope JSON or profctl's JSON.
+    /// graph, speedscope JSON, profctl's JSON or a Firefox Profiler timeline.
     #[command(after_help = "\
 Examples:
   profctl export 3 --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz

@@ -167,7 +167,8 @@ pub fn plan_attach(
     let spec = EventSpec {
         kind,
         mode,
-        session: 0,
+        // A timeline needs a group of its own (see EventSpec::session).
+        session: u64::from(req.timeline),
         frequency_hz,
         ring_pages: 0,
         stack_bytes,

@@ -94,8 +94,9 @@ pub struct EventSpec {
     /// What the events measure.
     pub mode: Mode,
     /// The one session the group serves (modes with switches: a wait is
-    /// paired and closed for one session); 0 = any sessions of the same
-    /// settings share it.
+    /// paired and closed for one session; timelines: their events record
+    /// on CLOCK_MONOTONIC); 0 = any sessions of the same settings share it.
+    /// Asked of the sampler, nonzero means a group of the session's own.
     pub session: u64,
     pub frequency_hz: u32,
     /// Data pages of each ring (a power of two).
@@ -320,7 +321,7 @@ fn sampling_attr(
     attr.set_inherit(u64::from(spec.target.is_some()));
     attr.read_format = PERF_FORMAT_LOST;
     set_watermark(&mut attr, data_size);
-    set_clock(&mut attr);
+    set_clock(&mut attr, spec);
     (attr, event_name, sample_type, regs)
 }
 
@@ -346,12 +347,16 @@ fn switch_attr(sampling: &b::perf_event_attr, mode: Mode) -> b::perf_event_attr 
     attr
 }
 
-/// Every record is timed on CLOCK_MONOTONIC, the clock `clock_gettime`
-/// reads: switch events time waits against the session's start and end,
-/// and timelines put samples beside the target's own clock readings.
-fn set_clock(attr: &mut b::perf_event_attr) {
-    attr.set_use_clockid(1);
-    attr.clockid = libc::CLOCK_MONOTONIC;
+/// Records timed on CLOCK_MONOTONIC, the clock `clock_gettime` reads:
+/// switch events time waits against the session's start and end, and
+/// timelines put samples beside the target's own clock readings. Other
+/// groups keep the kernel's default clock: on it, samples of short-lived
+/// children land between their fork and exit records more reliably.
+fn set_clock(attr: &mut b::perf_event_attr, spec: &EventSpec) {
+    if spec.mode.switches() || spec.session != 0 {
+        attr.set_use_clockid(1);
+        attr.clockid = libc::CLOCK_MONOTONIC;
+    }
 }
 
 /// The event's id, as its samples carry it.
@@ -423,7 +428,7 @@ fn open_error(source: io::Error, event: &'static str, cpu: u32) -> PerfError {
 /// The ring carrier of a target's events on `cpu`: a software dummy event
 /// for all processes that records nothing itself (no sampling, no side-band
 /// records), whose ring the threads' events are redirected into.
-fn open_carrier(cpu: u32, data_size: usize) -> Result<OwnedFd, PerfError> {
+fn open_carrier(cpu: u32, data_size: usize, spec: &EventSpec) -> Result<OwnedFd, PerfError> {
     let mut attr = b::perf_event_attr {
         size: std::mem::size_of::<b::perf_event_attr>() as u32,
         type_: b::PERF_TYPE_SOFTWARE,
@@ -432,7 +437,7 @@ fn open_carrier(cpu: u32, data_size: usize) -> Result<OwnedFd, PerfError> {
     };
     attr.set_disabled(1);
     set_watermark(&mut attr, data_size);
-    set_clock(&mut attr);
+    set_clock(&mut attr, spec);
     perf_event_open(&mut attr, -1, cpu).map_err(|e| open_error(e, "dummy", cpu))
 }
 
@@ -468,7 +473,7 @@ impl PerfEvent {
         let fd = match spec.target {
             None => open_counting_lost(&mut attr, -1, cpu)
                 .map_err(|e| open_error(e, event_name, cpu))?,
-            Some(_) => open_carrier(cpu, data_size)?,
+            Some(_) => open_carrier(cpu, data_size, spec)?,
         };
         let map_len = page + data_size;
         // SAFETY: mapping a perf fd with length 1 + 2^n pages, shared and

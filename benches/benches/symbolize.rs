@@ -125,6 +125,7 @@ fn hit(c: &mut Criterion<ThreadCpu>) {
         max_stacks: STACKS * 2,
         recheck: None,
         children: false,
+        timeline: false,
         stats: Arc::default(),
     };
     let want = EventSpec {

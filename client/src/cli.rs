@@ -211,14 +211,18 @@ Examples:
   profctl attach 4242                       until Ctrl-C (q in the full-screen view)
   profctl attach 4242 --duration 30 --format json > profile.json
   profctl attach 4242 --freq 99 --window 10 --no-tui
-  profctl attach 4242 --children --unwind dwarf")]
+  profctl attach 4242 --children --unwind dwarf
+  profctl attach 4242 --duration 10 -o flame.svg")]
     Attach(AttachArgs),
     /// Start a command and profile it until it exits (or --duration elapses).
     #[command(after_help = "\
 Examples:
   profctl run -- make -j4                   until the command exits
   profctl run --duration 10 --format json -- ./server > profile.json
-  profctl run --children -- sh -c './prepare && ./compute'")]
+  profctl run --children -- sh -c './prepare && ./compute'
+  profctl run -o cpu.pb.gz -- ./bench     also write the profile as pprof
+  profctl run --output-format firefox -o timeline.json -- ./bench
+                                            a timeline for the Firefox Profiler")]
     Run(RunArgs),
     /// List the daemon's sessions, running and ended (--all: also those of
     /// earlier daemon runs).
@@ -240,7 +244,7 @@ Examples:
   profctl --socket /tmp/profd.sock info     a daemon on another socket")]
     Info,
     /// Write a session's whole profile as pprof, folded stacks, an SVG flame
-    /// graph, speedscope JSON or profctl's JSON.
+    /// graph, speedscope JSON, profctl's JSON or a Firefox Profiler timeline.
     #[command(after_help = "\
 Examples:
   profctl export 3 --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz
@@ -465,6 +469,20 @@ pub struct ProfileOptions {
     /// with samples per process in the header.
     #[arg(long)]
     pub children: bool,
+    /// Also write the whole profile to FILE when the session ends, in the
+    /// encoding its name ends with (see --output-format).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The encoding of -o's file, as `profctl export --format` [default:
+    /// from FILE's name: .pb.gz/.pb/.pprof pprof, .folded folded, .svg svg,
+    /// .speedscope.json speedscope, .json json].
+    #[arg(long, value_enum, value_name = "FORMAT", requires = "output")]
+    pub output_format: Option<ExportFormatArg>,
+    /// Keep every sample's time, for a timeline (`--output-format firefox`
+    /// keeps them too): 12 bytes per sample, the last 2,097,152 samples.
+    /// CPU mode only.
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 /// Rows shown in tables when `--top` is not given.
@@ -482,6 +500,30 @@ impl ProfileOptions {
             stack_bytes: self.stack_bytes.unwrap_or(0),
             children: self.children,
             mode: api::Mode::from(self.mode) as i32,
+            timeline: self.timeline || self.output_format == Some(ExportFormatArg::Firefox),
+        }
+    }
+
+    /// The file `-o` asks for and its encoding (given, or from the file's
+    /// name); an error says what to change.
+    pub fn recording(&self) -> Result<Option<(PathBuf, ExportFormatArg)>, String> {
+        let Some(path) = &self.output else {
+            return Ok(None);
+        };
+        if path == Path::new("-") || path.as_os_str().is_empty() {
+            return Err("-o takes a file name (the table or JSON goes to stdout)".into());
+        }
+        match self
+            .output_format
+            .or_else(|| ExportFormatArg::from_file_name(path))
+        {
+            Some(format) => Ok(Some((path.clone(), format))),
+            None => Err(format!(
+                "cannot tell the encoding of {} from its name: give --output-format \
+                 (pprof, folded, svg, speedscope, json, firefox) or a name ending in \
+                 .pb.gz, .folded, .svg, .speedscope.json or .json",
+                path.display()
+            )),
         }
     }
 
@@ -614,6 +656,31 @@ pub enum ExportFormatArg {
     Speedscope,
     /// The JSON document `--format json` prints.
     Json,
+    /// The Firefox Profiler's processed profile (JSON): a timeline with a
+    /// track per thread; only for sessions that keep sample times
+    /// (`--timeline`).
+    Firefox,
+}
+
+impl ExportFormatArg {
+    /// The encoding a file's name calls for (`-o` of `run` and `attach`).
+    pub fn from_file_name(path: &Path) -> Option<ExportFormatArg> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        let ends = |suffixes: &[&str]| suffixes.iter().any(|s| name.ends_with(s));
+        if ends(&[".pb.gz", ".pb", ".pprof", ".pprof.gz"]) {
+            Some(ExportFormatArg::Pprof)
+        } else if ends(&[".folded", ".collapsed"]) {
+            Some(ExportFormatArg::Folded)
+        } else if ends(&[".svg"]) {
+            Some(ExportFormatArg::Svg)
+        } else if ends(&[".speedscope.json"]) {
+            Some(ExportFormatArg::Speedscope)
+        } else if ends(&[".json"]) {
+            Some(ExportFormatArg::Json)
+        } else {
+            None
+        }
+    }
 }
 
 impl From<ExportFormatArg> for api::ExportFormat {
@@ -624,6 +691,7 @@ impl From<ExportFormatArg> for api::ExportFormat {
             ExportFormatArg::Svg => api::ExportFormat::Svg,
             ExportFormatArg::Speedscope => api::ExportFormat::Speedscope,
             ExportFormatArg::Json => api::ExportFormat::Json,
+            ExportFormatArg::Firefox => api::ExportFormat::Firefox,
         }
     }
 }

@@ -585,3 +585,63 @@ fn query_takes_report_views_exports_and_list() {
     assert!(query_args(&["--list", "--service", "db"]).is_err());
     assert!(query_args(&["--tree", "--threads"]).is_err(), "one view");
 }
+
+/// The encoding of `run -o FILE` / `attach -o FILE`: given, or from the name.
+fn recording(args: &[&str]) -> Result<Option<(PathBuf, ExportFormatArg)>, String> {
+    let Command::Run(r) = parse(args).unwrap().command else {
+        panic!("not run")
+    };
+    r.options.recording()
+}
+
+#[test]
+fn run_output_file_and_its_encoding() {
+    assert_eq!(recording(&["run", "true"]), Ok(None));
+    for (name, format) in [
+        ("p.pb.gz", ExportFormatArg::Pprof),
+        ("dir/P.PPROF", ExportFormatArg::Pprof),
+        ("x.folded", ExportFormatArg::Folded),
+        ("x.svg", ExportFormatArg::Svg),
+        ("x.speedscope.json", ExportFormatArg::Speedscope),
+        ("x.json", ExportFormatArg::Json),
+    ] {
+        assert_eq!(
+            recording(&["run", "-o", name, "--", "true"]),
+            Ok(Some((PathBuf::from(name), format))),
+            "{name}"
+        );
+    }
+    // --output-format wins over the name, and is the only way for others.
+    assert_eq!(
+        recording(&[
+            "run",
+            "-o",
+            "x.json",
+            "--output-format",
+            "speedscope",
+            "true"
+        ]),
+        Ok(Some((PathBuf::from("x.json"), ExportFormatArg::Speedscope)))
+    );
+    assert_eq!(
+        recording(&["run", "-o", "profile", "--output-format", "folded", "true"]),
+        Ok(Some((PathBuf::from("profile"), ExportFormatArg::Folded)))
+    );
+    let unknown = recording(&["run", "-o", "profile.out", "true"]).unwrap_err();
+    assert!(unknown.contains("--output-format"), "{unknown}");
+    let stdout = recording(&["run", "-o", "-", "true"]).unwrap_err();
+    assert!(stdout.contains("file name"), "{stdout}");
+    // --format stays the terminal's; --output-format needs -o.
+    assert!(parse(&["run", "--output-format", "pprof", "true"]).is_err());
+    let Command::Attach(a) = parse(&["attach", "9", "--format", "json", "-o", "a.folded"])
+        .unwrap()
+        .command
+    else {
+        panic!("not attach")
+    };
+    assert_eq!(a.options.format, Format::Json);
+    assert_eq!(
+        a.options.recording(),
+        Ok(Some((PathBuf::from("a.folded"), ExportFormatArg::Folded)))
+    );
+}

@@ -48,6 +48,12 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         Command::Man(args) => return generated_docs::man(args, &out).map(|()| 0),
         Command::Fleet(args) => return commands::fleet(args, &out).await.map(|()| 0),
         Command::Completions(args) => return generated_docs::completions(args, &out).map(|()| 0),
+        // A file `-o` cannot be written in any encoding is refused before
+        // anything starts.
+        Command::Attach(cli::AttachArgs { options, .. })
+        | Command::Run(cli::RunArgs { options, .. }) => {
+            options.recording().map_err(Error::Usage)?;
+        }
         Command::Health(args) => {
             let target = cli.target().map_err(Error::Usage)?;
             let conn = waiting("connecting to profd", Connection::open_existing(&target)).await?;

@@ -68,8 +68,14 @@ impl KernelFrames {
     /// function is the profile's own `[kernel]` function if it has one
     /// (else it is added).
     pub fn apply(self, p: &mut ResolvedProfile) {
+        self.apply_mapped(p);
+    }
+
+    /// [`Self::apply`], returning where each stack went when stacks were
+    /// merged (`map[old index] = new index`).
+    pub fn apply_mapped(self, p: &mut ResolvedProfile) -> Option<Vec<u32>> {
         if self == KernelFrames::Full {
-            return;
+            return None;
         }
         // Looked for before names change: a placeholder may become `[kernel]`.
         let folded_info = folded_function();
@@ -85,7 +91,7 @@ impl KernelFrames {
                     frame.address = 0;
                 }
             }
-            return;
+            return None;
         }
         let folded = match folded {
             Some(id) => id as u32,
@@ -102,6 +108,7 @@ impl KernelFrames {
         let mut kernel_functions = vec![false; p.functions.len()];
         let mut index: HashMap<(u32, Vec<FrameRef>), usize> = HashMap::new();
         let mut stacks: Vec<ResolvedStack> = Vec::with_capacity(p.stacks.len());
+        let mut map = Vec::with_capacity(p.stacks.len());
         for stack in std::mem::take(&mut p.stacks) {
             let mut frames = Vec::with_capacity(stack.frames.len());
             let mut in_kernel = false;
@@ -121,8 +128,12 @@ impl KernelFrames {
             }
             let key = (stack.tid, frames);
             match index.get(&key) {
-                Some(&i) => stacks[i].count += stack.count,
+                Some(&i) => {
+                    stacks[i].count += stack.count;
+                    map.push(i as u32);
+                }
                 None => {
+                    map.push(stacks.len() as u32);
                     index.insert(key.clone(), stacks.len());
                     stacks.push(ResolvedStack {
                         tid: stack.tid,
@@ -139,6 +150,7 @@ impl KernelFrames {
                 *f = folded_info.clone();
             }
         }
+        Some(map)
     }
 
     /// A session's function table (the rows of [`crate::views::functions`]

@@ -433,6 +433,55 @@ impl Default for ResolvedProfile {
     }
 }
 
+/// The samples of a profile in time order, for a timeline (the Firefox
+/// Profiler export). Times are CLOCK_MONOTONIC nanoseconds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timeline {
+    /// Each sample kept: its time and its stack (an index into
+    /// [`ResolvedProfile::stacks`]), in time order.
+    pub samples: Vec<(u64, u32)>,
+    /// What happened to the processes, in time order.
+    pub markers: Vec<TimelineMarker>,
+    /// The oldest samples whose times were not kept (they count in the
+    /// stacks all the same).
+    pub dropped: u64,
+    /// The process of each thread sampled (tid to pid).
+    pub thread_pids: HashMap<u32, u32>,
+    /// Unix time in milliseconds at CLOCK_MONOTONIC's zero: the time
+    /// sample times count from.
+    pub monotonic_zero_unix_ms: f64,
+}
+
+/// One event of a process on a timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimelineMarker {
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub time: u64,
+    pub pid: u32,
+    pub kind: MarkerKind,
+}
+
+/// What a [`TimelineMarker`] marks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkerKind {
+    /// Profiling of the process began (the session started).
+    Start,
+    /// The process exec'd this command.
+    Exec(String),
+    /// The process exited.
+    Exit,
+}
+
+impl Timeline {
+    /// Points the samples at the stacks `map` says their stacks became
+    /// (`map[old] = new`, from [`crate::kernel::KernelFrames::apply`]).
+    pub fn remap(&mut self, map: &[u32]) {
+        for (_, stack) in &mut self.samples {
+            *stack = map[*stack as usize];
+        }
+    }
+}
+
 /// Whether the counts of a profile of `mode` are nanoseconds (off-CPU and
 /// wall-clock time) rather than samples (CPU, or unspecified).
 pub fn is_time(mode: api::Mode) -> bool {

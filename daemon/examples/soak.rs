@@ -1050,6 +1050,7 @@ impl Controller {
                 0
             },
             children: rng.chance(30),
+            timeline: rng.chance(20),
         };
         let about = format!("pid {pid} at {frequency_hz} Hz");
         let duration = (req.duration_ms > 0).then(|| ms(req.duration_ms));

@@ -120,6 +120,12 @@ pub fn plan_attach(
             api::Mode::from(mode).as_str_name()
         )));
     }
+    if req.timeline && mode != Mode::Cpu {
+        return Err(Error::InvalidArgument(format!(
+            "a timeline keeps the times of on-CPU samples: leave mode unset (MODE_CPU) with timeline, not {}",
+            api::Mode::from(mode).as_str_name()
+        )));
+    }
     if req.duration_ms > MAX_DURATION_MS {
         return Err(Error::InvalidArgument(format!(
             "duration {} ms is over a year: use 0 (until stopped) or at most {MAX_DURATION_MS} ms",
@@ -161,7 +167,8 @@ pub fn plan_attach(
     let spec = EventSpec {
         kind,
         mode,
-        session: 0,
+        // A timeline needs a group of its own (see EventSpec::session).
+        session: u64::from(req.timeline),
         frequency_hz,
         ring_pages: 0,
         stack_bytes,
@@ -409,6 +416,7 @@ impl Registry {
             max_stacks: self.limits.max_stacks,
             recheck,
             children: req.children,
+            timeline: req.timeline,
             stats: self.stats.clone(),
         };
         let handle = session::start(

@@ -99,7 +99,11 @@ impl Source {
             }
             Source::History(history, q) => {
                 let (session, profile) = history.query(q).await?;
-                Ok(Resolved { session, profile })
+                Ok(Resolved {
+                    session,
+                    profile,
+                    timeline: None,
+                })
             }
         }
     }
@@ -233,6 +237,21 @@ fn encode(
             export::svg(p, &title).map_err(|e| Status::internal(format!("flame graph: {e}")))?
         }
         api::ExportFormat::Speedscope => export::speedscope(p).into_bytes(),
+        api::ExportFormat::Firefox => {
+            let Some(timeline) = &resolved.timeline else {
+                return Err(Status::failed_precondition(match query {
+                    None => format!(
+                        "session {} kept no sample times, so it has no timeline: start the session with timeline set (profctl run/attach --timeline)",
+                        resolved.session.id
+                    ),
+                    Some(_) => "the continuous history keeps no sample times, so it has no timeline: export a session started with timeline set (profctl run/attach --timeline)".to_string(),
+                }));
+            };
+            let names = (resolved.session.processes.iter())
+                .map(|p| (p.pid, p.comm.clone()))
+                .collect();
+            export::firefox(p, timeline, &names)
+        }
         api::ExportFormat::Json | api::ExportFormat::Unspecified => {
             serde_json::to_vec_pretty(&export::json(&resolved.session, functions))
                 .map_err(|e| Status::internal(e.to_string()))?
@@ -442,7 +461,7 @@ impl Profiler for Service {
         let source = self.source(&req, r.session_id, r.query.as_ref()).await?;
         let format = api::ExportFormat::try_from(r.format).map_err(|_| {
             Status::invalid_argument(format!(
-                "unknown export format {}: use 1 (pprof), 2 (folded), 3 (svg), 4 (speedscope) or 5 (json)",
+                "unknown export format {}: use 1 (pprof), 2 (folded), 3 (svg), 4 (speedscope), 5 (json) or 6 (firefox)",
                 r.format
             ))
         })?;

@@ -312,8 +312,13 @@ impl SampleSource for Sampler {
         let spec = EventSpec {
             ring_pages,
             target,
-            // A wait is paired and closed for one session.
-            session: if switches { session } else { 0 },
+            // A wait is paired and closed for one session; a timeline's
+            // events record on CLOCK_MONOTONIC.
+            session: if switches || want.session != 0 {
+                session
+            } else {
+                0
+            },
             ..want
         };
         let shared = groups.contains_key(&spec);

@@ -11,6 +11,7 @@ use profd_common::api::{
 use tokio::process::Child;
 use tokio::time::Instant;
 
+use super::export::record;
 use super::required_session;
 use crate::cli::{AttachArgs, Format, ProfileOptions};
 use crate::connect::Client;
@@ -27,11 +28,14 @@ use crate::watch::WatchState;
 const CHILD_EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// Profiles process `args.pid` until it exits, `--duration` elapses or Ctrl-C.
+/// With `-o`, then writes the whole profile to the file.
 pub async fn attach(client: &mut Client, args: &AttachArgs, out: &Output) -> Result<(), Error> {
+    let recording = args.options.recording().map_err(Error::Usage)?;
     let session = start(client, args.options.attach_request(args.pid)).await?;
     let mut view = SessionDisplay::new(&args.options, *out);
     let profile = follow(client, &session, &mut view, None).await?;
-    view.finish(&profile)
+    view.finish(&profile)?;
+    record(client, profile.session.id, recording, out).await
 }
 
 /// Whether the live view is the full-screen one: stdout is a terminal, the

@@ -129,6 +129,11 @@ fn write(
             export::svg(p, &title).map_err(|e| Error::Fleet(format!("flame graph: {e}")))?
         }
         ExportFormatArg::Speedscope => export::speedscope(p).into_bytes(),
+        ExportFormatArg::Firefox => {
+            return Err(Error::Usage(
+                "the fleet's windows keep no sample times, so they have no timeline: use another --format".into(),
+            ))
+        }
         ExportFormatArg::Json => serde_json::to_vec_pretty(&export::json(
             &pprof_file::session(p),
             &pprof_file::functions(p),

@@ -13,6 +13,7 @@ use tokio::process::Command;
 use tokio::time::Instant;
 
 use super::attach::{follow, start, ChildProcess, SessionDisplay};
+use super::export::record;
 use crate::cli::RunArgs;
 use crate::connect::Client;
 use crate::error::Error;
@@ -35,8 +36,11 @@ const HOLD_ENV: &str = "PROFCTL_RUN_HOLD_FD";
 /// (Ctrl-C); a session that fails, or an error of profctl or the daemon,
 /// leaves it running: profctl reports it and waits. Returns the command's
 /// exit status (128 + the signal that killed it), or 0 when profctl ended
-/// it.
+/// it. With `-o`, the whole profile is written to the file once the session
+/// ends, before the command's status is returned (a file that cannot be
+/// written is an error).
 pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8, Error> {
+    let recording = args.options.recording().map_err(Error::Usage)?;
     let (program, _) = args.command.split_first().expect("clap requires a command");
     let name = program.to_string_lossy().into_owned();
     // A command that cannot run gets no session: a shell's 127 (not found)
@@ -105,9 +109,13 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
         }));
     }
     let mut failed = None;
+    let mut unrecorded = None;
     match result {
         Ok((view, profile)) => {
             view.finish(&profile)?;
+            if let Err(e) = record(client, profile.session.id, recording, out).await {
+                unrecorded = Some(e);
+            }
             let s = &profile.session;
             if s.state() == SessionState::Failed {
                 failed = Some(format!("session {} failed: {}", s.id, s.error));
@@ -142,6 +150,9 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
     drop((go, hold));
     let status = status.map_err(|e| Error::io(format!("cannot wait for {name}"), e))?;
     eprintln!("profctl: {}", describe_exit(&name, status));
+    if let Some(e) = unrecorded {
+        return Err(e);
+    }
     Ok(if ended_here { 0 } else { exit_code(status) })
 }
 

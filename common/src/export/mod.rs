@@ -1,11 +1,13 @@
 //! Encodings of a whole resolved profile for other tools: pprof (and back),
-//! folded stacks, an SVG flame graph, speedscope JSON, and profctl's JSON
-//! report. Pure: bytes and strings out, no files (writing is the caller's).
+//! folded stacks, an SVG flame graph, speedscope JSON, the Firefox
+//! Profiler's processed profile (a timeline), and profctl's JSON report. Pure: bytes and strings out, no files (writing is the caller's).
+mod firefox;
 mod folded;
 mod json;
 mod pprof;
 mod speedscope;
 
+pub use firefox::firefox;
 pub use folded::{folded, svg};
 pub use json::{json, scope_name, state_name, unwind_name};
 pub use pprof::{cpu_profile, pprof, pprof_decode, time_sample_type, Strings};

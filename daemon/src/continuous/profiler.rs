@@ -234,7 +234,7 @@ impl Profiler {
                 self.learn(pid);
             }
         }
-        for pid in &batch.exits {
+        for (pid, _) in &batch.exits {
             if let Some(p) = self.processes.get_mut(pid) {
                 if !p.exited {
                     p.exited = true;

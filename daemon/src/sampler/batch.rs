@@ -29,13 +29,19 @@ pub struct Batch {
     /// ends at an exec, so the samples of the new program come in the next
     /// batch, which starts with the exec.
     pub exec: Option<(u32, String)>,
+    /// The exec's time (CLOCK_MONOTONIC nanoseconds).
+    pub exec_time: u64,
     /// Processes of the session that forked a new process: (child, parent).
     pub forks: Vec<(u32, u32)>,
-    /// Processes of the session that exited.
-    pub exits: Vec<u32>,
+    /// Processes of the session that exited, and when (CLOCK_MONOTONIC
+    /// nanoseconds).
+    pub exits: Vec<(u32, u64)>,
     /// Process and thread ids of the stacks, in order.
     pub pids: Vec<u32>,
     pub tids: Vec<u32>,
+    /// Per stack, the sample's time (CLOCK_MONOTONIC nanoseconds; 0 for a
+    /// wait).
+    pub times: Vec<u64>,
     /// Names the target's threads took (COMM records): (tid, name).
     pub comms: Vec<(u32, String)>,
     /// Per stack (when the ring's samples carry them): the user registers
@@ -196,6 +202,8 @@ impl<T> SampleBuffer for Vec<T> {
 pub struct SampleView<'a> {
     pub pid: u32,
     pub tid: u32,
+    /// CLOCK_MONOTONIC nanoseconds (0 for a wait).
+    pub time: u64,
     pub frames: &'a [u64],
     pub user: Option<([u64; 3], &'a [u8])>,
     /// Nanoseconds on rings with switches, else 1 (one sample).
@@ -219,6 +227,7 @@ impl Batch {
             SampleView {
                 pid: self.pids.get(i).copied().unwrap_or(0),
                 tid: self.tids.get(i).copied().unwrap_or(0),
+                time: self.times.get(i).copied().unwrap_or(0),
                 frames,
                 user,
                 weight: self.weights.get(i).copied().unwrap_or(1),
@@ -237,6 +246,7 @@ impl Batch {
     ) {
         self.pids.push(pid);
         self.tids.push(tid);
+        self.times.push(0);
         self.frames.extend(frames);
         self.ends.push(self.frames.len() as u32);
         if let Some((regs, stack)) = user {
@@ -255,7 +265,7 @@ impl Batch {
     }
 
     /// The buffers that carry samples.
-    fn buffers(&mut self) -> [&mut dyn SampleBuffer; 9] {
+    fn buffers(&mut self) -> [&mut dyn SampleBuffer; 10] {
         [
             &mut self.weights,
             &mut self.marks,
@@ -263,6 +273,7 @@ impl Batch {
             &mut self.ends,
             &mut self.pids,
             &mut self.tids,
+            &mut self.times,
             &mut self.user_regs,
             &mut self.user_stack,
             &mut self.user_ends,
@@ -289,6 +300,7 @@ impl Batch {
         self.truncated = 0;
         self.mappings.clear();
         self.exec = None;
+        self.exec_time = 0;
         self.forks.clear();
         self.exits.clear();
         self.comms.clear();

@@ -350,6 +350,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         b.ends.push(b.frames.len() as u32);
                         b.pids.push(s.pid);
                         b.tids.push(s.tid);
+                        b.times.push(s.time.unwrap_or(0));
                         b.truncated += u64::from(!stack_copy && n >= d.max_stack);
                         if let Some((regs, stack)) = user {
                             b.user_regs.push(regs);
@@ -400,6 +401,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         let b = batch(&mut batches[i], &mut execs[i], cm.sample_id.time);
                         if cm.exec && cm.pid == cm.tid {
                             b.exec = Some((cm.pid, name.clone()));
+                            b.exec_time = cm.sample_id.time.unwrap_or(0);
                         }
                         b.comms.push((cm.tid, name.clone()));
                     }
@@ -435,7 +437,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     for &i in targets {
                         batch(&mut batches[i], &mut execs[i], Some(t.time))
                             .exits
-                            .push(t.pid);
+                            .push((t.pid, t.time));
                     }
                 }
             }
@@ -849,7 +851,7 @@ mod tests {
         assert_eq!(times(every), [1, 5, 7]);
         assert_eq!(times(target), [1]);
         assert_eq!(every.forks, [(20, 10)]);
-        assert_eq!(every.exits, [20]);
+        assert_eq!(every.exits, [(20, 6)]);
         assert!(
             target.forks.is_empty(),
             "the target's session does not follow"

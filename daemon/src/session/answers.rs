@@ -335,7 +335,12 @@ impl Actor {
             })
             .await;
         resolved.profile.stacks = stacks;
-        shown.apply(&mut resolved.profile);
+        let mut timeline =
+            (self.ingest.timeline.as_ref()).map(|t| t.timeline(&self.ingest.thread_pid));
+        if let (Some(map), Some(t)) = (shown.apply_mapped(&mut resolved.profile), &mut timeline) {
+            t.remap(&map);
+        }
+        resolved.timeline = timeline;
         resolved
     }
 
@@ -413,7 +418,11 @@ impl Actor {
             comm: session.comm.clone(),
             mode: session.mode(),
         };
-        Resolved { session, profile }
+        Resolved {
+            session,
+            profile,
+            timeline: None,
+        }
     }
 
     /// bucket = (vaddr − offset) × scale / 65536 for each sample's innermost

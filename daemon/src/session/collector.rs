@@ -42,6 +42,7 @@ impl Collector {
             max_stacks,
             recheck: None,
             children: false,
+            timeline: false,
             stats,
         };
         let ingest = Ingest::every(spec.stack_bytes > 0, max_stacks, tops);

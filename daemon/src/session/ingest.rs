@@ -1,17 +1,18 @@
 //! The session side of the hot path: each batch from the sampler counted
 //! into the session's stack table (stack copies unwound, addresses tagged
 //! with their address space), with the per-process and per-thread counts,
-//! the recent samples of windowed figures, and the addresses of new stacks
-//! queued for naming. Owned by the session's actor; no symbols, no views.
+//! the recent samples of windowed figures, the samples' times when kept,
+//! and the addresses of new stacks queued for naming. Owned by the session's actor; no symbols, no views.
 use super::recent::Recent;
 use super::spaces::{self, Spaces};
+use super::timeline::Times;
 use crate::auth::Check;
 use crate::maps::ProcessMaps;
 use crate::sampler::{Batch, Mark, StackTops};
 use crate::symbolize::is_kernel;
 use crate::unwind::{Unwinder, Walk};
 use profd_common::api;
-use profd_common::model::StackTable;
+use profd_common::model::{MarkerKind, StackTable};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -81,6 +82,8 @@ pub struct Ingest {
     /// once more samples came than the table holds stacks (counting every
     /// stack again is then as cheap).
     pub(super) since_view: Option<Vec<u32>>,
+    /// Each sample's time, when the session keeps them.
+    pub(super) timeline: Option<Times>,
 }
 
 /// Samples kept for the next view at least (with fewer stacks than this).
@@ -131,6 +134,7 @@ impl Ingest {
             thread_pid: foldhash::HashMap::default(),
             recent: Recent::default(),
             since_view: None,
+            timeline: None,
         }
     }
 
@@ -235,6 +239,9 @@ impl Ingest {
                         return Err(format!("stopped after exec of {comm}: {why}"));
                     }
                 }
+            }
+            if let Some(t) = &mut self.timeline {
+                t.mark(batch.exec_time, pid, MarkerKind::Exec(comm.clone()));
             }
             if let Some(&i) = self.process_index.get(&pid) {
                 self.processes[i].comm = comm;
@@ -406,6 +413,9 @@ impl Ingest {
             } else {
                 self.recent.push(index as u32);
             }
+            if let Some(t) = &mut self.timeline {
+                t.push(sample.time, index as u32);
+            }
             if let Some(indices) = &mut self.since_view {
                 if indices.len() < self.stacks.len().max(SINCE_VIEW_MIN) {
                     indices.push(index as u32);
@@ -422,7 +432,10 @@ impl Ingest {
             }
         }
         self.scratch = scratch;
-        for pid in batch.exits.drain(..) {
+        for (pid, time) in batch.exits.drain(..) {
+            if let Some(t) = &mut self.timeline {
+                t.mark(time, pid, MarkerKind::Exit);
+            }
             if let Some(&i) = self.process_index.get(&pid) {
                 self.processes[i].exited = true;
             }
@@ -499,7 +512,7 @@ mod tests {
         // One CPU's ring: the fork, a sample of each, the child's exit.
         let mut first = batch(&[(target, 0x100), (child, 0x200)]);
         first.forks.push((child, target));
-        first.exits.push(child);
+        first.exits.push((child, 0));
         ingest.apply(first, |_| false).unwrap();
         // The other CPU's ring, drained later: the child's last samples.
         ingest

@@ -9,6 +9,7 @@ mod recent;
 mod scope;
 mod spaces;
 pub(crate) mod stored;
+mod timeline;
 mod unnamed_jit;
 
 pub use collector::{Collector, Finished};
@@ -23,7 +24,7 @@ use crate::sys::perf::EventSpec;
 use crate::sys::PidFd;
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
-use profd_common::model::{Aggregator, ResolvedProfile};
+use profd_common::model::{Aggregator, ResolvedProfile, Timeline};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -47,6 +48,8 @@ pub struct Params {
     pub recheck: Option<Recheck>,
     /// Follow the processes the target forks.
     pub children: bool,
+    /// Keep the samples' times (see [`timeline::Times`]).
+    pub timeline: bool,
     /// The daemon's counters (symbol cache hits and misses).
     pub stats: Arc<crate::stats::Stats>,
 }
@@ -76,6 +79,8 @@ pub struct FunctionTable {
 pub struct Resolved {
     pub session: api::Session,
     pub profile: ResolvedProfile,
+    /// The samples in time order, when the session keeps their times.
+    pub timeline: Option<Timeline>,
 }
 
 /// A function's counts at the last view, and when they changed.
@@ -250,7 +255,7 @@ pub async fn start(
     if let Ok(comm) = std::fs::read_to_string(format!("/proc/{}/comm", params.pid)) {
         params.comm = comm.trim_end().to_string();
     }
-    let ingest = Ingest::new(
+    let mut ingest = Ingest::new(
         params.pid,
         params.comm.clone(),
         maps,
@@ -259,6 +264,9 @@ pub async fn start(
         params.recheck.clone(),
         tops,
     );
+    if params.timeline {
+        ingest.timeline = Some(timeline::Times::new(params.pid, timeline::MAX_SAMPLES));
+    }
     let (tx, cmd_rx) = mpsc::channel(16);
     let id = params.id;
     let owner_uid = params.owner_uid;
@@ -506,6 +514,8 @@ impl Actor {
             earlier_run: false,
             scope: scope::scope(&self.spec) as i32,
             mode: api::Mode::from(self.spec.mode) as i32,
+            timeline: self.ingest.timeline.is_some(),
+            timeline_dropped: self.ingest.timeline.as_ref().map_or(0, |t| t.dropped()),
         }
     }
 }

@@ -96,7 +96,11 @@ async fn run(
                 };
                 let mut profile = l.profile.clone();
                 shown.apply(&mut profile);
-                let _ = reply.send(Resolved { session, profile });
+                let _ = reply.send(Resolved {
+                    session,
+                    profile,
+                    timeline: None,
+                });
             }
         }
     }

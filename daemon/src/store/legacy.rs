@@ -150,6 +150,8 @@ pub(super) fn decode(text: &[u8], pprof_name: &str) -> Result<(api::Session, Pro
         earlier_run: false,
         scope,
         mode: api::Mode::Cpu as i32,
+        timeline: false,
+        timeline_dropped: 0,
         children: meta.children,
         processes: meta
             .processes

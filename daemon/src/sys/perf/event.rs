@@ -94,8 +94,9 @@ pub struct EventSpec {
     /// What the events measure.
     pub mode: Mode,
     /// The one session the group serves (modes with switches: a wait is
-    /// paired and closed for one session); 0 = any sessions of the same
-    /// settings share it.
+    /// paired and closed for one session; timelines: their events record
+    /// on CLOCK_MONOTONIC); 0 = any sessions of the same settings share it.
+    /// Asked of the sampler, nonzero means a group of the session's own.
     pub session: u64,
     pub frequency_hz: u32,
     /// Data pages of each ring (a power of two).
@@ -346,10 +347,13 @@ fn switch_attr(sampling: &b::perf_event_attr, mode: Mode) -> b::perf_event_attr 
     attr
 }
 
-/// Switch events time waits against the session's start and end, read
-/// with `clock_gettime`: every event of such a ring uses CLOCK_MONOTONIC.
+/// Records timed on CLOCK_MONOTONIC, the clock `clock_gettime` reads:
+/// switch events time waits against the session's start and end, and
+/// timelines put samples beside the target's own clock readings. Other
+/// groups keep the kernel's default clock: on it, samples of short-lived
+/// children land between their fork and exit records more reliably.
 fn set_clock(attr: &mut b::perf_event_attr, spec: &EventSpec) {
-    if spec.mode.switches() {
+    if spec.mode.switches() || spec.session != 0 {
         attr.set_use_clockid(1);
         attr.clockid = libc::CLOCK_MONOTONIC;
     }

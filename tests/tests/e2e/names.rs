@@ -259,17 +259,23 @@ fn threads_of_forked_children_have_the_command_name() {
     let id = p.session_id.to_string();
     let threads = ok(&h.daemon, &["report", &id, "--threads"]).stdout;
     eprintln!("{threads}");
-    let rows: Vec<Vec<&str>> = threads
-        .lines()
-        .skip_while(|l| !l.contains("TOP FUNCTION"))
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
+    let mut lines = threads.lines().skip_while(|l| !l.contains("TOP FUNCTION"));
+    // TID PID NAME ... (a --children session's threads have their process).
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
         .collect();
+    let name = header
+        .iter()
+        .position(|&c| c == "NAME")
+        .expect("a NAME column");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
     // The target and two threads in each of six children.
     assert!(rows.len() >= 13, "threads:\n{threads}");
     for row in &rows {
         assert_eq!(
-            row.get(1),
+            row.get(name),
             Some(&"kids"),
             "a thread without its name:\n{threads}"
         );

@@ -31,8 +31,8 @@ pub struct Cli {
     pub socket: PathBuf,
 
     /// Print whole function names: by default C++ and Rust template
-    /// arguments and parameter lists are elided (`std::map<…>::find(…)`)
-    /// and long names are cut in the middle.
+    /// arguments and parameter lists are elided (`std::map<...>::find(...)`,
+    /// with an ellipsis character) and long names are cut in the middle.
     #[arg(long, global = true)]
     pub full_names: bool,
 

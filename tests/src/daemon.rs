@@ -252,6 +252,28 @@ impl Daemon {
         self.spawn_profctl(args).wait(PROFCTL_TIMEOUT)
     }
 
+    /// Profiles `target` for 3 s (`attach --format json`) and returns the
+    /// ended session's profile, printed; fails the test with fewer than
+    /// 300 samples, too few to check shares.
+    pub fn profile_3s(&self, target: &crate::Workload) -> crate::Profile {
+        let out = self.profctl(&[
+            "attach",
+            &target.pid_arg(),
+            "--duration",
+            "3",
+            "--format",
+            "json",
+        ]);
+        let p = crate::Profile::parse(&out);
+        eprintln!("{}", p.table());
+        assert!(
+            p.totals.attributed >= 300,
+            "too few samples to check shares:\n{}",
+            p.table()
+        );
+        p
+    }
+
     /// Starts `profctl --socket <ours> args...` as `user` (through `setpriv`,
     /// from a copy every user can run) without waiting for it.
     pub fn spawn_profctl_as(&self, user: &User, args: &[&str]) -> Cmd {

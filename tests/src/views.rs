@@ -155,12 +155,13 @@ fn go_env() -> Vec<(String, String)> {
     ]
 }
 
-/// `go tool pprof -top -normalize -diff_base base new`: function name →
-/// flat samples of `new` scaled to `base`'s total, less those of `base`
-/// (negative where a function shrank), and the output.
-pub fn go_pprof_diff(base: &Path, new: &Path) -> (BTreeMap<String, f64>, String) {
+/// `go tool pprof -top` with every node, flat in samples, on `files` after
+/// `extra` flags: (flat, function name) of each row, and the output. Fails
+/// the test when the go tool is missing (CI installs Debian's golang-go) or
+/// pprof fails.
+fn go_pprof_top(extra: &[&str], files: &[&Path]) -> (Vec<(f64, String)>, String) {
     let env = go_env();
-    let args = [
+    let mut args = vec![
         "tool",
         "pprof",
         "-top",
@@ -169,63 +170,16 @@ pub fn go_pprof_diff(base: &Path, new: &Path) -> (BTreeMap<String, f64>, String)
         "-edgefraction=0",
         "-sample_index=samples",
         "-symbolize=none",
-        "-normalize",
-        "-diff_base",
-        path_str(base),
-        path_str(new),
     ];
-    let out = Cmd::spawn_env("go", &args, &env).wait(TOOL_TIMEOUT);
-    assert!(
-        out.status.success(),
-        "`go tool pprof -diff_base` failed (CI installs Debian's golang-go):\n{}",
-        out.describe()
-    );
-    let mut flat = BTreeMap::new();
-    let mut in_table = false;
-    for line in out.stdout.lines() {
-        if line.trim_start().starts_with("flat") {
-            in_table = true;
-            continue;
-        }
-        if !in_table {
-            continue;
-        }
-        let cells: Vec<&str> = line.split_whitespace().collect();
-        let n: f64 = cells[0].parse().unwrap_or_else(|_| {
-            panic!(
-                "pprof flat cell {:?} is not a number:\n{}",
-                cells[0], out.stdout
-            )
-        });
-        *flat.entry(cells[5..].join(" ")).or_insert(0.0) += n;
-    }
-    assert!(in_table, "no table in pprof's output:\n{}", out.describe());
-    (flat, out.stdout)
-}
-
-/// `go tool pprof -top` on `file`, every node, flat in samples: function
-/// name → flat samples (nodes with 0 flat left out). Fails the test when the
-/// go tool is missing (CI installs Debian's golang-go) or pprof fails.
-pub fn go_pprof_flat(file: &Path) -> (BTreeMap<String, u64>, String) {
-    let env = go_env();
-    let args = [
-        "tool",
-        "pprof",
-        "-top",
-        "-nodecount=100000",
-        "-nodefraction=0",
-        "-edgefraction=0",
-        "-sample_index=samples",
-        "-symbolize=none",
-        path_str(file),
-    ];
+    args.extend_from_slice(extra);
+    args.extend(files.iter().map(|f| path_str(f)));
     let out = Cmd::spawn_env("go", &args, &env).wait(TOOL_TIMEOUT);
     assert!(
         out.status.success(),
         "`go tool pprof` failed (CI installs Debian's golang-go):\n{}",
         out.describe()
     );
-    let mut flat = BTreeMap::new();
+    let mut rows = Vec::new();
     let mut in_table = false;
     for line in out.stdout.lines() {
         if line.trim_start().starts_with("flat") {
@@ -243,18 +197,45 @@ pub fn go_pprof_flat(file: &Path) -> (BTreeMap<String, u64>, String) {
             cells.push(&rest[..end]);
             rest = rest[end..].trim_start();
         }
-        let n: u64 = cells[0].parse().unwrap_or_else(|_| {
+        let n: f64 = cells[0].parse().unwrap_or_else(|_| {
             panic!(
-                "pprof flat cell {:?} is not a count:\n{}",
+                "pprof flat cell {:?} is not a number:\n{}",
                 cells[0], out.stdout
             )
         });
-        if n > 0 {
-            *flat.entry(rest.to_string()).or_insert(0) += n;
-        }
+        rows.push((n, rest.to_string()));
     }
     assert!(in_table, "no table in pprof's output:\n{}", out.describe());
-    (flat, out.stdout)
+    (rows, out.stdout)
+}
+
+/// `go tool pprof -top -normalize -diff_base base new`: function name →
+/// flat samples of `new` scaled to `base`'s total, less those of `base`
+/// (negative where a function shrank), and the output.
+pub fn go_pprof_diff(base: &Path, new: &Path) -> (BTreeMap<String, f64>, String) {
+    let (rows, text) = go_pprof_top(&["-normalize", "-diff_base", path_str(base)], &[new]);
+    let mut flat = BTreeMap::new();
+    for (n, name) in rows {
+        *flat.entry(name).or_insert(0.0) += n;
+    }
+    (flat, text)
+}
+
+/// `go tool pprof -top` on `file`, every node, flat in samples: function
+/// name → flat samples (nodes with 0 flat left out).
+pub fn go_pprof_flat(file: &Path) -> (BTreeMap<String, u64>, String) {
+    let (rows, text) = go_pprof_top(&[], &[file]);
+    let mut flat = BTreeMap::new();
+    for (n, name) in rows {
+        assert!(
+            n >= 0.0 && n.fract() == 0.0,
+            "flat {n} is not a count:\n{text}"
+        );
+        if n > 0.0 {
+            *flat.entry(name).or_insert(0) += n as u64;
+        }
+    }
+    (flat, text)
 }
 
 /// `gprof -b -p BINARY GMON`: function → "% time".

@@ -532,9 +532,12 @@ async fn attach_table_prints_live_blocks_then_the_final_table() {
     let last = stdout.rsplit("profd session 1").next().unwrap();
     assert!(last.contains("— duration_elapsed"), "{last}");
     assert!(last.contains("100.0%"), "{last}");
+    // By self samples first (--sort's default): spin, late, then the
+    // callers without any.
     let rows: Vec<&str> = last.lines().skip(3).collect();
-    assert!(rows[0].ends_with("_start  [fake]"), "{last}");
-    assert!(rows[3].ends_with("late  [liblate.so]"), "{last}");
+    assert!(rows[0].ends_with("spin  [fake]"), "{last}");
+    assert!(rows[1].ends_with("late  [liblate.so]"), "{last}");
+    assert!(rows[2].ends_with("_start  [fake]"), "{last}");
     assert!(
         !stdout.contains('\x1b'),
         "no ANSI codes when not a terminal"

@@ -953,26 +953,14 @@ fn dashboard_tools_sort_filter_zoom_search_download_and_compare() {
         "{}",
         show("the row")
     );
-    let table_counts = |v: &serde_json::Value| -> Counts {
-        json_rows(v)
-            .iter()
-            .map(|r| {
-                (
-                    (
-                        r["name"].as_str().unwrap_or_default().to_string(),
-                        r["module"].as_str().unwrap_or_default().to_string(),
-                        r["inlined"].as_bool().unwrap_or_default(),
-                    ),
-                    (
-                        r["inclusive"].as_u64().unwrap_or_default(),
-                        r["exclusive"].as_u64().unwrap_or_default(),
-                    ),
-                )
-            })
-            .collect()
-    };
-    assert_eq!(table_counts(&seen["baseRows"]), profile_counts(&base));
-    assert_eq!(table_counts(&seen["newRows"]), profile_counts(&new));
+    assert_eq!(
+        row_counts(&json_rows(&seen["baseRows"])),
+        profile_counts(&base)
+    );
+    assert_eq!(
+        row_counts(&json_rows(&seen["newRows"])),
+        profile_counts(&new)
+    );
 
     // Sorted by exclusive, most first, then least first; by name; filtered.
     let excl = |v: &serde_json::Value| -> Vec<u64> {

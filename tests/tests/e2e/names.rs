@@ -45,24 +45,7 @@ fn only<'a>(p: &'a Profile, part: &str) -> &'a profd_e2e::FunctionRow {
 fn cpp_names_are_short_in_tables_and_found_by_part_regex_or_id() {
     let h = Harness::start();
     let target = Workload::start_build(&NAMES_CPP, LONG);
-    let out = ok(
-        &h.daemon,
-        &[
-            "attach",
-            &target.pid_arg(),
-            "--duration",
-            "3",
-            "--format",
-            "json",
-        ],
-    );
-    let p = Profile::parse(&out);
-    eprintln!("{}", p.table());
-    assert!(
-        p.totals.attributed >= 300,
-        "too few samples:\n{}",
-        p.table()
-    );
+    let p = h.daemon.profile_3s(&target);
     let id = p.session_id.to_string();
     let lookup = only(&p, "::lookup(");
     let update = only(&p, "::update(");
@@ -185,24 +168,7 @@ fn cpp_names_are_short_in_tables_and_found_by_part_regex_or_id() {
 fn plt_stubs_and_vdso_code_are_named() {
     let h = Harness::start();
     let target = Workload::start_build(&SYMEDGES, LONG);
-    let out = ok(
-        &h.daemon,
-        &[
-            "attach",
-            &target.pid_arg(),
-            "--duration",
-            "3",
-            "--format",
-            "json",
-        ],
-    );
-    let p = Profile::parse(&out);
-    eprintln!("{}", p.table());
-    assert!(
-        p.totals.attributed >= 300,
-        "too few samples:\n{}",
-        p.table()
-    );
+    let p = h.daemon.profile_3s(&target);
     let share = |name: &str, module: &str| {
         let rows: Vec<_> = p
             .functions

@@ -20,26 +20,6 @@ use profd_e2e::{
 /// Long enough for any test: workloads are killed when the test ends.
 const LONG: f64 = 60.0;
 
-/// Profiles `target` for 3 s (JSON) and returns the ended session's profile.
-fn profile(daemon: &Daemon, target: &Workload) -> Profile {
-    let out = daemon.profctl(&[
-        "attach",
-        &target.pid_arg(),
-        "--duration",
-        "3",
-        "--format",
-        "json",
-    ]);
-    let p = Profile::parse(&out);
-    eprintln!("{}", p.table());
-    assert!(
-        p.totals.attributed >= 300,
-        "too few samples to check shares:\n{}",
-        p.table()
-    );
-    p
-}
-
 fn id(p: &Profile) -> String {
     p.session_id.to_string()
 }
@@ -68,7 +48,7 @@ fn assert_near(what: &str, actual: f64, expected: f64, tolerance: f64, context: 
 fn pprof_export_matches_profd_in_go_pprof_and_report() {
     let h = Harness::start();
     let target = Workload::start("split", LONG);
-    let p = profile(&h.daemon, &target);
+    let p = h.daemon.profile_3s(&target);
     let file = unique_dir("pprof").join("split.pb.gz");
     ok(
         &h.daemon,
@@ -127,7 +107,7 @@ fn gprof_reads_the_histogram() {
     let h = Harness::start();
     let binary = build_workload("split");
     let target = Workload::start_exe(&binary, LONG);
-    let p = profile(&h.daemon, &target);
+    let p = h.daemon.profile_3s(&target);
     let gmon = unique_dir("gmon").join("gmon.out");
     let out = ok(
         &h.daemon,
@@ -212,7 +192,7 @@ fn gprof_reads_the_histogram() {
 fn folded_svg_speedscope_and_json_exports_parse() {
     let h = Harness::start();
     let target = Workload::start("split", LONG);
-    let p = profile(&h.daemon, &target);
+    let p = h.daemon.profile_3s(&target);
     let export = |format: &str| {
         ok(
             &h.daemon,
@@ -322,7 +302,7 @@ fn folded_svg_speedscope_and_json_exports_parse() {
 fn caller_callee_tree_and_hot_path_of_split() {
     let h = Harness::start();
     let target = Workload::start("split", LONG);
-    let p = profile(&h.daemon, &target);
+    let p = h.daemon.profile_3s(&target);
     let sid = id(&p);
 
     let text = ok(&h.daemon, &["report", &sid, "--callers", "leaf_b"]).stdout;

@@ -1,3 +1,4 @@
+//! Unit tests of `store`: sessions saved, reloaded and exported as before.
 use super::*;
 use profd_common::model::{FrameRef, FunctionInfo, ResolvedStack};
 use profd_common::views;

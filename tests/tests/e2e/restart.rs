@@ -556,11 +556,13 @@ fn sessions_kept_as_json_summaries_read_as_before() {
         let expected =
             std::fs::read_to_string(testdata.join(format!("state-format-1-exports/{id}.json")))
                 .unwrap();
-        assert_eq!(
-            export.stdout.trim_end(),
-            expected.trim_end(),
-            "session {id}"
-        );
+        // The exports were written before functions carried their ids.
+        let mut now: serde_json::Value = serde_json::from_str(&export.stdout).unwrap();
+        for f in now["functions"].as_array_mut().into_iter().flatten() {
+            f.as_object_mut().map(|f| f.remove("id"));
+        }
+        let then: serde_json::Value = serde_json::from_str(&expected).unwrap();
+        assert_eq!(now, then, "session {id}");
     }
     assert_eq!(names(&state), files, "read in place");
 }

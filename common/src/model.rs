@@ -445,8 +445,6 @@ pub struct Timeline {
     /// The oldest samples whose times were not kept (they count in the
     /// stacks all the same).
     pub dropped: u64,
-    /// The process of each thread sampled (tid to pid).
-    pub thread_pids: HashMap<u32, u32>,
     /// Unix time in milliseconds at CLOCK_MONOTONIC's zero: the time
     /// sample times count from.
     pub monotonic_zero_unix_ms: f64,

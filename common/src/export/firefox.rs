@@ -71,7 +71,7 @@ pub fn firefox(p: &ResolvedProfile, t: &Timeline, names: &HashMap<u32, String>) 
 
     // Each process starts at its first event or sample; each thread at its
     // first sample.
-    let pid_of = |tid: u32| t.thread_pids.get(&tid).copied().unwrap_or(p.pid);
+    let pid_of = |tid: u32| p.thread_pids.get(&tid).copied().unwrap_or(p.pid);
     let mut first: HashMap<u32, u64> = HashMap::new();
     let events = t.markers.iter().map(|m| (m.pid, m.time));
     let samples =
@@ -247,7 +247,7 @@ mod tests {
                 },
             ],
             threads: HashMap::from([(12, "worker".to_string())]),
-            thread_pids: HashMap::new(),
+            thread_pids: HashMap::from([(10, 10), (12, 10), (11, 11)]),
             attributed: 4,
             frequency_hz: 1000,
             duration_s: 1.0,
@@ -280,7 +280,6 @@ mod tests {
                 },
             ],
             dropped: 0,
-            thread_pids: HashMap::from([(10, 10), (12, 10), (11, 11)]),
             monotonic_zero_unix_ms: 1.7e12,
         };
         let names = HashMap::from([(10, "app".to_string()), (11, "kid".to_string())]);

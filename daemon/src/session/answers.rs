@@ -335,8 +335,7 @@ impl Actor {
             })
             .await;
         resolved.profile.stacks = stacks;
-        let mut timeline =
-            (self.ingest.timeline.as_ref()).map(|t| t.timeline(&self.ingest.thread_pid));
+        let mut timeline = (self.ingest.timeline.as_ref()).map(|t| t.timeline());
         if let (Some(map), Some(t)) = (shown.apply_mapped(&mut resolved.profile), &mut timeline) {
             t.remap(&map);
         }

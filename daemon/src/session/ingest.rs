@@ -2,7 +2,8 @@
 //! into the session's stack table (stack copies unwound, addresses tagged
 //! with their address space), with the per-process and per-thread counts,
 //! the recent samples of windowed figures, the samples' times when kept,
-//! and the addresses of new stacks queued for naming. Owned by the session's actor; no symbols, no views.
+//! and the addresses of new stacks queued for naming. Owned by the
+//! session's actor; no symbols, no views.
 use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use super::timeline::Times;

@@ -1,7 +1,7 @@
 //! A session's sample times, kept when its Attach asked for a timeline:
 //! each sample's CLOCK_MONOTONIC time and stack index (12 bytes), the most
 //! recent [`MAX_SAMPLES`] of them, and its processes' start, exec and exit.
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use profd_common::model::{MarkerKind, Timeline, TimelineMarker};
 
@@ -66,8 +66,8 @@ impl Times {
     }
 
     /// The timeline of the samples kept, in time order (rings are drained
-    /// one CPU at a time), with `thread_pids` telling each thread's process.
-    pub fn timeline(&self, thread_pids: &foldhash::HashMap<u32, u32>) -> Timeline {
+    /// one CPU at a time).
+    pub fn timeline(&self) -> Timeline {
         let mut samples: Vec<(u64, u32)> = self
             .times
             .iter()
@@ -84,10 +84,6 @@ impl Times {
             samples,
             markers,
             dropped: self.dropped,
-            thread_pids: thread_pids
-                .iter()
-                .map(|(&t, &p)| (t, p))
-                .collect::<HashMap<_, _>>(),
             monotonic_zero_unix_ms: unix_ms - monotonic_ns() as f64 / 1e6,
         }
     }
@@ -111,7 +107,7 @@ mod tests {
         }
         assert_eq!(t.dropped(), 1);
         t.mark(35, 7, MarkerKind::Exit);
-        let timeline = t.timeline(&foldhash::HashMap::default());
+        let timeline = t.timeline();
         // Kept: the last three with a time, sorted by time.
         assert_eq!(timeline.samples, [(10, 1), (30, 2), (40, 3)]);
         assert_eq!(timeline.dropped, 1);

@@ -1022,7 +1022,7 @@ fn view_or_export(
 }
 
 /// Unix ms of `t` (0 for times before the epoch).
-fn unix_ms(t: SystemTime) -> u64 {
+pub fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

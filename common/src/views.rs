@@ -78,14 +78,13 @@ pub fn keep_only(p: &mut ResolvedProfile, tids: &[u32], pids: &[u32]) {
     if tids.is_empty() && pids.is_empty() {
         return;
     }
-    let pid_of = |tid: u32| p.thread_pids.get(&tid).copied();
-    let keep: Vec<bool> = p
-        .stacks
-        .iter()
-        .map(|s| tids.contains(&s.tid) || pid_of(s.tid).is_some_and(|pid| pids.contains(&pid)))
-        .collect();
-    let mut keep = keep.into_iter();
-    p.stacks.retain(|_| keep.next().unwrap_or(false));
+    let thread_pids = &p.thread_pids;
+    p.stacks.retain(|s| {
+        tids.contains(&s.tid)
+            || thread_pids
+                .get(&s.tid)
+                .is_some_and(|pid| pids.contains(pid))
+    });
     p.attributed = p.stacks.iter().map(|s| s.count).sum();
 }
 

@@ -5,13 +5,12 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use profd_common::api::{self, ExportFormat, Function, GetProfileRequest, Session};
 use profd_common::model::{is_time, mode_name};
 
 use super::{required_session, Source};
-use crate::cli::{DiffArgs, DiffSide};
+use crate::cli::{unix_ms, DiffArgs, DiffSide};
 use crate::connect::Client;
 use crate::error::Error;
 use crate::output::Output;
@@ -131,11 +130,6 @@ async fn read(
         functions: reply.functions,
         pprof: want_pprof.then_some(reply.data),
     })
-}
-
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Writes `dir/base.pb.gz` and `dir/new.pb.gz` (creating `dir`); their

@@ -20,9 +20,7 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
     let action = args.action().map_err(Error::Usage)?;
     let now = SystemTime::now();
     let (from_ms, to_ms) = args.range(now).map_err(Error::Usage)?;
-    let now_ms = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let now_ms = crate::cli::unix_ms(now);
     let fleet = Fleet::new(
         &args.clickhouse,
         &args.database,

@@ -238,12 +238,15 @@ fn draw_tree(
     title: &str,
 ) {
     let shown = state.tree_rows();
-    let mark = |i: usize| match shown.iter().find(|r| r.node == i) {
-        Some(r) if r.folded => "▸ ",
-        Some(r) if r.children => "▾ ",
-        _ => "  ",
-    };
-    let (header, rows) = render_views::tree_lines(reply, title, state.names, mark);
+    let mut marks = vec!["  "; reply.nodes.len()];
+    for r in &shown {
+        marks[r.node] = match r {
+            r if r.folded => "▸ ",
+            r if r.children => "▾ ",
+            _ => "  ",
+        };
+    }
+    let (header, rows) = render_views::tree_lines(reply, title, state.names, |i| marks[i]);
     let mut lines: Vec<Line> = header
         .into_iter()
         .map(|l| Line::styled(l, Style::new().add_modifier(Modifier::BOLD)))

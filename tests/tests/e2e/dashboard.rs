@@ -513,6 +513,30 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Enough of its leaves for the split to show within 3 points (the first
+    // window may hold a few dozen samples).
+    let leaves = |p: &Profile| {
+        ["leaf_a", "leaf_b"].map(|n| p.rows(n).iter().map(|f| f.exclusive).sum::<u64>())
+    };
+    loop {
+        let p = Profile::parse(&r.daemon.profctl(&[
+            "query",
+            "--service",
+            cg.name(),
+            "--format",
+            "json",
+        ]));
+        if leaves(&p).iter().sum::<u64>() >= 2000 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fewer than 2000 leaf samples of {} within 120 s:\n{}",
+            cg.name(),
+            p.table()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // The page stops the session; the duration only bounds a failed run.
     let attach = r.daemon.spawn_profctl(&[
         "attach",

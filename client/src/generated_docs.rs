@@ -1,11 +1,10 @@
-//! `profctl man` and `profctl completions`: the manual pages (roff) and shell
-//! completion scripts, generated from the clap definitions in `cli`; no
-//! daemon involved.
+//! `profctl man` and `profctl completions`: the manual pages (roff),
+//! generated from the clap definitions in `cli`, and the completion scripts
+//! (see `complete`); no daemon involved.
 use std::io::Write;
 use std::path::Path;
 
 use clap::CommandFactory;
-use clap_complete::Shell;
 
 use crate::cli::{Cli, CompletionsArgs, ManArgs};
 use crate::error::Error;
@@ -32,7 +31,7 @@ pub fn man(args: &ManArgs, out: &Output) -> Result<(), Error> {
 /// `profctl completions SHELL`: the script on stdout.
 pub fn completions(args: &CompletionsArgs, out: &Output) -> Result<(), Error> {
     let mut script = Vec::new();
-    write_completions(args.shell, &mut script);
+    crate::complete::write_script(args.shell, &mut script).map_err(Error::Output)?;
     out.print(&String::from_utf8_lossy(&script))
 }
 
@@ -168,11 +167,6 @@ fn write_pages(
     Ok(())
 }
 
-/// Writes the completion script for `shell` to `out`.
-pub fn write_completions(shell: Shell, out: &mut dyn Write) {
-    clap_complete::generate(shell, &mut command(), "profctl", out);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,16 +223,5 @@ mod tests {
             written.len()
         );
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn completions_cover_subcommands_for_every_shell() {
-        for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-            let mut script = Vec::new();
-            write_completions(shell, &mut script);
-            let script = String::from_utf8(script).unwrap();
-            assert!(script.contains("attach"), "{shell}: {script}");
-            assert!(script.contains("histogram"), "{shell}");
-        }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod complete;
 pub mod connect;
 pub mod error;
 pub mod fleet;

@@ -11,6 +11,8 @@ fn main() -> ExitCode {
     if let Some(code) = profctl::commands::held_exec() {
         return code;
     }
+    // A completion script asking for candidates.
+    profctl::complete::complete_if_asked();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -114,7 +114,7 @@ fn target(session: &Session) -> String {
 }
 
 /// The state, with the failure reason for a failed session.
-fn state_text(session: &Session) -> String {
+pub fn state_text(session: &Session) -> String {
     let state = session.state();
     if state == SessionState::Failed && !session.error.is_empty() {
         format!("failed: {}", session.error)

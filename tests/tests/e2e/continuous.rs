@@ -156,6 +156,36 @@ fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
         "leaf_b's callers lack mid:\n{}",
         callers.stdout
     );
+    // Tab after `--callers` offers the functions of the history the query
+    // selects, with the ids its JSON has: service b's are not there.
+    let complete = |part: &str| {
+        let socket = path_str(d.socket());
+        let words = [
+            "--",
+            "profctl",
+            "--socket",
+            socket,
+            "query",
+            "--service",
+            a.name(),
+        ];
+        let mut args = words.to_vec();
+        args.extend(["--callers", part]);
+        let env = [("COMPLETE".to_string(), "fish".to_string())];
+        let out = profd_e2e::run_profctl(&args, &env);
+        out.assert_success();
+        out.stdout
+    };
+    let id = |name: &str| pa.function(name).id.expect("JSON id");
+    let offered = complete("leaf");
+    for name in ["leaf_a", "leaf_b"] {
+        let line = format!("{name}\t#{}", id(name));
+        assert!(
+            offered.lines().any(|l| l == line),
+            "no {line:?}:\n{offered}"
+        );
+    }
+    assert_eq!(complete("rec_leaf"), "", "service b's function offered");
     let file = unique_dir("continuous-pprof").join("a.pb.gz");
     d.profctl(&[
         "query",

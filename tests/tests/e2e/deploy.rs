@@ -735,9 +735,11 @@ fn profctl_help_man_and_completions() {
     completions.assert_success();
     let file = unique_dir("completions").join("profctl.bash");
     std::fs::write(&file, &completions.stdout).unwrap();
+    // The script runs the profctl on PATH for the candidates.
     let script = format!(
-        "source {}; COMP_WORDS=(profctl att); COMP_CWORD=1; COMP_LINE='profctl att'; \
-         COMP_POINT=${{#COMP_LINE}}; _profctl profctl att profctl; echo \"${{COMPREPLY[@]}}\"",
+        "PATH={}:$PATH; source {}; COMP_WORDS=(profctl att); COMP_CWORD=1; \
+         _clap_complete_profctl profctl att profctl; echo \"${{COMPREPLY[@]}}\"",
+        path_str(bin("profctl").parent().unwrap()),
         file.display()
     );
     let out = tool("bash", "bash", &["-c", &script], &[]);

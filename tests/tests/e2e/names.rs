@@ -274,3 +274,100 @@ fn threads_of_forked_children_have_the_command_name() {
         );
     }
 }
+
+/// Completion asks the daemon: in bash, with the script `profctl
+/// completions bash` prints, Tab after `report` offers the session's id,
+/// after `--callers lookup` the `#ID` of the C++ method (a name a shell
+/// would split), after `--callers #` every function's id; fish's lines
+/// pair each `#ID` with the name the JSON gives that id, and a completed id
+/// names its function in `--callers`.
+#[test]
+fn completions_offer_sessions_and_function_ids_from_the_daemon() {
+    let h = Harness::start();
+    let target = Workload::start_build(&NAMES_CPP, LONG);
+    let p = h.daemon.profile_3s(&target);
+    let id = p.session_id.to_string();
+    let socket = path_str(h.daemon.socket());
+    let profctl = profd_e2e::bin("profctl");
+    let path = format!(
+        "{}:{}",
+        path_str(profctl.parent().expect("profctl's directory")),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let script = unique_dir("completions").join("profctl.bash");
+    std::fs::write(&script, ok(&h.daemon, &["completions", "bash"]).stdout).unwrap();
+    // COMPREPLY for the words, the last one under the cursor.
+    let bash = |words: &[&str]| -> Vec<String> {
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let line = format!(
+            "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; COMP_TYPE=9; \
+             _clap_complete_profctl profctl '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            path_str(&script),
+            quoted.join(" "),
+            words.len() - 1,
+            words[words.len() - 1],
+            words[words.len() - 2],
+        );
+        let out = std::process::Command::new("bash")
+            .args(["-c", &line])
+            .env("PATH", &path)
+            .output()
+            .expect("run bash");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let base = ["profctl", "--socket", socket];
+    let with = |rest: &[&str]| -> Vec<String> { bash(&[&base[..], rest].concat()) };
+
+    let sessions = with(&["report", ""]);
+    assert!(
+        sessions.contains(&id),
+        "session {id} not offered: {sessions:?}"
+    );
+
+    let lookup = only(&p, "::lookup(");
+    let lookup_id = format!("#{}", lookup.id.expect("JSON id"));
+    assert_eq!(
+        with(&["report", &id, "--callers", "lookup"]),
+        std::slice::from_ref(&lookup_id)
+    );
+
+    let ids = with(&["report", &id, "--callers", "#"]);
+    let want: std::collections::BTreeSet<String> = p
+        .functions
+        .iter()
+        .map(|f| format!("#{}", f.id.expect("JSON id")))
+        .collect();
+    assert_eq!(
+        ids.iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        want,
+        "{ids:?}\n{}",
+        p.table()
+    );
+
+    // fish shows each candidate with its help: the id's name.
+    let fish = std::process::Command::new(&profctl)
+        .args([
+            "--", "profctl", "--socket", socket, "report", &id, "--lines", "#",
+        ])
+        .env("COMPLETE", "fish")
+        .output()
+        .expect("run profctl");
+    let fish = String::from_utf8_lossy(&fish.stdout);
+    for f in &p.functions {
+        let line = format!("#{}\t{}", f.id.expect("JSON id"), f.name);
+        assert!(fish.lines().any(|l| l == line), "no {line:?} in:\n{fish}");
+    }
+
+    let callers = ok(&h.daemon, &["report", &id, "--callers", &lookup_id]);
+    assert!(
+        callers.stdout.contains("::lookup(…) const"),
+        "{}",
+        callers.stdout
+    );
+}

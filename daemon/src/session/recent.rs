@@ -1,58 +1,80 @@
 //! The stack indices a session sampled over the last [`MAX_WINDOW_S`]
-//! seconds, for windowed figures: one bucket per second, the newest as
-//! pushed, older ones sorted and delta-encoded (LEB128) with a count for
-//! each index sampled more than once: one or two bytes a sample instead of
-//! four, and a few bytes a stack however often it was sampled that second.
+//! seconds, for windowed figures: one bucket per [`BUCKET`] of batches read,
+//! the newest as pushed, older ones sorted and delta-encoded (LEB128) with a
+//! count for each index sampled more than once: one or two bytes a sample
+//! instead of four, and a few bytes a stack however often it was sampled in
+//! the bucket.
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// Longest window of recent samples kept, in seconds.
 pub const MAX_WINDOW_S: u32 = 600;
 
+/// The time one bucket covers at most: a window of W seconds counts the
+/// batches read in the last W seconds and, at most, this much before them.
+pub const BUCKET: Duration = Duration::from_millis(100);
+
+/// A bucket's samples: when its first and last batches were read.
+struct Bucket<T> {
+    first: Instant,
+    last: Instant,
+    samples: T,
+}
+
 #[derive(Default)]
 pub struct Recent {
-    /// Closed buckets, oldest first: start time and encoded indices.
-    sealed: VecDeque<(Instant, Box<[u8]>)>,
-    /// The bucket samples go to now, with its start time.
-    open: Option<(Instant, Vec<u32>)>,
+    /// Closed buckets, oldest first, their indices encoded.
+    sealed: VecDeque<Bucket<Box<[u8]>>>,
+    /// The bucket samples go to now.
+    open: Option<Bucket<Vec<u32>>>,
     /// The open bucket's weighted stacks (off-CPU and wall sessions: a
     /// stack index and the nanoseconds it stands for).
     weighted: Vec<(u32, u64)>,
 }
 
 impl Recent {
-    /// Make the open bucket the one for `now`: a new one a second after the
-    /// last began (the last is sealed), after dropping buckets older than
-    /// the longest window.
+    /// A batch read at `now` begins: its samples go to the open bucket, or
+    /// to a new one when the open one began [`BUCKET`] or more before (the
+    /// open one is sealed). Buckets past the longest window are dropped.
     pub fn start(&mut self, now: Instant) {
-        let old = |t: &Instant| now.duration_since(*t).as_secs() > u64::from(MAX_WINDOW_S);
-        while self.sealed.front().is_some_and(|(t, _)| old(t)) {
+        let longest = Duration::from_secs(u64::from(MAX_WINDOW_S));
+        let old = |last: Instant| now.saturating_duration_since(last) > longest;
+        while self.sealed.front().is_some_and(|b| old(b.last)) {
             self.sealed.pop_front();
         }
-        let buffer = match self.open.take() {
-            Some((start, bucket)) if now.duration_since(start) < Duration::from_secs(1) => {
-                self.open = Some((start, bucket));
+        let samples = match self.open.take() {
+            Some(mut b) if now.saturating_duration_since(b.first) < BUCKET => {
+                b.last = now;
+                self.open = Some(b);
                 return;
             }
-            Some((start, mut bucket)) => {
-                if !old(&start) {
-                    let sealed = seal(&mut bucket, &mut self.weighted);
-                    self.sealed.push_back((start, sealed));
+            Some(mut b) => {
+                if !old(b.last) {
+                    let samples = seal(&mut b.samples, &mut self.weighted);
+                    self.sealed.push_back(Bucket {
+                        first: b.first,
+                        last: b.last,
+                        samples,
+                    });
                 }
-                bucket.clear();
+                b.samples.clear();
                 self.weighted.clear();
-                bucket
+                b.samples
             }
             None => Vec::new(),
         };
-        self.open = Some((now, buffer));
+        self.open = Some(Bucket {
+            first: now,
+            last: now,
+            samples,
+        });
     }
 
     /// Count a sample of stack `index` in the open bucket (if one was
     /// started).
     pub fn push(&mut self, index: u32) {
-        if let Some((_, bucket)) = &mut self.open {
-            bucket.push(index);
+        if let Some(b) = &mut self.open {
+            b.samples.push(index);
         }
     }
 
@@ -64,25 +86,26 @@ impl Recent {
         }
     }
 
-    /// Samples (or weights) per stack index in the buckets begun less than `window_s`
-    /// seconds before `now`.
+    /// Samples (or weights) per stack index in the buckets with a batch read
+    /// less than `window_s` seconds before `now`: the last `window_s`
+    /// seconds, and at most [`BUCKET`] more.
     pub fn counts(&self, window_s: u32, now: Instant) -> HashMap<u32, u64> {
-        let within =
-            |t: &Instant| now.duration_since(*t) < Duration::from_secs(u64::from(window_s));
+        let window = Duration::from_secs(u64::from(window_s));
+        let within = |last: Instant| now.saturating_duration_since(last) < window;
         let mut counts = HashMap::new();
-        if let Some((start, bucket)) = &self.open {
-            if !within(start) {
+        if let Some(b) = &self.open {
+            if !within(b.last) {
                 return counts;
             }
-            for &i in bucket {
+            for &i in &b.samples {
                 *counts.entry(i).or_insert(0) += 1;
             }
             for &(i, w) in &self.weighted {
                 *counts.entry(i).or_insert(0) += w;
             }
         }
-        for (_, bytes) in self.sealed.iter().rev().take_while(|(t, _)| within(t)) {
-            decode(bytes, |i, n| *counts.entry(i).or_insert(0) += n);
+        for b in self.sealed.iter().rev().take_while(|b| within(b.last)) {
+            decode(&b.samples, |i, n| *counts.entry(i).or_insert(0) += n);
         }
         counts
     }
@@ -90,7 +113,7 @@ impl Recent {
     /// Bytes held by the closed buckets' indices.
     #[cfg(test)]
     fn sealed_bytes(&self) -> usize {
-        self.sealed.iter().map(|(_, b)| b.len()).sum()
+        self.sealed.iter().map(|b| b.samples.len()).sum()
     }
 }
 
@@ -228,38 +251,39 @@ mod tests {
     }
 
     #[test]
-    fn windows_count_the_buckets_begun_within_them() {
+    fn windows_count_the_batches_read_within_them() {
         let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
+        let ms = |n: u64| t0 + Duration::from_millis(n);
         let mut recent = Recent::default();
-        recent.push(99); // before any bucket: not counted
-        for s in 0..5u64 {
-            recent.start(at(s));
-            recent.start(at(s) + Duration::from_millis(500)); // same bucket
-            for i in 0..=s as u32 {
-                recent.push(i);
-            }
+        recent.push(99); // before any batch: not counted
+                         // A batch every 50 ms for 5 s, one sample of index `second` each;
+                         // buckets of two batches (0 and 50 ms, 100 and 150 ms, ...).
+        for k in 0..100u64 {
+            recent.start(ms(50 * k));
+            recent.push((k / 20) as u32);
         }
-        // Buckets began at 0..=4 s, bucket s holds indices 0..=s.
-        let now = at(4) + Duration::from_millis(100);
-        assert_eq!(
-            recent.counts(1, now),
-            HashMap::from([(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)])
-        );
-        let two = recent.counts(2, now);
-        assert_eq!((two[&0], two[&3], two[&4]), (2, 2, 1));
+        let now = ms(4960);
+        // The last second: batches read from 4.0 s on, second 4's twenty.
+        assert_eq!(recent.counts(1, now), HashMap::from([(4, 20)]));
+        assert_eq!(recent.counts(2, now), HashMap::from([(3, 20), (4, 20)]));
+        // 60 ms later the batch read at 4.0 s is 1.02 s old, but its
+        // bucket's other batch (4.05 s) is not: the window takes at most a
+        // bucket more.
+        assert_eq!(recent.counts(1, ms(5020)), HashMap::from([(4, 20)]));
+        assert_eq!(recent.counts(1, ms(5060)), HashMap::from([(4, 18)]));
         let all = recent.counts(MAX_WINDOW_S, now);
-        assert_eq!(all.values().sum::<u64>(), 15);
-        assert_eq!((all[&0], all[&4]), (5, 1));
+        assert_eq!(all.values().sum::<u64>(), 100);
         assert!(!all.contains_key(&99));
-        // 602 s on, buckets 0 and 1 are past the longest window and dropped;
-        // of the rest, those begun less than 600 s ago (3 and 4) count.
-        let later = at(2 + u64::from(MAX_WINDOW_S));
+        // With no batch for a second, a window of one second is empty.
+        assert!(recent.counts(1, ms(6000)).is_empty());
+        // 600 s after 2.5 s, the buckets whose last batch is older are
+        // dropped: those read from 2.5 s on stay (index 2's last ten and
+        // all of 3 and 4).
+        let later = ms(2500 + 1000 * u64::from(MAX_WINDOW_S));
         recent.start(later);
-        assert_eq!(recent.sealed.len(), 3);
         assert_eq!(
-            recent.counts(MAX_WINDOW_S, later).values().sum::<u64>(),
-            4 + 5
+            recent.counts(MAX_WINDOW_S, later),
+            HashMap::from([(2, 10), (3, 20), (4, 20)])
         );
     }
 

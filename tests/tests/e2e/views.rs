@@ -484,6 +484,31 @@ fn window_columns_in_the_live_table() {
     assert_near("leaf_b W.EXCL%", leaf_b.numbers[5], 75.0, 6.0, live);
     let main = rows.iter().find(|r| r.name == "main").expect("main");
     assert_near("main W.INCL%", main.numbers[4], 100.0, 2.0, live);
+    // The window holds a second of samples (at most 0.1 s more), at the
+    // session's own rate: the samples so far over its seconds so far.
+    let number_before = |text: &str, end: &str| -> f64 {
+        let head = &text[..text
+            .find(end)
+            .unwrap_or_else(|| panic!("no {end:?}:\n{text}"))];
+        let word = head.split_whitespace().last().unwrap_or_default();
+        word.parse()
+            .unwrap_or_else(|_| panic!("{word:?} before {end:?}"))
+    };
+    let samples_line = live
+        .lines()
+        .find(|l| l.starts_with("samples:"))
+        .expect("samples line");
+    let rate = number_before(samples_line, " attributed") / number_before(live, " s — running");
+    let window_line = live
+        .lines()
+        .find(|l| l.starts_with("window:"))
+        .expect("window line");
+    let in_window = number_before(window_line, " attributed (");
+    let ratio = in_window / rate;
+    assert!(
+        (0.75..=1.3).contains(&ratio),
+        "the window holds {ratio:.2} s of samples at the session's rate:\n{live}"
+    );
 }
 
 /// The TUI in a real terminal (tmux): it shows the live rows, sorts by

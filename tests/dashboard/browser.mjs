@@ -20,7 +20,7 @@ export const env = (name, fallback) => {
 // Chromium (CHROMIUM, default /usr/bin/chromium) trusting the key of the
 // certificate in PROFD_SERVER_CERT alone (the base64 SHA-256 of its SPKI,
 // as --ignore-certificate-errors-spki-list takes it), and a 1400×1000
-// page. `problems` collects page errors, console errors and HTTP errors.
+// page in UTC. `problems` collects page errors, console errors and HTTP errors.
 export async function openPage(timeoutMs) {
   const pem = readFileSync(env('PROFD_SERVER_CERT'), 'utf8');
   const spki = new X509Certificate(pem).publicKey.export({ type: 'spki', format: 'der' });
@@ -39,7 +39,8 @@ export async function openPage(timeoutMs) {
       `--ignore-certificate-errors-spki-list=${spkiHash}`,
     ],
   });
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  // UTC, so the time fields' values mean the times the tests give.
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 }, timezoneId: 'UTC' });
   page.setDefaultTimeout(timeoutMs);
   const problems = [];
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));

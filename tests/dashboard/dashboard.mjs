@@ -1,6 +1,7 @@
 // Drives profd's web dashboard in real headless Chromium (playwright-core)
 // as a person would: a wrong token, then the right one; the session list;
-// the continuous profiling panel (a service's merged table and flame graph);
+// the continuous profiling panel (a service's merged table and flame graph,
+// then over custom time ranges);
 // the live table of one session read twice; a function clicked for its
 // callers and callees; the flame graph; the totals; the session stopped
 // and its final table; a reload. Prints what it saw as
@@ -15,6 +16,9 @@
 //                      trusted (Chromium's --ignore-certificate-errors-spki-list)
 //   PROFD_FOCUS        the function to click (its callers are read)
 //   PROFD_SERVICE      a service of the continuous history to open
+//   PROFD_RANGE        FROM..TO, Unix seconds: a custom range of the history
+//                      to open the service over
+//   PROFD_EMPTY_RANGE  FROM..TO, Unix seconds: a range with no windows
 //   PROFD_SCREENSHOT   where to write a screenshot of the page
 //   CHROMIUM           the browser (default /usr/bin/chromium)
 
@@ -26,6 +30,11 @@ const sessionId = env('PROFD_SESSION');
 const focus = env('PROFD_FOCUS');
 const service = env('PROFD_SERVICE');
 const screenshot = env('PROFD_SCREENSHOT', '');
+// FROM..TO in Unix seconds as the time fields take it (the page is in UTC).
+const fields = (range) =>
+  range.split('..').map((s) => new Date(Number(s) * 1000).toISOString().slice(0, 19));
+const range = fields(env('PROFD_RANGE'));
+const emptyRange = fields(env('PROFD_EMPTY_RANGE'));
 const WAIT_MS = 30000;
 
 let step = 'launching Chromium';
@@ -104,6 +113,39 @@ try {
     rows: await rows('#functions'),
     flame: await page.$$eval('#flame svg g.frame', (gs) => gs.map((g) => g.dataset.name)),
   };
+
+  step = 'picking a custom range with no windows';
+  await page.selectOption('#continuous-range', 'custom');
+  const pick = async ([from, to]) => {
+    await page.fill('#continuous-from', from);
+    await page.fill('#continuous-to', to);
+    await page.click('#continuous-form button[type=submit]');
+  };
+  await pick(emptyRange);
+  await page.locator('#no-windows').waitFor({ state: 'visible' });
+  result.emptyRange = {
+    servicesShown: await page.isVisible('#services'),
+    summary: (await page.textContent('#continuous-summary')).trim(),
+  };
+
+  step = `opening the service ${service} over a custom range`;
+  await pick(range);
+  await page.locator(serviceRow).waitFor();
+  result.range = {
+    samples: (await page.textContent(`${serviceRow} td:nth-child(2)`)).trim(),
+    summary: (await page.textContent('#continuous-summary')).trim(),
+  };
+  await page.click(serviceRow);
+  await page.waitForFunction(() => document.querySelector('#session-title').textContent.includes(' to '));
+  await page.waitForFunction(
+    (names) => {
+      const seen = new Set([...document.querySelectorAll('#functions tbody tr')].map((tr) => tr.dataset.name));
+      return names.every((n) => seen.has(n));
+    },
+    ['work', 'mid', 'leaf_a', 'leaf_b'],
+  );
+  result.range.title = (await page.textContent('#session-title')).trim();
+  result.range.rows = await rows('#functions');
 
   step = 'opening the session';
   watchStreams = 0;

@@ -24,7 +24,7 @@ const FREQ: &str = "999";
 /// How long a test waits for windows to be cut and written.
 const WAIT: Duration = Duration::from_secs(30);
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -76,7 +76,7 @@ pub(crate) fn list(socket: &Path) -> api::ListWindowsResponse {
 /// Waits until the daemon has cut its windows up to `t_ns` or later: the
 /// history holds every sample before it (a window without samples is not
 /// kept, so the last window listed may end earlier).
-fn wait_for_window_after(d: &Daemon, t_ns: u64) -> api::ListWindowsResponse {
+pub(crate) fn wait_for_window_after(d: &Daemon, t_ns: u64) -> api::ListWindowsResponse {
     let deadline = Instant::now() + WAIT;
     loop {
         let l = list(d.socket());

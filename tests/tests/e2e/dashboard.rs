@@ -468,7 +468,9 @@ fn shown_total(totals: &serde_json::Value, key: &str) -> u64 {
 
 /// A person's visit: a wrong token is refused with UNAUTHENTICATED; with the
 /// token the continuous profiling panel lists the workload's service, whose
-/// merged table and flame graph open on a click; the session list shows
+/// merged table and flame graph open on a click; a custom time range from
+/// before the daemon started shows no windows, one of three seconds of the
+/// history shows exactly `profctl query`'s table over it; the session list shows
 /// the running session; its table fills with
 /// the workload's functions and grows from one Watch stream; clicking
 /// leaf_b shows its caller mid; the flame graph nests leaf_b on mid on
@@ -537,6 +539,13 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A custom range of whole seconds the history holds all of (its windows
+    // are cut), and one from before the daemon started.
+    let to = crate::continuous::now_ns() / 1_000_000_000 - 1;
+    let from = to - 2;
+    crate::continuous::wait_for_window_after(&r.daemon, (to + 1) * 1_000_000_000);
+    let range = format!("{from}..{to}");
+    let empty_range = format!("{}..{}", from - 7200, from - 3600);
     // The page stops the session; the duration only bounds a failed run.
     let attach = r.daemon.spawn_profctl(&[
         "attach",
@@ -558,6 +567,8 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
         ),
         ("PROFD_FOCUS", "leaf_b".to_string()),
         ("PROFD_SERVICE", cg.name().to_string()),
+        ("PROFD_RANGE", range.clone()),
+        ("PROFD_EMPTY_RANGE", empty_range),
         ("PROFD_SCREENSHOT", path_str(&screenshot).to_string()),
         ("CHROMIUM", CHROMIUM.to_string()),
     ]
@@ -639,6 +650,43 @@ fn dashboard_in_headless_chromium_follows_a_live_session() {
             .all(|n| flame.iter().any(|f| f == n)),
         "{}",
         show("the continuous flame graph")
+    );
+    // The range picker: a range before the daemon started shows no windows;
+    // over a custom range the service's samples and merged table are
+    // exactly `profctl query`'s over the same seconds.
+    assert_eq!(
+        seen["emptyRange"]["servicesShown"],
+        false,
+        "{}",
+        show("services of an empty range")
+    );
+    let (from, to) = range.split_once("..").unwrap();
+    let over_range = Profile::parse(&r.daemon.profctl(&[
+        "query",
+        "--from",
+        from,
+        "--to",
+        to,
+        "--service",
+        cg.name(),
+        "--format",
+        "json",
+    ]));
+    assert_eq!(
+        row_counts(&json_rows(&seen["range"]["rows"])),
+        profile_counts(&over_range),
+        "{}\n{}",
+        show("the range's table"),
+        over_range.table()
+    );
+    assert_eq!(
+        seen["range"]["samples"]
+            .as_str()
+            .unwrap_or_default()
+            .replace(',', ""),
+        over_range.totals.attributed.to_string(),
+        "{}",
+        show("the range's samples")
     );
     let row = seen["sessionRow"].as_str().unwrap_or_default();
     assert!(

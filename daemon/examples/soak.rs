@@ -384,10 +384,21 @@ impl Mirror {
                         );
                     }
                 }
+                // Every view raises a session's version: a daemon now past
+                // `after` could have resumed; only a version from another
+                // daemon run (at or past the current one) calls for a snapshot.
+                Some(after) if m.snapshot && after < seq => {
+                    bump(&ctx.stats.resumes_snapshot);
+                    self.fail(
+                        ctx,
+                        "resume answered with a snapshot though the daemon could resume",
+                        format!("{label}: resume_after_seq {after}, got seq {seq}"),
+                    );
+                }
                 Some(after) if m.snapshot => {
                     bump(&ctx.stats.resumes_snapshot);
                     ctx.note(
-                        "resume answered with a snapshot (resume not honored)",
+                        "resume from another daemon run answered with a snapshot",
                         format!("{label}: resume_after_seq {after}, got seq {seq}"),
                     );
                 }

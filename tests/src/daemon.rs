@@ -252,25 +252,53 @@ impl Daemon {
         self.spawn_profctl(args).wait(PROFCTL_TIMEOUT)
     }
 
-    /// Profiles `target` for 3 s (`attach --format json`) and returns the
-    /// ended session's profile, printed; fails the test with fewer than
-    /// 300 samples, too few to check shares.
-    pub fn profile_3s(&self, target: &crate::Workload) -> crate::Profile {
-        let out = self.profctl(&[
-            "attach",
-            &target.pid_arg(),
-            "--duration",
-            "3",
-            "--format",
-            "json",
-        ]);
-        let p = crate::Profile::parse(&out);
+    /// The running session of `pid` in `profctl sessions`: its id and
+    /// attributed samples so far.
+    pub fn running_session(&self, pid: u32) -> Option<(u64, u64)> {
+        let out = self.profctl(&["sessions"]);
+        out.assert_success();
+        out.stdout.lines().find_map(|line| {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if w.len() < 4 || w[1] != pid.to_string() || !w.contains(&"running") {
+                return None;
+            }
+            let attributed = w.last()?.split('/').next()?.parse().ok()?;
+            Some((w[0].parse().ok()?, attributed))
+        })
+    }
+
+    /// Waits until a running session of `pid` has `samples` attributed
+    /// samples; returns its id.
+    pub fn wait_for_samples(&self, pid: u32, samples: u64) -> u64 {
+        crate::wait_until(
+            &format!("a session of pid {pid} with {samples} samples"),
+            Duration::from_secs(120),
+            || {
+                self.running_session(pid)
+                    .and_then(|(id, n)| (n >= samples).then_some(id))
+            },
+        )
+    }
+
+    /// Profiles `target` (`attach --format json`, `extra` added) until the
+    /// session has `samples` attributed samples, then stops it: however
+    /// busy the machine, the shares are over enough samples. Returns the
+    /// stopped session's profile, printed.
+    pub fn profile_until(
+        &self,
+        target: &crate::Workload,
+        samples: u64,
+        extra: &[&str],
+    ) -> crate::Profile {
+        let pid = target.pid_arg();
+        let mut args = vec!["attach", &pid, "--duration", "600", "--format", "json"];
+        args.extend_from_slice(extra);
+        let attach = self.spawn_profctl(&args);
+        let id = self.wait_for_samples(target.pid(), samples);
+        self.profctl(&["stop", &id.to_string()]).assert_success();
+        let p = crate::Profile::parse(&attach.wait(PROFCTL_TIMEOUT));
         eprintln!("{}", p.table());
-        assert!(
-            p.totals.attributed >= 300,
-            "too few samples to check shares:\n{}",
-            p.table()
-        );
+        assert_eq!(p.state, "stopped", "{}", p.table());
         p
     }
 

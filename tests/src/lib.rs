@@ -14,6 +14,7 @@ mod daemon;
 mod info;
 mod json_report;
 pub mod metrics;
+pub mod proxy;
 pub mod terminal;
 pub mod tls;
 pub mod users;
@@ -192,6 +193,26 @@ pub fn preflight() -> Daemon {
     );
     eprintln!("preflight: profctl info:\n{}", info.stdout.trim_end());
     daemon
+}
+
+/// Polls `ready` every 100 ms until it gives a value; fails the test
+/// naming `what` after `timeout` (a deadline only turns a hang into a failure).
+pub fn wait_until<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut ready: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = ready() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {timeout:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Splits text into alphanumeric words (`pid=42,` gives `pid` and `42`).

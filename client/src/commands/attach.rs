@@ -140,6 +140,13 @@ impl SessionDisplay {
         }
     }
 
+    /// A line about the stream on stderr (not over the full-screen view).
+    fn notice(&self, line: &str) {
+        if self.tui.is_none() {
+            eprintln!("profctl: {line}");
+        }
+    }
+
     fn redraw(&mut self) -> Result<(), Error> {
         match &mut self.tui {
             Some(tui) => tui.draw().map_err(Error::Output),
@@ -246,11 +253,22 @@ async fn follow_inner(
                 // The stream broke (not the session): resume where it was.
                 Err(status) if reconnects < MAX_RECONNECTS && is_transport(&status) => {
                     reconnects += 1;
+                    let after = state.last_seq();
+                    view.notice(&format!(
+                        "the stream of session {id} broke ({}); resuming after update {after}",
+                        status.message()
+                    ));
                     tokio::time::sleep(RECONNECT_DELAY).await;
-                    stream = client.watch(request(state.last_seq())).await?.into_inner();
+                    stream = client.watch(request(after)).await?.into_inner();
                 }
                 Err(status) => return Err(status.into()),
                 Ok(Some(update)) => {
+                    if reconnects > 0 {
+                        view.notice(&match update.resumed {
+                            true => format!("resumed session {id}: update {} after {}", update.seq, state.last_seq()),
+                            false => format!("session {id} sent whole again (update {})", update.seq),
+                        });
+                    }
                     reconnects = 0;
                     state.apply(update)?;
                     if state.is_final() {

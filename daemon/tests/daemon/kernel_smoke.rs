@@ -32,8 +32,10 @@ async fn profile_for(
     exe: &std::path::Path,
     ms: u64,
     unwind: api::Unwind,
-) -> api::GetProfileResponse {
+) -> (api::GetProfileResponse, f64) {
     let mut child = spawn(std::process::Command::new(exe));
+    // From before the attach: every sample falls in this CPU time.
+    let cpu_before = cpu_seconds(child.id());
     let req = api::AttachRequest {
         pid: child.id(),
         duration_ms: ms,
@@ -50,9 +52,10 @@ async fn profile_for(
         .unwrap();
     let mut stream = d.watch(s.id, 0).await;
     while stream.message().await.unwrap().is_some() {}
+    let cpu_s = cpu_seconds(child.id()) - cpu_before;
     let profile = d.profile(s.id).await;
     child.kill();
-    profile
+    (profile, cpu_s)
 }
 
 /// Seconds `pid` has run on a CPU (/proc/PID/schedstat, first field in ns).
@@ -80,7 +83,7 @@ async fn dwarf_unwinding_keeps_callers_of_frameless_code() {
     let dir = d.dir.clone();
     let exe = busy_program(&dir, &["-O2", "-g", "-fomit-frame-pointer"]);
 
-    let auto = profile_for(&mut d, &exe, 1500, api::Unwind::Unspecified).await;
+    let (auto, cpu_s) = profile_for(&mut d, &exe, 1500, api::Unwind::Unspecified).await;
     let session = auto.session.clone().unwrap();
     assert_eq!(
         session.unwind,
@@ -89,7 +92,12 @@ async fn dwarf_unwinding_keeps_callers_of_frameless_code() {
     );
     assert_eq!(session.stack_bytes, 16384);
     let totals = session.totals.unwrap();
-    assert!(totals.attributed >= 50, "{totals:?}");
+    // As many samples as the CPU time the kernel gave the child calls for
+    // (it runs only as much as the machine lets it).
+    assert!(
+        totals.attributed as f64 >= 0.6 * cpu_s * 999.0,
+        "{cpu_s:.2} s on CPU at 999 Hz: {totals:?}"
+    );
     let (main_incl, _) = pct(&auto, "main");
     let (_, spin_excl) = pct(&auto, "spin");
     assert!(
@@ -103,7 +111,7 @@ async fn dwarf_unwinding_keeps_callers_of_frameless_code() {
         "at most 1 % truncated: {totals:?}"
     );
 
-    let fp = profile_for(&mut d, &exe, 1000, api::Unwind::Fp).await;
+    let (fp, _) = profile_for(&mut d, &exe, 1000, api::Unwind::Fp).await;
     assert_eq!(fp.session.as_ref().unwrap().unwind, api::Unwind::Fp as i32);
     let main_fp = fp
         .functions
@@ -211,6 +219,7 @@ async fn watch_a_busy_child_until_its_duration_ends() {
 
     let exe = busy_program(&dir, &["-O0", "-fno-omit-frame-pointer"]);
     let mut child = spawn(std::process::Command::new(&exe));
+    let cpu_before = cpu_seconds(child.id());
     let session = client
         .attach(api::AttachRequest {
             pid: child.id(),
@@ -228,29 +237,35 @@ async fn watch_a_busy_child_until_its_duration_ends() {
     let mut messages = 0;
     while let Some(msg) = stream.message().await.unwrap() {
         assert_eq!(msg.snapshot, messages == 0);
+        if let Some(before) = &last {
+            let before: &api::WatchResponse = before;
+            assert!(
+                msg.seq >= before.seq,
+                "seq went back: {} then {}",
+                before.seq,
+                msg.seq
+            );
+            assert!(!before.r#final, "an update after the final one");
+        }
         messages += 1;
         last = Some(msg);
     }
+    let cpu_s = cpu_seconds(child.id()) - cpu_before;
     let last = last.expect("at least one update");
     assert!(last.r#final, "the stream ends with a final update");
     let s = last.session.unwrap();
     assert_eq!(s.state, api::SessionState::DurationElapsed as i32);
     let totals = s.totals.unwrap();
     assert!(
-        messages >= 3,
-        "snapshot + updates every 250 ms, got {messages}"
+        messages >= 2,
+        "a snapshot and a final update, got {messages}"
     );
     // The child runs only as much as the (possibly busy) machine lets it:
-    // compare with the CPU time the kernel gave it.
-    let cpu_s = cpu_seconds(child.id());
+    // compare with the CPU time the kernel gave it while watched.
     let expected = cpu_s * 999.0;
     assert!(
-        totals.attributed >= 50 && (totals.attributed as f64) >= 0.6 * expected,
+        (0.6 * expected..=1.1 * expected + 10.0).contains(&(totals.attributed as f64)),
         "{cpu_s:.2} s on CPU at 999 Hz: {totals:?}"
-    );
-    assert!(
-        (totals.attributed as f64) <= 1.5 * 999.0 * 1.1,
-        "at most one CPU's worth of samples in 1.5 s: {totals:?}"
     );
 
     let profile = d.profile(s.id).await;

@@ -45,7 +45,7 @@ fn only<'a>(p: &'a Profile, part: &str) -> &'a profd_e2e::FunctionRow {
 fn cpp_names_are_short_in_tables_and_found_by_part_regex_or_id() {
     let h = Harness::start();
     let target = Workload::start_build(&NAMES_CPP, LONG);
-    let p = h.daemon.profile_3s(&target);
+    let p = h.daemon.profile_until(&target, 3000, &[]);
     let id = p.session_id.to_string();
     let lookup = only(&p, "::lookup(");
     let update = only(&p, "::update(");
@@ -168,7 +168,7 @@ fn cpp_names_are_short_in_tables_and_found_by_part_regex_or_id() {
 fn plt_stubs_and_vdso_code_are_named() {
     let h = Harness::start();
     let target = Workload::start_build(&SYMEDGES, LONG);
-    let p = h.daemon.profile_3s(&target);
+    let p = h.daemon.profile_until(&target, 3000, &[]);
     let share = |name: &str, module: &str| {
         let rows: Vec<_> = p
             .functions
@@ -285,7 +285,7 @@ fn threads_of_forked_children_have_the_command_name() {
 fn completions_offer_sessions_and_function_ids_from_the_daemon() {
     let h = Harness::start();
     let target = Workload::start_build(&NAMES_CPP, LONG);
-    let p = h.daemon.profile_3s(&target);
+    let p = h.daemon.profile_until(&target, 3000, &[]);
     let id = p.session_id.to_string();
     let socket = path_str(h.daemon.socket());
     let profctl = profd_e2e::bin("profctl");

@@ -108,8 +108,27 @@ fn python_client_attaches_lists_and_watches_over_the_socket() {
     let stdout = &out.stdout;
     assert!(stdout.contains("(snapshot)"), "no snapshot:\n{stdout}");
     assert!(stdout.contains("(final)"), "no final update:\n{stdout}");
-    let updates = stdout.lines().filter(|l| l.starts_with("seq ")).count();
-    assert!(updates >= 3, "{updates} updates in 3 s at 1/s:\n{stdout}");
+    // `seq N (kind) ...`: the snapshot first, the final last, sequence
+    // numbers never going back.
+    let updates: Vec<(u64, &str)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.strip_prefix("seq ")?.split_whitespace().collect();
+            Some((w.first()?.parse().ok()?, *w.get(1)?))
+        })
+        .collect();
+    let kinds: Vec<&str> = updates.iter().map(|u| u.1).collect();
+    assert!(
+        kinds.len() >= 2
+            && kinds[0] == "(snapshot)"
+            && kinds[kinds.len() - 1] == "(final)"
+            && kinds[1..kinds.len() - 1].iter().all(|k| *k == "(update)"),
+        "{kinds:?}:\n{stdout}"
+    );
+    assert!(
+        updates.windows(2).all(|w| w[0].0 <= w[1].0),
+        "seq went back:\n{stdout}"
+    );
     // split.c spends 1/4 of its time in leaf_a and 3/4 in leaf_b, both
     // called from mid's or work's frames under main.
     let rows = last_table(stdout);

@@ -5,7 +5,7 @@
 //! for every CPU's time. Real kernel, real `profd` and `profctl`.
 use std::time::Duration;
 
-use profd_e2e::{build_workload, Harness, Info, Profile, Workload};
+use profd_e2e::{build_workload, wait_until, Harness, Info, Profile, Workload};
 
 /// `profctl attach PID --duration SECS --format json [extra...]`.
 fn attach_args<'a>(pid: &'a str, secs: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
@@ -140,17 +140,15 @@ fn frame_pointer_sessions_use_the_system_wide_rings() {
     let before = Info::read(&h.daemon);
     let attach = h
         .daemon
-        .spawn_profctl(&attach_args(&pid, "3", &["--unwind", "fp"]));
-    std::thread::sleep(Duration::from_millis(1000));
-    let during = Info::read(&h.daemon);
+        .spawn_profctl(&attach_args(&pid, "6", &["--unwind", "fp"]));
+    let want = "cpu-clock @ 999 Hz fp system-wide (1 session)";
+    let during = wait_until("the system-wide group", Duration::from_secs(30), || {
+        Some(Info::read(&h.daemon)).filter(|i| i.groups == want)
+    });
     let p = Profile::parse(&attach.wait(Duration::from_secs(30)));
     let after = Info::read(&h.daemon);
     eprintln!("{}\ngroups while it ran: {}", p.table(), during.groups);
 
-    assert_eq!(
-        during.groups, "cpu-clock @ 999 Hz fp system-wide (1 session)",
-        "one system-wide group"
-    );
     assert_eq!(p.scope, "system-wide", "{}", p.table());
     assert_no_other_process(&p);
     assert_accounts_for_every_cpu(&p, after.cpus);
@@ -170,27 +168,30 @@ fn stack_copy_sessions_of_one_target_share_its_rings() {
     let other = Workload::start("spin_other", 60.0);
     let target = Workload::start("split", 60.0);
     let (pid, other_pid) = (target.pid_arg(), other.pid_arg());
-    let first = h.daemon.spawn_profctl(&attach_args(&pid, "3", &[]));
+    let first = h.daemon.spawn_profctl(&attach_args(&pid, "6", &[]));
     let second = h
         .daemon
-        .spawn_profctl(&attach_args(&pid, "3", &["--unwind", "dwarf"]));
-    let third = h.daemon.spawn_profctl(&attach_args(&other_pid, "3", &[]));
-    std::thread::sleep(Duration::from_millis(1500));
-    let during = Info::read(&h.daemon);
-    let profiles: Vec<Profile> = [first, second, third]
-        .into_iter()
-        .map(|cmd| Profile::parse(&cmd.wait(Duration::from_secs(30))))
-        .collect();
-    eprintln!("groups while they ran: {}", during.groups);
-
-    let mut groups: Vec<&str> = during.groups.split(", ").collect();
-    groups.sort();
+        .spawn_profctl(&attach_args(&pid, "6", &["--unwind", "dwarf"]));
+    let third = h.daemon.spawn_profctl(&attach_args(&other_pid, "6", &[]));
+    // While all three run: one group per target.
     let mut expected = [
         format!("cpu-clock @ 999 Hz dwarf pid {pid} (2 sessions)"),
         format!("cpu-clock @ 999 Hz dwarf pid {other_pid} (1 session)"),
     ];
     expected.sort();
-    assert_eq!(groups, expected, "one group per target");
+    let sorted = |groups: &str| {
+        let mut g: Vec<String> = groups.split(", ").map(str::to_string).collect();
+        g.sort();
+        g
+    };
+    let during = wait_until("one group per target", Duration::from_secs(30), || {
+        Some(Info::read(&h.daemon)).filter(|i| sorted(&i.groups) == expected)
+    });
+    eprintln!("groups while they ran: {}", during.groups);
+    let profiles: Vec<Profile> = [first, second, third]
+        .into_iter()
+        .map(|cmd| Profile::parse(&cmd.wait(Duration::from_secs(30))))
+        .collect();
     for p in &profiles {
         eprintln!("{}", p.table());
         assert_eq!(p.scope, "target", "{}", p.table());

@@ -86,8 +86,8 @@ fn split_percentages_match_construction() {
     assert_eq!(p.comm, "split", "{}", p.table());
     assert_eq!(p.frequency_hz, 999, "default frequency:\n{}", p.table());
     assert!(
-        (2.5..=4.0).contains(&p.duration_s),
-        "duration_s {} for --duration 3:\n{}",
+        p.duration_s >= 2.99,
+        "duration_s {} for --duration 3: ended early:\n{}",
         p.duration_s,
         p.table()
     );
@@ -279,16 +279,13 @@ fn run_attaches_before_the_command_starts() {
 fn attach_ends_when_target_exits() {
     let h = Harness::start();
     let mut target = Workload::start("split", 1.5);
-    let started = Instant::now();
     let p = attach_json(&h.daemon, &target, "20");
-    let waited = started.elapsed();
     target.wait(Duration::from_secs(5));
     assert_eq!(p.state, "exited", "{}", p.table());
     assert!(!p.functions.is_empty(), "no functions:\n{}", p.table());
     assert!(
-        waited < Duration::from_secs(10) && p.duration_s < 10.0,
-        "session lasted {:?} (duration_s {}) for a target living 1.5 s:\n{}",
-        waited,
+        p.duration_s < 20.0,
+        "session lasted its whole --duration ({} s) for a target living 1.5 s:\n{}",
         p.duration_s,
         p.table()
     );
@@ -426,16 +423,8 @@ fn stop_ends_a_running_session() {
     let attach = h
         .daemon
         .spawn_profctl(&["attach", &pid, "--duration", "30", "--format", "json"]);
-    let line = wait_for_session(&h.daemon, target.pid());
-    eprintln!("  listed: {line}");
-    std::thread::sleep(Duration::from_millis(500));
-    // The session id is one of the line's numbers; try them in order.
-    let stopped = words(&line)
-        .into_iter()
-        .filter(|w| *w != pid && w.chars().all(|c| c.is_ascii_digit()))
-        .find(|id| h.daemon.profctl(&["stop", id]).status.success())
-        .unwrap_or_else(|| panic!("`profctl stop` accepted no number of {line:?}"))
-        .to_string();
+    let stopped = h.daemon.wait_for_samples(target.pid(), 100).to_string();
+    h.daemon.profctl(&["stop", &stopped]).assert_success();
     let out = attach.wait(Duration::from_secs(20));
     let p = Profile::parse(&out);
     eprintln!("{}", p.table());
@@ -501,8 +490,7 @@ fn interrupt_stops_the_session_and_prints_the_profile() {
     let attach = h
         .daemon
         .spawn_profctl(&["attach", &pid, "--duration", "30", "--format", "json"]);
-    wait_for_session(&h.daemon, target.pid());
-    std::thread::sleep(Duration::from_millis(1000));
+    h.daemon.wait_for_samples(target.pid(), 200);
     attach.interrupt();
     let out = attach.wait(Duration::from_secs(20));
     let p: Profile = serde_json::from_str(out.stdout.trim())
@@ -577,4 +565,84 @@ fn profctl_starts_a_private_daemon() {
     assert_eq!(p.state, "duration_elapsed", "{}", p.table());
     assert!(!p.functions.is_empty(), "no functions:\n{}", p.table());
     p.function("leaf_b");
+}
+
+/// The connection under a live `attach` is cut (profctl talks through a
+/// relay): profctl says so, resumes the Watch stream after the last update
+/// it applied, the daemon answers with what changed since (not the whole
+/// profile again), and the final profile equals the session's export
+/// exactly: nothing lost, nothing counted twice.
+#[test]
+fn a_broken_stream_resumes_where_it_was() {
+    let h = Harness::start();
+    let target = Workload::start("split", LONG);
+    let relay = profd_e2e::proxy::Relay::start(h.daemon.socket());
+    let pid = target.pid_arg();
+    let attach = profd_e2e::Cmd::spawn(
+        path_str(&profd_e2e::bin("profctl")),
+        &[
+            "--socket",
+            path_str(relay.path()),
+            "attach",
+            &pid,
+            "--duration",
+            "600",
+            "--interval",
+            "0.2",
+            "--format",
+            "json",
+        ],
+    );
+    let id = h.daemon.wait_for_samples(target.pid(), 500);
+    assert!(relay.cut() >= 1, "no connection went through the relay");
+    let resumed = profd_e2e::wait_until("profctl resuming", Duration::from_secs(60), || {
+        let (_, stderr) = attach.output_so_far();
+        stderr
+            .contains(&format!("resumed session {id}"))
+            .then_some(stderr)
+    });
+    h.daemon.wait_for_samples(target.pid(), 1500);
+    h.daemon
+        .profctl(&["stop", &id.to_string()])
+        .assert_success();
+    let out = attach.wait(Duration::from_secs(60));
+    out.assert_success();
+    eprintln!("{}", out.stderr);
+    assert!(
+        resumed.contains(&format!("the stream of session {id} broke")),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        !out.stderr.contains("sent whole again"),
+        "{}",
+        out.describe()
+    );
+    let live = Profile::parse(&out);
+    let export = h
+        .daemon
+        .profctl(&["export", &id.to_string(), "--format", "json"]);
+    let saved = Profile::parse(&export);
+    let counts = |p: &Profile| -> Vec<(String, String, u64, u64)> {
+        let mut v: Vec<_> = p
+            .functions
+            .iter()
+            .map(|f| (f.name.clone(), f.module.clone(), f.inclusive, f.exclusive))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        live.totals.attributed,
+        saved.totals.attributed,
+        "{}",
+        live.table()
+    );
+    assert_eq!(
+        counts(&live),
+        counts(&saved),
+        "{}\n{}",
+        live.table(),
+        saved.table()
+    );
 }

@@ -48,7 +48,7 @@ fn assert_near(what: &str, actual: f64, expected: f64, tolerance: f64, context: 
 fn pprof_export_matches_profd_in_go_pprof_and_report() {
     let h = Harness::start();
     let target = Workload::start("split", LONG);
-    let p = h.daemon.profile_3s(&target);
+    let p = h.daemon.profile_until(&target, 3000, &[]);
     let file = unique_dir("pprof").join("split.pb.gz");
     ok(
         &h.daemon,
@@ -107,7 +107,7 @@ fn gprof_reads_the_histogram() {
     let h = Harness::start();
     let binary = build_workload("split");
     let target = Workload::start_exe(&binary, LONG);
-    let p = h.daemon.profile_3s(&target);
+    let p = h.daemon.profile_until(&target, 3000, &[]);
     let gmon = unique_dir("gmon").join("gmon.out");
     let out = ok(
         &h.daemon,
@@ -192,7 +192,7 @@ fn gprof_reads_the_histogram() {
 fn folded_svg_speedscope_and_json_exports_parse() {
     let h = Harness::start();
     let target = Workload::start("split", LONG);
-    let p = h.daemon.profile_3s(&target);
+    let p = h.daemon.profile_until(&target, 3000, &[]);
     let export = |format: &str| {
         ok(
             &h.daemon,
@@ -302,7 +302,7 @@ fn folded_svg_speedscope_and_json_exports_parse() {
 fn caller_callee_tree_and_hot_path_of_split() {
     let h = Harness::start();
     let target = Workload::start("split", LONG);
-    let p = h.daemon.profile_3s(&target);
+    let p = h.daemon.profile_until(&target, 3000, &[]);
     let sid = id(&p);
 
     let text = ok(&h.daemon, &["report", &sid, "--callers", "leaf_b"]).stdout;

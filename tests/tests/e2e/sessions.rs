@@ -591,13 +591,25 @@ fn profctl_starts_a_private_daemon() {
     );
     eprintln!("  stderr: {}", out.stderr.trim_end());
     let p = Profile::parse(&out);
+    let said = format!(
+        "profctl: no profd at {}; started a private one for this command",
+        socket.display()
+    );
     assert!(
-        !out.stderr.trim().is_empty(),
-        "profctl did not say that it started a private daemon:\n{}",
+        out.stderr.lines().any(|l| l == said),
+        "profctl did not say that it started a private daemon at the socket:\n{}",
         out.describe()
     );
     eprintln!("{}", p.table());
     assert_eq!(p.state, "duration_elapsed", "{}", p.table());
-    assert!(!p.functions.is_empty(), "no functions:\n{}", p.table());
-    p.function("leaf_b");
+    assert_eq!(p.comm, "split", "{}", p.table());
+    assert!(
+        p.totals.attributed >= 300,
+        "too few samples to check the split:\n{}",
+        p.table()
+    );
+    p.assert_pct("leaf_a", Exclusive, 25.0);
+    p.assert_pct("leaf_b", Exclusive, 75.0);
+    p.assert_pct("mid", Inclusive, 75.0);
+    p.assert_pct("work", Inclusive, 100.0);
 }

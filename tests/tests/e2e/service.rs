@@ -385,7 +385,7 @@ fn metrics_follow_a_real_session() {
         "profd_samples_total {taken}, but split's CPU time calls for {expected:.0}:\n{after:?}"
     );
     assert!(
-        taken - p.totals.attributed as f64 <= taken * 0.05,
+        taken - p.totals.attributed as f64 <= taken * 0.1,
         "profd_samples_total {taken}, of which the only session counted {}:\n{after:?}",
         p.totals.attributed
     );

@@ -613,6 +613,9 @@ BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiAwtb0D1+x9TLzulA3KD80S3EMPdylI
                 let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
             }
         });
-        open_error(dir, port).await;
+        // rustls's reason: what came back was not a TLS record.
+        let line = open_error(dir, port).await;
+        assert!(line.contains("corrupt message"), "{line}");
+        assert!(!line.contains("refused") && !line.contains('\n'), "{line}");
     }
 }

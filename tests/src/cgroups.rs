@@ -149,6 +149,20 @@ impl Cgroup {
     pub fn pids(&self) -> Vec<u32> {
         pids(&self.dir)
     }
+
+    /// The CPU time its processes have used, exited ones included
+    /// (`usage_usec` of its `cpu.stat`, kept by cgroup2 with or without the
+    /// cpu controller).
+    pub fn cpu_time(&self) -> Duration {
+        let path = self.dir.join("cpu.stat");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let usec = text
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec ")?.parse().ok())
+            .unwrap_or_else(|| panic!("no usage_usec in {}:\n{text}", path.display()));
+        Duration::from_micros(usec)
+    }
 }
 
 impl Drop for Cgroup {

@@ -138,6 +138,16 @@ impl CmdOutput {
         )
     }
 
+    /// The number on the stderr line that starts with `name` and a space
+    /// (`cpu_s 1.503` as the workloads print their CPU time); fails the test
+    /// without one.
+    pub fn stderr_figure(&self, name: &str) -> f64 {
+        self.stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no `{name} NUMBER` line on stderr:\n{}", self.describe()))
+    }
+
     /// Fails the test unless the command exited 0.
     pub fn assert_success(&self) -> &Self {
         assert!(

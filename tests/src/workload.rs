@@ -441,15 +441,28 @@ pub fn cpu_time(pid: u32) -> Duration {
             return Duration::from_nanos(ns);
         }
     }
+    stat_ticks(pid, 14)
+}
+
+/// CPU time of the children `pid` has reaped: cutime + cstime from
+/// `/proc/<pid>/stat`. A process that has exited, not yet reaped itself,
+/// still shows it.
+pub fn children_cpu_time(pid: u32) -> Duration {
+    stat_ticks(pid, 16)
+}
+
+/// Fields `field` and `field + 1` of `/proc/<pid>/stat` (numbered from 1
+/// as in proc(5); clock ticks of 1/100 s) added up.
+fn stat_ticks(pid: u32, field: usize) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/stat: {e}"));
-    // Fields after the parenthesised comm: state is field 3, utime 14, stime 15.
+    // Fields after the parenthesised comm (field 2): state is field 3.
     let rest = &stat[stat.rfind(')').expect("comm in stat") + 2..];
-    let fields: Vec<u64> = rest
+    let ticks: u64 = rest
         .split_whitespace()
-        .skip(11)
+        .skip(field - 3)
         .take(2)
-        .map(|f| f.parse().expect("numeric utime/stime"))
-        .collect();
-    Duration::from_millis((fields[0] + fields[1]) * 10)
+        .map(|f| f.parse::<u64>().expect("numeric CPU time"))
+        .sum();
+    Duration::from_millis(ticks * 10)
 }

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use profd_e2e::{
-    build_workload, path_str, require_root_and_perf, serial, Cmd, Daemon, Harness, Profile,
+    build_workload, path_str, require_root_and_perf, serial, Cmd, Daemon, Harness, Info, Profile,
     Workload,
 };
 
@@ -26,48 +26,133 @@ fn assert_exclusive_adds_up(p: &Profile) {
     );
 }
 
-/// A ring far too small for the stack copies overflows: the kernel's lost
-/// count reaches the session's totals, and what was not lost still adds up.
+/// The figures of session `id` in `profctl sessions`: its SAMPLES cell,
+/// `attributed/discarded/lost`.
+fn listed_totals(listing: &str, id: u64) -> (u64, u64, u64) {
+    let row = listing
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+        .unwrap_or_else(|| panic!("session {id} is not listed:\n{listing}"));
+    let cell = row.split_whitespace().last().expect("a SAMPLES cell");
+    let n: Vec<u64> = cell
+        .split('/')
+        .map(|n| {
+            n.parse()
+                .unwrap_or_else(|_| panic!("SAMPLES {cell:?}:\n{listing}"))
+        })
+        .collect();
+    assert_eq!(n.len(), 3, "SAMPLES {cell:?}:\n{listing}");
+    (n[0], n[1], n[2])
+}
+
+/// Rings too small for the stack copies lose samples: 16 KiB rings, at
+/// 4000 samples a second. A 32 KiB copy never fits: every sample is
+/// lost, and no LOST record can report it (the kernel's own count does).
+/// An 8 KiB copy fits one at a time: what the daemon did not drain
+/// before the next sample is lost. Either way, what the kernel took of
+/// `busy`'s CPU time is attributed or lost. The same losses show in the
+/// sessions, in `profctl sessions`, in `profctl info` and on /metrics,
+/// summed over the two sessions and counted once: the targets exit with
+/// their sessions, so nothing is sampled after.
 #[test]
 fn ring_overflow_is_counted_as_lost() {
     let _serial = serial();
     require_root_and_perf();
-    let daemon = Daemon::start_with(&["--ring-pages", "16"]);
-    let w = Workload::start("split", 30.0);
-    let pid = w.pid_arg();
-    let out = daemon.profctl(&attach_args(
-        &pid,
-        "2",
-        &[
+    let addr = format!("127.0.0.1:{}", profd_e2e::tls::free_port());
+    let daemon = Daemon::start_with(&["--ring-pages", "4", "--metrics", &addr]);
+    let busy = build_workload("busy");
+    let mut profiles = Vec::new();
+    for stack_bytes in ["32768", "8192"] {
+        let out = daemon.profctl(&[
+            "run",
             "--freq",
             "4000",
             "--unwind",
             "dwarf",
             "--stack-bytes",
-            "32768",
-        ],
-    ));
-    let p = Profile::parse(&out);
-    eprintln!("{}", p.table());
-    assert!(
-        p.totals.lost > 0,
-        "nothing lost with a 64 KiB ring:\n{}",
-        p.table()
+            stack_bytes,
+            "--format",
+            "json",
+            "--",
+            path_str(&busy),
+            "threads",
+            "1",
+            "1.5",
+        ]);
+        let p = Profile::parse(&out);
+        let cpu_s = out.stderr_figure("cpu_s");
+        let expected = cpu_s * f64::from(p.frequency_hz);
+        let t = p.totals;
+        eprintln!(
+            "{}\n  {stack_bytes}-byte copies: {cpu_s:.3} s of CPU → {expected:.0} samples at \
+             {} Hz; attributed {} + lost {} = {}; unsampled {}",
+            p.table(),
+            p.frequency_hz,
+            t.attributed,
+            t.lost,
+            t.attributed + t.lost,
+            t.unsampled
+        );
+        assert_eq!((p.scope.as_str(), p.frequency_hz), ("target", 4000));
+        assert!(
+            ((t.attributed + t.lost) as f64 - expected).abs() <= expected * 0.15,
+            "{stack_bytes}-byte copies: attributed + lost = {}, but busy's {cpu_s} s of CPU \
+             call for {expected:.0} samples (±15 %):\n{}",
+            t.attributed + t.lost,
+            p.table()
+        );
+        if stack_bytes == "32768" {
+            assert_eq!(t.attributed, 0, "a sample fit in the ring:\n{}", p.table());
+        } else {
+            assert!(
+                t.lost > 0 && t.attributed > 0,
+                "8 KiB copies in a 16 KiB ring:\n{}",
+                p.table()
+            );
+            assert_exclusive_adds_up(&p);
+        }
+        profiles.push(p);
+    }
+
+    let listing = daemon.profctl(&["sessions"]);
+    listing.assert_success();
+    eprintln!("{}", listing.stdout);
+    for p in &profiles {
+        let t = p.totals;
+        assert_eq!(
+            listed_totals(&listing.stdout, p.session_id),
+            (t.attributed, t.discarded, t.lost),
+            "session {}'s figures in `profctl sessions`:\n{}",
+            p.session_id,
+            listing.stdout
+        );
+    }
+    let sum = |f: fn(&Profile) -> u64| profiles.iter().map(f).sum::<u64>();
+    let lost = sum(|p| p.totals.lost);
+    let attributed = sum(|p| p.totals.attributed);
+    let info = Info::read(&daemon);
+    let metrics = profd_e2e::metrics::scrape(&addr);
+    let metric = |name| profd_e2e::metrics::sample(&metrics, name);
+    eprintln!(
+        "  sessions: {attributed} attributed, {lost} lost; info: {info:?}; metrics: {} \
+         attributed, {} lost",
+        metric("profd_samples_attributed_total"),
+        metric("profd_samples_lost_total")
     );
-    assert!(
-        p.totals.attributed > 0,
-        "nothing attributed:\n{}",
-        p.table()
+    assert_eq!(
+        (info.attributed, info.discarded, info.lost),
+        (attributed, 0, lost),
+        "`profctl info`'s samples line is the sum of the sessions'"
     );
-    assert_exclusive_adds_up(&p);
-    let info = daemon.profctl(&["info"]);
-    info.assert_success();
-    let lost_line = info
-        .stdout
-        .lines()
-        .find(|l| l.contains("lost"))
-        .unwrap_or_else(|| panic!("no totals in `profctl info`:\n{}", info.stdout));
-    eprintln!("info: {lost_line}");
+    assert_eq!(
+        (
+            metric("profd_samples_attributed_total"),
+            metric("profd_samples_discarded_total"),
+            metric("profd_samples_lost_total")
+        ),
+        (attributed as f64, 0.0, lost as f64),
+        "/metrics is the sum of the sessions':\n{metrics}"
+    );
 }
 
 /// SIGKILL of the target ends the session as exited with its profile, and
@@ -154,12 +239,7 @@ fn short_lived_children_are_sampled_on_every_cpu() {
                 "0.15",
             ]);
             let p = Profile::parse(&out);
-            let cpu_s: f64 = out
-                .stderr
-                .lines()
-                .find_map(|l| l.strip_prefix("children_cpu_s "))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("no children_cpu_s line:\n{}", out.describe()));
+            let cpu_s = out.stderr_figure("children_cpu_s");
             assert_eq!(p.processes.len(), 7, "{:?}", p.processes);
             let children: u64 = p.processes[1..].iter().map(|c| c.samples).sum();
             let expected = cpu_s * f64::from(p.frequency_hz);
@@ -331,4 +411,37 @@ fn a_killed_watcher_harms_nobody() {
     let sessions = h.daemon.profctl(&["sessions"]);
     sessions.assert_success();
     eprintln!("{}", sessions.stdout);
+    // Both sessions are listed, of the one target; the survivor's with
+    // the figures it printed, the victim's sampled too (its session runs
+    // on without a watcher).
+    let rows: Vec<Vec<&str>> = sessions
+        .stdout
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "two sessions:\n{}", sessions.stdout);
+    assert!(
+        rows.iter().all(|r| r[1] == pid && r[2] == "split"),
+        "both of split (pid {pid}):\n{}",
+        sessions.stdout
+    );
+    let t = p.totals;
+    assert_eq!(
+        listed_totals(&sessions.stdout, p.session_id),
+        (t.attributed, t.discarded, t.lost),
+        "the survivor's figures:\n{}",
+        sessions.stdout
+    );
+    let victim = rows
+        .iter()
+        .find(|r| r[0] != p.session_id.to_string())
+        .expect("the victim's session");
+    let victim_id: u64 = victim[0].parse().expect("a session id");
+    let (attributed, _, _) = listed_totals(&sessions.stdout, victim_id);
+    assert!(
+        attributed > 0,
+        "the victim's session sampled nothing:\n{}",
+        sessions.stdout
+    );
 }

@@ -12,6 +12,7 @@
 
 use std::process::Command;
 
+use profd_e2e::views::caller_callee;
 use profd_e2e::{
     assert_one_line_error, path_str, unique_dir, Build, Harness, Measure::Exclusive,
     Measure::Inclusive, Profile, Workload, INLINED, JIT, STACKS_DEBUG_FRAME, STACKS_FP,
@@ -329,9 +330,23 @@ fn jit_code_is_named_from_the_perf_map() {
     eprintln!("  {}: {}", map.0, text.trim_end());
     let p = h.daemon.profile_until(&target, SAMPLES, &[]);
     p.assert_pct_between("jit_spin", Exclusive, 90.0, 100.0);
-    // Informational: jit_spin keeps a frame pointer but has no CFI.
-    let main = p.rows("main").first().map_or(0.0, |f| f.inclusive_pct);
-    eprintln!("  main Inclusive: {main:.2} % (stacks through the JIT frame)");
+    // jit_spin has no CFI, but keeps a frame pointer: the unwinding goes
+    // through it to main, its only caller.
+    p.assert_pct_between("main", Inclusive, 99.0, 100.0);
+    let out = h
+        .daemon
+        .profctl(&["report", &p.session_id.to_string(), "--callers", "jit_spin"]);
+    out.assert_success();
+    eprintln!("{}", out.stdout);
+    let cc = caller_callee(&out.stdout);
+    let callers: Vec<&str> = cc.callers.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(callers, ["main"], "callers of jit_spin:\n{}", out.stdout);
+    // SHARE: main's part of jit_spin's inclusive samples.
+    assert!(
+        cc.callers[0].numbers[2] >= 99.0,
+        "main calls jit_spin in every stack through it:\n{}",
+        out.stdout
+    );
 }
 
 /// The target's binary exists only inside its own mount namespace (a tmpfs

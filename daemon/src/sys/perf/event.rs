@@ -1226,6 +1226,166 @@ mod tests {
         );
     }
 
+    /// The processes `pid` forked that are still there.
+    fn children_of(pid: u32) -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the process group of `shell`
+    /// and waits until `pids` are stopped (`STOP`) or running again.
+    fn signal_group(shell: &Shell, pids: &[u32], signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), "--", &format!("-{}", shell.0.id())])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        let stopped = |pid: &u32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while pids.iter().all(stopped) != (signal == "STOP") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "SIG{signal} not taken"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Drains `ring`: the samples its LOST records report, and the bytes
+    /// read.
+    fn drain_lost(ring: &mut PerfEvent) -> (u64, u64) {
+        let mut lost = 0;
+        let bytes = ring.drain(|r| {
+            if let Ok(Record::Lost(l)) = r {
+                lost += l.lost;
+            }
+        });
+        (lost, bytes)
+    }
+
+    /// Rings far too small for their target (4 pages, 4 KiB stack copies
+    /// at 1999 Hz, one pinned spinner per CPU) overflow. `new_counts`
+    /// reports the kernel's own count (PERF_FORMAT_LOST), with the losses
+    /// no LOST record has reported yet, and each loss once: the LOST
+    /// records written later for the same losses add nothing. Those
+    /// records, the kernel's other figure, report the same losses.
+    #[test]
+    fn new_counts_reports_each_loss_the_kernel_counted_once() {
+        use std::io::Write;
+        use std::os::unix::process::CommandExt;
+        let cpus = online_cpus().expect("online CPUs");
+        let spinners: String = cpus
+            .iter()
+            .map(|cpu| format!("taskset -c {cpu} sh -c 'while :; do :; done' & "))
+            .collect();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &format!("read go; {spinners} wait")])
+            .stdin(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("sh runs");
+        let mut go = child.stdin.take().expect("stdin");
+        let shell = Shell(child);
+        let spec = EventSpec {
+            mode: Default::default(),
+            session: 0,
+            kind: EventKind::CpuClock,
+            frequency_hz: 1999,
+            ring_pages: 4,
+            stack_bytes: 4096,
+            target: Target::of(shell.0.id()),
+        };
+        let mut rings: Vec<PerfEvent> = cpus
+            .iter()
+            .map(|&cpu| PerfEvent::open(cpu, &spec).expect("per-target events (needs root)"))
+            .collect();
+        assert!(
+            rings.iter().all(|r| r.counts_lost),
+            "the kernel counts no lost samples (PERF_FORMAT_LOST needs Linux 6.0)"
+        );
+        writeln!(go, "go").expect("start the spinners");
+        // Nothing is drained until every ring has lost samples.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !rings.iter().all(|r| r.kernel_lost().unwrap() >= 100) {
+            assert!(std::time::Instant::now() < deadline, "no ring overflowed");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let pids: Vec<u32> = children_of(shell.0.id());
+        assert_eq!(pids.len(), cpus.len(), "one spinner per CPU");
+        signal_group(&shell, &pids, "STOP");
+
+        let mut reported = Vec::new();
+        let mut counted = Vec::new();
+        for ring in &mut rings {
+            let (records, bytes) = drain_lost(ring);
+            let kernel = ring.kernel_lost().unwrap();
+            let first = ring.new_counts(records, bytes, true);
+            eprintln!(
+                "cpu {}: the kernel lost {kernel}, LOST records said {records}",
+                ring.cpu
+            );
+            assert!(
+                records <= kernel,
+                "LOST records {records} > kernel {kernel}"
+            );
+            assert_eq!(
+                first.lost, kernel,
+                "the kernel's count, whatever the records"
+            );
+            assert_eq!(ring.new_counts(0, 0, true).lost, 0, "counted twice");
+            assert_eq!(ring.new_counts(0, 0, false).lost, 0, "counted twice");
+            reported.push(records);
+            counted.push(kernel);
+        }
+
+        // The spinners run again: the next record on each ring comes
+        // after a LOST record of what was lost before.
+        signal_group(&shell, &pids, "CONT");
+        let mut later = vec![0u64; rings.len()];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while (0..rings.len()).any(|i| reported[i] + later[i] < counted[i]) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "LOST records {reported:?} + {later:?} never reached {counted:?}"
+            );
+            for (i, ring) in rings.iter_mut().enumerate() {
+                later[i] += drain_lost(ring).0;
+            }
+        }
+        signal_group(&shell, &pids, "STOP");
+        for (i, ring) in rings.iter_mut().enumerate() {
+            let (records, bytes) = drain_lost(ring);
+            later[i] += records;
+            let kernel = ring.kernel_lost().unwrap();
+            let reported = reported[i] + later[i];
+            eprintln!(
+                "cpu {}: the kernel lost {kernel} in all, LOST records said {reported}",
+                ring.cpu
+            );
+            assert!(
+                (counted[i]..=kernel).contains(&reported),
+                "cpu {}: LOST records {reported}, the kernel's count {} then {kernel}",
+                ring.cpu,
+                counted[i]
+            );
+            assert_eq!(
+                ring.new_counts(records, bytes, true).lost,
+                kernel - counted[i],
+                "only what was lost since the last reading"
+            );
+        }
+        // Without the kernel's count, the LOST records are what is known.
+        rings[0].counts_lost = false;
+        assert_eq!(rings[0].new_counts(7, 0, true).lost, 7);
+    }
+
     #[test]
     fn cpu_lists() {
         assert_eq!(parse_cpu_list("0-1"), Some(vec![0, 1]));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use profd_e2e::{
     assert_one_line_error, bin, build_workload, max_sample_rate, path_str, require_root_and_perf,
     serial, unique_dir, words, Daemon, Harness, Measure::Exclusive, Measure::Inclusive, Profile,
-    Workload,
+    Workload, PCT_TOLERANCE,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -126,6 +126,41 @@ fn recursion_is_counted_once_per_sample() {
     p.assert_pct_between("rec", Exclusive, 97.0, 100.0);
     p.assert_pct("main", Inclusive, 100.0);
     // check_invariants (in parse) has checked every row's inclusive ≤ attributed.
+}
+
+/// mutual: ping and pong call each other, each up to 4 times on one stack,
+/// and every sample has both on it; inclusive counts each once per sample,
+/// and their exclusive samples split 25/75 as constructed.
+#[test]
+fn mutual_recursion_is_counted_once_per_sample_for_each_function() {
+    let h = Harness::start();
+    let target = Workload::start("mutual", LONG);
+    let (p, expected) = attach_measured(&h.daemon, &target, "3");
+
+    assert_eq!(p.state, "duration_elapsed", "{}", p.table());
+    assert_samples_match_cpu_time(&p, expected);
+    for name in ["ping", "pong"] {
+        let f = p.function(name);
+        assert!(
+            f.inclusive <= p.totals.attributed,
+            "{name} inclusive {} > attributed {}:\n{}",
+            f.inclusive,
+            p.totals.attributed,
+            p.table()
+        );
+        p.assert_pct_between(name, Inclusive, 97.0, 100.0);
+    }
+    // Of the samples in ping or pong themselves (kernel frames on top of
+    // them, more of them on a loaded machine, take the rest).
+    let (ping, pong) = (p.function("ping").exclusive, p.function("pong").exclusive);
+    let share = 100.0 * ping as f64 / (ping + pong) as f64;
+    eprintln!("  ping's share of the exclusive samples of ping and pong: {share:.2} %");
+    assert!(
+        (share - 25.0).abs() <= PCT_TOLERANCE,
+        "ping has {share:.2} % of ping's and pong's exclusive samples, expected 25 ± {PCT_TOLERANCE}:\n{}",
+        p.table()
+    );
+    p.assert_pct("main", Inclusive, 100.0);
 }
 
 /// A second busy process during a session on the system-wide rings: its

@@ -163,6 +163,76 @@ fn mutual_recursion_is_counted_once_per_sample_for_each_function() {
     p.assert_pct("main", Inclusive, 100.0);
 }
 
+/// Whether the kernel lists a hardware PMU with a CPU cycle event in sysfs
+/// (x86 `cpu/events/cpu-cycles`, Arm `armv8_pmuv3_0/events/cpu_cycles`,
+/// hybrid `cpu_core/...`): the machine's own answer, not profd's probe.
+fn sysfs_lists_a_cycle_counter() -> bool {
+    let Ok(pmus) = std::fs::read_dir("/sys/bus/event_source/devices") else {
+        return false;
+    };
+    pmus.flatten().any(|pmu| {
+        ["cpu-cycles", "cpu_cycles", "cycles"]
+            .iter()
+            .any(|event| pmu.path().join("events").join(event).exists())
+    })
+}
+
+/// `--event cycles`: where the machine has no cycle counter (as here: a VM
+/// without a PMU) the daemon says at start that cycles sessions use
+/// cpu-clock, `profctl info` says the PMU is not available, and the session
+/// samples the workload with cpu-clock and says so; where it has one, all
+/// three say cycles. Either way the split is measured.
+#[test]
+fn cycles_sessions_use_the_counter_the_machine_has_and_say_which() {
+    let h = Harness::start();
+    let pmu = sysfs_lists_a_cycle_counter();
+    let info = h.daemon.profctl(&["info"]);
+    info.assert_success();
+    let pmu_line = info
+        .stdout
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("pmu:"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no pmu line in `profctl info`:\n{}", info.stdout));
+    let log = h.daemon.log();
+    let fallback_note = "no hardware PMU: sessions asking for cycles use cpu-clock";
+    eprintln!("  sysfs lists a cycle counter: {pmu}; profctl info: pmu {pmu_line}");
+    if pmu {
+        assert_eq!(pmu_line, "available (cycles can be sampled)");
+        assert!(!log.contains(fallback_note), "{log}");
+    } else {
+        assert_eq!(pmu_line, "not available (cycles falls back to cpu-clock)");
+        assert!(
+            log.contains(fallback_note),
+            "the daemon's log does not say cycles fall back:\n{log}"
+        );
+    }
+
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    let out = h.daemon.profctl(&[
+        "attach",
+        &pid,
+        "--event",
+        "cycles",
+        "--duration",
+        "3",
+        "--format",
+        "json",
+    ]);
+    let p = Profile::parse(&out);
+    eprintln!("{}", p.table());
+    let used = if pmu { "cycles" } else { "cpu-clock" };
+    assert_eq!(p.event, used, "the session's event:\n{}", p.table());
+    assert!(
+        p.totals.attributed >= 300,
+        "too few samples to check the split:\n{}",
+        p.table()
+    );
+    p.assert_pct("leaf_a", Inclusive, 25.0);
+    p.assert_pct("leaf_b", Inclusive, 75.0);
+}
+
 /// A second busy process during a session on the system-wide rings: its
 /// samples count as discarded, and none of its functions reach the
 /// target's profile.

@@ -46,6 +46,19 @@ const frameOf = async (name) => {
   return page.locator('#frames > g').nth(i);
 };
 
+// Waits until `fn` holds in the page, failing at once on a page error.
+const until = async (fn) => {
+  let poll;
+  const failed = new Promise((_, reject) => {
+    poll = setInterval(() => problems.length && reject(new Error(problems.join('; '))), 100);
+  });
+  try {
+    await Promise.race([page.waitForFunction(fn), failed]);
+  } finally {
+    clearInterval(poll);
+  }
+};
+
 try {
   step = 'loading the SVG';
   await page.goto(pathToFileURL(file).href, { waitUntil: 'load' });
@@ -55,7 +68,7 @@ try {
   );
   if (xmlError !== null) problems.push(`XML error: ${xmlError}`);
   // The SVG's onload script has run once its buttons are set up.
-  await page.waitForFunction(() => typeof unzoombtn !== 'undefined' && unzoombtn !== null);
+  await until(() => typeof unzoombtn !== 'undefined' && unzoombtn !== null);
   step = 'reading the frames';
   const before = await frames();
   step = `pointing at ${hover}`;
@@ -63,7 +76,7 @@ try {
   const details = await page.textContent('#details');
   step = `clicking ${zoom}`;
   await (await frameOf(zoom)).click();
-  await page.waitForFunction(() => !unzoombtn.classList.contains('hide'));
+  await until(() => !unzoombtn.classList.contains('hide'));
   const zoomed = await frames();
   const unzoomShown = await page.isVisible('#unzoom');
   console.log(`RESULT ${JSON.stringify({ frames: before, details, zoomed, unzoomShown, problems })}`);

@@ -306,14 +306,15 @@ fn folded_svg_speedscope_and_json_exports_parse() {
     };
     let all = width(&frames, "all");
     assert!(all > 500.0, "the root frame is {all} px wide: {frames:#?}");
+    // Each frame as wide as its inclusive samples, to a fifth of a point.
     for name in ["main", "work", "mid", "leaf_a", "leaf_b"] {
-        let share = width(&frames, name) / all;
-        let expected = p.function(name).inclusive as f64 / p.totals.attributed as f64;
+        let share = 100.0 * width(&frames, name) / all;
+        let expected = 100.0 * p.function(name).inclusive as f64 / p.totals.attributed as f64;
         assert_near(
-            &format!("{name}'s width / the root's in Chromium"),
+            &format!("{name}'s width in Chromium, % of the root's {all:.0} px"),
             share,
             expected,
-            0.002,
+            0.2,
             &format!("{frames:#?}"),
         );
     }

@@ -783,6 +783,27 @@ mod tests {
     }
 
     #[test]
+    fn mutual_recursion_counts_each_function_once_per_sample() {
+        // 0 = main, 1 = ping, 2 = pong; ping → pong → ping → pong, innermost first.
+        let stacks: Vec<(Vec<u32>, u64)> = vec![
+            (vec![2, 1, 2, 1, 0], 6),
+            (vec![1, 2, 1, 0], 3),
+            (vec![2, 1, 0], 1),
+        ];
+        let c = aggregate(&stacks, 3);
+        let ping = Counts {
+            inclusive: 10,
+            exclusive: 3,
+        };
+        let pong = Counts {
+            inclusive: 10,
+            exclusive: 7,
+        };
+        assert_eq!((c[1], c[2]), (ping, pong), "never more than the 10 samples");
+        assert_eq!(c[0].inclusive, 10);
+    }
+
+    #[test]
     fn empty_stacks_count_for_nothing() {
         let stacks: Vec<(Vec<u32>, u64)> = vec![(vec![], 4)];
         let c = aggregate(&stacks, 1);

@@ -90,6 +90,41 @@ pub fn known() -> ResolvedProfile {
     }
 }
 
+/// Mutual recursion on one thread: main → ping → pong → ping → pong, with
+/// function ids main 0, ping 1, pong 2; 10 samples:
+///
+/// ```text
+/// pong ping pong ping main ×6, ping pong ping main ×3, pong ping main ×1
+/// ```
+pub fn mutual() -> ResolvedProfile {
+    let (main, ping, pong) = (0, 1, 2);
+    let frames = |ids: &[u32]| -> Vec<FrameRef> {
+        ids.iter()
+            .map(|&id| fr(id, 10 + id, 0x100 * u64::from(id + 1)))
+            .collect()
+    };
+    ResolvedProfile {
+        functions: vec![
+            f("main", "prog", "main.c", false),
+            f("ping", "prog", "ping.c", false),
+            f("pong", "prog", "pong.c", false),
+        ],
+        stacks: vec![
+            stack(10, frames(&[pong, ping, pong, ping, main]), 6),
+            stack(10, frames(&[ping, pong, ping, main]), 3),
+            stack(10, frames(&[pong, ping, main]), 1),
+        ],
+        threads: [(10, "main".to_string())].into(),
+        thread_pids: [(10, 1234)].into(),
+        attributed: 10,
+        frequency_hz: 1000,
+        duration_s: 1.0,
+        pid: 1234,
+        comm: "prog".into(),
+        mode: Mode::Cpu,
+    }
+}
+
 /// A waiting frame's function id in [`off_cpu`].
 pub const BLOCKED: u32 = 7;
 

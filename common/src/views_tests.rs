@@ -185,6 +185,26 @@ fn recursion_is_its_own_caller_once_per_sample() {
 }
 
 #[test]
+fn mutual_recursion_counts_functions_and_edges_once_per_sample() {
+    // ping → pong → ping → pong: each function and each edge is on a stack
+    // up to twice, and counted once per sample.
+    let p = crate::testdata::mutual();
+    let (main, ping, pong) = (0, 1, 2);
+    let rows: Vec<(String, u64, u64)> = functions(&p)
+        .into_iter()
+        .map(|f| (f.name, f.inclusive, f.exclusive))
+        .collect();
+    let want = [("pong", 10, 7), ("ping", 10, 3), ("main", 10, 0)];
+    assert_eq!(rows, want.map(|(n, i, e)| (n.to_string(), i, e)));
+    let cc = callers_callees(&p, ping);
+    assert_eq!(edge_figures(&cc.callers), vec![(main, 10, 3), (pong, 9, 3)]);
+    assert_eq!(edge_figures(&cc.callees), vec![(pong, 10, 7)]);
+    let cc = callers_callees(&p, pong);
+    assert_eq!(edge_figures(&cc.callers), vec![(ping, 10, 7)]);
+    assert_eq!(edge_figures(&cc.callees), vec![(ping, 9, 3)]);
+}
+
+#[test]
 fn caller_callee_of_unsampled_or_unknown() {
     let p = known();
     let cc = callers_callees(&p, UNUSED);

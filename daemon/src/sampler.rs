@@ -105,6 +105,9 @@ pub struct Sampler {
     counters: Arc<Counters>,
     /// Spare batches of every ring.
     pool: BatchPool,
+    /// What the PMU probe found when the sampler was made: whether a
+    /// hardware cycle counter opens here (tests set it either way).
+    pmu: bool,
 }
 
 /// What a session gets when it subscribes.
@@ -115,6 +118,15 @@ pub struct Subscription {
     /// With stack copies, the stack tops of the rings the session's batches
     /// come from: its walks raise and drop them.
     pub tops: Option<StackTops>,
+}
+
+/// The event sampled for a request of `kind`, from the PMU probe: `cycles`
+/// only where a hardware cycle counter opened, `cpu-clock` otherwise.
+fn sampled_event(kind: EventKind, pmu: bool) -> EventKind {
+    match kind {
+        EventKind::Cycles if !pmu => EventKind::CpuClock,
+        kind => kind,
+    }
 }
 
 /// Where sessions get their samples from: the perf rings, or a fake in tests.
@@ -170,6 +182,7 @@ impl Sampler {
             groups: Mutex::new(HashMap::new()),
             counters: Arc::default(),
             pool: BatchPool::default(),
+            pmu: crate::sys::perf::pmu_available(),
         }
     }
 
@@ -219,8 +232,8 @@ impl Sampler {
     }
 
     /// The group for `spec`, opened unless it is open already; returns its
-    /// settings. A `cycles` request on a machine without a PMU falls back
-    /// to cpu-clock; rings of a target the kernel will not open (ptrace
+    /// settings. A `cycles` request the kernel refuses although the probe
+    /// found a PMU falls back to cpu-clock; rings of a target the kernel will not open (ptrace
     /// access rules, an LSM, the process gone, too many threads for the
     /// fds left) fall back to the system-wide rings. Both say so in the log.
     fn ensure_group(
@@ -297,6 +310,10 @@ impl SampleSource for Sampler {
         // Switches are timed on the target's own events, children followed
         // or not: the system-wide rings would carry every process's.
         let switches = want.mode.switches();
+        let want = EventSpec {
+            kind: sampled_event(want.kind, self.pmu),
+            ..want
+        };
         let target = if (switches || want.stack_bytes > 0 && !children) && pid != EVERY_PROCESS {
             let target = Target::of(pid);
             if target.is_none() {
@@ -625,5 +642,51 @@ mod tests {
         assert!(routes.targets.of(10).is_none(), "gone after the next drain");
         assert!(routes.all.iter().all(|r| r.until == u64::MAX));
         assert_eq!(routes.targets.of(11), Some(&[0][..]), "others untouched");
+    }
+
+    #[test]
+    fn cycles_are_asked_of_the_kernel_only_where_the_probe_found_a_pmu() {
+        use EventKind::{CpuClock, Cycles};
+        assert_eq!(sampled_event(Cycles, false), CpuClock);
+        assert_eq!(sampled_event(Cycles, true), Cycles);
+        assert_eq!(sampled_event(CpuClock, false), CpuClock);
+        assert_eq!(sampled_event(CpuClock, true), CpuClock);
+    }
+
+    /// A cycles session on the real kernel, with the probe's answer faked
+    /// both ways: "no PMU" samples cpu-clock without trying cycles; "a PMU"
+    /// opens cycles, or where the kernel refuses them (no PMU after all)
+    /// falls back to cpu-clock. Either way the group's settings say which.
+    #[tokio::test]
+    async fn a_cycles_session_gets_the_event_the_probe_and_kernel_allow() {
+        let real_pmu = crate::sys::perf::pmu_available();
+        for probe in [false, true] {
+            let mut sampler = Sampler::new(crate::sys::perf::online_cpus().unwrap());
+            sampler.pmu = probe;
+            let want = EventSpec {
+                kind: EventKind::Cycles,
+                mode: Default::default(),
+                session: 0,
+                frequency_hz: 99,
+                ring_pages: 8,
+                stack_bytes: 0,
+                target: None,
+            };
+            let (tx, _rx) = mpsc::unbounded_channel();
+            let sub = sampler
+                .subscribe(want, 1, std::process::id(), false, tx)
+                .await
+                .unwrap_or_else(|e| panic!("probe {probe}: subscribe (needs root): {e}"));
+            let expected = if probe && real_pmu {
+                EventKind::Cycles
+            } else {
+                EventKind::CpuClock
+            };
+            assert_eq!(sub.spec.kind, expected, "probe {probe}, PMU {real_pmu}");
+            let groups = sampler.groups().await;
+            assert_eq!(groups.len(), 1, "probe {probe}: {groups:?}");
+            assert_eq!(groups[0].0.kind, expected, "probe {probe}");
+            sampler.unsubscribe(sub.spec, 1).await;
+        }
     }
 }

@@ -1,6 +1,6 @@
-// What the dashboard drivers share: their settings from the environment,
-// and real headless Chromium (playwright-core) trusting only the daemon's
-// certificate, with a page that collects the errors it meets.
+// What the Chromium drivers share: their settings from the environment,
+// and real headless Chromium (playwright-core), trusting only the daemon's
+// certificate for the dashboard, with a page that collects the errors it meets.
 
 import { createHash, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -25,6 +25,11 @@ export async function openPage(timeoutMs) {
   const pem = readFileSync(env('PROFD_SERVER_CERT'), 'utf8');
   const spki = new X509Certificate(pem).publicKey.export({ type: 'spki', format: 'der' });
   const spkiHash = createHash('sha256').update(spki).digest('base64');
+  return launchPage(timeoutMs, [`--ignore-certificate-errors-spki-list=${spkiHash}`]);
+}
+
+// Chromium with `extraArgs` and a page as openPage describes.
+export async function launchPage(timeoutMs, extraArgs = []) {
   const browser = await chromium.launch({
     executablePath: env('CHROMIUM', '/usr/bin/chromium'),
     args: [
@@ -36,7 +41,7 @@ export async function openPage(timeoutMs) {
       '--disable-background-networking',
       '--disable-component-update',
       '--disable-sync',
-      `--ignore-certificate-errors-spki-list=${spkiHash}`,
+      ...extraArgs,
     ],
   });
   // UTC, so the time fields' values mean the times the tests give.

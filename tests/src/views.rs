@@ -1,6 +1,6 @@
 //! Reading what `profctl report` / `histogram` print (flat table, call tree,
 //! callers/callees), and running the outside tools the exports are checked
-//! with: `go tool pprof -top` and `gprof`.
+//! with: `go tool pprof -top`, `gprof` and a JSON Schema validator.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -274,6 +274,48 @@ pub fn gprof_flat(binary: &Path, gmon: &Path) -> (BTreeMap<String, f64>, String)
         out.describe()
     );
     (pct, out.stdout)
+}
+
+/// Python's `jsonschema` (Draft 7, as the schema says) checking the JSON
+/// file `doc` against the vendored schema `tests/schemas/<schema>`: every
+/// violation with its path (and, under an `anyOf`, each branch's), or
+/// none. Fails the test when python3 or its `jsonschema` module is missing
+/// (CI installs it from PyPI).
+pub fn json_schema_errors(doc: &Path, schema: &str) -> Vec<String> {
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("schemas")
+        .join(schema);
+    const CHECK: &str = "\
+import json, sys
+import jsonschema
+schema = json.load(open(sys.argv[1]))
+doc = json.load(open(sys.argv[2]))
+jsonschema.validators.validator_for(schema).check_schema(schema)
+v = jsonschema.validators.validator_for(schema)(schema)
+def report(e, indent):
+    print(indent + '/'.join(map(str, e.absolute_path)) + ': ' + e.message[:200])
+    for c in e.context:
+        report(c, indent + '  ')
+for e in v.iter_errors(doc):
+    report(e, '')
+print('checked')
+";
+    let out = Cmd::run(
+        "python3",
+        &["-c", CHECK, path_str(&schema), path_str(doc)],
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        out.status.success() && out.stdout.ends_with("checked\n"),
+        "python3 could not check {} against {} (CI installs python3's \
+         jsonschema: pip install jsonschema):\n{}",
+        doc.display(),
+        schema.display(),
+        out.describe()
+    );
+    let mut errors: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+    errors.pop();
+    errors
 }
 
 #[cfg(test)]

@@ -347,7 +347,7 @@ fn cors_preflights_allow_only_the_listed_origins() {
 /// The Node script's directory, with playwright-core installed (`npm ci`
 /// when node_modules is missing). Fails the test, saying what to install,
 /// when Node.js, npm or Chromium is missing.
-fn dashboard_driver() -> PathBuf {
+pub(crate) fn dashboard_driver() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboard");
     assert!(
         Path::new(CHROMIUM).is_file(),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use profd_e2e::{
     assert_one_line_error, bin, build_workload, max_sample_rate, path_str, require_root_and_perf,
     serial, unique_dir, words, Daemon, Harness, Measure::Exclusive, Measure::Inclusive, Profile,
-    Workload,
+    Workload, PCT_TOLERANCE,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -126,6 +126,111 @@ fn recursion_is_counted_once_per_sample() {
     p.assert_pct_between("rec", Exclusive, 97.0, 100.0);
     p.assert_pct("main", Inclusive, 100.0);
     // check_invariants (in parse) has checked every row's inclusive ≤ attributed.
+}
+
+/// mutual: ping and pong call each other, each up to 4 times on one stack,
+/// and every sample has both on it; inclusive counts each once per sample,
+/// and their exclusive samples split 25/75 as constructed.
+#[test]
+fn mutual_recursion_is_counted_once_per_sample_for_each_function() {
+    let h = Harness::start();
+    let target = Workload::start("mutual", LONG);
+    let (p, expected) = attach_measured(&h.daemon, &target, "3");
+
+    assert_eq!(p.state, "duration_elapsed", "{}", p.table());
+    assert_samples_match_cpu_time(&p, expected);
+    for name in ["ping", "pong"] {
+        let f = p.function(name);
+        assert!(
+            f.inclusive <= p.totals.attributed,
+            "{name} inclusive {} > attributed {}:\n{}",
+            f.inclusive,
+            p.totals.attributed,
+            p.table()
+        );
+        p.assert_pct_between(name, Inclusive, 97.0, 100.0);
+    }
+    // Of the samples in ping or pong themselves (kernel frames on top of
+    // them, more of them on a loaded machine, take the rest).
+    let (ping, pong) = (p.function("ping").exclusive, p.function("pong").exclusive);
+    let share = 100.0 * ping as f64 / (ping + pong) as f64;
+    eprintln!("  ping's share of the exclusive samples of ping and pong: {share:.2} %");
+    assert!(
+        (share - 25.0).abs() <= PCT_TOLERANCE,
+        "ping has {share:.2} % of ping's and pong's exclusive samples, expected 25 ± {PCT_TOLERANCE}:\n{}",
+        p.table()
+    );
+    p.assert_pct("main", Inclusive, 100.0);
+}
+
+/// Whether the kernel lists a hardware PMU with a CPU cycle event in sysfs
+/// (x86 `cpu/events/cpu-cycles`, Arm `armv8_pmuv3_0/events/cpu_cycles`,
+/// hybrid `cpu_core/...`): the machine's own answer, not profd's probe.
+fn sysfs_lists_a_cycle_counter() -> bool {
+    let Ok(pmus) = std::fs::read_dir("/sys/bus/event_source/devices") else {
+        return false;
+    };
+    pmus.flatten().any(|pmu| {
+        ["cpu-cycles", "cpu_cycles", "cycles"]
+            .iter()
+            .any(|event| pmu.path().join("events").join(event).exists())
+    })
+}
+
+/// `--event cycles`: where the machine has no cycle counter (as here: a VM
+/// without a PMU) the daemon says at start that cycles sessions use
+/// cpu-clock, `profctl info` says the PMU is not available, and the session
+/// samples the workload with cpu-clock and says so; where it has one, all
+/// three say cycles. Either way the split is measured.
+#[test]
+fn cycles_sessions_use_the_counter_the_machine_has_and_say_which() {
+    let h = Harness::start();
+    let pmu = sysfs_lists_a_cycle_counter();
+    let info = h.daemon.profctl(&["info"]);
+    info.assert_success();
+    let pmu_line = info
+        .stdout
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("pmu:"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no pmu line in `profctl info`:\n{}", info.stdout));
+    let log = h.daemon.log();
+    let fallback_note = "no hardware PMU: sessions asking for cycles use cpu-clock";
+    eprintln!("  sysfs lists a cycle counter: {pmu}; profctl info: pmu {pmu_line}");
+    if pmu {
+        assert_eq!(pmu_line, "available (cycles can be sampled)");
+        assert!(!log.contains(fallback_note), "{log}");
+    } else {
+        assert_eq!(pmu_line, "not available (cycles falls back to cpu-clock)");
+        assert!(
+            log.contains(fallback_note),
+            "the daemon's log does not say cycles fall back:\n{log}"
+        );
+    }
+
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    let out = h.daemon.profctl(&[
+        "attach",
+        &pid,
+        "--event",
+        "cycles",
+        "--duration",
+        "3",
+        "--format",
+        "json",
+    ]);
+    let p = Profile::parse(&out);
+    eprintln!("{}", p.table());
+    let used = if pmu { "cycles" } else { "cpu-clock" };
+    assert_eq!(p.event, used, "the session's event:\n{}", p.table());
+    assert!(
+        p.totals.attributed >= 300,
+        "too few samples to check the split:\n{}",
+        p.table()
+    );
+    p.assert_pct("leaf_a", Inclusive, 25.0);
+    p.assert_pct("leaf_b", Inclusive, 75.0);
 }
 
 /// A second busy process during a session on the system-wide rings: its

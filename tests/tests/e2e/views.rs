@@ -1,7 +1,8 @@
 //! End-to-end tests of views, exports, histograms and the live TUI (issue 4):
 //! real kernel, real `profd` and `profctl`, and the outside tools that read
-//! the exports (`go tool pprof`, `gprof`, an XML parser, tmux as the
-//! terminal). They need root; without it they fail, never skip.
+//! the exports (`go tool pprof`, `gprof`, headless Chromium for the SVG,
+//! Python's `jsonschema` with speedscope's schema, tmux as the terminal).
+//! They need root; without it they fail, never skip.
 //!
 //! Each test profiles `split` (main → work → {leaf_a 25 %, mid → leaf_b
 //! 75 %}) for a few seconds and then reads the ended session, whose figures
@@ -13,7 +14,7 @@ use std::time::Duration;
 use profd_e2e::terminal::Tmux;
 use profd_e2e::views::{self, caller_callee, go_pprof_flat, gprof_flat, rows};
 use profd_e2e::{
-    bin, build_workload, path_str, unique_dir, CmdOutput, Daemon, Harness, Profile, Workload,
+    bin, build_workload, path_str, unique_dir, Cmd, CmdOutput, Daemon, Harness, Profile, Workload,
     PCT_TOLERANCE,
 };
 
@@ -39,6 +40,48 @@ fn assert_near(what: &str, actual: f64, expected: f64, tolerance: f64, context: 
         (actual - expected).abs() <= tolerance,
         "{what} is {actual:.2}, expected {expected:.2} ± {tolerance}:\n{context}"
     );
+}
+
+/// One frame of the SVG flame graph as Chromium laid it out.
+#[derive(Debug)]
+struct SvgFrame {
+    /// The function (the title before its figures).
+    name: String,
+    /// Width of its box, px.
+    width: f64,
+    /// Displayed (not hidden by a zoom).
+    shown: bool,
+}
+
+/// Opens the SVG flame graph `svg` in headless Chromium
+/// (tests/dashboard/flamegraph.mjs): its frames, the details line with the
+/// pointer over `hover`'s frame, and the frames after a click on `zoom`'s.
+/// Fails when the page meets any error.
+fn svg_in_chromium(svg: &std::path::Path, hover: &str, zoom: &str) -> serde_json::Value {
+    let driver = crate::dashboard::dashboard_driver().join("flamegraph.mjs");
+    let env = [
+        ("PROFD_SVG".to_string(), path_str(svg).to_string()),
+        ("PROFD_HOVER".to_string(), hover.to_string()),
+        ("PROFD_ZOOM".to_string(), zoom.to_string()),
+    ];
+    let out = Cmd::spawn_env("node", &[path_str(&driver)], &env).wait(Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "Chromium could not show the flame graph:\n{}",
+        out.describe()
+    );
+    let seen: serde_json::Value = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no RESULT line:\n{}", out.describe()));
+    assert_eq!(
+        seen["problems"],
+        serde_json::json!([]),
+        "errors in Chromium showing the flame graph"
+    );
+    seen
 }
 
 /// The pprof export is read by `go tool pprof -top`, whose flat samples are
@@ -186,8 +229,9 @@ fn gprof_reads_the_histogram() {
     );
 }
 
-/// Folded stacks, the SVG flame graph, speedscope JSON and the JSON export
-/// parse, and hold the session's figures.
+/// Folded stacks, the SVG flame graph (in Chromium), speedscope JSON
+/// (against speedscope's schema) and the JSON export are read back, and
+/// hold the session's figures.
 #[test]
 fn folded_svg_speedscope_and_json_exports_parse() {
     let h = Harness::start();
@@ -232,33 +276,103 @@ fn folded_svg_speedscope_and_json_exports_parse() {
         );
     }
 
-    // SVG: well-formed XML naming the leaves.
-    let svg = export("svg").stdout;
-    let xml = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    let doc = roxmltree::Document::parse_with_options(&svg, xml)
-        .unwrap_or_else(|e| panic!("the SVG export is not XML: {e}\n{svg}"));
-    assert_eq!(doc.root_element().tag_name().name(), "svg");
-    let text: String = doc
-        .descendants()
-        .filter_map(|n| n.text())
-        .collect::<Vec<_>>()
-        .join("\n");
-    for name in ["main", "work", "mid", "leaf_a", "leaf_b"] {
-        assert!(text.contains(name), "the flame graph does not name {name}");
-    }
-
-    // speedscope: frames, sampled profiles whose weights add up.
-    let ss: serde_json::Value =
-        serde_json::from_str(&export("speedscope").stdout).expect("the speedscope export is JSON");
-    assert!(
-        ss["$schema"]
-            .as_str()
-            .is_some_and(|s| s.contains("speedscope")),
-        "no speedscope $schema: {ss}"
+    // SVG: in Chromium, one frame per function on the stacks, each as wide
+    // as its share of the samples; its script shows a frame's figures under
+    // the pointer and zooms into a clicked frame.
+    let dir = unique_dir("exports");
+    let svg = dir.join("split.svg");
+    ok(
+        &h.daemon,
+        &["export", &id(&p), "--format", "svg", "-o", path_str(&svg)],
     );
+    let seen = svg_in_chromium(&svg, "leaf_b", "mid");
+    let shown = |frames: &serde_json::Value| -> Vec<SvgFrame> {
+        frames
+            .as_array()
+            .expect("frames")
+            .iter()
+            .map(|f| SvgFrame {
+                name: f["name"].as_str().unwrap_or_default().to_string(),
+                width: f["width"].as_f64().unwrap_or(f64::NAN),
+                shown: f["shown"] == true,
+            })
+            .collect()
+    };
+    let frames = shown(&seen["frames"]);
+    let width = |frames: &[SvgFrame], name: &str| -> f64 {
+        let of: Vec<&SvgFrame> = frames.iter().filter(|f| f.name == name).collect();
+        assert_eq!(of.len(), 1, "one frame of {name}: {frames:#?}");
+        of[0].width
+    };
+    let all = width(&frames, "all");
+    assert!(all > 500.0, "the root frame is {all} px wide: {frames:#?}");
+    // Each frame as wide as its inclusive samples, to a fifth of a point.
+    for name in ["main", "work", "mid", "leaf_a", "leaf_b"] {
+        let share = 100.0 * width(&frames, name) / all;
+        let expected = 100.0 * p.function(name).inclusive as f64 / p.totals.attributed as f64;
+        assert_near(
+            &format!("{name}'s width in Chromium, % of the root's {all:.0} px"),
+            share,
+            expected,
+            0.2,
+            &format!("{frames:#?}"),
+        );
+    }
+    assert_near(
+        "leaf_a's width, % of the root's",
+        100.0 * width(&frames, "leaf_a") / all,
+        25.0,
+        PCT_TOLERANCE,
+        &format!("{frames:#?}"),
+    );
+    assert_near(
+        "leaf_b's width, % of the root's",
+        100.0 * width(&frames, "leaf_b") / all,
+        75.0,
+        PCT_TOLERANCE,
+        &format!("{frames:#?}"),
+    );
+    let leaf_b = p.function("leaf_b").inclusive;
+    // `Function: leaf_b (1,413 samples, 75.76%)`
+    let details = seen["details"].as_str().unwrap_or_default();
+    let count = details
+        .strip_prefix("Function: leaf_b (")
+        .and_then(|rest| rest.split_once(" samples, "))
+        .and_then(|(n, _)| n.replace(',', "").parse::<u64>().ok());
+    assert_eq!(
+        count,
+        Some(leaf_b),
+        "the details line over leaf_b ({leaf_b} samples): {details:?}"
+    );
+    // Zoomed into mid: mid and leaf_b (all of mid's samples) fill the width,
+    // main and work stay as its parents, leaf_a is hidden.
+    let zoomed = shown(&seen["zoomed"]);
+    for name in ["all", "main", "work", "mid", "leaf_b"] {
+        let f = zoomed.iter().find(|f| f.name == name).expect(name);
+        assert!(
+            f.shown && (f.width - all).abs() < 1.0,
+            "{name} after zooming into mid: {zoomed:#?}"
+        );
+    }
+    assert!(
+        zoomed.iter().any(|f| f.name == "leaf_a" && !f.shown),
+        "leaf_a still shown after zooming into mid: {zoomed:#?}"
+    );
+    assert_eq!(seen["unzoomShown"], true, "no Reset Zoom button");
+
+    // speedscope: valid against speedscope's published schema, frames and
+    // sampled profiles whose weights add up.
+    let speedscope = export("speedscope").stdout;
+    let file = dir.join("split.speedscope.json");
+    std::fs::write(&file, &speedscope).expect("write the speedscope file");
+    let errors = views::json_schema_errors(&file, "speedscope-file-format-schema.json");
+    assert!(
+        errors.is_empty(),
+        "the speedscope export breaks speedscope's schema:\n{}",
+        errors.join("\n")
+    );
+    let ss: serde_json::Value =
+        serde_json::from_str(&speedscope).expect("the speedscope export is JSON");
     let frames = ss["shared"]["frames"].as_array().expect("shared.frames");
     let names: Vec<&str> = frames.iter().filter_map(|f| f["name"].as_str()).collect();
     assert!(

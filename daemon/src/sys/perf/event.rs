@@ -1392,4 +1392,43 @@ mod tests {
         assert_eq!(parse_cpu_list("0,2-4,7"), Some(vec![0, 2, 3, 4, 7]));
         assert_eq!(parse_cpu_list("x"), None);
     }
+
+    /// The perf_event_attr each event asks for: `cycles` the hardware CPU
+    /// cycle counter, `cpu-clock` the software CPU timer; both sampled at
+    /// the requested frequency, with the lost count.
+    #[test]
+    fn each_event_asks_for_its_counter() {
+        for (kind, name, type_, config) in [
+            (
+                EventKind::Cycles,
+                "cycles",
+                b::PERF_TYPE_HARDWARE,
+                b::PERF_COUNT_HW_CPU_CYCLES as u64,
+            ),
+            (
+                EventKind::CpuClock,
+                "cpu-clock",
+                b::PERF_TYPE_SOFTWARE,
+                b::PERF_COUNT_SW_CPU_CLOCK as u64,
+            ),
+        ] {
+            let spec = EventSpec {
+                kind,
+                mode: Default::default(),
+                session: 0,
+                frequency_hz: 499,
+                ring_pages: 8,
+                stack_bytes: 0,
+                target: None,
+            };
+            let (attr, event_name, _, _) = sampling_attr(&spec, 8 * 4096);
+            assert_eq!(event_name, name);
+            assert_eq!((attr.type_, attr.config), (type_, config), "{name}");
+            assert_eq!(attr.freq(), 1, "{name}: a frequency, not a period");
+            // SAFETY: with `freq` set, the union holds sample_freq (both
+            // members are plain u64s, so either read is defined).
+            assert_eq!(unsafe { attr.__bindgen_anon_1.sample_freq }, 499, "{name}");
+            assert_eq!(attr.read_format, PERF_FORMAT_LOST, "{name}");
+        }
+    }
 }

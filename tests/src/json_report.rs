@@ -247,6 +247,17 @@ impl Profile {
         m
     }
 
+    /// (name, module, inclusive, exclusive) of every function, sorted.
+    pub fn figures(&self) -> Vec<(String, String, u64, u64)> {
+        let mut v: Vec<_> = self
+            .functions
+            .iter()
+            .map(|f| (f.name.clone(), f.module.clone(), f.inclusive, f.exclusive))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// The one row named `name`; fails the test when there is none or several.
     pub fn function(&self, name: &str) -> &FunctionRow {
         match self.rows(name).as_slice() {

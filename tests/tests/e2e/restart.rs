@@ -24,17 +24,6 @@ fn export_json(d: &Daemon, id: u64) -> Profile {
     p
 }
 
-/// (name, module, inclusive, exclusive) of every function, sorted.
-fn figures(p: &Profile) -> Vec<(String, String, u64, u64)> {
-    let mut v: Vec<_> = p
-        .functions
-        .iter()
-        .map(|f| (f.name.clone(), f.module.clone(), f.inclusive, f.exclusive))
-        .collect();
-    v.sort();
-    v
-}
-
 /// The lines of a `profctl sessions` table whose first word is `id`.
 fn session_line(table: &str, id: u64) -> Option<String> {
     let id = id.to_string();
@@ -95,8 +84,8 @@ fn sigterm_then_restart_keeps_sessions() {
     wait_for_file(&state.join(format!("{id1}.session")));
     let before = export_json(&h.daemon, id1);
     assert_eq!(
-        figures(&before),
-        figures(&p1),
+        before.figures(),
+        p1.figures(),
         "export = attach's final profile"
     );
 
@@ -195,8 +184,8 @@ fn sigterm_then_restart_keeps_sessions() {
         );
     }
     assert_eq!(
-        figures(&after),
-        figures(&before),
+        after.figures(),
+        before.figures(),
         "every function as before"
     );
 
@@ -348,7 +337,7 @@ fn stored_sessions_keep_their_owner() {
         mine.describe()
     );
     let back = Profile::parse(&d.profctl_as(alice, &["export", &id, "--format", "json"]));
-    assert_eq!(figures(&back), figures(&p));
+    assert_eq!(back.figures(), p.figures());
 
     let theirs = d.profctl_as(bob, &["sessions", "--all"]);
     theirs.assert_success();
@@ -437,8 +426,8 @@ fn a_stray_file_with_a_huge_id_reuses_no_id() {
     assert_eq!(listed_ids(&all.stdout), [1, second.session_id]);
     let back = export_json(&d, 1);
     assert_eq!(
-        (back.state.as_str(), figures(&back)),
-        ("duration_elapsed", figures(&first)),
+        (back.state.as_str(), back.figures()),
+        ("duration_elapsed", first.figures()),
         "session 1 reads as before"
     );
 }

@@ -2,7 +2,8 @@
  * busy: CPU time spent in ways that per-task sampling periods undercount,
  * then the CPU time used printed on stderr as `cpu_s X` (getrusage: the
  * process's own user + system time, plus that of its waited-for children,
- * the figures of /proc/PID/stat's utime, stime, cutime and cstime).
+ * the figures of /proc/PID/stat's utime, stime, cutime and cstime), and
+ * the children's part alone as `children_s X`.
  *
  *   busy threads COUNT SECONDS   COUNT threads spin in thread_spin for
  *                                SECONDS, at nice 19 when COUNT > 1 (so
@@ -105,5 +106,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	fprintf(stderr, "cpu_s %.6f\n", cpu_s(RUSAGE_SELF) + cpu_s(RUSAGE_CHILDREN));
+	fprintf(stderr, "children_s %.6f\n", cpu_s(RUSAGE_CHILDREN));
 	return status;
 }

@@ -31,14 +31,7 @@ fn run_busy(h: &Harness, unwind: &str, extra: &[&str], args: &[&str]) -> (Profil
     argv.extend_from_slice(args);
     let out = h.daemon.profctl(&argv);
     let p = Profile::parse(&out);
-    let figure = |name: &str| -> f64 {
-        out.stderr
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} line:\n{}", out.describe()))
-    };
-    let cpu_s = figure("cpu_s");
+    let cpu_s = out.stderr_figure("cpu_s");
     let expected = cpu_s * f64::from(p.frequency_hz);
     eprintln!(
         "{}\n  busy {args:?} ({unwind}): {cpu_s:.3} s of CPU → {expected:.0} samples at {} Hz",
@@ -51,7 +44,7 @@ fn run_busy(h: &Harness, unwind: &str, extra: &[&str], args: &[&str]) -> (Profil
          (is the machine overloaded?):\n{}",
         p.table()
     );
-    let children = figure("children_s") * f64::from(p.frequency_hz);
+    let children = out.stderr_figure("children_s") * f64::from(p.frequency_hz);
     (
         p,
         Expected {

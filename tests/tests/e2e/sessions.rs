@@ -509,17 +509,11 @@ fn sessions_line(daemon: &Daemon, pid: u32) -> Option<String> {
 
 /// Polls `profctl sessions` until it lists a session of `pid`.
 fn wait_for_session(daemon: &Daemon, pid: u32) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(line) = sessions_line(daemon, pid) {
-            return line;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "`profctl sessions` never listed pid {pid}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    profd_e2e::wait_until(
+        &format!("`profctl sessions` listing pid {pid}"),
+        Duration::from_secs(10),
+        || sessions_line(daemon, pid),
+    )
 }
 
 #[test]

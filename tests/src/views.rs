@@ -155,11 +155,12 @@ fn go_env() -> Vec<(String, String)> {
     ]
 }
 
-/// `go tool pprof -top` with every node, flat in samples, on `files` after
-/// `extra` flags: (flat, function name) of each row, and the output. Fails
-/// the test when the go tool is missing (CI installs Debian's golang-go) or
-/// pprof fails.
-fn go_pprof_top(extra: &[&str], files: &[&Path]) -> (Vec<(f64, String)>, String) {
+/// `go tool pprof -top` with every node, flat in samples (unless `extra`
+/// chooses another `-sample_index` and `-unit=ns`), on `files` after
+/// `extra` flags: (flat, cum, function name) of each row, and the output.
+/// Fails the test when the go tool is missing (CI installs Debian's
+/// golang-go) or pprof fails.
+fn go_pprof_top(extra: &[&str], files: &[&Path]) -> (Vec<(f64, f64, String)>, String) {
     let env = go_env();
     let mut args = vec![
         "tool",
@@ -197,13 +198,13 @@ fn go_pprof_top(extra: &[&str], files: &[&Path]) -> (Vec<(f64, String)>, String)
             cells.push(&rest[..end]);
             rest = rest[end..].trim_start();
         }
-        let n: f64 = cells[0].parse().unwrap_or_else(|_| {
-            panic!(
-                "pprof flat cell {:?} is not a number:\n{}",
-                cells[0], out.stdout
-            )
-        });
-        rows.push((n, rest.to_string()));
+        let number = |cell: &str| -> f64 {
+            cell.strip_suffix("ns")
+                .unwrap_or(cell)
+                .parse()
+                .unwrap_or_else(|_| panic!("pprof cell {cell:?} is not a number:\n{}", out.stdout))
+        };
+        rows.push((number(cells[0]), number(cells[3]), rest.to_string()));
     }
     assert!(in_table, "no table in pprof's output:\n{}", out.describe());
     (rows, out.stdout)
@@ -215,7 +216,7 @@ fn go_pprof_top(extra: &[&str], files: &[&Path]) -> (Vec<(f64, String)>, String)
 pub fn go_pprof_diff(base: &Path, new: &Path) -> (BTreeMap<String, f64>, String) {
     let (rows, text) = go_pprof_top(&["-normalize", "-diff_base", path_str(base)], &[new]);
     let mut flat = BTreeMap::new();
-    for (n, name) in rows {
+    for (n, _, name) in rows {
         *flat.entry(name).or_insert(0.0) += n;
     }
     (flat, text)
@@ -226,7 +227,7 @@ pub fn go_pprof_diff(base: &Path, new: &Path) -> (BTreeMap<String, f64>, String)
 pub fn go_pprof_flat(file: &Path) -> (BTreeMap<String, u64>, String) {
     let (rows, text) = go_pprof_top(&[], &[file]);
     let mut flat = BTreeMap::new();
-    for (n, name) in rows {
+    for (n, _, name) in rows {
         assert!(
             n >= 0.0 && n.fract() == 0.0,
             "flat {n} is not a count:\n{text}"
@@ -236,6 +237,22 @@ pub fn go_pprof_flat(file: &Path) -> (BTreeMap<String, u64>, String) {
         }
     }
     (flat, text)
+}
+
+/// `go tool pprof -top` on `file`, a profile of time whose sample type is
+/// `kind` (`off_cpu`, `wall`), every node in nanoseconds: function name →
+/// (flat, cum) nanoseconds (a name on several nodes summed), and the
+/// output.
+pub fn go_pprof_time(file: &Path, kind: &str) -> (BTreeMap<String, (u64, u64)>, String) {
+    let index = format!("-sample_index={kind}");
+    let (rows, text) = go_pprof_top(&[&index, "-unit=ns"], &[file]);
+    let mut times = BTreeMap::new();
+    for (flat, cum, name) in rows {
+        let e: &mut (u64, u64) = times.entry(name).or_default();
+        e.0 += flat as u64;
+        e.1 += cum as u64;
+    }
+    (times, text)
 }
 
 /// `gprof -b -p BINARY GMON`: function → "% time".

@@ -19,6 +19,10 @@ const PCT_TOLERANCE: f64 = 3.0;
 /// was not seen: `unpaired`, ≤ 7 ms here) and the time between the
 /// daemon's and the test's readings of the clocks.
 const TIME_TOLERANCE: f64 = 0.05;
+/// How far a thread's time may be off its lifetime (a fraction): a waiter
+/// starts a moment after main, and the session ends a moment after the
+/// exit.
+const THREAD_TOLERANCE: f64 = 0.02;
 /// Long enough for any attach test: workloads are killed when the test ends.
 const LONG: f64 = 60.0;
 
@@ -381,5 +385,281 @@ fn off_cpu_time_is_the_session_minus_the_cpu_time() {
         duration_ns,
         TIME_TOLERANCE,
         &p,
+    );
+}
+
+/// The exports of an off-CPU session carry nanoseconds to the tools that
+/// read them: `go tool pprof` reads sample type `off_cpu` and gives each
+/// function the session's inclusive time to the nanosecond; `profctl
+/// report FILE` prints the live table; the folded stacks, speedscope's
+/// weights (valid against its schema, unit `nanoseconds`) and the SVG's
+/// frames (laid out by Chromium) add up to the session's time.
+#[test]
+fn exports_of_an_off_cpu_session_carry_its_time_to_their_readers() {
+    let h = Harness::start();
+    let (p, _) = run(&h, "off-cpu", &[], &["split", "2"]);
+    let id = p.session_id.to_string();
+    let dir = profd_e2e::unique_dir("offcpu-exports");
+    let export = |format: &str, file: &str| {
+        let path = dir.join(file);
+        h.daemon
+            .profctl(&["export", &id, "--format", format, "-o", path_str(&path)])
+            .assert_success();
+        path
+    };
+
+    // pprof, read by go tool pprof: cum is the inclusive time, flat the
+    // exclusive, in nanoseconds; the total is the session's.
+    let pprof = export("pprof", "offcpu.pb.gz");
+    let (times, text) = profd_e2e::views::go_pprof_time(&pprof, "off_cpu");
+    eprintln!("go tool pprof -top:\n{text}");
+    assert!(text.contains("Type: off_cpu"), "{text}");
+    assert!(
+        text.contains(&format!("of {}ns total", p.totals.attributed)),
+        "go tool pprof's total is not the session's {} ns:\n{text}",
+        p.totals.attributed
+    );
+    for name in ["sleep_part", "pipe_part", "[off-cpu: blocked]"] {
+        let f = p.function(name);
+        assert_eq!(
+            times.get(name).copied(),
+            Some((f.exclusive, f.inclusive)),
+            "{name} in go tool pprof (flat, cum ns) and in the session:\n{text}\n{}",
+            p.table()
+        );
+    }
+    assert_eq!(
+        times.values().map(|t| t.0).sum::<u64>(),
+        p.totals.attributed,
+        "flat times:\n{text}"
+    );
+
+    // profctl report on the file: the live session's table, in time.
+    let table = |out: profd_e2e::CmdOutput| -> Vec<String> {
+        out.assert_success();
+        let lines: Vec<String> = out
+            .stdout
+            .lines()
+            .skip_while(|l| !l.contains("INCL TIME"))
+            .map(str::to_string)
+            .collect();
+        assert!(lines.len() > 3, "no time table:\n{}", out.stdout);
+        lines
+    };
+    let live = table(h.daemon.profctl(&["report", &id, "--top", "0"]));
+    let saved = table(
+        h.daemon
+            .profctl(&["report", path_str(&pprof), "--top", "0"]),
+    );
+    assert_eq!(live, saved, "report FILE differs from the live table");
+
+    // Folded: nanoseconds adding up to the session's time.
+    let stacks = folded(&h, p.session_id);
+    assert_eq!(
+        stacks.iter().map(|(_, ns)| ns).sum::<u64>(),
+        p.totals.attributed,
+        "folded nanoseconds"
+    );
+
+    // speedscope: valid, in nanoseconds, weights adding up.
+    let speedscope = export("speedscope", "offcpu.speedscope.json");
+    let errors =
+        profd_e2e::views::json_schema_errors(&speedscope, "speedscope-file-format-schema.json");
+    assert!(
+        errors.is_empty(),
+        "speedscope's schema:\n{}",
+        errors.join("\n")
+    );
+    let ss: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&speedscope).expect("read speedscope")).unwrap();
+    let mut weight = 0.0;
+    for prof in ss["profiles"].as_array().expect("profiles") {
+        assert_eq!(prof["unit"], "nanoseconds", "{prof}");
+        weight += prof["weights"]
+            .as_array()
+            .expect("weights")
+            .iter()
+            .filter_map(|w| w.as_f64())
+            .sum::<f64>();
+    }
+    assert_eq!(weight as u64, p.totals.attributed, "speedscope weights");
+
+    // SVG in Chromium: frames as wide as their time, the details in ns.
+    let svg = export("svg", "offcpu.svg");
+    let seen = crate::views::svg_in_chromium(&svg, "pipe_part", "sleep_part");
+    let frames = crate::views::svg_frames(&seen["frames"]);
+    let all = crate::views::svg_width(&frames, "all");
+    // A function has a frame under each of `[off-cpu: blocked]` and
+    // `[off-cpu: runnable]` that is wide enough to draw.
+    let width = |name: &str| -> f64 {
+        frames
+            .iter()
+            .filter(|f| f.name == name)
+            .map(|f| f.width)
+            .sum()
+    };
+    for name in ["sleep_part", "pipe_part"] {
+        let share = 100.0 * width(name) / all;
+        let expected = 100.0 * p.function(name).inclusive as f64 / p.totals.attributed as f64;
+        eprintln!("  {name}: {share:.2} % of the SVG's width, {expected:.2} % of the time");
+        assert!(
+            (share - expected).abs() <= 0.2,
+            "{name} is {share:.2} % of the SVG's width, {expected:.2} % of the time: {frames:#?}"
+        );
+    }
+    // The frame under the pointer is pipe_part's under `[off-cpu: blocked]`
+    // or, when wide enough to draw, its frame under `[off-cpu: runnable]`.
+    let under = |mark: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(frames, _)| frames[0] == mark && frames.iter().any(|f| f == "pipe_part"))
+            .map(|(_, ns)| ns)
+            .sum()
+    };
+    let parts = [under("[off-cpu: blocked]"), under("[off-cpu: runnable]")];
+    assert_eq!(parts[0] + parts[1], p.function("pipe_part").inclusive);
+    let details = seen["details"].as_str().unwrap_or_default();
+    let ns = details
+        .strip_prefix("Function: pipe_part (")
+        .and_then(|rest| rest.split_once(" ns, "))
+        .and_then(|(n, _)| n.replace(',', "").parse::<u64>().ok());
+    assert!(
+        ns.is_some_and(|ns| parts.contains(&ns)),
+        "the details line over pipe_part: {details:?}, but its waits are {parts:?} ns \
+         (blocked, runnable)"
+    );
+}
+
+/// The threads of a session, from GetView (`profctl report --threads`
+/// shows the same rows): tid → (name, count).
+fn threads(h: &Harness, id: u64) -> BTreeMap<u32, (String, u64)> {
+    use profd_common::api::{self, get_view_request::View, profiler_client::ProfilerClient};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let reply = rt.block_on(async {
+        let channel = profctl::connect::unix_channel(h.daemon.socket(), None)
+            .await
+            .expect("connect to profd");
+        ProfilerClient::new(channel)
+            .get_view(api::GetViewRequest {
+                session_id: id,
+                view: Some(View::Threads(api::ThreadsRequest {})),
+                ..Default::default()
+            })
+            .await
+            .expect("GetView threads")
+            .into_inner()
+    });
+    reply
+        .threads
+        .into_iter()
+        .map(|t| (t.tid, (t.name, t.samples)))
+        .collect()
+}
+
+/// Per thread, on-CPU plus off-CPU time is the time the thread was seen:
+/// three threads (a lock holder, and two waiters created as main begins
+/// and killed by the process's exit) each show, in wall mode, their
+/// lifetime within [`THREAD_TOLERANCE`]: the main thread's is the
+/// session's (`run` starts it before the exec), the waiters' the time from
+/// main to the exit. In off-cpu mode the session's on-CPU and off-CPU times
+/// add up to the three lifetimes.
+#[test]
+fn every_thread_s_time_is_its_lifetime() {
+    let h = Harness::start();
+    let (p, v) = run(&h, "wall", &[], &["mutex", "2"]);
+    let rows = threads(&h, p.session_id);
+    eprintln!("  threads (tid → name, ns): {rows:?}");
+    assert_eq!(rows.len(), 3, "a holder and two waiters: {rows:?}");
+    for (tid, (name, ns)) in &rows {
+        // The main thread lived the session, from before its exec; the
+        // waiters from just after main began.
+        let lifetime_s = if *tid == p.pid {
+            p.duration_s
+        } else {
+            printed(&v, "lifetime_s", &p)
+        };
+        assert_near(
+            &format!("wall time of thread {tid} ({name})"),
+            *ns as f64,
+            lifetime_s * 1e9,
+            THREAD_TOLERANCE,
+            &p,
+        );
+    }
+    assert_eq!(
+        rows.values().map(|(_, ns)| ns).sum::<u64>(),
+        p.totals.attributed
+    );
+
+    let (p, v) = run(&h, "off-cpu", &[], &["mutex", "2"]);
+    let t = p.totals.time.expect("checked");
+    assert_near(
+        "on_cpu_ns + off_cpu_ns of the three threads",
+        (t.on_cpu_ns + t.off_cpu_ns) as f64,
+        (p.duration_s + 2.0 * printed(&v, "lifetime_s", &p)) * 1e9,
+        THREAD_TOLERANCE,
+        &p,
+    );
+}
+
+/// Switch records the kernel could not write are counted, never guessed:
+/// rings of 16 KiB under a ping-pong of two
+/// threads switching as fast as they can, stacks by frame pointers.
+/// Records are lost (`lost`), the waits they leave without an end are
+/// `unpaired`, fewer waits are timed than the threads made, and the time
+/// counted stays within the threads' lifetimes.
+#[test]
+fn lost_switch_records_are_counted_not_guessed() {
+    let _serial = profd_e2e::serial();
+    profd_e2e::require_root_and_perf();
+    let daemon = profd_e2e::Daemon::start_with(&["--ring-pages", "4"]);
+    let out = daemon.profctl(&[
+        "run",
+        "--mode",
+        "off-cpu",
+        "--unwind",
+        "fp",
+        "--format",
+        "json",
+        "--",
+        path_str(&build_workload("offcpu")),
+        "pingpong",
+        "1.5",
+    ]);
+    let p = Profile::parse(&out);
+    let t = check_time_profile(&p, "off-cpu");
+    let (switches, seconds) = (out.stderr_figure("switches"), out.stderr_figure("seconds"));
+    eprintln!(
+        "{}\n  {switches} switches in {seconds} s; waits {}, unpaired {}, lost {}",
+        p.table(),
+        t.waits,
+        t.unpaired,
+        p.totals.lost
+    );
+    assert!(
+        p.totals.lost > 0 && t.unpaired > 0,
+        "{switches} switches into 16 KiB rings lost nothing (lost {}, unpaired {}):\n{}",
+        p.totals.lost,
+        t.unpaired,
+        p.table()
+    );
+    assert!(
+        (t.waits as f64) < switches,
+        "{} waits timed of {switches} switches, some of them lost:\n{}",
+        t.waits,
+        p.table()
+    );
+    // Time is only counted between records the kernel wrote: at most the
+    // two threads' lifetimes (the main thread's is the session's, the
+    // ponger's the ping-pong's). That no wait is timed across a loss is
+    // checked where the records can be chosen (sampler::waits' tests).
+    let lived_s = p.duration_s + seconds;
+    let counted_s = (t.on_cpu_ns + t.off_cpu_ns) as f64 / 1e9;
+    eprintln!("  {counted_s:.3} s counted of the threads' {lived_s:.3} s");
+    assert!(
+        counted_s <= lived_s * 1.01,
+        "{counted_s:.3} s counted, but the threads lived {:.3} + {seconds:.3} s:\n{}",
+        p.duration_s,
+        p.table()
     );
 }

@@ -44,20 +44,20 @@ fn assert_near(what: &str, actual: f64, expected: f64, tolerance: f64, context: 
 
 /// One frame of the SVG flame graph as Chromium laid it out.
 #[derive(Debug)]
-struct SvgFrame {
+pub(crate) struct SvgFrame {
     /// The function (the title before its figures).
-    name: String,
+    pub(crate) name: String,
     /// Width of its box, px.
-    width: f64,
+    pub(crate) width: f64,
     /// Displayed (not hidden by a zoom).
-    shown: bool,
+    pub(crate) shown: bool,
 }
 
 /// Opens the SVG flame graph `svg` in headless Chromium
 /// (tests/dashboard/flamegraph.mjs): its frames, the details line with the
 /// pointer over `hover`'s frame, and the frames after a click on `zoom`'s.
 /// Fails when the page meets any error.
-fn svg_in_chromium(svg: &std::path::Path, hover: &str, zoom: &str) -> serde_json::Value {
+pub(crate) fn svg_in_chromium(svg: &std::path::Path, hover: &str, zoom: &str) -> serde_json::Value {
     let driver = crate::dashboard::dashboard_driver().join("flamegraph.mjs");
     let env = [
         ("PROFD_SVG".to_string(), path_str(svg).to_string()),
@@ -82,6 +82,27 @@ fn svg_in_chromium(svg: &std::path::Path, hover: &str, zoom: &str) -> serde_json
         "errors in Chromium showing the flame graph"
     );
     seen
+}
+
+/// The frames of a `svg_in_chromium` list (`frames`, `zoomed`).
+pub(crate) fn svg_frames(frames: &serde_json::Value) -> Vec<SvgFrame> {
+    frames
+        .as_array()
+        .expect("frames")
+        .iter()
+        .map(|f| SvgFrame {
+            name: f["name"].as_str().unwrap_or_default().to_string(),
+            width: f["width"].as_f64().unwrap_or(f64::NAN),
+            shown: f["shown"] == true,
+        })
+        .collect()
+}
+
+/// The width of `name`'s one frame.
+pub(crate) fn svg_width(frames: &[SvgFrame], name: &str) -> f64 {
+    let of: Vec<&SvgFrame> = frames.iter().filter(|f| f.name == name).collect();
+    assert_eq!(of.len(), 1, "one frame of {name}: {frames:#?}");
+    of[0].width
 }
 
 /// The pprof export is read by `go tool pprof -top`, whose flat samples are
@@ -286,24 +307,8 @@ fn folded_svg_speedscope_and_json_exports_parse() {
         &["export", &id(&p), "--format", "svg", "-o", path_str(&svg)],
     );
     let seen = svg_in_chromium(&svg, "leaf_b", "mid");
-    let shown = |frames: &serde_json::Value| -> Vec<SvgFrame> {
-        frames
-            .as_array()
-            .expect("frames")
-            .iter()
-            .map(|f| SvgFrame {
-                name: f["name"].as_str().unwrap_or_default().to_string(),
-                width: f["width"].as_f64().unwrap_or(f64::NAN),
-                shown: f["shown"] == true,
-            })
-            .collect()
-    };
+    let (shown, width) = (svg_frames, svg_width);
     let frames = shown(&seen["frames"]);
-    let width = |frames: &[SvgFrame], name: &str| -> f64 {
-        let of: Vec<&SvgFrame> = frames.iter().filter(|f| f.name == name).collect();
-        assert_eq!(of.len(), 1, "one frame of {name}: {frames:#?}");
-        of[0].width
-    };
     let all = width(&frames, "all");
     assert!(all > 500.0, "the root frame is {all} px wide: {frames:#?}");
     // Each frame as wide as its inclusive samples, to a fifth of a point.

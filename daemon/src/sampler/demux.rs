@@ -312,8 +312,10 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
         match record {
             Ok(Record::Sample(s)) => {
                 let stack_copy = d.stack_copy;
-                if let Some(w) = d.waits.as_mut().filter(|w| w.is_switch(s.identifier)) {
-                    // A switch out: its stack waits for the switch back in.
+                if let Some(w) = d.waits.as_mut() {
+                    // A switch out: its stack waits for the switch back in;
+                    // a wall-mode sample, for the switches that time it.
+                    // Both are counted once paired (`settle_waits`).
                     if route(by_pid, &c.forked, &c.exited, s.pid, s.time).is_none() {
                         c.seen += 1;
                         return;
@@ -329,7 +331,12 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         user,
                         truncated: !stack_copy && n >= d.max_stack,
                     };
-                    w.switch_out(s.time.unwrap_or(0), stack);
+                    let time = s.time.unwrap_or(0);
+                    if w.is_switch(s.identifier) {
+                        w.switch_out(time, stack);
+                    } else {
+                        w.sample(time, stack, s.period.unwrap_or(0));
+                    }
                     return;
                 }
                 c.seen += 1;
@@ -337,12 +344,6 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     c.matched += 1;
                     let user = user_part(stack_copy, &d.tops, &s);
                     let chain = s.callchain();
-                    // Wall mode: each on-CPU sample stands for its period.
-                    let period = d.waits.as_mut().map(|w| {
-                        let ns = s.period.unwrap_or(0);
-                        w.on_cpu(ns);
-                        ns
-                    });
                     for &i in targets {
                         let b = batch(&mut batches[i], &mut execs[i], s.time);
                         let n =
@@ -356,10 +357,6 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                             b.user_regs.push(regs);
                             b.user_stack.extend_from_slice(stack);
                             b.user_ends.push(b.user_stack.len() as u32);
-                        }
-                        if let Some(ns) = period {
-                            b.weights.push(ns);
-                            b.marks.push(Mark::OnCpu);
                         }
                     }
                 }
@@ -458,8 +455,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
 
     /// On rings with switches, after every ring's records: pair the
     /// switches up to `now` (CLOCK_MONOTONIC when the drain began, less
-    /// [`waits::MARGIN_NS`]), each wait going to every session of the
-    /// group as a stack weighted by its nanoseconds; with `close` (the
+    /// [`waits::MARGIN_NS`]), each wait (and wall-mode sample) going to
+    /// every session of the group as a stack weighted by its nanoseconds;
+    /// with `close` (the
     /// session's end) pair them all and cut the waits still open at `now`.
     pub fn settle_waits(&mut self, now: u64, close: bool) {
         let d = &mut *self.demux;
@@ -478,6 +476,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 let b = batch(&mut batches[i], &mut execs[i], Some(wait.since));
                 let user = stack.user.as_ref().map(|(regs, bytes)| (*regs, &bytes[..]));
                 b.push(stack.pid, stack.tid, stack.frames.iter().copied(), user);
+                if let (Mark::OnCpu, Some(time)) = (wait.mark, b.times.last_mut()) {
+                    *time = wait.since;
+                }
                 b.truncated += u64::from(stack.truncated);
                 b.weights.push(wait.ns);
                 b.marks.push(wait.mark);

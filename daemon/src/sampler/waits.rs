@@ -1,7 +1,9 @@
 //! Off-CPU time from a target's switches: the switch-out samples (the stack
 //! a thread leaves the CPU with) and the switch records of every ring, put
 //! in time order and paired per thread into waits, each weighted by the
-//! nanoseconds until the thread ran again. Rings are drained one after the
+//! nanoseconds until the thread ran again; in wall mode also the on-CPU
+//! samples, each weighted by its thread's on-CPU time since its previous
+//! sample, timed by the same switches. Rings are drained one after the
 //! other, so a record may reach a drain after later records of other rings:
 //! events are held until they are older than the drain's start (less a
 //! margin), when no ring can still be writing an earlier one. No perf fd,
@@ -30,7 +32,12 @@ pub struct Stack {
 #[derive(Debug)]
 enum What {
     Out(Box<Stack>),
-    OutRecord { preempted: bool },
+    /// A wall-mode on-CPU sample, with its period (the CPU time the kernel
+    /// says it stands for).
+    Sample(Box<Stack>, u64),
+    OutRecord {
+        preempted: bool,
+    },
     In,
     Exit,
     Lost,
@@ -61,7 +68,8 @@ enum Thread {
 }
 
 /// A wait ended (or cut at the session's end): its stack, when it began,
-/// how long it lasted and what kind it was.
+/// how long it lasted and what kind it was; or, marked on-CPU, a wall-mode
+/// sample, its time and the on-CPU nanoseconds it stands for.
 #[derive(Debug)]
 pub struct Wait<'a> {
     pub stack: &'a Stack,
@@ -82,6 +90,9 @@ pub struct Waits {
     /// Threads whose exit was seen, with its time: a switch out after it
     /// is the thread's last, not a wait.
     exited: foldhash::HashMap<u32, u64>,
+    /// Wall mode: per thread, the on-CPU nanoseconds (switch to switch) not
+    /// yet given to a sample.
+    unsampled: foldhash::HashMap<u32, u64>,
     /// Accounting not yet handed over.
     totals: TimeTotals,
 }
@@ -96,6 +107,7 @@ impl Waits {
             seq: 0,
             threads: foldhash::HashMap::default(),
             exited: foldhash::HashMap::default(),
+            unsampled: foldhash::HashMap::default(),
             totals: TimeTotals::default(),
         }
     }
@@ -105,10 +117,15 @@ impl Waits {
         id.is_some_and(|id| self.ids.contains(&id))
     }
 
-    /// Whether on-CPU time is measured from switches (off-CPU mode; in
-    /// wall mode it is the on-CPU samples' periods).
-    fn measures_on_cpu(&self) -> bool {
-        !self.mode.on_cpu()
+    /// The end at `time` of a thread's stretch on the CPU begun at `since`:
+    /// on-CPU time in off-CPU mode; in wall mode, time for its next sample.
+    fn ran(&mut self, tid: u32, since: u64, time: u64) {
+        let ns = time.saturating_sub(since);
+        if self.mode.on_cpu() {
+            *self.unsampled.entry(tid).or_default() += ns;
+        } else {
+            self.totals.on_cpu_ns += ns;
+        }
     }
 
     fn hold(&mut self, time: u64, tid: u32, what: What) {
@@ -147,9 +164,9 @@ impl Waits {
         self.hold(time, 0, What::Lost);
     }
 
-    /// Add on-CPU time measured elsewhere (wall mode's samples).
-    pub fn on_cpu(&mut self, ns: u64) {
-        self.totals.on_cpu_ns += ns;
+    /// A wall-mode on-CPU sample of a routed thread, and its period.
+    pub fn sample(&mut self, time: u64, stack: Stack, period: u64) {
+        self.hold(time, stack.tid, What::Sample(Box::new(stack), period));
     }
 
     /// Pair the held events up to `upto` in time order, handing each ended
@@ -175,13 +192,11 @@ impl Waits {
         }
         if let Some(end) = close {
             let end = end.max(last);
-            for (_, thread) in self.threads.drain() {
+            for (tid, thread) in std::mem::take(&mut self.threads) {
                 match thread {
-                    Thread::On { since } => {
-                        if !self.mode.on_cpu() {
-                            self.totals.on_cpu_ns += end.saturating_sub(since);
-                        }
-                    }
+                    // In wall mode the time since its last sample has no
+                    // stack: less than a period, left out.
+                    Thread::On { since } => self.ran(tid, since, end),
                     Thread::Dropped => {}
                     Thread::Off {
                         since,
@@ -194,6 +209,7 @@ impl Waits {
                 }
             }
             self.exited.clear();
+            self.unsampled.clear();
         } else {
             // Waits still open count up to here, so that live figures show
             // threads that sleep on; the rest counts as it comes.
@@ -230,13 +246,10 @@ impl Waits {
 
     fn pair(&mut self, event: Event, emit: &mut impl FnMut(Wait<'_>)) {
         let (time, tid) = (event.time, event.tid);
-        let measure_on = self.measures_on_cpu();
         match event.what {
             What::Out(stack) => {
                 match self.threads.remove(&tid) {
-                    Some(Thread::On { since }) if measure_on => {
-                        self.totals.on_cpu_ns += time.saturating_sub(since);
-                    }
+                    Some(Thread::On { since }) => self.ran(tid, since, time),
                     // The switch in was lost: that wait cannot be timed.
                     Some(Thread::Off { .. }) => self.totals.unpaired += 1,
                     _ => {}
@@ -279,11 +292,31 @@ impl Waits {
                 }
                 self.threads.insert(tid, Thread::On { since: time });
             }
+            What::Sample(stack, period) => {
+                // The thread's on-CPU time since its last sample, as its
+                // switches time it; a thread not seen to switch yet (or
+                // since records were lost) has only the kernel's period.
+                let unsampled = self.unsampled.remove(&tid).unwrap_or(0);
+                let ns = match self.threads.get_mut(&tid) {
+                    Some(Thread::On { since }) => {
+                        let ns = unsampled + time.saturating_sub(*since);
+                        *since = time;
+                        ns
+                    }
+                    Some(Thread::Off { .. }) => unsampled,
+                    Some(Thread::Dropped) | None => period,
+                };
+                self.totals.on_cpu_ns += ns;
+                emit(Wait {
+                    stack: &stack,
+                    since: time,
+                    ns,
+                    mark: Mark::OnCpu,
+                });
+            }
             What::Exit => {
                 match self.threads.remove(&tid) {
-                    Some(Thread::On { since }) if measure_on => {
-                        self.totals.on_cpu_ns += time.saturating_sub(since);
-                    }
+                    Some(Thread::On { since }) => self.ran(tid, since, time),
                     // Killed while it waited: the kernel writes no switch
                     // in before the exit; the wait lasted until the exit.
                     Some(Thread::Off {
@@ -294,6 +327,7 @@ impl Waits {
                     _ => {}
                 }
                 self.exited.insert(tid, time);
+                self.unsampled.remove(&tid);
             }
             What::Lost => {
                 let open = self
@@ -305,6 +339,7 @@ impl Waits {
                 for thread in self.threads.values_mut() {
                     *thread = Thread::Dropped;
                 }
+                self.unsampled.clear();
             }
         }
     }
@@ -428,5 +463,45 @@ mod tests {
         assert_eq!(out, [(0xb, 40, Mark::Blocked)]);
         // The switch in at 10 had no switch out before it.
         assert_eq!((t.open_at_end, t.unpaired, t.on_cpu_ns), (0, 1, 0));
+    }
+
+    /// Wall mode: a sample stands for its thread's on-CPU time since its
+    /// previous sample, timed by the switches, so that a thread's samples
+    /// and waits never cover the same time; a thread not seen to switch in
+    /// yet, or since records were lost, has the kernel's period. What ran after
+    /// a thread's last sample has no stack and is left out.
+    #[test]
+    fn wall_samples_take_the_on_cpu_time_since_the_last() {
+        let mut waits = Waits::new(Mode::Wall, [7]);
+        let mut out = Vec::new();
+        waits.switch(100, 20, false, false);
+        waits.sample(150, stack(20, 0xa), 1000);
+        waits.switch_out(180, stack(20, 0xb));
+        waits.switch(300, 20, false, false);
+        waits.sample(320, stack(20, 0xc), 1000);
+        // Thread 21 runs on, never switching: its samples' periods.
+        waits.sample(330, stack(21, 0xd), 1000);
+        waits.switch_out(400, stack(20, 0xe));
+        waits.lost(450);
+        waits.switch(500, 20, false, false);
+        waits.sample(510, stack(20, 0xf), 1000);
+        let t = waits.settle(1000, Some(600), |w| {
+            out.push((w.stack.frames[0], w.since, w.ns, w.mark))
+        });
+        assert_eq!(
+            out,
+            [
+                (0xa, 150, 50, Mark::OnCpu),
+                (0xb, 180, 120, Mark::Blocked),
+                (0xc, 320, 30 + 20, Mark::OnCpu),
+                (0xd, 330, 1000, Mark::OnCpu),
+                // The switch in after the loss is known again.
+                (0xf, 510, 10, Mark::OnCpu),
+            ]
+        );
+        // 320..400 had no sample after it: left out. The first switch in
+        // and the wait open at the loss are unpaired.
+        assert_eq!((t.on_cpu_ns, t.off_cpu_ns, t.waits), (1110, 120, 1));
+        assert_eq!(t.unpaired, 2);
     }
 }

@@ -602,6 +602,29 @@ fn every_thread_s_time_is_its_lifetime() {
     );
 }
 
+/// Wall mode at 20 000 switches a second (the ping-pong of two threads on
+/// one CPU): the kernel charges each switch's own path to the thread
+/// switched in, before the record that ends its wait; samples weighted by
+/// their periods would count that time twice (7 % over at this rate). The
+/// two threads' time is their lifetimes.
+#[test]
+fn wall_time_at_a_high_switch_rate_is_the_threads_lifetimes() {
+    let h = Harness::start();
+    let (p, v) = run(&h, "wall", &["--unwind", "fp"], &["pingpong", "2", "20000"]);
+    let t = p.totals.time.expect("checked");
+    assert_eq!(p.totals.lost, 0, "{}", p.table());
+    let (switches, seconds) = (printed(&v, "switches", &p), printed(&v, "seconds", &p));
+    eprintln!("  {switches} switches in {seconds} s");
+    // The main thread lived the session, the ponger the ping-pong.
+    assert_near(
+        "on_cpu_ns + off_cpu_ns of the two threads",
+        (t.on_cpu_ns + t.off_cpu_ns) as f64,
+        (p.duration_s + seconds) * 1e9,
+        THREAD_TOLERANCE,
+        &p,
+    );
+}
+
 /// Switch records the kernel could not write are counted, never guessed:
 /// rings of 16 KiB under a ping-pong of two
 /// threads switching as fast as they can, stacks by frame pointers.

@@ -126,6 +126,22 @@ pub struct Target {
     pub out_of_fds: Option<i32>,
 }
 
+/// Whether the process or thread `id` still exists (a zombie does), asked
+/// of the kernel without looking it up in /proc. A process that has
+/// exited has its /proc entries torn down by its exit; a look-up meeting
+/// them in that state waits, spinning, until the exit is done, which for a
+/// low-priority process on a busy machine takes seconds. The entries of
+/// processes seen gone are never looked up.
+pub fn alive(id: u32) -> bool {
+    let Some(pid) = i32::try_from(id)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH)
+}
+
 fn last_nspid(status: &str) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
     line["NSpid:".len()..]
@@ -138,7 +154,28 @@ fn last_nspid(status: &str) -> Option<u32> {
 impl Target {
     /// Open /proc/PID and note what the target's paths mean to profd.
     pub fn open(pid: u32) -> Target {
-        let proc_dir = File::open(format!("/proc/{pid}"));
+        let dir = match alive(pid) {
+            true => File::open(format!("/proc/{pid}")),
+            false => Err(std::io::Error::from_raw_os_error(
+                rustix::io::Errno::SRCH.raw_os_error(),
+            )),
+        };
+        Target::of_dir(pid, dir)
+    }
+
+    /// The same process anew (after its exec: its owner may have changed),
+    /// through the /proc directory held open, never looking its pid up in
+    /// /proc again: a look-up meeting the entries of a process that has
+    /// just exited waits, spinning,
+    /// until the exit is done (see [`alive`]). None when no directory is
+    /// held.
+    pub fn reopen(&self) -> Option<Target> {
+        let dir = self.proc_dir.as_ref()?;
+        let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        Some(Target::of_dir(self.pid, File::open(path)))
+    }
+
+    fn of_dir(pid: u32, proc_dir: std::io::Result<File>) -> Target {
         let mut target = Target {
             pid,
             ns_pid: pid,
@@ -174,10 +211,15 @@ impl Target {
     }
 
     /// `rel` under this process's /proc directory; fails once it has exited.
+    /// Looked up by pid only when descriptors ran out as it was opened: a
+    /// process whose directory could not be opened otherwise is gone, and
+    /// its path fails at once (see [`alive`]).
     pub fn proc_path(&self, rel: &str) -> PathBuf {
         match &self.proc_dir {
             Some(dir) => PathBuf::from(format!("/proc/self/fd/{}/{rel}", dir.as_raw_fd())),
-            None => PathBuf::from(format!("/proc/{}/{rel}", self.pid)),
+            None if self.out_of_fds.is_some() => PathBuf::from(format!("/proc/{}/{rel}", self.pid)),
+            // No descriptor has this number.
+            None => Path::new("/proc/self/fd/-1").join(rel),
         }
     }
 
@@ -285,6 +327,31 @@ pub fn file_id(file: &File) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reaped child is gone: its /proc entries are never looked up, and
+    /// a target opened for it has paths that fail at once; a live
+    /// process's are read through its directory, held open, also after
+    /// `reopen`.
+    #[test]
+    fn gone_processes_are_not_looked_up_in_proc() {
+        let me = std::process::id();
+        assert!(alive(me));
+        let target = Target::open(me);
+        assert!(target.proc_path("maps").starts_with("/proc/self/fd/"));
+        let again = target.reopen().expect("a held directory");
+        assert_eq!(again.pid, me);
+        assert!(std::fs::read_to_string(again.proc_path("maps")).is_ok());
+
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!alive(pid));
+        assert!(!alive(u32::MAX));
+        let gone = Target::open(pid);
+        assert!(gone.reopen().is_none());
+        assert_eq!(gone.proc_path("maps"), Path::new("/proc/self/fd/-1/maps"));
+        assert!(std::fs::read_to_string(gone.proc_path("maps")).is_err());
+    }
 
     #[test]
     fn nspid_is_the_innermost() {

@@ -6,7 +6,7 @@ mod files;
 mod segments;
 
 use crate::symbolize::perfmap::PerfMapTable;
-pub use files::{module_name, undeleted, ModuleFile, Target};
+pub use files::{alive, module_name, undeleted, ModuleFile, Target};
 pub use segments::{Load, Segments};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -111,11 +111,20 @@ impl ProcessMaps {
     /// sharing those opened now with it).
     pub fn read_sharing(pid: u32, known: &ProcessMaps) -> Result<ProcessMaps, procfs::ProcError> {
         use procfs::process::{MMPermissions, MMapPath};
+        use procfs::FromRead;
         let mut out = ProcessMaps {
             files: known.files.clone(),
             ..ProcessMaps::default()
         };
-        for m in procfs::process::Process::new(pid as i32)?.maps()? {
+        // After an exec, the process's own /proc directory, held open.
+        let target = known.target.as_ref().filter(|t| t.pid == pid);
+        out.target = target.and_then(|t| t.reopen()).map(Arc::new);
+        let maps = match &out.target {
+            Some(t) => procfs::process::MemoryMaps::from_file(t.proc_path("maps"))?,
+            None if !files::alive(pid) => return Err(procfs::ProcError::NotFound(None)),
+            None => procfs::process::Process::new(pid as i32)?.maps()?,
+        };
+        for m in maps {
             if !m.perms.contains(MMPermissions::EXECUTE) {
                 continue;
             }

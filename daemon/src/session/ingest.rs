@@ -461,9 +461,11 @@ impl Ingest {
         if self.threads.contains_key(&tid) {
             return;
         }
-        let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        // A thread gone is not looked up (see `maps::alive`).
+        let name = crate::maps::alive(tid)
+            .then(|| std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok())
+            .flatten()
             .map(|s| s.trim_end().to_string())
-            .ok()
             .or_else(|| {
                 let &i = self.process_index.get(&pid)?;
                 Some(self.processes[i].comm.clone())

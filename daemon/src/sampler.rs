@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{mpsc, oneshot, watch, Mutex};
+use tokio::sync::{mpsc, oneshot, watch, Mutex, MutexGuard};
 use tokio::task::JoinHandle;
 
 /// Daemon-wide sample accounting.
@@ -186,12 +186,24 @@ impl Sampler {
         }
     }
 
-    fn open_group(&self, spec: EventSpec) -> Result<Group, PerfError> {
-        let events = self
-            .cpus
-            .iter()
-            .map(|&cpu| PerfEvent::open(cpu, &spec))
-            .collect::<Result<Vec<_>, _>>()?;
+    /// Open the events of `spec` on every CPU, off the runtime: the
+    /// kernel may take long (a target with many threads, rings to allocate
+    /// on a host short of free memory), and only the session asking waits.
+    async fn open_events(&self, spec: EventSpec) -> Result<Vec<PerfEvent>, PerfError> {
+        let cpus = self.cpus.clone();
+        let open = move || {
+            cpus.iter()
+                .map(|&cpu| PerfEvent::open(cpu, &spec))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        match tokio::task::spawn_blocking(open).await {
+            Ok(events) => events,
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        }
+    }
+
+    /// Start draining the rings of freshly opened `events`.
+    fn start_group(&self, spec: EventSpec, events: Vec<PerfEvent>) -> Result<Group, PerfError> {
         tracing::info!(?spec, cpus = events.len(), "opened the sampling rings");
         let rings = events
             .into_iter()
@@ -231,24 +243,32 @@ impl Sampler {
         })
     }
 
-    /// The group for `spec`, opened unless it is open already; returns its
-    /// settings. A `cycles` request the kernel refuses although the probe
-    /// found a PMU falls back to cpu-clock; rings of a target the kernel will not open (ptrace
-    /// access rules, an LSM, the process gone, too many threads for the
-    /// fds left) fall back to the system-wide rings. Both say so in the log.
-    fn ensure_group(
+    /// The group for `spec`, opened unless it is open already: its settings,
+    /// whether it was open already, and the groups, locked. The lock is let
+    /// go of while the kernel opens the events (see
+    /// [`Sampler::open_events`]); a group another session opened meanwhile
+    /// is taken instead. A `cycles` request the kernel refuses although the
+    /// probe found a PMU falls back to cpu-clock; rings of a target the
+    /// kernel will not open (ptrace access rules, an LSM, the process gone,
+    /// too many threads for the fds left) fall back to the system-wide
+    /// rings. Both say so in the log.
+    async fn ensure_group(
         &self,
-        groups: &mut HashMap<EventSpec, Group>,
         mut spec: EventSpec,
-    ) -> Result<EventSpec, PerfError> {
+    ) -> Result<(EventSpec, bool, MutexGuard<'_, HashMap<EventSpec, Group>>), PerfError> {
         loop {
+            let groups = self.groups.lock().await;
             if groups.contains_key(&spec) {
-                return Ok(spec);
+                return Ok((spec, true, groups));
             }
-            match self.open_group(spec) {
-                Ok(group) => {
-                    groups.insert(spec, group);
-                    return Ok(spec);
+            drop(groups);
+            let opened = self.open_events(spec).await;
+            let mut groups = self.groups.lock().await;
+            match opened {
+                Ok(_) if groups.contains_key(&spec) => return Ok((spec, true, groups)),
+                Ok(events) => {
+                    groups.insert(spec, self.start_group(spec, events)?);
+                    return Ok((spec, false, groups));
                 }
                 Err(PerfError::Unsupported { event, source }) if spec.kind == EventKind::Cycles => {
                     tracing::info!(%source, "{event} cannot be opened (no hardware PMU); falling back to cpu-clock");
@@ -293,7 +313,6 @@ impl SampleSource for Sampler {
         children: bool,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<Subscription, PerfError> {
-        let mut groups = self.groups.lock().await;
         let ring_pages = match self.ring_pages {
             Some(pages) => pages,
             None if want.ring_pages > 0 => want.ring_pages,
@@ -338,8 +357,7 @@ impl SampleSource for Sampler {
             },
             ..want
         };
-        let shared = groups.contains_key(&spec);
-        let spec = self.ensure_group(&mut groups, spec)?;
+        let (spec, shared, groups) = self.ensure_group(spec).await?;
         let group = groups.get(&spec).expect("group just ensured");
         if shared && spec.target.is_some() {
             // What the target's rings hold and counted so far is the other

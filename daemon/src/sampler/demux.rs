@@ -457,8 +457,8 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
     /// switches up to `now` (CLOCK_MONOTONIC when the drain began, less
     /// [`waits::MARGIN_NS`]), each wait (and wall-mode sample) going to
     /// every session of the group as a stack weighted by its nanoseconds;
-    /// with `close` (the
-    /// session's end) pair them all and cut the waits still open at `now`.
+    /// with `close` (the session's end) pair them all and cut the waits
+    /// still open at `now`.
     pub fn settle_waits(&mut self, now: u64, close: bool) {
         let d = &mut *self.demux;
         let Some(w) = d.waits.as_mut() else {

@@ -184,8 +184,9 @@ pub const NAMES_CPP: Build = Build {
     flags: WORKLOAD_CFLAGS,
 };
 
-/// `symedges.c`: memcmp called through the PLT (`-fno-builtin` keeps the
-/// calls) and the vDSO's clock_gettime.
+/// `symedges.c`: a thread held in the PLT stub of memcmp (`-fno-builtin`
+/// keeps the call, `-z lazy` its lazily bound slot) and the vDSO's
+/// clock_gettime.
 pub const SYMEDGES: Build = Build {
     name: "symedges",
     source: "symedges.c",
@@ -197,6 +198,7 @@ pub const SYMEDGES: Build = Build {
         "-fno-inline",
         "-fno-optimize-sibling-calls",
         "-fno-builtin",
+        "-Wl,-z,lazy",
         "-g",
         "-Wall",
     ],

@@ -918,8 +918,14 @@ impl Drop for PerfEvent {
     }
 }
 
-/// Whether a hardware cycle counter can be opened (a PMU is present).
+/// Whether a hardware cycle counter can be opened (a PMU is present):
+/// probed once, the daemon's facts and its sampler asking alike.
 pub fn pmu_available() -> bool {
+    static PMU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PMU.get_or_init(probe_pmu)
+}
+
+fn probe_pmu() -> bool {
     let mut attr = b::perf_event_attr {
         size: std::mem::size_of::<b::perf_event_attr>() as u32,
         type_: b::PERF_TYPE_HARDWARE,

@@ -4,8 +4,8 @@
  * plt_work() runs in a thread of its own, inside the program's PLT stub for
  * memcmp, `memcmp@plt`: it points the stub's GOT slot back at the stub, so
  * its `jmp *slot` jumps to itself for as long as the process lives (how
- * long a real call spends in a stub depends on the CPU; a few of them leave
- * a timer's samples nowhere near it). The stub is found from its slot:
+ * many timer samples real calls leave in a one-instruction stub depends on
+ * the CPU, and on some it is none). The stub is found from its slot:
  * with lazy binding (-Wl,-z,lazy) the slot holds the stub's second
  * instruction until the first call, libc's memcmp after it.
  * vdso_work() reads the clock in the main thread, which libc does in the
@@ -45,7 +45,7 @@ static void trap_memcmp_in_its_stub(void)
 {
 	void **got = _GLOBAL_OFFSET_TABLE_;
 	void *before[MAX_SLOTS];
-	int n = slots(), found = -1;
+	int n = slots(), found = -1, changed = 0;
 
 	if (n > MAX_SLOTS)
 		n = MAX_SLOTS;
@@ -54,13 +54,11 @@ static void trap_memcmp_in_its_stub(void)
 	sink += memcmp(a, b, len);
 	for (int i = FIRST_SLOT; i < n; i++) {
 		if (got[i] != before[i]) {
-			if (found >= 0)
-				found = n; /* more than one: not ours */
-			else
-				found = i;
+			found = i;
+			changed++;
 		}
 	}
-	if (found < FIRST_SLOT || found >= n) {
+	if (changed != 1) {
 		fprintf(stderr, "symedges: no GOT slot bound by one memcmp call "
 				"(link with -Wl,-z,lazy)\n");
 		exit(2);

@@ -240,7 +240,8 @@ pub struct TlsFiles {
 
 impl Policy {
     /// Identify the caller of a request: its Unix socket peer, or its bearer
-    /// token on the TLS listener.
+    /// token on the TLS listener (a valid one also marks the connection
+    /// authenticated, for the connection limits).
     pub fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
         if let Some(uds) = req.extensions().get::<UdsConnectInfo>() {
             let cred = uds.peer_cred.ok_or_else(|| {
@@ -276,11 +277,15 @@ impl Policy {
             .ok_or_else(|| {
                 Status::unauthenticated("the authorization header must be `Bearer <token>`")
             })?;
-        self.tokens.caller(token).ok_or_else(|| {
+        let caller = self.tokens.caller(token).ok_or_else(|| {
             Status::unauthenticated(
                 "unknown token: ask the daemon's administrator for one (`profd token`)",
             )
-        })
+        })?;
+        if let Some(connection) = req.extensions().get::<crate::conns::Connection>() {
+            connection.authenticated();
+        }
+        Ok(caller)
     }
 }
 

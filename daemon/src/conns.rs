@@ -1,23 +1,29 @@
-//! Connections before and between calls: the cap on the connections each
-//! listener holds (with a reserve for root on the Unix socket), the deadline
-//! for a new connection's handshake and HTTP/2 preface, the idle timeout,
-//! the HTTP/2 keepalive, and the counts of what they refused for `/metrics`.
-//! Who a caller is stays `auth`'s business; the TLS handshake, `tls_listener`'s.
+//! Connections before and between calls: what each listener admits (a cap,
+//! a cap per peer, a share for connections no call has authenticated yet,
+//! a reserve for root on the Unix socket), a connection's state (calls
+//! open, authenticated or not), the HTTP/2 keepalive, and the counts of
+//! what was refused for `/metrics`. The deadlines of a connection's bytes
+//! (handshake, first call, idle) are in [`guard`], the counting of its
+//! calls in [`calls`]. Who a caller is stays `auth`'s business; the TLS
+//! handshake, `tls_listener`'s.
+mod calls;
+mod guard;
+
+pub use calls::{CallsLayer, Connection};
+pub use guard::Guarded;
+
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::time::{Instant, Sleep};
-use tonic::transport::server::Connected;
 
-/// The HTTP/2 client preface: a connection must send as many bytes (an
-/// HTTP/1.1 request is longer) within the handshake timeout.
-const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Connections root may open on the Unix socket beyond `max_connections`.
 pub const ROOT_RESERVE: usize = 8;
 /// Bounds of the default `max_connections`: a quarter of the open-files limit.
@@ -34,11 +40,20 @@ pub struct Limits {
     /// Connections each listener holds at once; None: a quarter of the
     /// open-files limit, from 16 to 4096.
     pub max_connections: Option<usize>,
+    /// Connections one peer holds on a listener at once (a uid on the Unix
+    /// socket, root excepted; an address on the TLS listener); None: a
+    /// quarter of `max_connections`.
+    pub max_per_peer: Option<usize>,
+    /// Connections of the TLS listener that have not made a call with a
+    /// valid token yet; None: half of `max_connections`.
+    pub max_unauthenticated: Option<usize>,
     /// How long a new connection has to finish its TLS handshake and send
     /// the HTTP/2 preface (or the start of an HTTP/1.1 request).
     pub handshake_timeout: Duration,
-    /// A connection whose client sends nothing this long is closed (over
-    /// HTTP/1.1: on which nothing moves either way).
+    /// How long a connection has, once its handshake is done, to make its
+    /// first call (on the TLS listener, one with a valid token).
+    pub first_request_timeout: Duration,
+    /// A connection with no call open for this long is closed.
     pub idle_timeout: Duration,
 }
 
@@ -46,7 +61,10 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_connections: None,
+            max_per_peer: None,
+            max_unauthenticated: None,
             handshake_timeout: Duration::from_secs(10),
+            first_request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
         }
     }
@@ -65,12 +83,62 @@ impl Limits {
         })
     }
 
+    /// `max_per_peer`, or a quarter of `max_connections`; at most that.
+    pub fn max_per_peer(&self) -> usize {
+        let max = self.max_connections();
+        self.max_per_peer.unwrap_or(max / 4).clamp(1, max)
+    }
+
+    /// `max_unauthenticated`, or half of `max_connections`; at most that.
+    pub fn max_unauthenticated(&self) -> usize {
+        let max = self.max_connections();
+        self.max_unauthenticated.unwrap_or(max / 2).clamp(1, max)
+    }
+
     /// The HTTP/2 keepalive interval and ping timeout: a client that answers
-    /// pings is never idle long enough to be closed, and one that does not
-    /// is closed (and counted) by the idle timeout before the ping times out.
+    /// pings is not closed for them (its connection closes when it has no
+    /// call open for the idle timeout), and one that does not is closed
+    /// once the ping times out.
     pub fn keepalive(&self) -> (Duration, Duration) {
         let interval = KEEPALIVE_INTERVAL.min(self.idle_timeout / 3);
         (interval, self.idle_timeout + interval)
+    }
+}
+
+/// Who a connection comes from, for the cap per peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Peer {
+    /// The uid the kernel gives for a Unix socket peer.
+    Uid(u32),
+    /// The address of a TCP peer (IPv4-mapped IPv6 addresses as IPv4).
+    Addr(IpAddr),
+}
+
+impl Peer {
+    pub fn of_addr(addr: SocketAddr) -> Peer {
+        Peer::Addr(addr.ip().to_canonical())
+    }
+}
+
+/// Why a connection was closed at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The listener holds `max_connections`.
+    Limit,
+    /// Its peer holds `max_connections_per_peer`.
+    PerPeer,
+    /// The TLS listener holds `max_unauthenticated_connections` that have
+    /// made no call with a valid token.
+    Unauthenticated,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refused::Limit => "the listener is full",
+            Refused::PerPeer => "its peer holds its share",
+            Refused::Unauthenticated => "unauthenticated connections hold their share",
+        })
     }
 }
 
@@ -79,12 +147,31 @@ impl Limits {
 pub struct ListenerStats {
     /// Connections open now (handshakes included).
     pub open: AtomicU64,
+    /// Of those, connections no call has authenticated yet.
+    pub unauthenticated: AtomicU64,
     /// Connections closed at once: the listener was full.
     pub refused_limit: AtomicU64,
+    /// Connections closed at once: their peer held its share.
+    pub refused_per_peer: AtomicU64,
+    /// Connections closed at once: unauthenticated ones held their share.
+    pub refused_unauthenticated: AtomicU64,
     /// Connections closed because their handshake or preface was late.
     pub handshake_timeouts: AtomicU64,
-    /// Connections closed because their client went silent.
+    /// Connections closed because their first (authenticated) call was late.
+    pub first_request_timeouts: AtomicU64,
+    /// Connections closed because they had no call open for the idle timeout.
     pub idle_timeouts: AtomicU64,
+}
+
+impl ListenerStats {
+    fn count(&self, refused: Refused) {
+        let counter = match refused {
+            Refused::Limit => &self.refused_limit,
+            Refused::PerPeer => &self.refused_per_peer,
+            Refused::Unauthenticated => &self.refused_unauthenticated,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Both listeners' counts.
@@ -94,36 +181,166 @@ pub struct Stats {
     pub tls: Arc<ListenerStats>,
 }
 
-/// Admits a listener's connections and guards them.
-#[derive(Debug, Clone)]
-pub struct Gate {
+/// The calls of one connection: how many are open, and when the last one
+/// started or ended.
+#[derive(Debug)]
+struct CallState {
+    open: u64,
+    last: Instant,
+}
+
+/// One connection's state, shared by its guard, its calls and its slot.
+#[derive(Debug)]
+pub struct Conn {
     stats: Arc<ListenerStats>,
-    max: u64,
+    /// The kernel names the peer (the Unix socket): any call authenticates.
+    peer_known: bool,
+    authenticated: AtomicBool,
+    calls: Mutex<CallState>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Conn {
+    fn new(stats: Arc<ListenerStats>, peer_known: bool) -> Conn {
+        Conn {
+            stats,
+            peer_known,
+            authenticated: AtomicBool::new(false),
+            calls: Mutex::new(CallState {
+                open: 0,
+                last: Instant::now(),
+            }),
+        }
+    }
+
+    /// A call authenticated the connection: it leaves the unauthenticated
+    /// share (once).
+    fn authenticate(&self) {
+        if !self.authenticated.swap(true, Ordering::AcqRel) {
+            self.stats.unauthenticated.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn is_authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::Acquire)
+    }
+
+    fn call_started(&self) {
+        {
+            let mut c = lock(&self.calls);
+            c.open += 1;
+            c.last = Instant::now();
+        }
+        if self.peer_known {
+            self.authenticate();
+        }
+    }
+
+    fn call_ended(&self) {
+        let mut c = lock(&self.calls);
+        c.open -= 1;
+        c.last = Instant::now();
+    }
+
+    /// Since when no call has been open; None while one is.
+    fn idle_since(&self) -> Option<Instant> {
+        let c = lock(&self.calls);
+        (c.open == 0).then_some(c.last)
+    }
+}
+
+/// What a listener admits, and the peers holding its connections.
+#[derive(Debug)]
+struct Admission {
+    stats: Arc<ListenerStats>,
+    max: usize,
+    per_peer: usize,
+    /// The share of connections not yet authenticated; None on the Unix
+    /// socket, whose peers the kernel names.
+    unauthenticated: Option<usize>,
+    peers: Mutex<HashMap<Peer, usize>>,
+}
+
+impl Admission {
+    /// Root on the Unix socket: beyond the cap per peer, with a reserve.
+    fn is_root(&self, peer: Peer) -> bool {
+        self.unauthenticated.is_none() && peer == Peer::Uid(0)
+    }
+}
+
+/// The deadlines of a listener's connections.
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
     handshake: Duration,
+    first_request: Duration,
     idle: Duration,
 }
 
-/// One admitted connection's place in its listener's count.
+/// Admits a listener's connections and guards them.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    admission: Arc<Admission>,
+    timeouts: Timeouts,
+}
+
+/// One admitted connection's place in its listener's counts.
 #[derive(Debug)]
 pub struct Slot {
-    stats: Arc<ListenerStats>,
+    conn: Arc<Conn>,
+    admission: Arc<Admission>,
+    peer: Peer,
     accepted: Instant,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.stats.open.fetch_sub(1, Ordering::Relaxed);
+        let a = &self.admission;
+        let mut peers = lock(&a.peers);
+        if let Some(held) = peers.get_mut(&self.peer) {
+            *held -= 1;
+            if *held == 0 {
+                peers.remove(&self.peer);
+            }
+        }
+        a.stats.open.fetch_sub(1, Ordering::Relaxed);
+        drop(peers);
+        // Closed before any call authenticated it: out of that share too.
+        self.conn.authenticate();
     }
 }
 
 impl Gate {
-    pub fn new(limits: &Limits, stats: Arc<ListenerStats>) -> Gate {
+    fn new(limits: &Limits, stats: Arc<ListenerStats>, unauthenticated: Option<usize>) -> Gate {
         Gate {
-            stats,
-            max: limits.max_connections() as u64,
-            handshake: limits.handshake_timeout,
-            idle: limits.idle_timeout,
+            admission: Arc::new(Admission {
+                stats,
+                max: limits.max_connections(),
+                per_peer: limits.max_per_peer(),
+                unauthenticated,
+                peers: Mutex::default(),
+            }),
+            timeouts: Timeouts {
+                handshake: limits.handshake_timeout,
+                first_request: limits.first_request_timeout,
+                idle: limits.idle_timeout,
+            },
         }
+    }
+
+    /// The Unix socket's gate: the cap per uid (root excepted, and root may
+    /// open [`ROOT_RESERVE`] beyond the listener's cap); any call
+    /// authenticates a connection.
+    pub fn unix(limits: &Limits, stats: Arc<ListenerStats>) -> Gate {
+        Gate::new(limits, stats, None)
+    }
+
+    /// The TLS listener's gate: the cap per address, and the share of
+    /// connections that have not made a call with a valid token yet.
+    pub fn tls(limits: &Limits, stats: Arc<ListenerStats>) -> Gate {
+        Gate::new(limits, stats, Some(limits.max_unauthenticated()))
     }
 
     /// Turn on TCP keepalive for a TCP connection just accepted: a peer
@@ -133,7 +350,7 @@ impl Gate {
     pub fn keep_alive(&self, stream: impl std::os::fd::AsFd) -> io::Result<()> {
         use rustix::net::sockopt;
         let idle = KEEPALIVE_INTERVAL
-            .min(self.idle / 3)
+            .min(self.timeouts.idle / 3)
             .max(Duration::from_secs(1));
         sockopt::set_tcp_keepidle(&stream, idle)?;
         sockopt::set_tcp_keepintvl(&stream, (idle / 3).max(Duration::from_secs(1)))?;
@@ -141,221 +358,66 @@ impl Gate {
         Ok(sockopt::set_socket_keepalive(&stream, true)?)
     }
 
-    /// A place for a connection just accepted, `extra` beyond the cap; None
-    /// (counted) when the listener is full: the caller closes it at once.
-    pub fn admit(&self, extra: usize) -> Option<Slot> {
-        let max = self.max + extra as u64;
-        let admitted = self
-            .stats
-            .open
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .is_ok();
-        if !admitted {
-            self.stats.refused_limit.fetch_add(1, Ordering::Relaxed);
-            return None;
+    /// A place for a connection of `peer` just accepted, or why not
+    /// (counted): the caller closes it at once.
+    pub fn admit(&self, peer: Peer) -> Result<Slot, Refused> {
+        let a = &self.admission;
+        let root = a.is_root(peer);
+        let mut peers = lock(&a.peers);
+        let held = peers.get(&peer).copied().unwrap_or(0);
+        let open = a.stats.open.load(Ordering::Relaxed) as usize;
+        let pending = a.stats.unauthenticated.load(Ordering::Relaxed) as usize;
+        let refused = if !root && held >= a.per_peer {
+            Some(Refused::PerPeer)
+        } else if open >= a.max + if root { ROOT_RESERVE } else { 0 } {
+            Some(Refused::Limit)
+        } else if a.unauthenticated.is_some_and(|share| pending >= share) {
+            Some(Refused::Unauthenticated)
+        } else {
+            None
+        };
+        if let Some(refused) = refused {
+            drop(peers);
+            a.stats.count(refused);
+            return Err(refused);
         }
-        Some(Slot {
-            stats: self.stats.clone(),
+        *peers.entry(peer).or_default() += 1;
+        a.stats.open.fetch_add(1, Ordering::Relaxed);
+        a.stats.unauthenticated.fetch_add(1, Ordering::Relaxed);
+        drop(peers);
+        Ok(Slot {
+            conn: Arc::new(Conn::new(a.stats.clone(), a.unauthenticated.is_none())),
+            admission: a.clone(),
+            peer,
             accepted: Instant::now(),
         })
     }
 
     /// When the handshake of a connection admitted as `slot` must be done.
     pub fn handshake_deadline(&self, slot: &Slot) -> Instant {
-        slot.accepted + self.handshake
+        slot.accepted + self.timeouts.handshake
     }
 
     /// Count a connection whose (TLS) handshake was late.
     pub fn handshake_timed_out(&self) {
-        self.stats
+        self.admission
+            .stats
             .handshake_timeouts
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `io`, closed when its preface is late or when it idles.
+    /// `io`, closed when its preface or first call is late, or when it has
+    /// no call open for the idle timeout.
     pub fn guard<IO>(&self, io: IO, slot: Slot) -> Guarded<IO> {
         let deadline = self.handshake_deadline(&slot);
-        let now = Instant::now();
-        Guarded {
-            io,
-            read: 0,
-            http2: true,
-            timer: Box::pin(tokio::time::sleep_until(deadline)),
-            last_read: now,
-            last_moved: now,
-            idle: self.idle,
-            expired: false,
-            slot,
-        }
+        Guarded::new(io, slot, deadline, self.timeouts)
     }
 }
 
-/// A connection that fails with `TimedOut` (and is then closed by the
-/// server) when its first bytes come later than its handshake deadline, or
-/// when it idles: over HTTP/2 (whose server pings it) when the client sends
-/// nothing for the idle timeout, over HTTP/1.1 when nothing moves either way.
-#[derive(Debug)]
-pub struct Guarded<IO> {
-    io: IO,
-    /// Bytes read, counted up to the preface's length.
-    read: usize,
-    /// Every byte read so far matched the HTTP/2 preface.
-    http2: bool,
-    /// The handshake deadline, then the next idle check.
-    timer: Pin<Box<Sleep>>,
-    last_read: Instant,
-    /// The last byte read or written.
-    last_moved: Instant,
-    idle: Duration,
-    /// Timed out already (counted once).
-    expired: bool,
-    slot: Slot,
-}
-
-fn timed_out(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, what.to_string())
-}
-
-impl<IO> Guarded<IO> {
-    fn in_preface(&self) -> bool {
-        self.read < PREFACE.len()
-    }
-
-    /// `bytes` came from the client.
-    fn got(&mut self, bytes: &[u8]) {
-        let now = Instant::now();
-        (self.last_read, self.last_moved) = (now, now);
-        if self.in_preface() {
-            let expected = &PREFACE[self.read..];
-            let n = bytes.len().min(expected.len());
-            self.http2 &= bytes[..n] == expected[..n];
-            self.read += n;
-            if !self.in_preface() {
-                // From now on the timer checks idleness.
-                let due = self.idle_since() + self.idle;
-                self.timer.as_mut().reset(due);
-            }
-        }
-    }
-
-    fn sent(&mut self) {
-        self.last_moved = Instant::now();
-    }
-
-    /// Since when the connection has been idle.
-    fn idle_since(&self) -> Instant {
-        if self.http2 {
-            self.last_read
-        } else {
-            self.last_moved
-        }
-    }
-
-    /// Ready with an error once the connection is due to close.
-    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        let stats = &self.slot.stats;
-        if self.expired {
-            return Poll::Ready(timed_out("connection closed"));
-        }
-        loop {
-            ready!(self.timer.as_mut().poll(cx));
-            if self.in_preface() {
-                self.expired = true;
-                stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
-                return Poll::Ready(timed_out("no HTTP/2 preface in time"));
-            }
-            let due = self.idle_since() + self.idle;
-            if due <= Instant::now() {
-                self.expired = true;
-                stats.idle_timeouts.fetch_add(1, Ordering::Relaxed);
-                return Poll::Ready(timed_out("idle connection"));
-            }
-            self.timer.as_mut().reset(due);
-        }
-    }
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.expired {
-            let before = buf.filled().len();
-            if let Poll::Ready(result) = Pin::new(&mut this.io).poll_read(cx, buf) {
-                if buf.filled().len() > before {
-                    this.got(&buf.filled()[before..]);
-                }
-                return Poll::Ready(result);
-            }
-        }
-        this.poll_expired(cx).map(Err)
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if !this.expired {
-            if let Poll::Ready(result) = Pin::new(&mut this.io).poll_write(cx, buf) {
-                if matches!(result, Ok(n) if n > 0) {
-                    this.sent();
-                }
-                return Poll::Ready(result);
-            }
-        }
-        this.poll_expired(cx).map(Err)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if !this.expired {
-            if let Poll::Ready(result) = Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
-                if matches!(result, Ok(n) if n > 0) {
-                    this.sent();
-                }
-                return Poll::Ready(result);
-            }
-        }
-        this.poll_expired(cx).map(Err)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
-impl<IO: Connected> Connected for Guarded<IO> {
-    type ConnectInfo = IO::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
-
-/// The Unix socket's connections, admitted and guarded: root may open
-/// [`ROOT_RESERVE`] beyond the cap, so that an administrator still gets in
-/// when other users fill it.
+/// The Unix socket's connections, admitted and guarded: a uid other than
+/// root holds at most its share, and root may open [`ROOT_RESERVE`] beyond
+/// the cap, so that other users and an administrator still get in when one
+/// user fills it.
 pub struct UnixIncoming {
     listener: UnixListener,
     gate: Gate,
@@ -390,11 +452,16 @@ impl tokio_stream::Stream for UnixIncoming {
                     continue;
                 }
             };
-            let root = stream.peer_cred().is_ok_and(|c| c.uid() == 0);
-            let extra = if root { ROOT_RESERVE } else { 0 };
-            match this.gate.admit(extra) {
-                Some(slot) => return Poll::Ready(Some(Ok(this.gate.guard(stream, slot)))),
-                None => tracing::debug!("Unix socket full: connection closed"),
+            let uid = match stream.peer_cred() {
+                Ok(cred) => cred.uid(),
+                Err(err) => {
+                    tracing::debug!(%err, "no peer credentials: connection closed");
+                    continue;
+                }
+            };
+            match this.gate.admit(Peer::Uid(uid)) {
+                Ok(slot) => return Poll::Ready(Some(Ok(this.gate.guard(stream, slot)))),
+                Err(why) => tracing::debug!(uid, %why, "Unix socket connection closed"),
             }
         }
     }
@@ -403,15 +470,12 @@ impl tokio_stream::Stream for UnixIncoming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    fn gate(max: usize) -> Gate {
-        let limits = Limits {
+    fn limits(max: usize) -> Limits {
+        Limits {
             max_connections: Some(max),
-            handshake_timeout: Duration::from_millis(300),
-            idle_timeout: Duration::from_millis(600),
-        };
-        Gate::new(&limits, Arc::default())
+            ..Limits::default()
+        }
     }
 
     #[test]
@@ -421,7 +485,7 @@ mod tests {
         let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (stream, _) = listener.accept().unwrap();
         assert!(!sockopt::socket_keepalive(&stream).unwrap());
-        let gate = Gate::new(&Limits::default(), Arc::default());
+        let gate = Gate::tls(&Limits::default(), Arc::default());
         gate.keep_alive(&stream).unwrap();
         assert!(sockopt::socket_keepalive(&stream).unwrap());
         assert_eq!(
@@ -436,88 +500,74 @@ mod tests {
     }
 
     #[test]
-    fn the_cap_refuses_and_counts_and_frees_on_close() {
-        let g = gate(2);
-        let a = g.admit(0).unwrap();
-        let _b = g.admit(0).unwrap();
-        assert!(g.admit(0).is_none());
-        let root = g.admit(1).expect("the reserve");
-        assert!(g.admit(1).is_none());
-        assert_eq!(g.stats.refused_limit.load(Ordering::Relaxed), 2);
-        drop((a, root));
-        assert_eq!(g.stats.open.load(Ordering::Relaxed), 1);
-        assert!(g.admit(0).is_some());
+    fn shares_default_to_fractions_of_the_cap() {
+        let l = limits(64);
+        assert_eq!((l.max_per_peer(), l.max_unauthenticated()), (16, 32));
+        let l = Limits {
+            max_per_peer: Some(100),
+            max_unauthenticated: Some(0),
+            ..limits(4)
+        };
+        assert_eq!((l.max_per_peer(), l.max_unauthenticated()), (4, 1));
     }
 
-    #[tokio::test]
-    async fn half_a_preface_is_closed_at_the_deadline() {
-        let g = gate(4);
-        let (server, mut client) = tokio::io::duplex(64);
-        let started = Instant::now();
-        let mut guarded = g.guard(server, g.admit(0).unwrap());
-        client
-            .write_all(&b"PRI * HTTP/2.0\r\n"[..12])
-            .await
-            .unwrap();
-        let mut buf = [0u8; 64];
-        assert_eq!(guarded.read(&mut buf).await.unwrap(), 12);
-        let err = guarded.read(&mut buf).await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
-        assert!(started.elapsed() >= Duration::from_millis(300));
-        assert_eq!(g.stats.handshake_timeouts.load(Ordering::Relaxed), 1);
-        // Closed for good, and counted once.
-        assert!(guarded.read(&mut buf).await.is_err());
-        assert_eq!(g.stats.handshake_timeouts.load(Ordering::Relaxed), 1);
+    #[test]
+    fn each_uid_holds_its_share_and_root_its_reserve() {
+        let stats = Arc::new(ListenerStats::default());
+        let g = Gate::unix(&limits(8), stats.clone());
+        let (alice, bob) = (Peer::Uid(1000), Peer::Uid(1001));
+        let a: Vec<Slot> = (0..2).map(|_| g.admit(alice).unwrap()).collect();
+        assert_eq!(g.admit(alice).unwrap_err(), Refused::PerPeer);
+        let b: Vec<Slot> = (0..2).map(|_| g.admit(bob).unwrap()).collect();
+        let others: Vec<Slot> = (2..6)
+            .map(|u| g.admit(Peer::Uid(1000 + u)).unwrap())
+            .collect();
+        assert_eq!(g.admit(Peer::Uid(2000)).unwrap_err(), Refused::Limit);
+        // Root is not held to a share and has its reserve beyond the cap.
+        let root: Vec<Slot> = (0..ROOT_RESERVE)
+            .map(|_| g.admit(Peer::Uid(0)).unwrap())
+            .collect();
+        assert_eq!(g.admit(Peer::Uid(0)).unwrap_err(), Refused::Limit);
+        assert_eq!(stats.refused_per_peer.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.refused_limit.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.open.load(Ordering::Relaxed), 16);
+        // Closing frees the place, and the peer's share.
+        drop((a, root, others));
+        assert_eq!(stats.open.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 2);
+        assert!(g.admit(alice).is_ok());
+        drop(b);
+        assert!(lock(&g.admission.peers).is_empty());
     }
 
-    #[tokio::test]
-    async fn http1_idles_out_only_when_nothing_moves() {
-        let g = gate(4);
-        let (server, mut client) = tokio::io::duplex(64);
-        let mut guarded = g.guard(server, g.admit(0).unwrap());
-        let mut buf = [0u8; 64];
-        let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-        client.write_all(request).await.unwrap();
-        assert_eq!(guarded.read(&mut buf).await.unwrap(), request.len());
-        // A response being written keeps it open well past the idle timeout...
-        for _ in 0..6 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            guarded.write_all(b"data").await.unwrap();
-            client.read_exact(&mut buf[..4]).await.unwrap();
-        }
-        // ...and silence closes it.
-        let started = Instant::now();
-        let err = guarded.read(&mut buf).await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
-        assert!(started.elapsed() >= Duration::from_millis(500));
-        assert_eq!(g.stats.idle_timeouts.load(Ordering::Relaxed), 1);
-        assert_eq!(g.stats.handshake_timeouts.load(Ordering::Relaxed), 0);
-    }
-
-    #[tokio::test]
-    async fn http2_idles_out_when_the_client_stops_answering() {
-        let g = gate(4);
-        let (server, mut client) = tokio::io::duplex(64);
-        let mut guarded = g.guard(server, g.admit(0).unwrap());
-        let mut buf = [0u8; 64];
-        client.write_all(PREFACE).await.unwrap();
-        assert_eq!(guarded.read(&mut buf).await.unwrap(), PREFACE.len());
-        // Pings answered keep it open well past the idle timeout...
-        for _ in 0..6 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            guarded.write_all(b"ping").await.unwrap();
-            client.read_exact(&mut buf[..4]).await.unwrap();
-            client.write_all(b"ack").await.unwrap();
-            guarded.read_exact(&mut buf[..3]).await.unwrap();
-        }
-        // ...pings unanswered do not: after 1 s of them the next read fails.
-        for _ in 0..10 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            guarded.write_all(b"ping").await.unwrap();
-            client.read_exact(&mut buf[..4]).await.unwrap();
-        }
-        let err = guarded.read(&mut buf).await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(g.stats.idle_timeouts.load(Ordering::Relaxed), 1);
+    #[test]
+    fn unauthenticated_tls_connections_hold_only_their_share() {
+        let stats = Arc::new(ListenerStats::default());
+        let g = Gate::tls(&limits(8), stats.clone());
+        let peer = |n: u8| Peer::of_addr(SocketAddr::from(([10, 0, 0, n], 4000)));
+        // Addresses are peers: an IPv4-mapped IPv6 address is its IPv4 one.
+        let mapped: SocketAddr = "[::ffff:10.0.0.1]:5000".parse().unwrap();
+        assert_eq!(Peer::of_addr(mapped), peer(1));
+        let pending: Vec<Slot> = (1..=4).map(|n| g.admit(peer(n)).unwrap()).collect();
+        assert_eq!(g.admit(peer(5)).unwrap_err(), Refused::Unauthenticated);
+        // A connection whose call brought a token leaves the share...
+        pending[0].conn.authenticate();
+        pending[0].conn.authenticate();
+        assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 3);
+        let more = g.admit(peer(5)).unwrap();
+        more.conn.authenticate();
+        // ...and the authenticated may fill the rest of the listener.
+        let authed: Vec<Slot> = (6..=8)
+            .map(|n| {
+                let s = g.admit(peer(n)).unwrap();
+                s.conn.authenticate();
+                s
+            })
+            .collect();
+        assert_eq!(g.admit(peer(9)).unwrap_err(), Refused::Limit);
+        assert_eq!(stats.refused_unauthenticated.load(Ordering::Relaxed), 1);
+        drop((pending, more, authed));
+        assert_eq!(stats.open.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 0);
     }
 }

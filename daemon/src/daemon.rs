@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
 use tonic::service::interceptor::InterceptedService;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
 use tonic::Request;
 use tower::Layer as _;
 
@@ -414,13 +415,16 @@ impl Daemon {
         let limits = self.connections;
         let counts = &self.registry.stats().connections;
         let (unix_gate, tls_gate) = (
-            conns::Gate::new(&limits, counts.unix.clone()),
-            conns::Gate::new(&limits, counts.tls.clone()),
+            conns::Gate::unix(&limits, counts.unix.clone()),
+            conns::Gate::tls(&limits, counts.tls.clone()),
         );
         tracing::info!(
             max_connections = limits.max_connections(),
+            max_per_peer = limits.max_per_peer(),
+            max_unauthenticated = limits.max_unauthenticated(),
             root_reserve = conns::ROOT_RESERVE,
             handshake_timeout = ?limits.handshake_timeout,
+            first_request_timeout = ?limits.first_request_timeout,
             idle_timeout = ?limits.idle_timeout,
             "connection limits of each listener"
         );
@@ -434,6 +438,7 @@ impl Daemon {
             .with_history(self.history.clone());
         let incoming = conns::UnixIncoming::new(self.listener, unix_gate);
         let local = builder()
+            .layer(conns::CallsLayer::<UdsConnectInfo>::new())
             .add_service(ProfilerServer::new(service.clone()))
             .add_service(health.clone())
             .add_service(reflect_v1.clone())
@@ -468,6 +473,7 @@ impl Daemon {
                         .add_service(web.layer(InterceptedService::new(reflect_v1alpha, token)));
                     let remote = builder()
                         .accept_http1(true)
+                        .layer(conns::CallsLayer::<TlsConnectInfo<TcpConnectInfo>>::new())
                         .layer(listener.cors)
                         .add_routes(tls_listener::routes(grpc))
                         .serve_with_incoming_shutdown(

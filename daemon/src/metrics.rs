@@ -43,8 +43,12 @@ pub struct Snapshot {
 pub struct Connections {
     pub listener: &'static str,
     pub open: u64,
+    pub unauthenticated: u64,
     pub refused_limit: u64,
+    pub refused_per_peer: u64,
+    pub refused_unauthenticated: u64,
     pub handshake_timeouts: u64,
+    pub first_request_timeouts: u64,
     pub idle_timeouts: u64,
 }
 
@@ -54,8 +58,12 @@ impl Connections {
         Connections {
             listener,
             open: load(&s.open),
+            unauthenticated: load(&s.unauthenticated),
             refused_limit: load(&s.refused_limit),
+            refused_per_peer: load(&s.refused_per_peer),
+            refused_unauthenticated: load(&s.refused_unauthenticated),
             handshake_timeouts: load(&s.handshake_timeouts),
+            first_request_timeouts: load(&s.first_request_timeouts),
             idle_timeouts: load(&s.idle_timeouts),
         }
     }
@@ -189,14 +197,21 @@ pub fn render(s: &Snapshot) -> String {
         reg.register(name, help, ConstGauge::new(v as i64));
     }
     let open = Family::<Vec<(String, String)>, Gauge>::default();
+    let unauthenticated = Family::<Vec<(String, String)>, Gauge>::default();
     let refused = Family::<Vec<(String, String)>, Counter>::default();
     for c in &s.connections {
         let listener = ("listener".to_string(), c.listener.to_string());
         open.get_or_create(&vec![listener.clone()])
             .set(c.open as i64);
+        unauthenticated
+            .get_or_create(&vec![listener.clone()])
+            .set(c.unauthenticated as i64);
         for (reason, n) in [
             ("limit", c.refused_limit),
+            ("per_peer", c.refused_per_peer),
+            ("unauthenticated", c.refused_unauthenticated),
             ("handshake_timeout", c.handshake_timeouts),
+            ("first_request_timeout", c.first_request_timeouts),
             ("idle_timeout", c.idle_timeouts),
         ] {
             refused
@@ -210,8 +225,13 @@ pub fn render(s: &Snapshot) -> String {
         open,
     );
     reg.register(
+        "profd_connections_unauthenticated",
+        "Connections open now that no call has authenticated yet, per listener (on the TLS listener: no call with a valid token)",
+        unauthenticated,
+    );
+    reg.register(
         "profd_connections_refused",
-        "Connections closed before being served, per listener and reason: limit (the listener was full), handshake_timeout (no TLS handshake or HTTP/2 preface in time), idle_timeout (nothing moved)",
+        "Connections closed before or between calls, per listener and reason: limit (the listener was full), per_peer (the peer held max_connections_per_peer), unauthenticated (unauthenticated connections held max_unauthenticated_connections), handshake_timeout (no TLS handshake or HTTP/2 preface in time), first_request_timeout (no call, on the TLS listener with a valid token, in time), idle_timeout (no call open for idle_timeout)",
         refused,
     );
     if let Some(h) = &s.history {
@@ -433,7 +453,11 @@ mod tests {
             connections: vec![Connections {
                 listener: "tls",
                 open: 3,
+                unauthenticated: 2,
                 refused_limit: 5,
+                refused_per_peer: 7,
+                refused_unauthenticated: 4,
+                first_request_timeouts: 6,
                 idle_timeouts: 1,
                 ..Default::default()
             }],
@@ -442,8 +466,12 @@ mod tests {
         let text = render(&s);
         for line in [
             "profd_connections{listener=\"tls\"} 3\n",
+            "profd_connections_unauthenticated{listener=\"tls\"} 2\n",
             "profd_connections_refused_total{listener=\"tls\",reason=\"limit\"} 5\n",
+            "profd_connections_refused_total{listener=\"tls\",reason=\"per_peer\"} 7\n",
+            "profd_connections_refused_total{listener=\"tls\",reason=\"unauthenticated\"} 4\n",
             "profd_connections_refused_total{listener=\"tls\",reason=\"handshake_timeout\"} 0\n",
+            "profd_connections_refused_total{listener=\"tls\",reason=\"first_request_timeout\"} 6\n",
             "profd_connections_refused_total{listener=\"tls\",reason=\"idle_timeout\"} 1\n",
         ] {
             assert!(text.contains(line), "no {line:?} in\n{text}");

@@ -149,8 +149,9 @@ pub async fn bind(remote: &Remote, policy: &mut auth::Policy) -> Result<Listener
 }
 
 /// The connections of `tcp` once their TLS handshake is done, admitted and
-/// guarded by `gate` (a connection over its cap is closed at once; its
-/// handshake and preface must come in time). Handshakes run on tasks of
+/// guarded by `gate` (a connection over a cap, its address's or the
+/// listener's, is closed at once; its handshake and preface, then its first
+/// call with a valid token, must come in time). Handshakes run on tasks of
 /// their own, so that a slow client does not hold the others up; accepting
 /// stops when the stream is dropped.
 pub fn incoming(
@@ -174,9 +175,12 @@ pub fn incoming(
                     }
                 },
             };
-            let Some(slot) = gate.admit(0) else {
-                tracing::debug!(%peer, "TLS listener full: connection closed");
-                continue;
+            let slot = match gate.admit(conns::Peer::of_addr(peer)) {
+                Ok(slot) => slot,
+                Err(why) => {
+                    tracing::debug!(%peer, %why, "TLS connection closed");
+                    continue;
+                }
             };
             if let Err(err) = gate.keep_alive(&stream) {
                 tracing::debug!(%peer, %err, "cannot set TCP keepalive: connection closed");

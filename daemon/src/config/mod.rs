@@ -265,6 +265,20 @@ settings! {
         default: None,
         help: "Connections each listener (the Unix socket, the TLS listener) holds at once; more are closed at once. Root may open 8 more on the Unix socket (config: limits.max_connections; default: a quarter of the open-files limit, from 16 to 4096)",
     };
+    MAX_CONNECTIONS_PER_PEER: usize = Setting {
+        key: "limits.max_connections_per_peer",
+        flag: flag("max-connections-per-peer", "N"),
+        ty: POSITIVE,
+        default: None,
+        help: "Connections one peer holds on a listener at once: a uid on the Unix socket (root excepted), an address on the TLS listener; more are closed at once (config: limits.max_connections_per_peer; default: a quarter of max_connections)",
+    };
+    MAX_UNAUTHENTICATED_CONNECTIONS: usize = Setting {
+        key: "limits.max_unauthenticated_connections",
+        flag: flag("max-unauthenticated-connections", "N"),
+        ty: POSITIVE,
+        default: None,
+        help: "Connections the TLS listener holds that have not yet made a call with a valid token; more are closed at once, the rest of max_connections is for authenticated ones (config: limits.max_unauthenticated_connections; default: half of max_connections)",
+    };
     HANDSHAKE_TIMEOUT: u64 = Setting {
         key: "limits.handshake_timeout",
         flag: flag("handshake-timeout", "SECS"),
@@ -272,12 +286,19 @@ settings! {
         default: Some(|| conns::Limits::default().handshake_timeout.as_secs()),
         help: "Seconds a new connection has to finish its TLS handshake and send the HTTP/2 preface (config: limits.handshake_timeout; default 10)",
     };
+    FIRST_REQUEST_TIMEOUT: u64 = Setting {
+        key: "limits.first_request_timeout",
+        flag: flag("first-request-timeout", "SECS"),
+        ty: SECONDS,
+        default: Some(|| conns::Limits::default().first_request_timeout.as_secs()),
+        help: "Seconds a connection has, once its handshake is done, to make its first call; on the TLS listener a call with a valid token (config: limits.first_request_timeout; default 10)",
+    };
     IDLE_TIMEOUT: u64 = Setting {
         key: "limits.idle_timeout",
         flag: flag("idle-timeout", "SECS"),
         ty: SECONDS,
         default: Some(|| conns::Limits::default().idle_timeout.as_secs()),
-        help: "Seconds a connection whose client sends nothing is kept (over HTTP/1.1: on which nothing moves); HTTP/2 clients are pinged well before (config: limits.idle_timeout; default 120)",
+        help: "Seconds a connection with no call open is kept; HTTP/2 PINGs and other frames that are not calls do not count (config: limits.idle_timeout; default 120)",
     };
     MAX_HISTOGRAM_BUCKETS: u32 = Setting {
         key: "limits.max_histogram_buckets",
@@ -502,7 +523,10 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
     };
     config.connections = conns::Limits {
         max_connections: m.get(&MAX_CONNECTIONS),
+        max_per_peer: m.get(&MAX_CONNECTIONS_PER_PEER),
+        max_unauthenticated: m.get(&MAX_UNAUTHENTICATED_CONNECTIONS),
         handshake_timeout: Duration::from_secs(m.get_or_default(&HANDSHAKE_TIMEOUT)),
+        first_request_timeout: Duration::from_secs(m.get_or_default(&FIRST_REQUEST_TIMEOUT)),
         idle_timeout: Duration::from_secs(m.get_or_default(&IDLE_TIMEOUT)),
     };
     let mut effective = m.clone();
@@ -746,11 +770,19 @@ mod tests {
         assert_eq!(s.config.connections, crate::conns::Limits::default());
         let file = parse(
             Path::new("f.toml"),
-            "[limits]\nmax_connections = 32\nhandshake_timeout = 3\nidle_timeout = 60\n",
+            "[limits]\nmax_connections = 32\nhandshake_timeout = 3\nidle_timeout = 60\n\
+             max_connections_per_peer = 5\nmax_unauthenticated_connections = 12\n\
+             first_request_timeout = 4\n",
         )
         .unwrap();
         let s = settings(Some(("f.toml".into(), file)), Layer::default()).unwrap();
         assert_eq!(s.config.connections.max_connections(), 32);
+        assert_eq!(s.config.connections.max_per_peer(), 5);
+        assert_eq!(s.config.connections.max_unauthenticated(), 12);
+        assert_eq!(
+            s.config.connections.first_request_timeout,
+            Duration::from_secs(4)
+        );
         assert_eq!(
             s.config.connections.handshake_timeout,
             Duration::from_secs(3)

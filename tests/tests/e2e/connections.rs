@@ -4,7 +4,7 @@
 //! HTTP/2 preface, still answers root over the socket, closes the flood once
 //! the handshake timeout has passed, serves the TLS listener again, and
 //! counts what it refused in `/metrics`; an HTTP/2 client that sends nothing
-//! is closed when idle.
+//! is closed when idle. Clients that reopen what is closed are in [`hogs`].
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -13,6 +13,8 @@ use profd_e2e::metrics::{sample, scrape as metrics};
 use profd_e2e::tls::{free_port, listen_args, make_tls, new_token, token_file};
 use profd_e2e::users::{public_dir, test_users, TEST_GROUP};
 use profd_e2e::{path_str, require_root_and_perf, run_profctl, serial, Cmd, Daemon};
+
+mod hogs;
 
 /// The daemon's open-files limit: the flood below is more than it can hold.
 const NOFILE: u64 = 256;

@@ -19,9 +19,10 @@
 //! attributed), every watcher got `final` as its last message with an ended
 //! state, every session ended as its history says and its profile adds up,
 //! the daemon-wide totals agree, the rings are closed, RSS stayed bounded,
-//! the resource bounds hold (`soak/bounds.rs`, in the run's last seconds) and
-//! the daemon stops cleanly on SIGTERM. Prints the figures; exits 1 on any
-//! failed check.
+//! the resource bounds hold (`soak/bounds.rs`, in the run's last seconds),
+//! calls and updates kept their latency bound while a user held and reopened
+//! connections (`soak/hogs.rs`, mid-churn) and the daemon stops cleanly on
+//! SIGTERM. Prints the figures; exits 1 on any failed check.
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use profd_common::api::{self, profiler_client::ProfilerClient, SessionState};
@@ -38,6 +39,8 @@ use tonic::transport::Channel;
 
 #[path = "soak/bounds.rs"]
 mod bounds;
+#[path = "soak/hogs.rs"]
+mod hogs;
 
 /// Churn against a real profd: many sessions and watchers, then exactness checks.
 #[derive(Debug, Parser)]
@@ -857,9 +860,14 @@ async fn start_daemon(profd: &Path, dir: &Path) -> anyhow::Result<(DaemonProc, V
         "--log-level".into(),
         "info".into(),
     ];
-    for flag in ["--max-sessions", "--max-sessions-per-caller"] {
+    let max_connections = hogs::MAX_CONNECTIONS.to_string();
+    for (flag, value) in [
+        ("--max-sessions", "4096"),
+        ("--max-sessions-per-caller", "4096"),
+        ("--max-connections", &max_connections),
+    ] {
         if has_flag(&help, flag) {
-            args.extend([flag.to_string(), "4096".to_string()]);
+            args.extend([flag.to_string(), value.to_string()]);
         }
     }
     if has_flag(&help, "--state-dir") {
@@ -1485,6 +1493,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         s if s > 2 * bounds::SECONDS => s - bounds::SECONDS,
         s => s,
     });
+    let hogs = tokio::spawn(hogs::phase(ctx.clone(), churn / 2));
     let mut n = 0u64;
     let mut next_report = Duration::from_secs(10);
     while start.elapsed() < churn {
@@ -1508,6 +1517,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 ctx.failures.lock().unwrap().total()
             );
         }
+    }
+    if hogs.await.is_err() {
+        ctx.fail("soak hogs task panicked", String::new());
     }
     let churn_end = read_proc(daemon.pid, start.elapsed().as_secs_f64());
     println!(

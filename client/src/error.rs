@@ -118,6 +118,11 @@ pub enum Error {
     /// The health service answered, with anything but SERVING.
     #[error("{0}")]
     Unhealthy(String),
+    /// The session's profile could not be written to the daemon's state
+    /// directory (the daemon holds it in memory; the message says how to
+    /// keep a copy).
+    #[error("{0}")]
+    NotSaved(String),
 }
 
 impl Error {

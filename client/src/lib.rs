@@ -18,6 +18,7 @@ mod private_daemon;
 pub mod progress;
 pub mod ranking;
 pub mod render;
+pub mod render_saved;
 pub mod render_views;
 pub mod tui;
 pub mod units;

@@ -475,6 +475,7 @@ pub fn sessions_table(sessions: &[Session]) -> String {
                     state_name(s.state()),
                     if s.earlier_run { "*" } else { "" }
                 ),
+                crate::render_saved::save_cell(s).to_string(),
                 event_cell(s),
                 format!("{} Hz", s.frequency_hz),
                 format!("{:.2} s", s.duration_s),
@@ -488,17 +489,19 @@ pub fn sessions_table(sessions: &[Session]) -> String {
             "PID",
             "COMM",
             "STATE",
+            "SAVED",
             "EVENT",
             "FREQ",
             "DURATION",
             "SAMPLES attributed/discarded/lost",
         ],
-        &[Right, Right, Left, Left, Left, Right, Right, Left],
+        &[Right, Right, Left, Left, Left, Left, Right, Right, Left],
         &rows,
     );
     if sessions.iter().any(|s| s.earlier_run) {
         text.push_str(EARLIER_RUN_NOTE);
     }
+    text.push_str(&crate::render_saved::not_saved_notes(sessions));
     text
 }
 
@@ -574,8 +577,17 @@ pub fn info_text(info: &InfoResponse) -> String {
         ),
     ];
     let mut out = String::from("profd daemon\n");
+    let retention = info
+        .retention
+        .as_ref()
+        .map(crate::render_saved::retention_lines);
+    let lines = lines
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(retention.into_iter().flatten());
+    // A key too long for its column still gets a space before its value.
     for (k, v) in lines {
-        let _ = writeln!(out, "  {:<22}{v}", format!("{k}:"));
+        let _ = writeln!(out, "  {:<21} {v}", format!("{k}:"));
     }
     for sink in &info.sinks {
         let _ = writeln!(

@@ -501,6 +501,28 @@ fn info_lists_everything() {
             truncated: 0,
             rejected: 0,
         }],
+        retention: Some(profd_common::api::RetentionStatus {
+            max_sessions: 1000,
+            min_sessions_per_owner: 1,
+            owners: 2,
+            share_sessions: 500,
+            sessions: 4,
+            by_owner: vec![
+                profd_common::api::OwnerRetention {
+                    owner_uid: 1000,
+                    owner: "bob".into(),
+                    sessions: 3,
+                    ..Default::default()
+                },
+                profd_common::api::OwnerRetention {
+                    owner_uid: 1001,
+                    owner: "a-rather-long-name".into(),
+                    sessions: 1,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }),
     };
     let text = info_text(&info);
     for needle in [
@@ -515,6 +537,9 @@ fn info_lists_everything() {
         "cpu-clock @ 999 Hz fp system-wide (1 session), cpu-clock @ 999 Hz dwarf pid 42 (2 sessions), context switches fp pid 43 (1 session)",
         "5 attributed, 6 discarded, 7 lost",
         "running sessions:     1",
+        "retention:            4 sessions in memory (no state directory); limits 1000 sessions; fair share: 500 sessions each of 2 owners (at least 1 session)",
+        "kept for bob:         3 sessions; evicted 0 over their share of sessions, 0 of bytes, 0 for age",
+        "kept for a-rather-long-name: 1 session;",
         "sink ch:",
         "clickhouse http://127.0.0.1:8123/ (HTTP interface, JSONEachRow); sent 12 windows, 3.0 MiB in 24 requests; 3 retries; dropped 2 spool_full; spool 4 windows, 1.0 MiB of 256.0 MiB, oldest unsent 1 min 30 s; last error: connection refused",
     ] {

@@ -36,6 +36,8 @@ pub struct Snapshot {
     pub history: Option<HistoryStats>,
     /// The sinks windows are sent to.
     pub sinks: Vec<crate::sinks::deliver::Report>,
+    /// Ended sessions kept and evicted, by owner.
+    pub retention: crate::store::share::Report,
 }
 
 /// One listener's connections.
@@ -114,6 +116,7 @@ pub async fn snapshot(registry: &Registry, history: Option<&History>) -> Snapsho
         ],
         history: history.map(History::stats),
         sinks: history.map_or_else(Vec::new, |h| h.sinks().reports()),
+        retention: registry.retention().await,
     }
 }
 
@@ -265,6 +268,7 @@ pub fn render(s: &Snapshot) -> String {
     if !s.sinks.is_empty() {
         sink_metrics(&mut reg, &s.sinks);
     }
+    retention_metrics(&mut reg, &s.retention);
     if let Some(p) = &s.process {
         reg.register(
             "process_cpu_seconds",
@@ -380,6 +384,43 @@ fn sink_metrics(
         spool_limit,
     );
     reg.register("profd_sink_oldest_unsent_seconds", "Age of the oldest window waiting in the sink's spool, from its end, in seconds (0: none waits)", oldest);
+}
+
+/// Per owner (labels `owner`, `uid`): ended sessions kept and evicted by
+/// the retention limits; each owner's share.
+fn retention_metrics(
+    reg: &mut prometheus_client::registry::Registry,
+    r: &crate::store::share::Report,
+) {
+    type Labels = Vec<(String, String)>;
+    let (kept, evicted) = (
+        Family::<Labels, Gauge>::default(),
+        Family::<Labels, Counter>::default(),
+    );
+    for (uid, o) in &r.owners {
+        let l = vec![
+            ("owner".to_string(), o.name.clone()),
+            ("uid".to_string(), uid.to_string()),
+        ];
+        kept.get_or_create(&l).set(o.sessions as i64);
+        let e = &o.evicted;
+        for (reason, n) in [("sessions", e.sessions), ("bytes", e.bytes), ("age", e.age)] {
+            let mut with = l.clone();
+            with.push(("reason".into(), reason.into()));
+            evicted.get_or_create(&with).inc_by(n);
+        }
+    }
+    reg.register(
+        "profd_sessions_kept",
+        "Ended sessions kept (in the state directory, or in memory without one), per owner",
+        kept,
+    );
+    reg.register("profd_sessions_evicted", "Sessions the retention limits deleted since the daemon started, per owner and reason: sessions or bytes (the owner was over their share of --retain-sessions or --retain-bytes), age (--retain-days)", evicted);
+    reg.register(
+        "profd_retention_share_sessions",
+        "Sessions each owner keeps whatever the others do: --retain-sessions over the owners with sessions kept",
+        ConstGauge::new(r.share_sessions() as i64),
+    );
 }
 
 /// Serve `/metrics` on `listener` until `shutdown` resolves.

@@ -266,6 +266,10 @@ pub struct Registry {
     saves: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Set at shutdown: no new sessions.
     closing: AtomicBool,
+    /// Set at shutdown too: saves that keep failing give up.
+    shutdown: tokio::sync::watch::Sender<bool>,
+    /// Sessions evicted by the retention limits, by owner.
+    ledger: Arc<crate::store::share::Ledger>,
     /// Counters for `/metrics`.
     stats: Arc<Stats>,
     /// Places for histogram, export and view requests being answered.
@@ -290,6 +294,8 @@ impl Registry {
             stored: Default::default(),
             saves: Default::default(),
             closing: AtomicBool::new(false),
+            shutdown: tokio::sync::watch::channel(false).0,
+            ledger: Default::default(),
             stats: Default::default(),
             exports: Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_exports)),
             limits,
@@ -427,6 +433,8 @@ impl Registry {
             self.symbolizer.clone(),
         )
         .await?;
+        // Recorded in the state directory before Attach answers.
+        self.save_when_ended(handle.clone()).await;
         let summary = handle.summary().await?;
         tracing::info!(
             session = id,
@@ -436,7 +444,6 @@ impl Registry {
             "session started"
         );
         self.stats.sessions_started.fetch_add(1, Ordering::Relaxed);
-        self.save_when_ended(handle.clone());
         self.sessions.lock().await.insert(id, handle);
         Ok(summary)
     }
@@ -510,6 +517,7 @@ impl Registry {
         {
             let _attaching = self.attaching.lock().await;
             self.closing.store(true, Ordering::Relaxed);
+            self.shutdown.send_replace(true);
             self.release_ids().await;
         }
         for handle in self.all().await {

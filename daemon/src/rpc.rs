@@ -413,6 +413,13 @@ impl Profiler for Service {
             sinks: self.history.as_ref().map_or_else(Vec::new, |h| {
                 h.sinks().reports().iter().map(|r| r.to_api()).collect()
             }),
+            // The rule and its totals; the rows of other owners for root only.
+            retention: Some(
+                self.registry
+                    .retention()
+                    .await
+                    .to_api(|uid| caller.is_root() || uid == caller.uid()),
+            ),
         }))
     }
 
@@ -497,7 +504,8 @@ impl Profiler for Service {
         let caller = self.policy.caller(&req)?;
         caller.require_operator("stop sessions")?;
         let handle = self.registry.get(req.get_ref().session_id, &caller).await?;
-        let session = handle.stop().await.map_err(Error::from)?;
+        let mut session = handle.stop().await.map_err(Error::from)?;
+        handle.saving.settle(&mut session).await;
         Ok(Response::new(api::StopResponse {
             session: Some(session),
         }))

@@ -8,8 +8,10 @@
 //! stored once its `.session` exists; a session's first save never replaces
 //! files that are there already (another session's). At start,
 //! files that are corrupt, truncated or orphaned are moved to `corrupt/` with
-//! a warning, never fatally. Retention limits (count, age, bytes) delete the
-//! oldest sessions first, at start and after each save.
+//! a warning, never fatally. Retention limits (count, age, bytes) are
+//! shared fairly between the sessions' owners (see [`share`]), applied at
+//! start and after each save. A session is recorded when it starts, so that
+//! a daemon killed before its first checkpoint leaves it as a failed one.
 //!
 //! Only the metadata is read at start (and the profile's size checked); a
 //! profile is decoded, and its SHA-256 checked, when it is first asked for.
@@ -29,11 +31,17 @@ pub(crate) mod atomic;
 mod ids;
 mod legacy;
 mod record;
+mod retention;
+pub mod share;
 
 use atomic::{put, stage, sync_dir};
 pub use ids::{IdError, Ids, MAX_ID, NEXT_ID_FILE};
 use prost::Message;
 use record::{ProfileFile, Record};
+#[cfg(test)]
+use retention::victims;
+use retention::Entry;
+use share::Ledger;
 
 /// Where sessions are kept unless `--state-dir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/profd";
@@ -43,7 +51,8 @@ pub const CORRUPT_DIR: &str = "corrupt";
 const MAX_META_BYTES: u64 = 1 << 20;
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// How much the state directory keeps; the oldest sessions go first.
+/// How much the state directory keeps, shared fairly between the sessions'
+/// owners (see [`share`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Retention {
     /// Most sessions kept (`--retain-sessions`).
@@ -149,37 +158,6 @@ fn now_unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// A session on disk, for retention.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Entry {
-    ended_unix_ms: u64,
-    /// Both files.
-    bytes: u64,
-}
-
-/// The sessions to delete so that `entries` are within `r` at `now_ms`:
-/// those that ended before the age limit, then the oldest until the count
-/// and byte limits hold. Oldest first.
-fn victims(entries: &BTreeMap<u64, Entry>, r: &Retention, now_ms: u64) -> Vec<u64> {
-    let mut order: Vec<(u64, u64, u64)> = entries
-        .iter()
-        .map(|(&id, e)| (e.ended_unix_ms, id, e.bytes))
-        .collect();
-    order.sort_unstable();
-    let cutoff = now_ms.saturating_sub(r.max_age.as_millis() as u64);
-    let mut count = order.len();
-    let mut bytes: u64 = order.iter().map(|e| e.2).sum();
-    let mut out = Vec::new();
-    for (ended, id, size) in order {
-        if ended < cutoff || count > r.max_sessions || bytes > r.max_bytes {
-            out.push(id);
-            count -= 1;
-            bytes -= size;
-        }
-    }
-    out
-}
-
 /// The kinds of file the state directory holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
@@ -230,6 +208,8 @@ pub struct Store {
     entries: Mutex<BTreeMap<u64, Entry>>,
     /// The sessions this run has saved: their files are theirs to replace.
     own: Mutex<BTreeSet<u64>>,
+    /// The sessions deleted by the retention limits, by owner.
+    ledger: std::sync::Arc<Ledger>,
 }
 
 impl std::fmt::Debug for Store {
@@ -273,6 +253,7 @@ impl Store {
             checkpoint_interval: persist.checkpoint_interval,
             entries: Mutex::new(BTreeMap::new()),
             own: Mutex::new(BTreeSet::new()),
+            ledger: Default::default(),
         };
         let found = store.scan().map_err(cannot)?;
         Ok((store, found))
@@ -359,11 +340,7 @@ impl Store {
                 (None, false) => {}
             }
         }
-        let gone = victims(&entries, &self.retention, now_unix_ms());
-        for &id in &gone {
-            entries.remove(&id);
-            self.delete(id);
-        }
+        let gone = self.apply_retention(&mut entries);
         sessions.retain(|s| !gone.contains(&s.session.id));
         // Files moved aside or deleted had their ids below the mark; only
         // a directory without one (or with a damaged one) goes by them.
@@ -418,13 +395,15 @@ impl Store {
             return Err(format!("larger than {MAX_META_BYTES} bytes"));
         }
         let (session, profile) = match meta {
-            Kind::Json => legacy::decode(&bytes, &pprof_name(id))?,
+            Kind::Json => {
+                let (session, profile) = legacy::decode(&bytes, &pprof_name(id))?;
+                (record::checked(session, false)?, profile)
+            }
             _ => Record::decode_parts(&bytes)?,
         };
         if session.id != id {
             return Err(format!("it describes session {}, not {id}", session.id));
         }
-        let session = record::checked(session)?;
         let pprof_path = self.dir.join(pprof_name(id));
         let size = fs::metadata(&pprof_path)
             .map_err(|e| format!("cannot read {}: {e}", pprof_name(id)))?
@@ -443,10 +422,7 @@ impl Store {
         if magic != GZIP_MAGIC {
             return Err(format!("{} is not a gzip'd pprof file", pprof_name(id)));
         }
-        let entry = Entry {
-            ended_unix_ms: record::ended_unix_ms(&session),
-            bytes: size + bytes.len() as u64,
-        };
+        let entry = Entry::of(&session, size + bytes.len() as u64);
         Ok((Stored { session, profile }, entry))
     }
 
@@ -459,6 +435,26 @@ impl Store {
         session: &api::Session,
         profile: &ResolvedProfile,
     ) -> Result<Vec<u64>, String> {
+        self.write(session, profile, false)
+    }
+
+    /// Record a session as it starts (a running session's first save): a
+    /// daemon killed before its first checkpoint leaves it as a failed
+    /// session that says so. As [`Store::save`] otherwise.
+    pub fn save_start(
+        &self,
+        session: &api::Session,
+        profile: &ResolvedProfile,
+    ) -> Result<Vec<u64>, String> {
+        self.write(session, profile, true)
+    }
+
+    fn write(
+        &self,
+        session: &api::Session,
+        profile: &ResolvedProfile,
+        at_start: bool,
+    ) -> Result<Vec<u64>, String> {
         let id = session.id;
         let bytes = export::pprof(profile);
         let record = Record {
@@ -467,6 +463,7 @@ impl Store {
                 bytes: bytes.len() as u64,
                 sha256: Sha256::digest(&bytes).to_vec(),
             }),
+            at_start,
         }
         .encode_to_vec();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -498,19 +495,8 @@ impl Store {
         }
         sync_dir(&self.dir).map_err(|e| fail(&meta_file, e))?;
         own.insert(id);
-        entries.insert(
-            id,
-            Entry {
-                ended_unix_ms: record::ended_unix_ms(session),
-                bytes: (bytes.len() + record.len()) as u64,
-            },
-        );
-        let gone = victims(&entries, &self.retention, now_unix_ms());
-        for &victim in &gone {
-            entries.remove(&victim);
-            self.delete(victim);
-        }
-        Ok(gone)
+        entries.insert(id, Entry::of(session, (bytes.len() + record.len()) as u64));
+        Ok(self.apply_retention(&mut entries))
     }
 
     /// Read, check and decode a stored session's profile.
@@ -561,21 +547,6 @@ impl Store {
         }
     }
 
-    /// Delete a session's files (retention): metadata first, so that it is
-    /// never half there.
-    fn delete(&self, id: u64) {
-        for name in [Kind::Session, Kind::Json, Kind::Pprof].map(|k| k.name(id)) {
-            let path = self.dir.join(&name);
-            if let Err(e) = fs::remove_file(&path) {
-                if e.kind() != io::ErrorKind::NotFound {
-                    tracing::warn!(file = %path.display(), %e, "cannot delete an old session's file");
-                }
-            }
-        }
-        let _ = sync_dir(&self.dir);
-        tracing::info!(session = id, dir = %self.dir.display(), "deleted an old session (retention limits)");
-    }
-
     /// Move `name` to `corrupt/` (under a new name if one is there already),
     /// with a warning naming it and saying why. Never fails: a file that
     /// cannot be moved is left where it is.
@@ -614,6 +585,9 @@ impl Store {
     }
 }
 
+#[cfg(test)]
+#[path = "store/owners_tests.rs"]
+mod owners_tests;
 #[cfg(test)]
 #[path = "store_tests.rs"]
 mod tests;

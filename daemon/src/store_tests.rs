@@ -5,26 +5,26 @@ use profd_common::views;
 
 /// A fresh, empty directory for one test (the state directory is made
 /// inside it, so that its creation is tested too).
-fn scratch(name: &str) -> PathBuf {
+pub(super) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("profd-store-{}-{name}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
     dir
 }
 
-fn persist(dir: &Path, retention: Retention) -> Persist {
+pub(super) fn persist(dir: &Path, retention: Retention) -> Persist {
     Persist {
         retention,
         ..Persist::new(dir.join("state"))
     }
 }
 
-fn open(p: &Persist) -> (Store, Found) {
+pub(super) fn open(p: &Persist) -> (Store, Found) {
     Store::open(p).expect("the state directory opens")
 }
 
 /// main → leaf ×3 and main ×1 on two threads.
-fn profile() -> ResolvedProfile {
+pub(super) fn profile() -> ResolvedProfile {
     let f = |name: &str| FunctionInfo {
         name: name.into(),
         module: "prog".into(),
@@ -61,7 +61,7 @@ fn profile() -> ResolvedProfile {
     }
 }
 
-fn session(id: u64, ended_unix_ms: u64) -> api::Session {
+pub(super) fn session(id: u64, ended_unix_ms: u64) -> api::Session {
     api::Session {
         id,
         pid: 4242,
@@ -102,7 +102,7 @@ fn save_n(store: &Store, n: u64) -> Vec<Vec<u64>> {
         .collect()
 }
 
-fn names(dir: &Path) -> Vec<String> {
+pub(super) fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -111,7 +111,7 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-fn ids(found: &Found) -> Vec<u64> {
+pub(super) fn ids(found: &Found) -> Vec<u64> {
     found.sessions.iter().map(|s| s.session.id).collect()
 }
 
@@ -140,6 +140,7 @@ fn saved_sessions_come_back_with_their_figures() {
     let back = &found.sessions[0];
     let mut expected = original.clone();
     expected.earlier_run = true;
+    expected.save_state = api::SaveState::Saved as i32;
     assert_eq!(back.session, expected, "the summary, field by field");
     let loaded = store.load(back).unwrap();
     // Function ids are renumbered; everything else is as saved.
@@ -330,10 +331,12 @@ fn retention_by_bytes_deletes_the_oldest() {
 }
 
 #[test]
-fn victims_are_chosen_oldest_first() {
+fn victims_of_one_owner_are_chosen_oldest_first() {
     let e = |ended_unix_ms, bytes| Entry {
         ended_unix_ms,
         bytes,
+        owner_uid: 1001,
+        owner: "alice".into(),
     };
     // Ids out of age order: age decides.
     let entries = BTreeMap::from([(1, e(5000, 10)), (2, e(1000, 10)), (3, e(3000, 10))]);
@@ -342,11 +345,17 @@ fn victims_are_chosen_oldest_first() {
         max_age: Duration::from_secs(max_age_s),
         max_bytes,
     };
-    assert_eq!(victims(&entries, &r(3, 100, 30), 6000), Vec::<u64>::new());
-    assert_eq!(victims(&entries, &r(2, 100, 30), 6000), [2]);
-    assert_eq!(victims(&entries, &r(3, 100, 15), 6000), [2, 3]);
-    assert_eq!(victims(&entries, &r(3, 4, 30), 6000), [2]);
-    assert_eq!(victims(&entries, &r(3, 0, 30), 6000), [2, 3, 1]);
+    let ids = |r: Retention| -> Vec<u64> {
+        victims(&entries, &r, 6000)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    };
+    assert_eq!(ids(r(3, 100, 30)), Vec::<u64>::new());
+    assert_eq!(ids(r(2, 100, 30)), [2]);
+    assert_eq!(ids(r(3, 100, 15)), [2, 3]);
+    assert_eq!(ids(r(3, 4, 30)), [2]);
+    assert_eq!(ids(r(3, 0, 30)), [2, 3, 1]);
 }
 
 #[test]

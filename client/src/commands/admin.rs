@@ -26,7 +26,8 @@ pub async fn sessions(client: &mut Client, all: bool, out: &Output) -> Result<()
     out.print(&render::sessions_table(&sessions))
 }
 
-/// Stops session `id` and prints its final state.
+/// Stops session `id` and prints its final state; fails when the daemon
+/// could not write it to its state directory.
 pub async fn stop(client: &mut Client, id: u64, out: &Output) -> Result<(), Error> {
     let reply = waiting(
         &format!("stopping session {id}"),
@@ -35,7 +36,8 @@ pub async fn stop(client: &mut Client, id: u64, out: &Output) -> Result<(), Erro
     .await?
     .into_inner();
     let session = required_session(reply.session, "Stop")?;
-    out.print(&render::session_line(&session))
+    out.print(&render::session_line(&session))?;
+    super::attach::check_saved(&session)
 }
 
 /// Prints the daemon's facts.

@@ -5,8 +5,8 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use profd_common::api::{
-    AttachRequest, GetProfileRequest, GetViewRequest, Session, SessionState, StopRequest,
-    WatchRequest,
+    AttachRequest, GetProfileRequest, GetViewRequest, SaveState, Session, SessionState,
+    StopRequest, WatchRequest,
 };
 use tokio::process::Child;
 use tokio::time::Instant;
@@ -20,6 +20,7 @@ use crate::output::Output;
 use crate::progress::{waiting, Spinner};
 use crate::ranking::Profile;
 use crate::render::{self, TableOptions};
+use crate::render_saved::not_saved_line;
 use crate::tui::{Action, Tui};
 use crate::watch::WatchState;
 
@@ -35,7 +36,26 @@ pub async fn attach(client: &mut Client, args: &AttachArgs, out: &Output) -> Res
     let mut view = SessionDisplay::new(&args.options, *out);
     let profile = follow(client, &session, &mut view, None).await?;
     view.finish(&profile)?;
-    record(client, profile.session.id, recording, out).await
+    record(client, profile.session.id, recording, out).await?;
+    check_saved(&profile.session)
+}
+
+/// Fails when the daemon could not write the ended `session` to its state
+/// directory (it holds it in memory: the message says why and how to keep a
+/// copy); says so when the write is still under way.
+pub(super) fn check_saved(session: &Session) -> Result<(), Error> {
+    match session.save_state() {
+        SaveState::NotSaved => Err(Error::NotSaved(not_saved_line(session))),
+        SaveState::Pending => {
+            eprintln!(
+                "profctl: session {} is still being written to the daemon's state directory; \
+                 `profctl sessions` shows when it is (SAVED)",
+                session.id
+            );
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether the live view is the full-screen one: stdout is a terminal, the

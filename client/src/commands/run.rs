@@ -12,7 +12,7 @@ use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use super::attach::{follow, start, ChildProcess, SessionDisplay};
+use super::attach::{check_saved, follow, start, ChildProcess, SessionDisplay};
 use super::export::record;
 use crate::cli::RunArgs;
 use crate::connect::Client;
@@ -110,12 +110,14 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
     }
     let mut failed = None;
     let mut unrecorded = None;
+    let mut unsaved = None;
     match result {
         Ok((view, profile)) => {
             view.finish(&profile)?;
             if let Err(e) = record(client, profile.session.id, recording, out).await {
                 unrecorded = Some(e);
             }
+            unsaved = check_saved(&profile.session).err();
             let s = &profile.session;
             if s.state() == SessionState::Failed {
                 failed = Some(format!("session {} failed: {}", s.id, s.error));
@@ -150,7 +152,7 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
     drop((go, hold));
     let status = status.map_err(|e| Error::io(format!("cannot wait for {name}"), e))?;
     eprintln!("profctl: {}", describe_exit(&name, status));
-    if let Some(e) = unrecorded {
+    if let Some(e) = unrecorded.or(unsaved) {
         return Err(e);
     }
     Ok(if ended_here { 0 } else { exit_code(status) })

@@ -169,6 +169,7 @@ impl Profiler for Fake {
             running_sessions: 0,
             continuous: None,
             sinks: vec![],
+            retention: None,
         }))
     }
 

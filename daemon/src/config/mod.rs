@@ -340,7 +340,7 @@ settings! {
         flag: flag("retain-sessions", "N"),
         ty: POSITIVE,
         default: Some(|| Retention::default().max_sessions),
-        help: "Most sessions kept in the state directory; the oldest go first (config: state.retain_sessions; default 1000)",
+        help: "Most sessions kept in the state directory, shared fairly between their owners: the oldest of the owner most over their share goes first (config: state.retain_sessions; default 1000)",
     };
     RETAIN_DAYS: f64 = Setting {
         key: "state.retain_days",
@@ -354,14 +354,14 @@ settings! {
         flag: flag("retain-bytes", "BYTES"),
         ty: BYTES,
         default: Some(|| Retention::default().max_bytes),
-        help: "Most bytes the state directory keeps (suffixes K, M, G, T: powers of 1024); the oldest sessions go first (config: state.retain_bytes; default 1G)",
+        help: "Most bytes the state directory keeps (suffixes K, M, G, T: powers of 1024), shared fairly between the sessions' owners (config: state.retain_bytes; default 1G)",
     };
     CHECKPOINT_INTERVAL: u64 = Setting {
         key: "state.checkpoint_interval",
         flag: flag("checkpoint-interval", "SECS"),
         ty: SECONDS,
         default: Some(|| DEFAULT_CHECKPOINT_INTERVAL.as_secs()),
-        help: "Seconds between saves of a running session to the state directory (checkpoints: what a killed daemon's sessions keep) (config: state.checkpoint_interval; default 60)",
+        help: "Seconds between saves of a running session to the state directory (checkpoints: what a killed daemon's sessions keep), and between tries of a save that failed (config: state.checkpoint_interval; default 60)",
     };
     METRICS: SocketAddr = Setting {
         key: "metrics.listen",

@@ -3,10 +3,13 @@
 //! ids are reserved there, and the sessions of earlier daemon runs found
 //! there at start are registered under their own ids (new ids continue
 //! after them), owned by their recorded owners, listed only on request.
+//! Sessions are recorded there as they start; a save that fails leaves the
+//! session in memory, marked NOT_SAVED, and is tried again every interval.
 use super::{sees, LiveSessions, Registry, StoredSessions};
 use crate::auth::Caller;
 use crate::request_error::Error;
-use crate::session::{self, Handle};
+use crate::session::{self, Handle, SaveStatus};
+use crate::store::share::Ledger;
 use crate::store::{Found, IdError, Store};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
@@ -27,6 +30,7 @@ impl Registry {
         }
         drop(stored);
         self.ids = Arc::new(Mutex::new(found.ids));
+        self.ledger = store.ledger();
         self.store = Some(store);
     }
 
@@ -74,39 +78,24 @@ impl Registry {
         list
     }
 
-    /// Save the session to the state directory every checkpoint interval
-    /// while it runs, and once it has ended.
-    pub(super) fn save_when_ended(&self, handle: Handle) {
+    /// Record the session in the state directory now (as it starts), save
+    /// it every checkpoint interval while it runs and once it has ended. An
+    /// end that cannot be written is held in memory (NOT_SAVED) and written
+    /// again every interval until it is.
+    pub(super) async fn save_when_ended(&self, handle: Handle) {
         let Some(store) = self.store.clone() else {
+            handle.saving.set(SaveStatus::memory_only());
             return self.keep_when_ended(handle);
         };
-        let stored = self.stored.clone();
-        let live = self.sessions.clone();
-        let task = tokio::spawn(async move {
-            let mut state = handle.state();
-            let every = store.checkpoint_interval();
-            let mut checkpoints =
-                tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            checkpoints.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    ended = async {
-                        state.wait_for(|s| *s != api::SessionState::Running).await.is_ok()
-                    } => {
-                        if !ended {
-                            return; // the actor is gone: nothing left to save
-                        }
-                        break;
-                    }
-                    _ = checkpoints.tick() => {
-                        if !save(&handle, &store, &stored, &live).await {
-                            return; // ended meanwhile: saved as such
-                        }
-                    }
-                }
-            }
-            save(&handle, &store, &stored, &live).await;
-        });
+        let saver = Saver {
+            store,
+            stored: self.stored.clone(),
+            live: self.sessions.clone(),
+            ledger: self.ledger.clone(),
+            shutdown: self.shutdown.subscribe(),
+        };
+        saver.save(&handle, true).await;
+        let task = tokio::spawn(saver.run(handle));
         let mut saves = lock(&self.saves);
         saves.retain(|t| !t.is_finished());
         saves.push(task);
@@ -141,45 +130,149 @@ impl Registry {
     }
 }
 
-/// Save the session as it is now (a checkpoint while it runs); whether it
-/// still runs.
-async fn save(
-    handle: &Handle,
-    store: &Arc<Store>,
-    stored: &StoredSessions,
-    live: &LiveSessions,
-) -> bool {
-    let id = handle.id;
-    let resolved = match handle.resolve(KernelFrames::Full).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(session = id, %e, "session not saved");
-            return false;
-        }
-    };
-    let running = resolved.session.state() == api::SessionState::Running;
-    let saving = store.clone();
-    let saved =
-        tokio::task::spawn_blocking(move || saving.save(&resolved.session, &resolved.profile))
-            .await;
-    let what = if running { "checkpoint" } else { "session" };
-    match saved {
-        Ok(Ok(deleted)) => {
-            if running {
-                tracing::debug!(session = id, dir = %store.dir().display(), "checkpoint saved");
-            } else {
-                tracing::info!(session = id, dir = %store.dir().display(), "session saved");
-            }
-            {
-                let mut stored = lock(stored);
-                for d in &deleted {
-                    stored.remove(d);
+/// What a save task needs.
+struct Saver {
+    store: Arc<Store>,
+    stored: StoredSessions,
+    live: LiveSessions,
+    ledger: Arc<Ledger>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+/// How a save went.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Outcome {
+    /// Written; `ended`: the session as it ended.
+    Saved { ended: bool },
+    /// Not written; the session is held in memory.
+    Failed { ended: bool },
+    /// The session's actor is gone: nothing left to save.
+    Gone,
+}
+
+impl Saver {
+    /// A checkpoint every interval while the session runs; then its end,
+    /// again every interval until it is written, or once more at shutdown.
+    async fn run(mut self, handle: Handle) {
+        let id = handle.id;
+        let mut state = handle.state();
+        let every = self.store.checkpoint_interval();
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut outcome = loop {
+            tokio::select! {
+                ended = async {
+                    state.wait_for(|s| *s != api::SessionState::Running).await.is_ok()
+                } => {
+                    if !ended {
+                        return; // the actor is gone: nothing left to save
+                    }
+                    break self.save(&handle, false).await;
                 }
+                _ = ticks.tick() => match self.save(&handle, false).await {
+                    Outcome::Saved { ended: false } | Outcome::Failed { ended: false } => {}
+                    // Ended meanwhile: saved (or not) as such.
+                    done => break done,
+                },
             }
-            super::retain::forget(live, &deleted).await;
+        };
+        loop {
+            match outcome {
+                Outcome::Failed { .. } => {}
+                Outcome::Saved { .. } | Outcome::Gone => return,
+            }
+            if *self.shutdown.borrow() {
+                tracing::error!(
+                    session = id,
+                    dir = %self.store.dir().display(),
+                    "session not saved before the daemon stopped: its profile is lost"
+                );
+                return;
+            }
+            let keep = self.store.retention().max_sessions;
+            super::retain::trim_unsaved(&self.live, &self.ledger, keep).await;
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = self.shutdown.wait_for(|closing| *closing) => {}
+            }
+            if !self.live.lock().await.contains_key(&id) {
+                return; // evicted from memory (its owner's share of unsaved sessions)
+            }
+            outcome = self.save(&handle, false).await;
         }
-        Ok(Err(e)) => tracing::warn!(session = id, %e, "{what} not saved"),
-        Err(e) => tracing::error!(session = id, %e, "saving the {what} panicked"),
     }
-    running
+
+    /// Save the session as it is now (`at_start`: its start record; a
+    /// checkpoint while it runs) and set its save status.
+    async fn save(&self, handle: &Handle, at_start: bool) -> Outcome {
+        let id = handle.id;
+        let resolved = match handle.resolve(KernelFrames::Full).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(session = id, %e, "session not saved");
+                return Outcome::Gone;
+            }
+        };
+        let ended = resolved.session.state() != api::SessionState::Running;
+        let saving = self.store.clone();
+        let saved = tokio::task::spawn_blocking(move || match at_start {
+            true => saving.save_start(&resolved.session, &resolved.profile),
+            false => saving.save(&resolved.session, &resolved.profile),
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("saving panicked: {e}")));
+        let what = match (at_start, ended) {
+            (true, _) => "start record",
+            (false, false) => "checkpoint",
+            (false, true) => "session",
+        };
+        let dir = self.store.dir().display();
+        match saved {
+            Ok(deleted) => {
+                let status = match deleted.contains(&id) {
+                    false => SaveStatus {
+                        state: api::SaveState::Saved,
+                        error: String::new(),
+                        of_end: ended,
+                    },
+                    true => SaveStatus {
+                        state: api::SaveState::NotSaved,
+                        error: format!(
+                            "written to {dir}, then deleted by the retention limits: its owner \
+                             is over their share (see `profctl info`)"
+                        ),
+                        of_end: ended,
+                    },
+                };
+                handle.saving.set(status);
+                match ended {
+                    true => tracing::info!(session = id, dir = %dir, "session saved"),
+                    false => tracing::debug!(session = id, dir = %dir, "{what} saved"),
+                }
+                {
+                    let mut stored = lock(&self.stored);
+                    for d in &deleted {
+                        stored.remove(d);
+                    }
+                }
+                super::retain::forget(&self.live, &deleted).await;
+                Outcome::Saved { ended }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    session = id,
+                    %e,
+                    retry_every_s = self.store.checkpoint_interval().as_secs(),
+                    "{what} not saved: the session is held in memory, written again every \
+                     checkpoint interval"
+                );
+                handle.saving.set(SaveStatus {
+                    state: api::SaveState::NotSaved,
+                    error: e,
+                    of_end: ended,
+                });
+                Outcome::Failed { ended }
+            }
+        }
+    }
 }

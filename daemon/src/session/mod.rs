@@ -6,6 +6,7 @@ mod answers;
 mod collector;
 mod ingest;
 mod recent;
+mod saving;
 mod scope;
 mod spaces;
 pub(crate) mod stored;
@@ -15,6 +16,7 @@ mod unnamed_jit;
 pub use collector::{Collector, Finished};
 pub use ingest::{Ingest, NewAddresses, Recheck, SYNTHETIC_FRAMES};
 pub use recent::MAX_WINDOW_S;
+pub use saving::{SaveStatus, Saving};
 
 use crate::maps::ProcessMaps;
 use crate::request_error::Error;
@@ -107,6 +109,10 @@ enum Command {
 pub struct Handle {
     pub id: u64,
     pub owner_uid: u32,
+    /// The owner's name.
+    pub owner: Arc<str>,
+    /// Whether it is written to the state directory (set by the registry).
+    pub saving: Saving,
     tx: mpsc::Sender<Command>,
     state: watch::Receiver<api::SessionState>,
 }
@@ -125,16 +131,23 @@ impl Handle {
 
     /// The full profile, symbolized, with kernel frames `shown` as the
     /// caller may see them; with `window_s` > 0 also the counts of the
-    /// last `window_s` seconds.
+    /// last `window_s` seconds. Of an ended session, once its end is
+    /// written (or has failed to be; see [`saving::SAVE_WAIT`]).
     pub async fn profile(&self, window_s: u32, shown: KernelFrames) -> Result<FunctionTable, Gone> {
-        self.ask(|reply| Command::Profile(window_s, shown, reply))
-            .await
+        let mut table = self
+            .ask(|reply| Command::Profile(window_s, shown, reply))
+            .await?;
+        self.saving.settle(&mut table.session).await;
+        Ok(table)
     }
 
     /// Every stack with its frames named, and kernel frames `shown` as the
-    /// caller may see them: for views and exports.
+    /// caller may see them: for views and exports (and saves: it does not
+    /// wait for one).
     pub async fn resolve(&self, shown: KernelFrames) -> Result<Resolved, Gone> {
-        self.ask(|reply| Command::Resolve(shown, reply)).await
+        let mut resolved = self.ask(|reply| Command::Resolve(shown, reply)).await?;
+        self.saving.stamp(&mut resolved.session);
+        Ok(resolved)
     }
 
     /// A profil(3)-style histogram of the innermost user PCs in one module.
@@ -147,12 +160,17 @@ impl Handle {
 
     /// State and totals, without symbolizing.
     pub async fn summary(&self) -> Result<api::Session, Gone> {
-        self.ask(Command::Summary).await
+        let mut s = self.ask(Command::Summary).await?;
+        self.saving.stamp(&mut s);
+        Ok(s)
     }
 
-    /// End the session (no-op if it has ended) and return its summary.
+    /// End the session (no-op if it has ended) and return its summary
+    /// (`saving.settle` waits for its end to be written).
     pub async fn stop(&self) -> Result<api::Session, Gone> {
-        self.ask(Command::Stop).await
+        let mut s = self.ask(Command::Stop).await?;
+        self.saving.stamp(&mut s);
+        Ok(s)
     }
 
     /// Notified when the state changes (running → ended).
@@ -270,11 +288,14 @@ pub async fn start(
     let (tx, cmd_rx) = mpsc::channel(16);
     let id = params.id;
     let owner_uid = params.owner_uid;
+    let owner = params.owner.as_str().into();
     let (actor, state_rx) = Actor::new(params, spec, sampler, symbolizer, ingest);
     tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));
     Ok(Handle {
         id,
         owner_uid,
+        owner,
+        saving: Saving::default(),
         tx,
         state: state_rx,
     })
@@ -516,6 +537,9 @@ impl Actor {
             mode: api::Mode::from(self.spec.mode) as i32,
             timeline: self.ingest.timeline.is_some(),
             timeline_dropped: self.ingest.timeline.as_ref().map_or(0, |t| t.dropped()),
+            // Stamped by the handle (see `saving`).
+            save_state: api::SaveState::Unspecified as i32,
+            save_error: String::new(),
         }
     }
 }

@@ -24,6 +24,12 @@ pub fn open_stored(store: Arc<Store>, stored: Stored) -> Handle {
     let handle = Handle {
         id: session.id,
         owner_uid: session.owner_uid,
+        owner: session.owner.as_str().into(),
+        saving: super::Saving::with(super::SaveStatus {
+            state: api::SaveState::Saved,
+            error: String::new(),
+            of_end: true,
+        }),
         tx,
         state: state_rx,
     };

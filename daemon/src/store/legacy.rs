@@ -152,6 +152,8 @@ pub(super) fn decode(text: &[u8], pprof_name: &str) -> Result<(api::Session, Pro
         mode: api::Mode::Cpu as i32,
         timeline: false,
         timeline_dropped: 0,
+        save_state: api::SaveState::Saved as i32,
+        save_error: String::new(),
         children: meta.children,
         processes: meta
             .processes

@@ -2,13 +2,20 @@
 //! message (`profd.v1.Session`) with the size and SHA-256 of its profile
 //! file, encoded with protobuf; and the check of a summary read back. A
 //! summary saved while its session ran (a checkpoint) reads back as a
-//! failed session: the daemon stopped without saving it.
+//! failed session: the daemon stopped without saving it. A session is
+//! recorded when it starts too, so that a daemon killed before its first
+//! checkpoint leaves it as such a failed session.
 use profd_common::api;
 use prost::Message;
 
 /// The error of a session whose daemon stopped without saving its end.
 pub const INTERRUPTED: &str = "the daemon stopped while the session ran (killed or crashed): \
      its profile and totals are those of its last checkpoint";
+
+/// The error of a session whose daemon stopped before its first checkpoint.
+pub const INTERRUPTED_AT_START: &str = "the daemon stopped while the session ran (killed or \
+     crashed), before its first checkpoint: its profile and totals are those it had when it \
+     started";
 
 /// What `<id>.session` holds.
 #[derive(Clone, PartialEq, Message)]
@@ -19,6 +26,9 @@ pub(super) struct Record {
     /// Its profile file `<id>.pprof`.
     #[prost(message, optional, tag = "2")]
     pub(super) profile: Option<ProfileFile>,
+    /// Written when the session started (its profile then), not since.
+    #[prost(bool, tag = "3")]
+    pub(super) at_start: bool,
 }
 
 /// The profile file `<id>.pprof` as written.
@@ -33,25 +43,31 @@ pub(super) struct ProfileFile {
 }
 
 impl Record {
-    /// The session and its profile file, from the bytes of `<id>.session`.
+    /// The session (as [`checked`] reads it back) and its profile file,
+    /// from the bytes of `<id>.session`.
     pub(super) fn decode_parts(bytes: &[u8]) -> Result<(api::Session, ProfileFile), String> {
         let record = Record::decode(bytes).map_err(|e| format!("not a session record: {e}"))?;
         match (record.session, record.profile) {
-            (Some(session), Some(profile)) => Ok((session, profile)),
+            (Some(session), Some(profile)) => Ok((checked(session, record.at_start)?, profile)),
             (None, _) => Err("it holds no session".into()),
             (_, None) => Err("it names no profile".into()),
         }
     }
 }
 
-/// The summary `s` read back, checked, as a session of an earlier run.
-pub(super) fn checked(mut s: api::Session) -> Result<api::Session, String> {
+/// The summary `s` read back, checked, as a session of an earlier run
+/// (`at_start`: recorded when it started, not since).
+pub(super) fn checked(mut s: api::Session, at_start: bool) -> Result<api::Session, String> {
     match api::SessionState::try_from(s.state) {
         // A checkpoint of a running session: the daemon stopped (killed,
         // crashed) without saving the session's end.
         Ok(api::SessionState::Running) => {
             s.state = api::SessionState::Failed as i32;
-            s.error = INTERRUPTED.into();
+            s.error = match at_start {
+                true => INTERRUPTED_AT_START,
+                false => INTERRUPTED,
+            }
+            .into();
         }
         Ok(api::SessionState::Unspecified) | Err(_) => {
             return Err(format!("state {} is not a session's state", s.state))
@@ -66,6 +82,8 @@ pub(super) fn checked(mut s: api::Session) -> Result<api::Session, String> {
         return Err(format!("duration_s {} is not a duration", s.duration_s));
     }
     s.earlier_run = true;
+    s.save_state = api::SaveState::Saved as i32;
+    s.save_error.clear();
     Ok(s)
 }
 

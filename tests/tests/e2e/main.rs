@@ -20,6 +20,7 @@ mod faults;
 mod fleet;
 mod go;
 mod jit;
+mod kept;
 mod kernel_frames;
 mod names;
 mod offcpu;

@@ -4,7 +4,7 @@
 //! and readable as before; corrupt state files are moved aside at start.
 //! Real kernel, real `profd` and `profctl`; root needed.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -464,8 +464,17 @@ fn kill_9_reuses_no_id_and_keeps_the_running_session() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(id > ended.session_id);
-    // Its first checkpoint, a second in.
-    wait_for_file(&state_dir(&d).join(format!("{id}.session")));
+    // Recorded as it started, then replaced by its first checkpoint a
+    // second in (a new file renamed over it).
+    let record = state_dir(&d).join(format!("{id}.session"));
+    wait_for_file(&record);
+    let inode = |p: &Path| std::fs::metadata(p).map(|m| m.ino()).ok();
+    let started = inode(&record);
+    profd_e2e::wait_until(
+        &format!("session {id}'s first checkpoint"),
+        Duration::from_secs(30),
+        || (inode(&record) != started).then_some(()),
+    );
 
     d.kill_and_restart();
     drop(running);
@@ -524,18 +533,24 @@ fn sessions_kept_as_json_summaries_read_as_before() {
     let all = d.profctl(&["sessions", "--all"]);
     all.assert_success();
     eprintln!("{}", all.stdout);
-    // As that daemon listed them.
+    // As that daemon listed them, and saved (SAVED yes).
     for (id, line) in [
-        (1, "1 13515 timeout exited* cpu-clock 999 Hz 1.54 s 2/413/0"),
+        (
+            1,
+            "1 13515 timeout exited* yes cpu-clock 999 Hz 1.54 s 2/413/0",
+        ),
         (
             2,
-            "2 13582 busy duration_elapsed* cpu-clock 999 Hz 1.03 s 254/1754/0",
+            "2 13582 busy duration_elapsed* yes cpu-clock 999 Hz 1.03 s 254/1754/0",
         ),
         (
             3,
-            "3 13688 timeout exited* cpu-clock 999 Hz 1.24 s 310/2379/488",
+            "3 13688 timeout exited* yes cpu-clock 999 Hz 1.24 s 310/2379/488",
         ),
-        (4, "4 13717 busy failed* cpu-clock 999 Hz 3.01 s 879/0/0"),
+        (
+            4,
+            "4 13717 busy failed* yes cpu-clock 999 Hz 3.01 s 879/0/0",
+        ),
     ] {
         let listed = session_line(&all.stdout, id).unwrap_or_default();
         let listed: Vec<&str> = listed.split_whitespace().collect();

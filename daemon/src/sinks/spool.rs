@@ -4,7 +4,8 @@
 //!
 //! Each window is the history's file form, `<start ns>-<end ns>-<id>.window.gz`,
 //! written atomically; the spool is rebuilt at start from the listing.
-use crate::continuous::history::{file_name, window_files};
+use crate::continuous::files::sort_out;
+use crate::continuous::history::{file_name, now_ns, window_files};
 use crate::store::atomic;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -25,6 +26,8 @@ pub struct Spool {
 struct State {
     windows: BTreeMap<Key, Spooled>,
     bytes: u64,
+    /// Files found untrustworthy at open, not yet counted by the sink.
+    damaged: u64,
 }
 
 struct Spooled {
@@ -112,6 +115,12 @@ impl Spool {
         Ok(gone.len() as u64)
     }
 
+    /// The window files found untrustworthy (and removed) since this was
+    /// last asked.
+    pub fn take_damaged(&self) -> u64 {
+        std::mem::take(&mut self.lock().damaged)
+    }
+
     /// The oldest window waiting: its key and end (Unix ns).
     pub fn oldest(&self) -> Option<(Key, u64)> {
         let st = self.lock();
@@ -174,14 +183,26 @@ impl Spool {
 }
 
 /// Index the window files of `dir`; half-written ones (`.tmp`) go.
+/// Files whose names fail the checks, and copies of a window under other
+/// names, are removed and counted.
 fn scan(dir: &Path, st: &mut State) -> Result<(), String> {
-    for (start, id, end, bytes) in window_files(dir, |_, _| {})? {
-        st.bytes += bytes;
+    let found = window_files(dir, |_, _| {})?;
+    let (keep, aside) = sort_out(dir, found, now_ns());
+    for (f, reason) in aside {
+        let path = dir.join(&f.name);
+        tracing::warn!(path = %path.display(), reason, "spooled window file not trusted: removed");
+        st.damaged += 1;
+        if let Err(err) = std::fs::remove_file(&path) {
+            tracing::warn!(path = %path.display(), %err, "cannot remove a spooled window");
+        }
+    }
+    for f in keep {
+        st.bytes += f.bytes;
         st.windows.insert(
-            (start, id),
+            (f.start, f.id),
             Spooled {
-                end_ns: end,
-                bytes,
+                end_ns: f.end,
+                bytes: f.bytes,
                 data: None,
             },
         );

@@ -250,6 +250,33 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// At open, files whose names fail the history's checks and a second
+    /// file of one window are removed and counted.
+    #[test]
+    fn untrusted_files_are_removed_at_open_and_counted() {
+        let dir = temp();
+        let spool = Spool::open(Some(dir.clone()), 1 << 20).unwrap();
+        let w = profd_common::api::Window {
+            id: "a1".into(),
+            start_unix_ns: 10,
+            end_unix_ns: 20,
+            ..Default::default()
+        };
+        let gz = crate::continuous::encode::encode(w).unwrap().gz;
+        spool.push(10, 20, "a1", &gz).unwrap();
+        drop(spool);
+        let original = dir.join(file_name(10, 20, "a1"));
+        for name in [file_name(5, 15, "a1"), file_name(30, 20, "b2")] {
+            std::fs::copy(&original, dir.join(name)).unwrap();
+        }
+        let again = Spool::open(Some(dir.clone()), 1 << 20).unwrap();
+        assert_eq!(again.figures().windows, 1);
+        assert_eq!(again.oldest(), Some(((10, "a1".into()), 20)));
+        assert_eq!((again.take_damaged(), again.take_damaged()), (2, 0));
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn without_a_directory_the_spool_is_in_memory() {
         let spool = Spool::open(None, 1000).unwrap();

@@ -50,7 +50,8 @@ pub mod unwind {
 }
 
 pub mod continuous {
-    pub use crate::continuous::encode::{decode, encode};
+    pub use crate::continuous::decode::decode;
+    pub use crate::continuous::encode::encode;
     pub use crate::continuous::history::History;
     pub use crate::continuous::Settings;
 }

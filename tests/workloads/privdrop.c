@@ -22,18 +22,29 @@
  *                                    its permitted capabilities
  *                                    (PR_SET_KEEPCAPS) and sets
  *                                    PR_SET_DUMPABLE 1 again
+ *   privdrop SECONDS userns UID GID  (started as root) moves into a new user
+ *                                    namespace, which root thus creates,
+ *                                    mapping 0 and UID (GID) to themselves
+ *                                    (written by a helper child left in the
+ *                                    parent namespace), then as drop (its
+ *                                    capabilities go with uid 0) and sets
+ *                                    PR_SET_DUMPABLE 1 again: ids all UID/GID
+ *                                    to the outside, no capability
  *
  * Prints "ready" on stdout once its credentials are set, then spins in
  * privdrop_spin until SECONDS have passed.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <grp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,7 +89,7 @@ static void *root_thread(void *arg)
 static void usage(const char *argv0)
 {
 	fprintf(stderr,
-		"usage: %s SECONDS nodump | drop UID GID | seteuid UID | exec PATH ARG... | thread UID GID | keepcaps UID GID\n",
+		"usage: %s SECONDS nodump | drop UID GID | seteuid UID | exec PATH ARG... | thread UID GID | keepcaps UID GID | userns UID GID\n",
 		argv0);
 	exit(2);
 }
@@ -97,6 +108,55 @@ static void die(const char *what)
 {
 	perror(what);
 	exit(1);
+}
+
+/* Writes "0 0 1\nID ID 1\n" to /proc/PID/NAME. */
+static void write_map(pid_t pid, const char *name, unsigned long id)
+{
+	char path[64], map[64];
+	int fd, len;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	len = snprintf(map, sizeof(map), "0 0 1\n%lu %lu 1\n", id, id);
+	fd = open(path, O_WRONLY);
+	if (fd < 0 || write(fd, map, len) != len)
+		die(path);
+	close(fd);
+}
+
+/* Moves into a new user namespace whose uid and gid maps a child, still in
+ * the parent namespace (where it is root), writes. */
+static void new_user_ns(unsigned long uid, unsigned long gid)
+{
+	int go[2];
+	pid_t self = getpid(), helper;
+	int status;
+	char c;
+
+	if (pipe(go))
+		die("pipe");
+	helper = fork();
+	if (helper < 0)
+		die("fork");
+	if (helper == 0) {
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(1);
+		write_map(self, "uid_map", uid);
+		write_map(self, "gid_map", gid);
+		_exit(0);
+	}
+	close(go[0]);
+	if (unshare(CLONE_NEWUSER))
+		die("unshare(CLONE_NEWUSER)");
+	if (write(go[1], "x", 1) != 1)
+		die("write");
+	close(go[1]);
+	if (waitpid(helper, &status, 0) != helper || !WIFEXITED(status) ||
+	    WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "the helper could not write the id maps\n");
+		exit(1);
+	}
 }
 
 int main(int argc, char **argv)
@@ -144,6 +204,19 @@ int main(int argc, char **argv)
 
 		if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0))
 			die("prctl(PR_SET_KEEPCAPS, 1)");
+		if (setgroups(0, NULL))
+			die("setgroups");
+		if (setresgid(gid, gid, gid))
+			die("setresgid");
+		if (setresuid(uid, uid, uid))
+			die("setresuid");
+		if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
+			die("prctl(PR_SET_DUMPABLE, 1)");
+	} else if (!strcmp(argv[2], "userns") && argc == 5) {
+		uid_t uid = (uid_t)number(argv[3], argv[0]);
+		gid_t gid = (gid_t)number(argv[4], argv[0]);
+
+		new_user_ns(uid, gid);
 		if (setgroups(0, NULL))
 			die("setgroups");
 		if (setresgid(gid, gid, gid))

@@ -1,6 +1,7 @@
-//! Who a caller or a process's owner is: a user account with its groups
-//! and capabilities, and the grants letting a group's members profile a
-//! user's processes.
+//! Who a caller or a process's owner is: a user account with its groups,
+//! capabilities and user namespace, and the grants letting a group's
+//! members profile a user's processes.
+use crate::sys::userns::{ns_id, NsId};
 use std::ffi::CString;
 
 /// A user account: the identity checks are made against.
@@ -12,8 +13,15 @@ pub struct Account {
     pub gid: u32,
     /// Primary and supplementary groups (for grants).
     pub groups: Vec<u32>,
-    /// Permitted capabilities (a target's must be among them).
+    /// Permitted capabilities (a target's in the same user namespace must
+    /// be among them).
     pub caps: u64,
+    /// Effective capabilities: CAP_SYS_PTRACE lets the kernel's rule pass
+    /// for the processes of its user namespace and of those below it.
+    pub caps_effective: u64,
+    /// The user namespace the capabilities hold in (the daemon's own for a
+    /// token's or a grant's user); None when it could not be read.
+    pub user_ns: Option<NsId>,
     /// The user name (the uid as text when it has none).
     pub name: String,
 }
@@ -38,20 +46,25 @@ impl Account {
             gid: u.gid.as_raw(),
             groups,
             caps: 0,
+            caps_effective: 0,
+            user_ns: ns_id("/proc/self/ns/user").ok(),
             name: u.name,
         })
     }
 
-    /// The account of a peer process, from its credentials: groups and
-    /// capabilities from the process itself when it is still the one that
-    /// connected.
+    /// The account of a peer process, from its credentials: groups,
+    /// capabilities and user namespace from the process itself when it is
+    /// still the one that connected.
     pub(super) fn of_peer(uid: u32, gid: u32, pid: Option<i32>) -> Account {
-        let (mut groups, mut caps) = (vec![gid], 0);
-        if let Some(status) = pid.and_then(|p| procfs::process::Process::new(p).ok()?.status().ok())
+        let (mut groups, mut caps, mut caps_effective, mut user_ns) = (vec![gid], 0, 0, None);
+        if let Some((p, status)) =
+            pid.and_then(|p| Some((p, procfs::process::Process::new(p).ok()?.status().ok()?)))
         {
             if status.euid == uid {
                 groups.extend(status.groups.iter().copied());
                 caps = status.capprm;
+                caps_effective = status.capeff;
+                user_ns = ns_id(&format!("/proc/{p}/ns/user")).ok();
             }
         }
         let name = nix::unistd::User::from_uid(uid.into())
@@ -64,6 +77,8 @@ impl Account {
             gid,
             groups,
             caps,
+            caps_effective,
+            user_ns,
             name,
         }
     }

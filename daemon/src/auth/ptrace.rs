@@ -1,12 +1,17 @@
 //! The kernel's rule for reading another process
 //! (`PTRACE_MODE_READ_REALCREDS`), as profd applies it to its callers: the
-//! credentials of a target's threads read from /proc, and whether a caller
-//! (or a grant) may profile them. No caller identity, no tokens.
+//! credentials and user namespace of a target's threads read from /proc,
+//! and whether a caller (or a grant) may profile them. No caller identity,
+//! no tokens.
 use super::account::{Account, Grant};
+use crate::sys::userns::{user_ns_chain, UserNs};
 use std::os::unix::fs::MetadataExt;
 
+/// The bit of CAP_SYS_PTRACE in a capability set.
+const CAP_SYS_PTRACE: u64 = 1 << 19;
+
 /// A thread's credentials at one moment, from /proc.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetCreds {
     /// Real, effective, saved uid.
     pub uids: [u32; 3],
@@ -17,6 +22,9 @@ pub struct TargetCreds {
     /// Whether the process is dumpable: the kernel gives the files under its
     /// /proc directory (not the directory itself) to root when it is not.
     pub dumpable: bool,
+    /// The user namespace its credentials belong to, then each parent up
+    /// to the daemon's own; empty when it could not be read.
+    pub user_ns: Vec<UserNs>,
 }
 
 impl TargetCreds {
@@ -34,11 +42,20 @@ impl TargetCreds {
         if exiting || status.tgid as u32 != pid {
             return None;
         }
+        let user_ns = match user_ns_chain(&format!("/proc/{pid}/task/{tid}/ns/user")) {
+            Ok(chain) => chain,
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => return None,
+            Err(err) => {
+                tracing::warn!(pid, tid, %err, "cannot read a thread's user namespace");
+                Vec::new()
+            }
+        };
         Some(TargetCreds {
             uids: [status.ruid, status.euid, status.suid],
             gids: [status.rgid, status.egid, status.sgid],
             caps: status.capprm,
             dumpable: owner == status.euid,
+            user_ns,
         })
     }
 }
@@ -89,9 +106,40 @@ pub fn check_process(caller: &Account, grants: &[Grant], pid: u32) -> Check {
     }
 }
 
+/// Whether `caller` holds CAP_SYS_PTRACE over the user namespace
+/// `chain[0]` (the rest of `chain` are its parents), as the kernel's
+/// `cap_capable` decides: in its own namespace by its effective
+/// capabilities; in a namespace below its own when its uid created that
+/// namespace or one of its parents below the caller's (the creator holds
+/// every capability there).
+fn ptrace_capable(caller: &Account, chain: &[UserNs]) -> bool {
+    let Some(own) = caller.user_ns else {
+        return false;
+    };
+    for (i, ns) in chain.iter().enumerate() {
+        if ns.id == own {
+            return caller.caps_effective & CAP_SYS_PTRACE != 0;
+        }
+        if chain.get(i + 1).is_some_and(|p| p.id == own) && ns.owner == caller.uid {
+            return true;
+        }
+    }
+    false
+}
+
 /// Whether `caller` may profile a thread (`who`, for messages) with
 /// credentials `target`: the kernel's PTRACE_MODE_READ_REALCREDS rule (see
 /// docs/operations.md, "Who may profile what"), or a grant. Err says why not.
+///
+/// The kernel (`__ptrace_may_access`, then `cap_ptrace_access_check`) lets
+/// a caller in when (1) the target's ids are all the caller's, or the caller
+/// holds CAP_SYS_PTRACE over the target's user namespace; (2) the target is
+/// dumpable, or the caller holds CAP_SYS_PTRACE over the namespace its
+/// memory was made in; (3) the target is in the caller's user namespace with
+/// no capability the caller lacks, or the caller holds CAP_SYS_PTRACE over
+/// the target's namespace. /proc does not show the namespace of (2): a
+/// target not dumpable passes only for a caller holding CAP_SYS_PTRACE over
+/// every namespace the daemon sees.
 pub fn may_profile(
     caller: &Account,
     grants: &[Grant],
@@ -103,41 +151,72 @@ pub fn may_profile(
     }
     let [ruid, euid, suid] = target.uids;
     let [rgid, egid, sgid] = target.gids;
+    let capable = ptrace_capable(caller, &target.user_ns);
     let own = ruid == caller.uid;
     let granted = grants
         .iter()
         .any(|g| g.uid == ruid && caller.in_group(g.gid));
-    if !own && !granted {
-        let via = grants
-            .iter()
-            .filter(|g| caller.in_group(g.gid))
-            .map(|g| g.user.as_str())
-            .collect::<Vec<_>>();
-        let also = if via.is_empty() {
-            String::new()
-        } else {
-            format!(" or of {} (granted)", via.join(", "))
+    if !capable {
+        if !own && !granted {
+            let via = grants
+                .iter()
+                .filter(|g| caller.in_group(g.gid))
+                .map(|g| g.user.as_str())
+                .collect::<Vec<_>>();
+            let also = if via.is_empty() {
+                String::new()
+            } else {
+                format!(" or of {} (granted)", via.join(", "))
+            };
+            return Err(format!(
+                "{who} runs as uid {ruid}; uid {} may profile only its own processes{also} (root may profile any)",
+                caller.uid
+            ));
+        }
+        if euid != ruid || suid != ruid {
+            return Err(format!(
+                "{who} has changed identity (uids real {ruid}, effective {euid}, saved {suid}); only root may profile it"
+            ));
+        }
+        if own && target.gids != [caller.gid; 3] {
+            // The kernel compares the caller's real gid with all three.
+            return Err(format!(
+                "{who} runs with gids real {rgid}, effective {egid}, saved {sgid}; uid {} may profile only processes whose gids are all its own group {} (being a member of a group is not enough; root may profile any)",
+                caller.uid, caller.gid
+            ));
+        }
+        if !own && (egid != rgid || sgid != rgid) {
+            return Err(format!(
+                "{who} runs set-group-id (gids real {rgid}, effective {egid}, saved {sgid}); only root may profile it"
+            ));
+        }
+    }
+    // Over the outermost namespace, over all below it.
+    let over_all = target
+        .user_ns
+        .last()
+        .is_some_and(|top| ptrace_capable(caller, std::slice::from_ref(top)));
+    if !target.dumpable && ruid != 0 && !over_all {
+        return Err(format!(
+            "{who} is not dumpable (it dropped privileges or set PR_SET_DUMPABLE 0); only root may profile it"
+        ));
+    }
+    if capable {
+        return Ok(());
+    }
+    let Some(ns) = target.user_ns.first() else {
+        return Err(format!(
+            "the user namespace of {who} could not be read; only root may profile it"
+        ));
+    };
+    if caller.user_ns != Some(ns.id) {
+        let callers = match caller.user_ns {
+            Some(c) => format!("{}", c.ino),
+            None => "unknown: its process is gone".to_string(),
         };
         return Err(format!(
-            "{who} runs as uid {ruid}; uid {} may profile only its own processes{also} (root may profile any)",
-            caller.uid
-        ));
-    }
-    if euid != ruid || suid != ruid {
-        return Err(format!(
-            "{who} has changed identity (uids real {ruid}, effective {euid}, saved {suid}); only root may profile it"
-        ));
-    }
-    if own && target.gids != [caller.gid; 3] {
-        // The kernel compares the caller's real gid with all three.
-        return Err(format!(
-            "{who} runs with gids real {rgid}, effective {egid}, saved {sgid}; uid {} may profile only processes whose gids are all its own group {} (being a member of a group is not enough; root may profile any)",
-            caller.uid, caller.gid
-        ));
-    }
-    if !own && (egid != rgid || sgid != rgid) {
-        return Err(format!(
-            "{who} runs set-group-id (gids real {rgid}, effective {egid}, saved {sgid}); only root may profile it"
+            "{who} runs in user namespace {} (created by uid {}), not in uid {}'s ({callers}), and uid {} has no CAP_SYS_PTRACE there: only root, or the user who created that namespace (or one it is nested in) from its own, may profile it",
+            ns.id.ino, ns.owner, caller.uid, caller.uid
         ));
     }
     let extra = target.caps & !caller.caps;
@@ -147,17 +226,27 @@ pub fn may_profile(
             caller.uid, target.caps
         ));
     }
-    if !target.dumpable && ruid != 0 {
-        return Err(format!(
-            "{who} is not dumpable (it dropped privileges or set PR_SET_DUMPABLE 0); only root may profile it"
-        ));
-    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::userns::NsId;
+
+    /// A user namespace `ino` created by `owner`.
+    fn ns(ino: u64, owner: u32) -> UserNs {
+        UserNs {
+            id: NsId { dev: 4, ino },
+            owner,
+        }
+    }
+
+    /// The daemon's (and the callers') namespace.
+    const HOST: UserNs = UserNs {
+        id: NsId { dev: 4, ino: 1 },
+        owner: 0,
+    };
 
     fn account(uid: u32, groups: &[u32], name: &str) -> Account {
         Account {
@@ -165,6 +254,8 @@ mod tests {
             gid: groups[0],
             groups: groups.to_vec(),
             caps: 0,
+            caps_effective: 0,
+            user_ns: Some(HOST.id),
             name: name.into(),
         }
     }
@@ -179,7 +270,97 @@ mod tests {
             gids: [gid; 3],
             caps: 0,
             dumpable: true,
+            user_ns: vec![HOST],
         }
+    }
+
+    /// `creds` of a thread in the namespaces `chain` (innermost first).
+    fn creds_in(uid: u32, caps: u64, chain: &[UserNs]) -> TargetCreds {
+        TargetCreds {
+            caps,
+            user_ns: chain.to_vec(),
+            ..creds(uid, uid)
+        }
+    }
+
+    /// A target in another user namespace than the caller's passes only when
+    /// the caller holds CAP_SYS_PTRACE over it: when its uid created that
+    /// namespace or one it is nested in (from the caller's own), or holds
+    /// the capability in its own namespace.
+    #[test]
+    fn user_namespaces_as_the_kernel_sees_them() {
+        let a = alice();
+        let p = "process 7";
+        let all = 0x1ff_ffff_ffff;
+        let roots = ns(10, 0);
+        let alices = ns(11, 1000);
+        // Made inside root's namespace by a process running as uid 1000.
+        let in_roots = ns(12, 1000);
+        let in_alices = ns(13, 1000);
+
+        let err = may_profile(&a, &[], p, &creds_in(1000, 0, &[roots, HOST])).unwrap_err();
+        assert!(
+            err.contains("process 7 runs in user namespace 10 (created by uid 0)")
+                && err.contains("not in uid 1000's (1)"),
+            "{err}"
+        );
+        let nested = [in_roots, roots, HOST];
+        assert!(may_profile(&a, &[], p, &creds_in(1000, 0, &nested)).is_err());
+        // Her own: whatever capabilities it holds there, nested or not,
+        // and whichever uids.
+        for chain in [&[alices, HOST][..], &[in_alices, alices, HOST]] {
+            assert_eq!(may_profile(&a, &[], p, &creds_in(1000, all, chain)), Ok(()));
+            assert_eq!(
+                may_profile(&a, &[], p, &creds_in(100_000, 0, chain)),
+                Ok(())
+            );
+        }
+        // A caller inside her namespace, with every capability there.
+        let inside = Account {
+            caps: all,
+            caps_effective: all,
+            user_ns: Some(alices.id),
+            ..alice()
+        };
+        let err = may_profile(&inside, &[], p, &creds(1000, 1000)).unwrap_err();
+        assert!(err.contains("runs in user namespace 1 "), "{err}");
+        let there = [alices, HOST];
+        assert_eq!(
+            may_profile(&inside, &[], p, &creds_in(1000, all, &there)),
+            Ok(())
+        );
+        let below = [in_alices, alices, HOST];
+        assert_eq!(
+            may_profile(&inside, &[], p, &creds_in(5, 0, &below)),
+            Ok(())
+        );
+        // Without CAP_SYS_PTRACE in effect there: ids and capabilities count.
+        let bare = Account {
+            caps_effective: 0,
+            ..inside.clone()
+        };
+        assert!(may_profile(&bare, &[], p, &creds_in(5, 0, &there)).is_err());
+        assert_eq!(
+            may_profile(&bare, &[], p, &creds_in(1000, 0, &there)),
+            Ok(())
+        );
+        // CAP_SYS_PTRACE in the daemon's namespace: any process.
+        let tracer = Account {
+            caps_effective: CAP_SYS_PTRACE,
+            ..alice()
+        };
+        let mut c = creds_in(0, all, &nested);
+        c.dumpable = false;
+        assert_eq!(may_profile(&tracer, &[], p, &c), Ok(()));
+        // Unknown namespaces: refused, saying which.
+        let gone = Account {
+            user_ns: None,
+            ..alice()
+        };
+        let err = may_profile(&gone, &[], p, &creds(1000, 1000)).unwrap_err();
+        assert!(err.contains("unknown"), "{err}");
+        let err = may_profile(&a, &[], p, &creds_in(1000, 0, &[])).unwrap_err();
+        assert!(err.contains("could not be read"), "{err}");
     }
 
     #[test]

@@ -4,9 +4,14 @@
 //!
 //! Each window is one file, `<start ns>-<end ns>-<id>.window.gz` (gzipped
 //! protobuf `profd.v1.Window`, mode 0600, written atomically), so the index
-//! is rebuilt at start from the directory listing alone. A file that cannot
-//! be read back is renamed `….damaged`, dropped from the index and counted.
-use super::encode::{decode, Encoded};
+//! is rebuilt at start from the directory listing alone (names checked as
+//! [`super::files`] says, each window id once). A file that cannot be read
+//! back, or holds another window than its name says, is renamed
+//! `….damaged`, dropped from the index and counted.
+use super::decode::{decode, decode_from};
+use super::encode::Encoded;
+pub(crate) use super::files::{file_name, parse_name, window_files};
+use super::files::{mismatch, sort_out};
 use super::Settings;
 use crate::request_error::Error;
 use crate::store::atomic;
@@ -19,8 +24,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The ending of a window file's name.
-const SUFFIX: &str = ".window.gz";
 /// What a window file that could not be read is renamed with.
 const DAMAGED: &str = ".damaged";
 /// Most bytes of window summaries in one listing (clients take replies of
@@ -52,6 +55,8 @@ type Key = (u64, String);
 #[derive(Default)]
 struct State {
     windows: BTreeMap<Key, Kept>,
+    /// The ids of `windows`: a window is kept once, whatever its start.
+    ids: HashSet<String>,
     bytes: u64,
     dropped_bytes: u64,
     dropped_age: u64,
@@ -119,20 +124,6 @@ pub(crate) fn random_id() -> String {
         b[..8].copy_from_slice(&now_ns().to_le_bytes());
     }
     b.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub(crate) fn file_name(start_ns: u64, end_ns: u64, id: &str) -> String {
-    format!("{start_ns:020}-{end_ns:020}-{id}{SUFFIX}")
-}
-
-/// Start, end and id of a window file's name.
-pub(crate) fn parse_name(name: &str) -> Option<(u64, u64, String)> {
-    let stem = name.strip_suffix(SUFFIX)?;
-    let mut parts = stem.splitn(3, '-');
-    let start = parts.next()?.parse().ok()?;
-    let end = parts.next()?.parse().ok()?;
-    let id = parts.next()?;
-    valid_id(id).then(|| (start, end, id.to_string()))
 }
 
 /// A window's summary: its span, totals and services (most samples first).
@@ -205,6 +196,7 @@ impl Inner {
                 let (key, kept) = entry.remove_entry();
                 st.bytes -= kept.bytes;
                 st.dropped_age += 1;
+                st.ids.remove(&key.1);
                 gone.push((key, kept.end_ns));
             }
             while st.bytes > self.settings.retention_bytes {
@@ -212,6 +204,7 @@ impl Inner {
                     break;
                 };
                 st.bytes -= kept.bytes;
+                st.ids.remove(&key.1);
                 st.dropped_bytes += 1;
                 gone.push((key, kept.end_ns));
             }
@@ -226,21 +219,22 @@ impl Inner {
     }
 
     fn add(&self, e: Encoded) {
-        let Encoded {
-            head: mut w,
-            gz: bytes,
-        } = e;
+        let Encoded { head: w, gz: bytes } = e;
         if !valid_id(&w.id) {
             tracing::warn!(id = %w.id, "a window with an id unfit for a file name: not kept");
             self.lock().damaged += 1;
             return;
         }
-        w.end_unix_ns = w.end_unix_ns.max(w.start_unix_ns);
+        if w.end_unix_ns < w.start_unix_ns {
+            tracing::warn!(id = %w.id, "a window ending before it starts: not kept");
+            self.lock().damaged += 1;
+            return;
+        }
         if let Some(sinks) = self.sinks.get() {
             sinks.offer(&w, &bytes);
         }
         let key = (w.start_unix_ns, w.id.clone());
-        if self.lock().windows.contains_key(&key) {
+        if self.lock().ids.contains(&w.id) {
             tracing::debug!(id = %w.id, "window added twice: kept once");
             return;
         }
@@ -265,13 +259,15 @@ impl Inner {
         {
             let mut st = self.lock();
             st.bytes += size;
+            st.ids.insert(key.1.clone());
             st.windows.insert(key, kept);
         }
         self.retain(now_ns());
     }
 
-    /// The window `key` read back; None when it is gone (dropped meanwhile)
-    /// or damaged (then moved aside and counted).
+    /// The window `key` read back (a piece at a time, within what a window
+    /// can hold); None when it is gone (dropped meanwhile) or damaged, or is
+    /// not the window its name says (then moved aside and counted).
     fn read(&self, key: &Key) -> Option<api::Window> {
         let (end_ns, data) = {
             let st = self.lock();
@@ -280,8 +276,8 @@ impl Inner {
         };
         let decoded = match (data, self.path(key, end_ns)) {
             (Some(data), _) => decode(&data),
-            (None, Some(path)) => match std::fs::read(&path) {
-                Ok(bytes) => decode(&bytes),
+            (None, Some(path)) => match std::fs::File::open(&path) {
+                Ok(file) => decode_from(file),
                 // Out of descriptors: the file is not at fault.
                 Err(err) if crate::fds::exhausted(&err) => {
                     tracing::warn!(path = %path.display(), %err, "cannot open a window now: left out of the answer");
@@ -291,10 +287,16 @@ impl Inner {
             },
             (None, None) => return None,
         };
-        match decoded {
+        let checked = decoded.and_then(|w| match mismatch(key.0, end_ns, &key.1, &w) {
+            None => Ok(w),
+            Some(why) => Err(why),
+        });
+        match checked {
             Ok(w) => Some(w),
             Err(reason) => {
                 self.damaged(key, &reason);
+                // What was decoded before the refusal is given back.
+                crate::sys::trim_heap();
                 None
             }
         }
@@ -311,6 +313,7 @@ impl Inner {
             };
             st.bytes -= kept.bytes;
             st.damaged += 1;
+            st.ids.remove(&key.1);
             kept
         };
         match self.path(key, kept.end_ns) {
@@ -447,39 +450,8 @@ impl Inner {
 
 /// Rebuild the index from the directory's names (and sizes); leftovers of
 /// interrupted writes, and damaged windows that ended before `cutoff` (ns),
-/// are removed, other files left alone.
-/// The window files of `dir` (start, id, end and bytes of each);
-/// half-written ones (`.tmp`) are removed, and `other` is told of every
-/// other name.
-pub(crate) fn window_files(
-    dir: &Path,
-    mut other: impl FnMut(&str, &Path),
-) -> Result<Vec<(u64, String, u64, u64)>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut found = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else {
-            continue;
-        };
-        if name.ends_with(".tmp") {
-            let _ = std::fs::remove_file(entry.path());
-            continue;
-        }
-        let Some((start, end, id)) = parse_name(name) else {
-            other(name, &entry.path());
-            continue;
-        };
-        if let Ok(m) = entry.metadata() {
-            if m.is_file() {
-                found.push((start, id, end, m.len()));
-            }
-        }
-    }
-    Ok(found)
-}
-
+/// are removed, other files left alone. Files whose names fail the checks,
+/// and copies of a window under other names, are moved aside and counted.
 fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), String> {
     let found = window_files(dir, |name, path| {
         let old_damage = name
@@ -492,13 +464,25 @@ fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), String> {
             tracing::debug!(name, "not a window file: left alone");
         }
     })?;
-    for (start, id, end, bytes) in found {
-        st.bytes += bytes;
+    let (keep, aside) = sort_out(dir, found, now_ns());
+    for (f, reason) in aside {
+        let path = dir.join(&f.name);
+        tracing::warn!(path = %path.display(), reason, "window file not trusted: moved aside");
+        st.damaged += 1;
+        let mut damaged = path.clone().into_os_string();
+        damaged.push(DAMAGED);
+        if let Err(err) = std::fs::rename(&path, &damaged) {
+            tracing::warn!(path = %path.display(), %err, "cannot move a window file aside");
+        }
+    }
+    for f in keep {
+        st.bytes += f.bytes;
+        st.ids.insert(f.id.clone());
         st.windows.insert(
-            (start, id),
+            (f.start, f.id),
             Kept {
-                end_ns: end,
-                bytes,
+                end_ns: f.end,
+                bytes: f.bytes,
                 summary: None,
                 data: None,
             },
@@ -522,6 +506,8 @@ struct Merge<'q> {
     event: i32,
     /// Services and processes in the range (of the services selected).
     services_seen: BTreeSet<String>,
+    /// The ids of the windows merged: each counts once.
+    ids: HashSet<String>,
     pids_seen: BTreeSet<u32>,
 }
 
@@ -543,6 +529,7 @@ impl<'q> Merge<'q> {
             covered_ns: 0,
             event: 0,
             services_seen: BTreeSet::new(),
+            ids: HashSet::new(),
             pids_seen: BTreeSet::new(),
         }
     }
@@ -570,6 +557,10 @@ impl<'q> Merge<'q> {
     }
 
     fn add(&mut self, w: api::Window) {
+        if !self.ids.insert(w.id.clone()) {
+            tracing::warn!(id = %w.id, "a window met twice in one query: counted once");
+            return;
+        }
         self.first_start_ns = Some(
             self.first_start_ns
                 .map_or(w.start_unix_ns, |s| s.min(w.start_unix_ns)),

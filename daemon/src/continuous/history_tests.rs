@@ -572,3 +572,143 @@ async fn wide_listings_leave_out_the_oldest_windows() {
     assert_eq!(list.services[0].samples, 150, "services count every window");
     assert!(prost::Message::encoded_len(&list) < 4 << 20);
 }
+
+/// The file of window `w` in `dir` (as the history named it).
+fn file_of(dir: &Path, w: &api::Window) -> PathBuf {
+    dir.join(file_name(w.start_unix_ns, w.end_unix_ns, &w.id))
+}
+
+/// Copies of a window under other names (dated 2100, ending before it
+/// starts, an hour earlier, not zero-padded) and a file holding another
+/// window than its name says are moved aside, counted and never merged: a
+/// window counts once, whatever its files.
+#[tokio::test]
+async fn names_are_checked_against_contents_and_a_window_counts_once() {
+    let dir = scratch("names");
+    let h = History::open(Some(dir.clone()), &settings()).unwrap();
+    let w = WindowBuilder::new("orig", 60)
+        .stack("s", 1, "x", 1, &["f"], 5)
+        .build();
+    h.add_window(w.clone()).await;
+    drop(h);
+    let (start, end) = (w.start_unix_ns, w.end_unix_ns);
+    let original = file_of(&dir, &w);
+    let y2100 = 4_102_444_800 * SEC;
+    let copies = [
+        file_name(y2100, y2100 + 10 * SEC, "orig"),
+        file_name(end, start, "orig"),
+        file_name(start - 3600 * SEC, end - 3600 * SEC, "orig"),
+        format!("{start}-{end}-orig.window.gz"),
+    ];
+    for name in &copies {
+        std::fs::copy(&original, dir.join(name)).unwrap();
+    }
+    // A name of its own, but the contents of "orig".
+    let other = file_name(start, end, "other");
+    std::fs::copy(&original, dir.join(&other)).unwrap();
+
+    let h = History::open(Some(dir.clone()), &settings()).unwrap();
+    assert_eq!(
+        (h.stats().windows, h.stats().damaged),
+        (2, 4),
+        "the copies' names fail at open"
+    );
+    for name in &copies {
+        assert!(dir.join(format!("{name}.damaged")).exists(), "{name}");
+    }
+    let list = h.list(0, 0).await.unwrap();
+    let ids: Vec<&str> = list.windows.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["orig"], "listed once");
+    assert_eq!(list.damaged, 5, "the file holding another window");
+    assert!(dir.join(format!("{other}.damaged")).exists());
+    let (session, p) = h.query(&api::Query::default()).await.unwrap();
+    assert_eq!(p.attributed, 5, "merged once");
+    assert_eq!(session.duration_s, 10.0);
+    assert!(original.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// gzip of window `head` (without its services) followed by one service of
+/// `n` copies of `stack`, written a stack at a time.
+fn bomb(head: &api::Window, stack: &api::WindowStack, n: usize) -> Vec<u8> {
+    use flate2::{write::GzEncoder, Compression};
+    use prost::encoding::{encode_key, encode_varint, message, WireType};
+    use std::io::Write;
+    let mut one = Vec::new();
+    message::encode(7, stack, &mut one);
+    let service = api::ServiceWindow {
+        service: "s".into(),
+        ..Default::default()
+    };
+    let mut raw = api::Window {
+        services: Vec::new(),
+        ..head.clone()
+    }
+    .encode_to_vec();
+    encode_key(9, WireType::LengthDelimited, &mut raw);
+    encode_varint((service.encoded_len() + one.len() * n) as u64, &mut raw);
+    service.encode_raw(&mut raw);
+    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+    gz.write_all(&raw).unwrap();
+    for _ in 0..n {
+        gz.write_all(&one).unwrap();
+    }
+    gz.finish().unwrap()
+}
+
+/// A window whose head says 3 samples but whose stacks go on (27 MiB of
+/// them once decompressed, well under any fixed ceiling), and a gzip bomb
+/// of zeros: refused as they are read, moved aside and counted; the query
+/// answers from the good window.
+#[tokio::test]
+async fn windows_past_what_they_can_hold_are_refused() {
+    let dir = scratch("bomb");
+    let h = History::open(Some(dir.clone()), &settings()).unwrap();
+    h.add_window(
+        WindowBuilder::new("good", 120)
+            .stack("s", 1, "x", 1, &["f"], 2)
+            .build(),
+    )
+    .await;
+    drop(h);
+    let head = WindowBuilder::new("bomb", 60)
+        .stack("s", 1, "x", 1, &["f"], 3)
+        .build();
+    let stack = head.services[0].stacks[0].clone();
+    std::fs::write(file_of(&dir, &head), bomb(&head, &stack, 1_000_000)).unwrap();
+    let zeros = WindowBuilder::new("zeros", 30).build();
+    let gz = {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        for _ in 0..64 {
+            gz.write_all(&[0; 1 << 20]).unwrap();
+        }
+        gz.finish().unwrap()
+    };
+    std::fs::write(file_of(&dir, &zeros), gz).unwrap();
+
+    let h = History::open(Some(dir.clone()), &settings()).unwrap();
+    assert_eq!(h.stats().windows, 3);
+    let (_, p) = h.query(&api::Query::default()).await.unwrap();
+    assert_eq!(p.attributed, 2, "only the good window");
+    assert_eq!((h.stats().windows, h.stats().damaged), (1, 2));
+    assert!(dir
+        .join(format!(
+            "{}.damaged",
+            file_name(head.start_unix_ns, head.end_unix_ns, "bomb")
+        ))
+        .exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A window that ends before it starts is not kept.
+#[tokio::test]
+async fn a_window_ending_before_it_starts_is_not_kept() {
+    let h = History::open(None, &settings()).unwrap();
+    let mut w = WindowBuilder::new("back", 60)
+        .stack("s", 1, "x", 1, &["f"], 1)
+        .build();
+    w.end_unix_ns = w.start_unix_ns - 1;
+    h.add_window(w).await;
+    assert_eq!((h.stats().windows, h.stats().damaged), (0, 1));
+}

@@ -1,7 +1,9 @@
 //! Continuous profiling: every selected process on the host sampled at a low
 //! frequency with no client attached, cut into windows labelled by service,
 //! kept as local history and answered by queries.
+pub mod decode;
 pub mod encode;
+pub mod files;
 pub mod history;
 pub mod profiler;
 pub mod service;

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 /// Unique stacks kept in one window; samples of further new stacks count
 /// under `[stack limit reached]`.
-const MAX_STACKS: usize = 500_000;
+pub(crate) const MAX_STACKS: usize = 500_000;
 /// Stacks named or written between two looks for batches (a few
 /// milliseconds).
 const WRITE_SLICE: usize = 4096;

@@ -5,7 +5,8 @@
 use super::config::{Kind, Settings};
 use super::spool::{Figures, Key, Spool};
 use super::{clickhouse, otlp, pyroscope, Failure, Secret, Sent};
-use crate::continuous::encode::decode;
+use crate::continuous::decode::decode;
+use crate::continuous::files::mismatch;
 use crate::continuous::history::now_ns;
 use profd_common::api;
 use std::collections::BTreeMap;
@@ -228,6 +229,7 @@ impl Sinks {
                 counts: Mutex::new(Counts::default()),
                 last_error: Mutex::new(None),
             });
+            sink.drop_counted("damaged", sink.spool.take_damaged());
             list.push(sink.clone());
             tokio::spawn(deliver(sink, stopped.clone()));
         }
@@ -354,7 +356,11 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
             let spool_key = key.clone();
             let s = sink.clone();
             let read = tokio::task::spawn_blocking(move || {
-                s.spool.read(&spool_key).and_then(|b| decode(&b))
+                let w = s.spool.read(&spool_key).and_then(|b| decode(&b))?;
+                match mismatch(spool_key.0, end_ns, &spool_key.1, &w) {
+                    None => Ok(w),
+                    Some(why) => Err(why),
+                }
             })
             .await;
             match read {

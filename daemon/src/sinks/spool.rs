@@ -4,7 +4,8 @@
 //!
 //! Each window is the history's file form, `<start ns>-<end ns>-<id>.window.gz`,
 //! written atomically; the spool is rebuilt at start from the listing.
-use crate::continuous::history::{file_name, window_files};
+use crate::continuous::files::sort_out;
+use crate::continuous::history::{file_name, now_ns, window_files};
 use crate::store::atomic;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -25,6 +26,8 @@ pub struct Spool {
 struct State {
     windows: BTreeMap<Key, Spooled>,
     bytes: u64,
+    /// Files found untrustworthy at open, not yet counted by the sink.
+    damaged: u64,
 }
 
 struct Spooled {
@@ -112,6 +115,12 @@ impl Spool {
         Ok(gone.len() as u64)
     }
 
+    /// The window files found untrustworthy (and removed) since this was
+    /// last asked.
+    pub fn take_damaged(&self) -> u64 {
+        std::mem::take(&mut self.lock().damaged)
+    }
+
     /// The oldest window waiting: its key and end (Unix ns).
     pub fn oldest(&self) -> Option<(Key, u64)> {
         let st = self.lock();
@@ -174,14 +183,26 @@ impl Spool {
 }
 
 /// Index the window files of `dir`; half-written ones (`.tmp`) go.
+/// Files whose names fail the checks, and copies of a window under other
+/// names, are removed and counted.
 fn scan(dir: &Path, st: &mut State) -> Result<(), String> {
-    for (start, id, end, bytes) in window_files(dir, |_, _| {})? {
-        st.bytes += bytes;
+    let found = window_files(dir, |_, _| {})?;
+    let (keep, aside) = sort_out(dir, found, now_ns());
+    for (f, reason) in aside {
+        let path = dir.join(&f.name);
+        tracing::warn!(path = %path.display(), reason, "spooled window file not trusted: removed");
+        st.damaged += 1;
+        if let Err(err) = std::fs::remove_file(&path) {
+            tracing::warn!(path = %path.display(), %err, "cannot remove a spooled window");
+        }
+    }
+    for f in keep {
+        st.bytes += f.bytes;
         st.windows.insert(
-            (start, id),
+            (f.start, f.id),
             Spooled {
-                end_ns: end,
-                bytes,
+                end_ns: f.end,
+                bytes: f.bytes,
                 data: None,
             },
         );
@@ -225,6 +246,33 @@ mod tests {
         again.remove(&(20, "b2".into()));
         assert_eq!(again.oldest(), Some(((30, "c3".into()), 40)));
         assert!(!dir.join("x.window.gz.tmp").exists());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// At open, files whose names fail the history's checks and a second
+    /// file of one window are removed and counted.
+    #[test]
+    fn untrusted_files_are_removed_at_open_and_counted() {
+        let dir = temp();
+        let spool = Spool::open(Some(dir.clone()), 1 << 20).unwrap();
+        let w = profd_common::api::Window {
+            id: "a1".into(),
+            start_unix_ns: 10,
+            end_unix_ns: 20,
+            ..Default::default()
+        };
+        let gz = crate::continuous::encode::encode(w).unwrap().gz;
+        spool.push(10, 20, "a1", &gz).unwrap();
+        drop(spool);
+        let original = dir.join(file_name(10, 20, "a1"));
+        for name in [file_name(5, 15, "a1"), file_name(30, 20, "b2")] {
+            std::fs::copy(&original, dir.join(name)).unwrap();
+        }
+        let again = Spool::open(Some(dir.clone()), 1 << 20).unwrap();
+        assert_eq!(again.figures().windows, 1);
+        assert_eq!(again.oldest(), Some(((10, "a1".into()), 20)));
+        assert_eq!((again.take_damaged(), again.take_damaged()), (2, 0));
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,7 +1,9 @@
 //! The daemon's OS layer, the only module allowed `unsafe`: perf events
-//! and their rings (`perf`), and here process file descriptors, the C
-//! allocator's settings, and reading the caller's own registers and stack.
+//! and their rings (`perf`), user namespaces (`userns`), and here process
+//! file descriptors, the C allocator's settings, and reading the caller's
+//! own registers and stack.
 pub mod perf;
+pub mod userns;
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

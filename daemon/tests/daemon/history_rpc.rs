@@ -56,6 +56,10 @@ fn window(id: &str, ago_s: u64, stacks: &[(&str, u32, &[&str], u64)]) -> api::Wi
             count,
         });
         w.services.push(sw);
+        // The window's totals count its samples, as the profiler's do.
+        if let Some(t) = &mut w.totals {
+            t.attributed += count;
+        }
     }
     w
 }

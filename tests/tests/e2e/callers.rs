@@ -1,7 +1,8 @@
 //! End-to-end tests of what a caller other than root may profile and see:
 //! profd's decision on a target compared with the kernel's own (a
 //! `perf_event_open` of every thread of the target, made with the caller's
-//! credentials by `perfopen.c`); `--children` sessions and `profctl run` on
+//! credentials by `perfopen.c`), user namespaces included; `--children`
+//! sessions and `profctl run` on
 //! programs that exec short-lived children; `profctl info`. Real kernel,
 //! real `profd` and `profctl`, run as the test users of `users.rs`.
 
@@ -10,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use profd_e2e::users::{chmod, env, public_copy, public_dir, User, TEST_GROUP};
 use profd_e2e::{
-    assert_one_line_error, build_workload, path_str, CmdOutput, Daemon, Info, Profile, Workload,
+    assert_one_line_error, bin, build_workload, path_str, Cmd, CmdOutput, Daemon, Info, Profile,
+    Workload, PROFCTL_TIMEOUT,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -46,12 +48,34 @@ fn split_with_gid(user: &User, gid: u32) -> Workload {
     Workload::start_command(command, "split")
 }
 
+/// How a caller runs: as itself, in the host's user namespace ...
+const ITSELF: &[&str] = &[];
+/// ... or in a user namespace it made, root there with every capability
+/// there (the kernel's uid is still its own).
+const IN_ITS_USERNS: &[&str] = &["unshare", "--user", "--map-root-user", "--"];
+
+/// `user`'s command `program args...`, run through `via` (see [`ITSELF`]).
+fn as_user_via(user: &User, via: &[&str], program: &std::path::Path) -> Command {
+    match via.split_first() {
+        None => user.command(program),
+        Some((first, rest)) => {
+            let mut command = user.command(std::path::Path::new(first));
+            command.args(rest).arg(program);
+            command
+        }
+    }
+}
+
 /// The kernel's answer: whether `user` may open a sampling event on every
 /// thread of `pid` (`perfopen`'s lines are shown).
 fn kernel_allows(user: &User, pid: u32) -> (bool, String) {
+    kernel_allows_via(user, ITSELF, pid)
+}
+
+/// [`kernel_allows`], with `user` running through `via`.
+fn kernel_allows_via(user: &User, via: &[&str], pid: u32) -> (bool, String) {
     let exe = public_copy(&build_workload("perfopen"));
-    let out = user
-        .command(&exe)
+    let out = as_user_via(user, via, &exe)
         .arg(pid.to_string())
         .output()
         .expect("run perfopen");
@@ -70,11 +94,28 @@ fn kernel_allows(user: &User, pid: u32) -> (bool, String) {
 /// profd's answer: whether `user`'s one-second attach to `pid` succeeds
 /// (true) or is refused with PERMISSION_DENIED (false).
 fn profd_allows(d: &Daemon, user: &User, pid: u32) -> (bool, CmdOutput) {
+    profd_allows_via(d, user, ITSELF, pid)
+}
+
+/// [`profd_allows`], with `user`'s profctl running through `via`.
+fn profd_allows_via(d: &Daemon, user: &User, via: &[&str], pid: u32) -> (bool, CmdOutput) {
     let pid = pid.to_string();
-    let out = d.profctl_as(
-        user,
-        &["attach", &pid, "--duration", "1", "--format", "json"],
-    );
+    let args = ["attach", &pid, "--duration", "1", "--format", "json"];
+    let out = if via.is_empty() {
+        d.profctl_as(user, &args)
+    } else {
+        let profctl = public_copy(&bin("profctl"));
+        let mut full = user.setpriv_args();
+        full.extend(via.iter().map(|a| a.to_string()));
+        full.extend([
+            path_str(&profctl).to_string(),
+            "--socket".to_string(),
+            path_str(d.socket()).to_string(),
+        ]);
+        full.extend(args.iter().map(|a| a.to_string()));
+        let full: Vec<&str> = full.iter().map(String::as_str).collect();
+        Cmd::spawn("setpriv", &full).wait(PROFCTL_TIMEOUT)
+    };
     if out.status.success() {
         return (true, out);
     }
@@ -130,6 +171,84 @@ fn profd_refuses_what_the_kernel_refuses() {
         "the refusal names the thread:\n{}",
         out.describe()
     );
+}
+
+/// Starts `split LONG --ready` as `user` through `via` (see [`ITSELF`]).
+fn split_via(user: &User, via: &[&str]) -> Workload {
+    let exe = public_copy(&build_workload("split"));
+    let mut command = as_user_via(user, via, &exe);
+    command.arg(LONG.to_string()).arg("--ready");
+    Workload::start_command(command, "split")
+}
+
+/// User namespaces, decided as the kernel does: the kernel compares the
+/// caller's and the target's namespaces, and a caller reaches into another
+/// only with CAP_SYS_PTRACE over it, which its creator holds. With alice's
+/// uid, gid and no capability: a process in a namespace root made is
+/// refused; one in a namespace alice made (root there, with every
+/// capability there) and her plain process are allowed; and alice calling
+/// from a namespace of her own may not profile her plain process.
+#[test]
+fn user_namespaces_are_decided_as_the_kernel_does() {
+    let env = env();
+    let alice = &env.users.alice;
+    let d = group_daemon();
+    let (uid, gid) = (alice.uid.to_string(), alice.gid.to_string());
+    let plain = split_via(alice, ITSELF);
+    let roots = privdrop(&["userns", &uid, &gid]);
+    let alices = split_via(alice, IN_ITS_USERNS);
+    let ns = |w: &Workload| {
+        std::fs::read_link(format!("/proc/{}/ns/user", w.pid()))
+            .map(|l| l.display().to_string())
+            .unwrap_or_default()
+    };
+    assert_ne!(ns(&roots), ns(&plain), "privdrop made no user namespace");
+    assert_ne!(ns(&alices), ns(&plain), "unshare made no user namespace");
+
+    for (what, w, via, kernel_expected) in [
+        ("alice's plain process", &plain, ITSELF, true),
+        (
+            "alice's ids in a namespace root made",
+            &roots,
+            ITSELF,
+            false,
+        ),
+        (
+            "alice's process in a namespace she made",
+            &alices,
+            ITSELF,
+            true,
+        ),
+        (
+            "her plain process, from a namespace of hers",
+            &plain,
+            IN_ITS_USERNS,
+            false,
+        ),
+    ] {
+        let (kernel, lines) = kernel_allows_via(alice, via, w.pid());
+        eprintln!(
+            "{what} ({}, {}): kernel allows {kernel}\n{lines}",
+            w.pid(),
+            ns(w)
+        );
+        assert_eq!(kernel, kernel_expected, "{what}: the premise does not hold");
+        let (profd, out) = profd_allows_via(&d, alice, via, w.pid());
+        eprintln!("  profd allows {profd}: {}", out.stderr.trim());
+        assert_eq!(
+            profd,
+            kernel,
+            "{what}: profd decides otherwise than the kernel\n{}",
+            out.describe()
+        );
+        if !profd {
+            assert!(
+                out.stderr.contains("user namespace"),
+                "the refusal names the user namespace:\n{}",
+                out.describe()
+            );
+        }
+    }
 }
 
 /// A shell loop of `alice` running `/bin/true`: its children exec and exit

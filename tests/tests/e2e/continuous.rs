@@ -33,7 +33,7 @@ pub(crate) fn now_ns() -> u64 {
 
 /// `profd --continuous` at [`FREQ`] with windows of `window` seconds, and
 /// `extra` settings.
-fn continuous(window: &str, extra: &[&str]) -> Daemon {
+pub(crate) fn continuous(window: &str, extra: &[&str]) -> Daemon {
     let mut args = vec![
         "--continuous",
         "--continuous-freq",
@@ -46,12 +46,12 @@ fn continuous(window: &str, extra: &[&str]) -> Daemon {
 }
 
 /// A cgroup2 group for this test process, its own service: `profd-ct-KIND-PID`.
-fn group(kind: &str) -> Cgroup {
+pub(crate) fn group(kind: &str) -> Cgroup {
     Cgroup::new(&format!("profd-ct-{kind}-{}", std::process::id()))
 }
 
 /// `exe SECONDS --ready` started in `cg`, once it is ready.
-fn start_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
+pub(crate) fn start_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
     let mut cmd = cg.command(exe);
     cmd.args([seconds, "--ready"]);
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();

@@ -19,6 +19,7 @@ mod deploy;
 mod faults;
 mod fleet;
 mod go;
+mod history;
 mod jit;
 mod kept;
 mod kernel_frames;

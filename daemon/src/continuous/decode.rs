@@ -1,0 +1,272 @@
+//! Reading a window back from its gzip'd form as a stream: decompressed a
+//! piece at a time and decoded a field (a stack) at a time, and refused as
+//! soon as it holds more than a window can, so that a damaged or forged
+//! file never makes the daemon hold more than that bound. Writing is in
+//! [`super::encode`].
+use profd_common::api;
+use prost::encoding::{encode_key, encode_varint, WireType};
+use prost::Message;
+use std::io::{BufRead, BufReader, Read};
+
+/// Unique stacks a window holds at most: the profiler's limit, and the
+/// stack the samples over it are counted under.
+pub const MAX_STACKS: u64 = super::profiler::MAX_STACKS as u64 + 1;
+/// Room for one stack once decoded: the deepest walk (256 user frames, the
+/// unwinder's limit, and 127 kernel frames, perf's default) takes 6 KiB;
+/// the rest is for the thread, process and functions (names) it brings.
+pub const STACK_BYTES: u64 = 64 << 10;
+/// Room for a window's fields beside its stacks' share.
+pub const HEAD_BYTES: u64 = 1 << 20;
+/// Most bytes any window may hold decoded, whatever its totals say.
+pub const MAX_WINDOW_BYTES: u64 = 1 << 30;
+/// What a decoded message other than a stack is counted as beyond its
+/// encoded bytes (its struct and allocations).
+const MESSAGE_BYTES: u64 = 128;
+/// Field numbers of `Window.totals`, `Window.services` and
+/// `ServiceWindow.stacks`.
+const SERVICES_FIELD: u32 = 9;
+const STACKS_FIELD: u32 = 7;
+/// A scratch buffer larger than this is let go of once used.
+const KEEP_SCRATCH: usize = 64 << 10;
+
+/// The most a window whose totals count `attributed` samples may hold
+/// decoded: each of its stacks holds one sample at least, so it has at most
+/// that many stacks (and never more than [`MAX_STACKS`]).
+pub fn bound(attributed: u64) -> u64 {
+    HEAD_BYTES
+        .saturating_add(attributed.min(MAX_STACKS).saturating_mul(STACK_BYTES))
+        .min(MAX_WINDOW_BYTES)
+}
+
+/// The window gzip'd in `bytes`.
+pub fn decode(bytes: &[u8]) -> Result<api::Window, String> {
+    decode_from(bytes)
+}
+
+/// The window gzip'd in what `input` reads (a file, say), read a piece at
+/// a time and no further than its bound.
+pub fn decode_from(input: impl Read) -> Result<api::Window, String> {
+    Reader::new(input).window(false)
+}
+
+/// A window's own fields, without its services: what `input` holds up to
+/// its first service (a window's own fields come first).
+pub fn decode_head(input: impl Read) -> Result<api::Window, String> {
+    Reader::new(input).window(true)
+}
+
+/// The decompressed stream, with the bytes read and the bytes decoded so
+/// far held against the bound.
+struct Reader<R: Read> {
+    r: BufReader<flate2::read::GzDecoder<R>>,
+    /// Bytes read from the decompressed stream.
+    pos: u64,
+    /// Bytes held decoded (an estimate from above), and their limit.
+    held: u64,
+    limit: u64,
+    scratch: Vec<u8>,
+}
+
+impl<R: Read> Reader<R> {
+    fn new(input: R) -> Reader<R> {
+        Reader {
+            r: BufReader::with_capacity(64 << 10, flate2::read::GzDecoder::new(input)),
+            pos: 0,
+            held: 0,
+            limit: HEAD_BYTES,
+            scratch: Vec::new(),
+        }
+    }
+
+    fn io(e: std::io::Error) -> String {
+        format!("not gzip: {e}")
+    }
+
+    /// The next byte; None at the end of the stream.
+    fn byte(&mut self) -> Result<Option<u8>, String> {
+        let b = match self.r.fill_buf().map_err(Self::io)?.first() {
+            Some(&b) => b,
+            None => return Ok(None),
+        };
+        self.r.consume(1);
+        self.pos += 1;
+        Ok(Some(b))
+    }
+
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self
+                .byte()?
+                .ok_or("not a profd.v1.Window: it ends inside a number")?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("not a profd.v1.Window: a number longer than 10 bytes".into())
+    }
+
+    /// The next field's number and wire type; None at the end.
+    fn key(&mut self) -> Result<Option<(u32, WireType)>, String> {
+        let Some(first) = self.byte()? else {
+            return Ok(None);
+        };
+        let key = if first & 0x80 == 0 {
+            u64::from(first)
+        } else {
+            let rest = self.varint()?;
+            u64::from(first & 0x7f) | rest.checked_shl(7).unwrap_or(u64::MAX)
+        };
+        let wire =
+            WireType::try_from(key & 7).map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+        let field = u32::try_from(key >> 3)
+            .ok()
+            .filter(|&f| f != 0)
+            .ok_or_else(|| {
+                format!(
+                    "not a profd.v1.Window: field number {} is not one",
+                    key >> 3
+                )
+            })?;
+        Ok(Some((field, wire)))
+    }
+
+    /// Refused unless `more` bytes more can be held.
+    fn room(&self, more: u64) -> Result<(), String> {
+        if self.held.saturating_add(more) > self.limit {
+            return Err(format!(
+                "holds more than the {} bytes a window of its samples may hold once decoded",
+                self.limit
+            ));
+        }
+        Ok(())
+    }
+
+    /// Append the next `len` bytes to `scratch`, once they fit under the
+    /// bound.
+    fn take(&mut self, len: u64) -> Result<(), String> {
+        self.room(len)?;
+        let got = (&mut self.r)
+            .take(len)
+            .read_to_end(&mut self.scratch)
+            .map_err(Self::io)?;
+        self.pos += got as u64;
+        if got as u64 != len {
+            return Err("not a profd.v1.Window: it ends inside a field".into());
+        }
+        Ok(())
+    }
+
+    /// `scratch` := field `field`'s key and value: a message of that one
+    /// field, to merge into its message.
+    fn field(&mut self, field: u32, wire: WireType) -> Result<(), String> {
+        self.scratch.clear();
+        encode_key(field, wire, &mut self.scratch);
+        match wire {
+            WireType::Varint => {
+                let v = self.varint()?;
+                encode_varint(v, &mut self.scratch);
+            }
+            WireType::SixtyFourBit => self.take(8)?,
+            WireType::ThirtyTwoBit => self.take(4)?,
+            WireType::LengthDelimited => {
+                let len = self.varint()?;
+                encode_varint(len, &mut self.scratch);
+                self.take(len)?;
+            }
+            WireType::StartGroup | WireType::EndGroup => {
+                return Err("not a profd.v1.Window: it holds a group".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Count `bytes` more as held; refused past the bound.
+    fn hold(&mut self, bytes: u64) -> Result<(), String> {
+        self.room(bytes)?;
+        self.held += bytes;
+        if self.scratch.capacity() > KEEP_SCRATCH {
+            self.scratch = Vec::new();
+        }
+        Ok(())
+    }
+
+    fn window(mut self, head_only: bool) -> Result<api::Window, String> {
+        let mut w = api::Window::default();
+        let mut services = false;
+        let mut stacks = 0u64;
+        while let Some((field, wire)) = self.key()? {
+            if field == SERVICES_FIELD && wire == WireType::LengthDelimited {
+                if head_only {
+                    return Ok(w);
+                }
+                if !services {
+                    services = true;
+                    let attributed = w.totals.map_or(0, |t| t.attributed);
+                    self.limit = bound(attributed);
+                }
+                let len = self.varint()?;
+                let s = self.service(len, &mut stacks, w.totals.map_or(0, |t| t.attributed))?;
+                w.services.push(s);
+                continue;
+            }
+            self.field(field, wire)?;
+            w.merge(&self.scratch[..])
+                .map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+            self.hold(self.scratch.len() as u64 + MESSAGE_BYTES)?;
+        }
+        Ok(w)
+    }
+
+    /// A service of `len` bytes, its stacks decoded one at a time; `stacks`
+    /// counts the window's, at most one a sample of `attributed`.
+    fn service(
+        &mut self,
+        len: u64,
+        stacks: &mut u64,
+        attributed: u64,
+    ) -> Result<api::ServiceWindow, String> {
+        let end = self.pos.saturating_add(len);
+        let mut s = api::ServiceWindow::default();
+        self.hold(MESSAGE_BYTES)?;
+        while self.pos < end {
+            let (field, wire) = self
+                .key()?
+                .ok_or("not a profd.v1.Window: it ends inside a service")?;
+            if field == STACKS_FIELD && wire == WireType::LengthDelimited {
+                let n = self.varint()?;
+                self.scratch.clear();
+                self.take(n)?;
+                let stack = api::WindowStack::decode(&self.scratch[..])
+                    .map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+                *stacks += 1;
+                if *stacks > attributed.min(MAX_STACKS) {
+                    return Err(format!(
+                        "holds more stacks than its {} samples (or than the {MAX_STACKS} a window may hold)",
+                        attributed
+                    ));
+                }
+                let size = std::mem::size_of::<api::WindowStack>()
+                    + stack.function.capacity() * 4
+                    + stack.line.capacity() * 4
+                    + stack.address.capacity() * 8;
+                self.hold(size as u64)?;
+                s.stacks.push(stack);
+            } else {
+                self.field(field, wire)?;
+                s.merge(&self.scratch[..])
+                    .map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+                self.hold(self.scratch.len() as u64 + MESSAGE_BYTES)?;
+            }
+        }
+        if self.pos != end {
+            return Err("not a profd.v1.Window: a service runs past its length".into());
+        }
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+#[path = "decode_tests.rs"]
+mod tests;

@@ -66,10 +66,12 @@ impl Victim {
             meta.is_file(),
             "after {after}: the victim is no longer a file"
         );
-        assert_eq!(
-            std::fs::read_to_string(&self.path).unwrap_or_default(),
-            self.text,
-            "after {after}: the victim was overwritten"
+        let now = std::fs::read(&self.path).unwrap_or_default();
+        assert!(
+            now == self.text.as_bytes(),
+            "after {after}: the victim was overwritten: it holds {} bytes now, {:?}…",
+            now.len(),
+            String::from_utf8_lossy(&now[..now.len().min(24)])
         );
         assert_eq!(meta.mode() & 0o7777, self.mode, "after {after}: its mode");
         assert_eq!((meta.uid(), meta.gid()), (0, 0), "after {after}: its owner");
@@ -451,6 +453,11 @@ fn sink_secret_files_others_could_steer_are_refused() {
         ] {
             let out = run_profd(&args);
             eprintln!("  {}", out.stderr.trim());
+            let requests = backend.requests();
+            assert!(
+                !requests.iter().any(|r| r.contains(secret_text.trim())),
+                "{key}: root's secret reached the backend: {requests:#?}"
+            );
             assert_eq!(out.status.code(), Some(1), "{}", out.describe());
             assert!(
                 out.stderr.contains(&format!("sink[0].{key}: ")),

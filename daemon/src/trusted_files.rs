@@ -132,7 +132,7 @@ pub fn check_dir(path: &Path) -> Result<(), String> {
         {
             Err(format!(
                 "{} is owned by {}, who could put files in it: profd keeps its files only in \
-                 a directory root or its own user owns; {}, or choose another",
+                 a directory root or its own user owns; {}",
                 r.describe(path),
                 who(stat.st_uid),
                 chown_advice()
@@ -342,8 +342,8 @@ fn check_link(
         return Ok(());
     };
     Err(format!(
-        "{} is a symbolic link (to {}) {why}: {LINK_RULE}; put the file itself there, or fix \
-         the owner and mode",
+        "{} is a symbolic link (to {}) {why}: {LINK_RULE}; replace the link by what it \
+         points to, or fix the owner and mode",
         shown.display(),
         target.display()
     ))

@@ -33,4 +33,5 @@ mod service;
 mod sessions;
 mod stacks;
 mod timeline;
+mod trusted;
 mod views;

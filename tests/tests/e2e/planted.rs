@@ -1,51 +1,40 @@
-//! End-to-end tests of the files profctl writes and the files profd
-//! trusts, against a local user (`profd-t-alice`) who plants symbolic
-//! links where root will write or read: at the names of `run -o`,
-//! `export -o`, `histogram --gmon`, `diff --pprof`, `man --dir` and
-//! `fleet -o`, at their temporary names (the old predictable ones, and by
-//! racing every new one), and at a sink's `password_file`, `token_file` and
-//! `ca_file`. The victim is a root-owned file the attacker cannot write
-//! or read; it must stay as it was, and every refusal names the file and
-//! the rule. Real kernel, real `profd` and `profctl`, real users.
+//! End-to-end tests of the files profctl writes, against a local user
+//! (`profd-t-alice`) who plants symbolic links where root will write: at
+//! the names of `run -o`, `export -o`, `histogram --gmon`, `diff --pprof`
+//! and `man --dir` (`fleet -o` is in [`super::trusted`], which has a
+//! ClickHouse), and at their temporary names (the old predictable ones, and
+//! by racing every new one). The victim is a root-owned file the attacker
+//! cannot write; it must stay as it was, and every refusal names the link
+//! and the rule. The helpers here (victims, planted links) serve
+//! [`super::trusted`] too. Real kernel, real `profd` and `profctl`, real
+//! users.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use profd_e2e::cgroups::Cgroup;
-use profd_e2e::clickhouse::{Server, KEYED_PASSWORD, KEYED_USER};
 use profd_e2e::users::{chmod, env, public_copy, public_dir, User};
 use profd_e2e::{
-    assert_one_line_error, build_workload, path_str, run_profctl, run_profd, unique_dir,
-    wait_until, CmdOutput, Daemon, Workload,
+    assert_one_line_error, build_workload, path_str, run_profctl, unique_dir, wait_until,
+    CmdOutput, Daemon, Workload,
 };
 
 /// What the victim holds.
-const PRECIOUS: &str = "precious: root's own settings\n";
+pub(crate) const PRECIOUS: &str = "precious: root's own settings\n";
 /// The rule profctl states when it refuses a link.
 const CLIENT_LINK_RULE: &str = "profctl follows a link only when you or root own it";
-/// The rules profd states.
-const LINK_RULE: &str = "profd follows a symbolic link only when root or its own user owns it";
-const FILE_RULE: &str =
-    "profd trusts a file only when root or its own user owns it and no one else may write it";
-/// How long windows may take to reach ClickHouse.
-const DELIVERY: Duration = Duration::from_secs(120);
 
 /// A root-owned file (mode 0644, or 0600 for a secret) in a directory of
 /// root's that the attacker wants overwritten or read.
-struct Victim {
-    dir: PathBuf,
-    path: PathBuf,
+pub(crate) struct Victim {
+    pub dir: PathBuf,
+    pub path: PathBuf,
     text: String,
     mode: u32,
 }
 
 impl Victim {
-    fn new(label: &str, text: &str, mode: u32) -> Victim {
+    pub fn new(label: &str, text: &str, mode: u32) -> Victim {
         let dir = unique_dir(label);
         let path = dir.join("victim.conf");
         std::fs::write(&path, text).unwrap();
@@ -60,7 +49,7 @@ impl Victim {
 
     /// Fails the test unless the victim is as it was, alone in its
     /// directory (nothing was written beside it either).
-    fn assert_untouched(&self, after: &str) {
+    pub fn assert_untouched(&self, after: &str) {
         let meta = std::fs::symlink_metadata(&self.path).expect("the victim is there");
         assert!(
             meta.is_file(),
@@ -104,19 +93,19 @@ fn as_user(user: &User, program: &str, args: &[&str]) {
 }
 
 /// `user` makes the symbolic link `link` → `target`.
-fn plant(user: &User, target: &Path, link: &Path) {
+pub(crate) fn plant(user: &User, target: &Path, link: &Path) {
     as_user(user, "ln", &["-s", path_str(target), path_str(link)]);
 }
 
 /// A directory like /tmp: root's, mode 1777.
-fn sticky_dir(label: &str) -> PathBuf {
+pub(crate) fn sticky_dir(label: &str) -> PathBuf {
     let dir = public_dir(label);
     chmod(&dir, 0o1777);
     dir
 }
 
 /// A directory `user` owns (mode 0755), that root writes into.
-fn users_dir(user: &User, label: &str) -> PathBuf {
+pub(crate) fn users_dir(user: &User, label: &str) -> PathBuf {
     let dir = public_dir(label);
     std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).unwrap();
     dir
@@ -124,7 +113,7 @@ fn users_dir(user: &User, label: &str) -> PathBuf {
 
 /// profctl failed with one line refusing `link`, planted by `user`, and
 /// stating the rule.
-fn assert_refused(out: &CmdOutput, link: &Path, user: &User) {
+pub(crate) fn assert_refused(out: &CmdOutput, link: &Path, user: &User) {
     assert_one_line_error(
         out,
         &[
@@ -136,7 +125,7 @@ fn assert_refused(out: &CmdOutput, link: &Path, user: &User) {
 }
 
 /// Whether `path` is a whole gzip file root wrote (a pprof profile).
-fn is_roots_gzip(path: &Path) -> bool {
+pub(crate) fn is_roots_gzip(path: &Path) -> bool {
     let meta = std::fs::symlink_metadata(path).expect("stat the output");
     let bytes = std::fs::read(path).unwrap_or_default();
     meta.is_file() && meta.uid() == 0 && bytes.starts_with(&[0x1f, 0x8b])
@@ -275,319 +264,4 @@ fn run_o_temporary_files_cannot_be_planted_or_raced() {
             );
         }
     }
-}
-
-/// An HTTP listener standing for a sink's backend: it keeps the header
-/// block of every request and answers 500.
-struct Backend {
-    port: u16,
-    seen: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Backend {
-    fn start() -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (kept, stopped) = (seen.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if stopped.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
-                    head.push(byte[0]);
-                }
-                kept.lock()
-                    .unwrap()
-                    .push(String::from_utf8_lossy(&head).into_owned());
-                let _ = conn.write_all(
-                    b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope",
-                );
-            }
-        });
-        Backend { port, seen, stop }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn requests(&self) -> Vec<String> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
-
-/// A profd.toml with continuous profiling on and one sink.
-fn sink_config(sink: &str) -> PathBuf {
-    let config = unique_dir("planted-config").join("profd.toml");
-    std::fs::write(
-        &config,
-        format!("[continuous]\nenabled = true\n\n[[sink]]\n{sink}"),
-    )
-    .unwrap();
-    config
-}
-
-/// Point 4 of the report: a sink's secret file that alice planted as a
-/// link to a file only root may read, one others may write, or one alice
-/// owns, is refused by `profd --check-config` and by a daemon starting,
-/// naming the key, the file and the rule; nothing of root's file reaches
-/// the backend. The same for `token_file` and `ca_file`.
-#[test]
-fn sink_secret_files_others_could_steer_are_refused() {
-    let env = env();
-    let alice = &env.users.alice;
-    let secret_text = format!("root-only-secret-{}\n", std::process::id());
-    let secret = Victim::new("victim-secret", &secret_text, 0o600);
-    chmod(&secret.dir, 0o700);
-    let backend = Backend::start();
-    let url = backend.url();
-    let tmp = sticky_dir("secrets-tmp");
-    let hers = users_dir(alice, "secrets-alice");
-
-    let in_tmp = tmp.join("ch.key");
-    plant(alice, &secret.path, &in_tmp);
-    let in_hers = hers.join("ch.key");
-    plant(alice, &secret.path, &in_hers);
-    let writable = unique_dir("secrets-writable").join("ch.key");
-    std::fs::write(&writable, "k3y\n").unwrap();
-    chmod(&writable, 0o666);
-    let owned = hers.join("own.key");
-    std::fs::write(&owned, "k3y\n").unwrap();
-    chmod(&owned, 0o600);
-    std::os::unix::fs::chown(&owned, Some(alice.uid), Some(alice.gid)).unwrap();
-    let token = tmp.join("otlp.token");
-    plant(alice, &secret.path, &token);
-    let ca = tmp.join("ca.pem");
-    plant(alice, &secret.path, &ca);
-
-    let link = |p: &Path| {
-        vec![
-            format!(
-                "{} is a symbolic link (to {}) owned by uid {} ({})",
-                p.display(),
-                secret.path.display(),
-                alice.uid,
-                alice.name
-            ),
-            LINK_RULE.to_string(),
-        ]
-    };
-    let clickhouse = |key: &str, p: &Path| {
-        format!(
-            "kind = \"clickhouse\"\nname = \"ch\"\nurl = \"{url}\"\nuser = \"default\"\n{key} = \"{}\"\n",
-            p.display()
-        )
-    };
-    let cases: Vec<(&str, String, Vec<String>)> = vec![
-        (
-            "password_file",
-            clickhouse("password_file", &in_tmp),
-            link(&in_tmp),
-        ),
-        (
-            "password_file",
-            clickhouse("password_file", &in_hers),
-            link(&in_hers),
-        ),
-        (
-            "password_file",
-            clickhouse("password_file", &writable),
-            vec![
-                format!(
-                    "{} is writable by group or others (mode 666)",
-                    writable.display()
-                ),
-                FILE_RULE.to_string(),
-            ],
-        ),
-        (
-            "password_file",
-            clickhouse("password_file", &owned),
-            vec![
-                format!(
-                    "{} is owned by uid {} ({})",
-                    owned.display(),
-                    alice.uid,
-                    alice.name
-                ),
-                FILE_RULE.to_string(),
-            ],
-        ),
-        (
-            "token_file",
-            format!(
-                "kind = \"otlp\"\nurl = \"{url}\"\ntoken_file = \"{}\"\n",
-                token.display()
-            ),
-            link(&token),
-        ),
-        ("ca_file", clickhouse("ca_file", &ca), link(&ca)),
-    ];
-    for (key, sink, needles) in &cases {
-        let config = sink_config(sink);
-        let socket = unique_dir("planted-sock").join("profd.sock");
-        for args in [
-            vec!["--config", path_str(&config), "--check-config"],
-            vec![
-                "--config",
-                path_str(&config),
-                "--socket",
-                path_str(&socket),
-                "--no-persist",
-            ],
-        ] {
-            let out = run_profd(&args);
-            eprintln!("  {}", out.stderr.trim());
-            let requests = backend.requests();
-            assert!(
-                !requests.iter().any(|r| r.contains(secret_text.trim())),
-                "{key}: root's secret reached the backend: {requests:#?}"
-            );
-            assert_eq!(out.status.code(), Some(1), "{}", out.describe());
-            assert!(
-                out.stderr.contains(&format!("sink[0].{key}: ")),
-                "the error does not name sink[0].{key}:\n{}",
-                out.describe()
-            );
-            for needle in needles {
-                assert!(
-                    out.stderr.contains(needle.as_str()),
-                    "the error does not say {needle:?}:\n{}",
-                    out.describe()
-                );
-            }
-            assert!(
-                !out.stderr.contains(secret_text.trim())
-                    && !out.stdout.contains(secret_text.trim()),
-                "root's secret was shown:\n{}",
-                out.describe()
-            );
-        }
-    }
-    let requests = backend.requests();
-    assert!(
-        !requests.iter().any(|r| r.contains(secret_text.trim())),
-        "root's secret reached the backend: {requests:#?}"
-    );
-    secret.assert_untouched("the sink checks");
-}
-
-/// A key file only root controls still works, as a file or through root's
-/// own links (a Kubernetes secret volume's layout): `--check-config` logs
-/// in to a real ClickHouse as a user that needs the password, and a
-/// daemon sends its windows with it. `profctl fleet -o` then refuses a
-/// link alice planted at its name and writes a name of root's.
-#[test]
-fn sink_key_files_only_root_controls_are_used() {
-    let env = env();
-    let alice = &env.users.alice;
-    let ports = Server::ports(1);
-    let server = Server::start("keyed", ports[0], &ports);
-    let keys = unique_dir("keyed");
-    let key = keys.join("ch.key");
-    std::fs::write(&key, format!("{KEYED_PASSWORD}\n")).unwrap();
-    chmod(&key, 0o600);
-    let volume = public_dir("keyed-volume");
-    chmod(&volume, 0o1777);
-    let dated = volume.join("..2024_01_01_00_00_00.1");
-    std::fs::create_dir(&dated).unwrap();
-    std::fs::write(dated.join("password"), KEYED_PASSWORD).unwrap();
-    std::os::unix::fs::symlink("..2024_01_01_00_00_00.1", volume.join("..data")).unwrap();
-    std::os::unix::fs::symlink("..data/password", volume.join("password")).unwrap();
-    let wrong = keys.join("wrong.key");
-    std::fs::write(&wrong, "not-the-password\n").unwrap();
-    chmod(&wrong, 0o600);
-    let sink = |key: &Path| {
-        format!(
-            "kind = \"clickhouse\"\nname = \"ch\"\nurl = \"{}\"\nuser = \"{KEYED_USER}\"\npassword_file = \"{}\"\n",
-            server.url(),
-            key.display()
-        )
-    };
-    for file in [&key, &volume.join("password")] {
-        let out = run_profd(&[
-            "--config",
-            path_str(&sink_config(&sink(file))),
-            "--check-config",
-        ]);
-        eprintln!("  {}", out.stdout.lines().last().unwrap_or_default());
-        out.assert_success();
-        assert!(
-            out.stdout.contains("# sink ch: reachable (ClickHouse"),
-            "{}",
-            out.describe()
-        );
-    }
-    // The server does check the password.
-    let out = run_profd(&[
-        "--config",
-        path_str(&sink_config(&sink(&wrong))),
-        "--check-config",
-    ]);
-    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
-
-    // A daemon sends its windows with the key.
-    let cg = Cgroup::new(&format!("profd-keyed-{}", std::process::id()));
-    let config = unique_dir("keyed-daemon").join("profd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[continuous]\nenabled = true\nfrequency = 999\nwindow = 1\nselect = [\"cgroup:{}\"]\n\n[[sink]]\n{}",
-            cg.path(),
-            sink(&key)
-        ),
-    )
-    .unwrap();
-    let _d = Daemon::start_with(&["--config", path_str(&config)]);
-    let mut cmd = cg.command(build_workload("split"));
-    cmd.args(["3", "--ready"]);
-    let mut w = Workload::start_command(cmd, "split");
-    let windows = wait_until("windows in ClickHouse", DELIVERY, || {
-        let n = server.number("SELECT count() FROM profd.windows");
-        (n > 0).then_some(n)
-    });
-    eprintln!("  {windows} windows sent as {KEYED_USER}");
-    w.wait(Duration::from_secs(60));
-
-    // fleet -o: alice's link refused, root's own name written.
-    let victim = Victim::new("victim-fleet", PRECIOUS, 0o644);
-    let tmp = sticky_dir("fleet-out");
-    let planted = tmp.join("fleet.pb.gz");
-    plant(alice, &victim.path, &planted);
-    let fleet = |out: &Path| {
-        run_profctl(
-            &[
-                "fleet",
-                "--clickhouse",
-                &server.url(),
-                "--since",
-                "1h",
-                "--format",
-                "pprof",
-                "-o",
-                path_str(out),
-            ],
-            &[],
-        )
-    };
-    assert_refused(&fleet(&planted), &planted, alice);
-    victim.assert_untouched("fleet -o");
-    let own = unique_dir("fleet-own").join("fleet.pb.gz");
-    fleet(&own).assert_success();
-    assert!(is_roots_gzip(&own));
 }

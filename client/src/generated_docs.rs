@@ -143,7 +143,7 @@ fn synopsis(cmd: &clap::Command) -> String {
 /// into `dir`, created if it does not exist (with its parents, as
 /// `mkdir -p`); returns the files written.
 pub fn write_man_dir(dir: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
-    std::fs::create_dir_all(dir)
+    crate::out_file::create_dir_all(dir)
         .map_err(|e| Error::io(format!("--dir {}: cannot create it", dir.display()), e))?;
     let mut cmd = command().disable_help_subcommand(true);
     cmd.build();
@@ -158,7 +158,7 @@ fn write_pages(
     written: &mut Vec<std::path::PathBuf>,
 ) -> Result<(), Error> {
     let path = dir.join(clap_mangen::Man::new(cmd.clone()).get_filename());
-    std::fs::write(&path, page(cmd)?)
+    crate::out_file::write_file(&path, &page(cmd)?)
         .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
     written.push(path);
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {

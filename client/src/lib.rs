@@ -11,6 +11,7 @@ pub mod error;
 pub mod fleet;
 pub mod generated_docs;
 pub mod gmon;
+pub mod out_file;
 pub mod output;
 pub mod pprof_file;
 #[cfg(feature = "private-daemon")]
@@ -54,7 +55,10 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         // anything starts.
         Command::Attach(cli::AttachArgs { options, .. })
         | Command::Run(cli::RunArgs { options, .. }) => {
-            options.recording().map_err(Error::Usage)?;
+            if let Some((path, _)) = options.recording().map_err(Error::Usage)? {
+                out_file::check_file(&path)
+                    .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+            }
         }
         Command::Health(args) => {
             let target = cli.target().map_err(Error::Usage)?;

@@ -3,10 +3,10 @@
 //! file; accounts and grants are in [`account`], the rule deciding which
 //! processes a caller may profile is in [`ptrace`].
 use crate::request_error::Error;
+use crate::trusted_files;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
 use tonic::{Request, Status};
@@ -117,27 +117,13 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
 
 impl Tokens {
     /// Read a tokens file: lines `sha256:<hex> NAME ROLE USER`, `#` comments.
-    /// Refused unless root or the daemon's user owns it, and when group or
-    /// others may write it.
+    /// Refused as [`trusted_files::read`] says: unless root or the daemon's
+    /// user owns it, when group or others may write it, or when it is
+    /// reached through a link another user could have planted.
     pub fn load(path: &Path) -> Result<Tokens, String> {
-        let meta =
-            std::fs::metadata(path).map_err(|e| format!("tokens file {}: {e}", path.display()))?;
-        let daemon = rustix::process::geteuid().as_raw();
-        if meta.uid() != 0 && meta.uid() != daemon {
-            return Err(format!(
-                "tokens file {} is owned by uid {}, who could give anyone access: chown it to root (or to the daemon's user, uid {daemon})",
-                path.display(),
-                meta.uid()
-            ));
-        }
-        if meta.permissions().mode() & 0o022 != 0 {
-            return Err(format!(
-                "tokens file {} is writable by group or others: chmod 600 it",
-                path.display()
-            ));
-        }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("tokens file {}: {e}", path.display()))?;
+        let bytes = trusted_files::read(path).map_err(|e| format!("tokens file {e}"))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| format!("tokens file {}: not UTF-8 text", path.display()))?;
         Tokens::parse(&text).map_err(|e| format!("tokens file {}: {e}", path.display()))
     }
 
@@ -208,12 +194,7 @@ pub fn new_token(path: &Path, name: &str, role: &str, user: &str) -> Result<Stri
         hex(&sha256(&token)),
         account.name
     );
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut file = trusted_files::open_append(path).map_err(|e| format!("tokens file {e}"))?;
     std::io::Write::write_all(&mut file, line.as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -292,6 +273,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn tokens_file_lines() {
@@ -334,7 +316,7 @@ mod tests {
         assert_eq!(t.caller(&a).unwrap().role, Role::Operator);
         assert_eq!(t.caller(&b).unwrap().role, Role::ReadOnly);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(Tokens::load(&path).unwrap_err().contains("chmod 600"));
+        assert!(Tokens::load(&path).unwrap_err().contains("chmod go-w it"));
         assert!(new_token(&path, "two words", "operator", "root").is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -354,7 +336,9 @@ mod tests {
         std::os::unix::fs::chown(&path, Some(other), None).expect("chown (run as root)");
         let err = Tokens::load(&path).unwrap_err();
         assert!(
-            err.contains("owned by uid 65534") && err.contains("chown it to root"),
+            err.starts_with("tokens file ")
+                && err.contains("owned by uid 65534")
+                && err.contains("chown it to root"),
             "{err}"
         );
         std::fs::remove_dir_all(&dir).unwrap();

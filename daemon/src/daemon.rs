@@ -102,10 +102,10 @@ fn bind_socket(path: &Path, gid: Option<u32>) -> Result<UnixListener, Error> {
         }
     }
     clear_stale_socket(path)?;
+    // Not through a link another user could have planted on the way.
+    crate::trusted_files::resolve(path).map_err(|e| socket_error(path, e))?;
     let listener = UnixListener::bind(path).map_err(|e| socket_error(path, e))?;
-    std::os::unix::fs::chown(path, None, gid).map_err(|e| socket_error(path, e))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-        .map_err(|e| socket_error(path, e))?;
+    crate::trusted_files::own_socket(path, gid, 0o660).map_err(|e| socket_error(path, e))?;
     Ok(listener)
 }
 

@@ -34,6 +34,7 @@ mod symbolize;
 mod sys;
 mod sysctl;
 mod tls_listener;
+mod trusted_files;
 mod unwind;
 
 pub use auth::new_token;

@@ -221,10 +221,13 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Open (creating it, mode 0700) the state directory, move corrupt files
     /// aside, apply the retention limits and return the sessions kept. Fails
-    /// only when the directory itself cannot be used.
+    /// only when the directory itself cannot be used, or when another user
+    /// could steer it ([`crate::trusted_files::check_dir`]).
     pub fn open(persist: &Persist) -> Result<(Store, Found), String> {
         let dir = &persist.dir;
         let cannot = |e: io::Error| format!("{e}");
+        // No other user may steer where the state goes, or put files in it.
+        crate::trusted_files::check_dir(dir)?;
         match fs::metadata(dir) {
             Ok(meta) if meta.is_dir() => {
                 if meta.permissions().mode() & 0o077 != 0 {

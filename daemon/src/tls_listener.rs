@@ -29,8 +29,10 @@ pub struct Listener {
     pub cors: CorsLayer,
 }
 
+/// A PEM file of the listener, which the daemon must be able to trust
+/// ([`crate::trusted_files::read`]).
 fn read_pem(what: &str, path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|e| Error::Config(format!("{what} {}: {e}", path.display())))
+    crate::trusted_files::read(path).map_err(|e| Error::Config(format!("{what} {e}")))
 }
 
 fn pem_error(what: &str, path: &Path, why: impl std::fmt::Display) -> Error {

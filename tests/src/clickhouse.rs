@@ -15,6 +15,11 @@ pub struct Server {
     http: u16,
 }
 
+/// A user of every test server that needs a password: [`KEYED_PASSWORD`].
+pub const KEYED_USER: &str = "profd_keyed";
+/// [`KEYED_USER`]'s password.
+pub const KEYED_PASSWORD: &str = "k3y-0f-the-keyed-user";
+
 /// A port free on loopback now.
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -66,13 +71,17 @@ impl Server {
         std::fs::write(dir.join("config.xml"), config).unwrap();
         std::fs::write(
             dir.join("users.xml"),
-            "<yandex>
+            format!(
+                "<yandex>
   <profiles><default></default></profiles>
   <users><default><password></password><networks><ip>127.0.0.1</ip></networks>
-    <profile>default</profile><quota>default</quota></default></users>
+    <profile>default</profile><quota>default</quota></default>
+    <{KEYED_USER}><password>{KEYED_PASSWORD}</password><networks><ip>127.0.0.1</ip></networks>
+    <profile>default</profile><quota>default</quota></{KEYED_USER}></users>
   <quotas><default></default></quotas>
 </yandex>
-",
+"
+            ),
         )
         .unwrap();
         let child = Server::spawn(&dir);

@@ -135,13 +135,13 @@ async fn read(
 /// Writes `dir/base.pb.gz` and `dir/new.pb.gz` (creating `dir`); their
 /// paths as shown.
 fn write_pair(dir: &Path, base: &Side, new: &Side) -> Result<(String, String), Error> {
-    std::fs::create_dir_all(dir)
+    crate::out_file::create_dir_all(dir)
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
     let mut paths = Vec::new();
     for (name, side) in [("base.pb.gz", base), ("new.pb.gz", new)] {
         let path = dir.join(name);
         let data = side.pprof.as_deref().unwrap_or_default();
-        std::fs::write(&path, data)
+        crate::out_file::write_file(&path, data)
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
         paths.push(path.display().to_string());
     }

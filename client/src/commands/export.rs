@@ -74,7 +74,7 @@ pub async fn export_source(
             .and_then(|()| stdout.flush())
             .map_err(Error::Output);
     }
-    write_whole(output, &reply.data)
+    crate::out_file::write_file(output, &reply.data)
         .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
     eprintln!(
         "profctl: wrote {} ({} bytes) for {}",
@@ -83,50 +83,4 @@ pub async fn export_source(
         render::session_line(&session).trim_end()
     );
     Ok(())
-}
-
-/// Writes `data` to a temporary file beside `path`, then renames it over
-/// `path`: readers see the whole file or none of it.
-fn write_whole(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(name);
-    temp_name.push(format!(".{}.tmp", std::process::id()));
-    let temp = path.with_file_name(temp_name);
-    let written = std::fs::File::create(&temp).and_then(|mut f| {
-        f.write_all(data)?;
-        f.sync_all()
-    });
-    match written.and_then(|()| std::fs::rename(&temp, path)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&temp);
-            Err(e)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn whole_files_replace_old_ones_and_leave_no_temporary() {
-        let dir = std::env::temp_dir().join(format!("profctl-write-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("p.folded");
-        std::fs::write(&path, b"old contents, longer").unwrap();
-        write_whole(&path, b"new").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"new");
-        let names: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("p.folded")]);
-        let missing = dir.join("no/such/dir/p.folded");
-        assert!(write_whole(&missing, b"x").is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

@@ -145,7 +145,7 @@ fn write(
             .and_then(|()| stdout.flush())
             .map_err(Error::Output);
     }
-    std::fs::write(output, &data)
+    crate::out_file::write_file(output, &data)
         .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
     eprintln!(
         "profctl: wrote {} ({} bytes): {} samples of {} hosts",

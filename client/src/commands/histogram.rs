@@ -76,7 +76,7 @@ pub async fn histogram(
             &histogram.counts,
             pc_bytes,
         );
-        std::fs::write(path, bytes)
+        crate::out_file::write_file(path, &bytes)
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
         eprintln!(
             "profctl: wrote {}; read it with `gprof {} {}`",

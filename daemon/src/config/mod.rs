@@ -974,7 +974,8 @@ mod tests {
         std::fs::remove_file(&key).unwrap();
         let e = settings(Some((path.into(), layer)), Layer::default()).unwrap_err();
         assert!(
-            e.starts_with("/etc/profd/profd.toml: sink[0].password_file: cannot read"),
+            e.starts_with("/etc/profd/profd.toml: sink[0].password_file: ")
+                && e.contains("ch.key: No such file"),
             "{e}"
         );
         // Without continuous profiling there is nothing to send.

@@ -19,10 +19,13 @@ pub struct Secret(String);
 
 impl Secret {
     /// The file's text without its final line break. Err (naming the file)
-    /// when it cannot be read or is empty.
+    /// when it cannot be read or is empty, or when the daemon may not trust
+    /// it ([`crate::trusted_files::read`]: a link another user could have
+    /// planted, a file others may write or another user owns).
     pub fn read(path: &Path) -> Result<Secret, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let bytes = crate::trusted_files::read(path)?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
         let text = text.trim_end_matches(['\n', '\r']);
         if text.is_empty() {
             return Err(format!("{} is empty", path.display()));
@@ -167,7 +170,7 @@ pub fn http_client(timeout: Duration, ca: Option<&Path>) -> Result<reqwest::Clie
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .use_rustls_tls();
     if let Some(ca) = ca {
-        let pem = std::fs::read(ca).map_err(|e| format!("cannot read {}: {e}", ca.display()))?;
+        let pem = crate::trusted_files::read(ca)?;
         let certs = reqwest::Certificate::from_pem_bundle(&pem)
             .map_err(|e| format!("{}: not PEM certificates: {e}", ca.display()))?;
         if certs.is_empty() {
@@ -225,10 +228,7 @@ mod tests {
         std::fs::write(&file, "\n").unwrap();
         assert!(Secret::read(&file).unwrap_err().contains("is empty"));
         let missing = Secret::read(&dir.join("none")).unwrap_err();
-        assert!(
-            missing.contains("cannot read") && missing.contains("none"),
-            "{missing}"
-        );
+        assert!(missing.contains("none: No such file"), "{missing}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

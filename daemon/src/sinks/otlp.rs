@@ -257,8 +257,7 @@ fn endpoint(c: &Config) -> Result<Endpoint, String> {
     if tls {
         let mut config = ClientTlsConfig::new().with_native_roots();
         if let Some(ca) = &c.ca {
-            let pem =
-                std::fs::read(ca).map_err(|e| format!("ca: cannot read {}: {e}", ca.display()))?;
+            let pem = crate::trusted_files::read(ca).map_err(|e| format!("ca: {e}"))?;
             // Checked here: tonic reads the file only when it connects.
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .map_err(|e| format!("ca: {}: not PEM certificates: {e}", ca.display()))?;

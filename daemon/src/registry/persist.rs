@@ -41,7 +41,7 @@ impl Registry {
             .await
             .map_err(|e| Error::Internal(format!("reserving a session id: {e}")))?;
         taken.map_err(|e| match e {
-            IdError::Exhausted => Error::ResourceExhausted(e.to_string()),
+            IdError::Exhausted | IdError::Full { .. } => Error::ResourceExhausted(e.to_string()),
             IdError::Mark { .. } => Error::Internal(e.to_string()),
         })
     }

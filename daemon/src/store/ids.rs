@@ -24,8 +24,16 @@ pub enum IdError {
          start the daemon on a new state directory (--state-dir)"
     )]
     Exhausted,
-    #[error("cannot reserve a session id: cannot write {path}: {reason}")]
-    Mark { path: PathBuf, reason: String },
+    #[error("cannot reserve a session id: cannot write {path}: {source}")]
+    Mark {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot reserve a session id: {path}'s file system is full: \
+         free space there (or set a smaller --retain-bytes) and attach again"
+    )]
+    Full { path: PathBuf },
 }
 
 /// Where the next id comes from.
@@ -95,9 +103,12 @@ impl Ids {
     fn write(&self, mark: u64) -> Result<(), IdError> {
         let Some(dir) = &self.dir else { return Ok(()) };
         write_atomic(dir, NEXT_ID_FILE, format!("{mark}\n").as_bytes(), true).map_err(|e| {
-            IdError::Mark {
-                path: dir.join(NEXT_ID_FILE),
-                reason: e.to_string(),
+            let path = dir.join(NEXT_ID_FILE);
+            match e.kind() {
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                    IdError::Full { path }
+                }
+                _ => IdError::Mark { path, source: e },
             }
         })
     }

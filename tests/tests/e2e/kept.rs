@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use profd_e2e::users::{public_copy, test_users, User, TEST_GROUP};
 use profd_e2e::{
-    build_workload, metrics, require_root_and_perf, serial, unique_dir, wait_until, words,
-    CmdOutput, Daemon, Profile, Workload,
+    assert_one_line_error, build_workload, metrics, require_root_and_perf, serial, unique_dir,
+    wait_until, words, CmdOutput, Daemon, Profile, Workload,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -332,6 +332,33 @@ fn a_save_on_a_full_state_dir_is_told_held_and_written_later() {
     let back = Profile::parse(&d.profctl(&["export", &id.to_string(), "--format", "json"]));
     assert_eq!(back.figures(), p.figures());
     drop(d);
+}
+
+/// An attach on a state directory that is full before the daemon could
+/// reserve an id is refused as out of resources, saying what to free; once
+/// there is room again the same attach starts.
+#[test]
+fn an_attach_on_a_full_state_dir_is_refused_saying_to_free_space() {
+    let _serial = serial();
+    require_root_and_perf();
+    let tmpfs = Tmpfs::mount("1m");
+    let state = tmpfs.0.clone();
+    let d = Daemon::start_with(&["--state-dir", state.to_str().unwrap()]);
+    let target = Workload::start("split", LONG);
+    let pid = target.pid_arg();
+    let filler = tmpfs.fill();
+    let out = d.profctl(&["attach", &pid, "--duration", "0.5", "--format", "json"]);
+    assert_one_line_error(
+        &out,
+        &[
+            "resource exhausted",
+            "file system is full",
+            "free space there",
+        ],
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let p = Profile::parse(&d.profctl(&["attach", &pid, "--duration", "0.5", "--format", "json"]));
+    assert!(state.join(format!("{}.session", p.session_id)).is_file());
 }
 
 /// The daemon killed (`kill -9`) while a session runs, before its first

@@ -449,15 +449,26 @@ impl Inner {
 }
 
 /// Rebuild the index from the directory's names (and sizes); leftovers of
-/// interrupted writes, and damaged windows that ended before `cutoff` (ns),
+/// interrupted writes, and damaged windows moved aside before `cutoff` (ns),
 /// are removed, other files left alone. Files whose names fail the checks,
 /// and copies of a window under other names, are moved aside and counted.
 fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), String> {
     let found = window_files(dir, |name, path| {
-        let old_damage = name
+        // A damaged window that ended before the cutoff, or any damaged
+        // file moved aside before it: a rename sets the status change time,
+        // which no name or content of the file can move (a name dated in
+        // the future would keep it forever).
+        let ended = name
             .strip_suffix(DAMAGED)
             .and_then(parse_name)
             .is_some_and(|(_, end, _)| end <= cutoff);
+        let old_damage = ended
+            || name.ends_with(DAMAGED)
+                && std::fs::symlink_metadata(path).is_ok_and(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    let aside_ns = m.ctime().saturating_mul(1_000_000_000) + m.ctime_nsec();
+                    u64::try_from(aside_ns).is_ok_and(|t| t <= cutoff)
+                });
         if old_damage {
             let _ = std::fs::remove_file(path);
         } else if !name.ends_with(DAMAGED) {

@@ -351,6 +351,27 @@ async fn damaged_files_are_moved_aside_and_counted() {
     assert_eq!(h.stats().windows, 0);
     assert!(!dir.join(format!("{cut}.damaged")).exists());
     assert!(dir.join("README").exists());
+    drop(h);
+    // A damaged file whose name no age reaches (dated 2100, or no window
+    // name at all) goes once it has been aside longer than the age kept.
+    let future = file_name(4_102_444_800 * SEC, 4_102_444_810 * SEC, "future");
+    for name in [format!("{future}.damaged"), "junk.damaged".to_string()] {
+        std::fs::write(dir.join(&name), b"aside").unwrap();
+    }
+    let s = Settings {
+        retention_age: Duration::from_secs(1),
+        ..settings()
+    };
+    drop(History::open(Some(dir.clone()), &s).unwrap());
+    assert!(
+        dir.join("junk.damaged").exists(),
+        "aside for less than the age"
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    drop(History::open(Some(dir.clone()), &s).unwrap());
+    assert!(!dir.join(format!("{future}.damaged")).exists());
+    assert!(!dir.join("junk.damaged").exists());
+    assert!(dir.join("README").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

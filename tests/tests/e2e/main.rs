@@ -23,6 +23,7 @@ mod jit;
 mod kernel_frames;
 mod names;
 mod offcpu;
+mod offcpu_rate;
 mod python;
 mod record;
 mod restart;

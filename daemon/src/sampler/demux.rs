@@ -315,13 +315,13 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
         self.demux.ring = ring;
     }
 
-    /// On rings with switches: the ring was read up to its head, which
-    /// left it `full` (no room for another record) or not, at `now`
-    /// (CLOCK_MONOTONIC when the drain began). See [`Waits::ring_read`].
-    pub fn ring_read(&mut self, full: bool, now: u64) {
+    /// On rings with switches: the ring was read up to its head, in the
+    /// drain begun at `now` (CLOCK_MONOTONIC); `missing`: records after
+    /// its last one read may be missing. See [`Waits::ring_read`].
+    pub fn ring_read(&mut self, missing: bool, now: u64) {
         let d = &mut *self.demux;
         if let Some(w) = d.waits.as_mut() {
-            w.ring_read(d.ring, full, now.saturating_sub(waits::MARGIN_NS));
+            w.ring_read(d.ring, missing, now.saturating_sub(waits::MARGIN_NS));
         }
     }
 

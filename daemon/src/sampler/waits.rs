@@ -18,6 +18,10 @@ use profd_common::api::TimeTotals;
 /// events are put in order once the drain started this long after them.
 pub const MARGIN_NS: u64 = 2_000_000;
 
+/// The longest events wait to be paired for a ring that may be missing
+/// records to say so (see [`Waits::ring_read`]).
+pub const HOLD_NS: u64 = 1_000_000_000;
+
 /// The longest a switch from one thread straight to another takes on one
 /// CPU, from the first's switch-out record to the second's switch-in
 /// record (a few microseconds; tens on a loaded machine). A longer interval
@@ -85,9 +89,9 @@ struct Read {
     /// No record of the ring is missing up to this time: a loss it reports
     /// next began after it.
     safe: u64,
-    /// At its last read it had no room for another record: it may have
-    /// been losing records since `safe`, with no LOST record yet.
-    full: bool,
+    /// At its last read records after `safe` may have been missing, with
+    /// no LOST record yet to say so (see [`Waits::ring_read`]).
+    missing: bool,
 }
 
 /// A ring as its events are paired, in time order.
@@ -179,16 +183,26 @@ impl Waits {
         }
     }
 
-    /// `ring` was read up to its head; `full`: it had no room left for
-    /// another record then. Records older than `upto` were written before
-    /// the head was read ([`MARGIN_NS`]), so a ring with room lost none of
-    /// them.
-    pub fn ring_read(&mut self, ring: usize, full: bool, upto: u64) {
-        if let Some(r) = self.read.get_mut(ring) {
-            r.full = full;
-            if !full {
-                r.safe = r.safe.max(upto);
-            }
+    /// `ring` was read up to its head; `missing`: records after the last
+    /// one read may be missing (it had no room left for another, or the
+    /// kernel counted losses no LOST record said). Records older than
+    /// `upto` were written before the head was read ([`MARGIN_NS`]), so
+    /// otherwise none of them was lost.
+    /// A ring missing records for over [`HOLD_NS`] gets no LOST record
+    /// soon (nothing of the target writes there now): what it may miss is
+    /// counted as a gap up to here, and pairing goes on.
+    pub fn ring_read(&mut self, ring: usize, missing: bool, upto: u64) {
+        let Some(r) = self.read.get_mut(ring) else {
+            return;
+        };
+        r.missing = missing;
+        if !missing {
+            r.safe = r.safe.max(upto);
+        } else if upto.saturating_sub(r.safe) > HOLD_NS {
+            let start = r.safe.max(self.done);
+            r.missing = false;
+            self.hold(start, ring, 0, What::GapStart);
+            self.hold(upto.max(start), ring, 0, What::GapEnd);
         }
     }
 
@@ -244,12 +258,12 @@ impl Waits {
     }
 
     /// How far events can be paired: up to `upto`, but not past the last
-    /// record of a ring that was full when read (its loss, if any, is
-    /// reported only at its next read).
+    /// record of a ring whose records after it may be missing (a loss is
+    /// reported only at a later read).
     fn horizon(&self, upto: u64) -> u64 {
         self.read
             .iter()
-            .filter(|r| r.full)
+            .filter(|r| r.missing)
             .map(|r| r.safe)
             .fold(upto, u64::min)
             .max(self.done)
@@ -269,10 +283,10 @@ impl Waits {
         mut emit: impl FnMut(Wait<'_>),
     ) -> TimeTotals {
         let upto = if close.is_some() {
-            // A ring full at its last read may have lost records after it,
-            // with no LOST record yet to say so.
+            // Records after a ring's last one read may be missing, with no
+            // LOST record to come: from there its threads are not known.
             for ring in 0..self.read.len() {
-                if self.read[ring].full {
+                if self.read[ring].missing {
                     let start = self.read[ring].safe.max(self.done);
                     self.hold(start, ring, 0, What::GapStart);
                 }

@@ -220,6 +220,41 @@ fn a_ring_full_at_the_end_leaves_its_threads_unknown() {
     assert_eq!(t.open_at_end, 0, "not known to be open");
 }
 
+/// A ring that may be missing records, and that nothing writes to any
+/// more (its LOST record does not come), holds the pairing back for
+/// [`HOLD_NS`] at most: then its span is counted as a gap, and pairing
+/// goes on.
+#[test]
+fn a_ring_that_stays_silent_holds_the_pairing_back_for_a_while_only() {
+    let mut waits = Waits::new(Mode::OffCpu, 2, [7]);
+    waits.switch(0, 100, 1, false, false);
+    waits.switch_out(0, 200, stack(1, 0xa));
+    waits.ring_read(0, true, 1000);
+    waits.switch(1, 500, 1, false, false);
+    waits.ring_read(1, false, 1000);
+    let (out, t) = settle(&mut waits, 1000, None);
+    assert_eq!(
+        (out.len(), t.off_cpu_ns),
+        (0, 0),
+        "held at ring 0's last record"
+    );
+    let later = 200 + HOLD_NS + 1;
+    waits.ring_read(0, true, later);
+    waits.ring_read(1, false, later);
+    let (out, t) = settle(&mut waits, later, None);
+    // Thread 1 waited from 200 and came in on ring 1 at 500, which ring
+    // 0's missing records may contradict: not known.
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!((t.unknown_ns, t.unpaired), (300, 1));
+    // Then it runs on, known: the pairing is no longer held.
+    waits.switch_out(1, later + 10, stack(1, 0xb));
+    waits.switch(1, later + 20, 1, false, false);
+    waits.ring_read(0, false, later + 100);
+    waits.ring_read(1, false, later + 100);
+    let (out, _) = settle(&mut waits, later + 100, None);
+    assert_eq!(out, [(0xb, 10, Mark::Blocked)]);
+}
+
 /// Wall mode: a sample stands for its thread's on-CPU time since its
 /// previous sample, timed by the switches, so that a thread's samples
 /// and waits never cover the same time; a thread not seen to switch in

@@ -9,6 +9,7 @@
 mod batch;
 mod callchain;
 mod demux;
+mod gaps;
 mod tops;
 mod waits;
 

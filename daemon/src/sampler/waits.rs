@@ -11,16 +11,13 @@
 //! thread's next record, the thread's time is unknown. No perf fd, no
 //! sessions: events come in, weighted stacks go to a callback.
 use super::batch::Mark;
+use super::gaps::Reads;
 use crate::sys::perf::Mode;
 use profd_common::api::TimeTotals;
 
 /// How long after its time a record may still be written to its ring:
 /// events are put in order once the drain started this long after them.
 pub const MARGIN_NS: u64 = 2_000_000;
-
-/// The longest events wait to be paired for a ring that may be missing
-/// records to say so (see [`Waits::ring_read`]).
-pub const HOLD_NS: u64 = 1_000_000_000;
 
 /// The longest a switch from one thread straight to another takes on one
 /// CPU, from the first's switch-out record to the second's switch-in
@@ -83,17 +80,6 @@ enum Thread {
     Unknown { since: u64 },
 }
 
-/// A ring as its records are read.
-#[derive(Debug, Default, Clone, Copy)]
-struct Read {
-    /// No record of the ring is missing up to this time: a loss it reports
-    /// next began after it.
-    safe: u64,
-    /// At its last read records after `safe` may have been missing, with
-    /// no LOST record yet to say so (see [`Waits::ring_read`]).
-    missing: bool,
-}
-
 /// A ring as its events are paired, in time order.
 #[derive(Debug, Default, Clone, Copy)]
 struct Ring {
@@ -131,7 +117,7 @@ pub struct Waits {
     /// yet given to a sample.
     unsampled: foldhash::HashMap<u32, u64>,
     /// Per ring (by index), as read and as paired.
-    read: Vec<Read>,
+    reads: Reads,
     rings: Vec<Ring>,
     /// Rings whose records are missing at the time paired up to.
     gaps: usize,
@@ -155,7 +141,7 @@ impl Waits {
             threads: foldhash::HashMap::default(),
             exited: foldhash::HashMap::default(),
             unsampled: foldhash::HashMap::default(),
-            read: vec![Read::default(); rings],
+            reads: Reads::new(rings),
             rings: vec![Ring::default(); rings],
             gaps: 0,
             done: 0,
@@ -178,31 +164,14 @@ impl Waits {
     /// A record of `ring` of this time was read (any record: the ring is
     /// complete up to it).
     pub fn read(&mut self, ring: usize, time: u64) {
-        if let Some(r) = self.read.get_mut(ring) {
-            r.safe = r.safe.max(time);
-        }
+        self.reads.read(ring, time);
     }
 
     /// `ring` was read up to its head; `missing`: records after the last
-    /// one read may be missing (it had no room left for another, or the
-    /// kernel counted losses no LOST record said). Records older than
-    /// `upto` were written before the head was read ([`MARGIN_NS`]), so
-    /// otherwise none of them was lost.
-    /// A ring missing records for over [`HOLD_NS`] gets no LOST record
-    /// soon (nothing of the target writes there now): what it may miss is
-    /// counted as a gap up to here, and pairing goes on.
+    /// one read may be missing. See [`Reads::ring_read`].
     pub fn ring_read(&mut self, ring: usize, missing: bool, upto: u64) {
-        let Some(r) = self.read.get_mut(ring) else {
-            return;
-        };
-        r.missing = missing;
-        if !missing {
-            r.safe = r.safe.max(upto);
-        } else if upto.saturating_sub(r.safe) > HOLD_NS {
-            let start = r.safe.max(self.done);
-            r.missing = false;
-            self.hold(start, ring, 0, What::GapStart);
-            self.hold(upto.max(start), ring, 0, What::GapEnd);
+        if let Some(gap) = self.reads.ring_read(ring, missing, upto, self.done) {
+            self.gap(ring, gap);
         }
     }
 
@@ -210,12 +179,15 @@ impl Waits {
     /// since the ring was last known complete, no record of it can be
     /// trusted to be there.
     pub fn lost(&mut self, ring: usize, time: u64) {
-        let Some(r) = self.read.get(ring) else {
-            return;
-        };
-        let start = r.safe.max(self.done);
+        if let Some(gap) = self.reads.lost(ring, time, self.done) {
+            self.gap(ring, gap);
+        }
+    }
+
+    /// Records of `ring` are missing from `start` to `end`.
+    fn gap(&mut self, ring: usize, (start, end): (u64, u64)) {
         self.hold(start, ring, 0, What::GapStart);
-        self.hold(time.max(start), ring, 0, What::GapEnd);
+        self.hold(end, ring, 0, What::GapEnd);
     }
 
     /// A switch-out sample of a routed thread.
@@ -257,19 +229,7 @@ impl Waits {
         });
     }
 
-    /// How far events can be paired: up to `upto`, but not past the last
-    /// record of a ring whose records after it may be missing (a loss is
-    /// reported only at a later read).
-    fn horizon(&self, upto: u64) -> u64 {
-        self.read
-            .iter()
-            .filter(|r| r.missing)
-            .map(|r| r.safe)
-            .fold(upto, u64::min)
-            .max(self.done)
-    }
-
-    /// Pair the held events up to `upto` (or less: see [`Waits::horizon`])
+    /// Pair the held events up to `upto` (or less: see [`Reads::horizon`])
     /// in time order, handing each ended wait to `emit`, and the part up to
     /// there of each wait still open (the rest follows at later calls;
     /// `waits` counts it once, at its end); with `close` (the session's
@@ -285,15 +245,13 @@ impl Waits {
         let upto = if close.is_some() {
             // Records after a ring's last one read may be missing, with no
             // LOST record to come: from there its threads are not known.
-            for ring in 0..self.read.len() {
-                if self.read[ring].missing {
-                    let start = self.read[ring].safe.max(self.done);
-                    self.hold(start, ring, 0, What::GapStart);
-                }
+            let missing: Vec<_> = self.reads.missing(self.done).collect();
+            for (ring, start) in missing {
+                self.hold(start, ring, 0, What::GapStart);
             }
             u64::MAX
         } else {
-            self.horizon(upto)
+            self.reads.horizon(upto, self.done)
         };
         self.held.sort_unstable_by_key(|e| (e.time, e.seq));
         let ready = self.held.partition_point(|e| e.time <= upto);

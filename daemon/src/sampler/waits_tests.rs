@@ -2,6 +2,7 @@
 //! order across rings, the switch from one thread straight to another,
 //! unpaired switches, exits, the session's end, wall-mode samples, and
 //! records lost.
+use super::super::gaps::HOLD_NS;
 use super::*;
 
 fn stack(tid: u32, frame: u64) -> Stack {

@@ -27,11 +27,34 @@ const ON_CPU_BOUND: f64 = 0.10;
 /// fraction): the kernel's CPU clock and the switch records' clock read
 /// the same time a moment apart.
 const ON_CPU_OVER: f64 = 0.02;
-/// The most the daemon's peak resident memory (VmHWM) may grow over one
-/// such session, in MiB: its rings, the batches its session has not
-/// counted yet (bounded by the rings' size), and what naming the stacks
-/// takes (the kernel's symbols, libc's), whatever the switch rate.
+/// The most the daemon's peak resident memory (VmHWM) may grow over a
+/// session at that rate, in MiB: its rings, the batches its session has
+/// not counted yet (bounded by the rings' size), and what naming the
+/// stacks takes (the kernel's symbols, libc's), whatever the switch rate.
 const RSS_GROWTH_MIB: u64 = 64;
+
+/// `counted` (ns) is the time of threads that lived `lifetimes` (s): at
+/// least that less [`THREAD_TOLERANCE`], at most that plus
+/// [`THREAD_TOLERANCE`] and `after_exit` (s): where the records of a
+/// thread's exit were lost, its time from the loss to the session's end
+/// is not known, and counted.
+fn assert_lifetimes(what: &str, counted: f64, lifetimes: f64, after_exit: f64, p: &Profile) {
+    let (low, high) = (
+        lifetimes * (1.0 - THREAD_TOLERANCE),
+        lifetimes * (1.0 + THREAD_TOLERANCE) + after_exit,
+    );
+    eprintln!(
+        "  {what}: {:.4} s, expected {low:.4} to {high:.4} s",
+        counted / 1e9
+    );
+    assert!(
+        counted >= low * 1e9 && counted <= high * 1e9,
+        "{what} is {:.4} s, expected {low:.4} to {high:.4} s (lifetimes {lifetimes:.4} s, \
+         {after_exit:.4} s after the exits):\n{}",
+        counted / 1e9,
+        p.table()
+    );
+}
 
 /// Peak resident memory of process `pid`, in KiB (VmHWM).
 fn peak_rss_kib(pid: u32) -> u64 {
@@ -45,31 +68,32 @@ fn peak_rss_kib(pid: u32) -> u64 {
 
 /// The ping-pong at [`RATE`] for 3 s under `profctl run --mode MODE
 /// --unwind UNWIND`. The time totals add up to the two threads'
-/// lifetimes; time is unknown only when records were lost; the on-CPU
-/// total is the threads' CPU time within [`ON_CPU_BOUND`] (less what is
-/// unknown), and the off-CPU total the rest; the daemon's peak memory
-/// grows by at most [`RSS_GROWTH_MIB`]. Returns the profile and the
-/// workload's figures.
+/// lifetimes (and, where the records of their exits were lost, at most up
+/// to the session's end); time is unknown only when records were lost;
+/// the on-CPU total is the threads' CPU time within [`ON_CPU_BOUND`]
+/// (less what is unknown), and the off-CPU total the rest. Returns the
+/// profile and the workload's figures.
 fn at_100_000_switches_a_second(
     h: &Harness,
     mode: &str,
     unwind: &str,
 ) -> (Profile, std::collections::BTreeMap<String, f64>) {
-    let before = peak_rss_kib(h.daemon.pid());
     let (p, v) = run(h, mode, &["--unwind", unwind], &["pingpong", "3", RATE]);
-    let after = peak_rss_kib(h.daemon.pid());
     let t = check_time_profile(&p, mode);
     let rate = printed(&v, "switches_per_s", &p);
     let seconds = printed(&v, "seconds", &p);
     let cpu = printed(&v, "cpu_total_s", &p) * 1e9;
-    // The main thread lived the session (from before its exec), the
-    // ponger the ping-pong.
-    let lived = (p.duration_s + seconds) * 1e9;
+    // The main thread lived from its exec, a moment before main(), the
+    // ponger the ping-pong. Each may be counted not known up to the
+    // session's end (the exit seen) when the records of its exit were
+    // lost.
+    let lifetime = printed(&v, "lifetime_s", &p);
+    let lived = (lifetime + seconds) * 1e9;
+    let after_exit = 2.0 * (p.duration_s - lifetime).max(0.0);
     let (on, off, unknown) = (t.on_cpu_ns as f64, t.off_cpu_ns as f64, t.unknown_ns as f64);
     eprintln!(
         "  {mode} --unwind {unwind}: {rate:.0} switches/s; lost {}, unpaired {}; on {:.4} s, \
-         off {:.4} s, unknown {:.4} s; CPU time {:.4} s, lifetimes {:.4} s; VmHWM {before} -> \
-         {after} KiB",
+         off {:.4} s, unknown {:.4} s; CPU time {:.4} s, lifetimes {:.4} s",
         p.totals.lost,
         t.unpaired,
         on / 1e9,
@@ -91,11 +115,11 @@ fn at_100_000_switches_a_second(
         p.totals.lost,
         p.table()
     );
-    assert_near(
+    assert_lifetimes(
         "on_cpu_ns + off_cpu_ns + unknown_ns of the two threads",
         on + off + unknown,
-        lived,
-        THREAD_TOLERANCE,
+        lived / 1e9,
+        after_exit,
         &p,
     );
     assert!(
@@ -114,7 +138,7 @@ fn at_100_000_switches_a_second(
     // may miss.
     let off_cpu = lived - cpu;
     assert!(
-        off <= off_cpu + cpu * ON_CPU_BOUND + lived * THREAD_TOLERANCE,
+        off <= off_cpu + cpu * ON_CPU_BOUND + lived * THREAD_TOLERANCE + after_exit * 1e9,
         "off-CPU {off:.0} ns, but the threads were off the CPU {off_cpu:.0} ns:\n{}",
         p.table()
     );
@@ -124,14 +148,51 @@ fn at_100_000_switches_a_second(
          CPU {off_cpu:.0} ns:\n{}",
         p.table()
     );
+    (p, v)
+}
+
+/// The daemon's memory at that rate is bounded by what it keeps for the
+/// session, not by how far the session falls behind: the ping-pong at
+/// [`RATE`], already running, is attached in wall mode with DWARF
+/// unwinding (every switch with a 16 KiB stack copy, and the cpu-clock
+/// samples) for 3 s, and the daemon's peak resident memory grows by at
+/// most [`RSS_GROWTH_MIB`]. (An attach, not `run`: profctl's own frames
+/// before its exec would be named too, from its debug information.)
+#[test]
+fn the_daemon_s_memory_is_bounded_at_100_000_switches_a_second() {
+    let h = Harness::start();
+    let mut command = std::process::Command::new(build_workload("offcpu"));
+    command.args(["pingpong", "60", "--ready", RATE]);
+    let target = profd_e2e::Workload::start_command(command, "offcpu");
+    let before = peak_rss_kib(h.daemon.pid());
+    let out = h.daemon.profctl(&[
+        "attach",
+        &target.pid_arg(),
+        "--mode",
+        "wall",
+        "--unwind",
+        "dwarf",
+        "--duration",
+        "3",
+        "--format",
+        "json",
+    ]);
+    let after = peak_rss_kib(h.daemon.pid());
+    let p = Profile::parse(&out);
+    let t = check_time_profile(&p, "wall");
     let growth_mib = after.saturating_sub(before) / 1024;
+    eprintln!(
+        "  lost {}, unknown {:.4} s of {:.4} s; VmHWM {before} -> {after} KiB",
+        p.totals.lost,
+        t.unknown_ns as f64 / 1e9,
+        (t.on_cpu_ns + t.off_cpu_ns + t.unknown_ns) as f64 / 1e9
+    );
     assert!(
         growth_mib <= RSS_GROWTH_MIB,
         "the daemon's peak memory grew by {growth_mib} MiB ({before} -> {after} KiB), over \
          {RSS_GROWTH_MIB} MiB:\n{}",
         p.table()
     );
-    (p, v)
 }
 
 #[test]
@@ -154,17 +215,19 @@ fn wall_at_100_000_switches_a_second(unwind: &str) {
     let rows = threads(&h, p.session_id);
     eprintln!("  threads (tid → name, ns, unknown ns): {rows:?}");
     assert_eq!(rows.len(), 2, "the two threads of the ping-pong: {rows:?}");
+    let lifetime = printed(&v, "lifetime_s", &p);
+    let after_exit = (p.duration_s - lifetime).max(0.0);
     for (tid, (name, ns, unknown)) in &rows {
         let lifetime_s = if *tid == p.pid {
-            p.duration_s
+            lifetime
         } else {
             printed(&v, "seconds", &p)
         };
-        assert_near(
+        assert_lifetimes(
             &format!("wall time of thread {tid} ({name}) with its time not known"),
             (ns + unknown) as f64,
-            lifetime_s * 1e9,
-            THREAD_TOLERANCE,
+            lifetime_s,
+            after_exit,
             &p,
         );
     }
@@ -262,18 +325,21 @@ fn lost_switch_records_are_counted_not_guessed() {
         t.waits,
         p.table()
     );
-    // The main thread's lifetime is the session's, the ponger's the
-    // ping-pong's. That no time is given across a loss is checked exactly
-    // where the records can be chosen (sampler::waits' tests); here the
-    // totals add up, and neither on-CPU nor off-CPU time is more than the
-    // threads had.
-    let lived = (p.duration_s + seconds) * 1e9;
+    // The main thread lived from its exec, the ponger the ping-pong; each
+    // may be counted not known up to the session's end when the records
+    // of its exit were lost. That no time is given across a loss is
+    // checked exactly where the records can be chosen (sampler::waits'
+    // tests); here the totals add up, and neither on-CPU nor off-CPU time
+    // is more than the threads had.
+    let lifetime = out.stderr_figure("lifetime_s");
+    let lived = (lifetime + seconds) * 1e9;
+    let after_exit = 2.0 * (p.duration_s - lifetime).max(0.0);
     let (on, off, unknown) = (t.on_cpu_ns as f64, t.off_cpu_ns as f64, t.unknown_ns as f64);
-    assert_near(
+    assert_lifetimes(
         "on_cpu_ns + off_cpu_ns + unknown_ns of the two threads",
         on + off + unknown,
-        lived,
-        THREAD_TOLERANCE,
+        lived / 1e9,
+        after_exit,
         &p,
     );
     assert!(
@@ -282,7 +348,7 @@ fn lost_switch_records_are_counted_not_guessed() {
         p.table()
     );
     assert!(
-        off <= (lived - cpu) + cpu * ON_CPU_BOUND + lived * THREAD_TOLERANCE,
+        off <= (lived - cpu) + cpu * ON_CPU_BOUND + lived * THREAD_TOLERANCE + after_exit * 1e9,
         "off-CPU {off:.0} ns, but the threads were off the CPU {:.0} ns:\n{}",
         lived - cpu,
         p.table()

@@ -28,6 +28,11 @@
 #   seen %       switches recorded against the target's switches (2 a round
 #                trip, 1 a pacing sleep): perf's samples, profd's
 #                TimeTotals.waits
+#   on %         profd: TimeTotals.on_cpu_ns against the target's CPU time
+#                as the kernel counts it (the workload's cpu_total_s)
+#   unknown %    profd: TimeTotals.unknown_ns (time no record tells, records
+#                having been lost) against on + off + unknown time
+# and profd's peak resident memory (VmHWM) at the end.
 #
 # Usage: benches/offcpu.sh [--rates "50000 200000 0"] [--seconds S] [--rounds N]
 #                          [--configs LIST] [--nice N] [--no-build] [--bin DIR] [--keep]
@@ -137,7 +142,7 @@ echo "load average before: $(loadavg)"
 #   config rate round achieved µs/trip profiler_s lost seen%
 # to $work/runs.
 run() {
-    local c="$1" rate="$2" round="$3" prof=- lost=- seen=- switches c0 c1 samples
+    local c="$1" rate="$2" round="$3" prof=- lost=- seen=- on=- unknown=- switches c0 c1 samples
     local err="$work/wl.err"
     rm -f "$err" "$work/time" "$work/perf.data" "$work/p.json"
     case "$c" in
@@ -167,11 +172,16 @@ run() {
             'BEGIN { printf "%.4f", b - a + o }')"
         lost=$(($(json_number lost "$work/p.json") + $(json_number unpaired "$work/p.json")))
         seen="$(json_number waits "$work/p.json")"
+        on="$(awk -v n="$(json_number on_cpu_ns "$work/p.json")" -v c="$(field cpu_total_s "$err")" \
+            'BEGIN { printf "%.1f", n / (c * 1e9) * 100 }')"
+        unknown="$(awk -v u="$(json_number unknown_ns "$work/p.json")" \
+            -v t="$(($(json_number on_cpu_ns "$work/p.json") + $(json_number off_cpu_ns "$work/p.json")))" \
+            'BEGIN { printf "%.1f", u / (t + u) * 100 }')"
         ;;
     esac
     switches="$(field switches "$err")"
     [ "$seen" != - ] && seen="$(awk -v s="$seen" -v n="$switches" 'BEGIN { printf "%.1f", s / n * 100 }')"
-    echo "$c $rate $round $(field switches_per_s "$err") $(field cpu_us_per_round_trip "$err") $prof $lost $seen" >>"$work/runs"
+    echo "$c $rate $round $(field switches_per_s "$err") $(field cpu_us_per_round_trip "$err") $prof $lost $seen $on $unknown" >>"$work/runs"
 }
 
 : >"$work/runs"
@@ -192,15 +202,17 @@ med() { awk -v c="$1" -v r="$2" -v k="$3" '$1 == c && $2 == r && $k != "-" { pri
 for rate in $rates; do
     echo
     echo "== rate $([ "$rate" = 0 ] && echo "unpaced" || echo "$rate switches/s") (medians of $rounds rounds)"
-    printf '%-12s %10s %8s %9s %8s %8s %9s %7s\n' config rate/s "vs bare" µs/trip "vs bare" "prof s" lost "seen %"
+    printf '%-12s %10s %8s %9s %8s %8s %9s %7s %6s %9s\n' config rate/s "vs bare" µs/trip "vs bare" "prof s" lost "seen %" "on %" "unknown %"
     base_rate="$(med bare "$rate" 4)" base_us="$(med bare "$rate" 5)"
     for c in "${configs[@]}"; do
         r="$(med "$c" "$rate" 4)" u="$(med "$c" "$rate" 5)" p="$(med "$c" "$rate" 6)" l="$(med "$c" "$rate" 7)" s="$(med "$c" "$rate" 8)"
-        printf '%-12s %10.0f %8s %9.2f %8s %8s %9s %7s\n' "$c" "$r" \
+        o="$(med "$c" "$rate" 9)" k="$(med "$c" "$rate" 10)"
+        printf '%-12s %10.0f %8s %9.2f %8s %8s %9s %7s %6s %9s\n' "$c" "$r" \
             "$(awk -v a="$r" -v b="$base_rate" 'BEGIN { printf "%.2f", a / b }')" "$u" \
             "$(awk -v a="$u" -v b="$base_us" 'BEGIN { printf "%.2f", a / b }')" \
             "$([ "$p" = nan ] && echo - || echo "$p")" "$([ "$l" = nan ] && echo - || echo "$l")" \
-            "$([ "$s" = nan ] && echo - || echo "$s")"
+            "$([ "$s" = nan ] && echo - || echo "$s")" "$([ "$o" = nan ] && echo - || echo "$o")" \
+            "$([ "$k" = nan ] && echo - || echo "$k")"
     done
     for c in profd-fp profd-dwarf; do
         [[ " ${configs[*]} " == *" $c "* && " ${configs[*]} " == *" perf "* ]] || continue
@@ -213,7 +225,11 @@ done
 echo
 echo "(rate/s: switches a second the target achieved; µs/trip: its CPU time per round trip;"
 echo " prof s: the profiler's own CPU time over the run; lost: perf's lost samples, profd's"
-echo " lost + unpaired; seen %: switches recorded against the target's)"
+echo " lost + unpaired; seen %: switches recorded against the target's; on %: profd's on-CPU"
+echo " time against the target's CPU time; unknown %: profd's time not known, of all counted)"
+if [ "$with_profd" = 1 ]; then
+    echo "profd peak resident memory: $(awk '/^VmHWM/ { print $2, $3 }' "/proc/$profd_pid/status")"
+fi
 echo "load average after: $(loadavg)"
-echo "every run (config rate round rate/s µs/trip prof_s lost seen%):"
+echo "every run (config rate round rate/s µs/trip prof_s lost seen% on% unknown%):"
 sort -k2,2n -k1,1 -k3,3n "$work/runs" | sed 's/^/  /'

@@ -60,7 +60,7 @@ pub fn view(profile: &ResolvedProfile, view: &View) -> Result<GetViewResponse, E
             let id = find(profile, f)?;
             reply.caller_callee = Some(views::callers_callees(profile, id));
         }
-        View::Threads(_) => reply.threads = views::threads(profile),
+        View::Threads(_) => reply.threads = views::threads(profile, &Default::default()),
         View::Functions(_) => {}
         View::Lines(f) => {
             let id = find(profile, f)?;

@@ -657,6 +657,7 @@ fn off_cpu_profile() -> Profile {
             waits: 1234,
             unpaired: 5,
             open_at_end: 2,
+            ..Default::default()
         }),
         ..Default::default()
     });
@@ -711,6 +712,16 @@ fn off_cpu_table_shows_times_and_the_time_accounting() {
     let table = sessions_table(&[off_cpu_profile().session]);
     assert!(table.contains(" off-cpu "), "{table}");
     assert!(table.contains("2.50 s/0/0"), "{table}");
+    // Records lost: the time no record tells is said.
+    let mut p = off_cpu_profile();
+    let totals = p.session.totals.as_mut().unwrap();
+    totals.lost = 40;
+    totals.time.as_mut().unwrap().unknown_ns = 300_000_000;
+    let text = table_header(&p.session);
+    assert!(
+        text.contains("5 unpaired, 2 open at end; not known 300 ms (records lost)\n"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -10,7 +10,7 @@ use profd_common::model::mode_name;
 
 use crate::ranking::{percent, totals};
 use crate::render::{module_cell, NameStyle, INLINED_MARK};
-use crate::units::{count_text, counts_word, incl_excl, total_text};
+use crate::units::{count_text, counts_word, incl_excl, time_text, total_text};
 
 /// The widest a function name gets in a view before it is shortened.
 pub const VIEW_NAME_WIDTH: usize = 80;
@@ -260,15 +260,32 @@ pub fn threads_text(view: &GetViewResponse, style: NameStyle) -> String {
             String::new()
         }
     };
+    // Off-CPU and wall sessions that lost records: each thread's time
+    // not known, beside its time in the profile.
+    let unknown = rows.iter().any(|t| t.unknown_ns > 0);
+    let uw = rows
+        .iter()
+        .map(|t| time_text(t.unknown_ns).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("NOT KNOWN".len());
+    let not_known = |text: &str| {
+        if unknown {
+            format!("{text:>uw$}  ")
+        } else {
+            String::new()
+        }
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>7}  {}{:<nw$}  {:>w$}  {:>6}  TOP FUNCTION",
+        "{:>7}  {}{:<nw$}  {:>w$}  {:>6}  {}TOP FUNCTION",
         "TID",
         pid(&"PID"),
         "NAME",
         word,
-        "PCT"
+        "PCT",
+        not_known("NOT KNOWN"),
     );
     if rows.is_empty() {
         out.push_str("(no samples)\n");
@@ -276,13 +293,19 @@ pub fn threads_text(view: &GetViewResponse, style: NameStyle) -> String {
     for t in rows {
         let _ = writeln!(
             out,
-            "{:>7}  {}{:<nw$}  {:>w$}  {:>5.1}%  {}",
+            "{:>7}  {}{:<nw$}  {:>w$}  {:>5.1}%  {}{}",
             t.tid,
             pid(&t.pid),
             t.name,
             count_text(&session, t.samples),
             t.pct,
-            names.label(t.top_function_id)
+            not_known(&time_text(t.unknown_ns)),
+            // A thread with only time not known has no stack.
+            if t.samples > 0 {
+                names.label(t.top_function_id)
+            } else {
+                String::new()
+            }
         );
     }
     out

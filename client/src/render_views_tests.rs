@@ -144,6 +144,7 @@ fn threads_by_samples() {
                 pct: 30.0,
                 top_function_id: 4,
                 pid: 0,
+                unknown_ns: 0,
             },
             ThreadRow {
                 tid: 11,
@@ -152,6 +153,7 @@ fn threads_by_samples() {
                 pct: 70.0,
                 top_function_id: 3,
                 pid: 0,
+                unknown_ns: 0,
             },
         ],
         ..Default::default()
@@ -253,6 +255,7 @@ call tree, top-down: 1.00 s off-CPU
             pct: 100.0,
             top_function_id: 3,
             pid: 0,
+            unknown_ns: 0,
         }],
         lines: vec![LineRow {
             file: "split.c".into(),
@@ -269,6 +272,22 @@ call tree, top-down: 1.00 s off-CPU
     );
     assert!(
         threads.contains("      7  split  1.00 s  100.0%  leaf_b  [split]"),
+        "{threads}"
+    );
+    // Time not known (records lost) gets a column of its own, with a row
+    // for a thread that has nothing else.
+    let mut lost = view.clone();
+    lost.threads[0].unknown_ns = 250 * ms;
+    lost.threads.push(ThreadRow {
+        tid: 8,
+        name: "w".into(),
+        unknown_ns: 1_500,
+        ..Default::default()
+    });
+    let threads = threads_text(&lost, NameStyle::default());
+    assert_eq!(
+        threads,
+        "    TID  NAME     TIME     PCT  NOT KNOWN  TOP FUNCTION\n      7  split  1.00 s  100.0%     250 ms  leaf_b  [split]\n      8  w        0 ns    0.0%    1.50 µs  \n",
         "{threads}"
     );
     let lines = lines_text(&view, "leaf_b");

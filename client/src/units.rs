@@ -88,9 +88,10 @@ pub fn measure_text(session: &Session) -> String {
 
 /// The time accounting of an off-CPU or wall-clock session on one line:
 /// `time: on-CPU 1.00 s, off-CPU 2.00 s (runnable 100 ms); 1234 waits,
-/// 5 unpaired, 2 open at end`.
+/// 5 unpaired, 2 open at end`, and when records were lost, `; not known
+/// 300 ms (records lost)`.
 pub fn time_totals_text(t: &TimeTotals) -> String {
-    format!(
+    let mut text = format!(
         "time: on-CPU {}, off-CPU {} (runnable {}); {} waits, {} unpaired, {} open at end",
         time_text(t.on_cpu_ns),
         time_text(t.off_cpu_ns),
@@ -98,7 +99,11 @@ pub fn time_totals_text(t: &TimeTotals) -> String {
         t.waits,
         t.unpaired,
         t.open_at_end,
-    )
+    );
+    if t.unknown_ns > 0 {
+        text += &format!("; not known {} (records lost)", time_text(t.unknown_ns));
+    }
+    text
 }
 
 #[cfg(test)]

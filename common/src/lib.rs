@@ -38,6 +38,7 @@ impl std::ops::AddAssign for api::TimeTotals {
         self.waits += t.waits;
         self.unpaired += t.unpaired;
         self.open_at_end += t.open_at_end;
+        self.unknown_ns += t.unknown_ns;
     }
 }
 

@@ -334,10 +334,12 @@ pub fn callers_callees(p: &ResolvedProfile, function: u32) -> api::CallerCallee 
 }
 
 /// Samples per thread (name from `p.threads`, else ""), percent of
-/// attributed, and the function with the most exclusive samples on the
-/// thread (ties: lowest id; 0 when the thread has no frames); sorted by
+/// attributed, the function with the most exclusive samples on the
+/// thread (ties: lowest id; 0 when the thread has no frames), and its time
+/// no record tells from `unknown` (off-CPU and wall sessions: tid →
+/// nanoseconds; a thread with only such time has a row too); sorted by
 /// samples descending, then tid.
-pub fn threads(p: &ResolvedProfile) -> Vec<api::ThreadRow> {
+pub fn threads(p: &ResolvedProfile, unknown: &HashMap<u32, u64>) -> Vec<api::ThreadRow> {
     let mut per: HashMap<u32, (u64, HashMap<u32, u64>)> = HashMap::new();
     for s in &p.stacks {
         let (samples, excl) = per.entry(s.tid).or_default();
@@ -345,6 +347,9 @@ pub fn threads(p: &ResolvedProfile) -> Vec<api::ThreadRow> {
         if let Some(f) = s.frames.first() {
             *excl.entry(f.function).or_default() += s.count;
         }
+    }
+    for &tid in unknown.keys() {
+        per.entry(tid).or_default();
     }
     let mut rows: Vec<api::ThreadRow> = per
         .into_iter()
@@ -358,6 +363,7 @@ pub fn threads(p: &ResolvedProfile) -> Vec<api::ThreadRow> {
                 .into_iter()
                 .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
                 .map_or(0, |(f, _)| u64::from(f)),
+            unknown_ns: unknown.get(&tid).copied().unwrap_or(0),
         })
         .collect();
     rows.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.tid.cmp(&b.tid)));

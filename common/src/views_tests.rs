@@ -216,7 +216,8 @@ fn caller_callee_of_unsampled_or_unknown() {
 #[test]
 fn thread_rows() {
     let mut p = known();
-    let t = threads(&p);
+    let none = HashMap::new();
+    let t = threads(&p, &none);
     let rows: Vec<(u32, u32, &str, u64, f64, u64)> = t
         .iter()
         .map(|r| {
@@ -240,10 +241,17 @@ fn thread_rows() {
     p.threads.clear();
     p.stacks[4].count = 10;
     p.attributed = 20;
-    let t = threads(&p);
+    let t = threads(&p, &none);
     assert_eq!((t[0].tid, t[0].name.as_str(), t[0].samples), (11, "", 14));
     assert_eq!(t[0].top_function_id, u64::from(INL));
     assert_eq!(t[0].pct, 70.0);
+    assert!(t.iter().all(|r| r.unknown_ns == 0));
+    // Time no record tells, per thread: on its row, and a row of its own
+    // for a thread with nothing else.
+    let unknown = HashMap::from([(10, 5), (12, 7)]);
+    let t = threads(&p, &unknown);
+    let rows: Vec<(u32, u64, u64)> = t.iter().map(|r| (r.tid, r.samples, r.unknown_ns)).collect();
+    assert_eq!(rows, [(11, 14, 0), (10, 6, 5), (12, 0, 7)]);
 }
 
 #[test]

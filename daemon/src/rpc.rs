@@ -103,6 +103,7 @@ impl Source {
                     session,
                     profile,
                     timeline: None,
+                    unknown_ns: Default::default(),
                 })
             }
         }
@@ -550,7 +551,19 @@ impl Profiler for Service {
             }
             V::HotPath(t) => out.nodes = views::hot_path(p, t.bottom_up, valid_pct(t.min_pct)?),
             V::Callers(r) => out.caller_callee = Some(views::callers_callees(p, find(&r)?)),
-            V::Threads(_) => out.threads = views::threads(p),
+            V::Threads(_) => {
+                // The time not known of the threads the filter keeps.
+                let mut unknown = std::mem::take(&mut resolved.unknown_ns);
+                if !r_tids.is_empty() || !r_pids.is_empty() {
+                    unknown.retain(|tid, _| {
+                        r_tids.contains(tid)
+                            || p.thread_pids
+                                .get(tid)
+                                .is_some_and(|pid| r_pids.contains(pid))
+                    });
+                }
+                out.threads = views::threads(p, &unknown)
+            }
             V::Lines(r) => out.lines = views::lines(p, find(&r)?),
             V::Functions(_) => {}
         }

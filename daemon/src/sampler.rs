@@ -9,10 +9,11 @@
 mod batch;
 mod callchain;
 mod demux;
+mod gaps;
 mod tops;
 mod waits;
 
-pub use batch::{Batch, BatchPool, Mark};
+pub use batch::{Backlog, Batch, BatchPool, Mark};
 pub use callchain::BAD_USER_FRAME;
 pub use demux::{Demux, Drained, Targets, EVERY_PROCESS};
 pub use tops::StackTops;
@@ -88,8 +89,9 @@ struct Group {
     routes: Arc<RwLock<Routes>>,
     /// With stack copies, the stack tops its drains cut copies at.
     tops: Option<StackTops>,
-    /// Drain now (`exact`: see [`drain`]), then acknowledge.
-    flush: mpsc::UnboundedSender<(bool, oneshot::Sender<()>)>,
+    /// Drain now (`exact`: see [`drain`], asked at this CLOCK_MONOTONIC
+    /// time), then acknowledge.
+    flush: mpsc::UnboundedSender<(bool, u64, oneshot::Sender<()>)>,
     /// The task draining the rings.
     task: JoinHandle<()>,
     stop: watch::Sender<bool>,
@@ -218,9 +220,14 @@ impl Sampler {
             .collect::<Result<Vec<_>, _>>()?;
         let stack_copy = rings.first().is_some_and(|r| r.get_ref().stack_copy());
         let mut demux = Demux::new(stack_copy, self.pool.clone());
+        let mut backlog = None;
         if spec.mode.switches() {
             let ids = rings.iter().flat_map(|r| r.get_ref().switch_ids().to_vec());
-            demux = demux.with_waits(Waits::new(spec.mode, ids));
+            demux = demux.with_waits(Waits::new(spec.mode, rings.len(), ids));
+            // A switch group serves one session: as much as its rings
+            // hold may wait for it.
+            let ring_bytes = spec.ring_pages * rustix::param::page_size();
+            backlog = Some(Backlog::new(ring_bytes * rings.len()));
         }
         let tops = demux.tops();
         let routes = Arc::new(RwLock::new(Routes::default()));
@@ -231,6 +238,7 @@ impl Sampler {
             demux,
             routes.clone(),
             self.counters.clone(),
+            backlog,
             flush_rx,
             stop_rx,
         ));
@@ -363,7 +371,7 @@ impl SampleSource for Sampler {
             // What the target's rings hold and counted so far is the other
             // sessions': the new one counts the target's time from now on.
             let (ack, done) = oneshot::channel();
-            if group.flush.send((true, ack)).is_ok() {
+            if group.flush.send((true, monotonic_ns(), ack)).is_ok() {
                 let _ = done.await;
             }
         }
@@ -413,7 +421,7 @@ impl SampleSource for Sampler {
             let Some(group) = groups.get(&spec) else {
                 return;
             };
-            if group.flush.send((exact, tx)).is_err() {
+            if group.flush.send((exact, monotonic_ns(), tx)).is_err() {
                 return;
             }
         }
@@ -438,35 +446,45 @@ async fn run_group(
     mut demux: Demux,
     routes: Arc<RwLock<Routes>>,
     counters: Arc<Counters>,
-    mut flush: mpsc::UnboundedReceiver<(bool, oneshot::Sender<()>)>,
+    backlog: Option<Arc<Backlog>>,
+    mut flush: mpsc::UnboundedReceiver<(bool, u64, oneshot::Sender<()>)>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(DRAIN_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut heads = Vec::with_capacity(rings.len());
+    let backlog = backlog.as_ref();
     loop {
-        let exact = tokio::select! {
-            ready = any_readable(&mut rings) => match ready {
-                Ok(()) => false,
-                Err(err) => {
+        // Sessions behind on what they were sent: the rings wait (and
+        // lose what they cannot hold) until they catch up. A session's
+        // flush is answered whatever the backlog: it counts what it is
+        // sent before it asks again.
+        let behind = backlog.is_some_and(|b| b.over());
+        tokio::select! {
+            ready = any_readable(&mut rings), if !behind => {
+                if let Err(err) = ready {
                     tracing::error!(%err, "polling a sample ring failed");
                     return;
                 }
-            },
-            _ = tick.tick() => false,
-            Some((exact, ack)) = flush.recv() => {
-                drain(&mut rings, &mut heads, &mut demux, &routes, &counters, exact);
+            }
+            _ = tick.tick(), if !behind => {}
+            _ = async { backlog.expect("behind").counted().await }, if behind => continue,
+            Some((exact, at, ack)) = flush.recv() => {
+                // An exact flush is its session's end, when it was asked.
+                let end = exact.then_some(at);
+                drain(&mut rings, &mut heads, &mut demux, &routes, &counters, backlog, end);
                 tick.reset();
                 let _ = ack.send(());
                 continue;
             }
             _ = stop.changed() => {
-                drain(&mut rings, &mut heads, &mut demux, &routes, &counters, true);
+                let end = Some(monotonic_ns());
+                drain(&mut rings, &mut heads, &mut demux, &routes, &counters, backlog, end);
                 return;
             }
-        };
+        }
         drain(
-            &mut rings, &mut heads, &mut demux, &routes, &counters, exact,
+            &mut rings, &mut heads, &mut demux, &routes, &counters, backlog, None,
         );
         // The timer drains what the rings hold DRAIN_EVERY after the last
         // drain: busy rings are drained at their watermark alone, in even,
@@ -496,26 +514,32 @@ async fn any_readable(rings: &mut [AsyncFd<PerfEvent>]) -> std::io::Result<()> {
 /// samples on one CPU are routed whichever CPU's ring holds its fork, and
 /// records are placed against execs by time), then every record through
 /// `demux` to the sessions' channels; then the route changes and the
-/// daemon-wide counts. `exact`: read the kernel's lost counts whatever it
-/// costs (see [`PerfEvent::new_counts`]).
+/// daemon-wide counts. The batches sent count in `backlog` until counted.
+/// `end`: the drain is exact, the end at this CLOCK_MONOTONIC time of a
+/// group with switches: read the kernel's lost counts whatever it costs
+/// (see [`PerfEvent::new_counts`]) and close the waits there.
 fn drain(
     rings: &mut [AsyncFd<PerfEvent>],
     heads: &mut Vec<u64>,
     demux: &mut Demux,
     routes: &RwLock<Routes>,
     counters: &Counters,
-    exact: bool,
+    backlog: Option<&Arc<Backlog>>,
+    end: Option<u64>,
 ) {
+    let exact = end.is_some();
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
     let exiting = guard.all.iter().any(|r| r.until != u64::MAX);
     let sessions = &guard.sessions;
-    let mut drain = demux.begin(&guard.targets, |i, batch| {
+    let mut drain = demux.begin(&guard.targets, |i, mut batch| {
+        if let Some(backlog) = backlog {
+            backlog.charge(&mut batch);
+        }
         let _ = sessions[i].tx.send(batch);
     });
     // Switch events' clock: every record before this was written before
     // the heads are read.
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    let now = (now.tv_sec as u64).saturating_mul(1_000_000_000) + now.tv_nsec as u64;
+    let now = monotonic_ns();
     heads.clear();
     heads.extend(rings.iter().map(|r| r.get_ref().head()));
     for (ring, &head) in rings.iter_mut().zip(heads.iter()) {
@@ -523,17 +547,19 @@ fn drain(
     }
     drain.resolve();
     let (mut bytes_read, mut counts) = (0, Counts::default());
-    for (ring, &head) in rings.iter_mut().zip(heads.iter()) {
+    for (i, (ring, &head)) in rings.iter_mut().zip(heads.iter()).enumerate() {
         let before = drain.lost_records();
+        drain.ring(i);
         let bytes = ring.get_mut().drain_to(head, |record| drain.record(record));
         let records = drain.lost_records() - before;
         let new = ring.get_mut().new_counts(records, bytes, exact);
+        drain.ring_read(ring.get_ref().may_be_missing(), now);
         counts.lost += new.lost;
         counts.counted += new.counted;
         bytes_read += bytes;
     }
     // An exact drain of a group with switches is its session's end.
-    drain.settle_waits(now, exact);
+    drain.settle_waits(now, end);
     let d = drain.finish(counts);
     drop(guard);
     if !d.forked.is_empty() || !d.exited.is_empty() || exiting {
@@ -551,6 +577,12 @@ fn drain(
         .drains
         .fetch_add(rings.len() as u64, Ordering::Relaxed);
     counters.bytes_read.fetch_add(bytes_read, Ordering::Relaxed);
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds: the clock of the switch events.
+fn monotonic_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (now.tv_sec as u64).saturating_mul(1_000_000_000) + now.tv_nsec as u64
 }
 
 /// After a drain: drop the routes ended by an earlier drain, give forked

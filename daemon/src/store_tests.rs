@@ -626,6 +626,7 @@ fn off_cpu_sessions_come_back_with_their_mode_and_times() {
             waits: 4,
             unpaired: 1,
             open_at_end: 1,
+            unknown_ns: 3 * ms,
         }),
         ..Default::default()
     });

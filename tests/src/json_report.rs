@@ -95,6 +95,10 @@ pub struct TimeTotals {
     pub unpaired: u64,
     /// Waits still open when the session ended, counted up to its end.
     pub open_at_end: u64,
+    /// Time no record tells, because records were lost (neither on nor
+    /// off the CPU).
+    #[serde(default)]
+    pub unknown_ns: u64,
 }
 
 /// One process of a session (the target, and its children when followed).

@@ -33,12 +33,15 @@
  *
  * On exit (after SECONDS, not when killed) it prints `key value` lines on
  * stderr: for split and exit the measured wall-clock seconds of each part
- * (`sleep_s`, `pipe_s`, `compute_s`, `rounds`, `lifetime_s`, and when a
- * thread sleeps in long_sleep, `sleeper_start_s`: when it began, from the
- * start of main, printed at once); for pingpong
- * `switches_per_s`, `switches`, `round_trips`, `seconds`, `cpu_s` and
- * `cpu_us_per_round_trip` (the process's CPU time over the round trips: a
- * profiler that collects stacks at each switch adds its work there).
+ * (`sleep_s`, `pipe_s`, `compute_s`, `rounds`, and when a thread sleeps in
+ * long_sleep, `sleeper_start_s`: when it began, from the start of main,
+ * printed at once); for pingpong `switches_per_s`, `switches`,
+ * `round_trips`, `seconds`, `cpu_s` and `cpu_us_per_round_trip` (the
+ * process's CPU time over the round trips: a profiler that collects stacks
+ * at each switch adds its work there); and for every mode `lifetime_s`
+ * (from the start of main) and `cpu_total_s` (the CPU time of all the
+ * process's threads, the kernel's count of it, as /proc/PID/schedstat has
+ * it per thread).
  *
  * Every function a test looks for is noipa: never inlined, cloned or
  * turned into a tail call, so each is a frame of its own.
@@ -420,7 +423,8 @@ int main(int argc, char **argv)
 		pingpong_main(rate);
 	else
 		rounds(compute);
-	fprintf(stderr, "lifetime_s %.6f\n", now_s() - start_s);
+	fprintf(stderr, "lifetime_s %.6f\ncpu_total_s %.6f\n", now_s() - start_s,
+		process_cpu_s());
 	/* exit_group, with the sleeper (if any) still asleep. */
 	exit(0);
 }

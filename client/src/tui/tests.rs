@@ -371,6 +371,7 @@ fn a_thread_or_its_process_can_be_shown_alone() {
         samples,
         pct: samples as f64 / 10.0,
         top_function_id: 4,
+        unknown_ns: 0,
     };
     let mut s = session();
     s.children = true;
@@ -539,6 +540,7 @@ fn off_cpu_sessions_show_times() {
             waits: 40,
             unpaired: 1,
             open_at_end: 0,
+            ..Default::default()
         }),
         ..Default::default()
     });

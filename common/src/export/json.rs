@@ -260,6 +260,7 @@ mod tests {
             waits: 30,
             unpaired: 2,
             open_at_end: 1,
+            unknown_ns: 5_000,
         };
         s.totals.as_mut().unwrap().time = Some(time);
         s.totals.as_mut().unwrap().attributed = 12_000_000;
@@ -276,11 +277,13 @@ mod tests {
                 "runnable_ns",
                 "waits",
                 "unpaired",
-                "open_at_end"
+                "open_at_end",
+                "unknown_ns"
             ]
         );
         assert_eq!(v["totals"]["time"]["off_cpu_ns"], 12_000_000);
         assert_eq!(v["totals"]["time"]["open_at_end"], 1);
+        assert_eq!(v["totals"]["time"]["unknown_ns"], 5_000);
         let top = &v["functions"][0];
         assert_eq!(top["name"], "[off-cpu: blocked]");
         assert_eq!(

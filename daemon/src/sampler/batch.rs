@@ -1,7 +1,9 @@
 //! The batch one drain of a ring delivers to one session: its layout
-//! (samples flattened into a few buffers), and the pool its buffers go back
-//! to once the session has counted it.
+//! (samples flattened into a few buffers), the pool its buffers go back
+//! to once the session has counted it, and the bound on the bytes of
+//! batches a group's sessions have not counted yet.
 use crate::maps::Mapping;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What one drain of one ring delivers to one session.
@@ -59,11 +61,74 @@ pub struct Batch {
     pub weights: Vec<u64>,
     /// ...and what it is: [`Mark::OnCpu`], or the kind of wait.
     pub marks: Vec<Mark>,
-    /// On rings with switches: the time accounting of this drain.
+    /// On rings with switches: the time accounting of this drain...
     pub time: Option<profd_common::api::TimeTotals>,
+    /// ...and per thread, the nanoseconds of its `unknown_ns`.
+    pub unknown: Vec<(u32, u64)>,
     /// The ring the batch came from, to give its buffers back to (see
     /// [`Batch::recycle`]).
     pub pool: Option<BatchPool>,
+    /// The bytes it holds, counted in its group's backlog until it is
+    /// counted (or dropped).
+    pub ticket: Option<Ticket>,
+}
+
+/// The bytes of batches sent to a group's sessions and not counted yet,
+/// and how many it may hold: a group over it leaves its rings alone until
+/// its sessions catch up (the kernel then drops records, and says so),
+/// rather than queue without bound what a session cannot count as fast as
+/// the rings fill.
+#[derive(Debug)]
+pub struct Backlog {
+    bytes: AtomicUsize,
+    max: usize,
+    /// Told at each batch counted.
+    counted: tokio::sync::Notify,
+}
+
+impl Backlog {
+    pub fn new(max: usize) -> Arc<Backlog> {
+        Arc::new(Backlog {
+            bytes: AtomicUsize::new(0),
+            max,
+            counted: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// The batches in flight hold more than the bound.
+    pub fn over(&self) -> bool {
+        self.bytes.load(Ordering::Acquire) > self.max
+    }
+
+    /// Resolves after a batch in flight was counted (or at once, when one
+    /// was since the last call).
+    pub async fn counted(&self) {
+        self.counted.notified().await
+    }
+
+    /// Count `batch` in the backlog until it is counted or dropped.
+    pub fn charge(self: &Arc<Backlog>, batch: &mut Batch) {
+        let bytes = batch.bytes().1 + std::mem::size_of::<Batch>();
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        batch.ticket = Some(Ticket {
+            bytes,
+            backlog: self.clone(),
+        });
+    }
+}
+
+/// A batch's place in its group's [`Backlog`], given back when dropped.
+#[derive(Debug)]
+pub struct Ticket {
+    bytes: usize,
+    backlog: Arc<Backlog>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.backlog.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.backlog.counted.notify_one();
+    }
 }
 
 /// What a weighted stack stands for.
@@ -305,6 +370,8 @@ impl Batch {
         self.exits.clear();
         self.comms.clear();
         self.time = None;
+        self.unknown.clear();
+        self.ticket = None;
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -167,8 +167,12 @@ pub struct Demux {
     counts: Drained,
     /// On rings with switches: their pairing into waits.
     waits: Option<Waits>,
-    /// The drain's time accounting (rings with switches).
+    /// The index of the ring being read.
+    ring: usize,
+    /// The drain's time accounting (rings with switches), and per thread
+    /// its time not known.
     time: Option<profd_common::api::TimeTotals>,
+    unknown: Vec<(u32, u64)>,
 }
 
 impl Demux {
@@ -185,7 +189,9 @@ impl Demux {
             tasks: Vec::new(),
             counts: Drained::default(),
             waits: None,
+            ring: 0,
             time: None,
+            unknown: Vec::new(),
         }
     }
 
@@ -225,6 +231,7 @@ impl Demux {
         self.tasks.clear();
         self.counts = Drained::default();
         self.time = None;
+        self.unknown.clear();
         Drain {
             demux: self,
             targets,
@@ -303,12 +310,31 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
         }
     }
 
+    /// The records that follow are of the ring of this index.
+    pub fn ring(&mut self, ring: usize) {
+        self.demux.ring = ring;
+    }
+
+    /// On rings with switches: the ring was read up to its head, in the
+    /// drain begun at `now` (CLOCK_MONOTONIC); `missing`: records after
+    /// its last one read may be missing. See [`Waits::ring_read`].
+    pub fn ring_read(&mut self, missing: bool, now: u64) {
+        let d = &mut *self.demux;
+        if let Some(w) = d.waits.as_mut() {
+            w.ring_read(d.ring, missing, now.saturating_sub(waits::MARGIN_NS));
+        }
+    }
+
     /// Route one record to the batch of its sessions that covers its time.
     pub fn record(&mut self, record: Result<Record<'_>, ParseError>) {
         let d = &mut *self.demux;
         let by_pid = self.targets;
         let c = &mut d.counts;
         let (batches, execs) = (&mut d.batches, &mut d.execs);
+        let ring = d.ring;
+        if let (Some(w), Some(time)) = (d.waits.as_mut(), record_time(&record)) {
+            w.read(ring, time);
+        }
         match record {
             Ok(Record::Sample(s)) => {
                 let stack_copy = d.stack_copy;
@@ -333,9 +359,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     };
                     let time = s.time.unwrap_or(0);
                     if w.is_switch(s.identifier) {
-                        w.switch_out(time, stack);
+                        w.switch_out(ring, time, stack);
                     } else {
-                        w.sample(time, stack, s.period.unwrap_or(0));
+                        w.sample(ring, time, stack, s.period.unwrap_or(0));
                     }
                     return;
                 }
@@ -371,7 +397,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     return;
                 };
                 if route(by_pid, &c.forked, &c.exited, pid, Some(time)).is_some() {
-                    w.switch(time, tid, sw.out, sw.preempted);
+                    w.switch(ring, time, tid, sw.out, sw.preempted);
                 }
             }
             Ok(Record::Mmap2(m)) => {
@@ -425,7 +451,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     d.tops.forget(t.tid);
                 }
                 if let Some(w) = &mut d.waits {
-                    w.exit(t.time, t.tid);
+                    w.exit(ring, t.time, t.tid);
                 }
                 if t.pid != t.tid {
                     return;
@@ -441,7 +467,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
             Ok(Record::Lost(l)) => {
                 c.lost += l.lost;
                 if let Some(w) = &mut d.waits {
-                    w.lost(l.sample_id.time.unwrap_or(0));
+                    w.lost(ring, l.sample_id.time.unwrap_or(0));
                 }
             }
             Ok(Record::Throttle(_)) => c.throttles += 1,
@@ -457,9 +483,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
     /// switches up to `now` (CLOCK_MONOTONIC when the drain began, less
     /// [`waits::MARGIN_NS`]), each wait (and wall-mode sample) going to
     /// every session of the group as a stack weighted by its nanoseconds;
-    /// with `close` (the session's end) pair them all and cut the waits
-    /// still open at `now`.
-    pub fn settle_waits(&mut self, now: u64, close: bool) {
+    /// with `close` (the session's end, at that time) pair them all and
+    /// cut the waits still open there.
+    pub fn settle_waits(&mut self, now: u64, close: Option<u64>) {
         let d = &mut *self.demux;
         let Some(w) = d.waits.as_mut() else {
             return;
@@ -468,7 +494,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
         let (batches, execs) = (&mut d.batches, &mut d.execs);
         let sessions = self.targets.sessions();
         let upto = now.saturating_sub(waits::MARGIN_NS);
-        let time = w.settle(upto, close.then_some(now), |wait| {
+        let time = w.settle(upto, close, |wait| {
             c.seen += 1;
             c.matched += 1;
             let stack = wait.stack;
@@ -485,6 +511,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
             }
         });
         d.time = Some(time);
+        d.unknown.extend(w.take_unknown());
     }
 
     /// End the drain: every session's batches that hold anything go to
@@ -517,12 +544,27 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
             batch.counted = counts.counted;
             batch.throttled = d.counts.throttles;
             batch.time = d.time;
+            batch.unknown.extend_from_slice(&d.unknown);
             if !batch.is_empty() {
                 batch.pool = Some(d.pool.clone());
                 (self.deliver)(i, std::mem::take(batch));
             }
         }
         std::mem::take(&mut d.counts)
+    }
+}
+
+/// When a record was written, where it says (a LOST record's time is
+/// where its gap ends: not this).
+fn record_time(record: &Result<Record<'_>, ParseError>) -> Option<u64> {
+    match record.as_ref().ok()? {
+        Record::Sample(s) => s.time,
+        Record::Mmap2(m) => m.sample_id.time,
+        Record::Comm(c) => c.sample_id.time,
+        Record::Fork(t) | Record::Exit(t) => Some(t.time),
+        Record::Throttle(t) | Record::Unthrottle(t) => Some(t.time),
+        Record::Switch(s) => s.sample_id.time,
+        Record::Lost(_) | Record::Other { .. } => None,
     }
 }
 

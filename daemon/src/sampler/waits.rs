@@ -6,15 +6,24 @@
 //! sample, timed by the same switches. Rings are drained one after the
 //! other, so a record may reach a drain after later records of other rings:
 //! events are held until they are older than the drain's start (less a
-//! margin), when no ring can still be writing an earlier one. No perf fd,
-//! no sessions: events come in, weighted stacks go to a callback.
+//! margin), when no ring can still be writing an earlier one. Where a ring
+//! lost records, no time is given across the gap: from its start to each
+//! thread's next record, the thread's time is unknown. No perf fd, no
+//! sessions: events come in, weighted stacks go to a callback.
 use super::batch::Mark;
+use super::gaps::Reads;
 use crate::sys::perf::Mode;
 use profd_common::api::TimeTotals;
 
 /// How long after its time a record may still be written to its ring:
 /// events are put in order once the drain started this long after them.
 pub const MARGIN_NS: u64 = 2_000_000;
+
+/// The longest a switch from one thread straight to another takes on one
+/// CPU, from the first's switch-out record to the second's switch-in
+/// record (a few microseconds; tens on a loaded machine). A longer interval
+/// between them means another task, not profiled, ran in between.
+pub const SWITCH_NS: u64 = 20_000;
 
 /// A stack a thread left the CPU with, as the demux copied it out of the
 /// ring: frames (kernel and, without stack copies, user), and with stack
@@ -40,7 +49,10 @@ enum What {
     },
     In,
     Exit,
-    Lost,
+    /// Records of the event's ring may be missing from here...
+    GapStart,
+    /// ...up to here (its LOST record).
+    GapEnd,
 }
 
 #[derive(Debug)]
@@ -48,23 +60,34 @@ struct Event {
     time: u64,
     /// Arrival order, for events of one time.
     seq: u64,
+    /// The ring it came from (its index in the group).
+    ring: usize,
     tid: u32,
     what: What,
 }
 
 #[derive(Debug)]
 enum Thread {
-    On {
-        since: u64,
-    },
+    /// On the CPU of `ring` since `since`.
+    On { since: u64, ring: usize },
     Off {
         since: u64,
         preempted: bool,
         stack: Box<Stack>,
     },
-    /// Records were lost while it was known: its next switch is not
-    /// counted unpaired again.
-    Dropped,
+    /// Records it may have had were lost from `since`: what it did up to
+    /// its next record is not known.
+    Unknown { since: u64 },
+}
+
+/// A ring as its events are paired, in time order.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ring {
+    /// Its last event was a switch-out record: (thread, the record's time,
+    /// when the thread's wait began).
+    out: Option<(u32, u64, u64)>,
+    /// Records of it are missing now.
+    gap: bool,
 }
 
 /// A wait ended (or cut at the session's end): its stack, when it began,
@@ -93,13 +116,23 @@ pub struct Waits {
     /// Wall mode: per thread, the on-CPU nanoseconds (switch to switch) not
     /// yet given to a sample.
     unsampled: foldhash::HashMap<u32, u64>,
-    /// Accounting not yet handed over.
+    /// Per ring (by index), as read and as paired.
+    reads: Reads,
+    rings: Vec<Ring>,
+    /// Rings whose records are missing at the time paired up to.
+    gaps: usize,
+    /// Events are paired up to here.
+    done: u64,
+    /// Accounting not yet handed over: totals, and per thread the time
+    /// not known.
     totals: TimeTotals,
+    unknown_by: foldhash::HashMap<u32, u64>,
 }
 
 impl Waits {
-    /// Pairing for rings of `mode` whose switch samples carry `ids`.
-    pub fn new(mode: Mode, ids: impl IntoIterator<Item = u64>) -> Waits {
+    /// Pairing for the `rings` rings of `mode` whose switch samples carry
+    /// `ids`.
+    pub fn new(mode: Mode, rings: usize, ids: impl IntoIterator<Item = u64>) -> Waits {
         Waits {
             mode,
             ids: ids.into_iter().collect(),
@@ -108,13 +141,195 @@ impl Waits {
             threads: foldhash::HashMap::default(),
             exited: foldhash::HashMap::default(),
             unsampled: foldhash::HashMap::default(),
+            reads: Reads::new(rings),
+            rings: vec![Ring::default(); rings],
+            gaps: 0,
+            done: 0,
             totals: TimeTotals::default(),
+            unknown_by: foldhash::HashMap::default(),
         }
+    }
+
+    /// Per thread, the nanoseconds not known (`TimeTotals::unknown_ns`)
+    /// since the last call.
+    pub fn take_unknown(&mut self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.unknown_by.drain()
     }
 
     /// The sample with this id is a switch out.
     pub fn is_switch(&self, id: Option<u64>) -> bool {
         id.is_some_and(|id| self.ids.contains(&id))
+    }
+
+    /// A record of `ring` of this time was read (any record: the ring is
+    /// complete up to it).
+    pub fn read(&mut self, ring: usize, time: u64) {
+        self.reads.read(ring, time);
+    }
+
+    /// `ring` was read up to its head; `missing`: records after the last
+    /// one read may be missing. See [`Reads::ring_read`].
+    pub fn ring_read(&mut self, ring: usize, missing: bool, upto: u64) {
+        if let Some(gap) = self.reads.ring_read(ring, missing, upto, self.done) {
+            self.gap(ring, gap);
+        }
+    }
+
+    /// The kernel lost records of `ring` before its LOST record at `time`:
+    /// since the ring was last known complete, no record of it can be
+    /// trusted to be there.
+    pub fn lost(&mut self, ring: usize, time: u64) {
+        if let Some(gap) = self.reads.lost(ring, time, self.done) {
+            self.gap(ring, gap);
+        }
+    }
+
+    /// Records of `ring` are missing from `start` to `end`.
+    fn gap(&mut self, ring: usize, (start, end): (u64, u64)) {
+        self.hold(start, ring, 0, What::GapStart);
+        self.hold(end, ring, 0, What::GapEnd);
+    }
+
+    /// A switch-out sample of a routed thread.
+    pub fn switch_out(&mut self, ring: usize, time: u64, stack: Stack) {
+        self.hold(time, ring, stack.tid, What::Out(Box::new(stack)));
+    }
+
+    /// A switch record of a routed thread.
+    pub fn switch(&mut self, ring: usize, time: u64, tid: u32, out: bool, preempted: bool) {
+        let what = if out {
+            What::OutRecord { preempted }
+        } else {
+            What::In
+        };
+        self.hold(time, ring, tid, what);
+    }
+
+    /// A thread's exit record.
+    pub fn exit(&mut self, ring: usize, time: u64, tid: u32) {
+        self.hold(time, ring, tid, What::Exit);
+    }
+
+    /// A wall-mode on-CPU sample of a routed thread, and its period.
+    pub fn sample(&mut self, ring: usize, time: u64, stack: Stack, period: u64) {
+        self.hold(time, ring, stack.tid, What::Sample(Box::new(stack), period));
+    }
+
+    fn hold(&mut self, time: u64, ring: usize, tid: u32, what: What) {
+        if !matches!(what, What::GapStart) {
+            self.read(ring, time);
+        }
+        self.seq += 1;
+        self.held.push(Event {
+            time,
+            seq: self.seq,
+            ring,
+            tid,
+            what,
+        });
+    }
+
+    /// Pair the held events up to `upto` (or less: see [`Reads::horizon`])
+    /// in time order, handing each ended wait to `emit`, and the part up to
+    /// there of each wait still open (the rest follows at later calls;
+    /// `waits` counts it once, at its end); with `close` (the session's
+    /// end, at that time) pair every event, then cut the waits still open
+    /// there and forget every thread. Returns the accounting since the last
+    /// call.
+    pub fn settle(
+        &mut self,
+        upto: u64,
+        close: Option<u64>,
+        mut emit: impl FnMut(Wait<'_>),
+    ) -> TimeTotals {
+        let upto = if close.is_some() {
+            // Records after a ring's last one read may be missing, with no
+            // LOST record to come: from there its threads are not known.
+            let missing: Vec<_> = self.reads.missing(self.done).collect();
+            for (ring, start) in missing {
+                self.hold(start, ring, 0, What::GapStart);
+            }
+            u64::MAX
+        } else {
+            self.reads.horizon(upto, self.done)
+        };
+        self.held.sort_unstable_by_key(|e| (e.time, e.seq));
+        let ready = self.held.partition_point(|e| e.time <= upto);
+        let events: Vec<Event> = self.held.drain(..ready).collect();
+        let mut last = self.done;
+        for event in events {
+            last = last.max(event.time);
+            self.pair(event, &mut emit);
+        }
+        if let Some(end) = close {
+            self.close(end.max(last), &mut emit);
+        } else {
+            self.count_open(upto, &mut emit);
+            self.done = self.done.max(upto);
+            // An exit's last switch comes right after it.
+            let old = upto.saturating_sub(1_000_000_000);
+            self.exited.retain(|_, at| *at >= old);
+        }
+        std::mem::take(&mut self.totals)
+    }
+
+    /// The session's end at `end`: cut every thread's time there.
+    fn close(&mut self, end: u64, emit: &mut impl FnMut(Wait<'_>)) {
+        for (tid, thread) in std::mem::take(&mut self.threads) {
+            match thread {
+                // In wall mode the time since its last sample has no
+                // stack: less than a period, left out.
+                Thread::On { since, .. } => self.ran(tid, since, end),
+                Thread::Unknown { since } => self.unknown(tid, end.saturating_sub(since)),
+                Thread::Off {
+                    since,
+                    preempted,
+                    stack,
+                } => {
+                    self.totals.open_at_end += 1;
+                    end_wait(&mut self.totals, &stack, since, end, preempted, emit);
+                }
+            }
+        }
+        self.exited.clear();
+        self.unsampled.clear();
+        self.rings.fill(Ring::default());
+        self.gaps = 0;
+        self.done = end;
+    }
+
+    /// Waits still open count up to `upto`, so that live figures show
+    /// threads that sleep on; the rest counts as it comes. So does time
+    /// not known.
+    fn count_open(&mut self, upto: u64, emit: &mut impl FnMut(Wait<'_>)) {
+        let (totals, by) = (&mut self.totals, &mut self.unknown_by);
+        for (&tid, thread) in self.threads.iter_mut() {
+            match thread {
+                Thread::Off {
+                    since,
+                    preempted,
+                    stack,
+                } if *since < upto => {
+                    let ns = upto - *since;
+                    totals.off_cpu_ns += ns;
+                    if *preempted {
+                        totals.runnable_ns += ns;
+                    }
+                    emit(Wait {
+                        stack,
+                        since: *since,
+                        ns,
+                        mark: mark(*preempted),
+                    });
+                    *since = upto;
+                }
+                Thread::Unknown { since } if *since < upto => {
+                    add_unknown(totals, by, tid, upto - *since);
+                    *since = upto;
+                }
+                _ => {}
+            }
+        }
     }
 
     /// The end at `time` of a thread's stretch on the CPU begun at `since`:
@@ -128,144 +343,29 @@ impl Waits {
         }
     }
 
-    fn hold(&mut self, time: u64, tid: u32, what: What) {
-        self.seq += 1;
-        self.held.push(Event {
-            time,
-            seq: self.seq,
-            tid,
-            what,
-        });
+    /// `ns` of thread `tid`'s time that no record tells.
+    fn unknown(&mut self, tid: u32, ns: u64) {
+        add_unknown(&mut self.totals, &mut self.unknown_by, tid, ns);
     }
 
-    /// A switch-out sample of a routed thread.
-    pub fn switch_out(&mut self, time: u64, stack: Stack) {
-        self.hold(time, stack.tid, What::Out(Box::new(stack)));
-    }
-
-    /// A switch record of a routed thread.
-    pub fn switch(&mut self, time: u64, tid: u32, out: bool, preempted: bool) {
-        let what = if out {
-            What::OutRecord { preempted }
-        } else {
-            What::In
-        };
-        self.hold(time, tid, what);
-    }
-
-    /// A thread's exit record.
-    pub fn exit(&mut self, time: u64, tid: u32) {
-        self.hold(time, tid, What::Exit);
-    }
-
-    /// The kernel lost records of the ring at `time`: the waits open then
-    /// cannot be trusted to pair.
-    pub fn lost(&mut self, time: u64) {
-        self.hold(time, 0, What::Lost);
-    }
-
-    /// A wall-mode on-CPU sample of a routed thread, and its period.
-    pub fn sample(&mut self, time: u64, stack: Stack, period: u64) {
-        self.hold(time, stack.tid, What::Sample(Box::new(stack), period));
-    }
-
-    /// Pair the held events up to `upto` in time order, handing each ended
-    /// wait to `emit`, and the part up to `upto` of each wait still open
-    /// (the rest follows at later calls; `waits` counts it once, at its
-    /// end); with `close` (the session's end, at that time) pair
-    /// every event, then cut the waits still open there and forget every
-    /// thread. Returns the accounting since the last call.
-    pub fn settle(
-        &mut self,
-        upto: u64,
-        close: Option<u64>,
-        mut emit: impl FnMut(Wait<'_>),
-    ) -> TimeTotals {
-        let upto = if close.is_some() { u64::MAX } else { upto };
-        self.held.sort_unstable_by_key(|e| (e.time, e.seq));
-        let ready = self.held.partition_point(|e| e.time <= upto);
-        let events: Vec<Event> = self.held.drain(..ready).collect();
-        let mut last = 0;
-        for event in events {
-            last = event.time;
-            self.pair(event, &mut emit);
+    /// Wall mode: the on-CPU time of `tid` not given to a sample yet has
+    /// none to go to (the next sample comes after a loss): it is unknown.
+    fn unsampled_unknown(&mut self, tid: u32) {
+        if let Some(ns) = self.unsampled.remove(&tid) {
+            self.unknown(tid, ns);
         }
-        if let Some(end) = close {
-            let end = end.max(last);
-            for (tid, thread) in std::mem::take(&mut self.threads) {
-                match thread {
-                    // In wall mode the time since its last sample has no
-                    // stack: less than a period, left out.
-                    Thread::On { since } => self.ran(tid, since, end),
-                    Thread::Dropped => {}
-                    Thread::Off {
-                        since,
-                        preempted,
-                        stack,
-                    } => {
-                        self.totals.open_at_end += 1;
-                        end_wait(&mut self.totals, &stack, since, end, preempted, &mut emit);
-                    }
-                }
-            }
-            self.exited.clear();
-            self.unsampled.clear();
-        } else {
-            // Waits still open count up to here, so that live figures show
-            // threads that sleep on; the rest counts as it comes.
-            let totals = &mut self.totals;
-            for thread in self.threads.values_mut() {
-                if let Thread::Off {
-                    since,
-                    preempted,
-                    stack,
-                } = thread
-                {
-                    if *since < upto {
-                        let ns = upto - *since;
-                        totals.off_cpu_ns += ns;
-                        if *preempted {
-                            totals.runnable_ns += ns;
-                        }
-                        emit(Wait {
-                            stack,
-                            since: *since,
-                            ns,
-                            mark: mark(*preempted),
-                        });
-                        *since = upto;
-                    }
-                }
-            }
-            // An exit's last switch comes right after it.
-            let old = upto.saturating_sub(1_000_000_000);
-            self.exited.retain(|_, at| *at >= old);
-        }
-        std::mem::take(&mut self.totals)
     }
 
     fn pair(&mut self, event: Event, emit: &mut impl FnMut(Wait<'_>)) {
-        let (time, tid) = (event.time, event.tid);
+        let (time, tid, ring) = (event.time, event.tid, event.ring);
+        // Only a switch in right after a switch out on the ring is the
+        // switch from one thread straight to the next.
+        let out = match self.rings.get_mut(ring) {
+            Some(r) => r.out.take(),
+            None => None,
+        };
         match event.what {
-            What::Out(stack) => {
-                match self.threads.remove(&tid) {
-                    Some(Thread::On { since }) => self.ran(tid, since, time),
-                    // The switch in was lost: that wait cannot be timed.
-                    Some(Thread::Off { .. }) => self.totals.unpaired += 1,
-                    _ => {}
-                }
-                if self.exited.remove(&tid).is_some() {
-                    return;
-                }
-                self.threads.insert(
-                    tid,
-                    Thread::Off {
-                        since: time,
-                        preempted: false,
-                        stack,
-                    },
-                );
-            }
+            What::Out(stack) => self.switched_out(time, tid, stack),
             What::OutRecord { preempted } => {
                 if let Some(Thread::Off {
                     since,
@@ -275,48 +375,47 @@ impl Waits {
                 {
                     if *since <= time {
                         *p = preempted;
+                        if let Some(r) = self.rings.get_mut(ring) {
+                            r.out = Some((tid, time, *since));
+                        }
                     }
                 }
             }
-            What::In => {
-                match self.threads.remove(&tid) {
-                    Some(Thread::Off {
-                        since,
-                        preempted,
-                        stack,
-                    }) => end_wait(&mut self.totals, &stack, since, time, preempted, emit),
-                    // Off the CPU since before the session (or its switch
-                    // out was lost), or a switch in twice.
-                    Some(Thread::On { .. }) | None => self.totals.unpaired += 1,
-                    Some(Thread::Dropped) => {}
-                }
-                self.threads.insert(tid, Thread::On { since: time });
-            }
+            What::In => self.switched_in(time, tid, ring, out, emit),
             What::Sample(stack, period) => {
                 // The thread's on-CPU time since its last sample, as its
-                // switches time it; a thread not seen to switch yet (or
-                // since records were lost) has only the kernel's period.
+                // switches time it; a thread not seen yet has only the
+                // kernel's period, and is running here from now on.
                 let unsampled = self.unsampled.remove(&tid).unwrap_or(0);
-                let ns = match self.threads.get_mut(&tid) {
-                    Some(Thread::On { since }) => {
-                        let ns = unsampled + time.saturating_sub(*since);
-                        *since = time;
-                        ns
+                let ns = match self.threads.remove(&tid) {
+                    Some(Thread::On { since, .. }) => unsampled + time.saturating_sub(since),
+                    Some(off @ Thread::Off { .. }) => {
+                        self.threads.insert(tid, off);
+                        unsampled
                     }
-                    Some(Thread::Off { .. }) => unsampled,
-                    Some(Thread::Dropped) | None => period,
+                    // Running here now; since when is not known.
+                    Some(Thread::Unknown { since }) => {
+                        self.unknown(tid, time.saturating_sub(since));
+                        unsampled
+                    }
+                    None => period,
                 };
-                self.totals.on_cpu_ns += ns;
-                emit(Wait {
-                    stack: &stack,
-                    since: time,
-                    ns,
-                    mark: Mark::OnCpu,
-                });
+                self.threads
+                    .entry(tid)
+                    .or_insert(Thread::On { since: time, ring });
+                if ns > 0 {
+                    self.totals.on_cpu_ns += ns;
+                    emit(Wait {
+                        stack: &stack,
+                        since: time,
+                        ns,
+                        mark: Mark::OnCpu,
+                    });
+                }
             }
             What::Exit => {
                 match self.threads.remove(&tid) {
-                    Some(Thread::On { since }) => self.ran(tid, since, time),
+                    Some(Thread::On { since, .. }) => self.ran(tid, since, time),
                     // Killed while it waited: the kernel writes no switch
                     // in before the exit; the wait lasted until the exit.
                     Some(Thread::Off {
@@ -324,24 +423,147 @@ impl Waits {
                         preempted,
                         stack,
                     }) => end_wait(&mut self.totals, &stack, since, time, preempted, emit),
-                    _ => {}
+                    Some(Thread::Unknown { since }) => {
+                        self.unknown(tid, time.saturating_sub(since));
+                    }
+                    None => {}
                 }
                 self.exited.insert(tid, time);
                 self.unsampled.remove(&tid);
             }
-            What::Lost => {
-                let open = self
-                    .threads
-                    .values()
-                    .filter(|t| matches!(t, Thread::Off { .. }))
-                    .count();
-                self.totals.unpaired += open as u64;
-                for thread in self.threads.values_mut() {
-                    *thread = Thread::Dropped;
+            What::GapStart => self.gap_start(time, ring, emit),
+            What::GapEnd => {
+                if let Some(r) = self.rings.get_mut(ring).filter(|r| r.gap) {
+                    r.gap = false;
+                    self.gaps -= 1;
                 }
-                self.unsampled.clear();
             }
         }
+    }
+
+    fn switched_out(&mut self, time: u64, tid: u32, stack: Box<Stack>) {
+        match self.threads.remove(&tid) {
+            Some(Thread::On { since, .. }) => self.ran(tid, since, time),
+            // The switch in was lost: that wait cannot be timed.
+            Some(Thread::Off { .. }) => self.totals.unpaired += 1,
+            Some(Thread::Unknown { since }) => self.unknown(tid, time.saturating_sub(since)),
+            None => {}
+        }
+        if self.exited.remove(&tid).is_some() {
+            return;
+        }
+        let thread = if self.gaps > 0 {
+            // A ring is losing records: the thread may run there unseen
+            // before the switch in that would end this wait.
+            self.totals.unpaired += 1;
+            self.unsampled_unknown(tid);
+            Thread::Unknown { since: time }
+        } else {
+            Thread::Off {
+                since: time,
+                preempted: false,
+                stack,
+            }
+        };
+        self.threads.insert(tid, thread);
+    }
+
+    /// A thread switched in at `time` on `ring`; `out`: the ring's event
+    /// before was a switch-out record (thread, its time, when its wait
+    /// began). A switch straight from another thread is this thread's time
+    /// from where the other's wait began: the kernel charges the switch to
+    /// the thread switched in (the scheduler, and the sample and records
+    /// written there), before the record that says it came in.
+    fn switched_in(
+        &mut self,
+        time: u64,
+        tid: u32,
+        ring: usize,
+        out: Option<(u32, u64, u64)>,
+        emit: &mut impl FnMut(Wait<'_>),
+    ) {
+        let switch = out
+            .filter(|&(from, at, _)| from != tid && time.saturating_sub(at) <= SWITCH_NS)
+            .map(|(_, _, since)| since);
+        let start = match self.threads.remove(&tid) {
+            Some(Thread::Off {
+                since,
+                preempted,
+                stack,
+            }) => {
+                let end = switch.map_or(time, |s| s.clamp(since, time));
+                end_wait(&mut self.totals, &stack, since, end, preempted, emit);
+                end
+            }
+            Some(Thread::Unknown { since }) => {
+                let end = switch.map_or(time, |s| s.clamp(since, time));
+                self.unknown(tid, end - since);
+                end
+            }
+            // Off the CPU since before the session (or its switch out was
+            // lost), or a switch in twice.
+            Some(Thread::On { .. }) | None => {
+                self.totals.unpaired += 1;
+                time
+            }
+        };
+        self.threads.insert(tid, Thread::On { since: start, ring });
+    }
+
+    /// Records of `ring` are missing from `time`: a thread may have run
+    /// there, switched, since, unseen. A thread on that CPU, and every
+    /// thread off the CPU (it may have come in there), is counted up to
+    /// here, then not known until its next record. Threads on other CPUs
+    /// stay known: leaving their CPU takes a record of its ring.
+    fn gap_start(&mut self, time: u64, ring: usize, emit: &mut impl FnMut(Wait<'_>)) {
+        match self.rings.get_mut(ring) {
+            Some(r) if !r.gap => r.gap = true,
+            _ => return,
+        }
+        self.gaps += 1;
+        let mut hit = Vec::new();
+        for (&tid, thread) in &self.threads {
+            match thread {
+                Thread::On { ring: on, .. } if *on == ring => hit.push(tid),
+                Thread::Off { .. } => hit.push(tid),
+                _ => {}
+            }
+        }
+        for tid in hit {
+            match self.threads.insert(tid, Thread::Unknown { since: time }) {
+                Some(Thread::On { since, .. }) => self.ran(tid, since, time),
+                Some(Thread::Off {
+                    since,
+                    preempted,
+                    stack,
+                }) => {
+                    // The wait's part up to here; its end is not known.
+                    self.totals.unpaired += 1;
+                    let ns = time.saturating_sub(since);
+                    if ns > 0 {
+                        self.totals.off_cpu_ns += ns;
+                        if preempted {
+                            self.totals.runnable_ns += ns;
+                        }
+                        emit(Wait {
+                            stack: &stack,
+                            since,
+                            ns,
+                            mark: mark(preempted),
+                        });
+                    }
+                }
+                _ => {}
+            }
+            self.unsampled_unknown(tid);
+        }
+    }
+}
+
+fn add_unknown(totals: &mut TimeTotals, by: &mut foldhash::HashMap<u32, u64>, tid: u32, ns: u64) {
+    if ns > 0 {
+        totals.unknown_ns += ns;
+        *by.entry(tid).or_default() += ns;
     }
 }
 
@@ -378,130 +600,5 @@ fn end_wait(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stack(tid: u32, frame: u64) -> Stack {
-        Stack {
-            pid: 1,
-            tid,
-            frames: vec![frame],
-            ..Stack::default()
-        }
-    }
-
-    fn settle(
-        waits: &mut Waits,
-        upto: u64,
-        close: Option<u64>,
-    ) -> (Vec<(u64, u64, Mark)>, TimeTotals) {
-        let mut out = Vec::new();
-        let totals = waits.settle(upto, close, |w| out.push((w.stack.frames[0], w.ns, w.mark)));
-        (out, totals)
-    }
-
-    /// Records of two rings come ring after ring, not in time order; a
-    /// wait is its switch out's stack weighted by the time to its switch
-    /// in, whichever ring held either.
-    #[test]
-    fn waits_are_paired_in_time_order_across_rings() {
-        let mut waits = Waits::new(Mode::OffCpu, [7]);
-        // Ring 1: thread 10 comes back at 300 and leaves again at 350.
-        waits.switch(300, 10, false, false);
-        waits.switch_out(350, stack(10, 0xb));
-        waits.switch(351, 10, true, true);
-        // Ring 0: it left at 100 (the record after the sample), came back
-        // at 500.
-        waits.switch_out(100, stack(10, 0xa));
-        waits.switch(101, 10, true, false);
-        waits.switch(500, 10, false, false);
-        // Events after 400 wait for a later drain; the wait open at 400
-        // counts up to there.
-        let (out, t) = settle(&mut waits, 400, None);
-        assert_eq!(out, [(0xa, 200, Mark::Blocked), (0xb, 50, Mark::Runnable)]);
-        assert_eq!(
-            (t.waits, t.off_cpu_ns, t.on_cpu_ns, t.unpaired),
-            (1, 250, 50, 0)
-        );
-        let (out, t) = settle(&mut waits, 1000, None);
-        assert_eq!(out, [(0xb, 100, Mark::Runnable)]);
-        assert_eq!((t.waits, t.off_cpu_ns, t.runnable_ns), (1, 100, 100));
-    }
-
-    /// A switch in without its switch out (asleep when the session began)
-    /// is counted unpaired, not guessed; so are the waits open when records
-    /// were lost; waits open at the end are cut there and counted.
-    #[test]
-    fn unpaired_switches_are_counted_and_open_waits_end_at_the_close() {
-        let mut waits = Waits::new(Mode::OffCpu, [7]);
-        waits.switch(50, 11, false, false);
-        waits.switch_out(60, stack(11, 0xa));
-        waits.switch_out(70, stack(12, 0xb));
-        waits.lost(80);
-        waits.switch(90, 11, false, false);
-        waits.switch_out(100, stack(11, 0xc));
-        let (out, t) = settle(&mut waits, 1000, Some(400));
-        assert_eq!(out, [(0xc, 300, Mark::Blocked)]);
-        // 11's first switch in, then 11's and 12's waits open at the loss.
-        assert_eq!(t.unpaired, 3);
-        assert_eq!(t.open_at_end, 1);
-        assert_eq!(t.on_cpu_ns, 10 + 10);
-    }
-
-    /// A thread killed while it waits exits without a switch in: its wait
-    /// lasts until its exit. Its last switch out, after the exit record, is
-    /// no wait.
-    #[test]
-    fn a_wait_ends_at_the_exit_and_the_last_switch_is_no_wait() {
-        let mut waits = Waits::new(Mode::Wall, [7]);
-        waits.switch(10, 13, false, false);
-        waits.exit(20, 13);
-        waits.switch_out(21, stack(13, 0xa));
-        waits.switch_out(30, stack(14, 0xb));
-        waits.exit(70, 14);
-        let (out, t) = settle(&mut waits, 100, Some(100));
-        assert_eq!(out, [(0xb, 40, Mark::Blocked)]);
-        // The switch in at 10 had no switch out before it.
-        assert_eq!((t.open_at_end, t.unpaired, t.on_cpu_ns), (0, 1, 0));
-    }
-
-    /// Wall mode: a sample stands for its thread's on-CPU time since its
-    /// previous sample, timed by the switches, so that a thread's samples
-    /// and waits never cover the same time; a thread not seen to switch in
-    /// yet, or since records were lost, has the kernel's period. What ran after
-    /// a thread's last sample has no stack and is left out.
-    #[test]
-    fn wall_samples_take_the_on_cpu_time_since_the_last() {
-        let mut waits = Waits::new(Mode::Wall, [7]);
-        let mut out = Vec::new();
-        waits.switch(100, 20, false, false);
-        waits.sample(150, stack(20, 0xa), 1000);
-        waits.switch_out(180, stack(20, 0xb));
-        waits.switch(300, 20, false, false);
-        waits.sample(320, stack(20, 0xc), 1000);
-        // Thread 21 runs on, never switching: its samples' periods.
-        waits.sample(330, stack(21, 0xd), 1000);
-        waits.switch_out(400, stack(20, 0xe));
-        waits.lost(450);
-        waits.switch(500, 20, false, false);
-        waits.sample(510, stack(20, 0xf), 1000);
-        let t = waits.settle(1000, Some(600), |w| {
-            out.push((w.stack.frames[0], w.since, w.ns, w.mark))
-        });
-        assert_eq!(
-            out,
-            [
-                (0xa, 150, 50, Mark::OnCpu),
-                (0xb, 180, 120, Mark::Blocked),
-                (0xc, 320, 30 + 20, Mark::OnCpu),
-                (0xd, 330, 1000, Mark::OnCpu),
-                // The switch in after the loss is known again.
-                (0xf, 510, 10, Mark::OnCpu),
-            ]
-        );
-        // 320..400 had no sample after it: left out. The first switch in
-        // and the wait open at the loss are unpaired.
-        assert_eq!((t.on_cpu_ns, t.off_cpu_ns, t.waits), (1110, 120, 1));
-        assert_eq!(t.unpaired, 2);
-    }
-}
+#[path = "waits_tests.rs"]
+mod tests;

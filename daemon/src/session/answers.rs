@@ -421,6 +421,12 @@ impl Actor {
             session,
             profile,
             timeline: None,
+            unknown_ns: self
+                .ingest
+                .unknown
+                .iter()
+                .map(|(&t, &ns)| (t, ns))
+                .collect(),
         }
     }
 

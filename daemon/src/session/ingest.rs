@@ -85,6 +85,9 @@ pub struct Ingest {
     pub(super) since_view: Option<Vec<u32>>,
     /// Each sample's time, when the session keeps them.
     pub(super) timeline: Option<Times>,
+    /// Off-CPU and wall sessions: per thread, the nanoseconds no record
+    /// tells (`TimeTotals::unknown_ns`).
+    pub(super) unknown: foldhash::HashMap<u32, u64>,
 }
 
 /// Samples kept for the next view at least (with fewer stacks than this).
@@ -136,6 +139,7 @@ impl Ingest {
             recent: Recent::default(),
             since_view: None,
             timeline: None,
+            unknown: Default::default(),
         }
     }
 
@@ -299,6 +303,9 @@ impl Ingest {
         }
         if let Some(time) = batch.time.take() {
             *self.totals.time.get_or_insert_with(Default::default) += time;
+        }
+        for (tid, ns) in batch.unknown.drain(..) {
+            *self.unknown.entry(tid).or_default() += ns;
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut marked = Vec::new();

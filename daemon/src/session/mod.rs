@@ -83,6 +83,9 @@ pub struct Resolved {
     pub profile: ResolvedProfile,
     /// The samples in time order, when the session keeps their times.
     pub timeline: Option<Timeline>,
+    /// Off-CPU and wall sessions: per thread, the nanoseconds no record
+    /// tells (`TimeTotals::unknown_ns`).
+    pub unknown_ns: HashMap<u32, u64>,
 }
 
 /// A function's counts at the last view, and when they changed.
@@ -366,9 +369,15 @@ impl Actor {
                 // Ended: the target's pidfd is of no more use.
                 pidfd = None;
             }
+            // The session's end first, when it is due: counting batches
+            // already sent (each takes its time) does not push it back.
             tokio::select! {
-                Some(batch) = batches.recv(), if running => {
-                    self.take(batch, &mut batches).await;
+                biased;
+                _ = sleep_until(deadline), if running && deadline.is_some() => {
+                    self.end(api::SessionState::DurationElapsed, &mut batches).await;
+                }
+                _ = exited(pidfd.as_ref()), if running && pidfd.is_some() => {
+                    self.end(api::SessionState::Exited, &mut batches).await;
                 }
                 cmd = commands.recv() => match cmd {
                     None => break,
@@ -386,7 +395,7 @@ impl Actor {
                             self.sampler.flush(self.spec, false).await;
                         }
                         // The answer counts every batch delivered before the
-                        // question (select! picks among ready branches at random).
+                        // question.
                         while self.running() {
                             let Ok(batch) = batches.try_recv() else { break };
                             self.take(batch, &mut batches).await;
@@ -394,11 +403,8 @@ impl Actor {
                         self.answer(cmd, &mut batches).await;
                     }
                 },
-                _ = sleep_until(deadline), if running && deadline.is_some() => {
-                    self.end(api::SessionState::DurationElapsed, &mut batches).await;
-                }
-                _ = exited(pidfd.as_ref()), if running && pidfd.is_some() => {
-                    self.end(api::SessionState::Exited, &mut batches).await;
+                Some(batch) = batches.recv(), if running => {
+                    self.take(batch, &mut batches).await;
                 }
             }
         }
@@ -447,6 +453,8 @@ impl Actor {
         mut state: api::SessionState,
         batches: &mut mpsc::UnboundedReceiver<Batch>,
     ) {
+        // It ends now: counting what came before takes what it takes.
+        let ended = Instant::now();
         self.sampler.flush(self.spec, true).await;
         self.sampler.unsubscribe(self.spec, self.params.id).await;
         while let Ok(batch) = batches.try_recv() {
@@ -460,7 +468,7 @@ impl Actor {
         if !self.error.is_empty() {
             state = api::SessionState::Failed;
         }
-        self.ended = Some(Instant::now());
+        self.ended = Some(ended);
         tracing::info!(
             session = self.params.id,
             pid = self.params.pid,

@@ -106,6 +106,7 @@ async fn run(
                     session,
                     profile,
                     timeline: None,
+                    unknown_ns: Default::default(),
                 });
             }
         }

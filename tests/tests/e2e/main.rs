@@ -25,6 +25,7 @@ mod kept;
 mod kernel_frames;
 mod names;
 mod offcpu;
+mod offcpu_rate;
 mod planted;
 mod python;
 mod record;

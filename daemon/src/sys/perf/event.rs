@@ -235,6 +235,9 @@ pub struct PerfEvent {
     stack_copy: bool,
     cpu: u32,
     scratch: Vec<u8>,
+    /// The most bytes one record of this ring takes, with the LOST record
+    /// the kernel may write before it.
+    max_record: u64,
     /// The kernel counts the samples it dropped (PERF_FORMAT_LOST, Linux 6.0+).
     counts_lost: bool,
     /// The kernel's lost count already accounted for.
@@ -244,6 +247,12 @@ pub struct PerfEvent {
     counted_accounted: u64,
     /// When the kernel's counts were last read.
     lost_read: Option<std::time::Instant>,
+    /// Records lost that LOST records read so far reported.
+    lost_reported: u64,
+    /// At the last read the ring had no room for another record...
+    full: bool,
+    /// ...or the kernel counted losses no LOST record reported yet.
+    owed: bool,
 }
 
 /// What the kernel counted on a ring since the last reading (see
@@ -345,6 +354,21 @@ fn switch_attr(sampling: &b::perf_event_attr, mode: Mode) -> b::perf_event_attr 
         attr.set_task(0);
     }
     attr
+}
+
+/// The most bytes a record of profd's events takes with a user stack copy
+/// of `stack_user` bytes: a sample's fixed fields, a callchain of the
+/// kernel's depth limit with its context markers, the user registers and
+/// the copy; and a LOST record before it.
+fn max_record(stack_user: u32) -> u64 {
+    let max_stack = crate::sysctl::kernel_sysctl("perf_event_max_stack")
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(127);
+    let callchain = 8 * (1 + max_stack + 16);
+    let fixed = 8 + 16 * 8;
+    let stack = 8 * (1 + 3) + 8 + u64::from(stack_user) + 8;
+    let lost = 8 + 16 + 6 * 8;
+    (fixed + callchain + stack + lost).min(u64::from(u16::MAX) + lost)
 }
 
 /// Records timed on CLOCK_MONOTONIC, the clock `clock_gettime` reads:
@@ -512,10 +536,14 @@ impl PerfEvent {
             stack_copy: spec.stack_bytes > 0,
             cpu,
             scratch: Vec::new(),
+            max_record: max_record(attr.sample_stack_user),
             counts_lost: attr.read_format != 0,
             lost_accounted: 0,
             counted_accounted: 0,
             lost_read: None,
+            lost_reported: 0,
+            full: false,
+            owed: false,
         };
         let page_hdr = event.header();
         // SAFETY: `page_hdr` points at the kernel-initialised metadata page
@@ -701,11 +729,19 @@ impl PerfEvent {
             lost: from_records,
             counted: 0,
         };
+        self.lost_reported += from_records;
+        let was_missing = self.may_be_missing();
+        // A ring with no room left may have lost records after the last one
+        // read. Without the kernel's count, it is not known not to have
+        // until its next record (a LOST record or not) is read.
+        self.full =
+            self.no_room_after(bytes_read) || (!self.counts_lost && was_missing && bytes_read == 0);
         if !self.counts_lost && self.system_wide() {
             return records;
         }
         let due = exact
             || from_records > 0
+            || was_missing
             || bytes_read >= self.data_size as u64 / 2
             || self
                 .lost_read
@@ -731,11 +767,30 @@ impl PerfEvent {
             Some(total) => {
                 let new = total.saturating_sub(self.lost_accounted);
                 self.lost_accounted = self.lost_accounted.max(total);
+                // Lost, and not said by a LOST record: it comes with the
+                // ring's next record, or never if nothing writes there again.
+                self.owed = total > self.lost_reported;
                 new
             }
             None => from_records,
         };
         Counts { lost, counted }
+    }
+
+    /// Records of this ring after the last one read may be missing, and no
+    /// LOST record said so yet: at its last read it had no room for another
+    /// record, or the kernel counted more losses than LOST records
+    /// reported (see [`PerfEvent::new_counts`], which tells).
+    pub fn may_be_missing(&self) -> bool {
+        self.full || self.owed
+    }
+
+    /// Whether a ring that held `bytes` when read (from its tail to its
+    /// head) had no room for another record then: the kernel may have
+    /// dropped records after the last one read, and says so only once the
+    /// ring has room again.
+    fn no_room_after(&self, bytes: u64) -> bool {
+        (self.data_size as u64).saturating_sub(bytes) < self.max_record
     }
 
     /// The CPU this event samples.

@@ -198,6 +198,7 @@ impl Daemon {
     /// Probe the kernel and bind the socket; clients may connect once this returns.
     pub async fn bind(config: Config) -> Result<Daemon, Error> {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;
+        crate::session::setup_budget::BUDGET.set(config.new_process_cpu);
         let mut sampler = sampler::Sampler::new(cpus);
         sampler.ring_pages = config.ring_pages;
         let source = Arc::new(sampler);

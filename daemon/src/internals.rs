@@ -46,7 +46,7 @@ pub mod sys {
 }
 
 pub mod unwind {
-    pub use crate::unwind::{Unwinder, Walk, MAX_FRAMES};
+    pub use crate::unwind::{bytes, counters, set_budget, shed, Unwinder, Walk, MAX_FRAMES};
 }
 
 pub mod continuous {

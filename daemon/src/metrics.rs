@@ -38,6 +38,9 @@ pub struct Snapshot {
     pub sinks: Vec<crate::sinks::deliver::Report>,
     /// Ended sessions kept and evicted, by owner.
     pub retention: crate::store::share::Report,
+    /// The unwind tables' cache, and new processes' setup.
+    pub unwind: crate::unwind::cache::Counters,
+    pub setup: crate::session::setup_budget::Counters,
 }
 
 /// One listener's connections.
@@ -117,6 +120,8 @@ pub async fn snapshot(registry: &Registry, history: Option<&History>) -> Snapsho
         history: history.map(History::stats),
         sinks: history.map_or_else(Vec::new, |h| h.sinks().reports()),
         retention: registry.retention().await,
+        unwind: crate::unwind::counters(),
+        setup: crate::session::setup_budget::BUDGET.counters(),
     }
 }
 
@@ -269,6 +274,7 @@ pub fn render(s: &Snapshot) -> String {
         sink_metrics(&mut reg, &s.sinks);
     }
     retention_metrics(&mut reg, &s.retention);
+    unwind_metrics(&mut reg, s);
     if let Some(p) = &s.process {
         reg.register(
             "process_cpu_seconds",
@@ -295,6 +301,42 @@ pub fn render(s: &Snapshot) -> String {
     // Writing to a String cannot fail.
     let _ = encode(&mut out, &reg);
     out
+}
+
+/// The unwind tables' cache and new processes' setup.
+fn unwind_metrics(reg: &mut prometheus_client::registry::Registry, s: &Snapshot) {
+    let (u, p) = (&s.unwind, &s.setup);
+    for (name, help, v) in [
+        ("profd_unwind_table_loads", "Files whose unwind tables were read (a walk reached their code and the cache had not them)", u.loads),
+        ("profd_unwind_table_hits", "Unwind tables a walk needed that the cache held", u.hits),
+        ("profd_unwind_table_evictions", "Unwind tables the cache let go of to stay within its budget, or shed", u.evictions),
+        ("profd_unwind_table_refused", "Files whose unwind tables alone exceed the cache's budget (their code is walked by frame pointers)", u.refused),
+        ("profd_new_processes", "Processes whose address space was set up (maps read, files opened)", p.processes),
+        ("profd_new_processes_deferred", "Processes whose setup waited for a later batch: the new-process CPU budget was spent", p.deferred),
+        ("profd_new_process_deferred_samples", "Samples of processes waiting to be set up: attributed to their process, user stacks walked by frame pointers only, named once it is set up", p.deferred_samples),
+    ] {
+        reg.register(name, help, ConstCounter::new(v));
+    }
+    reg.register(
+        "profd_new_process_cpu_seconds",
+        "CPU time spent setting up new processes (reading /proc/PID/maps, opening mapped files), in seconds",
+        ConstCounter::new(p.seconds),
+    );
+    reg.register(
+        "profd_new_process_cpu_budget_seconds",
+        "CPU time a second new processes' setup may take (new_process_cpu), in seconds",
+        ConstGauge::new(p.per_second),
+    );
+    reg.register(
+        "profd_unwind_table_bytes",
+        "Bytes of unwind tables the cache holds now",
+        ConstGauge::new(u.bytes as i64),
+    );
+    reg.register(
+        "profd_unwind_table_budget_bytes",
+        "Most bytes of unwind tables the cache holds",
+        ConstGauge::new(u.budget as i64),
+    );
 }
 
 /// Per sink (label `sink`): windows and bytes sent, requests, retries,

@@ -54,6 +54,9 @@ pub struct Config {
     pub continuous: Option<crate::continuous::Settings>,
     /// Backends continuous windows are sent to (`[[sink]]`), files read.
     pub sinks: Vec<crate::sinks::config::Settings>,
+    /// CPU a second for setting up new processes (see
+    /// `session::setup_budget`).
+    pub new_process_cpu: Duration,
 }
 
 /// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
@@ -86,6 +89,7 @@ impl Config {
             connections: conns::Limits::default(),
             continuous: None,
             sinks: Vec::new(),
+            new_process_cpu: crate::session::setup_budget::DEFAULT_PER_SECOND,
         }
     }
 }
@@ -257,6 +261,13 @@ settings! {
         ty: POSITIVE,
         default: Some(|| registry::Limits::default().max_stacks),
         help: "Unique stacks one session keeps; samples of further new stacks are counted under `[stack limit reached]` (config: limits.max_stacks; default 250000)",
+    };
+    NEW_PROCESS_CPU: u64 = Setting {
+        key: "limits.new_process_cpu",
+        flag: flag("new-process-cpu", "MS"),
+        ty: MILLIS_PER_SECOND,
+        default: Some(|| crate::session::setup_budget::DEFAULT_PER_SECOND.as_millis() as u64),
+        help: "Milliseconds of CPU a second for setting up the processes continuous profiling samples (reading /proc/PID/maps, opening the files they map); past it, a new process is set up at a later batch, its samples counted meanwhile, walked by frame pointers only (config: limits.new_process_cpu; default 5, half a percent of a core)",
     };
     MAX_CONNECTIONS: usize = Setting {
         key: "limits.max_connections",
@@ -521,6 +532,7 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
         max_histogram_buckets: m.get_or_default(&MAX_HISTOGRAM_BUCKETS),
         max_concurrent_exports: m.get_or_default(&MAX_CONCURRENT_EXPORTS),
     };
+    config.new_process_cpu = Duration::from_millis(m.get_or_default(&NEW_PROCESS_CPU));
     config.connections = conns::Limits {
         max_connections: m.get(&MAX_CONNECTIONS),
         max_per_peer: m.get(&MAX_CONNECTIONS_PER_PEER),

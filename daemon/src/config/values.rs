@@ -102,6 +102,19 @@ pub const SECONDS: Type<u64> = scalar(
     number,
 );
 
+/// Milliseconds of CPU a second: 1 to 1000.
+pub const MILLIS_PER_SECOND: Type<u64> = scalar(
+    |v| match v {
+        Value::Integer(n) if (1..=1000).contains(n) => Ok(*n as u64),
+        _ => Err(expected(
+            "milliseconds of CPU a second, from 1 to 1000 (a whole core)",
+            v,
+        )),
+    },
+    |n| Value::Integer(*n as i64),
+    number,
+);
+
 /// Ring data pages: a power of two (the kernel's rule).
 pub const RING_PAGES: Type<usize> = scalar(
     |v| match v {

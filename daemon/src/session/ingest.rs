@@ -316,12 +316,15 @@ impl Ingest {
         // Consecutive samples are mostly of the same process and thread.
         let (mut last_pid, mut space, mut process) = (None, 0, None);
         let (mut last_tid, mut checked) = (None, true);
+        // Samples of processes not set up yet (see `setup_budget`).
+        let (mut set_up, mut waiting) = (true, 0u64);
         for sample in batch.samples() {
             if last_pid != Some(sample.pid) {
                 last_pid = Some(sample.pid);
                 checked = !self.unchecked.contains(&sample.pid);
                 if checked {
                     space = self.spaces.open(sample.pid);
+                    set_up = self.spaces.is_set_up(space);
                     process = self.process_of(sample.pid);
                 }
             }
@@ -332,6 +335,9 @@ impl Ingest {
                 continue;
             }
             attributed += weight;
+            if !set_up {
+                waiting += 1;
+            }
             // Frame-pointer stacks of the target's first program are used as
             // they came, but in Go code: there the caller the kernel's walk
             // skips below a function without a frame is put back, and what
@@ -343,7 +349,7 @@ impl Ingest {
                 false => &mut self.spaces.list[space].unwinder,
             };
             let (mut frames, mut skipped) = (sample.frames, None);
-            if !stack_copy && unwinder.has_go() {
+            if !stack_copy && unwinder.knows_go(frames) {
                 if let Some(len) = unwinder.go_stack_len(frames) {
                     frames = &frames[..len];
                 }
@@ -440,6 +446,7 @@ impl Ingest {
             }
         }
         self.scratch = scratch;
+        self.spaces.count_waiting(waiting);
         for (pid, time) in batch.exits.drain(..) {
             if let Some(t) = &mut self.timeline {
                 t.mark(time, pid, MarkerKind::Exit);
@@ -486,7 +493,7 @@ impl Ingest {
 /// it was sampled in Go code without a frame: where it goes in `frames`, and
 /// the frame (return address minus one), read from the `stack` bytes copied
 /// at sp. None when the stack has it.
-fn go_skipped(frames: &[u64], unwinder: &Unwinder, stack: &[u8]) -> Option<(usize, u64)> {
+fn go_skipped(frames: &[u64], unwinder: &mut Unwinder, stack: &[u8]) -> Option<(usize, u64)> {
     let at = frames.iter().position(|&a| !is_kernel(a))?;
     let caller = unwinder.go_return_address(frames[at], stack)? - 1;
     (frames.get(at + 1) != Some(&caller)).then_some((at + 1, caller))
@@ -578,6 +585,36 @@ mod tests {
         refused.exec = Some((7, "su".into()));
         let err = ingest.apply(refused, |_| false).unwrap_err();
         assert!(err.contains("exec of su: no"), "{err}");
+    }
+
+    /// Samples of a process waiting to be set up (the new-process budget
+    /// was spent) are attributed to it, and counted as waiting.
+    #[test]
+    fn samples_of_a_process_not_set_up_yet_count_for_it() {
+        use super::super::setup_budget::Budget;
+        let me = std::process::id();
+        let budget: &'static Budget = Box::leak(Box::new(Budget::new(std::time::Duration::ZERO)));
+        let mut ingest = Ingest::every(true, 100, None);
+        ingest.spaces.set_budget(budget);
+        ingest
+            .apply(batch(&[(me, 0x100), (me, 0x200), (me, 0x100)]), |_| false)
+            .unwrap();
+        assert_eq!(ingest.totals.attributed, 3);
+        assert_eq!(ingest.totals.discarded, 0);
+        let counts: Vec<_> = ingest
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.samples))
+            .collect();
+        assert_eq!(counts, [(me, 3)]);
+        let c = budget.counters();
+        assert_eq!((c.processes, c.deferred, c.deferred_samples), (0, 1, 3));
+        // Once the budget allows, the next batch sets it up.
+        budget.set(std::time::Duration::from_secs(1000));
+        ingest.apply(batch(&[(me, 0x100)]), |_| false).unwrap();
+        let space = ingest.spaces.of(me);
+        assert!(ingest.spaces.is_set_up(space));
+        assert_eq!(budget.counters().deferred_samples, 3);
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod ingest;
 mod recent;
 mod saving;
 mod scope;
+pub mod setup_budget;
 mod spaces;
 pub(crate) mod stored;
 mod timeline;

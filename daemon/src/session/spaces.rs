@@ -1,7 +1,11 @@
 //! A session's address spaces: the target's, a new one at each exec, one per
 //! child it forks. Each has its mappings (for names) and unwinder (for stack
 //! copies); user addresses of stacks are tagged with their space so that the
-//! same address in two programs never means the same code.
+//! same address in two programs never means the same code. With every
+//! process (continuous profiling), a space is set up (its files opened, its
+//! /proc entry read) only once a sample of it comes, within the CPU budget
+//! of `setup_budget`.
+use super::setup_budget::{Budget, BUDGET};
 use crate::maps::{Mapping, ProcessMaps};
 use crate::sampler::BAD_USER_FRAME;
 use crate::symbolize::is_kernel;
@@ -34,6 +38,12 @@ pub struct Space {
     /// Walked since its cache last had a second chance (see
     /// [`Spaces::unwinder`]).
     walked: bool,
+    /// Its files opened and its mappings known to its unwinder. With every
+    /// process, not before it is sampled: till then its mappings are only
+    /// those forks and MMAP2 records told.
+    set_up: bool,
+    /// Sampled, and waiting for the budget to be set up.
+    waiting: bool,
 }
 
 /// The spaces of a session; space 0 is the target's at attach. A space no
@@ -62,6 +72,18 @@ pub struct Spaces {
     every: bool,
     /// Spaces whose unwinder made a rule cache, oldest first.
     cached: std::collections::VecDeque<usize>,
+    /// With every process: the spaces sampled before they could be set up
+    /// (the budget was spent), with their process, oldest first.
+    waiting: std::collections::VecDeque<(u32, usize)>,
+    /// The CPU budget of setting processes up.
+    budget: &'static Budget,
+    /// With every process: no mappings, but the table of files every
+    /// space's maps share, so that a library mapped by many processes is
+    /// opened and held once.
+    files: ProcessMaps,
+    /// The unwind cache's eviction epoch when the unwinders last let go of
+    /// the tables it evicted.
+    epoch: u64,
 }
 
 /// Tag user address `addr` with space `space` (space 0 and kernel addresses
@@ -96,8 +118,12 @@ impl Spaces {
             out_of_fds: None,
             every: false,
             cached: Default::default(),
+            waiting: Default::default(),
+            budget: &BUDGET,
+            files: ProcessMaps::default(),
+            epoch: crate::unwind::cache::epoch(),
         };
-        spaces.add(pid, maps);
+        spaces.add(pid, maps, true);
         spaces
     }
 
@@ -115,21 +141,71 @@ impl Spaces {
         self.every
     }
 
-    /// The current space of `pid`; with [`Spaces::every`], a process not
-    /// seen before gets one from its mappings now.
+    /// The current space of `pid`, for its samples; with [`Spaces::every`],
+    /// a process not seen before gets one, and a space not set up yet is
+    /// set up now, if the budget allows (else at a later batch).
     pub fn open(&mut self, pid: u32) -> usize {
         match self.by_pid.get(&pid) {
-            Some(&i) => i,
+            Some(&i) => {
+                if !self.list[i].set_up && !self.list[i].retired {
+                    self.set_up(pid, i);
+                }
+                i
+            }
             None if self.every && pid != 0 => {
-                let maps = ProcessMaps::read_for_session(pid, &ProcessMaps::default())
-                    .unwrap_or_else(|why| {
-                        self.out_of_fds.get_or_insert(why);
-                        ProcessMaps::default()
-                    });
-                self.add(pid, maps)
+                let i = self.add(pid, self.files.sharing_files(), false);
+                self.set_up(pid, i);
+                i
             }
             None => 0,
         }
+    }
+
+    /// Whether space `i` is set up (else its stacks are walked by frame
+    /// pointers only).
+    pub fn is_set_up(&self, i: usize) -> bool {
+        self.list[i].set_up
+    }
+
+    /// `n` samples of spaces not set up were counted.
+    pub fn count_waiting(&self, n: u64) {
+        if n > 0 {
+            self.budget.deferred_samples(n);
+        }
+    }
+
+    /// Set up space `i` of `pid` if the budget allows, else queue it: its
+    /// mappings read from /proc (those forks and MMAP2 records told if it
+    /// is gone), their files opened, made known to its unwinder.
+    fn set_up(&mut self, pid: u32, i: usize) {
+        if !self.budget.allows() {
+            if !std::mem::replace(&mut self.list[i].waiting, true) {
+                self.waiting.push_back((pid, i));
+                self.budget.defer();
+            }
+            return;
+        }
+        let budget = self.budget;
+        let space = &mut self.list[i];
+        let why = budget.measure(|| match ProcessMaps::read_for_session(pid, &space.maps) {
+            Ok(maps) if !maps.is_empty() => {
+                space.maps = maps;
+                None
+            }
+            Ok(_) => {
+                space.maps.resolve_new(pid);
+                space.maps.short_of_fds(pid)
+            }
+            Err(why) => Some(why),
+        });
+        if let Some(why) = why {
+            self.out_of_fds.get_or_insert(why);
+        }
+        for m in space.maps.iter() {
+            space.unwinder.add_mapping(m);
+        }
+        space.set_up = true;
+        space.waiting = false;
     }
 
     /// Spaces in use: those of processes that still run (or exited within
@@ -164,6 +240,11 @@ impl Spaces {
             .iter()
             .filter_map(|&(i, at)| renumbered.get(&i).map(|&j| (j, at)))
             .collect();
+        self.waiting = self
+            .waiting
+            .iter()
+            .filter_map(|&(pid, i)| renumbered.get(&i).map(|&j| (pid, j)))
+            .collect();
         self.cached = self
             .cached
             .iter()
@@ -188,6 +269,7 @@ impl Spaces {
                 released.push(i);
             }
         }
+        self.files.close_unused_files();
         released
     }
 
@@ -251,6 +333,26 @@ impl Spaces {
         for (i, _) in due {
             self.retire(i);
         }
+        // Tables the unwind cache evicted while used here are let go of
+        // (and read again when a walk needs them).
+        let epoch = crate::unwind::cache::epoch();
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            for space in &mut self.list {
+                space.unwinder.drop_evicted();
+            }
+        }
+        // The spaces sampled before the budget allowed, as far as it does
+        // now (those gone or replaced meanwhile are not).
+        while !self.waiting.is_empty() && self.budget.allows() {
+            let Some((pid, i)) = self.waiting.pop_front() else {
+                break;
+            };
+            let space = &self.list[i];
+            if self.by_pid.get(&pid) == Some(&i) && !space.set_up && !space.retired {
+                self.set_up(pid, i);
+            }
+        }
     }
 
     /// `pid` exited: its space is retired after [`EXIT_GRACE`] batches.
@@ -260,19 +362,25 @@ impl Spaces {
         }
     }
 
+    /// Set processes up within `budget` (not the daemon's).
+    #[cfg(test)]
+    pub fn set_budget(&mut self, budget: &'static Budget) {
+        self.budget = budget;
+    }
+
     /// Why the session must fail, once: a process's files or /proc entry
     /// could not be opened for want of descriptors.
     pub fn take_out_of_fds(&mut self) -> Option<String> {
         self.out_of_fds.take()
     }
 
-    fn add(&mut self, pid: u32, maps: ProcessMaps) -> usize {
+    /// A new space of `pid` with `maps`; `set_up`: its files are opened
+    /// (and its mappings made known to its unwinder).
+    fn add(&mut self, pid: u32, maps: ProcessMaps, set_up: bool) -> usize {
         let mut unwinder = Unwinder::default();
-        for m in maps.iter() {
-            if self.stack_copy {
+        if set_up {
+            for m in maps.iter() {
                 unwinder.add_mapping(m);
-            } else {
-                unwinder.add_go_mapping(m);
             }
         }
         if self.list.len() >= MAX_SPACES {
@@ -285,6 +393,8 @@ impl Spaces {
             unwinder,
             retired: false,
             walked: false,
+            set_up,
+            waiting: false,
         });
         let index = self.list.len() - 1;
         self.by_pid.insert(pid, index);
@@ -302,23 +412,46 @@ impl Spaces {
         &self.list[space.min(self.list.len() - 1)].maps
     }
 
-    /// `child` was forked by `parent`: it starts with a copy of its space.
+    /// `child` was forked by `parent`: it starts with a copy of its space
+    /// (with every process, set up when it is sampled; nothing when the
+    /// parent has no space: it is read when the child is sampled).
     pub fn fork(&mut self, child: u32, parent: u32) {
+        if self.every {
+            match self.by_pid.get(&parent) {
+                Some(&p) => {
+                    let maps = self.list[p].maps.forked();
+                    self.add(child, maps, false);
+                }
+                None => {
+                    self.by_pid.remove(&child);
+                }
+            }
+            return;
+        }
         let parent = self.open(parent);
         let maps = self.list[parent].maps.forked();
-        self.add(child, maps);
+        self.add(child, maps, true);
     }
 
     /// `pid` exec'd: a new space from its mappings now (later ones arrive as
-    /// MMAP2 records). The old space stays for the stacks sampled in it.
+    /// MMAP2 records); with every process, from the MMAP2 records alone
+    /// until it is sampled. The old space stays for the stacks sampled in
+    /// it.
     pub fn exec(&mut self, pid: u32) {
+        if self.every {
+            if let Some(old) = self.by_pid.get(&pid).copied() {
+                self.retire(old);
+            }
+            self.add(pid, self.files.sharing_files(), false);
+            return;
+        }
         let old = self.of(pid);
         let maps = ProcessMaps::read_for_session(pid, &self.list[old].maps).unwrap_or_else(|why| {
             self.out_of_fds.get_or_insert(why);
             ProcessMaps::default()
         });
         let known = self.by_pid.contains_key(&pid);
-        if self.add(pid, maps) != old && known {
+        if self.add(pid, maps, true) != old && known {
             self.retire(old);
         }
     }
@@ -339,24 +472,30 @@ impl Spaces {
         self.by_pid.retain(|&pid, _| pid == self.target);
     }
 
-    /// New mappings of `pid`, files opened and added to its unwinder.
+    /// New mappings of `pid`, files opened and added to its unwinder (with
+    /// every process: only kept until it is set up, and not even that for a
+    /// process with no space yet, whose mappings are read when it is
+    /// sampled).
     pub fn insert(&mut self, pid: u32, mappings: impl Iterator<Item = Mapping>) {
-        let space = self.open(pid);
+        let space = match self.by_pid.get(&pid) {
+            Some(&i) if self.every => i,
+            None if self.every => return,
+            _ => self.open(pid),
+        };
         let s = &mut self.list[space];
         let mut starts = Vec::new();
         for m in mappings {
             starts.push(m.start);
             s.maps.insert(m);
         }
+        if !s.set_up {
+            return;
+        }
         // Opens new mappings' files, and a perf map once JIT code appears.
         s.maps.resolve_new(pid);
         for start in starts {
             if let Some(m) = s.maps.find(start) {
-                if self.stack_copy {
-                    s.unwinder.add_mapping(m);
-                } else {
-                    s.unwinder.add_go_mapping(m);
-                }
+                s.unwinder.add_mapping(m);
             }
         }
         if let Some(why) = self.list[space].maps.short_of_fds(pid) {
@@ -388,6 +527,7 @@ mod tests {
     fn spaces_of_every_process_open_when_seen_and_compact_when_gone() {
         let me = std::process::id();
         let mut spaces = Spaces::every(true);
+        spaces.set_budget(plenty());
         assert_eq!(spaces.open(0), 0, "the idle task has none");
         let mine = spaces.open(me);
         assert_ne!(mine, 0);
@@ -407,7 +547,116 @@ mod tests {
         let (m, o) = (spaces.of(me), spaces.of(other));
         assert!(m != 0 && o != 0 && m != o);
         assert_eq!(spaces.maps(m).len(), spaces.maps(o).len());
+        assert!(!spaces.is_set_up(o), "set up when sampled");
+        assert_eq!(spaces.open(other), o);
+        assert!(spaces.is_set_up(o));
         assert!(!spaces.list[o].unwinder.is_empty());
+    }
+
+    /// A budget no test runs out of.
+    fn plenty() -> &'static Budget {
+        Box::leak(Box::new(Budget::new(std::time::Duration::from_secs(1000))))
+    }
+
+    /// With every process, a process is set up (maps read, files opened)
+    /// only when a sample of it comes, and a mapping's unwind tables are
+    /// read only when a walk reaches its code.
+    #[test]
+    fn every_process_is_set_up_when_sampled_and_read_when_walked() {
+        let me = std::process::id();
+        let budget = plenty();
+        let mut spaces = Spaces::every(true);
+        spaces.set_budget(budget);
+        let mine = ProcessMaps::read(me).unwrap();
+        // Forks of, mappings of and execs of processes never sampled.
+        let (child, other) = (u32::MAX - 7, u32::MAX - 8);
+        spaces.fork(child, me);
+        spaces.insert(me, mine.iter().cloned());
+        spaces.exec(other);
+        spaces.insert(other, mine.iter().cloned());
+        spaces.fork(u32::MAX - 9, other);
+        let c = budget.counters();
+        assert_eq!((c.processes, c.deferred), (0, 0), "nothing set up: {c:?}");
+        assert!(spaces.list[1..]
+            .iter()
+            .all(|s| !s.set_up && s.unwinder.is_empty()));
+        assert_eq!(spaces.of(me), 0, "no space for a process never sampled");
+        // Sampled: set up, its mappings known to its unwinder, none read.
+        let i = spaces.open(me);
+        assert!(spaces.is_set_up(i) && !spaces.maps(i).is_empty());
+        assert_eq!(budget.counters().processes, 1);
+        assert!(budget.counters().seconds > 0.0);
+        let u = spaces.unwinder(i);
+        assert!(!u.is_empty());
+        assert_eq!(u.tables_held(), 0, "no walk, no unwind tables read");
+        // A walk from an address in libc reads libc's alone.
+        let libc = spaces
+            .maps(i)
+            .iter()
+            .find(|m| m.module().starts_with("libc.so"))
+            .expect("libc is mapped")
+            .start;
+        let (sp, stack) = (0x7ffd_0000_0000, [0u8; 64]);
+        let u = spaces.unwinder(i);
+        u.unwind(libc + 0x10, sp, 0, &stack, &mut Vec::new());
+        assert_eq!(u.tables_held(), 1);
+        // The exec'd process, sampled: set up from its MMAP2 records.
+        let o = spaces.open(other);
+        assert!(spaces.is_set_up(o));
+        assert_eq!(spaces.maps(o).len(), mine.len());
+        assert_eq!(budget.counters().processes, 2);
+    }
+
+    /// Past the budget, a sampled process waits (counted) and is set up at
+    /// a later batch once the budget allows.
+    #[test]
+    fn past_the_budget_a_process_is_set_up_at_a_later_batch() {
+        let me = std::process::id();
+        let budget: &'static Budget = Box::leak(Box::new(Budget::new(std::time::Duration::ZERO)));
+        let mut spaces = Spaces::every(true);
+        spaces.set_budget(budget);
+        let i = spaces.open(me);
+        assert_ne!(i, 0);
+        assert!(!spaces.is_set_up(i) && spaces.maps(i).is_empty());
+        assert_eq!(spaces.open(me), i, "one space");
+        spaces.count_waiting(3);
+        let c = budget.counters();
+        assert_eq!((c.processes, c.deferred, c.deferred_samples), (0, 1, 3));
+        spaces.next_batch();
+        assert!(!spaces.is_set_up(i), "still no budget");
+        budget.set(std::time::Duration::from_secs(1000));
+        spaces.next_batch();
+        assert!(spaces.is_set_up(i) && !spaces.maps(i).is_empty());
+        let c = budget.counters();
+        assert_eq!((c.processes, c.deferred), (1, 1));
+    }
+
+    /// With every process, an exited process's space lets go of its
+    /// unwinder after the grace and of its mappings (and files) at the
+    /// next cut.
+    #[test]
+    fn an_exited_process_is_let_go_of_by_the_next_cut() {
+        let me = std::process::id();
+        let mut spaces = Spaces::every(true);
+        spaces.set_budget(plenty());
+        spaces.open(me);
+        let child = u32::MAX - 7;
+        spaces.fork(child, me);
+        let c = spaces.open(child);
+        let file = spaces
+            .maps(c)
+            .iter()
+            .find_map(|m| m.file().cloned())
+            .unwrap();
+        let held = std::sync::Arc::strong_count(&file);
+        spaces.exit(child);
+        for _ in 0..EXIT_GRACE {
+            spaces.next_batch();
+        }
+        assert!(spaces.list[c].unwinder.is_empty());
+        assert_eq!(spaces.release_retired(), vec![c], "let go of at the cut");
+        assert!(spaces.maps(c).is_empty());
+        assert!(std::sync::Arc::strong_count(&file) < held);
     }
 
     /// With more processes walked than rule caches allowed, the oldest
@@ -416,6 +665,7 @@ mod tests {
     fn rule_caches_are_kept_within_their_budget() {
         let me = std::process::id();
         let mut spaces = Spaces::new(me, ProcessMaps::read(me).unwrap(), true);
+        spaces.set_budget(plenty());
         let stack = [0u8; 64];
         let walk = |spaces: &mut Spaces, i: usize| {
             let sp = 0x7ffd_0000_0000;

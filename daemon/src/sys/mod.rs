@@ -124,3 +124,10 @@ fn own_registers() -> [u64; 3] {
     }
     [ip, sp, bp]
 }
+
+/// CPU time the calling thread has used, in nanoseconds
+/// (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}

@@ -38,6 +38,8 @@ pub struct Snapshot {
     pub sinks: Vec<crate::sinks::deliver::Report>,
     /// Ended sessions kept and evicted, by owner.
     pub retention: crate::store::share::Report,
+    /// The symbolizer's caches and the mapped files held.
+    pub symbolizer: crate::symbolize::Figures,
 }
 
 /// One listener's connections.
@@ -117,6 +119,7 @@ pub async fn snapshot(registry: &Registry, history: Option<&History>) -> Snapsho
         history: history.map(History::stats),
         sinks: history.map_or_else(Vec::new, |h| h.sinks().reports()),
         retention: registry.retention().await,
+        symbolizer: crate::symbolize::Figures::read(),
     }
 }
 
@@ -198,6 +201,12 @@ pub fn render(s: &Snapshot) -> String {
     ];
     for (name, help, v) in gauges {
         reg.register(name, help, ConstGauge::new(v as i64));
+    }
+    for &(name, help, v, counter) in &s.symbolizer.figures {
+        match counter {
+            true => reg.register(name, help, ConstCounter::new(v)),
+            false => reg.register(name, help, ConstGauge::new(v as i64)),
+        }
     }
     let open = Family::<Vec<(String, String)>, Gauge>::default();
     let unauthenticated = Family::<Vec<(String, String)>, Gauge>::default();

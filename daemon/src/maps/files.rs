@@ -45,7 +45,9 @@ pub fn max_open() -> usize {
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
             .current
             .unwrap_or(u64::MAX);
-        usize::try_from(limit / 2).unwrap_or(usize::MAX).clamp(64, 4096)
+        usize::try_from(limit / 2)
+            .unwrap_or(usize::MAX)
+            .clamp(64, 4096)
     })
 }
 

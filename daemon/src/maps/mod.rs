@@ -6,9 +6,7 @@ mod files;
 mod segments;
 
 use crate::symbolize::perfmap::PerfMapTable;
-pub use files::{
-    alive, module_name, open_file_stats, undeleted, ModuleFile, Target, OPEN_FILES,
-};
+pub use files::{alive, module_name, open_file_stats, undeleted, ModuleFile, Target, OPEN_FILES};
 pub use segments::{Load, Segments};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -264,12 +262,7 @@ impl ProcessMaps {
             }
         }
         if let Ok(file) = opened {
-            return OPEN_FILES.share(
-                path,
-                file,
-                || target.fallback_path(path),
-                files::max_open(),
-            );
+            return OPEN_FILES.share(path, file, || target.fallback_path(path), files::max_open());
         }
         self.unopened
             .entry(path.to_path_buf())
@@ -436,8 +429,14 @@ mod tests {
     /// file, one descriptor.
     #[test]
     fn processes_of_one_program_share_one_open_file() {
-        let mut a = std::process::Command::new("sleep").arg("60").spawn().unwrap();
-        let mut b = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let mut a = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let mut b = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
         // Once each has exec'd sleep.
         let read = |pid: u32| loop {
             let maps = ProcessMaps::read(pid).unwrap();

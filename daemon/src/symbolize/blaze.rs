@@ -36,13 +36,18 @@ pub const JIT_MODULE: &str = "[jit]";
 /// each time.
 pub const IDLE: Duration = Duration::from_secs(60);
 
-/// What blazesym holds parsed (and mapped): a file by the path it was
-/// asked with, or the kernel's symbols.
+/// What blazesym holds parsed (and mapped): a file, by version (blazesym
+/// shares one parsed copy between the paths naming the same version), or
+/// the kernel's symbols.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Held {
-    File(PathBuf),
+    File(FileVersion),
     Kernel,
 }
+
+/// Paths remembered per file version held: a path of a file closed since
+/// keeps the parsed copy for the next process mapping that version.
+const MAX_PATHS: usize = 8;
 
 /// Owns blazesym's symbolizers, the debug files found and the names and
 /// PLT tables read, for the daemon's life; keeps what blazesym holds
@@ -54,9 +59,11 @@ pub struct Worker {
     /// Symbolizer of kernel addresses (blazesym cannot evict its kallsyms
     /// alone), dropped when [`Held::Kernel`] is evicted.
     kernel: Option<Blazesym>,
-    /// What `sym` and `kernel` hold, each weighed by [`resident_estimate`]
-    /// (with the file's version, to notice a path naming another file).
-    held: Lru<Held, Option<FileVersion>>,
+    /// What `sym` and `kernel` hold, each weighed by [`resident_estimate`],
+    /// with the paths blazesym was asked with.
+    held: Lru<Held, Vec<PathBuf>>,
+    /// The version each of those paths named.
+    paths: HashMap<PathBuf, FileVersion>,
     debug: DebugFiles,
     debug_dirs: Vec<PathBuf>,
     /// What files' addresses were named, for every session.
@@ -156,6 +163,7 @@ impl Worker {
             sym: blazesym(&debug_dirs),
             kernel: None,
             held: Lru::default(),
+            paths: HashMap::new(),
             debug: DebugFiles::new(debug_dirs.clone()),
             debug_dirs,
             names: Names::default(),
@@ -196,32 +204,14 @@ impl Worker {
         self.names.evict_idle(now);
         let mut released = 0;
         if let Some(before) = now.checked_sub(IDLE) {
-            for (held, _) in self.held.drop_unused_since(before) {
-                self.release(&held);
+            for (held, paths) in self.held.drop_unused_since(before) {
+                self.release(&held, paths);
                 released += 1;
             }
         }
-        // A /proc/self/fd/N path whose file was closed (or whose number now
-        // names another file) is forgotten.
-        let stale: Vec<Held> = self
-            .held
-            .keys()
-            .filter(|h| match h {
-                Held::File(path) => {
-                    FileVersion::at(path) != self.held.peek(h).copied().flatten()
-                }
-                Held::Kernel => false,
-            })
-            .cloned()
-            .collect();
-        for h in stale {
-            self.held.remove(&h);
-            self.release(&h);
-            released += 1;
-        }
         if shed {
-            while let Some((h, _, _)) = self.held.pop_oldest() {
-                self.release(&h);
+            while let Some((h, paths, _)) = self.held.pop_oldest() {
+                self.release(&h, paths);
                 released += 1;
             }
             self.plt.shrink_to(0);
@@ -231,16 +221,25 @@ impl Worker {
         released > 0
     }
 
-    /// Let blazesym drop `held`'s data (its mapping and descriptor).
-    fn release(&mut self, held: &Held) {
+    /// Let blazesym drop `held`'s data (its mapping and descriptor),
+    /// asked for through `paths`.
+    fn release(&mut self, held: &Held, paths: Vec<PathBuf>) {
         STATS.evictions.fetch_add(1, Ordering::Relaxed);
         match held {
             Held::Kernel => self.kernel = None,
-            Held::File(path) => {
-                if let Err(err) = self.sym.evict(&Evict::Elf(evict::Elf::new(path.as_path()))) {
-                    tracing::debug!(path = %path.display(), %err, "cannot evict a file's symbols");
+            Held::File(_) => {
+                for path in paths {
+                    self.forget_path(&path);
                 }
             }
+        }
+    }
+
+    /// Let blazesym drop what it holds for `path`.
+    fn forget_path(&mut self, path: &Path) {
+        self.paths.remove(path);
+        if let Err(err) = self.sym.evict(&Evict::Elf(evict::Elf::new(path))) {
+            tracing::debug!(path = %path.display(), %err, "cannot evict a file's symbols");
         }
     }
 
@@ -249,14 +248,11 @@ impl Worker {
     fn shrink(&mut self) {
         self.names.shrink_to(self.budget.names);
         self.plt.shrink_to(self.budget.plt);
-        for h in self.debug.take_closed() {
-            let h = Held::File(h);
-            if self.held.remove(&h).is_some() {
-                self.release(&h);
-            }
+        for path in self.debug.take_closed() {
+            self.drop_path(&path);
         }
-        for (h, _) in self.held.shrink_to(self.budget.parsed) {
-            self.release(&h);
+        for (h, paths) in self.held.shrink_to(self.budget.parsed) {
+            self.release(&h, paths);
         }
         self.publish();
     }
@@ -266,10 +262,18 @@ impl Worker {
         let vdso = Vdso::get().map_or(0, Vdso::bytes);
         let bytes = self.held.bytes() + self.names.bytes() + self.plt.bytes() + vdso;
         STATS.bytes.store(bytes, Ordering::Relaxed);
-        STATS.parsed_bytes.store(self.held.bytes(), Ordering::Relaxed);
-        STATS.parsed.store(self.held.len() as u64, Ordering::Relaxed);
-        STATS.names_bytes.store(self.names.bytes(), Ordering::Relaxed);
-        STATS.names.store(self.names.len() as u64, Ordering::Relaxed);
+        STATS
+            .parsed_bytes
+            .store(self.held.bytes(), Ordering::Relaxed);
+        STATS
+            .parsed
+            .store(self.held.len() as u64, Ordering::Relaxed);
+        STATS
+            .names_bytes
+            .store(self.names.bytes(), Ordering::Relaxed);
+        STATS
+            .names
+            .store(self.names.len() as u64, Ordering::Relaxed);
         STATS
             .name_evictions
             .store(self.names.evicted(), Ordering::Relaxed);
@@ -279,28 +283,59 @@ impl Worker {
             .store(self.debug.held() as u64, Ordering::Relaxed);
     }
 
-    /// Mark `held` as used now; weighed anew when it is new to blazesym or
-    /// its path names another file than before.
-    fn used(&mut self, held: Held) {
-        let now = Instant::now();
-        let version = match &held {
-            Held::File(path) => FileVersion::at(path),
-            Held::Kernel => None,
+    /// `path` no longer names what it named: blazesym forgets it (the
+    /// version it named stays held through its other paths).
+    fn drop_path(&mut self, path: &Path) {
+        let Some(version) = self.paths.get(path).copied() else {
+            return;
         };
-        match self.held.get(&held, now) {
-            Some(v) if *v == version => return,
-            Some(_) => {
-                self.held.remove(&held);
-                self.release(&held);
-            }
+        if let Some(paths) = self.held.get_mut(&Held::File(version)) {
+            paths.retain(|p| p != path);
+        }
+        self.forget_path(path);
+    }
+
+    /// Mark kallsyms as used now, weighed when new.
+    fn used_kernel(&mut self) {
+        let now = Instant::now();
+        if self.held.get(&Held::Kernel, now).is_none() {
+            STATS.loads.fetch_add(1, Ordering::Relaxed);
+            self.held
+                .insert(Held::Kernel, Vec::new(), kallsyms_estimate(), now);
+        }
+    }
+
+    /// Mark the file at `path` as used now, weighed when its version is new
+    /// to blazesym.
+    fn used_file(&mut self, path: &Path) {
+        let now = Instant::now();
+        let Some(version) = FileVersion::at(path) else {
+            return;
+        };
+        match self.paths.get(path) {
+            Some(v) if *v == version => {}
+            // The descriptor number names another file now.
+            Some(_) => self.drop_path(path),
             None => {}
         }
-        STATS.loads.fetch_add(1, Ordering::Relaxed);
-        let bytes = match &held {
-            Held::File(path) => resident_estimate(path),
-            Held::Kernel => kallsyms_estimate(),
-        };
-        self.held.insert(held, version, bytes, now);
+        let key = Held::File(version);
+        if self.held.get(&key, now).is_none() {
+            STATS.loads.fetch_add(1, Ordering::Relaxed);
+            self.held
+                .insert(key.clone(), Vec::new(), resident_estimate(path), now);
+        }
+        if self.paths.insert(path.to_path_buf(), version).is_none() {
+            let mut oldest = None;
+            if let Some(paths) = self.held.get_mut(&key) {
+                paths.push(path.to_path_buf());
+                if paths.len() > MAX_PATHS {
+                    oldest = Some(paths.remove(0));
+                }
+            }
+            if let Some(old) = oldest {
+                self.forget_path(&old);
+            }
+        }
     }
 
     /// The frames of each of `addrs`, in `maps`.
@@ -388,7 +423,7 @@ impl Worker {
             ..Default::default()
         });
         let input: Vec<u64> = kernel.iter().map(|&i| addrs[i]).collect();
-        self.used(Held::Kernel);
+        self.used_kernel();
         let debug_dirs = &self.debug_dirs;
         let sym = self.kernel.get_or_insert_with(|| blazesym(debug_dirs));
         match sym.symbolize(&src, Input::AbsAddr(&input)) {
@@ -484,7 +519,7 @@ impl Worker {
                 .partition(|x| x.2.is_some());
             left = unmapped.into_iter().map(|(i, off, _)| (i, off)).collect();
             let vaddrs: Vec<u64> = mapped.iter().filter_map(|x| x.2).collect();
-            self.used(Held::File(split.path.clone()));
+            self.used_file(&split.path);
             let src = Source::Elf(Elf::new(split.path.as_path()));
             match self.sym.symbolize(&src, Input::VirtOffset(&vaddrs)) {
                 Ok(results) => {
@@ -505,7 +540,7 @@ impl Worker {
             return;
         }
         let offsets: Vec<u64> = left.iter().map(|&(_, off)| off).collect();
-        self.used(Held::File(readable.to_path_buf()));
+        self.used_file(readable);
         let src = Source::Elf(Elf::new(readable));
         let mut unnamed = Vec::new();
         match self.sym.symbolize(&src, Input::FileOffset(&offsets)) {

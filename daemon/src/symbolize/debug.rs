@@ -119,7 +119,10 @@ impl DebugFiles {
 
     /// Debug files held open now.
     pub fn held(&self) -> usize {
-        self.found.keys().filter(|k| matches!(self.found.peek(k), Some(Some(_)))).count()
+        self.found
+            .keys()
+            .filter(|k| matches!(self.found.peek(k), Some(Some(_))))
+            .count()
     }
 
     fn remember(&mut self, key: FileVersion, found: Option<Rc<DebugFile>>) {

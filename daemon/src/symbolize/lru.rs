@@ -44,6 +44,12 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         Some(&slot.value)
     }
 
+    /// The value of `key` to change, not marking it used (its weight
+    /// stays).
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.map.get_mut(key).map(|s| &mut s.value)
+    }
+
     /// The value of `key`, not marking it used.
     pub fn peek(&self, key: &K) -> Option<&V> {
         self.map.get(key).map(|s| &s.value)
@@ -90,9 +96,24 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         self.map.get(key).map(|s| s.used)
     }
 
-    /// Drop entries, oldest first, until they weigh at most `budget`.
+    /// Drop entries until they weigh at most `budget`: first any that alone
+    /// weighs more (it would push out everything else and go anyway), then
+    /// the oldest.
     pub fn shrink_to(&mut self, budget: u64) -> Vec<(K, V)> {
         let mut out = Vec::new();
+        if self.bytes > budget {
+            let heavy: Vec<K> = self
+                .map
+                .iter()
+                .filter(|(_, s)| s.bytes > budget)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in heavy {
+                if let Some(v) = self.remove(&k) {
+                    out.push((k, v));
+                }
+            }
+        }
         while self.bytes > budget {
             match self.pop_oldest() {
                 Some((k, v, _)) => out.push((k, v)),
@@ -148,6 +169,10 @@ mod tests {
         assert_eq!(gone, vec![1, 3, 4]);
         assert!(lru.bytes() <= 250);
         assert_eq!(lru.keys().copied().collect::<Vec<_>>(), vec![0, 2]);
+        // One heavier than the budget goes alone.
+        lru.insert(9, 90, 300, t);
+        let gone: Vec<u32> = lru.shrink_to(250).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(gone, vec![9]);
         // Replacing an entry re-weighs it.
         lru.insert(0, 1, 30, t);
         assert_eq!(lru.bytes(), 130);

@@ -224,7 +224,11 @@ mod tests {
         assert!(tables.of(ls, now, u64::MAX).is_some());
         assert_eq!((tables.loads, tables.hits), (1, 1));
         // Room for one table only: libc's pushes ls's out.
-        let budget = ls_bytes.max(tables.of(libc, now, u64::MAX).map_or(0, |t| t.bytes() + ENTRY_BYTES));
+        let budget = ls_bytes.max(
+            tables
+                .of(libc, now, u64::MAX)
+                .map_or(0, |t| t.bytes() + ENTRY_BYTES),
+        );
         tables.shrink_to(budget);
         assert!(tables.bytes() <= budget);
         assert_eq!(tables.evicted, 1);

@@ -3,6 +3,7 @@
 //! debug files, deleted binaries, other mount namespaces, perf maps).
 use super::blaze::IDLE;
 use super::*;
+use crate::file_version::FileVersion;
 use crate::maps::{Backing, Mapping};
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Endianness, Object, ObjectSymbol};
@@ -469,9 +470,12 @@ fn parsed_files_stay_within_the_budget_least_recently_used_first() {
             .held()
             .0
             .into_iter()
-            .map(|h| match h {
-                blaze::Held::File(p) => p,
-                blaze::Held::Kernel => panic!("kallsyms held"),
+            .map(|h| {
+                progs
+                    .iter()
+                    .find(|p| blaze::Held::File(FileVersion::at(p).unwrap()) == h)
+                    .expect("one of the programs")
+                    .clone()
             })
             .collect()
     };
@@ -479,7 +483,11 @@ fn parsed_files_stay_within_the_budget_least_recently_used_first() {
     name(&mut worker, 1);
     assert_eq!(held(&worker), [progs[0].clone(), progs[1].clone()]);
     name(&mut worker, 2);
-    assert_eq!(held(&worker), [progs[1].clone(), progs[2].clone()], "the oldest went");
+    assert_eq!(
+        held(&worker),
+        [progs[1].clone(), progs[2].clone()],
+        "the oldest went"
+    );
     assert_eq!(name(&mut worker, 0), first, "read again, named the same");
     assert_eq!(held(&worker), [progs[2].clone(), progs[0].clone()]);
 
@@ -508,5 +516,30 @@ fn shedding_releases_the_parsed_files() {
     assert!(worker.tick(Instant::now(), true));
     assert_eq!(worker.held(), (Vec::new(), 0));
     assert_eq!(worker.symbolize(&mapped(&prog), &[BASE + off]), first);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two paths to one file (two processes' descriptors of it) hold one
+/// parsed copy, weighed once.
+#[test]
+fn paths_to_one_file_hold_one_parsed_copy() {
+    let dir = scratch("paths");
+    let prog = cc(&dir, "paths", INLINED, &["-O2", "-g"]);
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&prog, &link).unwrap();
+    let (off, _) = symbol(&prog, "outer");
+    let budget = Budget {
+        names: 0,
+        plt: 0,
+        parsed: u64::MAX / 2,
+    };
+    let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
+    let first = worker.symbolize(&mapped(&prog), &[BASE + off]);
+    let once = worker.held();
+    let again = worker.symbolize(&mapped(&link), &[BASE + off]);
+    let strip = |f: &Frame| (f.func.name.clone(), f.file.clone(), f.line);
+    assert_eq!(strip(&again[0][0]), strip(&first[0][0]));
+    assert_eq!(worker.held(), once);
+    assert_eq!(once.0.len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -260,7 +260,11 @@ impl Worker {
     /// The figures of [`super::STATS`] that are gauges.
     fn publish(&self) {
         let vdso = Vdso::get().map_or(0, Vdso::bytes);
-        let bytes = self.held.bytes() + self.names.bytes() + self.plt.bytes() + vdso;
+        let bytes = self.held.bytes()
+            + self.names.bytes()
+            + self.plt.bytes()
+            + vdso
+            + super::perfmap::tables_bytes();
         STATS.bytes.store(bytes, Ordering::Relaxed);
         STATS
             .parsed_bytes

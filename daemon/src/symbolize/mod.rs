@@ -44,7 +44,7 @@ pub struct Stats {
     pub evictions: AtomicU64,
     /// Names of addresses let go of.
     pub name_evictions: AtomicU64,
-    /// Bytes held: parsed files, names, PLT tables, vDSO.
+    /// Bytes held: parsed files, names, PLT tables, vDSO, perf map tables.
     pub bytes: AtomicU64,
     /// Of which parsed (and mapped) files and kallsyms.
     pub parsed_bytes: AtomicU64,
@@ -102,6 +102,7 @@ impl Figures {
                 ("profd_symbolizer_parsed_files", "Files (and kallsyms) the symbolizer holds parsed now", l(&s.parsed), false),
                 ("profd_symbolizer_names", "Addresses whose names the symbolizer keeps now", l(&s.names), false),
                 ("profd_symbolizer_names_bytes", "Bytes of the names the symbolizer keeps now", l(&s.names_bytes), false),
+                ("profd_symbolizer_perf_map_bytes", "Bytes of the perf map tables (JIT names) held for processes now", perfmap::tables_bytes(), false),
                 ("profd_symbolizer_debug_files", "Split debug files the symbolizer holds open now", l(&s.debug_files), false),
                 ("profd_mapped_files_open", "Mapped files (executables, libraries) held open now, one per file version however many processes map it", held, false),
                 ("profd_mapped_files_shared", "Opens of a mapped file answered with the one already held for another process or session", shared, true),

@@ -47,7 +47,7 @@ fn hex(field: &str) -> Option<u64> {
 impl PerfMapTable {
     /// Parse a perf map file; malformed lines are skipped.
     pub fn parse(text: &str) -> PerfMapTable {
-        let mut entries = Vec::new();
+        let mut entries: Vec<(u64, u64, usize, Arc<str>)> = Vec::new();
         for (line_no, line) in text.lines().enumerate() {
             let Some((start, rest)) = line.trim().split_once(char::is_whitespace) else {
                 continue;

@@ -38,7 +38,9 @@ pub mod store {
 }
 
 pub mod symbolize {
-    pub use crate::symbolize::{BlazeSymbolizer, Frame, Symbolizer};
+    pub use crate::symbolize::{
+        budget, bytes, set_budget, shed, stats, BlazeSymbolizer, Frame, Symbolizer,
+    };
 }
 
 pub mod sys {

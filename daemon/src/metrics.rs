@@ -41,6 +41,8 @@ pub struct Snapshot {
     /// The unwind tables' cache, and new processes' setup.
     pub unwind: crate::unwind::cache::Counters,
     pub setup: crate::session::setup_budget::Counters,
+    /// The symbolizer's caches and the mapped files held.
+    pub symbolizer: crate::symbolize::Figures,
 }
 
 /// One listener's connections.
@@ -122,6 +124,7 @@ pub async fn snapshot(registry: &Registry, history: Option<&History>) -> Snapsho
         retention: registry.retention().await,
         unwind: crate::unwind::counters(),
         setup: crate::session::setup_budget::BUDGET.counters(),
+        symbolizer: crate::symbolize::Figures::read(),
     }
 }
 
@@ -203,6 +206,12 @@ pub fn render(s: &Snapshot) -> String {
     ];
     for (name, help, v) in gauges {
         reg.register(name, help, ConstGauge::new(v as i64));
+    }
+    for &(name, help, v, counter) in &s.symbolizer.figures {
+        match counter {
+            true => reg.register(name, help, ConstCounter::new(v)),
+            false => reg.register(name, help, ConstGauge::new(v as i64)),
+        }
     }
     let open = Family::<Vec<(String, String)>, Gauge>::default();
     let unauthenticated = Family::<Vec<(String, String)>, Gauge>::default();

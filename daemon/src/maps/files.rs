@@ -2,18 +2,109 @@
 //! directory open (so later look-ups reach this process or fail, never a
 //! process that reused its pid) and knows its pid namespace and mount
 //! namespace; `ModuleFile` is a mapped file opened through
-//! `/proc/PID/map_files` or the target's root and held open for the session's
-//! life, so deleted, replaced and container binaries stay readable after the
-//! target exits (until the session has ended: then only the files' load
-//! segments are kept, which histograms need). Symbolization itself lives in
-//! `symbolize`.
+//! `/proc/PID/map_files` or the target's root and held open while some
+//! process's mappings (a session's, or continuous profiling's) use it, so
+//! deleted, replaced and container binaries stay readable after the target
+//! exits (until the session has ended: then only the files' load segments
+//! are kept, which histograms need). `OpenFiles` shares one open file per
+//! file version and path across every process and session, up to a bound.
+//! Symbolization itself lives in `symbolize`.
 use super::segments::Segments;
+use crate::file_version::FileVersion;
 use crate::symbolize::perfmap::{PerfMap, PerfMapTable};
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+/// Mapped files held open now, daemon-wide.
+static HELD: AtomicU64 = AtomicU64::new(0);
+/// Opens answered with a file already held (for another process or
+/// session), and files not held because [`max_open`] were.
+static SHARED: AtomicU64 = AtomicU64::new(0);
+static NOT_HELD: AtomicU64 = AtomicU64::new(0);
+
+/// The figures of the mapped files held: (held now, opens shared, files not
+/// held for the bound).
+pub fn open_file_stats() -> (u64, u64, u64) {
+    (
+        HELD.load(Ordering::Relaxed),
+        SHARED.load(Ordering::Relaxed),
+        NOT_HELD.load(Ordering::Relaxed),
+    )
+}
+
+/// Most mapped files held open at once: half the daemon's descriptor limit
+/// (the rest is for rings, connections, state files), at most 4096.
+pub fn max_open() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
+        usize::try_from(limit / 2)
+            .unwrap_or(usize::MAX)
+            .clamp(64, 4096)
+    })
+}
+
+/// The mapped files held open, by version and path, shared by every
+/// process and session: a library mapped by 300 processes is held once,
+/// and closed when the last mappings using it are let go of.
+pub struct OpenFiles {
+    files: Mutex<HashMap<(FileVersion, PathBuf), Weak<ModuleFile>>>,
+}
+
+/// The daemon's open mapped files.
+pub static OPEN_FILES: std::sync::LazyLock<OpenFiles> = std::sync::LazyLock::new(OpenFiles::new);
+
+impl OpenFiles {
+    pub fn new() -> OpenFiles {
+        OpenFiles {
+            files: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The file `file` (just opened, mapped from `path`) as held: the one
+    /// already held for its version and path (`file` is closed), else
+    /// `file` held now, unless `max` files are held: then not held, to be
+    /// read at `fallback` later.
+    pub fn share(
+        &self,
+        path: &Path,
+        file: File,
+        fallback: impl FnOnce() -> PathBuf,
+        max: usize,
+    ) -> Arc<ModuleFile> {
+        let Ok(meta) = file.metadata() else {
+            return Arc::new(ModuleFile::opened(path.to_path_buf(), file));
+        };
+        let key = (FileVersion::of(&meta), path.to_path_buf());
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = files.get(&key).and_then(Weak::upgrade) {
+            SHARED.fetch_add(1, Ordering::Relaxed);
+            return held;
+        }
+        files.retain(|_, f| f.strong_count() > 0);
+        if files.len() >= max {
+            NOT_HELD.fetch_add(1, Ordering::Relaxed);
+            return Arc::new(ModuleFile::unopened(path.to_path_buf(), fallback()));
+        }
+        let held = Arc::new(ModuleFile::opened(path.to_path_buf(), file));
+        files.insert(key, Arc::downgrade(&held));
+        held
+    }
+
+    /// Files held open now through this registry.
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        files.values().filter(|f| f.strong_count() > 0).count()
+    }
+}
 
 /// A mapped file as profd can read it.
 #[derive(Debug)]
@@ -36,10 +127,19 @@ impl PartialEq for ModuleFile {
 
 impl Eq for ModuleFile {}
 
+impl Drop for ModuleFile {
+    fn drop(&mut self) {
+        if self.fd.is_some() {
+            HELD.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl ModuleFile {
     /// A file held open: readable through /proc/self/fd for as long as it lives.
     pub fn opened(path: PathBuf, file: File) -> ModuleFile {
         let fd = OwnedFd::from(file);
+        HELD.fetch_add(1, Ordering::Relaxed);
         ModuleFile {
             path,
             readable: PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
@@ -316,12 +416,6 @@ impl Target {
             let _ = self.perf_map();
         }
     }
-}
-
-/// Identity of an opened file, to open each file once.
-pub fn file_id(file: &File) -> Option<(u64, u64)> {
-    let m = file.metadata().ok()?;
-    Some((m.dev(), m.ino()))
 }
 
 #[cfg(test)]

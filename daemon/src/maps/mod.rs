@@ -6,7 +6,7 @@ mod files;
 mod segments;
 
 use crate::symbolize::perfmap::PerfMapTable;
-pub use files::{alive, module_name, undeleted, ModuleFile, Target};
+pub use files::{alive, module_name, open_file_stats, undeleted, ModuleFile, Target, OPEN_FILES};
 pub use segments::{Load, Segments};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -76,19 +76,14 @@ pub fn is_jit_candidate(backing: &Backing) -> bool {
 /// How often `resolve_new` looks for a perf map that has not appeared yet.
 const PERF_MAP_RETRY: Duration = Duration::from_millis(200);
 
-/// Opened files by (device, inode), shared by the maps of one session.
-type SharedFiles = Arc<std::sync::Mutex<HashMap<(u64, u64), Arc<ModuleFile>>>>;
-
 /// The executable mappings of one process, sorted by start address.
 #[derive(Debug, Default, Clone)]
 pub struct ProcessMaps {
     maps: Vec<Mapping>,
     target: Option<Arc<Target>>,
-    /// Files opened so far, by (device, inode), shared with the maps made
-    /// from these (by `forked` and `read_sharing`): a session holds each
-    /// file once, however many processes map it. And those that would not
-    /// open, by path.
-    files: SharedFiles,
+    /// Files that would not open (or were not held, see
+    /// [`files::max_open`]), by path; those opened are shared daemon-wide
+    /// ([`OPEN_FILES`]).
     unopened: HashMap<PathBuf, Arc<ModuleFile>>,
     /// Whether some mapping has not been through `resolve_new`.
     unresolved: bool,
@@ -112,10 +107,7 @@ impl ProcessMaps {
     pub fn read_sharing(pid: u32, known: &ProcessMaps) -> Result<ProcessMaps, procfs::ProcError> {
         use procfs::process::{MMPermissions, MMapPath};
         use procfs::FromRead;
-        let mut out = ProcessMaps {
-            files: known.files.clone(),
-            ..ProcessMaps::default()
-        };
+        let mut out = ProcessMaps::default();
         // After an exec, the process's own /proc directory, held open.
         let target = known.target.as_ref().filter(|t| t.pid == pid);
         out.target = target.and_then(|t| t.reopen()).map(Arc::new);
@@ -228,7 +220,6 @@ impl ProcessMaps {
     pub fn release_files(&mut self) {
         self.target = None;
         self.perf_map_kept = None;
-        self.files = Default::default();
         self.unopened.clear();
         let mut closed: HashMap<*const ModuleFile, Arc<ModuleFile>> = HashMap::new();
         for m in &mut self.maps {
@@ -248,8 +239,8 @@ impl ProcessMaps {
         self.target.as_ref()
     }
 
-    /// Open the files of mappings added since the last call (each file once,
-    /// held for the life of these maps), and the target's perf map while it
+    /// Open the files of mappings added since the last call (each file
+    /// version held once daemon-wide, while some maps use it), and the target's perf map while it
     /// has anonymous executable memory. Call it in the session actor after
     /// inserting new mappings; it is cheap when there is nothing new.
     pub fn resolve_new(&mut self, pid: u32) {
@@ -289,16 +280,7 @@ impl ProcessMaps {
             }
         }
         if let Ok(file) = opened {
-            let id = files::file_id(&file);
-            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(known) = id.and_then(|id| files.get(&id)) {
-                return known.clone();
-            }
-            let opened = Arc::new(ModuleFile::opened(path.to_path_buf(), file));
-            if let Some(id) = id {
-                files.insert(id, opened.clone());
-            }
-            return opened;
+            return OPEN_FILES.share(path, file, || target.fallback_path(path), files::max_open());
         }
         self.unopened
             .entry(path.to_path_buf())
@@ -376,6 +358,7 @@ impl ProcessMaps {
 
 #[cfg(test)]
 mod tests {
+    use super::files::OpenFiles;
     use super::*;
 
     fn file(start: u64, end: u64, pgoff: u64, name: &str) -> Mapping {
@@ -458,6 +441,65 @@ mod tests {
             files += 1;
         }
         assert!(files > 0);
+    }
+
+    /// Two processes of one program hold its files once: the same open
+    /// file, one descriptor.
+    #[test]
+    fn processes_of_one_program_share_one_open_file() {
+        let mut a = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let mut b = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        // Once each has exec'd sleep.
+        let read = |pid: u32| loop {
+            let maps = ProcessMaps::read(pid).unwrap();
+            if maps.iter().any(|m| m.module() == "sleep") {
+                break maps;
+            }
+            std::thread::yield_now();
+        };
+        let (ma, mb) = (read(a.id()), read(b.id()));
+        let mut shared = 0;
+        for m in ma.iter().filter(|m| m.file().is_some_and(|f| f.is_open())) {
+            let theirs = mb
+                .iter()
+                .find(|o| o.backing == m.backing && o.pgoff == m.pgoff)
+                .and_then(|o| o.file())
+                .unwrap_or_else(|| panic!("{m:?} not in the other process"));
+            assert!(Arc::ptr_eq(m.file().unwrap(), theirs), "{m:?}");
+            shared += 1;
+        }
+        assert!(shared >= 2, "sleep and libc at least: {shared}");
+        for c in [&mut a, &mut b] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// At most `max` files are held; one held is shared and closed when
+    /// the last maps using it let go; then another may be held.
+    #[test]
+    fn open_files_are_bounded_and_closed_when_unused() {
+        let files = OpenFiles::new();
+        let open = |p: &str| std::fs::File::open(p).unwrap();
+        let fallback = || PathBuf::from("/nonexistent");
+        let ls = files.share(Path::new("/bin/ls"), open("/bin/ls"), fallback, 1);
+        assert!(ls.is_open());
+        let again = files.share(Path::new("/bin/ls"), open("/bin/ls"), fallback, 1);
+        assert!(Arc::ptr_eq(&ls, &again));
+        assert_eq!(files.held(), 1);
+        let cat = files.share(Path::new("/bin/cat"), open("/bin/cat"), fallback, 1);
+        assert!(!cat.is_open(), "over the bound");
+        assert_eq!(cat.readable, Path::new("/nonexistent"));
+        drop((ls, again));
+        assert_eq!(files.held(), 0, "closed with its last user");
+        let cat = files.share(Path::new("/bin/cat"), open("/bin/cat"), fallback, 1);
+        assert!(cat.is_open());
     }
 
     #[test]

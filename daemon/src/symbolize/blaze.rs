@@ -8,9 +8,11 @@
 //! the rest as placeholders.
 use super::debug::DebugFiles;
 use super::frame::{Frame, FrameName};
+use super::lru::Lru;
 use super::names::{FileKey, Names};
-use super::plt::Plt;
+use super::plt::PltTables;
 use super::vdso::{Vdso, VDSO_MODULE};
+use super::{Budget, STATS};
 use crate::file_version::FileVersion;
 use crate::gopclntab::GoTable;
 use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
@@ -21,32 +23,55 @@ use blazesym::MaybeDefault;
 use profd_common::model::is_kernel;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Module name of functions found in perf maps.
 pub const JIT_MODULE: &str = "[jit]";
 
 /// How long the symbolizer keeps the data of a file (or of kallsyms) that
-/// no request used: longer than the gaps between the short sessions of a
-/// script, which would otherwise parse them again each time.
+/// no request used, when within its budget: longer than the gaps between
+/// the short sessions of a script, which would otherwise parse them again
+/// each time.
 pub const IDLE: Duration = Duration::from_secs(60);
 
-/// Owns blazesym's symbolizers and the debug files found, for the daemon's
-/// life, and when each source of symbols was last used.
+/// What blazesym holds parsed (and mapped): a file, by version (blazesym
+/// shares one parsed copy between the paths naming the same version), or
+/// the kernel's symbols.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Held {
+    File(FileVersion),
+    Kernel,
+}
+
+/// Paths remembered per file version held: a path of a file closed since
+/// keeps the parsed copy for the next process mapping that version.
+const MAX_PATHS: usize = 8;
+
+/// Owns blazesym's symbolizers, the debug files found and the names and
+/// PLT tables read, for the daemon's life; keeps what blazesym holds
+/// parsed within the budget (see [`Budget`]).
 pub struct Worker {
-    /// Symbolizer of ELF files; each file's parsed data is evicted after
-    /// [`IDLE`] unused.
+    /// Symbolizer of ELF files; it parses (and maps) a file when first
+    /// asked about it, until evicted.
     sym: Blazesym,
     /// Symbolizer of kernel addresses (blazesym cannot evict its kallsyms
-    /// alone), dropped after [`IDLE`] unused.
-    kernel: Option<(Blazesym, Instant)>,
-    /// Files whose data `sym` holds, with their last use.
-    files: HashMap<PathBuf, Instant>,
+    /// alone), dropped when [`Held::Kernel`] is evicted.
+    kernel: Option<Blazesym>,
+    /// What `sym` and `kernel` hold, each weighed by [`resident_estimate`],
+    /// with the paths blazesym was asked with.
+    held: Lru<Held, Vec<PathBuf>>,
+    /// The version each of those paths named.
+    paths: HashMap<PathBuf, FileVersion>,
     debug: DebugFiles,
     debug_dirs: Vec<PathBuf>,
     /// What files' addresses were named, for every session.
     names: Names,
+    plt: PltTables,
+    budget: Budget,
+    /// A budget of its own instead of [`super::budget`]'s (tests).
+    fixed: Option<Budget>,
 }
 
 /// Source file names, shared between the frames of one request.
@@ -137,48 +162,187 @@ impl Worker {
         Worker {
             sym: blazesym(&debug_dirs),
             kernel: None,
-            files: HashMap::new(),
+            held: Lru::default(),
+            paths: HashMap::new(),
             debug: DebugFiles::new(debug_dirs.clone()),
             debug_dirs,
             names: Names::default(),
+            plt: PltTables::default(),
+            budget: Budget::of(super::budget()),
+            fixed: None,
         }
     }
 
-    /// Release the data of files and kernel symbols not used for [`IDLE`]
-    /// (tens of MiB with decompressed debug sections and kallsyms); true if
-    /// any was released. What is needed again is parsed again.
-    pub fn evict_idle(&mut self, now: Instant) -> bool {
+    /// A worker keeping to `budget` whatever the daemon's is.
+    #[cfg(test)]
+    pub fn with_budget(debug_dirs: Vec<PathBuf>, budget: Budget) -> Worker {
+        Worker {
+            budget,
+            fixed: Some(budget),
+            ..Worker::new(debug_dirs)
+        }
+    }
+
+    /// What blazesym holds parsed now, oldest use first, and its weight.
+    #[cfg(test)]
+    pub fn held(&self) -> (Vec<Held>, u64) {
+        (self.held.keys().cloned().collect(), self.held.bytes())
+    }
+
+    /// What the names kept weigh.
+    #[cfg(test)]
+    pub fn names_bytes(&self) -> u64 {
+        self.names.bytes()
+    }
+
+    /// Apply the budget in force now, drop what was unused for [`IDLE`]
+    /// (names: [`super::names::NAMES_IDLE`]) and what now names another
+    /// file or nothing; everything but the names when `shed`. True if
+    /// parsed data was released.
+    pub fn tick(&mut self, now: Instant, shed: bool) -> bool {
+        self.budget = self.fixed.unwrap_or_else(|| Budget::of(super::budget()));
         self.names.evict_idle(now);
-        let idle = |used: &Instant| now.saturating_duration_since(*used) >= IDLE;
-        let mut evicted = false;
-        if self.kernel.as_ref().is_some_and(|(_, used)| idle(used)) {
-            self.kernel = None;
-            evicted = true;
-        }
-        let sym = &mut self.sym;
-        self.files.retain(|path, used| {
-            if !idle(used) {
-                return true;
-            }
-            if let Err(err) = sym.evict(&Evict::Elf(evict::Elf::new(path.as_path()))) {
-                tracing::debug!(path = %path.display(), %err, "cannot evict a file's symbols");
-            }
-            evicted = true;
-            false
-        });
-        evicted
-    }
-
-    /// Mark `path`'s data as used now.
-    fn used(&mut self, path: &Path) {
-        match self.files.get_mut(path) {
-            Some(at) => *at = Instant::now(),
-            None => {
-                self.files.insert(path.to_path_buf(), Instant::now());
+        let mut released = 0;
+        if let Some(before) = now.checked_sub(IDLE) {
+            for (held, paths) in self.held.drop_unused_since(before) {
+                self.release(&held, paths);
+                released += 1;
             }
         }
+        if shed {
+            while let Some((h, paths, _)) = self.held.pop_oldest() {
+                self.release(&h, paths);
+                released += 1;
+            }
+            self.plt.shrink_to(0);
+            self.names.shrink_to(self.names.bytes() / 2);
+        }
+        self.shrink();
+        released > 0
     }
 
+    /// Let blazesym drop `held`'s data (its mapping and descriptor),
+    /// asked for through `paths`.
+    fn release(&mut self, held: &Held, paths: Vec<PathBuf>) {
+        STATS.evictions.fetch_add(1, Ordering::Relaxed);
+        match held {
+            Held::Kernel => self.kernel = None,
+            Held::File(_) => {
+                for path in paths {
+                    self.forget_path(&path);
+                }
+            }
+        }
+    }
+
+    /// Let blazesym drop what it holds for `path`.
+    fn forget_path(&mut self, path: &Path) {
+        self.paths.remove(path);
+        if let Err(err) = self.sym.evict(&Evict::Elf(evict::Elf::new(path))) {
+            tracing::debug!(path = %path.display(), %err, "cannot evict a file's symbols");
+        }
+    }
+
+    /// Keep every cache within its share of the budget, dropping what was
+    /// used longest ago first, and publish the figures.
+    fn shrink(&mut self) {
+        self.names.shrink_to(self.budget.names);
+        self.plt.shrink_to(self.budget.plt);
+        for path in self.debug.take_closed() {
+            self.drop_path(&path);
+        }
+        for (h, paths) in self.held.shrink_to(self.budget.parsed) {
+            self.release(&h, paths);
+        }
+        self.publish();
+    }
+
+    /// The figures of [`super::STATS`] that are gauges.
+    fn publish(&self) {
+        let vdso = Vdso::get().map_or(0, Vdso::bytes);
+        let bytes = self.held.bytes()
+            + self.names.bytes()
+            + self.plt.bytes()
+            + vdso
+            + super::perfmap::tables_bytes();
+        STATS.bytes.store(bytes, Ordering::Relaxed);
+        STATS
+            .parsed_bytes
+            .store(self.held.bytes(), Ordering::Relaxed);
+        STATS
+            .parsed
+            .store(self.held.len() as u64, Ordering::Relaxed);
+        STATS
+            .names_bytes
+            .store(self.names.bytes(), Ordering::Relaxed);
+        STATS
+            .names
+            .store(self.names.len() as u64, Ordering::Relaxed);
+        STATS
+            .name_evictions
+            .store(self.names.evicted(), Ordering::Relaxed);
+        STATS.plt_bytes.store(self.plt.bytes(), Ordering::Relaxed);
+        STATS
+            .debug_files
+            .store(self.debug.held() as u64, Ordering::Relaxed);
+    }
+
+    /// `path` no longer names what it named: blazesym forgets it (the
+    /// version it named stays held through its other paths).
+    fn drop_path(&mut self, path: &Path) {
+        let Some(version) = self.paths.get(path).copied() else {
+            return;
+        };
+        if let Some(paths) = self.held.get_mut(&Held::File(version)) {
+            paths.retain(|p| p != path);
+        }
+        self.forget_path(path);
+    }
+
+    /// Mark kallsyms as used now, weighed when new.
+    fn used_kernel(&mut self) {
+        let now = Instant::now();
+        if self.held.get(&Held::Kernel, now).is_none() {
+            STATS.loads.fetch_add(1, Ordering::Relaxed);
+            self.held
+                .insert(Held::Kernel, Vec::new(), kallsyms_estimate(), now);
+        }
+    }
+
+    /// Mark the file at `path` as used now, weighed when its version is new
+    /// to blazesym.
+    fn used_file(&mut self, path: &Path) {
+        let now = Instant::now();
+        let Some(version) = FileVersion::at(path) else {
+            return;
+        };
+        match self.paths.get(path) {
+            Some(v) if *v == version => {}
+            // The descriptor number names another file now.
+            Some(_) => self.drop_path(path),
+            None => {}
+        }
+        let key = Held::File(version);
+        if self.held.get(&key, now).is_none() {
+            STATS.loads.fetch_add(1, Ordering::Relaxed);
+            self.held
+                .insert(key.clone(), Vec::new(), resident_estimate(path), now);
+        }
+        if self.paths.insert(path.to_path_buf(), version).is_none() {
+            let mut oldest = None;
+            if let Some(paths) = self.held.get_mut(&key) {
+                paths.push(path.to_path_buf());
+                if paths.len() > MAX_PATHS {
+                    oldest = Some(paths.remove(0));
+                }
+            }
+            if let Some(old) = oldest {
+                self.forget_path(&old);
+            }
+        }
+    }
+
+    /// The frames of each of `addrs`, in `maps`.
     pub fn symbolize(&mut self, maps: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>> {
         let mut out: Vec<Option<Vec<Frame>>> = vec![None; addrs.len()];
         let mut files = Files::default();
@@ -233,6 +397,8 @@ impl Worker {
         }
         for (readable, group) in groups {
             self.file(maps, &readable, group, &mut out, &mut jit, &mut files);
+            // What this file needed stays parsed only within the budget.
+            self.shrink();
         }
         if !jit.is_empty() {
             let table = maps.perf_map();
@@ -261,10 +427,9 @@ impl Worker {
             ..Default::default()
         });
         let input: Vec<u64> = kernel.iter().map(|&i| addrs[i]).collect();
-        let (sym, used) = self
-            .kernel
-            .get_or_insert_with(|| (blazesym(&self.debug_dirs), Instant::now()));
-        *used = Instant::now();
+        self.used_kernel();
+        let debug_dirs = &self.debug_dirs;
+        let sym = self.kernel.get_or_insert_with(|| blazesym(debug_dirs));
         match sym.symbolize(&src, Input::AbsAddr(&input)) {
             Ok(results) => {
                 for (&i, r) in kernel.iter().zip(results) {
@@ -279,6 +444,7 @@ impl Worker {
             }
             Err(err) => tracing::debug!(%err, "kernel symbolization failed"),
         }
+        self.shrink();
     }
 
     /// Name the addresses of one mapped file: those named before (for any
@@ -301,6 +467,7 @@ impl Worker {
             .retain(|&(i, off)| match self.names.get(&key, off, now) {
                 Some(frames) => {
                     out[i] = Some(frames.clone());
+                    STATS.hits.fetch_add(1, Ordering::Relaxed);
                     false
                 }
                 None => true,
@@ -313,7 +480,8 @@ impl Worker {
         self.parse(maps, readable, group, out, jit, files);
         for (i, off) in new {
             if let Some(frames) = &out[i] {
-                self.names.insert(&key, off, frames.clone(), now);
+                self.names
+                    .insert(&key, off, frames.clone(), now, self.budget.names);
             }
         }
     }
@@ -338,7 +506,7 @@ impl Worker {
         } = group;
         let mut left = items;
         // PLT stubs: no symbol covers them.
-        if let Some(plt) = Plt::of(readable) {
+        if let Some(plt) = self.plt.of(readable, Instant::now(), self.budget.plt) {
             left.retain(|&(i, off)| match plt.name(off) {
                 Some(name) => {
                     out[i] = Some(vec![Frame::named(format!("{name}@plt"), &*module)]);
@@ -355,7 +523,7 @@ impl Worker {
                 .partition(|x| x.2.is_some());
             left = unmapped.into_iter().map(|(i, off, _)| (i, off)).collect();
             let vaddrs: Vec<u64> = mapped.iter().filter_map(|x| x.2).collect();
-            self.used(&split.path);
+            self.used_file(&split.path);
             let src = Source::Elf(Elf::new(split.path.as_path()));
             match self.sym.symbolize(&src, Input::VirtOffset(&vaddrs)) {
                 Ok(results) => {
@@ -376,7 +544,7 @@ impl Worker {
             return;
         }
         let offsets: Vec<u64> = left.iter().map(|&(_, off)| off).collect();
-        self.used(readable);
+        self.used_file(readable);
         let src = Source::Elf(Elf::new(readable));
         let mut unnamed = Vec::new();
         match self.sym.symbolize(&src, Input::FileOffset(&offsets)) {
@@ -410,4 +578,66 @@ impl Worker {
             }
         }
     }
+}
+
+/// What blazesym keeps of the ELF file at `path` once it named addresses
+/// in it, in memory and mapped pages: the sections it reads (symbol and
+/// string tables, DWARF, Go's function table; compressed ones also
+/// decompressed) and its index of the symbols. The code and data of the
+/// file are mapped but never read. The file's size when it cannot be
+/// parsed.
+pub fn resident_estimate(path: &Path) -> u64 {
+    use object::{Object, ObjectSection};
+    const BASE: u64 = 64 << 10;
+    let Ok(file) = std::fs::File::open(path) else {
+        return BASE;
+    };
+    let size = file.metadata().map_or(0, |m| m.len());
+    let cache = object::ReadCache::new(file);
+    let Ok(elf) = object::File::parse(&cache) else {
+        return BASE + size;
+    };
+    let mut bytes = BASE;
+    for section in elf.sections() {
+        let name = section.name().unwrap_or("");
+        let read = matches!(
+            name,
+            ".symtab" | ".strtab" | ".dynsym" | ".dynstr" | ".gopclntab" | ".gnu_debugdata"
+        ) || name.starts_with(".debug_")
+            || name.starts_with(".zdebug_");
+        if !read {
+            continue;
+        }
+        let Ok(range) = section.compressed_file_range() else {
+            continue;
+        };
+        bytes += range.compressed_size;
+        if range.format != object::CompressionFormat::None {
+            bytes += range.uncompressed_size;
+        }
+        if matches!(name, ".symtab" | ".dynsym") {
+            // Sorted by address, with the names' positions.
+            bytes += range.uncompressed_size;
+        }
+    }
+    bytes.min(BASE + 2 * size)
+}
+
+/// What blazesym keeps of kallsyms: its text, measured once.
+fn kallsyms_estimate() -> u64 {
+    static BYTES: OnceLock<u64> = OnceLock::new();
+    *BYTES.get_or_init(|| {
+        use std::io::Read;
+        let mut total = 0u64;
+        if let Ok(mut f) = std::fs::File::open("/proc/kallsyms") {
+            let mut buf = vec![0u8; 1 << 16];
+            while let Ok(n) = f.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                total += n as u64;
+            }
+        }
+        total.max(1 << 20)
+    })
 }

@@ -3,12 +3,13 @@
 //! (`<dir>/<path>.debug`), in profd's debug directories and in the target's
 //! root; opened once and held, with the binary's load segments to turn file
 //! offsets into the addresses the debug file uses. blazesym follows debug
-//! links on its own too; this adds the cases it does not cover.
+//! links on its own too; this adds the cases it does not cover. What was
+//! found is kept for the [`MAX_BINARIES`] binaries used most recently.
+use super::lru::Lru;
 use crate::file_version::FileVersion;
 use crate::maps::{Segments, Target};
 use object::read::elf::ElfFile64;
 use object::{Endianness, Object, ReadCache};
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -31,10 +32,16 @@ impl DebugFile {
     }
 }
 
+/// Binaries whose debug file (or its absence) is remembered at most; past
+/// it the least recently used are forgotten, and their debug files closed.
+pub const MAX_BINARIES: usize = 1024;
+
 /// Debug files found so far, by binary.
 pub struct DebugFiles {
     dirs: Vec<PathBuf>,
-    found: HashMap<FileVersion, Option<Rc<DebugFile>>>,
+    found: Lru<FileVersion, Option<Rc<DebugFile>>>,
+    /// Debug files let go of, whose paths the symbolizer must forget.
+    closed: Vec<PathBuf>,
 }
 
 /// What a binary says about its debug information.
@@ -99,7 +106,31 @@ impl DebugFiles {
     pub fn new(dirs: Vec<PathBuf>) -> DebugFiles {
         DebugFiles {
             dirs,
-            found: HashMap::new(),
+            found: Lru::default(),
+            closed: Vec::new(),
+        }
+    }
+
+    /// The paths (`/proc/self/fd/N`) of debug files let go of since the
+    /// last call: the descriptor number may name another file next.
+    pub fn take_closed(&mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.closed)
+    }
+
+    /// Debug files held open now.
+    pub fn held(&self) -> usize {
+        self.found
+            .keys()
+            .filter(|k| matches!(self.found.peek(k), Some(Some(_))))
+            .count()
+    }
+
+    fn remember(&mut self, key: FileVersion, found: Option<Rc<DebugFile>>) {
+        self.found.insert(key, found, 1, std::time::Instant::now());
+        for (_, gone) in self.found.shrink_to(MAX_BINARIES as u64) {
+            if let Some(f) = gone {
+                self.closed.push(f.path.clone());
+            }
         }
     }
 
@@ -114,19 +145,20 @@ impl DebugFiles {
         target: Option<&Target>,
         version: Option<&FileVersion>,
     ) -> Option<Rc<DebugFile>> {
-        if let Some(known) = version.and_then(|v| self.found.get(v)) {
+        let now = std::time::Instant::now();
+        if let Some(known) = version.and_then(|v| self.found.get(v, now)) {
             return known.clone();
         }
         let file = File::open(readable).ok()?;
         let key = FileVersion::of(&file.metadata().ok()?);
-        if let Some(known) = self.found.get(&key) {
+        if let Some(known) = self.found.get(&key, now) {
             return known.clone();
         }
         let found = inspect(file).and_then(|needs| self.search(path, needs, target));
         if let Some(f) = &found {
             tracing::debug!(binary = %path.display(), debug = ?f.path, "using a split debug file");
         }
-        self.found.insert(key, found.clone());
+        self.remember(key, found.clone());
         found
     }
 

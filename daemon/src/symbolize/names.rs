@@ -1,20 +1,19 @@
 //! Names found in files, shared by all sessions: a new session of a program
 //! already profiled, or a new process using the same libraries, is named
-//! without parsing those files again (their parsed data, tens of MiB with
-//! debug sections, is released when idle; see `super::blaze::IDLE`). Keyed by the
-//! file's version (`FileVersion`), module name and file offset; a file's names go when unused for [`NAMES_IDLE`], and the
-//! least recently used files' go when more than [`MAX_NAMES`] are kept.
+//! without parsing those files again (their parsed data is released soon;
+//! see `super::blaze`). Keyed by the file's version (`FileVersion`), module
+//! name and file offset. Each address's frames weigh their bytes; the
+//! addresses used longest ago go first when the names weigh more than their
+//! budget, and any unused for [`NAMES_IDLE`].
 use super::frame::Frame;
+use super::lru::Lru;
 use crate::file_version::FileVersion;
-use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long the names of a file no request used are kept.
+/// How long the names of an address no request used are kept.
 pub const NAMES_IDLE: Duration = Duration::from_secs(600);
-
-/// Addresses named at most, all files together.
-pub const MAX_NAMES: usize = 1 << 16;
 
 /// A file's version and the module name its frames carry.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -39,55 +38,100 @@ impl FileKey {
     }
 }
 
+/// What one address's frames take in memory, with the entry keeping them.
+pub fn weight(frames: &[Frame]) -> u64 {
+    let per_entry = 96; // Key, map slot, order slot.
+    let frames_bytes: usize = frames
+        .iter()
+        .map(|f| {
+            std::mem::size_of::<Frame>()
+                + f.func.name.capacity()
+                + f.func.module.capacity()
+                + f.file.as_ref().map_or(0, |s| s.len() + 16)
+        })
+        .sum();
+    (per_entry + frames_bytes) as u64
+}
+
+/// The names, by file and offset, within a byte budget.
 #[derive(Default)]
 pub struct Names {
-    files: HashMap<FileKey, (Instant, HashMap<u64, Vec<Frame>>)>,
-    count: usize,
+    entries: Lru<(Arc<FileKey>, u64), Vec<Frame>>,
+    /// One shared key per file (with the count of its entries).
+    keys: std::collections::HashMap<FileKey, (Arc<FileKey>, usize)>,
+    evicted: u64,
 }
 
 impl Names {
     /// The frames of `offset` in `file`, if named before.
     pub fn get(&mut self, file: &FileKey, offset: u64, now: Instant) -> Option<&Vec<Frame>> {
-        let (used, names) = self.files.get_mut(file)?;
-        *used = now;
-        names.get(&offset)
+        let key = self.keys.get(file)?.0.clone();
+        self.entries.get(&(key, offset), now)
     }
 
-    /// Keep the frames `offset` in `file` was named with.
-    pub fn insert(&mut self, file: &FileKey, offset: u64, frames: Vec<Frame>, now: Instant) {
-        let (used, names) = self
-            .files
+    /// Keep the frames `offset` in `file` was named with, then drop the
+    /// addresses used longest ago while all weigh more than `budget`.
+    pub fn insert(
+        &mut self,
+        file: &FileKey,
+        offset: u64,
+        frames: Vec<Frame>,
+        now: Instant,
+        budget: u64,
+    ) {
+        let (key, count) = self
+            .keys
             .entry(file.clone())
-            .or_insert_with(|| (now, HashMap::new()));
-        *used = now;
-        if names.insert(offset, frames).is_none() {
-            self.count += 1;
+            .or_insert_with(|| (Arc::new(file.clone()), 0));
+        let key = (key.clone(), offset);
+        if self.entries.peek(&key).is_none() {
+            *count += 1;
         }
-        while self.count > MAX_NAMES {
-            let Some(oldest) = self
-                .files
-                .iter()
-                .min_by_key(|(_, (used, _))| *used)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            if let Some((_, names)) = self.files.remove(&oldest) {
-                self.count -= names.len();
+        let bytes = weight(&frames);
+        self.entries.insert(key, frames, bytes, now);
+        self.shrink_to(budget);
+    }
+
+    /// Drop the addresses used longest ago until all weigh at most `budget`.
+    pub fn shrink_to(&mut self, budget: u64) {
+        let gone = self.entries.shrink_to(budget);
+        self.forget(gone.into_iter().map(|(k, _)| k));
+    }
+
+    /// Drop the names of addresses unused for [`NAMES_IDLE`].
+    pub fn evict_idle(&mut self, now: Instant) {
+        let Some(before) = now.checked_sub(NAMES_IDLE) else {
+            return;
+        };
+        let gone = self.entries.drop_unused_since(before);
+        self.forget(gone.into_iter().map(|(k, _)| k));
+    }
+
+    fn forget(&mut self, gone: impl Iterator<Item = (Arc<FileKey>, u64)>) {
+        for (file, _) in gone {
+            self.evicted += 1;
+            if let Some((_, count)) = self.keys.get_mut(&*file) {
+                *count -= 1;
+                if *count == 0 {
+                    self.keys.remove(&*file);
+                }
             }
         }
     }
 
-    /// Drop the names of files unused for [`NAMES_IDLE`].
-    pub fn evict_idle(&mut self, now: Instant) {
-        let count = &mut self.count;
-        self.files.retain(|_, (used, names)| {
-            let keep = now.saturating_duration_since(*used) < NAMES_IDLE;
-            if !keep {
-                *count -= names.len();
-            }
-            keep
-        });
+    /// What the names weigh now.
+    pub fn bytes(&self) -> u64 {
+        self.entries.bytes() + self.keys.len() as u64 * 128
+    }
+
+    /// Addresses named and kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Addresses dropped so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
     }
 }
 
@@ -104,20 +148,35 @@ mod tests {
         FileKey::of(&path, "m").unwrap()
     }
 
+    /// The names never weigh more than their budget: the addresses used
+    /// longest ago go first, across files, and the files' keys with them.
     #[test]
-    fn the_least_recently_used_files_go_beyond_the_bound() {
+    fn the_least_recently_used_addresses_go_beyond_the_budget() {
         let mut names = Names::default();
         let t0 = Instant::now();
-        let frames = vec![Frame::named("f", "m")];
-        for off in 0..MAX_NAMES as u64 {
-            names.insert(&key(1), off, frames.clone(), t0);
+        let frames = vec![Frame::named("some_function_name", "m")];
+        let each = weight(&frames);
+        let budget = each * 100;
+        for off in 0..100u64 {
+            names.insert(&key(1), off, frames.clone(), t0, budget);
+            assert!(names.entries.bytes() <= budget);
         }
-        names.insert(&key(2), 0, frames.clone(), t0 + Duration::from_secs(1));
-        // File 1 is the least recently used: all its names go.
-        assert_eq!(names.count, 1);
-        assert!(names.get(&key(1), 0, t0).is_none());
-        assert_eq!(names.get(&key(2), 0, t0), Some(&frames));
-        names.evict_idle(t0 + Duration::from_secs(1) + NAMES_IDLE);
-        assert_eq!((names.count, names.files.len()), (0, 0));
+        // Offset 0 is used again, so offsets 1 and 2 are the oldest.
+        assert!(names.get(&key(1), 0, t0).is_some());
+        names.insert(&key(2), 0, frames.clone(), t0, budget);
+        names.insert(&key(2), 1, frames.clone(), t0, budget);
+        assert!(names.entries.bytes() <= budget);
+        assert_eq!(names.len(), 100);
+        assert!(names.get(&key(1), 1, t0).is_none());
+        assert!(names.get(&key(1), 2, t0).is_none());
+        assert!(names.get(&key(1), 0, t0).is_some());
+        assert!(names.get(&key(1), 3, t0).is_some());
+        assert_eq!(names.get(&key(2), 1, t0), Some(&frames));
+        assert_eq!(names.evicted(), 2);
+        // A budget lowered later is honoured at once.
+        names.shrink_to(each * 10);
+        assert!(names.entries.bytes() <= each * 10);
+        names.evict_idle(t0 + NAMES_IDLE + Duration::from_secs(1));
+        assert_eq!((names.len(), names.keys.len()), (0, 0));
     }
 }

@@ -1,17 +1,36 @@
 //! JIT names from perf map files (`/tmp/perf-<pid>.map`, lines `START SIZE
 //! name` in hex): parsing, and a per-process cache that re-reads the file when
 //! it changes and keeps its last table (and the open file) after the target
-//! exits. Finding the file belongs to `maps::Target`.
+//! exits. Finding the file belongs to `maps::Target`. A table lives as
+//! long as its process's mappings; what all tables take is counted
+//! ([`tables_bytes`]).
 use crate::file_version::FileVersion;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// Bytes of every perf map table held now.
+static TABLES_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// What the perf map tables held now take in memory.
+pub fn tables_bytes() -> u64 {
+    TABLES_BYTES.load(Ordering::Relaxed)
+}
 
 /// The functions a perf map file lists, sorted by start address.
 #[derive(Debug, Default)]
 pub struct PerfMapTable {
     /// (start, end, line number, name); later lines win where ranges overlap.
     entries: Vec<(u64, u64, usize, Arc<str>)>,
+    /// What the table takes in memory (counted in [`tables_bytes`]).
+    bytes: u64,
+}
+
+impl Drop for PerfMapTable {
+    fn drop(&mut self) {
+        TABLES_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// How far back `lookup` looks for an older, longer entry covering an address.
@@ -28,7 +47,7 @@ fn hex(field: &str) -> Option<u64> {
 impl PerfMapTable {
     /// Parse a perf map file; malformed lines are skipped.
     pub fn parse(text: &str) -> PerfMapTable {
-        let mut entries = Vec::new();
+        let mut entries: Vec<(u64, u64, usize, Arc<str>)> = Vec::new();
         for (line_no, line) in text.lines().enumerate() {
             let Some((start, rest)) = line.trim().split_once(char::is_whitespace) else {
                 continue;
@@ -49,7 +68,12 @@ impl PerfMapTable {
             entries.push((start, end, line_no, Arc::from(name)));
         }
         entries.sort_by_key(|e| (e.0, e.2));
-        PerfMapTable { entries }
+        let names: usize = entries.iter().map(|e| e.3.len() + 16).sum();
+        let bytes = (names
+            + entries.capacity() * std::mem::size_of::<(u64, u64, usize, Arc<str>)>())
+            as u64;
+        TABLES_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        PerfMapTable { entries, bytes }
     }
 
     /// The name of the JIT function containing `addr` (the latest line wins).

@@ -3,7 +3,10 @@
 //! before the PLT, such as `_init`), so each entry of `.plt`, `.plt.sec` and
 //! `.plt.got` is named by the relocation of the GOT slot its indirect jump
 //! (`jmp *slot(%rip)`) reads. Other architectures' stubs stay unnamed.
-use crate::file_version::SharedReads;
+//! The tables read are kept by file version within a byte budget
+//! ([`PltTables`]).
+use super::lru::Lru;
+use crate::file_version::FileVersion;
 use object::elf;
 use object::read::elf::{ElfFile64, SectionHeader};
 use object::{
@@ -12,6 +15,7 @@ use object::{
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The stubs of one file: (first file offset, end, symbol), by offset.
 #[derive(Debug, Default)]
@@ -19,19 +23,65 @@ pub struct Plt {
     stubs: Vec<(u64, u64, String)>,
 }
 
+/// The PLT tables read, by file version (a file without stubs too, so it
+/// is not read again), within a byte budget: the least recently used go
+/// first.
+#[derive(Default)]
+pub struct PltTables {
+    tables: Lru<FileVersion, Option<Arc<Plt>>>,
+    /// Tables read (loads) and found kept (hits), and dropped.
+    pub loads: u64,
+    pub hits: u64,
+    pub evicted: u64,
+}
+
+/// What a file's entry weighs besides its table.
+const ENTRY_BYTES: u64 = 96;
+
+impl PltTables {
+    /// The stubs of the file at `path`, read once per file version while
+    /// kept; then the tables are shrunk to `budget`.
+    pub fn of(&mut self, path: &Path, now: Instant, budget: u64) -> Option<Arc<Plt>> {
+        let version = FileVersion::at(path)?;
+        if let Some(table) = self.tables.get(&version, now) {
+            self.hits += 1;
+            return table.clone();
+        }
+        self.loads += 1;
+        let table = Plt::read(path).map(Arc::new);
+        let bytes = ENTRY_BYTES + table.as_ref().map_or(0, |t| t.bytes());
+        self.tables.insert(version, table.clone(), bytes, now);
+        self.shrink_to(budget);
+        table
+    }
+
+    /// Drop the tables used longest ago until all weigh at most `budget`.
+    pub fn shrink_to(&mut self, budget: u64) {
+        self.evicted += self.tables.shrink_to(budget).len() as u64;
+    }
+
+    /// What the tables weigh now.
+    pub fn bytes(&self) -> u64 {
+        self.tables.bytes()
+    }
+}
+
 /// The sections that hold PLT stubs.
 const SECTIONS: [&str; 3] = [".plt", ".plt.sec", ".plt.got"];
 
 impl Plt {
-    /// The stubs of the ELF file at `path`, read once per file version and
-    /// shared while used; `None` when it has none or is not x86-64 ELF.
-    pub fn of(path: &Path) -> Option<Arc<Plt>> {
-        static TABLES: SharedReads<Plt> = SharedReads::new();
-        TABLES.get(path, |p| {
-            let file = std::fs::File::open(p).ok()?;
-            let cache = object::ReadCache::new(file);
-            Plt::parse(&cache)
-        })
+    /// The stubs of the ELF file at `path`; `None` when it has none or is
+    /// not x86-64 ELF.
+    pub fn read(path: &Path) -> Option<Plt> {
+        let file = std::fs::File::open(path).ok()?;
+        let cache = object::ReadCache::new(file);
+        Plt::parse(&cache)
+    }
+
+    /// What the table takes in memory.
+    pub fn bytes(&self) -> u64 {
+        let names: usize = self.stubs.iter().map(|s| s.2.capacity()).sum();
+        (names + self.stubs.capacity() * std::mem::size_of::<(u64, u64, String)>()) as u64
     }
 
     /// The stubs of an ELF image.
@@ -148,7 +198,7 @@ mod tests {
     #[test]
     fn libc_and_ls_have_named_stubs() {
         for path in ["/bin/ls", "/lib/x86_64-linux-gnu/libc.so.6"] {
-            let plt = Plt::of(Path::new(path)).unwrap_or_else(|| panic!("no PLT in {path}"));
+            let plt = Plt::read(Path::new(path)).unwrap_or_else(|| panic!("no PLT in {path}"));
             assert!(plt.stubs.len() > 5, "{path}: {:?}", plt.stubs);
             let (start, end, name) = &plt.stubs[plt.stubs.len() / 2];
             assert_eq!(plt.name(*start), Some(name.as_str()));
@@ -156,5 +206,35 @@ mod tests {
             assert_eq!(plt.name(0), None);
             eprintln!("{path}: {} stubs, e.g. {name}@plt", plt.stubs.len());
         }
+    }
+
+    /// Tables are kept by file version under their budget, the least
+    /// recently used dropped first; a dropped table read again names the
+    /// same stubs.
+    #[test]
+    fn tables_stay_under_their_budget() {
+        let (ls, libc) = (
+            Path::new("/bin/ls"),
+            Path::new("/lib/x86_64-linux-gnu/libc.so.6"),
+        );
+        let now = Instant::now();
+        let mut tables = PltTables::default();
+        let first = tables.of(ls, now, u64::MAX).unwrap();
+        let ls_bytes = tables.bytes();
+        assert!(tables.of(ls, now, u64::MAX).is_some());
+        assert_eq!((tables.loads, tables.hits), (1, 1));
+        // Room for one table only: libc's pushes ls's out.
+        let budget = ls_bytes.max(
+            tables
+                .of(libc, now, u64::MAX)
+                .map_or(0, |t| t.bytes() + ENTRY_BYTES),
+        );
+        tables.shrink_to(budget);
+        assert!(tables.bytes() <= budget);
+        assert_eq!(tables.evicted, 1);
+        let again = tables.of(ls, now, budget).unwrap();
+        assert!(tables.bytes() <= budget);
+        assert_eq!(tables.loads, 3, "ls read again");
+        assert_eq!(first.stubs, again.stubs);
     }
 }

@@ -3,6 +3,7 @@
 //! debug files, deleted binaries, other mount namespaces, perf maps).
 use super::blaze::IDLE;
 use super::*;
+use crate::file_version::FileVersion;
 use crate::maps::{Backing, Mapping};
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Endianness, Object, ObjectSymbol};
@@ -388,9 +389,9 @@ fn idle_sources_are_released_and_parsed_again_when_needed() {
     assert_eq!(first[0].last().unwrap().func.name, "outer");
     assert_eq!(first[1][0].func.name, "vfs_read");
     let now = Instant::now();
-    assert!(!worker.evict_idle(now), "just used");
-    assert!(worker.evict_idle(now + IDLE), "the file and kallsyms");
-    assert!(!worker.evict_idle(now + IDLE), "nothing left");
+    assert!(!worker.tick(now, false), "just used");
+    assert!(worker.tick(now + IDLE, false), "the file and kallsyms");
+    assert!(!worker.tick(now + IDLE, false), "nothing left");
     assert_eq!(worker.symbolize(&maps, &addrs), first);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -404,7 +405,7 @@ fn names_are_shared_by_processes_and_outlive_the_parsed_files() {
     let first = worker.symbolize(&mapped(&prog), &[BASE + off]);
     assert_eq!(first[0].last().unwrap().func.name, "outer");
     let now = Instant::now();
-    assert!(worker.evict_idle(now + IDLE), "the file's data released");
+    assert!(worker.tick(now + IDLE, false), "the file's data released");
 
     // Another process maps the same file elsewhere: named without parsing.
     let base = BASE + 0x100_0000;
@@ -417,18 +418,128 @@ fn names_are_shared_by_processes_and_outlive_the_parsed_files() {
         Backing::File(Arc::new(prog.clone())),
     ));
     assert_eq!(worker.symbolize(&other, &[base + off]), first);
-    assert!(!worker.evict_idle(Instant::now() + IDLE), "nothing parsed");
+    assert!(!worker.tick(Instant::now() + IDLE, false), "nothing parsed");
 
     // A file rewritten in place is another file: parsed again.
     let file = std::fs::File::options().write(true).open(&prog).unwrap();
     file.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
         .unwrap();
     assert_eq!(worker.symbolize(&other, &[base + off]), first);
-    assert!(worker.evict_idle(Instant::now() + IDLE), "parsed again");
+    assert!(worker.tick(Instant::now() + IDLE, false), "parsed again");
 
     // Names unused for long go too.
-    worker.evict_idle(Instant::now() + names::NAMES_IDLE);
+    worker.tick(Instant::now() + names::NAMES_IDLE, false);
     assert_eq!(worker.symbolize(&other, &[base + off]), first);
-    assert!(worker.evict_idle(Instant::now() + IDLE), "parsed again");
+    assert!(worker.tick(Instant::now() + IDLE, false), "parsed again");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Parsed files stay within their share of the budget, the least recently
+/// used let go of first; a file let go of and named again gives the same
+/// names; one larger than the budget is let go of once named.
+#[test]
+fn parsed_files_stay_within_the_budget_least_recently_used_first() {
+    let dir = scratch("budget");
+    let progs: Vec<PathBuf> = ["-O0", "-O1", "-O2"]
+        .iter()
+        .enumerate()
+        .map(|(i, opt)| cc(&dir, &format!("p{i}"), INLINED, &[opt, "-g"]))
+        .collect();
+    let weights: Vec<u64> = progs.iter().map(|p| blaze::resident_estimate(p)).collect();
+    assert!(weights.iter().all(|&w| w > 0));
+    // Room for two of the three files; no names kept, so each naming
+    // reads its file.
+    let parsed = weights.iter().sum::<u64>() - weights.iter().min().unwrap();
+    let budget = Budget {
+        names: 0,
+        plt: 0,
+        parsed,
+    };
+    let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
+    let name = |worker: &mut blaze::Worker, i: usize| {
+        let (off, _) = symbol(&progs[i], "outer");
+        let frames = worker.symbolize(&mapped(&progs[i]), &[BASE + off]);
+        assert_eq!(frames[0].last().unwrap().func.name, "outer");
+        let (_, bytes) = worker.held();
+        assert!(bytes <= parsed, "{bytes} held over a budget of {parsed}");
+        assert_eq!(worker.names_bytes(), 0);
+        frames
+    };
+    let held = |worker: &blaze::Worker| -> Vec<PathBuf> {
+        worker
+            .held()
+            .0
+            .into_iter()
+            .map(|h| {
+                progs
+                    .iter()
+                    .find(|p| blaze::Held::File(FileVersion::at(p).unwrap()) == h)
+                    .expect("one of the programs")
+                    .clone()
+            })
+            .collect()
+    };
+    let first = name(&mut worker, 0);
+    name(&mut worker, 1);
+    assert_eq!(held(&worker), [progs[0].clone(), progs[1].clone()]);
+    name(&mut worker, 2);
+    assert_eq!(
+        held(&worker),
+        [progs[1].clone(), progs[2].clone()],
+        "the oldest went"
+    );
+    assert_eq!(name(&mut worker, 0), first, "read again, named the same");
+    assert_eq!(held(&worker), [progs[2].clone(), progs[0].clone()]);
+
+    // A budget smaller than any file: nothing stays parsed, names are right.
+    let tiny = Budget {
+        names: 0,
+        plt: 0,
+        parsed: 1,
+    };
+    let mut worker = blaze::Worker::with_budget(Vec::new(), tiny);
+    let (off, _) = symbol(&progs[0], "outer");
+    assert_eq!(worker.symbolize(&mapped(&progs[0]), &[BASE + off]), first);
+    assert_eq!(worker.held(), (Vec::new(), 0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A shed request lets go of every parsed file at the next tick.
+#[test]
+fn shedding_releases_the_parsed_files() {
+    let dir = scratch("shed");
+    let prog = cc(&dir, "shed", INLINED, &["-O2", "-g"]);
+    let (off, _) = symbol(&prog, "outer");
+    let mut worker = blaze::Worker::with_budget(Vec::new(), Budget::of(DEFAULT_BUDGET));
+    let first = worker.symbolize(&mapped(&prog), &[BASE + off]);
+    assert!(worker.held().1 > 0);
+    assert!(worker.tick(Instant::now(), true));
+    assert_eq!(worker.held(), (Vec::new(), 0));
+    assert_eq!(worker.symbolize(&mapped(&prog), &[BASE + off]), first);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two paths to one file (two processes' descriptors of it) hold one
+/// parsed copy, weighed once.
+#[test]
+fn paths_to_one_file_hold_one_parsed_copy() {
+    let dir = scratch("paths");
+    let prog = cc(&dir, "paths", INLINED, &["-O2", "-g"]);
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&prog, &link).unwrap();
+    let (off, _) = symbol(&prog, "outer");
+    let budget = Budget {
+        names: 0,
+        plt: 0,
+        parsed: u64::MAX / 2,
+    };
+    let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
+    let first = worker.symbolize(&mapped(&prog), &[BASE + off]);
+    let once = worker.held();
+    let again = worker.symbolize(&mapped(&link), &[BASE + off]);
+    let strip = |f: &Frame| (f.func.name.clone(), f.file.clone(), f.line);
+    assert_eq!(strip(&again[0][0]), strip(&first[0][0]));
+    assert_eq!(worker.held(), once);
+    assert_eq!(once.0.len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }

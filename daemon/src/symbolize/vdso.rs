@@ -30,6 +30,12 @@ impl Vdso {
         .as_ref()
     }
 
+    /// What the table takes in memory.
+    pub fn bytes(&self) -> u64 {
+        let names: usize = self.functions.iter().map(|f| f.2.capacity()).sum();
+        (names + self.functions.capacity() * std::mem::size_of::<(u64, u64, String)>()) as u64
+    }
+
     /// The functions of a vDSO image. Of several names for one function
     /// (`clock_gettime` and `__vdso_clock_gettime`) the `__vdso_` one, as
     /// perf shows it.

@@ -219,11 +219,29 @@ pub struct Target {
     /// The target's /tmp, opened at its first perf map look-up and held: a
     /// map written as the target exits is read through it once the
     /// target's /proc entry and root are gone.
-    tmp_dir: OnceLock<Option<File>>,
+    tmp_dir: OnceLock<Option<Arc<File>>>,
     perf_map: PerfMap,
     /// The error (EMFILE or ENFILE) if /proc/PID could not be opened for
     /// want of descriptors.
     pub out_of_fds: Option<i32>,
+}
+
+/// `dir` as held: the one already held for the same directory (`dir` is
+/// closed), so that the processes of one mount namespace hold their /tmp
+/// once.
+fn shared_dir(dir: File) -> Option<Arc<File>> {
+    static DIRS: std::sync::LazyLock<Mutex<HashMap<(u64, u64), Weak<File>>>> =
+        std::sync::LazyLock::new(Default::default);
+    let meta = dir.metadata().ok()?;
+    let key = (meta.dev(), meta.ino());
+    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(held) = dirs.get(&key).and_then(Weak::upgrade) {
+        return Some(held);
+    }
+    dirs.retain(|_, d| d.strong_count() > 0);
+    let held = Arc::new(dir);
+    dirs.insert(key, Arc::downgrade(&held));
+    Some(held)
 }
 
 /// Whether the process or thread `id` still exists (a zombie does), asked
@@ -389,7 +407,7 @@ impl Target {
         self.perf_map.table(|| {
             let dir = self
                 .tmp_dir
-                .get_or_init(|| File::open(self.proc_path("root/tmp")).ok())
+                .get_or_init(|| shared_dir(File::open(self.proc_path("root/tmp")).ok()?))
                 .as_ref()?;
             let path = format!("/proc/self/fd/{}/perf-{}.map", dir.as_raw_fd(), self.ns_pid);
             // Non-blocking: a FIFO put in its place must not hang the reader.

@@ -96,19 +96,14 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         self.map.get(key).map(|s| s.used)
     }
 
-    /// Drop entries until they weigh at most `budget`: first any that alone
-    /// weighs more (it would push out everything else and go anyway), then
-    /// the oldest.
+    /// Drop entries until they weigh at most `budget`: first the newest if
+    /// it alone weighs more (it would push out everything else and go
+    /// anyway), then the oldest.
     pub fn shrink_to(&mut self, budget: u64) -> Vec<(K, V)> {
         let mut out = Vec::new();
         if self.bytes > budget {
-            let heavy: Vec<K> = self
-                .map
-                .iter()
-                .filter(|(_, s)| s.bytes > budget)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in heavy {
+            let newest = self.order.last_key_value().map(|(_, k)| k.clone());
+            if let Some(k) = newest.filter(|k| self.map.get(k).is_some_and(|s| s.bytes > budget)) {
                 if let Some(v) = self.remove(&k) {
                     out.push((k, v));
                 }

@@ -230,8 +230,8 @@ pub struct Target {
 /// closed), so that the processes of one mount namespace hold their /tmp
 /// once.
 fn shared_dir(dir: File) -> Option<Arc<File>> {
-    static DIRS: std::sync::LazyLock<Mutex<HashMap<(u64, u64), Weak<File>>>> =
-        std::sync::LazyLock::new(Default::default);
+    type Dirs = Mutex<HashMap<(u64, u64), Weak<File>>>;
+    static DIRS: std::sync::LazyLock<Dirs> = std::sync::LazyLock::new(Default::default);
     let meta = dir.metadata().ok()?;
     let key = (meta.dev(), meta.ino());
     let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());

@@ -455,10 +455,11 @@ mod tests {
             .arg("60")
             .spawn()
             .unwrap();
-        // Once each has exec'd sleep.
+        // Once each has exec'd sleep and the loader has mapped libc.
         let read = |pid: u32| loop {
             let maps = ProcessMaps::read(pid).unwrap();
-            if maps.iter().any(|m| m.module() == "sleep") {
+            let mapped = |name: &str| maps.iter().any(|m| m.module().starts_with(name));
+            if mapped("sleep") && mapped("libc.so") {
                 break maps;
             }
             std::thread::yield_now();
@@ -468,7 +469,7 @@ mod tests {
         for m in ma.iter().filter(|m| m.file().is_some_and(|f| f.is_open())) {
             let theirs = mb
                 .iter()
-                .find(|o| o.backing == m.backing && o.pgoff == m.pgoff)
+                .find(|o| o.backing == m.backing && o.file().is_some())
                 .and_then(|o| o.file())
                 .unwrap_or_else(|| panic!("{m:?} not in the other process"));
             assert!(Arc::ptr_eq(m.file().unwrap(), theirs), "{m:?}");

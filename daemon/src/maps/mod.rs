@@ -145,24 +145,6 @@ impl ProcessMaps {
         }
     }
 
-    /// No mappings, sharing the files these hold (and those opened by the
-    /// maps made from it): one table of opened files for many processes.
-    pub fn sharing_files(&self) -> ProcessMaps {
-        ProcessMaps {
-            files: self.files.clone(),
-            ..ProcessMaps::default()
-        }
-    }
-
-    /// Close the shared files no mapping holds any more (see
-    /// [`ProcessMaps::sharing_files`]); how many were closed.
-    pub fn close_unused_files(&self) -> usize {
-        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        let before = files.len();
-        files.retain(|_, f| Arc::strong_count(f) > 1);
-        before - files.len()
-    }
-
     /// [`ProcessMaps::read_sharing`] for a session: Err, saying which limit
     /// to raise, when descriptors ran out reading the maps or opening their
     /// files (the session would name nothing); maps that cannot be read for

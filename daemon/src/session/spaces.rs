@@ -77,10 +77,6 @@ pub struct Spaces {
     waiting: std::collections::VecDeque<(u32, usize)>,
     /// The CPU budget of setting processes up.
     budget: &'static Budget,
-    /// With every process: no mappings, but the table of files every
-    /// space's maps share, so that a library mapped by many processes is
-    /// opened and held once.
-    files: ProcessMaps,
     /// The unwind cache's eviction epoch when the unwinders last let go of
     /// the tables it evicted.
     epoch: u64,
@@ -120,7 +116,6 @@ impl Spaces {
             cached: Default::default(),
             waiting: Default::default(),
             budget: &BUDGET,
-            files: ProcessMaps::default(),
             epoch: crate::unwind::cache::epoch(),
         };
         spaces.add(pid, maps, true);
@@ -153,7 +148,7 @@ impl Spaces {
                 i
             }
             None if self.every && pid != 0 => {
-                let i = self.add(pid, self.files.sharing_files(), false);
+                let i = self.add(pid, ProcessMaps::default(), false);
                 self.set_up(pid, i);
                 i
             }
@@ -269,7 +264,6 @@ impl Spaces {
                 released.push(i);
             }
         }
-        self.files.close_unused_files();
         released
     }
 
@@ -442,7 +436,7 @@ impl Spaces {
             if let Some(old) = self.by_pid.get(&pid).copied() {
                 self.retire(old);
             }
-            self.add(pid, self.files.sharing_files(), false);
+            self.add(pid, ProcessMaps::default(), false);
             return;
         }
         let old = self.of(pid);

@@ -61,7 +61,13 @@ fn name(p: &ResolvedProfile, id: u32) -> &str {
 /// descending, then name (then id). Only functions with samples; `id` is the
 /// function's index in `p.functions`.
 pub fn functions(p: &ResolvedProfile) -> Vec<api::Function> {
-    let mut rows: Vec<api::Function> = counts(p)
+    function_rows(p, counts(p))
+}
+
+/// [`functions`] from per-function `counts` (indexed by function id)
+/// counted elsewhere: `p`'s stacks are not read.
+pub fn function_rows(p: &ResolvedProfile, counts: Vec<Counts>) -> Vec<api::Function> {
+    let mut rows: Vec<api::Function> = counts
         .into_iter()
         .enumerate()
         .filter(|(_, c)| c.inclusive > 0)

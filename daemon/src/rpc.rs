@@ -216,11 +216,14 @@ impl Service {
         format: api::ExportFormat,
         query: Option<&api::Query>,
     ) -> Result<api::GetProfileResponse, Status> {
-        let table_only = match (format, source) {
-            (api::ExportFormat::Unspecified, Source::Session(..)) => true,
-            (api::ExportFormat::Unspecified | api::ExportFormat::Json, Source::History(..)) => true,
-            _ => false,
-        };
+        let table_only = matches!(
+            (format, source),
+            (api::ExportFormat::Unspecified, Source::Session(..))
+                | (
+                    api::ExportFormat::Unspecified | api::ExportFormat::Json,
+                    Source::History(..)
+                )
+        );
         if table_only {
             let _permit = (!matches!(source, Source::Session(..)))
                 .then(|| self.registry.export_permit())

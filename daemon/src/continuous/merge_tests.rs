@@ -22,7 +22,7 @@ fn window(id: &str, service: &str, first: u64, stacks: u64, repeat: u64) -> api:
             let n = if repeat > 0 && n % repeat == 0 { 0 } else { n };
             let function: Vec<u32> = (0..depth)
                 .rev()
-                .map(|l| l * 8 + ((n >> l) ^ (n * 7 >> (l + 2))) as u32 % 8)
+                .map(|l| l * 8 + ((n >> l) ^ ((n * 7) >> (l + 2))) as u32 % 8)
                 .collect();
             let address = (0..depth as u64)
                 .map(|i| if i == 0 { 0x10_0000 + n } else { 0x1000 + i })
@@ -100,7 +100,11 @@ fn streamed(q: &api::Query, want: Want, windows: &[api::Window]) -> Merged {
     m.finish(0, u64::MAX).unwrap()
 }
 
-fn sorted(p: &ResolvedProfile) -> Vec<(u32, Vec<(String, u32, u64)>, u64)> {
+/// A stack by its thread, its frames by name, line and address, and its
+/// count.
+type Named = (u32, Vec<(String, u32, u64)>, u64);
+
+fn sorted(p: &ResolvedProfile) -> Vec<Named> {
     let mut out: Vec<_> = p
         .stacks
         .iter()
@@ -164,7 +168,7 @@ fn the_same_stack_is_kept_once_with_its_counts_added() {
     // Every 10th stack is stack 0 (thread 1, the same frames).
     let w = window("a", "web", 0, 1000, 10);
     let q = api::Query::default();
-    let m = streamed(&q, Want::Stacks, &[w.clone()]);
+    let m = streamed(&q, Want::Stacks, std::slice::from_ref(&w));
     let zero = w.services[0].stacks[0].clone();
     let zeros: u64 = w.services[0]
         .stacks

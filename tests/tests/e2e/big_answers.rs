@@ -217,7 +217,7 @@ fn answers_over_a_big_history_stay_within_their_bound() {
     require_root_and_perf();
     let (mut d, raw) = daemon_with_big_history();
     let expected: u64 = (0..WINDOWS * STACKS).map(count_of).sum();
-    let frames_kib = WINDOWS * STACKS * DEPTH as u64 * FRAME_BYTES >> 10;
+    let frames_kib = (WINDOWS * STACKS * DEPTH as u64 * FRAME_BYTES) >> 10;
     let scratch = d.state_dir().unwrap().parent().unwrap().to_path_buf();
     let folded = scratch.join("big.folded");
     let folded_arg = folded.to_str().unwrap();

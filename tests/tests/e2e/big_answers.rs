@@ -207,9 +207,10 @@ fn folded_whole(socket: &Path) -> Vec<u8> {
 /// Answers over 120 000 distinct stacks, each from a daemon that has
 /// answered nothing yet: the function table (flat, and the JSON report)
 /// keeps no stacks, so the daemon's peak rises by less than 16 MiB
-/// whatever their number; the folded export is made as it is streamed, so
-/// its peak rises by less than twice the merged stacks' frames (16 bytes a
-/// frame), never by the text's size (73 MiB here). The streamed text is
+/// whatever their number; a call tree cut at 5 % is built cut, and the
+/// folded export is made as it is streamed, so their peaks rise by less
+/// than twice the merged stacks' frames (16 bytes a frame), never by the
+/// tree's every path or the text's size (73 MiB here). The streamed text is
 /// the one GetProfile gives whole, and adds up to every sample.
 #[test]
 fn answers_over_a_big_history_stay_within_their_bound() {
@@ -221,9 +222,14 @@ fn answers_over_a_big_history_stay_within_their_bound() {
     let scratch = d.state_dir().unwrap().parent().unwrap().to_path_buf();
     let folded = scratch.join("big.folded");
     let folded_arg = folded.to_str().unwrap();
-    let cases: [(&str, Vec<&str>, u64); 3] = [
+    let cases: [(&str, Vec<&str>, u64); 4] = [
         ("json", vec!["query", "--format", "json"], 16 << 10),
         ("flat table", vec!["query", "--top", "10"], 16 << 10),
+        (
+            "tree",
+            vec!["query", "--tree", "--min-pct", "5", "--depth", "4"],
+            2 * frames_kib,
+        ),
         (
             "folded",
             vec!["query", "--format", "folded", "-o", folded_arg],

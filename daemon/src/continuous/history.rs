@@ -454,6 +454,8 @@ impl Inner {
         let kept = st.windows.get_mut(key)?;
         let s = Arc::new(summarize(&w, kept.bytes));
         kept.summary = Some(s.clone());
+        // Read whole without fault: a query needs not check it again.
+        kept.checked = true;
         Some(s)
     }
 

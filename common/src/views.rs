@@ -61,7 +61,13 @@ fn name(p: &ResolvedProfile, id: u32) -> &str {
 /// descending, then name (then id). Only functions with samples; `id` is the
 /// function's index in `p.functions`.
 pub fn functions(p: &ResolvedProfile) -> Vec<api::Function> {
-    let mut rows: Vec<api::Function> = counts(p)
+    function_rows(p, counts(p))
+}
+
+/// [`functions`] from per-function `counts` (indexed by function id)
+/// counted elsewhere: `p`'s stacks are not read.
+pub fn function_rows(p: &ResolvedProfile, counts: Vec<Counts>) -> Vec<api::Function> {
+    let mut rows: Vec<api::Function> = counts
         .into_iter()
         .enumerate()
         .filter(|(_, c)| c.inclusive > 0)
@@ -127,6 +133,94 @@ impl Tree {
             } else {
                 t.add(ids(s).rev(), s.count, false);
             }
+        }
+        t
+    }
+
+    /// The tree of the nodes `keep` keeps (by their inclusive count) down
+    /// to `max_depth` (0 = unlimited), built a depth at a time: the nodes
+    /// of one depth are counted first and only those kept are made, so a
+    /// subtree cut at the root of it is never held. The nodes kept and
+    /// their counts are those of [`Tree::build`].
+    fn build_kept(
+        p: &ResolvedProfile,
+        bottom_up: bool,
+        keep: impl Fn(u64) -> bool,
+        max_depth: u32,
+    ) -> Tree {
+        const GONE: usize = usize::MAX - 1;
+        let mut t = Tree {
+            function: Vec::new(),
+            inclusive: Vec::new(),
+            exclusive: Vec::new(),
+            children: Vec::new(),
+            roots: Vec::new(),
+            index: HashMap::new(),
+        };
+        let stacks: Vec<&ResolvedStack> =
+            p.stacks.iter().filter(|s| !s.frames.is_empty()).collect();
+        // Frame `depth` of a stack's path, root first.
+        let at = |s: &ResolvedStack, depth: usize| {
+            let i = if bottom_up {
+                depth
+            } else {
+                s.frames.len() - 1 - depth
+            };
+            s.frames[i].function
+        };
+        // Each stack's node at the depth before (usize::MAX: the root's
+        // parent; GONE: cut or ended).
+        let mut node_of = vec![usize::MAX; stacks.len()];
+        let mut depth = 0usize;
+        loop {
+            if max_depth != 0 && depth > max_depth as usize {
+                break;
+            }
+            let mut counts: HashMap<(usize, u32), u64> = HashMap::new();
+            for (s, &parent) in stacks.iter().zip(&node_of) {
+                if parent != GONE && depth < s.frames.len() {
+                    *counts.entry((parent, at(s, depth))).or_default() += s.count;
+                }
+            }
+            if counts.is_empty() {
+                break;
+            }
+            for ((parent, f), n) in counts {
+                if !keep(n) {
+                    continue;
+                }
+                let node = t.function.len();
+                t.function.push(f);
+                t.inclusive.push(n);
+                t.exclusive.push(0);
+                t.children.push(Vec::new());
+                t.index.insert((parent, f), node);
+                if parent == usize::MAX {
+                    t.roots.push(node);
+                } else {
+                    t.children[parent].push(node);
+                }
+            }
+            for (s, parent) in stacks.iter().zip(node_of.iter_mut()) {
+                if *parent == GONE || depth >= s.frames.len() {
+                    *parent = GONE;
+                    continue;
+                }
+                let Some(&node) = t.index.get(&(*parent, at(s, depth))) else {
+                    *parent = GONE;
+                    continue;
+                };
+                let innermost = if bottom_up {
+                    depth == 0
+                } else {
+                    depth == s.frames.len() - 1
+                };
+                if innermost {
+                    t.exclusive[node] += s.count;
+                }
+                *parent = node;
+            }
+            depth += 1;
         }
         t
     }
@@ -213,9 +307,10 @@ pub fn call_tree(
     min_pct: f64,
     max_depth: u32,
 ) -> Vec<api::TreeNode> {
-    let mut t = Tree::build(p, bottom_up);
+    let kept = |n: u64| percent(n, p.attributed) >= min_pct;
+    let mut t = Tree::build_kept(p, bottom_up, kept, max_depth);
     t.sort(p);
-    let keep = |i: usize| percent(t.inclusive[i], p.attributed) >= min_pct;
+    let keep = |i: usize| kept(t.inclusive[i]);
     let mut out = Vec::new();
     // (node, parent index in out, depth), popped in depth-first order.
     let mut todo: Vec<(usize, i32, u32)> = t.roots.iter().rev().map(|&r| (r, -1, 0)).collect();

@@ -307,3 +307,70 @@ fn line_rows() {
     assert_eq!(lines(&p, R).len(), 1);
     assert!(lines(&p, 999).is_empty());
 }
+
+/// The call tree as the whole tree gives it: every path made, then cut.
+fn whole_tree(
+    p: &ResolvedProfile,
+    bottom_up: bool,
+    min_pct: f64,
+    max_depth: u32,
+) -> Vec<api::TreeNode> {
+    let mut t = Tree::build(p, bottom_up);
+    t.sort(p);
+    let keep = |i: usize| percent(t.inclusive[i], p.attributed) >= min_pct;
+    let mut out = Vec::new();
+    let mut todo: Vec<(usize, i32, u32)> = t.roots.iter().rev().map(|&r| (r, -1, 0)).collect();
+    while let Some((i, parent, depth)) = todo.pop() {
+        if !keep(i) {
+            continue;
+        }
+        let here = out.len() as i32;
+        out.push(t.node(i, parent, depth));
+        if max_depth == 0 || depth < max_depth {
+            todo.extend(t.children[i].iter().rev().map(|&c| (c, here, depth + 1)));
+        }
+    }
+    out
+}
+
+#[test]
+fn trees_built_a_depth_at_a_time_are_the_whole_trees_cut() {
+    // 3000 stacks of 1 to 9 frames over 12 functions (recursion included).
+    let mut p = known();
+    let functions = p.functions.len() as u32;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..3000 {
+        let depth = 1 + next() % 9;
+        let frames = (0..depth)
+            .map(|_| crate::model::FrameRef {
+                function: (next() % u64::from(functions)) as u32,
+                line: 0,
+                address: 0,
+            })
+            .collect();
+        let count = 1 + next() % 5;
+        p.attributed += count;
+        p.stacks.push(ResolvedStack {
+            tid: 1,
+            frames,
+            count,
+        });
+    }
+    for bottom_up in [false, true] {
+        for min_pct in [0.0, 0.5, 3.0, 20.0] {
+            for max_depth in [0, 1, 3] {
+                assert_eq!(
+                    call_tree(&p, bottom_up, min_pct, max_depth),
+                    whole_tree(&p, bottom_up, min_pct, max_depth),
+                    "bottom_up {bottom_up}, min_pct {min_pct}, max_depth {max_depth}"
+                );
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! statuses, and runs each Watch stream (snapshot, then per-interval deltas,
 //! then a final update).
 use crate::auth::Policy;
-use crate::continuous::history::History;
+use crate::continuous::history::{History, Want};
 use crate::kernel_view::Sysctls;
 use crate::registry::Registry;
 use crate::request_error::Error;
@@ -98,13 +98,30 @@ impl Source {
                 Ok(handle.resolve(*shown).await.map_err(Error::from)?)
             }
             Source::History(history, q) => {
-                let (session, profile) = history.query(q).await?;
+                let m = history.query(q, Want::Stacks).await?;
                 Ok(Resolved {
-                    session,
-                    profile,
+                    session: m.session,
+                    profile: m.profile,
                     timeline: None,
                     unknown_ns: Default::default(),
                 })
+            }
+        }
+    }
+
+    /// The session and function table alone (no export), without keeping
+    /// every stack where the source need not: a session's own table, or
+    /// the history's counts taken as its windows are read.
+    async fn functions(&self) -> Result<(api::Session, Vec<api::Function>), Status> {
+        match self {
+            Source::Session(handle, shown) => {
+                let view = handle.profile(0, *shown).await.map_err(Error::from)?;
+                Ok((view.session, view.functions))
+            }
+            Source::History(history, q) => {
+                let m = history.query(q, Want::Functions).await?;
+                let counts = m.counts.unwrap_or_default();
+                Ok((m.session, views::function_rows(&m.profile, counts)))
             }
         }
     }
@@ -187,6 +204,56 @@ impl Service {
             .kernel_frames
             .shown(caller.is_root(), Sysctls::read);
         Ok((handle, shown))
+    }
+}
+
+impl Service {
+    /// GetProfile's answer: the function table and the export asked for.
+    /// The table alone, and the JSON report (made of it), keep no stacks.
+    async fn profile_answer(
+        &self,
+        source: &Source,
+        format: api::ExportFormat,
+        query: Option<&api::Query>,
+    ) -> Result<api::GetProfileResponse, Status> {
+        let table_only = matches!(
+            (format, source),
+            (api::ExportFormat::Unspecified, Source::Session(..))
+                | (
+                    api::ExportFormat::Unspecified | api::ExportFormat::Json,
+                    Source::History(..)
+                )
+        );
+        if table_only {
+            let _permit = (!matches!(source, Source::Session(..)))
+                .then(|| self.registry.export_permit())
+                .transpose()?;
+            let (session, functions) = source.functions().await?;
+            let data = match format {
+                api::ExportFormat::Json => {
+                    serde_json::to_vec_pretty(&export::json(&session, &functions))
+                        .map_err(|e| Status::internal(e.to_string()))?
+                }
+                _ => Vec::new(),
+            };
+            return Ok(api::GetProfileResponse {
+                session: Some(session),
+                functions,
+                data,
+            });
+        }
+        let _permit = self.registry.export_permit()?;
+        let resolved = source.resolve().await?;
+        let functions = views::functions(&resolved.profile);
+        let data = match format {
+            api::ExportFormat::Unspecified => Vec::new(),
+            format => encode(&resolved, &functions, format, query)?,
+        };
+        Ok(api::GetProfileResponse {
+            session: Some(resolved.session),
+            functions,
+            data,
+        })
     }
 }
 
@@ -371,6 +438,53 @@ async fn run_watch(
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<api::WatchResponse, Status>> + Send>>;
+type PieceStream = Pin<Box<dyn Stream<Item = Result<api::ProfilePiece, Status>> + Send>>;
+
+/// Most bytes of export one StreamProfile piece carries.
+pub const PIECE_BYTES: usize = 1 << 20;
+/// Most functions one StreamProfile piece carries.
+pub const PIECE_FUNCTIONS: usize = 4096;
+/// Most bytes of export one GetProfile answer carries (clients read
+/// messages of 4 MiB by default; profctl takes up to 1 GiB): bigger ones
+/// are read with StreamProfile.
+pub const MAX_UNARY_DATA: usize = 256 << 20;
+
+/// The export format a request names.
+fn export_format(format: i32) -> Result<api::ExportFormat, Status> {
+    api::ExportFormat::try_from(format).map_err(|_| {
+        Status::invalid_argument(format!(
+            "unknown export format {format}: use 1 (pprof), 2 (folded), 3 (svg), 4 (speedscope), 5 (json) or 6 (firefox)"
+        ))
+    })
+}
+
+/// Send `functions` in pieces of [`PIECE_FUNCTIONS`]; false when the
+/// client is gone.
+fn send_functions(
+    tx: &mpsc::Sender<Result<api::ProfilePiece, Status>>,
+    mut functions: Vec<api::Function>,
+) -> bool {
+    while !functions.is_empty() {
+        let rest = functions.split_off(functions.len().min(PIECE_FUNCTIONS));
+        let piece = api::ProfilePiece {
+            functions: std::mem::replace(&mut functions, rest),
+            ..Default::default()
+        };
+        if tx.blocking_send(Ok(piece)).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Send one piece of export bytes; false when the client is gone.
+fn send_data(tx: &mpsc::Sender<Result<api::ProfilePiece, Status>>, data: Vec<u8>) -> bool {
+    let piece = api::ProfilePiece {
+        data,
+        ..Default::default()
+    };
+    tx.blocking_send(Ok(piece)).is_ok()
+}
 
 #[tonic::async_trait]
 impl Profiler for Service {
@@ -467,35 +581,68 @@ impl Profiler for Service {
     ) -> Result<Response<api::GetProfileResponse>, Status> {
         let r = req.get_ref();
         let source = self.source(&req, r.session_id, r.query.as_ref()).await?;
-        let format = api::ExportFormat::try_from(r.format).map_err(|_| {
-            Status::invalid_argument(format!(
-                "unknown export format {}: use 1 (pprof), 2 (folded), 3 (svg), 4 (speedscope), 5 (json) or 6 (firefox)",
-                r.format
-            ))
-        })?;
-        if let (api::ExportFormat::Unspecified, Source::Session(handle, shown)) = (format, &source)
-        {
-            // The function table alone: the session's own, without
-            // resolving every stack.
-            let view = handle.profile(0, *shown).await.map_err(Error::from)?;
-            return Ok(Response::new(api::GetProfileResponse {
-                session: Some(view.session),
-                functions: view.functions,
-                data: Vec::new(),
-            }));
+        let format = export_format(r.format)?;
+        let answer = self
+            .profile_answer(&source, format, r.query.as_ref())
+            .await?;
+        if answer.data.len() > MAX_UNARY_DATA {
+            return Err(Status::resource_exhausted(format!(
+                "the {} export is {} bytes, above the {MAX_UNARY_DATA} one GetProfile answer may carry: read it with StreamProfile (in pieces of at most {PIECE_BYTES} bytes, as profctl does), or narrow the query (a shorter time range, --service, --pid)",
+                format.as_str_name(),
+                answer.data.len()
+            )));
         }
-        let _permit = self.registry.export_permit()?;
-        let resolved = source.resolve().await?;
-        let functions = views::functions(&resolved.profile);
-        let data = match format {
-            api::ExportFormat::Unspecified => Vec::new(),
-            format => encode(&resolved, &functions, format, r.query.as_ref())?,
-        };
-        Ok(Response::new(api::GetProfileResponse {
-            session: Some(resolved.session),
-            functions,
-            data,
-        }))
+        Ok(Response::new(answer))
+    }
+
+    type StreamProfileStream = PieceStream;
+
+    async fn stream_profile(
+        &self,
+        req: Request<api::GetProfileRequest>,
+    ) -> Result<Response<PieceStream>, Status> {
+        let r = req.get_ref();
+        let source = self.source(&req, r.session_id, r.query.as_ref()).await?;
+        let format = export_format(r.format)?;
+        let (tx, rx) = mpsc::channel(2);
+        if format == api::ExportFormat::Folded {
+            // Made as it is sent: the text is never whole here.
+            let permit = self.registry.export_permit()?;
+            let resolved = source.resolve().await?;
+            let functions = views::functions(&resolved.profile);
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                let first = api::ProfilePiece {
+                    session: Some(resolved.session.clone()),
+                    ..Default::default()
+                };
+                if tx.blocking_send(Ok(first)).is_err() || !send_functions(&tx, functions) {
+                    return;
+                }
+                export::folded_pieces(&resolved.profile, PIECE_BYTES, |text| {
+                    send_data(&tx, text.into_bytes())
+                });
+            });
+        } else {
+            let answer = self
+                .profile_answer(&source, format, r.query.as_ref())
+                .await?;
+            tokio::task::spawn_blocking(move || {
+                let first = api::ProfilePiece {
+                    session: answer.session,
+                    ..Default::default()
+                };
+                if tx.blocking_send(Ok(first)).is_err() || !send_functions(&tx, answer.functions) {
+                    return;
+                }
+                for piece in answer.data.chunks(PIECE_BYTES) {
+                    if !send_data(&tx, piece.to_vec()) {
+                        return;
+                    }
+                }
+            });
+        }
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn stop(

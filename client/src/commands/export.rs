@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::output::Output;
 use crate::progress::waiting;
 use crate::render;
+use profd_common::api::Session;
 
 /// Writes session `args.session` in `args.format` to `args.output`.
 pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Result<(), Error> {
@@ -50,37 +51,77 @@ pub async fn export_source(
             "a pprof export is binary (gzip): give -o FILE rather than a terminal".into(),
         ));
     }
-    let reply = waiting(
+    let request = GetProfileRequest {
+        session_id: source.session_id(),
+        format: ExportFormat::from(format) as i32,
+        query: source.query(),
+    };
+    let (session, data) = waiting(
         &format!("exporting {}", source.name()),
-        client.get_profile(GetProfileRequest {
-            session_id: source.session_id(),
-            format: ExportFormat::from(format) as i32,
-            query: source.query(),
-        }),
+        streamed(client, request, to_stdout),
     )
-    .await?
-    .into_inner();
-    let session = required_session(reply.session, "GetProfile")?;
+    .await?;
     // Only folded stacks of a session without samples are empty.
-    if reply.data.is_empty() && format != ExportFormatArg::Folded {
+    if data.is_empty() && !to_stdout && format != ExportFormatArg::Folded {
         return Err(Error::Protocol(format!(
-            "the GetProfile reply has no {format:?} data"
+            "the StreamProfile reply has no {format:?} data"
         )));
     }
     if to_stdout {
-        let mut stdout = std::io::stdout().lock();
-        return stdout
-            .write_all(&reply.data)
-            .and_then(|()| stdout.flush())
-            .map_err(Error::Output);
+        return Ok(());
     }
-    crate::out_file::write_file(output, &reply.data)
+    crate::out_file::write_file(output, &data)
         .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
     eprintln!(
         "profctl: wrote {} ({} bytes) for {}",
         output.display(),
-        reply.data.len(),
+        data.len(),
         render::session_line(&session).trim_end()
     );
     Ok(())
+}
+
+/// The session and export bytes of `request`, read with StreamProfile in
+/// pieces (or, from a daemon without it, GetProfile whole); with
+/// `to_stdout` each piece is written to stdout as it comes, and none kept.
+async fn streamed(
+    client: &mut Client,
+    request: GetProfileRequest,
+    to_stdout: bool,
+) -> Result<(Session, Vec<u8>), Error> {
+    let mut stream = match client.stream_profile(request.clone()).await {
+        Ok(stream) => stream.into_inner(),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            let reply = client.get_profile(request).await?.into_inner();
+            let session = required_session(reply.session, "GetProfile")?;
+            if to_stdout {
+                write_stdout(&reply.data)?;
+                return Ok((session, Vec::new()));
+            }
+            return Ok((session, reply.data));
+        }
+        Err(status) => return Err(status.into()),
+    };
+    let mut session = None;
+    let mut data = Vec::new();
+    while let Some(piece) = stream.message().await? {
+        if session.is_none() {
+            session = Some(required_session(piece.session, "StreamProfile")?);
+        }
+        if to_stdout {
+            write_stdout(&piece.data)?;
+        } else {
+            data.extend_from_slice(&piece.data);
+        }
+    }
+    let session = required_session(session, "StreamProfile")?;
+    Ok((session, data))
+}
+
+fn write_stdout(data: &[u8]) -> Result<(), Error> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(data)
+        .and_then(|()| stdout.flush())
+        .map_err(Error::Output)
 }

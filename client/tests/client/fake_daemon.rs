@@ -288,6 +288,34 @@ impl Profiler for Fake {
         }))
     }
 
+    type StreamProfileStream = tokio_stream::Iter<std::vec::IntoIter<Result<ProfilePiece, Status>>>;
+
+    /// GetProfile's answer in pieces: the session, each function, and the
+    /// data a few bytes at a time.
+    async fn stream_profile(
+        &self,
+        request: Request<GetProfileRequest>,
+    ) -> Result<Response<Self::StreamProfileStream>, Status> {
+        let whole = self.get_profile(request).await?.into_inner();
+        let mut pieces = vec![Ok(ProfilePiece {
+            session: whole.session,
+            ..Default::default()
+        })];
+        for f in whole.functions {
+            pieces.push(Ok(ProfilePiece {
+                functions: vec![f],
+                ..Default::default()
+            }));
+        }
+        for data in whole.data.chunks(5) {
+            pieces.push(Ok(ProfilePiece {
+                data: data.to_vec(),
+                ..Default::default()
+            }));
+        }
+        Ok(Response::new(tokio_stream::iter(pieces)))
+    }
+
     async fn stop(&self, request: Request<StopRequest>) -> Result<Response<StopResponse>, Status> {
         let mut sessions = self.sessions.lock().unwrap();
         let id = request.into_inner().session_id;

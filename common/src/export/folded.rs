@@ -1,6 +1,6 @@
 //! Folded stacks (Brendan Gregg's FlameGraph input) and the SVG flame graph
 //! inferno draws from them.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{frame_name, ExportError};
 use crate::api::Mode;
@@ -37,7 +37,81 @@ fn clean(name: String) -> String {
 /// profile's: samples, or for off-CPU and wall-clock profiles an integer
 /// number of nanoseconds (the `[off-cpu: …]` frames of waits outermost).
 pub fn folded(p: &ResolvedProfile) -> String {
-    fold(p, annotated)
+    let mut out = String::new();
+    folded_pieces(p, usize::MAX, |piece| {
+        out = piece;
+        true
+    });
+    out
+}
+
+/// The text of a folded line's path (names by function id), a byte at a
+/// time.
+fn line_text<'a>(names: &'a [String], path: &'a [u32]) -> impl Iterator<Item = u8> + 'a {
+    path.iter().enumerate().flat_map(move |(i, &f)| {
+        let name = names.get(f as usize).map_or("[unknown]", String::as_str);
+        (if i == 0 { "" } else { ";" }).bytes().chain(name.bytes())
+    })
+}
+
+/// [`folded`] made and handed to `each` in pieces of whole lines, each
+/// piece `piece_bytes` long or a little longer (a line more), so that the
+/// whole text is never held: only each distinct path of function ids. The
+/// pieces concatenated are [`folded`]. `each` returns false to stop.
+pub fn folded_pieces(
+    p: &ResolvedProfile,
+    piece_bytes: usize,
+    mut each: impl FnMut(String) -> bool,
+) {
+    let names: Vec<String> = p.functions.iter().map(|f| clean(annotated(f))).collect();
+    let name = |f: u32| names.get(f as usize).map_or("[unknown]", String::as_str);
+    // The distinct paths (outermost first), each held once, exactly sized.
+    let mut counts: HashMap<Box<[u32]>, u64> = HashMap::new();
+    let mut path = Vec::new();
+    for s in p
+        .stacks
+        .iter()
+        .filter(|s| !s.frames.is_empty() && s.count > 0)
+    {
+        path.clear();
+        path.extend(s.frames.iter().rev().map(|f| f.function));
+        match counts.get_mut(&path[..]) {
+            Some(c) => *c += s.count,
+            None => {
+                counts.insert(path.as_slice().into(), s.count);
+            }
+        }
+    }
+    let mut lines: Vec<(Box<[u32]>, u64)> = counts.into_iter().collect();
+    // In the order of the lines' text, without making it.
+    lines.sort_unstable_by(|a, b| line_text(&names, &a.0).cmp(line_text(&names, &b.0)));
+    let mut out = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        // Paths of other functions with the same names are one line.
+        let mut count = lines[i].1;
+        let mut j = i + 1;
+        while j < lines.len() && line_text(&names, &lines[j].0).eq(line_text(&names, &lines[i].0)) {
+            count += lines[j].1;
+            j += 1;
+        }
+        for (k, &f) in lines[i].0.iter().enumerate() {
+            if k > 0 {
+                out.push(';');
+            }
+            out.push_str(name(f));
+        }
+        out.push(' ');
+        out.push_str(&count.to_string());
+        out.push('\n');
+        i = j;
+        if out.len() >= piece_bytes && !each(std::mem::take(&mut out)) {
+            return;
+        }
+    }
+    if !out.is_empty() || piece_bytes == usize::MAX {
+        each(out);
+    }
 }
 
 /// Folded stacks with frames named by `name`.
@@ -109,6 +183,39 @@ mod tests {
             folded(&known()),
             "main;a 1\nmain;a;c 3\nmain;b;c 2\nmain;b;inl_[i] 2\nmain;r;r;r 4\n"
         );
+    }
+
+    #[test]
+    fn folded_pieces_are_whole_lines_that_make_the_text() {
+        let mut p = known();
+        // Another function of the same name (another module): its stacks
+        // are the same lines.
+        let mut other = p.functions[p.stacks[0].frames[0].function as usize].clone();
+        other.module = "other.so".into();
+        p.functions.push(other);
+        let mut s = p.stacks[0].clone();
+        s.frames[0].function = p.functions.len() as u32 - 1;
+        s.count = 10;
+        p.stacks.push(s);
+        let text = folded(&p);
+        assert_eq!(text.lines().count(), 5, "{text}");
+        for size in [1, 7, 20, 1 << 20] {
+            let mut pieces = Vec::new();
+            folded_pieces(&p, size, |piece| {
+                pieces.push(piece);
+                true
+            });
+            assert!(pieces.iter().all(|l| l.ends_with('\n')), "{pieces:?}");
+            assert!(pieces.iter().all(|l| l.len() < size + 30), "{pieces:?}");
+            assert_eq!(pieces.concat(), text, "pieces of {size} bytes");
+        }
+        // Stopped after the first piece.
+        let mut n = 0;
+        folded_pieces(&p, 1, |_| {
+            n += 1;
+            false
+        });
+        assert_eq!(n, 1);
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod pprof;
 mod speedscope;
 
 pub use firefox::firefox;
-pub use folded::{folded, svg};
+pub use folded::{folded, folded_pieces, svg};
 pub use json::{json, scope_name, state_name, unwind_name};
 pub use pprof::{cpu_profile, pprof, pprof_decode, time_sample_type, Strings};
 pub use speedscope::speedscope;

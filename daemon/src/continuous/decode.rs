@@ -1,8 +1,9 @@
 //! Reading a window back from its gzip'd form as a stream: decompressed a
 //! piece at a time and decoded a field (a stack) at a time, and refused as
 //! soon as it holds more than a window can, so that a damaged or forged
-//! file never makes the daemon hold more than that bound. Writing is in
-//! [`super::encode`].
+//! file never makes the daemon hold more than that bound. A query visits a
+//! window's stacks one at a time ([`visit_from`]) instead of holding them.
+//! Writing is in [`super::encode`].
 use profd_common::api;
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
@@ -53,6 +54,42 @@ pub fn decode_from(input: impl Read) -> Result<api::Window, String> {
 /// its first service (a window's own fields come first).
 pub fn decode_head(input: impl Read) -> Result<api::Window, String> {
     Reader::new(input).window(true)
+}
+
+/// What a window read a stack at a time is handed to ([`visit_from`]).
+pub trait Visit {
+    /// The window's own fields (those before its first service, as profd
+    /// writes them); false: the rest is not wanted (reading stops there).
+    fn head(&mut self, w: &api::Window) -> Result<bool, String>;
+    /// A service's fields before its stacks (its processes, threads and
+    /// functions; `stacks` empty): the stacks handed next are its.
+    fn service(&mut self, s: api::ServiceWindow);
+    /// One stack of the service last handed.
+    fn stack(&mut self, s: api::WindowStack);
+    /// The service last handed has no more stacks.
+    fn service_end(&mut self);
+}
+
+/// A visitor that keeps nothing: reading a window with it checks it whole
+/// (its form, its bound, its gzip checksum) and holds one stack at a time.
+pub struct Check;
+
+impl Visit for Check {
+    fn head(&mut self, _: &api::Window) -> Result<bool, String> {
+        Ok(true)
+    }
+    fn service(&mut self, _: api::ServiceWindow) {}
+    fn stack(&mut self, _: api::WindowStack) {}
+    fn service_end(&mut self) {}
+}
+
+/// The window gzip'd in what `input` reads, handed to `v` a stack at a
+/// time: its stacks are never all held. Within the same bound as
+/// [`decode_from`]; a window's own fields must come before its services,
+/// and a service's before its stacks (as profd writes them), else it is
+/// refused. What has been handed before a refusal stays handed.
+pub fn visit_from(input: impl Read, v: &mut impl Visit) -> Result<(), String> {
+    Reader::new(input).visit(v)
 }
 
 /// The decompressed stream, with the bytes read and the bytes decoded so
@@ -219,6 +256,44 @@ impl<R: Read> Reader<R> {
         Ok(w)
     }
 
+    /// The window handed to `v`: its own fields, then each service, a
+    /// stack at a time. Held against the same bound as [`Self::window`]
+    /// (the stacks handed on count as held).
+    fn visit(mut self, v: &mut impl Visit) -> Result<(), String> {
+        let mut w = api::Window::default();
+        let mut services = false;
+        let mut stacks = 0u64;
+        while let Some((field, wire)) = self.key()? {
+            if field == SERVICES_FIELD && wire == WireType::LengthDelimited {
+                if !services {
+                    services = true;
+                    if !v.head(&w)? {
+                        return Ok(());
+                    }
+                    let attributed = w.totals.map_or(0, |t| t.attributed);
+                    self.limit = bound(attributed);
+                }
+                let len = self.varint()?;
+                let attributed = w.totals.map_or(0, |t| t.attributed);
+                self.service_to(len, &mut stacks, attributed, Some(&mut *v))?;
+                continue;
+            }
+            if services && field < SERVICES_FIELD {
+                return Err(format!(
+                    "not a window as profd writes it: its field {field} comes after its services"
+                ));
+            }
+            self.field(field, wire)?;
+            w.merge(&self.scratch[..])
+                .map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+            self.hold(self.scratch.len() as u64 + MESSAGE_BYTES)?;
+        }
+        if !services {
+            v.head(&w)?;
+        }
+        Ok(())
+    }
+
     /// A service of `len` bytes, its stacks decoded one at a time; `stacks`
     /// counts the window's, at most one a sample of `attributed`.
     fn service(
@@ -227,8 +302,21 @@ impl<R: Read> Reader<R> {
         stacks: &mut u64,
         attributed: u64,
     ) -> Result<api::ServiceWindow, String> {
+        self.service_to(len, stacks, attributed, None::<&mut Check>)
+    }
+
+    /// [`Self::service`], or with `v` the service handed to it (its fields,
+    /// then each stack) and an empty one returned.
+    fn service_to(
+        &mut self,
+        len: u64,
+        stacks: &mut u64,
+        attributed: u64,
+        mut v: Option<&mut impl Visit>,
+    ) -> Result<api::ServiceWindow, String> {
         let end = self.pos.saturating_add(len);
         let mut s = api::ServiceWindow::default();
+        let mut handed = false;
         self.hold(MESSAGE_BYTES)?;
         while self.pos < end {
             let (field, wire) = self
@@ -252,8 +340,22 @@ impl<R: Read> Reader<R> {
                     + stack.line.capacity() * 4
                     + stack.address.capacity() * 8;
                 self.hold(size as u64)?;
-                s.stacks.push(stack);
+                match v.as_mut() {
+                    Some(v) => {
+                        if !handed {
+                            handed = true;
+                            v.service(std::mem::take(&mut s));
+                        }
+                        v.stack(stack);
+                    }
+                    None => s.stacks.push(stack),
+                }
             } else {
+                if handed {
+                    return Err(format!(
+                        "not a window as profd writes it: a service's field {field} comes after its stacks"
+                    ));
+                }
                 self.field(field, wire)?;
                 s.merge(&self.scratch[..])
                     .map_err(|e| format!("not a profd.v1.Window: {e}"))?;
@@ -262,6 +364,12 @@ impl<R: Read> Reader<R> {
         }
         if self.pos != end {
             return Err("not a profd.v1.Window: a service runs past its length".into());
+        }
+        if let Some(v) = v {
+            if !handed {
+                v.service(std::mem::take(&mut s));
+            }
+            v.service_end();
         }
         Ok(s)
     }

@@ -8,17 +8,18 @@
 //! [`super::files`] says, each window id once). A file that cannot be read
 //! back, or holds another window than its name says, is renamed
 //! `….damaged`, dropped from the index and counted.
-use super::decode::{decode, decode_from};
+use super::decode::{decode, decode_from, visit_from, Check, Visit};
 use super::encode::Encoded;
 pub(crate) use super::files::{file_name, parse_name, window_files};
 use super::files::{mismatch, sort_out};
+use super::merge::Merge;
+pub use super::merge::{Merged, Want};
 use super::Settings;
 use crate::request_error::Error;
 use crate::store::atomic;
 use profd_common::api;
-use profd_common::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
 use prost::Message;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,8 +30,6 @@ const DAMAGED: &str = ".damaged";
 /// Most bytes of window summaries in one listing (clients take replies of
 /// 4 MiB by default); the oldest windows of a wider range are left out.
 const MAX_LISTED_BYTES: usize = 2 << 20;
-/// Most service names quoted in a NOT_FOUND message.
-const MAX_NAMED: usize = 20;
 
 /// The continuous history: cheap to clone, shared by the sampler (which
 /// adds windows) and the rpc service (which lists and queries them).
@@ -73,6 +72,9 @@ struct Kept {
     summary: Option<Arc<api::WindowSummary>>,
     /// Without a state directory: the bytes a file would hold.
     data: Option<Arc<Vec<u8>>>,
+    /// Read whole once without fault (or written by this run): a query
+    /// reads it once, merging as it goes.
+    checked: bool,
 }
 
 /// The history's figures (for metrics and `profctl info`).
@@ -255,6 +257,7 @@ impl Inner {
             bytes: size,
             summary: Some(Arc::new(summary)),
             data: self.dir.is_none().then(|| Arc::new(bytes)),
+            checked: true,
         };
         {
             let mut st = self.lock();
@@ -276,14 +279,9 @@ impl Inner {
         };
         let decoded = match (data, self.path(key, end_ns)) {
             (Some(data), _) => decode(&data),
-            (None, Some(path)) => match std::fs::File::open(&path) {
+            (None, Some(path)) => match open(&path)? {
                 Ok(file) => decode_from(file),
-                // Out of descriptors: the file is not at fault.
-                Err(err) if crate::fds::exhausted(&err) => {
-                    tracing::warn!(path = %path.display(), %err, "cannot open a window now: left out of the answer");
-                    return None;
-                }
-                Err(err) => Err(err.to_string()),
+                Err(err) => Err(err),
             },
             (None, None) => return None,
         };
@@ -298,6 +296,85 @@ impl Inner {
                 // What was decoded before the refusal is given back.
                 crate::sys::trim_heap();
                 None
+            }
+        }
+    }
+
+    /// Hand window `key` to `v` a stack at a time (checking that it is the
+    /// window its name says). None: it is gone (dropped meanwhile), or
+    /// cannot be opened now; Some(Err): it could not be read (what was
+    /// handed before stays handed).
+    fn visit(&self, key: &Key, v: &mut impl Visit) -> Option<Result<(), String>> {
+        struct Named<'a, V> {
+            key: &'a Key,
+            end_ns: u64,
+            v: &'a mut V,
+        }
+        impl<V: Visit> Visit for Named<'_, V> {
+            fn head(&mut self, w: &api::Window) -> Result<bool, String> {
+                if let Some(why) = mismatch(self.key.0, self.end_ns, &self.key.1, w) {
+                    return Err(why);
+                }
+                self.v.head(w)
+            }
+            fn service(&mut self, s: api::ServiceWindow) {
+                self.v.service(s)
+            }
+            fn stack(&mut self, s: api::WindowStack) {
+                self.v.stack(s)
+            }
+            fn service_end(&mut self) {
+                self.v.service_end()
+            }
+        }
+        let (end_ns, data) = {
+            let st = self.lock();
+            let kept = st.windows.get(key)?;
+            (kept.end_ns, kept.data.clone())
+        };
+        let mut named = Named { key, end_ns, v };
+        Some(match (data, self.path(key, end_ns)) {
+            (Some(data), _) => visit_from(&data[..], &mut named),
+            (None, Some(path)) => open(&path)?.and_then(|f| visit_from(f, &mut named)),
+            (None, None) => return None,
+        })
+    }
+
+    /// Merge window `key` into `merge`: true when it was. A window not read
+    /// whole before in this run is read twice, checked first, so that a
+    /// damaged one adds nothing (moved aside and counted); a window that
+    /// fails after it was checked fails the query.
+    fn merge_window(&self, key: &Key, merge: &mut Merge<'_>) -> Result<bool, Error> {
+        if merge.has(&key.1) {
+            return Ok(false);
+        }
+        let checked = match self.lock().windows.get(key) {
+            Some(kept) => kept.checked,
+            None => return Ok(false),
+        };
+        if !checked {
+            match self.visit(key, &mut Check) {
+                None => return Ok(false),
+                Some(Err(reason)) => {
+                    self.damaged(key, &reason);
+                    return Ok(false);
+                }
+                Some(Ok(())) => {
+                    if let Some(kept) = self.lock().windows.get_mut(key) {
+                        kept.checked = true;
+                    }
+                }
+            }
+        }
+        match self.visit(key, merge) {
+            None => Ok(false),
+            Some(Ok(())) => Ok(true),
+            Some(Err(reason)) => {
+                self.damaged(key, &reason);
+                Err(Error::Internal(format!(
+                    "window {} of the history was damaged while this query read it ({reason}): it was moved aside; ask again to be answered without it",
+                    key.1
+                )))
             }
         }
     }
@@ -377,6 +454,8 @@ impl Inner {
         let kept = st.windows.get_mut(key)?;
         let s = Arc::new(summarize(&w, kept.bytes));
         kept.summary = Some(s.clone());
+        // Read whole without fault: a query needs not check it again.
+        kept.checked = true;
         Some(s)
     }
 
@@ -448,6 +527,19 @@ impl Inner {
     }
 }
 
+/// Window file `path` opened; None when it cannot be now (out of
+/// descriptors: the file is not at fault), logged.
+fn open(path: &Path) -> Option<Result<std::fs::File, String>> {
+    match std::fs::File::open(path) {
+        Ok(file) => Some(Ok(file)),
+        Err(err) if crate::fds::exhausted(&err) => {
+            tracing::warn!(path = %path.display(), %err, "cannot open a window now: left out of the answer");
+            None
+        }
+        Err(err) => Some(Err(err.to_string())),
+    }
+}
+
 /// Rebuild the index from the directory's names (and sizes); leftovers of
 /// interrupted writes, and damaged windows moved aside before `cutoff` (ns),
 /// are removed, other files left alone. Files whose names fail the checks,
@@ -496,289 +588,11 @@ fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), String> {
                 bytes: f.bytes,
                 summary: None,
                 data: None,
+                checked: false,
             },
         );
     }
     Ok(())
-}
-
-/// The merged profile of a query, built window by window.
-struct Merge<'q> {
-    q: &'q api::Query,
-    p: ResolvedProfile,
-    functions: HashMap<FunctionInfo, u32>,
-    stacks: HashMap<(u32, Vec<FrameRef>), usize>,
-    /// Per process: its entry of Session.processes (index by pid).
-    processes: Vec<api::ProcessSamples>,
-    process_at: HashMap<u32, usize>,
-    totals: api::Totals,
-    first_start_ns: Option<u64>,
-    covered_ns: u64,
-    event: i32,
-    /// Services and processes in the range (of the services selected).
-    services_seen: BTreeSet<String>,
-    /// The ids of the windows merged: each counts once.
-    ids: HashSet<String>,
-    pids_seen: BTreeSet<u32>,
-}
-
-impl<'q> Merge<'q> {
-    fn new(q: &'q api::Query) -> Merge<'q> {
-        Merge {
-            q,
-            p: ResolvedProfile {
-                pid: 0,
-                comm: "continuous".into(),
-                ..Default::default()
-            },
-            functions: HashMap::new(),
-            stacks: HashMap::new(),
-            processes: Vec::new(),
-            process_at: HashMap::new(),
-            totals: api::Totals::default(),
-            first_start_ns: None,
-            covered_ns: 0,
-            event: 0,
-            services_seen: BTreeSet::new(),
-            ids: HashSet::new(),
-            pids_seen: BTreeSet::new(),
-        }
-    }
-
-    fn function(&mut self, info: FunctionInfo) -> u32 {
-        if let Some(&id) = self.functions.get(&info) {
-            return id;
-        }
-        let id = self.p.functions.len() as u32;
-        self.p.functions.push(info.clone());
-        self.functions.insert(info, id);
-        id
-    }
-
-    fn group(&mut self, name: String) -> FrameRef {
-        FrameRef {
-            function: self.function(FunctionInfo {
-                name,
-                module: "[group]".into(),
-                ..Default::default()
-            }),
-            line: 0,
-            address: 0,
-        }
-    }
-
-    fn add(&mut self, w: api::Window) {
-        if !self.ids.insert(w.id.clone()) {
-            tracing::warn!(id = %w.id, "a window met twice in one query: counted once");
-            return;
-        }
-        self.first_start_ns = Some(
-            self.first_start_ns
-                .map_or(w.start_unix_ns, |s| s.min(w.start_unix_ns)),
-        );
-        self.covered_ns += w.end_unix_ns.saturating_sub(w.start_unix_ns);
-        if w.frequency_hz != 0 {
-            self.p.frequency_hz = w.frequency_hz;
-            self.event = w.event;
-        }
-        if let Some(t) = &w.totals {
-            let s = &mut self.totals;
-            s.discarded += t.discarded;
-            s.lost += t.lost;
-            s.truncated += t.truncated;
-            s.unsymbolized += t.unsymbolized;
-            s.overflowed += t.overflowed;
-            s.throttled += t.throttled;
-            s.unchecked += t.unchecked;
-            s.unsampled += t.unsampled;
-        }
-        let by = api::GroupBy::try_from(self.q.by).unwrap_or_default();
-        let host = (by == api::GroupBy::Host).then(|| self.group(format!("[host {}]", w.host)));
-        for sw in w.services {
-            self.services_seen.insert(sw.service.clone());
-            if !self.q.services.is_empty() && !self.q.services.contains(&sw.service) {
-                continue;
-            }
-            self.add_service(sw, by, host);
-        }
-    }
-
-    fn add_service(&mut self, sw: api::ServiceWindow, by: api::GroupBy, host: Option<FrameRef>) {
-        let pid_of: HashMap<u32, u32> = sw.threads.iter().map(|t| (t.tid, t.pid)).collect();
-        let process: HashMap<u32, &api::WindowProcess> =
-            sw.processes.iter().map(|p| (p.pid, p)).collect();
-        self.pids_seen.extend(sw.processes.iter().map(|p| p.pid));
-        let service =
-            (by == api::GroupBy::Service).then(|| self.group(format!("[service {}]", sw.service)));
-        let mut ids: Vec<Option<u32>> = vec![None; sw.functions.len()];
-        let mut groups: HashMap<u32, FrameRef> = HashMap::new();
-        let mut used = HashSet::new();
-        for s in &sw.stacks {
-            let pid = pid_of.get(&s.tid).copied().unwrap_or(0);
-            if !self.q.pids.is_empty() && !self.q.pids.contains(&pid) {
-                continue;
-            }
-            let mut frames = Vec::with_capacity(s.function.len() + 1);
-            for (i, &f) in s.function.iter().enumerate() {
-                let id = match ids.get(f as usize) {
-                    Some(Some(id)) => *id,
-                    Some(None) => {
-                        let wf = &sw.functions[f as usize];
-                        let id = self.function(FunctionInfo {
-                            name: wf.name.clone(),
-                            module: wf.module.clone(),
-                            file: wf.file.clone(),
-                            inlined: wf.inlined,
-                        });
-                        ids[f as usize] = Some(id);
-                        id
-                    }
-                    // An index past the window's functions: unnamed.
-                    None => self.function(FunctionInfo {
-                        name: "[unknown]".into(),
-                        ..Default::default()
-                    }),
-                };
-                frames.push(FrameRef {
-                    function: id,
-                    line: s.line.get(i).copied().unwrap_or(0),
-                    address: s.address.get(i).copied().unwrap_or(0),
-                });
-            }
-            let group = match by {
-                api::GroupBy::Service => service,
-                api::GroupBy::Host => host,
-                api::GroupBy::Process => Some(match groups.get(&pid) {
-                    Some(g) => *g,
-                    None => {
-                        let comm = process.get(&pid).map_or("", |p| p.comm.as_str());
-                        let g = self.group(format!("[process {pid} {comm}]"));
-                        groups.insert(pid, g);
-                        g
-                    }
-                }),
-                api::GroupBy::Unspecified => None,
-            };
-            frames.extend(group);
-            used.insert(s.tid);
-            self.p.attributed += s.count;
-            let key = (s.tid, frames);
-            match self.stacks.get(&key) {
-                Some(&at) => self.p.stacks[at].count += s.count,
-                None => {
-                    self.p.stacks.push(ResolvedStack {
-                        tid: s.tid,
-                        frames: key.1.clone(),
-                        count: s.count,
-                    });
-                    self.stacks.insert(key, self.p.stacks.len() - 1);
-                }
-            }
-            let at = match self.process_at.get(&pid) {
-                Some(&at) => at,
-                None => {
-                    self.processes.push(api::ProcessSamples {
-                        pid,
-                        ..Default::default()
-                    });
-                    self.process_at.insert(pid, self.processes.len() - 1);
-                    self.processes.len() - 1
-                }
-            };
-            let entry = &mut self.processes[at];
-            entry.samples += s.count;
-            if let Some(wp) = process.get(&pid) {
-                entry.comm = wp.comm.clone();
-                entry.ppid = wp.ppid;
-            }
-        }
-        for t in sw.threads {
-            if !t.name.is_empty() && used.contains(&t.tid) {
-                self.p.threads.insert(t.tid, t.name);
-            }
-        }
-    }
-
-    /// The profile and its session, or NOT_FOUND when a service or process
-    /// asked for is in none of the windows.
-    fn finish(
-        mut self,
-        from_ns: u64,
-        to_ns: u64,
-    ) -> Result<(api::Session, ResolvedProfile), Error> {
-        let span = || {
-            let to = if to_ns == u64::MAX {
-                "now".to_string()
-            } else {
-                format!("{} ms", to_ns / 1_000_000)
-            };
-            format!("from {} ms to {to} (Unix time)", from_ns / 1_000_000)
-        };
-        let missing: Vec<&String> = self
-            .q
-            .services
-            .iter()
-            .filter(|s| !self.services_seen.contains(*s))
-            .collect();
-        if !missing.is_empty() {
-            let there = if self.services_seen.is_empty() {
-                "there are no windows in that range".to_string()
-            } else {
-                let mut names: Vec<String> = self
-                    .services_seen
-                    .iter()
-                    .take(MAX_NAMED)
-                    .map(|s| profd_common::quoted(s))
-                    .collect();
-                if self.services_seen.len() > MAX_NAMED {
-                    names.push(format!("and {} more", self.services_seen.len() - MAX_NAMED));
-                }
-                format!("the services there are {}", names.join(", "))
-            };
-            let missing: Vec<String> = missing.iter().map(|s| profd_common::quoted(s)).collect();
-            return Err(Error::NotFound(format!(
-                "no service {} in the history {}: {there} (see profctl query --list)",
-                missing.join(", "),
-                span()
-            )));
-        }
-        let missing: Vec<String> = self
-            .q
-            .pids
-            .iter()
-            .filter(|p| !self.pids_seen.contains(*p))
-            .map(u32::to_string)
-            .collect();
-        if !missing.is_empty() {
-            return Err(Error::NotFound(format!(
-                "no process {} in the history {}{}: give the pid of a process sampled then",
-                missing.join(", "),
-                span(),
-                if self.q.services.is_empty() {
-                    String::new()
-                } else {
-                    " of the services asked for".to_string()
-                }
-            )));
-        }
-        self.p.duration_s = self.covered_ns as f64 / 1e9;
-        self.totals.attributed = self.p.attributed;
-        let session = api::Session {
-            id: 0,
-            pid: 0,
-            comm: self.p.comm.clone(),
-            frequency_hz: self.p.frequency_hz,
-            event: self.event,
-            state: api::SessionState::DurationElapsed as i32,
-            started_unix_ms: self.first_start_ns.unwrap_or(0) / 1_000_000,
-            duration_s: self.p.duration_s,
-            totals: Some(self.totals),
-            scope: api::Scope::SystemWide as i32,
-            processes: self.processes,
-            ..Default::default()
-        };
-        Ok((session, self.p))
-    }
 }
 
 impl History {
@@ -868,9 +682,11 @@ impl History {
     }
 
     /// The windows overlapping the query's range, of the services and
-    /// processes it asks for, merged into one profile, with its synthetic
-    /// session (id 0, pid 0, system-wide).
-    pub async fn query(&self, q: &api::Query) -> Result<(api::Session, ResolvedProfile), Error> {
+    /// processes it asks for, merged into one profile (its stacks, or only
+    /// its function counts, as `want` says), with its synthetic session (id
+    /// 0, pid 0, system-wide). The windows are read one at a time, a stack
+    /// at a time.
+    pub async fn query(&self, q: &api::Query, want: Want) -> Result<Merged, Error> {
         let (from, to) = range(q.from_unix_ms, q.to_unix_ms, "query.")?;
         if api::GroupBy::try_from(q.by).is_err() {
             return Err(Error::InvalidArgument(format!(
@@ -881,11 +697,10 @@ impl History {
         let inner = self.inner.clone();
         let q = q.clone();
         tokio::task::spawn_blocking(move || {
-            let mut merge = Merge::new(&q);
+            let mut merge = Merge::new(&q, want);
             let mut read = 0;
             for key in inner.keys(from, to) {
-                if let Some(w) = inner.read(&key) {
-                    merge.add(w);
+                if inner.merge_window(&key, &mut merge)? {
                     read += 1;
                 }
             }

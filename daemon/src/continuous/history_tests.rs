@@ -1,5 +1,6 @@
 use super::*;
 use crate::continuous::encode;
+use profd_common::model::ResolvedProfile;
 use profd_common::views;
 use std::time::Duration;
 
@@ -7,6 +8,15 @@ impl History {
     /// Add a window built whole, encoded as the profiler's are.
     async fn add_window(&self, w: api::Window) {
         self.add(encode::encode(w).unwrap()).await
+    }
+
+    /// The query's session and profile with its stacks.
+    async fn query_stacks(
+        &self,
+        q: &api::Query,
+    ) -> Result<(api::Session, profd_common::model::ResolvedProfile), Error> {
+        let m = self.query(q, Want::Stacks).await?;
+        Ok((m.session, m.profile))
     }
 }
 
@@ -205,7 +215,7 @@ async fn windows_survive_a_restart() {
         .map(|s| (s.service.as_str(), s.samples))
         .collect();
     assert_eq!(services, [("db", 4), ("nginx.service", 3)]);
-    let (session, p) = h.query(&api::Query::default()).await.unwrap();
+    let (session, p) = h.query_stacks(&api::Query::default()).await.unwrap();
     assert_eq!(p.attributed, 7);
     assert_eq!(session.totals.unwrap().lost, 2, "summed over the windows");
     let _ = std::fs::remove_dir_all(&dir);
@@ -325,7 +335,7 @@ async fn damaged_files_are_moved_aside_and_counted() {
     let h = History::open(Some(dir.clone()), &settings()).unwrap();
     assert_eq!(h.stats().windows, 3, "indexed by name, not read");
     assert!(!dir.join("x.window.gz.tmp").exists(), "leftover removed");
-    let (_, p) = h.query(&api::Query::default()).await.unwrap();
+    let (_, p) = h.query_stacks(&api::Query::default()).await.unwrap();
     assert_eq!(p.attributed, 2, "the good window is read");
     let st = h.stats();
     assert_eq!((st.windows, st.damaged), (1, 2));
@@ -394,7 +404,7 @@ async fn queries_merge_windows_and_filter_services_and_processes() {
     )
     .await;
 
-    let (session, p) = h.query(&api::Query::default()).await.unwrap();
+    let (session, p) = h.query_stacks(&api::Query::default()).await.unwrap();
     assert_eq!(p.attributed, 12);
     assert_eq!(
         (p.pid, p.comm.as_str(), p.frequency_hz),
@@ -426,7 +436,7 @@ async fn queries_merge_windows_and_filter_services_and_processes() {
     );
 
     let (session, p) = h
-        .query(&query(&["web"], api::GroupBy::Unspecified))
+        .query_stacks(&query(&["web"], api::GroupBy::Unspecified))
         .await
         .unwrap();
     assert_eq!(p.attributed, 6);
@@ -443,11 +453,14 @@ async fn queries_merge_windows_and_filter_services_and_processes() {
         pids: vec![20],
         ..Default::default()
     };
-    let (_, p) = h.query(&q).await.unwrap();
+    let (_, p) = h.query_stacks(&q).await.unwrap();
     assert_eq!(p.attributed, 6);
     assert_eq!(table(&p)["scan"], (6, 6));
 
-    let (_, p) = h.query(&query(&[], api::GroupBy::Service)).await.unwrap();
+    let (_, p) = h
+        .query_stacks(&query(&[], api::GroupBy::Service))
+        .await
+        .unwrap();
     let t = table(&p);
     assert_eq!(t["[service web]"], (6, 0));
     assert_eq!(t["[service db]"], (6, 0));
@@ -456,11 +469,14 @@ async fn queries_merge_windows_and_filter_services_and_processes() {
         assert_eq!(outer.module, "[group]", "outermost frame names the group");
     }
     let (_, p) = h
-        .query(&query(&["db"], api::GroupBy::Process))
+        .query_stacks(&query(&["db"], api::GroupBy::Process))
         .await
         .unwrap();
     assert_eq!(table(&p)["[process 20 pg]"], (6, 0));
-    let (_, p) = h.query(&query(&[], api::GroupBy::Host)).await.unwrap();
+    let (_, p) = h
+        .query_stacks(&query(&[], api::GroupBy::Host))
+        .await
+        .unwrap();
     assert_eq!(table(&p)["[host web-1]"], (12, 0));
 }
 
@@ -475,7 +491,7 @@ async fn bad_queries_say_what_to_change() {
     )
     .await;
     let err = h
-        .query(&query(&["nope"], api::GroupBy::Unspecified))
+        .query_stacks(&query(&["nope"], api::GroupBy::Unspecified))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err}");
@@ -488,7 +504,7 @@ async fn bad_queries_say_what_to_change() {
         pids: vec![99],
         ..Default::default()
     };
-    let err = h.query(&q).await.unwrap_err();
+    let err = h.query_stacks(&q).await.unwrap_err();
     assert!(
         matches!(err, Error::NotFound(_)) && err.to_string().contains("99"),
         "{err}"
@@ -498,14 +514,14 @@ async fn bad_queries_say_what_to_change() {
         to_unix_ms: 10,
         ..Default::default()
     };
-    let err = h.query(&q).await.unwrap_err();
+    let err = h.query_stacks(&q).await.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     assert!(err.to_string().contains("query.from_unix_ms 20"), "{err}");
     let q = api::Query {
         by: 9,
         ..Default::default()
     };
-    let err = h.query(&q).await.unwrap_err();
+    let err = h.query_stacks(&q).await.unwrap_err();
     assert!(err.to_string().contains("query.by 9"), "{err}");
     // A range with no windows: not an empty profile, but what is there.
     let q = api::Query {
@@ -513,7 +529,7 @@ async fn bad_queries_say_what_to_change() {
         to_unix_ms: 2_000,
         ..Default::default()
     };
-    let err = h.query(&q).await.unwrap_err();
+    let err = h.query_stacks(&q).await.unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err}");
     let msg = err.to_string();
     assert!(
@@ -522,7 +538,10 @@ async fn bad_queries_say_what_to_change() {
         "{msg}"
     );
     let empty = History::open(None, &settings()).unwrap();
-    let err = empty.query(&api::Query::default()).await.unwrap_err();
+    let err = empty
+        .query_stacks(&api::Query::default())
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, Error::NotFound(_)) && err.to_string().contains("it holds none"),
         "{err}"
@@ -544,7 +563,10 @@ async fn recursion_counts_once_per_sample() {
             .build(),
     )
     .await;
-    let (_, p) = h.query(&query(&[], api::GroupBy::Service)).await.unwrap();
+    let (_, p) = h
+        .query_stacks(&query(&[], api::GroupBy::Service))
+        .await
+        .unwrap();
     let t = table(&p);
     assert_eq!(t["fib"], (6, 6), "inclusive once per sample, not per frame");
     assert_eq!(t["main"], (6, 0));
@@ -642,7 +664,7 @@ async fn names_are_checked_against_contents_and_a_window_counts_once() {
     assert_eq!(ids, ["orig"], "listed once");
     assert_eq!(list.damaged, 5, "the file holding another window");
     assert!(dir.join(format!("{other}.damaged")).exists());
-    let (session, p) = h.query(&api::Query::default()).await.unwrap();
+    let (session, p) = h.query_stacks(&api::Query::default()).await.unwrap();
     assert_eq!(p.attributed, 5, "merged once");
     assert_eq!(session.duration_s, 10.0);
     assert!(original.exists());
@@ -710,7 +732,7 @@ async fn windows_past_what_they_can_hold_are_refused() {
 
     let h = History::open(Some(dir.clone()), &settings()).unwrap();
     assert_eq!(h.stats().windows, 3);
-    let (_, p) = h.query(&api::Query::default()).await.unwrap();
+    let (_, p) = h.query_stacks(&api::Query::default()).await.unwrap();
     assert_eq!(p.attributed, 2, "only the good window");
     assert_eq!((h.stats().windows, h.stats().damaged), (1, 2));
     assert!(dir

@@ -224,6 +224,81 @@ async fn the_history_is_listed_and_queried_like_a_session() {
     h.finish().await;
 }
 
+/// StreamProfile's pieces, put together as the API says: the first
+/// piece's session, every piece's functions, every piece's data.
+async fn streamed(h: &mut Running, req: api::GetProfileRequest) -> api::GetProfileResponse {
+    let mut stream = h.client.stream_profile(req).await.unwrap().into_inner();
+    let mut whole = api::GetProfileResponse::default();
+    let mut pieces = 0;
+    while let Some(piece) = stream.message().await.unwrap() {
+        if pieces == 0 {
+            whole.session = piece.session;
+        } else {
+            assert!(piece.session.is_none(), "the session comes once");
+        }
+        assert!(piece.data.len() <= 1 << 20 && piece.functions.len() <= 4096);
+        whole.functions.extend(piece.functions);
+        whole.data.extend(piece.data);
+        pieces += 1;
+    }
+    whole
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_answers_are_the_whole_ones() {
+    let mut h = start("history-stream", true).await;
+    for format in [
+        api::ExportFormat::Unspecified,
+        api::ExportFormat::Pprof,
+        api::ExportFormat::Folded,
+        api::ExportFormat::Svg,
+        api::ExportFormat::Speedscope,
+        api::ExportFormat::Json,
+    ] {
+        let req = api::GetProfileRequest {
+            session_id: 0,
+            format: format as i32,
+            query: query(&[], api::GroupBy::Process),
+        };
+        let whole = h
+            .client
+            .get_profile(req.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let pieces = streamed(&mut h, req).await;
+        assert_eq!(pieces.session, whole.session, "{format:?}");
+        assert_eq!(pieces.functions, whole.functions, "{format:?}");
+        assert_eq!(pieces.data, whole.data, "{format:?}");
+        assert!(!whole.functions.is_empty());
+    }
+    // Errors are the stream's status, as GetProfile's.
+    let err = h
+        .client
+        .stream_profile(api::GetProfileRequest {
+            query: query(&["nginx"], api::GroupBy::Unspecified),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    let err = h
+        .client
+        .stream_profile(api::GetProfileRequest {
+            format: 99,
+            query: query(&[], api::GroupBy::Unspecified),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("unknown export format 99"),
+        "{err:?}"
+    );
+    h.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_continuous_profiling_the_history_is_refused() {
     let mut h = start("history-off", false).await;

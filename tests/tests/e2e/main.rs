@@ -10,6 +10,7 @@
 //! splits.
 
 mod accounting;
+mod big_answers;
 mod bounds;
 mod callers;
 mod connections;

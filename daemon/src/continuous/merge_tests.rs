@@ -1,0 +1,248 @@
+use super::*;
+use crate::continuous::decode::{decode, visit_from};
+use crate::continuous::encode::encode;
+use profd_common::views;
+use prost::Message;
+
+/// A window of `stacks` stacks of service `service` on threads 1..=4
+/// (process 1 and 2): stack `n` (from `first`) calls down `depth` levels,
+/// each choosing among 8 functions, with its own leaf address; every
+/// `repeat`th stack is stack 0 again (the same thread and frames).
+fn window(id: &str, service: &str, first: u64, stacks: u64, repeat: u64) -> api::Window {
+    let depth = 6;
+    let functions = (0..depth * 8)
+        .map(|f| api::WindowFunction {
+            name: format!("f{f}"),
+            module: "app.bin".into(),
+            ..Default::default()
+        })
+        .collect();
+    let stacks: Vec<api::WindowStack> = (first..first + stacks)
+        .map(|n| {
+            let n = if repeat > 0 && n % repeat == 0 { 0 } else { n };
+            let function: Vec<u32> = (0..depth)
+                .rev()
+                .map(|l| l * 8 + ((n >> l) ^ ((n * 7) >> (l + 2))) as u32 % 8)
+                .collect();
+            let address = (0..depth as u64)
+                .map(|i| if i == 0 { 0x10_0000 + n } else { 0x1000 + i })
+                .collect();
+            api::WindowStack {
+                tid: 1 + (n % 4) as u32,
+                line: function.iter().map(|f| f % 5).collect(),
+                function,
+                address,
+                count: 1 + n % 3,
+            }
+        })
+        .collect();
+    let samples = stacks.iter().map(|s| s.count).sum();
+    api::Window {
+        id: id.into(),
+        start_unix_ns: 1_000,
+        end_unix_ns: 2_000,
+        host: "web-1".into(),
+        frequency_hz: 19,
+        totals: Some(api::Totals {
+            attributed: samples,
+            ..Default::default()
+        }),
+        services: vec![api::ServiceWindow {
+            service: service.into(),
+            source: api::ServiceSource::Unit as i32,
+            samples,
+            processes: vec![
+                api::WindowProcess {
+                    pid: 1,
+                    comm: "one".into(),
+                    ..Default::default()
+                },
+                api::WindowProcess {
+                    pid: 2,
+                    comm: "two".into(),
+                    ..Default::default()
+                },
+            ],
+            threads: (1..=4)
+                .map(|t| api::WindowThread {
+                    tid: t,
+                    pid: 1 + (t - 1) / 2,
+                    name: format!("t{t}"),
+                    samples: 0,
+                })
+                .collect(),
+            functions,
+            stacks,
+        }],
+        ..Default::default()
+    }
+}
+
+fn gz(w: &api::Window) -> Vec<u8> {
+    encode(w.clone()).unwrap().gz
+}
+
+/// The windows merged whole, one after the other.
+fn whole(q: &api::Query, want: Want, windows: &[api::Window]) -> Merged {
+    let mut m = Merge::new(q, want);
+    for w in windows {
+        m.add(w.clone());
+    }
+    m.finish(0, u64::MAX).unwrap()
+}
+
+/// The windows merged a stack at a time from their gzip'd bytes.
+fn streamed(q: &api::Query, want: Want, windows: &[api::Window]) -> Merged {
+    let mut m = Merge::new(q, want);
+    for w in windows {
+        visit_from(&gz(w)[..], &mut m).unwrap();
+    }
+    m.finish(0, u64::MAX).unwrap()
+}
+
+/// A stack by its thread, its frames by name, line and address, and its
+/// count.
+type Named = (u32, Vec<(String, u32, u64)>, u64);
+
+fn sorted(p: &ResolvedProfile) -> Vec<Named> {
+    let mut out: Vec<_> = p
+        .stacks
+        .iter()
+        .map(|s| {
+            let frames = s
+                .frames
+                .iter()
+                .map(|f| {
+                    (
+                        p.functions[f.function as usize].name.clone(),
+                        f.line,
+                        f.address,
+                    )
+                })
+                .collect();
+            (s.tid, frames, s.count)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_streamed_merge_is_the_whole_one() {
+    let windows = [
+        window("a", "web", 0, 3000, 0),
+        window("b", "web", 2000, 3000, 0),
+        window("c", "db", 6000, 500, 0),
+    ];
+    for by in [
+        api::GroupBy::Unspecified,
+        api::GroupBy::Service,
+        api::GroupBy::Process,
+        api::GroupBy::Host,
+    ] {
+        let q = api::Query {
+            by: by as i32,
+            ..Default::default()
+        };
+        let a = whole(&q, Want::Stacks, &windows);
+        let b = streamed(&q, Want::Stacks, &windows);
+        assert_eq!(a.session, b.session, "{by:?}");
+        assert_eq!(a.profile, b.profile, "{by:?}");
+        // Stacks 2000..3000 are in windows a and b: merged, not repeated.
+        let total: u64 = windows.iter().map(|w| w.totals.unwrap().attributed).sum();
+        assert_eq!(b.profile.attributed, total);
+        assert_eq!(b.profile.stacks.iter().map(|s| s.count).sum::<u64>(), total);
+        if by == api::GroupBy::Unspecified {
+            assert_eq!(
+                b.profile.stacks.len(),
+                5000 + 500,
+                "distinct stacks kept once"
+            );
+        }
+        assert_eq!(b.profile.threads.len(), 4);
+    }
+}
+
+#[test]
+fn the_same_stack_is_kept_once_with_its_counts_added() {
+    // Every 10th stack is stack 0 (thread 1, the same frames).
+    let w = window("a", "web", 0, 1000, 10);
+    let q = api::Query::default();
+    let m = streamed(&q, Want::Stacks, std::slice::from_ref(&w));
+    let zero = w.services[0].stacks[0].clone();
+    let zeros: u64 = w.services[0]
+        .stacks
+        .iter()
+        .filter(|s| s.address == zero.address && s.tid == zero.tid)
+        .map(|s| s.count)
+        .sum();
+    assert_eq!(zeros, 100);
+    assert_eq!(m.profile.stacks.len(), 901);
+    let s = &m.profile.stacks[0];
+    assert_eq!((s.tid, s.count), (zero.tid, zeros));
+    // The distinct stacks are those of the whole merge, frame for frame.
+    let old = whole(&q, Want::Stacks, &[w]);
+    assert_eq!(sorted(&m.profile), sorted(&old.profile));
+}
+
+#[test]
+fn counting_functions_keeps_no_stacks_and_counts_as_the_views_do() {
+    let windows = [
+        window("a", "web", 0, 2000, 7),
+        window("b", "db", 1000, 2000, 0),
+    ];
+    for services in [vec![], vec!["db".to_string()]] {
+        let q = api::Query {
+            services,
+            ..Default::default()
+        };
+        let stacks = streamed(&q, Want::Stacks, &windows);
+        let counted = streamed(&q, Want::Functions, &windows);
+        assert!(counted.profile.stacks.is_empty(), "no stacks kept");
+        assert_eq!(counted.session, stacks.session);
+        assert_eq!(counted.profile.attributed, stacks.profile.attributed);
+        let rows = views::function_rows(&counted.profile, counted.counts.unwrap());
+        assert_eq!(rows, views::functions(&stacks.profile));
+        assert!(!rows.is_empty());
+    }
+}
+
+#[test]
+fn windows_out_of_profds_order_are_refused_when_streamed() {
+    let w = window("a", "web", 0, 10, 0);
+    let raw = {
+        let mut whole = w.clone();
+        whole.services.clear();
+        let mut bytes = Vec::new();
+        for s in &w.services {
+            prost::encoding::message::encode(9, s, &mut bytes);
+        }
+        // The window's id after its services.
+        prost::encoding::string::encode(1, &"a".to_string(), &mut bytes);
+        whole.id.clear();
+        let mut head = whole.encode_to_vec();
+        head.extend(bytes);
+        head
+    };
+    let zipped = {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&raw).unwrap();
+        e.finish().unwrap()
+    };
+    // Decoded whole it is a window (protobuf takes fields in any order)...
+    assert_eq!(decode(&zipped).unwrap().id, "a");
+    // ...but a stack at a time it is refused, saying why.
+    let q = api::Query::default();
+    let mut m = Merge::new(&q, Want::Stacks);
+    let err = visit_from(&zipped[..], &mut m).unwrap_err();
+    assert!(err.contains("field 1 comes after its services"), "{err}");
+}
+
+#[test]
+fn a_window_met_twice_is_merged_once() {
+    let w = window("a", "web", 0, 100, 0);
+    let q = api::Query::default();
+    let m = streamed(&q, Want::Stacks, &[w.clone(), w.clone()]);
+    assert_eq!(m.profile.attributed, w.totals.unwrap().attributed);
+}

@@ -200,13 +200,25 @@ impl Daemon {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;
         let mut sampler = sampler::Sampler::new(cpus);
         sampler.ring_pages = config.ring_pages;
+        let pool = sampler.pool();
         let source = Arc::new(sampler);
-        Daemon::bind_with(
+        let daemon = Daemon::bind_with(
             config,
             source,
             Arc::new(symbolize::BlazeSymbolizer::default()),
         )
-        .await
+        .await?;
+        // The caches that shed as the memory ceiling nears (crate::memory).
+        let (held, shed) = (pool.clone(), pool);
+        let memory = &daemon.registry.stats().memory;
+        memory.register(
+            "spare batches",
+            5,
+            move || held.bytes(),
+            move || shed.shed(),
+            |_| {},
+        );
+        Ok(daemon)
     }
 
     /// `bind` with a given sample source and symbolizer: the daemon's tests
@@ -297,6 +309,7 @@ impl Daemon {
             tracing::info!("no state directory: ended sessions are not kept across restarts");
         }
         let registry = Arc::new(registry);
+        registry.stats().memory.set_limit(config.memory_limit);
         if config.activated.is_some() {
             tracing::info!(socket = %path.display(), "serving on the socket systemd passed");
         } else {
@@ -396,6 +409,10 @@ impl Daemon {
                 let _ = stopping.wait_for(|s| *s).await;
             }
         };
+        tokio::spawn(crate::memory::run(
+            self.registry.stats().memory.clone(),
+            stopped(),
+        ));
         if let Some(listener) = self.metrics {
             let registry = self.registry.clone();
             let until = stopped();

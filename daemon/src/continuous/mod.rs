@@ -5,6 +5,7 @@ pub mod decode;
 pub mod encode;
 pub mod files;
 pub mod history;
+pub mod pressure;
 pub mod profiler;
 pub mod service;
 

@@ -199,7 +199,7 @@ pub fn ring_pages_for(frequency_hz: u32, stack_bytes: u32, seconds: u64) -> usiz
 /// behind holds at most this and one drain's batch, however far behind.
 /// The group's other sessions are not held up. (A group with switches
 /// serves one session and has its rings wait instead: [`Backlog`].)
-pub const SESSION_QUEUE_BYTES: usize = 8 << 20;
+pub const SESSION_QUEUE_BYTES: usize = 32 << 20;
 
 /// Data pages per CPU ring of switches with stack copies: a stack copy at
 /// every switch out fills a ring in bursts a timer's samples never make

@@ -85,6 +85,12 @@ impl Pressure {
         (level, stacks, hz, level < Level::FramePointers)
     }
 
+    /// Rings with stack copies (`stack_bytes`) are to give way to
+    /// frame-pointer ones now.
+    pub fn wants_frame_pointers(&self, stack_bytes: u32) -> bool {
+        stack_bytes > 0 && self.governor.held() >= Level::FramePointers
+    }
+
     /// The lowest frequency pressure takes sampling down to.
     pub fn floor_hz(&self) -> u32 {
         (self.configured_hz / 4).max(crate::memory::MIN_FREQUENCY_HZ)

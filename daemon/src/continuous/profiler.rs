@@ -128,6 +128,7 @@ pub async fn run(
     let mut start = SystemTime::now();
     // The window being written, while batches are counted.
     let mut adding: Option<tokio::task::JoinHandle<()>> = None;
+    let mut pressure = tokio::time::interval(crate::memory::TICK);
     loop {
         let end = next_boundary(start, p.settings.window);
         let wait = end
@@ -139,9 +140,23 @@ pub async fn run(
                 continue;
             }
             _ = tokio::time::sleep(wait) => false,
+            // Stack copies are given up at once, not at the window's end:
+            // the window is cut now.
+            _ = pressure.tick(), if p.pressure.wants_frame_pointers(p.spec.stack_bytes) => false,
             _ = stop.changed() => true,
         };
-        sampler.flush(spec, last).await;
+        if !last && p.pressure.wants_frame_pointers(p.spec.stack_bytes) {
+            // What waits to be counted is not (its processes' unwind data
+            // is what the pressure is about): its samples count as lost.
+            sampler.unsubscribe(p.spec, u64::MAX).await;
+            let mut lost = 0;
+            while let Ok(batch) = batches.try_recv() {
+                lost += batch.ends.len() as u64 + batch.lost;
+            }
+            p.collector.count_lost(lost);
+        } else {
+            sampler.flush(p.spec, last).await;
+        }
         while let Ok(batch) = batches.try_recv() {
             p.take(batch);
         }
@@ -209,7 +224,7 @@ pub async fn run(
             if let Some(add) = adding.take() {
                 let _ = add.await;
             }
-            sampler.unsubscribe(spec, u64::MAX).await;
+            sampler.unsubscribe(p.spec, u64::MAX).await;
             tracing::info!("continuous profiling stopped");
             return Ok(());
         }

@@ -75,6 +75,12 @@ impl Collector {
         self.actor.ingest.set_tops(tops);
     }
 
+    /// `samples` of the window were not counted (they waited for counting
+    /// when sampling changed for memory pressure): lost.
+    pub fn count_lost(&mut self, samples: u64) {
+        self.actor.ingest.totals.lost += samples;
+    }
+
     /// Names held from window to window (each a function's name, module
     /// and file, and the addresses that resolve to it).
     pub fn names_held(&self) -> usize {

@@ -180,8 +180,11 @@ pub struct Governor {
     pub counts: Counts,
 }
 
-/// Readings a level is held for after the pressure for it went (30 s).
+/// Readings a level is held for after the pressure for it went (30 s),
+/// once for each time it was entered...
 pub const HOLD: u64 = 60;
+/// ...up to this many times (an hour).
+pub const MAX_HOLDS: u64 = 120;
 
 /// Readings between two sheds while the pressure stays (a level entered
 /// sheds at once).
@@ -223,16 +226,19 @@ impl Governor {
         Level::from_u8(self.level.load(Ordering::Relaxed))
     }
 
-    /// The highest level in force over the last [`HOLD`] readings: what
+    /// The highest level in force lately: over the last [`HOLD`] readings
+    /// times the times it was entered (at most [`MAX_HOLDS`]). What
     /// continuous profiling gives up stays given up that long after the
-    /// pressure went, rather than flap with the daemon's memory.
+    /// pressure went, rather than flap with the daemon's memory: what it
+    /// gave up is often what the pressure came from.
     pub fn held(&self) -> Level {
         let now = self.readings.load(Ordering::Relaxed);
         LEVELS
             .into_iter()
             .find(|&l| {
                 let at = self.last_at[l as usize].load(Ordering::Relaxed);
-                at > 0 && now.saturating_sub(at) < HOLD
+                let times = self.counts.entered[l as usize].load(Ordering::Relaxed);
+                at > 0 && now.saturating_sub(at) < HOLD * times.clamp(1, MAX_HOLDS)
             })
             .unwrap_or(self.level())
     }
@@ -571,6 +577,18 @@ mod tests {
         assert_eq!(g.level(), Level::Normal);
         assert_eq!(g.held(), Level::FramePointers);
         for _ in 0..HOLD {
+            g.step(usage(10));
+        }
+        assert_eq!(g.held(), Level::Normal, "entered once: held HOLD");
+        // Entered again: held twice as long.
+        g.step(usage(99));
+        for _ in 0..HOLD {
+            g.step(usage(10));
+        }
+        assert_eq!(g.held(), Level::FramePointers);
+        // (The levels it fell through on its way down were in force a few
+        // readings later.)
+        for _ in 0..HOLD + 5 {
             g.step(usage(10));
         }
         assert_eq!(g.held(), Level::Normal);

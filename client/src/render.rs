@@ -575,6 +575,12 @@ pub fn info_text(info: &InfoResponse) -> String {
                 .as_ref()
                 .map_or("off".to_string(), continuous_text),
         ),
+        (
+            "memory",
+            info.memory
+                .as_ref()
+                .map_or("not reported".to_string(), memory_text),
+        ),
     ];
     let mut out = String::from("profd daemon\n");
     let retention = info
@@ -598,6 +604,36 @@ pub fn info_text(info: &InfoResponse) -> String {
         );
     }
     out
+}
+
+/// The daemon's memory against its ceiling and what it shed (Info).
+fn memory_text(m: &profd_common::api::MemoryStatus) -> String {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+    let entered = |level: usize| m.entered.get(level).copied().unwrap_or(0);
+    let caches = m
+        .caches
+        .iter()
+        .map(|c| format!("{} {}", c.name, mib(c.bytes)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{} of {} (peak {}), level {} ({}); entered shed-caches {}, cap-stacks {}, lower-frequency {}, frame-pointers {}; shed {} times ({}); windows capped {}, lowered {}; samples dropped behind {}; caches: {}",
+        mib(m.resident_bytes.max(m.cgroup_bytes)),
+        mib(m.ceiling_bytes),
+        mib(m.peak_bytes),
+        m.level,
+        m.level_name,
+        entered(1),
+        entered(2),
+        entered(3),
+        entered(4),
+        m.sheds,
+        mib(m.shed_bytes),
+        m.windows_capped,
+        m.windows_lowered,
+        m.samples_dropped_behind,
+        if caches.is_empty() { "none".to_string() } else { caches },
+    )
 }
 
 /// The daemon's sample totals (Info), as [`totals_text`] gives a CPU

@@ -523,9 +523,27 @@ fn info_lists_everything() {
             ],
             ..Default::default()
         }),
+        memory: Some(profd_common::api::MemoryStatus {
+            limit_bytes: 96 << 20,
+            ceiling_bytes: 96 << 20,
+            resident_bytes: 70 << 20,
+            peak_bytes: 90 << 20,
+            level: 1,
+            level_name: "shed-caches".into(),
+            entered: vec![0, 3, 1, 0],
+            sheds: 5,
+            shed_bytes: 12 << 20,
+            windows_capped: 2,
+            caches: vec![profd_common::api::MemoryCache {
+                name: "continuous names".into(),
+                bytes: 1 << 20,
+            }],
+            ..Default::default()
+        }),
     };
     let text = info_text(&info);
     for needle in [
+        "memory:               70.0 MiB of 96.0 MiB (peak 90.0 MiB), level 1 (shed-caches); entered shed-caches 3, cap-stacks 1, lower-frequency 0, frame-pointers 0; shed 5 times (12.0 MiB); windows capped 2, lowered 0; samples dropped behind 0; caches: continuous names 1.0 MiB",
         "version:",
         "0.1.0",
         "cpus:",

@@ -201,13 +201,39 @@ impl Daemon {
         crate::session::setup_budget::BUDGET.set(config.new_process_cpu);
         let mut sampler = sampler::Sampler::new(cpus);
         sampler.ring_pages = config.ring_pages;
+        let pool = sampler.pool();
         let source = Arc::new(sampler);
-        Daemon::bind_with(
+        let daemon = Daemon::bind_with(
             config,
             source,
             Arc::new(symbolize::BlazeSymbolizer::default()),
         )
-        .await
+        .await?;
+        // The caches that shed as the memory ceiling nears (crate::memory).
+        let (held, shed) = (pool.clone(), pool);
+        let memory = &daemon.registry.stats().memory;
+        memory.register(
+            "spare batches",
+            5,
+            move || held.bytes(),
+            move || shed.shed(),
+            |_| {},
+        );
+        memory.register(
+            "unwind tables",
+            20,
+            crate::unwind::bytes,
+            crate::unwind::shed,
+            crate::unwind::set_budget,
+        );
+        memory.register(
+            "symbolizer",
+            20,
+            symbolize::bytes,
+            symbolize::shed,
+            symbolize::set_budget,
+        );
+        Ok(daemon)
     }
 
     /// `bind` with a given sample source and symbolizer: the daemon's tests
@@ -298,6 +324,7 @@ impl Daemon {
             tracing::info!("no state directory: ended sessions are not kept across restarts");
         }
         let registry = Arc::new(registry);
+        registry.stats().memory.set_limit(config.memory_limit);
         if config.activated.is_some() {
             tracing::info!(socket = %path.display(), "serving on the socket systemd passed");
         } else {
@@ -397,6 +424,10 @@ impl Daemon {
                 let _ = stopping.wait_for(|s| *s).await;
             }
         };
+        tokio::spawn(crate::memory::run(
+            self.registry.stats().memory.clone(),
+            stopped(),
+        ));
         if let Some(listener) = self.metrics {
             let registry = self.registry.clone();
             let until = stopped();

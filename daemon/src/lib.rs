@@ -20,6 +20,7 @@ mod gopclntab;
 pub mod internals;
 mod kernel_view;
 mod maps;
+mod memory;
 mod metrics;
 mod registry;
 mod request_error;

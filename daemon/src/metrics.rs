@@ -43,6 +43,8 @@ pub struct Snapshot {
     pub setup: crate::session::setup_budget::Counters,
     /// The symbolizer's caches and the mapped files held.
     pub symbolizer: crate::symbolize::Figures,
+    /// The memory ceiling and what was shed.
+    pub memory: profd_common::api::MemoryStatus,
 }
 
 /// One listener's connections.
@@ -125,6 +127,7 @@ pub async fn snapshot(registry: &Registry, history: Option<&History>) -> Snapsho
         unwind: crate::unwind::counters(),
         setup: crate::session::setup_budget::BUDGET.counters(),
         symbolizer: crate::symbolize::Figures::read(),
+        memory: s.memory.status(load(&registry.sampler().counters().behind)),
     }
 }
 
@@ -284,6 +287,7 @@ pub fn render(s: &Snapshot) -> String {
     }
     retention_metrics(&mut reg, &s.retention);
     unwind_metrics(&mut reg, s);
+    memory_metrics(&mut reg, &s.memory);
     if let Some(p) = &s.process {
         reg.register(
             "process_cpu_seconds",
@@ -346,6 +350,52 @@ fn unwind_metrics(reg: &mut prometheus_client::registry::Registry, s: &Snapshot)
         "Most bytes of unwind tables the cache holds",
         ConstGauge::new(u.budget as i64),
     );
+}
+
+/// The memory ceiling, the level, what each cache holds and what was shed.
+fn memory_metrics(
+    reg: &mut prometheus_client::registry::Registry,
+    m: &profd_common::api::MemoryStatus,
+) {
+    type Labels = Vec<(String, String)>;
+    for (name, help, v) in [
+        ("profd_memory_limit_bytes", "The memory ceiling in force: memory_limit, or the cgroup's limit when lower", m.ceiling_bytes),
+        ("profd_memory_used_bytes", "The daemon's memory held against the ceiling: its resident set, or its cgroup's memory less page cache when more", m.resident_bytes.max(m.cgroup_bytes)),
+        ("profd_memory_level", "Memory pressure level: 0 normal, 1 caches shed, 2 continuous windows' unique stacks capped, 3 continuous frequency lowered, 4 continuous profiling on frame-pointer call chains", u64::from(m.level)),
+    ] {
+        reg.register(name, help, ConstGauge::new(v as i64));
+    }
+    let entered = Family::<Labels, Counter>::default();
+    for (level, n) in m.entered.iter().enumerate().skip(1) {
+        entered
+            .get_or_create(&vec![("level".into(), level.to_string())])
+            .inc_by(*n);
+    }
+    reg.register(
+        "profd_memory_level_entered",
+        "Times each memory pressure level was entered",
+        entered,
+    );
+    let caches = Family::<Labels, Gauge>::default();
+    for c in &m.caches {
+        caches
+            .get_or_create(&vec![("cache".into(), c.name.clone())])
+            .set(c.bytes as i64);
+    }
+    reg.register(
+        "profd_memory_cache_bytes",
+        "Bytes each cache the memory governor sheds holds now",
+        caches,
+    );
+    for (name, help, v) in [
+        ("profd_memory_sheds", "Times the caches were told to shed for memory pressure", m.sheds),
+        ("profd_memory_shed_bytes", "Bytes the caches gave back for memory pressure", m.shed_bytes),
+        ("profd_memory_windows_capped", "Continuous windows cut with their unique stacks capped for memory pressure", m.windows_capped),
+        ("profd_memory_windows_lowered", "Continuous windows sampled below continuous.frequency for memory pressure", m.windows_lowered),
+        ("profd_samples_dropped_behind", "Samples not sent to a session whose queue of batches not yet counted was full (counted as lost in its totals)", m.samples_dropped_behind),
+    ] {
+        reg.register(name, help, ConstCounter::new(v));
+    }
 }
 
 /// Per sink (label `sink`): windows and bytes sent, requests, retries,

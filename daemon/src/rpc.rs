@@ -535,6 +535,15 @@ impl Profiler for Service {
                     .await
                     .to_api(|uid| caller.is_root() || uid == caller.uid()),
             ),
+            memory: Some(
+                self.registry.stats().memory.status(
+                    self.registry
+                        .sampler()
+                        .counters()
+                        .behind
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                ),
+            ),
         }))
     }
 

@@ -41,6 +41,10 @@ pub struct Counters {
     /// they read.
     pub drains: AtomicU64,
     pub bytes_read: AtomicU64,
+    /// Samples not delivered to a session whose batches not yet counted
+    /// held more than [`SESSION_QUEUE_BYTES`]: counted as lost in its
+    /// totals.
+    pub behind: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -54,6 +58,9 @@ struct Route {
     /// samples the other CPUs took before it.
     until: u64,
     tx: mpsc::UnboundedSender<Batch>,
+    /// The bytes of batches sent to the session and not counted yet (one
+    /// per session, shared by its routes).
+    queue: Arc<Backlog>,
 }
 
 #[derive(Default)]
@@ -171,6 +178,29 @@ pub const RING_PAGES: usize = 128;
 /// Data pages per CPU ring with stack copies: room for dozens of the largest
 /// records (a ring smaller than one record drops samples without a trace).
 pub const STACK_RING_PAGES: usize = 512;
+/// Least data pages of a ring sized by its rate: 128 KiB, two of the
+/// largest records.
+pub const MIN_RING_PAGES: usize = 32;
+
+/// Data pages (of 4 KiB, a power of two, at least [`MIN_RING_PAGES`]) that
+/// hold `seconds` of one CPU's samples at `frequency_hz`, each with a
+/// `stack_bytes` stack copy and up to 1 KiB of call chain and header. One
+/// CPU takes at most `frequency_hz` samples a second whatever runs on it.
+pub fn ring_pages_for(frequency_hz: u32, stack_bytes: u32, seconds: u64) -> usize {
+    let bytes = u64::from(frequency_hz) * (u64::from(stack_bytes) + 1024) * seconds;
+    (bytes.div_ceil(4096) as usize)
+        .next_power_of_two()
+        .max(MIN_RING_PAGES)
+}
+
+/// The bytes of batches a session of a shared ring group may have waiting
+/// (sent, not counted yet). Past it, each drain's samples for that session
+/// are not sent, and count as lost in its totals: a session that falls
+/// behind holds at most this and one drain's batch, however far behind.
+/// The group's other sessions are not held up. (A group with switches
+/// serves one session and has its rings wait instead: [`Backlog`].)
+pub const SESSION_QUEUE_BYTES: usize = 32 << 20;
+
 /// Data pages per CPU ring of switches with stack copies: a stack copy at
 /// every switch out fills a ring in bursts a timer's samples never make
 /// (8 MiB: about 500 switches of a 16 KiB copy between drains).
@@ -186,6 +216,11 @@ impl Sampler {
             pool: BatchPool::default(),
             pmu: crate::sys::perf::pmu_available(),
         }
+    }
+
+    /// The spare batches of every ring (to shed under memory pressure).
+    pub fn pool(&self) -> BatchPool {
+        self.pool.clone()
     }
 
     /// Open the events of `spec` on every CPU, off the runtime: the
@@ -321,12 +356,20 @@ impl SampleSource for Sampler {
         children: bool,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<Subscription, PerfError> {
+        // Rings sized by the rate asked, with two seconds of room, but no
+        // larger than the defaults.
         let ring_pages = match self.ring_pages {
             Some(pages) => pages,
             None if want.ring_pages > 0 => want.ring_pages,
             None if want.stack_bytes > 0 && want.mode.switches() => SWITCH_STACK_RING_PAGES,
-            None if want.stack_bytes > 0 || want.mode.switches() => STACK_RING_PAGES,
-            None => RING_PAGES,
+            None if want.mode.switches() => STACK_RING_PAGES,
+            None => {
+                let max = match want.stack_bytes {
+                    0 => RING_PAGES,
+                    _ => STACK_RING_PAGES,
+                };
+                ring_pages_for(want.frequency_hz, want.stack_bytes, 2).min(max)
+            }
         };
         // A process or thread the target creates inherits its events, with
         // a sampling period of its own that starts whole: one that runs
@@ -382,6 +425,7 @@ impl SampleSource for Sampler {
             children,
             until: u64::MAX,
             tx,
+            queue: Backlog::new(SESSION_QUEUE_BYTES),
         });
         routes.rebuild();
         Ok(Subscription {
@@ -531,9 +575,17 @@ fn drain(
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
     let exiting = guard.all.iter().any(|r| r.until != u64::MAX);
     let sessions = &guard.sessions;
+    let mut behind = 0;
     let mut drain = demux.begin(&guard.targets, |i, mut batch| {
-        if let Some(backlog) = backlog {
-            backlog.charge(&mut batch);
+        match backlog {
+            Some(backlog) => backlog.charge(&mut batch),
+            None => {
+                let queue = &sessions[i].queue;
+                if queue.over() {
+                    behind += batch.drop_samples();
+                }
+                queue.charge(&mut batch);
+            }
         }
         let _ = sessions[i].tx.send(batch);
     });
@@ -577,6 +629,13 @@ fn drain(
         .drains
         .fetch_add(rings.len() as u64, Ordering::Relaxed);
     counters.bytes_read.fetch_add(bytes_read, Ordering::Relaxed);
+    if behind > 0 {
+        counters.behind.fetch_add(behind, Ordering::Relaxed);
+        tracing::debug!(
+            samples = behind,
+            "a session is behind: its samples of this drain count as lost"
+        );
+    }
 }
 
 /// CLOCK_MONOTONIC now, in nanoseconds: the clock of the switch events.
@@ -632,6 +691,7 @@ mod tests {
             children: true,
             until: u64::MAX,
             tx: tx.clone(),
+            queue: Backlog::new(SESSION_QUEUE_BYTES),
         }
     }
 

@@ -19,6 +19,8 @@ pub struct Stats {
     pub symbol_cache_misses: AtomicU64,
     /// Connections of each listener: open, refused and closed early.
     pub connections: crate::conns::Stats,
+    /// The memory ceiling, the caches that shed and what was shed.
+    pub memory: Arc<crate::memory::Governor>,
 }
 
 /// Counts one open Watch stream while it lives.

@@ -98,6 +98,15 @@ impl Daemon {
             let dir = unique_dir("state").join("profd");
             args.extend(["--state-dir".to_string(), path_str(&dir).to_string()]);
         }
+        // Tests measure profiles without memory pressure unless they test
+        // the ceiling: the dev build on a shared machine holds more than
+        // the default.
+        if !args
+            .iter()
+            .any(|a| a == "--memory-limit" || a == "--config")
+        {
+            args.extend(["--memory-limit".to_string(), "4G".to_string()]);
+        }
         let state_dir = flag_value(&args, "--state-dir").map(PathBuf::from);
         let listen = flag_value(&args, "--listen");
         let child = Daemon::spawn_child(&socket, &log, &args, nofile);

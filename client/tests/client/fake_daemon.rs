@@ -170,6 +170,7 @@ impl Profiler for Fake {
             continuous: None,
             sinks: vec![],
             retention: None,
+            memory: None,
         }))
     }
 

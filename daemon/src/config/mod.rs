@@ -57,6 +57,9 @@ pub struct Config {
     /// CPU a second for setting up new processes (see
     /// `session::setup_budget`).
     pub new_process_cpu: Duration,
+    /// The memory ceiling (`memory_limit`): as it nears, load is shed (see
+    /// `crate::memory`).
+    pub memory_limit: u64,
 }
 
 /// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
@@ -90,6 +93,7 @@ impl Config {
             continuous: None,
             sinks: Vec::new(),
             new_process_cpu: crate::session::setup_budget::DEFAULT_PER_SECOND,
+            memory_limit: crate::memory::DEFAULT_LIMIT,
         }
     }
 }
@@ -330,7 +334,7 @@ settings! {
         flag: flag("ring-pages", "PAGES"),
         ty: values::RING_PAGES,
         default: None,
-        help: "Data pages of each per-CPU ring, a power of two (config: ring_pages; default 128, or 512 for sessions that copy user stacks). Smaller rings lose samples (counted as lost) under load",
+        help: "Data pages of each per-CPU ring, a power of two (config: ring_pages; default: two seconds of samples at the session's frequency, from 32 up to 128 pages, or up to 512 for sessions that copy user stacks; continuous profiling's: one second). Smaller rings lose samples (counted as lost) under load",
     };
     STATE_DIR: PathBuf = Setting {
         key: "state.dir",
@@ -380,6 +384,13 @@ settings! {
         ty: ADDR,
         default: None,
         help: "Serve Prometheus metrics over plain HTTP on ADDR:PORT at /metrics (config: metrics.listen; default: off)",
+    };
+    MEMORY_LIMIT: u64 = Setting {
+        key: "memory_limit",
+        flag: flag("memory-limit", "BYTES"),
+        ty: values::MEMORY_BYTES,
+        default: Some(|| crate::memory::DEFAULT_LIMIT),
+        help: "The daemon's memory ceiling, at least 32M (suffixes K, M, G, T: powers of 1024). Nearing it, profd sheds in this order: its caches, then continuous windows' new unique stacks (counted under [stack limit reached]), then continuous profiling's frequency, then its stack copies (frame-pointer call chains instead); and restores them when the pressure goes. A lower limit of its cgroup counts too. Set the systemd unit's MemoryMax= (or the container's limit) a little above it (config: memory_limit; default 128M)",
     };
     LOG_LEVEL: String = Setting {
         key: "log_level",
@@ -573,6 +584,7 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
         });
     }
     config.metrics = m.get(&METRICS);
+    config.memory_limit = m.get_or_default(&MEMORY_LIMIT);
     config.continuous = m.get_or_default(&CONTINUOUS).then_some(continuous);
     config.sinks = sinks(&namer, &m)?;
     config.kernel_frames = m.get_or_default(&KERNEL_FRAMES).parse()?;

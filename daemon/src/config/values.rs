@@ -210,6 +210,30 @@ pub const HISTORY_BYTES: Type<u64> = scalar(
     number,
 );
 
+/// A memory ceiling of at least [`crate::memory::MIN_LIMIT`]: bytes, or a
+/// string with K, M, G or T.
+pub const MEMORY_BYTES: Type<u64> = scalar(
+    |v| {
+        let what =
+            "a size of at least 32M, such as 134217728 or \"128M\" (K, M, G, T: powers of 1024)";
+        let n = match v {
+            Value::Integer(n) if *n > 0 => Some(*n as u64),
+            Value::String(s) => parse_bytes(s).ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if n >= crate::memory::MIN_LIMIT => Ok(n),
+            _ => Err(expected(what, v)),
+        }
+    },
+    |n| match n {
+        n if n.is_multiple_of(1 << 30) => Value::String(format!("{}G", n >> 30)),
+        n if n.is_multiple_of(1 << 20) => Value::String(format!("{}M", n >> 20)),
+        n => Value::Integer(*n as i64),
+    },
+    number,
+);
+
 /// Units a duration is shown in, largest first.
 const DURATION_UNITS: &[(u64, &str)] = &[(86400, "d"), (3600, "h"), (60, "m"), (1, "s")];
 
@@ -436,6 +460,11 @@ mod tests {
             "expected a number of seconds from 1 to 3600, got 3601"
         );
         assert_eq!(HISTORY_BYTES.flag("1M"), Ok(Value::String("1M".into())));
+        assert_eq!(MEMORY_BYTES.flag("96M"), Ok(Value::String("96M".into())));
+        assert!(MEMORY_BYTES
+            .flag("16M")
+            .unwrap_err()
+            .contains("at least 32M"));
         assert_eq!(HISTORY_BYTES.flag("2048K"), Ok(Value::String("2M".into())));
         assert_eq!(HISTORY_BYTES.flag("1048577"), Ok(Value::Integer(1048577)));
         assert!(HISTORY_BYTES

@@ -149,6 +149,9 @@ fn summarize(w: &api::Window, bytes: u64) -> api::WindowSummary {
         cgroup_unreadable: w.cgroup_unreadable,
         processes_exited: w.processes_exited,
         binaries_replaced: w.binaries_replaced,
+        frequency_hz: w.frequency_hz,
+        configured_frequency_hz: w.configured_frequency_hz,
+        memory_level: w.memory_level,
     }
 }
 

@@ -6,6 +6,7 @@ pub mod encode;
 pub mod files;
 pub mod history;
 pub mod merge;
+pub mod pressure;
 pub mod profiler;
 pub mod service;
 

@@ -4,10 +4,14 @@
 //! wall-clock boundaries and handed to the history.
 use super::encode::{self, Encoded};
 use super::history::{self, History};
+use super::pressure::Pressure;
 use super::service::{self, Label};
 use super::Settings;
 use crate::registry::DEFAULT_STACK_BYTES;
-use crate::sampler::{Batch, SampleSource, Subscription, EVERY_PROCESS, STACK_RING_PAGES};
+use crate::sampler::{
+    ring_pages_for, Batch, SampleSource, Subscription, EVERY_PROCESS, MIN_RING_PAGES,
+    STACK_RING_PAGES,
+};
 use crate::session::{Collector, Finished};
 use crate::symbolize::Symbolizer;
 use crate::sys::perf::{EventKind, EventSpec};
@@ -61,6 +65,13 @@ struct Profiler {
     /// Build ids of executables by (device, inode, size, mtime).
     build_ids: HashMap<(u64, u64, u64, i64), String>,
     notes: Notes,
+    /// What memory pressure has the windows give up.
+    pressure: Pressure,
+    /// Rings of another kind to open once the window is written (see
+    /// [`Profiler::retune`]).
+    remake: Option<EventSpec>,
+    symbolizer: Arc<dyn Symbolizer>,
+    stats: Arc<crate::stats::Stats>,
 }
 
 /// Run continuous profiling with `settings` until `stop`, handing each
@@ -73,26 +84,31 @@ pub async fn run(
     history: History,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let want = EventSpec {
-        mode: Default::default(),
-        session: 0,
-        kind: EventKind::CpuClock,
-        frequency_hz: settings.frequency_hz,
-        ring_pages: ring_pages(settings.frequency_hz),
-        stack_bytes: DEFAULT_STACK_BYTES,
-        target: None,
-    };
     let (tx, mut batches) = mpsc::unbounded_channel();
     let Subscription { spec, tops } = sampler
-        .subscribe(want, u64::MAX, EVERY_PROCESS, false, tx)
+        .subscribe(
+            want(settings.frequency_hz, sampler.cpus(), DEFAULT_STACK_BYTES),
+            u64::MAX,
+            EVERY_PROCESS,
+            false,
+            tx,
+        )
         .await
         .map_err(|e| format!("continuous profiling cannot sample: {e}"))?;
+    let pressure = Pressure::new(stats.memory.clone(), settings.frequency_hz, MAX_STACKS);
     tracing::info!(
         frequency_hz = spec.frequency_hz,
         window_s = settings.window.as_secs_f64(),
         "continuous profiling started"
     );
-    let collector = Collector::new(spec, tops, sampler.clone(), symbolizer, stats, MAX_STACKS);
+    let collector = Collector::new(
+        spec,
+        tops,
+        sampler.clone(),
+        symbolizer.clone(),
+        stats.clone(),
+        MAX_STACKS,
+    );
     let mut p = Profiler {
         host: Host {
             name: settings.host.clone(),
@@ -104,10 +120,15 @@ pub async fn run(
         processes: HashMap::new(),
         build_ids: HashMap::new(),
         notes: Notes::default(),
+        pressure,
+        remake: None,
+        symbolizer,
+        stats,
     };
     let mut start = SystemTime::now();
     // The window being written, while batches are counted.
     let mut adding: Option<tokio::task::JoinHandle<()>> = None;
+    let mut pressure = tokio::time::interval(crate::memory::TICK);
     loop {
         let end = next_boundary(start, p.settings.window);
         let wait = end
@@ -119,18 +140,40 @@ pub async fn run(
                 continue;
             }
             _ = tokio::time::sleep(wait) => false,
+            // Stack copies are given up at once, not at the window's end:
+            // the window is cut now.
+            _ = pressure.tick(), if p.pressure.wants_frame_pointers(p.spec.stack_bytes) => false,
             _ = stop.changed() => true,
         };
-        sampler.flush(spec, last).await;
+        if !last && p.pressure.wants_frame_pointers(p.spec.stack_bytes) {
+            // What waits to be counted is not (its processes' unwind data
+            // is what the pressure is about): its samples count as lost.
+            sampler.unsubscribe(p.spec, u64::MAX).await;
+            let mut lost = 0;
+            while let Ok(batch) = batches.try_recv() {
+                lost += batch.ends.len() as u64 + batch.lost;
+            }
+            p.collector.count_lost(lost);
+        } else {
+            sampler.flush(p.spec, last).await;
+        }
         while let Ok(batch) = batches.try_recv() {
             p.take(batch);
         }
+        // What the window ran with; the next one's, by the memory pressure.
+        let applied = (p.pressure.applied, p.spec.frequency_hz);
+        if !last {
+            p.retune(&sampler, &mut batches).await?;
+        }
+        // New rings of another kind come with a new collector: this
+        // window is written whole first.
+        let remake = p.remake.is_some();
         let now = SystemTime::now();
-        let mut writing = p.cut(start, now).await;
+        let mut writing = p.cut(start, now, applied).await;
         start = now;
         // While the window is built, the next one's batches are counted
         // (else they wait in the channel, with their stack copies).
-        let overlap = !last && p.collector.counts_while_writing();
+        let overlap = !last && !remake && p.collector.counts_while_writing();
         let slice = if overlap { WRITE_SLICE } else { usize::MAX };
         let written = loop {
             match p.build(&mut writing, slice) {
@@ -146,6 +189,9 @@ pub async fn run(
             }
         };
         let cut = p.finish(writing, written);
+        if let Some(next) = p.remake.take() {
+            p.remake(next, &sampler, &mut batches).await?;
+        }
         if let Some(previous) = adding.take() {
             let _ = previous.await;
         }
@@ -178,20 +224,42 @@ pub async fn run(
             if let Some(add) = adding.take() {
                 let _ = add.await;
             }
-            sampler.unsubscribe(spec, u64::MAX).await;
+            sampler.unsubscribe(p.spec, u64::MAX).await;
             tracing::info!("continuous profiling stopped");
             return Ok(());
         }
     }
 }
 
-/// Data pages of each ring: room for about a second of samples with their
-/// stack copies (the rings hold every process's), within 2 to 8 MiB.
-fn ring_pages(frequency_hz: u32) -> usize {
-    let bytes = u64::from(frequency_hz) * (u64::from(DEFAULT_STACK_BYTES) + 1024);
-    (bytes.div_ceil(4096) as usize)
-        .next_power_of_two()
-        .clamp(STACK_RING_PAGES, 4 * STACK_RING_PAGES)
+/// The rings continuous profiling asks for at `frequency_hz` on `cpus`,
+/// with stack copies of `stack_bytes` (0: frame-pointer call chains).
+fn want(frequency_hz: u32, cpus: u32, stack_bytes: u32) -> EventSpec {
+    EventSpec {
+        mode: Default::default(),
+        session: 0,
+        kind: EventKind::CpuClock,
+        frequency_hz,
+        ring_pages: ring_pages(frequency_hz, cpus, stack_bytes),
+        stack_bytes,
+        target: None,
+    }
+}
+
+/// The data pages all of continuous profiling's rings hold together at
+/// most (32 MiB), however many CPUs: past 64 CPUs at 19 Hz, each ring
+/// holds less than a second, and is drained more often.
+const RINGS_BYTES: usize = 32 << 20;
+
+/// Data pages of each of `cpus` rings: room for a second of samples with
+/// their stack copies (the rings hold every process's, and are drained at
+/// a quarter full or each second), within [`RINGS_BYTES`] together, from
+/// 128 KiB to 8 MiB each.
+fn ring_pages(frequency_hz: u32, cpus: u32, stack_bytes: u32) -> usize {
+    let share = (RINGS_BYTES / 4096 / cpus.max(1) as usize + 1).next_power_of_two() / 2;
+    ring_pages_for(frequency_hz, stack_bytes, 1)
+        .min(4 * STACK_RING_PAGES)
+        .min(share)
+        .max(MIN_RING_PAGES)
 }
 
 /// The first multiple of `window` (in Unix time) after `t`.
@@ -209,6 +277,102 @@ fn unix_ns(t: SystemTime) -> u64 {
 }
 
 impl Profiler {
+    /// At a cut: what memory pressure asks of the next window (its unique
+    /// stacks, its frequency, its stack copies). Other rings are a ring
+    /// group of their own: the old one is drained into this window and
+    /// closed first, so no sample is counted twice (none is taken in
+    /// between). Rings with stack copies given up or taken back need a new
+    /// collector: they are opened once this window is written
+    /// ([`Profiler::remake`]).
+    async fn retune(
+        &mut self,
+        sampler: &Arc<dyn SampleSource>,
+        batches: &mut mpsc::UnboundedReceiver<Batch>,
+    ) -> Result<(), String> {
+        let (level, stacks, hz, copies) = self.pressure.next(self.spec.frequency_hz);
+        self.pressure.applied = level;
+        self.collector.ingest().set_max_stacks(stacks);
+        let stack_bytes = if copies { DEFAULT_STACK_BYTES } else { 0 };
+        if hz == self.spec.frequency_hz && stack_bytes == self.spec.stack_bytes {
+            return Ok(());
+        }
+        tracing::info!(
+            from_hz = self.spec.frequency_hz,
+            to_hz = hz,
+            stack_bytes,
+            level = level.name(),
+            "continuous profiling's rings changed for memory pressure"
+        );
+        sampler.unsubscribe(self.spec, u64::MAX).await;
+        while let Ok(batch) = batches.try_recv() {
+            self.take(batch);
+        }
+        let next = want(hz, sampler.cpus(), stack_bytes);
+        if stack_bytes != self.spec.stack_bytes {
+            self.remake = Some(next);
+            return Ok(());
+        }
+        let (spec, tops) = self.subscribe(next, sampler, batches).await?;
+        self.collector.resample(spec, tops);
+        Ok(())
+    }
+
+    /// Sample with `next` from now on (with the rings used so far when
+    /// those cannot be opened), batches coming to `batches`.
+    async fn subscribe(
+        &mut self,
+        next: EventSpec,
+        sampler: &Arc<dyn SampleSource>,
+        batches: &mut mpsc::UnboundedReceiver<Batch>,
+    ) -> Result<(EventSpec, Option<crate::sampler::StackTops>), String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let all = EVERY_PROCESS;
+        let sub = match sampler
+            .subscribe(next, u64::MAX, all, false, tx.clone())
+            .await
+        {
+            Ok(sub) => sub,
+            Err(err) => {
+                let before = want(
+                    self.spec.frequency_hz,
+                    sampler.cpus(),
+                    self.spec.stack_bytes,
+                );
+                sampler
+                    .subscribe(before, u64::MAX, all, false, tx)
+                    .await
+                    .map_err(|e| format!("continuous profiling cannot sample: {err}; {e}"))?
+            }
+        };
+        self.spec = sub.spec;
+        *batches = rx;
+        Ok((sub.spec, sub.tops))
+    }
+
+    /// After a window was written: the rings `next` (stack copies given up
+    /// or taken back) with a new collector; the address spaces, unwinders
+    /// and names of the old one are let go of.
+    async fn remake(
+        &mut self,
+        next: EventSpec,
+        sampler: &Arc<dyn SampleSource>,
+        batches: &mut mpsc::UnboundedReceiver<Batch>,
+    ) -> Result<(), String> {
+        let (spec, tops) = self.subscribe(next, sampler, batches).await?;
+        let (stacks, symbolizer, stats) = (
+            self.pressure.next(spec.frequency_hz).1,
+            self.symbolizer.clone(),
+            self.stats.clone(),
+        );
+        self.collector = Collector::new(spec, tops, sampler.clone(), symbolizer, stats, stacks);
+        let pids: Vec<u32> = self.processes.keys().copied().collect();
+        for pid in pids {
+            self.choose(pid);
+        }
+        crate::sys::trim_heap();
+        Ok(())
+    }
+
     /// Label the processes a batch brings (new ones, forks, an exec), then
     /// count it.
     fn take(&mut self, batch: Batch) {
@@ -346,7 +510,12 @@ impl Profiler {
     /// Cut the window [start, end): its addresses are named and counting
     /// starts anew. The window is then built and written a slice at a time
     /// (see [`Profiler::build`]).
-    async fn cut(&mut self, start: SystemTime, end: SystemTime) -> Writing {
+    async fn cut(
+        &mut self,
+        start: SystemTime,
+        end: SystemTime,
+        applied: (crate::memory::Level, u32),
+    ) -> Writing {
         let began = std::time::Instant::now();
         self.collector.name_pending().await;
         let executables: HashMap<u32, String> = self
@@ -370,9 +539,11 @@ impl Profiler {
             }
             keep
         });
+        self.pressure.count_window(applied.0, applied.1);
         Writing {
             start,
             end,
+            applied,
             window,
             executables,
             notes: std::mem::take(&mut self.notes),
@@ -480,7 +651,9 @@ impl Profiler {
             end_unix_ns: unix_ns(w.end),
             host: self.host.name.clone(),
             kernel_release: self.host.kernel_release.clone(),
-            frequency_hz: self.spec.frequency_hz,
+            frequency_hz: w.applied.1,
+            configured_frequency_hz: self.pressure.configured_hz(),
+            memory_level: w.applied.0 as u32,
             event: api::Event::from(self.spec.kind) as i32,
             totals: Some(totals),
             services: order.iter().map(|&s| services[s].window.clone()).collect(),
@@ -534,7 +707,8 @@ impl Profiler {
     /// The window written (or not: `built`), its names let go of.
     fn finish(&mut self, w: Writing, built: std::io::Result<()>) -> std::io::Result<Encoded> {
         let stacks = w.window.unique_stacks();
-        self.collector.forget(w.window);
+        self.collector.forget(w.window, self.pressure.take_shed());
+        self.pressure.names_held(self.collector.names_held());
         let Some(o) = w.written else {
             return Err(built
                 .err()
@@ -588,6 +762,8 @@ impl Services {
 struct Writing {
     start: SystemTime,
     end: SystemTime,
+    /// The memory pressure level and frequency the window was counted at.
+    applied: (crate::memory::Level, u32),
     window: Finished,
     /// The programs of the window's processes that had none yet at the cut.
     executables: HashMap<u32, String>,
@@ -741,12 +917,29 @@ mod tests {
     }
 
     #[test]
-    fn rings_hold_about_a_second_of_samples() {
-        assert_eq!(ring_pages(19), STACK_RING_PAGES);
-        assert_eq!(ring_pages(99), STACK_RING_PAGES);
-        assert_eq!(ring_pages(199), 1024);
-        assert_eq!(ring_pages(499), 2048);
-        assert_eq!(ring_pages(4999), 2048);
+    fn rings_hold_about_a_second_of_samples_within_32_mib() {
+        let copies = |hz, cpus| ring_pages(hz, cpus, DEFAULT_STACK_BYTES);
+        assert_eq!(copies(4, 2), 32, "128 KiB at least");
+        assert_eq!(copies(19, 2), 128, "512 KiB: 30 stack copies");
+        assert_eq!(copies(99, 2), STACK_RING_PAGES);
+        assert_eq!(copies(199, 2), 1024);
+        assert_eq!(copies(499, 2), 2048);
+        assert_eq!(copies(4999, 2), 2048);
+        assert_eq!(copies(4999, 16), 512, "32 MiB over 16 CPUs");
+        assert_eq!(copies(4999, 17), 256);
+        assert_eq!(copies(19, 64), 128);
+        assert_eq!(copies(19, 96), 64);
+        assert_eq!(copies(19, 192), 32);
+        assert_eq!(copies(19, 1024), MIN_RING_PAGES);
+        assert_eq!(ring_pages(19, 2, 0), MIN_RING_PAGES, "frame pointers");
+        for cpus in [1, 2, 3, 8, 64, 96, 100, 192, 256] {
+            let pages = copies(19, cpus);
+            assert!(pages.is_power_of_two(), "{cpus}: {pages}");
+            assert!(
+                pages * 4096 * cpus as usize <= RINGS_BYTES,
+                "{cpus}: {pages}"
+            );
+        }
     }
 
     #[test]

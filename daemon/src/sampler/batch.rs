@@ -193,6 +193,18 @@ impl BatchPool {
         spare.bytes = 0;
     }
 
+    /// Bytes the kept batches hold.
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes as u64
+    }
+
+    /// Drop the kept batches (memory pressure); the bytes they held.
+    pub fn shed(&self) -> u64 {
+        let held = self.bytes();
+        self.clear();
+        held
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Spare> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -321,6 +333,22 @@ impl Batch {
         }
     }
 
+    /// Take the samples out (their session is too far behind) and free
+    /// their buffers, keeping the rest (mappings, forks, exits, names):
+    /// they count as lost, not as seen. The samples taken out.
+    pub fn drop_samples(&mut self) -> u64 {
+        let n = self.ends.len() as u64;
+        // Their room goes too: the batch waits with what it holds.
+        for buffer in self.buffers() {
+            buffer.clear();
+            buffer.fit();
+        }
+        self.seen = self.seen.saturating_sub(n);
+        self.lost += n;
+        self.truncated = 0;
+        n
+    }
+
     /// Give the batch's buffers back to the ring that filled it, for its
     /// next drains (a batch made elsewhere is just dropped).
     pub fn recycle(mut self) {
@@ -391,6 +419,48 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_behind_holds_one_batch_past_its_bound_its_samples_lost() {
+        let queue = Backlog::new(100_000);
+        let mut kept = Vec::new();
+        let (mut delivered, mut lost) = (0, 0);
+        for _ in 0..50 {
+            let mut b = Batch {
+                seen: 12,
+                ..Batch::default()
+            };
+            for _ in 0..10 {
+                b.push(
+                    1,
+                    2,
+                    [1, 2].into_iter(),
+                    Some(([4, 5, 6], &[7u8; 4096][..])),
+                );
+            }
+            b.exits.push((3, 9));
+            if queue.over() {
+                assert_eq!(b.drop_samples(), 10);
+                assert_eq!((b.seen, b.lost, b.samples().count()), (2, 10, 0));
+                assert_eq!(b.exits, [(3, 9)], "the rest is kept");
+            }
+            queue.charge(&mut b);
+            delivered += b.samples().count();
+            lost += b.lost;
+            kept.push(b); // never counted: the session is stuck
+        }
+        let bytes = queue.bytes.load(Ordering::Relaxed);
+        assert!(bytes < 100_000 + 60_000, "bounded: {bytes}");
+        assert_eq!(
+            delivered as u64 + lost,
+            500,
+            "every sample delivered or lost"
+        );
+        assert!(lost >= 400, "{lost}");
+        drop(kept);
+        assert_eq!(queue.bytes.load(Ordering::Relaxed), 0);
+        assert!(!queue.over());
+    }
 
     #[test]
     fn batch_samples_keep_frames_and_stack_copies_apart() {

@@ -68,6 +68,25 @@ impl Collector {
             })
     }
 
+    /// Batches come from now on from the ring group of `spec` (its stack
+    /// `tops`): the continuous frequency changed.
+    pub fn resample(&mut self, spec: EventSpec, tops: Option<StackTops>) {
+        self.actor.spec = spec;
+        self.actor.ingest.set_tops(tops);
+    }
+
+    /// `samples` of the window were not counted (they waited for counting
+    /// when sampling changed for memory pressure): lost.
+    pub fn count_lost(&mut self, samples: u64) {
+        self.actor.ingest.totals.lost += samples;
+    }
+
+    /// Names held from window to window (each a function's name, module
+    /// and file, and the addresses that resolve to it).
+    pub fn names_held(&self) -> usize {
+        self.actor.names.len() + self.actor.addr_fn.len()
+    }
+
     /// Count a batch. Err: a process's files could not be opened for want
     /// of descriptors (its frames go unnamed; counting goes on).
     pub fn apply(&mut self, batch: Batch) -> Result<(), String> {
@@ -149,7 +168,9 @@ impl Collector {
     /// gone, of JIT code, or all of them past [`NAMES_KEPT`]. Addresses of
     /// stacks counted since the restart whose names went are named again
     /// at the next cut.
-    pub fn forget(&mut self, window: Finished) {
+    /// `shed`: let go of every name (memory pressure), as past
+    /// [`NAMES_KEPT`].
+    pub fn forget(&mut self, window: Finished, shed: bool) {
         drop(window.stacks);
         let a = &mut self.actor;
         let spaces = &mut a.ingest.spaces;
@@ -170,7 +191,7 @@ impl Collector {
                 .iter()
                 .any(|f| names[f.func as usize].module == crate::symbolize::JIT_MODULE)
         });
-        if a.names.len() > NAMES_KEPT {
+        if shed || a.names.len() > NAMES_KEPT {
             a.addr_fn.clear();
             a.fn_ids.clear();
             a.names.clear();

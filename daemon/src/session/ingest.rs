@@ -206,6 +206,17 @@ impl Ingest {
         })
     }
 
+    /// Keep at most `max` unique stacks from now on (those kept already
+    /// stay); further new stacks count under [`STACK_LIMIT_FRAME`].
+    pub fn set_max_stacks(&mut self, max: usize) {
+        self.max_stacks = max;
+    }
+
+    /// The sampler's stack tops of a new ring group.
+    pub(super) fn set_tops(&mut self, tops: Option<StackTops>) {
+        self.tops = tops;
+    }
+
     /// The stack table.
     pub fn stacks(&self) -> &StackTable {
         &self.stacks

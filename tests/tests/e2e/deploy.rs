@@ -652,10 +652,24 @@ fn kubernetes_manifest_runs_profd_like_the_unit() {
             "{probe}"
         );
     }
-    // Resources: requests sized for the typical 64 MiB, a memory limit.
+    // Resources: requests sized for the typical 64 MiB, a memory limit of
+    // profd's memory_limit and 16 MiB, as the unit's MemoryMax=.
     let resources = &container["resources"];
     assert_eq!(resources["requests"]["memory"].as_str(), Some("64Mi"));
-    assert!(resources["limits"]["memory"].as_str().is_some());
+    let config = yaml_str(&kind("ConfigMap")["data"]["profd.toml"], "profd.toml");
+    let limit = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("memory_limit = "))
+        .expect("the ConfigMap sets memory_limit");
+    assert_eq!(limit, "\"128M\"");
+    assert_eq!(resources["limits"]["memory"].as_str(), Some("144Mi"));
+    let unit = Unit::load(&deploy("profd.service"));
+    assert_eq!(unit.one("Service", "MemoryMax"), "144M");
+    let example = std::fs::read_to_string(deploy("profd.toml")).unwrap();
+    assert!(
+        example.lines().any(|l| l == "memory_limit = \"128M\""),
+        "deploy/profd.toml shows the default memory_limit"
+    );
     assert_eq!(
         pod["terminationGracePeriodSeconds"].as_i64(),
         Some(90),

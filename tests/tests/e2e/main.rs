@@ -24,6 +24,7 @@ mod history;
 mod jit;
 mod kept;
 mod kernel_frames;
+mod memory_limit;
 mod names;
 mod offcpu;
 mod offcpu_rate;

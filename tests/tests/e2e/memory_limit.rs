@@ -1,4 +1,4 @@
-//! The memory ceiling end to end: `profd --continuous --memory-limit 96M`,
+//! The memory ceiling end to end: `profd --continuous --memory-limit 64M`,
 //! run in a memory cgroup of that limit and 16 MiB, beside a loop of `gcc -O2 -c`
 //! (three new processes a file, cc1 a large binary) and a held workload of
 //! known split with an on-demand session on it. The daemon stays under the
@@ -20,7 +20,7 @@ use profd_e2e::{
 use crate::continuous::{group, list, start_in};
 
 /// The ceiling, as set and as the cgroup enforces it.
-const LIMIT_MIB: u64 = 96;
+const LIMIT_MIB: u64 = 64;
 /// Samples the held workload needs in each view: one standard deviation of
 /// a 25 % share is then 0.7 points.
 const SAMPLES: u64 = 4000;

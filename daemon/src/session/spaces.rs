@@ -116,7 +116,7 @@ impl Spaces {
             cached: Default::default(),
             waiting: Default::default(),
             budget: &BUDGET,
-            epoch: crate::unwind::cache::epoch(),
+            epoch: crate::unwind::epoch(),
         };
         spaces.add(pid, maps, true);
         spaces
@@ -329,7 +329,7 @@ impl Spaces {
         }
         // Tables the unwind cache evicted while used here are let go of
         // (and read again when a walk needs them).
-        let epoch = crate::unwind::cache::epoch();
+        let epoch = crate::unwind::epoch();
         if epoch != self.epoch {
             self.epoch = epoch;
             for space in &mut self.list {

@@ -1,8 +1,8 @@
-//! The daemon-wide cache of unwind data: each file version's tables read
-//! once, shared by every unwinder of every session, within a byte budget
-//! (least recently used first out; an entry evicted while unwinders use it
-//! is let go of by them at their next batch and read again when needed).
-//! The free functions are for the memory governor and the metrics.
+//! A cache of what is read from files, by file version (the daemon's one
+//! holds unwind tables: `elf::UNWIND_DATA`): each version read once, shared
+//! by every unwinder of every session, within a byte budget (least
+//! recently used first out; an entry evicted while unwinders use it is let
+//! go of by them at their next batch and read again when needed).
 use crate::file_version::FileVersion;
 use std::collections::HashMap;
 use std::ops::Deref;
@@ -244,34 +244,6 @@ fn remember_nothing<T>(state: &mut State<T>, key: FileVersion, weight: u64) {
         state.nothing.clear();
     }
     state.nothing.insert(key, weight);
-}
-
-/// The daemon's cache of unwind tables.
-pub(super) static UNWIND_DATA: Cache<super::elf::ElfUnwindData> = Cache::new(DEFAULT_BUDGET);
-
-/// Hold at most `bytes` of unwind tables from now on.
-pub fn set_budget(bytes: u64) {
-    UNWIND_DATA.set_budget(bytes);
-}
-
-/// Bytes of unwind tables held now.
-pub fn bytes() -> u64 {
-    UNWIND_DATA.counters().bytes
-}
-
-/// Drop the unwind tables no unwinder uses now; the bytes freed.
-pub fn shed() -> u64 {
-    UNWIND_DATA.shed()
-}
-
-/// Rises whenever unwind tables some unwinder uses are evicted.
-pub fn epoch() -> u64 {
-    UNWIND_DATA.epoch()
-}
-
-/// The unwind tables' counters.
-pub fn counters() -> Counters {
-    UNWIND_DATA.counters()
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! What framehop needs of one ELF file to unwind its code: the CFI sections
 //! (.eh_frame and its header, .debug_frame), the addresses of .text and
 //! .got they are relative to (not their bytes), and the load segments that
-//! place a mapping; read from the file once per version (see `cache`).
-use super::cache::{Held, Weigh, UNWIND_DATA};
+//! place a mapping; read from the file once per version and held in the
+//! daemon's cache of them (`UNWIND_DATA`, see `cache`).
+use super::cache::{Cache, Counters, Held, Weigh, DEFAULT_BUDGET};
 use crate::maps::{Load, Segments};
 use framehop::ExplicitModuleSectionInfo;
 use object::{Object, ObjectSection};
@@ -162,4 +163,33 @@ pub(super) fn bias(loads: &Segments, start: u64, pgoff: u64) -> Option<u64> {
 /// once per file version, held within the cache's budget).
 pub(super) fn elf_data(path: &Path) -> Option<Arc<Held<ElfUnwindData>>> {
     UNWIND_DATA.get(path, ElfUnwindData::read)
+}
+
+/// The daemon's cache of unwind tables. The free functions below are for
+/// the memory governor and the metrics.
+pub(super) static UNWIND_DATA: Cache<ElfUnwindData> = Cache::new(DEFAULT_BUDGET);
+
+/// Hold at most `bytes` of unwind tables from now on.
+pub fn set_budget(bytes: u64) {
+    UNWIND_DATA.set_budget(bytes);
+}
+
+/// Bytes of unwind tables held now.
+pub fn bytes() -> u64 {
+    UNWIND_DATA.counters().bytes
+}
+
+/// Drop the unwind tables no unwinder uses now; the bytes freed.
+pub fn shed() -> u64 {
+    UNWIND_DATA.shed()
+}
+
+/// Rises whenever unwind tables some unwinder uses are evicted.
+pub fn epoch() -> u64 {
+    UNWIND_DATA.epoch()
+}
+
+/// The unwind tables' counters.
+pub fn counters() -> Counters {
+    UNWIND_DATA.counters()
 }

@@ -10,7 +10,8 @@ mod elf;
 
 use crate::gopclntab::{GoTable, Step};
 use crate::maps::{Mapping, ModuleFile};
-use cache::{Held, UNWIND_DATA};
+use cache::Held;
+use elf::UNWIND_DATA;
 use elf::{bias, elf_data, Data, ElfUnwindData};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Module, Unwinder as _};
@@ -18,7 +19,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use cache::{bytes, counters, set_budget, shed};
+pub use elf::{bytes, counters, epoch, set_budget, shed};
 
 /// Most frames followed in one stack.
 pub const MAX_FRAMES: usize = 256;

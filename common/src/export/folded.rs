@@ -156,6 +156,9 @@ fn fold(p: &ResolvedProfile, name: fn(&FunctionInfo) -> String) -> String {
 pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
     let text = fold(p, frame_name);
     let mut opt = inferno::flamegraph::Options::default();
+    // Colours by the function's name, not at random: one profile gives one
+    // picture, and a function has its colour in every picture.
+    opt.hash = true;
     opt.title = title.to_string();
     opt.count_name = if is_time(p.mode) { "ns" } else { "samples" }.to_string();
     opt.subtitle = match p.mode {
@@ -176,6 +179,12 @@ pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
 mod tests {
     use super::*;
     use crate::testdata::known;
+
+    #[test]
+    fn one_profile_gives_one_picture() {
+        let (a, b) = (svg(&known(), "t").unwrap(), svg(&known(), "t").unwrap());
+        assert!(a == b, "two flame graphs of one profile differ");
+    }
 
     #[test]
     fn folded_text() {

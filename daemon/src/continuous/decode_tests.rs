@@ -156,17 +156,12 @@ fn a_bomb_of_zeros_is_refused_at_once() {
     assert!(read <= 64 << 10, "read {read} of {} bytes", gz.len());
 }
 
-/// A window whose head is right but whose stacks go on past what its
-/// samples allow: refused as soon as it passes its bound, by stacks or by
-/// bytes, having read a small part of the file.
-#[test]
-fn a_window_growing_past_its_bound_is_refused_early() {
-    // Stacks: 3 samples, and a service of 100 000 stacks of 16 frames.
-    let one = stack(1, 16, 1);
+/// A gzipped window of `samples` samples whose one service holds `times`
+/// copies of `one`, written a copy at a time (never whole in memory).
+fn window_of_copies(samples: u64, one: &api::WindowStack, times: usize) -> Vec<u8> {
     let mut chunk = Vec::new();
-    prost::encoding::message::encode(STACKS_FIELD, &one, &mut chunk);
-    let times = 100_000;
-    let mut head = window(3, Vec::new());
+    prost::encoding::message::encode(STACKS_FIELD, one, &mut chunk);
+    let mut head = window(samples, Vec::new());
     let service = head.services.pop().unwrap();
     let mut raw = head.encode_to_vec();
     encode_key(SERVICES_FIELD, WireType::LengthDelimited, &mut raw);
@@ -175,7 +170,16 @@ fn a_window_growing_past_its_bound_is_refused_early() {
         &mut raw,
     );
     service.encode_raw(&mut raw);
-    let gz = gzip_repeated(&raw, &chunk, times);
+    gzip_repeated(&raw, &chunk, times)
+}
+
+/// A window whose head is right but whose stacks go on past what its
+/// samples allow: refused as soon as it passes its bound, by stacks or by
+/// bytes, having read a small part of the file.
+#[test]
+fn a_window_growing_past_its_bound_is_refused_early() {
+    // Stacks: 3 samples, and a service of 100 000 stacks of 16 frames.
+    let gz = window_of_copies(3, &stack(1, 16, 1), 100_000);
     let (got, read) = decode_counting(&gz);
     let err = refused(got);
     assert!(err.contains("more stacks than its 3 samples"), "{err}");
@@ -183,20 +187,7 @@ fn a_window_growing_past_its_bound_is_refused_early() {
 
     // Bytes: 200 samples (a bound of 13.5 MiB), and 200 stacks of 40 000
     // frames (625 KiB each once decoded).
-    let big = stack(1, 40_000, 1);
-    let mut chunk = Vec::new();
-    prost::encoding::message::encode(STACKS_FIELD, &big, &mut chunk);
-    let times = 200;
-    let mut head = window(200, Vec::new());
-    let service = head.services.pop().unwrap();
-    let mut raw = head.encode_to_vec();
-    encode_key(SERVICES_FIELD, WireType::LengthDelimited, &mut raw);
-    encode_varint(
-        (service.encoded_len() + chunk.len() * times) as u64,
-        &mut raw,
-    );
-    service.encode_raw(&mut raw);
-    let gz = gzip_repeated(&raw, &chunk, times);
+    let gz = window_of_copies(200, &stack(1, 40_000, 1), 200);
     let (got, read) = decode_counting(&gz);
     let err = refused(got);
     assert!(

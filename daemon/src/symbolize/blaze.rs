@@ -251,7 +251,9 @@ impl Worker {
         for path in self.debug.take_closed() {
             self.drop_path(&path);
         }
-        for (h, paths) in self.held.shrink_to(self.budget.parsed) {
+        // kallsyms serves nearly every request (kernel frames): the files
+        // make room for it; it goes only when idle or shed.
+        for (h, paths) in self.held.shrink_sparing(self.budget.parsed, &Held::Kernel) {
             self.release(&h, paths);
         }
         self.publish();
@@ -581,9 +583,10 @@ impl Worker {
 }
 
 /// What blazesym keeps of the ELF file at `path` once it named addresses
-/// in it, in memory and mapped pages: the sections it reads (symbol and
-/// string tables, DWARF, Go's function table; compressed ones also
-/// decompressed) and its index of the symbols. The code and data of the
+/// in it, in memory and mapped pages: the sections it reads whole (symbol
+/// tables, DWARF, Go's function table; compressed ones also decompressed),
+/// its index of the symbols (8 bytes for a symbol's 24), and an eighth of
+/// the string tables (only the names of symbols found are read). The code and data of the
 /// file are mapped but never read. The file's size when it cannot be
 /// parsed.
 pub fn resident_estimate(path: &Path) -> u64 {
@@ -611,13 +614,18 @@ pub fn resident_estimate(path: &Path) -> u64 {
         let Ok(range) = section.compressed_file_range() else {
             continue;
         };
+        if matches!(name, ".strtab" | ".dynstr") {
+            // Only the names of the symbols found are read.
+            bytes += range.compressed_size / 8;
+            continue;
+        }
         bytes += range.compressed_size;
         if range.format != object::CompressionFormat::None {
             bytes += range.uncompressed_size;
         }
         if matches!(name, ".symtab" | ".dynsym") {
-            // Sorted by address, with the names' positions.
-            bytes += range.uncompressed_size;
+            // blazesym's index of them by address: a word a symbol.
+            bytes += range.uncompressed_size / 3;
         }
     }
     bytes.min(BASE + 2 * size)

@@ -118,6 +118,21 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         out
     }
 
+    /// As [`Lru::shrink_to`], but never dropping `spared`, which still
+    /// weighs in: the others make room for it.
+    pub fn shrink_sparing(&mut self, budget: u64, spared: &K) -> Vec<(K, V)> {
+        let Some(slot) = self.map.remove(spared) else {
+            return self.shrink_to(budget);
+        };
+        self.order.remove(&slot.stamp);
+        self.bytes -= slot.bytes;
+        let out = self.shrink_to(budget.saturating_sub(slot.bytes));
+        self.bytes += slot.bytes;
+        self.order.insert(slot.stamp, spared.clone());
+        self.map.insert(spared.clone(), slot);
+        out
+    }
+
     /// Drop entries not used since `before`.
     pub fn drop_unused_since(&mut self, before: Instant) -> Vec<(K, V)> {
         let mut out = Vec::new();
@@ -173,6 +188,28 @@ mod tests {
         assert_eq!(lru.bytes(), 130);
         assert_eq!(lru.remove(&2), Some(20));
         assert_eq!((lru.bytes(), lru.len()), (30, 1));
+    }
+
+    #[test]
+    fn a_spared_entry_stays_and_the_others_make_room_for_it() {
+        let t = Instant::now();
+        let mut lru = Lru::default();
+        for k in 0..4u32 {
+            lru.insert(k, k, 100, t);
+        }
+        // 0 is the oldest, but spared: 1 and 2 go to fit 250 with it.
+        let gone: Vec<u32> = lru
+            .shrink_sparing(250, &0)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(gone, vec![1, 2]);
+        assert_eq!(lru.bytes(), 200);
+        // It keeps its place: the oldest still, for idle and shed rules.
+        assert_eq!(lru.pop_oldest().map(|(k, _, _)| k), Some(0));
+        // Sparing a key not held is shrinking.
+        lru.insert(7, 7, 300, t);
+        assert_eq!(lru.shrink_sparing(250, &0).len(), 1);
     }
 
     #[test]

@@ -27,6 +27,11 @@ impl FileVersion {
     }
 
     /// The version of the file at `path` (followed), if it can be read.
+    /// Its device and inode numbers (`st_dev`, `st_ino`).
+    pub fn inode(&self) -> (u64, u64) {
+        (self.dev, self.ino)
+    }
+
     pub fn at(path: &Path) -> Option<FileVersion> {
         std::fs::metadata(path).ok().map(|m| FileVersion::of(&m))
     }

@@ -3,8 +3,7 @@
 //! for naming and unwinding Go code. Layouts of Go 1.16 to 1.2x on 64-bit
 //! little-endian targets (`runtime/symtab.go`, `runtime/runtime2.go`).
 use crate::file_version::SharedReads;
-use crate::maps::Segments;
-use object::{Object, ObjectSection};
+use crate::maps::{Sections, Segments};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -128,8 +127,8 @@ impl GoTable {
     fn read(path: &Path) -> Option<GoTable> {
         let file = std::fs::File::open(path).ok()?;
         let cache = object::ReadCache::new(file);
-        let elf = object::File::parse(&cache).ok()?;
-        let text = elf.section_by_name(".text").map_or(0, |s| s.address());
+        let sections = Sections::of(&cache)?;
+        let text = sections.get(".text").map_or(0, |s| s.address);
         let loads = Segments::of(&cache)?;
         // Go's linker names the table's section (inside .data.rel.ro in
         // position-independent programs); the system linker (cgo, external
@@ -137,18 +136,18 @@ impl GoTable {
         // finds it. A Go program always has .go.buildinfo.
         let named = [".gopclntab", ".data.rel.ro.gopclntab"]
             .iter()
-            .find_map(|name| elf.section_by_name(name));
+            .find_map(|name| sections.get(name));
         if let Some(section) = named {
-            return GoTable::parse(section.data().ok()?.to_vec(), text, loads);
+            return GoTable::parse(section.data(&cache)?.to_vec(), text, loads);
         }
-        elf.section_by_name(".go.buildinfo")?;
-        let data = elf.section_by_name(".data.rel.ro")?.data().ok()?;
+        sections.get(".go.buildinfo")?;
+        let data = sections.get(".data.rel.ro")?.data(&cache)?;
         // The table is aligned; its header starts with a magic and 0, 0, 1, 8.
         (0..data.len().saturating_sub(8))
             .step_by(8)
             .filter(|&at| {
                 matches!(
-                    u32_at(data, at),
+                    u32_at(&data, at),
                     Some(0xffff_fffa | 0xffff_fff0 | 0xffff_fff1)
                 ) && data[at + 4..at + 8] == [0, 0, 1, 8]
             })
@@ -318,6 +317,7 @@ impl<'a> Func<'a> {
 #[cfg(test)]
 pub mod tests {
     use super::*;
+    use object::{Object, ObjectSection};
     use std::path::PathBuf;
     use std::process::Command;
 

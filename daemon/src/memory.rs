@@ -171,6 +171,9 @@ pub struct Governor {
     level: AtomicU8,
     usage: Mutex<Usage>,
     caches: Mutex<Vec<Arc<Cache>>>,
+    /// Called every [`RELEASE_EVERY`] readings: parts that map files drop
+    /// the pages they touched (see [`Governor::every_few_readings`]).
+    hooks: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
     /// Readings since the caches were last told to shed.
     since_shed: AtomicU64,
     /// Readings taken, and the last reading at which each level was in
@@ -185,6 +188,11 @@ pub struct Governor {
 pub const HOLD: u64 = 60;
 /// ...up to this many times (an hour).
 pub const MAX_HOLDS: u64 = 120;
+
+/// Readings between two calls of the hooks that release mapped pages
+/// (2 s): each release costs the faults that bring back what is still
+/// read.
+const RELEASE_EVERY: u64 = 4;
 
 /// Readings between two sheds while the pressure stays (a level entered
 /// sheds at once).
@@ -337,6 +345,16 @@ impl Governor {
         freed
     }
 
+    /// Call `f` before every [`RELEASE_EVERY`]th reading: mapped pages a
+    /// part no longer needs resident leave the resident set before it is
+    /// read.
+    pub fn every_few_readings(&self, f: impl Fn() + Send + Sync + 'static) {
+        self.hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Box::new(f));
+    }
+
     /// Take a reading and move to the level it calls for (shedding the
     /// caches while at [`Level::ShedCaches`] or above); the new level.
     pub fn step(&self, usage: Usage) -> Level {
@@ -487,6 +505,16 @@ pub async fn run(governor: Arc<Governor>, stop: impl std::future::Future<Output 
         tokio::select! {
             _ = tick.tick() => {}
             _ = &mut stop => return,
+        }
+        if governor.readings.load(Ordering::Relaxed) % RELEASE_EVERY == 0 {
+            for hook in governor
+                .hooks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+            {
+                hook();
+            }
         }
         let (resident, peak) = resident();
         let usage = Usage {

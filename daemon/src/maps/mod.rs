@@ -3,10 +3,12 @@
 //! file opened once and held (see `files`), so user addresses can be named
 //! even after the process is gone or its binaries were deleted.
 mod files;
+mod sections;
 mod segments;
 
 use crate::symbolize::perfmap::PerfMapTable;
 pub use files::{alive, module_name, open_file_stats, undeleted, ModuleFile, Target, OPEN_FILES};
+pub use sections::{Section, Sections};
 pub use segments::{Load, Segments};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

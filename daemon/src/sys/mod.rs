@@ -83,6 +83,154 @@ pub fn trim_heap() {
     }
 }
 
+/// Part of a file mapped read-only: its pages are read from the page cache
+/// when first touched, count in the resident set only while touched since
+/// the last [`Mapped::release`], and are shared with every process that
+/// maps the same file.
+#[derive(Debug)]
+pub struct Mapped {
+    at: std::ptr::NonNull<u8>,
+    /// The mapping's length, from the page holding `offset`.
+    len: usize,
+    /// Where the bytes asked for start in it.
+    skip: usize,
+}
+
+// SAFETY: the mapping is read-only and owned by this value; reading it
+// from several threads is reading immutable memory.
+unsafe impl Send for Mapped {}
+// SAFETY: as above; no method mutates the mapped bytes.
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    /// Map `len` bytes of `file` from `offset`.
+    pub fn file(file: &std::fs::File, offset: u64, len: usize) -> io::Result<Mapped> {
+        if len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let page = 4096u64;
+        let start = offset & !(page - 1);
+        let skip = (offset - start) as usize;
+        let total = skip + len;
+        let pgoff = libc::off_t::try_from(start)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: a new private read-only mapping of an open file, at an
+        // address the kernel chooses: no existing memory is affected.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                pgoff,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let at = std::ptr::NonNull::new(at.cast::<u8>())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        Ok(Mapped {
+            at,
+            len: total,
+            skip,
+        })
+    }
+
+    /// Drop its pages from the resident set (they stay in the page cache
+    /// and are read again when next touched).
+    pub fn release(&self) {
+        // SAFETY: [at, at + len) is this value's own private read-only file
+        // mapping, never written: MADV_DONTNEED drops only page table
+        // entries, and later reads see the same bytes.
+        unsafe {
+            libc::madvise(self.at.as_ptr().cast(), self.len, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` readable bytes for this value's life
+        // (unmapped only in drop), and `skip` < `len`.
+        unsafe { std::slice::from_raw_parts(self.at.as_ptr().add(self.skip), self.len - self.skip) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmapping this value's own mapping; no reference to its
+        // bytes outlives the value (Deref borrows it).
+        unsafe {
+            libc::munmap(self.at.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// Drop from the resident set the pages this process maps read-only of the
+/// files `files` names (by `st_dev` and `st_ino`), except
+/// files it also maps executable (its own program and libraries, whose
+/// read-only segments may hold relocated data). The pages stay in the page
+/// cache and fault back in when read again. Only the thread that maps and
+/// unmaps those files may call this, so that none of their mappings is
+/// replaced meanwhile. Bytes of mappings dropped.
+pub fn release_file_pages(files: &std::collections::HashSet<(u64, u64)>) -> u64 {
+    if files.is_empty() {
+        return 0;
+    }
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return 0;
+    };
+    // start-end perms offset major:minor inode path
+    let parse = |line: &str| -> Option<(usize, usize, bool, bool, (u64, u64))> {
+        let mut f = line.split_ascii_whitespace();
+        let (start, end) = f.next()?.split_once('-')?;
+        let perms = f.next()?.as_bytes();
+        let (major, minor) = f.nth(1)?.split_once(':')?;
+        let inode: u64 = f.next()?.parse().ok()?;
+        let (major, minor) = (
+            u64::from_str_radix(major, 16).ok()?,
+            u64::from_str_radix(minor, 16).ok()?,
+        );
+        let dev = ((major & 0xffff_f000) << 32)
+            | ((major & 0xfff) << 8)
+            | ((minor & 0xffff_ff00) << 12)
+            | (minor & 0xff);
+        let read_only = matches!(perms.get(..4), Some(b"r--p" | b"r--s"));
+        let exec = perms.get(2) == Some(&b'x');
+        Some((
+            usize::from_str_radix(start, 16).ok()?,
+            usize::from_str_radix(end, 16).ok()?,
+            read_only,
+            exec,
+            (dev, inode),
+        ))
+    };
+    let mappings: Vec<_> = maps.lines().filter_map(parse).collect();
+    let loaded: std::collections::HashSet<(u64, u64)> =
+        mappings.iter().filter(|m| m.3).map(|m| m.4).collect();
+    let mut released = 0;
+    for (start, end, read_only, _, file) in mappings {
+        if !read_only || end <= start || !files.contains(&file) || loaded.contains(&file) {
+            continue;
+        }
+        // SAFETY: [start, end) is a read-only mapping of a file the caller
+        // maps and unmaps on this thread, never written (it is mapped
+        // without PROT_WRITE and not one of the loader's segments):
+        // MADV_DONTNEED drops only its page table entries, and later reads
+        // see the same bytes, faulted in from the file (the page cache)
+        // again.
+        let r =
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        if r == 0 {
+            released += (end - start) as u64;
+        }
+    }
+    released
+}
+
 /// The instruction, stack and frame pointers (ip, sp, bp) here and up to
 /// `bytes` of the stack above them (fewer where the stack ends), as a
 /// PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER sample of this thread holds
@@ -130,4 +278,103 @@ fn own_registers() -> [u64; 3] {
 pub fn thread_cpu_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+
+    /// `len` bytes of `file` mapped read-only with `flags`, and a view of them.
+    fn map(file: &std::fs::File, len: usize, flags: i32) -> (*mut libc::c_void, &'static [u8]) {
+        // SAFETY: a fresh read-only mapping of the file at an address the
+        // kernel chooses; the caller unmaps it and drops the view first.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                flags,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        // SAFETY: `len` readable bytes, alive until the caller's munmap.
+        (at, unsafe {
+            std::slice::from_raw_parts(at as *const u8, len)
+        })
+    }
+
+    /// Resident KiB of the mapping starting at `start`, from smaps.
+    fn rss_kib(start: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let head = format!("{start:x}-");
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+        lines.next().expect("the mapping is listed");
+        lines
+            .find_map(|l| l.strip_prefix("Rss:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            .unwrap()
+    }
+
+    #[test]
+    fn released_file_pages_leave_the_resident_set_and_read_the_same() {
+        let path = std::env::temp_dir().join(format!("profd-release-{}", std::process::id()));
+        let bytes: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let meta = file.metadata().unwrap();
+        let len = bytes.len();
+        let (at, mapped) = map(&file, len, libc::MAP_PRIVATE);
+        assert!(mapped == &bytes[..]);
+        assert!(rss_kib(at as usize) >= 4096, "read whole: resident");
+
+        let other: HashSet<(u64, u64)> = [(meta.dev(), meta.ino() + 1)].into();
+        assert_eq!(super::release_file_pages(&other), 0, "another file's");
+        assert!(rss_kib(at as usize) >= 4096);
+
+        let this: HashSet<(u64, u64)> = [(meta.dev(), meta.ino())].into();
+        assert_eq!(super::release_file_pages(&this), len as u64);
+        assert_eq!(rss_kib(at as usize), 0, "released");
+        assert!(mapped == &bytes[..], "read again, the same bytes");
+
+        // Mapped shared (as blazesym maps the files it parses), the same.
+        let (shared, view) = map(&file, len, libc::MAP_SHARED);
+        assert!(view == &bytes[..]);
+        assert!(rss_kib(shared as usize) >= 4096);
+        assert_eq!(super::release_file_pages(&this), 2 * len as u64);
+        assert_eq!(rss_kib(shared as usize), 0);
+        assert!(view == &bytes[..]);
+        // SAFETY: unmapping the shared mapping made above, no longer read.
+        unsafe { libc::munmap(shared, len) };
+
+        // The daemon's own program is never released, though named.
+        let exe = std::fs::metadata("/proc/self/exe").unwrap();
+        let own: HashSet<(u64, u64)> = [(exe.dev(), exe.ino())].into();
+        assert_eq!(super::release_file_pages(&own), 0);
+        // SAFETY: unmapping the mapping made above, no longer read.
+        unsafe { libc::munmap(at, len) };
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn mapped_parts_of_a_file_read_its_bytes_and_release_their_pages() {
+        let path = std::env::temp_dir().join(format!("profd-mapped-{}", std::process::id()));
+        let bytes: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // Not page-aligned, to the end.
+        let part = super::Mapped::file(&file, 5000, bytes.len() - 5000).unwrap();
+        assert!(*part == bytes[5000..]);
+        let start = part.at.as_ptr() as usize;
+        assert!(rss_kib(start) >= 1000);
+        part.release();
+        assert_eq!(rss_kib(start), 0);
+        assert!(*part == bytes[5000..], "read again");
+        assert!(super::Mapped::file(&file, 0, 0).is_err());
+        drop(part);
+        std::fs::remove_file(&path).unwrap();
+    }
 }

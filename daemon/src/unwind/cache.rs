@@ -213,6 +213,11 @@ impl<T: Weigh> Cache<T> {
         self.evict(&mut state, 0, true)
     }
 
+    /// Call `f` on every value held.
+    pub fn for_each(&self, f: impl Fn(&T)) {
+        self.lock().entries.values().for_each(|h| f(&h.value));
+    }
+
     /// The counts, and the bytes held now.
     pub fn counters(&self) -> Counters {
         self.lock().counters

@@ -4,14 +4,68 @@
 //! place a mapping; read from the file once per version and held in the
 //! daemon's cache of them (`UNWIND_DATA`, see `cache`).
 use super::cache::{Cache, Counters, Held, Weigh, DEFAULT_BUDGET};
-use crate::maps::{Load, Segments};
+use crate::maps::{Load, Section, Sections, Segments};
 use framehop::ExplicitModuleSectionInfo;
-use object::{Object, ObjectSection};
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-pub(super) type Data = Arc<[u8]>;
+/// A section's bytes: mapped from the file (their pages resident only
+/// while read lately, see [`ElfUnwindData::release_pages`]), or decompressed.
+#[derive(Debug, Clone)]
+pub enum Data {
+    Mapped(Arc<crate::sys::Mapped>),
+    Owned(Arc<[u8]>),
+}
+
+impl Default for Data {
+    fn default() -> Data {
+        Data::Owned(Arc::from(&[][..]))
+    }
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Mapped(m) => m,
+            Data::Owned(o) => o,
+        }
+    }
+}
+
+impl Data {
+    /// The section `s` of `file` (read through `cache`).
+    fn of(
+        s: &Section,
+        file: &std::fs::File,
+        cache: &object::ReadCache<std::fs::File>,
+    ) -> Option<Data> {
+        if !s.compressed() {
+            if let Some((offset, len)) = s.stored_range() {
+                if let Ok(m) = crate::sys::Mapped::file(file, offset, len as usize) {
+                    return Some(Data::Mapped(Arc::new(m)));
+                }
+            }
+        }
+        Some(Data::Owned(Arc::from(&s.data(cache)?[..])))
+    }
+
+    /// What it keeps resident: decompressed bytes, and an eighth of mapped
+    /// ones (the pages the lookups of a second touch).
+    fn weight(&self) -> u64 {
+        match self {
+            Data::Mapped(m) => m.len() as u64 / 8,
+            Data::Owned(o) => o.len() as u64,
+        }
+    }
+
+    fn release(&self) {
+        if let Data::Mapped(m) = self {
+            m.release();
+        }
+    }
+}
 
 /// What framehop needs of one ELF file, read once.
 #[derive(Debug)]
@@ -35,7 +89,7 @@ pub struct ElfUnwindData {
 
 impl Weigh for ElfUnwindData {
     fn weight(&self) -> u64 {
-        let len = |d: Option<&Data>| d.map_or(0, |d| d.len() as u64);
+        let len = |d: Option<&Data>| d.map_or(0, Data::weight);
         len(self.eh_frame.as_ref().map(|(_, d)| d))
             + len(self.eh_frame_hdr.as_ref().map(|(_, d)| d))
             + len(self.debug_frame.as_ref())
@@ -47,20 +101,15 @@ impl Weigh for ElfUnwindData {
 impl ElfUnwindData {
     pub(super) fn read(path: &Path) -> Option<ElfUnwindData> {
         let file = std::fs::File::open(path).ok()?;
-        let cache = object::ReadCache::new(file);
-        let elf = object::File::parse(&cache).ok()?;
+        let cache = object::ReadCache::new(file.try_clone().ok()?);
+        let sections = Sections::of(&cache)?;
         let section = |name: &str| -> Option<(Range<u64>, Data)> {
-            let s = elf.section_by_name(name)?;
-            let data = s.uncompressed_data().ok()?;
-            Some((s.address()..s.address() + s.size(), Arc::from(&data[..])))
+            let s = sections.get(name)?;
+            Some((s.range(), Data::of(s, &file, &cache)?))
         };
         let loads = Segments::of(&cache)?;
-        let text = elf
-            .section_by_name(".text")
-            .map(|s| s.address()..s.address() + s.size());
-        let got = elf
-            .section_by_name(".got")
-            .map(|s| s.address()..s.address() + s.size());
+        let text = sections.get(".text").map(|s| s.range());
+        let got = sections.get(".got").map(|s| s.range());
         let eh_frame = section(".eh_frame");
         let eh_frame_hdr = section(".eh_frame_hdr");
         let debug_frame = section(".debug_frame").map(|(_, d)| d);
@@ -99,6 +148,16 @@ impl ElfUnwindData {
             got,
             loads,
         })
+    }
+
+    /// Drop the resident pages of its mapped sections.
+    pub(super) fn release_pages(&self) {
+        let sections = [
+            self.eh_frame.as_ref().map(|(_, d)| d),
+            self.eh_frame_hdr.as_ref().map(|(_, d)| d),
+            self.debug_frame.as_ref(),
+        ];
+        sections.into_iter().flatten().for_each(Data::release);
     }
 
     /// The sections framehop unwinds the module with: .eh_frame (and its
@@ -177,6 +236,11 @@ pub fn set_budget(bytes: u64) {
 /// Bytes of unwind tables held now.
 pub fn bytes() -> u64 {
     UNWIND_DATA.counters().bytes
+}
+
+/// Drop the resident pages of the unwind tables mapped from their files.
+pub fn release_pages() {
+    UNWIND_DATA.for_each(ElfUnwindData::release_pages);
 }
 
 /// Drop the unwind tables no unwinder uses now; the bytes freed.

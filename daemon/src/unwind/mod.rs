@@ -19,7 +19,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use elf::{bytes, counters, epoch, set_budget, shed};
+pub use elf::{bytes, counters, epoch, release_pages, set_budget, shed};
 
 /// Most frames followed in one stack.
 pub const MAX_FRAMES: usize = 256;

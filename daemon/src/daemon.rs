@@ -221,14 +221,15 @@ impl Daemon {
         );
         memory.register(
             "unwind tables",
-            20,
+            10,
             crate::unwind::bytes,
             crate::unwind::shed,
             crate::unwind::set_budget,
         );
+        memory.every_few_readings(crate::unwind::release_pages);
         memory.register(
             "symbolizer",
-            20,
+            30,
             symbolize::bytes,
             symbolize::shed,
             symbolize::set_budget,

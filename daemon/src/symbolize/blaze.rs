@@ -72,7 +72,14 @@ pub struct Worker {
     budget: Budget,
     /// A budget of its own instead of [`super::budget`]'s (tests).
     fixed: Option<Budget>,
+    /// When the pages of the files parsed last left the resident set.
+    released: Instant,
 }
+
+/// How often the pages of the files blazesym maps leave the resident set
+/// (reading this process's mappings to find them costs more than a
+/// request).
+const RELEASE_EVERY: Duration = Duration::from_secs(1);
 
 /// Source file names, shared between the frames of one request.
 #[derive(Default)]
@@ -170,6 +177,7 @@ impl Worker {
             plt: PltTables::default(),
             budget: Budget::of(super::budget()),
             fixed: None,
+            released: Instant::now(),
         }
     }
 
@@ -179,6 +187,7 @@ impl Worker {
         Worker {
             budget,
             fixed: Some(budget),
+            released: Instant::now(),
             ..Worker::new(debug_dirs)
         }
     }
@@ -218,6 +227,7 @@ impl Worker {
             self.names.shrink_to(self.names.bytes() / 2);
         }
         self.shrink();
+        self.release_pages(shed);
         released > 0
     }
 
@@ -225,6 +235,7 @@ impl Worker {
     /// asked for through `paths`.
     fn release(&mut self, held: &Held, paths: Vec<PathBuf>) {
         STATS.evictions.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(?held, ?paths, "symbolizer: data let go of");
         match held {
             Held::Kernel => self.kernel = None,
             Held::File(_) => {
@@ -252,8 +263,12 @@ impl Worker {
             self.drop_path(&path);
         }
         // kallsyms serves nearly every request (kernel frames): the files
-        // make room for it; it goes only when idle or shed.
-        for (h, paths) in self.held.shrink_sparing(self.budget.parsed, &Held::Kernel) {
+        // make room for it; it goes only when idle or shed. Of the files,
+        // those used most stay.
+        for (h, paths) in self
+            .held
+            .shrink_by_use(self.budget.parsed, Some(&Held::Kernel))
+        {
             self.release(&h, paths);
         }
         self.publish();
@@ -327,8 +342,9 @@ impl Worker {
         let key = Held::File(version);
         if self.held.get(&key, now).is_none() {
             STATS.loads.fetch_add(1, Ordering::Relaxed);
-            self.held
-                .insert(key.clone(), Vec::new(), resident_estimate(path), now);
+            let weight = resident_estimate(path);
+            tracing::debug!(path = %path.display(), weight, "symbolizer: a file's data read");
+            self.held.insert(key.clone(), Vec::new(), weight, now);
         }
         if self.paths.insert(path.to_path_buf(), version).is_none() {
             let mut oldest = None;
@@ -412,10 +428,31 @@ impl Worker {
                 out[i] = Some(vec![named.unwrap_or(placeholder)]);
             }
         }
+        self.release_pages(false);
         out.into_iter()
             .zip(addrs)
             .map(|(frames, &addr)| frames.unwrap_or_else(|| vec![Frame::unknown(addr)]))
             .collect()
+    }
+
+    /// The pages of the files blazesym maps (symbol tables, DWARF) leave
+    /// the resident set once a request is answered: they stay in the page
+    /// cache, and the next request faults in the few it reads. What stays
+    /// resident is what [`resident_estimate`] weighs. At most every
+    /// [`RELEASE_EVERY`], unless `now_anyway`.
+    fn release_pages(&mut self, now_anyway: bool) {
+        let now = Instant::now();
+        if !now_anyway && now.duration_since(self.released) < RELEASE_EVERY {
+            return;
+        }
+        self.released = now;
+        let mut files: HashSet<(u64, u64)> = self.debug.inodes().collect();
+        for held in self.held.keys() {
+            if let Held::File(version) = held {
+                files.insert(version.inode());
+            }
+        }
+        crate::sys::release_file_pages(&files);
     }
 
     fn kernel(&mut self, addrs: &[u64], out: &mut [Option<Vec<Frame>>], files: &mut Files) {
@@ -462,7 +499,8 @@ impl Worker {
     ) {
         let now = Instant::now();
         let Some(key) = FileKey::of(readable, &group.module) else {
-            return self.parse(maps, readable, group, out, jit, files);
+            self.parse(maps, readable, group, out, jit, files);
+            return;
         };
         group
             .items
@@ -479,18 +517,28 @@ impl Worker {
         }
         let new = group.items.clone();
         group.version = Some(key.version());
-        self.parse(maps, readable, group, out, jit, files);
+        let functions: HashMap<usize, std::ops::Range<u64>> = self
+            .parse(maps, readable, group, out, jit, files)
+            .into_iter()
+            .collect();
         for (i, off) in new {
-            if let Some(frames) = &out[i] {
-                self.names
-                    .insert(&key, off, frames.clone(), now, self.budget.names);
+            let Some(frames) = &out[i] else { continue };
+            let frames = frames.clone();
+            match functions.get(&i).cloned().map(|range| (i, range)) {
+                Some((_, range)) => {
+                    self.names
+                        .insert_function(&key, range, frames, now, self.budget.names)
+                }
+                None => self.names.insert(&key, off, frames, now, self.budget.names),
             }
         }
     }
 
     /// Name the addresses of one mapped file: from its split debug file if
     /// it has one, else (and for what that misses) from the file itself;
-    /// what stays unnamed goes to the perf-map look-up.
+    /// what stays unnamed goes to the perf-map look-up. The functions named
+    /// by their symbol alone (no line, nothing inlined): the index of an
+    /// address in each, and the function's range of file offsets.
     fn parse(
         &mut self,
         maps: &ProcessMaps,
@@ -499,7 +547,8 @@ impl Worker {
         out: &mut [Option<Vec<Frame>>],
         jit: &mut Vec<(usize, Frame)>,
         files: &mut Files,
-    ) {
+    ) -> Vec<(usize, std::ops::Range<u64>)> {
+        let mut functions = Vec::new();
         let Group {
             path,
             module,
@@ -543,7 +592,7 @@ impl Worker {
             }
         }
         if left.is_empty() {
-            return;
+            return functions;
         }
         let offsets: Vec<u64> = left.iter().map(|&(_, off)| off).collect();
         self.used_file(readable);
@@ -553,7 +602,12 @@ impl Worker {
             Ok(results) => {
                 for (&(i, off), r) in left.iter().zip(results) {
                     match r {
-                        Symbolized::Sym(s) => out[i] = Some(frames_of(&s, &module, files)),
+                        Symbolized::Sym(s) => {
+                            if let Some(range) = function_range(&s, off) {
+                                functions.push((i, range));
+                            }
+                            out[i] = Some(frames_of(&s, &module, files));
+                        }
                         Symbolized::Unknown(_) => unnamed.push((i, off)),
                     }
                 }
@@ -564,7 +618,7 @@ impl Worker {
             }
         }
         if unnamed.is_empty() {
-            return;
+            return functions;
         }
         // Go programs without symbols (linked with -s) still have their
         // function table.
@@ -579,30 +633,42 @@ impl Worker {
                 None => jit.push((i, Frame::unnamed(format!("{module}+{off:#x}"), &module))),
             }
         }
+        functions
     }
 }
 
-/// What blazesym keeps of the ELF file at `path` once it named addresses
-/// in it, in memory and mapped pages: the sections it reads whole (symbol
-/// tables, DWARF, Go's function table; compressed ones also decompressed),
-/// its index of the symbols (8 bytes for a symbol's 24), and an eighth of
-/// the string tables (only the names of symbols found are read). The code and data of the
-/// file are mapped but never read. The file's size when it cannot be
-/// parsed.
+/// The file offsets of the function `sym` names, when its name is all that
+/// names an address in it (no line, nothing inlined: every address in it
+/// is named the same); `off` is the offset asked about.
+fn function_range(sym: &Sym<'_>, off: u64) -> Option<std::ops::Range<u64>> {
+    if sym.code_info.is_some() || !sym.inlined.is_empty() {
+        return None;
+    }
+    let size = sym.size? as u64;
+    let start = off.checked_sub(sym.offset as u64)?;
+    (size > 0 && (sym.offset as u64) < size).then(|| start..start + size)
+}
+
+/// What blazesym keeps resident of the ELF file at `path` once it named
+/// addresses in it: its index of the symbols (8 bytes for a symbol's 24),
+/// compressed sections decompressed, and about a quarter of the size of
+/// DWARF in the units and line tables it builds. The file's sections are
+/// mapped, and their pages released after each request
+/// ([`Worker::release_pages`]): they weigh a sixteenth, for what a request
+/// reads. The file's size when it cannot be parsed.
 pub fn resident_estimate(path: &Path) -> u64 {
-    use object::{Object, ObjectSection};
     const BASE: u64 = 64 << 10;
     let Ok(file) = std::fs::File::open(path) else {
         return BASE;
     };
     let size = file.metadata().map_or(0, |m| m.len());
     let cache = object::ReadCache::new(file);
-    let Ok(elf) = object::File::parse(&cache) else {
+    let Some(sections) = crate::maps::Sections::of(&cache) else {
         return BASE + size;
     };
     let mut bytes = BASE;
-    for section in elf.sections() {
-        let name = section.name().unwrap_or("");
+    for section in sections.iter() {
+        let name = section.name.as_str();
         let read = matches!(
             name,
             ".symtab" | ".strtab" | ".dynsym" | ".dynstr" | ".gopclntab" | ".gnu_debugdata"
@@ -611,21 +677,15 @@ pub fn resident_estimate(path: &Path) -> u64 {
         if !read {
             continue;
         }
-        let Ok(range) = section.compressed_file_range() else {
-            continue;
-        };
-        if matches!(name, ".strtab" | ".dynstr") {
-            // Only the names of the symbols found are read.
-            bytes += range.compressed_size / 8;
-            continue;
-        }
-        bytes += range.compressed_size;
-        if range.format != object::CompressionFormat::None {
-            bytes += range.uncompressed_size;
+        bytes += section.stored_size() / 16;
+        if section.compressed() {
+            bytes += section.uncompressed_size();
+        } else if name.starts_with(".debug_") {
+            bytes += section.stored_size() / 4;
         }
         if matches!(name, ".symtab" | ".dynsym") {
             // blazesym's index of them by address: a word a symbol.
-            bytes += range.uncompressed_size / 3;
+            bytes += section.uncompressed_size() / 3;
         }
     }
     bytes.min(BASE + 2 * size)

@@ -7,9 +7,8 @@
 //! found is kept for the [`MAX_BINARIES`] binaries used most recently.
 use super::lru::Lru;
 use crate::file_version::FileVersion;
-use crate::maps::{Segments, Target};
-use object::read::elf::ElfFile64;
-use object::{Endianness, Object, ReadCache};
+use crate::maps::{Sections, Segments, Target};
+use object::ReadCache;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -21,6 +20,8 @@ pub struct DebugFile {
     /// `/proc/self/fd/N` of the held file.
     pub path: PathBuf,
     _file: File,
+    /// Its device and inode numbers.
+    pub inode: (u64, u64),
     /// The binary's load segments.
     segments: Segments,
 }
@@ -53,14 +54,14 @@ struct Needs {
 
 fn inspect(file: File) -> Option<Needs> {
     let cache = ReadCache::new(file);
-    let elf = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
-    if elf.section_by_name(".debug_info").is_some() {
+    let sections = Sections::of(&cache)?;
+    if sections.get(".debug_info").is_some() {
         return None; // It has its own.
     }
     let segments = Segments::of(&cache)?;
     Some(Needs {
-        build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
-        link: elf.gnu_debuglink().ok().flatten().map(|(n, _)| n.to_vec()),
+        build_id: sections.build_id(&cache),
+        link: sections.debuglink(&cache),
         segments,
     })
 }
@@ -69,9 +70,9 @@ fn inspect(file: File) -> Option<Needs> {
 /// anything else.
 fn debug_elf(file: &File) -> Option<Option<Vec<u8>>> {
     let cache = ReadCache::new(file.try_clone().ok()?);
-    let elf = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
-    let has_debug = elf.section_by_name(".debug_info").is_some() || elf.symbol_table().is_some();
-    has_debug.then(|| elf.build_id().ok().flatten().map(<[u8]>::to_vec))
+    let sections = Sections::of(&cache)?;
+    let has_debug = sections.get(".debug_info").is_some() || sections.get(".symtab").is_some();
+    has_debug.then(|| sections.build_id(&cache))
 }
 
 fn link_name(needs: &Needs) -> Option<&Path> {
@@ -115,6 +116,13 @@ impl DebugFiles {
     /// last call: the descriptor number may name another file next.
     pub fn take_closed(&mut self) -> Vec<PathBuf> {
         std::mem::take(&mut self.closed)
+    }
+
+    /// The device and inode numbers of the debug files held open.
+    pub fn inodes(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.found
+            .keys()
+            .filter_map(|k| self.found.peek(k).and_then(|f| f.as_ref()).map(|f| f.inode))
     }
 
     /// Debug files held open now.
@@ -193,12 +201,13 @@ impl DebugFiles {
                     continue;
                 }
             }
-            if !file.metadata().is_ok_and(|m| m.is_file()) {
+            let Some(meta) = file.metadata().ok().filter(|m| m.is_file()) else {
                 continue;
-            }
+            };
             return Some(Rc::new(DebugFile {
                 path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
                 _file: file,
+                inode: FileVersion::of(&meta).inode(),
                 segments: needs.segments,
             }));
         }

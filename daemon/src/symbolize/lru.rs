@@ -1,6 +1,7 @@
 //! A least-recently-used map whose entries each weigh some bytes: the
 //! symbolizer's caches (names, PLT tables, parsed files) keep their total
-//! under a budget by dropping the entries used longest ago first.
+//! under a budget by dropping the entries used longest ago first, or (the
+//! parsed files) those used least, aged by what went before.
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::time::Instant;
@@ -11,6 +12,10 @@ struct Slot<V> {
     /// Order of last use (a counter: two uses at one instant keep order).
     stamp: u64,
     used: Instant,
+    /// Its rank for [`Lru::shrink_by_use`]: the floor when last used plus
+    /// its uses since it came in.
+    rank: u64,
+    uses: u64,
 }
 
 /// Entries by key, with their weight and last use.
@@ -19,6 +24,8 @@ pub struct Lru<K, V> {
     order: BTreeMap<u64, K>,
     next: u64,
     bytes: u64,
+    /// The rank of the last entry [`Lru::shrink_by_use`] dropped.
+    floor: u64,
 }
 
 impl<K, V> Default for Lru<K, V> {
@@ -28,6 +35,7 @@ impl<K, V> Default for Lru<K, V> {
             order: BTreeMap::new(),
             next: 0,
             bytes: 0,
+            floor: 0,
         }
     }
 }
@@ -39,6 +47,8 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         self.order.remove(&slot.stamp);
         slot.stamp = self.next;
         slot.used = now;
+        slot.uses += 1;
+        slot.rank = self.floor + slot.uses;
         self.next += 1;
         self.order.insert(slot.stamp, key.clone());
         Some(&slot.value)
@@ -70,6 +80,8 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
                 bytes,
                 stamp,
                 used: now,
+                rank: self.floor + 1,
+                uses: 1,
             },
         );
     }
@@ -118,18 +130,43 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         out
     }
 
-    /// As [`Lru::shrink_to`], but never dropping `spared`, which still
-    /// weighs in: the others make room for it.
-    pub fn shrink_sparing(&mut self, budget: u64, spared: &K) -> Vec<(K, V)> {
-        let Some(slot) = self.map.remove(spared) else {
-            return self.shrink_to(budget);
-        };
-        self.order.remove(&slot.stamp);
-        self.bytes -= slot.bytes;
-        let out = self.shrink_to(budget.saturating_sub(slot.bytes));
-        self.bytes += slot.bytes;
-        self.order.insert(slot.stamp, spared.clone());
-        self.map.insert(spared.clone(), slot);
+    /// Drop entries until they weigh at most `budget`, never `spared`
+    /// (which still weighs in): first the newest if it alone weighs more,
+    /// then those of the lowest rank (Greedy-Dual-Size-Frequency with the
+    /// cost of an entry taken as its weight: the files of a cycle of
+    /// requests larger than the budget do not push each other out in turn,
+    /// as they would least recently used first; the ones used most stay,
+    /// and what was used often long ago ages out as the floor rises).
+    pub fn shrink_by_use(&mut self, budget: u64, spared: Option<&K>) -> Vec<(K, V)> {
+        let mut out = Vec::new();
+        let spared_bytes = spared.and_then(|k| self.map.get(k)).map_or(0, |s| s.bytes);
+        let budget = budget.saturating_sub(spared_bytes);
+        let over = |lru: &Self| lru.bytes - spared_bytes > budget;
+        if over(self) {
+            let newest = self.order.last_key_value().map(|(_, k)| k.clone());
+            if let Some(k) = newest
+                .filter(|k| Some(k) != spared && self.map.get(k).is_some_and(|s| s.bytes > budget))
+            {
+                if let Some(v) = self.remove(&k) {
+                    out.push((k, v));
+                }
+            }
+        }
+        while over(self) {
+            let victim = self
+                .map
+                .iter()
+                .filter(|(k, _)| Some(*k) != spared)
+                // Of equal ranks the newest: it came in last, the others
+                // earned theirs.
+                .min_by_key(|(_, s)| (s.rank, std::cmp::Reverse(s.stamp)))
+                .map(|(k, s)| (k.clone(), s.rank));
+            let Some((k, rank)) = victim else { break };
+            self.floor = self.floor.max(rank);
+            if let Some(v) = self.remove(&k) {
+                out.push((k, v));
+            }
+        }
         out
     }
 
@@ -191,25 +228,56 @@ mod tests {
     }
 
     #[test]
-    fn a_spared_entry_stays_and_the_others_make_room_for_it() {
+    fn files_used_most_stay_when_a_cycle_outgrows_the_budget() {
         let t = Instant::now();
         let mut lru = Lru::default();
-        for k in 0..4u32 {
-            lru.insert(k, k, 100, t);
+        // Requests cycle over five files of 100 bytes with room for three:
+        // least recently used first, every use would be a miss.
+        let mut misses = 0;
+        for round in 0..20 {
+            for k in 0..5u32 {
+                if lru.get(&k, t).is_none() {
+                    misses += 1;
+                    lru.insert(k, (), 100, t);
+                }
+                lru.shrink_by_use(300, None);
+                assert!(lru.bytes() <= 300, "round {round}");
+            }
         }
-        // 0 is the oldest, but spared: 1 and 2 go to fit 250 with it.
-        let gone: Vec<u32> = lru
-            .shrink_sparing(250, &0)
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
-        assert_eq!(gone, vec![1, 2]);
-        assert_eq!(lru.bytes(), 200);
-        // It keeps its place: the oldest still, for idle and shed rules.
-        assert_eq!(lru.pop_oldest().map(|(k, _, _)| k), Some(0));
-        // Sparing a key not held is shrinking.
-        lru.insert(7, 7, 300, t);
-        assert_eq!(lru.shrink_sparing(250, &0).len(), 1);
+        // Two of them stay for good; the third place turns over.
+        assert!(misses <= 5 + 3 * 20, "{misses} misses of 100 uses");
+        // What was used often long ago ages out for what is used now.
+        let mut lru = Lru::default();
+        lru.insert("old", (), 100, t);
+        for _ in 0..50 {
+            lru.get(&"old", t);
+        }
+        let mut kept_new = false;
+        for i in 0..200u32 {
+            let k: &'static str = ["a", "b", "c"][i as usize % 3];
+            if lru.get(&k, t).is_none() {
+                lru.insert(k, (), 100, t);
+            }
+            lru.shrink_by_use(300, None);
+            kept_new |= lru.peek(&"old").is_none();
+        }
+        assert!(kept_new, "the old favourite went");
+        assert!(["a", "b", "c"].iter().all(|k| lru.peek(k).is_some()));
+        // The spared one stays, weighing in; one heavier than all goes alone.
+        let mut lru = Lru::default();
+        lru.insert(0u32, (), 100, t);
+        lru.insert(1, (), 100, t);
+        lru.insert(2, (), 100, t);
+        let shrink = |lru: &mut Lru<u32, ()>, budget| -> Vec<u32> {
+            let gone = lru.shrink_by_use(budget, Some(&0));
+            gone.into_iter().map(|(k, _)| k).collect()
+        };
+        assert_eq!(
+            (shrink(&mut lru, 150).len(), lru.peek(&0).is_some()),
+            (2, true)
+        );
+        lru.insert(9, (), 500, t);
+        assert_eq!(shrink(&mut lru, 300), vec![9]);
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! already profiled, or a new process using the same libraries, is named
 //! without parsing those files again (their parsed data is released soon;
 //! see `super::blaze`). Keyed by the file's version (`FileVersion`), module
-//! name and file offset. Each address's frames weigh their bytes; the
-//! addresses used longest ago go first when the names weigh more than their
-//! budget, and any unused for [`NAMES_IDLE`].
+//! name and file offset, or a function's range of offsets when its name is
+//! all there is (a symbol without line or inlining information): every
+//! address in the function is then named without parsing the file again.
+//! Each entry's frames weigh their bytes; the entries used longest ago go
+//! first when the names weigh more than their budget, and any unused for
+//! [`NAMES_IDLE`].
 use super::frame::Frame;
 use super::lru::Lru;
 use crate::file_version::FileVersion;
@@ -59,6 +62,8 @@ pub struct Names {
     entries: Lru<(Arc<FileKey>, u64), Vec<Frame>>,
     /// One shared key per file (with the count of its entries).
     keys: std::collections::HashMap<FileKey, (Arc<FileKey>, usize)>,
+    /// Per file, the functions kept as ranges: start offset → end.
+    ranges: std::collections::HashMap<Arc<FileKey>, std::collections::BTreeMap<u64, u64>>,
     evicted: u64,
 }
 
@@ -66,7 +71,43 @@ impl Names {
     /// The frames of `offset` in `file`, if named before.
     pub fn get(&mut self, file: &FileKey, offset: u64, now: Instant) -> Option<&Vec<Frame>> {
         let key = self.keys.get(file)?.0.clone();
+        let start = self
+            .ranges
+            .get(&key)
+            .and_then(|r| r.range(..=offset).next_back())
+            .filter(|(_, &end)| offset < end)
+            .map(|(&start, _)| start);
+        if let Some(start) = start {
+            if self.entries.peek(&(key.clone(), start)).is_some() {
+                return self.entries.get(&(key, start), now);
+            }
+        }
         self.entries.get(&(key, offset), now)
+    }
+
+    /// Keep the frames of the function at offsets `range` of `file`: every
+    /// offset in it names the same (see [`Names::insert`]).
+    pub fn insert_function(
+        &mut self,
+        file: &FileKey,
+        range: std::ops::Range<u64>,
+        frames: Vec<Frame>,
+        now: Instant,
+        budget: u64,
+    ) {
+        if range.is_empty() {
+            return;
+        }
+        self.insert(file, range.start, frames, now, budget);
+        if let Some((key, _)) = self.keys.get(file) {
+            let key = key.clone();
+            if self.entries.peek(&(key.clone(), range.start)).is_some() {
+                self.ranges
+                    .entry(key)
+                    .or_default()
+                    .insert(range.start, range.end);
+            }
+        }
     }
 
     /// Keep the frames `offset` in `file` was named with, then drop the
@@ -108,8 +149,14 @@ impl Names {
     }
 
     fn forget(&mut self, gone: impl Iterator<Item = (Arc<FileKey>, u64)>) {
-        for (file, _) in gone {
+        for (file, offset) in gone {
             self.evicted += 1;
+            if let Some(ranges) = self.ranges.get_mut(&file) {
+                ranges.remove(&offset);
+                if ranges.is_empty() {
+                    self.ranges.remove(&file);
+                }
+            }
             if let Some((_, count)) = self.keys.get_mut(&*file) {
                 *count -= 1;
                 if *count == 0 {
@@ -178,5 +225,28 @@ mod tests {
         assert!(names.entries.bytes() <= each * 10);
         names.evict_idle(t0 + NAMES_IDLE + Duration::from_secs(1));
         assert_eq!((names.len(), names.keys.len()), (0, 0));
+    }
+
+    /// A function kept as a range names every offset in it, and only
+    /// those; it goes as one entry.
+    #[test]
+    fn a_function_names_every_offset_in_its_range() {
+        let mut names = Names::default();
+        let t0 = Instant::now();
+        let f = vec![Frame::named("f", "m")];
+        let g = vec![Frame::named("g", "m")];
+        names.insert_function(&key(1), 0x100..0x180, f.clone(), t0, u64::MAX);
+        names.insert(&key(1), 0x200, g.clone(), t0, u64::MAX);
+        for off in [0x100, 0x101, 0x17f] {
+            assert_eq!(names.get(&key(1), off, t0), Some(&f), "{off:#x}");
+        }
+        assert_eq!(names.get(&key(1), 0x180, t0), None);
+        assert_eq!(names.get(&key(1), 0xff, t0), None);
+        assert_eq!(names.get(&key(2), 0x100, t0), None, "another file");
+        assert_eq!(names.get(&key(1), 0x200, t0), Some(&g));
+        assert_eq!(names.len(), 2);
+        names.shrink_to(0);
+        assert_eq!(names.get(&key(1), 0x140, t0), None);
+        assert!(names.ranges.is_empty());
     }
 }

@@ -438,7 +438,7 @@ fn names_are_shared_by_processes_and_outlive_the_parsed_files() {
 /// used let go of first; a file let go of and named again gives the same
 /// names; one larger than the budget is let go of once named.
 #[test]
-fn parsed_files_stay_within_the_budget_least_recently_used_first() {
+fn parsed_files_stay_within_the_budget_those_used_most_kept() {
     let dir = scratch("budget");
     let progs: Vec<PathBuf> = ["-O0", "-O1", "-O2"]
         .iter()
@@ -480,15 +480,22 @@ fn parsed_files_stay_within_the_budget_least_recently_used_first() {
             .collect()
     };
     let first = name(&mut worker, 0);
+    name(&mut worker, 0);
     name(&mut worker, 1);
     assert_eq!(held(&worker), [progs[0].clone(), progs[1].clone()]);
     name(&mut worker, 2);
     assert_eq!(
         held(&worker),
-        [progs[1].clone(), progs[2].clone()],
-        "the oldest went"
+        [progs[0].clone(), progs[1].clone()],
+        "a newcomer used no more than those held went"
     );
-    assert_eq!(name(&mut worker, 0), first, "read again, named the same");
+    name(&mut worker, 2);
+    assert_eq!(
+        held(&worker),
+        [progs[0].clone(), progs[2].clone()],
+        "used again, it took the place of the one used least"
+    );
+    assert_eq!(name(&mut worker, 0), first, "named the same");
     assert_eq!(held(&worker), [progs[2].clone(), progs[0].clone()]);
 
     // A budget smaller than any file: nothing stays parsed, names are right.
@@ -542,4 +549,40 @@ fn paths_to_one_file_hold_one_parsed_copy() {
     assert_eq!(worker.held(), once);
     assert_eq!(once.0.len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A function named by its symbol alone names its other addresses from
+/// the names kept, without parsing the file again; one with lines and
+/// inlined code is named address by address.
+#[test]
+fn a_function_named_by_its_symbol_names_its_other_addresses_unparsed() {
+    let dir = scratch("functions");
+    let plain = cc(&dir, "plain", INLINED, &["-O1"]);
+    let budget = Budget {
+        names: 1 << 20,
+        plt: 0,
+        parsed: 1,
+    };
+    let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
+    let (off, size) = symbol(&plain, "outer");
+    assert!(size > 8, "outer is {size} bytes");
+    let name = |worker: &mut blaze::Worker, at: u64| {
+        let frames = worker.symbolize(&mapped(&plain), &[BASE + at]);
+        frames[0].last().unwrap().func.name.clone()
+    };
+    assert_eq!(name(&mut worker, off), "outer");
+    let names = worker.names_bytes();
+    for at in [off + 1, off + size / 2, off + size - 1] {
+        assert_eq!(name(&mut worker, at), "outer", "{at:#x}");
+        assert_eq!(worker.names_bytes(), names, "named from the function kept");
+    }
+    assert_ne!(name(&mut worker, off + size), "outer");
+
+    let lines = cc(&dir, "lines", INLINED, &["-O1", "-g"]);
+    let (off, _) = symbol(&lines, "outer");
+    let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
+    worker.symbolize(&mapped(&lines), &[BASE + off]);
+    let one = worker.names_bytes();
+    worker.symbolize(&mapped(&lines), &[BASE + off + 1]);
+    assert!(worker.names_bytes() > one, "each address its own name");
 }

@@ -39,6 +39,9 @@ struct Process {
     build_id: String,
     selected: bool,
     exited: bool,
+    /// It exec'd `comm` and has not been described since: it is, when its
+    /// first sample comes (most new programs end before they are sampled).
+    stale: bool,
 }
 
 /// The host's facts every window carries.
@@ -377,7 +380,13 @@ impl Profiler {
     /// count it.
     fn take(&mut self, batch: Batch) {
         if let Some((pid, comm)) = &batch.exec {
-            self.exec(*pid, comm);
+            match self.processes.get_mut(pid) {
+                Some(p) if !batch.pids.contains(pid) => {
+                    comm.clone_into(&mut p.comm);
+                    p.stale = true;
+                }
+                _ => self.exec(*pid, comm),
+            }
         }
         for &(child, parent) in &batch.forks {
             self.learn(parent);
@@ -396,6 +405,10 @@ impl Profiler {
             if last != Some(pid) {
                 last = Some(pid);
                 self.learn(pid);
+                if let Some(comm) = self.processes.get(&pid).filter(|p| p.stale) {
+                    let comm = comm.comm.clone();
+                    self.exec(pid, &comm);
+                }
             }
         }
         for (pid, _) in &batch.exits {

@@ -42,7 +42,8 @@ pub struct Counters {
     pub drains: AtomicU64,
     pub bytes_read: AtomicU64,
     /// Samples not delivered to a session whose batches not yet counted
-    /// held more than [`SESSION_QUEUE_BYTES`]: counted as lost in its
+    /// held more than [`SESSION_QUEUE_BYTES`], or some while all sessions'
+    /// held more than that: counted as lost in its
     /// totals.
     pub behind: AtomicU64,
 }

@@ -82,22 +82,47 @@ pub struct Batch {
 pub struct Backlog {
     bytes: AtomicUsize,
     max: usize,
+    all: &'static Queued,
     /// Told at each batch counted.
     counted: tokio::sync::Notify,
 }
 
+/// Bytes of batches waiting in a set of backlogs, and the most they may
+/// hold together: a backlog holding some is over its bound too when all of
+/// them together are over this one.
+#[derive(Debug)]
+pub struct Queued {
+    bytes: AtomicUsize,
+    max: usize,
+}
+
+/// Every backlog of the daemon: ten sessions behind hold no more than one.
+pub static QUEUED: Queued = Queued {
+    bytes: AtomicUsize::new(0),
+    max: 32 << 20,
+};
+
 impl Backlog {
     pub fn new(max: usize) -> Arc<Backlog> {
+        Backlog::within(max, &QUEUED)
+    }
+
+    /// A backlog of at most `max` bytes, in the set `all`.
+    pub fn within(max: usize, all: &'static Queued) -> Arc<Backlog> {
         Arc::new(Backlog {
             bytes: AtomicUsize::new(0),
             max,
+            all,
             counted: tokio::sync::Notify::new(),
         })
     }
 
     /// The batches in flight hold more than the bound.
     pub fn over(&self) -> bool {
-        self.bytes.load(Ordering::Acquire) > self.max
+        let own = self.bytes.load(Ordering::Acquire);
+        // Only one holding batches waits for all: a batch of its own
+        // counted tells it when to look again.
+        own > self.max || (own > 0 && self.all.bytes.load(Ordering::Acquire) > self.all.max)
     }
 
     /// Resolves after a batch in flight was counted (or at once, when one
@@ -110,6 +135,7 @@ impl Backlog {
     pub fn charge(self: &Arc<Backlog>, batch: &mut Batch) {
         let bytes = batch.bytes().1 + std::mem::size_of::<Batch>();
         self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        self.all.bytes.fetch_add(bytes, Ordering::AcqRel);
         batch.ticket = Some(Ticket {
             bytes,
             backlog: self.clone(),
@@ -127,6 +153,10 @@ pub struct Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         self.backlog.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.backlog
+            .all
+            .bytes
+            .fetch_sub(self.bytes, Ordering::AcqRel);
         self.backlog.counted.notify_one();
     }
 }
@@ -460,6 +490,36 @@ mod tests {
         drop(kept);
         assert_eq!(queue.bytes.load(Ordering::Relaxed), 0);
         assert!(!queue.over());
+    }
+
+    /// Backlogs under their own bound are over it when all of them
+    /// together hold more than theirs, if they hold some.
+    #[test]
+    fn all_backlogs_together_are_bounded() {
+        const ALL_QUEUES_BYTES: usize = 1 << 20;
+        static ALL: Queued = Queued {
+            bytes: AtomicUsize::new(0),
+            max: ALL_QUEUES_BYTES,
+        };
+        let a = Backlog::within(usize::MAX, &ALL);
+        let b = Backlog::within(usize::MAX, &ALL);
+        let big = |n| {
+            let mut batch = Batch::default();
+            batch.push(1, 1, [1].into_iter(), Some(([0; 3], &vec![0u8; n][..])));
+            batch
+        };
+        let mut first = big(ALL_QUEUES_BYTES / 2);
+        a.charge(&mut first);
+        assert!(!a.over() && !b.over());
+        let mut second = big(ALL_QUEUES_BYTES / 2 + 4096);
+        a.charge(&mut second);
+        assert!(a.over(), "all together over");
+        assert!(!b.over(), "nothing held: nothing to wait for");
+        let mut third = big(16);
+        b.charge(&mut third);
+        assert!(b.over());
+        drop((first, second));
+        assert!(!a.over() && !b.over());
     }
 
     #[test]

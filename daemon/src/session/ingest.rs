@@ -9,6 +9,7 @@ use super::spaces::{self, Spaces};
 use super::timeline::Times;
 use crate::auth::Check;
 use crate::maps::ProcessMaps;
+use crate::memory::CAPPED_STACKS;
 use crate::sampler::{Batch, Mark, StackTops};
 use crate::symbolize::is_kernel;
 use crate::unwind::{Unwinder, Walk};
@@ -46,6 +47,9 @@ pub struct Ingest {
     /// Unique stacks kept; samples of further new stacks count under
     /// [`STACK_LIMIT_FRAME`].
     max_stacks: usize,
+    /// Under memory pressure: no more new stacks than it has, past
+    /// [`CAPPED_STACKS`] (see [`Ingest::hold_stacks`]).
+    held: bool,
     /// Checks that the owner may still profile a process after its exec.
     recheck: Option<Recheck>,
     /// With stack copies, the sampler's stack tops, told how far each walk
@@ -119,6 +123,7 @@ impl Ingest {
     ) -> Ingest {
         Ingest {
             max_stacks,
+            held: false,
             recheck,
             tops,
             unchecked: foldhash::HashSet::default(),
@@ -210,6 +215,14 @@ impl Ingest {
     /// stay); further new stacks count under [`STACK_LIMIT_FRAME`].
     pub fn set_max_stacks(&mut self, max: usize) {
         self.max_stacks = max;
+    }
+
+    /// While `held`, keep no more unique stacks than are kept now, or
+    /// [`CAPPED_STACKS`] when fewer (as a continuous window): the samples
+    /// of further new stacks count under [`STACK_LIMIT_FRAME`] (the daemon
+    /// is near its memory ceiling).
+    pub fn hold_stacks(&mut self, held: bool) {
+        self.held = held;
     }
 
     /// The sampler's stack tops of a new ring group.
@@ -415,7 +428,11 @@ impl Ingest {
                     &marked[..]
                 }
             };
-            let cap = self.max_stacks;
+            let cap = if self.held {
+                self.max_stacks.min(self.stacks.len().max(CAPPED_STACKS))
+            } else {
+                self.max_stacks
+            };
             let (stack, (index, new)) = match self.stacks.add_within(sample.tid, stack, weight, cap)
             {
                 Some(added) => (stack, added),
@@ -514,6 +531,19 @@ fn go_skipped(frames: &[u64], unwinder: &mut Unwinder, stack: &[u8]) -> Option<(
 mod tests {
     use super::*;
 
+    /// A frame-pointer session of `target`, of at most 100 stacks.
+    fn of(target: u32, recheck: Option<Recheck>) -> Ingest {
+        Ingest::new(
+            target,
+            "t".into(),
+            ProcessMaps::default(),
+            false,
+            100,
+            recheck,
+            None,
+        )
+    }
+
     fn batch(samples: &[(u32, u64)]) -> Batch {
         let mut batch = Batch {
             seen: samples.len() as u64,
@@ -528,15 +558,7 @@ mod tests {
     #[test]
     fn samples_drained_after_their_process_exited_still_count_for_it() {
         let (target, child) = (std::process::id(), u32::MAX - 1);
-        let mut ingest = Ingest::new(
-            target,
-            "t".into(),
-            ProcessMaps::default(),
-            false,
-            100,
-            None,
-            None,
-        );
+        let mut ingest = of(target, None);
         // One CPU's ring: the fork, a sample of each, the child's exit.
         let mut first = batch(&[(target, 0x100), (child, 0x200)]);
         first.forks.push((child, target));
@@ -556,6 +578,38 @@ mod tests {
         assert_eq!(ingest.totals.discarded, 0);
     }
 
+    /// Held (memory pressure), a session keeps the stacks it has and counts
+    /// the samples of new ones under the stack limit; let go, it adds them
+    /// again.
+    #[test]
+    fn held_stacks_count_new_ones_under_the_limit() {
+        let target = std::process::id();
+        let mut ingest = of(target, None);
+        ingest.set_max_stacks(usize::MAX);
+        let many: Vec<(u32, u64)> = (0..CAPPED_STACKS as u64 + 1)
+            .map(|i| (target, 0x1000 + i))
+            .collect();
+        ingest.apply(batch(&many), |_| false).unwrap();
+        let kept = ingest.stacks.len();
+        assert_eq!(kept, CAPPED_STACKS + 1);
+        ingest.hold_stacks(true);
+        let held = batch(&[(target, 0x1000), (target, 0x200), (target, 0x300)]);
+        ingest.apply(held, |_| false).unwrap();
+        assert_eq!(ingest.totals.overflowed, 2, "0x200 and 0x300 are new");
+        assert_eq!(ingest.stacks.len(), kept + 1, "and the limit's marker");
+        ingest.hold_stacks(false);
+        ingest.apply(batch(&[(target, 0x200)]), |_| false).unwrap();
+        assert_eq!(ingest.totals.overflowed, 2);
+        assert_eq!(ingest.stacks.len(), kept + 2);
+        // A session held with few stacks still takes them up to the cap of
+        // a continuous window.
+        let mut few = of(target, None);
+        few.hold_stacks(true);
+        few.apply(batch(&[(target, 0x100), (target, 0x200)]), |_| false)
+            .unwrap();
+        assert_eq!(few.totals.overflowed, 0);
+    }
+
     /// A process gone before its exec could be checked does not fail the
     /// session: its samples from then on, and its children's, count as
     /// unchecked, not in the profile; a refused exec still fails it.
@@ -567,15 +621,7 @@ mod tests {
             p if p == target => Check::Allowed,
             _ => Check::Denied("no".into()),
         });
-        let mut ingest = Ingest::new(
-            target,
-            "t".into(),
-            ProcessMaps::default(),
-            false,
-            100,
-            Some(recheck),
-            None,
-        );
+        let mut ingest = of(target, Some(recheck));
         let mut first = batch(&[(target, 0x100), (child, 0x200)]);
         first.forks.push((child, target));
         ingest.apply(first, |_| false).unwrap();

@@ -494,6 +494,13 @@ impl Actor {
             .iter()
             .rfind(|(tid, _)| *tid == self.params.pid)
             .map(|(_, comm)| comm.clone());
+        if self.params.pid != crate::sampler::EVERY_PROCESS {
+            // Continuous windows are capped by their own rule (they start
+            // empty at each cut).
+            let level = self.params.stats.memory.level();
+            self.ingest
+                .hold_stacks(level >= crate::memory::Level::CapStacks);
+        }
         let addr_fn = &self.addr_fn;
         let new = self.ingest.apply(batch, |a| addr_fn.contains_key(&a))?;
         if let Some(comm) = comm {

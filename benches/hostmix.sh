@@ -73,6 +73,8 @@
 #   --no-build            use the release binaries already built
 #   --keep                keep the work directory (series, logs, reports)
 #
+# HOSTMIX_PROFD_ARGS: more options for profd (e.g. --memory-limit 256M).
+#
 # Needs root, perf (linux-perf), gcc, cargo with this workspace's crates in
 # its local registry, Debian's python3, java and javac 17, node. Builds the
 # release binaries, starts its own profd on a private socket and state
@@ -304,7 +306,12 @@ read_counters() {
 profd_pid='' ht_pid='' perf_pid='' sess_pids=()
 start_profd() {
     export PROFD_SOCKET="$work/profd.sock"
-    local args=(--socket "$PROFD_SOCKET" --state-dir "$work/state" --log-level warn --continuous)
+    local args=(--socket "$PROFD_SOCKET" --state-dir "$work/state" --continuous)
+    # Extra profd options (HOSTMIX_PROFD_ARGS), e.g. a --memory-limit to compare.
+    local extra
+    read -r -a extra <<<"${HOSTMIX_PROFD_ARGS:-}"
+    args+=("${extra[@]}")
+    case " ${extra[*]} " in *" --log-level "*) ;; *) args+=(--log-level warn) ;; esac
     if [ "$heaptrack" = 1 ]; then
         heaptrack -o "$work/heaptrack.profd" "$profd" "${args[@]}" >"$work/heaptrack.log" 2>"$work/profd.log" &
         ht_pid=$!

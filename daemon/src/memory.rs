@@ -506,7 +506,11 @@ pub async fn run(governor: Arc<Governor>, stop: impl std::future::Future<Output 
             _ = tick.tick() => {}
             _ = &mut stop => return,
         }
-        if governor.readings.load(Ordering::Relaxed) % RELEASE_EVERY == 0 {
+        if governor
+            .readings
+            .load(Ordering::Relaxed)
+            .is_multiple_of(RELEASE_EVERY)
+        {
             for hook in governor
                 .hooks
                 .lock()

@@ -184,7 +184,14 @@ pub fn release_file_pages(files: &std::collections::HashSet<(u64, u64)>) -> u64 
         return 0;
     };
     // start-end perms offset major:minor inode path
-    let parse = |line: &str| -> Option<(usize, usize, bool, bool, (u64, u64))> {
+    struct Line {
+        start: usize,
+        end: usize,
+        read_only: bool,
+        exec: bool,
+        file: (u64, u64),
+    }
+    let parse = |line: &str| -> Option<Line> {
         let mut f = line.split_ascii_whitespace();
         let (start, end) = f.next()?.split_once('-')?;
         let perms = f.next()?.as_bytes();
@@ -198,21 +205,26 @@ pub fn release_file_pages(files: &std::collections::HashSet<(u64, u64)>) -> u64 
             | ((major & 0xfff) << 8)
             | ((minor & 0xffff_ff00) << 12)
             | (minor & 0xff);
-        let read_only = matches!(perms.get(..4), Some(b"r--p" | b"r--s"));
-        let exec = perms.get(2) == Some(&b'x');
-        Some((
-            usize::from_str_radix(start, 16).ok()?,
-            usize::from_str_radix(end, 16).ok()?,
-            read_only,
-            exec,
-            (dev, inode),
-        ))
+        Some(Line {
+            start: usize::from_str_radix(start, 16).ok()?,
+            end: usize::from_str_radix(end, 16).ok()?,
+            read_only: matches!(perms.get(..4), Some(b"r--p" | b"r--s")),
+            exec: perms.get(2) == Some(&b'x'),
+            file: (dev, inode),
+        })
     };
-    let mappings: Vec<_> = maps.lines().filter_map(parse).collect();
+    let mappings: Vec<Line> = maps.lines().filter_map(parse).collect();
     let loaded: std::collections::HashSet<(u64, u64)> =
-        mappings.iter().filter(|m| m.3).map(|m| m.4).collect();
+        mappings.iter().filter(|m| m.exec).map(|m| m.file).collect();
     let mut released = 0;
-    for (start, end, read_only, _, file) in mappings {
+    for Line {
+        start,
+        end,
+        read_only,
+        file,
+        ..
+    } in mappings
+    {
         if !read_only || end <= start || !files.contains(&file) || loaded.contains(&file) {
             continue;
         }

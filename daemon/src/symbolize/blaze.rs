@@ -187,7 +187,6 @@ impl Worker {
         Worker {
             budget,
             fixed: Some(budget),
-            released: Instant::now(),
             ..Worker::new(debug_dirs)
         }
     }
@@ -428,7 +427,6 @@ impl Worker {
                 out[i] = Some(vec![named.unwrap_or(placeholder)]);
             }
         }
-        self.release_pages(false);
         out.into_iter()
             .zip(addrs)
             .map(|(frames, &addr)| frames.unwrap_or_else(|| vec![Frame::unknown(addr)]))
@@ -436,10 +434,11 @@ impl Worker {
     }
 
     /// The pages of the files blazesym maps (symbol tables, DWARF) leave
-    /// the resident set once a request is answered: they stay in the page
-    /// cache, and the next request faults in the few it reads. What stays
-    /// resident is what [`resident_estimate`] weighs. At most every
-    /// [`RELEASE_EVERY`], unless `now_anyway`.
+    /// the resident set (at each [`Worker::tick`], which follows every
+    /// request): they stay in the page cache, and the next request faults
+    /// in the few it reads. What stays resident is what
+    /// [`resident_estimate`] weighs. At most every [`RELEASE_EVERY`],
+    /// unless `now_anyway`.
     fn release_pages(&mut self, now_anyway: bool) {
         let now = Instant::now();
         if !now_anyway && now.duration_since(self.released) < RELEASE_EVERY {
@@ -524,8 +523,8 @@ impl Worker {
         for (i, off) in new {
             let Some(frames) = &out[i] else { continue };
             let frames = frames.clone();
-            match functions.get(&i).cloned().map(|range| (i, range)) {
-                Some((_, range)) => {
+            match functions.get(&i).cloned() {
+                Some(range) => {
                     self.names
                         .insert_function(&key, range, frames, now, self.budget.names)
                 }
@@ -654,7 +653,7 @@ fn function_range(sym: &Sym<'_>, off: u64) -> Option<std::ops::Range<u64>> {
 /// compressed sections decompressed, and about a quarter of the size of
 /// DWARF in the units and line tables it builds. The file's sections are
 /// mapped, and their pages released after each request
-/// ([`Worker::release_pages`]): they weigh a sixteenth, for what a request
+/// (`Worker::release_pages`): they weigh a sixteenth, for what a request
 /// reads. The file's size when it cannot be parsed.
 pub fn resident_estimate(path: &Path) -> u64 {
     const BASE: u64 = 64 << 10;

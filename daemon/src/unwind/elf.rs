@@ -52,7 +52,7 @@ impl Data {
     }
 
     /// What it keeps resident: decompressed bytes, and an eighth of mapped
-    /// ones (the pages the lookups of a second touch).
+    /// ones (the pages the lookups between two releases touch).
     fn weight(&self) -> u64 {
         match self {
             Data::Mapped(m) => m.len() as u64 / 8,

@@ -325,7 +325,8 @@ start_profd() {
         profd_pid=$!
     fi
     [ -n "$profd_pid" ] || die "profd did not start: $(cat "$work/profd.log" "$work/heaptrack.log" 2>/dev/null)"
-    for _ in $(seq 300); do
+    # Under heaptrack the daemon takes far longer to start.
+    for _ in $(seq $((heaptrack ? 3000 : 300))); do
         "$profctl" info >/dev/null 2>&1 && break
         kill -0 "$profd_pid" 2>/dev/null || die "profd exited at start: $(cat "$work/profd.log")"
         sleep 0.1

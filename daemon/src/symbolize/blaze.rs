@@ -59,11 +59,14 @@ pub struct Worker {
     /// Symbolizer of kernel addresses (blazesym cannot evict its kallsyms
     /// alone), dropped when [`Held::Kernel`] is evicted.
     kernel: Option<Blazesym>,
-    /// What `sym` and `kernel` hold, each weighed by [`resident_estimate`],
+    /// What `sym` and `kernel` hold, each weighed by [`resident_estimate_of`],
     /// with the paths blazesym was asked with.
     held: Lru<Held, Vec<PathBuf>>,
     /// The version each of those paths named.
     paths: HashMap<PathBuf, FileVersion>,
+    /// The versions held whose debug information weighs more than half
+    /// the budget for parsed files: named from their symbols alone.
+    symbols_only: HashSet<FileVersion>,
     debug: DebugFiles,
     debug_dirs: Vec<PathBuf>,
     /// What files' addresses were named, for every session.
@@ -171,6 +174,7 @@ impl Worker {
             kernel: None,
             held: Lru::default(),
             paths: HashMap::new(),
+            symbols_only: HashSet::new(),
             debug: DebugFiles::new(debug_dirs.clone()),
             debug_dirs,
             names: Names::default(),
@@ -237,7 +241,8 @@ impl Worker {
         tracing::debug!(?held, ?paths, "symbolizer: data let go of");
         match held {
             Held::Kernel => self.kernel = None,
-            Held::File(_) => {
+            Held::File(version) => {
+                self.symbols_only.remove(version);
                 for path in paths {
                     self.forget_path(&path);
                 }
@@ -326,11 +331,13 @@ impl Worker {
     }
 
     /// Mark the file at `path` as used now, weighed when its version is new
-    /// to blazesym.
-    fn used_file(&mut self, path: &Path) {
+    /// to blazesym. Whether its debug information is read: not when it
+    /// weighs more than half the budget for parsed files, as it would
+    /// push everything else out (and be parsed anew at each request).
+    fn used_file(&mut self, path: &Path) -> bool {
         let now = Instant::now();
         let Some(version) = FileVersion::at(path) else {
-            return;
+            return true;
         };
         match self.paths.get(path) {
             Some(v) if *v == version => {}
@@ -341,9 +348,17 @@ impl Worker {
         let key = Held::File(version);
         if self.held.get(&key, now).is_none() {
             STATS.loads.fetch_add(1, Ordering::Relaxed);
-            let weight = resident_estimate(path);
-            tracing::debug!(path = %path.display(), weight, "symbolizer: a file's data read");
-            self.held.insert(key.clone(), Vec::new(), weight, now);
+            let weight = resident_estimate_of(path);
+            let with_debug = weight.with_debug() <= self.budget.parsed / 2;
+            let held = if with_debug {
+                weight.with_debug()
+            } else {
+                STATS.symbols_only.fetch_add(1, Ordering::Relaxed);
+                self.symbols_only.insert(version);
+                weight.symbols
+            };
+            tracing::debug!(path = %path.display(), weight = held, with_debug, "symbolizer: a file's data read");
+            self.held.insert(key.clone(), Vec::new(), held, now);
         }
         if self.paths.insert(path.to_path_buf(), version).is_none() {
             let mut oldest = None;
@@ -357,6 +372,7 @@ impl Worker {
                 self.forget_path(&old);
             }
         }
+        !self.symbols_only.contains(&version)
     }
 
     /// The frames of each of `addrs`, in `maps`.
@@ -437,7 +453,7 @@ impl Worker {
     /// the resident set (at each [`Worker::tick`], which follows every
     /// request): they stay in the page cache, and the next request faults
     /// in the few it reads. What stays resident is what
-    /// [`resident_estimate`] weighs. At most every [`RELEASE_EVERY`],
+    /// [`resident_estimate_of`] weighs. At most every [`RELEASE_EVERY`],
     /// unless `now_anyway`.
     fn release_pages(&mut self, now_anyway: bool) {
         let now = Instant::now();
@@ -573,8 +589,10 @@ impl Worker {
                 .partition(|x| x.2.is_some());
             left = unmapped.into_iter().map(|(i, off, _)| (i, off)).collect();
             let vaddrs: Vec<u64> = mapped.iter().filter_map(|x| x.2).collect();
-            self.used_file(&split.path);
-            let src = Source::Elf(Elf::new(split.path.as_path()));
+            let src = Source::Elf(Elf {
+                debug_syms: self.used_file(&split.path),
+                ..Elf::new(split.path.as_path())
+            });
             match self.sym.symbolize(&src, Input::VirtOffset(&vaddrs)) {
                 Ok(results) => {
                     for (&(i, off, _), r) in mapped.iter().zip(results) {
@@ -594,8 +612,10 @@ impl Worker {
             return functions;
         }
         let offsets: Vec<u64> = left.iter().map(|&(_, off)| off).collect();
-        self.used_file(readable);
-        let src = Source::Elf(Elf::new(readable));
+        let src = Source::Elf(Elf {
+            debug_syms: self.used_file(readable),
+            ..Elf::new(readable)
+        });
         let mut unnamed = Vec::new();
         match self.sym.symbolize(&src, Input::FileOffset(&offsets)) {
             Ok(results) => {
@@ -648,46 +668,72 @@ fn function_range(sym: &Sym<'_>, off: u64) -> Option<std::ops::Range<u64>> {
     (size > 0 && (sym.offset as u64) < size).then(|| start..start + size)
 }
 
+/// What blazesym keeps resident of a file: from its symbols, and more
+/// from its debug information.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Weight {
+    pub symbols: u64,
+    pub debug: u64,
+}
+
+impl Weight {
+    pub fn with_debug(self) -> u64 {
+        self.symbols + self.debug
+    }
+}
+
 /// What blazesym keeps resident of the ELF file at `path` once it named
 /// addresses in it: its index of the symbols (8 bytes for a symbol's 24),
 /// compressed sections decompressed, and about a quarter of the size of
 /// DWARF in the units and line tables it builds. The file's sections are
 /// mapped, and their pages released after each request
 /// (`Worker::release_pages`): they weigh a sixteenth, for what a request
-/// reads. The file's size when it cannot be parsed.
-pub fn resident_estimate(path: &Path) -> u64 {
+/// reads. The file's size (as symbols) when it cannot be parsed.
+pub fn resident_estimate_of(path: &Path) -> Weight {
     const BASE: u64 = 64 << 10;
+    let symbols_only = |bytes| Weight {
+        symbols: bytes,
+        debug: 0,
+    };
     let Ok(file) = std::fs::File::open(path) else {
-        return BASE;
+        return symbols_only(BASE);
     };
     let size = file.metadata().map_or(0, |m| m.len());
     let cache = object::ReadCache::new(file);
     let Some(sections) = crate::maps::Sections::of(&cache) else {
-        return BASE + size;
+        return symbols_only(BASE + size);
     };
-    let mut bytes = BASE;
+    let mut w = symbols_only(BASE);
     for section in sections.iter() {
         let name = section.name.as_str();
-        let read = matches!(
+        let debug = name.starts_with(".debug_") || name.starts_with(".zdebug_");
+        let symbols = matches!(
             name,
             ".symtab" | ".strtab" | ".dynsym" | ".dynstr" | ".gopclntab" | ".gnu_debugdata"
-        ) || name.starts_with(".debug_")
-            || name.starts_with(".zdebug_");
-        if !read {
+        );
+        if !debug && !symbols {
             continue;
         }
-        bytes += section.stored_size() / 16;
+        let mut bytes = section.stored_size() / 16;
         if section.compressed() {
             bytes += section.uncompressed_size();
-        } else if name.starts_with(".debug_") {
+        } else if debug {
             bytes += section.stored_size() / 4;
         }
         if matches!(name, ".symtab" | ".dynsym") {
             // blazesym's index of them by address: a word a symbol.
             bytes += section.uncompressed_size() / 3;
         }
+        if debug {
+            w.debug += bytes;
+        } else {
+            w.symbols += bytes;
+        }
     }
-    bytes.min(BASE + 2 * size)
+    let most = BASE + 2 * size;
+    w.symbols = w.symbols.min(most);
+    w.debug = w.debug.min(most - w.symbols);
+    w
 }
 
 /// What blazesym keeps of kallsyms: its text, measured once.

@@ -56,6 +56,9 @@ pub struct Stats {
     pub plt_bytes: AtomicU64,
     /// Split debug files held open.
     pub debug_files: AtomicU64,
+    /// Files named from their symbols alone: their debug information
+    /// weighs more than half the budget for parsed files.
+    pub symbols_only: AtomicU64,
 }
 
 pub(crate) static STATS: Stats = Stats {
@@ -70,6 +73,7 @@ pub(crate) static STATS: Stats = Stats {
     names: AtomicU64::new(0),
     plt_bytes: AtomicU64::new(0),
     debug_files: AtomicU64::new(0),
+    symbols_only: AtomicU64::new(0),
 };
 
 /// The symbolizer's figures.
@@ -104,6 +108,7 @@ impl Figures {
                 ("profd_symbolizer_names_bytes", "Bytes of the names the symbolizer keeps now", l(&s.names_bytes), false),
                 ("profd_symbolizer_perf_map_bytes", "Bytes of the perf map tables (JIT names) held for processes now", perfmap::tables_bytes(), false),
                 ("profd_symbolizer_debug_files", "Split debug files the symbolizer holds open now", l(&s.debug_files), false),
+                ("profd_symbolizer_symbols_only", "Files parsed for their symbols alone (no inlined frames, no lines): their debug information weighs more than half the symbolizer's budget for parsed files (raise memory_limit to name them fully)", l(&s.symbols_only), true),
                 ("profd_mapped_files_open", "Mapped files (executables, libraries) held open now, one per file version however many processes map it", held, false),
                 ("profd_mapped_files_shared", "Opens of a mapped file answered with the one already held for another process or session", shared, true),
                 ("profd_mapped_files_not_held", "Mapped files not held open because the bound of held files was reached (read by path later)", not_held, true),

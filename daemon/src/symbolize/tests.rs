@@ -136,7 +136,9 @@ int main(void) { spin_forever(); }
 fn names_own_function_and_keeps_unknowns() {
     let maps = ProcessMaps::read(std::process::id()).expect("maps");
     let f = a_function_with_a_unique_name as fn() -> usize as usize as u64;
-    let frames = BlazeSymbolizer::default().symbolize(&maps, &[f, 0x10]);
+    // Room for this test binary's debug information, hundreds of MiB.
+    let mut worker = blaze::Worker::with_budget(Vec::new(), Budget::of(16 << 30));
+    let frames = worker.symbolize(&maps, &[f, 0x10]);
     assert_eq!(frames.len(), 2);
     let own = &frames[0][0];
     // Demangled, without the legacy `::h<hash>`, with its source position.
@@ -246,6 +248,49 @@ fn inlined_code_is_its_own_frame_with_lines() {
     assert!(frames
         .iter()
         .any(|f| f.len() == 1 && f[0].func.name == "outer"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A file whose debug information weighs more than half the budget for
+/// parsed files is named from its symbols alone (no inlined frame, no
+/// line), and counted; with room for it, the same address gets both.
+#[test]
+fn debug_information_too_big_for_the_budget_is_left_unread() {
+    let dir = scratch("symbols-only");
+    let prog = cc(&dir, "inl", INLINED, &["-O2", "-g"]);
+    let weight = blaze::resident_estimate_of(&prog);
+    assert!(weight.debug > 0 && weight.symbols > 0, "{weight:?}");
+    let (off, size) = symbol(&prog, "outer");
+    let addrs: Vec<u64> = (off..off + size).map(|o| BASE + o).collect();
+    let name = |parsed: u64| {
+        let budget = Budget {
+            names: 0,
+            plt: 0,
+            parsed,
+        };
+        let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
+        worker.symbolize(&mapped(&prog), &addrs)
+    };
+    let roomy = name(2 * weight.with_debug());
+    assert!(
+        roomy.iter().any(|f| f.len() == 2 && f[0].line == 5),
+        "with room, the inlined frame and its line: {roomy:#?}"
+    );
+    let before = stats()
+        .symbols_only
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let tight = name(2 * weight.symbols + weight.debug);
+    for frames in &tight {
+        assert_eq!(frames.len(), 1, "no inlined frame: {frames:#?}");
+        assert_eq!(frames[0].func.name, "outer");
+        assert_eq!((frames[0].line, frames[0].file.is_none()), (0, true));
+    }
+    assert!(
+        stats()
+            .symbols_only
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > before
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -436,7 +481,8 @@ fn names_are_shared_by_processes_and_outlive_the_parsed_files() {
 
 /// Parsed files stay within their share of the budget, the least recently
 /// used let go of first; a file let go of and named again gives the same
-/// names; one larger than the budget is let go of once named.
+/// names; one larger than the budget is named from its symbols alone and let go
+/// of once named.
 #[test]
 fn parsed_files_stay_within_the_budget_those_used_most_kept() {
     let dir = scratch("budget");
@@ -445,7 +491,10 @@ fn parsed_files_stay_within_the_budget_those_used_most_kept() {
         .enumerate()
         .map(|(i, opt)| cc(&dir, &format!("p{i}"), INLINED, &[opt, "-g"]))
         .collect();
-    let weights: Vec<u64> = progs.iter().map(|p| blaze::resident_estimate(p)).collect();
+    let weights: Vec<u64> = progs
+        .iter()
+        .map(|p| blaze::resident_estimate_of(p).with_debug())
+        .collect();
     assert!(weights.iter().all(|&w| w > 0));
     // Room for two of the three files; no names kept, so each naming
     // reads its file.
@@ -498,7 +547,8 @@ fn parsed_files_stay_within_the_budget_those_used_most_kept() {
     assert_eq!(name(&mut worker, 0), first, "named the same");
     assert_eq!(held(&worker), [progs[2].clone(), progs[0].clone()]);
 
-    // A budget smaller than any file: nothing stays parsed, names are right.
+    // A budget smaller than any file: nothing stays parsed, each file is
+    // named from its symbols alone.
     let tiny = Budget {
         names: 0,
         plt: 0,
@@ -506,7 +556,10 @@ fn parsed_files_stay_within_the_budget_those_used_most_kept() {
     };
     let mut worker = blaze::Worker::with_budget(Vec::new(), tiny);
     let (off, _) = symbol(&progs[0], "outer");
-    assert_eq!(worker.symbolize(&mapped(&progs[0]), &[BASE + off]), first);
+    let named = worker.symbolize(&mapped(&progs[0]), &[BASE + off]);
+    assert_eq!(named[0].len(), 1);
+    assert_eq!(named[0][0].func, first[0].last().unwrap().func);
+    assert_eq!((named[0][0].line, named[0][0].file.is_none()), (0, true));
     assert_eq!(worker.held(), (Vec::new(), 0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -580,7 +633,11 @@ fn a_function_named_by_its_symbol_names_its_other_addresses_unparsed() {
 
     let lines = cc(&dir, "lines", INLINED, &["-O1", "-g"]);
     let (off, _) = symbol(&lines, "outer");
-    let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
+    let roomy = Budget {
+        parsed: 1 << 30,
+        ..budget
+    };
+    let mut worker = blaze::Worker::with_budget(Vec::new(), roomy);
     worker.symbolize(&mapped(&lines), &[BASE + off]);
     let one = worker.names_bytes();
     worker.symbolize(&mapped(&lines), &[BASE + off + 1]);

@@ -614,8 +614,8 @@ impl Profiler for Service {
         let source = self.source(&req, r.session_id, r.query.as_ref()).await?;
         let format = export_format(r.format)?;
         let (tx, rx) = mpsc::channel(2);
-        if format == api::ExportFormat::Folded {
-            // Made as it is sent: the text is never whole here.
+        if matches!(format, api::ExportFormat::Folded | api::ExportFormat::Pprof) {
+            // Made as they are sent: the text or bytes are never whole here.
             let permit = self.registry.export_permit()?;
             let resolved = source.resolve().await?;
             let functions = views::functions(&resolved.profile);
@@ -628,9 +628,12 @@ impl Profiler for Service {
                 if tx.blocking_send(Ok(first)).is_err() || !send_functions(&tx, functions) {
                     return;
                 }
-                export::folded_pieces(&resolved.profile, PIECE_BYTES, |text| {
-                    send_data(&tx, text.into_bytes())
-                });
+                let p = &resolved.profile;
+                if format == api::ExportFormat::Pprof {
+                    export::pprof_pieces(p, PIECE_BYTES, |bytes| send_data(&tx, bytes));
+                } else {
+                    export::folded_pieces(p, PIECE_BYTES, |text| send_data(&tx, text.into_bytes()));
+                }
             });
         } else {
             let answer = self

@@ -10,7 +10,7 @@ mod speedscope;
 pub use firefox::firefox;
 pub use folded::{folded, folded_pieces, svg};
 pub use json::{json, scope_name, state_name, unwind_name};
-pub use pprof::{cpu_profile, pprof, pprof_decode, time_sample_type, Strings};
+pub use pprof::{cpu_profile, pprof, pprof_decode, pprof_pieces, time_sample_type, Strings};
 pub use speedscope::speedscope;
 
 /// Why an export could not be made or read.

@@ -2,15 +2,21 @@
 //! `Profile` that `go tool pprof` reads, and a pprof file (gzip'd or not)
 //! back to a resolved profile for `profctl report FILE`.
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Read;
 
-use flate2::{read::MultiGzDecoder, write::GzEncoder, Compression};
+use flate2::read::MultiGzDecoder;
 use prost::Message;
 
 use super::ExportError;
 use crate::api::Mode;
 use crate::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
 use crate::pprof_proto as pb;
+
+#[path = "pprof_encode.rs"]
+mod encode;
+#[cfg(test)]
+use encode::{is_library, is_main_binary};
+pub use encode::{pprof, pprof_pieces};
 
 /// Numeric sample label holding the thread id.
 pub const TID_LABEL: &str = "tid";
@@ -103,196 +109,6 @@ fn time_profile(st: &mut Strings, kind: &str, period_ns: u64) -> pb::Profile {
         default_sample_type: kind.r#type,
         ..Default::default()
     }
-}
-
-/// The profile as a gzip'd pprof `Profile`. A CPU profile has sample types
-/// `samples/count` (the default shown) and `cpu/nanoseconds` (count × 1e9 /
-/// frequency_hz), period `cpu/nanoseconds` = 1e9 / frequency_hz. An
-/// off-CPU profile has the one sample type `off_cpu/nanoseconds` (the
-/// counts, which are nanoseconds), period type the same and period 0 (each
-/// wait is counted, none sampled); a wall-clock profile likewise
-/// `wall/nanoseconds`, period 1e9 / frequency_hz (the on-CPU samples'). The
-/// profile has one mapping per module
-/// (its address range is that of the profile's frames in it that have an
-/// address, [0, 0) when none has), one function per profd function (pprof
-/// id = profd id + 1), one location per address
-/// and inline chain (consecutive frames at one address whose inner ones are
-/// inlined become the lines of one location, innermost first), a numeric
-/// `tid` label and a `thread name` label per sample, and comments `pid=N`
-/// and `comm=NAME`. Empty stacks are left out.
-pub fn pprof(p: &ResolvedProfile) -> Vec<u8> {
-    let mut st = Strings::new();
-    let cpu_ns = |count: u64| {
-        (u128::from(count) * u128::from(NANOS))
-            .checked_div(u128::from(p.frequency_hz))
-            .unwrap_or(0) as i64
-    };
-    let period_ns = NANOS.checked_div(u64::from(p.frequency_hz)).unwrap_or(0);
-    let time = time_sample_type(p.mode);
-    let base = match (time, p.mode) {
-        (Some(kind), Mode::Wall) => time_profile(&mut st, kind, period_ns),
-        (Some(kind), _) => time_profile(&mut st, kind, 0),
-        (None, _) => cpu_profile(&mut st, p.frequency_hz),
-    };
-    let mut prof = pb::Profile {
-        duration_nanos: (p.duration_s.max(0.0) * NANOS as f64) as i64,
-        ..base
-    };
-    prof.comment = vec![
-        st.id(&format!("pid={}", p.pid)),
-        st.id(&format!("comm={}", p.comm)),
-    ];
-
-    // Mappings: one per module, ids from 1 in order of first use.
-    let mut mapping_of_module: HashMap<&str, usize> = HashMap::new();
-    let mut pb_function_used = vec![false; p.functions.len()];
-    let mut locations: HashMap<(u64, Vec<(u32, u32)>), u64> = HashMap::new();
-    let tid_key = st.id(TID_LABEL);
-    let name_key = st.id(THREAD_NAME_LABEL);
-    let is_inlined = |f: u32| p.functions.get(f as usize).is_some_and(|f| f.inlined);
-    for s in p.stacks.iter().filter(|s| !s.frames.is_empty()) {
-        let mut ids = Vec::new();
-        let fr = &s.frames;
-        let mut i = 0;
-        while i < fr.len() {
-            let start = i;
-            while i + 1 < fr.len()
-                && is_inlined(fr[i].function)
-                && fr[i + 1].address == fr[i].address
-            {
-                i += 1;
-            }
-            let group = &fr[start..=i];
-            i += 1;
-            let key = (
-                group[0].address,
-                group
-                    .iter()
-                    .map(|f| (f.function, f.line))
-                    .collect::<Vec<_>>(),
-            );
-            let next_id = locations.len() as u64 + 1;
-            let id = *locations.entry(key).or_insert_with(|| {
-                let caller = group[group.len() - 1].function;
-                let module = p
-                    .functions
-                    .get(caller as usize)
-                    .map_or("", |f| f.module.as_str());
-                let mapping_id = if module.is_empty() {
-                    0
-                } else {
-                    let n = mapping_of_module.len();
-                    let m = *mapping_of_module.entry(module).or_insert(n);
-                    if m == prof.mapping.len() {
-                        prof.mapping.push(pb::Mapping {
-                            id: m as u64 + 1,
-                            memory_start: u64::MAX,
-                            filename: st.id(module),
-                            has_functions: true,
-                            has_filenames: true,
-                            has_line_numbers: true,
-                            has_inline_frames: true,
-                            ..Default::default()
-                        });
-                    }
-                    // A frame shown without its address (0) widens no range.
-                    let mp = &mut prof.mapping[m];
-                    if group[0].address != 0 {
-                        mp.memory_start = mp.memory_start.min(group[0].address);
-                        mp.memory_limit = mp.memory_limit.max(group[0].address.saturating_add(1));
-                    }
-                    m as u64 + 1
-                };
-                prof.location.push(pb::Location {
-                    id: next_id,
-                    mapping_id,
-                    address: group[0].address,
-                    line: group
-                        .iter()
-                        .map(|f| pb::Line {
-                            function_id: u64::from(f.function) + 1,
-                            line: i64::from(f.line),
-                            column: 0,
-                        })
-                        .collect(),
-                    is_folded: false,
-                });
-                next_id
-            });
-            for f in group {
-                if let Some(u) = pb_function_used.get_mut(f.function as usize) {
-                    *u = true;
-                }
-            }
-            ids.push(id);
-        }
-        let mut label = vec![pb::Label {
-            key: tid_key,
-            num: i64::from(s.tid),
-            ..Default::default()
-        }];
-        if let Some(name) = p.threads.get(&s.tid).filter(|n| !n.is_empty()) {
-            label.push(pb::Label {
-                key: name_key,
-                str: st.id(name),
-                ..Default::default()
-            });
-        }
-        prof.sample.push(pb::Sample {
-            location_id: ids,
-            value: match time {
-                Some(_) => vec![s.count as i64],
-                None => vec![s.count as i64, cpu_ns(s.count)],
-            },
-            label,
-        });
-    }
-    for m in &mut prof.mapping {
-        if m.memory_start > m.memory_limit {
-            m.memory_start = 0;
-        }
-    }
-    // pprof takes the first mapping for the main binary ("File:").
-    let main = prof.mapping.iter().position(|m| {
-        let file = &st.table[m.filename as usize];
-        is_main_binary(file, &p.comm)
-    });
-    if let Some(i) = main.or_else(|| {
-        prof.mapping
-            .iter()
-            .position(|m| !is_library(&st.table[m.filename as usize]))
-    }) {
-        prof.mapping[..=i].rotate_right(1);
-    }
-    for (id, f) in p.functions.iter().enumerate() {
-        if pb_function_used[id] {
-            let name = st.id(&f.name);
-            prof.function.push(pb::Function {
-                id: id as u64 + 1,
-                name,
-                system_name: name,
-                filename: st.id(&f.file),
-                start_line: 0,
-            });
-        }
-    }
-    prof.string_table = st.table;
-    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
-    gz.write_all(&prof.encode_to_vec())
-        .and_then(|()| gz.finish())
-        .expect("gzip into memory does not fail")
-}
-
-/// Whether `module` is the binary of a process named `comm` (truncated to
-/// 15 bytes by the kernel).
-fn is_main_binary(module: &str, comm: &str) -> bool {
-    !comm.is_empty() && (module == comm || (comm.len() >= 15 && module.starts_with(comm)))
-}
-
-/// Whether `module` looks like a shared library or a pseudo-module
-/// (`[kernel]`, `[vdso]`, ...) rather than a program.
-fn is_library(module: &str) -> bool {
-    module.starts_with('[') || module.ends_with(".so") || module.contains(".so.")
 }
 
 /// Reads a pprof file (gzip'd or not) into a resolved profile: counts from

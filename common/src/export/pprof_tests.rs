@@ -407,3 +407,66 @@ fn go_tool_pprof_reads_off_cpu_time() {
     assert!(raw.contains("4000000: "), "r r r main, 4 ms: {raw}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// [`known`] with `n` more stacks of its first one's frames (c a main),
+/// each with a leaf address of its own (so a location of its own).
+fn with_stacks(n: u64) -> ResolvedProfile {
+    let mut p = known();
+    let first = p.stacks[0].clone();
+    for k in 0..n {
+        let mut s = first.clone();
+        s.frames[0].address = 0x10_0000 + k * 16;
+        s.tid = 10 + (k % 3) as u32;
+        s.count = 1 + k % 5;
+        p.attributed += s.count;
+        p.stacks.push(s);
+    }
+    p
+}
+
+#[test]
+fn streamed_pieces_make_the_export() {
+    let p = with_stacks(5000);
+    let whole = pprof(&p);
+    let mut inflated = Vec::new();
+    MultiGzDecoder::new(&whole[..])
+        .read_to_end(&mut inflated)
+        .unwrap();
+    let prof = pb::Profile::decode(&inflated[..]).unwrap();
+    // Each field once and in order: the bytes prost gives the message whole.
+    assert!(prof.encode_to_vec() == inflated, "not prost's encoding");
+    assert_eq!(prof.sample.len(), p.stacks.len());
+    for (sample, stack) in prof.sample.iter().zip(&p.stacks) {
+        assert_eq!(sample.value[0], stack.count as i64);
+        assert_eq!(sample.label[0].num, i64::from(stack.tid));
+    }
+    for (k, sample) in prof.sample[5..].iter().enumerate() {
+        let leaf = &prof.location[sample.location_id[0] as usize - 1];
+        assert_eq!(leaf.address, 0x10_0000 + k as u64 * 16);
+        assert_eq!(sample.location_id[1..], prof.sample[0].location_id[1..]);
+    }
+    // known's 11 (inl and b at one address are one) and a leaf a stack.
+    assert_eq!(prof.location.len(), 11 + 5000);
+    assert_eq!(pprof_decode(&whole).unwrap().attributed, p.attributed);
+    for size in [1, 100, 4096, whole.len(), usize::MAX] {
+        let mut pieces = Vec::new();
+        pprof_pieces(&p, size, |piece| {
+            pieces.push(piece);
+            true
+        });
+        let (last, full) = pieces.split_last().unwrap();
+        assert!(full.iter().all(|piece| piece.len() == size));
+        assert!(!last.is_empty() && last.len() <= size);
+        assert!(pieces.concat() == whole, "pieces of {size} bytes");
+        if size == 100 {
+            assert!(pieces.len() > 10, "{} pieces", pieces.len());
+        }
+    }
+    // Stopped after the first piece.
+    let mut n = 0;
+    pprof_pieces(&p, 100, |_| {
+        n += 1;
+        false
+    });
+    assert_eq!(n, 1);
+}

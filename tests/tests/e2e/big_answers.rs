@@ -182,9 +182,9 @@ fn daemon_with_big_history() -> (Daemon, u64) {
 /// line and address).
 const FRAME_BYTES: u64 = 16;
 
-/// GetProfile's whole answer to `query --format folded`, read with a
+/// GetProfile's whole answer to `query --format FORMAT`, read with a
 /// client that takes messages as big as it is.
-fn folded_whole(socket: &Path) -> Vec<u8> {
+fn whole(socket: &Path, format: api::ExportFormat) -> Vec<u8> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let channel = profctl::connect::unix_channel(socket, None)
@@ -193,7 +193,7 @@ fn folded_whole(socket: &Path) -> Vec<u8> {
         api::profiler_client::ProfilerClient::new(channel)
             .max_decoding_message_size(1 << 30)
             .get_profile(api::GetProfileRequest {
-                format: api::ExportFormat::Folded as i32,
+                format: format as i32,
                 query: Some(api::Query::default()),
                 ..Default::default()
             })
@@ -208,10 +208,11 @@ fn folded_whole(socket: &Path) -> Vec<u8> {
 /// answered nothing yet: the function table (flat, and the JSON report)
 /// keeps no stacks, so the daemon's peak rises by less than 16 MiB
 /// whatever their number; a call tree cut at 5 % is built cut, and the
-/// folded export is made as it is streamed, so their peaks rise by less
-/// than twice the merged stacks' frames (16 bytes a frame), never by the
-/// tree's every path or the text's size (73 MiB here). The streamed text is
-/// the one GetProfile gives whole, and adds up to every sample.
+/// folded and pprof exports are made as they are streamed, so their peaks
+/// rise by less than twice the merged stacks' frames (16 bytes a frame),
+/// never by the tree's every path, the text's size (73 MiB here) or the
+/// pprof message's samples. The streamed exports are the ones GetProfile
+/// gives whole, and add up to every sample.
 #[test]
 fn answers_over_a_big_history_stay_within_their_bound() {
     let _serial = serial();
@@ -222,7 +223,9 @@ fn answers_over_a_big_history_stay_within_their_bound() {
     let scratch = d.state_dir().unwrap().parent().unwrap().to_path_buf();
     let folded = scratch.join("big.folded");
     let folded_arg = folded.to_str().unwrap();
-    let cases: [(&str, Vec<&str>, u64); 4] = [
+    let pprof = scratch.join("big.pb.gz");
+    let pprof_arg = pprof.to_str().unwrap();
+    let cases: [(&str, Vec<&str>, u64); 5] = [
         ("json", vec!["query", "--format", "json"], 16 << 10),
         ("flat table", vec!["query", "--top", "10"], 16 << 10),
         (
@@ -233,6 +236,11 @@ fn answers_over_a_big_history_stay_within_their_bound() {
         (
             "folded",
             vec!["query", "--format", "folded", "-o", folded_arg],
+            2 * frames_kib,
+        ),
+        (
+            "pprof",
+            vec!["query", "--format", "pprof", "-o", pprof_arg],
             2 * frames_kib,
         ),
     ];
@@ -248,11 +256,13 @@ fn answers_over_a_big_history_stay_within_their_bound() {
         figures.push((what, rise, bound));
     }
     let folded_text = std::fs::read(&folded).unwrap();
+    let pprof_bytes = std::fs::read(&pprof).unwrap();
     eprintln!(
-        "history: {WINDOWS} windows, {} stacks, {} KiB decoded, frames {frames_kib} KiB; folded {} bytes",
+        "history: {WINDOWS} windows, {} stacks, {} KiB decoded, frames {frames_kib} KiB; folded {} bytes, pprof {} bytes",
         WINDOWS * STACKS,
         raw >> 10,
-        folded_text.len()
+        folded_text.len(),
+        pprof_bytes.len()
     );
     for (what, rise, bound) in &figures {
         eprintln!("{what}: VmHWM rose {rise} KiB above VmRSS (bound {bound} KiB)");
@@ -263,8 +273,19 @@ fn answers_over_a_big_history_stay_within_their_bound() {
         .sum();
     assert_eq!(folded_samples, expected, "the folded stacks add up");
     assert!(
-        folded_whole(d.socket()) == folded_text,
+        whole(d.socket(), api::ExportFormat::Folded) == folded_text,
         "the streamed folded text differs from GetProfile's"
+    );
+    let read = profd_common::export::pprof_decode(&pprof_bytes).expect("a pprof profile");
+    assert_eq!(read.attributed, expected, "the pprof samples add up");
+    assert_eq!(
+        read.stacks.len() as u64,
+        WINDOWS * STACKS,
+        "one sample a stack"
+    );
+    assert!(
+        whole(d.socket(), api::ExportFormat::Pprof) == pprof_bytes,
+        "the streamed pprof export differs from GetProfile's"
     );
     for (what, rise, bound) in &figures {
         assert!(

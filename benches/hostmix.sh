@@ -42,7 +42,8 @@
 # host's new processes (/proc/stat) and load average, and the mix's
 # counters: the raw series is kept in <work>/series.tsv (keep=1 or --keep).
 # Every minute, the profiler's descriptors by file and mapped files by
-# resident size (<work>/fds-*.txt, smaps-*.txt).
+# resident size (<work>/fds-*.txt, smaps-*.txt), and profd's memory line
+# of `profctl info` (<work>/info-*.txt).
 #
 # Usage: benches/hostmix.sh [--quick] [--only PHASES] [--mix PARTS]
 #                           [--minutes M] [--bare-minutes M]
@@ -391,6 +392,8 @@ snapshot() {
          /^Size:/ { sizes[name] += $2 } /^Rss:/ { rss[name] += $2 }
          END { for (n in rss) printf "%d %d %s\n", rss[n], sizes[n], n }' "/proc/$pid/smaps" 2>/dev/null |
         sort -rn >"$work/smaps-$tag.txt" || true
+    # profd's own account: its memory level, sheds and caches.
+    [ "$pid" = "${profd_pid:-}" ] && "$profctl" info 2>/dev/null | grep -E '^ *memory:' >"$work/info-$tag.txt" || true
 }
 # run_phase NAME SECONDS PID [HOOK]: sample every second for SECONDS (with
 # HOOK ELAPSED called each second; a hook returning 1 ends the phase early,

@@ -174,8 +174,10 @@ pub struct Governor {
     /// Called every [`RELEASE_EVERY`] readings: parts that map files drop
     /// the pages they touched (see [`Governor::every_few_readings`]).
     hooks: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
-    /// Readings since the caches were last told to shed.
+    /// Readings since the caches were last told to shed, and the readings
+    /// the next shed waits for while the pressure stays.
     since_shed: AtomicU64,
+    shed_every: AtomicU64,
     /// Readings taken, and the last reading at which each level was in
     /// force (see [`Governor::held`]).
     readings: AtomicU64,
@@ -194,9 +196,15 @@ pub const MAX_HOLDS: u64 = 120;
 /// read.
 const RELEASE_EVERY: u64 = 4;
 
-/// Readings between two sheds while the pressure stays (a level entered
-/// sheds at once).
+/// Readings between the first two sheds while the pressure stays (the
+/// pressure's start sheds at once): 2 s. Each further shed under the same
+/// pressure waits twice as long, up to [`MAX_SHED_EVERY`]: when shedding
+/// did not end the pressure, what holds the memory is not the caches
+/// (on-demand sessions, most often), and dropping caches again and again
+/// only parses and faults their files in again.
 const SHED_EVERY: u64 = 4;
+/// The longest wait between two sheds under one pressure (64 s).
+const MAX_SHED_EVERY: u64 = 128;
 
 impl std::fmt::Debug for Governor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -356,7 +364,9 @@ impl Governor {
     }
 
     /// Take a reading and move to the level it calls for (shedding the
-    /// caches while at [`Level::ShedCaches`] or above); the new level.
+    /// caches as the pressure starts, and again at growing intervals while
+    /// at [`Level::ShedCaches`] or above: see [`SHED_EVERY`]); the new
+    /// level.
     pub fn step(&self, usage: Usage) -> Level {
         *self.usage.lock().unwrap_or_else(|e| e.into_inner()) = usage;
         let before = self.level();
@@ -379,10 +389,19 @@ impl Governor {
             );
         }
         let since = self.since_shed.fetch_add(1, Ordering::Relaxed) + 1;
-        if level >= Level::ShedCaches && (level > before || since >= SHED_EVERY) {
+        let every = self.shed_every.load(Ordering::Relaxed).max(SHED_EVERY);
+        if level < Level::ShedCaches {
+            self.shed_every.store(SHED_EVERY, Ordering::Relaxed);
+        } else if before < Level::ShedCaches || since >= every {
+            let next = if before < Level::ShedCaches {
+                SHED_EVERY
+            } else {
+                (every * 2).min(MAX_SHED_EVERY)
+            };
+            self.shed_every.store(next, Ordering::Relaxed);
             self.since_shed.store(0, Ordering::Relaxed);
             let freed = self.shed();
-            tracing::debug!(freed, "memory: caches shed");
+            tracing::debug!(freed, next_in = next, "memory: caches shed");
         }
         level
     }
@@ -624,6 +643,46 @@ mod tests {
             g.step(usage(10));
         }
         assert_eq!(g.held(), Level::Normal);
+    }
+
+    /// Under a pressure that shedding does not end, the caches shed at once,
+    /// then after 2 s, 4 s, 8 s... up to 64 s; the next pressure starts
+    /// over.
+    #[test]
+    fn sheds_under_a_lasting_pressure_come_further_apart() {
+        let g = Governor::default();
+        g.set_limit(100 * MIB);
+        let usage = |mib: u64| Usage {
+            resident: mib * MIB,
+            peak: mib * MIB,
+            cgroup: None,
+        };
+        let sheds = || g.counts.sheds.load(Ordering::Relaxed);
+        let mut at = Vec::new();
+        for reading in 0..400 {
+            let before = sheds();
+            g.step(usage(if reading % 3 == 0 { 96 } else { 85 }));
+            if sheds() > before {
+                at.push(reading);
+            }
+        }
+        let gaps: Vec<u64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(at[0], 0, "the pressure's start sheds at once");
+        assert_eq!(gaps[..5], [4, 8, 16, 32, 64], "{at:?}");
+        assert!(gaps[5..].iter().all(|&g| g == MAX_SHED_EVERY), "{at:?}");
+        // The pressure goes, and comes back: it sheds at once, then after
+        // 2 s again.
+        for _ in 0..10 {
+            g.step(usage(10));
+        }
+        assert_eq!(g.level(), Level::Normal);
+        let before = sheds();
+        g.step(usage(75));
+        assert_eq!(sheds(), before + 1);
+        for _ in 0..SHED_EVERY {
+            g.step(usage(75));
+        }
+        assert_eq!(sheds(), before + 2);
     }
 
     #[test]

@@ -294,16 +294,8 @@ fn encode(
     Ok(match format {
         api::ExportFormat::Pprof => export::pprof(p),
         api::ExportFormat::Folded => export::folded(p).into_bytes(),
-        api::ExportFormat::Svg => {
-            let title = match query {
-                None => format!(
-                    "profd session {} — pid {} ({})",
-                    resolved.session.id, p.pid, p.comm
-                ),
-                Some(q) => history_title(q, resolved.session.duration_s),
-            };
-            export::svg(p, &title).map_err(|e| Status::internal(format!("flame graph: {e}")))?
-        }
+        api::ExportFormat::Svg => export::svg(p, &svg_title(resolved, query))
+            .map_err(|e| Status::internal(format!("flame graph: {e}")))?,
         api::ExportFormat::Speedscope => export::speedscope(p).into_bytes(),
         api::ExportFormat::Firefox => {
             let Some(timeline) = &resolved.timeline else {
@@ -325,6 +317,19 @@ fn encode(
                 .map_err(|e| Status::internal(e.to_string()))?
         }
     })
+}
+
+/// The title of a flame graph: the session's, or with `query` what it
+/// selected of the history.
+fn svg_title(resolved: &Resolved, query: Option<&api::Query>) -> String {
+    let p = &resolved.profile;
+    match query {
+        None => format!(
+            "profd session {} — pid {} ({})",
+            resolved.session.id, p.pid, p.comm
+        ),
+        Some(q) => history_title(q, resolved.session.duration_s),
+    }
 }
 
 /// The title of a flame graph of the history: what the query selected.
@@ -614,11 +619,18 @@ impl Profiler for Service {
         let source = self.source(&req, r.session_id, r.query.as_ref()).await?;
         let format = export_format(r.format)?;
         let (tx, rx) = mpsc::channel(2);
-        if matches!(format, api::ExportFormat::Folded | api::ExportFormat::Pprof) {
+        if matches!(
+            format,
+            api::ExportFormat::Folded
+                | api::ExportFormat::Pprof
+                | api::ExportFormat::Svg
+                | api::ExportFormat::Speedscope
+        ) {
             // Made as they are sent: the text or bytes are never whole here.
             let permit = self.registry.export_permit()?;
             let resolved = source.resolve().await?;
             let functions = views::functions(&resolved.profile);
+            let title = svg_title(&resolved, r.query.as_ref());
             tokio::task::spawn_blocking(move || {
                 let _permit = permit;
                 let first = api::ProfilePiece {
@@ -629,10 +641,21 @@ impl Profiler for Service {
                     return;
                 }
                 let p = &resolved.profile;
-                if format == api::ExportFormat::Pprof {
-                    export::pprof_pieces(p, PIECE_BYTES, |bytes| send_data(&tx, bytes));
-                } else {
-                    export::folded_pieces(p, PIECE_BYTES, |text| send_data(&tx, text.into_bytes()));
+                let send = |bytes| send_data(&tx, bytes);
+                match format {
+                    api::ExportFormat::Pprof => export::pprof_pieces(p, PIECE_BYTES, send),
+                    api::ExportFormat::Svg => {
+                        if let Err(e) = export::svg_pieces(p, &title, PIECE_BYTES, send) {
+                            let _ = tx
+                                .blocking_send(Err(Status::internal(format!("flame graph: {e}"))));
+                        }
+                    }
+                    api::ExportFormat::Speedscope => {
+                        export::speedscope_pieces(p, PIECE_BYTES, send)
+                    }
+                    _ => export::folded_pieces(p, PIECE_BYTES, |text| {
+                        send_data(&tx, text.into_bytes())
+                    }),
                 }
             });
         } else {

@@ -1,7 +1,8 @@
 //! Folded stacks (Brendan Gregg's FlameGraph input) and the SVG flame graph
-//! inferno draws from them.
-use std::collections::{BTreeMap, HashMap};
+//! inferno draws from them, each made in pieces as it is sent.
+use std::collections::HashMap;
 
+use super::pieces::PieceWriter;
 use super::{frame_name, ExportError};
 use crate::api::Mode;
 use crate::kernel::KERNEL;
@@ -64,7 +65,23 @@ pub fn folded_pieces(
     mut each: impl FnMut(String) -> bool,
 ) {
     let names: Vec<String> = p.functions.iter().map(|f| clean(annotated(f))).collect();
-    let name = |f: u32| names.get(f as usize).map_or("[unknown]", String::as_str);
+    let lines = merged_lines(p, &names);
+    let mut out = String::new();
+    for (path, count) in &lines {
+        push_line(&mut out, &names, path, *count);
+        if out.len() >= piece_bytes && !each(std::mem::take(&mut out)) {
+            return;
+        }
+    }
+    if !out.is_empty() || piece_bytes == usize::MAX {
+        each(out);
+    }
+}
+
+/// The folded lines of `p` with frames named by `names` (by function id),
+/// sorted by their text: each a path of function ids (outermost first) and
+/// its count, paths of other functions with the same names merged into one.
+fn merged_lines(p: &ResolvedProfile, names: &[String]) -> Vec<(Box<[u32]>, u64)> {
     // The distinct paths (outermost first), each held once, exactly sized.
     let mut counts: HashMap<Box<[u32]>, u64> = HashMap::new();
     let mut path = Vec::new();
@@ -84,65 +101,42 @@ pub fn folded_pieces(
     }
     let mut lines: Vec<(Box<[u32]>, u64)> = counts.into_iter().collect();
     // In the order of the lines' text, without making it.
-    lines.sort_unstable_by(|a, b| line_text(&names, &a.0).cmp(line_text(&names, &b.0)));
-    let mut out = String::new();
-    let mut i = 0;
-    while i < lines.len() {
-        // Paths of other functions with the same names are one line.
-        let mut count = lines[i].1;
-        let mut j = i + 1;
-        while j < lines.len() && line_text(&names, &lines[j].0).eq(line_text(&names, &lines[i].0)) {
-            count += lines[j].1;
-            j += 1;
+    lines.sort_unstable_by(|a, b| line_text(names, &a.0).cmp(line_text(names, &b.0)));
+    // Paths of other functions with the same names are one line.
+    lines.dedup_by(|next, kept| {
+        let same = line_text(names, &next.0).eq(line_text(names, &kept.0));
+        if same {
+            kept.1 += next.1;
         }
-        for (k, &f) in lines[i].0.iter().enumerate() {
-            if k > 0 {
-                out.push(';');
-            }
-            out.push_str(name(f));
-        }
-        out.push(' ');
-        out.push_str(&count.to_string());
-        out.push('\n');
-        i = j;
-        if out.len() >= piece_bytes && !each(std::mem::take(&mut out)) {
-            return;
-        }
-    }
-    if !out.is_empty() || piece_bytes == usize::MAX {
-        each(out);
-    }
+        same
+    });
+    lines
 }
 
-/// Folded stacks with frames named by `name`.
-fn fold(p: &ResolvedProfile, name: fn(&FunctionInfo) -> String) -> String {
-    let names: Vec<String> = p.functions.iter().map(|f| clean(name(f))).collect();
-    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for s in p
-        .stacks
-        .iter()
-        .filter(|s| !s.frames.is_empty() && s.count > 0)
-    {
-        let path: Vec<&str> = s
-            .frames
-            .iter()
-            .rev()
-            .map(|f| {
-                names
-                    .get(f.function as usize)
-                    .map_or("[unknown]", String::as_str)
-            })
-            .collect();
-        *lines.entry(path.join(";")).or_default() += s.count;
+/// Appends the folded line of `path` with `count` to `out`.
+fn push_line(out: &mut String, names: &[String], path: &[u32], count: u64) {
+    for (k, &f) in path.iter().enumerate() {
+        if k > 0 {
+            out.push(';');
+        }
+        out.push_str(names.get(f as usize).map_or("[unknown]", String::as_str));
     }
-    // Sized once: a large profile's text is tens of MiB.
-    let size = lines.keys().map(|path| path.len() + 22).sum();
+    out.push(' ');
+    out.push_str(&count.to_string());
+    out.push('\n');
+}
+
+/// The folded text of `p` with frames named as in viewers, exactly sized.
+fn viewer_text(p: &ResolvedProfile) -> String {
+    let names: Vec<String> = p.functions.iter().map(|f| clean(frame_name(f))).collect();
+    let lines = merged_lines(p, &names);
+    let size = lines
+        .iter()
+        .map(|(path, count)| line_text(&names, path).count() + 2 + count.to_string().len())
+        .sum();
     let mut out = String::with_capacity(size);
-    for (path, count) in lines {
-        out.push_str(&path);
-        out.push(' ');
-        out.push_str(&count.to_string());
-        out.push('\n');
+    for (path, count) in &lines {
+        push_line(&mut out, &names, path, *count);
     }
     out
 }
@@ -154,7 +148,27 @@ fn fold(p: &ResolvedProfile, name: fn(&FunctionInfo) -> String) -> String {
 /// `samples`, or for off-CPU and wall-clock profiles `ns`, with a subtitle
 /// saying which time.
 pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
-    let text = fold(p, frame_name);
+    let mut out = Vec::new();
+    svg_pieces(p, title, usize::MAX, |piece| {
+        out = piece;
+        true
+    })?;
+    Ok(out)
+}
+
+/// [`svg`] handed to `each` in pieces of `piece_bytes` (the last one
+/// shorter) as inferno draws it: the picture is never whole. inferno
+/// takes the folded lines whole (it sorts them and its frames borrow their
+/// names), so the folded text is held, exactly sized, with inferno's
+/// frames (one per node of the merged call tree). The pieces concatenated
+/// are [`svg`]. `each` returns false to stop.
+pub fn svg_pieces(
+    p: &ResolvedProfile,
+    title: &str,
+    piece_bytes: usize,
+    each: impl FnMut(Vec<u8>) -> bool,
+) -> Result<(), ExportError> {
+    let text = viewer_text(p);
     let mut opt = inferno::flamegraph::Options::default();
     // Colours by the function's name, not at random: one profile gives one
     // picture, and a function has its colour in every picture.
@@ -166,13 +180,17 @@ pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
         Mode::Wall => Some("wall-clock time, on- and off-CPU (ns)".to_string()),
         Mode::Cpu | Mode::Unspecified => None,
     };
-    let mut out = Vec::new();
+    let mut out = PieceWriter::new(piece_bytes, each);
     match inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut out) {
-        Ok(()) => Ok(out),
+        Ok(()) => {}
+        // The reader is gone: nothing more to make.
+        Err(_) if out.stopped() => return Ok(()),
         // No stack counts: inferno has drawn its message and ends the SVG.
-        Err(_) if text.is_empty() && !out.is_empty() => Ok(out),
-        Err(e) => Err(ExportError::FlameGraph(e)),
+        Err(_) if text.is_empty() && out.written() > 0 => {}
+        Err(e) => return Err(ExportError::FlameGraph(e)),
     }
+    out.finish();
+    Ok(())
 }
 
 #[cfg(test)]
@@ -184,6 +202,30 @@ mod tests {
     fn one_profile_gives_one_picture() {
         let (a, b) = (svg(&known(), "t").unwrap(), svg(&known(), "t").unwrap());
         assert!(a == b, "two flame graphs of one profile differ");
+    }
+
+    #[test]
+    fn svg_pieces_make_the_picture() {
+        let whole = svg(&known(), "t").unwrap();
+        for size in [1, 1000, 1 << 20] {
+            let mut pieces = Vec::new();
+            svg_pieces(&known(), "t", size, |piece| {
+                pieces.push(piece);
+                true
+            })
+            .unwrap();
+            let (last, rest) = pieces.split_last().unwrap();
+            assert!(rest.iter().all(|p| p.len() == size) && last.len() <= size);
+            assert!(pieces.concat() == whole, "pieces of {size} bytes");
+        }
+        // Stopped after the first piece, quietly.
+        let mut n = 0;
+        svg_pieces(&known(), "t", 100, |_| {
+            n += 1;
+            false
+        })
+        .unwrap();
+        assert_eq!(n, 1);
     }
 
     #[test]

@@ -4,14 +4,15 @@
 mod firefox;
 mod folded;
 mod json;
+mod pieces;
 mod pprof;
 mod speedscope;
 
 pub use firefox::firefox;
-pub use folded::{folded, folded_pieces, svg};
+pub use folded::{folded, folded_pieces, svg, svg_pieces};
 pub use json::{json, scope_name, state_name, unwind_name};
 pub use pprof::{cpu_profile, pprof, pprof_decode, pprof_pieces, time_sample_type, Strings};
-pub use speedscope::speedscope;
+pub use speedscope::{speedscope, speedscope_pieces};
 
 /// Why an export could not be made or read.
 #[derive(Debug, thiserror::Error)]

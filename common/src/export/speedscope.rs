@@ -1,53 +1,22 @@
 //! speedscope's JSON file format (also imported by the Firefox Profiler):
-//! shared frames and one sampled profile per thread.
+//! shared frames and one sampled profile per thread, written as it is made.
 use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Write};
 
 use serde::Serialize;
 
 use super::frame_name;
-use crate::model::{is_time, ResolvedProfile};
+use super::pieces::PieceWriter;
+use crate::model::{is_time, FunctionInfo, ResolvedProfile, ResolvedStack};
 
 /// The schema URL speedscope recognises its files by.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
 #[derive(Serialize)]
-struct File {
-    #[serde(rename = "$schema")]
-    schema: &'static str,
-    name: String,
-    exporter: String,
-    #[serde(rename = "activeProfileIndex")]
-    active_profile_index: usize,
-    shared: Shared,
-    profiles: Vec<Profile>,
-}
-
-#[derive(Serialize)]
-struct Shared {
-    frames: Vec<Frame>,
-}
-
-#[derive(Serialize)]
-struct Frame {
+struct Frame<'a> {
     name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    file: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    line: Option<u32>,
-}
-
-#[derive(Serialize)]
-struct Profile {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    name: String,
-    unit: &'static str,
-    #[serde(rename = "startValue")]
-    start_value: u64,
-    #[serde(rename = "endValue")]
-    end_value: u64,
-    samples: Vec<Vec<usize>>,
-    weights: Vec<u64>,
+    file: Option<&'a str>,
 }
 
 /// The profile as a speedscope file: `shared.frames` has one frame per
@@ -58,72 +27,131 @@ struct Profile {
 /// `nanoseconds` for off-CPU and wall-clock time (speedscope then shows
 /// times).
 pub fn speedscope(p: &ResolvedProfile) -> String {
-    let mut frames = Vec::new();
-    let mut frame_of: HashMap<u32, usize> = HashMap::new();
-    let mut frame = |id: u32| -> usize {
-        *frame_of.entry(id).or_insert_with(|| {
-            let f = p.functions.get(id as usize).cloned().unwrap_or_default();
-            let file = if f.file.is_empty() {
-                &f.module
-            } else {
-                &f.file
-            };
-            frames.push(Frame {
-                name: frame_name(&f),
-                file: (!file.is_empty()).then(|| file.clone()),
-                line: None,
-            });
-            frames.len() - 1
-        })
-    };
-    // tid → (stack of frame indices, outermost first) → weight.
-    let mut threads: BTreeMap<u32, BTreeMap<Vec<usize>, u64>> = BTreeMap::new();
-    for s in p
-        .stacks
-        .iter()
-        .filter(|s| !s.frames.is_empty() && s.count > 0)
-    {
-        let path: Vec<usize> = s.frames.iter().rev().map(|f| frame(f.function)).collect();
-        *threads.entry(s.tid).or_default().entry(path).or_default() += s.count;
+    let mut out = Vec::new();
+    speedscope_pieces(p, usize::MAX, |piece| {
+        out = piece;
+        true
+    });
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// [`speedscope`] handed to `each` in pieces of `piece_bytes` (the last
+/// one shorter) as it is written: the file is never whole. Only the frames
+/// table and, for each thread, its stacks' indices (4 bytes a stack) are
+/// held; a thread's stacks are sorted and merged as they are written. The
+/// pieces concatenated are [`speedscope`]. `each` returns false to stop.
+pub fn speedscope_pieces(
+    p: &ResolvedProfile,
+    piece_bytes: usize,
+    each: impl FnMut(Vec<u8>) -> bool,
+) {
+    let mut out = PieceWriter::new(piece_bytes, each);
+    if write(p, &mut out).is_ok() {
+        out.finish();
     }
-    let unit = if is_time(p.mode) {
-        "nanoseconds"
-    } else {
-        "none"
-    };
-    let profiles = threads
-        .into_iter()
-        .map(|(tid, stacks)| {
-            let name = match p.threads.get(&tid) {
-                Some(n) if !n.is_empty() => format!("{n} (tid {tid})"),
-                _ => format!("tid {tid}"),
-            };
-            let (samples, weights): (Vec<_>, Vec<_>) = stacks.into_iter().unzip();
-            Profile {
-                kind: "sampled",
-                name,
-                unit,
-                start_value: 0,
-                end_value: weights.iter().sum(),
-                samples,
-                weights,
-            }
-        })
-        .collect();
+}
+
+/// Writes the speedscope file of `p` into `out`, as serde_json would write
+/// it whole (compact).
+fn write(p: &ResolvedProfile, out: &mut impl Write) -> io::Result<()> {
+    let kept = |s: &&ResolvedStack| !s.frames.is_empty() && s.count > 0;
+    // Frames in order of first use, outermost first; each thread's stacks
+    // (indices into `p.stacks`) and the sum of their counts.
+    let mut frames: Vec<u32> = Vec::new();
+    let mut frame_of: HashMap<u32, u32> = HashMap::new();
+    let mut threads: BTreeMap<u32, (u64, Vec<u32>)> = BTreeMap::new();
+    for (i, s) in p.stacks.iter().enumerate().filter(|(_, s)| kept(s)) {
+        for f in s.frames.iter().rev() {
+            frame_of.entry(f.function).or_insert_with(|| {
+                frames.push(f.function);
+                frames.len() as u32 - 1
+            });
+        }
+        let (sum, stacks) = threads.entry(s.tid).or_default();
+        *sum += s.count;
+        stacks.push(i as u32);
+    }
     let name = if p.comm.is_empty() {
         format!("pid {}", p.pid)
     } else {
         format!("{} (pid {})", p.comm, p.pid)
     };
-    let file = File {
-        schema: SCHEMA,
-        name,
-        exporter: format!("profd {}", env!("CARGO_PKG_VERSION")),
-        active_profile_index: 0,
-        shared: Shared { frames },
-        profiles,
+    out.write_all(b"{\"$schema\":")?;
+    serde_json::to_writer(&mut *out, SCHEMA)?;
+    out.write_all(b",\"name\":")?;
+    serde_json::to_writer(&mut *out, &name)?;
+    out.write_all(b",\"exporter\":")?;
+    serde_json::to_writer(&mut *out, &format!("profd {}", env!("CARGO_PKG_VERSION")))?;
+    out.write_all(b",\"activeProfileIndex\":0,\"shared\":{\"frames\":[")?;
+    let unknown = FunctionInfo::default();
+    for (k, &id) in frames.iter().enumerate() {
+        if k > 0 {
+            out.write_all(b",")?;
+        }
+        let f = p.functions.get(id as usize).unwrap_or(&unknown);
+        let file = if f.file.is_empty() {
+            &f.module
+        } else {
+            &f.file
+        };
+        let frame = Frame {
+            name: frame_name(f),
+            file: (!file.is_empty()).then_some(file.as_str()),
+        };
+        serde_json::to_writer(&mut *out, &frame)?;
+    }
+    out.write_all(b"]},\"profiles\":[")?;
+    let unit = if is_time(p.mode) {
+        "nanoseconds"
+    } else {
+        "none"
     };
-    serde_json::to_string(&file).expect("the speedscope file holds only plain values")
+    let path = |i: u32| {
+        p.stacks[i as usize]
+            .frames
+            .iter()
+            .rev()
+            .map(|f| frame_of[&f.function])
+    };
+    for (k, (tid, (sum, mut stacks))) in threads.into_iter().enumerate() {
+        if k > 0 {
+            out.write_all(b",")?;
+        }
+        let name = match p.threads.get(&tid) {
+            Some(n) if !n.is_empty() => format!("{n} (tid {tid})"),
+            _ => format!("tid {tid}"),
+        };
+        out.write_all(b"{\"type\":\"sampled\",\"name\":")?;
+        serde_json::to_writer(&mut *out, &name)?;
+        write!(
+            out,
+            ",\"unit\":\"{unit}\",\"startValue\":0,\"endValue\":{sum},\"samples\":["
+        )?;
+        // The distinct stacks in the order of their frame indices, each
+        // the run of equal paths it merges.
+        stacks.sort_unstable_by(|&a, &b| path(a).cmp(path(b)));
+        let runs = || stacks.chunk_by(|&a, &b| path(a).eq(path(b)));
+        for (j, run) in runs().enumerate() {
+            out.write_all(if j == 0 { b"[" } else { b",[" })?;
+            for (d, index) in path(run[0]).enumerate() {
+                if d > 0 {
+                    out.write_all(b",")?;
+                }
+                write!(out, "{index}")?;
+            }
+            out.write_all(b"]")?;
+        }
+        out.write_all(b"],\"weights\":[")?;
+        for (j, run) in runs().enumerate() {
+            let weight: u64 = run.iter().map(|&i| p.stacks[i as usize].count).sum();
+            if j > 0 {
+                out.write_all(b",")?;
+            }
+            write!(out, "{weight}")?;
+        }
+        out.write_all(b"]}")?;
+    }
+    out.write_all(b"]}")
 }
 
 #[cfg(test)]
@@ -180,6 +208,27 @@ mod tests {
             .unwrap();
         assert_eq!(profiles[1]["weights"][idx], 4);
         assert!(profiles.iter().all(|p| p["unit"] == "none"));
+    }
+
+    #[test]
+    fn speedscope_pieces_make_the_file() {
+        let whole = speedscope(&known());
+        for size in [1, 100, 1 << 20] {
+            let mut pieces = Vec::new();
+            speedscope_pieces(&known(), size, |piece| {
+                pieces.push(piece);
+                true
+            });
+            let (last, rest) = pieces.split_last().unwrap();
+            assert!(rest.iter().all(|p| p.len() == size) && last.len() <= size);
+            assert_eq!(pieces.concat(), whole.as_bytes(), "pieces of {size} bytes");
+        }
+        let mut n = 0;
+        speedscope_pieces(&known(), 10, |_| {
+            n += 1;
+            false
+        });
+        assert_eq!(n, 1, "stopped after the first piece");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Answers over a big continuous history: windows of 120 000 distinct
 //! stacks planted in a real daemon's state directory, then queried as a
-//! user would (`profctl query`, flat table, tree and exports). The daemon's
+//! user would (`profctl query`: flat table, tree, views and exports). The daemon's
 //! peak memory while it answers (VmHWM, reset before each answer through
 //! `/proc/PID/clear_refs`) stays within a bound proportional to the
 //! answer, and the streamed export is the one GetProfile gives whole. Real
@@ -67,11 +67,7 @@ fn count_of(n: u64) -> u64 {
 fn big_window(w: u64, start: u64) -> api::Window {
     let functions = (0..DEPTH as u32 * PER_LEVEL)
         .map(|f| api::WindowFunction {
-            name: format!(
-                "big_crate::level_{}::handler_{}::<impl core::ops::Fn<(u64,)>>::call",
-                f / PER_LEVEL,
-                f % PER_LEVEL
-            ),
+            name: function_name(f),
             module: "/usr/lib/big/libbig.so".into(),
             file: format!("src/level_{}.rs", f / PER_LEVEL),
             inlined: false,
@@ -204,6 +200,131 @@ fn whole(socket: &Path, format: api::ExportFormat) -> Vec<u8> {
     })
 }
 
+/// The name of function `f` of the big history.
+fn function_name(f: u32) -> String {
+    format!(
+        "big_crate::level_{}::handler_{}::<impl core::ops::Fn<(u64,)>>::call",
+        f / PER_LEVEL,
+        f % PER_LEVEL
+    )
+}
+
+/// `n` with thousands separators, as inferno counts frames.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Checks the streamed SVG flame graph: well-formed XML, every sample
+/// counted, and every outermost function drawn with its samples.
+fn check_svg(svg: &[u8], expected: u64) {
+    let mut reader = quick_xml::Reader::from_reader(svg);
+    let mut titles = Vec::new();
+    let mut in_title = false;
+    let mut total = None;
+    let mut buf = Vec::new();
+    loop {
+        match reader.read_event_into(&mut buf) {
+            Ok(quick_xml::events::Event::Eof) => break,
+            Ok(quick_xml::events::Event::Start(e)) => {
+                in_title = e.name().as_ref() == b"title";
+                if in_title {
+                    titles.push(String::new());
+                }
+                if e.name().as_ref() == b"svg" {
+                    if let Some(a) = e.try_get_attribute("total_samples").unwrap() {
+                        total = Some(String::from_utf8(a.value.to_vec()).unwrap());
+                    }
+                }
+            }
+            Ok(quick_xml::events::Event::Text(t)) if in_title => {
+                titles.last_mut().unwrap().push_str(&t.decode().unwrap());
+            }
+            Ok(quick_xml::events::Event::GeneralRef(r)) if in_title => {
+                let name = r.decode().unwrap();
+                let text = match name.as_ref() {
+                    "lt" => "<",
+                    "gt" => ">",
+                    "amp" => "&",
+                    "quot" => "\"",
+                    "apos" => "'",
+                    other => panic!("entity &{other}; in the flame graph"),
+                };
+                titles.last_mut().unwrap().push_str(text);
+            }
+            Ok(quick_xml::events::Event::End(_)) => in_title = false,
+            Ok(_) => {}
+            Err(e) => panic!(
+                "the SVG flame graph is not XML at byte {}: {e}",
+                reader.buffer_position()
+            ),
+        }
+        buf.clear();
+    }
+    assert_eq!(
+        total,
+        Some(expected.to_string()),
+        "the flame graph counts every sample"
+    );
+    let mut outermost = vec![0u64; PER_LEVEL as usize];
+    for n in 0..WINDOWS * STACKS {
+        outermost[function_of(n, 0) as usize] += count_of(n);
+    }
+    for (f, samples) in outermost.into_iter().enumerate() {
+        let title = format!(
+            "{} ({} samples, ",
+            function_name(f as u32),
+            thousands(samples)
+        );
+        assert!(
+            titles.iter().any(|t| t.starts_with(&title)),
+            "no frame {title}...) in the flame graph"
+        );
+    }
+}
+
+/// Checks the streamed speedscope file: JSON whose threads' weights add
+/// up to every sample, one sample a distinct path of a thread.
+fn check_speedscope(bytes: &[u8], expected: u64) {
+    let v: serde_json::Value = serde_json::from_slice(bytes).expect("speedscope JSON");
+    assert_eq!(
+        v["shared"]["frames"].as_array().unwrap().len(),
+        DEPTH * PER_LEVEL as usize,
+        "a frame a function"
+    );
+    let profiles = v["profiles"].as_array().unwrap();
+    assert_eq!(profiles.len(), THREADS as usize, "a profile a thread");
+    let (mut weight, mut samples) = (0, 0);
+    for p in profiles {
+        let w: u64 = (p["weights"].as_array().unwrap().iter())
+            .map(|w| w.as_u64().unwrap())
+            .sum();
+        assert_eq!(p["endValue"].as_u64(), Some(w));
+        weight += w;
+        samples += p["samples"].as_array().unwrap().len() as u64;
+    }
+    assert_eq!(weight, expected, "the speedscope weights add up");
+    // Stacks of one thread that differ only in their leaf address merge.
+    let distinct: std::collections::HashSet<(u64, Vec<u32>)> = (0..WINDOWS * STACKS)
+        .map(|n| {
+            let path = (0..DEPTH).map(|l| function_of(n, l)).collect();
+            (n % u64::from(THREADS), path)
+        })
+        .collect();
+    assert_eq!(
+        samples,
+        distinct.len() as u64,
+        "one sample a distinct stack of a thread"
+    );
+}
+
 /// Answers over 120 000 distinct stacks, each from a daemon that has
 /// answered nothing yet: the function table (flat, and the JSON report)
 /// keeps no stacks, so the daemon's peak rises by less than 16 MiB
@@ -211,8 +332,15 @@ fn whole(socket: &Path, format: api::ExportFormat) -> Vec<u8> {
 /// folded and pprof exports are made as they are streamed, so their peaks
 /// rise by less than twice the merged stacks' frames (16 bytes a frame),
 /// never by the tree's every path, the text's size (73 MiB here) or the
-/// pprof message's samples. The streamed exports are the ones GetProfile
-/// gives whole, and add up to every sample.
+/// pprof message's samples; the speedscope file is written as it is
+/// streamed, holding its frames table and 4 bytes a stack on top of the
+/// merged stacks (under 1.5 times their frames); the SVG flame graph is
+/// drawn as it is streamed but holds the folded text inferno takes whole,
+/// and inferno's frames (under twice the merged frames and 1.5 times the
+/// text). The views (callers, threads, lines) hold the merged stacks only;
+/// the hot path holds the whole call tree (under 4 times the merged
+/// frames). The streamed exports are the ones GetProfile gives whole, and
+/// add up to every sample.
 #[test]
 fn answers_over_a_big_history_stay_within_their_bound() {
     let _serial = serial();
@@ -225,7 +353,13 @@ fn answers_over_a_big_history_stay_within_their_bound() {
     let folded_arg = folded.to_str().unwrap();
     let pprof = scratch.join("big.pb.gz");
     let pprof_arg = pprof.to_str().unwrap();
-    let cases: [(&str, Vec<&str>, u64); 5] = [
+    let svg = scratch.join("big.svg");
+    let svg_arg = svg.to_str().unwrap();
+    let speedscope = scratch.join("big.speedscope.json");
+    let speedscope_arg = speedscope.to_str().unwrap();
+    let outermost = function_name(0);
+    let leaf = function_name((DEPTH as u32 - 1) * PER_LEVEL);
+    let cases: [(&str, Vec<&str>, u64); 11] = [
         ("json", vec!["query", "--format", "json"], 16 << 10),
         ("flat table", vec!["query", "--top", "10"], 16 << 10),
         (
@@ -243,6 +377,25 @@ fn answers_over_a_big_history_stay_within_their_bound() {
             vec!["query", "--format", "pprof", "-o", pprof_arg],
             2 * frames_kib,
         ),
+        (
+            "svg",
+            vec!["query", "--format", "svg", "-o", svg_arg],
+            // Set below, from the folded text's size.
+            0,
+        ),
+        (
+            "speedscope",
+            vec!["query", "--format", "speedscope", "-o", speedscope_arg],
+            frames_kib * 3 / 2,
+        ),
+        (
+            "callers",
+            vec!["query", "--callers", &outermost],
+            2 * frames_kib,
+        ),
+        ("hot path", vec!["query", "--hot-path"], 4 * frames_kib),
+        ("threads", vec!["query", "--threads"], 2 * frames_kib),
+        ("lines", vec!["query", "--lines", &leaf], 2 * frames_kib),
     ];
     let mut figures = Vec::new();
     for (what, args, bound) in cases {
@@ -257,12 +410,24 @@ fn answers_over_a_big_history_stay_within_their_bound() {
     }
     let folded_text = std::fs::read(&folded).unwrap();
     let pprof_bytes = std::fs::read(&pprof).unwrap();
+    // The SVG holds the folded text whole for inferno, and inferno's
+    // frames: half as much again.
+    let svg_bound = 2 * frames_kib + (folded_text.len() as u64 >> 10) * 3 / 2;
+    for (what, _, bound) in &mut figures {
+        if *what == "svg" {
+            *bound = svg_bound;
+        }
+    }
+    let svg_bytes = std::fs::read(&svg).unwrap();
+    let speedscope_bytes = std::fs::read(&speedscope).unwrap();
     eprintln!(
-        "history: {WINDOWS} windows, {} stacks, {} KiB decoded, frames {frames_kib} KiB; folded {} bytes, pprof {} bytes",
+        "history: {WINDOWS} windows, {} stacks, {} KiB decoded, frames {frames_kib} KiB; folded {} bytes, pprof {} bytes, svg {} bytes, speedscope {} bytes",
         WINDOWS * STACKS,
         raw >> 10,
         folded_text.len(),
-        pprof_bytes.len()
+        pprof_bytes.len(),
+        svg_bytes.len(),
+        speedscope_bytes.len()
     );
     for (what, rise, bound) in &figures {
         eprintln!("{what}: VmHWM rose {rise} KiB above VmRSS (bound {bound} KiB)");
@@ -286,6 +451,16 @@ fn answers_over_a_big_history_stay_within_their_bound() {
     assert!(
         whole(d.socket(), api::ExportFormat::Pprof) == pprof_bytes,
         "the streamed pprof export differs from GetProfile's"
+    );
+    check_svg(&svg_bytes, expected);
+    assert!(
+        whole(d.socket(), api::ExportFormat::Svg) == svg_bytes,
+        "the streamed SVG flame graph differs from GetProfile's"
+    );
+    check_speedscope(&speedscope_bytes, expected);
+    assert!(
+        whole(d.socket(), api::ExportFormat::Speedscope) == speedscope_bytes,
+        "the streamed speedscope file differs from GetProfile's"
     );
     for (what, rise, bound) in &figures {
         assert!(

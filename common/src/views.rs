@@ -118,6 +118,9 @@ struct Tree {
 }
 
 impl Tree {
+    /// Every path of every stack (the tests' reference for the trees and
+    /// paths built without it).
+    #[cfg(test)]
     fn build(p: &ResolvedProfile, bottom_up: bool) -> Tree {
         let mut t = Tree {
             function: Vec::new(),
@@ -228,6 +231,7 @@ impl Tree {
     /// Adds `n` samples along `path` (root first), their exclusive count
     /// to the innermost frame: the root when `innermost_first`, else the
     /// last node.
+    #[cfg(test)]
     fn add(&mut self, path: impl Iterator<Item = u32>, n: u64, innermost_first: bool) {
         let mut parent = usize::MAX;
         for f in path {
@@ -333,20 +337,58 @@ pub fn call_tree(
 /// the path ends at the hot function, not in the noise under it. Nodes as
 /// in [`call_tree`], each the parent of the next.
 pub fn hot_path(p: &ResolvedProfile, bottom_up: bool, min_pct: f64) -> Vec<api::TreeNode> {
-    let t = Tree::build(p, bottom_up);
-    let heaviest = |nodes: &[usize]| {
-        nodes
-            .iter()
-            .copied()
-            .min_by(|&a, &b| t.order(p, a, b))
-            .filter(|&i| percent(t.inclusive[i], p.attributed) >= min_pct)
+    // Walked a depth at a time, keeping only the stacks still on the path
+    // (4 bytes each): the tree around it is never made.
+    let at = |s: &ResolvedStack, depth: usize| {
+        let i = if bottom_up {
+            depth
+        } else {
+            s.frames.len() - 1 - depth
+        };
+        s.frames[i].function
     };
+    let mut on: Vec<u32> = (0..p.stacks.len() as u32)
+        .filter(|&i| !p.stacks[i as usize].frames.is_empty())
+        .collect();
     let mut out = Vec::new();
-    let mut next = heaviest(&t.roots);
-    while let Some(i) = next {
-        let depth = out.len() as u32;
-        out.push(t.node(i, depth as i32 - 1, depth));
-        next = heaviest(&t.children[i]);
+    for depth in 0.. {
+        // Each function at this depth: (inclusive, exclusive).
+        let mut counts: HashMap<u32, (u64, u64)> = HashMap::new();
+        for &i in &on {
+            let s = &p.stacks[i as usize];
+            let c = counts.entry(at(s, depth)).or_default();
+            c.0 += s.count;
+            let innermost = if bottom_up {
+                depth == 0
+            } else {
+                depth + 1 == s.frames.len()
+            };
+            if innermost {
+                c.1 += s.count;
+            }
+        }
+        let heaviest = counts
+            .into_iter()
+            .min_by(|(fa, a), (fb, b)| {
+                b.0.cmp(&a.0)
+                    .then_with(|| name(p, *fa).cmp(name(p, *fb)))
+                    .then_with(|| fa.cmp(fb))
+            })
+            .filter(|(_, c)| percent(c.0, p.attributed) >= min_pct);
+        let Some((f, (inclusive, exclusive))) = heaviest else {
+            break;
+        };
+        out.push(api::TreeNode {
+            parent: depth as i32 - 1,
+            depth: depth as u32,
+            function_id: u64::from(f),
+            inclusive,
+            exclusive,
+        });
+        on.retain(|&i| {
+            let s = &p.stacks[i as usize];
+            depth + 1 < s.frames.len() && at(s, depth) == f
+        });
     }
     out
 }

@@ -333,6 +333,27 @@ fn whole_tree(
     out
 }
 
+/// The hot path as the whole tree gives it: every path made, then the
+/// heaviest child followed.
+fn whole_tree_hot_path(p: &ResolvedProfile, bottom_up: bool, min_pct: f64) -> Vec<api::TreeNode> {
+    let t = Tree::build(p, bottom_up);
+    let heaviest = |nodes: &[usize]| {
+        nodes
+            .iter()
+            .copied()
+            .min_by(|&a, &b| t.order(p, a, b))
+            .filter(|&i| percent(t.inclusive[i], p.attributed) >= min_pct)
+    };
+    let mut out = Vec::new();
+    let mut next = heaviest(&t.roots);
+    while let Some(i) = next {
+        let depth = out.len() as u32;
+        out.push(t.node(i, depth as i32 - 1, depth));
+        next = heaviest(&t.children[i]);
+    }
+    out
+}
+
 #[test]
 fn trees_built_a_depth_at_a_time_are_the_whole_trees_cut() {
     // 3000 stacks of 1 to 9 frames over 12 functions (recursion included).
@@ -371,6 +392,9 @@ fn trees_built_a_depth_at_a_time_are_the_whole_trees_cut() {
                     "bottom_up {bottom_up}, min_pct {min_pct}, max_depth {max_depth}"
                 );
             }
+            let hot = hot_path(&p, bottom_up, min_pct);
+            assert_eq!(hot, whole_tree_hot_path(&p, bottom_up, min_pct));
+            assert!(min_pct > 1.0 || hot.len() > 1, "{hot:?}");
         }
     }
 }

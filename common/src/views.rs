@@ -16,6 +16,17 @@ fn ids(stack: &ResolvedStack) -> impl DoubleEndedIterator<Item = u32> + '_ {
     stack.frames.iter().map(|f| f.function)
 }
 
+/// The function of frame `depth` of a stack's path, root first: the
+/// outermost frame first, or the innermost when `bottom_up`.
+fn path_frame(s: &ResolvedStack, depth: usize, bottom_up: bool) -> u32 {
+    let i = if bottom_up {
+        depth
+    } else {
+        s.frames.len() - 1 - depth
+    };
+    s.frames[i].function
+}
+
 /// Per-function counts, indexed by function id.
 fn counts(p: &ResolvedProfile) -> Vec<Counts> {
     let mut agg = Aggregator::new(p.functions.len());
@@ -162,15 +173,7 @@ impl Tree {
         };
         let stacks: Vec<&ResolvedStack> =
             p.stacks.iter().filter(|s| !s.frames.is_empty()).collect();
-        // Frame `depth` of a stack's path, root first.
-        let at = |s: &ResolvedStack, depth: usize| {
-            let i = if bottom_up {
-                depth
-            } else {
-                s.frames.len() - 1 - depth
-            };
-            s.frames[i].function
-        };
+        let at = |s: &ResolvedStack, depth: usize| path_frame(s, depth, bottom_up);
         // Each stack's node at the depth before (usize::MAX: the root's
         // parent; GONE: cut or ended).
         let mut node_of = vec![usize::MAX; stacks.len()];
@@ -339,14 +342,7 @@ pub fn call_tree(
 pub fn hot_path(p: &ResolvedProfile, bottom_up: bool, min_pct: f64) -> Vec<api::TreeNode> {
     // Walked a depth at a time, keeping only the stacks still on the path
     // (4 bytes each): the tree around it is never made.
-    let at = |s: &ResolvedStack, depth: usize| {
-        let i = if bottom_up {
-            depth
-        } else {
-            s.frames.len() - 1 - depth
-        };
-        s.frames[i].function
-    };
+    let at = |s: &ResolvedStack, depth: usize| path_frame(s, depth, bottom_up);
     let mut on: Vec<u32> = (0..p.stacks.len() as u32)
         .filter(|&i| !p.stacks[i as usize].frames.is_empty())
         .collect();

@@ -331,12 +331,23 @@ mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn released_file_pages_leave_the_resident_set_and_read_the_same() {
-        let path = std::env::temp_dir().join(format!("profd-release-{}", std::process::id()));
-        let bytes: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    /// A scratch file `profd-NAME-PID` of `len` bytes counting modulo
+    /// `modulo`, its bytes and the file opened.
+    fn patterned_file(
+        name: &str,
+        len: u32,
+        modulo: u32,
+    ) -> (std::path::PathBuf, Vec<u8>, std::fs::File) {
+        let path = std::env::temp_dir().join(format!("profd-{name}-{}", std::process::id()));
+        let bytes: Vec<u8> = (0..len).map(|i| (i % modulo) as u8).collect();
         std::fs::write(&path, &bytes).unwrap();
         let file = std::fs::File::open(&path).unwrap();
+        (path, bytes, file)
+    }
+
+    #[test]
+    fn released_file_pages_leave_the_resident_set_and_read_the_same() {
+        let (path, bytes, file) = patterned_file("release", 4 << 20, 251);
         let meta = file.metadata().unwrap();
         let len = bytes.len();
         let (at, mapped) = map(&file, len, libc::MAP_PRIVATE);
@@ -373,10 +384,7 @@ mod tests {
 
     #[test]
     fn mapped_parts_of_a_file_read_its_bytes_and_release_their_pages() {
-        let path = std::env::temp_dir().join(format!("profd-mapped-{}", std::process::id()));
-        let bytes: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
-        std::fs::write(&path, &bytes).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
+        let (path, bytes, file) = patterned_file("mapped", 1 << 20, 253);
         // Not page-aligned, to the end.
         let part = super::Mapped::file(&file, 5000, bytes.len() - 5000).unwrap();
         assert!(*part == bytes[5000..]);

@@ -21,7 +21,7 @@ use profd_common::model::ResolvedProfile;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -34,7 +34,7 @@ mod record;
 mod retention;
 pub mod share;
 
-use atomic::{put, stage, sync_dir};
+use atomic::{put, stage, stage_with, sync_dir};
 pub use ids::{IdError, Ids, MAX_ID, NEXT_ID_FILE};
 use prost::Message;
 use record::{ProfileFile, Record};
@@ -50,6 +50,8 @@ pub const CORRUPT_DIR: &str = "corrupt";
 /// A metadata file larger than this is not one of ours.
 const MAX_META_BYTES: u64 = 1 << 20;
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+/// Bytes of the profile written at a time as it is encoded.
+const PIECE_BYTES: usize = 64 << 10;
 
 /// How much the state directory keeps, shared fairly between the sessions'
 /// owners (see [`share`]).
@@ -210,6 +212,8 @@ pub struct Store {
     own: Mutex<BTreeSet<u64>>,
     /// The sessions deleted by the retention limits, by owner.
     ledger: std::sync::Arc<Ledger>,
+    /// Held by the save being made (see [`Store::turn`]).
+    turn: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Store {
@@ -257,6 +261,7 @@ impl Store {
             entries: Mutex::new(BTreeMap::new()),
             own: Mutex::new(BTreeSet::new()),
             ledger: Default::default(),
+            turn: tokio::sync::Semaphore::new(1),
         };
         let found = store.scan().map_err(cannot)?;
         Ok((store, found))
@@ -429,6 +434,18 @@ impl Store {
         Ok((Stored { session, profile }, entry))
     }
 
+    /// A turn to save a session, one at a time: the saver takes it before
+    /// it gathers the session's whole profile and holds it until the files
+    /// are written, so sessions whose checkpoints fall due together (ten
+    /// sessions started at once) hold one whole profile between them, not
+    /// ten.
+    pub async fn turn(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.turn
+            .acquire()
+            .await
+            .expect("the save turn is never closed")
+    }
+
     /// Keep a session, ended or (a checkpoint) running: its profile, then
     /// its metadata. Its first save never replaces files of the same names
     /// (another session's); later ones replace its own. Returns the ids of
@@ -459,16 +476,6 @@ impl Store {
         at_start: bool,
     ) -> Result<Vec<u64>, String> {
         let id = session.id;
-        let bytes = export::pprof(profile);
-        let record = Record {
-            session: Some(session.clone()),
-            profile: Some(ProfileFile {
-                bytes: bytes.len() as u64,
-                sha256: Sha256::digest(&bytes).to_vec(),
-            }),
-            at_start,
-        }
-        .encode_to_vec();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
         let replace = own.contains(&id);
@@ -483,7 +490,28 @@ impl Store {
         let (pprof_file, meta_file) = (pprof_name(id), Kind::Session.name(id));
         // Both written and synced first: a checkpoint replacing the last
         // one leaves the pair mismatched only between the two renames.
-        let pprof_tmp = stage(&self.dir, &pprof_file, &bytes).map_err(|e| fail(&pprof_file, e))?;
+        // The profile is written as it is encoded, never whole in memory.
+        let (mut size, mut sha) = (0u64, Sha256::new());
+        let pprof_tmp = stage_with(&self.dir, &pprof_file, |f| {
+            let mut written = Ok(());
+            export::pprof_pieces(profile, PIECE_BYTES, |piece| {
+                size += piece.len() as u64;
+                sha.update(&piece);
+                written = f.write_all(&piece);
+                written.is_ok()
+            });
+            written
+        })
+        .map_err(|e| fail(&pprof_file, e))?;
+        let record = Record {
+            session: Some(session.clone()),
+            profile: Some(ProfileFile {
+                bytes: size,
+                sha256: sha.finalize().to_vec(),
+            }),
+            at_start,
+        }
+        .encode_to_vec();
         let meta_tmp = stage(&self.dir, &meta_file, &record).map_err(|e| {
             let _ = fs::remove_file(&pprof_tmp);
             fail(&meta_file, e)
@@ -498,7 +526,7 @@ impl Store {
         }
         sync_dir(&self.dir).map_err(|e| fail(&meta_file, e))?;
         own.insert(id);
-        entries.insert(id, Entry::of(session, (bytes.len() + record.len()) as u64));
+        entries.insert(id, Entry::of(session, size + record.len() as u64));
         Ok(self.apply_retention(&mut entries))
     }
 

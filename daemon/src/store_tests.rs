@@ -653,3 +653,61 @@ fn off_cpu_sessions_come_back_with_their_mode_and_times() {
         .unwrap();
     assert_eq!((main.inclusive, main.exclusive), (4 * ms, ms));
 }
+
+/// A profile of many pieces is written as it is encoded: the file is the
+/// very export, and it comes back whole.
+#[test]
+fn a_profile_of_many_pieces_is_written_whole() {
+    let p = persist(&scratch("pieces"), Retention::default());
+    let (store, _) = open(&p);
+    let mut big = profile();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    big.stacks = (0..40_000u64)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ResolvedStack {
+                tid: 10,
+                frames: vec![
+                    FrameRef {
+                        function: 1,
+                        line: (x % 5000) as u32,
+                        address: x >> 16,
+                    },
+                    FrameRef {
+                        function: 0,
+                        line: 7,
+                        address: 0x1100,
+                    },
+                ],
+                count: 1 + i % 5,
+            }
+        })
+        .collect();
+    big.attributed = big.stacks.iter().map(|s| s.count).sum();
+    let whole = export::pprof(&big);
+    assert!(whole.len() > 4 * PIECE_BYTES, "{} bytes", whole.len());
+    store.save(&session(5, now_unix_ms()), &big).unwrap();
+    assert!(fs::read(p.dir.join("5.pprof")).unwrap() == whole);
+    drop(store);
+    let (store, found) = open(&p);
+    let loaded = store.load(&found.sessions[0]).unwrap();
+    let samples = |p: &ResolvedProfile| p.stacks.iter().map(|s| s.count).sum::<u64>();
+    assert_eq!(samples(&loaded), samples(&big));
+    assert_eq!(loaded.stacks.len(), big.stacks.len());
+}
+
+/// Saves take turns: a second turn waits until the first is given back.
+#[tokio::test]
+async fn saves_take_turns() {
+    let p = persist(&scratch("turns"), Retention::default());
+    let (store, _) = open(&p);
+    let first = store.turn().await;
+    assert!(
+        store.turn.try_acquire().is_err(),
+        "a second save could go ahead while one was being made"
+    );
+    drop(first);
+    let _second = store.turn().await;
+}

@@ -206,6 +206,7 @@ impl Saver {
     /// checkpoint while it runs) and set its save status.
     async fn save(&self, handle: &Handle, at_start: bool) -> Outcome {
         let id = handle.id;
+        let _turn = self.store.turn().await;
         let resolved = match handle.resolve(KernelFrames::Full).await {
             Ok(r) => r,
             Err(e) => {

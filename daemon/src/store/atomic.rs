@@ -21,6 +21,15 @@ const TEMP_TRIES: usize = 8;
 /// Write `bytes` to a new file `dir/name.<random>.tmp` (mode 0600) and
 /// fsync it; its path.
 pub(crate) fn stage(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    stage_with(dir, name, |f| f.write_all(bytes))
+}
+
+/// [`stage`] with the contents written by `write` as they are made.
+pub(crate) fn stage_with(
+    dir: &Path,
+    name: &str,
+    write: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<PathBuf> {
     let mut tries = 0;
     let (tmp, mut f) = loop {
         let tmp = dir.join(crate::trusted_files::temp_name(name)?);
@@ -38,7 +47,7 @@ pub(crate) fn stage(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf>
             Err(e) => return Err(e),
         }
     };
-    let written = f.write_all(bytes).and_then(|()| f.sync_all());
+    let written = write(&mut f).and_then(|()| f.sync_all());
     match written {
         Ok(()) => Ok(tmp),
         Err(e) => {

@@ -151,13 +151,12 @@ impl Actor {
 
     /// The id of a function, given one when new.
     fn function_id(&mut self, name: FrameName, file: String) -> u32 {
-        let next = self.names.len() as u32;
-        *self.fn_ids.entry(name.clone()).or_insert_with(|| {
-            self.names.push(name);
+        let (id, new) = self.names.insert_full(name);
+        if new {
             self.files.push(file);
             self.kernel.push(false);
-            next
-        })
+        }
+        id as u32
     }
 
     /// The id of the function kernel frames are folded into, when they are.

@@ -193,7 +193,6 @@ impl Collector {
         });
         if shed || a.names.len() > NAMES_KEPT {
             a.addr_fn.clear();
-            a.fn_ids.clear();
             a.names.clear();
             a.files.clear();
             a.kernel.clear();

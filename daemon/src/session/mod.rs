@@ -203,8 +203,8 @@ struct Actor {
     /// Addresses in JIT code not named yet, looked up again when their
     /// perf map changes.
     unnamed_jit: unnamed_jit::UnnamedJit,
-    fn_ids: HashMap<FrameName, u32>,
-    names: Vec<FrameName>,
+    /// The functions met, each once: a function's id is its place.
+    names: indexmap::IndexSet<FrameName, foldhash::fast::RandomState>,
     /// Source file of each function (by id), where known.
     files: Vec<String>,
     /// Whether each function (by id) was named from a kernel address.
@@ -331,8 +331,7 @@ impl Actor {
             ingest,
             addr_fn: foldhash::HashMap::default(),
             unnamed_jit: Default::default(),
-            fn_ids: HashMap::new(),
-            names: Vec::new(),
+            names: Default::default(),
             files: Vec::new(),
             kernel: Vec::new(),
             version: 0,

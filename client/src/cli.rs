@@ -5,12 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use clap_complete::engine::ArgValueCompleter;
 use profd_common::api;
 use tonic::transport::Uri;
 
-use crate::complete::{functions, sessions, sessions_or_files};
 use crate::connect::{Remote, Target};
+pub use crate::ranking::{SortArg, DEFAULT_TOP};
 
 /// Command-line client of the profd sampling profiler daemon.
 #[derive(Debug, Parser)]
@@ -412,7 +411,7 @@ pub struct SessionsArgs {
 #[derive(Debug, Args)]
 pub struct StopArgs {
     /// Session id (see `profctl sessions`).
-    #[arg(value_name = "ID", add = ArgValueCompleter::new(sessions))]
+    #[arg(value_name = "ID")]
     pub id: u64,
 }
 
@@ -486,9 +485,6 @@ pub struct ProfileOptions {
     #[arg(long)]
     pub timeline: bool,
 }
-
-/// Rows shown in tables when `--top` is not given.
-pub const DEFAULT_TOP: usize = 20;
 
 impl ProfileOptions {
     /// The `AttachRequest` these options ask for.
@@ -577,17 +573,6 @@ impl From<EventArg> for api::Event {
     }
 }
 
-/// Orders of the function table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SortArg {
-    /// Exclusive (self) samples or time, most first.
-    Exclusive,
-    /// Inclusive samples or time, most first.
-    Inclusive,
-    /// Function name, A to Z.
-    Name,
-}
-
 /// What a session measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
@@ -635,7 +620,7 @@ impl From<UnwindArg> for api::Unwind {
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// Session id (see `profctl sessions`).
-    #[arg(value_name = "SESSION", add = ArgValueCompleter::new(sessions))]
+    #[arg(value_name = "SESSION")]
     pub session: u64,
     /// The encoding to write.
     #[arg(long, value_enum)]
@@ -703,10 +688,10 @@ impl From<ExportFormatArg> for api::ExportFormat {
 pub struct DiffArgs {
     /// The profile compared against: a session id, a pprof file, or
     /// FROM..TO of the continuous history.
-    #[arg(value_name = "BASE", value_parser = parse_diff_side, add = ArgValueCompleter::new(sessions_or_files))]
+    #[arg(value_name = "BASE", value_parser = parse_diff_side)]
     pub base: DiffSide,
     /// The profile compared with BASE (as BASE).
-    #[arg(value_name = "NEW", value_parser = parse_diff_side, add = ArgValueCompleter::new(sessions_or_files))]
+    #[arg(value_name = "NEW", value_parser = parse_diff_side)]
     pub new: DiffSide,
     /// Rows to show, 0 = all.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP)]
@@ -757,7 +742,7 @@ fn parse_diff_side(s: &str) -> Result<DiffSide, String> {
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// A session id of the daemon, or a pprof file (`profctl export --format pprof`).
-    #[arg(value_name = "SESSION|FILE", add = ArgValueCompleter::new(sessions_or_files))]
+    #[arg(value_name = "SESSION|FILE")]
     pub source: PathBuf,
     /// The view to print.
     #[command(flatten)]
@@ -774,13 +759,13 @@ pub struct ViewOptions {
     #[arg(long)]
     pub bottom_up: bool,
     /// The functions that call FN, with their shares of its samples.
-    #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads", "lines"], add = ArgValueCompleter::new(functions))]
+    #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads", "lines"])]
     pub callers: Option<String>,
     /// The functions FN calls, with their shares of its samples.
-    #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads", "lines"], add = ArgValueCompleter::new(functions))]
+    #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads", "lines"])]
     pub callees: Option<String>,
     /// Exclusive samples per source line of FN.
-    #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads"], add = ArgValueCompleter::new(functions))]
+    #[arg(long, value_name = "FN", conflicts_with_all = ["hot_path", "threads"])]
     pub lines: Option<String>,
     /// The heaviest path from the root: at each step the child with the
     /// most samples, while it holds at least --min-pct of them.
@@ -1170,7 +1155,7 @@ pub fn function_ref(s: &str) -> api::FunctionRef {
 #[derive(Debug, Args)]
 pub struct HistogramArgs {
     /// Session id (see `profctl sessions`).
-    #[arg(value_name = "SESSION", add = ArgValueCompleter::new(sessions))]
+    #[arg(value_name = "SESSION")]
     pub session: u64,
     /// The module of the target whose PCs are counted (file name, e.g.
     /// `libc.so.6`) [default: the file name of --binary].

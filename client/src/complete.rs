@@ -9,7 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
-use clap_complete::engine::{CompletionCandidate, PathCompleter, ValueCompleter};
+use clap_complete::engine::{
+    ArgValueCompleter, CompletionCandidate, PathCompleter, ValueCompleter,
+};
 use clap_complete::env::{CompleteEnv, Shells};
 use clap_complete::Shell;
 use profd_common::api::{self, GetProfileRequest, ListSessionsRequest};
@@ -35,7 +37,27 @@ const MAX_FUNCTIONS: usize = 200;
 /// When profctl runs for a completion script: prints the candidates and
 /// exits. Otherwise returns at once.
 pub fn complete_if_asked() {
-    CompleteEnv::with_factory(Cli::command).var(VAR).complete();
+    CompleteEnv::with_factory(command).var(VAR).complete();
+}
+
+/// The parser's command with the completers that ask the daemon, by the
+/// value an argument takes: a session id (`ID`, `SESSION`), a session or a
+/// pprof file (`SESSION|FILE`, `BASE`, `NEW`), a function (`FN`).
+pub fn command() -> clap::Command {
+    fn with_completers(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|arg| {
+            let value = arg.get_value_names().and_then(|v| v.first());
+            let completer = match value.map(|v| v.as_str()) {
+                Some("ID" | "SESSION") => ArgValueCompleter::new(sessions),
+                Some("SESSION|FILE" | "BASE" | "NEW") => ArgValueCompleter::new(sessions_or_files),
+                Some("FN") => ArgValueCompleter::new(functions),
+                _ => return arg,
+            };
+            arg.add(completer)
+        })
+        .mut_subcommands(with_completers)
+    }
+    with_completers(Cli::command())
 }
 
 /// Writes the completion script for `shell` to `out`: it registers a
@@ -310,10 +332,49 @@ mod tests {
         }
     }
 
+    /// The arguments that take a session, a session or file, or a
+    /// function ask the daemon; no other does.
+    #[test]
+    fn the_daemon_is_asked_for_sessions_and_functions_only() {
+        fn asking(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                if arg.get::<ArgValueCompleter>().is_some() {
+                    out.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                asking(sub, &format!("{path} {}", sub.get_name()), out);
+            }
+        }
+        let mut found = Vec::new();
+        asking(&command(), "profctl", &mut found);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "profctl diff base",
+                "profctl diff new",
+                "profctl export session",
+                "profctl fleet callees",
+                "profctl fleet callers",
+                "profctl fleet lines",
+                "profctl histogram session",
+                "profctl query callees",
+                "profctl query callers",
+                "profctl query lines",
+                "profctl report callees",
+                "profctl report callers",
+                "profctl report lines",
+                "profctl report source",
+                "profctl stop id",
+            ]
+        );
+    }
+
     #[test]
     fn subcommands_and_options_complete_without_a_daemon() {
         let complete = |words: &[&str]| -> Vec<String> {
-            let mut cmd = Cli::command();
+            let mut cmd = command();
             let args: Vec<OsString> = words.iter().map(OsString::from).collect();
             clap_complete::engine::complete(&mut cmd, args, words.len() - 1, None)
                 .unwrap()

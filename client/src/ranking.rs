@@ -1,10 +1,24 @@
 //! A session's profile ready for display: functions with percentages
-//! recomputed from their counts and sorted; no I/O, no rendering.
+//! recomputed from their counts and sorted, the orders they sort by and
+//! how many rows a table shows; no I/O, no rendering.
 use std::cmp::Ordering;
 
+use clap::ValueEnum;
 use profd_common::api::{Function, Session, Totals};
 
-use crate::cli::SortArg;
+/// Rows shown in tables when `--top` is not given.
+pub const DEFAULT_TOP: usize = 20;
+
+/// Orders of the function table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SortArg {
+    /// Exclusive (self) samples or time, most first.
+    Exclusive,
+    /// Inclusive samples or time, most first.
+    Inclusive,
+    /// Function name, A to Z.
+    Name,
+}
 
 /// A session and its functions, sorted by inclusive samples (descending),
 /// then exclusive (descending), then name; percentages are over the session's

@@ -11,7 +11,7 @@ use profd_common::model::mode_name;
 
 use crate::ranking::{percent, totals, Profile};
 use crate::units::{
-    count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
+    bytes_text, count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
 };
 
 /// The widest a function name gets in a table before it is shortened.
@@ -74,7 +74,7 @@ pub struct TableOptions {
 impl Default for TableOptions {
     fn default() -> Self {
         TableOptions {
-            limit: Some(crate::cli::DEFAULT_TOP),
+            limit: Some(crate::ranking::DEFAULT_TOP),
             names: NameStyle::default(),
         }
     }
@@ -195,22 +195,6 @@ pub fn is_history(session: &Session) -> bool {
 pub fn unix_ms_text(ms: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_seconds(t).to_string()
-}
-
-/// `1.5 MiB`: a byte count for people.
-pub fn bytes_text(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
 }
 
 /// `7 days`, `1 day 6 h`, `90 min`, `45 s`: a retention age for people, in

@@ -1,5 +1,6 @@
 //! How a session's counts read: samples for CPU profiles, times (`1.23 s`,
-//! `45.6 ms`) for off-CPU and wall-clock ones, whose counts are nanoseconds.
+//! `45.6 ms`) for off-CPU and wall-clock ones, whose counts are nanoseconds;
+//! byte counts (`1.5 MiB`).
 use profd_common::api::{Mode, Session, TimeTotals};
 use profd_common::model::is_time;
 use profd_common::{event_name, model::mode_name};
@@ -104,6 +105,22 @@ pub fn time_totals_text(t: &TimeTotals) -> String {
         text += &format!("; not known {} (records lost)", time_text(t.unknown_ns));
     }
     text
+}
+
+/// `1.5 MiB`: a byte count for people.
+pub fn bytes_text(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
 }
 
 #[cfg(test)]

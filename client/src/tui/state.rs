@@ -13,8 +13,8 @@ use profd_common::api::{
 use crate::render::NameStyle;
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::cli::SortArg;
 use crate::ranking::Profile;
+use crate::ranking::SortArg;
 
 /// Nodes below this share of the samples are left out of the TUI's tree.
 pub const TREE_MIN_PCT: f64 = 0.5;

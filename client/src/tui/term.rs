@@ -17,8 +17,8 @@ use tokio::sync::mpsc;
 
 use super::draw::draw;
 use super::state::{Action, TuiState};
-use crate::cli::SortArg;
 use crate::ranking::Profile;
+use crate::ranking::SortArg;
 use crate::render::NameStyle;
 
 /// How often the event thread checks whether it should end.

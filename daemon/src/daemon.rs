@@ -41,6 +41,9 @@ pub struct Daemon {
     /// Continuous profiling's history (`<state dir>/windows`, or in memory
     /// without a state directory); None when continuous profiling is off.
     history: Option<History>,
+    /// Where continuous profiling's windows are sent (none configured: no
+    /// sinks).
+    sinks: crate::sinks::Sinks,
 }
 
 /// How long connections may take to close once serving ends.
@@ -284,6 +287,7 @@ impl Daemon {
             }
             None => None,
         };
+        let mut sinks = crate::sinks::Sinks::default();
         let history = match &config.continuous {
             Some(settings) => {
                 let dir = config.persist.as_ref().map(|p| p.dir.join("windows"));
@@ -293,10 +297,10 @@ impl Daemon {
                     reason,
                 })?;
                 let state = config.persist.as_ref().map(|p| p.dir.as_path());
-                let sinks = crate::sinks::Sinks::start(config.sinks.clone(), state)
+                sinks = crate::sinks::Sinks::start(config.sinks.clone(), state)
                     .await
                     .map_err(Error::Config)?;
-                history.attach(sinks);
+                history.attach(Arc::new(sinks.clone()));
                 Some(history)
             }
             None => None,
@@ -345,6 +349,7 @@ impl Daemon {
             facts,
             connections: config.connections,
             history,
+            sinks,
         })
     }
 
@@ -373,7 +378,7 @@ impl Daemon {
         let (closing_tx, closing) = tokio::sync::watch::channel(false);
         let continuous = self.history.clone().map(|history| {
             let (stop, stopped) = tokio::sync::watch::channel(false);
-            let sinks = history.sinks();
+            let sinks = self.sinks.clone();
             (
                 stop,
                 tokio::spawn(run_continuous(registry.clone(), history, stopped)),
@@ -432,9 +437,9 @@ impl Daemon {
         if let Some(listener) = self.metrics {
             let registry = self.registry.clone();
             let until = stopped();
-            let history = self.history.clone();
+            let (history, sinks) = (self.history.clone(), self.sinks.clone());
             tokio::spawn(async move {
-                if let Err(err) = metrics::serve(listener, registry, history, until).await {
+                if let Err(err) = metrics::serve(listener, registry, history, sinks, until).await {
                     tracing::error!(%err, "the metrics listener failed");
                 }
             });
@@ -468,7 +473,7 @@ impl Daemon {
                 .http2_keepalive_timeout(Some(keepalive_timeout))
         };
         let service = rpc::Service::new(self.registry, self.policy.clone(), self.facts)
-            .with_history(self.history.clone());
+            .with_history(self.history.clone(), self.sinks.clone());
         let incoming = conns::UnixIncoming::new(self.listener, unix_gate);
         let local = builder()
             .layer(conns::CallsLayer::<UdsConnectInfo>::new())

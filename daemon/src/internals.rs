@@ -59,10 +59,12 @@ pub mod continuous {
 }
 
 pub mod sinks {
-    pub use crate::sinks::clickhouse::{
-        rows as clickhouse_rows, schema_script as clickhouse_schema, Layout as ClickHouseLayout,
+    pub use crate::config::sinks::{
+        Entry as SinkEntry, Kind as SinkKind, Layout as ClickHouseLayout,
     };
-    pub use crate::sinks::config::{Entry as SinkEntry, Kind as SinkKind};
+    pub use crate::sinks::clickhouse::{
+        rows as clickhouse_rows, schema_script as clickhouse_schema,
+    };
     pub use crate::sinks::deliver::Report as SinkReport;
     pub use crate::sinks::otlp::{
         request as otlp_request, Config as OtlpConfig, Otlp, PROTO_VERSION as OTLP_PROTO_VERSION,

@@ -39,11 +39,12 @@ mod trusted_files;
 mod unwind;
 
 pub use auth::new_token;
+pub use config::sinks::Layout as ClickHouseLayout;
+pub use config::sinks::Settings as SinkSettings;
 pub use config::DEFAULT_PATH as DEFAULT_SETTINGS_PATH;
 pub use config::{read as read_settings_file, settings, Config, Flags, Settings};
 pub use daemon::{check_socket_group, Daemon};
 pub use daemon_error::Error;
-pub use sinks::clickhouse::{schema_script as clickhouse_schema, Layout as ClickHouseLayout};
-pub use sinks::config::Settings as SinkSettings;
+pub use sinks::clickhouse::schema_script as clickhouse_schema;
 pub use sinks::deliver::probe as probe_sinks;
 pub use sys::tune_allocator;

@@ -103,7 +103,11 @@ impl Process {
 }
 
 /// Read every figure now.
-pub async fn snapshot(registry: &Registry, history: Option<&History>) -> Snapshot {
+pub async fn snapshot(
+    registry: &Registry,
+    history: Option<&History>,
+    sinks: &crate::sinks::Sinks,
+) -> Snapshot {
     let a = registry.activity(None).await;
     let s = registry.stats();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -122,7 +126,7 @@ pub async fn snapshot(registry: &Registry, history: Option<&History>) -> Snapsho
             Connections::read("tls", &s.connections.tls),
         ],
         history: history.map(History::stats),
-        sinks: history.map_or_else(Vec::new, |h| h.sinks().reports()),
+        sinks: sinks.reports(),
         retention: registry.retention().await,
         unwind: crate::unwind::counters(),
         setup: crate::session::setup_budget::BUDGET.counters(),
@@ -411,7 +415,7 @@ fn sink_metrics(
         (counter(), counter(), counter(), counter(), counter());
     let (split, truncated) = (counter(), counter());
     let (spool_windows, spool_bytes, spool_limit, oldest) = (gauge(), gauge(), gauge(), gauge());
-    let now = crate::continuous::history::now_ns();
+    let now = crate::continuous::files::now_ns();
     for r in sinks {
         let l = vec![
             ("sink".to_string(), r.name.clone()),
@@ -529,6 +533,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
     history: Option<History>,
+    sinks: crate::sinks::Sinks,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::http::{header, StatusCode};
@@ -536,9 +541,9 @@ pub async fn serve(
         .route(
             "/metrics",
             axum::routing::get(move || {
-                let (registry, history) = (registry.clone(), history.clone());
+                let (registry, history, sinks) = (registry.clone(), history.clone(), sinks.clone());
                 async move {
-                    let body = render(&snapshot(&registry, history.as_ref()).await);
+                    let body = render(&snapshot(&registry, history.as_ref(), &sinks).await);
                     ([(header::CONTENT_TYPE, CONTENT_TYPE)], body)
                 }
             }),

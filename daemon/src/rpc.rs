@@ -78,6 +78,8 @@ pub struct Service {
     facts: Facts,
     /// Continuous profiling's history, when it is on.
     history: Option<History>,
+    /// Where its windows are sent.
+    sinks: crate::sinks::Sinks,
 }
 
 /// What continuous profiling's rpcs answer while it is off.
@@ -142,13 +144,15 @@ impl Service {
             policy,
             facts,
             history: None,
+            sinks: Default::default(),
         }
     }
 
     /// Answer ListWindows and queries from `history` (continuous profiling
-    /// is on).
-    pub fn with_history(mut self, history: Option<History>) -> Service {
+    /// is on), and tell of the `sinks` its windows are sent to.
+    pub fn with_history(mut self, history: Option<History>, sinks: crate::sinks::Sinks) -> Service {
         self.history = history;
+        self.sinks = sinks;
         self
     }
 
@@ -258,9 +262,6 @@ impl Service {
 }
 
 const MIN_INTERVAL_MS: u32 = 50;
-/// Most histogram buckets one request may ask for (the daemon's limit
-/// `--max-histogram-buckets` may be lower).
-pub const MAX_BUCKETS: u32 = 1 << 24;
 
 fn valid_pct(pct: f64) -> Result<f64, Status> {
     if (0.0..=100.0).contains(&pct) {
@@ -530,9 +531,7 @@ impl Profiler for Service {
             }),
             running_sessions: a.running as u32,
             continuous: self.history.as_ref().map(History::overview),
-            sinks: self.history.as_ref().map_or_else(Vec::new, |h| {
-                h.sinks().reports().iter().map(|r| r.to_api()).collect()
-            }),
+            sinks: self.sinks.reports().iter().map(|r| r.to_api()).collect(),
             // The rule and its totals; the rows of other owners for root only.
             retention: Some(
                 self.registry
@@ -771,10 +770,10 @@ impl Profiler for Service {
         // A histogram counts user code only.
         let (handle, _) = self.session(&req, req.get_ref().session_id).await?;
         let req = req.into_inner();
-        if req.scale == 0 || req.buckets == 0 || req.buckets > MAX_BUCKETS {
+        if req.scale == 0 || req.buckets == 0 || req.buckets > crate::config::MAX_BUCKETS {
             return Err(Status::invalid_argument(format!(
-                "scale must be above 0 (65536 = one bucket per byte) and buckets 1..={MAX_BUCKETS}; got scale {} and {} buckets",
-                req.scale, req.buckets
+                "scale must be above 0 (65536 = one bucket per byte) and buckets 1..={}; got scale {} and {} buckets",
+                crate::config::MAX_BUCKETS, req.scale, req.buckets
             )));
         }
         if req.module.is_empty() {

@@ -4,10 +4,11 @@
 //! `/etc/profd/profd.toml` unless `--config` names another) go through the
 //! same value checks; a flag given wins over the file's key.
 mod schema;
+pub mod sinks;
 mod values;
+pub use values::MAX_BUCKETS;
 
 pub use schema::{Flag, Flags, Layer, Setting};
-pub use values::show_duration;
 
 use crate::auth::{Grant, TlsFiles};
 use crate::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};
@@ -53,7 +54,7 @@ pub struct Config {
     /// Continuous profiling (`--continuous`, `[continuous]`); None: off.
     pub continuous: Option<crate::continuous::Settings>,
     /// Backends continuous windows are sent to (`[[sink]]`), files read.
-    pub sinks: Vec<crate::sinks::config::Settings>,
+    pub sinks: Vec<sinks::Settings>,
     /// CPU a second for setting up new processes (see
     /// `session::setup_budget`).
     pub new_process_cpu: Duration,
@@ -656,7 +657,7 @@ fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Setting
 
 /// The `[[sink]]` entries with the files they name read; they send
 /// continuous windows, so continuous profiling must be on.
-fn sinks(namer: &Namer<'_>, m: &Layer) -> Result<Vec<crate::sinks::config::Settings>, String> {
+fn sinks(namer: &Namer<'_>, m: &Layer) -> Result<Vec<sinks::Settings>, String> {
     let file = namer
         .file
         .map(|f| format!("{}: ", f.display()))
@@ -980,10 +981,7 @@ mod tests {
             sink.clickhouse_key.as_ref().map(|k| k.expose()),
             Some("k3y")
         );
-        assert_eq!(
-            sink.entry.spool_bytes,
-            crate::sinks::config::DEFAULT_SPOOL_BYTES
-        );
+        assert_eq!(sink.entry.spool_bytes, sinks::DEFAULT_SPOOL_BYTES);
         // Shown by --check-config with the file's path, never the secret;
         // and read back the same.
         let shown = s.to_toml();

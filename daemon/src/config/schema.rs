@@ -2,8 +2,8 @@
 //! command-line flag, its key read from the settings file (errors name the
 //! file, the key and the line), the layers of values merged, and the TOML
 //! `--check-config` prints.
-use crate::sinks::config::{check_names, read_entry, Entry};
-use clap::builder::ValueHint;
+use super::sinks::{check_names, read_entry, Entry};
+use super::values::Type;
 use clap::{Arg, ArgAction, ArgMatches};
 use serde::de::IntoDeserializer;
 use serde::ser::SerializeMap;
@@ -19,38 +19,6 @@ pub struct Schema {
     pub all: &'static [&'static dyn Declared],
     /// The `[section]` tables a file may have.
     pub sections: &'static [&'static str],
-}
-
-/// A value type: the check of a value (shared by the file and the flags),
-/// how a checked value is written, and how a flag's text reads.
-pub struct Type<T> {
-    pub check: fn(&Value) -> Result<T, String>,
-    /// The value as the file writes it.
-    pub show: fn(&T) -> Value,
-    /// A flag's text as the file would write it.
-    pub text: fn(&str) -> Value,
-    /// A list: its flag is repeated, each giving one item, and the flags
-    /// given replace the file's whole list.
-    pub list: bool,
-    /// What shells complete the flag's value with.
-    pub hint: ValueHint,
-}
-
-impl<T> Type<T> {
-    /// Check a value and write it as the file does.
-    pub fn read(&self, v: &Value) -> Result<Value, String> {
-        (self.check)(v).map(|t| (self.show)(&t))
-    }
-
-    /// Check a flag's text (for a list, one item) as the file's value.
-    pub fn flag(&self, text: &str) -> Result<Value, String> {
-        let v = (self.text)(text);
-        if self.list {
-            self.read(&Value::Array(vec![v.clone()])).map(|_| v)
-        } else {
-            self.read(&v)
-        }
-    }
 }
 
 /// The command-line flag of a setting.

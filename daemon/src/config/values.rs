@@ -1,7 +1,6 @@
 //! The value types of settings: for each, the one check a value of the
 //! settings file and a flag's text both go through (so both say the same
 //! thing), and how a checked value is written back.
-use super::schema::Type;
 use crate::auth::Grant;
 use crate::store::parse_bytes;
 use clap::ValueHint;
@@ -16,6 +15,38 @@ const MAX_RETAIN_DAYS: f64 = 36500.0;
 /// A value that is not what a key takes: says what it takes and what it got.
 fn expected(what: &str, got: &Value) -> String {
     format!("expected {what}, got {got}")
+}
+
+/// A value type: the check of a value (shared by the file and the flags),
+/// how a checked value is written, and how a flag's text reads.
+pub struct Type<T> {
+    pub check: fn(&Value) -> Result<T, String>,
+    /// The value as the file writes it.
+    pub show: fn(&T) -> Value,
+    /// A flag's text as the file would write it.
+    pub text: fn(&str) -> Value,
+    /// A list: its flag is repeated, each giving one item, and the flags
+    /// given replace the file's whole list.
+    pub list: bool,
+    /// What shells complete the flag's value with.
+    pub hint: ValueHint,
+}
+
+impl<T> Type<T> {
+    /// Check a value and write it as the file does.
+    pub fn read(&self, v: &Value) -> Result<Value, String> {
+        (self.check)(v).map(|t| (self.show)(&t))
+    }
+
+    /// Check a flag's text (for a list, one item) as the file's value.
+    pub fn flag(&self, text: &str) -> Result<Value, String> {
+        let v = (self.text)(text);
+        if self.list {
+            self.read(&Value::Array(vec![v.clone()])).map(|_| v)
+        } else {
+            self.read(&v)
+        }
+    }
 }
 
 /// A flag's text as the file would write a number: an integer, a float, or
@@ -61,10 +92,14 @@ pub const POSITIVE: Type<usize> = scalar(
     number,
 );
 
+/// Most histogram buckets one request may ask for (the daemon's limit
+/// `--max-histogram-buckets` may be lower).
+pub const MAX_BUCKETS: u32 = 1 << 24;
+
 /// A number of histogram buckets profd can answer with at all.
 pub const BUCKETS: Type<u32> = scalar(
     |v| {
-        let max = crate::rpc::MAX_BUCKETS;
+        let max = MAX_BUCKETS;
         match v {
             Value::Integer(n) if *n > 0 && *n <= i64::from(max) => Ok(*n as u32),
             _ => Err(expected(&format!("a number of buckets from 1 to {max}"), v)),

@@ -9,9 +9,12 @@ use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
 use std::io::{BufRead, BufReader, Read};
 
+/// Unique stacks the profiler keeps in one window; samples of further new
+/// stacks count under `[stack limit reached]`.
+pub const WINDOW_STACKS: usize = 500_000;
 /// Unique stacks a window holds at most: the profiler's limit, and the
 /// stack the samples over it are counted under.
-pub const MAX_STACKS: u64 = super::profiler::MAX_STACKS as u64 + 1;
+pub const MAX_STACKS: u64 = WINDOW_STACKS as u64 + 1;
 /// Room for one stack once decoded: the deepest walk (256 user frames, the
 /// unwinder's limit, and 127 kernel frames, perf's default) takes 6 KiB;
 /// the rest is for the thread, process and functions (names) it brings.

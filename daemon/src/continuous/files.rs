@@ -1,19 +1,42 @@
 //! Window files on disk, as the history and the sinks' spools keep them:
-//! their names (start, end and id of the window each holds), the checks a
+//! their names (start, end and id of the window each holds; new ids and
+//! the clock windows are timed by), the checks a
 //! name must pass before its file is trusted, the check of a file's window
 //! against its name, and the one file kept of a window found under several
 //! names. No index, no retention.
 use super::decode::decode_head;
-use super::history::valid_id;
 use profd_common::api;
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The ending of a window file's name.
 const SUFFIX: &str = ".window.gz";
 /// How far in the future a window may end (the clock may have been set
 /// back a little since it was written).
 pub const MAX_FUTURE_NS: u64 = 5 * 60 * 1_000_000_000;
+
+/// Now, in nanoseconds since the Unix epoch, as window times are.
+pub(crate) fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// An id fit for a file name: 1 to 64 ASCII letters and digits.
+pub(crate) fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// A new random window id (32 hex digits).
+pub(crate) fn random_id() -> String {
+    let mut b = [0u8; 16];
+    if rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).is_err() {
+        // No getrandom(2): the clock makes an id unique enough for a name.
+        b[..8].copy_from_slice(&now_ns().to_le_bytes());
+    }
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 pub(crate) fn file_name(start_ns: u64, end_ns: u64, id: &str) -> String {
     format!("{start_ns:020}-{end_ns:020}-{id}{SUFFIX}")

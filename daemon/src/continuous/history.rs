@@ -10,8 +10,11 @@
 //! `….damaged`, dropped from the index and counted.
 use super::decode::{decode, decode_from, visit_from, Check, Visit};
 use super::encode::Encoded;
+#[cfg(test)]
+use super::files::random_id;
+use super::files::valid_id;
 pub(crate) use super::files::{file_name, parse_name, window_files};
-use super::files::{mismatch, sort_out};
+use super::files::{mismatch, now_ns, sort_out};
 use super::merge::Merge;
 pub use super::merge::{Merged, Want};
 use super::Settings;
@@ -23,7 +26,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 /// What a window file that could not be read is renamed with.
 const DAMAGED: &str = ".damaged";
@@ -38,11 +41,17 @@ pub struct History {
     inner: Arc<Inner>,
 }
 
+/// Where finished windows go besides the history (the sinks): offered
+/// each window, with its file's bytes, as the history keeps it.
+pub trait Outlet: Send + Sync {
+    fn offer(&self, w: &api::Window, gz: &[u8]);
+}
+
 struct Inner {
     /// None: windows are kept in memory, under the same limits.
     dir: Option<PathBuf>,
     /// Where each window added is sent too.
-    sinks: std::sync::OnceLock<crate::sinks::Sinks>,
+    outlet: std::sync::OnceLock<Arc<dyn Outlet>>,
     settings: Settings,
     host: String,
     state: Mutex<State>,
@@ -105,27 +114,6 @@ pub fn kernel_release() -> String {
         .release()
         .to_string_lossy()
         .into_owned()
-}
-
-pub(crate) fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// An id fit for a file name: 1 to 64 ASCII letters and digits.
-pub(crate) fn valid_id(id: &str) -> bool {
-    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
-}
-
-/// A new random window id (32 hex digits).
-pub(crate) fn random_id() -> String {
-    let mut b = [0u8; 16];
-    if rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).is_err() {
-        // No getrandom(2): the clock makes an id unique enough for a name.
-        b[..8].copy_from_slice(&now_ns().to_le_bytes());
-    }
-    b.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A window's summary: its span, totals and services (most samples first).
@@ -235,8 +223,8 @@ impl Inner {
             self.lock().damaged += 1;
             return;
         }
-        if let Some(sinks) = self.sinks.get() {
-            sinks.offer(&w, &bytes);
+        if let Some(outlet) = self.outlet.get() {
+            outlet.offer(&w, &bytes);
         }
         let key = (w.start_unix_ns, w.id.clone());
         if self.lock().ids.contains(&w.id) {
@@ -613,7 +601,7 @@ impl History {
         }
         let inner = Inner {
             dir,
-            sinks: std::sync::OnceLock::new(),
+            outlet: std::sync::OnceLock::new(),
             settings: settings.clone(),
             host: settings.host.clone(),
             state: Mutex::new(state),
@@ -645,14 +633,9 @@ impl History {
         Ok(history)
     }
 
-    /// Send every window added from now on to `sinks` as well (once).
-    pub fn attach(&self, sinks: crate::sinks::Sinks) {
-        let _ = self.inner.sinks.set(sinks);
-    }
-
-    /// The sinks windows are sent to (none unless attached).
-    pub fn sinks(&self) -> crate::sinks::Sinks {
-        self.inner.sinks.get().cloned().unwrap_or_default()
+    /// Send every window added from now on to `outlet` as well (once).
+    pub fn attach(&self, outlet: Arc<dyn Outlet>) {
+        let _ = self.inner.outlet.set(outlet);
     }
 
     /// Keep a finished window (compressed, written atomically) and spool it

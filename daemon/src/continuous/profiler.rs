@@ -2,6 +2,7 @@
 //! group at a low frequency, each process labelled with its service when
 //! first seen (and chosen or left out by the selectors), cut into windows on
 //! wall-clock boundaries and handed to the history.
+use super::decode::WINDOW_STACKS;
 use super::encode::{self, Encoded};
 use super::history::{self, History};
 use super::pressure::Pressure;
@@ -22,9 +23,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch};
 
-/// Unique stacks kept in one window; samples of further new stacks count
-/// under `[stack limit reached]`.
-pub(crate) const MAX_STACKS: usize = 500_000;
 /// Stacks named or written between two looks for batches (a few
 /// milliseconds).
 const WRITE_SLICE: usize = 4096;
@@ -98,7 +96,7 @@ pub async fn run(
         )
         .await
         .map_err(|e| format!("continuous profiling cannot sample: {e}"))?;
-    let pressure = Pressure::new(stats.memory.clone(), settings.frequency_hz, MAX_STACKS);
+    let pressure = Pressure::new(stats.memory.clone(), settings.frequency_hz, WINDOW_STACKS);
     tracing::info!(
         frequency_hz = spec.frequency_hz,
         window_s = settings.window.as_secs_f64(),
@@ -110,7 +108,7 @@ pub async fn run(
         sampler.clone(),
         symbolizer.clone(),
         stats.clone(),
-        MAX_STACKS,
+        WINDOW_STACKS,
     );
     let mut p = Profiler {
         host: Host {
@@ -659,7 +657,7 @@ impl Profiler {
         totals.unsampled = 0;
         totals.unsymbolized = w.unsymbolized;
         let head = api::Window {
-            id: history::random_id(),
+            id: super::files::random_id(),
             start_unix_ns: unix_ns(w.start),
             end_unix_ns: unix_ns(w.end),
             host: self.host.name.clone(),

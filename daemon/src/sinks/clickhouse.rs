@@ -2,58 +2,13 @@
 //! clickhouse`), one that ClickHouse 18.16 and current releases both take,
 //! a window's rows as `JSONEachRow`, and the sink that inserts them over
 //! the HTTP interface.
-use super::{config, judge, unanswered, Failure, Secret, Sent};
+use super::{judge, unanswered, Failure, Secret, Sent};
+use crate::config::sinks::{self as config, Layout};
 use profd_common::api;
 use serde_json::json;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Where the schema goes: a database, and a cluster when the tables are
-/// sharded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
-    pub database: String,
-    /// The cluster (of the servers' `remote_servers`) the `Distributed`
-    /// tables spread over; None: one server, plain tables.
-    pub cluster: Option<String>,
-    /// With a cluster: local tables replicated through ClickHouse Keeper
-    /// or ZooKeeper (the `{shard}` and `{replica}` macros of each server).
-    pub replicated: bool,
-}
-
-impl Default for Layout {
-    fn default() -> Layout {
-        Layout {
-            database: "profd".into(),
-            cluster: None,
-            replicated: false,
-        }
-    }
-}
-
-impl Layout {
-    /// Err when a name is not a plain identifier (letters, digits and `_`,
-    /// not starting with a digit): the statements use them unquoted.
-    pub fn check(&self) -> Result<(), String> {
-        let plain = |s: &str| {
-            s.chars().next().is_some_and(|c| !c.is_ascii_digit())
-                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        };
-        if !plain(&self.database) {
-            return Err(format!(
-                "database: {:?} is not a plain name: use letters, digits and _ (not first a digit)",
-                self.database
-            ));
-        }
-        match &self.cluster {
-            Some(c) if !plain(c) => Err(format!(
-                "cluster: {c:?} is not a plain name: use letters, digits and _ (not first a digit)"
-            )),
-            _ => Ok(()),
-        }
-    }
-}
 
 /// One row per window and host: the window's totals.
 const WINDOWS_COLUMNS: &str = "    window_id String,

@@ -2,12 +2,12 @@
 //! task per sink sends the oldest waiting window until the backend takes
 //! it, backing off with jitter while it is down, dropping (and counting)
 //! what it will never take.
-use super::config::{Kind, Settings};
 use super::spool::{Figures, Key, Spool};
 use super::{clickhouse, otlp, pyroscope, Failure, Secret, Sent};
+use crate::config::sinks::{Kind, Settings};
 use crate::continuous::decode::decode;
 use crate::continuous::files::mismatch;
-use crate::continuous::history::now_ns;
+use crate::continuous::files::now_ns;
 use profd_common::api;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -190,6 +190,12 @@ impl Report {
             truncated: c.truncated,
             rejected: c.rejected,
         }
+    }
+}
+
+impl crate::continuous::history::Outlet for Sinks {
+    fn offer(&self, w: &api::Window, gz: &[u8]) {
+        Sinks::offer(self, w, gz);
     }
 }
 

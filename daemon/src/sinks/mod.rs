@@ -2,65 +2,15 @@
 //! fleets already run, the form each takes them in, and what every sink
 //! shares (credentials, the HTTP client, how an answer is judged).
 pub mod clickhouse;
-pub mod config;
 pub mod deliver;
 pub mod otlp;
 pub mod pyroscope;
 pub mod spool;
 
+pub use crate::config::sinks::{Auth, Secret};
 pub use deliver::Sinks;
 
-use std::path::Path;
 use std::time::Duration;
-
-/// A credential read from a file: never printed, logged or shown.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// The file's text without its final line break. Err (naming the file)
-    /// when it cannot be read or is empty, or when the daemon may not trust
-    /// it ([`crate::trusted_files::read`]: a link another user could have
-    /// planted, a file others may write or another user owns).
-    pub fn read(path: &Path) -> Result<Secret, String> {
-        let bytes = crate::trusted_files::read(path)?;
-        let text =
-            String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
-        let text = text.trim_end_matches(['\n', '\r']);
-        if text.is_empty() {
-            return Err(format!("{} is empty", path.display()));
-        }
-        Ok(Secret(text.to_string()))
-    }
-
-    /// A value given in the settings themselves (a header that is no
-    /// credential but is handled as one all the same).
-    pub fn given(value: String) -> Secret {
-        Secret(value)
-    }
-
-    /// The credential itself, for a request header.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(…)")
-    }
-}
-
-/// How a sink proves who it is to an HTTP backend.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum Auth {
-    #[default]
-    None,
-    /// `Authorization: Basic …`.
-    Basic { user: String, password: Secret },
-    /// `Authorization: Bearer …`.
-    Bearer(Secret),
-}
 
 impl Auth {
     /// `request` with this authorization.
@@ -164,19 +114,16 @@ pub fn error_chain(err: reqwest::Error) -> String {
 
 /// The HTTP client of one sink: each request bounded by `timeout`; TLS
 /// through rustls, trusting the system's roots and `ca` (a PEM file) too.
-pub fn http_client(timeout: Duration, ca: Option<&Path>) -> Result<reqwest::Client, String> {
+pub fn http_client(
+    timeout: Duration,
+    ca: Option<&std::path::Path>,
+) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .use_rustls_tls();
     if let Some(ca) = ca {
-        let pem = crate::trusted_files::read(ca)?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| format!("{}: not PEM certificates: {e}", ca.display()))?;
-        if certs.is_empty() {
-            return Err(format!("{}: no certificate in it", ca.display()));
-        }
-        for cert in certs {
+        for cert in crate::config::sinks::ca_certificates(ca)? {
             builder = builder.add_root_certificate(cert);
         }
     }

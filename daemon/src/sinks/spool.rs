@@ -5,7 +5,7 @@
 //! Each window is the history's file form, `<start ns>-<end ns>-<id>.window.gz`,
 //! written atomically; the spool is rebuilt at start from the listing.
 use crate::continuous::files::sort_out;
-use crate::continuous::history::{file_name, now_ns, window_files};
+use crate::continuous::files::{file_name, now_ns, window_files};
 use crate::store::atomic;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -218,7 +218,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!(
             "profd-spool-test-{}-{}",
             std::process::id(),
-            crate::continuous::history::random_id()
+            crate::continuous::files::random_id()
         ));
         dir
     }

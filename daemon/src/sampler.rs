@@ -13,7 +13,7 @@ mod gaps;
 mod tops;
 mod waits;
 
-pub use batch::{Backlog, Batch, BatchPool, Mark};
+pub use batch::{Backlog, Batch, BatchPool, Mark, SampleView};
 pub use callchain::BAD_USER_FRAME;
 pub use demux::{Demux, Drained, Targets, EVERY_PROCESS};
 pub use tops::StackTops;

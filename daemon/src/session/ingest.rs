@@ -10,7 +10,7 @@ use super::timeline::Times;
 use crate::auth::Check;
 use crate::maps::ProcessMaps;
 use crate::memory::CAPPED_STACKS;
-use crate::sampler::{Batch, Mark, StackTops};
+use crate::sampler::{Batch, Mark, SampleView, StackTops};
 use crate::symbolize::is_kernel;
 use crate::unwind::{Unwinder, Walk};
 use profd_common::api;
@@ -96,6 +96,17 @@ pub struct Ingest {
 
 /// Samples kept for the next view at least (with fewer stacks than this).
 const SINCE_VIEW_MIN: usize = 1024;
+
+/// What counting a batch's samples gave.
+#[derive(Default)]
+struct Counted {
+    /// Samples (or waits) of the batch, whatever their weight.
+    stacks: u64,
+    /// Their weights, attributed and of unchecked processes.
+    attributed: u64,
+    unchecked: u64,
+    addresses: NewAddresses,
+}
 
 /// The addresses of the stacks a batch added to the table.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -251,35 +262,69 @@ impl Ingest {
         mut batch: Batch,
         named: impl Fn(u64) -> bool,
     ) -> Result<NewAddresses, String> {
-        let mut addresses = NewAddresses::default();
         self.counted += batch.counted;
         self.spaces.next_batch();
         if let Some((pid, comm)) = batch.exec.take() {
-            if let Some(recheck) = &self.recheck {
-                match recheck(pid) {
-                    Check::Allowed => {
-                        self.unchecked.remove(&pid);
-                    }
-                    Check::Gone => {
-                        self.unchecked.insert(pid);
-                    }
-                    Check::Denied(why) => {
-                        self.totals.discarded += batch.seen;
-                        return Err(format!("stopped after exec of {comm}: {why}"));
-                    }
-                }
-            }
-            if let Some(t) = &mut self.timeline {
-                t.mark(batch.exec_time, pid, MarkerKind::Exec(comm.clone()));
-            }
-            if let Some(&i) = self.process_index.get(&pid) {
-                self.processes[i].comm = comm;
-            }
-            if !self.unchecked.contains(&pid) {
-                self.spaces.exec(pid);
+            if let Err(why) = self.exec(pid, comm, batch.exec_time) {
+                self.totals.discarded += batch.seen;
+                return Err(why);
             }
         }
-        for (child, parent) in batch.forks.drain(..) {
+        self.forks(batch.forks.drain(..));
+        self.threads.extend(batch.comms.drain(..));
+        self.mappings(batch.mappings.drain(..));
+        if let Some(why) = self.spaces.take_out_of_fds() {
+            self.totals.discarded += batch.seen;
+            return Err(why);
+        }
+        if let Some(time) = batch.time.take() {
+            *self.totals.time.get_or_insert_with(Default::default) += time;
+        }
+        for (tid, ns) in batch.unknown.drain(..) {
+            *self.unknown.entry(tid).or_default() += ns;
+        }
+        let counted = self.samples(&batch, &named);
+        self.exits(batch.exits.drain(..));
+        self.totals.attributed += counted.attributed;
+        self.totals.unchecked += counted.unchecked;
+        self.totals.discarded += batch.seen.saturating_sub(counted.stacks);
+        self.totals.lost += batch.lost;
+        self.totals.throttled += batch.throttled;
+        self.totals.truncated += batch.truncated;
+        batch.recycle();
+        Ok(counted.addresses)
+    }
+
+    /// Process `pid` exec'd `comm` at `time`: checked again (Err: its owner
+    /// may not profile it), marked, renamed, its address space new.
+    fn exec(&mut self, pid: u32, comm: String, time: u64) -> Result<(), String> {
+        if let Some(recheck) = &self.recheck {
+            match recheck(pid) {
+                Check::Allowed => {
+                    self.unchecked.remove(&pid);
+                }
+                Check::Gone => {
+                    self.unchecked.insert(pid);
+                }
+                Check::Denied(why) => return Err(format!("stopped after exec of {comm}: {why}")),
+            }
+        }
+        if let Some(t) = &mut self.timeline {
+            t.mark(time, pid, MarkerKind::Exec(comm.clone()));
+        }
+        if let Some(&i) = self.process_index.get(&pid) {
+            self.processes[i].comm = comm;
+        }
+        if !self.unchecked.contains(&pid) {
+            self.spaces.exec(pid);
+        }
+        Ok(())
+    }
+
+    /// New processes (child, parent): each has its parent's address space
+    /// and name, or is unchecked as its parent is.
+    fn forks(&mut self, forks: impl Iterator<Item = (u32, u32)>) {
+        for (child, parent) in forks {
             if self.unchecked.contains(&parent) {
                 self.unchecked.insert(child);
                 continue;
@@ -299,11 +344,13 @@ impl Ingest {
                 ..Default::default()
             });
         }
-        for (tid, name) in batch.comms.drain(..) {
-            self.threads.insert(tid, name);
-        }
+    }
+
+    /// New mappings, by process, added to the address spaces of the
+    /// processes that are checked.
+    fn mappings(&mut self, mappings: impl Iterator<Item = (u32, crate::maps::Mapping)>) {
         let mut by_pid: HashMap<u32, Vec<crate::maps::Mapping>> = HashMap::new();
-        for (pid, m) in batch.mappings.drain(..) {
+        for (pid, m) in mappings {
             if !self.unchecked.contains(&pid) {
                 by_pid.entry(pid).or_default().push(m);
             }
@@ -311,25 +358,31 @@ impl Ingest {
         for (pid, mappings) in by_pid {
             self.spaces.insert(pid, mappings.into_iter());
         }
-        if let Some(why) = self.spaces.take_out_of_fds() {
-            self.totals.discarded += batch.seen;
-            return Err(why);
+    }
+
+    /// Processes that exited (pid, time): marked, their address spaces let
+    /// go of once their last samples are in.
+    fn exits(&mut self, exits: impl Iterator<Item = (u32, u64)>) {
+        for (pid, time) in exits {
+            if let Some(t) = &mut self.timeline {
+                t.mark(time, pid, MarkerKind::Exit);
+            }
+            if let Some(&i) = self.process_index.get(&pid) {
+                self.processes[i].exited = true;
+            }
+            self.spaces.exit(pid);
         }
-        let (mut attributed, mut unchecked) = (0u64, 0u64);
-        // Stacks counted (a sample or a wait each), whatever their weight.
-        let mut stacks = 0u64;
+    }
+
+    /// Count the batch's samples (or waits) into the stack table.
+    fn samples(&mut self, batch: &Batch, named: &impl Fn(u64) -> bool) -> Counted {
+        let mut counted = Counted::default();
         let weighted = !batch.weights.is_empty();
         if weighted {
             // The running counts add one per stack index since the last
             // view: after weighted stacks they are counted again whole, so
             // no index is kept.
             self.since_view = None;
-        }
-        if let Some(time) = batch.time.take() {
-            *self.totals.time.get_or_insert_with(Default::default) += time;
-        }
-        for (tid, ns) in batch.unknown.drain(..) {
-            *self.unknown.entry(tid).or_default() += ns;
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut marked = Vec::new();
@@ -352,69 +405,17 @@ impl Ingest {
                     process = self.process_of(sample.pid);
                 }
             }
-            stacks += 1;
+            counted.stacks += 1;
             let weight = sample.weight;
             if !checked {
-                unchecked += weight;
+                counted.unchecked += weight;
                 continue;
             }
-            attributed += weight;
+            counted.attributed += weight;
             if !set_up {
                 waiting += 1;
             }
-            // Frame-pointer stacks of the target's first program are used as
-            // they came, but in Go code: there the caller the kernel's walk
-            // skips below a function without a frame is put back, and what
-            // it read above the outermost frame dropped. Others are unwound
-            // and/or tagged in `scratch`.
-            let stack_copy = self.spaces.stack_copy;
-            let unwinder = match stack_copy {
-                true => self.spaces.unwinder(space),
-                false => &mut self.spaces.list[space].unwinder,
-            };
-            let (mut frames, mut skipped) = (sample.frames, None);
-            if !stack_copy && unwinder.knows_go(frames) {
-                if let Some(len) = unwinder.go_stack_len(frames) {
-                    frames = &frames[..len];
-                }
-                if let Some((_, bytes)) = sample.user {
-                    skipped = go_skipped(frames, unwinder, bytes);
-                }
-            }
-            let stack = if !stack_copy
-                && skipped.is_none()
-                && frames.len() == sample.frames.len()
-                && space == 0
-            {
-                sample.frames
-            } else {
-                scratch.clear();
-                scratch.extend_from_slice(frames);
-                if let Some((at, caller)) = skipped {
-                    scratch.insert(at, caller);
-                }
-                match sample.user {
-                    Some(([ip, sp, bp], bytes)) if stack_copy && ip != 0 => {
-                        let walk = unwinder.unwind(ip, sp, bp, bytes, &mut scratch);
-                        if walk == Walk::Truncated {
-                            self.totals.truncated += 1;
-                        }
-                        if let Some(tops) = &self.tops {
-                            match walk {
-                                Walk::Complete { reach } => tops.learn(sample.tid, reach),
-                                Walk::Truncated => tops.forget(sample.tid),
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                if space != 0 {
-                    for a in scratch.iter_mut() {
-                        *a = spaces::tag(space, *a);
-                    }
-                }
-                &scratch[..]
-            };
+            let stack = self.user_stack(&sample, space, &mut scratch);
             // A wait's stack begins with what kind of wait it was.
             let stack = match sample.mark {
                 Mark::OnCpu => stack,
@@ -428,43 +429,8 @@ impl Ingest {
                     &marked[..]
                 }
             };
-            let cap = if self.held {
-                self.max_stacks.min(self.stacks.len().max(CAPPED_STACKS))
-            } else {
-                self.max_stacks
-            };
-            let (stack, (index, new)) = match self.stacks.add_within(sample.tid, stack, weight, cap)
-            {
-                Some(added) => (stack, added),
-                None => {
-                    self.totals.overflowed += weight;
-                    let limit = &[STACK_LIMIT_FRAME][..];
-                    (limit, self.stacks.add(0, limit, weight))
-                }
-            };
-            if new {
-                let before = self.pending.len();
-                self.pending
-                    .extend(stack.iter().copied().filter(|&a| !named(a)));
-                let queued = (self.pending.len() - before) as u64;
-                addresses.queued += queued;
-                addresses.known += stack.len() as u64 - queued;
-            }
-            if weighted {
-                self.recent.push_weighted(index as u32, weight);
-            } else {
-                self.recent.push(index as u32);
-            }
-            if let Some(t) = &mut self.timeline {
-                t.push(sample.time, index as u32);
-            }
-            if let Some(indices) = &mut self.since_view {
-                if indices.len() < self.stacks.len().max(SINCE_VIEW_MIN) {
-                    indices.push(index as u32);
-                } else {
-                    self.since_view = None;
-                }
-            }
+            let index = self.add(sample.tid, stack, weight, named, &mut counted.addresses);
+            self.remember(index, weight, weighted, sample.time);
             if last_tid != Some(sample.tid) {
                 last_tid = Some(sample.tid);
                 self.name_thread(sample.pid, sample.tid);
@@ -475,23 +441,119 @@ impl Ingest {
         }
         self.scratch = scratch;
         self.spaces.count_waiting(waiting);
-        for (pid, time) in batch.exits.drain(..) {
-            if let Some(t) = &mut self.timeline {
-                t.mark(time, pid, MarkerKind::Exit);
+        counted
+    }
+
+    /// The stack of a sample in address space `space`, as the table keeps
+    /// it. Frame-pointer stacks of the target's first program are used as
+    /// they came, but in Go code: there the caller the kernel's walk skips
+    /// below a function without a frame is put back, and what it read
+    /// above the outermost frame dropped. Others are unwound and/or tagged
+    /// with their space in `scratch`.
+    fn user_stack<'s>(
+        &mut self,
+        sample: &SampleView<'s>,
+        space: usize,
+        scratch: &'s mut Vec<u64>,
+    ) -> &'s [u64] {
+        let stack_copy = self.spaces.stack_copy;
+        let unwinder = match stack_copy {
+            true => self.spaces.unwinder(space),
+            false => &mut self.spaces.list[space].unwinder,
+        };
+        let (mut frames, mut skipped) = (sample.frames, None);
+        if !stack_copy && unwinder.knows_go(frames) {
+            if let Some(len) = unwinder.go_stack_len(frames) {
+                frames = &frames[..len];
             }
-            if let Some(&i) = self.process_index.get(&pid) {
-                self.processes[i].exited = true;
+            if let Some((_, bytes)) = sample.user {
+                skipped = go_skipped(frames, unwinder, bytes);
             }
-            self.spaces.exit(pid);
         }
-        self.totals.attributed += attributed;
-        self.totals.unchecked += unchecked;
-        self.totals.discarded += batch.seen.saturating_sub(stacks);
-        self.totals.lost += batch.lost;
-        self.totals.throttled += batch.throttled;
-        self.totals.truncated += batch.truncated;
-        batch.recycle();
-        Ok(addresses)
+        if !stack_copy && skipped.is_none() && frames.len() == sample.frames.len() && space == 0 {
+            return sample.frames;
+        }
+        scratch.clear();
+        scratch.extend_from_slice(frames);
+        if let Some((at, caller)) = skipped {
+            scratch.insert(at, caller);
+        }
+        match sample.user {
+            Some(([ip, sp, bp], bytes)) if stack_copy && ip != 0 => {
+                let walk = unwinder.unwind(ip, sp, bp, bytes, scratch);
+                if walk == Walk::Truncated {
+                    self.totals.truncated += 1;
+                }
+                if let Some(tops) = &self.tops {
+                    match walk {
+                        Walk::Complete { reach } => tops.learn(sample.tid, reach),
+                        Walk::Truncated => tops.forget(sample.tid),
+                    }
+                }
+            }
+            _ => {}
+        }
+        if space != 0 {
+            for a in scratch.iter_mut() {
+                *a = spaces::tag(space, *a);
+            }
+        }
+        scratch
+    }
+
+    /// Add `weight` samples of `stack` (thread `tid`) to the table, within
+    /// its unique-stack limit (over it: under [`STACK_LIMIT_FRAME`]); the
+    /// addresses of a new stack not yet `named` are queued. Its index.
+    fn add(
+        &mut self,
+        tid: u32,
+        stack: &[u64],
+        weight: u64,
+        named: &impl Fn(u64) -> bool,
+        addresses: &mut NewAddresses,
+    ) -> u32 {
+        let cap = if self.held {
+            self.max_stacks.min(self.stacks.len().max(CAPPED_STACKS))
+        } else {
+            self.max_stacks
+        };
+        let (stack, (index, new)) = match self.stacks.add_within(tid, stack, weight, cap) {
+            Some(added) => (stack, added),
+            None => {
+                self.totals.overflowed += weight;
+                let limit = &[STACK_LIMIT_FRAME][..];
+                (limit, self.stacks.add(0, limit, weight))
+            }
+        };
+        if new {
+            let before = self.pending.len();
+            self.pending
+                .extend(stack.iter().copied().filter(|&a| !named(a)));
+            let queued = (self.pending.len() - before) as u64;
+            addresses.queued += queued;
+            addresses.known += stack.len() as u64 - queued;
+        }
+        index as u32
+    }
+
+    /// Keep a sample of stack `index` for windowed figures, the timeline
+    /// and the next view's running counts.
+    fn remember(&mut self, index: u32, weight: u64, weighted: bool, time: u64) {
+        if weighted {
+            self.recent.push_weighted(index, weight);
+        } else {
+            self.recent.push(index);
+        }
+        if let Some(t) = &mut self.timeline {
+            t.push(time, index);
+        }
+        if let Some(indices) = &mut self.since_view {
+            if indices.len() < self.stacks.len().max(SINCE_VIEW_MIN) {
+                indices.push(index);
+            } else {
+                self.since_view = None;
+            }
+        }
     }
 
     /// Read the name of a thread not seen before; a thread gone by then
@@ -528,195 +590,5 @@ fn go_skipped(frames: &[u64], unwinder: &mut Unwinder, stack: &[u8]) -> Option<(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A frame-pointer session of `target`, of at most 100 stacks.
-    fn of(target: u32, recheck: Option<Recheck>) -> Ingest {
-        Ingest::new(
-            target,
-            "t".into(),
-            ProcessMaps::default(),
-            false,
-            100,
-            recheck,
-            None,
-        )
-    }
-
-    fn batch(samples: &[(u32, u64)]) -> Batch {
-        let mut batch = Batch {
-            seen: samples.len() as u64,
-            ..Batch::default()
-        };
-        for &(pid, ip) in samples {
-            batch.push(pid, pid, [ip].into_iter(), None);
-        }
-        batch
-    }
-
-    #[test]
-    fn samples_drained_after_their_process_exited_still_count_for_it() {
-        let (target, child) = (std::process::id(), u32::MAX - 1);
-        let mut ingest = of(target, None);
-        // One CPU's ring: the fork, a sample of each, the child's exit.
-        let mut first = batch(&[(target, 0x100), (child, 0x200)]);
-        first.forks.push((child, target));
-        first.exits.push((child, 0));
-        ingest.apply(first, |_| false).unwrap();
-        // The other CPU's ring, drained later: the child's last samples.
-        ingest
-            .apply(batch(&[(child, 0x200), (child, 0x300)]), |_| false)
-            .unwrap();
-        let counts: Vec<_> = ingest
-            .processes
-            .iter()
-            .map(|p| (p.pid, p.ppid, p.samples, p.exited))
-            .collect();
-        assert_eq!(counts, [(target, 0, 1, false), (child, target, 3, true)]);
-        assert_eq!(ingest.totals.attributed, 4);
-        assert_eq!(ingest.totals.discarded, 0);
-    }
-
-    /// Held (memory pressure), a session keeps the stacks it has and counts
-    /// the samples of new ones under the stack limit; let go, it adds them
-    /// again.
-    #[test]
-    fn held_stacks_count_new_ones_under_the_limit() {
-        let target = std::process::id();
-        let mut ingest = of(target, None);
-        ingest.set_max_stacks(usize::MAX);
-        let many: Vec<(u32, u64)> = (0..CAPPED_STACKS as u64 + 1)
-            .map(|i| (target, 0x1000 + i))
-            .collect();
-        ingest.apply(batch(&many), |_| false).unwrap();
-        let kept = ingest.stacks.len();
-        assert_eq!(kept, CAPPED_STACKS + 1);
-        ingest.hold_stacks(true);
-        let held = batch(&[(target, 0x1000), (target, 0x200), (target, 0x300)]);
-        ingest.apply(held, |_| false).unwrap();
-        assert_eq!(ingest.totals.overflowed, 2, "0x200 and 0x300 are new");
-        assert_eq!(ingest.stacks.len(), kept + 1, "and the limit's marker");
-        ingest.hold_stacks(false);
-        ingest.apply(batch(&[(target, 0x200)]), |_| false).unwrap();
-        assert_eq!(ingest.totals.overflowed, 2);
-        assert_eq!(ingest.stacks.len(), kept + 2);
-        // A session held with few stacks still takes them up to the cap of
-        // a continuous window.
-        let mut few = of(target, None);
-        few.hold_stacks(true);
-        few.apply(batch(&[(target, 0x100), (target, 0x200)]), |_| false)
-            .unwrap();
-        assert_eq!(few.totals.overflowed, 0);
-    }
-
-    /// A process gone before its exec could be checked does not fail the
-    /// session: its samples from then on, and its children's, count as
-    /// unchecked, not in the profile; a refused exec still fails it.
-    #[test]
-    fn samples_of_an_exec_that_could_not_be_checked_count_apart() {
-        let (target, child, grandchild) = (std::process::id(), u32::MAX - 1, u32::MAX - 2);
-        let recheck: Recheck = std::sync::Arc::new(move |pid| match pid {
-            p if p == child => Check::Gone,
-            p if p == target => Check::Allowed,
-            _ => Check::Denied("no".into()),
-        });
-        let mut ingest = of(target, Some(recheck));
-        let mut first = batch(&[(target, 0x100), (child, 0x200)]);
-        first.forks.push((child, target));
-        ingest.apply(first, |_| false).unwrap();
-        // The child exec'd, and had exited when the batch was counted.
-        let mut after = batch(&[(child, 0x300), (target, 0x100), (grandchild, 0x400)]);
-        after.exec = Some((child, "true".into()));
-        after.forks.push((grandchild, child));
-        ingest.apply(after, |_| false).unwrap();
-        let t = ingest.totals;
-        assert_eq!((t.attributed, t.unchecked, t.discarded), (3, 2, 0));
-        // The target's own exec is checked and allowed.
-        let mut own = batch(&[(target, 0x100)]);
-        own.exec = Some((target, "t2".into()));
-        ingest.apply(own, |_| false).unwrap();
-        assert_eq!(ingest.totals.attributed, 4);
-        // A refused exec fails the session.
-        let mut refused = batch(&[(7, 0x100)]);
-        refused.exec = Some((7, "su".into()));
-        let err = ingest.apply(refused, |_| false).unwrap_err();
-        assert!(err.contains("exec of su: no"), "{err}");
-    }
-
-    /// Samples of a process waiting to be set up (the new-process budget
-    /// was spent) are attributed to it, and counted as waiting.
-    #[test]
-    fn samples_of_a_process_not_set_up_yet_count_for_it() {
-        use super::super::setup_budget::Budget;
-        let me = std::process::id();
-        let budget: &'static Budget = Box::leak(Box::new(Budget::new(std::time::Duration::ZERO)));
-        let mut ingest = Ingest::every(true, 100, None);
-        ingest.spaces.set_budget(budget);
-        ingest
-            .apply(batch(&[(me, 0x100), (me, 0x200), (me, 0x100)]), |_| false)
-            .unwrap();
-        assert_eq!(ingest.totals.attributed, 3);
-        assert_eq!(ingest.totals.discarded, 0);
-        let counts: Vec<_> = ingest
-            .processes
-            .iter()
-            .map(|p| (p.pid, p.samples))
-            .collect();
-        assert_eq!(counts, [(me, 3)]);
-        let c = budget.counters();
-        assert_eq!((c.processes, c.deferred, c.deferred_samples), (0, 1, 3));
-        // Once the budget allows, the next batch sets it up.
-        budget.set(std::time::Duration::from_secs(1000));
-        ingest.apply(batch(&[(me, 0x100)]), |_| false).unwrap();
-        let space = ingest.spaces.of(me);
-        assert!(ingest.spaces.is_set_up(space));
-        assert_eq!(budget.counters().deferred_samples, 3);
-    }
-
-    #[test]
-    fn walks_tell_the_sampler_how_much_of_each_threads_stack_to_copy() {
-        let target = std::process::id();
-        let tops = StackTops::default();
-        let maps = ProcessMaps::default();
-        let mut ingest = Ingest::new(
-            target,
-            "t".into(),
-            maps,
-            true,
-            100,
-            None,
-            Some(tops.clone()),
-        );
-        let (sp, whole) = (0x7fff_0000_1000u64, [0u8; 64]);
-        // The sampler routed threads 10 and 11 (unknown yet: copies whole).
-        assert_eq!(tops.cut(10, sp, &whole).len(), 64);
-        assert_eq!(tops.cut(11, sp, &whole).len(), 64);
-        // Frame pointers (no module known): thread 10's frame at sp + 8
-        // holds a zero caller bp and a return address, its walk reads up to
-        // sp + 0x18; thread 11's bp chain leaves the copy: its walk stops
-        // short.
-        let mut ends = [0u8; 64];
-        ends[16..24].copy_from_slice(&0x5555u64.to_ne_bytes());
-        let mut leaves = ends;
-        leaves[8..16].copy_from_slice(&(sp + 0x1000).to_ne_bytes());
-        let mut batch = Batch::default();
-        batch.push(
-            target,
-            10,
-            std::iter::empty(),
-            Some(([0x4444, sp, sp + 8], &ends)),
-        );
-        batch.push(
-            target,
-            11,
-            std::iter::empty(),
-            Some(([0x4444, sp, sp + 8], &leaves)),
-        );
-        ingest.apply(batch, |_| false).unwrap();
-        assert_eq!(ingest.totals.truncated, 1);
-        let margin = StackTops::MARGIN as usize;
-        assert_eq!(tops.cut(10, sp, &[0u8; 4096]).len(), 0x18 + margin);
-        assert_eq!(tops.cut(11, sp, &[0u8; 4096]).len(), 4096, "forgotten");
-    }
-}
+#[path = "ingest_tests.rs"]
+mod tests;

@@ -77,6 +77,10 @@ pub struct Worker {
     fixed: Option<Budget>,
     /// When the pages of the files parsed last left the resident set.
     released: Instant,
+    /// A file was read for the request being answered: the pages its
+    /// parsing touched leave the resident set before the next file is
+    /// read, so one request naming many new files holds the pages of one.
+    read_one: bool,
 }
 
 /// How often the pages of the files blazesym maps leave the resident set
@@ -182,6 +186,7 @@ impl Worker {
             budget: Budget::of(super::budget()),
             fixed: None,
             released: Instant::now(),
+            read_one: false,
         }
     }
 
@@ -348,6 +353,7 @@ impl Worker {
         let key = Held::File(version);
         if self.held.get(&key, now).is_none() {
             STATS.loads.fetch_add(1, Ordering::Relaxed);
+            self.read_one = true;
             let weight = resident_estimate_of(path);
             let with_debug = weight.with_debug() <= self.budget.parsed / 2;
             let held = if with_debug {
@@ -432,6 +438,9 @@ impl Worker {
             self.file(maps, &readable, group, &mut out, &mut jit, &mut files);
             // What this file needed stays parsed only within the budget.
             self.shrink();
+            if std::mem::take(&mut self.read_one) {
+                self.release_pages(true);
+            }
         }
         if !jit.is_empty() {
             let table = maps.perf_map();

@@ -643,3 +643,57 @@ fn a_function_named_by_its_symbol_names_its_other_addresses_unparsed() {
     worker.symbolize(&mapped(&lines), &[BASE + off + 1]);
     assert!(worker.names_bytes() > one, "each address its own name");
 }
+
+/// Resident KiB of this process's mappings of `path` (smaps).
+fn resident_kib_of(path: &Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut ours = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        if let Some(rss) = line.strip_prefix("Rss:") {
+            if ours {
+                kib += rss
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        } else if line.split_ascii_whitespace().nth(5).is_some() || line.ends_with(' ') {
+            ours = line.ends_with(path.to_str().unwrap());
+        }
+    }
+    kib
+}
+
+/// A request that reads several files lets go of the pages each file's
+/// parsing touched before it reads the next: when it returns, none of
+/// them is resident (they stay in the page cache).
+#[test]
+fn a_request_holds_the_pages_of_one_new_file_at_a_time() {
+    let dir = scratch("pages");
+    let progs: Vec<PathBuf> = (0..3)
+        .map(|n| cc(&dir, &format!("pages{n}"), INLINED, &["-O2", "-g"]))
+        .collect();
+    let mut maps = ProcessMaps::default();
+    let mut addrs = Vec::new();
+    for (n, prog) in progs.iter().enumerate() {
+        let base = BASE + n as u64 * 0x100_0000;
+        let len = std::fs::metadata(prog).unwrap().len();
+        maps.insert(Mapping::new(
+            base,
+            base + len.next_multiple_of(4096),
+            0,
+            Backing::File(Arc::new(prog.clone())),
+        ));
+        addrs.push(base + symbol(prog, "outer").0);
+    }
+    let mut worker = blaze::Worker::new(Vec::new());
+    let frames = worker.symbolize(&maps, &addrs);
+    assert!(frames
+        .iter()
+        .all(|f| f.last().unwrap().func.name == "outer"));
+    let resident: Vec<u64> = progs.iter().map(|p| resident_kib_of(p)).collect();
+    assert_eq!(resident, [0, 0, 0], "KiB of each file still resident");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

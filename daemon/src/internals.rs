@@ -73,5 +73,7 @@ pub mod sinks {
         requests as pyroscope_requests, Config as PyroscopeConfig, Ingest as PyroscopeIngest,
         Limits as PyroscopeLimits, Pyroscope,
     };
-    pub use crate::sinks::{error_chain, http_client, judge, Auth, Failure, Secret, Sent, Sinks};
+    pub use crate::sinks::{
+        error_chain, http_client, judge, Auth, DropReason, Failure, Secret, Sent, Sinks,
+    };
 }

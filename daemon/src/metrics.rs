@@ -430,7 +430,7 @@ fn sink_metrics(
         truncated.get_or_create(&l).inc_by(c.truncated);
         for (reason, n) in &c.drops {
             let mut with = l.clone();
-            with.push(("reason".into(), reason.clone()));
+            with.push(("reason".into(), reason.to_string()));
             dropped.get_or_create(&with).inc_by(*n);
         }
         spool_windows.get_or_create(&l).set(r.spool.windows as i64);

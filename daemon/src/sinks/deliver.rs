@@ -3,7 +3,7 @@
 //! it, backing off with jitter while it is down, dropping (and counting)
 //! what it will never take.
 use super::spool::{Figures, Key, Spool};
-use super::{clickhouse, otlp, pyroscope, Failure, Secret, Sent};
+use super::{clickhouse, otlp, pyroscope, DropReason, Failure, Secret, Sent};
 use crate::config::sinks::{Kind, Settings};
 use crate::continuous::decode::decode;
 use crate::continuous::files::mismatch;
@@ -109,8 +109,8 @@ pub struct Counts {
     pub truncated: u64,
     /// Profiles the backend turned away in a partial success.
     pub rejected: u64,
-    /// Windows dropped, by reason: spool_full, too_old, damaged, http_NNN…
-    pub drops: BTreeMap<String, u64>,
+    /// Windows dropped, by reason.
+    pub drops: BTreeMap<DropReason, u64>,
 }
 
 struct Sink {
@@ -127,9 +127,9 @@ impl Sink {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn drop_counted(&self, reason: &str, n: u64) {
+    fn drop_counted(&self, reason: DropReason, n: u64) {
         if n > 0 {
-            *self.counts().drops.entry(reason.to_string()).or_default() += n;
+            *self.counts().drops.entry(reason).or_default() += n;
         }
     }
 
@@ -174,7 +174,7 @@ impl Report {
                 .drops
                 .iter()
                 .map(|(reason, n)| api::SinkDrop {
-                    reason: reason.clone(),
+                    reason: reason.to_string(),
                     windows: *n,
                 })
                 .collect(),
@@ -235,7 +235,7 @@ impl Sinks {
                 counts: Mutex::new(Counts::default()),
                 last_error: Mutex::new(None),
             });
-            sink.drop_counted("damaged", sink.spool.take_damaged());
+            sink.drop_counted(DropReason::Damaged, sink.spool.take_damaged());
             list.push(sink.clone());
             tokio::spawn(deliver(sink, stopped.clone()));
         }
@@ -254,10 +254,10 @@ impl Sinks {
     pub fn offer(&self, w: &api::Window, gz: &[u8]) {
         for sink in self.list.iter() {
             match sink.spool.push(w.start_unix_ns, w.end_unix_ns, &w.id, gz) {
-                Ok(dropped) => sink.drop_counted("spool_full", dropped),
+                Ok(dropped) => sink.drop_counted(DropReason::SpoolFull, dropped),
                 Err(err) => {
                     tracing::warn!(sink = %sink.settings.entry.name, %err, "cannot spool a window: dropped");
-                    sink.drop_counted("spool_unwritable", 1);
+                    sink.drop_counted(DropReason::SpoolUnwritable, 1);
                 }
             }
             sink.wake.notify_one();
@@ -353,7 +353,7 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
         if let Some(max) = sink.backend.max_age() {
             if now_ns().saturating_sub(end_ns) > max.as_nanos() as u64 {
                 tracing::warn!(sink = %name, id = %key.1, "window older than the backend takes: dropped");
-                sink.drop_counted("too_old", 1);
+                sink.drop_counted(DropReason::TooOld, 1);
                 sink.spool.remove(&key);
                 continue;
             }
@@ -373,7 +373,7 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
                 Ok(Ok(w)) => w,
                 Ok(Err(err)) => {
                     tracing::warn!(sink = %name, id = %key.1, %err, "cannot read a spooled window: dropped");
-                    sink.drop_counted("damaged", 1);
+                    sink.drop_counted(DropReason::Damaged, 1);
                     sink.spool.remove(&key);
                     continue;
                 }
@@ -407,7 +407,7 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
             }
             Err(Failure::Drop { reason, detail }) => {
                 tracing::warn!(sink = %name, id = %key.1, %reason, %detail, "the backend refused a window: dropped");
-                sink.drop_counted(&reason, 1);
+                sink.drop_counted(reason, 1);
                 sink.set_error(Some(format!("{reason}: {detail}")));
                 sink.spool.remove(&key);
                 failures = 0;

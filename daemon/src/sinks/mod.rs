@@ -46,9 +46,50 @@ pub enum Failure {
     /// timeout, 408, 429, 5xx): the window stays spooled and is retried.
     Retry(String),
     /// The backend will never take it (another 4xx, a rejected payload):
-    /// the window is dropped and counted under `reason`, a short label
-    /// such as `http_400`.
-    Drop { reason: String, detail: String },
+    /// the window is dropped and counted under `reason`.
+    Drop { reason: DropReason, detail: String },
+}
+
+/// Why a sink dropped windows. Its label (`spool_full`, `http_400`,
+/// `grpc_invalid_argument`, ...) is stable: the metrics, `profctl info`
+/// and the log count drops by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DropReason {
+    /// The spool was over its byte limit: the oldest windows went.
+    SpoolFull,
+    /// The window could not be written to the spool.
+    SpoolUnwritable,
+    /// Older than the backend takes.
+    TooOld,
+    /// A spooled window that could not be read back.
+    Damaged,
+    /// The backend answered with this HTTP status (not 408, 429 or 5xx).
+    Http(u16),
+    /// The backend answered with this gRPC status code.
+    Grpc(i32),
+}
+
+impl std::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DropReason::SpoolFull => f.write_str("spool_full"),
+            DropReason::SpoolUnwritable => f.write_str("spool_unwritable"),
+            DropReason::TooOld => f.write_str("too_old"),
+            DropReason::Damaged => f.write_str("damaged"),
+            DropReason::Http(status) => write!(f, "http_{status}"),
+            DropReason::Grpc(code) => {
+                let name = format!("{:?}", tonic::Code::from_i32(*code));
+                let mut snake = String::from("grpc");
+                for c in name.chars() {
+                    if c.is_ascii_uppercase() {
+                        snake.push('_');
+                    }
+                    snake.push(c.to_ascii_lowercase());
+                }
+                f.write_str(&snake)
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for Failure {
@@ -83,7 +124,7 @@ pub fn judge(status: reqwest::StatusCode, body: &str) -> Result<(), Failure> {
         Err(Failure::Retry(detail))
     } else {
         Err(Failure::Drop {
-            reason: format!("http_{code}"),
+            reason: DropReason::Http(code),
             detail,
         })
     }
@@ -149,7 +190,7 @@ mod tests {
         }
         match judge(s(400), "bad name") {
             Err(Failure::Drop { reason, detail }) => {
-                assert_eq!(reason, "http_400");
+                assert_eq!(reason.to_string(), "http_400");
                 assert!(detail.contains("bad name"), "{detail}");
             }
             other => panic!("{other:?}"),

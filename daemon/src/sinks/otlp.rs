@@ -1,7 +1,7 @@
 //! The OpenTelemetry OTLP profiles form of continuous windows (proto
 //! v1.10.0, a development-stage signal upstream) and the gRPC client that
 //! exports them to a collector with `ProfilesService/Export`.
-use super::{Auth, Failure, Secret, Sent, MAX_DETAIL};
+use super::{Auth, DropReason, Failure, Secret, Sent, MAX_DETAIL};
 use base64::Engine as _;
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
     profiles_service_client::ProfilesServiceClient, ExportProfilesServiceRequest,
@@ -294,7 +294,7 @@ fn judge(status: &tonic::Status) -> Failure {
         // Unknown, with the transport error as its source.
         Code::Unknown if transport(status) => Failure::Retry(detail),
         code => Failure::Drop {
-            reason: format!("grpc_{}", snake(&format!("{code:?}"))),
+            reason: DropReason::Grpc(code as i32),
             detail,
         },
     }
@@ -310,22 +310,6 @@ fn transport(status: &tonic::Status) -> bool {
         source = e.source();
     }
     status.message().starts_with("Service was not ready")
-}
-
-/// `InvalidArgument` → `invalid_argument`.
-fn snake(camel: &str) -> String {
-    let mut out = String::with_capacity(camel.len() + 4);
-    for (i, c) in camel.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// `s` cut to the detail kept for a log.
@@ -1241,7 +1225,7 @@ mod tests {
         ] {
             match judge(&Status::new(code, "why")) {
                 Failure::Drop { reason: r, detail } => {
-                    assert_eq!(r, reason);
+                    assert_eq!(r.to_string(), reason);
                     assert!(detail.contains("why"), "{detail}");
                 }
                 other => panic!("{code:?}: {other:?}"),

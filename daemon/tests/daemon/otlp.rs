@@ -466,7 +466,7 @@ async fn collector_answers_retry_drop_or_count_rejections() {
     let otlp = Otlp::new(config(&invalid.url, &files)).unwrap();
     match otlp.send(&w).await {
         Err(Failure::Drop { reason, detail }) => {
-            assert_eq!(reason, "grpc_invalid_argument");
+            assert_eq!(reason.to_string(), "grpc_invalid_argument");
             assert!(detail.contains("told to fail"), "{detail}");
         }
         other => panic!("{other:?}"),

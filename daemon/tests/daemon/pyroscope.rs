@@ -6,8 +6,8 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use profd::internals::continuous::encode;
 use profd::internals::sinks::{
-    http_client, pyroscope_requests, Auth, Failure, Pyroscope, PyroscopeConfig, PyroscopeLimits,
-    Secret, SinkEntry, SinkKind, SinkReport, Sinks,
+    http_client, pyroscope_requests, Auth, DropReason, Failure, Pyroscope, PyroscopeConfig,
+    PyroscopeLimits, Secret, SinkEntry, SinkKind, SinkReport, Sinks,
 };
 use profd_common::api;
 use std::collections::{BTreeMap, VecDeque};
@@ -651,7 +651,7 @@ async fn refusals_are_retried_without_sending_a_part_twice_or_dropped() {
     let mut done = 0;
     match p.send(&w, &mut done).await {
         Err(Failure::Drop { reason, detail }) => {
-            assert_eq!(reason, "http_400");
+            assert_eq!(reason.to_string(), "http_400");
             assert!(detail.contains("answered by the test"), "{detail}");
         }
         other => panic!("{other:?}"),
@@ -734,7 +734,7 @@ async fn the_spool_retries_drops_by_reason_and_survives_a_restart() {
     };
     let base = window(10);
     offer(&sinks, aged(base.clone(), "old", 2 * 3600));
-    let r = until(&sinks, |r| r.counts.drops.contains_key("too_old")).await;
+    let r = until(&sinks, |r| r.counts.drops.contains_key(&DropReason::TooOld)).await;
     assert_eq!(r.counts.windows_sent, 0);
     assert!(receiver.take().is_empty(), "a window too old is not sent");
     // Three services, one request each; the second is refused twice.
@@ -751,7 +751,10 @@ async fn the_spool_retries_drops_by_reason_and_survives_a_restart() {
     );
     receiver.answer(&[400]);
     offer(&sinks, aged(base.clone(), "refused", 0));
-    let r = until(&sinks, |r| r.counts.drops.contains_key("http_400")).await;
+    let r = until(&sinks, |r| {
+        r.counts.drops.contains_key(&DropReason::Http(400))
+    })
+    .await;
     assert_eq!(r.counts.windows_sent, 1);
     assert_eq!(r.spool.windows, 0);
     assert!(
@@ -763,7 +766,7 @@ async fn the_spool_retries_drops_by_reason_and_survives_a_restart() {
     let shown = r.clone();
     assert_eq!(
         shown.counts.drops,
-        BTreeMap::from([("http_400".to_string(), 1), ("too_old".to_string(), 1)])
+        BTreeMap::from([(DropReason::TooOld, 1), (DropReason::Http(400), 1)])
     );
     sinks.stop();
     // The backend goes away; a window waits, on disk, across a restart.

@@ -9,7 +9,7 @@ mod pieces;
 mod pprof;
 mod speedscope;
 
-pub use firefox::firefox;
+pub use firefox::{firefox, firefox_pieces};
 pub use folded::{folded, folded_pieces, svg, svg_pieces, svg_text};
 pub use json::{json, scope_name, state_name, unwind_name};
 pub use pprof::{cpu_profile, pprof, pprof_decode, pprof_pieces, time_sample_type, Strings};

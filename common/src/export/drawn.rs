@@ -7,12 +7,14 @@
 //! inferno sorts the lines by their text (count included) and draws a
 //! frame for each run of consecutive lines with the same frames down to
 //! it; a frame's width is the sum of its run's counts. Cut here, in that
-//! order: a run narrower than the cut, with the narrow runs beside it
-//! under the same parent as long as their sum stays narrower, becomes one
-//! line: the first of them cut a frame below the run, with their counts'
-//! sum. Frames and runs of the whole text at and above the cut stay as
-//! they were (same place, width and order); what is new is narrower than
-//! the cut, so inferno leaves it out.
+//! order: a run narrower than the cut, with the narrow runs after it
+//! under the same parent as long as their sum stays narrower (and the
+//! line after them is not of the first run's frame), becomes one line:
+//! the first of them cut at the run's frame (a frame below it when that
+//! frame's name begins another name, so that the line sorts in the same
+//! place), with their counts' sum. Frames and runs of the whole text at
+//! and above the cut stay as they were (same place, width and order);
+//! what is new is narrower than the cut, so inferno leaves it out.
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 

@@ -18,7 +18,7 @@
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 
-use super::folded::{clean, line_text, merged_lines, push_line, text_of};
+use super::folded::{clean, merged_lines, push_line, text_of, texts_apart};
 use super::frame_name;
 use crate::model::ResolvedProfile;
 
@@ -87,12 +87,9 @@ fn digits(mut n: u64) -> ([u8; 20], usize) {
 fn line_order(names: &[String], a: &(Box<[u32]>, u64), b: &(Box<[u32]>, u64)) -> Ordering {
     let (da, ia) = digits(a.1);
     let (db, ib) = digits(b.1);
-    let ta = line_text(names, &a.0)
-        .chain([b' '])
-        .chain(da[ia..].iter().copied());
-    let tb = line_text(names, &b.0)
-        .chain([b' '])
-        .chain(db[ib..].iter().copied());
+    let (ta, tb) = texts_apart(names, &a.0, &b.0);
+    let ta = ta.chain([b' ']).chain(da[ia..].iter().copied());
+    let tb = tb.chain([b' ']).chain(db[ib..].iter().copied());
     ta.cmp(tb)
 }
 

@@ -49,10 +49,31 @@ pub fn folded(p: &ResolvedProfile) -> String {
 /// The text of a folded line's path (names by function id), a byte at a
 /// time.
 pub(super) fn line_text<'a>(names: &'a [String], path: &'a [u32]) -> impl Iterator<Item = u8> + 'a {
-    path.iter().enumerate().flat_map(move |(i, &f)| {
+    text_from(names, path, 0)
+}
+
+/// The text of a folded line's path from its frame `from` on (with the
+/// `;` before it), a byte at a time.
+fn text_from<'a>(
+    names: &'a [String],
+    path: &'a [u32],
+    from: usize,
+) -> impl Iterator<Item = u8> + 'a {
+    path.iter().enumerate().skip(from).flat_map(move |(i, &f)| {
         let name = names.get(f as usize).map_or("[unknown]", String::as_str);
         (if i == 0 { "" } else { ";" }).bytes().chain(name.bytes())
     })
+}
+
+/// Two paths' texts from the first frame where their functions differ
+/// (the text before it is the same): what their order depends on.
+pub(super) fn texts_apart<'a>(
+    names: &'a [String],
+    a: &'a [u32],
+    b: &'a [u32],
+) -> (impl Iterator<Item = u8> + 'a, impl Iterator<Item = u8> + 'a) {
+    let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    (text_from(names, a, same), text_from(names, b, same))
 }
 
 /// [`folded`] made and handed to `each` in pieces of whole lines, each
@@ -101,10 +122,16 @@ pub(super) fn merged_lines(p: &ResolvedProfile, names: &[String]) -> Vec<(Box<[u
     }
     let mut lines: Vec<(Box<[u32]>, u64)> = counts.into_iter().collect();
     // In the order of the lines' text, without making it.
-    lines.sort_unstable_by(|a, b| line_text(names, &a.0).cmp(line_text(names, &b.0)));
+    lines.sort_unstable_by(|a, b| {
+        let (a, b) = texts_apart(names, &a.0, &b.0);
+        a.cmp(b)
+    });
     // Paths of other functions with the same names are one line.
     lines.dedup_by(|next, kept| {
-        let same = line_text(names, &next.0).eq(line_text(names, &kept.0));
+        let same = {
+            let (a, b) = texts_apart(names, &next.0, &kept.0);
+            a.eq(b)
+        };
         if same {
             kept.1 += next.1;
         }

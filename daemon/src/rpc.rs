@@ -299,25 +299,37 @@ fn encode(
             .map_err(|e| Status::internal(format!("flame graph: {e}")))?,
         api::ExportFormat::Speedscope => export::speedscope(p).into_bytes(),
         api::ExportFormat::Firefox => {
-            let Some(timeline) = &resolved.timeline else {
-                return Err(Status::failed_precondition(match query {
-                    None => format!(
-                        "session {} kept no sample times, so it has no timeline: start the session with timeline set (profctl run/attach --timeline)",
-                        resolved.session.id
-                    ),
-                    Some(_) => "the continuous history keeps no sample times, so it has no timeline: export a session started with timeline set (profctl run/attach --timeline)".to_string(),
-                }));
-            };
-            let names = (resolved.session.processes.iter())
-                .map(|p| (p.pid, p.comm.clone()))
-                .collect();
-            export::firefox(p, timeline, &names)
+            let timeline = timeline_of(resolved, query)?;
+            export::firefox(p, timeline, &process_names(resolved))
         }
         api::ExportFormat::Json | api::ExportFormat::Unspecified => {
             serde_json::to_vec_pretty(&export::json(&resolved.session, functions))
                 .map_err(|e| Status::internal(e.to_string()))?
         }
     })
+}
+
+/// The timeline a Firefox profile is made of, or why there is none.
+fn timeline_of<'a>(
+    resolved: &'a Resolved,
+    query: Option<&api::Query>,
+) -> Result<&'a profd_common::model::Timeline, Status> {
+    resolved.timeline.as_ref().ok_or_else(|| {
+        Status::failed_precondition(match query {
+            None => format!(
+                "session {} kept no sample times, so it has no timeline: start the session with timeline set (profctl run/attach --timeline)",
+                resolved.session.id
+            ),
+            Some(_) => "the continuous history keeps no sample times, so it has no timeline: export a session started with timeline set (profctl run/attach --timeline)".to_string(),
+        })
+    })
+}
+
+/// The command names of a session's processes, by pid.
+fn process_names(resolved: &Resolved) -> HashMap<u32, String> {
+    (resolved.session.processes.iter())
+        .map(|p| (p.pid, p.comm.clone()))
+        .collect()
 }
 
 /// The title of a flame graph: the session's, or with `query` what it
@@ -624,10 +636,15 @@ impl Profiler for Service {
                 | api::ExportFormat::Pprof
                 | api::ExportFormat::Svg
                 | api::ExportFormat::Speedscope
+                | api::ExportFormat::Firefox
         ) {
             // Made as they are sent: the text or bytes are never whole here.
             let permit = self.registry.export_permit()?;
             let resolved = source.resolve().await?;
+            if format == api::ExportFormat::Firefox {
+                // No timeline: said before anything is sent.
+                timeline_of(&resolved, r.query.as_ref())?;
+            }
             let functions = views::functions(&resolved.profile);
             let title = svg_title(&resolved, r.query.as_ref());
             tokio::task::spawn_blocking(move || {
@@ -651,6 +668,12 @@ impl Profiler for Service {
                     }
                     api::ExportFormat::Speedscope => {
                         export::speedscope_pieces(p, PIECE_BYTES, send)
+                    }
+                    api::ExportFormat::Firefox => {
+                        if let Some(timeline) = &resolved.timeline {
+                            let names = process_names(&resolved);
+                            export::firefox_pieces(p, timeline, &names, PIECE_BYTES, send)
+                        }
                     }
                     _ => export::folded_pieces(p, PIECE_BYTES, |text| {
                         send_data(&tx, text.into_bytes())

@@ -12,6 +12,7 @@ use fxprof_processed_profile::{
 };
 
 use super::frame_name;
+use super::pieces::PieceWriter;
 use crate::model::{is_kernel, MarkerKind, ResolvedProfile, Timeline};
 
 /// A process event on the timeline: its name (`start`, `exec`, `exit`)
@@ -55,6 +56,35 @@ impl StaticSchemaMarker for ProcessMarker {
 /// so a sample's time in milliseconds is the CLOCK_MONOTONIC reading of
 /// when it was taken. `names` gives the processes' command names by pid.
 pub fn firefox(p: &ResolvedProfile, t: &Timeline, names: &HashMap<u32, String>) -> Vec<u8> {
+    let mut out = Vec::new();
+    firefox_pieces(p, t, names, usize::MAX, |piece| {
+        out = piece;
+        true
+    });
+    out
+}
+
+/// [`firefox`] handed to `each` in pieces of `piece_bytes` (the last one
+/// shorter) as the JSON is written: the file is never whole, only the
+/// profile's tables it is written from. The pieces concatenated are
+/// [`firefox`]. `each` returns false to stop.
+pub fn firefox_pieces(
+    p: &ResolvedProfile,
+    t: &Timeline,
+    names: &HashMap<u32, String>,
+    piece_bytes: usize,
+    each: impl FnMut(Vec<u8>) -> bool,
+) {
+    let profile = processed(p, t, names);
+    let mut out = PieceWriter::new(piece_bytes, each);
+    // Fails only when the reader is gone: then nothing more is made.
+    if serde_json::to_writer(&mut out, &profile).is_ok() {
+        out.finish();
+    }
+}
+
+/// The processed profile of `p`'s timeline `t`, as [`firefox`] writes it.
+fn processed(p: &ResolvedProfile, t: &Timeline, names: &HashMap<u32, String>) -> Profile {
     let interval_ns = match p.frequency_hz {
         0 => 1_000_000,
         hz => 1_000_000_000 / u64::from(hz),
@@ -183,7 +213,7 @@ pub fn firefox(p: &ResolvedProfile, t: &Timeline, names: &HashMap<u32, String>) 
             out.add_marker(thread, MarkerTiming::Instant(at(time)), marker);
         }
     }
-    serde_json::to_vec(&out).expect("a processed profile serializes")
+    out
 }
 
 /// A thread's track name: its own name, else its process's command.
@@ -358,5 +388,42 @@ mod tests {
             markers(by_tid("11")),
             [("exec".to_string(), 8.0), ("exit".to_string(), 9.5)]
         );
+    }
+
+    #[test]
+    fn firefox_pieces_make_the_file() {
+        let p = crate::testdata::known();
+        let t = Timeline {
+            samples: (0..p.stacks.len() as u32)
+                .map(|i| (1_000_000 * u64::from(i + 1), i))
+                .collect(),
+            markers: vec![TimelineMarker {
+                time: 500_000,
+                pid: p.pid,
+                kind: MarkerKind::Start,
+            }],
+            dropped: 3,
+            monotonic_zero_unix_ms: 1.7e12,
+        };
+        let names = HashMap::new();
+        let whole = firefox(&p, &t, &names);
+        assert!(whole.len() > 1000, "{} bytes", whole.len());
+        for size in [1, 1000, 1 << 20] {
+            let mut pieces = Vec::new();
+            firefox_pieces(&p, &t, &names, size, |piece| {
+                pieces.push(piece);
+                true
+            });
+            let (last, rest) = pieces.split_last().unwrap();
+            assert!(rest.iter().all(|p| p.len() == size) && last.len() <= size);
+            assert!(pieces.concat() == whole, "pieces of {size} bytes");
+        }
+        // Stopped after the first piece, quietly.
+        let mut n = 0;
+        firefox_pieces(&p, &t, &names, 100, |_| {
+            n += 1;
+            false
+        });
+        assert_eq!(n, 1);
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::pieces::PieceWriter;
-use super::{frame_name, ExportError};
+use super::ExportError;
 use crate::api::Mode;
 use crate::kernel::KERNEL;
 use crate::model::{is_time, FunctionInfo, ResolvedProfile};
@@ -23,7 +23,7 @@ fn annotated(f: &FunctionInfo) -> String {
 
 /// A frame name safe in a folded line: `;` separates frames and the line
 /// ends in ` count`, so `;` and line breaks become `:` and spaces.
-fn clean(name: String) -> String {
+pub(super) fn clean(name: String) -> String {
     if name.contains([';', '\n', '\r']) {
         name.replace(';', ":").replace(['\n', '\r'], " ")
     } else {
@@ -48,11 +48,32 @@ pub fn folded(p: &ResolvedProfile) -> String {
 
 /// The text of a folded line's path (names by function id), a byte at a
 /// time.
-fn line_text<'a>(names: &'a [String], path: &'a [u32]) -> impl Iterator<Item = u8> + 'a {
-    path.iter().enumerate().flat_map(move |(i, &f)| {
+pub(super) fn line_text<'a>(names: &'a [String], path: &'a [u32]) -> impl Iterator<Item = u8> + 'a {
+    text_from(names, path, 0)
+}
+
+/// The text of a folded line's path from its frame `from` on (with the
+/// `;` before it), a byte at a time.
+fn text_from<'a>(
+    names: &'a [String],
+    path: &'a [u32],
+    from: usize,
+) -> impl Iterator<Item = u8> + 'a {
+    path.iter().enumerate().skip(from).flat_map(move |(i, &f)| {
         let name = names.get(f as usize).map_or("[unknown]", String::as_str);
         (if i == 0 { "" } else { ";" }).bytes().chain(name.bytes())
     })
+}
+
+/// Two paths' texts from the first frame where their functions differ
+/// (the text before it is the same): what their order depends on.
+pub(super) fn texts_apart<'a>(
+    names: &'a [String],
+    a: &'a [u32],
+    b: &'a [u32],
+) -> (impl Iterator<Item = u8> + 'a, impl Iterator<Item = u8> + 'a) {
+    let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    (text_from(names, a, same), text_from(names, b, same))
 }
 
 /// [`folded`] made and handed to `each` in pieces of whole lines, each
@@ -81,7 +102,7 @@ pub fn folded_pieces(
 /// The folded lines of `p` with frames named by `names` (by function id),
 /// sorted by their text: each a path of function ids (outermost first) and
 /// its count, paths of other functions with the same names merged into one.
-fn merged_lines(p: &ResolvedProfile, names: &[String]) -> Vec<(Box<[u32]>, u64)> {
+pub(super) fn merged_lines(p: &ResolvedProfile, names: &[String]) -> Vec<(Box<[u32]>, u64)> {
     // The distinct paths (outermost first), each held once, exactly sized.
     let mut counts: HashMap<Box<[u32]>, u64> = HashMap::new();
     let mut path = Vec::new();
@@ -101,10 +122,16 @@ fn merged_lines(p: &ResolvedProfile, names: &[String]) -> Vec<(Box<[u32]>, u64)>
     }
     let mut lines: Vec<(Box<[u32]>, u64)> = counts.into_iter().collect();
     // In the order of the lines' text, without making it.
-    lines.sort_unstable_by(|a, b| line_text(names, &a.0).cmp(line_text(names, &b.0)));
+    lines.sort_unstable_by(|a, b| {
+        let (a, b) = texts_apart(names, &a.0, &b.0);
+        a.cmp(b)
+    });
     // Paths of other functions with the same names are one line.
     lines.dedup_by(|next, kept| {
-        let same = line_text(names, &next.0).eq(line_text(names, &kept.0));
+        let same = {
+            let (a, b) = texts_apart(names, &next.0, &kept.0);
+            a.eq(b)
+        };
         if same {
             kept.1 += next.1;
         }
@@ -114,7 +141,7 @@ fn merged_lines(p: &ResolvedProfile, names: &[String]) -> Vec<(Box<[u32]>, u64)>
 }
 
 /// Appends the folded line of `path` with `count` to `out`.
-fn push_line(out: &mut String, names: &[String], path: &[u32], count: u64) {
+pub(super) fn push_line(out: &mut String, names: &[String], path: &[u32], count: u64) {
     for (k, &f) in path.iter().enumerate() {
         if k > 0 {
             out.push(';');
@@ -126,17 +153,15 @@ fn push_line(out: &mut String, names: &[String], path: &[u32], count: u64) {
     out.push('\n');
 }
 
-/// The folded text of `p` with frames named as in viewers, exactly sized.
-fn viewer_text(p: &ResolvedProfile) -> String {
-    let names: Vec<String> = p.functions.iter().map(|f| clean(frame_name(f))).collect();
-    let lines = merged_lines(p, &names);
+/// The folded text of `lines` with frames named by `names`, exactly sized.
+pub(super) fn text_of(names: &[String], lines: &[(Box<[u32]>, u64)]) -> String {
     let size = lines
         .iter()
-        .map(|(path, count)| line_text(&names, path).count() + 2 + count.to_string().len())
+        .map(|(path, count)| line_text(names, path).count() + 2 + count.to_string().len())
         .sum();
     let mut out = String::with_capacity(size);
-    for (path, count) in &lines {
-        push_line(&mut out, &names, path, *count);
+    for (path, count) in lines {
+        push_line(&mut out, names, path, *count);
     }
     out
 }
@@ -146,7 +171,8 @@ fn viewer_text(p: &ResolvedProfile) -> String {
 /// named as in viewers (`name [inlined]`: inferno would hide the folded
 /// annotations). Frames count
 /// `samples`, or for off-CPU and wall-clock profiles `ns`, with a subtitle
-/// saying which time.
+/// saying which time. Frames narrower than 0.01 % of the total are left
+/// out, as inferno leaves them out.
 pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
     let mut out = Vec::new();
     svg_pieces(p, title, usize::MAX, |piece| {
@@ -159,16 +185,35 @@ pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
 /// [`svg`] handed to `each` in pieces of `piece_bytes` (the last one
 /// shorter) as inferno draws it: the picture is never whole. inferno
 /// takes the folded lines whole (it sorts them and its frames borrow their
-/// names), so the folded text is held, exactly sized, with inferno's
-/// frames (one per node of the merged call tree). The pieces concatenated
-/// are [`svg`]. `each` returns false to stop.
+/// names), so it is given only the lines of what it draws: stacks cut
+/// below the frames it leaves out as too narrow (see the `drawn` module),
+/// the picture unchanged. Held: the merged stacks' paths, those lines and
+/// inferno's frames for them. The pieces concatenated are [`svg`]. `each`
+/// returns false to stop.
 pub fn svg_pieces(
     p: &ResolvedProfile,
     title: &str,
     piece_bytes: usize,
     each: impl FnMut(Vec<u8>) -> bool,
 ) -> Result<(), ExportError> {
-    let text = viewer_text(p);
+    let mut opt = svg_options(p, title);
+    let text = super::drawn::drawn_text(p, opt.min_width, super::drawn::MARGIN);
+    draw(&mut opt, &text, piece_bytes, each)
+}
+
+/// The folded lines [`svg`] draws `p`'s flame graph from (frames named as
+/// in viewers): every stack cut below the frames inferno leaves out as
+/// narrower than 0.01 % of the total.
+pub fn svg_text(p: &ResolvedProfile) -> String {
+    let min_width = svg_options(p, "").min_width;
+    super::drawn::drawn_text(p, min_width, super::drawn::MARGIN)
+}
+
+/// inferno's options for the flame graph of `p` titled `title`.
+pub(super) fn svg_options(
+    p: &ResolvedProfile,
+    title: &str,
+) -> inferno::flamegraph::Options<'static> {
     let mut opt = inferno::flamegraph::Options::default();
     // Colours by the function's name, not at random: one profile gives one
     // picture, and a function has its colour in every picture.
@@ -180,8 +225,19 @@ pub fn svg_pieces(
         Mode::Wall => Some("wall-clock time, on- and off-CPU (ns)".to_string()),
         Mode::Cpu | Mode::Unspecified => None,
     };
+    opt
+}
+
+/// inferno's picture of the folded `text` with `opt`, handed to `each` in
+/// pieces of `piece_bytes`.
+pub(super) fn draw(
+    opt: &mut inferno::flamegraph::Options<'_>,
+    text: &str,
+    piece_bytes: usize,
+    each: impl FnMut(Vec<u8>) -> bool,
+) -> Result<(), ExportError> {
     let mut out = PieceWriter::new(piece_bytes, each);
-    match inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut out) {
+    match inferno::flamegraph::from_lines(opt, text.lines(), &mut out) {
         Ok(()) => {}
         // The reader is gone: nothing more to make.
         Err(_) if out.stopped() => return Ok(()),

@@ -1,6 +1,7 @@
 //! Encodings of a whole resolved profile for other tools: pprof (and back),
 //! folded stacks, an SVG flame graph, speedscope JSON, the Firefox
 //! Profiler's processed profile (a timeline), and profctl's JSON report. Pure: bytes and strings out, no files (writing is the caller's).
+mod drawn;
 mod firefox;
 mod folded;
 mod json;
@@ -8,8 +9,8 @@ mod pieces;
 mod pprof;
 mod speedscope;
 
-pub use firefox::firefox;
-pub use folded::{folded, folded_pieces, svg, svg_pieces};
+pub use firefox::{firefox, firefox_pieces};
+pub use folded::{folded, folded_pieces, svg, svg_pieces, svg_text};
 pub use json::{json, scope_name, state_name, unwind_name};
 pub use pprof::{cpu_profile, pprof, pprof_decode, pprof_pieces, time_sample_type, Strings};
 pub use speedscope::{speedscope, speedscope_pieces};

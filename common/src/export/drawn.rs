@@ -1,5 +1,5 @@
-//! The folded lines an SVG flame graph is drawn from, cut to what inferno
-//! draws: inferno leaves out every frame narrower than its `min_width`
+//! SVG flame graphs (inferno), and the folded lines they are drawn from,
+//! cut to what inferno draws: inferno leaves out every frame narrower than its `min_width`
 //! (a share of the total), so stacks are cut below such frames before it
 //! sees them, and it holds only the frames it draws. The picture is the
 //! one inferno draws of the whole folded text, byte for byte.
@@ -19,8 +19,10 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 
 use super::folded::{clean, merged_lines, push_line, text_of, texts_apart};
-use super::frame_name;
-use crate::model::ResolvedProfile;
+use super::pieces::PieceWriter;
+use super::{frame_name, ExportError};
+use crate::api::Mode;
+use crate::model::{is_time, ResolvedProfile};
 
 /// The cut's share of inferno's least width: frames under half of it
 /// are cut, so that no frame inferno draws is ever cut (a frame between
@@ -205,9 +207,91 @@ fn cut_text(names: &[String], lines: &[(Box<[u32]>, u64)], cut: f64) -> String {
     out
 }
 
+/// An SVG flame graph of the folded stacks (inferno), titled `title`. A
+/// profile without samples gives inferno's picture saying so. Frames are
+/// named as in viewers (`name [inlined]`: inferno would hide the folded
+/// annotations). Frames count
+/// `samples`, or for off-CPU and wall-clock profiles `ns`, with a subtitle
+/// saying which time. Frames narrower than 0.01 % of the total are left
+/// out, as inferno leaves them out.
+pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
+    let mut out = Vec::new();
+    svg_pieces(p, title, usize::MAX, |piece| {
+        out = piece;
+        true
+    })?;
+    Ok(out)
+}
+
+/// [`svg`] handed to `each` in pieces of `piece_bytes` (the last one
+/// shorter) as inferno draws it: the picture is never whole. inferno
+/// takes the folded lines whole (it sorts them and its frames borrow their
+/// names), so it is given only the lines of what it draws: stacks cut
+/// below the frames it leaves out as too narrow (see [`drawn_text`]),
+/// the picture unchanged. Held: the merged stacks' paths, those lines and
+/// inferno's frames for them. The pieces concatenated are [`svg`]. `each`
+/// returns false to stop.
+pub fn svg_pieces(
+    p: &ResolvedProfile,
+    title: &str,
+    piece_bytes: usize,
+    each: impl FnMut(Vec<u8>) -> bool,
+) -> Result<(), ExportError> {
+    let mut opt = svg_options(p, title);
+    let text = drawn_text(p, opt.min_width, MARGIN);
+    draw(&mut opt, &text, piece_bytes, each)
+}
+
+/// The folded lines [`svg`] draws `p`'s flame graph from (frames named as
+/// in viewers): every stack cut below the frames inferno leaves out as
+/// narrower than 0.01 % of the total.
+pub fn svg_text(p: &ResolvedProfile) -> String {
+    let min_width = svg_options(p, "").min_width;
+    drawn_text(p, min_width, MARGIN)
+}
+
+/// inferno's options for the flame graph of `p` titled `title`.
+pub(super) fn svg_options(
+    p: &ResolvedProfile,
+    title: &str,
+) -> inferno::flamegraph::Options<'static> {
+    let mut opt = inferno::flamegraph::Options::default();
+    // Colours by the function's name, not at random: one profile gives one
+    // picture, and a function has its colour in every picture.
+    opt.hash = true;
+    opt.title = title.to_string();
+    opt.count_name = if is_time(p.mode) { "ns" } else { "samples" }.to_string();
+    opt.subtitle = match p.mode {
+        Mode::OffCpu => Some("off-CPU time (ns)".to_string()),
+        Mode::Wall => Some("wall-clock time, on- and off-CPU (ns)".to_string()),
+        Mode::Cpu | Mode::Unspecified => None,
+    };
+    opt
+}
+
+/// inferno's picture of the folded `text` with `opt`, handed to `each` in
+/// pieces of `piece_bytes`.
+pub(super) fn draw(
+    opt: &mut inferno::flamegraph::Options<'_>,
+    text: &str,
+    piece_bytes: usize,
+    each: impl FnMut(Vec<u8>) -> bool,
+) -> Result<(), ExportError> {
+    let mut out = PieceWriter::new(piece_bytes, each);
+    match inferno::flamegraph::from_lines(opt, text.lines(), &mut out) {
+        Ok(()) => {}
+        // The reader is gone: nothing more to make.
+        Err(_) if out.stopped() => return Ok(()),
+        // No stack counts: inferno has drawn its message and ends the SVG.
+        Err(_) if text.is_empty() && out.written() > 0 => {}
+        Err(e) => return Err(ExportError::FlameGraph(e)),
+    }
+    out.finish();
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::folded::{draw, svg_options};
     use super::*;
     use crate::model::{FrameRef, FunctionInfo, ResolvedStack};
     use crate::testdata::{known, off_cpu};
@@ -384,5 +468,63 @@ mod tests {
         let (whole, cut, text, _) = pictures(&p, MARGIN);
         assert!(whole == cut);
         assert!(text.lines().count() > 20_000, "the text was cut");
+    }
+
+    #[test]
+    fn one_profile_gives_one_picture() {
+        let (a, b) = (svg(&known(), "t").unwrap(), svg(&known(), "t").unwrap());
+        assert!(a == b, "two flame graphs of one profile differ");
+    }
+
+    #[test]
+    fn svg_pieces_make_the_picture() {
+        let whole = svg(&known(), "t").unwrap();
+        for size in [1, 1000, 1 << 20] {
+            let mut pieces = Vec::new();
+            svg_pieces(&known(), "t", size, |piece| {
+                pieces.push(piece);
+                true
+            })
+            .unwrap();
+            let (last, rest) = pieces.split_last().unwrap();
+            assert!(rest.iter().all(|p| p.len() == size) && last.len() <= size);
+            assert!(pieces.concat() == whole, "pieces of {size} bytes");
+        }
+        // Stopped after the first piece, quietly.
+        let mut n = 0;
+        svg_pieces(&known(), "t", 100, |_| {
+            n += 1;
+            false
+        })
+        .unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn svg_has_the_functions() {
+        let svg = String::from_utf8(svg(&known(), "prog (pid 1234)").unwrap()).unwrap();
+        assert!(
+            svg.starts_with("<?xml") || svg.starts_with("<svg"),
+            "{}",
+            &svg[..50]
+        );
+        assert!(svg.trim_end().ends_with("</svg>"));
+        for name in ["main", "inl [inlined]", "prog (pid 1234)"] {
+            assert!(svg.contains(name), "{name} missing");
+        }
+    }
+
+    #[test]
+    fn svg_of_nothing_is_still_svg() {
+        let svg = String::from_utf8(svg(&ResolvedProfile::default(), "empty").unwrap()).unwrap();
+        assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+
+    #[test]
+    fn off_cpu_frames_count_nanoseconds() {
+        let svg = String::from_utf8(svg(&off_cpu(), "prog").unwrap()).unwrap();
+        assert!(svg.contains("off-CPU time (ns)"), "no subtitle");
+        assert!(svg.contains(" ns, "), "frames count ns");
+        assert!(!svg.contains(" samples, "), "frames count ns");
     }
 }

@@ -1,12 +1,9 @@
-//! Folded stacks (Brendan Gregg's FlameGraph input) and the SVG flame graph
-//! inferno draws from them, each made in pieces as it is sent.
+//! Folded stacks (Brendan Gregg's FlameGraph input), made in pieces as
+//! they are sent, and the merged lines the SVG flame graph is drawn from.
 use std::collections::HashMap;
 
-use super::pieces::PieceWriter;
-use super::ExportError;
-use crate::api::Mode;
 use crate::kernel::KERNEL;
-use crate::model::{is_time, FunctionInfo, ResolvedProfile};
+use crate::model::{FunctionInfo, ResolvedProfile};
 
 /// A frame's name with flamegraph.pl's annotations, which its `java`, `js`
 /// and `perl` palettes colour by: `name_[k]` for kernel code, `name_[i]`
@@ -166,123 +163,10 @@ pub(super) fn text_of(names: &[String], lines: &[(Box<[u32]>, u64)]) -> String {
     out
 }
 
-/// An SVG flame graph of the folded stacks (inferno), titled `title`. A
-/// profile without samples gives inferno's picture saying so. Frames are
-/// named as in viewers (`name [inlined]`: inferno would hide the folded
-/// annotations). Frames count
-/// `samples`, or for off-CPU and wall-clock profiles `ns`, with a subtitle
-/// saying which time. Frames narrower than 0.01 % of the total are left
-/// out, as inferno leaves them out.
-pub fn svg(p: &ResolvedProfile, title: &str) -> Result<Vec<u8>, ExportError> {
-    let mut out = Vec::new();
-    svg_pieces(p, title, usize::MAX, |piece| {
-        out = piece;
-        true
-    })?;
-    Ok(out)
-}
-
-/// [`svg`] handed to `each` in pieces of `piece_bytes` (the last one
-/// shorter) as inferno draws it: the picture is never whole. inferno
-/// takes the folded lines whole (it sorts them and its frames borrow their
-/// names), so it is given only the lines of what it draws: stacks cut
-/// below the frames it leaves out as too narrow (see the `drawn` module),
-/// the picture unchanged. Held: the merged stacks' paths, those lines and
-/// inferno's frames for them. The pieces concatenated are [`svg`]. `each`
-/// returns false to stop.
-pub fn svg_pieces(
-    p: &ResolvedProfile,
-    title: &str,
-    piece_bytes: usize,
-    each: impl FnMut(Vec<u8>) -> bool,
-) -> Result<(), ExportError> {
-    let mut opt = svg_options(p, title);
-    let text = super::drawn::drawn_text(p, opt.min_width, super::drawn::MARGIN);
-    draw(&mut opt, &text, piece_bytes, each)
-}
-
-/// The folded lines [`svg`] draws `p`'s flame graph from (frames named as
-/// in viewers): every stack cut below the frames inferno leaves out as
-/// narrower than 0.01 % of the total.
-pub fn svg_text(p: &ResolvedProfile) -> String {
-    let min_width = svg_options(p, "").min_width;
-    super::drawn::drawn_text(p, min_width, super::drawn::MARGIN)
-}
-
-/// inferno's options for the flame graph of `p` titled `title`.
-pub(super) fn svg_options(
-    p: &ResolvedProfile,
-    title: &str,
-) -> inferno::flamegraph::Options<'static> {
-    let mut opt = inferno::flamegraph::Options::default();
-    // Colours by the function's name, not at random: one profile gives one
-    // picture, and a function has its colour in every picture.
-    opt.hash = true;
-    opt.title = title.to_string();
-    opt.count_name = if is_time(p.mode) { "ns" } else { "samples" }.to_string();
-    opt.subtitle = match p.mode {
-        Mode::OffCpu => Some("off-CPU time (ns)".to_string()),
-        Mode::Wall => Some("wall-clock time, on- and off-CPU (ns)".to_string()),
-        Mode::Cpu | Mode::Unspecified => None,
-    };
-    opt
-}
-
-/// inferno's picture of the folded `text` with `opt`, handed to `each` in
-/// pieces of `piece_bytes`.
-pub(super) fn draw(
-    opt: &mut inferno::flamegraph::Options<'_>,
-    text: &str,
-    piece_bytes: usize,
-    each: impl FnMut(Vec<u8>) -> bool,
-) -> Result<(), ExportError> {
-    let mut out = PieceWriter::new(piece_bytes, each);
-    match inferno::flamegraph::from_lines(opt, text.lines(), &mut out) {
-        Ok(()) => {}
-        // The reader is gone: nothing more to make.
-        Err(_) if out.stopped() => return Ok(()),
-        // No stack counts: inferno has drawn its message and ends the SVG.
-        Err(_) if text.is_empty() && out.written() > 0 => {}
-        Err(e) => return Err(ExportError::FlameGraph(e)),
-    }
-    out.finish();
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testdata::known;
-
-    #[test]
-    fn one_profile_gives_one_picture() {
-        let (a, b) = (svg(&known(), "t").unwrap(), svg(&known(), "t").unwrap());
-        assert!(a == b, "two flame graphs of one profile differ");
-    }
-
-    #[test]
-    fn svg_pieces_make_the_picture() {
-        let whole = svg(&known(), "t").unwrap();
-        for size in [1, 1000, 1 << 20] {
-            let mut pieces = Vec::new();
-            svg_pieces(&known(), "t", size, |piece| {
-                pieces.push(piece);
-                true
-            })
-            .unwrap();
-            let (last, rest) = pieces.split_last().unwrap();
-            assert!(rest.iter().all(|p| p.len() == size) && last.len() <= size);
-            assert!(pieces.concat() == whole, "pieces of {size} bytes");
-        }
-        // Stopped after the first piece, quietly.
-        let mut n = 0;
-        svg_pieces(&known(), "t", 100, |_| {
-            n += 1;
-            false
-        })
-        .unwrap();
-        assert_eq!(n, 1);
-    }
 
     #[test]
     fn folded_text() {
@@ -350,20 +234,6 @@ mod tests {
     }
 
     #[test]
-    fn svg_has_the_functions() {
-        let svg = String::from_utf8(svg(&known(), "prog (pid 1234)").unwrap()).unwrap();
-        assert!(
-            svg.starts_with("<?xml") || svg.starts_with("<svg"),
-            "{}",
-            &svg[..50]
-        );
-        assert!(svg.trim_end().ends_with("</svg>"));
-        for name in ["main", "inl [inlined]", "prog (pid 1234)"] {
-            assert!(svg.contains(name), "{name} missing");
-        }
-    }
-
-    #[test]
     fn off_cpu_values_are_nanoseconds() {
         let p = crate::testdata::off_cpu();
         let text = folded(&p);
@@ -376,15 +246,5 @@ mod tests {
             .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
             .sum();
         assert_eq!(sum, 12_000_000);
-        let svg = String::from_utf8(svg(&p, "prog").unwrap()).unwrap();
-        assert!(svg.contains("off-CPU time (ns)"), "no subtitle");
-        assert!(svg.contains(" ns, "), "frames count ns");
-        assert!(!svg.contains(" samples, "), "frames count ns");
-    }
-
-    #[test]
-    fn svg_of_nothing_is_still_svg() {
-        let svg = String::from_utf8(svg(&ResolvedProfile::default(), "empty").unwrap()).unwrap();
-        assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"));
     }
 }

@@ -9,8 +9,9 @@ mod pieces;
 mod pprof;
 mod speedscope;
 
+pub use drawn::{svg, svg_pieces, svg_text};
 pub use firefox::{firefox, firefox_pieces};
-pub use folded::{folded, folded_pieces, svg, svg_pieces, svg_text};
+pub use folded::{folded, folded_pieces};
 pub use json::{json, scope_name, state_name, unwind_name};
 pub use pprof::{cpu_profile, pprof, pprof_decode, pprof_pieces, time_sample_type, Strings};
 pub use speedscope::{speedscope, speedscope_pieces};

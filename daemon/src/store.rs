@@ -34,7 +34,7 @@ mod record;
 mod retention;
 pub mod share;
 
-use atomic::{put, stage, stage_with, sync_dir};
+use atomic::{put, stage, stage_with, sync_dir, Existing};
 pub use ids::{IdError, Ids, MAX_ID, NEXT_ID_FILE};
 use prost::Message;
 use record::{ProfileFile, Record};
@@ -478,7 +478,11 @@ impl Store {
         let id = session.id;
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
-        let replace = own.contains(&id);
+        // Its own files are replaced; another session's never are.
+        let existing = match own.contains(&id) {
+            true => Existing::Replace,
+            false => Existing::Keep,
+        };
         let fail = |what: &str, e: io::Error| match e.kind() {
             io::ErrorKind::AlreadyExists => format!(
                 "{what} is already in {}: not replaced (it is another session's), \
@@ -516,11 +520,11 @@ impl Store {
             let _ = fs::remove_file(&pprof_tmp);
             fail(&meta_file, e)
         })?;
-        if let Err(e) = put(&self.dir, &pprof_tmp, &pprof_file, replace) {
+        if let Err(e) = put(&self.dir, &pprof_tmp, &pprof_file, existing) {
             let _ = fs::remove_file(&meta_tmp);
             return Err(fail(&pprof_file, e));
         }
-        if let Err(e) = put(&self.dir, &meta_tmp, &meta_file, replace) {
+        if let Err(e) = put(&self.dir, &meta_tmp, &meta_file, existing) {
             let _ = fs::remove_file(self.dir.join(&pprof_file));
             return Err(fail(&meta_file, e));
         }

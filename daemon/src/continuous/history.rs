@@ -235,7 +235,7 @@ impl Inner {
         let name = file_name(w.start_unix_ns, w.end_unix_ns, &w.id);
         let end_ns = w.end_unix_ns;
         if let Some(dir) = &self.dir {
-            if let Err(err) = atomic::write_atomic(dir, &name, &bytes, false) {
+            if let Err(err) = atomic::write_atomic(dir, &name, &bytes, atomic::Existing::Keep) {
                 tracing::warn!(path = %dir.join(&name).display(), %err, "cannot write a window: not kept");
                 self.lock().damaged += 1;
                 return;

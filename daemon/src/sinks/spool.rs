@@ -86,8 +86,13 @@ impl Spool {
             return Ok(0);
         }
         if let Some(dir) = &self.dir {
-            atomic::write_atomic(dir, &file_name(start_ns, end_ns, id), gz, false)
-                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            atomic::write_atomic(
+                dir,
+                &file_name(start_ns, end_ns, id),
+                gz,
+                atomic::Existing::Keep,
+            )
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         let mut gone = Vec::new();
         {

@@ -7,11 +7,25 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+/// What putting a file in place does with a file already of its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Existing {
+    /// Replaced (renamed over).
+    Replace,
+    /// Kept: the put fails with `AlreadyExists`.
+    Keep,
+}
+
 /// Write `dir/name` so that it is either as before or whole: staged,
 /// put in place, fsync of the directory.
-pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8], replace: bool) -> io::Result<()> {
+pub(crate) fn write_atomic(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    existing: Existing,
+) -> io::Result<()> {
     let tmp = stage(dir, name, bytes)?;
-    put(dir, &tmp, name, replace)?;
+    put(dir, &tmp, name, existing)?;
     sync_dir(dir)
 }
 
@@ -57,15 +71,14 @@ pub(crate) fn stage_with(
     }
 }
 
-/// Put the staged `tmp` in place as `dir/name`: renamed over it with
-/// `replace`, else hard-linked, which fails with `AlreadyExists` when
-/// `name` is there.
-pub(crate) fn put(dir: &Path, tmp: &Path, name: &str, replace: bool) -> io::Result<()> {
+/// Put the staged `tmp` in place as `dir/name`: renamed over it
+/// ([`Existing::Replace`]), else hard-linked, which fails with
+/// `AlreadyExists` when `name` is there.
+pub(crate) fn put(dir: &Path, tmp: &Path, name: &str, existing: Existing) -> io::Result<()> {
     let to = dir.join(name);
-    let moved = if replace {
-        fs::rename(tmp, &to)
-    } else {
-        fs::hard_link(tmp, &to).and_then(|()| fs::remove_file(tmp))
+    let moved = match existing {
+        Existing::Replace => fs::rename(tmp, &to),
+        Existing::Keep => fs::hard_link(tmp, &to).and_then(|()| fs::remove_file(tmp)),
     };
     if moved.is_err() {
         let _ = fs::remove_file(tmp);
@@ -91,8 +104,8 @@ mod tests {
         let victim = dir.join("victim");
         fs::write(&victim, "precious\n").unwrap();
         std::os::unix::fs::symlink(&victim, dir.join("7.session.tmp")).unwrap();
-        write_atomic(&dir, "7.session", b"{}", true).unwrap();
-        write_atomic(&dir, "7.session", b"{\"v\":2}", true).unwrap();
+        write_atomic(&dir, "7.session", b"{}", Existing::Replace).unwrap();
+        write_atomic(&dir, "7.session", b"{\"v\":2}", Existing::Replace).unwrap();
         assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
         assert_eq!(fs::read(dir.join("7.session")).unwrap(), b"{\"v\":2}");
         let mut names: Vec<String> = fs::read_dir(&dir)
@@ -101,7 +114,7 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["7.session", "7.session.tmp", "victim"]);
-        assert!(write_atomic(&dir, "7.session", b"again", false).is_err());
+        assert!(write_atomic(&dir, "7.session", b"again", Existing::Keep).is_err());
         fs::remove_dir_all(&dir).unwrap();
     }
 }

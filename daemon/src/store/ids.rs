@@ -3,7 +3,7 @@
 //! `next-id` file holds a high-water mark, written and synced before any id
 //! below it is handed out; ids are reserved a block at a time, so a crash
 //! skips the rest of a block and never reuses one.
-use super::atomic::write_atomic;
+use super::atomic::{write_atomic, Existing};
 use std::path::{Path, PathBuf};
 
 /// The largest id handed out: 2^53 − 1, the largest integer a JSON number
@@ -102,7 +102,13 @@ impl Ids {
 
     fn write(&self, mark: u64) -> Result<(), IdError> {
         let Some(dir) = &self.dir else { return Ok(()) };
-        write_atomic(dir, NEXT_ID_FILE, format!("{mark}\n").as_bytes(), true).map_err(|e| {
+        write_atomic(
+            dir,
+            NEXT_ID_FILE,
+            format!("{mark}\n").as_bytes(),
+            Existing::Replace,
+        )
+        .map_err(|e| {
             let path = dir.join(NEXT_ID_FILE);
             match e.kind() {
                 std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {

@@ -476,13 +476,6 @@ impl Store {
         at_start: bool,
     ) -> Result<Vec<u64>, String> {
         let id = session.id;
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
-        // Its own files are replaced; another session's never are.
-        let existing = match own.contains(&id) {
-            true => Existing::Replace,
-            false => Existing::Keep,
-        };
         let fail = |what: &str, e: io::Error| match e.kind() {
             io::ErrorKind::AlreadyExists => format!(
                 "{what} is already in {}: not replaced (it is another session's), \
@@ -520,6 +513,15 @@ impl Store {
             let _ = fs::remove_file(&pprof_tmp);
             fail(&meta_file, e)
         })?;
+        // The directory is changed under its locks; the files were made
+        // without them.
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        // Its own files are replaced; another session's never are.
+        let existing = match own.contains(&id) {
+            true => Existing::Replace,
+            false => Existing::Keep,
+        };
         if let Err(e) = put(&self.dir, &pprof_tmp, &pprof_file, existing) {
             let _ = fs::remove_file(&meta_tmp);
             return Err(fail(&pprof_file, e));

@@ -196,6 +196,11 @@ pub const MAX_HOLDS: u64 = 120;
 /// read.
 const RELEASE_EVERY: u64 = 4;
 
+/// Readings between two releases of the daemon's own code pages (60 s):
+/// what runs faults back in, start-up code and that of rare requests stays
+/// out of the resident set.
+const RELEASE_CODE_EVERY: u64 = 120;
+
 /// Readings between the first two sheds while the pressure stays (the
 /// pressure's start sheds at once): 2 s. Each further shed under the same
 /// pressure waits twice as long, up to [`MAX_SHED_EVERY`]: when shedding
@@ -538,6 +543,14 @@ pub async fn run(governor: Arc<Governor>, stop: impl std::future::Future<Output 
             {
                 hook();
             }
+        }
+        if governor
+            .readings
+            .load(Ordering::Relaxed)
+            .is_multiple_of(RELEASE_CODE_EVERY)
+        {
+            let bytes = crate::sys::release_code_pages();
+            tracing::debug!(bytes, "own code pages released");
         }
         let (resident, peak) = resident();
         let usage = Usage {

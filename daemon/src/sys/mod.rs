@@ -243,6 +243,59 @@ pub fn release_file_pages(files: &std::collections::HashSet<(u64, u64)>) -> u64 
     released
 }
 
+/// Drop from the resident set the pages of this process's code: the
+/// executable mappings of its program and libraries, which hold start-up
+/// code, the code of rare requests and code never run again. They stay in
+/// the page cache, and what runs faults back in (a minor fault per 64 KiB
+/// read around). A mapping holding a written (copied) page, such as a
+/// breakpoint, keeps its pages. Bytes of mappings dropped.
+pub fn release_code_pages() -> u64 {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return 0;
+    };
+    // Each mapping: "start-end perms offset dev inode path", then fields.
+    let mut code: Vec<(usize, usize)> = Vec::new();
+    let mut current: Option<(usize, usize)> = None;
+    for line in smaps.lines() {
+        let mut words = line.split_ascii_whitespace();
+        let Some(first) = words.next() else { continue };
+        if let Some((start, end)) = first.split_once('-') {
+            if let (Ok(start), Ok(end)) = (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            ) {
+                let perms = words.next();
+                let inode = words.nth(2);
+                current = (perms == Some("r-xp") && inode.is_some_and(|i| i != "0") && end > start)
+                    .then_some((start, end));
+                continue;
+            }
+        }
+        if first == "Anonymous:" {
+            if let Some(range) = current.take() {
+                if words.next() == Some("0") {
+                    code.push(range);
+                }
+            }
+        }
+    }
+    let mut released = 0;
+    for (start, end) in code {
+        // SAFETY: [start, end) is a private, read-only, executable mapping of
+        // a file with no page of its own (Anonymous: 0 kB): the code of a
+        // loaded object, which the daemon never unmaps (it loads no
+        // library at run time), so the range is not another mapping's.
+        // MADV_DONTNEED drops its page table entries only, and the code
+        // that runs there next faults in the same bytes from the page cache.
+        let r =
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        if r == 0 {
+            released += (end - start) as u64;
+        }
+    }
+    released
+}
+
 /// The instruction, stack and frame pointers (ip, sp, bp) here and up to
 /// `bytes` of the stack above them (fewer where the stack ends), as a
 /// PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER sample of this thread holds
@@ -377,6 +430,79 @@ mod tests {
         let exe = std::fs::metadata("/proc/self/exe").unwrap();
         let own: HashSet<(u64, u64)> = [(exe.dev(), exe.ino())].into();
         assert_eq!(super::release_file_pages(&own), 0);
+        // SAFETY: unmapping the mapping made above, no longer read.
+        unsafe { libc::munmap(at, len) };
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Resident KiB of this process's code: its executable file mappings.
+    fn code_rss_kib() -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut code = false;
+        let mut kib = 0;
+        for line in smaps.lines() {
+            let mut words = line.split_ascii_whitespace();
+            let first = words.next().unwrap_or("");
+            if first.contains('-') && !first.ends_with(':') {
+                code = words.next() == Some("r-xp") && words.nth(2).is_some_and(|i| i != "0");
+            } else if code && first == "Rss:" {
+                kib += words.next().unwrap().parse::<u64>().unwrap();
+            }
+        }
+        kib
+    }
+
+    #[test]
+    fn code_pages_leave_the_resident_set_and_run_again() {
+        let before = code_rss_kib();
+        assert!(before >= 512, "the test's code is resident: {before} KiB");
+        let released = super::release_code_pages();
+        let after = code_rss_kib();
+        assert!(released > 0);
+        // What ran since (reading smaps, other tests' threads) is back,
+        // with the 64 KiB around each fault.
+        assert!(
+            after * 4 < before * 3,
+            "{before} KiB of code resident, {after} KiB after the release"
+        );
+        // The code runs again, faulted back in.
+        assert!(code_rss_kib() > 0);
+        assert!(super::thread_cpu_ns() > 0);
+    }
+
+    #[test]
+    fn code_with_a_written_page_keeps_its_pages() {
+        let (path, bytes, file) = patterned_file("written-code", 64 << 10, 249);
+        let len = bytes.len();
+        // SAFETY: a fresh private writable mapping of the scratch file at an
+        // address the kernel chooses, unmapped below.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        // SAFETY: the first byte of the mapping made above, writable; then
+        // the mapping made read-only and executable, as a breakpoint leaves
+        // code: one copied page, the rest the file's.
+        unsafe {
+            *(at as *mut u8) = 0xcc;
+            assert_eq!(
+                libc::mprotect(at, len, libc::PROT_READ | libc::PROT_EXEC),
+                0
+            );
+        }
+        // SAFETY: `len` readable bytes, alive until the munmap below.
+        let view = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+        assert!(view[1..] == bytes[1..]);
+        super::release_code_pages();
+        assert_eq!(view[0], 0xcc, "the written byte is kept");
+        assert!(rss_kib(at as usize) >= 64, "its pages stay resident");
         // SAFETY: unmapping the mapping made above, no longer read.
         unsafe { libc::munmap(at, len) };
         std::fs::remove_file(&path).unwrap();

@@ -8,6 +8,7 @@
 //! the rest as placeholders.
 use super::debug::DebugFiles;
 use super::frame::{Frame, FrameName};
+use super::kallsyms::Kallsyms;
 use super::lru::Lru;
 use super::names::{FileKey, Names};
 use super::plt::PltTables;
@@ -17,14 +18,13 @@ use crate::file_version::FileVersion;
 use crate::gopclntab::GoTable;
 use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
 use blazesym::symbolize::evict::{self, Evict};
-use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized, Symbolizer as Blazesym};
-use blazesym::MaybeDefault;
 use profd_common::model::is_kernel;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Module name of functions found in perf maps.
@@ -56,9 +56,9 @@ pub struct Worker {
     /// Symbolizer of ELF files; it parses (and maps) a file when first
     /// asked about it, until evicted.
     sym: Blazesym,
-    /// Symbolizer of kernel addresses (blazesym cannot evict its kallsyms
-    /// alone), dropped when [`Held::Kernel`] is evicted.
-    kernel: Option<Blazesym>,
+    /// The kernel's functions, read when a request first names a kernel
+    /// address, dropped when [`Held::Kernel`] is evicted.
+    kernel: Option<Kallsyms>,
     /// What `sym` and `kernel` hold, each weighed by [`resident_estimate_of`],
     /// with the paths blazesym was asked with.
     held: Lru<Held, Vec<PathBuf>>,
@@ -68,7 +68,6 @@ pub struct Worker {
     /// the budget for parsed files: named from their symbols alone.
     symbols_only: HashSet<FileVersion>,
     debug: DebugFiles,
-    debug_dirs: Vec<PathBuf>,
     /// What files' addresses were named, for every session.
     names: Names,
     plt: PltTables,
@@ -179,8 +178,7 @@ impl Worker {
             held: Lru::default(),
             paths: HashMap::new(),
             symbols_only: HashSet::new(),
-            debug: DebugFiles::new(debug_dirs.clone()),
-            debug_dirs,
+            debug: DebugFiles::new(debug_dirs),
             names: Names::default(),
             plt: PltTables::default(),
             budget: Budget::of(super::budget()),
@@ -325,14 +323,24 @@ impl Worker {
         self.forget_path(path);
     }
 
-    /// Mark kallsyms as used now, weighed when new.
-    fn used_kernel(&mut self) {
+    /// The kernel's functions, marked as used now; read when not held.
+    fn used_kernel(&mut self) -> Option<&Kallsyms> {
         let now = Instant::now();
         if self.held.get(&Held::Kernel, now).is_none() {
             STATS.loads.fetch_add(1, Ordering::Relaxed);
+            let kallsyms = Kallsyms::read()
+                .inspect_err(|err| tracing::debug!(%err, "cannot read /proc/kallsyms"))
+                .unwrap_or_default();
+            tracing::debug!(
+                functions = kallsyms.len(),
+                bytes = kallsyms.bytes(),
+                "kernel functions read"
+            );
             self.held
-                .insert(Held::Kernel, Vec::new(), kallsyms_estimate(), now);
+                .insert(Held::Kernel, Vec::new(), kallsyms.bytes(), now);
+            self.kernel = Some(kallsyms);
         }
+        self.kernel.as_ref()
     }
 
     /// Mark the file at `path` as used now, weighed when its version is new
@@ -385,7 +393,7 @@ impl Worker {
     pub fn symbolize(&mut self, maps: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>> {
         let mut out: Vec<Option<Vec<Frame>>> = vec![None; addrs.len()];
         let mut files = Files::default();
-        self.kernel(addrs, &mut out, &mut files);
+        self.kernel(addrs, &mut out);
 
         // User addresses, grouped by the file that backs them; anonymous code
         // (and code no file names) is looked up in the perf map, with a
@@ -479,33 +487,18 @@ impl Worker {
         crate::sys::release_file_pages(&files);
     }
 
-    fn kernel(&mut self, addrs: &[u64], out: &mut [Option<Vec<Frame>>], files: &mut Files) {
+    fn kernel(&mut self, addrs: &[u64], out: &mut [Option<Vec<Frame>>]) {
         let kernel: Vec<usize> = (0..addrs.len()).filter(|&i| is_kernel(addrs[i])).collect();
         if kernel.is_empty() {
             return;
         }
-        let src = Source::Kernel(Kernel {
-            kallsyms: MaybeDefault::Default,
-            vmlinux: MaybeDefault::None,
-            ..Default::default()
-        });
-        let input: Vec<u64> = kernel.iter().map(|&i| addrs[i]).collect();
-        self.used_kernel();
-        let debug_dirs = &self.debug_dirs;
-        let sym = self.kernel.get_or_insert_with(|| blazesym(debug_dirs));
-        match sym.symbolize(&src, Input::AbsAddr(&input)) {
-            Ok(results) => {
-                for (&i, r) in kernel.iter().zip(results) {
-                    out[i] = Some(match r {
-                        Symbolized::Sym(s) => frames_of(&s, "[kernel]", files),
-                        Symbolized::Unknown(_) => vec![Frame::unnamed(
-                            format!("[kernel] {:#x}", addrs[i]),
-                            "[kernel]",
-                        )],
-                    });
-                }
+        if let Some(kallsyms) = self.used_kernel() {
+            for i in kernel {
+                out[i] = Some(vec![match kallsyms.find(addrs[i]) {
+                    Some((name, _)) => Frame::named(name, "[kernel]"),
+                    None => Frame::unnamed(format!("[kernel] {:#x}", addrs[i]), "[kernel]"),
+                }]);
             }
-            Err(err) => tracing::debug!(%err, "kernel symbolization failed"),
         }
         self.shrink();
     }
@@ -743,23 +736,4 @@ pub fn resident_estimate_of(path: &Path) -> Weight {
     w.symbols = w.symbols.min(most);
     w.debug = w.debug.min(most - w.symbols);
     w
-}
-
-/// What blazesym keeps of kallsyms: its text, measured once.
-fn kallsyms_estimate() -> u64 {
-    static BYTES: OnceLock<u64> = OnceLock::new();
-    *BYTES.get_or_init(|| {
-        use std::io::Read;
-        let mut total = 0u64;
-        if let Ok(mut f) = std::fs::File::open("/proc/kallsyms") {
-            let mut buf = vec![0u8; 1 << 16];
-            while let Ok(n) = f.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                total += n as u64;
-            }
-        }
-        total.max(1 << 20)
-    })
 }

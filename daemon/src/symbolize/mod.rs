@@ -9,6 +9,7 @@
 mod blaze;
 mod debug;
 mod frame;
+mod kallsyms;
 mod lru;
 mod names;
 pub mod perfmap;

@@ -173,6 +173,11 @@ pub struct Demux {
     /// its time not known.
     time: Option<profd_common::api::TimeTotals>,
     unknown: Vec<(u32, u64)>,
+    /// Per ring, the process and thread of the last exit it recorded: the
+    /// kernel gives a thread already unhashed (still on its CPU, in its
+    /// last instants) the tid -1 in its samples, which follow its exit in
+    /// that CPU's ring.
+    exited_last: Vec<(u32, u32)>,
 }
 
 impl Demux {
@@ -192,6 +197,7 @@ impl Demux {
             ring: 0,
             time: None,
             unknown: Vec::new(),
+            exited_last: Vec::new(),
         }
     }
 
@@ -336,7 +342,13 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
             w.read(ring, time);
         }
         match record {
-            Ok(Record::Sample(s)) => {
+            Ok(Record::Sample(mut s)) => {
+                if s.tid == u32::MAX {
+                    s.tid = match d.exited_last.get(ring) {
+                        Some(&(pid, tid)) if pid == s.pid => tid,
+                        _ => s.tid,
+                    };
+                }
                 let stack_copy = d.stack_copy;
                 if let Some(w) = d.waits.as_mut() {
                     // A switch out: its stack waits for the switch back in;
@@ -447,6 +459,10 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 }
             }
             Ok(Record::Exit(t)) => {
+                if d.exited_last.len() <= ring {
+                    d.exited_last.resize(ring + 1, (0, 0));
+                }
+                d.exited_last[ring] = (t.pid, t.tid);
                 if d.stack_copy {
                     d.tops.forget(t.tid);
                 }
@@ -843,6 +859,53 @@ mod tests {
         let above = crate::sys::perf::record::Sample::at(10, 10, 0x1000);
         let above: Rec = Ok(Record::Sample(above.copied(10, sp + 0x1000, stack)));
         assert_eq!(drain(&[above, copied(10, 11)]), [4096, 100 + margin]);
+    }
+
+    /// A sample the kernel gives tid -1 (a thread unhashed in its last
+    /// instants on its CPU) counts for the thread whose exit that CPU's
+    /// ring recorded last, if of its process; not for a thread of its own.
+    #[test]
+    fn a_sample_of_an_exiting_thread_counts_for_that_thread() {
+        let targets = Targets::new([(1, 10, false, u64::MAX)]);
+        let exit = |tid: u32, time: u64| -> Rec {
+            Ok(Record::Exit(crate::sys::perf::record::Task {
+                pid: 10,
+                ppid: 1,
+                tid,
+                ptid: 10,
+                time,
+                sample_id: Default::default(),
+            }))
+        };
+        let of = |tid: u32, time: u64| -> Rec {
+            let mut s = crate::sys::perf::record::Sample::at(10, time, 0x1000 + time);
+            s.tid = tid;
+            Ok(Record::Sample(s))
+        };
+        let mut demux = Demux::new(false, BatchPool::default());
+        let mut out = Vec::new();
+        let mut d = demux.begin(&targets, |_, batch| out.push(batch));
+        let rings = [
+            vec![of(11, 1), exit(11, 2), of(u32::MAX, 3), of(12, 4)],
+            // Another CPU: no exit of the process recorded here.
+            vec![of(u32::MAX, 5)],
+        ];
+        for record in rings.iter().flatten() {
+            d.task(record.clone());
+        }
+        d.resolve();
+        for (i, records) in rings.iter().enumerate() {
+            d.ring(i);
+            for record in records {
+                d.record(record.clone());
+            }
+        }
+        d.finish(Counts::default());
+        let tids: Vec<u32> = out
+            .iter()
+            .flat_map(|b| b.samples().map(|s| s.tid))
+            .collect();
+        assert_eq!(tids, [11, 11, 12, u32::MAX]);
     }
 
     #[test]

@@ -7,8 +7,9 @@
 use crate::config::Config;
 use crate::continuous::history::History;
 use crate::daemon_error::Error;
-use crate::sys::perf;
-use crate::{auth, conns, metrics, registry, rpc, sampler, store, symbolize, sysctl, tls_listener};
+use crate::os::perf;
+use crate::os::sysctl;
+use crate::{auth, conns, metrics, registry, rpc, sampler, store, symbolize, tls_listener};
 use profd_common::api::profiler_server::ProfilerServer;
 use sd_notify::NotifyState;
 use std::future::Future;

@@ -7,8 +7,8 @@ pub mod maps {
 }
 
 pub mod perf {
-    pub use crate::sys::perf::record;
-    pub use crate::sys::perf::{
+    pub use crate::os::perf::record;
+    pub use crate::os::perf::{
         online_cpus, walk_ring, Counts, EventKind, EventSpec, PerfError, FP_USER_REGS, SAMPLE_TYPE,
         USER_REGS,
     };
@@ -44,7 +44,7 @@ pub mod symbolize {
 }
 
 pub mod sys {
-    pub use crate::sys::{own_stack, PidFd};
+    pub use crate::os::{own_stack, PidFd};
 }
 
 pub mod unwind {

@@ -2,7 +2,7 @@
 //! setting, and the kernel's own rule for who may see kernel addresses
 //! (`kptr_restrict`, `perf_event_paranoid`) applied to a caller. How a
 //! profile is then changed lives in `profd_common::kernel`.
-use crate::sysctl::kernel_sysctl;
+use crate::os::sysctl::kernel_sysctl;
 use profd_common::kernel::KernelFrames;
 
 /// The `--kernel-frames` setting: what callers other than root are shown

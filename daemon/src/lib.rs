@@ -13,8 +13,6 @@ mod continuous;
 mod daemon;
 mod daemon_error;
 mod dashboard;
-mod fds;
-mod file_version;
 mod gopclntab;
 #[doc(hidden)]
 pub mod internals;
@@ -22,6 +20,8 @@ mod kernel_view;
 mod maps;
 mod memory;
 mod metrics;
+#[allow(unsafe_code)]
+mod os;
 mod registry;
 mod request_error;
 mod rpc;
@@ -31,9 +31,6 @@ mod sinks;
 mod stats;
 mod store;
 mod symbolize;
-#[allow(unsafe_code)]
-mod sys;
-mod sysctl;
 mod tls_listener;
 mod trusted_files;
 mod unwind;
@@ -45,6 +42,6 @@ pub use config::DEFAULT_PATH as DEFAULT_SETTINGS_PATH;
 pub use config::{read as read_settings_file, settings, Config, Flags, Settings};
 pub use daemon::{check_socket_group, Daemon};
 pub use daemon_error::Error;
+pub use os::tune_allocator;
 pub use sinks::clickhouse::schema_script as clickhouse_schema;
 pub use sinks::deliver::probe as probe_sinks;
-pub use sys::tune_allocator;

@@ -347,7 +347,7 @@ impl Governor {
             .collect();
         caches.sort_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
         let freed: u64 = caches.iter().map(|(_, c)| (c.shed)()).sum();
-        crate::sys::trim_heap();
+        crate::os::trim_heap();
         self.counts.sheds.fetch_add(1, Ordering::Relaxed);
         self.counts.shed_bytes.fetch_add(freed, Ordering::Relaxed);
         freed

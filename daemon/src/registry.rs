@@ -4,14 +4,14 @@
 //! the daemon is doing (`activity`, for Info and `/metrics`). Errors here
 //! carry what the caller should change.
 use crate::auth::{self, Caller, Check, Grant};
+use crate::os::perf::{EventKind, EventSpec, Mode, MAX_STACK_BYTES};
+use crate::os::sysctl::max_sample_rate;
+use crate::os::PidFd;
 use crate::request_error::Error;
 use crate::sampler::SampleSource;
 use crate::session::{self, Handle, Params};
 use crate::stats::Stats;
 use crate::symbolize::Symbolizer;
-use crate::sys::perf::{EventKind, EventSpec, Mode, MAX_STACK_BYTES};
-use crate::sys::PidFd;
-use crate::sysctl::max_sample_rate;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -184,9 +184,9 @@ pub fn plan_attach(
 
 /// The target's thread group id and command name; NotFound when it is gone.
 fn target_process(pid: u32) -> Result<(u32, String), Error> {
-    let gone = |err: procfs::ProcError| match crate::fds::of_proc(&err) {
+    let gone = |err: procfs::ProcError| match crate::os::fds::of_proc(&err) {
         Some(e) => {
-            Error::ResourceExhausted(crate::fds::message(&format!("reading /proc/{pid}"), e))
+            Error::ResourceExhausted(crate::os::fds::message(&format!("reading /proc/{pid}"), e))
         }
         None => Error::NotFound(format!("no process with pid {pid}")),
     };
@@ -378,10 +378,9 @@ impl Registry {
         let (tgid, comm) = target_process(plan.pid)?;
         let pidfd = PidFd::open(tgid).map_err(|err| match err.raw_os_error() {
             Some(libc::ESRCH) => Error::NotFound(format!("no process with pid {}", plan.pid)),
-            _ if crate::fds::exhausted(&err) => Error::ResourceExhausted(crate::fds::message(
-                &format!("opening a pidfd for {tgid}"),
-                &err,
-            )),
+            _ if crate::os::fds::exhausted(&err) => Error::ResourceExhausted(
+                crate::os::fds::message(&format!("opening a pidfd for {tgid}"), &err),
+            ),
             _ => Error::Internal(format!("cannot open a pidfd for {tgid}: {err}")),
         })?;
         // Read the identity after pinning the process with the pidfd, and
@@ -396,7 +395,7 @@ impl Registry {
         match check {
             Check::Allowed => {}
             Check::Gone => {
-                crate::fds::spare(&format!("reading /proc/{tgid}"), 1)
+                crate::os::fds::spare(&format!("reading /proc/{tgid}"), 1)
                     .map_err(Error::ResourceExhausted)?;
                 return Err(exited());
             }

@@ -5,10 +5,10 @@
 use crate::auth::Policy;
 use crate::continuous::history::{History, Want};
 use crate::kernel_view::Sysctls;
+use crate::os::sysctl::{kernel_sysctl, max_sample_rate};
 use crate::registry::Registry;
 use crate::request_error::Error;
 use crate::session::{FunctionTable, Handle, Resolved, MAX_WINDOW_S};
-use crate::sysctl::{kernel_sysctl, max_sample_rate};
 use profd_common::api::{self, profiler_server::Profiler};
 use profd_common::kernel::KernelFrames;
 use profd_common::names::{self, FindError};

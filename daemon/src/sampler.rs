@@ -19,7 +19,7 @@ pub use demux::{Demux, Drained, Targets, EVERY_PROCESS};
 pub use tops::StackTops;
 pub use waits::Waits;
 
-use crate::sys::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};
+use crate::os::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -215,7 +215,7 @@ impl Sampler {
             groups: Mutex::new(HashMap::new()),
             counters: Arc::default(),
             pool: BatchPool::default(),
-            pmu: crate::sys::perf::pmu_available(),
+            pmu: crate::os::perf::pmu_available(),
         }
     }
 
@@ -770,9 +770,9 @@ mod tests {
     /// falls back to cpu-clock. Either way the group's settings say which.
     #[tokio::test]
     async fn a_cycles_session_gets_the_event_the_probe_and_kernel_allow() {
-        let real_pmu = crate::sys::perf::pmu_available();
+        let real_pmu = crate::os::perf::pmu_available();
         for probe in [false, true] {
-            let mut sampler = Sampler::new(crate::sys::perf::online_cpus().unwrap());
+            let mut sampler = Sampler::new(crate::os::perf::online_cpus().unwrap());
             sampler.pmu = probe;
             let want = EventSpec {
                 kind: EventKind::Cycles,

@@ -1,7 +1,7 @@
 //! Who a caller or a process's owner is: a user account with its groups,
 //! capabilities and user namespace, and the grants letting a group's
 //! members profile a user's processes.
-use crate::sys::userns::{ns_id, NsId};
+use crate::os::userns::{ns_id, NsId};
 use std::ffi::CString;
 
 /// A user account: the identity checks are made against.

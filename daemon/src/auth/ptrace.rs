@@ -4,7 +4,7 @@
 //! and whether a caller (or a grant) may profile them. No caller identity,
 //! no tokens.
 use super::account::{Account, Grant};
-use crate::sys::userns::{user_ns_chain, UserNs};
+use crate::os::userns::{user_ns_chain, UserNs};
 use std::os::unix::fs::MetadataExt;
 
 /// The bit of CAP_SYS_PTRACE in a capability set.
@@ -232,7 +232,7 @@ pub fn may_profile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::userns::NsId;
+    use crate::os::userns::NsId;
 
     /// A user namespace `ino` created by `owner`.
     fn ns(ino: u64, owner: u32) -> UserNs {

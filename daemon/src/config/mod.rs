@@ -1164,7 +1164,7 @@ mod tests {
 
     #[test]
     fn bad_continuous_values_name_the_setting() {
-        let max = crate::sysctl::max_sample_rate();
+        let max = crate::os::sysctl::max_sample_rate();
         for (text, key, what) in [
             ("enabled = 1", "enabled", "expected true or false, got 1"),
             (

@@ -112,7 +112,7 @@ pub const BUCKETS: Type<u32> = scalar(
 /// A sampling frequency the kernel allows.
 pub const FREQUENCY: Type<u32> = scalar(
     |v| {
-        let max = crate::sysctl::max_sample_rate();
+        let max = crate::os::sysctl::max_sample_rate();
         match v {
             Value::Integer(n) if *n > 0 && *n <= i64::from(max) => Ok(*n as u32),
             _ => Err(expected(

@@ -8,6 +8,7 @@ use super::history::{self, History};
 use super::pressure::Pressure;
 use super::service::{self, Label};
 use super::Settings;
+use crate::os::perf::{EventKind, EventSpec};
 use crate::registry::DEFAULT_STACK_BYTES;
 use crate::sampler::{
     ring_pages_for, Batch, SampleSource, Subscription, EVERY_PROCESS, MIN_RING_PAGES,
@@ -15,7 +16,6 @@ use crate::sampler::{
 };
 use crate::session::{Collector, Finished};
 use crate::symbolize::Symbolizer;
-use crate::sys::perf::{EventKind, EventSpec};
 use profd_common::api;
 use profd_common::model::FrameRef;
 use std::collections::HashMap;
@@ -216,7 +216,7 @@ pub async fn run(
                 history.cut_until(end_ns);
                 // The cut's memory, freed, is given back to the system, not
                 // kept for the next cut.
-                crate::sys::trim_heap();
+                crate::os::trim_heap();
             }));
         } else {
             history.cut_until(end_ns);
@@ -370,7 +370,7 @@ impl Profiler {
         for pid in pids {
             self.choose(pid);
         }
-        crate::sys::trim_heap();
+        crate::os::trim_heap();
         Ok(())
     }
 

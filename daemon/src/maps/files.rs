@@ -10,7 +10,7 @@
 //! file version and path across every process and session, up to a bound.
 //! Symbolization itself lives in `symbolize`.
 use super::segments::Segments;
-use crate::file_version::FileVersion;
+use crate::os::file_version::FileVersion;
 use crate::symbolize::perfmap::{PerfMap, PerfMapTable};
 use std::collections::HashMap;
 use std::fs::File;
@@ -301,7 +301,7 @@ impl Target {
             out_of_fds: proc_dir
                 .as_ref()
                 .err()
-                .filter(|e| crate::fds::exhausted(e))
+                .filter(|e| crate::os::fds::exhausted(e))
                 .and_then(|e| e.raw_os_error()),
             uid: proc_dir
                 .as_ref()
@@ -354,7 +354,7 @@ impl Target {
     pub fn open_mapped(&self, start: u64, end: u64, path: &Path) -> std::io::Result<File> {
         let mut short = None;
         let mut note = |e: std::io::Error| {
-            if crate::fds::exhausted(&e) && short.is_none() {
+            if crate::os::fds::exhausted(&e) && short.is_none() {
                 short = Some(e);
             }
         };

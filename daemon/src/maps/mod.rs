@@ -154,8 +154,11 @@ impl ProcessMaps {
     pub fn read_for_session(pid: u32, known: &ProcessMaps) -> Result<ProcessMaps, String> {
         match ProcessMaps::read_sharing(pid, known) {
             Ok(maps) => maps.short_of_fds(pid).map_or(Ok(maps), Err),
-            Err(e) => match crate::fds::of_proc(&e) {
-                Some(e) => Err(crate::fds::message(&format!("reading /proc/{pid}/maps"), e)),
+            Err(e) => match crate::os::fds::of_proc(&e) {
+                Some(e) => Err(crate::os::fds::message(
+                    &format!("reading /proc/{pid}/maps"),
+                    e,
+                )),
                 None => Ok(ProcessMaps::default()),
             },
         }
@@ -168,7 +171,7 @@ impl ProcessMaps {
         let errno = self
             .out_of_fds
             .or_else(|| self.target.as_ref().and_then(|t| t.out_of_fds))?;
-        Some(crate::fds::message(
+        Some(crate::os::fds::message(
             &format!("opening the files process {pid} maps"),
             &std::io::Error::from_raw_os_error(errno),
         ))
@@ -259,7 +262,7 @@ impl ProcessMaps {
     fn open(&mut self, target: &Target, start: u64, end: u64, path: &Path) -> Arc<ModuleFile> {
         let opened = target.open_mapped(start, end, path);
         if let Err(e) = &opened {
-            if crate::fds::exhausted(e) {
+            if crate::os::fds::exhausted(e) {
                 self.out_of_fds = e.raw_os_error();
             }
         }

@@ -19,7 +19,7 @@ pub struct Batch {
     pub lost: u64,
     /// On a target's rings, what its events counted since the last reading
     /// (for cpu-clock, nanoseconds its tasks ran, sampled or not): see
-    /// [`crate::sys::perf::Counts`].
+    /// [`crate::os::perf::Counts`].
     pub counted: u64,
     /// Times the kernel throttled this ring since the last drain.
     pub throttled: u64,

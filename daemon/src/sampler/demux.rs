@@ -7,8 +7,8 @@ use super::callchain::push_stack;
 use super::tops::StackTops;
 use super::waits::{self, Waits};
 use crate::maps::{Backing, Mapping};
-use crate::sys::perf::record::{ParseError, Record};
-use crate::sys::perf::Counts;
+use crate::os::perf::record::{ParseError, Record};
+use crate::os::perf::Counts;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -575,7 +575,7 @@ fn record_time(record: &Result<Record<'_>, ParseError>) -> Option<u64> {
 fn user_part<'s>(
     stack_copy: bool,
     tops: &StackTops,
-    s: &crate::sys::perf::record::Sample<'s>,
+    s: &crate::os::perf::record::Sample<'s>,
 ) -> Option<([u64; 3], &'s [u8])> {
     let mut regs = s.regs_user();
     if stack_copy {
@@ -684,7 +684,7 @@ mod tests {
     type Rec = Result<Record<'static>, ParseError>;
 
     fn sample(pid: u32, time: u64) -> Rec {
-        Ok(Record::Sample(crate::sys::perf::record::Sample::at(
+        Ok(Record::Sample(crate::os::perf::record::Sample::at(
             pid,
             time,
             0x1000 + time,
@@ -692,7 +692,7 @@ mod tests {
     }
 
     fn fork(pid: u32, ppid: u32, time: u64) -> Rec {
-        Ok(Record::Fork(crate::sys::perf::record::Task {
+        Ok(Record::Fork(crate::os::perf::record::Task {
             pid,
             ppid,
             tid: pid,
@@ -703,12 +703,12 @@ mod tests {
     }
 
     fn exec(pid: u32, time: u64, name: &'static str) -> Rec {
-        Ok(Record::Comm(crate::sys::perf::record::Comm {
+        Ok(Record::Comm(crate::os::perf::record::Comm {
             pid,
             tid: pid,
             comm: name.as_bytes(),
             exec: true,
-            sample_id: crate::sys::perf::record::SampleId {
+            sample_id: crate::os::perf::record::SampleId {
                 time: Some(time),
                 ..Default::default()
             },
@@ -785,11 +785,11 @@ mod tests {
         let stack: &'static [u8] = Vec::leak(vec![7u8; 4096]);
         let sp = 0x7fff_0000_0000;
         let copied = |tid: u32, time: u64| -> Rec {
-            let s = crate::sys::perf::record::Sample::at(10, time, 0x1000 + time);
+            let s = crate::os::perf::record::Sample::at(10, time, 0x1000 + time);
             Ok(Record::Sample(s.copied(tid, sp, stack)))
         };
         let exit = |tid: u32, time: u64| -> Rec {
-            Ok(Record::Exit(crate::sys::perf::record::Task {
+            Ok(Record::Exit(crate::os::perf::record::Task {
                 pid: 10,
                 ppid: 1,
                 tid,
@@ -840,7 +840,7 @@ mod tests {
         shared.forget(10);
         assert_eq!(drain(&[copied(10, 9)]), [4096]);
         // A stack pointer above the top (on another stack): nothing cut.
-        let above = crate::sys::perf::record::Sample::at(10, 10, 0x1000);
+        let above = crate::os::perf::record::Sample::at(10, 10, 0x1000);
         let above: Rec = Ok(Record::Sample(above.copied(10, sp + 0x1000, stack)));
         assert_eq!(drain(&[above, copied(10, 11)]), [4096, 100 + margin]);
     }
@@ -870,7 +870,7 @@ mod tests {
             (9, 10, false, u64::MAX),
         ]);
         let exit = |pid: u32, time: u64| -> Rec {
-            Ok(Record::Exit(crate::sys::perf::record::Task {
+            Ok(Record::Exit(crate::os::perf::record::Task {
                 pid,
                 ppid: 1,
                 tid: pid,

@@ -12,7 +12,7 @@
 //! sessions: events come in, weighted stacks go to a callback.
 use super::batch::Mark;
 use super::gaps::Reads;
-use crate::sys::perf::Mode;
+use crate::os::perf::Mode;
 use profd_common::api::TimeTotals;
 
 /// How long after its time a record may still be written to its ring:

@@ -3,9 +3,9 @@
 //! handed out window by window, a stack at a time.
 use super::spaces::untag;
 use super::{Actor, Ingest, Params};
+use crate::os::perf::EventSpec;
 use crate::sampler::{Batch, SampleSource, StackTops, EVERY_PROCESS};
 use crate::symbolize::Symbolizer;
-use crate::sys::perf::EventSpec;
 use profd_common::api;
 use profd_common::model::{FrameRef, StackTable};
 use std::collections::{HashMap, HashSet};

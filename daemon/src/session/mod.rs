@@ -20,11 +20,11 @@ pub use recent::MAX_WINDOW_S;
 pub use saving::{SaveStatus, Saving};
 
 use crate::maps::ProcessMaps;
+use crate::os::perf::EventSpec;
+use crate::os::PidFd;
 use crate::request_error::Error;
 use crate::sampler::{Batch, SampleSource, Subscription};
 use crate::symbolize::{Frame, FrameName, Symbolizer};
-use crate::sys::perf::EventSpec;
-use crate::sys::PidFd;
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use profd_common::model::{Aggregator, ResolvedProfile, Timeline};
@@ -223,7 +223,7 @@ struct Actor {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
-    Perf(#[from] crate::sys::perf::PerfError),
+    Perf(#[from] crate::os::perf::PerfError),
     /// The daemon has too few file descriptors left (the message says which
     /// limit to raise).
     #[error("{0}")]
@@ -265,7 +265,7 @@ pub async fn start(
     // now, and so does one that leaves no descriptors to name with.
     let maps =
         ProcessMaps::read_for_session(params.pid, &ProcessMaps::default()).and_then(|maps| {
-            crate::fds::spare("starting the session", crate::fds::SPARE).map(|()| maps)
+            crate::os::fds::spare("starting the session", crate::os::fds::SPARE).map(|()| maps)
         });
     let maps = match maps {
         Ok(maps) => maps,
@@ -518,7 +518,7 @@ impl Actor {
         let elapsed = self.ended.unwrap_or_else(Instant::now) - self.started;
         let mut totals = self.ingest.totals;
         // Sampling periods are a cpu-mode figure (time modes count time).
-        if self.spec.mode == crate::sys::perf::Mode::Cpu {
+        if self.spec.mode == crate::os::perf::Mode::Cpu {
             totals.unsampled = scope::unsampled(&totals, self.ingest.counted, &self.spec);
         }
         api::Session {

@@ -1,7 +1,7 @@
 //! Which processes the kernel samples for a session, and the samples its
 //! target's own time called for that no ring took (`unsampled`), measured
 //! from the kernel's counts of the target's events.
-use crate::sys::perf::{EventKind, EventSpec};
+use crate::os::perf::{EventKind, EventSpec};
 use profd_common::api;
 
 /// The scope of a session sampling with `spec`.
@@ -38,7 +38,7 @@ pub fn unsampled(totals: &api::Totals, counted_ns: u64, spec: &EventSpec) -> u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::perf::Target;
+    use crate::os::perf::Target;
 
     fn spec(kind: EventKind, target: Option<u32>) -> EventSpec {
         EventSpec {

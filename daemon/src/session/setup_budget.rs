@@ -84,9 +84,9 @@ impl Budget {
 
     /// Set up a process with `setup`, counting it and the CPU it took.
     pub fn measure<R>(&self, setup: impl FnOnce() -> R) -> R {
-        let start = crate::sys::thread_cpu_ns();
+        let start = crate::os::thread_cpu_ns();
         let r = setup();
-        let took = crate::sys::thread_cpu_ns().saturating_sub(start);
+        let took = crate::os::thread_cpu_ns().saturating_sub(start);
         self.bucket(-i64::try_from(took).unwrap_or(i64::MAX));
         self.processes.fetch_add(1, Ordering::Relaxed);
         self.spent_ns.fetch_add(took, Ordering::Relaxed);
@@ -125,8 +125,8 @@ mod tests {
         assert!(b.allows());
         // Burn 30 ms of CPU in a "setup": more than a second's budget.
         b.measure(|| {
-            let start = crate::sys::thread_cpu_ns();
-            while crate::sys::thread_cpu_ns() - start < 30_000_000 {
+            let start = crate::os::thread_cpu_ns();
+            while crate::os::thread_cpu_ns() - start < 30_000_000 {
                 std::hint::black_box(0);
             }
         });

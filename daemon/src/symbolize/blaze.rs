@@ -13,9 +13,9 @@ use super::names::{FileKey, Names};
 use super::plt::PltTables;
 use super::vdso::{Vdso, VDSO_MODULE};
 use super::{Budget, STATS};
-use crate::file_version::FileVersion;
 use crate::gopclntab::GoTable;
 use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
+use crate::os::file_version::FileVersion;
 use blazesym::symbolize::evict::{self, Evict};
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized, Symbolizer as Blazesym};
@@ -476,7 +476,7 @@ impl Worker {
                 files.insert(version.inode());
             }
         }
-        crate::sys::release_file_pages(&files);
+        crate::os::release_file_pages(&files);
     }
 
     fn kernel(&mut self, addrs: &[u64], out: &mut [Option<Vec<Frame>>], files: &mut Files) {

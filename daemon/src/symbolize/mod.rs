@@ -228,7 +228,7 @@ impl BlazeSymbolizer {
                     let now = std::time::Instant::now();
                     let shed = SHED.swap(false, Ordering::Relaxed);
                     if worker.tick(now, shed) || now.duration_since(trimmed) >= TRIM_EVERY {
-                        crate::sys::trim_heap();
+                        crate::os::trim_heap();
                         trimmed = now;
                     }
                 }

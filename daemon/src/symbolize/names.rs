@@ -10,7 +10,7 @@
 //! [`NAMES_IDLE`].
 use super::frame::Frame;
 use super::lru::Lru;
-use crate::file_version::FileVersion;
+use crate::os::file_version::FileVersion;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

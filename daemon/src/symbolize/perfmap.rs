@@ -4,7 +4,7 @@
 //! exits. Finding the file belongs to `maps::Target`. A table lives as
 //! long as its process's mappings; what all tables take is counted
 //! ([`tables_bytes`]).
-use crate::file_version::FileVersion;
+use crate::os::file_version::FileVersion;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::atomic::{AtomicU64, Ordering};

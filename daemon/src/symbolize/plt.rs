@@ -6,7 +6,7 @@
 //! The tables read are kept by file version within a byte budget
 //! ([`PltTables`]).
 use super::lru::Lru;
-use crate::file_version::FileVersion;
+use crate::os::file_version::FileVersion;
 use object::elf;
 use object::read::elf::{ElfFile64, SectionHeader};
 use object::{

@@ -3,8 +3,8 @@
 //! debug files, deleted binaries, other mount namespaces, perf maps).
 use super::blaze::IDLE;
 use super::*;
-use crate::file_version::FileVersion;
 use crate::maps::{Backing, Mapping};
+use crate::os::file_version::FileVersion;
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Endianness, Object, ObjectSymbol};
 use std::path::Path;

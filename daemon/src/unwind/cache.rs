@@ -3,7 +3,7 @@
 //! by every unwinder of every session, within a byte budget (least
 //! recently used first out; an entry evicted while unwinders use it is let
 //! go of by them at their next batch and read again when needed).
-use crate::file_version::FileVersion;
+use crate::os::file_version::FileVersion;
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::Path;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// while read lately, see [`ElfUnwindData::release_pages`]), or decompressed.
 #[derive(Debug, Clone)]
 pub enum Data {
-    Mapped(Arc<crate::sys::Mapped>),
+    Mapped(Arc<crate::os::Mapped>),
     Owned(Arc<[u8]>),
 }
 
@@ -43,7 +43,7 @@ impl Data {
     ) -> Option<Data> {
         if !s.compressed() {
             if let Some((offset, len)) = s.stored_range() {
-                if let Ok(m) = crate::sys::Mapped::file(file, offset, len as usize) {
+                if let Ok(m) = crate::os::Mapped::file(file, offset, len as usize) {
                     return Some(Data::Mapped(Arc::new(m)));
                 }
             }

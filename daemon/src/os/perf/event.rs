@@ -361,7 +361,7 @@ fn switch_attr(sampling: &b::perf_event_attr, mode: Mode) -> b::perf_event_attr 
 /// kernel's depth limit with its context markers, the user registers and
 /// the copy; and a LOST record before it.
 fn max_record(stack_user: u32) -> u64 {
-    let max_stack = crate::sysctl::kernel_sysctl("perf_event_max_stack")
+    let max_stack = crate::os::sysctl::kernel_sysctl("perf_event_max_stack")
         .and_then(|n| u64::try_from(n).ok())
         .unwrap_or(127);
     let callchain = 8 * (1 + max_stack + 16);

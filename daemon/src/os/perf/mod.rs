@@ -1,5 +1,5 @@
 //! perf events: perf_event_open, the mmap'd sample rings, and the pure
-//! record parser. With [`crate::sys`], the only module allowed `unsafe`.
+//! record parser. With [`crate::os`], the only module allowed `unsafe`.
 mod event;
 pub mod record;
 

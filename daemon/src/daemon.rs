@@ -9,7 +9,8 @@ use crate::continuous::history::History;
 use crate::daemon_error::Error;
 use crate::os::perf;
 use crate::os::sysctl;
-use crate::{auth, conns, metrics, registry, rpc, sampler, store, symbolize, tls_listener};
+use crate::process::symbolize;
+use crate::{auth, conns, metrics, registry, rpc, sampler, store, tls_listener};
 use profd_common::api::profiler_server::ProfilerServer;
 use sd_notify::NotifyState;
 use std::future::Future;
@@ -226,11 +227,11 @@ impl Daemon {
         memory.register(
             "unwind tables",
             10,
-            crate::unwind::bytes,
-            crate::unwind::shed,
-            crate::unwind::set_budget,
+            crate::process::unwind::bytes,
+            crate::process::unwind::shed,
+            crate::process::unwind::set_budget,
         );
-        memory.every_few_readings(crate::unwind::release_pages);
+        memory.every_few_readings(crate::process::unwind::release_pages);
         memory.register(
             "symbolizer",
             30,

@@ -3,7 +3,7 @@
 //! Not a stable API: it changes whenever the daemon's parts do.
 
 pub mod maps {
-    pub use crate::maps::{Backing, Mapping, ProcessMaps};
+    pub use crate::process::maps::{Backing, Mapping, ProcessMaps};
 }
 
 pub mod perf {
@@ -38,7 +38,7 @@ pub mod store {
 }
 
 pub mod symbolize {
-    pub use crate::symbolize::{
+    pub use crate::process::symbolize::{
         budget, bytes, set_budget, shed, stats, BlazeSymbolizer, Frame, Symbolizer,
     };
 }
@@ -48,7 +48,9 @@ pub mod sys {
 }
 
 pub mod unwind {
-    pub use crate::unwind::{bytes, counters, set_budget, shed, Unwinder, Walk, MAX_FRAMES};
+    pub use crate::process::unwind::{
+        bytes, counters, set_budget, shed, Unwinder, Walk, MAX_FRAMES,
+    };
 }
 
 pub mod continuous {

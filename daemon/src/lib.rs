@@ -13,15 +13,14 @@ mod continuous;
 mod daemon;
 mod daemon_error;
 mod dashboard;
-mod gopclntab;
 #[doc(hidden)]
 pub mod internals;
 mod kernel_view;
-mod maps;
 mod memory;
 mod metrics;
 #[allow(unsafe_code)]
 mod os;
+mod process;
 mod registry;
 mod request_error;
 mod rpc;
@@ -30,10 +29,8 @@ mod session;
 mod sinks;
 mod stats;
 mod store;
-mod symbolize;
 mod tls_listener;
 mod trusted_files;
-mod unwind;
 
 pub use auth::new_token;
 pub use config::sinks::Layout as ClickHouseLayout;

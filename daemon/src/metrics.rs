@@ -39,10 +39,10 @@ pub struct Snapshot {
     /// Ended sessions kept and evicted, by owner.
     pub retention: crate::store::share::Report,
     /// The unwind tables' cache, and new processes' setup.
-    pub unwind: crate::unwind::cache::Counters,
+    pub unwind: crate::process::unwind::cache::Counters,
     pub setup: crate::session::setup_budget::Counters,
     /// The symbolizer's caches and the mapped files held.
-    pub symbolizer: crate::symbolize::Figures,
+    pub symbolizer: crate::process::symbolize::Figures,
     /// The memory ceiling and what was shed.
     pub memory: profd_common::api::MemoryStatus,
 }
@@ -128,9 +128,9 @@ pub async fn snapshot(
         history: history.map(History::stats),
         sinks: sinks.reports(),
         retention: registry.retention().await,
-        unwind: crate::unwind::counters(),
+        unwind: crate::process::unwind::counters(),
         setup: crate::session::setup_budget::BUDGET.counters(),
-        symbolizer: crate::symbolize::Figures::read(),
+        symbolizer: crate::process::symbolize::Figures::read(),
         memory: s.memory.status(load(&registry.sampler().counters().behind)),
     }
 }

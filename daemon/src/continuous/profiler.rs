@@ -9,13 +9,13 @@ use super::pressure::Pressure;
 use super::service::{self, Label};
 use super::Settings;
 use crate::os::perf::{EventKind, EventSpec};
+use crate::process::symbolize::Symbolizer;
 use crate::registry::DEFAULT_STACK_BYTES;
 use crate::sampler::{
     ring_pages_for, Batch, SampleSource, Subscription, EVERY_PROCESS, MIN_RING_PAGES,
     STACK_RING_PAGES,
 };
 use crate::session::{Collector, Finished};
-use crate::symbolize::Symbolizer;
 use profd_common::api;
 use profd_common::model::FrameRef;
 use std::collections::HashMap;

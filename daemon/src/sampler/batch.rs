@@ -2,7 +2,7 @@
 //! (samples flattened into a few buffers), the pool its buffers go back
 //! to once the session has counted it, and the bound on the bytes of
 //! batches a group's sessions have not counted yet.
-use crate::maps::Mapping;
+use crate::process::maps::Mapping;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -2,7 +2,7 @@
 //! first, context markers dropped, return addresses moved into their call
 //! instruction.
 use crate::os::perf::record::{is_context_marker, CONTEXT_USER};
-use crate::symbolize::is_kernel;
+use crate::process::symbolize::is_kernel;
 
 /// A user-context entry in the kernel half of the address space is not a
 /// return address (a frame-pointer walk read garbage); it is kept as a frame

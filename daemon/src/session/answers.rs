@@ -3,9 +3,9 @@
 //! views and exports are computed from, and the profil(3) histogram.
 use super::spaces::untag;
 use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, FunctionTable, Resolved, Stamp};
-use crate::maps::is_jit_candidate;
+use crate::process::maps::is_jit_candidate;
+use crate::process::symbolize::{is_kernel, FrameName};
 use crate::sampler::BAD_USER_FRAME;
-use crate::symbolize::{is_kernel, FrameName};
 use profd_common::api;
 use profd_common::kernel::{self, KernelFrames};
 use profd_common::model::{
@@ -89,7 +89,7 @@ impl Actor {
     async fn symbolize_in(
         &mut self,
         space: usize,
-        maps: crate::maps::ProcessMaps,
+        maps: crate::process::maps::ProcessMaps,
         addrs: Vec<u64>,
     ) -> bool {
         let symbolizer = self.symbolizer.clone();
@@ -454,8 +454,8 @@ impl Actor {
                 return;
             };
             let path_matches = match &m.backing {
-                crate::maps::Backing::File(p) => p.as_os_str() == req.module.as_str(),
-                crate::maps::Backing::Special(_) => false,
+                crate::process::maps::Backing::File(p) => p.as_os_str() == req.module.as_str(),
+                crate::process::maps::Backing::Special(_) => false,
             };
             let Some(file) = m
                 .file()

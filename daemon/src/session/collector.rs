@@ -4,8 +4,8 @@
 use super::spaces::untag;
 use super::{Actor, Ingest, Params};
 use crate::os::perf::EventSpec;
+use crate::process::symbolize::Symbolizer;
 use crate::sampler::{Batch, SampleSource, StackTops, EVERY_PROCESS};
-use crate::symbolize::Symbolizer;
 use profd_common::api;
 use profd_common::model::{FrameRef, StackTable};
 use std::collections::{HashMap, HashSet};
@@ -63,8 +63,8 @@ impl Collector {
             .maps(spaces.of(pid))
             .iter()
             .find_map(|m| match &m.backing {
-                crate::maps::Backing::File(path) => Some(path.display().to_string()),
-                crate::maps::Backing::Special(_) => None,
+                crate::process::maps::Backing::File(path) => Some(path.display().to_string()),
+                crate::process::maps::Backing::Special(_) => None,
             })
     }
 
@@ -189,7 +189,7 @@ impl Collector {
         a.addr_fn.retain(|_, at| {
             !at.frames
                 .iter()
-                .any(|f| names[f.func as usize].module == crate::symbolize::JIT_MODULE)
+                .any(|f| names[f.func as usize].module == crate::process::symbolize::JIT_MODULE)
         });
         if shed || a.names.len() > NAMES_KEPT {
             a.addr_fn.clear();

@@ -8,11 +8,11 @@ use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use super::timeline::Times;
 use crate::auth::Check;
-use crate::maps::ProcessMaps;
 use crate::memory::CAPPED_STACKS;
+use crate::process::maps::ProcessMaps;
+use crate::process::symbolize::is_kernel;
+use crate::process::unwind::{Unwinder, Walk};
 use crate::sampler::{Batch, Mark, SampleView, StackTops};
-use crate::symbolize::is_kernel;
-use crate::unwind::{Unwinder, Walk};
 use profd_common::api;
 use profd_common::model::{MarkerKind, StackTable};
 use std::collections::HashMap;
@@ -348,8 +348,8 @@ impl Ingest {
 
     /// New mappings, by process, added to the address spaces of the
     /// processes that are checked.
-    fn mappings(&mut self, mappings: impl Iterator<Item = (u32, crate::maps::Mapping)>) {
-        let mut by_pid: HashMap<u32, Vec<crate::maps::Mapping>> = HashMap::new();
+    fn mappings(&mut self, mappings: impl Iterator<Item = (u32, crate::process::maps::Mapping)>) {
+        let mut by_pid: HashMap<u32, Vec<crate::process::maps::Mapping>> = HashMap::new();
         for (pid, m) in mappings {
             if !self.unchecked.contains(&pid) {
                 by_pid.entry(pid).or_default().push(m);
@@ -566,7 +566,7 @@ impl Ingest {
             return;
         }
         // A thread gone is not looked up (see `maps::alive`).
-        let name = crate::maps::alive(tid)
+        let name = crate::process::maps::alive(tid)
             .then(|| std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok())
             .flatten()
             .map(|s| s.trim_end().to_string())

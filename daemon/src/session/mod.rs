@@ -19,12 +19,12 @@ pub use ingest::{Ingest, NewAddresses, Recheck, SYNTHETIC_FRAMES};
 pub use recent::MAX_WINDOW_S;
 pub use saving::{SaveStatus, Saving};
 
-use crate::maps::ProcessMaps;
 use crate::os::perf::EventSpec;
 use crate::os::PidFd;
+use crate::process::maps::ProcessMaps;
+use crate::process::symbolize::{Frame, FrameName, Symbolizer};
 use crate::request_error::Error;
 use crate::sampler::{Batch, SampleSource, Subscription};
-use crate::symbolize::{Frame, FrameName, Symbolizer};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use profd_common::model::{Aggregator, ResolvedProfile, Timeline};

@@ -6,10 +6,10 @@
 //! /proc entry read) only once a sample of it comes, within the CPU budget
 //! of `setup_budget`.
 use super::setup_budget::{Budget, BUDGET};
-use crate::maps::{Mapping, ProcessMaps};
+use crate::process::maps::{Mapping, ProcessMaps};
+use crate::process::symbolize::is_kernel;
+use crate::process::unwind::Unwinder;
 use crate::sampler::BAD_USER_FRAME;
-use crate::symbolize::is_kernel;
-use crate::unwind::Unwinder;
 use std::collections::HashMap;
 
 /// User addresses are below 2^47; the space is kept in bits 48 to 62.
@@ -116,7 +116,7 @@ impl Spaces {
             cached: Default::default(),
             waiting: Default::default(),
             budget: &BUDGET,
-            epoch: crate::unwind::epoch(),
+            epoch: crate::process::unwind::epoch(),
         };
         spaces.add(pid, maps, true);
         spaces
@@ -329,7 +329,7 @@ impl Spaces {
         }
         // Tables the unwind cache evicted while used here are let go of
         // (and read again when a walk needs them).
-        let epoch = crate::unwind::epoch();
+        let epoch = crate::process::unwind::epoch();
         if epoch != self.epoch {
             self.epoch = epoch;
             for space in &mut self.list {

@@ -1,7 +1,7 @@
 //! A session's addresses in JIT code that no perf map named yet, by address
 //! space: each is looked up again once its space's perf map has changed
 //! (grown, rewritten, or written as the process exited).
-use crate::symbolize::perfmap::PerfMapTable;
+use crate::process::symbolize::perfmap::PerfMapTable;
 use std::collections::HashMap;
 use std::sync::Arc;
 

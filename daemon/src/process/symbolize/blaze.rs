@@ -13,9 +13,9 @@ use super::names::{FileKey, Names};
 use super::plt::PltTables;
 use super::vdso::{Vdso, VDSO_MODULE};
 use super::{Budget, STATS};
-use crate::gopclntab::GoTable;
-use crate::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
 use crate::os::file_version::FileVersion;
+use crate::process::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
+use crate::process::unwind::gopclntab::GoTable;
 use blazesym::symbolize::evict::{self, Evict};
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized, Symbolizer as Blazesym};
@@ -709,7 +709,7 @@ pub fn resident_estimate_of(path: &Path) -> Weight {
     };
     let size = file.metadata().map_or(0, |m| m.len());
     let cache = object::ReadCache::new(file);
-    let Some(sections) = crate::maps::Sections::of(&cache) else {
+    let Some(sections) = crate::process::maps::Sections::of(&cache) else {
         return symbols_only(BASE + size);
     };
     let mut w = symbols_only(BASE);

@@ -11,7 +11,7 @@
 //! Symbolization itself lives in `symbolize`.
 use super::segments::Segments;
 use crate::os::file_version::FileVersion;
-use crate::symbolize::perfmap::{PerfMap, PerfMapTable};
+use crate::process::symbolize::perfmap::{PerfMap, PerfMapTable};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -3,8 +3,8 @@
 //! debug files, deleted binaries, other mount namespaces, perf maps).
 use super::blaze::IDLE;
 use super::*;
-use crate::maps::{Backing, Mapping};
 use crate::os::file_version::FileVersion;
+use crate::process::maps::{Backing, Mapping};
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Endianness, Object, ObjectSymbol};
 use std::path::Path;
@@ -144,10 +144,14 @@ fn names_own_function_and_keeps_unknowns() {
     // Demangled, without the legacy `::h<hash>`, with its source position.
     assert_eq!(
         own.func.name,
-        "profd::symbolize::tests::a_function_with_a_unique_name"
+        "profd::process::symbolize::tests::a_function_with_a_unique_name"
     );
     assert!(own.named && !own.func.inlined);
-    assert!(own.file.as_deref().unwrap().ends_with("symbolize/tests.rs"));
+    assert!(own
+        .file
+        .as_deref()
+        .unwrap()
+        .ends_with("symbolize/mod_tests.rs"));
     assert_eq!(frames[1], vec![Frame::unknown(0x10)]);
     assert!(!frames[1][0].named);
 }

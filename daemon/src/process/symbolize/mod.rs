@@ -14,10 +14,11 @@ mod names;
 pub mod perfmap;
 mod plt;
 #[cfg(test)]
+#[path = "mod_tests.rs"]
 mod tests;
 mod vdso;
 
-use crate::maps::ProcessMaps;
+use crate::process::maps::ProcessMaps;
 pub use blaze::JIT_MODULE;
 pub use frame::{Frame, FrameName};
 pub use profd_common::model::is_kernel;
@@ -92,7 +93,7 @@ pub struct Figures {
 impl Figures {
     pub fn read() -> Figures {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let (held, shared, not_held) = crate::maps::open_file_stats();
+        let (held, shared, not_held) = crate::process::maps::open_file_stats();
         let s = &STATS;
         Figures {
             figures: vec![

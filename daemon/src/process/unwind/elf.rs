@@ -4,7 +4,7 @@
 //! place a mapping; read from the file once per version and held in the
 //! daemon's cache of them (`UNWIND_DATA`, see `cache`).
 use super::cache::{Cache, Counters, Held, Weigh, DEFAULT_BUDGET};
-use crate::maps::{Load, Section, Sections, Segments};
+use crate::process::maps::{Load, Section, Sections, Segments};
 use framehop::ExplicitModuleSectionInfo;
 use std::ops::Range;
 use std::path::Path;

@@ -6,7 +6,7 @@ mod files;
 mod sections;
 mod segments;
 
-use crate::symbolize::perfmap::PerfMapTable;
+use crate::process::symbolize::perfmap::PerfMapTable;
 pub use files::{alive, module_name, open_file_stats, undeleted, ModuleFile, Target, OPEN_FILES};
 pub use sections::{Section, Sections};
 pub use segments::{Load, Segments};

@@ -1,12 +1,12 @@
 //! Tests of the unwinder: walks over real binaries and stack copies, and
 //! when unwind data is read.
 use super::*;
-use crate::maps::{Load, Segments};
+use crate::process::maps::{Load, Segments};
 use object::{Object, ObjectSection};
 
 #[test]
 fn go_code_is_unwound_by_its_function_table() {
-    use crate::gopclntab::tests::{build, objdump};
+    use crate::process::unwind::gopclntab::tests::{build, objdump};
     let exe = build("gostacks", &[]);
     let table = GoTable::of(&exe).unwrap();
     let entry = |name: &str| {
@@ -186,7 +186,7 @@ fn unwind_data_is_read_when_a_walk_reaches_it_once_for_all_unwinders() {
 
 #[test]
 fn reads_own_unwind_tables_and_maps_the_text_mapping() {
-    let maps = crate::maps::ProcessMaps::read(std::process::id()).unwrap();
+    let maps = crate::process::maps::ProcessMaps::read(std::process::id()).unwrap();
     let here = reads_own_unwind_tables_and_maps_the_text_mapping as fn() as usize as u64;
     let m = maps.find(here).unwrap();
     let exe = std::env::current_exe().unwrap();
@@ -260,7 +260,7 @@ fn frame_pointer_chain_leaving_the_copy_is_truncated() {
 /// An unwinder knowing this process's libc, and the address of the first
 /// stub of libc's .plt (its CFA is the DWARF expression rsp + 8 (+ 8)).
 fn libc_plt_stub() -> (Unwinder, u64) {
-    let maps = crate::maps::ProcessMaps::read(std::process::id()).unwrap();
+    let maps = crate::process::maps::ProcessMaps::read(std::process::id()).unwrap();
     let libc = maps
         .iter()
         .find(|m| m.module().starts_with("libc.so"))

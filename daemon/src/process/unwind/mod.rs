@@ -7,9 +7,10 @@
 //! callchain skips below a Go function without a frame.
 pub mod cache;
 mod elf;
+pub mod gopclntab;
 
-use crate::gopclntab::{GoTable, Step};
-use crate::maps::{Mapping, ModuleFile};
+use crate::process::maps::{Mapping, ModuleFile};
+use crate::process::unwind::gopclntab::{GoTable, Step};
 use cache::Held;
 use elf::UNWIND_DATA;
 use elf::{bias, elf_data, Data, ElfUnwindData};
@@ -51,7 +52,7 @@ struct GoModule {
 
 impl GoModule {
     /// The function holding `pc` (an address in the process).
-    fn func(&self, pc: u64) -> Option<crate::gopclntab::Func<'_>> {
+    fn func(&self, pc: u64) -> Option<crate::process::unwind::gopclntab::Func<'_>> {
         if !self.avma.contains(&pc) {
             return None;
         }
@@ -76,8 +77,8 @@ impl Source {
 
     fn name(&self) -> String {
         match self {
-            Source::File(f) => crate::maps::module_name(&f.path),
-            Source::Path(p) => crate::maps::module_name(p),
+            Source::File(f) => crate::process::maps::module_name(&f.path),
+            Source::Path(p) => crate::process::maps::module_name(p),
         }
     }
 }
@@ -476,4 +477,5 @@ fn go_step(
 }
 
 #[cfg(test)]
+#[path = "mod_tests.rs"]
 mod tests;

@@ -6,8 +6,8 @@
 //! links on its own too; this adds the cases it does not cover. What was
 //! found is kept for the [`MAX_BINARIES`] binaries used most recently.
 use super::lru::Lru;
-use crate::maps::{Sections, Segments, Target};
 use crate::os::file_version::FileVersion;
+use crate::process::maps::{Sections, Segments, Target};
 use object::ReadCache;
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -2,8 +2,8 @@
 //! functions' ranges, names and flags, and their stack-pointer deltas per pc,
 //! for naming and unwinding Go code. Layouts of Go 1.16 to 1.2x on 64-bit
 //! little-endian targets (`runtime/symtab.go`, `runtime/runtime2.go`).
-use crate::maps::{Sections, Segments};
 use crate::os::file_version::SharedReads;
+use crate::process::maps::{Sections, Segments};
 use std::path::Path;
 use std::sync::Arc;
 

@@ -10,7 +10,8 @@ use crate::daemon_error::Error;
 use crate::os::perf;
 use crate::os::sysctl;
 use crate::process::symbolize;
-use crate::{auth, conns, metrics, registry, rpc, sampler, store, tls_listener};
+use crate::sampling;
+use crate::{auth, conns, metrics, registry, rpc, store, tls_listener};
 use profd_common::api::profiler_server::ProfilerServer;
 use sd_notify::NotifyState;
 use std::future::Future;
@@ -204,7 +205,7 @@ impl Daemon {
     pub async fn bind(config: Config) -> Result<Daemon, Error> {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;
         crate::session::setup_budget::BUDGET.set(config.new_process_cpu);
-        let mut sampler = sampler::Sampler::new(cpus);
+        let mut sampler = sampling::Sampler::new(cpus);
         sampler.ring_pages = config.ring_pages;
         let pool = sampler.pool();
         let source = Arc::new(sampler);
@@ -247,7 +248,7 @@ impl Daemon {
     #[doc(hidden)]
     pub async fn bind_with(
         config: Config,
-        source: Arc<dyn sampler::SampleSource>,
+        source: Arc<dyn sampling::SampleSource>,
         symbolizer: Arc<dyn symbolize::Symbolizer>,
     ) -> Result<Daemon, Error> {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;

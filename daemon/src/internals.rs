@@ -23,7 +23,7 @@ pub mod rpc {
 }
 
 pub mod sampler {
-    pub use crate::sampler::{
+    pub use crate::sampling::{
         Batch, BatchPool, Counters, Demux, Drained, SampleSource, Sampler, StackTops, Subscription,
         Targets, RING_PAGES, STACK_RING_PAGES,
     };

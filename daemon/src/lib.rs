@@ -24,7 +24,7 @@ mod process;
 mod registry;
 mod request_error;
 mod rpc;
-mod sampler;
+mod sampling;
 mod session;
 mod sinks;
 mod stats;

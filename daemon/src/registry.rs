@@ -9,7 +9,7 @@ use crate::os::sysctl::max_sample_rate;
 use crate::os::PidFd;
 use crate::process::symbolize::Symbolizer;
 use crate::request_error::Error;
-use crate::sampler::SampleSource;
+use crate::sampling::SampleSource;
 use crate::session::{self, Handle, Params};
 use crate::stats::Stats;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};

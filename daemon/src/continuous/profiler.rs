@@ -11,7 +11,7 @@ use super::Settings;
 use crate::os::perf::{EventKind, EventSpec};
 use crate::process::symbolize::Symbolizer;
 use crate::registry::DEFAULT_STACK_BYTES;
-use crate::sampler::{
+use crate::sampling::{
     ring_pages_for, Batch, SampleSource, Subscription, EVERY_PROCESS, MIN_RING_PAGES,
     STACK_RING_PAGES,
 };
@@ -325,7 +325,7 @@ impl Profiler {
         next: EventSpec,
         sampler: &Arc<dyn SampleSource>,
         batches: &mut mpsc::UnboundedReceiver<Batch>,
-    ) -> Result<(EventSpec, Option<crate::sampler::StackTops>), String> {
+    ) -> Result<(EventSpec, Option<crate::sampling::StackTops>), String> {
         let (tx, rx) = mpsc::unbounded_channel();
         let all = EVERY_PROCESS;
         let sub = match sampler

@@ -5,7 +5,7 @@ use super::spaces::untag;
 use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, FunctionTable, Resolved, Stamp};
 use crate::process::maps::is_jit_candidate;
 use crate::process::symbolize::{is_kernel, FrameName};
-use crate::sampler::BAD_USER_FRAME;
+use crate::sampling::BAD_USER_FRAME;
 use profd_common::api;
 use profd_common::kernel::{self, KernelFrames};
 use profd_common::model::{
@@ -443,7 +443,7 @@ impl Actor {
         self.ingest.stacks.for_each(|_, stack, n| {
             let Some((pc_space, pc)) = stack
                 .iter()
-                .find(|&&a| !is_kernel(a) && a != crate::sampler::BAD_USER_FRAME)
+                .find(|&&a| !is_kernel(a) && a != crate::sampling::BAD_USER_FRAME)
                 .map(|&a| untag(a))
             else {
                 other += n;

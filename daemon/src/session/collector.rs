@@ -5,7 +5,7 @@ use super::spaces::untag;
 use super::{Actor, Ingest, Params};
 use crate::os::perf::EventSpec;
 use crate::process::symbolize::Symbolizer;
-use crate::sampler::{Batch, SampleSource, StackTops, EVERY_PROCESS};
+use crate::sampling::{Batch, SampleSource, StackTops, EVERY_PROCESS};
 use profd_common::api;
 use profd_common::model::{FrameRef, StackTable};
 use std::collections::{HashMap, HashSet};

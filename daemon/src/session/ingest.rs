@@ -12,7 +12,7 @@ use crate::memory::CAPPED_STACKS;
 use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::{Unwinder, Walk};
-use crate::sampler::{Batch, Mark, SampleView, StackTops};
+use crate::sampling::{Batch, Mark, SampleView, StackTops};
 use profd_common::api;
 use profd_common::model::{MarkerKind, StackTable};
 use std::collections::HashMap;
@@ -62,7 +62,7 @@ pub struct Ingest {
     pub(super) stacks: StackTable,
     pub(super) totals: api::Totals,
     /// What the target's events counted on its rings (see
-    /// [`crate::sampler::Batch::counted`]): the time `unsampled` is
+    /// [`crate::sampling::Batch::counted`]): the time `unsampled` is
     /// measured against.
     pub(super) counted: u64,
     /// Mappings and unwinders of the target's (and its children's) address

@@ -24,7 +24,7 @@ use crate::os::PidFd;
 use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::{Frame, FrameName, Symbolizer};
 use crate::request_error::Error;
-use crate::sampler::{Batch, SampleSource, Subscription};
+use crate::sampling::{Batch, SampleSource, Subscription};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use profd_common::model::{Aggregator, ResolvedProfile, Timeline};
@@ -493,7 +493,7 @@ impl Actor {
             .iter()
             .rfind(|(tid, _)| *tid == self.params.pid)
             .map(|(_, comm)| comm.clone());
-        if self.params.pid != crate::sampler::EVERY_PROCESS {
+        if self.params.pid != crate::sampling::EVERY_PROCESS {
             // Continuous windows are capped by their own rule (they start
             // empty at each cut).
             let level = self.params.stats.memory.level();

@@ -9,7 +9,7 @@ use super::setup_budget::{Budget, BUDGET};
 use crate::process::maps::{Mapping, ProcessMaps};
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::Unwinder;
-use crate::sampler::BAD_USER_FRAME;
+use crate::sampling::BAD_USER_FRAME;
 use std::collections::HashMap;
 
 /// User addresses are below 2^47; the space is kept in bits 48 to 62.

@@ -11,7 +11,8 @@ use crate::os::perf;
 use crate::os::sysctl;
 use crate::process::symbolize;
 use crate::sampling;
-use crate::{auth, conns, metrics, registry, rpc, store, tls_listener};
+use crate::sessions::{registry, store};
+use crate::{auth, conns, metrics, rpc, tls_listener};
 use profd_common::api::profiler_server::ProfilerServer;
 use sd_notify::NotifyState;
 use std::future::Future;
@@ -204,7 +205,7 @@ impl Daemon {
     /// Probe the kernel and bind the socket; clients may connect once this returns.
     pub async fn bind(config: Config) -> Result<Daemon, Error> {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;
-        crate::session::setup_budget::BUDGET.set(config.new_process_cpu);
+        crate::sessions::session::setup_budget::BUDGET.set(config.new_process_cpu);
         let mut sampler = sampling::Sampler::new(cpus);
         sampler.ring_pages = config.ring_pages;
         let pool = sampler.pool();

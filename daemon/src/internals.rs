@@ -15,7 +15,7 @@ pub mod perf {
 }
 
 pub mod registry {
-    pub use crate::registry::Limits;
+    pub use crate::sessions::registry::Limits;
 }
 
 pub mod rpc {
@@ -30,11 +30,11 @@ pub mod sampler {
 }
 
 pub mod session {
-    pub use crate::session::{start, FunctionTable, Ingest, Params};
+    pub use crate::sessions::session::{start, FunctionTable, Ingest, Params};
 }
 
 pub mod store {
-    pub use crate::store::{Persist, MAX_ID, NEXT_ID_FILE};
+    pub use crate::sessions::store::{Persist, MAX_ID, NEXT_ID_FILE};
 }
 
 pub mod symbolize {

@@ -21,14 +21,12 @@ mod metrics;
 #[allow(unsafe_code)]
 mod os;
 mod process;
-mod registry;
 mod request_error;
 mod rpc;
 mod sampling;
-mod session;
+mod sessions;
 mod sinks;
 mod stats;
-mod store;
 mod tls_listener;
 mod trusted_files;
 

@@ -4,7 +4,7 @@
 //! and the plain-HTTP listener serving it on `/metrics` (every other path is
 //! 404).
 use crate::continuous::history::{History, Stats as HistoryStats};
-use crate::registry::{Registry, SampleCounts};
+use crate::sessions::registry::{Registry, SampleCounts};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
@@ -37,10 +37,10 @@ pub struct Snapshot {
     /// The sinks windows are sent to.
     pub sinks: Vec<crate::sinks::deliver::Report>,
     /// Ended sessions kept and evicted, by owner.
-    pub retention: crate::store::share::Report,
+    pub retention: crate::sessions::store::share::Report,
     /// The unwind tables' cache, and new processes' setup.
     pub unwind: crate::process::unwind::cache::Counters,
-    pub setup: crate::session::setup_budget::Counters,
+    pub setup: crate::sessions::session::setup_budget::Counters,
     /// The symbolizer's caches and the mapped files held.
     pub symbolizer: crate::process::symbolize::Figures,
     /// The memory ceiling and what was shed.
@@ -129,7 +129,7 @@ pub async fn snapshot(
         sinks: sinks.reports(),
         retention: registry.retention().await,
         unwind: crate::process::unwind::counters(),
-        setup: crate::session::setup_budget::BUDGET.counters(),
+        setup: crate::sessions::session::setup_budget::BUDGET.counters(),
         symbolizer: crate::process::symbolize::Figures::read(),
         memory: s.memory.status(load(&registry.sampler().counters().behind)),
     }
@@ -495,7 +495,7 @@ fn sink_metrics(
 /// the retention limits; each owner's share.
 fn retention_metrics(
     reg: &mut prometheus_client::registry::Registry,
-    r: &crate::store::share::Report,
+    r: &crate::sessions::store::share::Report,
 ) {
     type Labels = Vec<(String, String)>;
     let (kept, evicted) = (

@@ -11,8 +11,9 @@ pub use values::MAX_BUCKETS;
 pub use schema::{Flag, Flags, Layer, Setting};
 
 use crate::auth::{Grant, TlsFiles};
-use crate::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};
-use crate::{conns, kernel_view, registry};
+use crate::sessions::registry;
+use crate::sessions::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};
+use crate::{conns, kernel_view};
 use schema::{Declared, Schema};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -93,7 +94,7 @@ impl Config {
             connections: conns::Limits::default(),
             continuous: None,
             sinks: Vec::new(),
-            new_process_cpu: crate::session::setup_budget::DEFAULT_PER_SECOND,
+            new_process_cpu: crate::sessions::session::setup_budget::DEFAULT_PER_SECOND,
             memory_limit: crate::memory::DEFAULT_LIMIT,
         }
     }
@@ -271,7 +272,7 @@ settings! {
         key: "limits.new_process_cpu",
         flag: flag("new-process-cpu", "MS"),
         ty: MILLIS_PER_SECOND,
-        default: Some(|| crate::session::setup_budget::DEFAULT_PER_SECOND.as_millis() as u64),
+        default: Some(|| crate::sessions::session::setup_budget::DEFAULT_PER_SECOND.as_millis() as u64),
         help: "Milliseconds of CPU a second for setting up the processes continuous profiling samples (reading /proc/PID/maps, opening the files they map); past it, a new process is set up at a later batch, its samples counted meanwhile, walked by frame pointers only (config: limits.new_process_cpu; default 5, half a percent of a core)",
     };
     MAX_CONNECTIONS: usize = Setting {

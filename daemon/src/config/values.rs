@@ -2,7 +2,7 @@
 //! settings file and a flag's text both go through (so both say the same
 //! thing), and how a checked value is written back.
 use crate::auth::Grant;
-use crate::store::parse_bytes;
+use crate::sessions::store::parse_bytes;
 use clap::ValueHint;
 use std::net::SocketAddr;
 use std::path::PathBuf;

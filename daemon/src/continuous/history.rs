@@ -19,7 +19,7 @@ use super::merge::Merge;
 pub use super::merge::{Merged, Want};
 use super::Settings;
 use crate::request_error::Error;
-use crate::store::atomic;
+use crate::sessions::store::atomic;
 use profd_common::api;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -10,12 +10,12 @@ use super::service::{self, Label};
 use super::Settings;
 use crate::os::perf::{EventKind, EventSpec};
 use crate::process::symbolize::Symbolizer;
-use crate::registry::DEFAULT_STACK_BYTES;
 use crate::sampling::{
     ring_pages_for, Batch, SampleSource, Subscription, EVERY_PROCESS, MIN_RING_PAGES,
     STACK_RING_PAGES,
 };
-use crate::session::{Collector, Finished};
+use crate::sessions::registry::DEFAULT_STACK_BYTES;
+use crate::sessions::session::{Collector, Finished};
 use profd_common::api;
 use profd_common::model::FrameRef;
 use std::collections::HashMap;

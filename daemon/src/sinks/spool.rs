@@ -6,7 +6,7 @@
 //! written atomically; the spool is rebuilt at start from the listing.
 use crate::continuous::files::sort_out;
 use crate::continuous::files::{file_name, now_ns, window_files};
-use crate::store::atomic;
+use crate::sessions::store::atomic;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

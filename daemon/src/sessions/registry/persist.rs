@@ -8,9 +8,9 @@
 use super::{sees, LiveSessions, Registry, StoredSessions};
 use crate::auth::Caller;
 use crate::request_error::Error;
-use crate::session::{self, Handle, SaveStatus};
-use crate::store::share::Ledger;
-use crate::store::{Found, IdError, Store};
+use crate::sessions::session::{self, Handle, SaveStatus};
+use crate::sessions::store::share::Ledger;
+use crate::sessions::store::{Found, IdError, Store};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use std::sync::{Arc, Mutex, MutexGuard};

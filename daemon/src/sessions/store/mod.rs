@@ -623,8 +623,8 @@ impl Store {
 }
 
 #[cfg(test)]
-#[path = "store/owners_tests.rs"]
+#[path = "mod_owners_tests.rs"]
 mod owners_tests;
 #[cfg(test)]
-#[path = "store_tests.rs"]
+#[path = "mod_tests.rs"]
 mod tests;

@@ -4,7 +4,7 @@
 //! first asked for and dropped again after a while unused; a profile found
 //! corrupt then is moved aside and the session is gone.
 use super::{Command, FunctionTable, Handle, Resolved};
-use crate::store::{LoadError, Store, Stored};
+use crate::sessions::store::{LoadError, Store, Stored};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use profd_common::model::ResolvedProfile;

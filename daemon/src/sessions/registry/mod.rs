@@ -10,7 +10,7 @@ use crate::os::PidFd;
 use crate::process::symbolize::Symbolizer;
 use crate::request_error::Error;
 use crate::sampling::SampleSource;
-use crate::session::{self, Handle, Params};
+use crate::sessions::session::{self, Handle, Params};
 use crate::stats::Stats;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};
 use std::collections::{BTreeMap, HashSet};
@@ -256,10 +256,10 @@ pub struct Registry {
     attaching: Mutex<()>,
     /// Where new sessions' ids come from; reserving them may write to the
     /// state directory.
-    ids: Arc<std::sync::Mutex<crate::store::Ids>>,
+    ids: Arc<std::sync::Mutex<crate::sessions::store::Ids>>,
     /// The state directory ended sessions are saved to (None: kept in
     /// memory only).
-    store: Option<Arc<crate::store::Store>>,
+    store: Option<Arc<crate::sessions::store::Store>>,
     /// Sessions of earlier daemon runs, reloaded from the state directory.
     stored: StoredSessions,
     /// Tasks saving sessions when they end.
@@ -269,7 +269,7 @@ pub struct Registry {
     /// Set at shutdown too: saves that keep failing give up.
     shutdown: tokio::sync::watch::Sender<bool>,
     /// Sessions evicted by the retention limits, by owner.
-    ledger: Arc<crate::store::share::Ledger>,
+    ledger: Arc<crate::sessions::store::share::Ledger>,
     /// Counters for `/metrics`.
     stats: Arc<Stats>,
     /// Places for histogram, export and view requests being answered.

@@ -3,11 +3,11 @@
 //! daemon that keeps nothing on disk keeps at most as many ended sessions in
 //! memory as the state directory would by default, and one with a state
 //! directory at most `--retain-sessions` that could not be saved; both
-//! shared fairly between their owners (see [`crate::store::share`]).
+//! shared fairly between their owners (see [`crate::sessions::store::share`]).
 use super::{LiveSessions, Registry};
-use crate::session::Handle;
-use crate::store::share::{self, Kept, Ledger, Report};
-use crate::store::Retention;
+use crate::sessions::session::Handle;
+use crate::sessions::store::share::{self, Kept, Ledger, Report};
+use crate::sessions::store::Retention;
 use profd_common::api;
 
 /// Forget this run's sessions `ids` that have ended (and were deleted from

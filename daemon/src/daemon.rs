@@ -47,7 +47,7 @@ pub struct Daemon {
     history: Option<History>,
     /// Where continuous profiling's windows are sent (none configured: no
     /// sinks).
-    sinks: crate::sinks::Sinks,
+    sinks: crate::continuous::sinks::Sinks,
 }
 
 /// How long connections may take to close once serving ends.
@@ -291,7 +291,7 @@ impl Daemon {
             }
             None => None,
         };
-        let mut sinks = crate::sinks::Sinks::default();
+        let mut sinks = crate::continuous::sinks::Sinks::default();
         let history = match &config.continuous {
             Some(settings) => {
                 let dir = config.persist.as_ref().map(|p| p.dir.join("windows"));
@@ -301,7 +301,7 @@ impl Daemon {
                     reason,
                 })?;
                 let state = config.persist.as_ref().map(|p| p.dir.as_path());
-                sinks = crate::sinks::Sinks::start(config.sinks.clone(), state)
+                sinks = crate::continuous::sinks::Sinks::start(config.sinks.clone(), state)
                     .await
                     .map_err(Error::Config)?;
                 history.attach(Arc::new(sinks.clone()));

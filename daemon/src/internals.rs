@@ -64,18 +64,18 @@ pub mod sinks {
     pub use crate::config::sinks::{
         Entry as SinkEntry, Kind as SinkKind, Layout as ClickHouseLayout,
     };
-    pub use crate::sinks::clickhouse::{
+    pub use crate::continuous::sinks::clickhouse::{
         rows as clickhouse_rows, schema_script as clickhouse_schema,
     };
-    pub use crate::sinks::deliver::Report as SinkReport;
-    pub use crate::sinks::otlp::{
+    pub use crate::continuous::sinks::deliver::Report as SinkReport;
+    pub use crate::continuous::sinks::otlp::{
         request as otlp_request, Config as OtlpConfig, Otlp, PROTO_VERSION as OTLP_PROTO_VERSION,
     };
-    pub use crate::sinks::pyroscope::{
+    pub use crate::continuous::sinks::pyroscope::{
         requests as pyroscope_requests, Config as PyroscopeConfig, Ingest as PyroscopeIngest,
         Limits as PyroscopeLimits, Pyroscope,
     };
-    pub use crate::sinks::{
+    pub use crate::continuous::sinks::{
         error_chain, http_client, judge, Auth, DropReason, Failure, Secret, Sent, Sinks,
     };
 }

@@ -35,7 +35,7 @@ pub struct Snapshot {
     /// Continuous profiling's history, when it is on.
     pub history: Option<HistoryStats>,
     /// The sinks windows are sent to.
-    pub sinks: Vec<crate::sinks::deliver::Report>,
+    pub sinks: Vec<crate::continuous::sinks::deliver::Report>,
     /// Ended sessions kept and evicted, by owner.
     pub retention: crate::sessions::store::share::Report,
     /// The unwind tables' cache, and new processes' setup.
@@ -106,7 +106,7 @@ impl Process {
 pub async fn snapshot(
     registry: &Registry,
     history: Option<&History>,
-    sinks: &crate::sinks::Sinks,
+    sinks: &crate::continuous::sinks::Sinks,
 ) -> Snapshot {
     let a = registry.activity(None).await;
     let s = registry.stats();
@@ -406,7 +406,7 @@ fn memory_metrics(
 /// drops by reason, the spool, and the oldest unsent window's age.
 fn sink_metrics(
     reg: &mut prometheus_client::registry::Registry,
-    sinks: &[crate::sinks::deliver::Report],
+    sinks: &[crate::continuous::sinks::deliver::Report],
 ) {
     type Labels = Vec<(String, String)>;
     let counter = Family::<Labels, Counter>::default;
@@ -533,7 +533,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
     history: Option<History>,
-    sinks: crate::sinks::Sinks,
+    sinks: crate::continuous::sinks::Sinks,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::http::{header, StatusCode};

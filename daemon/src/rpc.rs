@@ -79,7 +79,7 @@ pub struct Service {
     /// Continuous profiling's history, when it is on.
     history: Option<History>,
     /// Where its windows are sent.
-    sinks: crate::sinks::Sinks,
+    sinks: crate::continuous::sinks::Sinks,
 }
 
 /// What continuous profiling's rpcs answer while it is off.
@@ -150,7 +150,11 @@ impl Service {
 
     /// Answer ListWindows and queries from `history` (continuous profiling
     /// is on), and tell of the `sinks` its windows are sent to.
-    pub fn with_history(mut self, history: Option<History>, sinks: crate::sinks::Sinks) -> Service {
+    pub fn with_history(
+        mut self,
+        history: Option<History>,
+        sinks: crate::continuous::sinks::Sinks,
+    ) -> Service {
         self.history = history;
         self.sinks = sinks;
         self

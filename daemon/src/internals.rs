@@ -19,7 +19,7 @@ pub mod registry {
 }
 
 pub mod rpc {
-    pub use crate::rpc::delta;
+    pub use crate::serve::rpc::delta;
 }
 
 pub mod sampler {

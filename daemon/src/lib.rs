@@ -6,30 +6,23 @@
 //! use; [`internals`] is for benches, fuzz targets and tests only.
 #![deny(unsafe_code)]
 
-mod auth;
 mod config;
-mod conns;
 mod continuous;
 mod daemon;
 mod daemon_error;
-mod dashboard;
 #[doc(hidden)]
 pub mod internals;
-mod kernel_view;
 mod memory;
-mod metrics;
 #[allow(unsafe_code)]
 mod os;
 mod process;
 mod request_error;
-mod rpc;
 mod sampling;
+mod serve;
 mod sessions;
 mod stats;
-mod tls_listener;
 mod trusted_files;
 
-pub use auth::new_token;
 pub use config::sinks::Layout as ClickHouseLayout;
 pub use config::sinks::Settings as SinkSettings;
 pub use config::DEFAULT_PATH as DEFAULT_SETTINGS_PATH;
@@ -39,3 +32,4 @@ pub use continuous::sinks::deliver::probe as probe_sinks;
 pub use daemon::{check_socket_group, Daemon};
 pub use daemon_error::Error;
 pub use os::tune_allocator;
+pub use serve::auth::new_token;

@@ -10,10 +10,10 @@ pub use values::MAX_BUCKETS;
 
 pub use schema::{Flag, Flags, Layer, Setting};
 
-use crate::auth::{Grant, TlsFiles};
+use crate::serve::auth::{Grant, TlsFiles};
+use crate::serve::{conns, kernel_view};
 use crate::sessions::registry;
 use crate::sessions::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};
-use crate::{conns, kernel_view};
 use schema::{Declared, Schema};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -793,7 +793,7 @@ mod tests {
         assert_eq!(s.config.socket, Path::new(profd_common::DEFAULT_SOCKET));
         let shown = s.to_toml();
         assert!(shown.contains("max_sessions = 5"), "{shown}");
-        assert_eq!(s.config.connections, crate::conns::Limits::default());
+        assert_eq!(s.config.connections, crate::serve::conns::Limits::default());
         let file = parse(
             Path::new("f.toml"),
             "[limits]\nmax_connections = 32\nhandshake_timeout = 3\nidle_timeout = 60\n\

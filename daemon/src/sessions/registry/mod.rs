@@ -3,13 +3,13 @@
 //! starts session actors, looks them up for their owners, and tells what
 //! the daemon is doing (`activity`, for Info and `/metrics`). Errors here
 //! carry what the caller should change.
-use crate::auth::{self, Caller, Check, Grant};
 use crate::os::perf::{EventKind, EventSpec, Mode, MAX_STACK_BYTES};
 use crate::os::sysctl::max_sample_rate;
 use crate::os::PidFd;
 use crate::process::symbolize::Symbolizer;
 use crate::request_error::Error;
 use crate::sampling::SampleSource;
+use crate::serve::auth::{self, Caller, Check, Grant};
 use crate::sessions::session::{self, Handle, Params};
 use crate::stats::Stats;
 use profd_common::{api, DEFAULT_FREQUENCY_HZ};

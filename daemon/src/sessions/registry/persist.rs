@@ -6,8 +6,8 @@
 //! Sessions are recorded there as they start; a save that fails leaves the
 //! session in memory, marked NOT_SAVED, and is tried again every interval.
 use super::{sees, LiveSessions, Registry, StoredSessions};
-use crate::auth::Caller;
 use crate::request_error::Error;
+use crate::serve::auth::Caller;
 use crate::sessions::session::{self, Handle, SaveStatus};
 use crate::sessions::store::share::Ledger;
 use crate::sessions::store::{Found, IdError, Store};

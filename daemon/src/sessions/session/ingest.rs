@@ -7,12 +7,12 @@
 use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use super::timeline::Times;
-use crate::auth::Check;
 use crate::memory::CAPPED_STACKS;
 use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::{Unwinder, Walk};
 use crate::sampling::{Batch, Mark, SampleView, StackTops};
+use crate::serve::auth::Check;
 use profd_common::api;
 use profd_common::model::{MarkerKind, StackTable};
 use std::collections::HashMap;

@@ -207,7 +207,7 @@ pub struct Policy {
     /// Tokens of the TLS listener (empty without one).
     pub tokens: Tokens,
     /// What callers other than root are shown of kernel frames.
-    pub kernel_frames: crate::kernel_view::Setting,
+    pub kernel_frames: crate::serve::kernel_view::Setting,
 }
 
 /// Where the TLS listener's files are.
@@ -263,7 +263,7 @@ impl Policy {
                 "unknown token: ask the daemon's administrator for one (`profd token`)",
             )
         })?;
-        if let Some(connection) = req.extensions().get::<crate::conns::Connection>() {
+        if let Some(connection) = req.extensions().get::<crate::serve::conns::Connection>() {
             connection.authenticated();
         }
         Ok(caller)

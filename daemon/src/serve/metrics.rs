@@ -62,7 +62,7 @@ pub struct Connections {
 }
 
 impl Connections {
-    fn read(listener: &'static str, s: &crate::conns::ListenerStats) -> Connections {
+    fn read(listener: &'static str, s: &crate::serve::conns::ListenerStats) -> Connections {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Connections {
             listener,

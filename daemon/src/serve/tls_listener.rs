@@ -5,7 +5,7 @@
 //! is stays `auth`'s business; what the dashboard holds, `dashboard`'s.
 use crate::config::Remote;
 use crate::daemon_error::Error;
-use crate::{auth, conns, dashboard};
+use crate::serve::{auth, conns, dashboard};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use std::path::Path;

@@ -2,11 +2,11 @@
 //! requests, forwards them to the registry or a session actor, maps errors to
 //! statuses, and runs each Watch stream (snapshot, then per-interval deltas,
 //! then a final update).
-use crate::auth::Policy;
 use crate::continuous::history::{History, Want};
-use crate::kernel_view::Sysctls;
 use crate::os::sysctl::{kernel_sysctl, max_sample_rate};
 use crate::request_error::Error;
+use crate::serve::auth::Policy;
+use crate::serve::kernel_view::Sysctls;
 use crate::sessions::registry::Registry;
 use crate::sessions::session::{FunctionTable, Handle, Resolved, MAX_WINDOW_S};
 use profd_common::api::{self, profiler_server::Profiler};

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the fuzz targets' seed corpus: fuzz/corpus/record/ and fuzz/corpus/unwind/.
 
-The record seeds are the record parser's byte fixtures (daemon/src/perf/record_tests.rs)
+The record seeds are the record parser's byte fixtures (daemon/src/os/perf/record_tests.rs)
 laid out for profd's own two layouts, one record each and a few rings; the unwind seeds
 use the unwind target's input format (see fuzz/fuzz_targets/unwind.rs). Deterministic:
 rerunning it rewrites the same files. Run from anywhere: python3 fuzz/seeds.py

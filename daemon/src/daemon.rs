@@ -7,8 +7,12 @@
 use crate::config::Config;
 use crate::continuous::history::History;
 use crate::daemon_error::Error;
-use crate::sys::perf;
-use crate::{auth, conns, metrics, registry, rpc, sampler, store, symbolize, sysctl, tls_listener};
+use crate::os::perf;
+use crate::os::sysctl;
+use crate::process::symbolize;
+use crate::sampling;
+use crate::serve::{auth, conns, metrics, rpc, tls_listener};
+use crate::sessions::{registry, store};
 use profd_common::api::profiler_server::ProfilerServer;
 use sd_notify::NotifyState;
 use std::future::Future;
@@ -43,7 +47,7 @@ pub struct Daemon {
     history: Option<History>,
     /// Where continuous profiling's windows are sent (none configured: no
     /// sinks).
-    sinks: crate::sinks::Sinks,
+    sinks: crate::continuous::sinks::Sinks,
 }
 
 /// How long connections may take to close once serving ends.
@@ -201,8 +205,8 @@ impl Daemon {
     /// Probe the kernel and bind the socket; clients may connect once this returns.
     pub async fn bind(config: Config) -> Result<Daemon, Error> {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;
-        crate::session::setup_budget::BUDGET.set(config.new_process_cpu);
-        let mut sampler = sampler::Sampler::new(cpus);
+        crate::sessions::session::setup_budget::BUDGET.set(config.new_process_cpu);
+        let mut sampler = sampling::Sampler::new(cpus);
         sampler.ring_pages = config.ring_pages;
         let pool = sampler.pool();
         let source = Arc::new(sampler);
@@ -225,11 +229,11 @@ impl Daemon {
         memory.register(
             "unwind tables",
             10,
-            crate::unwind::bytes,
-            crate::unwind::shed,
-            crate::unwind::set_budget,
+            crate::process::unwind::bytes,
+            crate::process::unwind::shed,
+            crate::process::unwind::set_budget,
         );
-        memory.every_few_readings(crate::unwind::release_pages);
+        memory.every_few_readings(crate::process::unwind::release_pages);
         memory.register(
             "symbolizer",
             30,
@@ -245,7 +249,7 @@ impl Daemon {
     #[doc(hidden)]
     pub async fn bind_with(
         config: Config,
-        source: Arc<dyn sampler::SampleSource>,
+        source: Arc<dyn sampling::SampleSource>,
         symbolizer: Arc<dyn symbolize::Symbolizer>,
     ) -> Result<Daemon, Error> {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;
@@ -287,7 +291,7 @@ impl Daemon {
             }
             None => None,
         };
-        let mut sinks = crate::sinks::Sinks::default();
+        let mut sinks = crate::continuous::sinks::Sinks::default();
         let history = match &config.continuous {
             Some(settings) => {
                 let dir = config.persist.as_ref().map(|p| p.dir.join("windows"));
@@ -297,7 +301,7 @@ impl Daemon {
                     reason,
                 })?;
                 let state = config.persist.as_ref().map(|p| p.dir.as_path());
-                sinks = crate::sinks::Sinks::start(config.sinks.clone(), state)
+                sinks = crate::continuous::sinks::Sinks::start(config.sinks.clone(), state)
                     .await
                     .map_err(Error::Config)?;
                 history.attach(Arc::new(sinks.clone()));

@@ -3,52 +3,54 @@
 //! Not a stable API: it changes whenever the daemon's parts do.
 
 pub mod maps {
-    pub use crate::maps::{Backing, Mapping, ProcessMaps};
+    pub use crate::process::maps::{Backing, Mapping, ProcessMaps};
 }
 
 pub mod perf {
-    pub use crate::sys::perf::record;
-    pub use crate::sys::perf::{
+    pub use crate::os::perf::record;
+    pub use crate::os::perf::{
         online_cpus, walk_ring, Counts, EventKind, EventSpec, PerfError, FP_USER_REGS, SAMPLE_TYPE,
         USER_REGS,
     };
 }
 
 pub mod registry {
-    pub use crate::registry::Limits;
+    pub use crate::sessions::registry::Limits;
 }
 
 pub mod rpc {
-    pub use crate::rpc::delta;
+    pub use crate::serve::rpc::delta;
 }
 
 pub mod sampler {
-    pub use crate::sampler::{
+    pub use crate::sampling::{
         Batch, BatchPool, Counters, Demux, Drained, SampleSource, Sampler, StackTops, Subscription,
         Targets, RING_PAGES, STACK_RING_PAGES,
     };
 }
 
 pub mod session {
-    pub use crate::session::{start, FunctionTable, Ingest, Params};
+    pub use crate::sessions::session::{start, FunctionTable, Ingest, Params};
 }
 
 pub mod store {
-    pub use crate::store::{Persist, MAX_ID, NEXT_ID_FILE};
+    pub use crate::sessions::store::{Persist, MAX_ID, NEXT_ID_FILE};
 }
 
 pub mod symbolize {
-    pub use crate::symbolize::{
+    pub use crate::process::symbolize::{
         budget, bytes, set_budget, shed, stats, BlazeSymbolizer, Frame, Symbolizer,
     };
 }
 
 pub mod sys {
-    pub use crate::sys::{own_stack, PidFd};
+    pub use crate::os::{own_stack, PidFd};
 }
 
 pub mod unwind {
-    pub use crate::unwind::{bytes, counters, set_budget, shed, Unwinder, Walk, MAX_FRAMES};
+    pub use crate::process::unwind::{
+        bytes, counters, set_budget, shed, Unwinder, Walk, MAX_FRAMES,
+    };
 }
 
 pub mod continuous {
@@ -62,18 +64,18 @@ pub mod sinks {
     pub use crate::config::sinks::{
         Entry as SinkEntry, Kind as SinkKind, Layout as ClickHouseLayout,
     };
-    pub use crate::sinks::clickhouse::{
+    pub use crate::continuous::sinks::clickhouse::{
         rows as clickhouse_rows, schema_script as clickhouse_schema,
     };
-    pub use crate::sinks::deliver::Report as SinkReport;
-    pub use crate::sinks::otlp::{
+    pub use crate::continuous::sinks::deliver::Report as SinkReport;
+    pub use crate::continuous::sinks::otlp::{
         request as otlp_request, Config as OtlpConfig, Otlp, PROTO_VERSION as OTLP_PROTO_VERSION,
     };
-    pub use crate::sinks::pyroscope::{
+    pub use crate::continuous::sinks::pyroscope::{
         requests as pyroscope_requests, Config as PyroscopeConfig, Ingest as PyroscopeIngest,
         Limits as PyroscopeLimits, Pyroscope,
     };
-    pub use crate::sinks::{
+    pub use crate::continuous::sinks::{
         error_chain, http_client, judge, Auth, DropReason, Failure, Secret, Sent, Sinks,
     };
 }

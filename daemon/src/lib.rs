@@ -6,45 +6,30 @@
 //! use; [`internals`] is for benches, fuzz targets and tests only.
 #![deny(unsafe_code)]
 
-mod auth;
 mod config;
-mod conns;
 mod continuous;
 mod daemon;
 mod daemon_error;
-mod dashboard;
-mod fds;
-mod file_version;
-mod gopclntab;
 #[doc(hidden)]
 pub mod internals;
-mod kernel_view;
-mod maps;
 mod memory;
-mod metrics;
-mod registry;
-mod request_error;
-mod rpc;
-mod sampler;
-mod session;
-mod sinks;
-mod stats;
-mod store;
-mod symbolize;
 #[allow(unsafe_code)]
-mod sys;
-mod sysctl;
-mod tls_listener;
+mod os;
+mod process;
+mod request_error;
+mod sampling;
+mod serve;
+mod sessions;
+mod stats;
 mod trusted_files;
-mod unwind;
 
-pub use auth::new_token;
 pub use config::sinks::Layout as ClickHouseLayout;
 pub use config::sinks::Settings as SinkSettings;
 pub use config::DEFAULT_PATH as DEFAULT_SETTINGS_PATH;
 pub use config::{read as read_settings_file, settings, Config, Flags, Settings};
+pub use continuous::sinks::clickhouse::schema_script as clickhouse_schema;
+pub use continuous::sinks::deliver::probe as probe_sinks;
 pub use daemon::{check_socket_group, Daemon};
 pub use daemon_error::Error;
-pub use sinks::clickhouse::schema_script as clickhouse_schema;
-pub use sinks::deliver::probe as probe_sinks;
-pub use sys::tune_allocator;
+pub use os::tune_allocator;
+pub use serve::auth::new_token;

@@ -352,7 +352,7 @@ impl Governor {
             .collect();
         caches.sort_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
         let freed: u64 = caches.iter().map(|(_, c)| (c.shed)()).sum();
-        crate::sys::trim_heap();
+        crate::os::trim_heap();
         self.counts.sheds.fetch_add(1, Ordering::Relaxed);
         self.counts.shed_bytes.fetch_add(freed, Ordering::Relaxed);
         freed
@@ -549,7 +549,7 @@ pub async fn run(governor: Arc<Governor>, stop: impl std::future::Future<Output 
             .load(Ordering::Relaxed)
             .is_multiple_of(RELEASE_CODE_EVERY)
         {
-            let bytes = crate::sys::release_code_pages();
+            let bytes = crate::os::release_code_pages();
             tracing::debug!(bytes, "own code pages released");
         }
         let (resident, peak) = resident();

@@ -1,6 +1,6 @@
 //! The request error: why a request could not be served, in the terms of
 //! what the caller should change; `rpc` maps it to a gRPC status.
-use crate::sys::perf::PerfError;
+use crate::os::perf::PerfError;
 
 /// Why a request could not be served; mapped to a gRPC status by `rpc`.
 #[derive(Debug, thiserror::Error)]
@@ -25,8 +25,8 @@ impl From<PerfError> for Error {
             PerfError::Permission { .. } | PerfError::Unsupported { .. } => {
                 Error::FailedPrecondition(e.to_string())
             }
-            PerfError::Io { ref source, .. } if crate::fds::exhausted(source) => {
-                Error::ResourceExhausted(crate::fds::message("opening perf events", source))
+            PerfError::Io { ref source, .. } if crate::os::fds::exhausted(source) => {
+                Error::ResourceExhausted(crate::os::fds::message("opening perf events", source))
             }
             PerfError::Io { .. } => Error::Internal(e.to_string()),
         }

@@ -18,7 +18,7 @@ pub struct Stats {
     /// Stack addresses that had to be sent to the symbolizer.
     pub symbol_cache_misses: AtomicU64,
     /// Connections of each listener: open, refused and closed early.
-    pub connections: crate::conns::Stats,
+    pub connections: crate::serve::conns::Stats,
     /// The memory ceiling, the caches that shed and what was shed.
     pub memory: Arc<crate::memory::Governor>,
 }

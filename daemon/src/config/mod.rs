@@ -10,9 +10,10 @@ pub use values::MAX_BUCKETS;
 
 pub use schema::{Flag, Flags, Layer, Setting};
 
-use crate::auth::{Grant, TlsFiles};
-use crate::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};
-use crate::{conns, kernel_view, registry};
+use crate::serve::auth::{Grant, TlsFiles};
+use crate::serve::{conns, kernel_view};
+use crate::sessions::registry;
+use crate::sessions::store::{Persist, Retention, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_STATE_DIR};
 use schema::{Declared, Schema};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -93,7 +94,7 @@ impl Config {
             connections: conns::Limits::default(),
             continuous: None,
             sinks: Vec::new(),
-            new_process_cpu: crate::session::setup_budget::DEFAULT_PER_SECOND,
+            new_process_cpu: crate::sessions::session::setup_budget::DEFAULT_PER_SECOND,
             memory_limit: crate::memory::DEFAULT_LIMIT,
         }
     }
@@ -271,7 +272,7 @@ settings! {
         key: "limits.new_process_cpu",
         flag: flag("new-process-cpu", "MS"),
         ty: MILLIS_PER_SECOND,
-        default: Some(|| crate::session::setup_budget::DEFAULT_PER_SECOND.as_millis() as u64),
+        default: Some(|| crate::sessions::session::setup_budget::DEFAULT_PER_SECOND.as_millis() as u64),
         help: "Milliseconds of CPU a second for setting up the processes continuous profiling samples (reading /proc/PID/maps, opening the files they map); past it, a new process is set up at a later batch, its samples counted meanwhile, walked by frame pointers only (config: limits.new_process_cpu; default 5, half a percent of a core)",
     };
     MAX_CONNECTIONS: usize = Setting {
@@ -792,7 +793,7 @@ mod tests {
         assert_eq!(s.config.socket, Path::new(profd_common::DEFAULT_SOCKET));
         let shown = s.to_toml();
         assert!(shown.contains("max_sessions = 5"), "{shown}");
-        assert_eq!(s.config.connections, crate::conns::Limits::default());
+        assert_eq!(s.config.connections, crate::serve::conns::Limits::default());
         let file = parse(
             Path::new("f.toml"),
             "[limits]\nmax_connections = 32\nhandshake_timeout = 3\nidle_timeout = 60\n\
@@ -1164,7 +1165,7 @@ mod tests {
 
     #[test]
     fn bad_continuous_values_name_the_setting() {
-        let max = crate::sysctl::max_sample_rate();
+        let max = crate::os::sysctl::max_sample_rate();
         for (text, key, what) in [
             ("enabled = 1", "enabled", "expected true or false, got 1"),
             (

@@ -1,8 +1,8 @@
 //! The value types of settings: for each, the one check a value of the
 //! settings file and a flag's text both go through (so both say the same
 //! thing), and how a checked value is written back.
-use crate::auth::Grant;
-use crate::store::parse_bytes;
+use crate::serve::auth::Grant;
+use crate::sessions::store::parse_bytes;
 use clap::ValueHint;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -112,7 +112,7 @@ pub const BUCKETS: Type<u32> = scalar(
 /// A sampling frequency the kernel allows.
 pub const FREQUENCY: Type<u32> = scalar(
     |v| {
-        let max = crate::sysctl::max_sample_rate();
+        let max = crate::os::sysctl::max_sample_rate();
         match v {
             Value::Integer(n) if *n > 0 && *n <= i64::from(max) => Ok(*n as u32),
             _ => Err(expected(
@@ -325,8 +325,10 @@ pub const LOG_LEVEL: Type<String> = scalar(
 /// What callers other than root are shown of kernel frames.
 pub const KERNEL_FRAMES: Type<String> = scalar(
     |v| match v {
-        Value::String(s) if s.parse::<crate::kernel_view::Setting>().is_ok() => Ok(s.clone()),
-        _ => Err(expected(crate::kernel_view::VALUES, v)),
+        Value::String(s) if s.parse::<crate::serve::kernel_view::Setting>().is_ok() => {
+            Ok(s.clone())
+        }
+        _ => Err(expected(crate::serve::kernel_view::VALUES, v)),
     },
     |s| Value::String(s.clone()),
     string,

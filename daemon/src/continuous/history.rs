@@ -19,7 +19,7 @@ use super::merge::Merge;
 pub use super::merge::{Merged, Want};
 use super::Settings;
 use crate::request_error::Error;
-use crate::store::atomic;
+use crate::sessions::store::atomic;
 use profd_common::api;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -285,7 +285,7 @@ impl Inner {
             Err(reason) => {
                 self.damaged(key, &reason);
                 // What was decoded before the refusal is given back.
-                crate::sys::trim_heap();
+                crate::os::trim_heap();
                 None
             }
         }
@@ -523,7 +523,7 @@ impl Inner {
 fn open(path: &Path) -> Option<Result<std::fs::File, String>> {
     match std::fs::File::open(path) {
         Ok(file) => Some(Ok(file)),
-        Err(err) if crate::fds::exhausted(&err) => {
+        Err(err) if crate::os::fds::exhausted(&err) => {
             tracing::warn!(path = %path.display(), %err, "cannot open a window now: left out of the answer");
             None
         }
@@ -695,7 +695,7 @@ impl History {
             }
             let answer = merge.finish(from, to);
             // The windows read, freed, are given back to the system.
-            crate::sys::trim_heap();
+            crate::os::trim_heap();
             answer
         })
         .await

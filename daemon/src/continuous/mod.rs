@@ -1,6 +1,7 @@
 //! Continuous profiling: every selected process on the host sampled at a low
 //! frequency with no client attached, cut into windows labelled by service,
-//! kept as local history and answered by queries.
+//! kept as local history, answered by queries and sent to the backends
+//! fleets run (`sinks`).
 pub mod decode;
 pub mod encode;
 pub mod files;
@@ -9,6 +10,7 @@ pub mod merge;
 pub mod pressure;
 pub mod profiler;
 pub mod service;
+pub mod sinks;
 
 use std::time::Duration;
 

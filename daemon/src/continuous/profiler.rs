@@ -8,14 +8,14 @@ use super::history::{self, History};
 use super::pressure::Pressure;
 use super::service::{self, Label};
 use super::Settings;
-use crate::registry::DEFAULT_STACK_BYTES;
-use crate::sampler::{
+use crate::os::perf::{EventKind, EventSpec};
+use crate::process::symbolize::Symbolizer;
+use crate::sampling::{
     ring_pages_for, Batch, SampleSource, Subscription, EVERY_PROCESS, MIN_RING_PAGES,
     STACK_RING_PAGES,
 };
-use crate::session::{Collector, Finished};
-use crate::symbolize::Symbolizer;
-use crate::sys::perf::{EventKind, EventSpec};
+use crate::sessions::registry::DEFAULT_STACK_BYTES;
+use crate::sessions::session::{Collector, Finished};
 use profd_common::api;
 use profd_common::model::FrameRef;
 use std::collections::HashMap;
@@ -216,7 +216,7 @@ pub async fn run(
                 history.cut_until(end_ns);
                 // The cut's memory, freed, is given back to the system, not
                 // kept for the next cut.
-                crate::sys::trim_heap();
+                crate::os::trim_heap();
             }));
         } else {
             history.cut_until(end_ns);
@@ -325,7 +325,7 @@ impl Profiler {
         next: EventSpec,
         sampler: &Arc<dyn SampleSource>,
         batches: &mut mpsc::UnboundedReceiver<Batch>,
-    ) -> Result<(EventSpec, Option<crate::sampler::StackTops>), String> {
+    ) -> Result<(EventSpec, Option<crate::sampling::StackTops>), String> {
         let (tx, rx) = mpsc::unbounded_channel();
         let all = EVERY_PROCESS;
         let sub = match sampler
@@ -370,7 +370,7 @@ impl Profiler {
         for pid in pids {
             self.choose(pid);
         }
-        crate::sys::trim_heap();
+        crate::os::trim_heap();
         Ok(())
     }
 

@@ -1,0 +1,500 @@
+//! A session's answers to views: naming new addresses, the per-function table
+//! (cumulative and over a recent window), the fully resolved profile that
+//! views and exports are computed from, and the profil(3) histogram.
+use super::spaces::untag;
+use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, FunctionTable, Resolved, Stamp};
+use crate::process::maps::is_jit_candidate;
+use crate::process::symbolize::{is_kernel, FrameName};
+use crate::sampling::BAD_USER_FRAME;
+use profd_common::api;
+use profd_common::kernel::{self, KernelFrames};
+use profd_common::model::{
+    percent, Aggregator, FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack,
+};
+use std::collections::HashMap;
+use std::time::Instant;
+
+impl Actor {
+    /// Name the addresses of stacks seen since the last view, and look up
+    /// again those in JIT code whose perf map changed since they were.
+    pub(super) async fn symbolize_pending(&mut self) {
+        // The perf maps of the spaces with such addresses, read (when they
+        // changed) off the actor's thread.
+        let spaces = &self.ingest.spaces;
+        let waiting: Vec<_> = self
+            .unnamed_jit
+            .spaces()
+            .map(|space| (space, spaces.maps(space).clone()))
+            .collect();
+        let now: HashMap<usize, _> = if waiting.is_empty() {
+            HashMap::new()
+        } else {
+            tokio::task::spawn_blocking(move || {
+                waiting
+                    .into_iter()
+                    .map(|(space, maps)| (space, maps.perf_map()))
+                    .collect()
+            })
+            .await
+            .unwrap_or_default()
+        };
+        let again = self
+            .unnamed_jit
+            .due(|space| now.get(&space).cloned().flatten());
+        if self.ingest.pending.is_empty() && again.is_empty() {
+            return;
+        }
+        let mut addrs: Vec<u64> = self.ingest.pending.drain().collect();
+        for (frame, name) in super::SYNTHETIC_FRAMES {
+            let Some(i) = addrs.iter().position(|&a| a == frame) else {
+                continue;
+            };
+            addrs.swap_remove(i);
+            let func = self.function_id(
+                FrameName {
+                    name: name.into(),
+                    module: "[profd]".into(),
+                    inlined: false,
+                },
+                String::new(),
+            );
+            let frames = Box::new([FrameLoc { func, line: 0 }]);
+            self.addr_fn.insert(
+                frame,
+                AddrFrames {
+                    frames,
+                    unnamed: false,
+                },
+            );
+        }
+        addrs.extend(again);
+        // One symbolizer call per address space, with its mappings.
+        let mut by_space: HashMap<usize, Vec<u64>> = HashMap::new();
+        for a in addrs {
+            by_space.entry(untag(a).0).or_default().push(a);
+        }
+        let mut renamed = false;
+        for (space, addrs) in by_space {
+            let maps = self.ingest.spaces.maps(space).clone();
+            renamed |= self.symbolize_in(space, maps, addrs).await;
+        }
+        if renamed {
+            // Stacks counted under the old names: count them all again.
+            self.ingest.since_view = None;
+        }
+    }
+
+    /// Name (tagged) addresses of one space; true if some address named
+    /// before got other frames.
+    async fn symbolize_in(
+        &mut self,
+        space: usize,
+        maps: crate::process::maps::ProcessMaps,
+        addrs: Vec<u64>,
+    ) -> bool {
+        let symbolizer = self.symbolizer.clone();
+        let lookup: Vec<u64> = addrs.iter().map(|&a| untag(a).1).collect();
+        // Addresses the perf map may name: in anonymous executable memory, or
+        // in none the session knows of (its mapping record may be lost).
+        let in_jit: Vec<bool> = lookup
+            .iter()
+            .map(|&a| {
+                !is_kernel(a)
+                    && a != BAD_USER_FRAME
+                    && maps.find(a).is_none_or(|m| is_jit_candidate(&m.backing))
+            })
+            .collect();
+        // The perf map as it is before naming: an address it does not name
+        // is looked up again once the map is another.
+        let answer = tokio::task::spawn_blocking(move || {
+            let perf_map = maps.perf_map();
+            (symbolizer.symbolize(&maps, &lookup), perf_map)
+        })
+        .await;
+        let (resolved, perf_map) = match answer {
+            Ok((frames, perf_map)) if frames.len() == addrs.len() => (frames, perf_map),
+            Ok((_, perf_map)) => {
+                tracing::error!("the symbolizer answered for the wrong number of addresses");
+                (lookup_fallback(&addrs), perf_map)
+            }
+            Err(err) => {
+                tracing::error!(%err, "symbolization panicked");
+                (lookup_fallback(&addrs), None)
+            }
+        };
+        let mut renamed = false;
+        for ((addr, frames), in_jit) in addrs.into_iter().zip(resolved).zip(in_jit) {
+            let in_kernel = is_kernel(addr);
+            let frames = if frames.is_empty() {
+                lookup_fallback(&[untag(addr).1]).remove(0)
+            } else {
+                frames
+            };
+            let unnamed = frames.iter().any(|f| !f.named);
+            if unnamed && in_jit {
+                self.unnamed_jit.wait(space, &perf_map, addr);
+            }
+            let frames = frames
+                .into_iter()
+                .map(|f| {
+                    let file = f.file.as_deref().unwrap_or_default().to_string();
+                    let func = self.function_id(f.func, file);
+                    self.kernel[func as usize] |= in_kernel;
+                    FrameLoc { func, line: f.line }
+                })
+                .collect();
+            let before = self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
+            renamed |= before.is_some_and(|b| b.unnamed && !unnamed);
+        }
+        renamed
+    }
+
+    /// The id of a function, given one when new.
+    fn function_id(&mut self, name: FrameName, file: String) -> u32 {
+        let (id, new) = self.names.insert_full(name);
+        if new {
+            self.files.push(file);
+            self.kernel.push(false);
+        }
+        id as u32
+    }
+
+    /// The id of the function kernel frames are folded into, when they are.
+    fn folded_id(&mut self, shown: KernelFrames) -> u32 {
+        if shown != KernelFrames::Folded {
+            return u32::MAX;
+        }
+        let folded = kernel::folded_function();
+        self.function_id(
+            FrameName {
+                name: folded.name,
+                module: folded.module,
+                inlined: false,
+            },
+            folded.file,
+        )
+    }
+
+    /// Function ids of a stack, innermost first (inlined frames expanded).
+    fn stack_ids(&self, stack: &[u64], ids: &mut Vec<u32>) -> bool {
+        ids.clear();
+        let mut unnamed = false;
+        for a in stack {
+            let at = &self.addr_fn[a];
+            unnamed |= at.unnamed;
+            ids.extend(at.frames.iter().map(|f| f.func));
+        }
+        unnamed
+    }
+
+    /// [`Self::stack_ids`] of the stack with this index (its addresses go
+    /// to `stack`); None when the table has no such stack.
+    fn ids_of(&self, index: u32, stack: &mut Vec<u64>, ids: &mut Vec<u32>) -> Option<bool> {
+        self.ingest.stacks.get(index as usize, stack)?;
+        Some(self.stack_ids(stack, ids))
+    }
+
+    /// Add the samples since the last view to the running counts (and to
+    /// `unsymbolized`): only their stacks, each once with its number of
+    /// samples; or, at the first view and after more samples than the
+    /// table holds stacks, every stack again.
+    fn count_new_samples(&mut self, ids: &mut Vec<u32>) {
+        match self.ingest.since_view.take() {
+            Some(mut indices) => {
+                self.counted.grow(self.names.len());
+                indices.sort_unstable();
+                let mut stack = Vec::with_capacity(128);
+                for run in indices.chunk_by(|a, b| a == b) {
+                    let Some(unnamed) = self.ids_of(run[0], &mut stack, ids) else {
+                        continue;
+                    };
+                    let n = run.len() as u64;
+                    if unnamed {
+                        self.ingest.totals.unsymbolized += n;
+                    }
+                    self.counted.add(ids, n);
+                }
+                indices.clear();
+                self.ingest.since_view = Some(indices);
+            }
+            None => {
+                let mut agg = Aggregator::new(self.names.len());
+                let mut unsymbolized = 0;
+                self.ingest.stacks.for_each(|_, stack, n| {
+                    if self.stack_ids(stack, ids) {
+                        unsymbolized += n;
+                    }
+                    agg.add(ids, n);
+                });
+                self.counted = agg;
+                self.ingest.totals.unsymbolized = unsymbolized;
+                self.ingest.since_view = Some(Vec::new());
+            }
+        }
+    }
+
+    pub(super) async fn view(&mut self, window_s: u32, shown: KernelFrames) -> FunctionTable {
+        self.symbolize_pending().await;
+        let folded = self.folded_id(shown);
+        let mut ids = Vec::with_capacity(128);
+        self.count_new_samples(&mut ids);
+        let (mut window, mut window_attributed) = (None, 0);
+        if window_s > 0 {
+            let mut wagg = Aggregator::new(self.names.len());
+            let mut stack = Vec::with_capacity(128);
+            for (index, n) in self.ingest.recent.counts(window_s, Instant::now()) {
+                if self.ids_of(index, &mut stack, &mut ids).is_some() {
+                    wagg.add(&ids, n);
+                    window_attributed += n;
+                }
+            }
+            window = Some(wagg.into_counts());
+        }
+        let total = self.ingest.totals.attributed;
+        let mut functions: Vec<api::Function> = self
+            .counted
+            .counts()
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.inclusive > 0)
+            .map(|(id, c)| {
+                let w = window.as_ref().map(|w| w[id]).unwrap_or_default();
+                api::Function {
+                    id: id as u64,
+                    name: self.names[id].name.clone(),
+                    module: self.names[id].module.clone(),
+                    inclusive: c.inclusive,
+                    exclusive: c.exclusive,
+                    inclusive_pct: percent(c.inclusive, total),
+                    exclusive_pct: percent(c.exclusive, total),
+                    inlined: self.names[id].inlined,
+                    window_inclusive: w.inclusive,
+                    window_exclusive: w.exclusive,
+                }
+            })
+            .collect();
+        functions.sort_by(|a, b| {
+            (b.inclusive, b.exclusive)
+                .cmp(&(a.inclusive, a.exclusive))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let kernel = &self.kernel;
+        let is_kernel_fn = |id: u64| kernel.get(id as usize).copied().unwrap_or(false);
+        shown.rows(&mut functions, is_kernel_fn, u64::from(folded), total);
+        self.version += 1;
+        let version = self.version;
+        self.stamps.resize(self.names.len(), Stamp::default());
+        let stamps = functions
+            .iter()
+            .map(|f| {
+                let st = &mut self.stamps[f.id as usize];
+                let counts = (f.inclusive, f.exclusive);
+                if st.first == 0 {
+                    st.first = version;
+                }
+                if st.changed == 0 || st.counts != counts {
+                    st.counts = counts;
+                    st.changed = version;
+                }
+                (st.changed, st.first)
+            })
+            .collect();
+        // Functions shown with samples before that have none left: their
+        // addresses were named anew (see `symbolize_pending`).
+        let counts = self.counted.counts();
+        let empty = |id: usize| counts.get(id).is_none_or(|c| c.inclusive == 0);
+        self.emptied.retain(|&(id, ..)| empty(id as usize));
+        for (id, st) in self.stamps.iter_mut().enumerate() {
+            if st.counts.0 > 0 && empty(id) {
+                st.counts = (0, 0);
+                st.changed = version;
+                self.emptied.push((id as u64, st.first, version));
+            }
+        }
+        FunctionTable {
+            session: self.summary(),
+            functions,
+            window_attributed,
+            version,
+            stamps,
+            emptied: self.emptied.clone(),
+        }
+    }
+
+    pub(super) async fn resolve(&mut self, shown: KernelFrames) -> Resolved {
+        let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
+        let mut resolved = self
+            .resolve_each(shown, |_, tid, count, frames| {
+                // Sized exactly: a whole profile's frames are most of its memory.
+                stacks.push(ResolvedStack {
+                    tid,
+                    count,
+                    frames: frames.to_vec(),
+                })
+            })
+            .await;
+        resolved.profile.stacks = stacks;
+        let mut timeline = (self.ingest.timeline.as_ref()).map(|t| t.timeline());
+        if let (Some(map), Some(t)) = (shown.apply_mapped(&mut resolved.profile), &mut timeline) {
+            t.remap(&map);
+        }
+        resolved.timeline = timeline;
+        resolved
+    }
+
+    /// The frames of `stack` (addresses, tagged, innermost first) as named
+    /// at the last [`Self::resolve_each`], written to `frames`; true when a
+    /// frame could not be named.
+    pub(super) fn name_stack(&self, stack: &[u64], frames: &mut Vec<FrameRef>) -> bool {
+        frames.clear();
+        let mut unnamed = false;
+        for &a in stack {
+            let at = &self.addr_fn[&a];
+            unnamed |= at.unnamed;
+            // The frames profd adds have no address.
+            let address = match super::SYNTHETIC_FRAMES.iter().any(|&(f, _)| f == a) {
+                true => 0,
+                false => untag(a).1,
+            };
+            frames.extend(at.frames.iter().map(|f| FrameRef {
+                function: f.func,
+                line: f.line,
+                address,
+            }));
+        }
+        unnamed
+    }
+
+    /// The profile with its stacks handed to `each` one at a time (with the
+    /// function table they index, the thread and the count) instead of
+    /// kept: its `stacks` are empty and `shown` is not applied to them. The
+    /// running counts that views read are brought up to date too.
+    pub(super) async fn resolve_each(
+        &mut self,
+        shown: KernelFrames,
+        mut each: impl FnMut(&[FunctionInfo], u32, u64, &[FrameRef]),
+    ) -> Resolved {
+        self.symbolize_pending().await;
+        self.folded_id(shown);
+        self.count_new_samples(&mut Vec::with_capacity(128));
+        let functions: Vec<FunctionInfo> = self
+            .names
+            .iter()
+            .zip(&self.files)
+            .map(|(n, file)| FunctionInfo {
+                name: n.name.clone(),
+                module: n.module.clone(),
+                file: file.clone(),
+                inlined: n.inlined,
+            })
+            .collect();
+        let mut frames = Vec::with_capacity(128);
+        self.ingest.stacks.for_each(|tid, stack, count| {
+            self.name_stack(stack, &mut frames);
+            each(&functions, tid, count, &frames);
+        });
+        let session = self.summary();
+        let profile = ResolvedProfile {
+            functions,
+            stacks: Vec::new(),
+            threads: self
+                .ingest
+                .threads
+                .iter()
+                .map(|(&t, n)| (t, n.clone()))
+                .collect(),
+            thread_pids: self
+                .ingest
+                .thread_pid
+                .iter()
+                .map(|(&t, &p)| (t, p))
+                .collect(),
+            attributed: self.ingest.totals.attributed,
+            frequency_hz: session.frequency_hz,
+            duration_s: session.duration_s,
+            pid: session.pid,
+            comm: session.comm.clone(),
+            mode: session.mode(),
+        };
+        Resolved {
+            session,
+            profile,
+            timeline: None,
+            unknown_ns: self
+                .ingest
+                .unknown
+                .iter()
+                .map(|(&t, &ns)| (t, ns))
+                .collect(),
+        }
+    }
+
+    /// bucket = (vaddr − offset) × scale / 65536 for each sample's innermost
+    /// user PC in the module (vaddr: its ELF virtual address).
+    pub(super) fn histogram(
+        &self,
+        req: &api::GetHistogramRequest,
+    ) -> Result<api::GetHistogramResponse, String> {
+        let mut counts = vec![0u64; req.buckets as usize];
+        let (mut out_of_range, mut other, mut matched) = (0, 0, false);
+        // The target's current program (after any exec).
+        let space = self.ingest.spaces.of(self.params.pid);
+        let maps = &self.ingest.spaces.list[space].maps;
+        self.ingest.stacks.for_each(|_, stack, n| {
+            let Some((pc_space, pc)) = stack
+                .iter()
+                .find(|&&a| !is_kernel(a) && a != crate::sampling::BAD_USER_FRAME)
+                .map(|&a| untag(a))
+            else {
+                other += n;
+                return;
+            };
+            let Some(m) = maps.find(pc).filter(|_| pc_space == space) else {
+                other += n;
+                return;
+            };
+            let path_matches = match &m.backing {
+                crate::process::maps::Backing::File(p) => p.as_os_str() == req.module.as_str(),
+                crate::process::maps::Backing::Special(_) => false,
+            };
+            let Some(file) = m
+                .file()
+                .filter(|_| path_matches || m.module() == req.module)
+            else {
+                other += n;
+                return;
+            };
+            matched = true;
+            let Some(vaddr) = file.segments().and_then(|s| s.vaddr(m.file_offset(pc))) else {
+                other += n;
+                return;
+            };
+            let bucket = u128::from(vaddr.wrapping_sub(req.offset)) * u128::from(req.scale) / 65536;
+            match usize::try_from(bucket)
+                .ok()
+                .filter(|&b| vaddr >= req.offset && b < counts.len())
+            {
+                Some(b) => counts[b] += n,
+                None => out_of_range += n,
+            }
+        });
+        if !matched && maps.iter().all(|m| m.module() != req.module) {
+            return Err(format!(
+                "module {} is not mapped by process {}: use a file name from its maps, e.g. {:?}",
+                profd_common::quoted(&req.module),
+                self.params.pid,
+                maps.iter()
+                    .find(|m| m.file().is_some())
+                    .map(|m| m.module())
+                    .unwrap_or_default()
+            ));
+        }
+        Ok(api::GetHistogramResponse {
+            session: Some(self.summary()),
+            counts,
+            out_of_range,
+            other,
+            frequency_hz: self.spec.frequency_hz,
+        })
+    }
+}

@@ -1,0 +1,81 @@
+//! A session's addresses in JIT code that no perf map named yet, by address
+//! space: each is looked up again once its space's perf map has changed
+//! (grown, rewritten, or written as the process exited).
+use crate::process::symbolize::perfmap::PerfMapTable;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The perf map an address was looked up in (None: no map then).
+type Seen = Option<Arc<PerfMapTable>>;
+
+fn same(a: &Seen, b: &Seen) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Unnamed JIT addresses (tagged) by space, with the map last looked in.
+#[derive(Default)]
+pub struct UnnamedJit {
+    by_space: HashMap<usize, (Seen, Vec<u64>)>,
+}
+
+impl UnnamedJit {
+    /// `addr` of `space` was not named from `seen`, the space's perf map.
+    pub fn wait(&mut self, space: usize, seen: &Seen, addr: u64) {
+        let (last, addrs) = self.by_space.entry(space).or_default();
+        *last = seen.clone();
+        addrs.push(addr);
+    }
+
+    /// The spaces with addresses waiting.
+    pub fn spaces(&self) -> impl Iterator<Item = usize> + '_ {
+        self.by_space.keys().copied()
+    }
+
+    /// Take the addresses to look up again: those of the spaces whose perf
+    /// map (`now` of the space) is not the one they were looked up in.
+    pub fn due(&mut self, now: impl Fn(usize) -> Seen) -> Vec<u64> {
+        let mut due = Vec::new();
+        self.by_space.retain(|&space, (seen, addrs)| {
+            if same(seen, &now(space)) {
+                return true;
+            }
+            due.append(addrs);
+            false
+        });
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_wait_until_their_space_has_another_map() {
+        let first = Some(Arc::new(PerfMapTable::parse("1000 10 a\n")));
+        let second = Some(Arc::new(PerfMapTable::parse("1000 10 a\n2000 10 b\n")));
+        let mut waiting = UnnamedJit::default();
+        waiting.wait(0, &None, 0x3000);
+        waiting.wait(1, &first, 0x2000);
+        waiting.wait(1, &first, 0x2008);
+        // No map changed: nothing to look up again.
+        let mut spaces: Vec<usize> = waiting.spaces().collect();
+        spaces.sort();
+        assert_eq!(spaces, vec![0, 1]);
+        let maps = [None, first.clone()];
+        assert!(waiting.due(|s| maps[s].clone()).is_empty());
+        // Space 1's map grew (another table): its addresses are due, once.
+        let maps = [None, second.clone()];
+        let mut due = waiting.due(|s| maps[s].clone());
+        due.sort();
+        assert_eq!(due, vec![0x2000, 0x2008]);
+        assert!(waiting.due(|s| maps[s].clone()).is_empty());
+        // Space 0's map appeared.
+        let maps = [first, second];
+        assert_eq!(waiting.due(|s| maps[s].clone()), vec![0x3000]);
+    }
+}

@@ -13,16 +13,16 @@ use tokio::time::Instant;
 
 use super::export::record;
 use super::required_session;
-use crate::cli::{AttachArgs, Format, ProfileOptions};
-use crate::connect::Client;
+use crate::args::cli::{AttachArgs, Format, ProfileOptions};
 use crate::error::{status_line, Error};
-use crate::output::Output;
-use crate::progress::{waiting, Spinner};
-use crate::ranking::Profile;
-use crate::render::{self, TableOptions};
-use crate::render_saved::not_saved_line;
+use crate::requests::connect::Client;
+use crate::requests::progress::{waiting, Spinner};
+use crate::requests::watch::WatchState;
 use crate::tui::{Action, Tui};
-use crate::watch::WatchState;
+use crate::views::output::Output;
+use crate::views::ranking::Profile;
+use crate::views::render::{self, TableOptions};
+use crate::views::render_saved::not_saved_line;
 
 /// How long after our child exits we wait for the daemon's final update
 /// before stopping the session ourselves (at least this, or three intervals).

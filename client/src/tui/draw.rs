@@ -9,10 +9,10 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
 use super::state::{Mode, Only, SortKey, TuiState};
-use crate::ranking::percent;
-use crate::render::{self, INLINED_MARK};
-use crate::render_views;
-use crate::units::{count_text, counts_time, incl_excl};
+use crate::views::ranking::percent;
+use crate::views::render::{self, INLINED_MARK};
+use crate::views::render_views;
+use crate::views::units::{count_text, counts_time, incl_excl};
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, state: &TuiState) {

@@ -10,11 +10,11 @@ use profd_common::api::{
     Function, FunctionRef, FunctionsRequest, GetViewResponse, ThreadsRequest, TreeRequest,
 };
 
-use crate::render::NameStyle;
+use crate::views::render::NameStyle;
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::ranking::Profile;
-use crate::ranking::SortArg;
+use crate::views::ranking::Profile;
+use crate::views::ranking::SortArg;
 
 /// Nodes below this share of the samples are left out of the TUI's tree.
 pub const TREE_MIN_PCT: f64 = 0.5;
@@ -225,7 +225,7 @@ impl TuiState {
             } else {
                 primary
             };
-            primary.then_with(|| crate::ranking::display_order(a, b))
+            primary.then_with(|| crate::views::ranking::display_order(a, b))
         });
         rows
     }

@@ -201,7 +201,7 @@ impl Ctx {
 }
 
 pub async fn connect(socket: &Path) -> Result<ProfilerClient<Channel>, tonic::transport::Error> {
-    let channel = profctl::connect::unix_channel(socket, None).await?;
+    let channel = profctl::requests::connect::unix_channel(socket, None).await?;
     Ok(ProfilerClient::new(channel))
 }
 

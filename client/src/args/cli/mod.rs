@@ -8,8 +8,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use profd_common::api;
 use tonic::transport::Uri;
 
-use crate::connect::{Remote, Target};
-pub use crate::ranking::{SortArg, DEFAULT_TOP};
+use crate::requests::connect::{Remote, Target};
+pub use crate::views::ranking::{SortArg, DEFAULT_TOP};
 
 /// Command-line client of the profd sampling profiler daemon.
 #[derive(Debug, Parser)]
@@ -1239,5 +1239,4 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 }
 
 #[cfg(test)]
-#[path = "cli_tests.rs"]
 mod tests;

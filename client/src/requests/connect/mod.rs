@@ -18,7 +18,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::error::{error_chain, Error};
 #[cfg(feature = "private-daemon")]
-use crate::private_daemon::{self, PrivateDaemon};
+use crate::requests::private_daemon::{self, PrivateDaemon};
 
 /// The gRPC client every command uses: a channel to profd whose requests
 /// carry the bearer token, if any.

@@ -3,7 +3,7 @@
 use std::io::{self, IsTerminal, Write};
 
 use crate::error::Error;
-use crate::render::{NameStyle, DEFAULT_NAME_WIDTH};
+use crate::views::render::{NameStyle, DEFAULT_NAME_WIDTH};
 
 /// ANSI: cursor home, clear screen.
 const CLEAR: &str = "\x1b[H\x1b[2J";

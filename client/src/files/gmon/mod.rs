@@ -279,7 +279,7 @@ pub fn histogram_text(h: &Histogram) -> String {
             out,
             "{i:>8}  {:<37}  {count:>w$}  {:>5.1}%",
             format!("{lo:#x}..{hi:#x}"),
-            crate::ranking::percent(count, in_range)
+            crate::views::ranking::percent(count, in_range)
         );
     }
     if !any {
@@ -298,5 +298,4 @@ fn format_bytes_per_bucket(scale: u32) -> String {
 }
 
 #[cfg(test)]
-#[path = "gmon_tests.rs"]
 mod tests;

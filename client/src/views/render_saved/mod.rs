@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use profd_common::api::{RetentionStatus, SaveState, Session};
 
-use crate::units::bytes_text;
+use crate::views::units::bytes_text;
 
 /// The sessions table's SAVED cell: `yes`, `no`, `pending`, `memory`
 /// (the daemon keeps no state directory) or `-` (not said).

@@ -8,9 +8,9 @@ use std::fmt::Write as _;
 use profd_common::api::{CallerCallee, Edge, Function, GetViewResponse, Mode, Session};
 use profd_common::model::mode_name;
 
-use crate::ranking::{percent, totals};
-use crate::render::{module_cell, NameStyle, INLINED_MARK};
-use crate::units::{count_text, counts_word, incl_excl, time_text, total_text};
+use crate::views::ranking::{percent, totals};
+use crate::views::render::{module_cell, NameStyle, INLINED_MARK};
+use crate::views::units::{count_text, counts_word, incl_excl, time_text, total_text};
 
 /// The widest a function name gets in a view before it is shortened.
 pub const VIEW_NAME_WIDTH: usize = 80;
@@ -358,5 +358,4 @@ pub fn lines_text(view: &GetViewResponse, function: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "render_views_tests.rs"]
 mod tests;

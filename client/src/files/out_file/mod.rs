@@ -318,5 +318,4 @@ fn replace(r: &Resolved, data: &[u8]) -> io::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "out_file_tests.rs"]
 mod tests;

@@ -9,8 +9,8 @@ use profd_common::api::{
 use profd_common::event_name;
 use profd_common::model::mode_name;
 
-use crate::ranking::{percent, totals, Profile};
-use crate::units::{
+use crate::views::ranking::{percent, totals, Profile};
+use crate::views::units::{
     bytes_text, count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
 };
 
@@ -74,7 +74,7 @@ pub struct TableOptions {
 impl Default for TableOptions {
     fn default() -> Self {
         TableOptions {
-            limit: Some(crate::ranking::DEFAULT_TOP),
+            limit: Some(crate::views::ranking::DEFAULT_TOP),
             names: NameStyle::default(),
         }
     }
@@ -459,7 +459,7 @@ pub fn sessions_table(sessions: &[Session]) -> String {
                     state_name(s.state()),
                     if s.earlier_run { "*" } else { "" }
                 ),
-                crate::render_saved::save_cell(s).to_string(),
+                crate::views::render_saved::save_cell(s).to_string(),
                 event_cell(s),
                 format!("{} Hz", s.frequency_hz),
                 format!("{:.2} s", s.duration_s),
@@ -485,7 +485,7 @@ pub fn sessions_table(sessions: &[Session]) -> String {
     if sessions.iter().any(|s| s.earlier_run) {
         text.push_str(EARLIER_RUN_NOTE);
     }
-    text.push_str(&crate::render_saved::not_saved_notes(sessions));
+    text.push_str(&crate::views::render_saved::not_saved_notes(sessions));
     text
 }
 
@@ -570,7 +570,7 @@ pub fn info_text(info: &InfoResponse) -> String {
     let retention = info
         .retention
         .as_ref()
-        .map(crate::render_saved::retention_lines);
+        .map(crate::views::render_saved::retention_lines);
     let lines = lines
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -781,5 +781,4 @@ pub fn windows_text(l: &ListWindowsResponse) -> String {
 }
 
 #[cfg(test)]
-#[path = "render_tests.rs"]
 mod tests;

@@ -10,15 +10,15 @@ use profd_common::api::{self, ExportFormat, Function, GetProfileRequest, Session
 use profd_common::model::{is_time, mode_name};
 
 use super::{required_session, Source};
-use crate::cli::{unix_ms, DiffArgs, DiffSide};
-use crate::connect::Client;
+use crate::args::cli::{unix_ms, DiffArgs, DiffSide};
 use crate::error::Error;
-use crate::output::Output;
-use crate::pprof_file;
-use crate::progress::waiting;
-use crate::ranking::{percent, totals};
-use crate::render::{module_cell, shorten, INLINED_MARK};
-use crate::units::count_text;
+use crate::files::pprof_file;
+use crate::requests::connect::Client;
+use crate::requests::progress::waiting;
+use crate::views::output::Output;
+use crate::views::ranking::{percent, totals};
+use crate::views::render::{module_cell, shorten, INLINED_MARK};
+use crate::views::units::count_text;
 
 /// Whether both sides are files: no daemon is needed then.
 pub fn diff_needs_no_daemon(args: &DiffArgs) -> bool {
@@ -135,13 +135,13 @@ async fn read(
 /// Writes `dir/base.pb.gz` and `dir/new.pb.gz` (creating `dir`); their
 /// paths as shown.
 fn write_pair(dir: &Path, base: &Side, new: &Side) -> Result<(String, String), Error> {
-    crate::out_file::create_dir_all(dir)
+    crate::files::out_file::create_dir_all(dir)
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
     let mut paths = Vec::new();
     for (name, side) in [("base.pb.gz", base), ("new.pb.gz", new)] {
         let path = dir.join(name);
         let data = side.pprof.as_deref().unwrap_or_default();
-        crate::out_file::write_file(&path, data)
+        crate::files::out_file::write_file(&path, data)
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
         paths.push(path.display().to_string());
     }

@@ -16,12 +16,12 @@ use clap_complete::env::{CompleteEnv, Shells};
 use clap_complete::Shell;
 use profd_common::api::{self, GetProfileRequest, ListSessionsRequest};
 
-use crate::cli::{Cli, Command, ReportSource};
+use crate::args::cli::{Cli, Command, ReportSource};
 use crate::commands::Source;
-use crate::connect::Connection;
 use crate::error::Error;
-use crate::pprof_file;
-use crate::render;
+use crate::files::pprof_file;
+use crate::requests::connect::Connection;
+use crate::views::render;
 
 /// The environment variable the scripts set when they run profctl to
 /// complete a command line.

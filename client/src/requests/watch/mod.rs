@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use profd_common::api::{Function, Session, SessionState, WatchResponse};
 
 use crate::error::Error;
-use crate::ranking::{Profile, Window};
+use crate::views::ranking::{Profile, Window};
 
 /// The merged state of one Watch stream.
 #[derive(Debug, Default)]

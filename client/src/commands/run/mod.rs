@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 use super::attach::{check_saved, follow, start, ChildProcess, SessionDisplay};
 use super::export::record;
-use crate::cli::RunArgs;
-use crate::connect::Client;
+use crate::args::cli::RunArgs;
 use crate::error::Error;
-use crate::output::Output;
+use crate::requests::connect::Client;
+use crate::views::output::Output;
 use profd_common::api::SessionState;
 
 /// How long a command gets to exit after SIGTERM before SIGKILL.

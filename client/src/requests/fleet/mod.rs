@@ -9,7 +9,7 @@ use std::time::Duration;
 use profd_common::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
 use serde::Deserialize;
 
-use crate::cli::FleetGroupArg;
+use crate::args::cli::FleetGroupArg;
 use crate::error::Error;
 
 /// Longest window profd cuts: a window that ends in the range started at

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, CompletionsArgs, ManArgs};
+use crate::args::cli::{Cli, CompletionsArgs, ManArgs};
 use crate::error::Error;
-use crate::output::Output;
+use crate::views::output::Output;
 
 /// `profctl man`: profctl(1) on stdout, or every page into `--dir` (the
 /// files written are listed on stderr).
@@ -31,7 +31,7 @@ pub fn man(args: &ManArgs, out: &Output) -> Result<(), Error> {
 /// `profctl completions SHELL`: the script on stdout.
 pub fn completions(args: &CompletionsArgs, out: &Output) -> Result<(), Error> {
     let mut script = Vec::new();
-    crate::complete::write_script(args.shell, &mut script).map_err(Error::Output)?;
+    crate::args::complete::write_script(args.shell, &mut script).map_err(Error::Output)?;
     out.print(&String::from_utf8_lossy(&script))
 }
 
@@ -143,7 +143,7 @@ fn synopsis(cmd: &clap::Command) -> String {
 /// into `dir`, created if it does not exist (with its parents, as
 /// `mkdir -p`); returns the files written.
 pub fn write_man_dir(dir: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
-    crate::out_file::create_dir_all(dir)
+    crate::files::out_file::create_dir_all(dir)
         .map_err(|e| Error::io(format!("--dir {}: cannot create it", dir.display()), e))?;
     let mut cmd = command().disable_help_subcommand(true);
     cmd.build();
@@ -158,7 +158,7 @@ fn write_pages(
     written: &mut Vec<std::path::PathBuf>,
 ) -> Result<(), Error> {
     let path = dir.join(clap_mangen::Man::new(cmd.clone()).get_filename());
-    crate::out_file::write_file(&path, &page(cmd)?)
+    crate::files::out_file::write_file(&path, &page(cmd)?)
         .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
     written.push(path);
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {

@@ -77,9 +77,9 @@ fn find(profile: &ResolvedProfile, f: &FunctionRef) -> Result<u32, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ranking::Profile;
-    use crate::render::{profile_rows, TableOptions};
-    use crate::render_views::file_header;
+    use crate::views::ranking::Profile;
+    use crate::views::render::{profile_rows, TableOptions};
+    use crate::views::render_views::file_header;
     use profd_common::api::Mode;
     use profd_common::model::{FrameRef, FunctionInfo, ResolvedStack};
 

@@ -9,6 +9,7 @@ use profd_common::api;
 use tonic::transport::Uri;
 
 use crate::requests::connect::{Remote, Target};
+pub use crate::requests::fleet::FleetGroupArg;
 pub use crate::views::ranking::{SortArg, DEFAULT_TOP};
 
 /// Command-line client of the profd sampling profiler daemon.
@@ -964,15 +965,6 @@ pub struct FleetArgs {
     /// The view to print.
     #[command(flatten)]
     pub options: ViewOptions,
-}
-
-/// How `profctl fleet` splits a profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FleetGroupArg {
-    /// By host name.
-    Host,
-    /// By service label.
-    Service,
 }
 
 impl FleetArgs {

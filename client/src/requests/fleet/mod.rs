@@ -9,8 +9,16 @@ use std::time::Duration;
 use profd_common::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
 use serde::Deserialize;
 
-use crate::args::cli::FleetGroupArg;
 use crate::error::Error;
+
+/// How `profctl fleet` splits a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FleetGroupArg {
+    /// By host name.
+    Host,
+    /// By service label.
+    Service,
+}
 
 /// Longest window profd cuts: a window that ends in the range started at
 /// most this long before it (lets the query skip older partitions).

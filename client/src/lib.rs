@@ -43,13 +43,13 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         // anything starts.
         Command::Attach(cli::AttachArgs { options, .. })
         | Command::Run(cli::RunArgs { options, .. }) => {
-            if let Some((path, _)) = options.recording().map_err(Error::Usage)? {
+            if let Some((path, _)) = options.recording()? {
                 out_file::check_file(&path)
                     .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
             }
         }
         Command::Health(args) => {
-            let target = cli.target().map_err(Error::Usage)?;
+            let target = cli.target()?;
             let conn = waiting("connecting to profd", Connection::open_existing(&target)).await?;
             let result = commands::health(&conn, args, &out).await;
             conn.close().await;
@@ -57,7 +57,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         }
         _ => {}
     }
-    let target = cli.target().map_err(Error::Usage)?;
+    let target = cli.target()?;
     let mut conn = waiting("connecting to profd", Connection::open(&target)).await?;
     if let (true, Target::Socket(socket)) = (conn.is_private(), &target) {
         eprintln!(

@@ -17,9 +17,9 @@ use crate::views::render;
 
 /// Runs `profctl fleet`.
 pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
-    let action = args.action().map_err(Error::Usage)?;
+    let action = args.action()?;
     let now = SystemTime::now();
-    let (from_ms, to_ms) = args.range(now).map_err(Error::Usage)?;
+    let (from_ms, to_ms) = args.range(now)?;
     let now_ms = crate::args::cli::unix_ms(now);
     let fleet = Fleet::new(
         &args.clickhouse,

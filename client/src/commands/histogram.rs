@@ -30,8 +30,7 @@ pub async fn histogram(
             ))
         }
     };
-    let layout = Layout::derive(args.offset, args.scale, args.buckets, text, MAX_BUCKETS)
-        .map_err(Error::Usage)?;
+    let layout = Layout::derive(args.offset, args.scale, args.buckets, text, MAX_BUCKETS)?;
     let reply = waiting(
         &format!("reading the histogram of session {}", args.session),
         client.get_histogram(GetHistogramRequest {

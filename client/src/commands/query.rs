@@ -15,8 +15,8 @@ use crate::views::render;
 
 /// Runs `profctl query`.
 pub async fn query(client: &mut Client, args: &QueryArgs, out: &Output) -> Result<(), Error> {
-    let action = args.action().map_err(Error::Usage)?;
-    let query = args.query(SystemTime::now()).map_err(Error::Usage)?;
+    let action = args.action()?;
+    let query = args.query(SystemTime::now())?;
     let source = Source::Query(query.clone());
     match action {
         QueryAction::List => {

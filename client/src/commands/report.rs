@@ -83,7 +83,7 @@ pub async fn report_session(
     args: &ReportArgs,
     out: &Output,
 ) -> Result<(), Error> {
-    let view = args.view().map_err(Error::Usage)?;
+    let view = args.view()?;
     report_daemon(client, &Source::Session(id), &view, out).await
 }
 
@@ -145,7 +145,7 @@ pub fn report_file_text(
     args: &ReportArgs,
     names: NameStyle,
 ) -> Result<String, Error> {
-    let view = args.view().map_err(Error::Usage)?;
+    let view = args.view()?;
     let profile = pprof_file::load(path)?;
     let session = pprof_file::session(&profile);
     let mut text = render_views::file_header(&path.display().to_string(), &session);

@@ -3,6 +3,10 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::args::cli::ArgError;
+use crate::files::gmon::LayoutError;
+use crate::requests::fleet::RowError;
+
 /// Everything a `profctl` command can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -101,6 +105,9 @@ pub enum Error {
     /// The arguments ask for something impossible (clap could not tell).
     #[error("{0}")]
     Usage(String),
+    /// The command line asks for something impossible (clap could not tell).
+    #[error(transparent)]
+    Args(#[from] ArgError),
     /// A saved profile could not be read or decoded.
     #[error("cannot read {}: {reason}", .path.display())]
     BadFile {
@@ -115,6 +122,12 @@ pub enum Error {
     /// A fleet backend (ClickHouse) could not answer.
     #[error("{0}")]
     Fleet(String),
+    /// A fleet backend (ClickHouse) answered rows profctl cannot read.
+    #[error(transparent)]
+    FleetRows(#[from] RowError),
+    /// The histogram's flags give no layout.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
     /// The health service answered, with anything but SERVING.
     #[error("{0}")]
     Unhealthy(String),

@@ -114,7 +114,7 @@ pub struct TuiState {
     /// What the body shows.
     pub mode: Mode,
     /// The latest reply for the tree or callers view, or why it failed.
-    pub view: Option<Result<GetViewResponse, String>>,
+    pub view: Option<Result<GetViewResponse, tonic::Status>>,
     /// First line shown of the callers view; the selected row of the tree.
     pub scroll: usize,
     /// Tree nodes folded (their subtrees hidden), by their path of
@@ -175,7 +175,7 @@ impl TuiState {
     }
 
     /// A reply to the last [`Action::Fetch`] (or to [`TuiState::refresh_request`]).
-    pub fn set_view(&mut self, reply: Result<GetViewResponse, String>) {
+    pub fn set_view(&mut self, reply: Result<GetViewResponse, tonic::Status>) {
         if self.mode != Mode::Table || self.only.is_some() {
             self.view = Some(reply);
         }

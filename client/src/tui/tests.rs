@@ -484,7 +484,7 @@ fn c_shows_callers_and_callees_of_the_selected_row() {
     );
     assert!(lines[at(" leaf_a  [split]")].contains("24.0%"), "{text}");
     // An error from the daemon is shown, not fatal.
-    state.set_view(Err("unimplemented".into()));
+    state.set_view(Err(tonic::Status::unimplemented("")));
     assert!(screen(&state, 110, 20)
         .join("\n")
         .contains("cannot show this view: unimplemented"));

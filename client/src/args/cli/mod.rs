@@ -8,6 +8,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use profd_common::api;
 use tonic::transport::Uri;
 
+mod arg_error;
+pub use arg_error::ArgError;
+
 use crate::requests::connect::{Remote, Target};
 pub use crate::requests::fleet::FleetGroupArg;
 pub use crate::views::ranking::{SortArg, DEFAULT_TOP};
@@ -84,7 +87,7 @@ impl Cli {
     /// The daemon to talk to: the Unix socket, or the remote daemon of
     /// `--connect` with its TLS settings. Reads no files and no environment
     /// (the token's environment variables are read when connecting).
-    pub fn target(&self) -> Result<Target, String> {
+    pub fn target(&self) -> Result<Target, ArgError> {
         let r = &self.remote;
         let Some(url) = r
             .connect
@@ -93,9 +96,7 @@ impl Cli {
             .filter(|u| !u.is_empty())
         else {
             if r.token_file.is_some() {
-                return Err("--token-file applies only with --connect \
-                            (over the Unix socket the daemon knows you by your user id)"
-                    .into());
+                return Err(ArgError::TokenFileWithoutConnect);
             }
             let tls = [
                 ("--tls-ca", r.tls_ca.is_some()),
@@ -104,28 +105,25 @@ impl Cli {
                 ("--tls-domain", r.tls_domain.is_some()),
             ];
             if let Some((flag, _)) = tls.iter().find(|(_, given)| *given) {
-                return Err(format!("{flag} applies only with --connect"));
+                return Err(ArgError::TlsWithoutConnect(flag));
             }
             return Ok(Target::Socket(self.socket.clone()));
         };
         let (url, host) = parse_connect_url(url)?;
         if matches!(self.command, Command::Run(_)) {
-            return Err(RUN_REFUSED.into());
+            return Err(ArgError::RunRemote);
         }
         let Some(ca) = r.tls_ca.clone() else {
-            return Err(format!(
-                "--connect {url} needs --tls-ca FILE: the PEM certificate of the CA \
-                 that signed the daemon's certificate"
-            ));
+            return Err(ArgError::NoCa(url));
         };
         let identity = match (&r.tls_cert, &r.tls_key) {
             (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
-            (Some(_), None) => return Err("--tls-cert needs --tls-key (its private key)".into()),
-            (None, Some(_)) => return Err("--tls-key needs --tls-cert (its certificate)".into()),
+            (Some(_), None) => return Err(ArgError::CertWithoutKey),
+            (None, Some(_)) => return Err(ArgError::KeyWithoutCert),
             (None, None) => None,
         };
         let domain = match r.tls_domain.as_deref().map(str::trim) {
-            Some("") => return Err("--tls-domain is empty".into()),
+            Some("") => return Err(ArgError::EmptyDomain),
             Some(name) => name.to_string(),
             None => host,
         };
@@ -167,29 +165,21 @@ pub const RUN_REFUSED: &str = "profctl run starts COMMAND on this machine; with 
 
 /// Checks a `--connect` value and returns it as `https://HOST[:PORT]` with
 /// its host (IPv6 addresses without brackets).
-fn parse_connect_url(s: &str) -> Result<(String, String), String> {
+fn parse_connect_url(s: &str) -> Result<(String, String), ArgError> {
     match s.split_once("://") {
         Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {}
-        Some(_) => return Err(PLAINTEXT_REFUSED.into()),
-        None => return Err(format!("--connect `{s}` has no scheme; use https://{s}")),
+        Some(_) => return Err(ArgError::Plaintext),
+        None => return Err(ArgError::NoScheme(s.to_string())),
     }
-    let uri: Uri = s
-        .parse()
-        .map_err(|_| format!("--connect `{s}` is not a URL; use https://HOST:PORT"))?;
+    let uri: Uri = s.parse().map_err(|_| ArgError::NotAUrl(s.to_string()))?;
     let Some(authority) = uri.authority() else {
-        return Err(format!(
-            "--connect `{s}` has no host; use https://HOST:PORT"
-        ));
+        return Err(ArgError::NoHost(s.to_string()));
     };
     if authority.as_str().contains('@') {
-        return Err(format!(
-            "--connect `{s}`: a user name has no meaning here; use https://HOST:PORT"
-        ));
+        return Err(ArgError::UserName(s.to_string()));
     }
     if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
-        return Err(format!(
-            "--connect `{s}`: a path has no meaning here; use https://HOST:PORT"
-        ));
+        return Err(ArgError::UrlPath(s.to_string()));
     }
     let host = authority.host();
     let host = host
@@ -197,9 +187,7 @@ fn parse_connect_url(s: &str) -> Result<(String, String), String> {
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
     if host.is_empty() {
-        return Err(format!(
-            "--connect `{s}` has no host; use https://HOST:PORT"
-        ));
+        return Err(ArgError::NoHost(s.to_string()));
     }
     Ok((format!("https://{authority}"), host.to_string()))
 }
@@ -505,24 +493,19 @@ impl ProfileOptions {
 
     /// The file `-o` asks for and its encoding (given, or from the file's
     /// name); an error says what to change.
-    pub fn recording(&self) -> Result<Option<(PathBuf, ExportFormatArg)>, String> {
+    pub fn recording(&self) -> Result<Option<(PathBuf, ExportFormatArg)>, ArgError> {
         let Some(path) = &self.output else {
             return Ok(None);
         };
         if path == Path::new("-") || path.as_os_str().is_empty() {
-            return Err("-o takes a file name (the table or JSON goes to stdout)".into());
+            return Err(ArgError::OutputNotAFile);
         }
         match self
             .output_format
             .or_else(|| ExportFormatArg::from_file_name(path))
         {
             Some(format) => Ok(Some((path.clone(), format))),
-            None => Err(format!(
-                "cannot tell the encoding of {} from its name: give --output-format \
-                 (pprof, folded, svg, speedscope, json, firefox) or a name ending in \
-                 .pb.gz, .folded, .svg, .speedscope.json or .json",
-                path.display()
-            )),
+            None => Err(ArgError::UnknownEncoding(path.clone())),
         }
     }
 
@@ -719,13 +702,11 @@ pub enum DiffSide {
 }
 
 /// A session id (a number that names no file), FROM..TO, or a file.
-fn parse_diff_side(s: &str) -> Result<DiffSide, String> {
+fn parse_diff_side(s: &str) -> Result<DiffSide, ArgError> {
     if let Some((from, to)) = s.split_once("..") {
         let (from, to) = (parse_time(from)?, parse_time(to)?);
         if to <= from {
-            return Err(format!(
-                "`{s}` ends before it starts: give FROM..TO with FROM first"
-            ));
+            return Err(ArgError::DiffBackwards(s.to_string()));
         }
         return Ok(DiffSide::Range(from, to));
     }
@@ -733,9 +714,7 @@ fn parse_diff_side(s: &str) -> Result<DiffSide, String> {
     match s.parse::<u64>() {
         Ok(id) if !path.exists() => Ok(DiffSide::Session(id)),
         _ if path.exists() => Ok(DiffSide::File(path)),
-        _ => Err(format!(
-            "`{s}` is neither a session id, nor a file, nor FROM..TO of the continuous history"
-        )),
+        _ => Err(ArgError::NotADiffSide(s.to_string())),
     }
 }
 
@@ -833,21 +812,21 @@ impl ReportArgs {
     }
 
     /// The view the flags ask for.
-    pub fn view(&self) -> Result<ReportView, String> {
+    pub fn view(&self) -> Result<ReportView, ArgError> {
         self.options.view()
     }
 }
 
 impl ViewOptions {
     /// The view the flags ask for.
-    pub fn view(&self) -> Result<ReportView, String> {
+    pub fn view(&self) -> Result<ReportView, ArgError> {
         let tree = api::TreeRequest {
             bottom_up: self.bottom_up,
             min_pct: self.min_pct,
             max_depth: self.depth,
         };
         if self.bottom_up && !(self.tree || self.hot_path) {
-            return Err("--bottom-up goes with --tree or --hot-path".into());
+            return Err(ArgError::BottomUpAlone);
         }
         if self.tree {
             return Ok(ReportView::Tree(tree));
@@ -863,10 +842,7 @@ impl ViewOptions {
         }
         if let (Some(a), Some(b)) = (&self.callers, &self.callees) {
             if a != b {
-                return Err(format!(
-                    "--callers {a} and --callees {b} name different functions; \
-                     give the same one to both for the whole view"
-                ));
+                return Err(ArgError::CallersCalleesDiffer(a.clone(), b.clone()));
             }
         }
         match self.callers.as_ref().or(self.callees.as_ref()) {
@@ -970,7 +946,7 @@ pub struct FleetArgs {
 impl FleetArgs {
     /// The range asked for, in Unix ms: --since (1 h unless --from), and
     /// --to (0 = now).
-    pub fn range(&self, now: SystemTime) -> Result<(u64, u64), String> {
+    pub fn range(&self, now: SystemTime) -> Result<(u64, u64), ArgError> {
         let since = match (self.since, self.from) {
             (None, None) => Some(Duration::from_secs(3600)),
             (since, _) => since,
@@ -979,7 +955,7 @@ impl FleetArgs {
     }
 
     /// What to do: print a view, or export.
-    pub fn action(&self) -> Result<QueryAction, String> {
+    pub fn action(&self) -> Result<QueryAction, ArgError> {
         view_or_export(self.options.view()?, self.format, &self.output)
     }
 }
@@ -989,12 +965,12 @@ fn view_or_export(
     view: ReportView,
     format: Option<ExportFormatArg>,
     output: &Path,
-) -> Result<QueryAction, String> {
+) -> Result<QueryAction, ArgError> {
     if output != Path::new("-") && format.is_none() {
-        return Err("-o FILE goes with --format (a view is printed on stdout)".into());
+        return Err(ArgError::OutputWithoutFormat);
     }
     match format {
-        Some(_) if !matches!(view, ReportView::Flat { .. }) => Err("--format writes the whole profile: leave out the view options (--tree, --callers, ...)".into()),
+        Some(_) if !matches!(view, ReportView::Flat { .. }) => Err(ArgError::FormatWithView),
         Some(format) => Ok(QueryAction::Export(format)),
         None => Ok(QueryAction::View(view)),
     }
@@ -1013,7 +989,7 @@ fn range_of(
     from: Option<SystemTime>,
     to: Option<SystemTime>,
     now: SystemTime,
-) -> Result<(u64, u64), String> {
+) -> Result<(u64, u64), ArgError> {
     let start = match (since, from) {
         (Some(since), _) => unix_ms(now.checked_sub(since).unwrap_or(UNIX_EPOCH)).max(1),
         (None, Some(from)) => unix_ms(from),
@@ -1021,14 +997,11 @@ fn range_of(
     };
     let end = to.map_or(0, unix_ms);
     if end != 0 && start > end {
-        return Err(format!(
-            "the range starts after it ends: give a --to after {}",
-            if since.is_some() {
-                "now minus --since"
-            } else {
-                "--from"
-            }
-        ));
+        return Err(ArgError::RangeBackwards(if since.is_some() {
+            "now minus --since"
+        } else {
+            "--from"
+        }));
     }
     Ok((start, end))
 }
@@ -1068,12 +1041,12 @@ pub enum QueryAction {
 impl QueryArgs {
     /// The range asked for, in Unix ms (0 = the oldest window, and now),
     /// with `now` the time --since counts back from.
-    pub fn range(&self, now: SystemTime) -> Result<(u64, u64), String> {
+    pub fn range(&self, now: SystemTime) -> Result<(u64, u64), ArgError> {
         range_of(self.since, self.from, self.to, now)
     }
 
     /// The query the options ask for.
-    pub fn query(&self, now: SystemTime) -> Result<api::Query, String> {
+    pub fn query(&self, now: SystemTime) -> Result<api::Query, ArgError> {
         let (from_unix_ms, to_unix_ms) = self.range(now)?;
         Ok(api::Query {
             from_unix_ms,
@@ -1087,13 +1060,11 @@ impl QueryArgs {
     }
 
     /// What to do: list, print a view, or export.
-    pub fn action(&self) -> Result<QueryAction, String> {
+    pub fn action(&self) -> Result<QueryAction, ArgError> {
         let view = self.options.view()?;
         if self.list {
             if !matches!(view, ReportView::Flat { .. }) {
-                return Err(
-                    "--list prints the windows and services: leave out the view options".into(),
-                );
+                return Err(ArgError::ListWithView);
             }
             return Ok(QueryAction::List);
         }
@@ -1102,31 +1073,27 @@ impl QueryArgs {
 }
 
 /// `profctl query --since`: a positive duration such as 30s, 15m, 2h or 1d.
-fn parse_since(s: &str) -> Result<Duration, String> {
+fn parse_since(s: &str) -> Result<Duration, ArgError> {
     let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("`{s}` is not a duration ({e}): use e.g. 30s, 15m, 2h or 1d"))?;
+        .map_err(|e| ArgError::NotADuration(s.to_string(), e))?;
     if d.is_zero() {
-        return Err(format!("`{s}` is no time at all: give a positive duration"));
+        return Err(ArgError::ZeroDuration(s.to_string()));
     }
     Ok(d)
 }
 
 /// `profctl query --from/--to`: RFC 3339 (UTC) or Unix seconds.
-fn parse_time(s: &str) -> Result<SystemTime, String> {
+fn parse_time(s: &str) -> Result<SystemTime, ArgError> {
     let t = s.trim();
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         let secs: u64 = t
             .parse()
-            .map_err(|_| format!("`{s}` is too large for Unix seconds"))?;
+            .map_err(|_| ArgError::UnixTooLarge(s.to_string()))?;
         return UNIX_EPOCH
             .checked_add(Duration::from_secs(secs))
-            .ok_or_else(|| format!("`{s}` is too large for Unix seconds"));
+            .ok_or_else(|| ArgError::UnixTooLarge(s.to_string()));
     }
-    humantime::parse_rfc3339_weak(t).map_err(|e| {
-        format!(
-            "`{s}` is not a time ({e}): use RFC 3339 in UTC (2026-12-02T09:00:00Z) or Unix seconds"
-        )
-    })
+    humantime::parse_rfc3339_weak(t).map_err(|e| ArgError::NotATime(s.to_string(), e))
 }
 
 /// `#12` selects function id 12; anything else is an exact function name.
@@ -1176,22 +1143,22 @@ pub struct HistogramArgs {
 /// The most buckets a histogram may have.
 pub const MAX_BUCKETS: u32 = 1 << 24;
 
-fn parse_u64(s: &str) -> Result<u64, String> {
+fn parse_u64(s: &str) -> Result<u64, ArgError> {
     let t = s.trim();
     let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(hex, 16),
         None => t.parse(),
     };
-    parsed.map_err(|_| format!("`{s}` is not a number (decimal, or hex with 0x)"))
+    parsed.map_err(|_| ArgError::NotANumber(s.to_string()))
 }
 
-fn parse_pct(s: &str) -> Result<f64, String> {
+fn parse_pct(s: &str) -> Result<f64, ArgError> {
     let p: f64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("`{s}` is not a percentage"))?;
+        .map_err(|_| ArgError::NotAPercentage(s.to_string()))?;
     if !(0.0..=100.0).contains(&p) {
-        return Err(format!("`{s}` is not within 0-100"));
+        return Err(ArgError::PercentageRange(s.to_string()));
     }
     Ok(p)
 }
@@ -1201,31 +1168,29 @@ fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-fn parse_seconds(s: &str) -> Result<Duration, String> {
+fn parse_seconds(s: &str) -> Result<Duration, ArgError> {
     let secs: f64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+        .map_err(|_| ArgError::NotSeconds(s.to_string()))?;
     if !secs.is_finite() || secs <= 0.0 {
-        return Err(format!("`{s}` must be a positive number of seconds"));
+        return Err(ArgError::NotPositiveSeconds(s.to_string()));
     }
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` seconds is too long"))
+    Duration::try_from_secs_f64(secs).map_err(|_| ArgError::TooManySeconds(s.to_string()))
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, ArgError> {
     let d = parse_seconds(s)?;
     if d < Duration::from_millis(1) {
-        return Err(format!("`{s}` is shorter than a millisecond"));
+        return Err(ArgError::UnderMillisecond(s.to_string()));
     }
     Ok(d)
 }
 
-fn parse_interval(s: &str) -> Result<Duration, String> {
+fn parse_interval(s: &str) -> Result<Duration, ArgError> {
     let d = parse_seconds(s)?;
     if d < Duration::from_millis(50) {
-        return Err(format!(
-            "`{s}` is shorter than the daemon's minimum, 0.05 s"
-        ));
+        return Err(ArgError::UnderMinInterval(s.to_string()));
     }
     Ok(d)
 }

@@ -159,7 +159,7 @@ fn report_view(args: &[&str]) -> Result<ReportView, String> {
         panic!("not report")
     };
     assert_eq!(r.source(), ReportSource::Session(12));
-    r.view()
+    r.view().map_err(|e| e.to_string())
 }
 
 #[test]
@@ -316,7 +316,7 @@ fn socket_option_is_global() {
 }
 
 fn target(args: &[&str]) -> Result<Target, String> {
-    parse(args).unwrap().target()
+    parse(args).unwrap().target().map_err(|e| e.to_string())
 }
 
 fn remote(args: &[&str]) -> Remote {
@@ -535,7 +535,7 @@ fn query_times_are_rfc3339_or_unix_seconds() {
         (1_700_000_000_000, 1_700_000_600_000)
     );
     let q = query_args(&["--from", "1700000600", "--to", "1700000000"]).unwrap();
-    let err = q.query(SystemTime::now()).unwrap_err();
+    let err = q.query(SystemTime::now()).unwrap_err().to_string();
     assert!(err.contains("--to") && err.contains("--from"), "{err}");
     for bad in [
         &["--since", "15"][..],
@@ -573,14 +573,20 @@ fn query_takes_report_views_exports_and_list() {
     let err = query_args(&["--format", "svg", "--tree"])
         .unwrap()
         .action()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("--format"), "{err}");
-    let err = query_args(&["-o", "x.txt"]).unwrap().action().unwrap_err();
+    let err = query_args(&["-o", "x.txt"])
+        .unwrap()
+        .action()
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("--format"), "{err}");
     let err = query_args(&["--list", "--hot-path"])
         .unwrap()
         .action()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("--list"), "{err}");
     assert!(query_args(&["--list", "--service", "db"]).is_err());
     assert!(query_args(&["--tree", "--threads"]).is_err(), "one view");
@@ -591,7 +597,7 @@ fn recording(args: &[&str]) -> Result<Option<(PathBuf, ExportFormatArg)>, String
     let Command::Run(r) = parse(args).unwrap().command else {
         panic!("not run")
     };
-    r.options.recording()
+    r.options.recording().map_err(|e| e.to_string())
 }
 
 #[test]

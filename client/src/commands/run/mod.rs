@@ -40,7 +40,7 @@ const HOLD_ENV: &str = "PROFCTL_RUN_HOLD_FD";
 /// ends, before the command's status is returned (a file that cannot be
 /// written is an error).
 pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8, Error> {
-    let recording = args.options.recording().map_err(Error::Usage)?;
+    let recording = args.options.recording()?;
     let (program, _) = args.command.split_first().expect("clap requires a command");
     let name = program.to_string_lossy().into_owned();
     // A command that cannot run gets no session: a shell's 127 (not found)

@@ -62,6 +62,49 @@ pub fn read_text(path: &Path) -> Result<Text, Error> {
     })
 }
 
+/// Why no histogram layout follows from the flags; each message says what
+/// to give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    /// Neither all three of offset, scale and buckets, nor a binary.
+    #[error("--offset, --scale and --buckets are needed, or --binary to derive them")]
+    NeedBinary,
+    /// The offset is at or past the end of `.text`.
+    #[error("--offset {offset:#x} is not below the end of .text ({end:#x})")]
+    OffsetPastText {
+        /// `--offset`.
+        offset: u64,
+        /// The end of `.text`.
+        end: u64,
+    },
+    /// The scale needs more buckets than allowed to cover `.text`.
+    #[error("--scale {scale} needs {buckets} buckets to cover .text, more than {max_buckets}")]
+    ScaleNeedsTooMany {
+        /// `--scale`.
+        scale: u32,
+        /// The buckets it needs.
+        buckets: u128,
+        /// The most allowed.
+        max_buckets: u32,
+    },
+    /// Too few buckets for `.text`, even at the coarsest scale.
+    #[error(
+        "{buckets} buckets cannot cover the {span} bytes of .text (at most 65536 bytes per bucket)"
+    )]
+    TooFewBuckets {
+        /// `--buckets`.
+        buckets: u32,
+        /// Bytes from the offset to the end of `.text`.
+        span: u64,
+    },
+    /// `.text` needs more buckets of 4 bytes than allowed.
+    #[error(".text is too large for {max_buckets} buckets of 4 bytes; give --scale")]
+    TextTooLarge {
+        /// The most allowed.
+        max_buckets: u32,
+    },
+}
+
 /// What a histogram counts: PCs from `offset`, `scale` (16.16 fixed point)
 /// and the number of buckets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,12 +128,11 @@ impl Layout {
         buckets: Option<u32>,
         text: Option<Text>,
         max_buckets: u32,
-    ) -> Result<Layout, String> {
-        let need = "--offset, --scale and --buckets are needed, or --binary to derive them";
+    ) -> Result<Layout, LayoutError> {
         let offset = match (offset, text) {
             (Some(o), _) => o,
             (None, Some(t)) => t.start,
-            (None, None) => return Err(need.into()),
+            (None, None) => return Err(LayoutError::NeedBinary),
         };
         if let (Some(scale), Some(buckets)) = (scale, buckets) {
             return Ok(Layout {
@@ -99,18 +141,14 @@ impl Layout {
                 buckets,
             });
         }
-        let text = text.ok_or(need)?;
+        let text = text.ok_or(LayoutError::NeedBinary)?;
         // Bytes from the offset to the end of .text.
-        let span = text
-            .end()
-            .checked_sub(offset)
-            .filter(|&s| s > 0)
-            .ok_or_else(|| {
-                format!(
-                    "--offset {offset:#x} is not below the end of .text ({:#x})",
-                    text.end()
-                )
-            })?;
+        let span = text.end().checked_sub(offset).filter(|&s| s > 0).ok_or(
+            LayoutError::OffsetPastText {
+                offset,
+                end: text.end(),
+            },
+        )?;
         let (scale, buckets) = match (scale, buckets) {
             (Some(scale), None) => {
                 let buckets =
@@ -118,8 +156,10 @@ impl Layout {
                 let buckets = u32::try_from(buckets)
                     .ok()
                     .filter(|&b| b <= max_buckets)
-                    .ok_or_else(|| {
-                        format!("--scale {scale} needs {buckets} buckets to cover .text, more than {max_buckets}")
+                    .ok_or(LayoutError::ScaleNeedsTooMany {
+                        scale,
+                        buckets,
+                        max_buckets,
                     })?;
                 (scale, buckets.max(1))
             }
@@ -127,9 +167,7 @@ impl Layout {
                 let scale = (u128::from(buckets) * u128::from(SCALE_ONE) / u128::from(span))
                     .min(u128::from(SCALE_ONE));
                 if scale == 0 {
-                    return Err(format!(
-                        "{buckets} buckets cannot cover the {span} bytes of .text (at most 65536 bytes per bucket)"
-                    ));
+                    return Err(LayoutError::TooFewBuckets { buckets, span });
                 }
                 (scale as u32, buckets)
             }
@@ -138,11 +176,7 @@ impl Layout {
                 let buckets = u32::try_from(buckets)
                     .ok()
                     .filter(|&b| b <= max_buckets)
-                    .ok_or_else(|| {
-                        format!(
-                            ".text is too large for {max_buckets} buckets of 4 bytes; give --scale"
-                        )
-                    })?;
+                    .ok_or(LayoutError::TextTooLarge { max_buckets })?;
                 ((SCALE_ONE / DEFAULT_BYTES_PER_BUCKET) as u32, buckets)
             }
         };

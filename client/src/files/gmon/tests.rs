@@ -107,7 +107,9 @@ fn buckets_are_derived_from_scale() {
 
 #[test]
 fn missing_layout_needs_binary() {
-    let e = Layout::derive(None, Some(1), Some(1), None, 16).unwrap_err();
+    let e = Layout::derive(None, Some(1), Some(1), None, 16)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--binary"), "{e}");
     assert!(Layout::derive(Some(0), None, Some(1), None, 16).is_err());
     assert!(Layout::derive(Some(0x5000), None, Some(4), Some(TEXT), 16).is_err());

@@ -124,6 +124,17 @@ pub fn sql(sel: &Selection, now_ms: u64) -> String {
     )
 }
 
+/// A row of ClickHouse's answer that profctl cannot read.
+#[derive(Debug, thiserror::Error)]
+pub enum RowError {
+    /// Not the JSON of a row.
+    #[error("a row ClickHouse sent: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A string where a number belongs, that holds none.
+    #[error("not a number: {0:?}")]
+    NotANumber(String),
+}
+
 /// A number ClickHouse may write as a JSON number or (64-bit) a string.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -133,10 +144,10 @@ enum Num {
 }
 
 impl Num {
-    fn get(&self) -> Result<u64, String> {
+    fn get(&self) -> Result<u64, RowError> {
         match self {
             Num::N(n) => Ok(*n),
-            Num::S(s) => s.parse().map_err(|_| format!("not a number: {s:?}")),
+            Num::S(s) => s.parse().map_err(|_| RowError::NotANumber(s.clone())),
         }
     }
 }
@@ -165,7 +176,7 @@ struct Row {
 }
 
 /// Merge the rows (JSONEachRow) into one profile, grouped as `by` says.
-pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, String> {
+pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, RowError> {
     let mut answer = Answer {
         first_ns: u64::MAX,
         ..Answer::default()
@@ -180,8 +191,7 @@ pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, String> {
         })
     };
     for line in rows.lines().filter(|l| !l.trim().is_empty()) {
-        let r: Row =
-            serde_json::from_str(line).map_err(|e| format!("a row ClickHouse sent: {e}"))?;
+        let r: Row = serde_json::from_str(line)?;
         let count = r.count.get()?;
         let tid = r.t.as_ref().map(Num::get).transpose()?.unwrap_or(0) as u32;
         let mut frames = Vec::with_capacity(r.f.len() + 1);
@@ -318,7 +328,7 @@ impl Fleet {
                 text.trim()
             )));
         }
-        merge(&text, sel.by).map_err(Error::Fleet)
+        Ok(merge(&text, sel.by)?)
     }
 }
 

@@ -3,9 +3,13 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::args::cli::ArgError;
-use crate::files::gmon::LayoutError;
-use crate::requests::fleet::RowError;
+mod args;
+mod fleet_rows;
+mod layout;
+
+pub use args::{ArgError, PLAINTEXT_REFUSED, RUN_REFUSED};
+pub use fleet_rows::RowError;
+pub use layout::LayoutError;
 
 /// Everything a `profctl` command can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -8,8 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use profd_common::api;
 use tonic::transport::Uri;
 
-mod arg_error;
-pub use arg_error::ArgError;
+pub use crate::error::{ArgError, PLAINTEXT_REFUSED, RUN_REFUSED};
 
 use crate::requests::connect::{Remote, Target};
 pub use crate::requests::fleet::FleetGroupArg;
@@ -154,14 +153,6 @@ Examples:
 Members of the group profd reach the local daemon on /run/profd/profd.sock
 (--socket, PROFD_SOCKET). `profctl man` prints this manual as roff and
 `profctl completions SHELL` a completion script.";
-
-/// The message for a `--connect` URL that is not https.
-pub const PLAINTEXT_REFUSED: &str = "plaintext connections are refused: use https://HOST:PORT \
-     (profd's TCP listener speaks only TLS)";
-
-/// The message for `profctl run` with `--connect`.
-pub const RUN_REFUSED: &str = "profctl run starts COMMAND on this machine; with --connect, \
-     start it on the daemon's machine and use profctl attach PID";
 
 /// Checks a `--connect` value and returns it as `https://HOST[:PORT]` with
 /// its host (IPv6 addresses without brackets).

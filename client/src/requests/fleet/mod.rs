@@ -9,7 +9,7 @@ use std::time::Duration;
 use profd_common::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
 use serde::Deserialize;
 
-use crate::error::Error;
+use crate::error::{Error, RowError};
 
 /// How `profctl fleet` splits a profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -122,17 +122,6 @@ pub fn sql(sel: &Selection, now_ms: u64) -> String {
          any(end_ns) AS e FROM stacks WHERE {filter} GROUP BY window_id, service, stack) \
          GROUP BY {key} FORMAT JSONEachRow"
     )
-}
-
-/// A row of ClickHouse's answer that profctl cannot read.
-#[derive(Debug, thiserror::Error)]
-pub enum RowError {
-    /// Not the JSON of a row.
-    #[error("a row ClickHouse sent: {0}")]
-    Json(#[from] serde_json::Error),
-    /// A string where a number belongs, that holds none.
-    #[error("not a number: {0:?}")]
-    NotANumber(String),
 }
 
 /// A number ClickHouse may write as a JSON number or (64-bit) a string.

@@ -3,7 +3,13 @@
 //! value parsers; the commands return the others as the client's error).
 use std::path::PathBuf;
 
-use super::{PLAINTEXT_REFUSED, RUN_REFUSED};
+/// The message for a `--connect` URL that is not https.
+pub const PLAINTEXT_REFUSED: &str = "plaintext connections are refused: use https://HOST:PORT \
+     (profd's TCP listener speaks only TLS)";
+
+/// The message for `profctl run` with `--connect`.
+pub const RUN_REFUSED: &str = "profctl run starts COMMAND on this machine; with --connect, \
+     start it on the daemon's machine and use profctl attach PID";
 
 /// A value or a combination of flags profctl cannot act on.
 #[derive(Debug, PartialEq, thiserror::Error)]

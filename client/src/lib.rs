@@ -3,34 +3,22 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod cli;
+pub mod args;
 pub mod commands;
-pub mod complete;
-pub mod connect;
 pub mod error;
-pub mod fleet;
-pub mod generated_docs;
-pub mod gmon;
-pub mod out_file;
-pub mod output;
-pub mod pprof_file;
-#[cfg(feature = "private-daemon")]
-mod private_daemon;
-pub mod progress;
-pub mod ranking;
-pub mod render;
-pub mod render_saved;
-pub mod render_views;
+pub mod files;
+pub mod requests;
 pub mod tui;
-pub mod units;
-pub mod watch;
+pub mod views;
 
 pub use error::Error;
 
-use cli::{Cli, Command, ReportSource};
-use connect::{Connection, Target};
-use output::Output;
-use progress::waiting;
+use args::cli::{self, Cli, Command, ReportSource};
+use args::generated_docs;
+use files::out_file;
+use requests::connect::{Connection, Target};
+use requests::progress::waiting;
+use views::output::Output;
 
 /// Runs one parsed command line: connects (to the Unix socket, starting a
 /// private daemon when needed and allowed, or to `--connect`'s remote
@@ -55,13 +43,13 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         // anything starts.
         Command::Attach(cli::AttachArgs { options, .. })
         | Command::Run(cli::RunArgs { options, .. }) => {
-            if let Some((path, _)) = options.recording().map_err(Error::Usage)? {
+            if let Some((path, _)) = options.recording()? {
                 out_file::check_file(&path)
                     .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
             }
         }
         Command::Health(args) => {
-            let target = cli.target().map_err(Error::Usage)?;
+            let target = cli.target()?;
             let conn = waiting("connecting to profd", Connection::open_existing(&target)).await?;
             let result = commands::health(&conn, args, &out).await;
             conn.close().await;
@@ -69,7 +57,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         }
         _ => {}
     }
-    let target = cli.target().map_err(Error::Usage)?;
+    let target = cli.target()?;
     let mut conn = waiting("connecting to profd", Connection::open(&target)).await?;
     if let (true, Target::Socket(socket)) = (conn.is_private(), &target) {
         eprintln!(

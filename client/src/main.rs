@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use profctl::cli::Cli;
+use profctl::args::cli::Cli;
 
 fn main() -> ExitCode {
     // The command of a `profctl run`, waiting for its session.
@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         return code;
     }
     // A completion script asking for candidates.
-    profctl::complete::complete_if_asked();
+    profctl::args::complete::complete_if_asked();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -68,7 +68,7 @@ impl From<UnwindArg> for api::Unwind {
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn connect(socket: &Path) -> anyhow::Result<ProfilerClient<Channel>> {
-    let channel = profctl::connect::unix_channel(socket, None)
+    let channel = profctl::requests::connect::unix_channel(socket, None)
         .await
         .with_context(|| format!("cannot connect to profd on {}", socket.display()))?;
     Ok(ProfilerClient::new(channel))

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use profctl::fleet::{sql, Selection};
+use profctl::requests::fleet::{sql, Selection};
 use profd::internals::continuous::decode;
 use profd::internals::sinks::{clickhouse_rows, clickhouse_schema, ClickHouseLayout};
 use profd_common::api;

@@ -5,12 +5,12 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
 use super::required_session;
-use crate::cli::HealthArgs;
-use crate::connect::{Client, Connection};
+use crate::args::cli::HealthArgs;
 use crate::error::Error;
-use crate::output::Output;
-use crate::progress::waiting;
-use crate::render;
+use crate::requests::connect::{Client, Connection};
+use crate::requests::progress::waiting;
+use crate::views::output::Output;
+use crate::views::render;
 
 /// Lists the daemon's sessions, oldest first; with `all` also those of
 /// earlier daemon runs.

@@ -13,16 +13,16 @@ use tokio::time::Instant;
 
 use super::export::record;
 use super::required_session;
-use crate::cli::{AttachArgs, Format, ProfileOptions};
-use crate::connect::Client;
-use crate::error::{status_line, Error};
-use crate::output::Output;
-use crate::progress::{waiting, Spinner};
-use crate::ranking::Profile;
-use crate::render::{self, TableOptions};
-use crate::render_saved::not_saved_line;
+use crate::args::cli::{AttachArgs, Format, ProfileOptions};
+use crate::error::Error;
+use crate::requests::connect::Client;
+use crate::requests::progress::{waiting, Spinner};
+use crate::requests::watch::WatchState;
 use crate::tui::{Action, Tui};
-use crate::watch::WatchState;
+use crate::views::output::Output;
+use crate::views::ranking::Profile;
+use crate::views::render::{self, TableOptions};
+use crate::views::render_saved::not_saved_line;
 
 /// How long after our child exits we wait for the daemon's final update
 /// before stopping the session ourselves (at least this, or three intervals).
@@ -31,7 +31,7 @@ const CHILD_EXIT_GRACE: Duration = Duration::from_secs(5);
 /// Profiles process `args.pid` until it exits, `--duration` elapses or Ctrl-C.
 /// With `-o`, then writes the whole profile to the file.
 pub async fn attach(client: &mut Client, args: &AttachArgs, out: &Output) -> Result<(), Error> {
-    let recording = args.options.recording().map_err(Error::Usage)?;
+    let recording = args.options.recording()?;
     let session = start(client, args.options.attach_request(args.pid)).await?;
     let mut view = SessionDisplay::new(&args.options, *out);
     let profile = follow(client, &session, &mut view, None).await?;
@@ -149,7 +149,7 @@ impl SessionDisplay {
     /// Shows a GetView reply (or its error) in the full-screen view.
     fn show_view(
         &mut self,
-        reply: Result<profd_common::api::GetViewResponse, String>,
+        reply: Result<profd_common::api::GetViewResponse, tonic::Status>,
     ) -> Result<(), Error> {
         match &mut self.tui {
             Some(tui) => {
@@ -389,12 +389,12 @@ type ViewRequest = (
     (Vec<u32>, Vec<u32>),
 );
 
-/// One GetView for the full-screen view: the reply, or the error as a line.
+/// One GetView for the full-screen view: the reply, or the daemon's status.
 async fn fetch_view(
     client: &mut Client,
     id: u64,
     (request, (tids, pids)): ViewRequest,
-) -> Result<profd_common::api::GetViewResponse, String> {
+) -> Result<profd_common::api::GetViewResponse, tonic::Status> {
     client
         .get_view(GetViewRequest {
             session_id: id,
@@ -405,7 +405,6 @@ async fn fetch_view(
         })
         .await
         .map(tonic::Response::into_inner)
-        .map_err(|status| status_line(&status))
 }
 
 /// Sends Stop; a session that already ended is fine.

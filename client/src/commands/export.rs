@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use profd_common::api::{ExportFormat, GetProfileRequest};
 
 use super::{required_session, Source};
-use crate::cli::{ExportArgs, ExportFormatArg};
-use crate::connect::Client;
+use crate::args::cli::{ExportArgs, ExportFormatArg};
 use crate::error::Error;
-use crate::output::Output;
-use crate::progress::waiting;
-use crate::render;
+use crate::requests::connect::Client;
+use crate::requests::progress::waiting;
+use crate::views::output::Output;
+use crate::views::render;
 use profd_common::api::Session;
 
 /// Writes session `args.session` in `args.format` to `args.output`.
@@ -70,7 +70,7 @@ pub async fn export_source(
     if to_stdout {
         return Ok(());
     }
-    crate::out_file::write_file(output, &data)
+    crate::files::out_file::write_file(output, &data)
         .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
     eprintln!(
         "profctl: wrote {} ({} bytes) for {}",

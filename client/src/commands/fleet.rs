@@ -7,20 +7,20 @@ use std::time::SystemTime;
 use profd_common::export;
 
 use super::report::view_text_of;
-use crate::cli::{ExportFormatArg, FleetArgs, QueryAction, ReportView};
+use crate::args::cli::{ExportFormatArg, FleetArgs, QueryAction, ReportView};
 use crate::error::Error;
-use crate::fleet::{Answer, Fleet, Selection};
-use crate::output::Output;
-use crate::pprof_file;
-use crate::progress::waiting;
-use crate::render;
+use crate::files::pprof_file;
+use crate::requests::fleet::{Answer, Fleet, Selection};
+use crate::requests::progress::waiting;
+use crate::views::output::Output;
+use crate::views::render;
 
 /// Runs `profctl fleet`.
 pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
-    let action = args.action().map_err(Error::Usage)?;
+    let action = args.action()?;
     let now = SystemTime::now();
-    let (from_ms, to_ms) = args.range(now).map_err(Error::Usage)?;
-    let now_ms = crate::cli::unix_ms(now);
+    let (from_ms, to_ms) = args.range(now)?;
+    let now_ms = crate::args::cli::unix_ms(now);
     let fleet = Fleet::new(
         &args.clickhouse,
         &args.database,
@@ -145,7 +145,7 @@ fn write(
             .and_then(|()| stdout.flush())
             .map_err(Error::Output);
     }
-    crate::out_file::write_file(output, &data)
+    crate::files::out_file::write_file(output, &data)
         .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
     eprintln!(
         "profctl: wrote {} ({} bytes): {} samples of {} hosts",

@@ -3,13 +3,13 @@
 use profd_common::api::GetHistogramRequest;
 
 use super::required_session;
-use crate::cli::{HistogramArgs, MAX_BUCKETS};
-use crate::connect::Client;
+use crate::args::cli::{HistogramArgs, MAX_BUCKETS};
 use crate::error::Error;
-use crate::gmon::{self, Histogram, Layout};
-use crate::output::Output;
-use crate::progress::waiting;
-use crate::render;
+use crate::files::gmon::{self, Histogram, Layout};
+use crate::requests::connect::Client;
+use crate::requests::progress::waiting;
+use crate::views::output::Output;
+use crate::views::render;
 
 /// Prints the histogram `args` asks for (and writes `--gmon`).
 pub async fn histogram(
@@ -30,8 +30,7 @@ pub async fn histogram(
             ))
         }
     };
-    let layout = Layout::derive(args.offset, args.scale, args.buckets, text, MAX_BUCKETS)
-        .map_err(Error::Usage)?;
+    let layout = Layout::derive(args.offset, args.scale, args.buckets, text, MAX_BUCKETS)?;
     let reply = waiting(
         &format!("reading the histogram of session {}", args.session),
         client.get_histogram(GetHistogramRequest {
@@ -76,7 +75,7 @@ pub async fn histogram(
             &histogram.counts,
             pc_bytes,
         );
-        crate::out_file::write_file(path, &bytes)
+        crate::files::out_file::write_file(path, &bytes)
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
         eprintln!(
             "profctl: wrote {}; read it with `gprof {} {}`",

@@ -6,17 +6,17 @@ use std::time::SystemTime;
 use profd_common::api::ListWindowsRequest;
 
 use super::{export_source, report_daemon, Source};
-use crate::cli::{QueryAction, QueryArgs};
-use crate::connect::Client;
+use crate::args::cli::{QueryAction, QueryArgs};
 use crate::error::Error;
-use crate::output::Output;
-use crate::progress::waiting;
-use crate::render;
+use crate::requests::connect::Client;
+use crate::requests::progress::waiting;
+use crate::views::output::Output;
+use crate::views::render;
 
 /// Runs `profctl query`.
 pub async fn query(client: &mut Client, args: &QueryArgs, out: &Output) -> Result<(), Error> {
-    let action = args.action().map_err(Error::Usage)?;
-    let query = args.query(SystemTime::now()).map_err(Error::Usage)?;
+    let action = args.action()?;
+    let query = args.query(SystemTime::now())?;
     let source = Source::Query(query.clone());
     match action {
         QueryAction::List => {

@@ -5,15 +5,15 @@ use profd_common::api::get_view_request::View;
 use profd_common::api::{GetProfileRequest, GetViewRequest, GetViewResponse, ThreadsRequest};
 
 use super::{required_session, Source};
-use crate::cli::{ReportArgs, ReportView};
-use crate::connect::Client;
+use crate::args::cli::{ReportArgs, ReportView};
 use crate::error::Error;
-use crate::output::Output;
-use crate::pprof_file;
-use crate::progress::waiting;
-use crate::ranking::Profile;
-use crate::render::{self, NameStyle, TableOptions};
-use crate::render_views;
+use crate::files::pprof_file;
+use crate::requests::connect::Client;
+use crate::requests::progress::waiting;
+use crate::views::output::Output;
+use crate::views::ranking::Profile;
+use crate::views::render::{self, NameStyle, TableOptions};
+use crate::views::render_views;
 
 /// The GetView request for a report view (`None` for the flat table, which
 /// comes from GetProfile).
@@ -83,7 +83,7 @@ pub async fn report_session(
     args: &ReportArgs,
     out: &Output,
 ) -> Result<(), Error> {
-    let view = args.view().map_err(Error::Usage)?;
+    let view = args.view()?;
     report_daemon(client, &Source::Session(id), &view, out).await
 }
 
@@ -145,7 +145,7 @@ pub fn report_file_text(
     args: &ReportArgs,
     names: NameStyle,
 ) -> Result<String, Error> {
-    let view = args.view().map_err(Error::Usage)?;
+    let view = args.view()?;
     let profile = pprof_file::load(path)?;
     let session = pprof_file::session(&profile);
     let mut text = render_views::file_header(&path.display().to_string(), &session);

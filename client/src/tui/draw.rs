@@ -9,10 +9,11 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
 use super::state::{Mode, Only, SortKey, TuiState};
-use crate::ranking::percent;
-use crate::render::{self, INLINED_MARK};
-use crate::render_views;
-use crate::units::{count_text, counts_time, incl_excl};
+use crate::error::status_line;
+use crate::views::ranking::percent;
+use crate::views::render::{self, INLINED_MARK};
+use crate::views::render_views;
+use crate::views::units::{count_text, counts_time, incl_excl};
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, state: &TuiState) {
@@ -272,7 +273,7 @@ fn draw_tree(
 fn draw_threads(frame: &mut Frame, area: Rect, state: &TuiState) {
     let text = match &state.view {
         None => "loading…".to_string(),
-        Some(Err(e)) => format!("cannot show this view: {e}"),
+        Some(Err(e)) => format!("cannot show this view: {}", status_line(e)),
         Some(Ok(reply)) => render_views::threads_text(reply, state.names),
     };
     let all: Vec<&str> = text.lines().collect();
@@ -300,7 +301,7 @@ fn draw_threads(frame: &mut Frame, area: Rect, state: &TuiState) {
 fn draw_view(frame: &mut Frame, area: Rect, state: &TuiState) {
     let text = match (&state.mode, &state.view) {
         (_, None) => "loading…".to_string(),
-        (_, Some(Err(e))) => format!("cannot show this view: {e}"),
+        (_, Some(Err(e))) => format!("cannot show this view: {}", status_line(e)),
         (Mode::Tree { bottom_up }, Some(Ok(reply))) => {
             let title = if *bottom_up {
                 "call tree, bottom-up"

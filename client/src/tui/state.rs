@@ -10,11 +10,11 @@ use profd_common::api::{
     Function, FunctionRef, FunctionsRequest, GetViewResponse, ThreadsRequest, TreeRequest,
 };
 
-use crate::render::NameStyle;
+use crate::views::render::NameStyle;
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::ranking::Profile;
-use crate::ranking::SortArg;
+use crate::views::ranking::Profile;
+use crate::views::ranking::SortArg;
 
 /// Nodes below this share of the samples are left out of the TUI's tree.
 pub const TREE_MIN_PCT: f64 = 0.5;
@@ -114,7 +114,7 @@ pub struct TuiState {
     /// What the body shows.
     pub mode: Mode,
     /// The latest reply for the tree or callers view, or why it failed.
-    pub view: Option<Result<GetViewResponse, String>>,
+    pub view: Option<Result<GetViewResponse, tonic::Status>>,
     /// First line shown of the callers view; the selected row of the tree.
     pub scroll: usize,
     /// Tree nodes folded (their subtrees hidden), by their path of
@@ -175,7 +175,7 @@ impl TuiState {
     }
 
     /// A reply to the last [`Action::Fetch`] (or to [`TuiState::refresh_request`]).
-    pub fn set_view(&mut self, reply: Result<GetViewResponse, String>) {
+    pub fn set_view(&mut self, reply: Result<GetViewResponse, tonic::Status>) {
         if self.mode != Mode::Table || self.only.is_some() {
             self.view = Some(reply);
         }
@@ -225,7 +225,7 @@ impl TuiState {
             } else {
                 primary
             };
-            primary.then_with(|| crate::ranking::display_order(a, b))
+            primary.then_with(|| crate::views::ranking::display_order(a, b))
         });
         rows
     }

@@ -17,9 +17,9 @@ use tokio::sync::mpsc;
 
 use super::draw::draw;
 use super::state::{Action, TuiState};
-use crate::ranking::Profile;
-use crate::ranking::SortArg;
-use crate::render::NameStyle;
+use crate::views::ranking::Profile;
+use crate::views::ranking::SortArg;
+use crate::views::render::NameStyle;
 
 /// How often the event thread checks whether it should end.
 const POLL: Duration = Duration::from_millis(100);

@@ -10,7 +10,7 @@ use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 
 use super::*;
-use crate::ranking::{Profile, Window};
+use crate::views::ranking::{Profile, Window};
 
 fn func(id: u64, name: &str, inclusive: u64, exclusive: u64) -> Function {
     Function {
@@ -145,7 +145,7 @@ fn the_header_has_the_final_tables_facts_and_the_rate() {
     s.totals.as_mut().unwrap().unsampled = 9;
     let mut state = TuiState::new(Profile::new(s.clone(), profile().functions));
     let text = screen(&state, 140, 20).join("\n");
-    let first = crate::render::table_header(&s);
+    let first = crate::views::render::table_header(&s);
     for line in first.lines() {
         assert!(text.contains(line), "{line:?} missing:\n{text}");
     }
@@ -484,7 +484,7 @@ fn c_shows_callers_and_callees_of_the_selected_row() {
     );
     assert!(lines[at(" leaf_a  [split]")].contains("24.0%"), "{text}");
     // An error from the daemon is shown, not fatal.
-    state.set_view(Err("unimplemented".into()));
+    state.set_view(Err(tonic::Status::unimplemented("")));
     assert!(screen(&state, 110, 20)
         .join("\n")
         .contains("cannot show this view: unimplemented"));
@@ -581,7 +581,7 @@ fn off_cpu_sessions_show_times() {
 fn long_names_fit_the_function_column() {
     let long = "app::Table<std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >, long>::lookup(std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&) const";
     let p = Profile::new(session(), vec![func(7, long, 100, 100)]);
-    let row = |names: crate::render::NameStyle| {
+    let row = |names: crate::views::render::NameStyle| {
         let state = TuiState {
             names,
             ..TuiState::new(p.clone())
@@ -593,7 +593,7 @@ fn long_names_fit_the_function_column() {
     };
     let short = row(Default::default());
     assert!(short.contains("app::Table<…>::lookup(…) const"), "{short}");
-    let full = row(crate::render::NameStyle {
+    let full = row(crate::views::render::NameStyle {
         full: true,
         ..Default::default()
     });
@@ -601,7 +601,7 @@ fn long_names_fit_the_function_column() {
         full.contains("app::Table<std::__cxx11::basic_str"),
         "{full}"
     );
-    let ids = row(crate::render::NameStyle {
+    let ids = row(crate::views::render::NameStyle {
         ids: true,
         ..Default::default()
     });

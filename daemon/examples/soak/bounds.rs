@@ -4,7 +4,8 @@
 //! descriptors bounded, histograms are bounded in size and number at once,
 //! and an attach with too few descriptors left is refused with
 //! RESOURCE_EXHAUSTED naming the limit.
-use super::{ms, read_proc, Ctx, ProcSample, Reaped};
+use crate::ctx::{ms, Ctx, Reaped};
+use crate::procs::{read_proc, ProcSample};
 use profd_common::api::{self, SessionState};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! root opens Watch streams on fresh connections, and the churn goes on.
 //! Checks that every call of the other user, the churn's calls and the new
 //! streams' updates kept their latency bound.
-use super::{connect, ms, Ctx};
+use crate::ctx::{connect, ms, Ctx};
 use profd_common::api::{self, SessionState};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;

@@ -348,7 +348,7 @@ struct TextAttach {
 
 /// Send `msg` as an `Attach` request, however it is encoded.
 async fn attach_raw<M: prost::Message + Send + 'static>(h: &Running, msg: M) -> tonic::Status {
-    let channel = profctl::connect::unix_channel(&h.dir.join("profd.sock"), None)
+    let channel = profctl::requests::connect::unix_channel(&h.dir.join("profd.sock"), None)
         .await
         .unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);

@@ -29,7 +29,7 @@ where
     let server = tokio::spawn(daemon.serve(async move {
         let _ = stop_rx.await;
     }));
-    let channel = profctl::connect::unix_channel(&socket, None)
+    let channel = profctl::requests::connect::unix_channel(&socket, None)
         .await
         .expect("connect to the daemon");
     Running {

@@ -183,7 +183,7 @@ const FRAME_BYTES: u64 = 16;
 fn whole(socket: &Path, format: api::ExportFormat) -> Vec<u8> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let channel = profctl::connect::unix_channel(socket, None)
+        let channel = profctl::requests::connect::unix_channel(socket, None)
             .await
             .expect("connect to profd");
         api::profiler_client::ProfilerClient::new(channel)

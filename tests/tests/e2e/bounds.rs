@@ -154,7 +154,7 @@ fn children_sessions_stay_compact() {
 }
 
 async fn client(socket: &Path) -> ProfilerClient<tonic::transport::Channel> {
-    let channel = profctl::connect::unix_channel(socket, None)
+    let channel = profctl::requests::connect::unix_channel(socket, None)
         .await
         .expect("connect to profd's socket");
     ProfilerClient::new(channel)

@@ -299,7 +299,7 @@ fn a_silent_http2_client_is_closed_when_idle_and_a_live_one_is_not() {
     let socket = d.socket().to_path_buf();
     let mut stream = rt.block_on(async {
         use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
-        let ch = profctl::connect::unix_channel(&socket, None)
+        let ch = profctl::requests::connect::unix_channel(&socket, None)
             .await
             .expect("connect to profd's socket");
         let mut stream = HealthClient::new(ch)

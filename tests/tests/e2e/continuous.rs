@@ -62,7 +62,7 @@ pub(crate) fn start_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
 pub(crate) fn list(socket: &Path) -> api::ListWindowsResponse {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let channel = profctl::connect::unix_channel(socket, None)
+        let channel = profctl::requests::connect::unix_channel(socket, None)
             .await
             .expect("connect to profd");
         ProfilerClient::new(channel)

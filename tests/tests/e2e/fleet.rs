@@ -72,7 +72,7 @@ fn daemon(host: &str, cg: &Cgroup, server: &Server) -> Daemon {
 fn info(socket: &Path) -> api::InfoResponse {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let channel = profctl::connect::unix_channel(socket, None)
+        let channel = profctl::requests::connect::unix_channel(socket, None)
             .await
             .expect("connect to profd");
         ProfilerClient::new(channel)

@@ -133,7 +133,7 @@ fn status_bytes(pid: u32, key: &str) -> u64 {
 fn info(socket: &Path) -> api::InfoResponse {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let channel = profctl::connect::unix_channel(socket, None)
+        let channel = profctl::requests::connect::unix_channel(socket, None)
             .await
             .expect("connect to profd");
         ProfilerClient::new(channel)

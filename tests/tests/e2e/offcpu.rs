@@ -541,7 +541,7 @@ pub(crate) fn threads(h: &Harness, id: u64) -> BTreeMap<u32, (String, u64, u64)>
     use profd_common::api::{self, get_view_request::View, profiler_client::ProfilerClient};
     let rt = tokio::runtime::Runtime::new().unwrap();
     let reply = rt.block_on(async {
-        let channel = profctl::connect::unix_channel(h.daemon.socket(), None)
+        let channel = profctl::requests::connect::unix_channel(h.daemon.socket(), None)
             .await
             .expect("connect to profd");
         ProfilerClient::new(channel)

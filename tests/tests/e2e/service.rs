@@ -411,7 +411,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 async fn unix_channel(path: PathBuf) -> Channel {
-    profctl::connect::unix_channel(&path, None)
+    profctl::requests::connect::unix_channel(&path, None)
         .await
         .expect("connect to profd's socket")
 }

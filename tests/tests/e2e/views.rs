@@ -822,7 +822,7 @@ fn views_of_one_thread_or_one_process_are_exact() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let view = |view: View, tids: Vec<u32>, pids: Vec<u32>| {
         rt.block_on(async {
-            let channel = profctl::connect::unix_channel(h.daemon.socket(), None)
+            let channel = profctl::requests::connect::unix_channel(h.daemon.socket(), None)
                 .await
                 .expect("connect to profd");
             ProfilerClient::new(channel)

@@ -3,7 +3,7 @@
 //! handed out window by window, a stack at a time.
 use super::spaces::untag;
 use super::{Actor, Ingest, Params};
-use crate::sampler::{Batch, SampleSource, StackTops, EVERY_PROCESS};
+use crate::sampler::{Batch, SampleSource, StackTops, CONTINUOUS_SESSION, EVERY_PROCESS};
 use crate::symbolize::Symbolizer;
 use crate::sys::perf::EventSpec;
 use profd_common::api;
@@ -33,7 +33,7 @@ impl Collector {
         max_stacks: usize,
     ) -> Collector {
         let params = Params {
-            id: u64::MAX,
+            id: CONTINUOUS_SESSION,
             pid: EVERY_PROCESS,
             comm: "continuous".into(),
             duration: None,

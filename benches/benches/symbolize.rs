@@ -11,7 +11,7 @@ use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use profd::internals::maps::ProcessMaps;
 use profd::internals::perf::{EventKind, EventSpec, PerfError};
-use profd::internals::sampler::{Batch, Counters, SampleSource, Subscription};
+use profd::internals::sampler::{Batch, Children, Counters, Flush, SampleSource, Subscription};
 use profd::internals::session::{self, Params};
 use profd::internals::symbolize::{BlazeSymbolizer, Symbolizer};
 use profd::internals::sys::PidFd;
@@ -84,7 +84,7 @@ impl SampleSource for Source {
         want: EventSpec,
         _session: u64,
         _pid: u32,
-        _children: bool,
+        _children: Children,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<Subscription, PerfError> {
         self.sessions.lock().expect("lock").push(tx);
@@ -94,7 +94,7 @@ impl SampleSource for Source {
         })
     }
     async fn unsubscribe(&self, _: EventSpec, _: u64) {}
-    async fn flush(&self, _: EventSpec, _: bool) {}
+    async fn flush(&self, _: EventSpec, _: Flush) {}
     async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)> {
         Vec::new()
     }

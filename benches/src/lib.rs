@@ -10,7 +10,7 @@ use profd::internals::perf::record::{
     self, is_context_marker, Layout, CONTEXT_KERNEL, CONTEXT_USER,
 };
 use profd::internals::perf::{walk_ring, Counts, SAMPLE_TYPE, USER_REGS};
-use profd::internals::sampler::{BatchPool, Demux, Drained, Targets};
+use profd::internals::sampler::{BatchPool, Children, Demux, Drained, RouteTo, Targets};
 use profd::internals::session::Ingest;
 
 /// Criterion measurement: the CPU time of the benchmark's thread
@@ -352,7 +352,12 @@ impl Pipeline {
         let tops = demux.tops();
         Pipeline {
             demux,
-            targets: Targets::new([(1, target(), false, u64::MAX)]),
+            targets: Targets::new([RouteTo {
+                session: 1,
+                pid: target(),
+                children: Children::Ignored,
+                exited: None,
+            }]),
             ingest: Ingest::new(
                 target(),
                 "bench".into(),

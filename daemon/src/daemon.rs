@@ -45,6 +45,9 @@ pub struct Daemon {
     /// Continuous profiling's history (`<state dir>/windows`, or in memory
     /// without a state directory); None when continuous profiling is off.
     history: Option<History>,
+    /// Continuous profiling's settings, from the config, for its profiler
+    /// (the history was opened with them): Some exactly when `history` is.
+    continuous: Option<crate::continuous::Settings>,
     /// Where continuous profiling's windows are sent (none configured: no
     /// sinks).
     sinks: crate::continuous::sinks::Sinks,
@@ -153,14 +156,14 @@ async fn running_sessions(registry: &registry::Registry) -> usize {
     n
 }
 
-/// Continuous profiling into `history` until `stop`; a failure to open the
-/// rings is logged, and the daemon serves on without it.
+/// Continuous profiling with `settings` into `history` until `stop`; a
+/// failure to open the rings is logged, and the daemon serves on without it.
 async fn run_continuous(
     registry: Arc<registry::Registry>,
+    settings: crate::continuous::Settings,
     history: History,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let settings = history.settings().clone();
     let run = crate::continuous::profiler::run(
         settings,
         registry.sampler().clone(),
@@ -353,6 +356,7 @@ impl Daemon {
             facts,
             connections: config.connections,
             history,
+            continuous: config.continuous,
             sinks,
         })
     }
@@ -380,14 +384,12 @@ impl Daemon {
         let (reflect_v1, reflect_v1alpha) = reflection()?;
         let (done, stopping) = tokio::sync::watch::channel(false);
         let (closing_tx, closing) = tokio::sync::watch::channel(false);
-        let continuous = self.history.clone().map(|history| {
+        let on = self.continuous.clone().zip(self.history.clone());
+        let continuous = on.map(|(settings, history)| {
             let (stop, stopped) = tokio::sync::watch::channel(false);
             let sinks = self.sinks.clone();
-            (
-                stop,
-                tokio::spawn(run_continuous(registry.clone(), history, stopped)),
-                sinks,
-            )
+            let task = run_continuous(registry.clone(), settings, history, stopped);
+            (stop, tokio::spawn(task), sinks)
         });
         tokio::spawn(async move {
             shutdown.await;

@@ -24,8 +24,8 @@ pub mod rpc {
 
 pub mod sampler {
     pub use crate::sampling::{
-        Batch, BatchPool, Counters, Demux, Drained, SampleSource, Sampler, StackTops, Subscription,
-        Targets, RING_PAGES, STACK_RING_PAGES,
+        Batch, BatchPool, Children, Counters, Demux, Drained, Flush, RouteTo, SampleSource,
+        Sampler, StackTops, Subscription, Targets, RING_PAGES, STACK_RING_PAGES,
     };
 }
 

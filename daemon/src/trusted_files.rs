@@ -227,8 +227,10 @@ fn names(path: &Path) -> Vec<OsString> {
         .collect()
 }
 
-fn open_start(absolute: bool) -> Result<OwnedFd, Errno> {
-    let start = if absolute { "/" } else { "." };
+/// The directory a walk of `path` starts from: `/`, or the working
+/// directory for a relative path.
+fn open_start(path: &Path) -> Result<OwnedFd, Errno> {
+    let start = if path.is_absolute() { "/" } else { "." };
     rfs::open(
         start,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -249,7 +251,7 @@ pub fn resolve(path: &Path) -> Result<Resolved, String> {
             format!("{}: {}: {e}", path.display(), at.display())
         }
     };
-    let mut dir = open_start(path.is_absolute()).map_err(|e| failed(e, path))?;
+    let mut dir = open_start(path).map_err(|e| failed(e, path))?;
     let mut here = if path.is_absolute() {
         PathBuf::from("/")
     } else {
@@ -276,7 +278,7 @@ pub fn resolve(path: &Path) -> Result<Resolved, String> {
                 let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
                 check_link(&dir, &here, &shown, stat.as_ref().expect("a link"), &target)?;
                 if target.is_absolute() {
-                    dir = open_start(true).map_err(|e| failed(e, &target))?;
+                    dir = open_start(&target).map_err(|e| failed(e, &target))?;
                     here = PathBuf::from("/");
                 }
                 for n in names(&target).into_iter().rev() {

@@ -61,6 +61,14 @@ pub enum Mode {
     Threads,
 }
 
+/// What a choice in the threads view shows only: the thread, or its
+/// process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choose {
+    Thread,
+    Process,
+}
+
 /// The samples the table and views are over, when not all of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Only {
@@ -291,8 +299,8 @@ impl TuiState {
                 Mode::Threads => self.enter(Mode::Table),
                 _ => self.enter(Mode::Threads),
             },
-            KeyCode::Enter if self.mode == Mode::Threads => self.choose_thread(false),
-            KeyCode::Char('p') if self.mode == Mode::Threads => self.choose_thread(true),
+            KeyCode::Enter if self.mode == Mode::Threads => self.choose_thread(Choose::Thread),
+            KeyCode::Char('p') if self.mode == Mode::Threads => self.choose_thread(Choose::Process),
             KeyCode::Char('x') if self.only.is_some() => self.show_only(None),
             KeyCode::Char('b') => match self.mode {
                 Mode::Tree { bottom_up } => self.enter(Mode::Tree {
@@ -386,19 +394,19 @@ impl TuiState {
         }
     }
 
-    /// The thread (or with `process`, its process) selected in the threads
-    /// view becomes the only one shown, in the table.
-    fn choose_thread(&mut self, process: bool) -> Action {
+    /// The thread (or its process) selected in the threads view becomes
+    /// the only one shown, in the table.
+    fn choose_thread(&mut self, choose: Choose) -> Action {
         let Some(Ok(reply)) = &self.view else {
             return Action::None;
         };
         let Some(t) = reply.threads.get(self.scroll) else {
             return Action::None;
         };
-        let only = match process {
-            true if t.pid == 0 => return Action::None,
-            true => Only::Process(t.pid),
-            false => Only::Thread(t.tid, t.name.clone()),
+        let only = match choose {
+            Choose::Process if t.pid == 0 => return Action::None,
+            Choose::Process => Only::Process(t.pid),
+            Choose::Thread => Only::Thread(t.tid, t.name.clone()),
         };
         self.show_only(Some(only))
     }

@@ -50,13 +50,22 @@ pub fn decode(bytes: &[u8]) -> Result<api::Window, String> {
 /// The window gzip'd in what `input` reads (a file, say), read a piece at
 /// a time and no further than its bound.
 pub fn decode_from(input: impl Read) -> Result<api::Window, String> {
-    Reader::new(input).window(false)
+    Reader::new(input).window(Part::Whole)
+}
+
+/// How much of a window a [`Reader`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// All of it.
+    Whole,
+    /// Its own fields, up to its first service.
+    Head,
 }
 
 /// A window's own fields, without its services: what `input` holds up to
 /// its first service (a window's own fields come first).
 pub fn decode_head(input: impl Read) -> Result<api::Window, String> {
-    Reader::new(input).window(true)
+    Reader::new(input).window(Part::Head)
 }
 
 /// What a window read a stack at a time is handed to ([`visit_from`]).
@@ -232,13 +241,13 @@ impl<R: Read> Reader<R> {
         Ok(())
     }
 
-    fn window(mut self, head_only: bool) -> Result<api::Window, String> {
+    fn window(mut self, part: Part) -> Result<api::Window, String> {
         let mut w = api::Window::default();
         let mut services = false;
         let mut stacks = 0u64;
         while let Some((field, wire)) = self.key()? {
             if field == SERVICES_FIELD && wire == WireType::LengthDelimited {
-                if head_only {
+                if part == Part::Head {
                     return Ok(w);
                 }
                 if !services {

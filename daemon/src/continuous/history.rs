@@ -713,11 +713,6 @@ impl History {
         self.inner.stats()
     }
 
-    /// The settings the history was opened with.
-    pub fn settings(&self) -> &Settings {
-        &self.inner.settings
-    }
-
     /// The host's name, as the listing gives it.
     pub fn host(&self) -> &str {
         &self.inner.host

@@ -11,8 +11,8 @@ use super::Settings;
 use crate::os::perf::{EventKind, EventSpec};
 use crate::process::symbolize::Symbolizer;
 use crate::sampling::{
-    ring_pages_for, Batch, SampleSource, Subscription, EVERY_PROCESS, MIN_RING_PAGES,
-    STACK_RING_PAGES,
+    ring_pages_for, Batch, Children, Flush, SampleSource, Subscription, CONTINUOUS_SESSION,
+    EVERY_PROCESS, MIN_RING_PAGES, STACK_RING_PAGES,
 };
 use crate::sessions::registry::DEFAULT_STACK_BYTES;
 use crate::sessions::session::{Collector, Finished};
@@ -89,9 +89,9 @@ pub async fn run(
     let Subscription { spec, tops } = sampler
         .subscribe(
             want(settings.frequency_hz, sampler.cpus(), DEFAULT_STACK_BYTES),
-            u64::MAX,
+            CONTINUOUS_SESSION,
             EVERY_PROCESS,
-            false,
+            Children::Ignored,
             tx,
         )
         .await
@@ -149,14 +149,16 @@ pub async fn run(
         if !last && p.pressure.wants_frame_pointers(p.spec.stack_bytes) {
             // What waits to be counted is not (its processes' unwind data
             // is what the pressure is about): its samples count as lost.
-            sampler.unsubscribe(p.spec, u64::MAX).await;
+            sampler.unsubscribe(p.spec, CONTINUOUS_SESSION).await;
             let mut lost = 0;
             while let Ok(batch) = batches.try_recv() {
                 lost += batch.ends.len() as u64 + batch.lost;
             }
             p.collector.count_lost(lost);
         } else {
-            sampler.flush(p.spec, last).await;
+            // The last window is its session's end.
+            let how = if last { Flush::Exact } else { Flush::Held };
+            sampler.flush(p.spec, how).await;
         }
         while let Ok(batch) = batches.try_recv() {
             p.take(batch);
@@ -225,7 +227,7 @@ pub async fn run(
             if let Some(add) = adding.take() {
                 let _ = add.await;
             }
-            sampler.unsubscribe(p.spec, u64::MAX).await;
+            sampler.unsubscribe(p.spec, CONTINUOUS_SESSION).await;
             tracing::info!("continuous profiling stopped");
             return Ok(());
         }
@@ -304,7 +306,7 @@ impl Profiler {
             level = level.name(),
             "continuous profiling's rings changed for memory pressure"
         );
-        sampler.unsubscribe(self.spec, u64::MAX).await;
+        sampler.unsubscribe(self.spec, CONTINUOUS_SESSION).await;
         while let Ok(batch) = batches.try_recv() {
             self.take(batch);
         }
@@ -329,7 +331,7 @@ impl Profiler {
         let (tx, rx) = mpsc::unbounded_channel();
         let all = EVERY_PROCESS;
         let sub = match sampler
-            .subscribe(next, u64::MAX, all, false, tx.clone())
+            .subscribe(next, CONTINUOUS_SESSION, all, Children::Ignored, tx.clone())
             .await
         {
             Ok(sub) => sub,
@@ -340,7 +342,7 @@ impl Profiler {
                     self.spec.stack_bytes,
                 );
                 sampler
-                    .subscribe(before, u64::MAX, all, false, tx)
+                    .subscribe(before, CONTINUOUS_SESSION, all, Children::Ignored, tx)
                     .await
                     .map_err(|e| format!("continuous profiling cannot sample: {err}; {e}"))?
             }

@@ -5,7 +5,7 @@
 use super::batch::{Batch, BatchPool, Mark};
 use super::callchain::push_stack;
 use super::tops::StackTops;
-use super::waits::{self, Waits};
+use super::waits::{self, Switch, Waits};
 use crate::os::perf::record::{ParseError, Record};
 use crate::os::perf::Counts;
 use crate::process::maps::{Backing, Mapping};
@@ -62,26 +62,50 @@ pub struct Targets {
 /// never a target).
 pub const EVERY_PROCESS: u32 = 0;
 
+/// The session id continuous profiling subscribes as: the registry's ids
+/// count up from 1 and never reach it.
+pub const CONTINUOUS_SESSION: u64 = u64::MAX;
+
+/// Whether a session also takes the processes its processes fork from now
+/// on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Children {
+    Followed,
+    Ignored,
+}
+
+/// One route given to [`Targets::new`]: `pid`'s records go to `session`.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteTo {
+    pub session: u64,
+    pub pid: u32,
+    pub children: Children,
+    /// The perf time of the process's exit once a ring showed it.
+    pub exited: Option<u64>,
+}
+
 impl Targets {
-    /// Targets from routes (session id, pid, follow children, exit time or
-    /// `u64::MAX`); a session's first route says whether it follows
+    /// Targets from routes; a session's first route says whether it follows
     /// children.
-    pub fn new(routes: impl IntoIterator<Item = (u64, u32, bool, u64)>) -> Targets {
+    pub fn new(routes: impl IntoIterator<Item = RouteTo>) -> Targets {
         let mut targets = Targets {
             own: std::process::id(),
             ..Targets::default()
         };
         let mut slot: HashMap<u64, usize> = HashMap::new();
-        for (session, pid, children, until) in routes {
-            let i = *slot.entry(session).or_insert_with(|| {
-                targets.children.push(children);
+        for route in routes {
+            let i = *slot.entry(route.session).or_insert_with(|| {
+                targets.children.push(route.children == Children::Followed);
                 targets.children.len() - 1
             });
-            if pid == EVERY_PROCESS {
+            if route.pid == EVERY_PROCESS {
                 targets.every.push(i);
                 continue;
             }
-            let (end, sessions) = targets.by_pid.entry(pid).or_insert((until, Vec::new()));
+            // Records up to this perf time are the process's.
+            let until = route.exited.unwrap_or(u64::MAX);
+            let entry = targets.by_pid.entry(route.pid);
+            let (end, sessions) = entry.or_insert((until, Vec::new()));
             *end = (*end).min(until);
             sessions.push(i);
         }
@@ -409,7 +433,12 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     return;
                 };
                 if route(by_pid, &c.forked, &c.exited, pid, Some(time)).is_some() {
-                    w.switch(ring, time, tid, sw.out, sw.preempted);
+                    let switch = match (sw.out, sw.preempted) {
+                        (false, _) => Switch::In,
+                        (true, true) => Switch::Preempted,
+                        (true, false) => Switch::Blocked,
+                    };
+                    w.switch(ring, time, tid, switch);
                 }
             }
             Ok(Record::Mmap2(m)) => {
@@ -664,11 +693,21 @@ fn routed<'a>(
 
 #[cfg(test)]
 mod tests {
+    use super::Children::{Followed, Ignored};
     use super::*;
+
+    fn to(session: u64, pid: u32, children: Children, exited: Option<u64>) -> RouteTo {
+        RouteTo {
+            session,
+            pid,
+            children,
+            exited,
+        }
+    }
 
     #[test]
     fn an_exited_process_gets_only_its_records_from_before_its_exit() {
-        let t = Targets::new([(7, 10, false, 500), (7, 11, false, u64::MAX)]);
+        let t = Targets::new([to(7, 10, Ignored, Some(500)), to(7, 11, Ignored, None)]);
         let none = foldhash::HashMap::default();
         assert_eq!(route(&t, &none, &[], 10, Some(499)), Some(&[0][..]));
         assert_eq!(route(&t, &none, &[], 10, Some(500)), Some(&[0][..]));
@@ -756,7 +795,7 @@ mod tests {
 
     #[test]
     fn a_childs_samples_count_whichever_ring_holds_its_fork() {
-        let targets = Targets::new([(1, 10, true, u64::MAX)]);
+        let targets = Targets::new([to(1, 10, Followed, None)]);
         let rings = [
             // The child ran on this CPU; an earlier process with its pid too.
             vec![sample(11, 50), sample(11, 200), sample(11, 210)],
@@ -774,7 +813,7 @@ mod tests {
 
     #[test]
     fn records_go_to_the_batch_of_the_exec_they_follow_in_time() {
-        let targets = Targets::new([(1, 10, false, u64::MAX)]);
+        let targets = Targets::new([to(1, 10, Ignored, None)]);
         let rings = [
             vec![sample(10, 300), sample(99, 310)],
             vec![sample(10, 100), exec(10, 200, "new"), sample(10, 250)],
@@ -797,7 +836,7 @@ mod tests {
 
     #[test]
     fn stack_copies_are_cut_above_the_top_their_threads_walks_reach() {
-        let targets = Targets::new([(1, 10, false, u64::MAX)]);
+        let targets = Targets::new([to(1, 10, Ignored, None)]);
         let stack: &'static [u8] = Vec::leak(vec![7u8; 4096]);
         let sp = 0x7fff_0000_0000;
         let copied = |tid: u32, time: u64| -> Rec {
@@ -866,7 +905,7 @@ mod tests {
     /// ring recorded last, if of its process; not for a thread of its own.
     #[test]
     fn a_sample_of_an_exiting_thread_counts_for_that_thread() {
-        let targets = Targets::new([(1, 10, false, u64::MAX)]);
+        let targets = Targets::new([to(1, 10, Ignored, None)]);
         let exit = |tid: u32, time: u64| -> Rec {
             Ok(Record::Exit(crate::os::perf::record::Task {
                 pid: 10,
@@ -911,9 +950,9 @@ mod tests {
     #[test]
     fn sessions_are_numbered_in_order_and_keep_their_first_routes_children() {
         let t = Targets::new([
-            (7, 10, true, u64::MAX),
-            (3, 10, false, u64::MAX),
-            (7, 11, false, u64::MAX),
+            to(7, 10, Followed, None),
+            to(3, 10, Ignored, None),
+            to(7, 11, Ignored, None),
         ]);
         assert_eq!(t.sessions(), 2);
         assert_eq!(t.of(10), Some(&[0, 1][..]));
@@ -929,8 +968,8 @@ mod tests {
     fn every_process_is_routed_to_continuous_sessions() {
         let own = std::process::id();
         let targets = Targets::new([
-            (5, EVERY_PROCESS, false, u64::MAX),
-            (9, 10, false, u64::MAX),
+            to(5, EVERY_PROCESS, Ignored, None),
+            to(9, 10, Ignored, None),
         ]);
         let exit = |pid: u32, time: u64| -> Rec {
             Ok(Record::Exit(crate::os::perf::record::Task {

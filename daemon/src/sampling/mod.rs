@@ -15,7 +15,7 @@ mod waits;
 
 pub use batch::{Backlog, Batch, BatchPool, Mark, SampleView};
 pub use callchain::BAD_USER_FRAME;
-pub use demux::{Demux, Drained, Targets, EVERY_PROCESS};
+pub use demux::{Children, Demux, Drained, RouteTo, Targets, CONTINUOUS_SESSION, EVERY_PROCESS};
 pub use tops::StackTops;
 pub use waits::Waits;
 
@@ -53,11 +53,11 @@ struct Route {
     session: u64,
     pid: u32,
     /// Follow the processes `pid` forks (each gets a route of its own).
-    children: bool,
-    /// The perf time of the process's exit once a ring showed it
-    /// (`u64::MAX` before): the route stays until the next drain, for the
-    /// samples the other CPUs took before it.
-    until: u64,
+    children: Children,
+    /// The perf time of the process's exit once a ring showed it: the
+    /// route stays until the next drain, for the samples the other CPUs
+    /// took before it.
+    exited: Option<u64>,
     tx: mpsc::UnboundedSender<Batch>,
     /// The bytes of batches sent to the session and not counted yet (one
     /// per session, shared by its routes).
@@ -85,11 +85,12 @@ impl Routes {
                 self.sessions.len() - 1
             });
         }
-        self.targets = Targets::new(
-            self.all
-                .iter()
-                .map(|r| (r.session, r.pid, r.children, r.until)),
-        );
+        self.targets = Targets::new(self.all.iter().map(|r| RouteTo {
+            session: r.session,
+            pid: r.pid,
+            children: r.children,
+            exited: r.exited,
+        }));
     }
 }
 
@@ -97,9 +98,9 @@ struct Group {
     routes: Arc<RwLock<Routes>>,
     /// With stack copies, the stack tops its drains cut copies at.
     tops: Option<StackTops>,
-    /// Drain now (`exact`: see [`drain`], asked at this CLOCK_MONOTONIC
-    /// time), then acknowledge.
-    flush: mpsc::UnboundedSender<(bool, u64, oneshot::Sender<()>)>,
+    /// Drain now (how, and asked at this CLOCK_MONOTONIC time: see
+    /// [`drain`]), then acknowledge.
+    flush: mpsc::UnboundedSender<(Flush, u64, oneshot::Sender<()>)>,
     /// The task draining the rings.
     task: JoinHandle<()>,
     stop: watch::Sender<bool>,
@@ -130,6 +131,16 @@ pub struct Subscription {
     pub tops: Option<StackTops>,
 }
 
+/// How much a flush reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// What the rings hold (a view need not have more).
+    Held,
+    /// With the losses the kernel has not reported yet, at the cost of an
+    /// interrupt of every CPU (a session's end).
+    Exact,
+}
+
 /// The event sampled for a request of `kind`, from the PMU probe: `cycles`
 /// only where a hardware cycle counter opened, `cpu-clock` otherwise.
 fn sampled_event(kind: EventKind, pmu: bool) -> EventKind {
@@ -142,23 +153,22 @@ fn sampled_event(kind: EventKind, pmu: bool) -> EventKind {
 /// Where sessions get their samples from: the perf rings, or a fake in tests.
 #[tonic::async_trait]
 pub trait SampleSource: Send + Sync {
-    /// Route samples of `pid` (with `children`, also of the processes it
-    /// forks from now on) to `tx` as `session`; [`EVERY_PROCESS`]: of every
-    /// process but the daemon.
+    /// Route samples of `pid` (with [`Children::Followed`], also of the
+    /// processes it forks from now on) to `tx` as `session`;
+    /// [`EVERY_PROCESS`]: of every process but the daemon.
     async fn subscribe(
         &self,
         want: EventSpec,
         session: u64,
         pid: u32,
-        children: bool,
+        children: Children,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<Subscription, PerfError>;
     /// Stop routing to `session`.
     async fn unsubscribe(&self, spec: EventSpec, session: u64);
-    /// Deliver everything sampled so far; returns once it is sent.
-    /// `exact`: with the losses the kernel has not reported yet, at the cost
-    /// of an interrupt of every CPU (a session's end; a view need not).
-    async fn flush(&self, spec: EventSpec, exact: bool);
+    /// Deliver everything sampled so far (see [`Flush`] for how much);
+    /// returns once it is sent.
+    async fn flush(&self, spec: EventSpec, how: Flush);
     /// Open groups of shared settings and the sessions using each.
     async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)>;
     /// Daemon-wide accounting.
@@ -354,7 +364,7 @@ impl SampleSource for Sampler {
         want: EventSpec,
         session: u64,
         pid: u32,
-        children: bool,
+        children: Children,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<Subscription, PerfError> {
         // Rings sized by the rate asked, with two seconds of room, but no
@@ -385,7 +395,8 @@ impl SampleSource for Sampler {
             kind: sampled_event(want.kind, self.pmu),
             ..want
         };
-        let target = if (switches || want.stack_bytes > 0 && !children) && pid != EVERY_PROCESS {
+        let alone = switches || want.stack_bytes > 0 && children == Children::Ignored;
+        let target = if alone && pid != EVERY_PROCESS {
             let target = Target::of(pid);
             if target.is_none() {
                 tracing::info!(
@@ -415,7 +426,11 @@ impl SampleSource for Sampler {
             // What the target's rings hold and counted so far is the other
             // sessions': the new one counts the target's time from now on.
             let (ack, done) = oneshot::channel();
-            if group.flush.send((true, monotonic_ns(), ack)).is_ok() {
+            if group
+                .flush
+                .send((Flush::Exact, monotonic_ns(), ack))
+                .is_ok()
+            {
                 let _ = done.await;
             }
         }
@@ -424,7 +439,7 @@ impl SampleSource for Sampler {
             session,
             pid,
             children,
-            until: u64::MAX,
+            exited: None,
             tx,
             queue: Backlog::new(SESSION_QUEUE_BYTES),
         });
@@ -459,14 +474,14 @@ impl SampleSource for Sampler {
     }
 
     /// Drain every ring of the group now; returns once all batches are sent.
-    async fn flush(&self, spec: EventSpec, exact: bool) {
+    async fn flush(&self, spec: EventSpec, how: Flush) {
         let (tx, rx) = oneshot::channel();
         {
             let groups = self.groups.lock().await;
             let Some(group) = groups.get(&spec) else {
                 return;
             };
-            if group.flush.send((exact, monotonic_ns(), tx)).is_err() {
+            if group.flush.send((how, monotonic_ns(), tx)).is_err() {
                 return;
             }
         }
@@ -492,7 +507,7 @@ async fn run_group(
     routes: Arc<RwLock<Routes>>,
     counters: Arc<Counters>,
     backlog: Option<Arc<Backlog>>,
-    mut flush: mpsc::UnboundedReceiver<(bool, u64, oneshot::Sender<()>)>,
+    mut flush: mpsc::UnboundedReceiver<(Flush, u64, oneshot::Sender<()>)>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(DRAIN_EVERY);
@@ -514,9 +529,9 @@ async fn run_group(
             }
             _ = tick.tick(), if !behind => {}
             _ = async { backlog.expect("behind").counted().await }, if behind => continue,
-            Some((exact, at, ack)) = flush.recv() => {
+            Some((how, at, ack)) = flush.recv() => {
                 // An exact flush is its session's end, when it was asked.
-                let end = exact.then_some(at);
+                let end = (how == Flush::Exact).then_some(at);
                 drain(&mut rings, &mut heads, &mut demux, &routes, &counters, backlog, end);
                 tick.reset();
                 let _ = ack.send(());
@@ -574,7 +589,7 @@ fn drain(
 ) {
     let exact = end.is_some();
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
-    let exiting = guard.all.iter().any(|r| r.until != u64::MAX);
+    let exiting = guard.all.iter().any(|r| r.exited.is_some());
     let sessions = &guard.sessions;
     let mut behind = 0;
     let mut drain = demux.begin(&guard.targets, |i, mut batch| {
@@ -659,23 +674,23 @@ fn update_routes(
     let mut routes = routes.write().unwrap_or_else(|e| e.into_inner());
     let routes = &mut *routes;
     // Ended before this drain began: it read every ring past their exit.
-    routes.all.retain(|r| r.until == u64::MAX);
+    routes.all.retain(|r| r.exited.is_none());
     let mut add = Vec::new();
     for (pid, (_, indices)) in forked {
         for i in indices {
             if let Some(session) = routes.sessions.get(i) {
                 add.push(Route {
                     pid,
-                    until: u64::MAX,
+                    exited: None,
                     ..session.clone()
                 });
             }
         }
     }
     routes.all.extend(add);
-    for &(pid, until) in exited {
+    for &(pid, at) in exited {
         for r in routes.all.iter_mut().filter(|r| r.pid == pid) {
-            r.until = r.until.min(until);
+            r.exited = Some(r.exited.map_or(at, |before| before.min(at)));
         }
     }
     routes.rebuild();
@@ -689,8 +704,8 @@ mod tests {
         Route {
             session,
             pid,
-            children: true,
-            until: u64::MAX,
+            children: Children::Followed,
+            exited: None,
             tx: tx.clone(),
             queue: Backlog::new(SESSION_QUEUE_BYTES),
         }
@@ -741,7 +756,7 @@ mod tests {
         let lock = RwLock::new(routes);
         let until = |lock: &RwLock<Routes>| {
             let r = lock.read().unwrap();
-            r.all.iter().find(|r| r.pid == 10).map(|r| r.until)
+            r.all.iter().find(|r| r.pid == 10).and_then(|r| r.exited)
         };
         // A drain shows pid 10 exiting at perf time 500.
         update_routes(&lock, foldhash::HashMap::default(), &[(10, 500)]);
@@ -751,7 +766,7 @@ mod tests {
         update_routes(&lock, foldhash::HashMap::default(), &[]);
         let routes = lock.into_inner().unwrap();
         assert!(routes.targets.of(10).is_none(), "gone after the next drain");
-        assert!(routes.all.iter().all(|r| r.until == u64::MAX));
+        assert!(routes.all.iter().all(|r| r.exited.is_none()));
         assert_eq!(routes.targets.of(11), Some(&[0][..]), "others untouched");
     }
 
@@ -785,7 +800,7 @@ mod tests {
             };
             let (tx, _rx) = mpsc::unbounded_channel();
             let sub = sampler
-                .subscribe(want, 1, std::process::id(), false, tx)
+                .subscribe(want, 1, std::process::id(), Children::Ignored, tx)
                 .await
                 .unwrap_or_else(|e| panic!("probe {probe}: subscribe (needs root): {e}"));
             let expected = if probe && real_pmu {

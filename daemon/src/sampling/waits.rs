@@ -196,11 +196,11 @@ impl Waits {
     }
 
     /// A switch record of a routed thread.
-    pub fn switch(&mut self, ring: usize, time: u64, tid: u32, out: bool, preempted: bool) {
-        let what = if out {
-            What::OutRecord { preempted }
-        } else {
-            What::In
+    pub fn switch(&mut self, ring: usize, time: u64, tid: u32, switch: Switch) {
+        let what = match switch {
+            Switch::In => What::In,
+            Switch::Preempted => What::OutRecord { preempted: true },
+            Switch::Blocked => What::OutRecord { preempted: false },
         };
         self.hold(time, ring, tid, what);
     }
@@ -558,6 +558,17 @@ impl Waits {
             self.unsampled_unknown(tid);
         }
     }
+}
+
+/// What a switch record says of its thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    /// It was switched in.
+    In,
+    /// It was switched out while runnable.
+    Preempted,
+    /// It was switched out to wait.
+    Blocked,
 }
 
 fn add_unknown(totals: &mut TimeTotals, by: &mut foldhash::HashMap<u32, u64>, tid: u32, ns: u64) {

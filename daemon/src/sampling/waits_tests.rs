@@ -4,6 +4,7 @@
 //! records lost.
 use super::super::gaps::HOLD_NS;
 use super::*;
+use Switch::{Blocked, In, Preempted};
 
 fn stack(tid: u32, frame: u64) -> Stack {
     Stack {
@@ -34,14 +35,14 @@ fn by_thread(waits: &mut Waits) -> Vec<(u32, u64)> {
 fn waits_are_paired_in_time_order_across_rings() {
     let mut waits = Waits::new(Mode::OffCpu, 2, [7]);
     // Ring 1: thread 10 comes back at 300 and leaves again at 350.
-    waits.switch(1, 300, 10, false, false);
+    waits.switch(1, 300, 10, In);
     waits.switch_out(1, 350, stack(10, 0xb));
-    waits.switch(1, 351, 10, true, true);
+    waits.switch(1, 351, 10, Preempted);
     // Ring 0: it left at 100 (the record after the sample), came back
     // at 500.
     waits.switch_out(0, 100, stack(10, 0xa));
-    waits.switch(0, 101, 10, true, false);
-    waits.switch(0, 500, 10, false, false);
+    waits.switch(0, 101, 10, Blocked);
+    waits.switch(0, 500, 10, In);
     // Events after 400 wait for a later drain; the wait open at 400
     // counts up to there.
     let (out, t) = settle(&mut waits, 400, None);
@@ -65,25 +66,25 @@ fn waits_are_paired_in_time_order_across_rings() {
 #[test]
 fn a_switch_straight_to_another_thread_is_the_next_thread_s_time() {
     let mut waits = Waits::new(Mode::OffCpu, 2, [7]);
-    waits.switch(0, 0, 1, false, false);
-    waits.switch(1, 0, 2, false, false);
+    waits.switch(0, 0, 1, In);
+    waits.switch(1, 0, 2, In);
     waits.switch_out(1, 5, stack(2, 0xa));
-    waits.switch(1, 6, 2, true, false);
+    waits.switch(1, 6, 2, Blocked);
     // On ring 0, thread 1 leaves at 100 (its record at 103), thread 2
     // comes in at 104.
     waits.switch_out(0, 100, stack(1, 0xb));
-    waits.switch(0, 103, 1, true, false);
-    waits.switch(0, 104, 2, false, false);
+    waits.switch(0, 103, 1, Blocked);
+    waits.switch(0, 104, 2, In);
     // Thread 2 leaves at 200, another task runs, thread 1 comes in.
     waits.switch_out(0, 200, stack(2, 0xc));
-    waits.switch(0, 202, 2, true, false);
+    waits.switch(0, 202, 2, Blocked);
     let back = 202 + SWITCH_NS + 1;
-    waits.switch(0, back, 1, false, false);
+    waits.switch(0, back, 1, In);
     // A switch in on ring 1 after ring 0's switch out is no switch
     // between them.
     waits.switch_out(0, back + 100, stack(1, 0xd));
-    waits.switch(0, back + 101, 1, true, false);
-    waits.switch(1, back + 102, 2, false, false);
+    waits.switch(0, back + 101, 1, Blocked);
+    waits.switch(1, back + 102, 2, In);
     let (out, t) = settle(&mut waits, u64::MAX, Some(back + 200));
     assert_eq!(
         out,
@@ -108,12 +109,12 @@ fn a_switch_straight_to_another_thread_is_the_next_thread_s_time() {
 #[test]
 fn unpaired_switches_are_counted_and_open_waits_end_at_the_close() {
     let mut waits = Waits::new(Mode::OffCpu, 1, [7]);
-    waits.switch(0, 50, 11, false, false);
+    waits.switch(0, 50, 11, In);
     waits.switch_out(0, 60, stack(11, 0xa));
     waits.switch_out(0, 70, stack(12, 0xb));
     // Records after 70 were lost; the LOST record comes at 80.
     waits.lost(0, 80);
-    waits.switch(0, 90, 11, false, false);
+    waits.switch(0, 90, 11, In);
     waits.switch_out(0, 100, stack(11, 0xc));
     let (out, t) = settle(&mut waits, 1000, Some(400));
     assert_eq!(out, [(0xa, 10, Mark::Blocked), (0xc, 300, Mark::Blocked)]);
@@ -132,7 +133,7 @@ fn unpaired_switches_are_counted_and_open_waits_end_at_the_close() {
 #[test]
 fn a_wait_ends_at_the_exit_and_the_last_switch_is_no_wait() {
     let mut waits = Waits::new(Mode::Wall, 1, [7]);
-    waits.switch(0, 10, 13, false, false);
+    waits.switch(0, 10, 13, In);
     waits.exit(0, 20, 13);
     waits.switch_out(0, 21, stack(13, 0xa));
     waits.switch_out(0, 30, stack(14, 0xb));
@@ -156,15 +157,15 @@ fn a_wait_ends_at_the_exit_and_the_last_switch_is_no_wait() {
 fn a_lost_gap_is_not_attributed() {
     let mut waits = Waits::new(Mode::OffCpu, 2, [7]);
     // First drain: ring 0 full after its record at 302.
-    waits.switch(0, 100, 1, false, false);
+    waits.switch(0, 100, 1, In);
     waits.switch_out(0, 200, stack(1, 0xa));
-    waits.switch(0, 201, 1, true, false);
-    waits.switch(0, 202, 2, false, false);
+    waits.switch(0, 201, 1, Blocked);
+    waits.switch(0, 202, 2, In);
     waits.switch_out(0, 300, stack(2, 0xb));
-    waits.switch(0, 301, 2, true, false);
-    waits.switch(0, 302, 1, false, false);
+    waits.switch(0, 301, 2, Blocked);
+    waits.switch(0, 302, 1, In);
     waits.ring_read(0, true, 1000);
-    waits.switch(1, 50, 3, false, false);
+    waits.switch(1, 50, 3, In);
     waits.ring_read(1, false, 1000);
     let (out, t) = settle(&mut waits, 1000, None);
     // 1's wait ends where 2's began (a switch straight to it); 2's wait
@@ -178,11 +179,11 @@ fn a_lost_gap_is_not_attributed() {
     // Second drain: ring 0's first record is a LOST record at 5000. On
     // ring 1, thread 3 leaves its CPU at 4000 and comes back at 4500.
     waits.lost(0, 5000);
-    waits.switch(0, 5000, 2, false, false);
+    waits.switch(0, 5000, 2, In);
     waits.ring_read(0, false, 6000);
     waits.switch_out(1, 4000, stack(3, 0xc));
-    waits.switch(1, 4001, 3, true, false);
-    waits.switch(1, 4500, 3, false, false);
+    waits.switch(1, 4001, 3, Blocked);
+    waits.switch(1, 4500, 3, In);
     waits.ring_read(1, false, 6000);
     let (out, t2) = settle(&mut waits, 6000, Some(6000));
     assert_eq!(out, [], "no wait is timed across the gap");
@@ -211,9 +212,9 @@ fn a_lost_gap_is_not_attributed() {
 #[test]
 fn a_ring_full_at_the_end_leaves_its_threads_unknown() {
     let mut waits = Waits::new(Mode::OffCpu, 1, [7]);
-    waits.switch(0, 100, 1, false, false);
+    waits.switch(0, 100, 1, In);
     waits.switch_out(0, 200, stack(1, 0xa));
-    waits.switch(0, 201, 1, true, false);
+    waits.switch(0, 201, 1, Blocked);
     waits.ring_read(0, true, 900);
     let (out, t) = settle(&mut waits, 900, Some(1000));
     assert_eq!(out, [(0xa, 1, Mark::Blocked)]);
@@ -228,10 +229,10 @@ fn a_ring_full_at_the_end_leaves_its_threads_unknown() {
 #[test]
 fn a_ring_that_stays_silent_holds_the_pairing_back_for_a_while_only() {
     let mut waits = Waits::new(Mode::OffCpu, 2, [7]);
-    waits.switch(0, 100, 1, false, false);
+    waits.switch(0, 100, 1, In);
     waits.switch_out(0, 200, stack(1, 0xa));
     waits.ring_read(0, true, 1000);
-    waits.switch(1, 500, 1, false, false);
+    waits.switch(1, 500, 1, In);
     waits.ring_read(1, false, 1000);
     let (out, t) = settle(&mut waits, 1000, None);
     assert_eq!(
@@ -249,7 +250,7 @@ fn a_ring_that_stays_silent_holds_the_pairing_back_for_a_while_only() {
     assert_eq!((t.unknown_ns, t.unpaired), (300, 1));
     // Then it runs on, known: the pairing is no longer held.
     waits.switch_out(1, later + 10, stack(1, 0xb));
-    waits.switch(1, later + 20, 1, false, false);
+    waits.switch(1, later + 20, 1, In);
     waits.ring_read(0, false, later + 100);
     waits.ring_read(1, false, later + 100);
     let (out, _) = settle(&mut waits, later + 100, None);
@@ -267,17 +268,17 @@ fn a_ring_that_stays_silent_holds_the_pairing_back_for_a_while_only() {
 fn wall_samples_take_the_on_cpu_time_since_the_last() {
     let mut waits = Waits::new(Mode::Wall, 1, [7]);
     let mut out = Vec::new();
-    waits.switch(0, 100, 20, false, false);
+    waits.switch(0, 100, 20, In);
     waits.sample(0, 150, stack(20, 0xa), 1000);
     waits.switch_out(0, 180, stack(20, 0xb));
-    waits.switch(0, 300, 20, false, false);
+    waits.switch(0, 300, 20, In);
     waits.sample(0, 320, stack(20, 0xc), 1000);
     // Thread 21 runs on, never switching: its samples' periods.
     waits.sample(0, 330, stack(21, 0xd), 1000);
     waits.switch_out(0, 400, stack(20, 0xe));
-    waits.switch(0, 401, 20, true, false);
+    waits.switch(0, 401, 20, Blocked);
     waits.lost(0, 450);
-    waits.switch(0, 500, 20, false, false);
+    waits.switch(0, 500, 20, In);
     waits.sample(0, 510, stack(20, 0xf), 1000);
     waits.sample(0, 520, stack(21, 0x10), 1000);
     let t = waits.settle(1000, Some(600), |w| {

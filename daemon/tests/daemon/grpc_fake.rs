@@ -5,7 +5,7 @@
 use crate::support::{serve, sleeper, until_final, Running};
 use profd::internals::maps::{Backing, Mapping, ProcessMaps};
 use profd::internals::perf::{EventSpec, PerfError};
-use profd::internals::sampler::{Batch, Counters, SampleSource, Subscription};
+use profd::internals::sampler::{Batch, Children, Counters, Flush, SampleSource, Subscription};
 use profd::internals::symbolize::{Frame, Symbolizer};
 use profd_common::api;
 use std::sync::{Arc, Mutex};
@@ -59,7 +59,7 @@ impl SampleSource for FakeSource {
         want: EventSpec,
         session: u64,
         pid: u32,
-        _children: bool,
+        _children: Children,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<Subscription, PerfError> {
         self.routes.lock().unwrap().push((session, pid, tx));
@@ -71,7 +71,7 @@ impl SampleSource for FakeSource {
     async fn unsubscribe(&self, _: EventSpec, session: u64) {
         self.routes.lock().unwrap().retain(|r| r.0 != session);
     }
-    async fn flush(&self, _: EventSpec, _: bool) {}
+    async fn flush(&self, _: EventSpec, _: Flush) {}
     async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)> {
         Vec::new()
     }

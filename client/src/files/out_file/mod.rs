@@ -30,7 +30,7 @@ const TEMP_TRIES: usize = 8;
 /// device (`/dev/null`) is written into. Links are followed only as the
 /// module's rule says; anything else at `path` is refused.
 pub fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
-    let r = resolve(path, false)?;
+    let r = resolve(path, Dirs::Existing)?;
     match r.stat.as_ref().map(|s| FileType::from_raw_mode(s.st_mode)) {
         None | Some(FileType::RegularFile) => replace(&r, data),
         Some(FileType::Fifo | FileType::CharacterDevice) => {
@@ -56,7 +56,7 @@ pub fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
 /// follow, a directory, a missing directory), so that `run -o` fails
 /// before the session rather than after it.
 pub fn check_file(path: &Path) -> io::Result<()> {
-    let r = resolve(path, false)?;
+    let r = resolve(path, Dirs::Existing)?;
     match r.stat.as_ref().map(|s| FileType::from_raw_mode(s.st_mode)) {
         Some(FileType::Directory) => Err(io::Error::new(
             io::ErrorKind::IsADirectory,
@@ -72,7 +72,7 @@ pub fn check_file(path: &Path) -> io::Result<()> {
 /// Creates the directory `path` and its missing parents (`mkdir -p`),
 /// following links only as the module's rule says.
 pub fn create_dir_all(path: &Path) -> io::Result<()> {
-    let r = resolve(path, true)?;
+    let r = resolve(path, Dirs::Make)?;
     match r.stat.as_ref().map(|s| FileType::from_raw_mode(s.st_mode)) {
         Some(FileType::Directory) => Ok(()),
         None => match rfs::mkdirat(&r.dir, &r.name, Mode::from(0o777)) {
@@ -116,8 +116,17 @@ fn open_dir(at: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
     )?)
 }
 
-fn open_start(absolute: bool) -> io::Result<OwnedFd> {
-    let start = if absolute { "/" } else { "." };
+/// Whether a walk creates the missing directories on its way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dirs {
+    Make,
+    Existing,
+}
+
+/// The directory a walk of `path` starts from: `/`, or the working
+/// directory for a relative path.
+fn open_start(path: &Path) -> io::Result<OwnedFd> {
+    let start = if path.is_absolute() { "/" } else { "." };
     Ok(rfs::open(
         start,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -127,10 +136,10 @@ fn open_start(absolute: bool) -> io::Result<OwnedFd> {
 
 /// Walks `path` one component at a time from `/` (or the working
 /// directory), following the symbolic links the rule allows and refusing
-/// the others; with `make_dirs`, missing directories before the last
+/// the others; with [`Dirs::Make`], missing directories before the last
 /// component are created.
-fn resolve(path: &Path, make_dirs: bool) -> io::Result<Resolved> {
-    let mut dir = open_start(path.is_absolute())?;
+fn resolve(path: &Path, dirs: Dirs) -> io::Result<Resolved> {
+    let mut dir = open_start(path)?;
     let mut here = if path.is_absolute() {
         PathBuf::from("/")
     } else {
@@ -157,7 +166,7 @@ fn resolve(path: &Path, make_dirs: bool) -> io::Result<Resolved> {
                 let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
                 check_link(&dir, &here, &shown, stat.as_ref().expect("a link"), &target)?;
                 if target.is_absolute() {
-                    dir = open_start(true)?;
+                    dir = open_start(&target)?;
                     here = PathBuf::from("/");
                 }
                 for n in names(&target).into_iter().rev() {
@@ -169,7 +178,7 @@ fn resolve(path: &Path, make_dirs: bool) -> io::Result<Resolved> {
                 dir = open_dir(&dir, &name).map_err(|e| in_path(e, &shown))?;
                 here = shown;
             }
-            None if make_dirs => {
+            None if dirs == Dirs::Make => {
                 match rfs::mkdirat(&dir, &name, Mode::from(0o777)) {
                     Ok(()) | Err(Errno::EXIST) => {}
                     Err(e) => return Err(in_path(e.into(), &shown)),

@@ -77,6 +77,14 @@ pub struct Connection {
 /// MiB (gRPC's default limit is 4 MiB).
 const MAX_ANSWER_BYTES: usize = 1 << 30;
 
+/// What to do where nothing answers on the daemon's Unix socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Absent {
+    /// Start a private daemon in this process (see [`Connection::open`]).
+    StartPrivate,
+    Fail,
+}
+
 impl Connection {
     /// Connects to the daemon `target` names. For a Unix socket where nothing
     /// answers, when we run as root and the build has the `private-daemon`
@@ -84,17 +92,17 @@ impl Connection {
     /// tells the user, see [`Connection::is_private`]); otherwise fails with
     /// [`Error::NoDaemon`]. A remote daemon is never replaced.
     pub async fn open(target: &Target) -> Result<Connection, Error> {
-        Connection::open_with(target, true).await
+        Connection::open_with(target, Absent::StartPrivate).await
     }
 
     /// Connects to the daemon `target` names, never starting one.
     pub async fn open_existing(target: &Target) -> Result<Connection, Error> {
-        Connection::open_with(target, false).await
+        Connection::open_with(target, Absent::Fail).await
     }
 
-    async fn open_with(target: &Target, may_start: bool) -> Result<Connection, Error> {
+    async fn open_with(target: &Target, absent: Absent) -> Result<Connection, Error> {
         match target {
-            Target::Socket(socket) => Connection::open_socket(socket, may_start).await,
+            Target::Socket(socket) => Connection::open_socket(socket, absent).await,
             Target::Remote(remote) => {
                 let (channel, auth) = connect_remote(remote).await?;
                 Ok(Connection::new(channel, auth))
@@ -113,10 +121,12 @@ impl Connection {
         }
     }
 
-    async fn open_socket(socket: &Path, may_start: bool) -> Result<Connection, Error> {
+    async fn open_socket(socket: &Path, absent: Absent) -> Result<Connection, Error> {
         match connect(socket).await {
             Ok(channel) => Ok(Connection::new(channel, Auth::none())),
-            Err(ConnectError::Absent) if may_start => Connection::open_private(socket).await,
+            Err(ConnectError::Absent) if absent == Absent::StartPrivate => {
+                Connection::open_private(socket).await
+            }
             Err(e) => Err(e.into_error(socket.to_path_buf())),
         }
     }

@@ -12,6 +12,7 @@ use profd_common::model::mode_name;
 use crate::views::ranking::{percent, totals, Profile};
 use crate::views::units::{
     bytes_text, count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
+    Case,
 };
 
 /// The widest a function name gets in a table before it is shortened.
@@ -156,7 +157,7 @@ fn totals_lines(session: &Session) -> String {
     let t = totals(session);
     let mut text = format!(
         "{}: {}; stacks: {} truncated, {} unsymbolized\n",
-        counts_word(session, false),
+        counts_word(session, Case::Lower),
         totals_text(session),
         t.truncated,
         count_text(session, t.unsymbolized),

@@ -10,7 +10,7 @@ use profd_common::model::mode_name;
 
 use crate::views::ranking::{percent, totals};
 use crate::views::render::{module_cell, NameStyle, INLINED_MARK};
-use crate::views::units::{count_text, counts_word, incl_excl, time_text, total_text};
+use crate::views::units::{count_text, counts_word, incl_excl, time_text, total_text, Case};
 
 /// The widest a function name gets in a view before it is shortened.
 pub const VIEW_NAME_WIDTH: usize = 80;
@@ -241,7 +241,7 @@ pub fn caller_callee_text(
 /// first.
 pub fn threads_text(view: &GetViewResponse, style: NameStyle) -> String {
     let session = session_of(view);
-    let word = counts_word(&session, true);
+    let word = counts_word(&session, Case::Upper);
     let names = Names::new(&view.functions, style);
     let mut rows: Vec<_> = view.threads.iter().collect();
     rows.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.tid.cmp(&b.tid)));
@@ -315,7 +315,7 @@ pub fn threads_text(view: &GetViewResponse, style: NameStyle) -> String {
 /// `file:line  samples pct` (of the total), by line.
 pub fn lines_text(view: &GetViewResponse, function: &str) -> String {
     let session = session_of(view);
-    let word = counts_word(&session, true);
+    let word = counts_word(&session, Case::Upper);
     let attributed = totals(&session).attributed;
     let total: u64 = view.lines.iter().map(|l| l.exclusive).sum();
     let mut out = format!(

@@ -51,14 +51,23 @@ pub fn total_text(session: &Session, n: u64) -> String {
     }
 }
 
+/// The case a word is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    /// For a column header.
+    Upper,
+    /// For a line's head.
+    Lower,
+}
+
 /// The word for the counts in a column header or a line's head: `SAMPLES`
-/// or `TIME` (upper case), `samples` or `time` (lower).
-pub fn counts_word(session: &Session, upper: bool) -> &'static str {
-    match (counts_time(session), upper) {
-        (true, true) => "TIME",
-        (true, false) => "time",
-        (false, true) => "SAMPLES",
-        (false, false) => "samples",
+/// or `TIME` ([`Case::Upper`]), `samples` or `time` ([`Case::Lower`]).
+pub fn counts_word(session: &Session, case: Case) -> &'static str {
+    match (counts_time(session), case) {
+        (true, Case::Upper) => "TIME",
+        (true, Case::Lower) => "time",
+        (false, Case::Upper) => "SAMPLES",
+        (false, Case::Lower) => "samples",
     }
 }
 

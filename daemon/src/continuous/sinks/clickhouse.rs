@@ -191,6 +191,21 @@ fn columns(text: &str) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// The database a statement runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Database {
+    /// The user's default one: the sink's may not exist yet.
+    Default,
+    /// The sink's.
+    Sink,
+}
+
+/// A request's body, and how it is encoded.
+enum Body {
+    Plain(Vec<u8>),
+    Gzip(Vec<u8>),
+}
+
 /// A ClickHouse server (or a cluster's `Distributed` tables) over HTTP.
 pub struct Sink {
     client: reqwest::Client,
@@ -219,11 +234,10 @@ impl Sink {
         })
     }
 
-    /// The server's URL with `query` and, unless `in_default` (the database
-    /// may not exist yet), the sink's database.
-    fn url(&self, query: Option<&str>, in_default: bool) -> reqwest::Url {
+    /// The server's URL with `query`, run in `database`.
+    fn url(&self, query: Option<&str>, database: Database) -> reqwest::Url {
         let mut url = self.url.clone();
-        if !in_default {
+        if database == Database::Sink {
             url.query_pairs_mut()
                 .append_pair("database", &self.database);
         }
@@ -233,11 +247,12 @@ impl Sink {
         url
     }
 
-    /// Run statement `sql`; the answer's text. The statement travels as
-    /// the body: a POST needs a length, which an empty body does not get.
-    async fn run(&self, sql: &str, in_default: bool) -> Result<String, Failure> {
-        self.post(self.url(None, in_default), sql.as_bytes().to_vec(), false)
-            .await
+    /// Run statement `sql` in `database`; the answer's text. The statement
+    /// travels as the body: a POST needs a length, which an empty body does
+    /// not get.
+    async fn run(&self, sql: &str, database: Database) -> Result<String, Failure> {
+        let body = Body::Plain(sql.as_bytes().to_vec());
+        self.post(self.url(None, database), body).await
     }
 
     /// `INSERT … FORMAT JSONEachRow` of `rows`, gzip'd (JSON rows shrink
@@ -246,20 +261,20 @@ impl Sink {
     async fn insert(&self, sql: &str, rows: &[u8]) -> Result<u64, Failure> {
         let body = gzip(rows);
         let sent = body.len() as u64;
-        self.post(self.url(Some(sql), false), body, true).await?;
+        self.post(self.url(Some(sql), Database::Sink), Body::Gzip(body))
+            .await?;
         Ok(sent)
     }
 
-    async fn post(
-        &self,
-        url: reqwest::Url,
-        body: Vec<u8>,
-        gzipped: bool,
-    ) -> Result<String, Failure> {
-        let mut request = self.client.post(url).body(body);
-        if gzipped {
-            request = request.header(reqwest::header::CONTENT_ENCODING, "gzip");
-        }
+    async fn post(&self, url: reqwest::Url, body: Body) -> Result<String, Failure> {
+        let mut request = match body {
+            Body::Plain(body) => self.client.post(url).body(body),
+            Body::Gzip(body) => self
+                .client
+                .post(url)
+                .header(reqwest::header::CONTENT_ENCODING, "gzip")
+                .body(body),
+        };
         if let Some(user) = &self.user {
             request = request.header("X-ClickHouse-User", user);
         }
@@ -295,7 +310,8 @@ impl Sink {
         for statement in schema(&layout) {
             // A refused statement is the server's setup to mend: the
             // windows wait meanwhile.
-            self.run(&statement, true).await.map_err(|f| match f {
+            let run = self.run(&statement, Database::Default);
+            run.await.map_err(|f| match f {
                 Failure::Drop { detail, .. } => {
                     Failure::Retry(format!("creating the schema: {detail}"))
                 }
@@ -339,14 +355,14 @@ impl Sink {
             Failure::Drop { detail, .. } => detail,
         };
         let version = self
-            .run("SELECT version()", true)
+            .run("SELECT version()", Database::Default)
             .await
             .map_err(|f| format!("{}: {}", self.url, shown(f)))?;
         self.ensure_schema().await.map_err(shown)?;
         let found = self
             .run(
                 "SELECT table, name, type FROM system.columns WHERE database = currentDatabase() AND table IN ('windows', 'stacks') FORMAT TabSeparated",
-                false,
+                Database::Sink,
             )
             .await
             .map_err(shown)?;

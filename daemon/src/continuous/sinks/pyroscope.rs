@@ -315,12 +315,21 @@ fn label_value(value: &str) -> String {
     value.trim().replace([',', '}'], "_")
 }
 
+/// Which way a time in whole seconds is rounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// For `from`.
+    Down,
+    /// For `until`.
+    Up,
+}
+
 /// `from`/`until` as Pyroscope reads them: 19 digits are nanoseconds;
-/// otherwise whole seconds (rounded down, or up for `until`).
-fn attime(ns: u64, up: bool) -> String {
+/// otherwise whole seconds, rounded `round`.
+fn attime(ns: u64, round: Round) -> String {
     if (1_000_000_000_000_000_000..=9_999_999_999_999_999_999).contains(&ns) {
         ns.to_string()
-    } else if up {
+    } else if round == Round::Up {
         ns.div_ceil(NANOS).to_string()
     } else {
         (ns / NANOS).to_string()
@@ -359,8 +368,8 @@ pub fn requests(
 ) -> (Vec<Ingest>, Sent) {
     let mut out = Vec::new();
     let mut sent = Sent::default();
-    let from = attime(w.start_unix_ns, false);
-    let until = attime(w.end_unix_ns, true);
+    let from = attime(w.start_unix_ns, Round::Down);
+    let until = attime(w.end_unix_ns, Round::Up);
     for s in &w.services {
         let profile = Profile::new(w, s, limits.max_depth);
         sent.truncated += profile.truncated;
@@ -915,14 +924,14 @@ mod tests {
     #[test]
     fn times_are_nanoseconds_when_pyroscope_reads_them_so() {
         assert_eq!(
-            attime(1_750_000_000_123_456_789, false),
+            attime(1_750_000_000_123_456_789, Round::Down),
             "1750000000123456789"
         );
         // Before 2001-09-09, 18 digits would be read as seconds: whole
         // seconds are sent, widened to cover the window.
-        assert_eq!(attime(999_999_999_500_000_000, false), "999999999");
-        assert_eq!(attime(999_999_999_500_000_000, true), "1000000000");
-        assert_eq!(attime(5 * NANOS, true), "5");
+        assert_eq!(attime(999_999_999_500_000_000, Round::Down), "999999999");
+        assert_eq!(attime(999_999_999_500_000_000, Round::Up), "1000000000");
+        assert_eq!(attime(5 * NANOS, Round::Up), "5");
     }
 
     #[test]

@@ -87,6 +87,15 @@ pub struct Worker {
 /// request).
 const RELEASE_EVERY: Duration = Duration::from_secs(1);
 
+/// When [`Worker::release_pages`] gives the parsed files' pages back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// Now, however recently it last did.
+    Now,
+    /// Once [`RELEASE_EVERY`] has passed since it last did.
+    WhenDue,
+}
+
 /// Source file names, shared between the frames of one request.
 #[derive(Default)]
 struct Files(HashSet<Arc<str>>);
@@ -233,7 +242,7 @@ impl Worker {
             self.names.shrink_to(self.names.bytes() / 2);
         }
         self.shrink();
-        self.release_pages(shed);
+        self.release_pages(if shed { Release::Now } else { Release::WhenDue });
         released > 0
     }
 
@@ -447,7 +456,7 @@ impl Worker {
             // What this file needed stays parsed only within the budget.
             self.shrink();
             if std::mem::take(&mut self.read_one) {
-                self.release_pages(true);
+                self.release_pages(Release::Now);
             }
         }
         if !jit.is_empty() {
@@ -471,10 +480,10 @@ impl Worker {
     /// request): they stay in the page cache, and the next request faults
     /// in the few it reads. What stays resident is what
     /// [`resident_estimate_of`] weighs. At most every [`RELEASE_EVERY`],
-    /// unless `now_anyway`.
-    fn release_pages(&mut self, now_anyway: bool) {
+    /// unless [`Release::Now`].
+    fn release_pages(&mut self, when: Release) {
         let now = Instant::now();
-        if !now_anyway && now.duration_since(self.released) < RELEASE_EVERY {
+        if when == Release::WhenDue && now.duration_since(self.released) < RELEASE_EVERY {
             return;
         }
         self.released = now;

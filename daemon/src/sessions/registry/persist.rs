@@ -94,7 +94,7 @@ impl Registry {
             ledger: self.ledger.clone(),
             shutdown: self.shutdown.subscribe(),
         };
-        saver.save(&handle, true).await;
+        saver.save(&handle, Record::Start).await;
         let task = tokio::spawn(saver.run(handle));
         let mut saves = lock(&self.saves);
         saves.retain(|t| !t.is_finished());
@@ -128,6 +128,15 @@ impl Registry {
     pub fn next_id(&self) -> u64 {
         lock(&self.ids).peek()
     }
+}
+
+/// What a save writes of a session.
+#[derive(Debug, Clone, Copy)]
+enum Record {
+    /// Its start record.
+    Start,
+    /// The session as it is now: a checkpoint while it runs, else its end.
+    Now,
 }
 
 /// What a save task needs.
@@ -167,9 +176,9 @@ impl Saver {
                     if !ended {
                         return; // the actor is gone: nothing left to save
                     }
-                    break self.save(&handle, false).await;
+                    break self.save(&handle, Record::Now).await;
                 }
-                _ = ticks.tick() => match self.save(&handle, false).await {
+                _ = ticks.tick() => match self.save(&handle, Record::Now).await {
                     Outcome::Saved { ended: false } | Outcome::Failed { ended: false } => {}
                     // Ended meanwhile: saved (or not) as such.
                     done => break done,
@@ -198,13 +207,12 @@ impl Saver {
             if !self.live.lock().await.contains_key(&id) {
                 return; // evicted from memory (its owner's share of unsaved sessions)
             }
-            outcome = self.save(&handle, false).await;
+            outcome = self.save(&handle, Record::Now).await;
         }
     }
 
-    /// Save the session as it is now (`at_start`: its start record; a
-    /// checkpoint while it runs) and set its save status.
-    async fn save(&self, handle: &Handle, at_start: bool) -> Outcome {
+    /// Save the session as `record` says and set its save status.
+    async fn save(&self, handle: &Handle, record: Record) -> Outcome {
         let id = handle.id;
         let _turn = self.store.turn().await;
         let resolved = match handle.resolve(KernelFrames::Full).await {
@@ -216,16 +224,16 @@ impl Saver {
         };
         let ended = resolved.session.state() != api::SessionState::Running;
         let saving = self.store.clone();
-        let saved = tokio::task::spawn_blocking(move || match at_start {
-            true => saving.save_start(&resolved.session, &resolved.profile),
-            false => saving.save(&resolved.session, &resolved.profile),
+        let saved = tokio::task::spawn_blocking(move || match record {
+            Record::Start => saving.save_start(&resolved.session, &resolved.profile),
+            Record::Now => saving.save(&resolved.session, &resolved.profile),
         })
         .await
         .unwrap_or_else(|e| Err(format!("saving panicked: {e}")));
-        let what = match (at_start, ended) {
-            (true, _) => "start record",
-            (false, false) => "checkpoint",
-            (false, true) => "session",
+        let what = match (record, ended) {
+            (Record::Start, _) => "start record",
+            (Record::Now, false) => "checkpoint",
+            (Record::Now, true) => "session",
         };
         let dir = self.store.dir().display();
         match saved {

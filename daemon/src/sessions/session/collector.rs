@@ -5,7 +5,7 @@ use super::spaces::untag;
 use super::{Actor, Ingest, Params};
 use crate::os::perf::EventSpec;
 use crate::process::symbolize::Symbolizer;
-use crate::sampling::{Batch, SampleSource, StackTops, EVERY_PROCESS};
+use crate::sampling::{Batch, SampleSource, StackTops, CONTINUOUS_SESSION, EVERY_PROCESS};
 use profd_common::api;
 use profd_common::model::{FrameRef, StackTable};
 use std::collections::{HashMap, HashSet};
@@ -33,7 +33,7 @@ impl Collector {
         max_stacks: usize,
     ) -> Collector {
         let params = Params {
-            id: u64::MAX,
+            id: CONTINUOUS_SESSION,
             pid: EVERY_PROCESS,
             comm: "continuous".into(),
             duration: None,

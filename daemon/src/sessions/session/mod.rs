@@ -24,7 +24,7 @@ use crate::os::PidFd;
 use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::{Frame, FrameName, Symbolizer};
 use crate::request_error::Error;
-use crate::sampling::{Batch, SampleSource, Subscription};
+use crate::sampling::{Batch, Children, Flush, SampleSource, Subscription};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use profd_common::model::{Aggregator, ResolvedProfile, Timeline};
@@ -255,8 +255,12 @@ pub async fn start(
     symbolizer: Arc<dyn Symbolizer>,
 ) -> Result<Handle, StartError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
+    let children = match params.children {
+        true => Children::Followed,
+        false => Children::Ignored,
+    };
     let Subscription { spec, tops } = sampler
-        .subscribe(want, params.id, params.pid, params.children, batch_tx)
+        .subscribe(want, params.id, params.pid, children, batch_tx)
         .await?;
     // Read after subscribing: later mappings arrive as MMAP2 records, and a
     // later exec or rename as a COMM record (a process attached right after
@@ -392,7 +396,7 @@ impl Actor {
                             Command::Profile(..) | Command::Resolve(..) | Command::Histogram(..)
                         );
                         if reads_samples && self.running() {
-                            self.sampler.flush(self.spec, false).await;
+                            self.sampler.flush(self.spec, Flush::Held).await;
                         }
                         // The answer counts every batch delivered before the
                         // question.
@@ -455,7 +459,7 @@ impl Actor {
     ) {
         // It ends now: counting what came before takes what it takes.
         let ended = Instant::now();
-        self.sampler.flush(self.spec, true).await;
+        self.sampler.flush(self.spec, Flush::Exact).await;
         self.sampler.unsubscribe(self.spec, self.params.id).await;
         while let Ok(batch) = batches.try_recv() {
             if !self.error.is_empty() {

@@ -29,6 +29,14 @@ const EXIT_GRACE: u64 = 2;
 /// walked most keep theirs, a process sampled now and then makes one anew.
 const MAX_CACHES: usize = 64;
 
+/// When a new space is set up (see [`Space`]'s `set_up`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SetUp {
+    Now,
+    /// With every process: not before it is sampled.
+    WhenSampled,
+}
+
 /// One address space.
 pub struct Space {
     pub maps: ProcessMaps,
@@ -118,7 +126,7 @@ impl Spaces {
             budget: &BUDGET,
             epoch: crate::process::unwind::epoch(),
         };
-        spaces.add(pid, maps, true);
+        spaces.add(pid, maps, SetUp::Now);
         spaces
     }
 
@@ -148,7 +156,7 @@ impl Spaces {
                 i
             }
             None if self.every && pid != 0 => {
-                let i = self.add(pid, ProcessMaps::default(), false);
+                let i = self.add(pid, ProcessMaps::default(), SetUp::WhenSampled);
                 self.set_up(pid, i);
                 i
             }
@@ -368,10 +376,10 @@ impl Spaces {
         self.out_of_fds.take()
     }
 
-    /// A new space of `pid` with `maps`; `set_up`: its files are opened
-    /// (and its mappings made known to its unwinder).
-    fn add(&mut self, pid: u32, maps: ProcessMaps, set_up: bool) -> usize {
+    /// A new space of `pid` with `maps`, set up as `set_up` says.
+    fn add(&mut self, pid: u32, maps: ProcessMaps, set_up: SetUp) -> usize {
         let mut unwinder = Unwinder::default();
+        let set_up = set_up == SetUp::Now;
         if set_up {
             for m in maps.iter() {
                 unwinder.add_mapping(m);
@@ -414,7 +422,7 @@ impl Spaces {
             match self.by_pid.get(&parent) {
                 Some(&p) => {
                     let maps = self.list[p].maps.forked();
-                    self.add(child, maps, false);
+                    self.add(child, maps, SetUp::WhenSampled);
                 }
                 None => {
                     self.by_pid.remove(&child);
@@ -424,7 +432,7 @@ impl Spaces {
         }
         let parent = self.open(parent);
         let maps = self.list[parent].maps.forked();
-        self.add(child, maps, true);
+        self.add(child, maps, SetUp::Now);
     }
 
     /// `pid` exec'd: a new space from its mappings now (later ones arrive as
@@ -436,7 +444,7 @@ impl Spaces {
             if let Some(old) = self.by_pid.get(&pid).copied() {
                 self.retire(old);
             }
-            self.add(pid, ProcessMaps::default(), false);
+            self.add(pid, ProcessMaps::default(), SetUp::WhenSampled);
             return;
         }
         let old = self.of(pid);
@@ -445,7 +453,7 @@ impl Spaces {
             ProcessMaps::default()
         });
         let known = self.by_pid.contains_key(&pid);
-        if self.add(pid, maps, true) != old && known {
+        if self.add(pid, maps, SetUp::Now) != old && known {
             self.retire(old);
         }
     }

@@ -234,4 +234,5 @@ pub fn code_description(code: tonic::Code) -> &'static str {
 }
 
 #[cfg(test)]
+#[path = "mod_tests.rs"]
 mod tests;

@@ -11,4 +11,5 @@ pub use state::{Action, Mode, Only, SortKey, TuiState};
 pub use term::Tui;
 
 #[cfg(test)]
+#[path = "mod_tests.rs"]
 mod tests;

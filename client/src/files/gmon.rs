@@ -289,4 +289,5 @@ fn format_bytes_per_bucket(scale: u32) -> String {
 }
 
 #[cfg(test)]
+#[path = "gmon_tests.rs"]
 mod tests;

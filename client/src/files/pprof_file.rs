@@ -75,4 +75,5 @@ fn find(profile: &ResolvedProfile, f: &FunctionRef) -> Result<u32, Error> {
 }
 
 #[cfg(test)]
+#[path = "pprof_file_tests.rs"]
 mod tests;

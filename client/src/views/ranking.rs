@@ -114,4 +114,5 @@ pub fn display_order(a: &Function, b: &Function) -> Ordering {
 }
 
 #[cfg(test)]
+#[path = "ranking_tests.rs"]
 mod tests;

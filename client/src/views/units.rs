@@ -133,4 +133,5 @@ pub fn bytes_text(n: u64) -> String {
 }
 
 #[cfg(test)]
+#[path = "units_tests.rs"]
 mod tests;

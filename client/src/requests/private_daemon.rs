@@ -123,4 +123,5 @@ fn random() -> u64 {
 }
 
 #[cfg(test)]
+#[path = "private_daemon_tests.rs"]
 mod tests;

@@ -248,4 +248,5 @@ where
 }
 
 #[cfg(test)]
+#[path = "complete_tests.rs"]
 mod tests;

@@ -125,4 +125,5 @@ impl WatchState {
 }
 
 #[cfg(test)]
+#[path = "watch_tests.rs"]
 mod tests;

@@ -85,4 +85,5 @@ pub async fn waiting<F: Future>(message: &str, future: F) -> F::Output {
 }
 
 #[cfg(test)]
+#[path = "progress_tests.rs"]
 mod tests;

@@ -327,4 +327,5 @@ fn replace(r: &Resolved, data: &[u8]) -> io::Result<()> {
 }
 
 #[cfg(test)]
+#[path = "out_file_tests.rs"]
 mod tests;

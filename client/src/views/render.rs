@@ -782,4 +782,5 @@ pub fn windows_text(l: &ListWindowsResponse) -> String {
 }
 
 #[cfg(test)]
+#[path = "render_tests.rs"]
 mod tests;

@@ -239,4 +239,5 @@ fn diff_table(base: &Side, new: &Side, limit: Option<usize>, name_width: usize) 
 }
 
 #[cfg(test)]
+#[path = "diff_tests.rs"]
 mod tests;

@@ -358,4 +358,5 @@ pub fn lines_text(view: &GetViewResponse, function: &str) -> String {
 }
 
 #[cfg(test)]
+#[path = "render_views_tests.rs"]
 mod tests;

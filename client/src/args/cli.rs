@@ -1187,4 +1187,5 @@ fn parse_interval(s: &str) -> Result<Duration, ArgError> {
 }
 
 #[cfg(test)]
+#[path = "cli_tests.rs"]
 mod tests;

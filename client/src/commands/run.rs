@@ -287,4 +287,5 @@ pub fn describe_exit(name: &str, status: ExitStatus) -> String {
 }
 
 #[cfg(test)]
+#[path = "run_tests.rs"]
 mod tests;

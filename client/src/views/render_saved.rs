@@ -99,4 +99,5 @@ pub fn retention_lines(r: &RetentionStatus) -> Vec<(String, String)> {
 }
 
 #[cfg(test)]
+#[path = "render_saved_tests.rs"]
 mod tests;

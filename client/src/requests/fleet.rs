@@ -322,4 +322,5 @@ impl Fleet {
 }
 
 #[cfg(test)]
+#[path = "fleet_tests.rs"]
 mod tests;

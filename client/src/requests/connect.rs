@@ -419,4 +419,5 @@ fn read_pem(path: &Path, flag: &str, kind: &str) -> Result<Vec<u8>, Error> {
 }
 
 #[cfg(test)]
+#[path = "connect_tests.rs"]
 mod tests;

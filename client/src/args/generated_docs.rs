@@ -168,4 +168,5 @@ fn write_pages(
 }
 
 #[cfg(test)]
+#[path = "generated_docs_tests.rs"]
 mod tests;

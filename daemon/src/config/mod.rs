@@ -671,10 +671,11 @@ fn sinks(namer: &Namer<'_>, m: &Layer) -> Result<Vec<sinks::Settings>, String> {
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            e.settings().map_err(|(key, message)| match key {
-                Some(k) => format!("{file}sink[{i}].{k}: {message}"),
-                None => format!("{file}sink[{i}]: {message}"),
-            })
+            e.settings()
+                .map_err(|sinks::EntryError { key, message }| match key {
+                    Some(k) => format!("{file}sink[{i}].{k}: {message}"),
+                    None => format!("{file}sink[{i}]: {message}"),
+                })
         })
         .collect()
 }
@@ -977,11 +978,11 @@ mod tests {
         let s = settings(Some((path.into(), layer.clone())), Layer::default()).unwrap();
         assert_eq!(s.config.sinks.len(), 1);
         let sink = &s.config.sinks[0];
-        assert_eq!(
-            sink.clickhouse_key.as_ref().map(|k| k.expose()),
-            Some("k3y")
-        );
-        assert_eq!(sink.entry.spool_bytes, sinks::DEFAULT_SPOOL_BYTES);
+        let sinks::Settings::ClickHouse(ch) = sink else {
+            panic!("a clickhouse sink: {sink:?}")
+        };
+        assert_eq!(ch.key.as_ref().map(|k| k.expose()), Some("k3y"));
+        assert_eq!(sink.common().spool_bytes, sinks::DEFAULT_SPOOL_BYTES);
         // Shown by --check-config with the file's path, never the secret;
         // and read back the same.
         let shown = s.to_toml();

@@ -203,17 +203,17 @@ pub struct Sink {
 }
 
 impl Sink {
-    pub fn new(s: &config::Settings) -> Result<Sink, String> {
+    pub fn new(s: &config::ClickHouseSettings) -> Result<Sink, String> {
         let e = &s.entry;
         Ok(Sink {
-            client: super::http_client(e.timeout, e.ca_file.as_deref())?,
-            url: reqwest::Url::parse(&e.url).map_err(|err| format!("url: {err}"))?,
+            client: super::http_client(e.common.timeout, e.common.ca_file.as_deref())?,
+            url: reqwest::Url::parse(&e.common.url).map_err(|err| format!("url: {err}"))?,
             database: e
                 .database
                 .clone()
                 .unwrap_or_else(|| Layout::default().database),
             user: e.user.clone(),
-            key: s.clickhouse_key.clone(),
+            key: s.key.clone(),
             create_schema: e.create_schema.unwrap_or(true),
             schema_ready: AtomicBool::new(false),
         })

@@ -664,7 +664,10 @@ impl History {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || inner.list(from, to))
             .await
-            .map_err(|e| Error::Internal(format!("listing the history: {e}")))
+            .map_err(|source| Error::Task {
+                doing: "listing the history",
+                source,
+            })
     }
 
     /// The windows overlapping the query's range, of the services and
@@ -699,7 +702,10 @@ impl History {
             answer
         })
         .await
-        .map_err(|e| Error::Internal(format!("reading the history: {e}")))?
+        .map_err(|source| Error::Task {
+            doing: "reading the history",
+            source,
+        })?
     }
 
     /// The settings and figures ListWindows gives, without windows or

@@ -442,7 +442,7 @@ fn read_sinks(value: &Spanned<DeValue<'_>>) -> Result<Vec<SinkEntry>, KeyError> 
                 Some(k) => format!("{at}.{k}"),
                 None => at.clone(),
             };
-            (shown, span, message)
+            (shown, span, message.to_string())
         })?;
         entries.push(entry);
     }

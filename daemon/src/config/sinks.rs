@@ -8,6 +8,29 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Value;
 
+/// Why a file a sink entry names cannot be used; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error(transparent)]
+    Refused(#[from] crate::trusted_files::Refused),
+    #[error("{}: not UTF-8 text", .path.display())]
+    NotText {
+        path: PathBuf,
+        #[source]
+        source: std::string::FromUtf8Error,
+    },
+    #[error("{} is empty", .0.display())]
+    Empty(PathBuf),
+    #[error("{}: not PEM certificates: {source}", .path.display())]
+    NotPem {
+        path: PathBuf,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{}: no certificate in it", .0.display())]
+    NoCertificate(PathBuf),
+}
+
 /// A credential read from a file: never printed, logged or shown.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -17,13 +40,15 @@ impl Secret {
     /// when it cannot be read or is empty, or when the daemon may not trust
     /// it ([`crate::trusted_files::read`]: a link another user could have
     /// planted, a file others may write or another user owns).
-    pub fn read(path: &Path) -> Result<Secret, String> {
+    pub fn read(path: &Path) -> Result<Secret, FileError> {
         let bytes = crate::trusted_files::read(path)?;
-        let text =
-            String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
+        let text = String::from_utf8(bytes).map_err(|source| FileError::NotText {
+            path: path.into(),
+            source,
+        })?;
         let text = text.trim_end_matches(['\n', '\r']);
         if text.is_empty() {
-            return Err(format!("{} is empty", path.display()));
+            return Err(FileError::Empty(path.into()));
         }
         Ok(Secret(text.to_string()))
     }
@@ -105,12 +130,15 @@ impl Layout {
 
 /// The certificates of a CA file (PEM, one or more), read as a trusted
 /// file ([`crate::trusted_files::read`]). Err names the file.
-pub fn ca_certificates(ca: &Path) -> Result<Vec<reqwest::Certificate>, String> {
+pub fn ca_certificates(ca: &Path) -> Result<Vec<reqwest::Certificate>, FileError> {
     let pem = crate::trusted_files::read(ca)?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem)
-        .map_err(|e| format!("{}: not PEM certificates: {e}", ca.display()))?;
+    let certs =
+        reqwest::Certificate::from_pem_bundle(&pem).map_err(|source| FileError::NotPem {
+            path: ca.into(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(format!("{}: no certificate in it", ca.display()));
+        return Err(FileError::NoCertificate(ca.into()));
     }
     Ok(certs)
 }
@@ -265,27 +293,46 @@ fn show_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::
     show_secs(&d.unwrap_or_default(), s)
 }
 
+/// What is wrong with a key of an entry.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// A value the entry gives.
+    #[error("{0}")]
+    Value(String),
+    /// A file the entry names.
+    #[error(transparent)]
+    File(#[from] FileError),
+}
+
 /// A key of an entry that is wrong: the key (None: the entry itself) and
 /// what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct EntryError {
     pub key: Option<String>,
-    pub message: String,
+    #[source]
+    pub message: Problem,
 }
 
 impl EntryError {
     fn key(key: &str, message: impl Into<String>) -> EntryError {
         EntryError {
             key: Some(key.into()),
-            message: message.into(),
+            message: Problem::Value(message.into()),
         }
     }
 
     fn entry(message: impl Into<String>) -> EntryError {
         EntryError {
             key: None,
-            message: message.into(),
+            message: Problem::Value(message.into()),
+        }
+    }
+
+    fn file(key: &str, e: FileError) -> EntryError {
+        EntryError {
+            key: Some(key.into()),
+            message: Problem::File(e),
         }
     }
 }
@@ -550,7 +597,7 @@ impl Settings {
 /// Read the file `key` names, if given, as a secret.
 fn secret(key: &str, p: &Option<PathBuf>) -> Result<Option<Secret>, EntryError> {
     p.as_deref()
-        .map(|p| Secret::read(p).map_err(|e| EntryError::key(key, e)))
+        .map(|p| Secret::read(p).map_err(|e| EntryError::file(key, e)))
         .transpose()
 }
 
@@ -634,7 +681,7 @@ impl SinkEntry {
             }),
         };
         if let Some(ca) = &self.common().ca_file {
-            ca_certificates(ca).map_err(|e| EntryError::key("ca_file", e))?;
+            ca_certificates(ca).map_err(|e| EntryError::file("ca_file", e))?;
         }
         Ok(settings)
     }

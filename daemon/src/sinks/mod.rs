@@ -164,7 +164,7 @@ pub fn http_client(
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .use_rustls_tls();
     if let Some(ca) = ca {
-        for cert in crate::config::sinks::ca_certificates(ca)? {
+        for cert in crate::config::sinks::ca_certificates(ca).map_err(|e| e.to_string())? {
             builder = builder.add_root_certificate(cert);
         }
     }
@@ -214,8 +214,11 @@ mod tests {
         let auth = Auth::Bearer(secret);
         assert!(!format!("{auth:?}").contains("s3cret"));
         std::fs::write(&file, "\n").unwrap();
-        assert!(Secret::read(&file).unwrap_err().contains("is empty"));
-        let missing = Secret::read(&dir.join("none")).unwrap_err();
+        assert!(Secret::read(&file)
+            .unwrap_err()
+            .to_string()
+            .contains("is empty"));
+        let missing = Secret::read(&dir.join("none")).unwrap_err().to_string();
         assert!(missing.contains("none: No such file"), "{missing}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

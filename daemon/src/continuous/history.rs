@@ -269,9 +269,9 @@ impl Inner {
             (kept.end_ns, kept.data.clone())
         };
         let decoded = match (data, self.path(key, end_ns)) {
-            (Some(data), _) => decode(&data),
+            (Some(data), _) => decode(&data).map_err(|e| e.to_string()),
             (None, Some(path)) => match open(&path)? {
-                Ok(file) => decode_from(file),
+                Ok(file) => decode_from(file).map_err(|e| e.to_string()),
                 Err(err) => Err(err),
             },
             (None, None) => return None,
@@ -325,8 +325,10 @@ impl Inner {
         };
         let mut named = Named { key, end_ns, v };
         Some(match (data, self.path(key, end_ns)) {
-            (Some(data), _) => visit_from(&data[..], &mut named),
-            (None, Some(path)) => open(&path)?.and_then(|f| visit_from(f, &mut named)),
+            (Some(data), _) => visit_from(&data[..], &mut named).map_err(|e| e.to_string()),
+            (None, Some(path)) => {
+                open(&path)?.and_then(|f| visit_from(f, &mut named).map_err(|e| e.to_string()))
+            }
             (None, None) => return None,
         })
     }

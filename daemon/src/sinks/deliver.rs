@@ -362,7 +362,10 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
             let spool_key = key.clone();
             let s = sink.clone();
             let read = tokio::task::spawn_blocking(move || {
-                let w = s.spool.read(&spool_key).and_then(|b| decode(&b))?;
+                let w = s
+                    .spool
+                    .read(&spool_key)
+                    .and_then(|b| decode(&b).map_err(|e| e.to_string()))?;
                 match mismatch(spool_key.0, end_ns, &spool_key.1, &w) {
                     None => Ok(w),
                     Some(why) => Err(why),

@@ -365,6 +365,7 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
                 let w = s
                     .spool
                     .read(&spool_key)
+                    .map_err(|e| e.to_string())
                     .and_then(|b| decode(&b).map_err(|e| e.to_string()))?;
                 match mismatch(spool_key.0, end_ns, &spool_key.1, &w) {
                     None => Ok(w),

@@ -105,24 +105,34 @@ impl Default for Layout {
     }
 }
 
+/// A name of a [`Layout`] the statements cannot use unquoted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {name:?} is not a plain name: use letters, digits and _ (not first a digit)")]
+pub struct NotPlain {
+    /// `database` or `cluster`.
+    pub key: &'static str,
+    pub name: String,
+}
+
 impl Layout {
     /// Err when a name is not a plain identifier (letters, digits and `_`,
     /// not starting with a digit): the statements use them unquoted.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), NotPlain> {
         let plain = |s: &str| {
             s.chars().next().is_some_and(|c| !c.is_ascii_digit())
                 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         };
         if !plain(&self.database) {
-            return Err(format!(
-                "database: {:?} is not a plain name: use letters, digits and _ (not first a digit)",
-                self.database
-            ));
+            return Err(NotPlain {
+                key: "database",
+                name: self.database.clone(),
+            });
         }
         match &self.cluster {
-            Some(c) if !plain(c) => Err(format!(
-                "cluster: {c:?} is not a plain name: use letters, digits and _ (not first a digit)"
-            )),
+            Some(c) if !plain(c) => Err(NotPlain {
+                key: "cluster",
+                name: c.clone(),
+            }),
             _ => Ok(()),
         }
     }

@@ -3,6 +3,7 @@
 //! it, backing off with jitter while it is down, dropping (and counting)
 //! what it will never take.
 use super::spool::{Figures, Key, Spool};
+use super::SetupError;
 use super::{clickhouse, otlp, pyroscope, DropReason, Failure, Secret, Sent};
 use crate::config::sinks::{Kind, Settings};
 use crate::continuous::decode::decode;
@@ -30,7 +31,7 @@ enum Backend {
 }
 
 impl Backend {
-    fn new(s: &Settings) -> Result<Backend, String> {
+    fn new(s: &Settings) -> Result<Backend, SetupError> {
         match s {
             Settings::ClickHouse(s) => Ok(Backend::ClickHouse(clickhouse::Sink::new(s)?)),
             Settings::Pyroscope(s) => Ok(Backend::Pyroscope(pyroscope::Pyroscope::new(
@@ -299,7 +300,7 @@ pub async fn probe(settings: &[Settings]) -> Vec<(String, Result<String, String>
     for s in settings {
         let said = match Backend::new(s) {
             Ok(b) => b.probe().await,
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         };
         out.push((s.common().name.clone(), said));
     }

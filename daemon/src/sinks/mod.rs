@@ -153,24 +153,47 @@ pub fn error_chain(err: reqwest::Error) -> String {
     text
 }
 
+/// Why a sink cannot be set up from its settings.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A setting that is wrong: the message names it and what to change.
+    #[error("{0}")]
+    Setting(String),
+    /// The CA file.
+    #[error(transparent)]
+    Ca(#[from] crate::config::sinks::FileError),
+    #[error("cannot make an HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+impl From<String> for SetupError {
+    fn from(message: String) -> SetupError {
+        SetupError::Setting(message)
+    }
+}
+
+impl From<&str> for SetupError {
+    fn from(message: &str) -> SetupError {
+        SetupError::Setting(message.into())
+    }
+}
+
 /// The HTTP client of one sink: each request bounded by `timeout`; TLS
 /// through rustls, trusting the system's roots and `ca` (a PEM file) too.
 pub fn http_client(
     timeout: Duration,
     ca: Option<&std::path::Path>,
-) -> Result<reqwest::Client, String> {
+) -> Result<reqwest::Client, SetupError> {
     let mut builder = reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .use_rustls_tls();
     if let Some(ca) = ca {
-        for cert in crate::config::sinks::ca_certificates(ca).map_err(|e| e.to_string())? {
+        for cert in crate::config::sinks::ca_certificates(ca)? {
             builder = builder.add_root_certificate(cert);
         }
     }
-    builder
-        .build()
-        .map_err(|e| format!("cannot make an HTTP client: {e}"))
+    builder.build().map_err(SetupError::Client)
 }
 
 #[cfg(test)]

@@ -228,9 +228,8 @@ mod tests {
         unwind: i64,
     }
 
-    fn attach(wide: &Wide) -> Result<(), String> {
+    fn attach(wide: &Wide) -> Result<(), OutOfRange> {
         check(&SCHEMA, "profd.v1.AttachRequest", &wide.encode_to_vec(), 0)
-            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -1,157 +1,13 @@
-//! The `[[sink]]` entries of profd.toml: each key checked as the file is
-//! read (so errors carry its line), then the files an entry names read
-//! into a sink's settings when the daemon starts or `--check-config` runs:
-//! the credentials a sink carries and where a ClickHouse schema goes.
+//! The `[[sink]]` entries of profd.toml, one variant per backend kind:
+//! each key checked as the file is read (so errors carry its line), then
+//! the files an entry names read into a sink's settings when the daemon
+//! starts or `--check-config` runs (`sink_files`).
+pub use super::sink_files::{ca_certificates, Auth, FileError, Layout, NotPlain, Secret};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Value;
-
-/// Why a file a sink entry names cannot be used; each names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum FileError {
-    #[error(transparent)]
-    Refused(#[from] crate::trusted_files::Refused),
-    #[error("{}: not UTF-8 text", .path.display())]
-    NotText {
-        path: PathBuf,
-        #[source]
-        source: std::string::FromUtf8Error,
-    },
-    #[error("{} is empty", .0.display())]
-    Empty(PathBuf),
-    #[error("{}: not PEM certificates: {source}", .path.display())]
-    NotPem {
-        path: PathBuf,
-        #[source]
-        source: reqwest::Error,
-    },
-    #[error("{}: no certificate in it", .0.display())]
-    NoCertificate(PathBuf),
-}
-
-/// A credential read from a file: never printed, logged or shown.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// The file's text without its final line break. Err (naming the file)
-    /// when it cannot be read or is empty, or when the daemon may not trust
-    /// it ([`crate::trusted_files::read`]: a link another user could have
-    /// planted, a file others may write or another user owns).
-    pub fn read(path: &Path) -> Result<Secret, FileError> {
-        let bytes = crate::trusted_files::read(path)?;
-        let text = String::from_utf8(bytes).map_err(|source| FileError::NotText {
-            path: path.into(),
-            source,
-        })?;
-        let text = text.trim_end_matches(['\n', '\r']);
-        if text.is_empty() {
-            return Err(FileError::Empty(path.into()));
-        }
-        Ok(Secret(text.to_string()))
-    }
-
-    /// A value given in the settings themselves (a header that is no
-    /// credential but is handled as one all the same).
-    pub fn given(value: String) -> Secret {
-        Secret(value)
-    }
-
-    /// The credential itself, for a request header.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(…)")
-    }
-}
-
-/// How a sink proves who it is to an HTTP backend.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum Auth {
-    #[default]
-    None,
-    /// `Authorization: Basic …`.
-    Basic { user: String, password: Secret },
-    /// `Authorization: Bearer …`.
-    Bearer(Secret),
-}
-
-/// Where the schema goes: a database, and a cluster when the tables are
-/// sharded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
-    pub database: String,
-    /// The cluster (of the servers' `remote_servers`) the `Distributed`
-    /// tables spread over; None: one server, plain tables.
-    pub cluster: Option<String>,
-    /// With a cluster: local tables replicated through ClickHouse Keeper
-    /// or ZooKeeper (the `{shard}` and `{replica}` macros of each server).
-    pub replicated: bool,
-}
-
-impl Default for Layout {
-    fn default() -> Layout {
-        Layout {
-            database: "profd".into(),
-            cluster: None,
-            replicated: false,
-        }
-    }
-}
-
-/// A name of a [`Layout`] the statements cannot use unquoted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{key}: {name:?} is not a plain name: use letters, digits and _ (not first a digit)")]
-pub struct NotPlain {
-    /// `database` or `cluster`.
-    pub key: &'static str,
-    pub name: String,
-}
-
-impl Layout {
-    /// Err when a name is not a plain identifier (letters, digits and `_`,
-    /// not starting with a digit): the statements use them unquoted.
-    pub fn check(&self) -> Result<(), NotPlain> {
-        let plain = |s: &str| {
-            s.chars().next().is_some_and(|c| !c.is_ascii_digit())
-                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        };
-        if !plain(&self.database) {
-            return Err(NotPlain {
-                key: "database",
-                name: self.database.clone(),
-            });
-        }
-        match &self.cluster {
-            Some(c) if !plain(c) => Err(NotPlain {
-                key: "cluster",
-                name: c.clone(),
-            }),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// The certificates of a CA file (PEM, one or more), read as a trusted
-/// file ([`crate::trusted_files::read`]). Err names the file.
-pub fn ca_certificates(ca: &Path) -> Result<Vec<reqwest::Certificate>, FileError> {
-    let pem = crate::trusted_files::read(ca)?;
-    let certs =
-        reqwest::Certificate::from_pem_bundle(&pem).map_err(|source| FileError::NotPem {
-            path: ca.into(),
-            source,
-        })?;
-    if certs.is_empty() {
-        return Err(FileError::NoCertificate(ca.into()));
-    }
-    Ok(certs)
-}
 
 /// The backends a sink sends to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -701,5 +557,60 @@ impl Common {
     /// Where this sink's spool lives under the state directory.
     pub fn spool_dir(&self, state: &Path) -> PathBuf {
         state.join("spool").join(&self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kind takes exactly the keys its variant shows: the key lists
+    /// and the structs say the same.
+    #[test]
+    fn each_kind_takes_the_keys_its_variant_has() {
+        for kind in [Kind::ClickHouse, Kind::Pyroscope, Kind::Otlp] {
+            let mut entry = SinkEntry::new(kind, "s", "http://127.0.0.1:1");
+            let some = || Some(PathBuf::from("/f"));
+            let one = || BTreeMap::from([("a".to_string(), "b".to_string())]);
+            match &mut entry {
+                SinkEntry::ClickHouse(e) => {
+                    e.database = Some("d".into());
+                    e.create_schema = Some(true);
+                    e.user = Some("u".into());
+                    e.password_file = some();
+                }
+                SinkEntry::Pyroscope(e) => {
+                    e.tenant = Some("t".into());
+                    e.user = Some("u".into());
+                    e.password_file = some();
+                    e.token_file = some();
+                    e.labels = one();
+                }
+                SinkEntry::Otlp(e) => {
+                    e.token_file = some();
+                    e.headers = one();
+                }
+            }
+            let mut shown = Vec::new();
+            let text = toml::to_string(&entry).unwrap();
+            let mut in_table = false;
+            for line in text.lines().filter(|l| !l.is_empty()) {
+                if let Some(table) = line.strip_prefix('[') {
+                    in_table = true;
+                    shown.push(table.trim_end_matches(']').to_string());
+                } else if !in_table {
+                    shown.push(line.split(" = ").next().unwrap().to_string());
+                }
+            }
+            let mut declared: Vec<String> = Common::KEYS
+                .iter()
+                .chain(kind.own_keys())
+                .filter(|k| **k != "max_age" && **k != "ca_file")
+                .map(|k| k.to_string())
+                .collect();
+            shown.sort();
+            declared.sort();
+            assert_eq!(shown, declared, "{}: {text}", kind.name());
+        }
     }
 }

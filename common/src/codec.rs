@@ -54,7 +54,7 @@ impl<U: Message + Name + Default> Decoder for StrictDecoder<U> {
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         let bytes = buf.copy_to_bytes(buf.remaining());
         let name = U::full_name();
-        check(&SCHEMA, &name, &bytes, 0).map_err(Status::invalid_argument)?;
+        check(&SCHEMA, &name, &bytes, 0).map_err(|e| Status::invalid_argument(e.to_string()))?;
         U::decode(bytes).map(Some).map_err(|e| {
             Status::invalid_argument(format!(
                 "the message is not a valid {name}: {e}; send one encoded from proto/profd/v1/profd.proto"
@@ -108,12 +108,25 @@ fn add(schema: &mut Schema, scope: &str, m: &DescriptorProto) {
     schema.insert(name, fields);
 }
 
+/// A 32-bit field sent a value its type cannot hold.
+#[derive(Debug, thiserror::Error)]
+#[error("{msg}.{field} was sent {value}, which is out of range for its type {ty} ({range}): send a value in range")]
+pub struct OutOfRange {
+    /// The message's full name (`profd.v1.AttachRequest`).
+    msg: String,
+    field: String,
+    value: u64,
+    ty: &'static str,
+    /// The values the type holds.
+    range: &'static str,
+}
+
 /// Deeper messages are left to prost, which refuses them by itself.
 const MAX_DEPTH: usize = 100;
 
 /// Check the 32-bit fields of message `msg` encoded in `buf`. Encodings
 /// that are malformed are left to prost, which says what is wrong.
-fn check(schema: &Schema, msg: &str, mut buf: &[u8], depth: usize) -> Result<(), String> {
+fn check(schema: &Schema, msg: &str, mut buf: &[u8], depth: usize) -> Result<(), OutOfRange> {
     let Some(fields) = schema.get(msg).filter(|_| depth < MAX_DEPTH) else {
         return Ok(());
     };
@@ -171,7 +184,7 @@ fn check(schema: &Schema, msg: &str, mut buf: &[u8], depth: usize) -> Result<(),
 }
 
 /// Fail when varint `value` does not fit field `f`'s type.
-fn check_value(msg: &str, f: &Field, value: u64) -> Result<(), String> {
+fn check_value(msg: &str, f: &Field, value: u64) -> Result<(), OutOfRange> {
     let (fits, range) = match f.ty {
         Type::Uint32 => (value <= u64::from(u32::MAX), "0 to 4294967295"),
         Type::Sint32 => (value <= u64::from(u32::MAX), "-2147483648 to 2147483647"),
@@ -190,10 +203,13 @@ fn check_value(msg: &str, f: &Field, value: u64) -> Result<(), String> {
         Type::Uint32 => "uint32",
         _ => "int32",
     };
-    Err(format!(
-        "{msg}.{} was sent {value}, which is out of range for its type {ty} ({range}): send a value in range",
-        f.name
-    ))
+    Err(OutOfRange {
+        msg: msg.into(),
+        field: f.name.clone(),
+        value,
+        ty,
+        range,
+    })
 }
 
 #[cfg(test)]
@@ -212,7 +228,7 @@ mod tests {
         unwind: i64,
     }
 
-    fn attach(wide: &Wide) -> Result<(), String> {
+    fn attach(wide: &Wide) -> Result<(), OutOfRange> {
         check(&SCHEMA, "profd.v1.AttachRequest", &wide.encode_to_vec(), 0)
     }
 
@@ -228,7 +244,8 @@ mod tests {
             pid: (1 << 32) + 1,
             ..ok.clone()
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("profd.v1.AttachRequest.pid was sent 4294967297")
                 && err.contains("uint32"),
@@ -238,13 +255,15 @@ mod tests {
             unwind: 1 << 31,
             ..ok.clone()
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("AttachRequest.unwind"), "{err}");
         let err = attach(&Wide {
             unwind: -(1 << 31) - 1,
             ..ok
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("enum"), "{err}");
     }
 
@@ -256,7 +275,7 @@ mod tests {
         let mut req = Vec::new();
         prost::encoding::bytes::encode(2, &tree, &mut req);
         let name = api::GetViewRequest::full_name();
-        let err = check(&SCHEMA, &name, &req, 0).unwrap_err();
+        let err = check(&SCHEMA, &name, &req, 0).unwrap_err().to_string();
         assert!(err.contains("profd.v1.TreeRequest.max_depth"), "{err}");
         // The same value in range decodes.
         let mut tree = Vec::new();

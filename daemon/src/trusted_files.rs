@@ -35,6 +35,68 @@ const LINK_RULE: &str = "profd follows a symbolic link only when root or its own
      it and its directory, and no one else may write that directory (sticky ones such as \
      /tmp excepted)";
 
+/// Why a file or directory is not used: each names the file (and the
+/// link or directory at fault) and the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// A system call on `shown` failed.
+    #[error("{shown}: {source}")]
+    Io {
+        shown: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{shown} is not a regular file")]
+    NotRegular { shown: String },
+    /// A file another user owns (`owner` as [`who`] says it).
+    #[error("{shown} is owned by {owner}: {rule}; {advice}", rule = FILE_RULE)]
+    Owner {
+        shown: String,
+        owner: String,
+        advice: String,
+    },
+    #[error("{shown} is writable by group or others (mode {mode:o}): {rule}; chmod go-w it", rule = FILE_RULE)]
+    Writable { shown: String, mode: u32 },
+    /// A directory another user owns.
+    #[error(
+        "{shown} is owned by {owner}, who could put files in it: profd keeps its files only in \
+         a directory root or its own user owns; {advice}"
+    )]
+    Directory {
+        shown: String,
+        owner: String,
+        advice: String,
+    },
+    /// Not the socket the daemon has just made.
+    #[error(
+        "{shown} was replaced while profd made its socket there: others may write its \
+         directory; choose a --socket in a directory only root may write"
+    )]
+    Replaced { shown: String },
+    /// A path that ends in a directory where a file was wanted.
+    #[error("{shown}: it is a directory")]
+    IsDirectory { shown: String },
+    /// A link the rule refuses (`why`: what is wrong with it).
+    #[error(
+        "{link} is a symbolic link (to {target}) {why}: {rule}; replace the link by what it \
+         points to, or fix the owner and mode",
+        rule = LINK_RULE
+    )]
+    Link {
+        link: String,
+        target: String,
+        why: String,
+    },
+}
+
+/// `shown` and what a system call on it said.
+fn io(shown: impl ToString, e: impl Into<std::io::Error>) -> Refused {
+    Refused::Io {
+        shown: shown.to_string(),
+        source: e.into(),
+    }
+}
+
 /// Whether files of `uid` may be trusted: root's and the daemon's own.
 pub fn trusted(uid: u32) -> bool {
     uid == 0 || uid == rustix::process::geteuid().as_raw()
@@ -58,11 +120,11 @@ fn chown_advice() -> String {
 
 /// The contents of a file the daemon trusts, checked as the module says.
 /// Errors name the file (and the link or directory at fault) and the rule.
-pub fn read(path: &Path) -> Result<Vec<u8>, String> {
+pub fn read(path: &Path) -> Result<Vec<u8>, Refused> {
     let r = resolve(path)?;
     let shown = r.describe(path);
     if r.stat.is_none() {
-        return Err(format!("{shown}: {}", std::io::Error::from(Errno::NOENT)));
+        return Err(io(&shown, Errno::NOENT));
     }
     // Non-blocking: a FIFO in its place must not hang the daemon.
     let fd = rfs::openat(
@@ -71,19 +133,19 @@ pub fn read(path: &Path) -> Result<Vec<u8>, String> {
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
         Mode::empty(),
     )
-    .map_err(|e| format!("{shown}: {}", std::io::Error::from(e)))?;
-    let stat = rfs::fstat(&fd).map_err(|e| format!("{shown}: {}", std::io::Error::from(e)))?;
+    .map_err(|e| io(&shown, e))?;
+    let stat = rfs::fstat(&fd).map_err(|e| io(&shown, e))?;
     check_file(&shown, &stat)?;
     let mut bytes = Vec::new();
     std::fs::File::from(fd)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("{shown}: {e}"))?;
+        .map_err(|e| io(&shown, e))?;
     Ok(bytes)
 }
 
 /// Open `path` to append to it, creating it (mode 0600) when it is not
 /// there: a file that is there must be one [`read`] would trust.
-pub fn open_append(path: &Path) -> Result<std::fs::File, String> {
+pub fn open_append(path: &Path) -> Result<std::fs::File, Refused> {
     let r = resolve(path)?;
     let shown = r.describe(path);
     let fd = rfs::openat(
@@ -92,30 +154,32 @@ pub fn open_append(path: &Path) -> Result<std::fs::File, String> {
         OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from(0o600),
     )
-    .map_err(|e| format!("{shown}: {}", std::io::Error::from(e)))?;
-    let stat = rfs::fstat(&fd).map_err(|e| format!("{shown}: {}", std::io::Error::from(e)))?;
+    .map_err(|e| io(&shown, e))?;
+    let stat = rfs::fstat(&fd).map_err(|e| io(&shown, e))?;
     check_file(&shown, &stat)?;
     Ok(std::fs::File::from(fd))
 }
 
 /// Fail unless `stat` is that of a regular file root or the daemon's user
 /// owns and no one else may write.
-fn check_file(shown: &str, stat: &Stat) -> Result<(), String> {
+fn check_file(shown: &str, stat: &Stat) -> Result<(), Refused> {
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(format!("{shown} is not a regular file"));
+        return Err(Refused::NotRegular {
+            shown: shown.into(),
+        });
     }
     if !trusted(stat.st_uid) {
-        return Err(format!(
-            "{shown} is owned by {}: {FILE_RULE}; {}",
-            who(stat.st_uid),
-            chown_advice()
-        ));
+        return Err(Refused::Owner {
+            shown: shown.into(),
+            owner: who(stat.st_uid),
+            advice: chown_advice(),
+        });
     }
     if stat.st_mode & 0o022 != 0 {
-        return Err(format!(
-            "{shown} is writable by group or others (mode {:o}): {FILE_RULE}; chmod go-w it",
-            stat.st_mode & 0o7777
-        ));
+        return Err(Refused::Writable {
+            shown: shown.into(),
+            mode: stat.st_mode & 0o7777,
+        });
     }
     Ok(())
 }
@@ -123,20 +187,18 @@ fn check_file(shown: &str, stat: &Stat) -> Result<(), String> {
 /// Fail when the directory `path` (which may not exist yet) is reached
 /// through a link the module's rule refuses, or is owned by a user other
 /// than root or the daemon's, who could put files in it.
-pub fn check_dir(path: &Path) -> Result<(), String> {
+pub fn check_dir(path: &Path) -> Result<(), Refused> {
     let r = resolve(path)?;
     match &r.stat {
         Some(stat)
             if FileType::from_raw_mode(stat.st_mode) == FileType::Directory
                 && !trusted(stat.st_uid) =>
         {
-            Err(format!(
-                "{} is owned by {}, who could put files in it: profd keeps its files only in \
-                 a directory root or its own user owns; {}",
-                r.describe(path),
-                who(stat.st_uid),
-                chown_advice()
-            ))
+            Err(Refused::Directory {
+                shown: r.describe(path),
+                owner: who(stat.st_uid),
+                advice: chown_advice(),
+            })
         }
         _ => Ok(()),
     }
@@ -145,9 +207,9 @@ pub fn check_dir(path: &Path) -> Result<(), String> {
 /// Give the socket the daemon has just bound at `path` the group `gid` and
 /// `mode`: the socket itself, found again without following a link on the
 /// way that the module's rule refuses, and never a file that took its place.
-pub fn own_socket(path: &Path, gid: Option<u32>, mode: u32) -> Result<(), String> {
+pub fn own_socket(path: &Path, gid: Option<u32>, mode: u32) -> Result<(), Refused> {
     let r = resolve(path)?;
-    let failed = |e: Errno| format!("{}: {}", path.display(), std::io::Error::from(e));
+    let failed = |e: Errno| io(path.display(), e);
     let fd = rfs::openat(
         &r.dir,
         &r.name,
@@ -159,11 +221,9 @@ pub fn own_socket(path: &Path, gid: Option<u32>, mode: u32) -> Result<(), String
     if FileType::from_raw_mode(stat.st_mode) != FileType::Socket
         || stat.st_uid != rustix::process::geteuid().as_raw()
     {
-        return Err(format!(
-            "{} was replaced while profd made its socket there: others may write its \
-             directory; choose a --socket in a directory only root may write",
-            path.display()
-        ));
+        return Err(Refused::Replaced {
+            shown: path.display().to_string(),
+        });
     }
     // On the descriptor: an O_PATH one takes fchownat(AT_EMPTY_PATH), and
     // chmod through its /proc/self/fd link reaches this very inode.
@@ -242,13 +302,12 @@ fn open_start(path: &Path) -> Result<OwnedFd, Errno> {
 /// directory), following the symbolic links the module's rule allows and
 /// refusing the others. Errors name `path`, and the component at fault
 /// when it is another.
-pub fn resolve(path: &Path) -> Result<Resolved, String> {
+pub fn resolve(path: &Path) -> Result<Resolved, Refused> {
     let failed = |e: Errno, at: &Path| {
-        let e = std::io::Error::from(e);
         if at == path {
-            format!("{}: {e}", path.display())
+            io(path.display(), e)
         } else {
-            format!("{}: {}: {e}", path.display(), at.display())
+            io(format!("{}: {}", path.display(), at.display()), e)
         }
     };
     let mut dir = open_start(path).map_err(|e| failed(e, path))?;
@@ -307,7 +366,9 @@ pub fn resolve(path: &Path) -> Result<Resolved, String> {
             Some(_) => return Err(failed(Errno::NOTDIR, &shown)),
         }
     }
-    Err(format!("{}: it is a directory", path.display()))
+    Err(Refused::IsDirectory {
+        shown: path.display().to_string(),
+    })
 }
 
 /// Fail unless the link `shown` (in `dir`, shown as `here`) may be
@@ -318,9 +379,8 @@ fn check_link(
     shown: &Path,
     link: &Stat,
     target: &Path,
-) -> Result<(), String> {
-    let parent =
-        rfs::fstat(dir).map_err(|e| format!("{}: {}", here.display(), std::io::Error::from(e)))?;
+) -> Result<(), Refused> {
+    let parent = rfs::fstat(dir).map_err(|e| io(here.display(), e))?;
     let place = if here.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -343,12 +403,11 @@ fn check_link(
     } else {
         return Ok(());
     };
-    Err(format!(
-        "{} is a symbolic link (to {}) {why}: {LINK_RULE}; replace the link by what it \
-         points to, or fix the owner and mode",
-        shown.display(),
-        target.display()
-    ))
+    Err(Refused::Link {
+        link: shown.display().to_string(),
+        target: target.display().to_string(),
+        why,
+    })
 }
 
 #[cfg(test)]

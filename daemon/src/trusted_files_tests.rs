@@ -42,7 +42,7 @@ fn files_others_could_change_are_refused_naming_the_rule() {
     chmod(&key, 0o644);
     assert!(read(&key).is_ok());
     chmod(&key, 0o666);
-    let err = read(&key).unwrap_err();
+    let err = read(&key).unwrap_err().to_string();
     assert!(
         err.starts_with(&format!(
             "{} is writable by group or others (mode 666)",
@@ -52,22 +52,25 @@ fn files_others_could_change_are_refused_naming_the_rule() {
         "{err}"
     );
     chmod(&key, 0o620);
-    assert!(read(&key).unwrap_err().contains("mode 620"));
+    assert!(read(&key).unwrap_err().to_string().contains("mode 620"));
     chmod(&key, 0o600);
     std::os::unix::fs::chown(&key, Some(OTHER), None).unwrap();
-    let err = read(&key).unwrap_err();
+    let err = read(&key).unwrap_err().to_string();
     assert!(
         err.contains(&format!("{} is owned by uid {OTHER}", key.display()))
             && err.contains(FILE_RULE)
             && err.contains("chown it to root"),
         "{err}"
     );
-    let err = read(&dir.join("none")).unwrap_err();
+    let err = read(&dir.join("none")).unwrap_err().to_string();
     assert!(err.contains("none: No such file"), "{err}");
     // A FIFO in its place neither hangs nor is read.
     let fifo = dir.join("fifo");
     rfs::mknodat(rfs::CWD, &fifo, FileType::Fifo, Mode::from(0o600), 0).unwrap();
-    assert!(read(&fifo).unwrap_err().contains("is not a regular file"));
+    assert!(read(&fifo)
+        .unwrap_err()
+        .to_string()
+        .contains("is not a regular file"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -81,7 +84,7 @@ fn a_link_another_user_planted_is_refused() {
     file(&victim, "root's secret\n", 0o600);
     let key = dir.join("ch.key");
     plant(&victim, &key, OTHER);
-    let err = read(&key).unwrap_err();
+    let err = read(&key).unwrap_err().to_string();
     assert!(
         err.starts_with(&format!(
             "{} is a symbolic link (to {}) owned by uid {OTHER}",
@@ -97,7 +100,7 @@ fn a_link_another_user_planted_is_refused() {
     std::fs::create_dir(&theirs).unwrap();
     std::os::unix::fs::symlink(&victim, theirs.join("ch.key")).unwrap();
     std::os::unix::fs::chown(&theirs, Some(OTHER), None).unwrap();
-    let err = read(&theirs.join("ch.key")).unwrap_err();
+    let err = read(&theirs.join("ch.key")).unwrap_err().to_string();
     assert!(
         err.contains(&format!("in {}, a directory uid {OTHER}", theirs.display())),
         "{err}"
@@ -107,7 +110,7 @@ fn a_link_another_user_planted_is_refused() {
     std::fs::create_dir(&real).unwrap();
     file(&real.join("ch.key"), "k", 0o600);
     plant(&real, &dir.join("conf"), OTHER);
-    let err = read(&dir.join("conf/ch.key")).unwrap_err();
+    let err = read(&dir.join("conf/ch.key")).unwrap_err().to_string();
     assert!(
         err.starts_with(&format!("{}/conf is a symbolic link", dir.display())),
         "{err}"
@@ -130,7 +133,7 @@ fn links_only_root_could_make_are_followed() {
     assert_eq!(read(&dir.join("password")).unwrap(), b"k3y\n");
     // Where group or others may replace the link, it is not.
     chmod(&dir, 0o777);
-    let err = read(&dir.join("password")).unwrap_err();
+    let err = read(&dir.join("password")).unwrap_err().to_string();
     assert!(
         err.contains("a directory group or others may write (mode 777)"),
         "{err}"
@@ -147,13 +150,17 @@ fn appending_creates_private_files_and_refuses_others() {
     assert_eq!(std::fs::read_to_string(&tokens).unwrap(), "one\ntwo\n");
     assert_eq!(std::fs::metadata(&tokens).unwrap().mode() & 0o777, 0o600);
     chmod(&tokens, 0o666);
-    assert!(open_append(&tokens).unwrap_err().contains("mode 666"));
+    assert!(open_append(&tokens)
+        .unwrap_err()
+        .to_string()
+        .contains("mode 666"));
     let victim = dir.join("victim");
     file(&victim, "precious\n", 0o600);
     let planted = dir.join("planted");
     plant(&victim, &planted, OTHER);
     assert!(open_append(&planted)
         .unwrap_err()
+        .to_string()
         .contains("is a symbolic link"));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -167,7 +174,7 @@ fn directories_of_other_users_are_refused() {
     std::fs::create_dir(&state).unwrap();
     check_dir(&state).unwrap();
     std::os::unix::fs::chown(&state, Some(OTHER), None).unwrap();
-    let err = check_dir(&state).unwrap_err();
+    let err = check_dir(&state).unwrap_err().to_string();
     assert!(
         err.contains(&format!("{} is owned by uid {OTHER}", state.display())),
         "{err}"
@@ -177,6 +184,7 @@ fn directories_of_other_users_are_refused() {
     plant(&elsewhere, &dir.join("linked"), OTHER);
     assert!(check_dir(&dir.join("linked/state"))
         .unwrap_err()
+        .to_string()
         .contains("is a symbolic link"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -197,7 +205,9 @@ fn the_socket_mode_is_set_on_the_socket_only() {
     let victim = dir.join("victim");
     file(&victim, "precious\n", 0o600);
     std::os::unix::fs::symlink(&victim, &path).unwrap();
-    let err = own_socket(&path, Some(OTHER), 0o666).unwrap_err();
+    let err = own_socket(&path, Some(OTHER), 0o666)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("was replaced"), "{err}");
     let meta = std::fs::metadata(&victim).unwrap();
     assert_eq!((meta.mode() & 0o7777, meta.gid()), (0o600, 0));

@@ -4,6 +4,7 @@
 //! `/etc/profd/profd.toml` unless `--config` names another) go through the
 //! same value checks; a flag given wins over the file's key.
 mod schema;
+mod sink_files;
 pub mod sinks;
 mod values;
 pub use values::MAX_BUCKETS;
@@ -672,10 +673,11 @@ fn sinks(namer: &Namer<'_>, m: &Layer) -> Result<Vec<sinks::Settings>, String> {
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            e.settings().map_err(|(key, message)| match key {
-                Some(k) => format!("{file}sink[{i}].{k}: {message}"),
-                None => format!("{file}sink[{i}]: {message}"),
-            })
+            e.settings()
+                .map_err(|sinks::EntryError { key, message }| match key {
+                    Some(k) => format!("{file}sink[{i}].{k}: {message}"),
+                    None => format!("{file}sink[{i}]: {message}"),
+                })
         })
         .collect()
 }
@@ -978,11 +980,11 @@ mod tests {
         let s = settings(Some((path.into(), layer.clone())), Layer::default()).unwrap();
         assert_eq!(s.config.sinks.len(), 1);
         let sink = &s.config.sinks[0];
-        assert_eq!(
-            sink.clickhouse_key.as_ref().map(|k| k.expose()),
-            Some("k3y")
-        );
-        assert_eq!(sink.entry.spool_bytes, sinks::DEFAULT_SPOOL_BYTES);
+        let sinks::Settings::ClickHouse(ch) = sink else {
+            panic!("a clickhouse sink: {sink:?}")
+        };
+        assert_eq!(ch.key.as_ref().map(|k| k.expose()), Some("k3y"));
+        assert_eq!(sink.common().spool_bytes, sinks::DEFAULT_SPOOL_BYTES);
         // Shown by --check-config with the file's path, never the secret;
         // and read back the same.
         let shown = s.to_toml();

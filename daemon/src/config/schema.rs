@@ -2,7 +2,7 @@
 //! command-line flag, its key read from the settings file (errors name the
 //! file, the key and the line), the layers of values merged, and the TOML
 //! `--check-config` prints.
-use super::sinks::{check_names, read_entry, Entry};
+use super::sinks::{check_names, read_entry, SinkEntry};
 use super::values::Type;
 use clap::{Arg, ArgAction, ArgMatches};
 use serde::de::IntoDeserializer;
@@ -166,7 +166,7 @@ impl Schema {
 /// One layer of settings (the file's, the flags given, or the defaults):
 /// the keys it sets, with checked values.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Layer(BTreeMap<&'static str, Value>, Vec<Entry>);
+pub struct Layer(BTreeMap<&'static str, Value>, Vec<SinkEntry>);
 
 impl Layer {
     /// The value of a setting, if this layer sets it.
@@ -214,7 +214,7 @@ impl Layer {
     }
 
     /// The `[[sink]]` entries.
-    pub fn sinks(&self) -> &[Entry] {
+    pub fn sinks(&self) -> &[SinkEntry] {
         &self.1
     }
 }
@@ -401,7 +401,7 @@ impl Schema {
 const SINK: &str = "sink";
 
 /// The `[[sink]]` entries, each key checked; errors name `sink[N].key`.
-fn read_sinks(value: &Spanned<DeValue<'_>>) -> Result<Vec<Entry>, KeyError> {
+fn read_sinks(value: &Spanned<DeValue<'_>>) -> Result<Vec<SinkEntry>, KeyError> {
     let DeValue::Array(items) = value.get_ref() else {
         return Err((
             SINK.into(),
@@ -430,7 +430,7 @@ fn read_sinks(value: &Spanned<DeValue<'_>>) -> Result<Vec<Entry>, KeyError> {
             |v| (super::values::BYTES.check)(v),
             |v| (super::values::DURATION.check)(v),
         )
-        .map_err(|(key, message)| {
+        .map_err(|super::sinks::EntryError { key, message }| {
             let span = key
                 .as_deref()
                 .and_then(|k| {
@@ -442,12 +442,14 @@ fn read_sinks(value: &Spanned<DeValue<'_>>) -> Result<Vec<Entry>, KeyError> {
                 Some(k) => format!("{at}.{k}"),
                 None => at.clone(),
             };
-            (shown, span, message)
+            (shown, span, message.to_string())
         })?;
         entries.push(entry);
     }
-    check_names(&entries)
-        .map_err(|(i, message)| (format!("{SINK}[{i}].name"), items[i].span(), message))?;
+    check_names(&entries).map_err(|e| {
+        let i = e.index;
+        (format!("{SINK}[{i}].name"), items[i].span(), e.to_string())
+    })?;
     Ok(entries)
 }
 

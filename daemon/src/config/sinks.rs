@@ -1,119 +1,13 @@
-//! The `[[sink]]` entries of profd.toml: each key checked as the file is
-//! read (so errors carry its line), then the files an entry names read
-//! into a sink's settings when the daemon starts or `--check-config` runs:
-//! the credentials a sink carries and where a ClickHouse schema goes.
+//! The `[[sink]]` entries of profd.toml, one variant per backend kind:
+//! each key checked as the file is read (so errors carry its line), then
+//! the files an entry names read into a sink's settings when the daemon
+//! starts or `--check-config` runs (`sink_files`).
+pub use super::sink_files::{ca_certificates, Auth, FileError, Layout, NotPlain, Secret};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Value;
-
-/// A credential read from a file: never printed, logged or shown.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// The file's text without its final line break. Err (naming the file)
-    /// when it cannot be read or is empty, or when the daemon may not trust
-    /// it ([`crate::trusted_files::read`]: a link another user could have
-    /// planted, a file others may write or another user owns).
-    pub fn read(path: &Path) -> Result<Secret, String> {
-        let bytes = crate::trusted_files::read(path)?;
-        let text =
-            String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
-        let text = text.trim_end_matches(['\n', '\r']);
-        if text.is_empty() {
-            return Err(format!("{} is empty", path.display()));
-        }
-        Ok(Secret(text.to_string()))
-    }
-
-    /// A value given in the settings themselves (a header that is no
-    /// credential but is handled as one all the same).
-    pub fn given(value: String) -> Secret {
-        Secret(value)
-    }
-
-    /// The credential itself, for a request header.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(…)")
-    }
-}
-
-/// How a sink proves who it is to an HTTP backend.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum Auth {
-    #[default]
-    None,
-    /// `Authorization: Basic …`.
-    Basic { user: String, password: Secret },
-    /// `Authorization: Bearer …`.
-    Bearer(Secret),
-}
-
-/// Where the schema goes: a database, and a cluster when the tables are
-/// sharded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
-    pub database: String,
-    /// The cluster (of the servers' `remote_servers`) the `Distributed`
-    /// tables spread over; None: one server, plain tables.
-    pub cluster: Option<String>,
-    /// With a cluster: local tables replicated through ClickHouse Keeper
-    /// or ZooKeeper (the `{shard}` and `{replica}` macros of each server).
-    pub replicated: bool,
-}
-
-impl Default for Layout {
-    fn default() -> Layout {
-        Layout {
-            database: "profd".into(),
-            cluster: None,
-            replicated: false,
-        }
-    }
-}
-
-impl Layout {
-    /// Err when a name is not a plain identifier (letters, digits and `_`,
-    /// not starting with a digit): the statements use them unquoted.
-    pub fn check(&self) -> Result<(), String> {
-        let plain = |s: &str| {
-            s.chars().next().is_some_and(|c| !c.is_ascii_digit())
-                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        };
-        if !plain(&self.database) {
-            return Err(format!(
-                "database: {:?} is not a plain name: use letters, digits and _ (not first a digit)",
-                self.database
-            ));
-        }
-        match &self.cluster {
-            Some(c) if !plain(c) => Err(format!(
-                "cluster: {c:?} is not a plain name: use letters, digits and _ (not first a digit)"
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// The certificates of a CA file (PEM, one or more), read as a trusted
-/// file ([`crate::trusted_files::read`]). Err names the file.
-pub fn ca_certificates(ca: &Path) -> Result<Vec<reqwest::Certificate>, String> {
-    let pem = crate::trusted_files::read(ca)?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem)
-        .map_err(|e| format!("{}: not PEM certificates: {e}", ca.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no certificate in it", ca.display()));
-    }
-    Ok(certs)
-}
 
 /// The backends a sink sends to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -133,36 +27,25 @@ impl Kind {
         }
     }
 
-    /// The keys an entry of this kind takes besides the shared ones.
+    /// The keys an entry of this kind takes besides the shared ones: the
+    /// fields of its variant's struct.
     fn own_keys(self) -> &'static [&'static str] {
         match self {
-            Kind::ClickHouse => &["database", "user", "password_file", "create_schema"],
-            Kind::Pyroscope => &["tenant", "user", "password_file", "token_file", "labels"],
-            Kind::Otlp => &["token_file", "headers"],
+            Kind::ClickHouse => ClickHouseEntry::KEYS,
+            Kind::Pyroscope => PyroscopeEntry::KEYS,
+            Kind::Otlp => OtlpEntry::KEYS,
         }
     }
 }
-
-/// Keys every entry takes.
-const SHARED_KEYS: &[&str] = &[
-    "kind",
-    "name",
-    "url",
-    "spool_bytes",
-    "timeout",
-    "max_age",
-    "ca_file",
-];
 
 /// Spool of a sink unless `spool_bytes` says otherwise.
 pub const DEFAULT_SPOOL_BYTES: u64 = 256 << 20;
 /// Longest wait for one request unless `timeout` says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One `[[sink]]` entry as the file gives it, each value checked.
+/// The keys every entry takes, whatever its kind.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Entry {
-    pub kind: Kind,
+pub struct Common {
     pub name: String,
     pub url: String,
     pub spool_bytes: u64,
@@ -175,10 +58,57 @@ pub struct Entry {
     pub max_age: Option<Duration>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
+}
+
+impl Common {
+    /// Keys of every entry (`kind` is the tag of [`SinkEntry`]).
+    const KEYS: &'static [&'static str] = &[
+        "kind",
+        "name",
+        "url",
+        "spool_bytes",
+        "timeout",
+        "max_age",
+        "ca_file",
+    ];
+
+    /// `name` sending to `url`, every other key at its default.
+    pub fn new(name: &str, url: &str) -> Common {
+        Common {
+            name: name.into(),
+            url: url.into(),
+            spool_bytes: DEFAULT_SPOOL_BYTES,
+            timeout: DEFAULT_TIMEOUT,
+            max_age: None,
+            ca_file: None,
+        }
+    }
+}
+
+/// A `kind = "clickhouse"` entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClickHouseEntry {
+    #[serde(flatten)]
+    pub common: Common,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub create_schema: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+}
+
+impl ClickHouseEntry {
+    const KEYS: &'static [&'static str] = &["database", "user", "password_file", "create_schema"];
+}
+
+/// A `kind = "pyroscope"` entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PyroscopeEntry {
+    #[serde(flatten)]
+    pub common: Common,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -189,8 +119,36 @@ pub struct Entry {
     pub token_file: Option<PathBuf>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+}
+
+impl PyroscopeEntry {
+    const KEYS: &'static [&'static str] =
+        &["tenant", "user", "password_file", "token_file", "labels"];
+}
+
+/// A `kind = "otlp"` entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OtlpEntry {
+    #[serde(flatten)]
+    pub common: Common,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+}
+
+impl OtlpEntry {
+    const KEYS: &'static [&'static str] = &["token_file", "headers"];
+}
+
+/// One `[[sink]]` entry as the file gives it, each value checked: one
+/// variant per backend, tagged by its `kind` key.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum SinkEntry {
+    ClickHouse(ClickHouseEntry),
+    Pyroscope(PyroscopeEntry),
+    Otlp(OtlpEntry),
 }
 
 fn show_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -201,15 +159,55 @@ fn show_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::
     show_secs(&d.unwrap_or_default(), s)
 }
 
+/// What is wrong with a key of an entry.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// A value the entry gives.
+    #[error("{0}")]
+    Value(String),
+    /// A file the entry names.
+    #[error(transparent)]
+    File(#[from] FileError),
+}
+
 /// A key of an entry that is wrong: the key (None: the entry itself) and
 /// what is wrong with it.
-pub type EntryError = (Option<String>, String);
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct EntryError {
+    pub key: Option<String>,
+    #[source]
+    pub message: Problem,
+}
+
+impl EntryError {
+    fn key(key: &str, message: impl Into<String>) -> EntryError {
+        EntryError {
+            key: Some(key.into()),
+            message: Problem::Value(message.into()),
+        }
+    }
+
+    fn entry(message: impl Into<String>) -> EntryError {
+        EntryError {
+            key: None,
+            message: Problem::Value(message.into()),
+        }
+    }
+
+    fn file(key: &str, e: FileError) -> EntryError {
+        EntryError {
+            key: Some(key.into()),
+            message: Problem::File(e),
+        }
+    }
+}
 
 fn string(key: &str, v: &Value) -> Result<String, EntryError> {
     match v {
         Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
-        _ => Err((
-            Some(key.into()),
+        _ => Err(EntryError::key(
+            key,
             format!("expected a non-empty string, got {v}"),
         )),
     }
@@ -217,8 +215,8 @@ fn string(key: &str, v: &Value) -> Result<String, EntryError> {
 
 fn table(key: &str, v: &Value) -> Result<BTreeMap<String, String>, EntryError> {
     let Value::Table(t) = v else {
-        return Err((
-            Some(key.into()),
+        return Err(EntryError::key(
+            key,
             format!("expected a table of strings such as {{ env = \"prod\" }}, got {v}"),
         ));
     };
@@ -228,30 +226,34 @@ fn table(key: &str, v: &Value) -> Result<BTreeMap<String, String>, EntryError> {
 }
 
 /// Read one entry: `keys` are its keys and values in the file's order.
-/// `checked` runs a setting's own check (sizes, durations) on a value.
+/// `size` and `duration` run a setting's own check on a value.
 pub fn read_entry(
     keys: &[(String, Value)],
     size: impl Fn(&Value) -> Result<u64, String>,
     duration: impl Fn(&Value) -> Result<Duration, String>,
-) -> Result<Entry, EntryError> {
+) -> Result<SinkEntry, EntryError> {
     let get = |k: &str| keys.iter().find(|(name, _)| name == k).map(|(_, v)| v);
     let kinds = "expected one of \"clickhouse\", \"pyroscope\", \"otlp\"";
     let kind = match get("kind") {
-        None => return Err((None, format!("no kind: add kind = … ({kinds})"))),
+        None => {
+            return Err(EntryError::entry(format!(
+                "no kind: add kind = … ({kinds})"
+            )))
+        }
         Some(Value::String(s)) if s == "clickhouse" => Kind::ClickHouse,
         Some(Value::String(s)) if s == "pyroscope" => Kind::Pyroscope,
         Some(Value::String(s)) if s == "otlp" => Kind::Otlp,
-        Some(v) => return Err((Some("kind".into()), format!("{kinds}, got {v}"))),
+        Some(v) => return Err(EntryError::key("kind", format!("{kinds}, got {v}"))),
     };
     for (k, _) in keys {
-        if !SHARED_KEYS.contains(&k.as_str()) && !kind.own_keys().contains(&k.as_str()) {
-            let takes: Vec<String> = SHARED_KEYS
+        if !Common::KEYS.contains(&k.as_str()) && !kind.own_keys().contains(&k.as_str()) {
+            let takes: Vec<String> = Common::KEYS
                 .iter()
                 .chain(kind.own_keys())
                 .map(|k| format!("`{k}`"))
                 .collect();
-            return Err((
-                Some(k.clone()),
+            return Err(EntryError::key(
+                k,
                 format!(
                     "unknown key for a {} sink (it takes {})",
                     kind.name(),
@@ -262,21 +264,20 @@ pub fn read_entry(
     }
     let url = match get("url") {
         Some(v) => string("url", v)?,
-        None => return Err((None, "no url: add url = \"http://HOST:PORT\"".into())),
+        None => return Err(EntryError::entry("no url: add url = \"http://HOST:PORT\"")),
     };
     let parsed = reqwest::Url::parse(&url)
-        .map_err(|e| (Some("url".into()), format!("{url:?} is not a URL: {e}")))?;
+        .map_err(|e| EntryError::key("url", format!("{url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err((
-            Some("url".into()),
+        return Err(EntryError::key(
+            "url",
             format!("{url:?}: use http:// or https://"),
         ));
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err((
-            Some("url".into()),
-            "has credentials in it: give them with user and password_file (or token_file) instead"
-                .into(),
+        return Err(EntryError::key(
+            "url",
+            "has credentials in it: give them with user and password_file (or token_file) instead",
         ));
     }
     let name = match get("name") {
@@ -286,8 +287,8 @@ pub fn read_entry(
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             {
-                return Err((
-                    Some("name".into()),
+                return Err(EntryError::key(
+                    "name",
                     format!("{n:?}: use letters, digits, _ and - (it names the sink's spool directory and metrics)"),
                 ));
             }
@@ -297,156 +298,319 @@ pub fn read_entry(
     };
     let path = |k: &str| get(k).map(|v| string(k, v).map(PathBuf::from)).transpose();
     let opt = |k: &str| get(k).map(|v| string(k, v)).transpose();
-    let entry = Entry {
-        kind,
+    let tab = |k: &str| {
+        get(k)
+            .map(|v| table(k, v))
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
+    let common = Common {
         name,
         url,
         spool_bytes: get("spool_bytes")
-            .map(|v| size(v).map_err(|e| (Some("spool_bytes".into()), e)))
+            .map(|v| size(v).map_err(|e| EntryError::key("spool_bytes", e)))
             .transpose()?
             .unwrap_or(DEFAULT_SPOOL_BYTES),
         timeout: get("timeout")
-            .map(|v| duration(v).map_err(|e| (Some("timeout".into()), e)))
+            .map(|v| duration(v).map_err(|e| EntryError::key("timeout", e)))
             .transpose()?
             .unwrap_or(DEFAULT_TIMEOUT),
         max_age: get("max_age")
-            .map(|v| duration(v).map_err(|e| (Some("max_age".into()), e)))
+            .map(|v| duration(v).map_err(|e| EntryError::key("max_age", e)))
             .transpose()?,
         ca_file: path("ca_file")?,
-        database: opt("database")?,
-        create_schema: match get("create_schema") {
-            None => None,
-            Some(Value::Boolean(b)) => Some(*b),
-            Some(v) => {
-                return Err((
-                    Some("create_schema".into()),
-                    format!("expected true or false, got {v}"),
-                ))
-            }
-        },
-        tenant: opt("tenant")?,
-        user: opt("user")?,
-        password_file: path("password_file")?,
-        token_file: path("token_file")?,
-        labels: get("labels")
-            .map(|v| table("labels", v))
-            .transpose()?
-            .unwrap_or_default(),
-        headers: get("headers")
-            .map(|v| table("headers", v))
-            .transpose()?
-            .unwrap_or_default(),
     };
-    if entry.password_file.is_some() && entry.user.is_none() && kind == Kind::Pyroscope {
-        return Err((
-            Some("password_file".into()),
-            "needs user too (basic auth): add user = \"…\"".into(),
-        ));
-    }
-    if entry.token_file.is_some() && entry.password_file.is_some() {
-        return Err((
-            Some("token_file".into()),
-            "and password_file are both set: use one (a bearer token or basic auth)".into(),
-        ));
-    }
-    if let Some(db) = &entry.database {
-        Layout {
-            database: db.clone(),
-            ..Default::default()
+    let entry = match kind {
+        Kind::ClickHouse => SinkEntry::ClickHouse(ClickHouseEntry {
+            common,
+            database: opt("database")?,
+            create_schema: match get("create_schema") {
+                None => None,
+                Some(Value::Boolean(b)) => Some(*b),
+                Some(v) => {
+                    return Err(EntryError::key(
+                        "create_schema",
+                        format!("expected true or false, got {v}"),
+                    ))
+                }
+            },
+            user: opt("user")?,
+            password_file: path("password_file")?,
+        }),
+        Kind::Pyroscope => SinkEntry::Pyroscope(PyroscopeEntry {
+            common,
+            tenant: opt("tenant")?,
+            user: opt("user")?,
+            password_file: path("password_file")?,
+            token_file: path("token_file")?,
+            labels: tab("labels")?,
+        }),
+        Kind::Otlp => SinkEntry::Otlp(OtlpEntry {
+            common,
+            token_file: path("token_file")?,
+            headers: tab("headers")?,
+        }),
+    };
+    match &entry {
+        SinkEntry::Pyroscope(p) => {
+            if p.password_file.is_some() && p.user.is_none() {
+                return Err(EntryError::key(
+                    "password_file",
+                    "needs user too (basic auth): add user = \"…\"",
+                ));
+            }
+            if p.token_file.is_some() && p.password_file.is_some() {
+                return Err(EntryError::key(
+                    "token_file",
+                    "and password_file are both set: use one (a bearer token or basic auth)",
+                ));
+            }
         }
-        .check()
-        .map_err(|e| (Some("database".into()), e))?;
+        SinkEntry::ClickHouse(c) => {
+            if let Some(db) = &c.database {
+                Layout {
+                    database: db.clone(),
+                    ..Default::default()
+                }
+                .check()
+                .map_err(|e| EntryError::key("database", e.to_string()))?;
+            }
+        }
+        SinkEntry::Otlp(_) => {}
     }
     Ok(entry)
 }
 
+/// Two entries with one name: each sink has its own spool.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("name {name:?} is also sink[{first}]'s (a {kind} sink is named {kind:?} unless name says otherwise): give each sink its own name", kind = .kind.name())]
+pub struct SameName {
+    /// The later entry's index.
+    pub index: usize,
+    /// The earlier entry's index.
+    pub first: usize,
+    pub name: String,
+    pub kind: Kind,
+}
+
 /// Entries read: names must differ (each has its own spool).
-pub fn check_names(entries: &[Entry]) -> Result<(), (usize, String)> {
+pub fn check_names(entries: &[SinkEntry]) -> Result<(), SameName> {
     for (i, e) in entries.iter().enumerate() {
-        if let Some(j) = entries[..i].iter().position(|o| o.name == e.name) {
-            return Err((
-                i,
-                format!(
-                    "name {:?} is also sink[{j}]'s (a {} sink is named {:?} unless name says otherwise): give each sink its own name",
-                    e.name,
-                    e.kind.name(),
-                    e.kind.name()
-                ),
-            ));
+        let name = &e.common().name;
+        if let Some(j) = entries[..i].iter().position(|o| &o.common().name == name) {
+            return Err(SameName {
+                index: i,
+                first: j,
+                name: name.clone(),
+                kind: e.kind(),
+            });
         }
     }
     Ok(())
 }
 
-/// A sink's settings, its files read.
+/// A ClickHouse sink's settings, its files read.
 #[derive(Debug, Clone)]
-pub struct Settings {
-    pub entry: Entry,
-    /// Basic or bearer credentials (Pyroscope, OTLP).
-    pub auth: Auth,
-    /// ClickHouse's `X-ClickHouse-User` / `X-ClickHouse-Key`.
-    pub clickhouse_key: Option<Secret>,
+pub struct ClickHouseSettings {
+    pub entry: ClickHouseEntry,
+    /// `X-ClickHouse-User` / `X-ClickHouse-Key`'s key.
+    pub key: Option<Secret>,
 }
 
-impl Entry {
+/// A Pyroscope sink's settings, its files read.
+#[derive(Debug, Clone)]
+pub struct PyroscopeSettings {
+    pub entry: PyroscopeEntry,
+    /// Basic or bearer credentials.
+    pub auth: Auth,
+}
+
+/// An OTLP sink's settings, its files read.
+#[derive(Debug, Clone)]
+pub struct OtlpSettings {
+    pub entry: OtlpEntry,
+    /// Bearer credentials.
+    pub auth: Auth,
+}
+
+/// A sink's settings, its files read: one variant per backend.
+#[derive(Debug, Clone)]
+pub enum Settings {
+    ClickHouse(ClickHouseSettings),
+    Pyroscope(PyroscopeSettings),
+    Otlp(OtlpSettings),
+}
+
+impl Settings {
+    /// The keys every sink has.
+    pub fn common(&self) -> &Common {
+        match self {
+            Settings::ClickHouse(s) => &s.entry.common,
+            Settings::Pyroscope(s) => &s.entry.common,
+            Settings::Otlp(s) => &s.entry.common,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Settings::ClickHouse(_) => Kind::ClickHouse,
+            Settings::Pyroscope(_) => Kind::Pyroscope,
+            Settings::Otlp(_) => Kind::Otlp,
+        }
+    }
+}
+
+/// Read the file `key` names, if given, as a secret.
+fn secret(key: &str, p: &Option<PathBuf>) -> Result<Option<Secret>, EntryError> {
+    p.as_deref()
+        .map(|p| Secret::read(p).map_err(|e| EntryError::file(key, e)))
+        .transpose()
+}
+
+/// Basic or bearer credentials from the files an entry names.
+fn auth(token: Option<Secret>, password: Option<Secret>, user: Option<&String>) -> Auth {
+    match (token, password, user) {
+        (Some(t), _, _) => Auth::Bearer(t),
+        (None, Some(password), Some(user)) => Auth::Basic {
+            user: user.clone(),
+            password,
+        },
+        _ => Auth::None,
+    }
+}
+
+impl SinkEntry {
     /// An entry of `kind` named `name` sending to `url`, every other key
     /// at its default.
-    pub fn new(kind: Kind, name: &str, url: &str) -> Entry {
-        Entry {
-            kind,
-            name: name.into(),
-            url: url.into(),
-            spool_bytes: DEFAULT_SPOOL_BYTES,
-            timeout: DEFAULT_TIMEOUT,
-            max_age: None,
-            ca_file: None,
-            database: None,
-            create_schema: None,
-            tenant: None,
-            user: None,
-            password_file: None,
-            token_file: None,
-            labels: BTreeMap::new(),
-            headers: BTreeMap::new(),
+    pub fn new(kind: Kind, name: &str, url: &str) -> SinkEntry {
+        let common = Common::new(name, url);
+        match kind {
+            Kind::ClickHouse => SinkEntry::ClickHouse(ClickHouseEntry {
+                common,
+                database: None,
+                create_schema: None,
+                user: None,
+                password_file: None,
+            }),
+            Kind::Pyroscope => SinkEntry::Pyroscope(PyroscopeEntry {
+                common,
+                tenant: None,
+                user: None,
+                password_file: None,
+                token_file: None,
+                labels: BTreeMap::new(),
+            }),
+            Kind::Otlp => SinkEntry::Otlp(OtlpEntry {
+                common,
+                token_file: None,
+                headers: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// The keys every entry has.
+    pub fn common(&self) -> &Common {
+        match self {
+            SinkEntry::ClickHouse(e) => &e.common,
+            SinkEntry::Pyroscope(e) => &e.common,
+            SinkEntry::Otlp(e) => &e.common,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            SinkEntry::ClickHouse(_) => Kind::ClickHouse,
+            SinkEntry::Pyroscope(_) => Kind::Pyroscope,
+            SinkEntry::Otlp(_) => Kind::Otlp,
         }
     }
 
     /// Read the files this entry names (credentials, CA). Errors name the
     /// key and the file.
     pub fn settings(&self) -> Result<Settings, EntryError> {
-        let secret = |key: &str, p: &Option<PathBuf>| {
-            p.as_deref()
-                .map(|p| Secret::read(p).map_err(|e| (Some(key.to_string()), e)))
-                .transpose()
+        let settings = match self {
+            SinkEntry::ClickHouse(e) => Settings::ClickHouse(ClickHouseSettings {
+                key: secret("password_file", &e.password_file)?,
+                entry: e.clone(),
+            }),
+            SinkEntry::Pyroscope(e) => {
+                let password = secret("password_file", &e.password_file)?;
+                let token = secret("token_file", &e.token_file)?;
+                Settings::Pyroscope(PyroscopeSettings {
+                    auth: auth(token, password, e.user.as_ref()),
+                    entry: e.clone(),
+                })
+            }
+            SinkEntry::Otlp(e) => Settings::Otlp(OtlpSettings {
+                auth: auth(secret("token_file", &e.token_file)?, None, None),
+                entry: e.clone(),
+            }),
         };
-        let password = secret("password_file", &self.password_file)?;
-        let token = secret("token_file", &self.token_file)?;
-        if let Some(ca) = &self.ca_file {
-            ca_certificates(ca).map_err(|e| (Some("ca_file".into()), e))?;
+        if let Some(ca) = &self.common().ca_file {
+            ca_certificates(ca).map_err(|e| EntryError::file("ca_file", e))?;
         }
-        let (auth, clickhouse_key) = match self.kind {
-            Kind::ClickHouse => (Auth::None, password),
-            _ => match (token, password, &self.user) {
-                (Some(t), _, _) => (Auth::Bearer(t), None),
-                (None, Some(password), Some(user)) => (
-                    Auth::Basic {
-                        user: user.clone(),
-                        password,
-                    },
-                    None,
-                ),
-                _ => (Auth::None, None),
-            },
-        };
-        Ok(Settings {
-            entry: self.clone(),
-            auth,
-            clickhouse_key,
-        })
+        Ok(settings)
     }
+}
 
+impl Common {
     /// Where this sink's spool lives under the state directory.
     pub fn spool_dir(&self, state: &Path) -> PathBuf {
         state.join("spool").join(&self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kind takes exactly the keys its variant shows: the key lists
+    /// and the structs say the same.
+    #[test]
+    fn each_kind_takes_the_keys_its_variant_has() {
+        for kind in [Kind::ClickHouse, Kind::Pyroscope, Kind::Otlp] {
+            let mut entry = SinkEntry::new(kind, "s", "http://127.0.0.1:1");
+            let some = || Some(PathBuf::from("/f"));
+            let one = || BTreeMap::from([("a".to_string(), "b".to_string())]);
+            match &mut entry {
+                SinkEntry::ClickHouse(e) => {
+                    e.database = Some("d".into());
+                    e.create_schema = Some(true);
+                    e.user = Some("u".into());
+                    e.password_file = some();
+                }
+                SinkEntry::Pyroscope(e) => {
+                    e.tenant = Some("t".into());
+                    e.user = Some("u".into());
+                    e.password_file = some();
+                    e.token_file = some();
+                    e.labels = one();
+                }
+                SinkEntry::Otlp(e) => {
+                    e.token_file = some();
+                    e.headers = one();
+                }
+            }
+            let mut shown = Vec::new();
+            let text = toml::to_string(&entry).unwrap();
+            let mut in_table = false;
+            for line in text.lines().filter(|l| !l.is_empty()) {
+                if let Some(table) = line.strip_prefix('[') {
+                    in_table = true;
+                    shown.push(table.trim_end_matches(']').to_string());
+                } else if !in_table {
+                    shown.push(line.split(" = ").next().unwrap().to_string());
+                }
+            }
+            let mut declared: Vec<String> = Common::KEYS
+                .iter()
+                .chain(kind.own_keys())
+                .filter(|k| **k != "max_age" && **k != "ca_file")
+                .map(|k| k.to_string())
+                .collect();
+            shown.sort();
+            declared.sort();
+            assert_eq!(shown, declared, "{}: {text}", kind.name());
+        }
     }
 }

@@ -33,6 +33,33 @@ const STACKS_FIELD: u32 = 7;
 /// A scratch buffer larger than this is let go of once used.
 const KEEP_SCRATCH: usize = 64 << 10;
 
+/// Why a window cannot be read back: its gzip, its form, or its size.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("not gzip: {0}")]
+    Gzip(#[source] std::io::Error),
+    /// Not protobuf of a window (what is wrong with it).
+    #[error("not a profd.v1.Window: {0}")]
+    Form(&'static str),
+    #[error("not a profd.v1.Window: field number {0} is not one")]
+    FieldNumber(u64),
+    #[error("not a profd.v1.Window: {0}")]
+    Proto(#[from] prost::DecodeError),
+    /// Past the bytes it may hold decoded.
+    #[error("holds more than the {0} bytes a window of its samples may hold once decoded")]
+    TooBig(u64),
+    /// More stacks than its samples (or than [`MAX_STACKS`]).
+    #[error("holds more stacks than its {0} samples (or than the {MAX_STACKS} a window may hold)")]
+    TooManyStacks(u64),
+    #[error("not a window as profd writes it: its field {0} comes after its services")]
+    AfterServices(u32),
+    #[error("not a window as profd writes it: a service's field {0} comes after its stacks")]
+    AfterStacks(u32),
+    /// The visitor refused the window's own fields ([`Visit::head`]).
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// The most a window whose totals count `attributed` samples may hold
 /// decoded: each of its stacks holds one sample at least, so it has at most
 /// that many stacks (and never more than [`MAX_STACKS`]).
@@ -43,13 +70,13 @@ pub fn bound(attributed: u64) -> u64 {
 }
 
 /// The window gzip'd in `bytes`.
-pub fn decode(bytes: &[u8]) -> Result<api::Window, String> {
+pub fn decode(bytes: &[u8]) -> Result<api::Window, DecodeError> {
     decode_from(bytes)
 }
 
 /// The window gzip'd in what `input` reads (a file, say), read a piece at
 /// a time and no further than its bound.
-pub fn decode_from(input: impl Read) -> Result<api::Window, String> {
+pub fn decode_from(input: impl Read) -> Result<api::Window, DecodeError> {
     Reader::new(input).window(Part::Whole)
 }
 
@@ -64,7 +91,7 @@ enum Part {
 
 /// A window's own fields, without its services: what `input` holds up to
 /// its first service (a window's own fields come first).
-pub fn decode_head(input: impl Read) -> Result<api::Window, String> {
+pub fn decode_head(input: impl Read) -> Result<api::Window, DecodeError> {
     Reader::new(input).window(Part::Head)
 }
 
@@ -100,7 +127,7 @@ impl Visit for Check {
 /// [`decode_from`]; a window's own fields must come before its services,
 /// and a service's before its stacks (as profd writes them), else it is
 /// refused. What has been handed before a refusal stays handed.
-pub fn visit_from(input: impl Read, v: &mut impl Visit) -> Result<(), String> {
+pub fn visit_from(input: impl Read, v: &mut impl Visit) -> Result<(), DecodeError> {
     Reader::new(input).visit(v)
 }
 
@@ -127,12 +154,12 @@ impl<R: Read> Reader<R> {
         }
     }
 
-    fn io(e: std::io::Error) -> String {
-        format!("not gzip: {e}")
+    fn io(e: std::io::Error) -> DecodeError {
+        DecodeError::Gzip(e)
     }
 
     /// The next byte; None at the end of the stream.
-    fn byte(&mut self) -> Result<Option<u8>, String> {
+    fn byte(&mut self) -> Result<Option<u8>, DecodeError> {
         let b = match self.r.fill_buf().map_err(Self::io)?.first() {
             Some(&b) => b,
             None => return Ok(None),
@@ -142,22 +169,22 @@ impl<R: Read> Reader<R> {
         Ok(Some(b))
     }
 
-    fn varint(&mut self) -> Result<u64, String> {
+    fn varint(&mut self) -> Result<u64, DecodeError> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self
                 .byte()?
-                .ok_or("not a profd.v1.Window: it ends inside a number")?;
+                .ok_or(DecodeError::Form("it ends inside a number"))?;
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
                 return Ok(v);
             }
         }
-        Err("not a profd.v1.Window: a number longer than 10 bytes".into())
+        Err(DecodeError::Form("a number longer than 10 bytes"))
     }
 
     /// The next field's number and wire type; None at the end.
-    fn key(&mut self) -> Result<Option<(u32, WireType)>, String> {
+    fn key(&mut self) -> Result<Option<(u32, WireType)>, DecodeError> {
         let Some(first) = self.byte()? else {
             return Ok(None);
         };
@@ -167,34 +194,25 @@ impl<R: Read> Reader<R> {
             let rest = self.varint()?;
             u64::from(first & 0x7f) | rest.checked_shl(7).unwrap_or(u64::MAX)
         };
-        let wire =
-            WireType::try_from(key & 7).map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+        let wire = WireType::try_from(key & 7)?;
         let field = u32::try_from(key >> 3)
             .ok()
             .filter(|&f| f != 0)
-            .ok_or_else(|| {
-                format!(
-                    "not a profd.v1.Window: field number {} is not one",
-                    key >> 3
-                )
-            })?;
+            .ok_or(DecodeError::FieldNumber(key >> 3))?;
         Ok(Some((field, wire)))
     }
 
     /// Refused unless `more` bytes more can be held.
-    fn room(&self, more: u64) -> Result<(), String> {
+    fn room(&self, more: u64) -> Result<(), DecodeError> {
         if self.held.saturating_add(more) > self.limit {
-            return Err(format!(
-                "holds more than the {} bytes a window of its samples may hold once decoded",
-                self.limit
-            ));
+            return Err(DecodeError::TooBig(self.limit));
         }
         Ok(())
     }
 
     /// Append the next `len` bytes to `scratch`, once they fit under the
     /// bound.
-    fn take(&mut self, len: u64) -> Result<(), String> {
+    fn take(&mut self, len: u64) -> Result<(), DecodeError> {
         self.room(len)?;
         let got = (&mut self.r)
             .take(len)
@@ -202,14 +220,14 @@ impl<R: Read> Reader<R> {
             .map_err(Self::io)?;
         self.pos += got as u64;
         if got as u64 != len {
-            return Err("not a profd.v1.Window: it ends inside a field".into());
+            return Err(DecodeError::Form("it ends inside a field"));
         }
         Ok(())
     }
 
     /// `scratch` := field `field`'s key and value: a message of that one
     /// field, to merge into its message.
-    fn field(&mut self, field: u32, wire: WireType) -> Result<(), String> {
+    fn field(&mut self, field: u32, wire: WireType) -> Result<(), DecodeError> {
         self.scratch.clear();
         encode_key(field, wire, &mut self.scratch);
         match wire {
@@ -225,14 +243,14 @@ impl<R: Read> Reader<R> {
                 self.take(len)?;
             }
             WireType::StartGroup | WireType::EndGroup => {
-                return Err("not a profd.v1.Window: it holds a group".into());
+                return Err(DecodeError::Form("it holds a group"));
             }
         }
         Ok(())
     }
 
     /// Count `bytes` more as held; refused past the bound.
-    fn hold(&mut self, bytes: u64) -> Result<(), String> {
+    fn hold(&mut self, bytes: u64) -> Result<(), DecodeError> {
         self.room(bytes)?;
         self.held += bytes;
         if self.scratch.capacity() > KEEP_SCRATCH {
@@ -241,7 +259,7 @@ impl<R: Read> Reader<R> {
         Ok(())
     }
 
-    fn window(mut self, part: Part) -> Result<api::Window, String> {
+    fn window(mut self, part: Part) -> Result<api::Window, DecodeError> {
         let mut w = api::Window::default();
         let mut services = false;
         let mut stacks = 0u64;
@@ -261,8 +279,7 @@ impl<R: Read> Reader<R> {
                 continue;
             }
             self.field(field, wire)?;
-            w.merge(&self.scratch[..])
-                .map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+            w.merge(&self.scratch[..])?;
             self.hold(self.scratch.len() as u64 + MESSAGE_BYTES)?;
         }
         Ok(w)
@@ -271,7 +288,7 @@ impl<R: Read> Reader<R> {
     /// The window handed to `v`: its own fields, then each service, a
     /// stack at a time. Held against the same bound as [`Self::window`]
     /// (the stacks handed on count as held).
-    fn visit(mut self, v: &mut impl Visit) -> Result<(), String> {
+    fn visit(mut self, v: &mut impl Visit) -> Result<(), DecodeError> {
         let mut w = api::Window::default();
         let mut services = false;
         let mut stacks = 0u64;
@@ -279,7 +296,7 @@ impl<R: Read> Reader<R> {
             if field == SERVICES_FIELD && wire == WireType::LengthDelimited {
                 if !services {
                     services = true;
-                    if !v.head(&w)? {
+                    if !v.head(&w).map_err(DecodeError::Refused)? {
                         return Ok(());
                     }
                     let attributed = w.totals.map_or(0, |t| t.attributed);
@@ -291,17 +308,14 @@ impl<R: Read> Reader<R> {
                 continue;
             }
             if services && field < SERVICES_FIELD {
-                return Err(format!(
-                    "not a window as profd writes it: its field {field} comes after its services"
-                ));
+                return Err(DecodeError::AfterServices(field));
             }
             self.field(field, wire)?;
-            w.merge(&self.scratch[..])
-                .map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+            w.merge(&self.scratch[..])?;
             self.hold(self.scratch.len() as u64 + MESSAGE_BYTES)?;
         }
         if !services {
-            v.head(&w)?;
+            v.head(&w).map_err(DecodeError::Refused)?;
         }
         Ok(())
     }
@@ -313,7 +327,7 @@ impl<R: Read> Reader<R> {
         len: u64,
         stacks: &mut u64,
         attributed: u64,
-    ) -> Result<api::ServiceWindow, String> {
+    ) -> Result<api::ServiceWindow, DecodeError> {
         self.service_to(len, stacks, attributed, None::<&mut Check>)
     }
 
@@ -325,7 +339,7 @@ impl<R: Read> Reader<R> {
         stacks: &mut u64,
         attributed: u64,
         mut v: Option<&mut impl Visit>,
-    ) -> Result<api::ServiceWindow, String> {
+    ) -> Result<api::ServiceWindow, DecodeError> {
         let end = self.pos.saturating_add(len);
         let mut s = api::ServiceWindow::default();
         let mut handed = false;
@@ -333,19 +347,15 @@ impl<R: Read> Reader<R> {
         while self.pos < end {
             let (field, wire) = self
                 .key()?
-                .ok_or("not a profd.v1.Window: it ends inside a service")?;
+                .ok_or(DecodeError::Form("it ends inside a service"))?;
             if field == STACKS_FIELD && wire == WireType::LengthDelimited {
                 let n = self.varint()?;
                 self.scratch.clear();
                 self.take(n)?;
-                let stack = api::WindowStack::decode(&self.scratch[..])
-                    .map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+                let stack = api::WindowStack::decode(&self.scratch[..])?;
                 *stacks += 1;
                 if *stacks > attributed.min(MAX_STACKS) {
-                    return Err(format!(
-                        "holds more stacks than its {} samples (or than the {MAX_STACKS} a window may hold)",
-                        attributed
-                    ));
+                    return Err(DecodeError::TooManyStacks(attributed));
                 }
                 let size = std::mem::size_of::<api::WindowStack>()
                     + stack.function.capacity() * 4
@@ -364,18 +374,15 @@ impl<R: Read> Reader<R> {
                 }
             } else {
                 if handed {
-                    return Err(format!(
-                        "not a window as profd writes it: a service's field {field} comes after its stacks"
-                    ));
+                    return Err(DecodeError::AfterStacks(field));
                 }
                 self.field(field, wire)?;
-                s.merge(&self.scratch[..])
-                    .map_err(|e| format!("not a profd.v1.Window: {e}"))?;
+                s.merge(&self.scratch[..])?;
                 self.hold(self.scratch.len() as u64 + MESSAGE_BYTES)?;
             }
         }
         if self.pos != end {
-            return Err("not a profd.v1.Window: a service runs past its length".into());
+            return Err(DecodeError::Form("a service runs past its length"));
         }
         if let Some(v) = v {
             if !handed {

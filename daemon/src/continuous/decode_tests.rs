@@ -22,9 +22,9 @@ impl Read for Counting<'_> {
 }
 
 /// Why `got` was refused (a window accepted is summed up, not printed).
-fn refused(got: Result<api::Window, String>) -> String {
+fn refused(got: Result<api::Window, DecodeError>) -> String {
     match got {
-        Err(why) => why,
+        Err(why) => why.to_string(),
         Ok(w) => panic!(
             "accepted: a window of {} stacks",
             w.services.iter().map(|s| s.stacks.len()).sum::<usize>()
@@ -33,7 +33,7 @@ fn refused(got: Result<api::Window, String>) -> String {
 }
 
 /// `decode_from` over `gz`, and how many of its bytes it read.
-fn decode_counting(gz: &[u8]) -> (Result<api::Window, String>, usize) {
+fn decode_counting(gz: &[u8]) -> (Result<api::Window, DecodeError>, usize) {
     let read = Rc::new(Cell::new(0));
     let got = decode_from(Counting {
         bytes: gz,

@@ -166,7 +166,7 @@ pub(crate) fn sort_out(
         let right = files.iter().position(|f| {
             std::fs::File::open(dir.join(&f.name))
                 .map_err(|e| e.to_string())
-                .and_then(decode_head)
+                .and_then(|f| decode_head(f).map_err(|e| e.to_string()))
                 .is_ok_and(|w| mismatch(f.start, f.end, &f.id, &w).is_none())
         });
         let kept = right.map(|at| files.remove(at));

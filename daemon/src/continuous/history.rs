@@ -269,9 +269,9 @@ impl Inner {
             (kept.end_ns, kept.data.clone())
         };
         let decoded = match (data, self.path(key, end_ns)) {
-            (Some(data), _) => decode(&data),
+            (Some(data), _) => decode(&data).map_err(|e| e.to_string()),
             (None, Some(path)) => match open(&path)? {
-                Ok(file) => decode_from(file),
+                Ok(file) => decode_from(file).map_err(|e| e.to_string()),
                 Err(err) => Err(err),
             },
             (None, None) => return None,
@@ -325,8 +325,10 @@ impl Inner {
         };
         let mut named = Named { key, end_ns, v };
         Some(match (data, self.path(key, end_ns)) {
-            (Some(data), _) => visit_from(&data[..], &mut named),
-            (None, Some(path)) => open(&path)?.and_then(|f| visit_from(f, &mut named)),
+            (Some(data), _) => visit_from(&data[..], &mut named).map_err(|e| e.to_string()),
+            (None, Some(path)) => {
+                open(&path)?.and_then(|f| visit_from(f, &mut named).map_err(|e| e.to_string()))
+            }
             (None, None) => return None,
         })
     }
@@ -664,7 +666,10 @@ impl History {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || inner.list(from, to))
             .await
-            .map_err(|e| Error::Internal(format!("listing the history: {e}")))
+            .map_err(|source| Error::Task {
+                doing: "listing the history",
+                source,
+            })
     }
 
     /// The windows overlapping the query's range, of the services and
@@ -699,7 +704,10 @@ impl History {
             answer
         })
         .await
-        .map_err(|e| Error::Internal(format!("reading the history: {e}")))?
+        .map_err(|source| Error::Task {
+            doing: "reading the history",
+            source,
+        })?
     }
 
     /// The settings and figures ListWindows gives, without windows or

@@ -235,7 +235,7 @@ fn windows_out_of_profds_order_are_refused_when_streamed() {
     // ...but a stack at a time it is refused, saying why.
     let q = api::Query::default();
     let mut m = Merge::new(&q, Want::Stacks);
-    let err = visit_from(&zipped[..], &mut m).unwrap_err();
+    let err = visit_from(&zipped[..], &mut m).unwrap_err().to_string();
     assert!(err.contains("field 1 comes after its services"), "{err}");
 }
 

@@ -50,16 +50,7 @@ fn capped(msg: String) -> String {
 
 impl From<Error> for Status {
     fn from(e: Error) -> Status {
-        use tonic::Code;
-        let code = match e {
-            Error::InvalidArgument(_) => Code::InvalidArgument,
-            Error::NotFound(_) => Code::NotFound,
-            Error::FailedPrecondition(_) => Code::FailedPrecondition,
-            Error::PermissionDenied(_) => Code::PermissionDenied,
-            Error::ResourceExhausted(_) => Code::ResourceExhausted,
-            Error::Internal(_) => Code::Internal,
-        };
-        Status::new(code, capped(e.to_string()))
+        Status::new(e.code(), capped(e.to_string()))
     }
 }
 

@@ -595,11 +595,13 @@ async fn an_otlp_sink_entry_delivers_through_the_spool() {
     let files = Files::new("entry");
     let token = files.0.join("token");
     std::fs::write(&token, "s3cret\n").unwrap();
-    let mut entry = SinkEntry::new(SinkKind::Otlp, "otel", &collector.url);
-    entry.token_file = Some(token);
-    entry
-        .headers
+    let SinkEntry::Otlp(mut otlp) = SinkEntry::new(SinkKind::Otlp, "otel", &collector.url) else {
+        unreachable!("an otlp entry")
+    };
+    otlp.token_file = Some(token);
+    otlp.headers
         .insert("x-scope-orgid".into(), "tenant-9".into());
+    let entry = SinkEntry::Otlp(otlp);
     let sinks = Sinks::start(vec![entry.settings().unwrap()], None)
         .await
         .unwrap();

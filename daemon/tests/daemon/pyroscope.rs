@@ -842,7 +842,9 @@ async fn https_trusts_the_ca_file_and_only_it() {
     let chain = profd::internals::sinks::error_chain(err);
     assert!(chain.contains("UnknownIssuer"), "{chain}");
     std::fs::write(&ca_file, "not a certificate").unwrap();
-    let e = http_client(Duration::from_secs(10), Some(&ca_file)).unwrap_err();
+    let e = http_client(Duration::from_secs(10), Some(&ca_file))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("ca.pem"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,6 +2,7 @@
 //! clickhouse`), one that ClickHouse 18.16 and current releases both take,
 //! a window's rows as `JSONEachRow`, and the sink that inserts them over
 //! the HTTP interface.
+use super::SetupError;
 use super::{judge, unanswered, Failure, Secret, Sent};
 use crate::config::sinks::{self as config, Layout};
 use profd_common::api;
@@ -104,7 +105,7 @@ pub fn schema(layout: &Layout) -> Vec<String> {
 }
 
 /// The schema as a script: each statement ended by `;`.
-pub fn schema_script(layout: &Layout) -> Result<String, String> {
+pub fn schema_script(layout: &Layout) -> Result<String, config::NotPlain> {
     layout.check()?;
     let mut s = String::new();
     for statement in schema(layout) {
@@ -218,17 +219,17 @@ pub struct Sink {
 }
 
 impl Sink {
-    pub fn new(s: &config::Settings) -> Result<Sink, String> {
+    pub fn new(s: &config::ClickHouseSettings) -> Result<Sink, SetupError> {
         let e = &s.entry;
         Ok(Sink {
-            client: super::http_client(e.timeout, e.ca_file.as_deref())?,
-            url: reqwest::Url::parse(&e.url).map_err(|err| format!("url: {err}"))?,
+            client: super::http_client(e.common.timeout, e.common.ca_file.as_deref())?,
+            url: reqwest::Url::parse(&e.common.url).map_err(|err| format!("url: {err}"))?,
             database: e
                 .database
                 .clone()
                 .unwrap_or_else(|| Layout::default().database),
             user: e.user.clone(),
-            key: s.clickhouse_key.clone(),
+            key: s.key.clone(),
             create_schema: e.create_schema.unwrap_or(true),
             schema_ready: AtomicBool::new(false),
         })
@@ -451,12 +452,18 @@ mod tests {
             database: "a;DROP".into(),
             ..Layout::default()
         };
-        assert!(schema_script(&bad).unwrap_err().starts_with("database: "));
+        assert!(schema_script(&bad)
+            .unwrap_err()
+            .to_string()
+            .starts_with("database: "));
         let bad = Layout {
             cluster: Some("1x".into()),
             ..Layout::default()
         };
-        assert!(schema_script(&bad).unwrap_err().starts_with("cluster: "));
+        assert!(schema_script(&bad)
+            .unwrap_err()
+            .to_string()
+            .starts_with("cluster: "));
         assert!(schema_script(&Layout::default()).is_ok());
     }
 

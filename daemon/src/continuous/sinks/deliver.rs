@@ -3,6 +3,7 @@
 //! it, backing off with jitter while it is down, dropping (and counting)
 //! what it will never take.
 use super::spool::{Figures, Key, Spool};
+use super::SetupError;
 use super::{clickhouse, otlp, pyroscope, DropReason, Failure, Secret, Sent};
 use crate::config::sinks::{Kind, Settings};
 use crate::continuous::decode::decode;
@@ -30,21 +31,21 @@ enum Backend {
 }
 
 impl Backend {
-    fn new(s: &Settings) -> Result<Backend, String> {
-        match s.entry.kind {
-            Kind::ClickHouse => Ok(Backend::ClickHouse(clickhouse::Sink::new(s)?)),
-            Kind::Pyroscope => Ok(Backend::Pyroscope(pyroscope::Pyroscope::new(
+    fn new(s: &Settings) -> Result<Backend, SetupError> {
+        match s {
+            Settings::ClickHouse(s) => Ok(Backend::ClickHouse(clickhouse::Sink::new(s)?)),
+            Settings::Pyroscope(s) => Ok(Backend::Pyroscope(pyroscope::Pyroscope::new(
                 pyroscope::Config {
-                    url: s.entry.url.clone(),
+                    url: s.entry.common.url.clone(),
                     tenant: s.entry.tenant.clone(),
                     auth: s.auth.clone(),
                     labels: s.entry.labels.clone().into_iter().collect(),
-                    timeout: s.entry.timeout,
-                    ca: s.entry.ca_file.clone(),
+                    timeout: s.entry.common.timeout,
+                    ca: s.entry.common.ca_file.clone(),
                 },
             )?)),
-            Kind::Otlp => Ok(Backend::Otlp(Box::new(otlp::Otlp::new(otlp::Config {
-                url: s.entry.url.clone(),
+            Settings::Otlp(s) => Ok(Backend::Otlp(Box::new(otlp::Otlp::new(otlp::Config {
+                url: s.entry.common.url.clone(),
                 auth: s.auth.clone(),
                 headers: s
                     .entry
@@ -52,8 +53,8 @@ impl Backend {
                     .iter()
                     .map(|(k, v)| (k.clone(), Secret::given(v.clone())))
                     .collect(),
-                timeout: s.entry.timeout,
-                ca: s.entry.ca_file.clone(),
+                timeout: s.entry.common.timeout,
+                ca: s.entry.common.ca_file.clone(),
             })?))),
         }
     }
@@ -209,10 +210,10 @@ impl Sinks {
         let (stop, stopped) = watch::channel(false);
         let mut list = Vec::new();
         for s in settings {
-            let name = s.entry.name.clone();
+            let name = s.common().name.clone();
             let backend = Backend::new(&s).map_err(|e| format!("sink {name}: {e}"))?;
-            let dir = state.map(|d| s.entry.spool_dir(d));
-            let limit = s.entry.spool_bytes;
+            let dir = state.map(|d| s.common().spool_dir(d));
+            let limit = s.common().spool_bytes;
             let d = dir.clone();
             let spool = tokio::task::spawn_blocking(move || Spool::open(d, limit))
                 .await
@@ -221,8 +222,8 @@ impl Sinks {
             let waiting = spool.figures();
             tracing::info!(
                 sink = %name,
-                kind = s.entry.kind.name(),
-                url = %s.entry.url,
+                kind = s.kind().name(),
+                url = %s.common().url,
                 spool = %dir.map_or("in memory".into(), |d| d.display().to_string()),
                 waiting = waiting.windows,
                 "sink ready"
@@ -256,7 +257,7 @@ impl Sinks {
             match sink.spool.push(w.start_unix_ns, w.end_unix_ns, &w.id, gz) {
                 Ok(dropped) => sink.drop_counted(DropReason::SpoolFull, dropped),
                 Err(err) => {
-                    tracing::warn!(sink = %sink.settings.entry.name, %err, "cannot spool a window: dropped");
+                    tracing::warn!(sink = %sink.settings.common().name, %err, "cannot spool a window: dropped");
                     sink.drop_counted(DropReason::SpoolUnwritable, 1);
                 }
             }
@@ -275,13 +276,13 @@ impl Sinks {
         self.list
             .iter()
             .map(|s| Report {
-                name: s.settings.entry.name.clone(),
-                kind: s.settings.entry.kind,
-                url: s.settings.entry.url.clone(),
+                name: s.settings.common().name.clone(),
+                kind: s.settings.kind(),
+                url: s.settings.common().url.clone(),
                 note: s.backend.note(),
                 counts: s.counts().clone(),
                 spool: s.spool.figures(),
-                spool_limit: s.settings.entry.spool_bytes,
+                spool_limit: s.settings.common().spool_bytes,
                 last_error: s
                     .last_error
                     .lock()
@@ -299,9 +300,9 @@ pub async fn probe(settings: &[Settings]) -> Vec<(String, Result<String, String>
     for s in settings {
         let said = match Backend::new(s) {
             Ok(b) => b.probe().await,
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         };
-        out.push((s.entry.name.clone(), said));
+        out.push((s.common().name.clone(), said));
     }
     out
 }
@@ -324,7 +325,7 @@ fn backoff(n: u64) -> Duration {
 
 /// Send the spool's windows, oldest first, until `stop`.
 async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
-    let name = sink.settings.entry.name.clone();
+    let name = sink.settings.common().name.clone();
     match sink.backend.probe().await {
         Ok(said) => tracing::info!(sink = %name, backend = %said, "sink connected"),
         Err(err) => {
@@ -362,7 +363,11 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
             let spool_key = key.clone();
             let s = sink.clone();
             let read = tokio::task::spawn_blocking(move || {
-                let w = s.spool.read(&spool_key).and_then(|b| decode(&b))?;
+                let w = s
+                    .spool
+                    .read(&spool_key)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| decode(&b).map_err(|e| e.to_string()))?;
                 match mismatch(spool_key.0, end_ns, &spool_key.1, &w) {
                     None => Ok(w),
                     Some(why) => Err(why),

@@ -153,12 +153,37 @@ pub fn error_chain(err: reqwest::Error) -> String {
     text
 }
 
+/// Why a sink cannot be set up from its settings.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A setting that is wrong: the message names it and what to change.
+    #[error("{0}")]
+    Setting(String),
+    /// The CA file.
+    #[error(transparent)]
+    Ca(#[from] crate::config::sinks::FileError),
+    #[error("cannot make an HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+impl From<String> for SetupError {
+    fn from(message: String) -> SetupError {
+        SetupError::Setting(message)
+    }
+}
+
+impl From<&str> for SetupError {
+    fn from(message: &str) -> SetupError {
+        SetupError::Setting(message.into())
+    }
+}
+
 /// The HTTP client of one sink: each request bounded by `timeout`; TLS
 /// through rustls, trusting the system's roots and `ca` (a PEM file) too.
 pub fn http_client(
     timeout: Duration,
     ca: Option<&std::path::Path>,
-) -> Result<reqwest::Client, String> {
+) -> Result<reqwest::Client, SetupError> {
     let mut builder = reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
@@ -168,9 +193,7 @@ pub fn http_client(
             builder = builder.add_root_certificate(cert);
         }
     }
-    builder
-        .build()
-        .map_err(|e| format!("cannot make an HTTP client: {e}"))
+    builder.build().map_err(SetupError::Client)
 }
 
 #[cfg(test)]
@@ -214,8 +237,11 @@ mod tests {
         let auth = Auth::Bearer(secret);
         assert!(!format!("{auth:?}").contains("s3cret"));
         std::fs::write(&file, "\n").unwrap();
-        assert!(Secret::read(&file).unwrap_err().contains("is empty"));
-        let missing = Secret::read(&dir.join("none")).unwrap_err();
+        assert!(Secret::read(&file)
+            .unwrap_err()
+            .to_string()
+            .contains("is empty"));
+        let missing = Secret::read(&dir.join("none")).unwrap_err().to_string();
         assert!(missing.contains("none: No such file"), "{missing}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,6 +1,7 @@
 //! The OpenTelemetry OTLP profiles form of continuous windows (proto
 //! v1.10.0, a development-stage signal upstream) and the gRPC client that
 //! exports them to a collector with `ProfilesService/Export`.
+use super::SetupError;
 use super::{Auth, DropReason, Failure, Secret, Sent, MAX_DETAIL};
 use base64::Engine as _;
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
@@ -74,7 +75,7 @@ impl Otlp {
     /// Checks the config (URL, header names valid as gRPC metadata) with an
     /// error naming the field; connects lazily (a down collector is not an
     /// error here).
-    pub fn new(c: Config) -> Result<Otlp, String> {
+    pub fn new(c: Config) -> Result<Otlp, SetupError> {
         let endpoint = endpoint(&c)?;
         let mut metadata = MetadataMap::new();
         let authorization = match &c.auth {
@@ -82,9 +83,9 @@ impl Otlp {
             Auth::Bearer(token) => Some(("auth", format!("Bearer {}", token.expose()))),
             Auth::Basic { user, password } => {
                 if user.contains(':') {
-                    return Err(format!(
+                    return Err(SetupError::Setting(format!(
                         "auth: user {user:?} has a ':', which basic authentication cannot carry"
-                    ));
+                    )));
                 }
                 let pair = format!("{user}:{}", password.expose());
                 Some((
@@ -112,17 +113,17 @@ impl Otlp {
             })?;
             let lower = key.as_str();
             if lower.starts_with("grpc-") || lower.starts_with(':') || RESERVED.contains(&lower) {
-                return Err(format!(
+                return Err(SetupError::Setting(format!(
                     "headers: {name:?} is set by gRPC itself: remove it"
-                ));
+                )));
             }
             if metadata.contains_key(lower) {
-                return Err(match lower {
+                return Err(SetupError::Setting(match lower {
                     "authorization" => {
                         format!("headers: {name:?} is set by auth already: remove one of them")
                     }
                     _ => format!("headers: {name:?} is given twice: keep one"),
-                });
+                }));
             }
             let mut value = AsciiMetadataValue::try_from(value.expose()).map_err(|_| {
                 format!("headers: the value of {name:?} is not visible ASCII: fix its file")
@@ -219,7 +220,7 @@ impl Otlp {
 }
 
 /// The endpoint of `c.url`, with its TLS and timeouts.
-fn endpoint(c: &Config) -> Result<Endpoint, String> {
+fn endpoint(c: &Config) -> Result<Endpoint, SetupError> {
     let e = Endpoint::from_shared(c.url.clone())
         .map_err(|e| format!("url: {:?} is not a URL: {e}", c.url))?;
     let uri = e.uri();
@@ -227,24 +228,29 @@ fn endpoint(c: &Config) -> Result<Endpoint, String> {
         Some("https") => true,
         Some("http") => false,
         _ => {
-            return Err(format!(
+            return Err(SetupError::Setting(format!(
                 "url: {:?} needs http:// or https://, e.g. http://collector:4317",
                 c.url
-            ))
+            )))
         }
     };
     match uri.authority() {
-        None => return Err(format!("url: {:?} names no host", c.url)),
+        None => {
+            return Err(SetupError::Setting(format!(
+                "url: {:?} names no host",
+                c.url
+            )))
+        }
         Some(a) if a.as_str().contains('@') => {
             return Err("url: has credentials in it: put them in a file and give it as auth".into())
         }
         Some(_) => {}
     }
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err(format!(
+        return Err(SetupError::Setting(format!(
             "url: {:?} has a path: gRPC sets its own, give only scheme://host:port",
             c.url
-        ));
+        )));
     }
     if c.timeout.is_zero() {
         return Err("timeout: must be above 0".into());
@@ -262,7 +268,10 @@ fn endpoint(c: &Config) -> Result<Endpoint, String> {
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .map_err(|e| format!("ca: {}: not PEM certificates: {e}", ca.display()))?;
             if certs.is_empty() {
-                return Err(format!("ca: {}: no certificate in it", ca.display()));
+                return Err(SetupError::Setting(format!(
+                    "ca: {}: no certificate in it",
+                    ca.display()
+                )));
             }
             config = config.ca_certificate(tonic::transport::Certificate::from_pem(pem));
         }
@@ -270,11 +279,11 @@ fn endpoint(c: &Config) -> Result<Endpoint, String> {
             .tls_config(config)
             .map_err(|e| format!("url: cannot set up TLS for {:?}: {e}", c.url))?;
     } else if let Some(ca) = &c.ca {
-        return Err(format!(
+        return Err(SetupError::Setting(format!(
             "ca: {} is given but url {:?} is plain http: use https://",
             ca.display(),
             c.url
-        ));
+        )));
     }
     Ok(e)
 }
@@ -1128,7 +1137,7 @@ mod tests {
             ("http://u:p@h:4317", "credentials"),
             ("not a url", "url: "),
         ] {
-            let e = Otlp::new(config(url)).unwrap_err();
+            let e = Otlp::new(config(url)).unwrap_err().to_string();
             assert!(e.starts_with("url: ") && e.contains(says), "{url}: {e}");
         }
         let dir = std::env::temp_dir().join(format!("profd-otlp-{}", std::process::id()));
@@ -1147,7 +1156,7 @@ mod tests {
             ("grpc-timeout", "set by gRPC"),
             ("content-type", "set by gRPC"),
         ] {
-            let e = Otlp::new(with(name)).unwrap_err();
+            let e = Otlp::new(with(name)).unwrap_err().to_string();
             assert!(
                 e.starts_with("headers: ") && e.contains(says),
                 "{name}: {e}"
@@ -1159,18 +1168,22 @@ mod tests {
         };
         assert!(Otlp::new(twice)
             .unwrap_err()
+            .to_string()
             .contains("set by auth already"));
         let ca = Config {
             ca: Some(file.clone()),
             ..config("https://h:4317")
         };
-        let e = Otlp::new(ca).unwrap_err();
+        let e = Otlp::new(ca).unwrap_err().to_string();
         assert!(e.starts_with("ca: ") && e.contains("no certificate"), "{e}");
         let plain = Config {
             ca: Some(file.clone()),
             ..config("http://h:4317")
         };
-        assert!(Otlp::new(plain).unwrap_err().contains("plain http"));
+        assert!(Otlp::new(plain)
+            .unwrap_err()
+            .to_string()
+            .contains("plain http"));
         let otlp = Otlp::new(Config {
             auth: Auth::Bearer(secret),
             ..config("http://h:4317")
@@ -1197,7 +1210,10 @@ mod tests {
             },
             ..config("http://h:4317")
         };
-        assert!(Otlp::new(colon).unwrap_err().starts_with("auth: "));
+        assert!(Otlp::new(colon)
+            .unwrap_err()
+            .to_string()
+            .starts_with("auth: "));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

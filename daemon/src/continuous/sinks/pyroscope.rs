@@ -1,6 +1,7 @@
 //! The Grafana Pyroscope sink: each service of a continuous window as a
 //! pprof profile POSTed to Pyroscope's documented `/ingest` endpoint, with
 //! its series labels, and cut to Pyroscope's default limits.
+use super::SetupError;
 use super::{http_client, judge, unanswered, Auth, Failure, Sent};
 use flate2::{write::GzEncoder, Compression};
 use profd_common::api;
@@ -97,7 +98,7 @@ impl Pyroscope {
     /// Checks the config (URL parses and is http/https, tenant characters
     /// per Pyroscope's rules, label names `[A-Za-z0-9_.]` and not reserved)
     /// with an error naming the field and what to change.
-    pub fn new(c: Config) -> Result<Pyroscope, String> {
+    pub fn new(c: Config) -> Result<Pyroscope, SetupError> {
         let url = ingest_url(&c.url)?;
         if let Some(t) = &c.tenant {
             check_tenant(t)?;
@@ -176,7 +177,7 @@ impl Pyroscope {
 
 /// `base` with `/ingest` appended to its path; Err naming `url` when it is
 /// not a plain http(s) URL.
-fn ingest_url(base: &str) -> Result<reqwest::Url, String> {
+fn ingest_url(base: &str) -> Result<reqwest::Url, SetupError> {
     let mut url = reqwest::Url::parse(base).map_err(|e| {
         format!(
             "url: {} is not a URL ({e}): write it as http://HOST:PORT, e.g. http://127.0.0.1:4040",
@@ -184,29 +185,29 @@ fn ingest_url(base: &str) -> Result<reqwest::Url, String> {
         )
     })?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
+        return Err(SetupError::Setting(format!(
             "url: scheme {:?} is not supported: use http:// or https://",
             url.scheme()
-        ));
+        )));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!(
+        return Err(SetupError::Setting(format!(
             "url: {} has no host: write it as http://HOST:PORT",
             profd_common::quoted(base)
-        ));
+        )));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(
+        return Err(SetupError::Setting(
             "url: has credentials in it: take them out and set the sink's basic auth \
              (user and password_file) instead"
                 .into(),
-        );
+        ));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!(
+        return Err(SetupError::Setting(format!(
             "url: {} has a query or fragment: give the base URL only (profd appends /ingest)",
             profd_common::quoted(base)
-        ));
+        )));
     }
     let path = format!("{}/ingest", url.path().trim_end_matches('/'));
     url.set_path(&path);
@@ -215,25 +216,27 @@ fn ingest_url(base: &str) -> Result<reqwest::Url, String> {
 
 /// Pyroscope's tenant ids: at most 150 characters of `[0-9A-Za-z]` and
 /// `!-_.*'()`, not `.` nor `..`.
-fn check_tenant(t: &str) -> Result<(), String> {
+fn check_tenant(t: &str) -> Result<(), SetupError> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || "!-_.*'()".contains(c);
     if t.is_empty() {
         return Err("tenant: is empty: leave it out or name the tenant".into());
     }
     if t.len() > 150 {
-        return Err(format!(
+        return Err(SetupError::Setting(format!(
             "tenant: is {} characters long: Pyroscope takes at most 150",
             t.len()
-        ));
+        )));
     }
     if let Some(c) = t.chars().find(|&c| !allowed(c)) {
-        return Err(format!(
+        return Err(SetupError::Setting(format!(
             "tenant: {} has {c:?}: use letters, digits and !-_.*'() only",
             profd_common::quoted(t)
-        ));
+        )));
     }
     if t == "." || t == ".." {
-        return Err(format!("tenant: {t:?} is not a valid tenant id: name it"));
+        return Err(SetupError::Setting(format!(
+            "tenant: {t:?} is not a valid tenant id: name it"
+        )));
     }
     Ok(())
 }
@@ -246,13 +249,13 @@ fn reserved(name: &str) -> bool {
 /// The extra series labels: names of `[A-Za-z0-9_.]`, not reserved, each
 /// once; values non-empty, without `,` or `}` (which would end them in
 /// `name`).
-fn check_labels(labels: &[(String, String)]) -> Result<(), String> {
+fn check_labels(labels: &[(String, String)]) -> Result<(), SetupError> {
     if labels.len() > MAX_EXTRA_LABELS {
-        return Err(format!(
+        return Err(SetupError::Setting(format!(
             "labels: {} labels: Pyroscope takes 30 label names a series, profd and Pyroscope \
              set 5: give at most {MAX_EXTRA_LABELS}",
             labels.len()
-        ));
+        )));
     }
     for (i, (name, value)) in labels.iter().enumerate() {
         if name.is_empty()
@@ -260,28 +263,32 @@ fn check_labels(labels: &[(String, String)]) -> Result<(), String> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
         {
-            return Err(format!(
+            return Err(SetupError::Setting(format!(
                 "labels: name {}: use letters, digits, _ and . only",
                 profd_common::quoted(name)
-            ));
+            )));
         }
         if reserved(name) {
-            return Err(format!(
+            return Err(SetupError::Setting(format!(
                 "labels: {name:?} is set by profd or Pyroscope: choose another name \
                  (not service_name, host, pyroscope_spy, nor starting with __)"
-            ));
+            )));
         }
         if labels[..i].iter().any(|(n, _)| n == name) {
-            return Err(format!("labels: {name:?} is given twice: keep one"));
+            return Err(SetupError::Setting(format!(
+                "labels: {name:?} is given twice: keep one"
+            )));
         }
         if value.trim().is_empty() {
-            return Err(format!("labels: {name:?} has an empty value: give it one"));
+            return Err(SetupError::Setting(format!(
+                "labels: {name:?} has an empty value: give it one"
+            )));
         }
         if value.contains([',', '}']) {
-            return Err(format!(
+            return Err(SetupError::Setting(format!(
                 "labels: the value of {name:?} has ',' or '}}', which Pyroscope cannot take \
                  in a label: change them"
-            ));
+            )));
         }
     }
     Ok(())
@@ -1128,7 +1135,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(with_path.url(), "https://proxy.example/pyroscope/ingest");
-        let err = |c: Config| Pyroscope::new(c).unwrap_err();
+        let err = |c: Config| Pyroscope::new(c).unwrap_err().to_string();
         let cases = [
             (
                 Config {

@@ -37,6 +37,33 @@ struct Spooled {
     data: Option<Arc<Vec<u8>>>,
 }
 
+/// Why the spool cannot be used or cannot give a window back.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    /// A file system call on `path` (the spool's directory or a window's
+    /// file) failed.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The spool's directory cannot be listed.
+    #[error("{0}")]
+    Listing(String),
+    /// The window was taken out meanwhile (delivered or dropped).
+    #[error("no longer spooled")]
+    Gone,
+}
+
+/// `path` and what a file system call on it said.
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
+    move |source| SpoolError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// What the spool holds now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Figures {
@@ -49,12 +76,12 @@ pub struct Figures {
 impl Spool {
     /// Open the spool in `dir` (created 0700; the windows found there wait
     /// again), or in memory. Blocking.
-    pub fn open(dir: Option<PathBuf>, max_bytes: u64) -> Result<Spool, String> {
+    pub fn open(dir: Option<PathBuf>, max_bytes: u64) -> Result<Spool, SpoolError> {
         let mut state = State::default();
         if let Some(dir) = &dir {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| format!("{}: {e}", dir.display()))?;
+                .map_err(io(dir))?;
             scan(dir, &mut state)?;
         }
         Ok(Spool {
@@ -76,7 +103,7 @@ impl Spool {
     /// the spool would hold more than its bytes. Returns how many windows
     /// were dropped (the new one too, when it alone is larger than the
     /// spool or cannot be written). Blocking.
-    pub fn push(&self, start_ns: u64, end_ns: u64, id: &str, gz: &[u8]) -> Result<u64, String> {
+    pub fn push(&self, start_ns: u64, end_ns: u64, id: &str, gz: &[u8]) -> Result<u64, SpoolError> {
         let size = gz.len() as u64;
         if size > self.max_bytes {
             return Ok(1);
@@ -92,7 +119,7 @@ impl Spool {
                 gz,
                 atomic::Existing::Keep,
             )
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+            .map_err(io(dir))?;
         }
         let mut gone = Vec::new();
         {
@@ -134,21 +161,16 @@ impl Spool {
     }
 
     /// A waiting window's bytes. Blocking.
-    pub fn read(&self, key: &Key) -> Result<Arc<Vec<u8>>, String> {
+    pub fn read(&self, key: &Key) -> Result<Arc<Vec<u8>>, SpoolError> {
         let (end_ns, data) = {
             let st = self.lock();
-            let s = st
-                .windows
-                .get(key)
-                .ok_or_else(|| "no longer spooled".to_string())?;
+            let s = st.windows.get(key).ok_or(SpoolError::Gone)?;
             (s.end_ns, s.data.clone())
         };
         match (data, self.path(key, end_ns)) {
             (Some(data), _) => Ok(data),
-            (None, Some(path)) => std::fs::read(&path)
-                .map(Arc::new)
-                .map_err(|e| format!("{}: {e}", path.display())),
-            (None, None) => Err("no longer spooled".into()),
+            (None, Some(path)) => std::fs::read(&path).map(Arc::new).map_err(io(&path)),
+            (None, None) => Err(SpoolError::Gone),
         }
     }
 
@@ -190,8 +212,8 @@ impl Spool {
 /// Index the window files of `dir`; half-written ones (`.tmp`) go.
 /// Files whose names fail the checks, and copies of a window under other
 /// names, are removed and counted.
-fn scan(dir: &Path, st: &mut State) -> Result<(), String> {
-    let found = window_files(dir, |_, _| {})?;
+fn scan(dir: &Path, st: &mut State) -> Result<(), SpoolError> {
+    let found = window_files(dir, |_, _| {}).map_err(SpoolError::Listing)?;
     let (keep, aside) = sort_out(dir, found, now_ns());
     for (f, reason) in aside {
         let path = dir.join(&f.name);

@@ -185,9 +185,11 @@ pub fn plan_attach(
 /// The target's thread group id and command name; NotFound when it is gone.
 fn target_process(pid: u32) -> Result<(u32, String), Error> {
     let gone = |err: procfs::ProcError| match crate::os::fds::of_proc(&err) {
-        Some(e) => {
-            Error::ResourceExhausted(crate::os::fds::message(&format!("reading /proc/{pid}"), e))
-        }
+        Some(e) => Error::OutOfFds {
+            doing: format!("reading /proc/{pid}"),
+            // The same errno, owned: procfs keeps its error.
+            source: std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EMFILE)),
+        },
         None => Error::NotFound(format!("no process with pid {pid}")),
     };
     let proc = procfs::process::Process::new(pid as i32).map_err(gone)?;
@@ -378,10 +380,14 @@ impl Registry {
         let (tgid, comm) = target_process(plan.pid)?;
         let pidfd = PidFd::open(tgid).map_err(|err| match err.raw_os_error() {
             Some(libc::ESRCH) => Error::NotFound(format!("no process with pid {}", plan.pid)),
-            _ if crate::os::fds::exhausted(&err) => Error::ResourceExhausted(
-                crate::os::fds::message(&format!("opening a pidfd for {tgid}"), &err),
-            ),
-            _ => Error::Internal(format!("cannot open a pidfd for {tgid}: {err}")),
+            _ if crate::os::fds::exhausted(&err) => Error::OutOfFds {
+                doing: format!("opening a pidfd for {tgid}"),
+                source: err,
+            },
+            _ => Error::Io {
+                doing: format!("cannot open a pidfd for {tgid}"),
+                source: err,
+            },
         })?;
         // Read the identity after pinning the process with the pidfd, and
         // make sure it is still alive afterwards: then the pid was not reused

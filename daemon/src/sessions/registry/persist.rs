@@ -10,7 +10,7 @@ use crate::request_error::Error;
 use crate::serve::auth::Caller;
 use crate::sessions::session::{self, Handle, SaveStatus};
 use crate::sessions::store::share::Ledger;
-use crate::sessions::store::{Found, IdError, Store};
+use crate::sessions::store::{Found, Store};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,11 +39,11 @@ impl Registry {
         let ids = self.ids.clone();
         let taken = tokio::task::spawn_blocking(move || lock(&ids).take())
             .await
-            .map_err(|e| Error::Internal(format!("reserving a session id: {e}")))?;
-        taken.map_err(|e| match e {
-            IdError::Exhausted | IdError::Full { .. } => Error::ResourceExhausted(e.to_string()),
-            IdError::Mark { .. } => Error::Internal(e.to_string()),
-        })
+            .map_err(|source| Error::Task {
+                doing: "reserving a session id",
+                source,
+            })?;
+        Ok(taken?)
     }
 
     /// Give back the ids reserved and not used (at shutdown, once no

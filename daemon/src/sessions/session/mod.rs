@@ -239,12 +239,6 @@ impl From<StartError> for Error {
     }
 }
 
-impl From<Gone> for Error {
-    fn from(e: Gone) -> Error {
-        Error::NotFound(e.to_string())
-    }
-}
-
 /// Start a session: route the target's samples from the sampler to a new
 /// actor. The caller has validated `params` and opened `pidfd`.
 pub async fn start(

@@ -231,7 +231,7 @@ impl Store {
         let dir = &persist.dir;
         let cannot = |e: io::Error| format!("{e}");
         // No other user may steer where the state goes, or put files in it.
-        crate::trusted_files::check_dir(dir)?;
+        crate::trusted_files::check_dir(dir).map_err(|e| e.to_string())?;
         match fs::metadata(dir) {
             Ok(meta) if meta.is_dir() => {
                 if meta.permissions().mode() & 0o077 != 0 {

@@ -1,7 +1,6 @@
 //! The request error: why a request could not be served, in the terms of
 //! what the caller should change; `rpc` maps it to a gRPC status.
 use crate::os::perf::PerfError;
-use crate::sessions::session::Gone;
 use crate::sessions::store::IdError;
 use std::io;
 
@@ -88,3 +87,8 @@ impl Error {
         }
     }
 }
+
+/// A session's actor task has gone (the daemon is shutting down).
+#[derive(Debug, thiserror::Error)]
+#[error("session {0} is no longer available")]
+pub struct Gone(pub u64);

@@ -23,7 +23,7 @@ use crate::os::perf::EventSpec;
 use crate::os::PidFd;
 use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::{Frame, FrameName, Symbolizer};
-use crate::request_error::Error;
+use crate::request_error::{Error, Gone};
 use crate::sampling::{Batch, Children, Flush, SampleSource, Subscription};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
@@ -120,11 +120,6 @@ pub struct Handle {
     tx: mpsc::Sender<Command>,
     state: watch::Receiver<api::SessionState>,
 }
-
-/// The session's actor task has gone (the daemon is shutting down).
-#[derive(Debug, thiserror::Error)]
-#[error("session {0} is no longer available")]
-pub struct Gone(pub u64);
 
 impl Handle {
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Gone> {

@@ -61,7 +61,8 @@ pub mod continuous {
 }
 
 pub mod sinks {
-    pub use crate::config::sinks::{Kind as SinkKind, Layout as ClickHouseLayout, SinkEntry};
+    pub use crate::config::sink_files::Layout as ClickHouseLayout;
+    pub use crate::config::sinks::{Kind as SinkKind, SinkEntry};
     pub use crate::continuous::sinks::clickhouse::{
         rows as clickhouse_rows, schema_script as clickhouse_schema,
     };

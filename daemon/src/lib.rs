@@ -23,7 +23,7 @@ mod sessions;
 mod stats;
 mod trusted_files;
 
-pub use config::sinks::Layout as ClickHouseLayout;
+pub use config::sink_files::Layout as ClickHouseLayout;
 pub use config::sinks::Settings as SinkSettings;
 pub use config::DEFAULT_PATH as DEFAULT_SETTINGS_PATH;
 pub use config::{read as read_settings_file, settings, Config, Flags, Settings};

@@ -4,7 +4,7 @@
 //! `/etc/profd/profd.toml` unless `--config` names another) go through the
 //! same value checks; a flag given wins over the file's key.
 mod schema;
-mod sink_files;
+pub mod sink_files;
 pub mod sinks;
 mod values;
 pub use values::MAX_BUCKETS;

@@ -2,7 +2,7 @@
 //! each key checked as the file is read (so errors carry its line), then
 //! the files an entry names read into a sink's settings when the daemon
 //! starts or `--check-config` runs (`sink_files`).
-pub use super::sink_files::{ca_certificates, Auth, FileError, Layout, NotPlain, Secret};
+use super::sink_files::{ca_certificates, Auth, FileError, Layout, Secret};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

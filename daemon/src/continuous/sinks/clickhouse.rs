@@ -4,7 +4,8 @@
 //! the HTTP interface.
 use super::SetupError;
 use super::{judge, unanswered, Failure, Secret, Sent};
-use crate::config::sinks::{self as config, Layout};
+use crate::config::sink_files::{Layout, NotPlain};
+use crate::config::sinks as config;
 use profd_common::api;
 use serde_json::json;
 use std::collections::HashMap;
@@ -105,7 +106,7 @@ pub fn schema(layout: &Layout) -> Vec<String> {
 }
 
 /// The schema as a script: each statement ended by `;`.
-pub fn schema_script(layout: &Layout) -> Result<String, config::NotPlain> {
+pub fn schema_script(layout: &Layout) -> Result<String, NotPlain> {
     layout.check()?;
     let mut s = String::new();
     for statement in schema(layout) {

@@ -7,7 +7,7 @@ pub mod otlp;
 pub mod pyroscope;
 pub mod spool;
 
-pub use crate::config::sinks::{Auth, Secret};
+pub use crate::config::sink_files::{Auth, Secret};
 pub use deliver::Sinks;
 
 use std::time::Duration;
@@ -161,7 +161,7 @@ pub enum SetupError {
     Setting(String),
     /// The CA file.
     #[error(transparent)]
-    Ca(#[from] crate::config::sinks::FileError),
+    Ca(#[from] crate::config::sink_files::FileError),
     #[error("cannot make an HTTP client: {0}")]
     Client(#[source] reqwest::Error),
 }
@@ -189,7 +189,7 @@ pub fn http_client(
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .use_rustls_tls();
     if let Some(ca) = ca {
-        for cert in crate::config::sinks::ca_certificates(ca)? {
+        for cert in crate::config::sink_files::ca_certificates(ca)? {
             builder = builder.add_root_certificate(cert);
         }
     }

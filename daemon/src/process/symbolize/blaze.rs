@@ -36,9 +36,9 @@ pub const JIT_MODULE: &str = "[jit]";
 /// each time.
 pub const IDLE: Duration = Duration::from_secs(60);
 
-/// What blazesym holds parsed (and mapped): a file, by version (blazesym
-/// shares one parsed copy between the paths naming the same version), or
-/// the kernel's symbols.
+/// What the worker holds parsed: a file blazesym parsed (and mapped), by
+/// version (blazesym shares one parsed copy between the paths naming the
+/// same version), or the kernel's functions ([`Kallsyms`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Held {
     File(FileVersion),
@@ -49,9 +49,9 @@ pub enum Held {
 /// keeps the parsed copy for the next process mapping that version.
 const MAX_PATHS: usize = 8;
 
-/// Owns blazesym's symbolizers, the debug files found and the names and
-/// PLT tables read, for the daemon's life; keeps what blazesym holds
-/// parsed within the budget (see [`Budget`]).
+/// Owns blazesym's symbolizer, the kernel's functions, the debug files
+/// found and the names and PLT tables read, for the daemon's life; keeps
+/// what it holds parsed within the budget (see [`Budget`]).
 pub struct Worker {
     /// Symbolizer of ELF files; it parses (and maps) a file when first
     /// asked about it, until evicted.
@@ -59,8 +59,9 @@ pub struct Worker {
     /// The kernel's functions, read when a request first names a kernel
     /// address, dropped when [`Held::Kernel`] is evicted.
     kernel: Option<Kallsyms>,
-    /// What `sym` and `kernel` hold, each weighed by [`resident_estimate_of`],
-    /// with the paths blazesym was asked with.
+    /// What `sym` and `kernel` hold, with the paths blazesym was asked
+    /// with: a file weighed by [`resident_estimate_of`], the kernel's
+    /// functions by their bytes.
     held: Lru<Held, Vec<PathBuf>>,
     /// The version each of those paths named.
     paths: HashMap<PathBuf, FileVersion>,

@@ -1,8 +1,9 @@
 //! A session's answers to views: naming new addresses, the per-function table
 //! (cumulative and over a recent window), the fully resolved profile that
 //! views and exports are computed from, and the profil(3) histogram.
+use super::named::{AddrFrames, FrameLoc};
 use super::spaces::untag;
-use super::{lookup_fallback, Actor, AddrFrames, FrameLoc, FunctionTable, Resolved, Stamp};
+use super::{lookup_fallback, Actor, FunctionTable, Resolved, Stamp};
 use crate::process::maps::is_jit_candidate;
 use crate::process::symbolize::{is_kernel, FrameName};
 use crate::sampling::BAD_USER_FRAME;
@@ -144,7 +145,7 @@ impl Actor {
                 })
                 .collect();
             let before = self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
-            renamed |= before.is_some_and(|b| b.unnamed && !unnamed);
+            renamed |= before.is_some_and(|b| b && !unnamed);
         }
         renamed
     }
@@ -180,7 +181,7 @@ impl Actor {
         ids.clear();
         let mut unnamed = false;
         for a in stack {
-            let at = &self.addr_fn[a];
+            let at = &self.addr_fn[*a];
             unnamed |= at.unnamed;
             ids.extend(at.frames.iter().map(|f| f.func));
         }
@@ -349,7 +350,7 @@ impl Actor {
         frames.clear();
         let mut unnamed = false;
         for &a in stack {
-            let at = &self.addr_fn[&a];
+            let at = &self.addr_fn[a];
             unnamed |= at.unnamed;
             // The frames profd adds have no address.
             let address = match super::SYNTHETIC_FRAMES.iter().any(|&(f, _)| f == a) {

@@ -181,7 +181,7 @@ impl Collector {
         } else if !window.released.is_empty() {
             let released = &window.released;
             a.addr_fn
-                .retain(|&addr, _| !released.contains(&untag(addr).0));
+                .retain(|addr, _| !released.contains(&untag(addr).0));
         }
         // A runtime reuses its code memory for other code: JIT addresses
         // are named anew in each window, from the perf map as it is then.
@@ -201,7 +201,7 @@ impl Collector {
         let ingest = &mut a.ingest;
         let (addr_fn, pending) = (&a.addr_fn, &mut ingest.pending);
         ingest.stacks.for_each(|_, stack, _| {
-            pending.extend(stack.iter().filter(|a| !addr_fn.contains_key(a)));
+            pending.extend(stack.iter().filter(|&&a| !addr_fn.contains(a)));
         });
     }
 }

@@ -5,6 +5,7 @@
 mod answers;
 mod collector;
 mod ingest;
+mod named;
 mod recent;
 mod saving;
 mod scope;
@@ -194,7 +195,7 @@ struct Actor {
     /// What each symbolized address resolved to (set once, except for JIT
     /// addresses a changed perf map names later); looked up for every frame
     /// of the stacks a view adds.
-    addr_fn: foldhash::HashMap<u64, AddrFrames>,
+    addr_fn: named::NamedAddrs,
     /// Addresses in JIT code not named yet, looked up again when their
     /// perf map changes.
     unnamed_jit: unnamed_jit::UnnamedJit,
@@ -322,7 +323,7 @@ impl Actor {
             state,
             error: String::new(),
             ingest,
-            addr_fn: foldhash::HashMap::default(),
+            addr_fn: Default::default(),
             unnamed_jit: Default::default(),
             names: Default::default(),
             files: Vec::new(),
@@ -494,7 +495,7 @@ impl Actor {
                 .hold_stacks(level >= crate::memory::Level::CapStacks);
         }
         let addr_fn = &self.addr_fn;
-        let new = self.ingest.apply(batch, |a| addr_fn.contains_key(&a))?;
+        let new = self.ingest.apply(batch, |a| addr_fn.contains(a))?;
         if let Some(comm) = comm {
             self.params.comm = comm;
         }
@@ -550,19 +551,6 @@ impl Actor {
             save_error: String::new(),
         }
     }
-}
-
-/// An address's frames, innermost first (inlined callees, then the function).
-struct AddrFrames {
-    frames: Box<[FrameLoc]>,
-    /// Some frame is a placeholder (`module+0x..`, `[unknown] 0x..`).
-    unnamed: bool,
-}
-
-/// One frame of an address: function id, and source position for per-line views.
-struct FrameLoc {
-    func: u32,
-    line: u32,
 }
 
 fn lookup_fallback(addrs: &[u64]) -> Vec<Vec<Frame>> {

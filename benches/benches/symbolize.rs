@@ -11,7 +11,9 @@ use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use profd::internals::maps::ProcessMaps;
 use profd::internals::perf::{EventKind, EventSpec, PerfError};
-use profd::internals::sampler::{Batch, Children, Counters, Flush, SampleSource, Subscription};
+use profd::internals::sampler::{
+    Batch, Children, Counters, Flush, SampleSource, Subscriber, Subscription,
+};
 use profd::internals::session::{self, Params};
 use profd::internals::symbolize::{BlazeSymbolizer, Symbolizer};
 use profd::internals::sys::PidFd;
@@ -82,7 +84,7 @@ impl SampleSource for Source {
     async fn subscribe(
         &self,
         want: EventSpec,
-        _session: u64,
+        _session: Subscriber,
         _pid: u32,
         _children: Children,
         tx: mpsc::UnboundedSender<Batch>,
@@ -93,9 +95,9 @@ impl SampleSource for Source {
             tops: None,
         })
     }
-    async fn unsubscribe(&self, _: EventSpec, _: u64) {}
+    async fn unsubscribe(&self, _: EventSpec, _: Subscriber) {}
     async fn flush(&self, _: EventSpec, _: Flush) {}
-    async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)> {
+    async fn groups(&self) -> Vec<(EventSpec, Vec<Subscriber>)> {
         Vec::new()
     }
     fn counters(&self) -> &Counters {
@@ -116,7 +118,6 @@ fn hit(c: &mut Criterion<ThreadCpu>) {
         .expect("a runtime");
     let source = Arc::new(Source::default());
     let params = Params {
-        id: 1,
         pid,
         comm: "bench".into(),
         duration: None,
@@ -140,7 +141,7 @@ fn hit(c: &mut Criterion<ThreadCpu>) {
     let handle = rt.block_on(async {
         let pidfd = PidFd::open(pid).expect("own pidfd");
         let symbolizer: Arc<dyn Symbolizer> = Arc::new(BlazeSymbolizer::default());
-        session::start(params, want, pidfd, source.clone(), symbolizer)
+        session::start(1, params, want, pidfd, source.clone(), symbolizer)
             .await
             .expect("a session")
     });

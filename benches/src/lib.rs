@@ -10,7 +10,9 @@ use profd::internals::perf::record::{
     self, is_context_marker, Layout, CONTEXT_KERNEL, CONTEXT_USER,
 };
 use profd::internals::perf::{walk_ring, Counts, SAMPLE_TYPE, USER_REGS};
-use profd::internals::sampler::{BatchPool, Children, Demux, Drained, RouteTo, Targets};
+use profd::internals::sampler::{
+    BatchPool, Children, Demux, Drained, RouteTo, Subscriber, Targets,
+};
 use profd::internals::session::Ingest;
 
 /// Criterion measurement: the CPU time of the benchmark's thread
@@ -353,7 +355,7 @@ impl Pipeline {
         Pipeline {
             demux,
             targets: Targets::new([RouteTo {
-                session: 1,
+                session: Subscriber::Session(1),
                 pid: target(),
                 children: Children::Ignored,
                 exited: None,

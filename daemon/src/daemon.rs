@@ -289,7 +289,7 @@ impl Daemon {
                     .map_err(|e| Error::Config(format!("reading the state directory: {e}")))?;
                 Some(opened.map_err(|reason| Error::State {
                     path: persist.dir.clone(),
-                    reason,
+                    reason: reason.to_string(),
                 })?)
             }
             None => None,
@@ -301,12 +301,12 @@ impl Daemon {
                 let opened = History::start(dir.clone(), settings).await;
                 let history = opened.map_err(|reason| Error::State {
                     path: dir.unwrap_or_default(),
-                    reason,
+                    reason: reason.to_string(),
                 })?;
                 let state = config.persist.as_ref().map(|p| p.dir.as_path());
                 sinks = crate::continuous::sinks::Sinks::start(config.sinks.clone(), state)
                     .await
-                    .map_err(Error::Config)?;
+                    .map_err(|e| Error::Config(e.to_string()))?;
                 history.attach(Arc::new(sinks.clone()));
                 Some(history)
             }

@@ -25,7 +25,7 @@ pub mod rpc {
 pub mod sampler {
     pub use crate::sampling::{
         Batch, BatchPool, Children, Counters, Demux, Drained, Flush, RouteTo, SampleSource,
-        Sampler, StackTops, Subscription, Targets, RING_PAGES, STACK_RING_PAGES,
+        Sampler, StackTops, Subscriber, Subscription, Targets, RING_PAGES, STACK_RING_PAGES,
     };
 }
 

@@ -54,6 +54,15 @@ pub enum Error {
     Gone(#[from] Gone),
 }
 
+impl From<crate::os::fds::OutOfFds> for Error {
+    fn from(e: crate::os::fds::OutOfFds) -> Error {
+        Error::OutOfFds {
+            doing: e.doing,
+            source: e.source,
+        }
+    }
+}
+
 /// What a perf error says to the caller.
 fn perf_message(e: &PerfError) -> String {
     match e {

@@ -4,6 +4,7 @@
 //! file never makes the daemon hold more than that bound. A query visits a
 //! window's stacks one at a time ([`visit_from`]) instead of holding them.
 //! Writing is in [`super::encode`].
+use super::files::Mismatch;
 use profd_common::api;
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
@@ -56,8 +57,8 @@ pub enum DecodeError {
     #[error("not a window as profd writes it: a service's field {0} comes after its stacks")]
     AfterStacks(u32),
     /// The visitor refused the window's own fields ([`Visit::head`]).
-    #[error("{0}")]
-    Refused(String),
+    #[error(transparent)]
+    Refused(#[from] Mismatch),
 }
 
 /// The most a window whose totals count `attributed` samples may hold
@@ -99,7 +100,7 @@ pub fn decode_head(input: impl Read) -> Result<api::Window, DecodeError> {
 pub trait Visit {
     /// The window's own fields (those before its first service, as profd
     /// writes them); false: the rest is not wanted (reading stops there).
-    fn head(&mut self, w: &api::Window) -> Result<bool, String>;
+    fn head(&mut self, w: &api::Window) -> Result<bool, Mismatch>;
     /// A service's fields before its stacks (its processes, threads and
     /// functions; `stacks` empty): the stacks handed next are its.
     fn service(&mut self, s: api::ServiceWindow);
@@ -114,7 +115,7 @@ pub trait Visit {
 pub struct Check;
 
 impl Visit for Check {
-    fn head(&mut self, _: &api::Window) -> Result<bool, String> {
+    fn head(&mut self, _: &api::Window) -> Result<bool, Mismatch> {
         Ok(true)
     }
     fn service(&mut self, _: api::ServiceWindow) {}

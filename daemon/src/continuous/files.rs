@@ -7,7 +7,7 @@
 use super::decode::decode_head;
 use profd_common::api;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The ending of a window file's name.
@@ -67,11 +67,15 @@ pub(crate) struct Found {
 pub(crate) fn window_files(
     dir: &Path,
     mut other: impl FnMut(&str, &Path),
-) -> Result<Vec<Found>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> Result<Vec<Found>, DirError> {
+    let listing = |source| DirError {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let entries = std::fs::read_dir(dir).map_err(listing)?;
     let mut found = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let entry = entry.map_err(listing)?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
             continue;
@@ -125,15 +129,34 @@ pub(crate) fn bad_name(f: &Found, now_ns: u64) -> Option<String> {
     None
 }
 
-/// Why window `w` is not the one its name (`start`, `end`, `id`) says.
-pub(crate) fn mismatch(start: u64, end: u64, id: &str, w: &api::Window) -> Option<String> {
+/// Err when window `w` is not the one its name (`start`, `end`, `id`)
+/// says.
+pub(crate) fn mismatch(start: u64, end: u64, id: &str, w: &api::Window) -> Result<(), Mismatch> {
     if (w.start_unix_ns, w.end_unix_ns, w.id.as_str()) == (start, end, id) {
-        return None;
+        return Ok(());
     }
-    Some(format!(
-        "its name says window {id} from {start} to {end} ns, but it holds window {} from {} to {} ns",
-        w.id, w.start_unix_ns, w.end_unix_ns
-    ))
+    Err(Mismatch {
+        named: (id.into(), start, end),
+        held: (w.id.clone(), w.start_unix_ns, w.end_unix_ns),
+    })
+}
+
+/// A directory of window files could not be listed.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", dir.display())]
+pub struct DirError {
+    dir: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
+/// A window file holds another window than its name says: each as (id,
+/// start ns, end ns).
+#[derive(Debug, thiserror::Error)]
+#[error("its name says window {} from {} to {} ns, but it holds window {} from {} to {} ns", named.0, named.1, named.2, held.0, held.1, held.2)]
+pub struct Mismatch {
+    named: (String, u64, u64),
+    held: (String, u64, u64),
 }
 
 /// Sort the window files `found` in `dir` by `now_ns` into those to trust
@@ -165,9 +188,9 @@ pub(crate) fn sort_out(
         let n = files.len();
         let right = files.iter().position(|f| {
             std::fs::File::open(dir.join(&f.name))
-                .map_err(|e| e.to_string())
-                .and_then(|f| decode_head(f).map_err(|e| e.to_string()))
-                .is_ok_and(|w| mismatch(f.start, f.end, &f.id, &w).is_none())
+                .ok()
+                .and_then(|f| decode_head(f).ok())
+                .is_some_and(|w| mismatch(f.start, f.end, &f.id, &w).is_ok())
         });
         let kept = right.map(|at| files.remove(at));
         for f in files {

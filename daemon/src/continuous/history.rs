@@ -8,13 +8,13 @@
 //! [`super::files`] says, each window id once). A file that cannot be read
 //! back, or holds another window than its name says, is renamed
 //! `….damaged`, dropped from the index and counted.
-use super::decode::{decode, decode_from, visit_from, Check, Visit};
+use super::decode::{decode, decode_from, visit_from, Check, DecodeError, Visit};
 use super::encode::Encoded;
 #[cfg(test)]
 use super::files::random_id;
 use super::files::valid_id;
 pub(crate) use super::files::{file_name, parse_name, window_files};
-use super::files::{mismatch, now_ns, sort_out};
+use super::files::{mismatch, now_ns, sort_out, DirError, Mismatch};
 use super::merge::Merge;
 pub use super::merge::{Merged, Want};
 use super::Settings;
@@ -33,6 +33,33 @@ const DAMAGED: &str = ".damaged";
 /// Most bytes of window summaries in one listing (clients take replies of
 /// 4 MiB by default); the oldest windows of a wider range are left out.
 const MAX_LISTED_BYTES: usize = 2 << 20;
+
+/// Why the history cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Its directory cannot be made, made private or listed.
+    #[error("{}: {source}", dir.display())]
+    Dir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Listing(#[from] DirError),
+    #[error("reading the continuous history: {0}")]
+    Task(#[source] tokio::task::JoinError),
+}
+
+/// Why a window of the history could not be read back (it is moved aside).
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error(transparent)]
+    Open(std::io::Error),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    Mismatch(#[from] Mismatch),
+}
 
 /// The continuous history: cheap to clone, shared by the sampler (which
 /// adds windows) and the rpc service (which lists and queries them).
@@ -269,16 +296,16 @@ impl Inner {
             (kept.end_ns, kept.data.clone())
         };
         let decoded = match (data, self.path(key, end_ns)) {
-            (Some(data), _) => decode(&data).map_err(|e| e.to_string()),
+            (Some(data), _) => decode(&data).map_err(Unreadable::from),
             (None, Some(path)) => match open(&path)? {
-                Ok(file) => decode_from(file).map_err(|e| e.to_string()),
+                Ok(file) => decode_from(file).map_err(Unreadable::from),
                 Err(err) => Err(err),
             },
             (None, None) => return None,
         };
-        let checked = decoded.and_then(|w| match mismatch(key.0, end_ns, &key.1, &w) {
-            None => Ok(w),
-            Some(why) => Err(why),
+        let checked = decoded.and_then(|w| {
+            mismatch(key.0, end_ns, &key.1, &w)?;
+            Ok(w)
         });
         match checked {
             Ok(w) => Some(w),
@@ -295,17 +322,15 @@ impl Inner {
     /// window its name says). None: it is gone (dropped meanwhile), or
     /// cannot be opened now; Some(Err): it could not be read (what was
     /// handed before stays handed).
-    fn visit(&self, key: &Key, v: &mut impl Visit) -> Option<Result<(), String>> {
+    fn visit(&self, key: &Key, v: &mut impl Visit) -> Option<Result<(), Unreadable>> {
         struct Named<'a, V> {
             key: &'a Key,
             end_ns: u64,
             v: &'a mut V,
         }
         impl<V: Visit> Visit for Named<'_, V> {
-            fn head(&mut self, w: &api::Window) -> Result<bool, String> {
-                if let Some(why) = mismatch(self.key.0, self.end_ns, &self.key.1, w) {
-                    return Err(why);
-                }
+            fn head(&mut self, w: &api::Window) -> Result<bool, Mismatch> {
+                mismatch(self.key.0, self.end_ns, &self.key.1, w)?;
                 self.v.head(w)
             }
             fn service(&mut self, s: api::ServiceWindow) {
@@ -325,9 +350,9 @@ impl Inner {
         };
         let mut named = Named { key, end_ns, v };
         Some(match (data, self.path(key, end_ns)) {
-            (Some(data), _) => visit_from(&data[..], &mut named).map_err(|e| e.to_string()),
+            (Some(data), _) => visit_from(&data[..], &mut named).map_err(Unreadable::from),
             (None, Some(path)) => {
-                open(&path)?.and_then(|f| visit_from(f, &mut named).map_err(|e| e.to_string()))
+                open(&path)?.and_then(|f| visit_from(f, &mut named).map_err(Unreadable::from))
             }
             (None, None) => return None,
         })
@@ -374,7 +399,9 @@ impl Inner {
 
     /// Take a window that cannot be read out of the index, rename its file
     /// aside and count it.
-    fn damaged(&self, key: &Key, reason: &str) {
+    fn damaged(&self, key: &Key, reason: &Unreadable) {
+        let reason = reason.to_string();
+        let reason = reason.as_str();
         let kept = {
             let mut st = self.lock();
             let Some(kept) = st.windows.remove(key) else {
@@ -522,14 +549,14 @@ impl Inner {
 
 /// Window file `path` opened; None when it cannot be now (out of
 /// descriptors: the file is not at fault), logged.
-fn open(path: &Path) -> Option<Result<std::fs::File, String>> {
+fn open(path: &Path) -> Option<Result<std::fs::File, Unreadable>> {
     match std::fs::File::open(path) {
         Ok(file) => Some(Ok(file)),
         Err(err) if crate::os::fds::exhausted(&err) => {
             tracing::warn!(path = %path.display(), %err, "cannot open a window now: left out of the answer");
             None
         }
-        Err(err) => Some(Err(err.to_string())),
+        Err(err) => Some(Err(Unreadable::Open(err))),
     }
 }
 
@@ -537,7 +564,7 @@ fn open(path: &Path) -> Option<Result<std::fs::File, String>> {
 /// interrupted writes, and damaged windows moved aside before `cutoff` (ns),
 /// are removed, other files left alone. Files whose names fail the checks,
 /// and copies of a window under other names, are moved aside and counted.
-fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), String> {
+fn scan(dir: &Path, st: &mut State, cutoff: u64) -> Result<(), DirError> {
     let found = window_files(dir, |name, path| {
         // A damaged window that ended before the cutoff, or any damaged
         // file moved aside before it: a rename sets the status change time,
@@ -592,12 +619,16 @@ impl History {
     /// Open the history: in `dir` (created 0700; the windows found there are
     /// indexed by name and age retention applied), or in memory when None.
     /// Blocking: call it off the async runtime.
-    pub fn open(dir: Option<PathBuf>, settings: &Settings) -> Result<History, String> {
+    pub fn open(dir: Option<PathBuf>, settings: &Settings) -> Result<History, OpenError> {
         let mut state = State::default();
         if let Some(dir) = &dir {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let cannot = |source| OpenError::Dir {
+                dir: dir.clone(),
+                source,
+            };
+            std::fs::create_dir_all(dir).map_err(cannot)?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| format!("{}: {e}", dir.display()))?;
+                .map_err(cannot)?;
             let age = settings.retention_age.as_nanos() as u64;
             scan(dir, &mut state, now_ns().saturating_sub(age))?;
         }
@@ -616,11 +647,11 @@ impl History {
 
     /// [`History::open`] off the async runtime, logging what was found: the
     /// daemon's start.
-    pub async fn start(dir: Option<PathBuf>, settings: &Settings) -> Result<History, String> {
+    pub async fn start(dir: Option<PathBuf>, settings: &Settings) -> Result<History, OpenError> {
         let (d, s) = (dir.clone(), settings.clone());
         let history = tokio::task::spawn_blocking(move || History::open(d, &s))
             .await
-            .map_err(|e| format!("reading the continuous history: {e}"))??;
+            .map_err(OpenError::Task)??;
         let stats = history.stats();
         match &dir {
             Some(dir) => tracing::info!(

@@ -4,6 +4,7 @@
 //! function table keeps no stacks at all. Which windows are read, and the
 //! errors a query answers, are [`super::history`]'s.
 use super::decode::Visit;
+use super::files::Mismatch;
 use crate::request_error::Error;
 use profd_common::api;
 use profd_common::model::ResolvedStack;
@@ -303,7 +304,7 @@ impl<'q> Merge<'q> {
 }
 
 impl Visit for Merge<'_> {
-    fn head(&mut self, w: &api::Window) -> Result<bool, String> {
+    fn head(&mut self, w: &api::Window) -> Result<bool, Mismatch> {
         if !self.window_ids.insert(w.id.clone()) {
             tracing::warn!(id = %w.id, "a window met twice in one query: counted once");
             return Ok(false);

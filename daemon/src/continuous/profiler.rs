@@ -8,11 +8,11 @@ use super::history::{self, History};
 use super::pressure::Pressure;
 use super::service::{self, Label};
 use super::Settings;
-use crate::os::perf::{EventKind, EventSpec};
+use crate::os::perf::{EventKind, EventSpec, PerfError};
 use crate::process::symbolize::Symbolizer;
 use crate::sampling::{
-    ring_pages_for, Batch, Children, Flush, SampleSource, Subscription, CONTINUOUS_SESSION,
-    EVERY_PROCESS, MIN_RING_PAGES, STACK_RING_PAGES,
+    ring_pages_for, Batch, Children, Flush, SampleSource, Subscriber, Subscription, EVERY_PROCESS,
+    MIN_RING_PAGES, STACK_RING_PAGES,
 };
 use crate::sessions::registry::DEFAULT_STACK_BYTES;
 use crate::sessions::session::{Collector, Finished};
@@ -75,6 +75,20 @@ struct Profiler {
     stats: Arc<crate::stats::Stats>,
 }
 
+/// Why continuous profiling stopped: its rings could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum CannotSample {
+    #[error("continuous profiling cannot sample: {0}")]
+    Rings(#[source] PerfError),
+    /// Neither the rings asked for nor those used so far could be opened.
+    #[error("continuous profiling cannot sample: {next}; {before}")]
+    Neither {
+        next: PerfError,
+        #[source]
+        before: PerfError,
+    },
+}
+
 /// Run continuous profiling with `settings` until `stop`, handing each
 /// window to `history`. Fails only when the rings cannot be opened.
 pub async fn run(
@@ -84,18 +98,18 @@ pub async fn run(
     stats: Arc<crate::stats::Stats>,
     history: History,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<(), CannotSample> {
     let (tx, mut batches) = mpsc::unbounded_channel();
     let Subscription { spec, tops } = sampler
         .subscribe(
             want(settings.frequency_hz, sampler.cpus(), DEFAULT_STACK_BYTES),
-            CONTINUOUS_SESSION,
+            Subscriber::Continuous,
             EVERY_PROCESS,
             Children::Ignored,
             tx,
         )
         .await
-        .map_err(|e| format!("continuous profiling cannot sample: {e}"))?;
+        .map_err(CannotSample::Rings)?;
     let pressure = Pressure::new(stats.memory.clone(), settings.frequency_hz, WINDOW_STACKS);
     tracing::info!(
         frequency_hz = spec.frequency_hz,
@@ -149,7 +163,7 @@ pub async fn run(
         if !last && p.pressure.wants_frame_pointers(p.spec.stack_bytes) {
             // What waits to be counted is not (its processes' unwind data
             // is what the pressure is about): its samples count as lost.
-            sampler.unsubscribe(p.spec, CONTINUOUS_SESSION).await;
+            sampler.unsubscribe(p.spec, Subscriber::Continuous).await;
             let mut lost = 0;
             while let Ok(batch) = batches.try_recv() {
                 lost += batch.ends.len() as u64 + batch.lost;
@@ -227,7 +241,7 @@ pub async fn run(
             if let Some(add) = adding.take() {
                 let _ = add.await;
             }
-            sampler.unsubscribe(p.spec, CONTINUOUS_SESSION).await;
+            sampler.unsubscribe(p.spec, Subscriber::Continuous).await;
             tracing::info!("continuous profiling stopped");
             return Ok(());
         }
@@ -291,7 +305,7 @@ impl Profiler {
         &mut self,
         sampler: &Arc<dyn SampleSource>,
         batches: &mut mpsc::UnboundedReceiver<Batch>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CannotSample> {
         let (level, stacks, hz, copies) = self.pressure.next(self.spec.frequency_hz);
         self.pressure.applied = level;
         self.collector.ingest().set_max_stacks(stacks);
@@ -306,7 +320,7 @@ impl Profiler {
             level = level.name(),
             "continuous profiling's rings changed for memory pressure"
         );
-        sampler.unsubscribe(self.spec, CONTINUOUS_SESSION).await;
+        sampler.unsubscribe(self.spec, Subscriber::Continuous).await;
         while let Ok(batch) = batches.try_recv() {
             self.take(batch);
         }
@@ -327,11 +341,17 @@ impl Profiler {
         next: EventSpec,
         sampler: &Arc<dyn SampleSource>,
         batches: &mut mpsc::UnboundedReceiver<Batch>,
-    ) -> Result<(EventSpec, Option<crate::sampling::StackTops>), String> {
+    ) -> Result<(EventSpec, Option<crate::sampling::StackTops>), CannotSample> {
         let (tx, rx) = mpsc::unbounded_channel();
         let all = EVERY_PROCESS;
         let sub = match sampler
-            .subscribe(next, CONTINUOUS_SESSION, all, Children::Ignored, tx.clone())
+            .subscribe(
+                next,
+                Subscriber::Continuous,
+                all,
+                Children::Ignored,
+                tx.clone(),
+            )
             .await
         {
             Ok(sub) => sub,
@@ -342,9 +362,9 @@ impl Profiler {
                     self.spec.stack_bytes,
                 );
                 sampler
-                    .subscribe(before, CONTINUOUS_SESSION, all, Children::Ignored, tx)
+                    .subscribe(before, Subscriber::Continuous, all, Children::Ignored, tx)
                     .await
-                    .map_err(|e| format!("continuous profiling cannot sample: {err}; {e}"))?
+                    .map_err(|before| CannotSample::Neither { next: err, before })?
             }
         };
         self.spec = sub.spec;
@@ -360,7 +380,7 @@ impl Profiler {
         next: EventSpec,
         sampler: &Arc<dyn SampleSource>,
         batches: &mut mpsc::UnboundedReceiver<Batch>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CannotSample> {
         let (spec, tops) = self.subscribe(next, sampler, batches).await?;
         let (stacks, symbolizer, stats) = (
             self.pressure.next(spec.frequency_hz).1,

@@ -31,17 +31,27 @@ pub fn message(what: &str, err: &io::Error) -> String {
     )
 }
 
-/// Err (with [`message`]) unless `n` more descriptors can be opened now.
-pub fn spare(what: &str, n: usize) -> Result<(), String> {
+/// `doing` failed for want of file descriptors; it says (with
+/// [`message`]) which limit to raise.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", message(.doing, .source))]
+pub struct OutOfFds {
+    pub doing: String,
+    #[source]
+    pub source: io::Error,
+}
+
+/// Err unless `n` more descriptors can be opened now.
+pub fn spare(what: &str, n: usize) -> Result<(), OutOfFds> {
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
         match std::fs::File::open("/dev/null") {
             Ok(f) => held.push(f),
-            Err(e) if exhausted(&e) => {
-                return Err(message(
-                    &format!("{what} would leave fewer than {n} descriptors free"),
-                    &e,
-                ))
+            Err(source) if exhausted(&source) => {
+                return Err(OutOfFds {
+                    doing: format!("{what} would leave fewer than {n} descriptors free"),
+                    source,
+                })
             }
             Err(_) => break,
         }

@@ -45,11 +45,11 @@ fn max_stack() -> usize {
 #[derive(Debug, Default, Clone)]
 pub struct Targets {
     /// Looked up for every record: hashed with foldhash. Per process: the
-    /// perf time of its exit once a ring showed it (`u64::MAX` before; its
-    /// records up to then still come from rings drained later, a process
-    /// that later gets its pid is not taken for it), and its sessions
-    /// (those that take every process included).
-    by_pid: foldhash::HashMap<u32, (u64, Vec<usize>)>,
+    /// perf time of its exit once a ring showed it (its records up to then
+    /// still come from rings drained later, a process that later gets its
+    /// pid is not taken for it), and its sessions (those that take every
+    /// process included).
+    by_pid: foldhash::HashMap<u32, (Option<u64>, Vec<usize>)>,
     /// Per session: whether it follows the processes its processes fork.
     children: Vec<bool>,
     /// The sessions that take every process.
@@ -62,9 +62,23 @@ pub struct Targets {
 /// never a target).
 pub const EVERY_PROCESS: u32 = 0;
 
-/// The session id continuous profiling subscribes as: the registry's ids
-/// count up from 1 and never reach it.
-pub const CONTINUOUS_SESSION: u64 = u64::MAX;
+/// Who samples are routed to: a session (by its id), or continuous
+/// profiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Subscriber {
+    Session(u64),
+    Continuous,
+}
+
+impl Subscriber {
+    /// The session's id; None for continuous profiling.
+    pub fn session(self) -> Option<u64> {
+        match self {
+            Subscriber::Session(id) => Some(id),
+            Subscriber::Continuous => None,
+        }
+    }
+}
 
 /// Whether a session also takes the processes its processes fork from now
 /// on.
@@ -77,7 +91,7 @@ pub enum Children {
 /// One route given to [`Targets::new`]: `pid`'s records go to `session`.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteTo {
-    pub session: u64,
+    pub session: Subscriber,
     pub pid: u32,
     pub children: Children,
     /// The perf time of the process's exit once a ring showed it.
@@ -92,7 +106,7 @@ impl Targets {
             own: std::process::id(),
             ..Targets::default()
         };
-        let mut slot: HashMap<u64, usize> = HashMap::new();
+        let mut slot: HashMap<Subscriber, usize> = HashMap::new();
         for route in routes {
             let i = *slot.entry(route.session).or_insert_with(|| {
                 targets.children.push(route.children == Children::Followed);
@@ -102,11 +116,11 @@ impl Targets {
                 targets.every.push(i);
                 continue;
             }
-            // Records up to this perf time are the process's.
-            let until = route.exited.unwrap_or(u64::MAX);
+            // Records up to this perf time are the process's (the earliest
+            // exit any route saw).
             let entry = targets.by_pid.entry(route.pid);
-            let (end, sessions) = entry.or_insert((until, Vec::new()));
-            *end = (*end).min(until);
+            let (end, sessions) = entry.or_insert((route.exited, Vec::new()));
+            *end = end.iter().copied().chain(route.exited).min();
             sessions.push(i);
         }
         if !targets.every.is_empty() {
@@ -679,7 +693,7 @@ fn routed<'a>(
     let routed = targets
         .by_pid
         .get(&pid)
-        .filter(|(until, _)| time <= *until)
+        .filter(|(until, _)| until.is_none_or(|until| time <= until))
         .map(|(_, sessions)| sessions);
     let own = routed.or_else(|| {
         forked
@@ -698,7 +712,7 @@ mod tests {
 
     fn to(session: u64, pid: u32, children: Children, exited: Option<u64>) -> RouteTo {
         RouteTo {
-            session,
+            session: Subscriber::Session(session),
             pid,
             children,
             exited,

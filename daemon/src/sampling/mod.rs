@@ -15,7 +15,7 @@ mod waits;
 
 pub use batch::{Backlog, Batch, BatchPool, Mark, SampleView};
 pub use callchain::BAD_USER_FRAME;
-pub use demux::{Children, Demux, Drained, RouteTo, Targets, CONTINUOUS_SESSION, EVERY_PROCESS};
+pub use demux::{Children, Demux, Drained, RouteTo, Subscriber, Targets, EVERY_PROCESS};
 pub use tops::StackTops;
 pub use waits::Waits;
 
@@ -50,7 +50,7 @@ pub struct Counters {
 
 #[derive(Clone)]
 struct Route {
-    session: u64,
+    session: Subscriber,
     pid: u32,
     /// Follow the processes `pid` forks (each gets a route of its own).
     children: Children,
@@ -78,7 +78,7 @@ struct Routes {
 impl Routes {
     fn rebuild(&mut self) {
         self.sessions.clear();
-        let mut slot: HashMap<u64, usize> = HashMap::new();
+        let mut slot: HashMap<Subscriber, usize> = HashMap::new();
         for r in &self.all {
             slot.entry(r.session).or_insert_with(|| {
                 self.sessions.push(r.clone());
@@ -159,18 +159,18 @@ pub trait SampleSource: Send + Sync {
     async fn subscribe(
         &self,
         want: EventSpec,
-        session: u64,
+        session: Subscriber,
         pid: u32,
         children: Children,
         tx: mpsc::UnboundedSender<Batch>,
     ) -> Result<Subscription, PerfError>;
     /// Stop routing to `session`.
-    async fn unsubscribe(&self, spec: EventSpec, session: u64);
+    async fn unsubscribe(&self, spec: EventSpec, session: Subscriber);
     /// Deliver everything sampled so far (see [`Flush`] for how much);
     /// returns once it is sent.
     async fn flush(&self, spec: EventSpec, how: Flush);
     /// Open groups of shared settings and the sessions using each.
-    async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)>;
+    async fn groups(&self) -> Vec<(EventSpec, Vec<Subscriber>)>;
     /// Daemon-wide accounting.
     fn counters(&self) -> &Counters;
     /// CPUs sampled: each group has a ring on each.
@@ -362,7 +362,7 @@ impl SampleSource for Sampler {
     async fn subscribe(
         &self,
         want: EventSpec,
-        session: u64,
+        session: Subscriber,
         pid: u32,
         children: Children,
         tx: mpsc::UnboundedSender<Batch>,
@@ -412,11 +412,11 @@ impl SampleSource for Sampler {
             ring_pages,
             target,
             // A wait is paired and closed for one session; a timeline's
-            // events record on CLOCK_MONOTONIC.
-            session: if switches || want.session != 0 {
-                session
-            } else {
-                0
+            // events record on CLOCK_MONOTONIC. Continuous profiling takes
+            // neither: it shares the rings of its settings.
+            session: match session {
+                Subscriber::Session(id) if switches || want.session != 0 => id,
+                _ => 0,
             },
             ..want
         };
@@ -451,7 +451,7 @@ impl SampleSource for Sampler {
     }
 
     /// Stop routing to `session`; close the group's rings when it was the last.
-    async fn unsubscribe(&self, spec: EventSpec, session: u64) {
+    async fn unsubscribe(&self, spec: EventSpec, session: Subscriber) {
         let mut groups = self.groups.lock().await;
         let Some(group) = groups.get(&spec) else {
             return;
@@ -489,7 +489,7 @@ impl SampleSource for Sampler {
     }
 
     /// Open groups and their sessions.
-    async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)> {
+    async fn groups(&self) -> Vec<(EventSpec, Vec<Subscriber>)> {
         let groups = self.groups.lock().await;
         groups
             .iter()
@@ -702,7 +702,7 @@ mod tests {
 
     fn route(tx: &mpsc::UnboundedSender<Batch>, session: u64, pid: u32) -> Route {
         Route {
-            session,
+            session: Subscriber::Session(session),
             pid,
             children: Children::Followed,
             exited: None,
@@ -800,7 +800,13 @@ mod tests {
             };
             let (tx, _rx) = mpsc::unbounded_channel();
             let sub = sampler
-                .subscribe(want, 1, std::process::id(), Children::Ignored, tx)
+                .subscribe(
+                    want,
+                    Subscriber::Session(1),
+                    std::process::id(),
+                    Children::Ignored,
+                    tx,
+                )
                 .await
                 .unwrap_or_else(|e| panic!("probe {probe}: subscribe (needs root): {e}"));
             let expected = if probe && real_pmu {
@@ -812,7 +818,7 @@ mod tests {
             let groups = sampler.groups().await;
             assert_eq!(groups.len(), 1, "probe {probe}: {groups:?}");
             assert_eq!(groups[0].0.kind, expected, "probe {probe}");
-            sampler.unsubscribe(sub.spec, 1).await;
+            sampler.unsubscribe(sub.spec, Subscriber::Session(1)).await;
         }
     }
 }

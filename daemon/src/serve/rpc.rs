@@ -821,7 +821,7 @@ impl Profiler for Service {
         let histogram = handle.histogram(req).await.map_err(Error::from)?;
         histogram
             .map(Response::new)
-            .map_err(|m| Error::NotFound(m).into())
+            .map_err(|e| Error::NotFound(e.to_string()).into())
     }
 
     async fn list_sessions(

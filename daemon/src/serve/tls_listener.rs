@@ -125,7 +125,7 @@ fn cors(origins: &[String]) -> Result<CorsLayer, Error> {
 pub async fn bind(remote: &Remote, policy: &mut auth::Policy) -> Result<Listener, Error> {
     let tls = server_config(&remote.tls)?;
     let cors = cors(&remote.cors_origins)?;
-    policy.tokens = auth::Tokens::load(&remote.tokens).map_err(Error::Config)?;
+    policy.tokens = auth::Tokens::load(&remote.tokens).map_err(|e| Error::Config(e.to_string()))?;
     if policy.tokens.is_empty() {
         tracing::warn!(tokens = %remote.tokens.display(), "no tokens: every remote call will be refused");
     }

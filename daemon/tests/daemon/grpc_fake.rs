@@ -5,7 +5,9 @@
 use crate::support::{serve, sleeper, until_final, Running};
 use profd::internals::maps::{Backing, Mapping, ProcessMaps};
 use profd::internals::perf::{EventSpec, PerfError};
-use profd::internals::sampler::{Batch, Children, Counters, Flush, SampleSource, Subscription};
+use profd::internals::sampler::{
+    Batch, Children, Counters, Flush, SampleSource, Subscriber, Subscription,
+};
 use profd::internals::symbolize::{Frame, Symbolizer};
 use profd_common::api;
 use std::sync::{Arc, Mutex};
@@ -16,7 +18,7 @@ use tonic::Code;
 #[derive(Default)]
 struct FakeSource {
     counters: Counters,
-    routes: Mutex<Vec<(u64, u32, mpsc::UnboundedSender<Batch>)>>,
+    routes: Mutex<Vec<(Subscriber, u32, mpsc::UnboundedSender<Batch>)>>,
 }
 
 impl FakeSource {
@@ -57,7 +59,7 @@ impl SampleSource for FakeSource {
     async fn subscribe(
         &self,
         want: EventSpec,
-        session: u64,
+        session: Subscriber,
         pid: u32,
         _children: Children,
         tx: mpsc::UnboundedSender<Batch>,
@@ -68,11 +70,11 @@ impl SampleSource for FakeSource {
             tops: None,
         })
     }
-    async fn unsubscribe(&self, _: EventSpec, session: u64) {
+    async fn unsubscribe(&self, _: EventSpec, session: Subscriber) {
         self.routes.lock().unwrap().retain(|r| r.0 != session);
     }
     async fn flush(&self, _: EventSpec, _: Flush) {}
-    async fn groups(&self) -> Vec<(EventSpec, Vec<u64>)> {
+    async fn groups(&self) -> Vec<(EventSpec, Vec<Subscriber>)> {
         Vec::new()
     }
     fn counters(&self) -> &Counters {

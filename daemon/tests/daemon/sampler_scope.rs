@@ -5,7 +5,7 @@
 //! system-wide rings. Sessions get the stack tops of their rings when they
 //! subscribe.
 use profd::internals::perf::{online_cpus, EventKind, EventSpec};
-use profd::internals::sampler::{Children, SampleSource, Sampler, StackTops};
+use profd::internals::sampler::{Children, SampleSource, Sampler, StackTops, Subscriber};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -51,8 +51,10 @@ async fn stack_copies_get_rings_of_their_target() {
         ..dwarf
     };
     let (tx, _rx) = mpsc::unbounded_channel();
-    let subscribe =
-        |want, session, pid| sampler.subscribe(want, session, pid, Children::Ignored, tx.clone());
+    let subscribe = |want, session, pid| {
+        let session = Subscriber::Session(session);
+        sampler.subscribe(want, session, pid, Children::Ignored, tx.clone())
+    };
 
     let first = subscribe(dwarf, 1, pid)
         .await
@@ -91,7 +93,13 @@ async fn stack_copies_get_rings_of_their_target() {
     // A child's inherited event starts a period of its own: sessions that
     // follow children share the system-wide rings, whose period runs on.
     let children = sampler
-        .subscribe(dwarf, 5, pid, Children::Followed, tx.clone())
+        .subscribe(
+            dwarf,
+            Subscriber::Session(5),
+            pid,
+            Children::Followed,
+            tx.clone(),
+        )
         .await
         .unwrap()
         .spec;
@@ -115,7 +123,9 @@ async fn stack_copies_get_rings_of_their_target() {
         (fallback, 4),
         (children, 5),
     ] {
-        sampler.unsubscribe(spec, session).await;
+        sampler
+            .unsubscribe(spec, Subscriber::Session(session))
+            .await;
     }
     assert!(
         sampler.groups().await.is_empty(),

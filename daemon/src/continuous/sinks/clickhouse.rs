@@ -351,7 +351,7 @@ impl Sink {
     /// Check the server now: reachable, the credentials taken, the tables
     /// there (created when `create_schema`) with the columns profd writes.
     /// Ok: the server's version.
-    pub async fn probe(&self) -> Result<String, String> {
+    pub async fn probe(&self) -> Result<String, ProbeError> {
         let shown = |f: Failure| match f {
             Failure::Retry(why) => why,
             Failure::Drop { detail, .. } => detail,
@@ -359,15 +359,19 @@ impl Sink {
         let version = self
             .run("SELECT version()", Database::Default)
             .await
-            .map_err(|f| format!("{}: {}", self.url, shown(f)))?;
-        self.ensure_schema().await.map_err(shown)?;
+            .map_err(|f| ProbeError::Unreachable {
+                url: self.url.to_string(),
+                why: shown(f),
+            })?;
+        let failed = |f| ProbeError::Failed(shown(f));
+        self.ensure_schema().await.map_err(failed)?;
         let found = self
             .run(
                 "SELECT table, name, type FROM system.columns WHERE database = currentDatabase() AND table IN ('windows', 'stacks') FORMAT TabSeparated",
                 Database::Sink,
             )
             .await
-            .map_err(shown)?;
+            .map_err(failed)?;
         for (table, text, _) in TABLES {
             let have: Vec<(&str, &str)> = found
                 .lines()
@@ -377,31 +381,65 @@ impl Sink {
                 })
                 .collect();
             if have.is_empty() {
-                return Err(format!(
-                    "no table {}.{table}: create it with `profd schema clickhouse --database {}` (or set create_schema = true)",
-                    self.database, self.database
-                ));
+                return Err(ProbeError::NoTable {
+                    database: self.database.clone(),
+                    table,
+                });
             }
             for (name, ty) in columns(text) {
                 match have.iter().find(|(n, _)| *n == name) {
                     Some((_, t)) if *t == ty => {}
                     Some((_, t)) => {
-                        return Err(format!(
-                            "{}.{table}.{name} is {t}, profd writes {ty}: the table is not profd's schema (see `profd schema clickhouse`)",
-                            self.database
-                        ))
+                        return Err(ProbeError::ColumnType {
+                            database: self.database.clone(),
+                            table,
+                            column: name.to_string(),
+                            found: t.to_string(),
+                            written: ty.to_string(),
+                        })
                     }
                     None => {
-                        return Err(format!(
-                            "{}.{table} has no column {name}: the table is not profd's schema (see `profd schema clickhouse`)",
-                            self.database
-                        ))
+                        return Err(ProbeError::NoColumn {
+                            database: self.database.clone(),
+                            table,
+                            column: name.to_string(),
+                        })
                     }
                 }
             }
         }
         Ok(version.trim().to_string())
     }
+}
+
+/// Why a ClickHouse server cannot be used, as a check of it found.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// It cannot be reached or refused the first query (`why`).
+    #[error("{url}: {why}")]
+    Unreachable { url: String, why: String },
+    /// A query of the check failed (`0`: why).
+    #[error("{0}")]
+    Failed(String),
+    #[error("no table {database}.{table}: create it with `profd schema clickhouse --database {database}` (or set create_schema = true)")]
+    NoTable {
+        database: String,
+        table: &'static str,
+    },
+    #[error("{database}.{table}.{column} is {found}, profd writes {written}: the table is not profd's schema (see `profd schema clickhouse`)")]
+    ColumnType {
+        database: String,
+        table: &'static str,
+        column: String,
+        found: String,
+        written: String,
+    },
+    #[error("{database}.{table} has no column {column}: the table is not profd's schema (see `profd schema clickhouse`)")]
+    NoColumn {
+        database: String,
+        table: &'static str,
+        column: String,
+    },
 }
 
 /// `data` gzip'd (fast: rows are sent every window).

@@ -90,13 +90,47 @@ impl Backend {
     }
 
     /// Check the backend now; Ok: what it said about itself.
-    async fn probe(&self) -> Result<String, String> {
-        match self {
-            Backend::ClickHouse(s) => s.probe().await.map(|v| format!("ClickHouse {v}")),
-            Backend::Pyroscope(s) => s.probe().await,
-            Backend::Otlp(s) => s.probe().await,
-        }
+    async fn probe(&self) -> Result<String, ProbeError> {
+        Ok(match self {
+            Backend::ClickHouse(s) => format!("ClickHouse {}", s.probe().await?),
+            Backend::Pyroscope(s) => s.probe().await?,
+            Backend::Otlp(s) => s.probe().await?,
+        })
     }
+}
+
+/// Why a sink cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("sink {name}: {source}")]
+    Setup {
+        name: String,
+        #[source]
+        source: SetupError,
+    },
+    #[error("sink {name}: spool: {source}")]
+    Spool {
+        name: String,
+        #[source]
+        source: super::spool::SpoolError,
+    },
+    /// Opening a spool's task ended without answering.
+    #[error("{0}")]
+    Task(#[source] tokio::task::JoinError),
+}
+
+/// Why a sink's backend cannot be used, as a check of it now found.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Its settings make no backend.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    #[error(transparent)]
+    ClickHouse(#[from] clickhouse::ProbeError),
+    #[error(transparent)]
+    Pyroscope(#[from] pyroscope::ProbeError),
+    #[error(transparent)]
+    Otlp(#[from] otlp::ProbeError),
 }
 
 /// A sink's figures since the daemon started.
@@ -203,7 +237,7 @@ impl crate::continuous::history::Outlet for Sinks {
 impl Sinks {
     /// Open each sink's spool (under `state`/spool/NAME, or in memory) and
     /// start its delivery. Err names the sink that cannot start.
-    pub async fn start(settings: Vec<Settings>, state: Option<&Path>) -> Result<Sinks, String> {
+    pub async fn start(settings: Vec<Settings>, state: Option<&Path>) -> Result<Sinks, StartError> {
         if settings.is_empty() {
             return Ok(Sinks::default());
         }
@@ -211,14 +245,20 @@ impl Sinks {
         let mut list = Vec::new();
         for s in settings {
             let name = s.common().name.clone();
-            let backend = Backend::new(&s).map_err(|e| format!("sink {name}: {e}"))?;
+            let backend = Backend::new(&s).map_err(|source| StartError::Setup {
+                name: name.clone(),
+                source,
+            })?;
             let dir = state.map(|d| s.common().spool_dir(d));
             let limit = s.common().spool_bytes;
             let d = dir.clone();
             let spool = tokio::task::spawn_blocking(move || Spool::open(d, limit))
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("sink {name}: spool: {e}"))?;
+                .map_err(StartError::Task)?
+                .map_err(|source| StartError::Spool {
+                    name: name.clone(),
+                    source,
+                })?;
             let waiting = spool.figures();
             tracing::info!(
                 sink = %name,
@@ -295,12 +335,12 @@ impl Sinks {
 
 /// Check each sink's backend now (`--check-config`): the sink's name and
 /// what its backend said, or why it cannot be used.
-pub async fn probe(settings: &[Settings]) -> Vec<(String, Result<String, String>)> {
+pub async fn probe(settings: &[Settings]) -> Vec<(String, Result<String, ProbeError>)> {
     let mut out = Vec::new();
     for s in settings {
         let said = match Backend::new(s) {
             Ok(b) => b.probe().await,
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         };
         out.push((s.common().name.clone(), said));
     }
@@ -330,7 +370,7 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
         Ok(said) => tracing::info!(sink = %name, backend = %said, "sink connected"),
         Err(err) => {
             tracing::error!(sink = %name, %err, "the sink's backend cannot be used now: windows wait in the spool");
-            sink.set_error(Some(err));
+            sink.set_error(Some(err.to_string()));
         }
     }
     // Failed tries of the current window; requests of it already taken.
@@ -368,10 +408,9 @@ async fn deliver(sink: Arc<Sink>, mut stop: watch::Receiver<bool>) {
                     .read(&spool_key)
                     .map_err(|e| e.to_string())
                     .and_then(|b| decode(&b).map_err(|e| e.to_string()))?;
-                match mismatch(spool_key.0, end_ns, &spool_key.1, &w) {
-                    None => Ok(w),
-                    Some(why) => Err(why),
-                }
+                mismatch(spool_key.0, end_ns, &spool_key.1, &w)
+                    .map(|()| w)
+                    .map_err(|e| e.to_string())
             })
             .await;
             match read {

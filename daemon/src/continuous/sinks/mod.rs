@@ -139,9 +139,13 @@ pub fn unanswered(err: reqwest::Error) -> Failure {
 /// error (Connect): tcp connect error: Connection refused`), without the
 /// URL (which may carry what a user put there).
 pub fn error_chain(err: reqwest::Error) -> String {
-    let err = err.without_url();
+    with_causes(&err.without_url())
+}
+
+/// `err` with its causes, each once.
+pub fn with_causes(err: &reqwest::Error) -> String {
     let mut text = err.to_string();
-    let mut cause = std::error::Error::source(&err);
+    let mut cause = std::error::Error::source(err);
     while let Some(c) = cause {
         let shown = c.to_string();
         if !text.contains(&shown) {

@@ -199,24 +199,32 @@ impl Otlp {
 
     /// Check the collector now: an empty Export (which OTLP allows) with
     /// the sink's metadata must be taken.
-    pub async fn probe(&self) -> Result<String, String> {
+    pub async fn probe(&self) -> Result<String, ProbeError> {
         let request = self.request(ExportProfilesServiceRequest::default());
+        let url = self.url.clone();
         match self.client().export(request).await {
             Ok(_) => Ok(format!("OTLP profiles {PROTO_VERSION} collector")),
             Err(s) => Err(match s.code() {
-                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => format!(
-                    "{} refuses the credentials: {}",
-                    self.url,
-                    clip(s.message().to_string())
-                ),
-                tonic::Code::Unimplemented => format!(
-                    "{} has no OTLP profiles service: enable the profiles signal in the collector's OTLP receiver",
-                    self.url
-                ),
-                _ => format!("cannot export to {}: {}", self.url, judge(&s)),
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
+                    ProbeError::Credentials { url, status: s }
+                }
+                tonic::Code::Unimplemented => ProbeError::NoService { url },
+                _ => ProbeError::Export { url, status: s },
             }),
         }
     }
+}
+
+/// Why an OTLP collector cannot be used, as a check of it found (`status`:
+/// its answer).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{url} refuses the credentials: {}", clip(.status.message().to_string()))]
+    Credentials { url: String, status: tonic::Status },
+    #[error("{url} has no OTLP profiles service: enable the profiles signal in the collector's OTLP receiver")]
+    NoService { url: String },
+    #[error("cannot export to {url}: {}", judge(.status))]
+    Export { url: String, status: tonic::Status },
 }
 
 /// The endpoint of `c.url`, with its TLS and timeouts.

@@ -151,28 +151,47 @@ impl Pyroscope {
 
     /// Check the server now: it answers (`GET …/ready`, Pyroscope's
     /// readiness endpoint) and does not refuse the credentials.
-    pub async fn probe(&self) -> Result<String, String> {
+    pub async fn probe(&self) -> Result<String, ProbeError> {
         let mut ready = self.url.clone();
         ready.set_path(&self.url.path().replace("/ingest", "/ready"));
         let mut request = self.client.get(ready);
         if let Some(tenant) = &self.tenant {
             request = request.header("X-Scope-OrgID", tenant);
         }
-        let answer = self
-            .auth
-            .apply(request)
-            .send()
-            .await
-            .map_err(|e| format!("cannot reach {}: {}", self.url, super::error_chain(e)))?;
+        let answer =
+            self.auth
+                .apply(request)
+                .send()
+                .await
+                .map_err(|e| ProbeError::Unreachable {
+                    url: self.url.to_string(),
+                    source: e.without_url(),
+                })?;
         match answer.status().as_u16() {
-            401 | 403 => Err(format!(
-                "{} refuses the credentials ({}): check user, password_file or token_file",
-                self.url,
-                answer.status()
-            )),
+            401 | 403 => Err(ProbeError::Credentials {
+                url: self.url.to_string(),
+                status: answer.status(),
+            }),
             _ => Ok(format!("Pyroscope, /ready answered {}", answer.status())),
         }
     }
+}
+
+/// Why a Pyroscope server cannot be used, as a check of it found.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// `source`: without its URL (which may carry what a user put there).
+    #[error("cannot reach {url}: {}", super::with_causes(.source))]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url} refuses the credentials ({status}): check user, password_file or token_file")]
+    Credentials {
+        url: String,
+        status: reqwest::StatusCode,
+    },
 }
 
 /// `base` with `/ingest` appended to its path; Err naming `url` when it is

@@ -49,8 +49,8 @@ pub enum SpoolError {
         source: std::io::Error,
     },
     /// The spool's directory cannot be listed.
-    #[error("{0}")]
-    Listing(String),
+    #[error(transparent)]
+    Listing(crate::continuous::files::DirError),
     /// The window was taken out meanwhile (delivered or dropped).
     #[error("no longer spooled")]
     Gone,

@@ -6,6 +6,7 @@ mod files;
 mod sections;
 mod segments;
 
+use crate::os::fds::OutOfFds;
 use crate::process::symbolize::perfmap::PerfMapTable;
 pub use files::{alive, module_name, open_file_stats, undeleted, ModuleFile, Target, OPEN_FILES};
 pub use sections::{Section, Sections};
@@ -151,30 +152,30 @@ impl ProcessMaps {
     /// to raise, when descriptors ran out reading the maps or opening their
     /// files (the session would name nothing); maps that cannot be read for
     /// another reason (the process is gone) are empty.
-    pub fn read_for_session(pid: u32, known: &ProcessMaps) -> Result<ProcessMaps, String> {
+    pub fn read_for_session(pid: u32, known: &ProcessMaps) -> Result<ProcessMaps, OutOfFds> {
         match ProcessMaps::read_sharing(pid, known) {
             Ok(maps) => maps.short_of_fds(pid).map_or(Ok(maps), Err),
-            Err(e) => match crate::os::fds::of_proc(&e) {
-                Some(e) => Err(crate::os::fds::message(
-                    &format!("reading /proc/{pid}/maps"),
-                    e,
-                )),
-                None => Ok(ProcessMaps::default()),
-            },
+            Err(procfs::ProcError::Io(source, _)) if crate::os::fds::exhausted(&source) => {
+                Err(OutOfFds {
+                    doing: format!("reading /proc/{pid}/maps"),
+                    source,
+                })
+            }
+            Err(_) => Ok(ProcessMaps::default()),
         }
     }
 
     /// Why some file of process `pid` (or its /proc entry) could not be
     /// opened, if it was because the daemon or the system ran out of
     /// descriptors: the message says which limit to raise.
-    pub fn short_of_fds(&self, pid: u32) -> Option<String> {
+    pub fn short_of_fds(&self, pid: u32) -> Option<OutOfFds> {
         let errno = self
             .out_of_fds
             .or_else(|| self.target.as_ref().and_then(|t| t.out_of_fds))?;
-        Some(crate::os::fds::message(
-            &format!("opening the files process {pid} maps"),
-            &std::io::Error::from_raw_os_error(errno),
-        ))
+        Some(OutOfFds {
+            doing: format!("opening the files process {pid} maps"),
+            source: std::io::Error::from_raw_os_error(errno),
+        })
     }
 
     /// Close the process's /proc entry and perf map, reading the map a last

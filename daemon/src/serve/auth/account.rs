@@ -4,6 +4,19 @@
 use crate::os::userns::{ns_id, NsId};
 use std::ffi::CString;
 
+/// Why a user could not be looked up.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("cannot look up user {user:?}: {source}")]
+    Lookup {
+        user: String,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("no user {0:?} on this machine")]
+    NoUser(String),
+}
+
 /// A user account: the identity checks are made against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
@@ -28,14 +41,17 @@ pub struct Account {
 
 impl Account {
     /// Look a user up by name or number in the user database.
-    pub fn lookup(user: &str) -> Result<Account, String> {
+    pub fn lookup(user: &str) -> Result<Account, LookupError> {
         let found = match user.parse::<u32>() {
             Ok(uid) => nix::unistd::User::from_uid(uid.into()),
             Err(_) => nix::unistd::User::from_name(user),
         };
         let u = found
-            .map_err(|e| format!("cannot look up user {user:?}: {e}"))?
-            .ok_or_else(|| format!("no user {user:?} on this machine"))?;
+            .map_err(|source| LookupError::Lookup {
+                user: user.into(),
+                source,
+            })?
+            .ok_or_else(|| LookupError::NoUser(user.into()))?;
         let groups = CString::new(u.name.clone())
             .ok()
             .and_then(|name| nix::unistd::getgrouplist(&name, u.gid).ok())

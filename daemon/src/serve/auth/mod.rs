@@ -14,8 +14,8 @@ use tonic::{Request, Status};
 mod account;
 mod ptrace;
 
-pub use account::{Account, Grant};
-pub use ptrace::{check_process, Check};
+pub use account::{Account, Grant, LookupError};
+pub use ptrace::{check_process, Check, Denied};
 
 /// What a caller may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +97,60 @@ fn sha256(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// Why a tokens file could not be read, or a token made.
+#[derive(Debug, thiserror::Error)]
+pub enum TokensError {
+    /// The file is not one profd trusts, or cannot be opened.
+    #[error("tokens file {0}")]
+    File(#[source] trusted_files::Refused),
+    #[error("tokens file {}: not UTF-8 text", .0.display())]
+    NotText(PathBuf),
+    #[error("tokens file {}: {source}", path.display())]
+    Line {
+        path: PathBuf,
+        #[source]
+        source: LineError,
+    },
+    #[error("token name {0:?} must be one word")]
+    Name(String),
+    #[error("role {0:?} is not read-only or operator")]
+    Role(String),
+    #[error(transparent)]
+    User(#[from] LookupError),
+    #[error("no randomness: {0}")]
+    Random(#[source] rustix::io::Errno),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What is wrong with line `line` of a tokens file.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {fault}")]
+pub struct LineError {
+    line: usize,
+    #[source]
+    fault: LineFault,
+}
+
+/// What is wrong with a line of a tokens file.
+#[derive(Debug, thiserror::Error)]
+pub enum LineFault {
+    #[error("expected `sha256:<hex> NAME ROLE USER`")]
+    Form,
+    #[error("the hash must be sha256: and 64 hex digits")]
+    Hash,
+    #[error("role {0:?} is not read-only or operator")]
+    Role(String),
+    #[error(transparent)]
+    User(LookupError),
+    #[error("the same token is listed twice")]
+    Twice,
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().fold(String::new(), |mut s, b| {
         let _ = write!(s, "{b:02x}");
@@ -120,39 +174,40 @@ impl Tokens {
     /// Refused as [`trusted_files::read`] says: unless root or the daemon's
     /// user owns it, when group or others may write it, or when it is
     /// reached through a link another user could have planted.
-    pub fn load(path: &Path) -> Result<Tokens, String> {
-        let bytes = trusted_files::read(path).map_err(|e| format!("tokens file {e}"))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| format!("tokens file {}: not UTF-8 text", path.display()))?;
-        Tokens::parse(&text).map_err(|e| format!("tokens file {}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Tokens, TokensError> {
+        let bytes = trusted_files::read(path).map_err(TokensError::File)?;
+        let text = String::from_utf8(bytes).map_err(|_| TokensError::NotText(path.into()))?;
+        Tokens::parse(&text).map_err(|source| TokensError::Line {
+            path: path.into(),
+            source,
+        })
     }
 
-    fn parse(text: &str) -> Result<Tokens, String> {
+    fn parse(text: &str) -> Result<Tokens, LineError> {
         let mut by_hash = HashMap::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let bad = |why: &str| format!("line {}: {why}", n + 1);
+            let bad = |fault| LineError { line: n + 1, fault };
             let fields: Vec<&str> = line.split_whitespace().collect();
             let [hash, name, role, user] = fields[..] else {
-                return Err(bad("expected `sha256:<hex> NAME ROLE USER`"));
+                return Err(bad(LineFault::Form));
             };
             let hash = hash
                 .strip_prefix("sha256:")
                 .and_then(unhex)
-                .ok_or_else(|| bad("the hash must be sha256: and 64 hex digits"))?;
-            let role = Role::parse(role)
-                .ok_or_else(|| bad(&format!("role {role:?} is not read-only or operator")))?;
-            let account = Account::lookup(user).map_err(|e| bad(&e))?;
+                .ok_or_else(|| bad(LineFault::Hash))?;
+            let role = Role::parse(role).ok_or_else(|| bad(LineFault::Role(role.into())))?;
+            let account = Account::lookup(user).map_err(|e| bad(LineFault::User(e)))?;
             let entry = TokenEntry {
                 name: name.to_string(),
                 role,
                 account,
             };
             if by_hash.insert(hash, entry).is_some() {
-                return Err(bad("the same token is listed twice"));
+                return Err(bad(LineFault::Twice));
             }
         }
         Ok(Tokens { by_hash })
@@ -179,25 +234,28 @@ impl Tokens {
 
 /// Make a new random token, append its line to `path` (created 0600) and
 /// return the token.
-pub fn new_token(path: &Path, name: &str, role: &str, user: &str) -> Result<String, String> {
+pub fn new_token(path: &Path, name: &str, role: &str, user: &str) -> Result<String, TokensError> {
     if name.is_empty() || name.contains(char::is_whitespace) {
-        return Err(format!("token name {name:?} must be one word"));
+        return Err(TokensError::Name(name.into()));
     }
-    Role::parse(role).ok_or_else(|| format!("role {role:?} is not read-only or operator"))?;
+    Role::parse(role).ok_or_else(|| TokensError::Role(role.into()))?;
     let account = Account::lookup(user)?;
     let mut random = [0u8; 32];
     rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
-        .map_err(|e| format!("no randomness: {e}"))?;
+        .map_err(TokensError::Random)?;
     let token = hex(&random);
     let line = format!(
         "sha256:{} {name} {role} {}\n",
         hex(&sha256(&token)),
         account.name
     );
-    let mut file = trusted_files::open_append(path).map_err(|e| format!("tokens file {e}"))?;
+    let mut file = trusted_files::open_append(path).map_err(TokensError::File)?;
     std::io::Write::write_all(&mut file, line.as_bytes())
         .and_then(|()| file.sync_all())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .map_err(|source| TokensError::Write {
+            path: path.into(),
+            source,
+        })?;
     Ok(token)
 }
 
@@ -295,7 +353,7 @@ mod tests {
                 "no user",
             ),
         ] {
-            let err = Tokens::parse(bad).unwrap_err();
+            let err = Tokens::parse(bad).unwrap_err().to_string();
             assert!(err.contains("line 1") && err.contains(why), "{bad}: {err}");
         }
     }
@@ -316,7 +374,10 @@ mod tests {
         assert_eq!(t.caller(&a).unwrap().role, Role::Operator);
         assert_eq!(t.caller(&b).unwrap().role, Role::ReadOnly);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(Tokens::load(&path).unwrap_err().contains("chmod go-w it"));
+        assert!(Tokens::load(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("chmod go-w it"));
         assert!(new_token(&path, "two words", "operator", "root").is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -334,7 +395,7 @@ mod tests {
         let other = 65534;
         assert_ne!(rustix::process::geteuid().as_raw(), other);
         std::os::unix::fs::chown(&path, Some(other), None).expect("chown (run as root)");
-        let err = Tokens::load(&path).unwrap_err();
+        let err = Tokens::load(&path).unwrap_err().to_string();
         assert!(
             err.starts_with("tokens file ")
                 && err.contains("owned by uid 65534")

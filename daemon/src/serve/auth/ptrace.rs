@@ -68,7 +68,57 @@ pub enum Check {
     /// The process has exited (or is exiting): nothing to check.
     Gone,
     /// Why not.
-    Denied(String),
+    Denied(Denied),
+}
+
+/// Why a caller may not profile a thread (`who`, as messages name it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    /// Another user's, not granted (`granted`: the users whose processes
+    /// the caller's grants let it profile).
+    #[error("{who} runs as uid {ruid}; uid {uid} may profile only its own processes{} (root may profile any)", also(.granted))]
+    NotOwn {
+        who: String,
+        ruid: u32,
+        uid: u32,
+        granted: Vec<String>,
+    },
+    #[error("{who} has changed identity (uids real {}, effective {}, saved {}); only root may profile it", .uids[0], .uids[1], .uids[2])]
+    Identity { who: String, uids: [u32; 3] },
+    #[error("{who} runs with gids real {}, effective {}, saved {}; uid {uid} may profile only processes whose gids are all its own group {gid} (being a member of a group is not enough; root may profile any)", .gids[0], .gids[1], .gids[2])]
+    Gids {
+        who: String,
+        gids: [u32; 3],
+        uid: u32,
+        gid: u32,
+    },
+    #[error("{who} runs set-group-id (gids real {}, effective {}, saved {}); only root may profile it", .gids[0], .gids[1], .gids[2])]
+    SetGid { who: String, gids: [u32; 3] },
+    #[error("{who} is not dumpable (it dropped privileges or set PR_SET_DUMPABLE 0); only root may profile it")]
+    NotDumpable { who: String },
+    #[error("the user namespace of {who} could not be read; only root may profile it")]
+    NoNamespace { who: String },
+    /// In a user namespace (`ino`, created by `owner`) other than the
+    /// caller's (`callers`: None when its process is gone).
+    #[error("{who} runs in user namespace {ino} (created by uid {owner}), not in uid {uid}'s ({}), and uid {uid} has no CAP_SYS_PTRACE there: only root, or the user who created that namespace (or one it is nested in) from its own, may profile it", callers.map_or_else(|| "unknown: its process is gone".to_string(), |c| c.to_string()))]
+    Namespace {
+        who: String,
+        ino: u64,
+        owner: u32,
+        uid: u32,
+        callers: Option<u64>,
+    },
+    #[error("{who} holds capabilities uid {uid} does not (permitted {caps:#x}); only root may profile it")]
+    Capabilities { who: String, uid: u32, caps: u64 },
+}
+
+/// The users a caller's grants let it profile, as [`Denied::NotOwn`] adds
+/// them.
+fn also(granted: &[String]) -> String {
+    match granted.is_empty() {
+        true => String::new(),
+        false => format!(" or of {} (granted)", granted.join(", ")),
+    }
 }
 
 /// Check every thread of process `pid` with [`may_profile`]: the kernel
@@ -145,7 +195,7 @@ pub fn may_profile(
     grants: &[Grant],
     who: &str,
     target: &TargetCreds,
-) -> Result<(), String> {
+) -> Result<(), Denied> {
     if caller.uid == 0 {
         return Ok(());
     }
@@ -158,37 +208,38 @@ pub fn may_profile(
         .any(|g| g.uid == ruid && caller.in_group(g.gid));
     if !capable {
         if !own && !granted {
-            let via = grants
+            let granted = grants
                 .iter()
                 .filter(|g| caller.in_group(g.gid))
-                .map(|g| g.user.as_str())
-                .collect::<Vec<_>>();
-            let also = if via.is_empty() {
-                String::new()
-            } else {
-                format!(" or of {} (granted)", via.join(", "))
-            };
-            return Err(format!(
-                "{who} runs as uid {ruid}; uid {} may profile only its own processes{also} (root may profile any)",
-                caller.uid
-            ));
+                .map(|g| g.user.clone())
+                .collect();
+            return Err(Denied::NotOwn {
+                who: who.into(),
+                ruid,
+                uid: caller.uid,
+                granted,
+            });
         }
         if euid != ruid || suid != ruid {
-            return Err(format!(
-                "{who} has changed identity (uids real {ruid}, effective {euid}, saved {suid}); only root may profile it"
-            ));
+            return Err(Denied::Identity {
+                who: who.into(),
+                uids: target.uids,
+            });
         }
         if own && target.gids != [caller.gid; 3] {
             // The kernel compares the caller's real gid with all three.
-            return Err(format!(
-                "{who} runs with gids real {rgid}, effective {egid}, saved {sgid}; uid {} may profile only processes whose gids are all its own group {} (being a member of a group is not enough; root may profile any)",
-                caller.uid, caller.gid
-            ));
+            return Err(Denied::Gids {
+                who: who.into(),
+                gids: target.gids,
+                uid: caller.uid,
+                gid: caller.gid,
+            });
         }
         if !own && (egid != rgid || sgid != rgid) {
-            return Err(format!(
-                "{who} runs set-group-id (gids real {rgid}, effective {egid}, saved {sgid}); only root may profile it"
-            ));
+            return Err(Denied::SetGid {
+                who: who.into(),
+                gids: target.gids,
+            });
         }
     }
     // Over the outermost namespace, over all below it.
@@ -197,34 +248,30 @@ pub fn may_profile(
         .last()
         .is_some_and(|top| ptrace_capable(caller, std::slice::from_ref(top)));
     if !target.dumpable && ruid != 0 && !over_all {
-        return Err(format!(
-            "{who} is not dumpable (it dropped privileges or set PR_SET_DUMPABLE 0); only root may profile it"
-        ));
+        return Err(Denied::NotDumpable { who: who.into() });
     }
     if capable {
         return Ok(());
     }
     let Some(ns) = target.user_ns.first() else {
-        return Err(format!(
-            "the user namespace of {who} could not be read; only root may profile it"
-        ));
+        return Err(Denied::NoNamespace { who: who.into() });
     };
     if caller.user_ns != Some(ns.id) {
-        let callers = match caller.user_ns {
-            Some(c) => format!("{}", c.ino),
-            None => "unknown: its process is gone".to_string(),
-        };
-        return Err(format!(
-            "{who} runs in user namespace {} (created by uid {}), not in uid {}'s ({callers}), and uid {} has no CAP_SYS_PTRACE there: only root, or the user who created that namespace (or one it is nested in) from its own, may profile it",
-            ns.id.ino, ns.owner, caller.uid, caller.uid
-        ));
+        return Err(Denied::Namespace {
+            who: who.into(),
+            ino: ns.id.ino,
+            owner: ns.owner,
+            uid: caller.uid,
+            callers: caller.user_ns.map(|c| c.ino),
+        });
     }
     let extra = target.caps & !caller.caps;
     if extra != 0 {
-        return Err(format!(
-            "{who} holds capabilities uid {} does not (permitted {:#x}); only root may profile it",
-            caller.uid, target.caps
-        ));
+        return Err(Denied::Capabilities {
+            who: who.into(),
+            uid: caller.uid,
+            caps: target.caps,
+        });
     }
     Ok(())
 }
@@ -298,7 +345,9 @@ mod tests {
         let in_roots = ns(12, 1000);
         let in_alices = ns(13, 1000);
 
-        let err = may_profile(&a, &[], p, &creds_in(1000, 0, &[roots, HOST])).unwrap_err();
+        let err = may_profile(&a, &[], p, &creds_in(1000, 0, &[roots, HOST]))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("process 7 runs in user namespace 10 (created by uid 0)")
                 && err.contains("not in uid 1000's (1)"),
@@ -322,7 +371,9 @@ mod tests {
             user_ns: Some(alices.id),
             ..alice()
         };
-        let err = may_profile(&inside, &[], p, &creds(1000, 1000)).unwrap_err();
+        let err = may_profile(&inside, &[], p, &creds(1000, 1000))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("runs in user namespace 1 "), "{err}");
         let there = [alices, HOST];
         assert_eq!(
@@ -357,9 +408,13 @@ mod tests {
             user_ns: None,
             ..alice()
         };
-        let err = may_profile(&gone, &[], p, &creds(1000, 1000)).unwrap_err();
+        let err = may_profile(&gone, &[], p, &creds(1000, 1000))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown"), "{err}");
-        let err = may_profile(&a, &[], p, &creds_in(1000, 0, &[])).unwrap_err();
+        let err = may_profile(&a, &[], p, &creds_in(1000, 0, &[]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("could not be read"), "{err}");
     }
 
@@ -368,13 +423,16 @@ mod tests {
         let a = alice();
         let p = "process 7";
         assert!(may_profile(&a, &[], p, &creds(1000, 1000)).is_ok());
-        let err = may_profile(&a, &[], p, &creds(1001, 1001)).unwrap_err();
+        let err = may_profile(&a, &[], p, &creds(1001, 1001))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("process 7 runs as uid 1001"), "{err}");
         assert!(may_profile(&a, &[], p, &creds(0, 0)).is_err());
         let mut c = creds(1000, 1000);
         c.uids[1] = 0;
         assert!(may_profile(&a, &[], p, &c)
             .unwrap_err()
+            .to_string()
             .contains("identity"));
         let mut c = creds(1000, 1000);
         c.uids[2] = 0;
@@ -383,6 +441,7 @@ mod tests {
         c.dumpable = false;
         assert!(may_profile(&a, &[], p, &c)
             .unwrap_err()
+            .to_string()
             .contains("dumpable"));
         let root = account(0, &[0], "root");
         assert!(may_profile(&root, &[], p, &c).is_ok());
@@ -394,7 +453,9 @@ mod tests {
     #[test]
     fn gids_must_all_be_the_callers_group() {
         let a = alice();
-        let err = may_profile(&a, &[], "process 7", &creds(1000, 50)).unwrap_err();
+        let err = may_profile(&a, &[], "process 7", &creds(1000, 50))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("its own group 1000"), "{err}");
         let mut c = creds(1000, 1000);
         c.gids[1] = 42;
@@ -411,7 +472,9 @@ mod tests {
         let mut a = alice();
         let mut c = creds(1000, 1000);
         c.caps = 1 << 7; // CAP_SETUID
-        let err = may_profile(&a, &[], "thread 8 of process 7", &c).unwrap_err();
+        let err = may_profile(&a, &[], "thread 8 of process 7", &c)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("thread 8 of process 7 holds capabilities"),
             "{err}"
@@ -432,11 +495,13 @@ mod tests {
         let p = "process 7";
         let grants = std::slice::from_ref(&g);
         assert!(may_profile(&a, grants, p, &creds(990, 990)).is_ok());
-        let err = may_profile(&a, grants, p, &creds(991, 991)).unwrap_err();
+        let err = may_profile(&a, grants, p, &creds(991, 991))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("svc (granted)"), "{err}");
         let mut c = creds(990, 990);
         c.gids[1] = 42;
-        let err = may_profile(&a, grants, p, &c).unwrap_err();
+        let err = may_profile(&a, grants, p, &c).unwrap_err().to_string();
         assert!(err.contains("set-group-id"), "{err}");
         let bob = account(1001, &[1001], "bob");
         assert!(may_profile(&bob, &[g], p, &creds(990, 990)).is_err());
@@ -459,7 +524,8 @@ mod tests {
             panic!("alice may profile root's process");
         };
         assert!(
-            why.contains(&format!("process {pid} runs as uid 0")),
+            why.to_string()
+                .contains(&format!("process {pid} runs as uid 0")),
             "{why}"
         );
     }

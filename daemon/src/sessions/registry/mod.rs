@@ -401,11 +401,10 @@ impl Registry {
         match check {
             Check::Allowed => {}
             Check::Gone => {
-                crate::os::fds::spare(&format!("reading /proc/{tgid}"), 1)
-                    .map_err(Error::ResourceExhausted)?;
+                crate::os::fds::spare(&format!("reading /proc/{tgid}"), 1)?;
                 return Err(exited());
             }
-            Check::Denied(why) => return Err(Error::PermissionDenied(why)),
+            Check::Denied(why) => return Err(Error::PermissionDenied(why.to_string())),
         }
         // A process can gain privileges only by exec'ing a set-id program:
         // sessions of ordinary users are checked again at every exec.
@@ -418,7 +417,6 @@ impl Registry {
         });
         let id = self.new_id().await?;
         let params = Params {
-            id,
             pid: tgid,
             comm,
             duration: plan.duration,
@@ -431,6 +429,7 @@ impl Registry {
             stats: self.stats.clone(),
         };
         let handle = session::start(
+            id,
             params,
             plan.spec,
             pidfd,
@@ -500,7 +499,10 @@ impl Registry {
             .await
             .into_iter()
             .filter_map(|(spec, users)| {
-                let sessions = users.iter().filter(|id| ids.contains(id)).count() as u32;
+                let sessions = users
+                    .iter()
+                    .filter(|user| user.session().is_some_and(|id| ids.contains(&id)))
+                    .count() as u32;
                 (seen_by.is_none() || sessions > 0).then_some(GroupUse { spec, sessions })
             })
             .collect();

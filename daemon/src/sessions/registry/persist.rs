@@ -229,7 +229,8 @@ impl Saver {
             Record::Now => saving.save(&resolved.session, &resolved.profile),
         })
         .await
-        .unwrap_or_else(|e| Err(format!("saving panicked: {e}")));
+        .map_err(|e| format!("saving panicked: {e}"))
+        .and_then(|saved| saved.map_err(|e| e.to_string()));
         let what = match (record, ended) {
             (Record::Start, _) => "start record",
             (Record::Now, false) => "checkpoint",

@@ -435,7 +435,7 @@ impl Actor {
     pub(super) fn histogram(
         &self,
         req: &api::GetHistogramRequest,
-    ) -> Result<api::GetHistogramResponse, String> {
+    ) -> Result<api::GetHistogramResponse, NoHistogram> {
         let mut counts = vec![0u64; req.buckets as usize];
         let (mut out_of_range, mut other, mut matched) = (0, 0, false);
         // The target's current program (after any exec).
@@ -480,15 +480,15 @@ impl Actor {
             }
         });
         if !matched && maps.iter().all(|m| m.module() != req.module) {
-            return Err(format!(
-                "module {} is not mapped by process {}: use a file name from its maps, e.g. {:?}",
-                profd_common::quoted(&req.module),
-                self.params.pid,
-                maps.iter()
+            return Err(NoHistogram::NotMapped {
+                module: req.module.clone(),
+                pid: self.params.pid,
+                example: maps
+                    .iter()
                     .find(|m| m.file().is_some())
                     .map(|m| m.module())
-                    .unwrap_or_default()
-            ));
+                    .unwrap_or_default(),
+            });
         }
         Ok(api::GetHistogramResponse {
             session: Some(self.summary()),
@@ -498,4 +498,20 @@ impl Actor {
             frequency_hz: self.spec.frequency_hz,
         })
     }
+}
+
+/// Why a session has no histogram to answer with.
+#[derive(Debug, thiserror::Error)]
+pub enum NoHistogram {
+    /// The module is not mapped by the session's target (`example`: a
+    /// module that is).
+    #[error("module {} is not mapped by process {pid}: use a file name from its maps, e.g. {example:?}", profd_common::quoted(.module))]
+    NotMapped {
+        module: String,
+        pid: u32,
+        example: String,
+    },
+    /// The session is one of an earlier run, kept without its samples.
+    #[error("session {0} is from an earlier run of the daemon: histograms are not kept across restarts (its profile, views and exports are)")]
+    EarlierRun(u64),
 }

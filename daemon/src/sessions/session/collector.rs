@@ -5,7 +5,7 @@ use super::spaces::untag;
 use super::{Actor, Ingest, Params};
 use crate::os::perf::EventSpec;
 use crate::process::symbolize::Symbolizer;
-use crate::sampling::{Batch, SampleSource, StackTops, CONTINUOUS_SESSION, EVERY_PROCESS};
+use crate::sampling::{Batch, SampleSource, StackTops, Subscriber, EVERY_PROCESS};
 use profd_common::api;
 use profd_common::model::{FrameRef, StackTable};
 use std::collections::{HashMap, HashSet};
@@ -33,7 +33,6 @@ impl Collector {
         max_stacks: usize,
     ) -> Collector {
         let params = Params {
-            id: CONTINUOUS_SESSION,
             pid: EVERY_PROCESS,
             comm: "continuous".into(),
             duration: None,
@@ -46,7 +45,14 @@ impl Collector {
             stats,
         };
         let ingest = Ingest::every(spec.stack_bytes > 0, max_stacks, tops);
-        let (actor, _) = Actor::new(params, spec, sampler, symbolizer, ingest);
+        let (actor, _) = Actor::new(
+            Subscriber::Continuous,
+            params,
+            spec,
+            sampler,
+            symbolizer,
+            ingest,
+        );
         Collector { actor }
     }
 
@@ -89,7 +95,7 @@ impl Collector {
 
     /// Count a batch. Err: a process's files could not be opened for want
     /// of descriptors (its frames go unnamed; counting goes on).
-    pub fn apply(&mut self, batch: Batch) -> Result<(), String> {
+    pub fn apply(&mut self, batch: Batch) -> Result<(), super::Refused> {
         self.actor.apply(batch)
     }
 

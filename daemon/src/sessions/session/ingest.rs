@@ -8,16 +8,28 @@ use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use super::timeline::Times;
 use crate::memory::CAPPED_STACKS;
+use crate::os::fds::OutOfFds;
 use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::{Unwinder, Walk};
 use crate::sampling::{Batch, Mark, SampleView, StackTops};
-use crate::serve::auth::Check;
+use crate::serve::auth::{Check, Denied};
 use profd_common::api;
 use profd_common::model::{MarkerKind, StackTable};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Why a batch was refused, and its session cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// A process of the session exec'd a program its owner may not profile.
+    #[error("stopped after exec of {comm}: {why}")]
+    Exec { comm: String, why: Denied },
+    /// A process's files could not be opened for want of descriptors.
+    #[error(transparent)]
+    OutOfFds(#[from] OutOfFds),
+}
 
 /// Checks, after a process of the session exec'd, that the owner may still
 /// profile it (the program may be set-id).
@@ -261,7 +273,7 @@ impl Ingest {
         &mut self,
         mut batch: Batch,
         named: impl Fn(u64) -> bool,
-    ) -> Result<NewAddresses, String> {
+    ) -> Result<NewAddresses, Refused> {
         self.counted += batch.counted;
         self.spaces.next_batch();
         if let Some((pid, comm)) = batch.exec.take() {
@@ -275,7 +287,7 @@ impl Ingest {
         self.mappings(batch.mappings.drain(..));
         if let Some(why) = self.spaces.take_out_of_fds() {
             self.totals.discarded += batch.seen;
-            return Err(why);
+            return Err(why.into());
         }
         if let Some(time) = batch.time.take() {
             *self.totals.time.get_or_insert_with(Default::default) += time;
@@ -297,7 +309,7 @@ impl Ingest {
 
     /// Process `pid` exec'd `comm` at `time`: checked again (Err: its owner
     /// may not profile it), marked, renamed, its address space new.
-    fn exec(&mut self, pid: u32, comm: String, time: u64) -> Result<(), String> {
+    fn exec(&mut self, pid: u32, comm: String, time: u64) -> Result<(), Refused> {
         if let Some(recheck) = &self.recheck {
             match recheck(pid) {
                 Check::Allowed => {
@@ -306,7 +318,7 @@ impl Ingest {
                 Check::Gone => {
                     self.unchecked.insert(pid);
                 }
-                Check::Denied(why) => return Err(format!("stopped after exec of {comm}: {why}")),
+                Check::Denied(why) => return Err(Refused::Exec { comm, why }),
             }
         }
         if let Some(t) = &mut self.timeline {

@@ -89,7 +89,7 @@ fn samples_of_an_exec_that_could_not_be_checked_count_apart() {
     let recheck: Recheck = std::sync::Arc::new(move |pid| match pid {
         p if p == child => Check::Gone,
         p if p == target => Check::Allowed,
-        _ => Check::Denied("no".into()),
+        _ => Check::Denied(Denied::NotDumpable { who: "no".into() }),
     });
     let mut ingest = of(target, Some(recheck));
     let mut first = batch(&[(target, 0x100), (child, 0x200)]);
@@ -111,7 +111,8 @@ fn samples_of_an_exec_that_could_not_be_checked_count_apart() {
     let mut refused = batch(&[(7, 0x100)]);
     refused.exec = Some((7, "su".into()));
     let err = ingest.apply(refused, |_| false).unwrap_err();
-    assert!(err.contains("exec of su: no"), "{err}");
+    let err = err.to_string();
+    assert!(err.contains("exec of su: no is not dumpable"), "{err}");
 }
 
 /// Samples of a process waiting to be set up (the new-process budget

@@ -15,8 +15,9 @@ pub(crate) mod stored;
 mod timeline;
 mod unnamed_jit;
 
+pub use answers::NoHistogram;
 pub use collector::{Collector, Finished};
-pub use ingest::{Ingest, NewAddresses, Recheck, SYNTHETIC_FRAMES};
+pub use ingest::{Ingest, NewAddresses, Recheck, Refused, SYNTHETIC_FRAMES};
 pub use recent::MAX_WINDOW_S;
 pub use saving::{SaveStatus, Saving};
 
@@ -25,7 +26,7 @@ use crate::os::PidFd;
 use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::{Frame, FrameName, Symbolizer};
 use crate::request_error::{Error, Gone};
-use crate::sampling::{Batch, Children, Flush, SampleSource, Subscription};
+use crate::sampling::{Batch, Children, Flush, SampleSource, Subscriber, Subscription};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use profd_common::model::{Aggregator, ResolvedProfile, Timeline};
@@ -38,7 +39,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// What the session was asked to do.
 #[derive(Clone)]
 pub struct Params {
-    pub id: u64,
     pub pid: u32,
     pub comm: String,
     pub duration: Option<Duration>,
@@ -103,7 +103,7 @@ enum Command {
     Resolve(KernelFrames, oneshot::Sender<Resolved>),
     Histogram(
         api::GetHistogramRequest,
-        oneshot::Sender<Result<api::GetHistogramResponse, String>>,
+        oneshot::Sender<Result<api::GetHistogramResponse, NoHistogram>>,
     ),
     Summary(oneshot::Sender<api::Session>),
     Stop(oneshot::Sender<api::Session>),
@@ -154,7 +154,7 @@ impl Handle {
     pub async fn histogram(
         &self,
         req: api::GetHistogramRequest,
-    ) -> Result<Result<api::GetHistogramResponse, String>, Gone> {
+    ) -> Result<Result<api::GetHistogramResponse, NoHistogram>, Gone> {
         self.ask(|reply| Command::Histogram(req, reply)).await
     }
 
@@ -180,6 +180,8 @@ impl Handle {
 }
 
 struct Actor {
+    /// Who its batches are routed to.
+    id: Subscriber,
     params: Params,
     spec: EventSpec,
     sampler: Arc<dyn SampleSource>,
@@ -222,22 +224,23 @@ pub enum StartError {
     Perf(#[from] crate::os::perf::PerfError),
     /// The daemon has too few file descriptors left (the message says which
     /// limit to raise).
-    #[error("{0}")]
-    OutOfFds(String),
+    #[error(transparent)]
+    OutOfFds(#[from] crate::os::fds::OutOfFds),
 }
 
 impl From<StartError> for Error {
     fn from(e: StartError) -> Error {
         match e {
             StartError::Perf(e) => e.into(),
-            StartError::OutOfFds(m) => Error::ResourceExhausted(m),
+            StartError::OutOfFds(e) => e.into(),
         }
     }
 }
 
-/// Start a session: route the target's samples from the sampler to a new
-/// actor. The caller has validated `params` and opened `pidfd`.
+/// Start session `id`: route the target's samples from the sampler to a
+/// new actor. The caller has validated `params` and opened `pidfd`.
 pub async fn start(
+    id: u64,
     mut params: Params,
     want: EventSpec,
     pidfd: PidFd,
@@ -250,7 +253,13 @@ pub async fn start(
         false => Children::Ignored,
     };
     let Subscription { spec, tops } = sampler
-        .subscribe(want, params.id, params.pid, children, batch_tx)
+        .subscribe(
+            want,
+            Subscriber::Session(id),
+            params.pid,
+            children,
+            batch_tx,
+        )
         .await?;
     // Read after subscribing: later mappings arrive as MMAP2 records, and a
     // later exec or rename as a COMM record (a process attached right after
@@ -264,8 +273,8 @@ pub async fn start(
     let maps = match maps {
         Ok(maps) => maps,
         Err(why) => {
-            sampler.unsubscribe(spec, params.id).await;
-            return Err(StartError::OutOfFds(why));
+            sampler.unsubscribe(spec, Subscriber::Session(id)).await;
+            return Err(why.into());
         }
     };
     if let Ok(comm) = std::fs::read_to_string(format!("/proc/{}/comm", params.pid)) {
@@ -284,10 +293,16 @@ pub async fn start(
         ingest.timeline = Some(timeline::Times::new(params.pid, timeline::MAX_SAMPLES));
     }
     let (tx, cmd_rx) = mpsc::channel(16);
-    let id = params.id;
     let owner_uid = params.owner_uid;
     let owner = params.owner.as_str().into();
-    let (actor, state_rx) = Actor::new(params, spec, sampler, symbolizer, ingest);
+    let (actor, state_rx) = Actor::new(
+        Subscriber::Session(id),
+        params,
+        spec,
+        sampler,
+        symbolizer,
+        ingest,
+    );
     tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));
     Ok(Handle {
         id,
@@ -302,6 +317,7 @@ pub async fn start(
 impl Actor {
     /// An actor counting into `ingest`, running from now.
     fn new(
+        id: Subscriber,
         params: Params,
         spec: EventSpec,
         sampler: Arc<dyn SampleSource>,
@@ -310,6 +326,7 @@ impl Actor {
     ) -> (Actor, watch::Receiver<api::SessionState>) {
         let (state, state_rx) = watch::channel(api::SessionState::Running);
         let actor = Actor {
+            id,
             params,
             spec,
             sampler,
@@ -410,7 +427,7 @@ impl Actor {
     /// Count a batch; a batch refused ends the session as failed.
     async fn take(&mut self, batch: Batch, batches: &mut mpsc::UnboundedReceiver<Batch>) {
         if let Err(why) = self.apply(batch) {
-            self.error = why;
+            self.error = why.to_string();
             self.end(api::SessionState::Failed, batches).await;
         }
     }
@@ -450,13 +467,13 @@ impl Actor {
         // It ends now: counting what came before takes what it takes.
         let ended = Instant::now();
         self.sampler.flush(self.spec, Flush::Exact).await;
-        self.sampler.unsubscribe(self.spec, self.params.id).await;
+        self.sampler.unsubscribe(self.spec, self.id).await;
         while let Ok(batch) = batches.try_recv() {
             if !self.error.is_empty() {
                 self.ingest.totals.discarded += batch.seen;
                 self.ingest.counted += batch.counted;
             } else if let Err(why) = self.apply(batch) {
-                self.error = why;
+                self.error = why.to_string();
             }
         }
         if !self.error.is_empty() {
@@ -464,7 +481,7 @@ impl Actor {
         }
         self.ended = Some(ended);
         tracing::info!(
-            session = self.params.id,
+            session = self.id.session(),
             pid = self.params.pid,
             ?state,
             "session ended"
@@ -480,7 +497,7 @@ impl Actor {
     /// Count a batch; Err when a process of the session exec'd a program
     /// its owner may not profile (the batch is then dropped: its samples are
     /// discarded).
-    fn apply(&mut self, batch: Batch) -> Result<(), String> {
+    fn apply(&mut self, batch: Batch) -> Result<(), Refused> {
         // The target's new name, at an exec or a rename of its main thread.
         let comm = batch
             .comms
@@ -516,7 +533,8 @@ impl Actor {
             totals.unsampled = scope::unsampled(&totals, self.ingest.counted, &self.spec);
         }
         api::Session {
-            id: self.params.id,
+            // Continuous profiling's (never asked for) has no id.
+            id: self.id.session().unwrap_or_default(),
             pid: self.params.pid,
             comm: self.params.comm.clone(),
             frequency_hz: self.spec.frequency_hz,

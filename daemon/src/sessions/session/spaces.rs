@@ -6,6 +6,7 @@
 //! /proc entry read) only once a sample of it comes, within the CPU budget
 //! of `setup_budget`.
 use super::setup_budget::{Budget, BUDGET};
+use crate::os::fds::OutOfFds;
 use crate::process::maps::{Mapping, ProcessMaps};
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::Unwinder;
@@ -74,7 +75,7 @@ pub struct Spaces {
     exited: Vec<(usize, u64)>,
     /// Why the session must fail: descriptors ran out opening a process's
     /// files or /proc entry.
-    out_of_fds: Option<String>,
+    out_of_fds: Option<OutOfFds>,
     /// Spaces of every process (continuous profiling): a process not seen
     /// before gets a space from its mappings then.
     every: bool,
@@ -372,7 +373,7 @@ impl Spaces {
 
     /// Why the session must fail, once: a process's files or /proc entry
     /// could not be opened for want of descriptors.
-    pub fn take_out_of_fds(&mut self) -> Option<String> {
+    pub fn take_out_of_fds(&mut self) -> Option<OutOfFds> {
         self.out_of_fds.take()
     }
 

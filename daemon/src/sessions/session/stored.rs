@@ -3,7 +3,7 @@
 //! commands from the stored summary and profile. The profile is read when
 //! first asked for and dropped again after a while unused; a profile found
 //! corrupt then is moved aside and the session is gone.
-use super::{Command, FunctionTable, Handle, Resolved};
+use super::{Command, FunctionTable, Handle, NoHistogram, Resolved};
 use crate::sessions::store::{LoadError, Store, Stored};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
@@ -68,10 +68,7 @@ async fn run(
                 let _ = reply.send(session);
             }
             Command::Histogram(_, reply) => {
-                let _ = reply.send(Err(format!(
-                    "session {id} is from an earlier run of the daemon: histograms are not \
-                     kept across restarts (its profile, views and exports are)"
-                )));
+                let _ = reply.send(Err(NoHistogram::EarlierRun(id)));
             }
             Command::Profile(_, shown, reply) => {
                 let Some(l) = load(&store, &stored, &mut loaded).await else {

@@ -9,6 +9,21 @@ use serde::Deserialize;
 /// The only format version of these files.
 const FORMAT_VERSION: u32 = 1;
 
+/// Why a `<id>.json` file does not hold a session.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unusable {
+    #[error("not valid metadata: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("format version {0} (this daemon reads {FORMAT_VERSION})")]
+    Format(u32),
+    /// It names another profile file than `<id>.pprof`.
+    #[error("its profile is {named:?}, not {expected:?}")]
+    Profile { named: String, expected: String },
+    /// An enum field (`what`) with a name that is none of its.
+    #[error("unknown {what} {value:?}")]
+    Unknown { what: &'static str, value: String },
+}
+
 /// The metadata file `<id>.json`.
 #[derive(Debug, Deserialize)]
 struct Meta {
@@ -81,23 +96,25 @@ struct Profile {
 
 /// The session and its profile file `<id>.pprof`, from the text of
 /// `<id>.json`.
-pub(super) fn decode(text: &[u8], pprof_name: &str) -> Result<(api::Session, ProfileFile), String> {
-    let meta: Meta =
-        serde_json::from_slice(text).map_err(|e| format!("not valid metadata: {e}"))?;
+pub(super) fn decode(
+    text: &[u8],
+    pprof_name: &str,
+) -> Result<(api::Session, ProfileFile), Unusable> {
+    let meta: Meta = serde_json::from_slice(text).map_err(Unusable::Json)?;
     if meta.format != FORMAT_VERSION {
-        return Err(format!(
-            "format version {} (this daemon reads {FORMAT_VERSION})",
-            meta.format
-        ));
+        return Err(Unusable::Format(meta.format));
     }
     if meta.profile.file != pprof_name {
-        return Err(format!(
-            "its profile is {:?}, not {pprof_name:?}",
-            meta.profile.file
-        ));
+        return Err(Unusable::Profile {
+            named: meta.profile.file,
+            expected: pprof_name.into(),
+        });
     }
-    let name = |what: &str, value: &str, parsed: Option<i32>| {
-        parsed.ok_or_else(|| format!("unknown {what} {value:?}"))
+    let name = |what: &'static str, value: &str, parsed: Option<i32>| {
+        parsed.ok_or_else(|| Unusable::Unknown {
+            what,
+            value: value.into(),
+        })
     };
     let state = name(
         "state",

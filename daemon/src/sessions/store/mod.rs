@@ -101,7 +101,7 @@ impl Persist {
 
 /// A byte count with an optional binary suffix: `1073741824`, `512K`,
 /// `100M`, `1G`, `2T` (also `KiB`, `MB`, ...: all powers of 1024).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).map_or(t, |i| &t[..i]);
     let suffix = t[digits.len()..].trim().to_ascii_uppercase();
@@ -111,17 +111,20 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "M" => 20,
         "G" => 30,
         "T" => 40,
-        _ => {
-            return Err(format!(
-                "{s:?} is not a size: use bytes, or a number with K, M, G or T"
-            ))
-        }
+        _ => return Err(SizeError::NotASize(s.into())),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size: use bytes, or a number with K, M, G or T"))?;
+    let n: u64 = digits.parse().map_err(|_| SizeError::NotASize(s.into()))?;
     n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
+        .ok_or_else(|| SizeError::TooLarge(s.into()))
+}
+
+/// Why a size ([`parse_bytes`]) is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("{0:?} is not a size: use bytes, or a number with K, M, G or T")]
+    NotASize(String),
+    #[error("{0:?} is too large")]
+    TooLarge(String),
 }
 
 /// A session found in the state directory.
@@ -140,6 +143,64 @@ pub struct Found {
     /// New sessions' ids: after the high-water mark and every session kept
     /// (without a mark, after every id of a file found).
     pub ids: Ids,
+}
+
+/// Why the state directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Another user could steer it.
+    #[error(transparent)]
+    Untrusted(#[from] crate::trusted_files::Refused),
+    #[error("it exists and is not a directory")]
+    NotADirectory,
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Why a session could not be saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// `file` is another session's (its first save never replaces one).
+    #[error("{file} is already in {}: not replaced (it is another session's), session {id} is not saved", dir.display())]
+    Taken { file: String, dir: PathBuf, id: u64 },
+    #[error("cannot write {file} in {}: {source}", dir.display())]
+    Write {
+        file: String,
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Why a session found in the state directory is not kept (its files are
+/// moved aside).
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    #[error("cannot read it: {0}")]
+    Read(#[source] io::Error),
+    #[error("larger than {MAX_META_BYTES} bytes")]
+    TooLarge,
+    #[error(transparent)]
+    Record(#[from] record::Unusable),
+    #[error(transparent)]
+    Legacy(#[from] legacy::Unusable),
+    #[error("it describes session {found}, not {id}")]
+    OtherSession { found: u64, id: u64 },
+    #[error("cannot read {file}: {source}")]
+    ReadProfile {
+        file: String,
+        #[source]
+        source: io::Error,
+    },
+    /// Its profile file is not as long as the metadata says.
+    #[error("{file} is {size} bytes, {written} were written (truncated?)")]
+    Truncated {
+        file: String,
+        size: u64,
+        written: u64,
+    },
+    #[error("{file} is not a gzip'd pprof file")]
+    NotGzip { file: String },
 }
 
 /// Why a stored profile could not be read.
@@ -227,32 +288,30 @@ impl Store {
     /// aside, apply the retention limits and return the sessions kept. Fails
     /// only when the directory itself cannot be used, or when another user
     /// could steer it ([`crate::trusted_files::check_dir`]).
-    pub fn open(persist: &Persist) -> Result<(Store, Found), String> {
+    pub fn open(persist: &Persist) -> Result<(Store, Found), OpenError> {
         let dir = &persist.dir;
-        let cannot = |e: io::Error| format!("{e}");
         // No other user may steer where the state goes, or put files in it.
-        crate::trusted_files::check_dir(dir).map_err(|e| e.to_string())?;
+        crate::trusted_files::check_dir(dir)?;
         match fs::metadata(dir) {
             Ok(meta) if meta.is_dir() => {
                 if meta.permissions().mode() & 0o077 != 0 {
-                    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(cannot)?;
+                    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
                     tracing::warn!(
                         dir = %dir.display(),
                         "the state directory was readable by others: made it mode 0700"
                     );
                 }
             }
-            Ok(_) => return Err("it exists and is not a directory".into()),
+            Ok(_) => return Err(OpenError::NotADirectory),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 fs::DirBuilder::new()
                     .recursive(true)
                     .mode(0o700)
-                    .create(dir)
-                    .map_err(cannot)?;
+                    .create(dir)?;
                 // The mode is masked by the umask: make sure.
-                fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(cannot)?;
+                fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
             }
-            Err(e) => return Err(cannot(e)),
+            Err(e) => return Err(e.into()),
         }
         let store = Store {
             dir: dir.clone(),
@@ -263,7 +322,7 @@ impl Store {
             ledger: Default::default(),
             turn: tokio::sync::Semaphore::new(1),
         };
-        let found = store.scan().map_err(cannot)?;
+        let found = store.scan()?;
         Ok((store, found))
     }
 
@@ -341,7 +400,7 @@ impl Store {
                     }
                     Err(why) => {
                         let name = meta.name(id);
-                        self.move_aside(&name, &why);
+                        self.move_aside(&name, &why.to_string());
                         self.move_aside(&pprof, &format!("its metadata {name} is unusable"));
                     }
                 },
@@ -394,13 +453,13 @@ impl Store {
 
     /// Check one session's metadata (`meta`: which file holds it), and its
     /// profile's size and header.
-    fn check(&self, id: u64, meta: Kind) -> Result<(Stored, Entry), String> {
+    fn check(&self, id: u64, meta: Kind) -> Result<(Stored, Entry), Unusable> {
         let mut bytes = Vec::new();
         File::open(self.dir.join(meta.name(id)))
             .and_then(|f| f.take(MAX_META_BYTES + 1).read_to_end(&mut bytes))
-            .map_err(|e| format!("cannot read it: {e}"))?;
+            .map_err(Unusable::Read)?;
         if bytes.len() as u64 > MAX_META_BYTES {
-            return Err(format!("larger than {MAX_META_BYTES} bytes"));
+            return Err(Unusable::TooLarge);
         }
         let (session, profile) = match meta {
             Kind::Json => {
@@ -410,25 +469,32 @@ impl Store {
             _ => Record::decode_parts(&bytes)?,
         };
         if session.id != id {
-            return Err(format!("it describes session {}, not {id}", session.id));
+            return Err(Unusable::OtherSession {
+                found: session.id,
+                id,
+            });
         }
         let pprof_path = self.dir.join(pprof_name(id));
-        let size = fs::metadata(&pprof_path)
-            .map_err(|e| format!("cannot read {}: {e}", pprof_name(id)))?
-            .len();
+        let unreadable = |source| Unusable::ReadProfile {
+            file: pprof_name(id),
+            source,
+        };
+        let size = fs::metadata(&pprof_path).map_err(unreadable)?.len();
         if size != profile.bytes {
-            return Err(format!(
-                "{} is {size} bytes, {} were written (truncated?)",
-                pprof_name(id),
-                profile.bytes
-            ));
+            return Err(Unusable::Truncated {
+                file: pprof_name(id),
+                size,
+                written: profile.bytes,
+            });
         }
         let mut magic = [0u8; 2];
         File::open(&pprof_path)
             .and_then(|mut f| f.read_exact(&mut magic))
-            .map_err(|e| format!("cannot read {}: {e}", pprof_name(id)))?;
+            .map_err(unreadable)?;
         if magic != GZIP_MAGIC {
-            return Err(format!("{} is not a gzip'd pprof file", pprof_name(id)));
+            return Err(Unusable::NotGzip {
+                file: pprof_name(id),
+            });
         }
         let entry = Entry::of(&session, size + bytes.len() as u64);
         Ok((Stored { session, profile }, entry))
@@ -454,7 +520,7 @@ impl Store {
         &self,
         session: &api::Session,
         profile: &ResolvedProfile,
-    ) -> Result<Vec<u64>, String> {
+    ) -> Result<Vec<u64>, SaveError> {
         self.write(session, profile, false)
     }
 
@@ -465,7 +531,7 @@ impl Store {
         &self,
         session: &api::Session,
         profile: &ResolvedProfile,
-    ) -> Result<Vec<u64>, String> {
+    ) -> Result<Vec<u64>, SaveError> {
         self.write(session, profile, true)
     }
 
@@ -474,15 +540,19 @@ impl Store {
         session: &api::Session,
         profile: &ResolvedProfile,
         at_start: bool,
-    ) -> Result<Vec<u64>, String> {
+    ) -> Result<Vec<u64>, SaveError> {
         let id = session.id;
-        let fail = |what: &str, e: io::Error| match e.kind() {
-            io::ErrorKind::AlreadyExists => format!(
-                "{what} is already in {}: not replaced (it is another session's), \
-                 session {id} is not saved",
-                self.dir.display()
-            ),
-            _ => format!("cannot write {what} in {}: {e}", self.dir.display()),
+        let fail = |file: &str, source: io::Error| match source.kind() {
+            io::ErrorKind::AlreadyExists => SaveError::Taken {
+                file: file.into(),
+                dir: self.dir.clone(),
+                id,
+            },
+            _ => SaveError::Write {
+                file: file.into(),
+                dir: self.dir.clone(),
+                source,
+            },
         };
         let (pprof_file, meta_file) = (pprof_name(id), Kind::Session.name(id));
         // Both written and synced first: a checkpoint replacing the last

@@ -484,7 +484,7 @@ fn a_save_never_replaces_another_sessions_files() {
     let mut intruder = session(1, now + 5000);
     intruder.owner_uid = 1002;
     intruder.owner = "mallory".into();
-    let err = other.save(&intruder, &profile()).unwrap_err();
+    let err = other.save(&intruder, &profile()).unwrap_err().to_string();
     assert!(
         err.contains("1.pprof") && err.contains("not replaced"),
         "{err}"
@@ -496,7 +496,7 @@ fn a_save_never_replaces_another_sessions_files() {
     assert_eq!(names(&p.dir), files, "no temp file left");
     // Only the metadata there: the profile written is taken back.
     fs::remove_file(p.dir.join("1.pprof")).unwrap();
-    let err = other.save(&intruder, &profile()).unwrap_err();
+    let err = other.save(&intruder, &profile()).unwrap_err().to_string();
     assert!(err.contains("1.session"), "{err}");
     assert_eq!(names(&p.dir), ["1.session"]);
     // A session replaces its own files (a checkpoint, then its end).

@@ -17,6 +17,24 @@ pub const INTERRUPTED_AT_START: &str = "the daemon stopped while the session ran
      crashed), before its first checkpoint: its profile and totals are those it had when it \
      started";
 
+/// Why a `<id>.session` file does not hold a session that can be kept.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unusable {
+    #[error("not a session record: {0}")]
+    Decode(#[source] prost::DecodeError),
+    #[error("it holds no session")]
+    NoSession,
+    #[error("it names no profile")]
+    NoProfile,
+    #[error("state {0} is not a session's state")]
+    State(i32),
+    /// An enum field (`what`) with a value that is none of its.
+    #[error("unknown {what} {value}")]
+    Unknown { what: &'static str, value: i32 },
+    #[error("duration_s {0} is not a duration")]
+    Duration(f64),
+}
+
 /// What `<id>.session` holds.
 #[derive(Clone, PartialEq, Message)]
 pub(super) struct Record {
@@ -45,19 +63,19 @@ pub(super) struct ProfileFile {
 impl Record {
     /// The session (as [`checked`] reads it back) and its profile file,
     /// from the bytes of `<id>.session`.
-    pub(super) fn decode_parts(bytes: &[u8]) -> Result<(api::Session, ProfileFile), String> {
-        let record = Record::decode(bytes).map_err(|e| format!("not a session record: {e}"))?;
+    pub(super) fn decode_parts(bytes: &[u8]) -> Result<(api::Session, ProfileFile), Unusable> {
+        let record = Record::decode(bytes).map_err(Unusable::Decode)?;
         match (record.session, record.profile) {
             (Some(session), Some(profile)) => Ok((checked(session, record.at_start)?, profile)),
-            (None, _) => Err("it holds no session".into()),
-            (_, None) => Err("it names no profile".into()),
+            (None, _) => Err(Unusable::NoSession),
+            (_, None) => Err(Unusable::NoProfile),
         }
     }
 }
 
 /// The summary `s` read back, checked, as a session of an earlier run
 /// (`at_start`: recorded when it started, not since).
-pub(super) fn checked(mut s: api::Session, at_start: bool) -> Result<api::Session, String> {
+pub(super) fn checked(mut s: api::Session, at_start: bool) -> Result<api::Session, Unusable> {
     match api::SessionState::try_from(s.state) {
         // A checkpoint of a running session: the daemon stopped (killed,
         // crashed) without saving the session's end.
@@ -69,17 +87,16 @@ pub(super) fn checked(mut s: api::Session, at_start: bool) -> Result<api::Sessio
             }
             .into();
         }
-        Ok(api::SessionState::Unspecified) | Err(_) => {
-            return Err(format!("state {} is not a session's state", s.state))
-        }
+        Ok(api::SessionState::Unspecified) | Err(_) => return Err(Unusable::State(s.state)),
         Ok(_) => {}
     }
-    api::Event::try_from(s.event).map_err(|_| format!("unknown event {}", s.event))?;
-    api::Unwind::try_from(s.unwind).map_err(|_| format!("unknown unwind {}", s.unwind))?;
-    api::Scope::try_from(s.scope).map_err(|_| format!("unknown scope {}", s.scope))?;
-    api::Mode::try_from(s.mode).map_err(|_| format!("unknown mode {}", s.mode))?;
+    let unknown = |what, value| move |_| Unusable::Unknown { what, value };
+    api::Event::try_from(s.event).map_err(unknown("event", s.event))?;
+    api::Unwind::try_from(s.unwind).map_err(unknown("unwind", s.unwind))?;
+    api::Scope::try_from(s.scope).map_err(unknown("scope", s.scope))?;
+    api::Mode::try_from(s.mode).map_err(unknown("mode", s.mode))?;
     if !s.duration_s.is_finite() || s.duration_s < 0.0 {
-        return Err(format!("duration_s {} is not a duration", s.duration_s));
+        return Err(Unusable::Duration(s.duration_s));
     }
     s.earlier_run = true;
     s.save_state = api::SaveState::Saved as i32;

@@ -1019,6 +1019,34 @@ mod tests {
         assert!(d.exited.is_empty(), "no route of its own ends");
     }
 
+    /// A process routed to several sessions ends at the earliest exit any
+    /// route saw; continuous profiling is a subscriber apart from every
+    /// session.
+    #[test]
+    fn a_process_ends_at_its_earliest_exit_and_continuous_is_apart() {
+        let continuous = RouteTo {
+            session: Subscriber::Continuous,
+            ..to(0, EVERY_PROCESS, Ignored, None)
+        };
+        let t = Targets::new([
+            to(1, 10, Ignored, None),
+            to(2, 10, Ignored, Some(700)),
+            to(3, 10, Ignored, Some(500)),
+            continuous,
+        ]);
+        assert_eq!(t.sessions(), 4);
+        let none = foldhash::HashMap::default();
+        assert_eq!(
+            route(&t, &none, &[], 10, Some(500)),
+            Some(&[0, 1, 2, 3][..])
+        );
+        assert_eq!(
+            route(&t, &none, &[], 10, Some(501)),
+            Some(&[3][..]),
+            "a later process with its pid goes to continuous profiling alone"
+        );
+    }
+
     #[test]
     fn mmap_names_become_backings() {
         assert!(matches!(

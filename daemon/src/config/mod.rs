@@ -3,13 +3,15 @@
 //! and the rules between keys. Flags and the file (TOML;
 //! `/etc/profd/profd.toml` unless `--config` names another) go through the
 //! same value checks; a flag given wins over the file's key.
+mod error;
 mod schema;
 pub mod sink_files;
 pub mod sinks;
 mod values;
 pub use values::MAX_BUCKETS;
 
-pub use schema::{Flag, Flags, Layer, Setting};
+pub use error::{ReadError, SettingsError};
+pub use schema::{Flag, Flags, Layer, ParseError, Setting};
 
 use crate::serve::auth::{Grant, TlsFiles};
 use crate::serve::{conns, kernel_view};
@@ -129,7 +131,7 @@ static SCHEMA: Schema = Schema {
 };
 
 /// Parse a settings file's text; errors say `PATH: KEY: what is wrong (line N)`.
-pub fn parse(path: &Path, text: &str) -> Result<Layer, String> {
+pub fn parse(path: &Path, text: &str) -> Result<Layer, ParseError> {
     SCHEMA.parse(path, text)
 }
 
@@ -465,15 +467,15 @@ settings! {
 
 /// Read the settings file: `explicit` (`--config`; missing is an error), or
 /// the default path (missing is fine: None).
-pub fn read(explicit: Option<&Path>) -> Result<Option<(PathBuf, Layer)>, String> {
+pub fn read(explicit: Option<&Path>) -> Result<Option<(PathBuf, Layer)>, ReadError> {
     let path = explicit.unwrap_or(Path::new(DEFAULT_PATH));
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(Some((path.to_path_buf(), parse(path, &text)?))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => Ok(None),
-        Err(e) => Err(format!(
-            "cannot read the config file {}: {e}",
-            path.display()
-        )),
+        Err(source) => Err(ReadError::Io {
+            path: path.into(),
+            source,
+        }),
     }
 }
 
@@ -515,7 +517,7 @@ impl Namer<'_> {
 
 /// Merge the file's layer (if any) and the flags' layer over the defaults,
 /// apply the rules between keys, and build the daemon's `Config`.
-pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings, String> {
+pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings, SettingsError> {
     let (path, file_layer) = match file {
         Some((p, l)) => (Some(p), l),
         None => (None, Layer::default()),
@@ -532,7 +534,8 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
         .get_or_default(&GRANTS)
         .iter()
         .map(|g| g.parse::<Grant>())
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(SettingsError::Grant)?;
     let mut config = Config::new(m.get_or_default(&SOCKET));
     config.socket_group = m.get(&SOCKET_GROUP);
     config.grants = grants;
@@ -590,11 +593,14 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
     config.memory_limit = m.get_or_default(&MEMORY_LIMIT);
     config.continuous = m.get_or_default(&CONTINUOUS).then_some(continuous);
     config.sinks = sinks(&namer, &m)?;
-    config.kernel_frames = m.get_or_default(&KERNEL_FRAMES).parse()?;
+    config.kernel_frames = m
+        .get_or_default(&KERNEL_FRAMES)
+        .parse()
+        .map_err(SettingsError::KernelFrames)?;
     let log_level = m
         .get_or_default(&LOG_LEVEL)
         .parse()
-        .map_err(|e| format!("log level: {e}"))?;
+        .map_err(SettingsError::LogLevel)?;
     Ok(Settings {
         file: path,
         effective,
@@ -606,7 +612,7 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
 /// `state.persist = false` keeps nothing: the file may not also say where
 /// or how much. (A state flag given overrides the file's `persist`, and
 /// `--no-persist` the file's other state keys.)
-fn check_state(namer: &Namer<'_>, file: &Layer) -> Result<(), String> {
+fn check_state(namer: &Namer<'_>, file: &Layer) -> Result<(), SettingsError> {
     if file.get(&PERSIST) != Some(false) || namer.flags.has(&PERSIST) {
         return Ok(());
     }
@@ -615,36 +621,34 @@ fn check_state(namer: &Namer<'_>, file: &Layer) -> Result<(), String> {
         .filter(|k| k.starts_with("state.") && *k != PERSIST.key)
         .collect();
     set.sort_by_key(|k| ALL.iter().position(|s| s.key() == *k));
-    if let Some(key) = set.first() {
-        return Err(format!(
-            "{}: false keeps nothing on disk, but {key} is set too: remove one of them",
-            namer.name(false, PERSIST.key, PERSIST.flag_name())
-        ));
+    if let Some(&other) = set.first() {
+        return Err(SettingsError::PersistOffWith {
+            setting: namer.name(false, PERSIST.key, PERSIST.flag_name()),
+            other,
+        });
     }
     Ok(())
 }
 
 /// The continuous settings (checked whether or not they are on): history
 /// must hold at least one window.
-fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Settings, String> {
+fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Settings, SettingsError> {
     let window = Duration::from_secs(m.get_or_default(&CONTINUOUS_WINDOW));
     let retention_age = m.get_or_default(&CONTINUOUS_RETENTION_AGE);
     if retention_age < window {
         let s = &CONTINUOUS_RETENTION_AGE;
-        return Err(format!(
-            "{}: {} is shorter than one window (continuous.window: {}s), so no window would be kept: make it at least {}",
-            namer.name(namer.flags.has(s), s.key, s.flag_name()),
-            values::show_duration(retention_age),
-            window.as_secs(),
-            values::show_duration(window),
-        ));
+        return Err(SettingsError::HistoryShorterThanWindow {
+            setting: namer.name(namer.flags.has(s), s.key, s.flag_name()),
+            age: retention_age,
+            window,
+        });
     }
     let select = m
         .get_or_default(&CONTINUOUS_SELECT)
         .iter()
         .map(|s| s.parse())
-        .collect::<Result<_, String>>()
-        .map_err(|e| format!("continuous.select: {e}"))?;
+        .collect::<Result<_, _>>()
+        .map_err(SettingsError::Selector)?;
     Ok(crate::continuous::Settings {
         host: m
             .get(&CONTINUOUS_HOST)
@@ -659,46 +663,39 @@ fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Setting
 
 /// The `[[sink]]` entries with the files they name read; they send
 /// continuous windows, so continuous profiling must be on.
-fn sinks(namer: &Namer<'_>, m: &Layer) -> Result<Vec<sinks::Settings>, String> {
-    let file = namer
-        .file
-        .map(|f| format!("{}: ", f.display()))
-        .unwrap_or_default();
+fn sinks(namer: &Namer<'_>, m: &Layer) -> Result<Vec<sinks::Settings>, SettingsError> {
+    let file = namer.file.map(Path::to_path_buf);
     if !m.sinks().is_empty() && !m.get_or_default(&CONTINUOUS) {
-        return Err(format!(
-            "{file}sink: a sink sends continuous windows, but continuous profiling is off: set enabled = true in [continuous] (or give --continuous)"
-        ));
+        return Err(SettingsError::SinksWithoutContinuous { file });
     }
     m.sinks()
         .iter()
         .enumerate()
-        .map(|(i, e)| {
-            e.settings()
-                .map_err(|sinks::EntryError { key, message }| match key {
-                    Some(k) => format!("{file}sink[{i}].{k}: {message}"),
-                    None => format!("{file}sink[{i}]: {message}"),
-                })
+        .map(|(index, e)| {
+            e.settings().map_err(|source| SettingsError::Sink {
+                file: file.clone(),
+                index,
+                source: Box::new(source),
+            })
         })
         .collect()
 }
 
 /// The TLS listener needs its certificate, key and tokens; its other keys
 /// mean nothing without it.
-fn check_remote(namer: &Namer<'_>, r: &Layer) -> Result<(), String> {
+fn check_remote(namer: &Namer<'_>, r: &Layer) -> Result<(), SettingsError> {
     let flags = namer.flags;
     let needed = [&TLS_CERT, &TLS_KEY, &TOKENS];
     if r.has(&LISTEN) {
         if let Some(missing) = needed.iter().find(|s| !r.has(s)) {
             return Err(match namer.file {
-                Some(file) if !flags.has(&LISTEN) => format!(
-                    "{}: {}: missing: remote.listen needs remote.tls_cert, remote.tls_key and remote.tokens (a tokens file `profd token` writes)",
-                    file.display(),
-                    missing.key
-                ),
-                _ => format!(
-                    "--listen needs {}: the TLS listener needs --tls-cert, --tls-key and --tokens (or their keys under [remote] in the config file)",
-                    missing.flag_name()
-                ),
+                Some(file) if !flags.has(&LISTEN) => SettingsError::ListenWithoutInFile {
+                    file: file.into(),
+                    missing: missing.key,
+                },
+                _ => SettingsError::ListenWithout {
+                    missing: missing.flag_name(),
+                },
             });
         }
         return Ok(());
@@ -715,15 +712,14 @@ fn check_remote(namer: &Namer<'_>, r: &Layer) -> Result<(), String> {
         )]);
     for (key, set, from_flag, flag) in set {
         if set {
-            return Err(format!(
-                "{}: is set but the TLS listener is not: add {} ADDR:PORT, or remove it",
-                namer.name(from_flag, key, flag),
-                if from_flag || namer.file.is_none() {
+            return Err(SettingsError::NoListener {
+                setting: namer.name(from_flag, key, flag),
+                add: if from_flag || namer.file.is_none() {
                     "--listen"
                 } else {
                     "remote.listen ="
                 },
-            ));
+            });
         }
     }
     Ok(())
@@ -734,7 +730,9 @@ mod tests {
     use super::*;
 
     fn err(text: &str) -> String {
-        parse(Path::new("/etc/profd/profd.toml"), text).unwrap_err()
+        parse(Path::new("/etc/profd/profd.toml"), text)
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -830,7 +828,9 @@ mod tests {
             "[remote]\nlisten = \"127.0.0.1:7000\"\ntls_cert = \"c\"\ntls_key = \"k\"\n",
         )
         .unwrap();
-        let e = settings(Some(("f.toml".into(), file.clone())), Layer::default()).unwrap_err();
+        let e = settings(Some(("f.toml".into(), file.clone())), Layer::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("f.toml: remote.tokens: missing"), "{e}");
         let mut flags = Layer::default();
         flags.set(&TOKENS, "t".into());
@@ -838,7 +838,7 @@ mod tests {
         assert_eq!(s.config.remote.unwrap().tokens, Path::new("t"));
         let mut flags = Layer::default();
         flags.set(&TLS_KEY, "k".into());
-        let e = settings(None, flags).unwrap_err();
+        let e = settings(None, flags).unwrap_err().to_string();
         assert!(e.starts_with("--tls-key: is set but"), "{e}");
     }
 
@@ -879,14 +879,16 @@ mod tests {
             "[remote]\ncors_origins = [\"https://a.example\"]\n",
         )
         .unwrap();
-        let e = settings(Some(("f.toml".into(), file)), Layer::default()).unwrap_err();
+        let e = settings(Some(("f.toml".into(), file)), Layer::default())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("f.toml: remote.cors_origins: is set but the TLS listener is not"),
             "{e}"
         );
         let mut flags = Layer::default();
         flags.set(&CORS_ORIGINS, vec!["https://a.example".into()]);
-        let e = settings(None, flags).unwrap_err();
+        let e = settings(None, flags).unwrap_err().to_string();
         assert!(e.starts_with("--cors-origin: is set but"), "{e}");
     }
 
@@ -897,7 +899,9 @@ mod tests {
             "[state]\npersist = false\ndir = \"/x\"\n",
         )
         .unwrap();
-        let e = settings(Some(("f.toml".into(), file)), Layer::default()).unwrap_err();
+        let e = settings(Some(("f.toml".into(), file)), Layer::default())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("f.toml: state.persist: false keeps nothing"),
             "{e}"
@@ -997,7 +1001,9 @@ mod tests {
         assert_eq!(parse(path, &shown).unwrap().sinks(), layer.sinks());
         // A file that cannot be read names the key and the file.
         std::fs::remove_file(&key).unwrap();
-        let e = settings(Some((path.into(), layer)), Layer::default()).unwrap_err();
+        let e = settings(Some((path.into(), layer)), Layer::default())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("/etc/profd/profd.toml: sink[0].password_file: ")
                 && e.contains("ch.key: No such file"),
@@ -1005,7 +1011,9 @@ mod tests {
         );
         // Without continuous profiling there is nothing to send.
         let off = parse(path, &text.replace("enabled = true", "enabled = false")).unwrap();
-        let e = settings(Some((path.into(), off)), Layer::default()).unwrap_err();
+        let e = settings(Some((path.into(), off)), Layer::default())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("a sink sends continuous windows, but continuous profiling is off"),
             "{e}"
@@ -1030,7 +1038,7 @@ mod tests {
             ),
             "{shown}"
         );
-        assert_eq!(parse(Path::new("f.toml"), &shown), Ok(defaults));
+        assert_eq!(parse(Path::new("f.toml"), &shown).unwrap(), defaults);
     }
 
     #[test]
@@ -1259,14 +1267,16 @@ mod tests {
             "[continuous]\nwindow = 600\nretention_age = \"5m\"\n",
         )
         .unwrap();
-        let e = settings(Some(("f.toml".into(), file.clone())), Layer::default()).unwrap_err();
+        let e = settings(Some(("f.toml".into(), file.clone())), Layer::default())
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "f.toml: continuous.retention_age: 5m is shorter than one window (continuous.window: 600s), so no window would be kept: make it at least 10m"
         );
         let mut flags = Layer::default();
         flags.set(&CONTINUOUS_RETENTION_AGE, Duration::from_secs(5));
-        let e = settings(None, flags.clone()).unwrap_err();
+        let e = settings(None, flags.clone()).unwrap_err().to_string();
         assert!(
             e.starts_with("--continuous-retention-age: 5s is shorter"),
             "{e}"

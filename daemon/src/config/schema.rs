@@ -2,14 +2,15 @@
 //! command-line flag, its key read from the settings file (errors name the
 //! file, the key and the line), the layers of values merged, and the TOML
 //! `--check-config` prints.
-use super::sinks::{check_names, read_entry, SinkEntry};
-use super::values::Type;
+use super::sinks::{check_names, read_entry, EntryError, SameName, SinkEntry};
+use super::values::{Type, ValueError};
 use clap::{Arg, ArgAction, ArgMatches};
 use serde::de::IntoDeserializer;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use toml::de::{DeTable, DeValue};
 use toml::{Spanned, Value};
 
@@ -58,7 +59,7 @@ pub trait Declared: Sync {
     /// with).
     fn arg(&'static self, all: &[&'static dyn Declared]) -> Arg;
     /// Check a value and write it as the file does.
-    fn read(&self, v: &Value) -> Result<Value, String>;
+    fn read(&self, v: &Value) -> Result<Value, ValueError>;
     fn list(&self) -> bool;
     fn default_value(&self) -> Option<Value>;
 }
@@ -101,7 +102,7 @@ impl<T> Declared for Setting<T> {
         }
     }
 
-    fn read(&self, v: &Value) -> Result<Value, String> {
+    fn read(&self, v: &Value) -> Result<Value, ValueError> {
         self.ty.read(v)
     }
 
@@ -221,7 +222,7 @@ impl Layer {
 
 impl Schema {
     /// The flags given.
-    pub fn flags_given(&self, m: &ArgMatches) -> Result<Layer, String> {
+    pub fn flags_given(&self, m: &ArgMatches) -> Result<Layer, ValueError> {
         let mut layer = Layer::default();
         for s in self.all {
             let key = s.key();
@@ -318,34 +319,93 @@ fn one_of(names: &[&str]) -> String {
     }
 }
 
+/// Why a settings file cannot be read: it is not TOML, or a key is wrong.
+/// Each says `PATH: ...`, and the line when known.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    #[error("{}: {}{}", .path.display(), .source.message().trim_end(), line_shown(*.line))]
+    Syntax {
+        path: PathBuf,
+        line: Option<usize>,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    #[error("{}: {key}: {problem} (line {line})", .path.display())]
+    Key {
+        path: PathBuf,
+        /// `section.name`, or `sink[N].name` of a sink entry.
+        key: String,
+        line: usize,
+        #[source]
+        problem: Box<KeyProblem>,
+    },
+}
+
+/// ` (line N)`, or nothing when the line is not known.
+fn line_shown(line: Option<usize>) -> String {
+    line.map(|n| format!(" (line {n})")).unwrap_or_default()
+}
+
+/// What is wrong with a key of the file.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyProblem {
+    /// Not a value the setting takes.
+    #[error(transparent)]
+    Value(#[from] ValueError),
+    /// Not a key of its table, which has these.
+    #[error("unknown key ({})", one_of(.0))]
+    Unknown(Vec<&'static str>),
+    #[error("expected a table, got {0}")]
+    NotTable(Value),
+    #[error("expected [[sink]] tables (an array of tables)")]
+    NotSinks,
+    #[error("expected a table")]
+    SinkNotTable,
+    #[error(transparent)]
+    Sink(#[from] Box<EntryError>),
+    #[error(transparent)]
+    SameName(#[from] SameName),
+    /// A value TOML reads but not as a plain value.
+    #[error("{}", .0.message())]
+    NotAValue(#[source] Box<toml::de::Error>),
+}
+
 impl Schema {
     /// Parse a settings file's text; errors say `PATH: KEY: what is wrong (line N)`.
-    pub fn parse(&self, path: &Path, text: &str) -> Result<Layer, String> {
-        let shown = path.display();
-        let root = DeTable::parse(text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|s| format!(" (line {})", line_of(text, s.start)));
-            format!(
-                "{shown}: {}{}",
-                e.message().trim_end(),
-                line.unwrap_or_default()
-            )
+    pub fn parse(&self, path: &Path, text: &str) -> Result<Layer, ParseError> {
+        let root = DeTable::parse(text).map_err(|source| ParseError::Syntax {
+            path: path.into(),
+            line: source.span().map(|s| line_of(text, s.start)),
+            source: Box::new(source),
         })?;
         let mut layer = Layer::default();
         self.read_table(root.get_ref(), "", &mut layer)
-            .map_err(|(key, span, message)| {
-                format!(
-                    "{shown}: {key}: {message} (line {})",
-                    line_of(text, span.start)
-                )
+            .map_err(|e| ParseError::Key {
+                path: path.into(),
+                key: e.key,
+                line: line_of(text, e.span.start),
+                problem: Box::new(e.problem),
             })?;
         Ok(layer)
     }
 }
 
 /// A key the file gets wrong: the key, where, and what is wrong.
-type KeyError = (String, std::ops::Range<usize>, String);
+struct KeyError {
+    key: String,
+    span: Range<usize>,
+    problem: KeyProblem,
+}
+
+impl KeyError {
+    fn new(key: impl Into<String>, span: Range<usize>, problem: impl Into<KeyProblem>) -> KeyError {
+        KeyError {
+            key: key.into(),
+            span,
+            problem: problem.into(),
+        }
+    }
+}
 
 impl Schema {
     /// Read the keys of one table of the file (the top one: section "").
@@ -364,24 +424,21 @@ impl Schema {
             };
             let key_span = name.span();
             let name: &str = name.get_ref();
-            let fail = |message: String| (key.clone(), value.span(), message);
+            let fail = |problem: KeyProblem| KeyError::new(key.clone(), value.span(), problem);
             if section.is_empty() && name == SINK {
                 layer.1 = read_sinks(value)?;
             } else if section.is_empty() && self.sections.contains(&name) {
                 match value.get_ref() {
                     DeValue::Table(t) => self.read_table(t, name, layer)?,
-                    _ => {
-                        return Err(fail(format!(
-                            "expected a table, got {}",
-                            to_value(value).map_err(fail)?
-                        )))
-                    }
+                    _ => return Err(fail(KeyProblem::NotTable(to_value(value).map_err(fail)?))),
                 }
             } else if let Some(s) = self.all.iter().find(|s| s.key() == key) {
-                let v = s.read(&to_value(value).map_err(fail)?).map_err(fail)?;
+                let v = s
+                    .read(&to_value(value).map_err(fail)?)
+                    .map_err(|e| fail(e.into()))?;
                 layer.0.insert(s.key(), v);
             } else {
-                let mut known: Vec<&str> = self
+                let mut known: Vec<&'static str> = self
                     .keys_of(section)
                     .map(|s| s.key().rsplit('.').next().unwrap_or_default())
                     .collect();
@@ -389,8 +446,7 @@ impl Schema {
                     known.extend(self.sections);
                     known.push(SINK);
                 }
-                let message = format!("unknown key ({})", one_of(&known));
-                return Err((key, key_span, message));
+                return Err(KeyError::new(key, key_span, KeyProblem::Unknown(known)));
             }
         }
         Ok(())
@@ -403,57 +459,47 @@ const SINK: &str = "sink";
 /// The `[[sink]]` entries, each key checked; errors name `sink[N].key`.
 fn read_sinks(value: &Spanned<DeValue<'_>>) -> Result<Vec<SinkEntry>, KeyError> {
     let DeValue::Array(items) = value.get_ref() else {
-        return Err((
-            SINK.into(),
-            value.span(),
-            "expected [[sink]] tables (an array of tables)".into(),
-        ));
+        return Err(KeyError::new(SINK, value.span(), KeyProblem::NotSinks));
     };
     let mut entries = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let at = format!("{SINK}[{i}]");
         let DeValue::Table(t) = item.get_ref() else {
-            return Err((at, item.span(), "expected a table".into()));
+            return Err(KeyError::new(at, item.span(), KeyProblem::SinkNotTable));
         };
-        let mut keys = Vec::new();
-        let mut spans = Vec::new();
         let mut fields: Vec<_> = t.iter().collect();
         fields.sort_by_key(|(k, _)| k.span().start);
-        for (k, v) in fields {
-            let key: &str = k.get_ref();
-            let fail = |m: String| (format!("{at}.{key}"), v.span(), m);
-            keys.push((key.to_string(), to_value(v).map_err(fail)?));
-            spans.push(k.span());
-        }
-        let entry = read_entry(
-            &keys,
-            |v| (super::values::BYTES.check)(v),
-            |v| (super::values::DURATION.check)(v),
-        )
-        .map_err(|super::sinks::EntryError { key, message }| {
-            let span = key
+        let spans: Vec<_> = fields.iter().map(|(k, _)| k.span()).collect();
+        let keys: Vec<_> = fields
+            .into_iter()
+            .map(|(k, v)| (k.get_ref().to_string(), v.clone()))
+            .collect();
+        let entry = read_entry(&keys).map_err(|e| {
+            let span = e
+                .key
                 .as_deref()
                 .and_then(|k| {
                     let top = k.split('.').next().unwrap_or(k);
                     keys.iter().position(|(name, _)| name == top)
                 })
                 .map_or(item.span(), |j| spans[j].clone());
-            let shown = match key {
+            let shown = match &e.key {
                 Some(k) => format!("{at}.{k}"),
                 None => at.clone(),
             };
-            (shown, span, message.to_string())
+            KeyError::new(shown, span, Box::new(e))
         })?;
         entries.push(entry);
     }
     check_names(&entries).map_err(|e| {
         let i = e.index;
-        (format!("{SINK}[{i}].name"), items[i].span(), e.to_string())
+        KeyError::new(format!("{SINK}[{i}].name"), items[i].span(), e)
     })?;
     Ok(entries)
 }
 
 /// A value of the file as a plain TOML value.
-fn to_value(v: &Spanned<DeValue<'_>>) -> Result<Value, String> {
-    Value::deserialize(v.clone().into_deserializer()).map_err(|e| e.message().to_string())
+fn to_value(v: &Spanned<DeValue<'_>>) -> Result<Value, KeyProblem> {
+    Value::deserialize(v.clone().into_deserializer())
+        .map_err(|e| KeyProblem::NotAValue(Box::new(e)))
 }

@@ -1,16 +1,21 @@
 //! The `[[sink]]` entries of profd.toml, one variant per backend kind:
-//! each key checked as the file is read (so errors carry its line), then
+//! read with serde and each value checked as the file is read (errors name
+//! the key, so they carry its line), then
 //! the files an entry names read into a sink's settings when the daemon
 //! starts or `--check-config` runs (`sink_files`).
-use super::sink_files::{ca_certificates, Auth, FileError, Layout, Secret};
-use serde::Serialize;
+use super::sink_files::{ca_certificates, Auth, FileError, Layout, NotPlain, Secret};
+use super::values::{self, ValueError};
+use serde::de::{self, IntoDeserializer};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use toml::Value;
+use toml::de::DeValue;
+use toml::{Spanned, Value};
 
 /// The backends a sink sends to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     ClickHouse,
@@ -36,6 +41,21 @@ impl Kind {
             Kind::Otlp => OtlpEntry::KEYS,
         }
     }
+
+    /// Whether an entry of this kind takes `key`.
+    fn takes(self, key: &str) -> bool {
+        Common::KEYS.contains(&key) || self.own_keys().contains(&key)
+    }
+
+    /// The keys an entry of this kind takes, as messages list them.
+    fn keys_shown(self) -> String {
+        let keys: Vec<String> = Common::KEYS
+            .iter()
+            .chain(self.own_keys())
+            .map(|k| format!("`{k}`"))
+            .collect();
+        keys.join(", ")
+    }
 }
 
 /// Spool of a sink unless `spool_bytes` says otherwise.
@@ -44,19 +64,34 @@ pub const DEFAULT_SPOOL_BYTES: u64 = 256 << 20;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The keys every entry takes, whatever its kind.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Common {
+    /// Given or not, the name is checked when read; unnamed, an entry is
+    /// named after its kind ([`read_entry`]).
+    #[serde(default, deserialize_with = "name")]
     pub name: String,
+    #[serde(deserialize_with = "url")]
     pub url: String,
+    #[serde(default = "default_spool_bytes", deserialize_with = "size")]
     pub spool_bytes: u64,
-    #[serde(serialize_with = "show_secs")]
+    #[serde(
+        default = "default_timeout",
+        serialize_with = "show_secs",
+        deserialize_with = "duration"
+    )]
     pub timeout: Duration,
     #[serde(
+        default,
         serialize_with = "show_opt_secs",
-        skip_serializing_if = "Option::is_none"
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_duration"
     )]
     pub max_age: Option<Duration>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_path"
+    )]
     pub ca_file: Option<PathBuf>,
 }
 
@@ -86,17 +121,34 @@ impl Common {
 }
 
 /// A `kind = "clickhouse"` entry.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ClickHouseEntry {
     #[serde(flatten)]
     pub common: Common,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_text"
+    )]
     pub database: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_bool"
+    )]
     pub create_schema: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_text"
+    )]
     pub user: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_path"
+    )]
     pub password_file: Option<PathBuf>,
 }
 
@@ -105,19 +157,40 @@ impl ClickHouseEntry {
 }
 
 /// A `kind = "pyroscope"` entry.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PyroscopeEntry {
     #[serde(flatten)]
     pub common: Common,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_text"
+    )]
     pub tenant: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_text"
+    )]
     pub user: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_path"
+    )]
     pub password_file: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_path"
+    )]
     pub token_file: Option<PathBuf>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "texts"
+    )]
     pub labels: BTreeMap<String, String>,
 }
 
@@ -127,13 +200,22 @@ impl PyroscopeEntry {
 }
 
 /// A `kind = "otlp"` entry.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OtlpEntry {
     #[serde(flatten)]
     pub common: Common,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_path"
+    )]
     pub token_file: Option<PathBuf>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "texts"
+    )]
     pub headers: BTreeMap<String, String>,
 }
 
@@ -143,7 +225,7 @@ impl OtlpEntry {
 
 /// One `[[sink]]` entry as the file gives it, each value checked: one
 /// variant per backend, tagged by its `kind` key.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum SinkEntry {
     ClickHouse(ClickHouseEntry),
@@ -152,23 +234,143 @@ pub enum SinkEntry {
 }
 
 fn show_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&super::values::show_duration(*d))
+    s.serialize_str(&values::show_duration(*d))
 }
 
 fn show_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     show_secs(&d.unwrap_or_default(), s)
 }
 
-/// What is wrong with a key of an entry.
+// The values of an entry's keys: each read as a TOML value and checked as
+// the settings' values are, so their errors read the same.
+
+fn default_spool_bytes() -> u64 {
+    DEFAULT_SPOOL_BYTES
+}
+
+fn default_timeout() -> Duration {
+    DEFAULT_TIMEOUT
+}
+
+/// A value `check` takes; its error, serde's.
+fn checked<'de, D: Deserializer<'de>, T>(
+    d: D,
+    check: impl FnOnce(&Value) -> Result<T, ValueError>,
+) -> Result<T, D::Error> {
+    check(&Value::deserialize(d)?).map_err(de::Error::custom)
+}
+
+/// A size: bytes, or a string with K, M, G or T.
+fn size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    checked(d, values::BYTES.check)
+}
+
+/// A duration such as "30s" or "7d", or whole seconds.
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    checked(d, values::DURATION.check)
+}
+
+fn some_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
+}
+
+fn some_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    checked(d, values::BOOL.check).map(Some)
+}
+
+/// A string with more than blanks in it.
+fn non_empty(v: &Value) -> Result<String, ValueError> {
+    match v {
+        Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+        _ => Err(values::expected("a non-empty string", v)),
+    }
+}
+
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    checked(d, non_empty)
+}
+
+fn some_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    text(d).map(Some)
+}
+
+fn some_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    text(d).map(|p| Some(p.into()))
+}
+
+/// A table of non-empty strings (labels, headers).
+fn texts<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    checked(d, |v| match v {
+        Value::Table(t) => t
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), non_empty(v)?)))
+            .collect(),
+        _ => Err(values::expected(
+            "a table of strings such as { env = \"prod\" }",
+            v,
+        )),
+    })
+}
+
+/// The name of a sink's spool directory and metrics.
+fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let n = text(d)?;
+    if !n
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(de::Error::custom(format_args!(
+            "{n:?}: use letters, digits, _ and - (it names the sink's spool directory and metrics)"
+        )));
+    }
+    Ok(n)
+}
+
+/// An http:// or https:// URL without credentials in it.
+fn url<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let url = text(d)?;
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|e| de::Error::custom(format_args!("{url:?} is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(de::Error::custom(format_args!(
+            "{url:?}: use http:// or https://"
+        )));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(de::Error::custom(
+            "has credentials in it: give them with user and password_file (or token_file) instead",
+        ));
+    }
+    Ok(url)
+}
+
+/// What is wrong with an entry, or with one of its keys.
 #[derive(Debug, thiserror::Error)]
 pub enum Problem {
-    /// A value the entry gives.
-    #[error("{0}")]
-    Value(String),
+    #[error("no kind: add kind = … ({KINDS})")]
+    NoKind,
+    #[error("{KINDS}, got {0}")]
+    BadKind(Value),
+    #[error("no url: add url = \"http://HOST:PORT\"")]
+    NoUrl,
+    #[error("unknown key for a {} sink (it takes {})", .0.name(), .0.keys_shown())]
+    UnknownKey(Kind),
+    /// A value the entry gives, as its check says.
+    #[error("{}", .0.message())]
+    Value(#[source] Box<toml::de::Error>),
+    #[error("needs user too (basic auth): add user = \"…\"")]
+    PasswordWithoutUser,
+    #[error("and password_file are both set: use one (a bearer token or basic auth)")]
+    TokenAndPassword,
+    #[error(transparent)]
+    NotPlain(#[from] NotPlain),
     /// A file the entry names.
     #[error(transparent)]
     File(#[from] FileError),
 }
+
+/// The kinds an entry may have, as messages say.
+const KINDS: &str = "expected one of \"clickhouse\", \"pyroscope\", \"otlp\"";
 
 /// A key of an entry that is wrong: the key (None: the entry itself) and
 /// what is wrong with it.
@@ -181,204 +383,130 @@ pub struct EntryError {
 }
 
 impl EntryError {
-    fn key(key: &str, message: impl Into<String>) -> EntryError {
+    fn key(key: impl Into<String>, message: impl Into<Problem>) -> EntryError {
         EntryError {
             key: Some(key.into()),
-            message: Problem::Value(message.into()),
+            message: message.into(),
         }
     }
 
-    fn entry(message: impl Into<String>) -> EntryError {
-        EntryError {
-            key: None,
-            message: Problem::Value(message.into()),
-        }
-    }
-
-    fn file(key: &str, e: FileError) -> EntryError {
-        EntryError {
-            key: Some(key.into()),
-            message: Problem::File(e),
-        }
+    fn entry(message: Problem) -> EntryError {
+        EntryError { key: None, message }
     }
 }
 
-fn string(key: &str, v: &Value) -> Result<String, EntryError> {
-    match v {
-        Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
-        _ => Err(EntryError::key(
-            key,
-            format!("expected a non-empty string, got {v}"),
-        )),
-    }
-}
+/// The keys of one entry and their values as the file gives them, in the
+/// file's order.
+pub type Keys<'i> = [(String, Spanned<DeValue<'i>>)];
 
-fn table(key: &str, v: &Value) -> Result<BTreeMap<String, String>, EntryError> {
-    let Value::Table(t) = v else {
-        return Err(EntryError::key(
-            key,
-            format!("expected a table of strings such as {{ env = \"prod\" }}, got {v}"),
-        ));
-    };
-    t.iter()
-        .map(|(k, v)| Ok((k.clone(), string(&format!("{key}.{k}"), v)?)))
-        .collect()
-}
-
-/// Read one entry: `keys` are its keys and values in the file's order.
-/// `size` and `duration` run a setting's own check on a value.
-pub fn read_entry(
-    keys: &[(String, Value)],
-    size: impl Fn(&Value) -> Result<u64, String>,
-    duration: impl Fn(&Value) -> Result<Duration, String>,
-) -> Result<SinkEntry, EntryError> {
+/// Read one entry with serde. Its kind and url come first, as their
+/// absence has a hint of its own; an error names the key it is about.
+pub fn read_entry(keys: &Keys<'_>) -> Result<SinkEntry, EntryError> {
     let get = |k: &str| keys.iter().find(|(name, _)| name == k).map(|(_, v)| v);
-    let kinds = "expected one of \"clickhouse\", \"pyroscope\", \"otlp\"";
     let kind = match get("kind") {
-        None => {
-            return Err(EntryError::entry(format!(
-                "no kind: add kind = … ({kinds})"
-            )))
-        }
-        Some(Value::String(s)) if s == "clickhouse" => Kind::ClickHouse,
-        Some(Value::String(s)) if s == "pyroscope" => Kind::Pyroscope,
-        Some(Value::String(s)) if s == "otlp" => Kind::Otlp,
-        Some(v) => return Err(EntryError::key("kind", format!("{kinds}, got {v}"))),
-    };
-    for (k, _) in keys {
-        if !Common::KEYS.contains(&k.as_str()) && !kind.own_keys().contains(&k.as_str()) {
-            let takes: Vec<String> = Common::KEYS
-                .iter()
-                .chain(kind.own_keys())
-                .map(|k| format!("`{k}`"))
-                .collect();
-            return Err(EntryError::key(
-                k,
-                format!(
-                    "unknown key for a {} sink (it takes {})",
-                    kind.name(),
-                    takes.join(", ")
-                ),
-            ));
-        }
-    }
-    let url = match get("url") {
-        Some(v) => string("url", v)?,
-        None => return Err(EntryError::entry("no url: add url = \"http://HOST:PORT\"")),
-    };
-    let parsed = reqwest::Url::parse(&url)
-        .map_err(|e| EntryError::key("url", format!("{url:?} is not a URL: {e}")))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(EntryError::key(
-            "url",
-            format!("{url:?}: use http:// or https://"),
-        ));
-    }
-    if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(EntryError::key(
-            "url",
-            "has credentials in it: give them with user and password_file (or token_file) instead",
-        ));
-    }
-    let name = match get("name") {
-        Some(v) => {
-            let n = string("name", v)?;
-            if !n
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
-                return Err(EntryError::key(
-                    "name",
-                    format!("{n:?}: use letters, digits, _ and - (it names the sink's spool directory and metrics)"),
-                ));
+        None => return Err(EntryError::entry(Problem::NoKind)),
+        Some(v) => match Kind::deserialize(v.clone().into_deserializer()) {
+            Ok(kind) => kind,
+            Err(_) => {
+                let got = Value::deserialize(v.clone().into_deserializer());
+                let problem = got.map_or_else(|e| Problem::Value(Box::new(e)), Problem::BadKind);
+                return Err(EntryError::key("kind", problem));
             }
-            n
-        }
-        None => kind.name().to_string(),
+        },
     };
-    let path = |k: &str| get(k).map(|v| string(k, v).map(PathBuf::from)).transpose();
-    let opt = |k: &str| get(k).map(|v| string(k, v)).transpose();
-    let tab = |k: &str| {
-        get(k)
-            .map(|v| table(k, v))
-            .transpose()
-            .map(Option::unwrap_or_default)
-    };
-    let common = Common {
-        name,
-        url,
-        spool_bytes: get("spool_bytes")
-            .map(|v| size(v).map_err(|e| EntryError::key("spool_bytes", e)))
-            .transpose()?
-            .unwrap_or(DEFAULT_SPOOL_BYTES),
-        timeout: get("timeout")
-            .map(|v| duration(v).map_err(|e| EntryError::key("timeout", e)))
-            .transpose()?
-            .unwrap_or(DEFAULT_TIMEOUT),
-        max_age: get("max_age")
-            .map(|v| duration(v).map_err(|e| EntryError::key("max_age", e)))
-            .transpose()?,
-        ca_file: path("ca_file")?,
-    };
-    let entry = match kind {
-        Kind::ClickHouse => SinkEntry::ClickHouse(ClickHouseEntry {
-            common,
-            database: opt("database")?,
-            create_schema: match get("create_schema") {
-                None => None,
-                Some(Value::Boolean(b)) => Some(*b),
-                Some(v) => {
-                    return Err(EntryError::key(
-                        "create_schema",
-                        format!("expected true or false, got {v}"),
-                    ))
-                }
-            },
-            user: opt("user")?,
-            password_file: path("password_file")?,
-        }),
-        Kind::Pyroscope => SinkEntry::Pyroscope(PyroscopeEntry {
-            common,
-            tenant: opt("tenant")?,
-            user: opt("user")?,
-            password_file: path("password_file")?,
-            token_file: path("token_file")?,
-            labels: tab("labels")?,
-        }),
-        Kind::Otlp => SinkEntry::Otlp(OtlpEntry {
-            common,
-            token_file: path("token_file")?,
-            headers: tab("headers")?,
-        }),
-    };
-    match &entry {
-        SinkEntry::Pyroscope(p) => {
-            if p.password_file.is_some() && p.user.is_none() {
-                return Err(EntryError::key(
-                    "password_file",
-                    "needs user too (basic auth): add user = \"…\"",
-                ));
-            }
-            if p.token_file.is_some() && p.password_file.is_some() {
-                return Err(EntryError::key(
-                    "token_file",
-                    "and password_file are both set: use one (a bearer token or basic auth)",
-                ));
-            }
-        }
-        SinkEntry::ClickHouse(c) => {
-            if let Some(db) = &c.database {
-                Layout {
-                    database: db.clone(),
-                    ..Default::default()
-                }
-                .check()
-                .map_err(|e| EntryError::key("database", e.to_string()))?;
-            }
-        }
-        SinkEntry::Otlp(_) => {}
+    if get("url").is_none() {
+        return Err(EntryError::entry(Problem::NoUrl));
     }
+    let mut entry = entry_of(keys.iter().cloned()).map_err(|e| blame(kind, keys, e))?;
+    let common = entry.common_mut();
+    if common.name.is_empty() {
+        common.name = kind.name().to_string();
+    }
+    entry.check()?;
     Ok(entry)
+}
+
+/// An entry of these keys, as serde reads it.
+fn entry_of<'i>(
+    keys: impl IntoIterator<Item = (String, Spanned<DeValue<'i>>)>,
+) -> Result<SinkEntry, toml::de::Error> {
+    SinkEntry::deserialize(table(keys).into_deserializer())
+}
+
+/// A table of these keys.
+fn table<'i>(
+    keys: impl IntoIterator<Item = (String, Spanned<DeValue<'i>>)>,
+) -> Spanned<DeValue<'i>> {
+    let keys = keys
+        .into_iter()
+        .map(|(k, v)| (Spanned::new(v.span(), Cow::Owned(k)), v));
+    Spanned::new(0..0, DeValue::Table(keys.collect()))
+}
+
+/// The key an error of a whole entry is about: the first, in the file's
+/// order, whose value fails alone (in an entry of the kind with a url that
+/// passes), or within a table, its first item that does. None fails alone:
+/// the error is the entry's.
+fn blame(kind: Kind, keys: &Keys<'_>, whole: toml::de::Error) -> EntryError {
+    let string = |s: &'static str| Spanned::new(0..0, DeValue::String(Cow::Borrowed(s)));
+    let alone = |key: &str, v: Spanned<DeValue<'_>>| {
+        entry_of([
+            ("kind".to_string(), string(kind.name())),
+            ("url".to_string(), string("http://localhost")),
+            (key.to_string(), v),
+        ])
+        .err()
+    };
+    for (key, v) in keys.iter().filter(|(k, _)| k != "kind") {
+        let Some(e) = alone(key, v.clone()) else {
+            continue;
+        };
+        if !kind.takes(key) {
+            return EntryError::key(key, Problem::UnknownKey(kind));
+        }
+        if let DeValue::Table(items) = v.get_ref() {
+            for (item, iv) in items {
+                let one = table([(item.get_ref().to_string(), iv.clone())]);
+                if let Some(e) = alone(key, one) {
+                    let key = format!("{key}.{}", item.get_ref());
+                    return EntryError::key(key, Problem::Value(Box::new(e)));
+                }
+            }
+        }
+        return EntryError::key(key, Problem::Value(Box::new(e)));
+    }
+    EntryError::entry(Problem::Value(Box::new(whole)))
+}
+
+impl SinkEntry {
+    /// The rules between an entry's keys.
+    fn check(&self) -> Result<(), EntryError> {
+        match self {
+            SinkEntry::Pyroscope(p) => {
+                if p.password_file.is_some() && p.user.is_none() {
+                    return Err(EntryError::key(
+                        "password_file",
+                        Problem::PasswordWithoutUser,
+                    ));
+                }
+                if p.token_file.is_some() && p.password_file.is_some() {
+                    return Err(EntryError::key("token_file", Problem::TokenAndPassword));
+                }
+            }
+            SinkEntry::ClickHouse(c) => {
+                if let Some(db) = &c.database {
+                    Layout {
+                        database: db.clone(),
+                        ..Default::default()
+                    }
+                    .check()
+                    .map_err(|e| EntryError::key("database", e))?;
+                }
+            }
+            SinkEntry::Otlp(_) => {}
+        }
+        Ok(())
+    }
 }
 
 /// Two entries with one name: each sink has its own spool.
@@ -463,7 +591,7 @@ impl Settings {
 /// Read the file `key` names, if given, as a secret.
 fn secret(key: &str, p: &Option<PathBuf>) -> Result<Option<Secret>, EntryError> {
     p.as_deref()
-        .map(|p| Secret::read(p).map_err(|e| EntryError::file(key, e)))
+        .map(|p| Secret::read(p).map_err(|e| EntryError::key(key, e)))
         .transpose()
 }
 
@@ -517,6 +645,14 @@ impl SinkEntry {
         }
     }
 
+    fn common_mut(&mut self) -> &mut Common {
+        match self {
+            SinkEntry::ClickHouse(e) => &mut e.common,
+            SinkEntry::Pyroscope(e) => &mut e.common,
+            SinkEntry::Otlp(e) => &mut e.common,
+        }
+    }
+
     pub fn kind(&self) -> Kind {
         match self {
             SinkEntry::ClickHouse(_) => Kind::ClickHouse,
@@ -547,7 +683,7 @@ impl SinkEntry {
             }),
         };
         if let Some(ca) = &self.common().ca_file {
-            ca_certificates(ca).map_err(|e| EntryError::file("ca_file", e))?;
+            ca_certificates(ca).map_err(|e| EntryError::key("ca_file", e))?;
         }
         Ok(settings)
     }
@@ -563,6 +699,101 @@ impl Common {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An entry of `text`, read as `[[sink]]` entries are.
+    fn read(text: &str) -> Result<SinkEntry, EntryError> {
+        let table = toml::de::DeTable::parse(text).unwrap().into_inner();
+        let mut keys: Vec<_> = table.into_iter().collect();
+        keys.sort_by_key(|(k, _)| k.span().start);
+        let keys: Vec<_> = keys
+            .into_iter()
+            .map(|(k, v)| (k.into_inner().into_owned(), v))
+            .collect();
+        read_entry(&keys)
+    }
+
+    #[test]
+    fn entries_read_their_values_and_errors_name_the_key() {
+        let entry = read(
+            "kind = \"pyroscope\"\nurl = \"https://h:4040\"\ntimeout = \"30s\"\n\
+             spool_bytes = \"64M\"\nmax_age = \"2h\"\nlabels = { env = \"prod\" }\n",
+        )
+        .unwrap();
+        let SinkEntry::Pyroscope(p) = &entry else {
+            panic!("a pyroscope entry: {entry:?}")
+        };
+        assert_eq!(
+            p.common,
+            Common {
+                spool_bytes: 64 << 20,
+                timeout: Duration::from_secs(30),
+                max_age: Some(Duration::from_secs(7200)),
+                ..Common::new("pyroscope", "https://h:4040")
+            }
+        );
+        assert_eq!(p.labels["env"], "prod");
+        let ch = read("kind = \"clickhouse\"\nurl = \"http://h\"\n").unwrap();
+        assert_eq!(
+            ch,
+            SinkEntry::new(Kind::ClickHouse, "clickhouse", "http://h")
+        );
+        for (text, key, what) in [
+            (
+                "kind = 1\nurl = \"http://h\"",
+                Some("kind"),
+                "expected one of \"clickhouse\", \"pyroscope\", \"otlp\", got 1",
+            ),
+            (
+                "kind = \"otlp\"",
+                None,
+                "no url: add url = \"http://HOST:PORT\"",
+            ),
+            (
+                "kind = \"pyroscope\"\nurl = \"http://h\"\nlabels = { env = \"prod\", team = 3 }",
+                Some("labels.team"),
+                "expected a non-empty string, got 3",
+            ),
+            (
+                "kind = \"otlp\"\nurl = \"http://h\"\nname = 1979-05-27",
+                Some("name"),
+                "expected a non-empty string, got 1979-05-27",
+            ),
+            (
+                "kind = \"pyroscope\"\nurl = \"http://h\"\ntenant = \" \"",
+                Some("tenant"),
+                "expected a non-empty string, got \" \"",
+            ),
+            (
+                "kind = \"clickhouse\"\nurl = \"http://h\"\ncreate_schema = \"yes\"",
+                Some("create_schema"),
+                "expected true or false, got \"yes\"",
+            ),
+            (
+                "kind = \"otlp\"\nurl = \"http://h\"\ntimeout = \"soon\"",
+                Some("timeout"),
+                "expected a duration such as \"7d\"",
+            ),
+            (
+                "kind = \"otlp\"\nurl = \"http://h\"\nname = \"a b\"",
+                Some("name"),
+                "\"a b\": use letters, digits, _ and -",
+            ),
+            (
+                "kind = \"otlp\"\nurl = \"http://h\"\ntenant = \"t\"",
+                Some("tenant"),
+                "unknown key for a otlp sink (it takes `kind`, `name`, `url`, `spool_bytes`, `timeout`, `max_age`, `ca_file`, `token_file`, `headers`)",
+            ),
+            (
+                "kind = \"pyroscope\"\nurl = \"http://h\"\npassword_file = \"/p\"",
+                Some("password_file"),
+                "needs user too",
+            ),
+        ] {
+            let e = read(text).unwrap_err();
+            assert_eq!(e.key.as_deref(), key, "{text}: {e}");
+            assert!(e.to_string().starts_with(what), "{text}: {e}");
+        }
+    }
 
     /// Each kind takes exactly the keys its variant shows: the key lists
     /// and the structs say the same.

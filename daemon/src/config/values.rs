@@ -12,15 +12,30 @@ use toml::Value;
 /// Longest retention in days (a century).
 const MAX_RETAIN_DAYS: f64 = 36500.0;
 
+/// Why a value (of the file, or a flag's text) is not one a setting takes.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    /// Not a value of the setting's type: what it takes, and what it got.
+    #[error("expected {what}, got {got}")]
+    Expected { what: String, got: Value },
+    /// Refused by the parser of an item (a grant, a selector), which says
+    /// why.
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// A value that is not what a key takes: says what it takes and what it got.
-fn expected(what: &str, got: &Value) -> String {
-    format!("expected {what}, got {got}")
+pub(super) fn expected(what: &str, got: &Value) -> ValueError {
+    ValueError::Expected {
+        what: what.to_string(),
+        got: got.clone(),
+    }
 }
 
 /// A value type: the check of a value (shared by the file and the flags),
 /// how a checked value is written, and how a flag's text reads.
 pub struct Type<T> {
-    pub check: fn(&Value) -> Result<T, String>,
+    pub check: fn(&Value) -> Result<T, ValueError>,
     /// The value as the file writes it.
     pub show: fn(&T) -> Value,
     /// A flag's text as the file would write it.
@@ -34,12 +49,12 @@ pub struct Type<T> {
 
 impl<T> Type<T> {
     /// Check a value and write it as the file does.
-    pub fn read(&self, v: &Value) -> Result<Value, String> {
+    pub fn read(&self, v: &Value) -> Result<Value, ValueError> {
         (self.check)(v).map(|t| (self.show)(&t))
     }
 
     /// Check a flag's text (for a list, one item) as the file's value.
-    pub fn flag(&self, text: &str) -> Result<Value, String> {
+    pub fn flag(&self, text: &str) -> Result<Value, ValueError> {
         let v = (self.text)(text);
         if self.list {
             self.read(&Value::Array(vec![v.clone()])).map(|_| v)
@@ -67,7 +82,7 @@ fn string(text: &str) -> Value {
 }
 
 const fn scalar<T>(
-    check: fn(&Value) -> Result<T, String>,
+    check: fn(&Value) -> Result<T, ValueError>,
     show: fn(&T) -> Value,
     text: fn(&str) -> Value,
 ) -> Type<T> {
@@ -381,7 +396,7 @@ pub const NAME: Type<String> = scalar(
 );
 
 /// A list of strings, each checked by `item`; a flag gives one item.
-const fn list(check: fn(&Value) -> Result<Vec<String>, String>) -> Type<Vec<String>> {
+const fn list(check: fn(&Value) -> Result<Vec<String>, ValueError>) -> Type<Vec<String>> {
     Type {
         check,
         show: |items| Value::Array(items.iter().cloned().map(Value::String).collect()),
@@ -392,9 +407,12 @@ const fn list(check: fn(&Value) -> Result<Vec<String>, String>) -> Type<Vec<Stri
 }
 
 /// A grant `GROUP:USER` naming a group and a user of this machine.
-fn grant(v: &Value) -> Result<String, String> {
+fn grant(v: &Value) -> Result<String, ValueError> {
     match v {
-        Value::String(s) => s.parse::<Grant>().map(|_| s.clone()),
+        Value::String(s) => s
+            .parse::<Grant>()
+            .map(|_| s.clone())
+            .map_err(ValueError::Refused),
         _ => Err(expected("a grant \"GROUP:USER\"", v)),
     }
 }
@@ -406,11 +424,12 @@ pub const GRANTS: Type<Vec<String>> = list(|v| match v {
 });
 
 /// A continuous-profiling selector (`unit:nginx.service`, ...).
-fn selector(v: &Value) -> Result<String, String> {
+fn selector(v: &Value) -> Result<String, ValueError> {
     match v {
         Value::String(s) => s
             .parse::<crate::continuous::service::Selector>()
-            .map(|_| s.clone()),
+            .map(|_| s.clone())
+            .map_err(ValueError::Refused),
         _ => Err(expected(
             &format!(
                 "a selector, one of {}",
@@ -432,7 +451,7 @@ pub const SELECTORS: Type<Vec<String>> = list(|v| match v {
 
 /// A web origin allowed to call the API with grpc-web (CORS):
 /// `scheme://host` or `scheme://host:port`, as browsers send it.
-fn origin(v: &Value) -> Result<String, String> {
+fn origin(v: &Value) -> Result<String, ValueError> {
     let what = "an origin such as \"https://dash.example.com\" or \"http://localhost:8080\" (scheme, host and port only)";
     let Value::String(s) = v else {
         return Err(expected(what, v));
@@ -469,7 +488,7 @@ mod tests {
     fn flag_text_is_checked_like_file_values() {
         assert_eq!(POSITIVE.flag("4"), Ok(Value::Integer(4)));
         assert_eq!(
-            POSITIVE.flag("0").unwrap_err(),
+            POSITIVE.flag("0").unwrap_err().to_string(),
             "expected a positive integer, got 0"
         );
         assert_eq!(DAYS.flag("1.5"), Ok(Value::Float(1.5)));
@@ -477,7 +496,7 @@ mod tests {
         assert!(RING_PAGES.flag("6").is_err());
         assert_eq!(LOG_LEVEL.flag("DEBUG"), Ok(Value::String("debug".into())));
         assert_eq!(
-            LOG_LEVEL.flag("loud").unwrap_err(),
+            LOG_LEVEL.flag("loud").unwrap_err().to_string(),
             "expected one of \"error\", \"warn\", \"info\", \"debug\", \"trace\", got \"loud\""
         );
         assert!(ORIGINS.flag("https://a.example").is_ok());
@@ -488,12 +507,12 @@ mod tests {
         assert_eq!(DURATION.flag("3600"), Ok(Value::String("1h".into())));
         assert_eq!(DURATION.flag("61"), Ok(Value::String("61s".into())));
         for bad in ["0", "-3", "7x", "1.5s", "500ms", "36501d", ""] {
-            let e = DURATION.flag(bad).unwrap_err();
+            let e = DURATION.flag(bad).unwrap_err().to_string();
             assert!(e.starts_with("expected a duration such as"), "{bad}: {e}");
         }
         assert_eq!(WINDOW.flag("3600"), Ok(Value::Integer(3600)));
         assert_eq!(
-            WINDOW.flag("3601").unwrap_err(),
+            WINDOW.flag("3601").unwrap_err().to_string(),
             "expected a number of seconds from 1 to 3600, got 3601"
         );
         assert_eq!(HISTORY_BYTES.flag("1M"), Ok(Value::String("1M".into())));
@@ -501,15 +520,17 @@ mod tests {
         assert!(MEMORY_BYTES
             .flag("16M")
             .unwrap_err()
+            .to_string()
             .contains("at least 32M"));
         assert_eq!(HISTORY_BYTES.flag("2048K"), Ok(Value::String("2M".into())));
         assert_eq!(HISTORY_BYTES.flag("1048577"), Ok(Value::Integer(1048577)));
         assert!(HISTORY_BYTES
             .flag("1023K")
             .unwrap_err()
+            .to_string()
             .starts_with("expected a size of at least 1M"));
         assert!(SELECTORS.flag("comm:postgres*").is_ok());
-        let e = SELECTORS.flag("postgres").unwrap_err();
+        let e = SELECTORS.flag("postgres").unwrap_err().to_string();
         assert!(
             e.starts_with("bad selector \"postgres\": expected one of"),
             "{e}"
@@ -517,6 +538,7 @@ mod tests {
         assert!(ORIGINS
             .flag("https://a.example/")
             .unwrap_err()
+            .to_string()
             .starts_with("expected an origin such as"));
     }
 }

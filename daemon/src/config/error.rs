@@ -42,11 +42,11 @@ pub enum SettingsError {
         window: Duration,
     },
     #[error("continuous.select: {0}")]
-    Selector(String),
-    #[error("{0}")]
-    Grant(String),
-    #[error("{0}")]
-    KernelFrames(String),
+    Selector(crate::continuous::service::SelectorError),
+    #[error(transparent)]
+    Grant(crate::serve::auth::GrantError),
+    #[error(transparent)]
+    KernelFrames(crate::serve::kernel_view::UnknownSetting),
     #[error("log level: {0}")]
     LogLevel(#[source] tracing::metadata::ParseLevelError),
     #[error("{}sink: a sink sends continuous windows, but continuous profiling is off: set enabled = true in [continuous] (or give --continuous)", in_file(.file))]

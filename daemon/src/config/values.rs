@@ -13,15 +13,17 @@ use toml::Value;
 const MAX_RETAIN_DAYS: f64 = 36500.0;
 
 /// Why a value (of the file, or a flag's text) is not one a setting takes.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ValueError {
     /// Not a value of the setting's type: what it takes, and what it got.
     #[error("expected {what}, got {got}")]
     Expected { what: String, got: Value },
-    /// Refused by the parser of an item (a grant, a selector), which says
-    /// why.
-    #[error("{0}")]
-    Refused(String),
+    /// A grant naming no group and user of this machine.
+    #[error(transparent)]
+    Grant(#[from] crate::serve::auth::GrantError),
+    /// A selector that is not one.
+    #[error(transparent)]
+    Selector(#[from] crate::continuous::service::SelectorError),
 }
 
 /// A value that is not what a key takes: says what it takes and what it got.
@@ -412,7 +414,7 @@ fn grant(v: &Value) -> Result<String, ValueError> {
         Value::String(s) => s
             .parse::<Grant>()
             .map(|_| s.clone())
-            .map_err(ValueError::Refused),
+            .map_err(ValueError::Grant),
         _ => Err(expected("a grant \"GROUP:USER\"", v)),
     }
 }
@@ -429,7 +431,7 @@ fn selector(v: &Value) -> Result<String, ValueError> {
         Value::String(s) => s
             .parse::<crate::continuous::service::Selector>()
             .map(|_| s.clone())
-            .map_err(ValueError::Refused),
+            .map_err(ValueError::Selector),
         _ => Err(expected(
             &format!(
                 "a selector, one of {}",

@@ -206,32 +206,68 @@ const PATH_GLOB: glob::MatchOptions = glob::MatchOptions {
     require_literal_leading_dot: false,
 };
 
-impl FromStr for Selector {
-    type Err = String;
+/// Why a selector's text is not a selector: the text, and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("bad selector {text:?}: {why}")]
+pub struct SelectorError {
+    pub text: String,
+    pub why: SelectorProblem,
+}
 
-    fn from_str(text: &str) -> Result<Selector, String> {
-        let bad = |why: &str| format!("bad selector {text:?}: {why}");
+/// What is wrong with a selector.
+#[derive(Debug, thiserror::Error)]
+pub enum SelectorProblem {
+    #[error("expected one of {SELECTOR_FORMS}")]
+    NoKind,
+    #[error("nothing after `{0}:`")]
+    Empty(String),
+    #[error("a unit name has no `/` or spaces (unit:nginx.service)")]
+    UnitName,
+    #[error(
+        "a cgroup path starts with `/`, as /proc/PID/cgroup shows it (cgroup:/system.slice/foo)"
+    )]
+    CgroupPath,
+    #[error("a container id is up to 64 hex digits; give its start (container:3f2a9c)")]
+    ContainerId,
+    #[error("an executable is matched by its absolute path (exe:/usr/bin/* or exe:/**/python3*)")]
+    ExeNotAbsolute,
+    #[error("{what} is not a glob pattern: {source}")]
+    Glob {
+        what: &'static str,
+        #[source]
+        source: glob::PatternError,
+    },
+    #[error("unknown kind `{0}`: expected one of {SELECTOR_FORMS}")]
+    UnknownKind(String),
+}
+
+impl FromStr for Selector {
+    type Err = SelectorError;
+
+    fn from_str(text: &str) -> Result<Selector, SelectorError> {
+        let bad = |why| SelectorError {
+            text: text.to_string(),
+            why,
+        };
         let Some((kind, value)) = text.split_once(':') else {
-            return Err(bad(&format!("expected one of {SELECTOR_FORMS}")));
+            return Err(bad(SelectorProblem::NoKind));
         };
         if value.is_empty() {
-            return Err(bad(&format!("nothing after `{kind}:`")));
+            return Err(bad(SelectorProblem::Empty(kind.to_string())));
         }
-        let pattern = |what: &str| {
-            Pattern::new(value).map_err(|e| bad(&format!("{what} is not a glob pattern: {e}")))
+        let pattern = |what| {
+            Pattern::new(value).map_err(|source| bad(SelectorProblem::Glob { what, source }))
         };
         match kind {
             "unit" => {
                 if value.contains('/') || value.chars().any(char::is_whitespace) {
-                    return Err(bad("a unit name has no `/` or spaces (unit:nginx.service)"));
+                    return Err(bad(SelectorProblem::UnitName));
                 }
                 Ok(Selector::Unit(value.to_string()))
             }
             "cgroup" => {
                 if !value.starts_with('/') {
-                    return Err(bad(
-                        "a cgroup path starts with `/`, as /proc/PID/cgroup shows it (cgroup:/system.slice/foo)",
-                    ));
+                    return Err(bad(SelectorProblem::CgroupPath));
                 }
                 let trimmed = value.trim_end_matches('/');
                 Ok(Selector::Cgroup(if trimmed.is_empty() {
@@ -242,24 +278,18 @@ impl FromStr for Selector {
             }
             "container" => {
                 if value.len() > 64 || !value.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(bad(
-                        "a container id is up to 64 hex digits; give its start (container:3f2a9c)",
-                    ));
+                    return Err(bad(SelectorProblem::ContainerId));
                 }
                 Ok(Selector::Container(value.to_ascii_lowercase()))
             }
             "comm" => Ok(Selector::Comm(pattern("the command name")?)),
             "exe" => {
                 if !value.starts_with('/') {
-                    return Err(bad(
-                        "an executable is matched by its absolute path (exe:/usr/bin/* or exe:/**/python3*)",
-                    ));
+                    return Err(bad(SelectorProblem::ExeNotAbsolute));
                 }
                 Ok(Selector::Exe(pattern("the executable")?))
             }
-            _ => Err(bad(&format!(
-                "unknown kind `{kind}`: expected one of {SELECTOR_FORMS}"
-            ))),
+            _ => Err(bad(SelectorProblem::UnknownKind(kind.to_string()))),
         }
     }
 }
@@ -574,28 +604,31 @@ mod tests {
 
     #[test]
     fn bad_selectors_say_what_is_wrong() {
-        let e = "nginx".parse::<Selector>().unwrap_err();
+        let e = "nginx".parse::<Selector>().unwrap_err().to_string();
         assert!(
             e.starts_with("bad selector \"nginx\": expected one of unit:NAME"),
             "{e}"
         );
         assert!(e.contains("exe:GLOB"), "{e}");
-        let e = "pid:3".parse::<Selector>().unwrap_err();
+        let e = "pid:3".parse::<Selector>().unwrap_err().to_string();
         assert!(
             e.starts_with("bad selector \"pid:3\": unknown kind `pid`"),
             "{e}"
         );
-        let e = "comm:".parse::<Selector>().unwrap_err();
+        let e = "comm:".parse::<Selector>().unwrap_err().to_string();
         assert_eq!(e, "bad selector \"comm:\": nothing after `comm:`");
-        let e = "comm:[x".parse::<Selector>().unwrap_err();
+        let e = "comm:[x".parse::<Selector>().unwrap_err().to_string();
         assert!(e.contains("is not a glob pattern"), "{e}");
-        let e = "container:xyz".parse::<Selector>().unwrap_err();
+        let e = "container:xyz".parse::<Selector>().unwrap_err().to_string();
         assert!(e.contains("hex digits"), "{e}");
-        let e = "cgroup:system.slice".parse::<Selector>().unwrap_err();
+        let e = "cgroup:system.slice"
+            .parse::<Selector>()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("starts with `/`"), "{e}");
-        let e = "exe:bin/sh".parse::<Selector>().unwrap_err();
+        let e = "exe:bin/sh".parse::<Selector>().unwrap_err().to_string();
         assert!(e.contains("absolute path"), "{e}");
-        let e = "unit:a/b".parse::<Selector>().unwrap_err();
+        let e = "unit:a/b".parse::<Selector>().unwrap_err().to_string();
         assert!(e.contains("unit name"), "{e}");
     }
 

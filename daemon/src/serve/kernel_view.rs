@@ -20,16 +20,21 @@ pub enum Setting {
 /// The values the setting takes, as written.
 pub const VALUES: &str = "\"auto\", \"full\", \"names\" or \"folded\"";
 
-impl std::str::FromStr for Setting {
-    type Err = String;
+/// A value the setting does not take.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expected {VALUES}, got {0:?}")]
+pub struct UnknownSetting(pub String);
 
-    fn from_str(s: &str) -> Result<Setting, String> {
+impl std::str::FromStr for Setting {
+    type Err = UnknownSetting;
+
+    fn from_str(s: &str) -> Result<Setting, UnknownSetting> {
         match s {
             "auto" => Ok(Setting::Auto),
             "full" => Ok(Setting::Full),
             "names" => Ok(Setting::Names),
             "folded" => Ok(Setting::Folded),
-            _ => Err(format!("expected {VALUES}, got {s:?}")),
+            _ => Err(UnknownSetting(s.to_string())),
         }
     }
 }

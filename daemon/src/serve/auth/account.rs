@@ -113,22 +113,52 @@ pub struct Grant {
     pub uid: u32,
 }
 
-impl std::str::FromStr for Grant {
-    type Err = String;
+/// Why a grant names no group and user of this machine.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    #[error("grant {0:?} is not GROUP:USER")]
+    NotGroupUser(String),
+    #[error("cannot look up group {group:?}: {source}")]
+    GroupLookup {
+        group: String,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("grant {grant:?}: no group {group:?} on this machine")]
+    NoGroup { grant: String, group: String },
+    #[error("grant {grant:?}: {source}")]
+    User {
+        grant: String,
+        #[source]
+        source: LookupError,
+    },
+}
 
-    fn from_str(s: &str) -> Result<Grant, String> {
+impl std::str::FromStr for Grant {
+    type Err = GrantError;
+
+    fn from_str(s: &str) -> Result<Grant, GrantError> {
         let (group, user) = s
             .split_once(':')
-            .ok_or_else(|| format!("grant {s:?} is not GROUP:USER"))?;
+            .ok_or_else(|| GrantError::NotGroupUser(s.to_string()))?;
         let gid = match group.parse::<u32>() {
             Ok(gid) => gid,
             Err(_) => nix::unistd::Group::from_name(group)
-                .map_err(|e| format!("cannot look up group {group:?}: {e}"))?
-                .ok_or_else(|| format!("grant {s:?}: no group {group:?} on this machine"))?
+                .map_err(|source| GrantError::GroupLookup {
+                    group: group.to_string(),
+                    source,
+                })?
+                .ok_or_else(|| GrantError::NoGroup {
+                    grant: s.to_string(),
+                    group: group.to_string(),
+                })?
                 .gid
                 .as_raw(),
         };
-        let account = Account::lookup(user).map_err(|e| format!("grant {s:?}: {e}"))?;
+        let account = Account::lookup(user).map_err(|source| GrantError::User {
+            grant: s.to_string(),
+            source,
+        })?;
         Ok(Grant {
             group: group.to_string(),
             gid,

@@ -14,7 +14,7 @@ use tonic::{Request, Status};
 mod account;
 mod ptrace;
 
-pub use account::{Account, Grant, LookupError};
+pub use account::{Account, Grant, GrantError, LookupError};
 pub use ptrace::{check_process, Check, Denied};
 
 /// What a caller may do.

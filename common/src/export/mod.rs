@@ -13,7 +13,9 @@ pub use drawn::{svg, svg_pieces, svg_text};
 pub use firefox::{firefox, firefox_pieces};
 pub use folded::{folded, folded_pieces};
 pub use json::{json, scope_name, state_name, unwind_name};
-pub use pprof::{cpu_profile, pprof, pprof_decode, pprof_pieces, time_sample_type, Strings};
+pub use pprof::{
+    cpu_profile, pprof, pprof_decode, pprof_pieces, time_sample_type, PprofEncoder, Strings,
+};
 pub use speedscope::{speedscope, speedscope_pieces};
 
 /// Why an export could not be made or read.

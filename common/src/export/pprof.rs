@@ -16,7 +16,7 @@ use crate::pprof_proto as pb;
 mod encode;
 #[cfg(test)]
 use encode::{is_library, is_main_binary};
-pub use encode::{pprof, pprof_pieces};
+pub use encode::{pprof, pprof_pieces, PprofEncoder};
 
 /// Numeric sample label holding the thread id.
 pub const TID_LABEL: &str = "tid";

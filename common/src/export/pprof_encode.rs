@@ -48,63 +48,110 @@ pub fn pprof(p: &ResolvedProfile) -> Vec<u8> {
 /// concatenated are [`pprof`], the very encoding prost gives the whole
 /// message. `each` returns false to stop.
 pub fn pprof_pieces(p: &ResolvedProfile, piece_bytes: usize, each: impl FnMut(Vec<u8>) -> bool) {
-    let mut out = Pieces {
-        gz: GzEncoder::new(Vec::new(), Compression::default()),
-        part: Vec::new(),
-        piece_bytes: piece_bytes.max(1),
-        each,
-    };
-    let mut st = Strings::new();
-    let cpu_ns = |count: u64| {
-        (u128::from(count) * u128::from(NANOS))
-            .checked_div(u128::from(p.frequency_hz))
-            .unwrap_or(0) as i64
-    };
-    let period_ns = NANOS.checked_div(u64::from(p.frequency_hz)).unwrap_or(0);
-    let time = time_sample_type(p.mode);
-    let base = match (time, p.mode) {
-        (Some(kind), Mode::Wall) => time_profile(&mut st, kind, period_ns),
-        (Some(kind), _) => time_profile(&mut st, kind, 0),
-        (None, _) => cpu_profile(&mut st, p.frequency_hz),
-    };
-    // Field 1 first; the rest of `prof` is written last.
-    let mut prof = pb::Profile {
-        duration_nanos: (p.duration_s.max(0.0) * NANOS as f64) as i64,
-        ..base
-    };
-    let head = pb::Profile {
-        sample_type: std::mem::take(&mut prof.sample_type),
-        ..Default::default()
-    };
-    if !out.part(&head) {
+    let Some(mut encoder) = PprofEncoder::new(p, piece_bytes, each) else {
         return;
+    };
+    for s in &p.stacks {
+        if !encoder.sample(s.tid, s.count, &s.frames) {
+            return;
+        }
     }
-    prof.comment = vec![
-        st.id(&format!("pid={}", p.pid)),
-        st.id(&format!("comm={}", p.comm)),
-    ];
+    encoder.finish();
+}
 
-    // Mappings: one per module, ids from 1 in order of first use.
-    let mut mapping_of_module: HashMap<&str, usize> = HashMap::new();
-    let module_of = |group: &[FrameRef]| {
+/// [`pprof_pieces`] of a profile whose stacks come one at a time: `head`
+/// gives everything but the stacks (its own are not read), then each stack
+/// is given to [`PprofEncoder::sample`] as it is made, and
+/// [`PprofEncoder::finish`] writes the rest. So a profile is encoded
+/// without its stacks ever being whole in memory; the pieces are those
+/// [`pprof_pieces`] gives for `head` with these stacks.
+pub struct PprofEncoder<'p, F> {
+    p: &'p ResolvedProfile,
+    out: Pieces<F>,
+    st: Strings,
+    /// The fields written last.
+    prof: pb::Profile,
+    /// Mappings: one per module, ids from 1 in order of first use.
+    mapping_of_module: HashMap<&'p str, usize>,
+    /// Locations: one per address and inline chain, ids from 1 in order of
+    /// first use.
+    location_of: HashMap<Box<[FrameRef]>, u64>,
+    pb_function_used: Vec<bool>,
+    tid_key: i64,
+    name_key: i64,
+    time: Option<&'static str>,
+    /// The sample being written.
+    one: pb::Profile,
+}
+
+impl<'p, F: FnMut(Vec<u8>) -> bool> PprofEncoder<'p, F> {
+    /// Writes the head (the sample types); None when `each` stopped.
+    pub fn new(head: &'p ResolvedProfile, piece_bytes: usize, each: F) -> Option<Self> {
+        let p = head;
+        let mut out = Pieces {
+            gz: GzEncoder::new(Vec::new(), Compression::default()),
+            part: Vec::new(),
+            piece_bytes: piece_bytes.max(1),
+            each,
+        };
+        let mut st = Strings::new();
+        let period_ns = NANOS.checked_div(u64::from(p.frequency_hz)).unwrap_or(0);
+        let time = time_sample_type(p.mode);
+        let base = match (time, p.mode) {
+            (Some(kind), Mode::Wall) => time_profile(&mut st, kind, period_ns),
+            (Some(kind), _) => time_profile(&mut st, kind, 0),
+            (None, _) => cpu_profile(&mut st, p.frequency_hz),
+        };
+        // Field 1 first; the rest of `prof` is written last.
+        let mut prof = pb::Profile {
+            duration_nanos: (p.duration_s.max(0.0) * NANOS as f64) as i64,
+            ..base
+        };
+        let head = pb::Profile {
+            sample_type: std::mem::take(&mut prof.sample_type),
+            ..Default::default()
+        };
+        if !out.part(&head) {
+            return None;
+        }
+        prof.comment = vec![
+            st.id(&format!("pid={}", p.pid)),
+            st.id(&format!("comm={}", p.comm)),
+        ];
+        let tid_key = st.id(TID_LABEL);
+        let name_key = st.id(THREAD_NAME_LABEL);
+        Some(PprofEncoder {
+            p,
+            out,
+            st,
+            prof,
+            mapping_of_module: HashMap::new(),
+            location_of: HashMap::new(),
+            pb_function_used: vec![false; p.functions.len()],
+            tid_key,
+            name_key,
+            time,
+            one: pb::Profile::default(),
+        })
+    }
+
+    /// The module of a location's frames: its outermost frame's.
+    fn module_of(p: &'p ResolvedProfile, group: &[FrameRef]) -> &'p str {
         let caller = group[group.len() - 1].function;
         p.functions
             .get(caller as usize)
             .map_or("", |f| f.module.as_str())
-    };
-    // Locations: one per address and inline chain, held as the profile's
-    // own frames (ids from 1 in order of first use) and made when written.
-    let mut location_of: HashMap<&[FrameRef], u64> = HashMap::new();
-    let mut locations: Vec<&[FrameRef]> = Vec::new();
-    let mut pb_function_used = vec![false; p.functions.len()];
-    let tid_key = st.id(TID_LABEL);
-    let name_key = st.id(THREAD_NAME_LABEL);
-    let is_inlined = |f: u32| p.functions.get(f as usize).is_some_and(|f| f.inlined);
-    // Field 2: a sample at a time, each written as it is made.
-    let mut one = pb::Profile::default();
-    for s in p.stacks.iter().filter(|s| !s.frames.is_empty()) {
+    }
+
+    /// Field 2: one stack (innermost first) with its count, written as it
+    /// comes; an empty stack is left out. False when `each` stopped.
+    pub fn sample(&mut self, tid: u32, count: u64, fr: &[FrameRef]) -> bool {
+        if fr.is_empty() {
+            return true;
+        }
+        let p = self.p;
+        let is_inlined = |f: u32| p.functions.get(f as usize).is_some_and(|f| f.inlined);
         let mut ids = Vec::new();
-        let fr = &s.frames[..];
         let mut i = 0;
         while i < fr.len() {
             let start = i;
@@ -117,131 +164,157 @@ pub fn pprof_pieces(p: &ResolvedProfile, piece_bytes: usize, each: impl FnMut(Ve
             // One address: the frames are the location.
             let group = &fr[start..=i];
             i += 1;
-            let id = match location_of.get(group) {
+            let id = match self.location_of.get(group) {
                 Some(&id) => id,
                 None => {
-                    locations.push(group);
-                    let id = locations.len() as u64;
-                    location_of.insert(group, id);
-                    let module = module_of(group);
-                    if !module.is_empty() {
-                        let n = mapping_of_module.len();
-                        let m = *mapping_of_module.entry(module).or_insert(n);
-                        if m == prof.mapping.len() {
-                            prof.mapping.push(pb::Mapping {
-                                id: m as u64 + 1,
-                                memory_start: u64::MAX,
-                                filename: st.id(module),
-                                has_functions: true,
-                                has_filenames: true,
-                                has_line_numbers: true,
-                                has_inline_frames: true,
-                                ..Default::default()
-                            });
-                        }
-                        // A frame shown without its address (0) widens no range.
-                        let (mp, address) = (&mut prof.mapping[m], group[0].address);
-                        if address != 0 {
-                            mp.memory_start = mp.memory_start.min(address);
-                            mp.memory_limit = mp.memory_limit.max(address.saturating_add(1));
-                        }
-                    }
+                    let id = self.location_of.len() as u64 + 1;
+                    self.location_of.insert(group.into(), id);
+                    self.map(group);
                     id
                 }
             };
             for f in group {
-                if let Some(u) = pb_function_used.get_mut(f.function as usize) {
+                if let Some(u) = self.pb_function_used.get_mut(f.function as usize) {
                     *u = true;
                 }
             }
             ids.push(id);
         }
         let mut label = vec![pb::Label {
-            key: tid_key,
-            num: i64::from(s.tid),
+            key: self.tid_key,
+            num: i64::from(tid),
             ..Default::default()
         }];
-        if let Some(name) = p.threads.get(&s.tid).filter(|n| !n.is_empty()) {
+        if let Some(name) = p.threads.get(&tid).filter(|n| !n.is_empty()) {
             label.push(pb::Label {
-                key: name_key,
-                str: st.id(name),
+                key: self.name_key,
+                str: self.st.id(name),
                 ..Default::default()
             });
         }
-        one.sample = vec![pb::Sample {
+        let cpu_ns = (u128::from(count) * u128::from(NANOS))
+            .checked_div(u128::from(p.frequency_hz))
+            .unwrap_or(0) as i64;
+        self.one.sample = vec![pb::Sample {
             location_id: ids,
-            value: match time {
-                Some(_) => vec![s.count as i64],
-                None => vec![s.count as i64, cpu_ns(s.count)],
+            value: match self.time {
+                Some(_) => vec![count as i64],
+                None => vec![count as i64, cpu_ns],
             },
             label,
         }];
-        if !out.part(&one) {
+        self.out.part(&self.one)
+    }
+
+    /// A new location's mapping: made at its module's first location, its
+    /// address range widened to take the location's address.
+    fn map(&mut self, group: &[FrameRef]) {
+        let module = Self::module_of(self.p, group);
+        if module.is_empty() {
             return;
         }
-    }
-    drop(location_of);
-    for m in &mut prof.mapping {
-        if m.memory_start > m.memory_limit {
-            m.memory_start = 0;
-        }
-    }
-    // pprof takes the first mapping for the main binary ("File:").
-    let main = prof.mapping.iter().position(|m| {
-        let file = &st.table[m.filename as usize];
-        is_main_binary(file, &p.comm)
-    });
-    if let Some(i) = main.or_else(|| {
-        prof.mapping
-            .iter()
-            .position(|m| !is_library(&st.table[m.filename as usize]))
-    }) {
-        prof.mapping[..=i].rotate_right(1);
-    }
-    for (id, f) in p.functions.iter().enumerate() {
-        if pb_function_used[id] {
-            let name = st.id(&f.name);
-            prof.function.push(pb::Function {
-                id: id as u64 + 1,
-                name,
-                system_name: name,
-                filename: st.id(&f.file),
-                start_line: 0,
+        let n = self.mapping_of_module.len();
+        let m = *self.mapping_of_module.entry(module).or_insert(n);
+        let prof = &mut self.prof;
+        if m == prof.mapping.len() {
+            prof.mapping.push(pb::Mapping {
+                id: m as u64 + 1,
+                memory_start: u64::MAX,
+                filename: self.st.id(module),
+                has_functions: true,
+                has_filenames: true,
+                has_line_numbers: true,
+                has_inline_frames: true,
+                ..Default::default()
             });
         }
-    }
-    prof.string_table = st.table;
-    // Fields 3 and 4 (a location at a time), then 5 to 14.
-    let mappings = pb::Profile {
-        mapping: std::mem::take(&mut prof.mapping),
-        ..Default::default()
-    };
-    if !out.part(&mappings) {
-        return;
-    }
-    for (k, group) in locations.into_iter().enumerate() {
-        let module = module_of(group);
-        one.sample.clear();
-        one.location = vec![pb::Location {
-            id: k as u64 + 1,
-            mapping_id: mapping_of_module.get(module).map_or(0, |&m| m as u64 + 1),
-            address: group[0].address,
-            line: group
-                .iter()
-                .map(|f| pb::Line {
-                    function_id: u64::from(f.function) + 1,
-                    line: i64::from(f.line),
-                    column: 0,
-                })
-                .collect(),
-            is_folded: false,
-        }];
-        if !out.part(&one) {
-            return;
+        // A frame shown without its address (0) widens no range.
+        let (mp, address) = (&mut prof.mapping[m], group[0].address);
+        if address != 0 {
+            mp.memory_start = mp.memory_start.min(address);
+            mp.memory_limit = mp.memory_limit.max(address.saturating_add(1));
         }
     }
-    if out.part(&prof) {
-        out.finish();
+
+    /// Writes the mappings, locations, functions, strings and the other
+    /// fields, and ends the stream.
+    pub fn finish(self) {
+        let PprofEncoder {
+            p,
+            mut out,
+            mut st,
+            mut prof,
+            mapping_of_module,
+            location_of,
+            pb_function_used,
+            mut one,
+            ..
+        } = self;
+        let mut locations: Vec<(u64, Box<[FrameRef]>)> =
+            location_of.into_iter().map(|(g, id)| (id, g)).collect();
+        locations.sort_unstable_by_key(|&(id, _)| id);
+        for m in &mut prof.mapping {
+            if m.memory_start > m.memory_limit {
+                m.memory_start = 0;
+            }
+        }
+        // pprof takes the first mapping for the main binary ("File:").
+        let main = prof.mapping.iter().position(|m| {
+            let file = &st.table[m.filename as usize];
+            is_main_binary(file, &p.comm)
+        });
+        if let Some(i) = main.or_else(|| {
+            prof.mapping
+                .iter()
+                .position(|m| !is_library(&st.table[m.filename as usize]))
+        }) {
+            prof.mapping[..=i].rotate_right(1);
+        }
+        for (id, f) in p.functions.iter().enumerate() {
+            if pb_function_used[id] {
+                let name = st.id(&f.name);
+                prof.function.push(pb::Function {
+                    id: id as u64 + 1,
+                    name,
+                    system_name: name,
+                    filename: st.id(&f.file),
+                    start_line: 0,
+                });
+            }
+        }
+        prof.string_table = st.table;
+        // Fields 3 and 4 (a location at a time), then 5 to 14.
+        let mappings = pb::Profile {
+            mapping: std::mem::take(&mut prof.mapping),
+            ..Default::default()
+        };
+        if !out.part(&mappings) {
+            return;
+        }
+        for (id, group) in locations {
+            let module = Self::module_of(p, &group);
+            one.sample.clear();
+            one.location = vec![pb::Location {
+                id,
+                mapping_id: mapping_of_module.get(module).map_or(0, |&m| m as u64 + 1),
+                address: group[0].address,
+                line: group
+                    .iter()
+                    .map(|f| pb::Line {
+                        function_id: u64::from(f.function) + 1,
+                        line: i64::from(f.line),
+                        column: 0,
+                    })
+                    .collect(),
+                is_folded: false,
+            }];
+            if !out.part(&one) {
+                return;
+            }
+        }
+        if out.part(&prof) {
+            out.finish();
+        }
     }
 }
 

@@ -470,3 +470,28 @@ fn streamed_pieces_make_the_export() {
     });
     assert_eq!(n, 1);
 }
+
+/// A profile encoded from its head and its stacks given one at a time (as
+/// a session saves itself) is the export of the whole profile, whatever
+/// stacks the head holds.
+#[test]
+fn a_profile_encoded_stack_by_stack_is_the_export() {
+    let p = with_stacks(300);
+    let whole = pprof(&p);
+    let head = ResolvedProfile {
+        stacks: vec![p.stacks[1].clone()],
+        ..p.clone()
+    };
+    let mut pieces = Vec::new();
+    let mut encoder = PprofEncoder::new(&head, 512, |piece| {
+        pieces.push(piece);
+        true
+    })
+    .unwrap();
+    for s in &p.stacks {
+        assert!(encoder.sample(s.tid, s.count, &s.frames));
+    }
+    encoder.finish();
+    assert!(pieces.len() > 2, "{} pieces", pieces.len());
+    assert!(pieces.concat() == whole, "not the whole profile's export");
+}

@@ -10,9 +10,8 @@ use crate::request_error::Error;
 use crate::serve::auth::Caller;
 use crate::sessions::session::{self, Handle, SaveStatus};
 use crate::sessions::store::share::Ledger;
-use crate::sessions::store::{Found, Store};
+use crate::sessions::store::{Encoded, Found, Store, PIECE_BYTES};
 use profd_common::api;
-use profd_common::kernel::KernelFrames;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -215,18 +214,18 @@ impl Saver {
     async fn save(&self, handle: &Handle, record: Record) -> Outcome {
         let id = handle.id;
         let _turn = self.store.turn().await;
-        let resolved = match handle.resolve(KernelFrames::Full).await {
+        let (session, profile) = match handle.encoded(PIECE_BYTES).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(session = id, %e, "session not saved");
                 return Outcome::Gone;
             }
         };
-        let ended = resolved.session.state() != api::SessionState::Running;
+        let ended = session.state() != api::SessionState::Running;
         let saving = self.store.clone();
         let saved = tokio::task::spawn_blocking(move || match record {
-            Record::Start => saving.save_start(&resolved.session, &resolved.profile),
-            Record::Now => saving.save(&resolved.session, &resolved.profile),
+            Record::Start => saving.save_start(&session, Encoded(profile)),
+            Record::Now => saving.save(&session, Encoded(profile)),
         })
         .await
         .map_err(|e| format!("saving panicked: {e}"))

@@ -8,6 +8,7 @@ use crate::process::maps::is_jit_candidate;
 use crate::process::symbolize::{is_kernel, FrameName};
 use crate::sampling::BAD_USER_FRAME;
 use profd_common::api;
+use profd_common::export::PprofEncoder;
 use profd_common::kernel::{self, KernelFrames};
 use profd_common::model::{
     percent, Aggregator, FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack,
@@ -323,17 +324,16 @@ impl Actor {
     }
 
     pub(super) async fn resolve(&mut self, shown: KernelFrames) -> Resolved {
+        let mut resolved = self.resolve_head(shown).await;
         let mut stacks = Vec::with_capacity(self.ingest.stacks.len());
-        let mut resolved = self
-            .resolve_each(shown, |_, tid, count, frames| {
-                // Sized exactly: a whole profile's frames are most of its memory.
-                stacks.push(ResolvedStack {
-                    tid,
-                    count,
-                    frames: frames.to_vec(),
-                })
+        self.each_stack(|tid, count, frames| {
+            // Sized exactly: a whole profile's frames are most of its memory.
+            stacks.push(ResolvedStack {
+                tid,
+                count,
+                frames: frames.to_vec(),
             })
-            .await;
+        });
         resolved.profile.stacks = stacks;
         let mut timeline = (self.ingest.timeline.as_ref()).map(|t| t.timeline());
         if let (Some(map), Some(t)) = (shown.apply_mapped(&mut resolved.profile), &mut timeline) {
@@ -344,7 +344,7 @@ impl Actor {
     }
 
     /// The frames of `stack` (addresses, tagged, innermost first) as named
-    /// at the last [`Self::resolve_each`], written to `frames`; true when a
+    /// at the last [`Self::resolve_head`], written to `frames`; true when a
     /// frame could not be named.
     pub(super) fn name_stack(&self, stack: &[u64], frames: &mut Vec<FrameRef>) -> bool {
         frames.clear();
@@ -366,15 +366,10 @@ impl Actor {
         unnamed
     }
 
-    /// The profile with its stacks handed to `each` one at a time (with the
-    /// function table they index, the thread and the count) instead of
-    /// kept: its `stacks` are empty and `shown` is not applied to them. The
-    /// running counts that views read are brought up to date too.
-    pub(super) async fn resolve_each(
-        &mut self,
-        shown: KernelFrames,
-        mut each: impl FnMut(&[FunctionInfo], u32, u64, &[FrameRef]),
-    ) -> Resolved {
+    /// The profile without its stacks (they come from [`Self::each_stack`]),
+    /// its addresses named: `shown` is not applied. The running counts that
+    /// views read are brought up to date too.
+    pub(super) async fn resolve_head(&mut self, shown: KernelFrames) -> Resolved {
         self.symbolize_pending().await;
         self.folded_id(shown);
         self.count_new_samples(&mut Vec::with_capacity(128));
@@ -389,11 +384,6 @@ impl Actor {
                 inlined: n.inlined,
             })
             .collect();
-        let mut frames = Vec::with_capacity(128);
-        self.ingest.stacks.for_each(|tid, stack, count| {
-            self.name_stack(stack, &mut frames);
-            each(&functions, tid, count, &frames);
-        });
         let session = self.summary();
         let profile = ResolvedProfile {
             functions,
@@ -428,6 +418,37 @@ impl Actor {
                 .map(|(&t, &ns)| (t, ns))
                 .collect(),
         }
+    }
+
+    /// Each stack with its thread and count, its frames as named at the
+    /// last [`Self::resolve_head`].
+    pub(super) fn each_stack(&self, mut each: impl FnMut(u32, u64, &[FrameRef])) {
+        let mut frames = Vec::with_capacity(128);
+        self.ingest.stacks.for_each(|tid, stack, count| {
+            self.name_stack(stack, &mut frames);
+            each(tid, count, &frames);
+        });
+    }
+
+    /// The session's summary and its profile as gzip'd pprof in pieces of
+    /// `piece_bytes`, every frame shown (for saves): encoded stack by
+    /// stack as the stacks are named, so the profile is never whole in
+    /// memory, only its compressed bytes.
+    pub(super) async fn encoded(&mut self, piece_bytes: usize) -> (api::Session, Vec<Vec<u8>>) {
+        let resolved = self.resolve_head(KernelFrames::Full).await;
+        let mut pieces = Vec::new();
+        let encoder = PprofEncoder::new(&resolved.profile, piece_bytes, |mut piece| {
+            piece.shrink_to_fit();
+            pieces.push(piece);
+            true
+        });
+        if let Some(mut encoder) = encoder {
+            self.each_stack(|tid, count, frames| {
+                encoder.sample(tid, count, frames);
+            });
+            encoder.finish();
+        }
+        (resolved.session, pieces)
     }
 
     /// bucket = (vaddr − offset) × scale / 65536 for each sample's innermost

@@ -101,6 +101,7 @@ struct Stamp {
 enum Command {
     Profile(u32, KernelFrames, oneshot::Sender<FunctionTable>),
     Resolve(KernelFrames, oneshot::Sender<Resolved>),
+    Encoded(usize, oneshot::Sender<(api::Session, Vec<Vec<u8>>)>),
     Histogram(
         api::GetHistogramRequest,
         oneshot::Sender<Result<api::GetHistogramResponse, NoHistogram>>,
@@ -148,6 +149,17 @@ impl Handle {
         let mut resolved = self.ask(|reply| Command::Resolve(shown, reply)).await?;
         self.saving.stamp(&mut resolved.session);
         Ok(resolved)
+    }
+
+    /// The summary and the profile, every frame shown, as gzip'd pprof in
+    /// pieces of `piece_bytes` (for saves: the profile is encoded as it is
+    /// named, never whole). Does not wait for a save.
+    pub async fn encoded(&self, piece_bytes: usize) -> Result<(api::Session, Vec<Vec<u8>>), Gone> {
+        let (mut session, pieces) = self
+            .ask(|reply| Command::Encoded(piece_bytes, reply))
+            .await?;
+        self.saving.stamp(&mut session);
+        Ok((session, pieces))
     }
 
     /// A profil(3)-style histogram of the innermost user PCs in one module.
@@ -400,7 +412,10 @@ impl Actor {
                         // a stop drains them exactly in `end`.
                         let reads_samples = matches!(
                             cmd,
-                            Command::Profile(..) | Command::Resolve(..) | Command::Histogram(..)
+                            Command::Profile(..)
+                            | Command::Resolve(..)
+                            | Command::Encoded(..)
+                            | Command::Histogram(..)
                         );
                         if reads_samples && self.running() {
                             self.sampler.flush(self.spec, Flush::Held).await;
@@ -441,6 +456,9 @@ impl Actor {
             Command::Resolve(shown, reply) => {
                 let resolved = self.resolve(shown).await;
                 let _ = reply.send(resolved);
+            }
+            Command::Encoded(piece_bytes, reply) => {
+                let _ = reply.send(self.encoded(piece_bytes).await);
             }
             Command::Histogram(req, reply) => {
                 let _ = reply.send(self.histogram(&req));

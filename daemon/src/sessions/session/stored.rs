@@ -93,6 +93,17 @@ async fn run(
                     emptied: Vec::new(),
                 });
             }
+            Command::Encoded(piece_bytes, reply) => {
+                let Some(l) = load(&store, &stored, &mut loaded).await else {
+                    break;
+                };
+                let mut pieces = Vec::new();
+                profd_common::export::pprof_pieces(&l.profile, piece_bytes, |piece| {
+                    pieces.push(piece);
+                    true
+                });
+                let _ = reply.send((session, pieces));
+            }
             Command::Resolve(shown, reply) => {
                 let Some(l) = load(&store, &stored, &mut loaded).await else {
                     break;

@@ -51,7 +51,7 @@ pub const CORRUPT_DIR: &str = "corrupt";
 const MAX_META_BYTES: u64 = 1 << 20;
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// Bytes of the profile written at a time as it is encoded.
-const PIECE_BYTES: usize = 64 << 10;
+pub const PIECE_BYTES: usize = 64 << 10;
 
 /// How much the state directory keeps, shared fairly between the sessions'
 /// owners (see [`share`]).
@@ -125,6 +125,22 @@ pub enum SizeError {
     NotASize(String),
     #[error("{0:?} is too large")]
     TooLarge(String),
+}
+
+/// A profile as the gzip'd pprof pieces a save writes: a session encodes
+/// its own as it names its stacks (see `session::Handle::encoded`), so no
+/// whole profile is made for a save.
+pub struct Encoded(pub Vec<Vec<u8>>);
+
+impl From<&ResolvedProfile> for Encoded {
+    fn from(profile: &ResolvedProfile) -> Encoded {
+        let mut pieces = Vec::new();
+        export::pprof_pieces(profile, PIECE_BYTES, |piece| {
+            pieces.push(piece);
+            true
+        });
+        Encoded(pieces)
+    }
 }
 
 /// A session found in the state directory.
@@ -519,9 +535,9 @@ impl Store {
     pub fn save(
         &self,
         session: &api::Session,
-        profile: &ResolvedProfile,
+        profile: impl Into<Encoded>,
     ) -> Result<Vec<u64>, SaveError> {
-        self.write(session, profile, false)
+        self.write(session, profile.into(), false)
     }
 
     /// Record a session as it starts (a running session's first save): a
@@ -530,15 +546,15 @@ impl Store {
     pub fn save_start(
         &self,
         session: &api::Session,
-        profile: &ResolvedProfile,
+        profile: impl Into<Encoded>,
     ) -> Result<Vec<u64>, SaveError> {
-        self.write(session, profile, true)
+        self.write(session, profile.into(), true)
     }
 
     fn write(
         &self,
         session: &api::Session,
-        profile: &ResolvedProfile,
+        profile: Encoded,
         at_start: bool,
     ) -> Result<Vec<u64>, SaveError> {
         let id = session.id;
@@ -557,17 +573,14 @@ impl Store {
         let (pprof_file, meta_file) = (pprof_name(id), Kind::Session.name(id));
         // Both written and synced first: a checkpoint replacing the last
         // one leaves the pair mismatched only between the two renames.
-        // The profile is written as it is encoded, never whole in memory.
         let (mut size, mut sha) = (0u64, Sha256::new());
         let pprof_tmp = stage_with(&self.dir, &pprof_file, |f| {
-            let mut written = Ok(());
-            export::pprof_pieces(profile, PIECE_BYTES, |piece| {
+            for piece in profile.0 {
                 size += piece.len() as u64;
                 sha.update(&piece);
-                written = f.write_all(&piece);
-                written.is_ok()
-            });
-            written
+                f.write_all(&piece)?;
+            }
+            Ok(())
         })
         .map_err(|e| fail(&pprof_file, e))?;
         let record = Record {

@@ -136,7 +136,7 @@ mod tests {
     fn values_parse() {
         assert_eq!("auto".parse(), Ok(Setting::Auto));
         assert_eq!("folded".parse(), Ok(Setting::Folded));
-        let err = "hidden".parse::<Setting>().unwrap_err();
+        let err = "hidden".parse::<Setting>().unwrap_err().to_string();
         assert!(
             err.contains("\"auto\", \"full\", \"names\" or \"folded\""),
             "{err}"

@@ -16,13 +16,39 @@ fn ids(stack: &ResolvedStack) -> impl DoubleEndedIterator<Item = u32> + '_ {
     stack.frames.iter().map(|f| f.function)
 }
 
-/// The function of frame `depth` of a stack's path, root first: the
-/// outermost frame first, or the innermost when `bottom_up`.
-fn path_frame(s: &ResolvedStack, depth: usize, bottom_up: bool) -> u32 {
-    let i = if bottom_up {
-        depth
-    } else {
-        s.frames.len() - 1 - depth
+/// Which end of the stacks a call tree's roots are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// The outermost frames: callers above their callees.
+    TopDown,
+    /// The innermost frames, where the samples were taken: callees above
+    /// their callers.
+    BottomUp,
+}
+
+impl Direction {
+    /// As a request's `bottom_up` field says.
+    pub fn of(bottom_up: bool) -> Direction {
+        match bottom_up {
+            true => Direction::BottomUp,
+            false => Direction::TopDown,
+        }
+    }
+
+    /// Whether depth `depth` of a path of `len` frames is the innermost frame.
+    fn innermost(self, depth: usize, len: usize) -> bool {
+        match self {
+            Direction::BottomUp => depth == 0,
+            Direction::TopDown => depth + 1 == len,
+        }
+    }
+}
+
+/// The function of frame `depth` of a stack's path, root first.
+fn path_frame(s: &ResolvedStack, depth: usize, direction: Direction) -> u32 {
+    let i = match direction {
+        Direction::BottomUp => depth,
+        Direction::TopDown => s.frames.len() - 1 - depth,
     };
     s.frames[i].function
 }
@@ -132,7 +158,7 @@ impl Tree {
     /// Every path of every stack (the tests' reference for the trees and
     /// paths built without it).
     #[cfg(test)]
-    fn build(p: &ResolvedProfile, bottom_up: bool) -> Tree {
+    fn build(p: &ResolvedProfile, direction: Direction) -> Tree {
         let mut t = Tree {
             function: Vec::new(),
             inclusive: Vec::new(),
@@ -142,10 +168,9 @@ impl Tree {
             index: HashMap::new(),
         };
         for s in p.stacks.iter().filter(|s| !s.frames.is_empty()) {
-            if bottom_up {
-                t.add(ids(s), s.count, true);
-            } else {
-                t.add(ids(s).rev(), s.count, false);
+            match direction {
+                Direction::BottomUp => t.add(ids(s), s.count, true),
+                Direction::TopDown => t.add(ids(s).rev(), s.count, false),
             }
         }
         t
@@ -158,7 +183,7 @@ impl Tree {
     /// their counts are those of [`Tree::build`].
     fn build_kept(
         p: &ResolvedProfile,
-        bottom_up: bool,
+        direction: Direction,
         keep: impl Fn(u64) -> bool,
         max_depth: u32,
     ) -> Tree {
@@ -173,7 +198,7 @@ impl Tree {
         };
         let stacks: Vec<&ResolvedStack> =
             p.stacks.iter().filter(|s| !s.frames.is_empty()).collect();
-        let at = |s: &ResolvedStack, depth: usize| path_frame(s, depth, bottom_up);
+        let at = |s: &ResolvedStack, depth: usize| path_frame(s, depth, direction);
         // Each stack's node at the depth before (usize::MAX: the root's
         // parent; GONE: cut or ended).
         let mut node_of = vec![usize::MAX; stacks.len()];
@@ -216,12 +241,7 @@ impl Tree {
                     *parent = GONE;
                     continue;
                 };
-                let innermost = if bottom_up {
-                    depth == 0
-                } else {
-                    depth == s.frames.len() - 1
-                };
-                if innermost {
+                if direction.innermost(depth, s.frames.len()) {
                     t.exclusive[node] += s.count;
                 }
                 *parent = node;
@@ -310,12 +330,12 @@ impl Tree {
 /// depth 0), 0 = unlimited.
 pub fn call_tree(
     p: &ResolvedProfile,
-    bottom_up: bool,
+    direction: Direction,
     min_pct: f64,
     max_depth: u32,
 ) -> Vec<api::TreeNode> {
     let kept = |n: u64| percent(n, p.attributed) >= min_pct;
-    let mut t = Tree::build_kept(p, bottom_up, kept, max_depth);
+    let mut t = Tree::build_kept(p, direction, kept, max_depth);
     t.sort(p);
     let keep = |i: usize| kept(t.inclusive[i]);
     let mut out = Vec::new();
@@ -339,10 +359,10 @@ pub fn call_tree(
 /// that child holds at least `min_pct` (0–100) of the attributed samples:
 /// the path ends at the hot function, not in the noise under it. Nodes as
 /// in [`call_tree`], each the parent of the next.
-pub fn hot_path(p: &ResolvedProfile, bottom_up: bool, min_pct: f64) -> Vec<api::TreeNode> {
+pub fn hot_path(p: &ResolvedProfile, direction: Direction, min_pct: f64) -> Vec<api::TreeNode> {
     // Walked a depth at a time, keeping only the stacks still on the path
     // (4 bytes each): the tree around it is never made.
-    let at = |s: &ResolvedStack, depth: usize| path_frame(s, depth, bottom_up);
+    let at = |s: &ResolvedStack, depth: usize| path_frame(s, depth, direction);
     let mut on: Vec<u32> = (0..p.stacks.len() as u32)
         .filter(|&i| !p.stacks[i as usize].frames.is_empty())
         .collect();
@@ -354,12 +374,7 @@ pub fn hot_path(p: &ResolvedProfile, bottom_up: bool, min_pct: f64) -> Vec<api::
             let s = &p.stacks[i as usize];
             let c = counts.entry(at(s, depth)).or_default();
             c.0 += s.count;
-            let innermost = if bottom_up {
-                depth == 0
-            } else {
-                depth + 1 == s.frames.len()
-            };
-            if innermost {
+            if direction.innermost(depth, s.frames.len()) {
                 c.1 += s.count;
             }
         }

@@ -55,7 +55,7 @@ fn flat_table_counts_and_order() {
 #[test]
 fn top_down_tree() {
     let p = known();
-    let t = call_tree(&p, false, 0.0, 0);
+    let t = call_tree(&p, Direction::TopDown, 0.0, 0);
     assert_eq!(
         shape(&t),
         vec![
@@ -75,7 +75,7 @@ fn top_down_tree() {
 #[test]
 fn bottom_up_tree() {
     let p = known();
-    let t = call_tree(&p, true, 0.0, 0);
+    let t = call_tree(&p, Direction::BottomUp, 0.0, 0);
     assert_eq!(
         shape(&t),
         vec![
@@ -109,12 +109,12 @@ fn bottom_up_tree() {
 fn tree_pruning() {
     let p = known();
     // 30 % of 12 = 3.6: the c under a (3) and everything at 2 go.
-    let t = call_tree(&p, false, 30.0, 0);
+    let t = call_tree(&p, Direction::TopDown, 30.0, 0);
     let f: Vec<u32> = t.iter().map(|n| n.function_id as u32).collect();
     assert_eq!(f, vec![MAIN, A, B, R, R, R]);
     assert_eq!(t[4].parent, 3);
     // Depth 1 at most: main and its children.
-    let t = call_tree(&p, false, 0.0, 1);
+    let t = call_tree(&p, Direction::TopDown, 0.0, 1);
     assert_eq!(
         shape(&t),
         vec![
@@ -125,30 +125,30 @@ fn tree_pruning() {
         ]
     );
     // A min_pct over everything drops even the roots.
-    assert!(call_tree(&p, true, 100.1, 0).is_empty());
-    assert!(call_tree(&ResolvedProfile::default(), false, 0.0, 0).is_empty());
+    assert!(call_tree(&p, Direction::BottomUp, 100.1, 0).is_empty());
+    assert!(call_tree(&ResolvedProfile::default(), Direction::TopDown, 0.0, 0).is_empty());
 }
 
 #[test]
 fn hot_paths() {
     let p = known();
     assert_eq!(
-        shape(&hot_path(&p, false, 0.0)),
+        shape(&hot_path(&p, Direction::TopDown, 0.0)),
         vec![(MAIN, 0, -1, 12, 0), (A, 1, 0, 4, 1), (C, 2, 1, 3, 3)]
     );
     assert_eq!(
-        shape(&hot_path(&p, true, 0.0)),
+        shape(&hot_path(&p, Direction::BottomUp, 0.0)),
         vec![(C, 0, -1, 5, 5), (A, 1, 0, 3, 0), (MAIN, 2, 1, 3, 0)]
     );
     // It ends where the heaviest child falls under the threshold: a (4 of
     // 12, 33 %) is kept at 30 %, the c under it (3 of 12, 25 %) is not;
     // above every root, the path is empty.
     assert_eq!(
-        shape(&hot_path(&p, false, 30.0)),
+        shape(&hot_path(&p, Direction::TopDown, 30.0)),
         vec![(MAIN, 0, -1, 12, 0), (A, 1, 0, 4, 1)]
     );
-    assert!(hot_path(&p, false, 100.1).is_empty());
-    assert!(hot_path(&ResolvedProfile::default(), false, 0.0).is_empty());
+    assert!(hot_path(&p, Direction::TopDown, 100.1).is_empty());
+    assert!(hot_path(&ResolvedProfile::default(), Direction::TopDown, 0.0).is_empty());
 }
 
 #[test]
@@ -311,11 +311,11 @@ fn line_rows() {
 /// The call tree as the whole tree gives it: every path made, then cut.
 fn whole_tree(
     p: &ResolvedProfile,
-    bottom_up: bool,
+    direction: Direction,
     min_pct: f64,
     max_depth: u32,
 ) -> Vec<api::TreeNode> {
-    let mut t = Tree::build(p, bottom_up);
+    let mut t = Tree::build(p, direction);
     t.sort(p);
     let keep = |i: usize| percent(t.inclusive[i], p.attributed) >= min_pct;
     let mut out = Vec::new();
@@ -335,8 +335,12 @@ fn whole_tree(
 
 /// The hot path as the whole tree gives it: every path made, then the
 /// heaviest child followed.
-fn whole_tree_hot_path(p: &ResolvedProfile, bottom_up: bool, min_pct: f64) -> Vec<api::TreeNode> {
-    let t = Tree::build(p, bottom_up);
+fn whole_tree_hot_path(
+    p: &ResolvedProfile,
+    direction: Direction,
+    min_pct: f64,
+) -> Vec<api::TreeNode> {
+    let t = Tree::build(p, direction);
     let heaviest = |nodes: &[usize]| {
         nodes
             .iter()
@@ -383,17 +387,17 @@ fn trees_built_a_depth_at_a_time_are_the_whole_trees_cut() {
             count,
         });
     }
-    for bottom_up in [false, true] {
+    for direction in [Direction::TopDown, Direction::BottomUp] {
         for min_pct in [0.0, 0.5, 3.0, 20.0] {
             for max_depth in [0, 1, 3] {
                 assert_eq!(
-                    call_tree(&p, bottom_up, min_pct, max_depth),
-                    whole_tree(&p, bottom_up, min_pct, max_depth),
-                    "bottom_up {bottom_up}, min_pct {min_pct}, max_depth {max_depth}"
+                    call_tree(&p, direction, min_pct, max_depth),
+                    whole_tree(&p, direction, min_pct, max_depth),
+                    "{direction:?}, min_pct {min_pct}, max_depth {max_depth}"
                 );
             }
-            let hot = hot_path(&p, bottom_up, min_pct);
-            assert_eq!(hot, whole_tree_hot_path(&p, bottom_up, min_pct));
+            let hot = hot_path(&p, direction, min_pct);
+            assert_eq!(hot, whole_tree_hot_path(&p, direction, min_pct));
             assert!(min_pct > 1.0 || hot.len() > 1, "{hot:?}");
         }
     }

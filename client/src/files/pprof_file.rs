@@ -53,9 +53,16 @@ pub fn view(profile: &ResolvedProfile, view: &View) -> Result<GetViewResponse, E
     };
     match view {
         View::Tree(t) => {
-            reply.nodes = views::call_tree(profile, t.bottom_up, t.min_pct, t.max_depth);
+            reply.nodes = views::call_tree(
+                profile,
+                views::Direction::of(t.bottom_up),
+                t.min_pct,
+                t.max_depth,
+            );
         }
-        View::HotPath(t) => reply.nodes = views::hot_path(profile, t.bottom_up, t.min_pct),
+        View::HotPath(t) => {
+            reply.nodes = views::hot_path(profile, views::Direction::of(t.bottom_up), t.min_pct)
+        }
         View::Callers(f) => {
             let id = find(profile, f)?;
             reply.caller_callee = Some(views::callers_callees(profile, id));

@@ -128,7 +128,7 @@ fn round_trip_keeps_figures_and_inline_flags() {
     assert!(!b[0].inlined);
     // Views agree too.
     let tree = |q: &ResolvedProfile| {
-        views::call_tree(q, false, 0.0, 0)
+        views::call_tree(q, views::Direction::TopDown, 0.0, 0)
             .iter()
             .map(|n| {
                 (

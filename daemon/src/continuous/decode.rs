@@ -4,7 +4,6 @@
 //! file never makes the daemon hold more than that bound. A query visits a
 //! window's stacks one at a time ([`visit_from`]) instead of holding them.
 //! Writing is in [`super::encode`].
-use super::files::Mismatch;
 use profd_common::api;
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
@@ -393,6 +392,27 @@ impl<R: Read> Reader<R> {
         }
         Ok(s)
     }
+}
+
+/// Err when window `w` is not the one its name (`start`, `end`, `id`)
+/// says.
+pub(crate) fn mismatch(start: u64, end: u64, id: &str, w: &api::Window) -> Result<(), Mismatch> {
+    if (w.start_unix_ns, w.end_unix_ns, w.id.as_str()) == (start, end, id) {
+        return Ok(());
+    }
+    Err(Mismatch {
+        named: (id.into(), start, end),
+        held: (w.id.clone(), w.start_unix_ns, w.end_unix_ns),
+    })
+}
+
+/// A window file holds another window than its name says: each as (id,
+/// start ns, end ns).
+#[derive(Debug, thiserror::Error)]
+#[error("its name says window {} from {} to {} ns, but it holds window {} from {} to {} ns", named.0, named.1, named.2, held.0, held.1, held.2)]
+pub struct Mismatch {
+    named: (String, u64, u64),
+    held: (String, u64, u64),
 }
 
 #[cfg(test)]

@@ -4,8 +4,7 @@
 //! name must pass before its file is trusted, the check of a file's window
 //! against its name, and the one file kept of a window found under several
 //! names. No index, no retention.
-use super::decode::decode_head;
-use profd_common::api;
+use super::decode::{decode_head, mismatch};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -129,18 +128,6 @@ pub(crate) fn bad_name(f: &Found, now_ns: u64) -> Option<String> {
     None
 }
 
-/// Err when window `w` is not the one its name (`start`, `end`, `id`)
-/// says.
-pub(crate) fn mismatch(start: u64, end: u64, id: &str, w: &api::Window) -> Result<(), Mismatch> {
-    if (w.start_unix_ns, w.end_unix_ns, w.id.as_str()) == (start, end, id) {
-        return Ok(());
-    }
-    Err(Mismatch {
-        named: (id.into(), start, end),
-        held: (w.id.clone(), w.start_unix_ns, w.end_unix_ns),
-    })
-}
-
 /// A directory of window files could not be listed.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {source}", dir.display())]
@@ -148,15 +135,6 @@ pub struct DirError {
     dir: PathBuf,
     #[source]
     source: std::io::Error,
-}
-
-/// A window file holds another window than its name says: each as (id,
-/// start ns, end ns).
-#[derive(Debug, thiserror::Error)]
-#[error("its name says window {} from {} to {} ns, but it holds window {} from {} to {} ns", named.0, named.1, named.2, held.0, held.1, held.2)]
-pub struct Mismatch {
-    named: (String, u64, u64),
-    held: (String, u64, u64),
 }
 
 /// Sort the window files `found` in `dir` by `now_ns` into those to trust

@@ -9,12 +9,13 @@
 //! back, or holds another window than its name says, is renamed
 //! `….damaged`, dropped from the index and counted.
 use super::decode::{decode, decode_from, visit_from, Check, DecodeError, Visit};
+use super::decode::{mismatch, Mismatch};
 use super::encode::Encoded;
 #[cfg(test)]
 use super::files::random_id;
 use super::files::valid_id;
 pub(crate) use super::files::{file_name, parse_name, window_files};
-use super::files::{mismatch, now_ns, sort_out, DirError, Mismatch};
+use super::files::{now_ns, sort_out, DirError};
 use super::merge::Merge;
 pub use super::merge::{Merged, Want};
 use super::Settings;

@@ -3,8 +3,8 @@
 //! merged stack's frames are held once, and an answer that needs only the
 //! function table keeps no stacks at all. Which windows are read, and the
 //! errors a query answers, are [`super::history`]'s.
+use super::decode::Mismatch;
 use super::decode::Visit;
-use super::files::Mismatch;
 use crate::request_error::Error;
 use profd_common::api;
 use profd_common::model::ResolvedStack;

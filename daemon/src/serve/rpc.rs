@@ -746,9 +746,17 @@ impl Profiler for Service {
         };
         match view {
             V::Tree(t) => {
-                out.nodes = views::call_tree(p, t.bottom_up, valid_pct(t.min_pct)?, t.max_depth)
+                out.nodes = views::call_tree(
+                    p,
+                    views::Direction::of(t.bottom_up),
+                    valid_pct(t.min_pct)?,
+                    t.max_depth,
+                )
             }
-            V::HotPath(t) => out.nodes = views::hot_path(p, t.bottom_up, valid_pct(t.min_pct)?),
+            V::HotPath(t) => {
+                out.nodes =
+                    views::hot_path(p, views::Direction::of(t.bottom_up), valid_pct(t.min_pct)?)
+            }
             V::Callers(r) => out.caller_callee = Some(views::callers_callees(p, find(&r)?)),
             V::Threads(_) => {
                 // The time not known of the threads the filter keeps.

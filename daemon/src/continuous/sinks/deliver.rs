@@ -7,7 +7,7 @@ use super::SetupError;
 use super::{clickhouse, otlp, pyroscope, DropReason, Failure, Secret, Sent};
 use crate::config::sinks::{Kind, Settings};
 use crate::continuous::decode::decode;
-use crate::continuous::files::mismatch;
+use crate::continuous::decode::mismatch;
 use crate::continuous::files::now_ns;
 use profd_common::api;
 use std::collections::BTreeMap;

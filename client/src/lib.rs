@@ -70,7 +70,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
     let result = match &cli.command {
         Command::Attach(args) => commands::attach(client, args, &out).await,
         Command::Run(args) => commands::run(client, args, &out).await.map(|c| code = c),
-        Command::Sessions(args) => commands::sessions(client, args.all, &out).await,
+        Command::Sessions(args) => commands::sessions(client, args, &out).await,
         Command::Stop(args) => commands::stop(client, args.id, &out).await,
         Command::Info => commands::info(client, &out).await,
         Command::Export(args) => commands::export(client, args, &out).await,

@@ -5,19 +5,19 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
 use super::required_session;
-use crate::args::cli::HealthArgs;
+use crate::args::cli::{HealthArgs, SessionsArgs};
 use crate::error::Error;
 use crate::requests::connect::{Client, Connection};
 use crate::requests::progress::waiting;
 use crate::views::output::Output;
 use crate::views::render;
 
-/// Lists the daemon's sessions, oldest first; with `all` also those of
+/// Lists the daemon's sessions, oldest first; with `--all` also those of
 /// earlier daemon runs.
-pub async fn sessions(client: &mut Client, all: bool, out: &Output) -> Result<(), Error> {
+pub async fn sessions(client: &mut Client, args: &SessionsArgs, out: &Output) -> Result<(), Error> {
     let mut sessions = waiting(
         "waiting for the session list",
-        client.list_sessions(ListSessionsRequest { all }),
+        client.list_sessions(ListSessionsRequest { all: args.all }),
     )
     .await?
     .into_inner()

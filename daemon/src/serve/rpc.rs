@@ -7,7 +7,7 @@ use crate::os::sysctl::{kernel_sysctl, max_sample_rate};
 use crate::request_error::Error;
 use crate::serve::auth::Policy;
 use crate::serve::kernel_view::Sysctls;
-use crate::sessions::registry::Registry;
+use crate::sessions::registry::{Listing, Registry};
 use crate::sessions::session::{FunctionTable, Handle, Resolved, MAX_WINDOW_S};
 use profd_common::api::{self, profiler_server::Profiler};
 use profd_common::kernel::KernelFrames;
@@ -837,8 +837,12 @@ impl Profiler for Service {
         req: Request<api::ListSessionsRequest>,
     ) -> Result<Response<api::ListSessionsResponse>, Status> {
         let caller = self.policy.caller(&req)?;
+        let listing = match req.get_ref().all {
+            true => Listing::AllRuns,
+            false => Listing::ThisRun,
+        };
         let mut sessions = Vec::new();
-        for h in self.registry.listed(&caller, req.get_ref().all).await {
+        for h in self.registry.listed(&caller, listing).await {
             if let Ok(s) = h.summary().await {
                 sessions.push(s);
             }

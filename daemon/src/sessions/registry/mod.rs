@@ -247,6 +247,15 @@ pub struct Activity {
     pub ended: u64,
 }
 
+/// Which daemon runs' sessions [`Registry::listed`] lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// This run's sessions, running and ended.
+    ThisRun,
+    /// Also those of earlier runs, found in the state directory.
+    AllRuns,
+}
+
 /// All sessions of the daemon, running and ended.
 pub struct Registry {
     sampler: Arc<dyn SampleSource>,

@@ -5,7 +5,7 @@
 //! after them), owned by their recorded owners, listed only on request.
 //! Sessions are recorded there as they start; a save that fails leaves the
 //! session in memory, marked NOT_SAVED, and is tried again every interval.
-use super::{sees, LiveSessions, Registry, StoredSessions};
+use super::{sees, Listing, LiveSessions, Registry, StoredSessions};
 use crate::request_error::Error;
 use crate::serve::auth::Caller;
 use crate::sessions::session::{self, Handle, SaveStatus};
@@ -62,10 +62,10 @@ impl Registry {
     }
 
     /// The sessions `caller` may see (all for root, else its own): this
-    /// run's, and with `all` also those of earlier runs; by id.
-    pub async fn listed(&self, caller: &Caller, all: bool) -> Vec<Handle> {
+    /// run's, and with [`Listing::AllRuns`] also those of earlier runs; by id.
+    pub async fn listed(&self, caller: &Caller, listing: Listing) -> Vec<Handle> {
         let mut list = self.visible(caller).await;
-        if all {
+        if listing == Listing::AllRuns {
             list.extend(
                 lock(&self.stored)
                     .values()

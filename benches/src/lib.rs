@@ -9,7 +9,7 @@ use profd::internals::maps::ProcessMaps;
 use profd::internals::perf::record::{
     self, is_context_marker, Layout, CONTEXT_KERNEL, CONTEXT_USER,
 };
-use profd::internals::perf::{walk_ring, Counts, SAMPLE_TYPE, USER_REGS};
+use profd::internals::perf::{walk_ring, Counts, Stacks, SAMPLE_TYPE, USER_REGS};
 use profd::internals::sampler::{
     BatchPool, Children, Demux, Drained, RouteTo, Subscriber, Targets,
 };
@@ -345,12 +345,13 @@ impl Pipeline {
     /// With `stack_copy`, the session knows the target's mappings (to
     /// unwind); without, it needs none.
     pub fn new(stack_copy: bool) -> Pipeline {
-        let maps = if stack_copy {
-            ProcessMaps::read(target()).expect("own /proc/self/maps")
+        let (maps, stacks) = if stack_copy {
+            let maps = ProcessMaps::read(target()).expect("own /proc/self/maps");
+            (maps, Stacks::Copied)
         } else {
-            ProcessMaps::default()
+            (ProcessMaps::default(), Stacks::FramePointers)
         };
-        let demux = Demux::new(stack_copy, BatchPool::default());
+        let demux = Demux::new(stacks, BatchPool::default());
         let tops = demux.tops();
         Pipeline {
             demux,
@@ -360,15 +361,7 @@ impl Pipeline {
                 children: Children::Ignored,
                 exited: None,
             }]),
-            ingest: Ingest::new(
-                target(),
-                "bench".into(),
-                maps,
-                stack_copy,
-                1 << 20,
-                None,
-                tops,
-            ),
+            ingest: Ingest::new(target(), "bench".into(), maps, stacks, 1 << 20, None, tops),
             scratch: Vec::new(),
         }
     }

@@ -9,8 +9,8 @@ pub mod maps {
 pub mod perf {
     pub use crate::os::perf::record;
     pub use crate::os::perf::{
-        online_cpus, walk_ring, Counts, EventKind, EventSpec, PerfError, FP_USER_REGS, SAMPLE_TYPE,
-        USER_REGS,
+        online_cpus, walk_ring, Counts, EventKind, EventSpec, PerfError, Stacks, FP_USER_REGS,
+        SAMPLE_TYPE, USER_REGS,
     };
 }
 

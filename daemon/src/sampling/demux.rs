@@ -7,7 +7,7 @@ use super::callchain::push_stack;
 use super::tops::StackTops;
 use super::waits::{self, Switch, Waits};
 use crate::os::perf::record::{ParseError, Record};
-use crate::os::perf::Counts;
+use crate::os::perf::{Counts, Stacks};
 use crate::process::maps::{Backing, Mapping};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -219,11 +219,11 @@ pub struct Demux {
 }
 
 impl Demux {
-    /// State for a ring whose samples carry user stack copies (`stack_copy`)
-    /// or frame-pointer callchains, taking its batches from `pool`.
-    pub fn new(stack_copy: bool, pool: BatchPool) -> Demux {
+    /// State for a ring whose samples carry their user stacks as `stacks`
+    /// says, taking its batches from `pool`.
+    pub fn new(stacks: Stacks, pool: BatchPool) -> Demux {
         Demux {
-            stack_copy,
+            stack_copy: stacks == Stacks::Copied,
             max_stack: max_stack(),
             batches: Vec::new(),
             execs: Vec::new(),
@@ -787,7 +787,7 @@ mod tests {
     /// One drain of `rings` (read one after the other, as the sampler does):
     /// the batches delivered, in order, and what the drain saw.
     fn drain(targets: &Targets, rings: &[Vec<Rec>]) -> (Vec<(usize, Batch)>, Drained) {
-        let mut demux = Demux::new(false, BatchPool::default());
+        let mut demux = Demux::new(Stacks::FramePointers, BatchPool::default());
         assert!(demux.tops().is_none(), "frame pointers: nothing to cut");
         let mut out = Vec::new();
         let mut drain = demux.begin(targets, |i, batch| out.push((i, batch)));
@@ -867,7 +867,7 @@ mod tests {
                 sample_id: Default::default(),
             }))
         };
-        let mut demux = Demux::new(true, BatchPool::default());
+        let mut demux = Demux::new(Stacks::Copied, BatchPool::default());
         let tops = demux.tops().expect("stack copies come with the tops");
         let shared = tops.clone();
         let mut drain = |records: &[Rec]| -> Vec<usize> {
@@ -935,7 +935,7 @@ mod tests {
             s.tid = tid;
             Ok(Record::Sample(s))
         };
-        let mut demux = Demux::new(false, BatchPool::default());
+        let mut demux = Demux::new(Stacks::FramePointers, BatchPool::default());
         let mut out = Vec::new();
         let mut d = demux.begin(&targets, |_, batch| out.push(batch));
         let rings = [

@@ -19,7 +19,8 @@ pub use demux::{Children, Demux, Drained, RouteTo, Subscriber, Targets, EVERY_PR
 pub use tops::StackTops;
 pub use waits::Waits;
 
-use crate::os::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Target};
+pub use crate::os::perf::Flush;
+use crate::os::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Stacks, Target};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -129,16 +130,6 @@ pub struct Subscription {
     /// With stack copies, the stack tops of the rings the session's batches
     /// come from: its walks raise and drop them.
     pub tops: Option<StackTops>,
-}
-
-/// How much a flush reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flush {
-    /// What the rings hold (a view need not have more).
-    Held,
-    /// With the losses the kernel has not reported yet, at the cost of an
-    /// interrupt of every CPU (a session's end).
-    Exact,
 }
 
 /// The event sampled for a request of `kind`, from the PMU probe: `cycles`
@@ -264,8 +255,11 @@ impl Sampler {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let stack_copy = rings.first().is_some_and(|r| r.get_ref().stack_copy());
-        let mut demux = Demux::new(stack_copy, self.pool.clone());
+        let stacks = match rings.first().is_some_and(|r| r.get_ref().stack_copy()) {
+            true => Stacks::Copied,
+            false => Stacks::FramePointers,
+        };
+        let mut demux = Demux::new(stacks, self.pool.clone());
         let mut backlog = None;
         if spec.mode.switches() {
             let ids = rings.iter().flat_map(|r| r.get_ref().switch_ids().to_vec());
@@ -587,7 +581,10 @@ fn drain(
     backlog: Option<&Arc<Backlog>>,
     end: Option<u64>,
 ) {
-    let exact = end.is_some();
+    let flush = match end {
+        Some(_) => Flush::Exact,
+        None => Flush::Held,
+    };
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
     let exiting = guard.all.iter().any(|r| r.exited.is_some());
     let sessions = &guard.sessions;
@@ -620,7 +617,7 @@ fn drain(
         drain.ring(i);
         let bytes = ring.get_mut().drain_to(head, |record| drain.record(record));
         let records = drain.lost_records() - before;
-        let new = ring.get_mut().new_counts(records, bytes, exact);
+        let new = ring.get_mut().new_counts(records, bytes, flush);
         drain.ring_read(ring.get_ref().may_be_missing(), now);
         counts.lost += new.lost;
         counts.counted += new.counted;

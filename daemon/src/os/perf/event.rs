@@ -87,6 +87,34 @@ impl From<api::Mode> for Mode {
     }
 }
 
+/// How much a flush reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// What the rings hold (a view need not have more).
+    Held,
+    /// With the losses the kernel has not reported yet, at the cost of an
+    /// interrupt of every CPU (a session's end).
+    Exact,
+}
+
+/// Whether a walk of a ring reads the records' cache lines first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Touch {
+    /// All at once before the walk ([`touch`]).
+    LinesFirst,
+    /// Each as the walk reaches it.
+    AsWalked,
+}
+
+/// How a group's samples carry their user stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stacks {
+    /// A copy of the user stack, with the user registers to unwind it.
+    Copied,
+    /// The kernel's frame-pointer walk (callchains).
+    FramePointers,
+}
+
 /// Everything that determines how the per-CPU events are opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EventSpec {
@@ -108,6 +136,18 @@ pub struct EventSpec {
     /// threads and processes they create from then on. None = every
     /// process on the CPU (system-wide).
     pub target: Option<Target>,
+}
+
+impl EventSpec {
+    /// How the samples carry their user stacks: copied when `stack_bytes`
+    /// asks for a copy.
+    pub fn stacks(&self) -> Stacks {
+        if self.stack_bytes > 0 {
+            Stacks::Copied
+        } else {
+            Stacks::FramePointers
+        }
+    }
 }
 
 /// One process, told apart from a later process given the same pid.
@@ -721,10 +761,10 @@ impl PerfEvent {
     /// per event, which with a drain every 100 ms was half of the daemon's
     /// CPU; so they are read only when losses are likely (LOST records
     /// came, or the drain read `bytes_read` of at least half the ring: it
-    /// may have filled), when `exact` (a session's start or end), and
-    /// otherwise at most once a second. What is found later is counted
+    /// may have filled), with [`Flush::Exact`] (a session's start or end),
+    /// and otherwise at most once a second. What is found later is counted
     /// later, never twice.
-    pub fn new_counts(&mut self, from_records: u64, bytes_read: u64, exact: bool) -> Counts {
+    pub fn new_counts(&mut self, from_records: u64, bytes_read: u64, flush: Flush) -> Counts {
         let records = Counts {
             lost: from_records,
             counted: 0,
@@ -739,7 +779,7 @@ impl PerfEvent {
         if !self.counts_lost && self.system_wide() {
             return records;
         }
-        let due = exact
+        let due = flush == Flush::Exact
             || from_records > 0
             || was_missing
             || bytes_read >= self.data_size as u64 / 2
@@ -823,18 +863,18 @@ impl PerfEvent {
     }
 
     /// Walk the complete records up to `head` (from [`head`](Self::head)),
-    /// calling `f(type, misc, body)`, after reading their cache lines with
-    /// `touch_first`; returns the tail at the start and the tail after them.
-    /// The space is not released.
-    fn walk(&mut self, head: u64, touch_first: bool, f: impl FnMut(u32, u16, &[u8])) -> (u64, u64) {
+    /// calling `f(type, misc, body)`, reading their cache lines as `touch`
+    /// says; returns the tail at the start and the tail after them. The
+    /// space is not released.
+    fn walk(&mut self, head: u64, touch: Touch, f: impl FnMut(u32, u16, &[u8])) -> (u64, u64) {
         let start = self.positions().1.load(Ordering::Relaxed);
         // SAFETY: the data area [data_offset, data_offset + data_size) lies
         // inside our mapping. Bytes in [tail, head) are complete records the
         // kernel will not touch until we advance data_tail.
         let data =
             unsafe { std::slice::from_raw_parts(self.base.add(self.data_offset), self.data_size) };
-        if touch_first {
-            touch(data, start, head);
+        if touch == Touch::LinesFirst {
+            self::touch(data, start, head);
         }
         (start, walk_ring(data, start, head, &mut self.scratch, f))
     }
@@ -848,7 +888,7 @@ impl PerfEvent {
         mut f: impl FnMut(Result<Record<'_>, ParseError>),
     ) -> u64 {
         let layout = self.layout;
-        let (start, tail) = self.walk(head, false, |kind, misc, body| {
+        let (start, tail) = self.walk(head, Touch::AsWalked, |kind, misc, body| {
             f(record::parse(&layout, kind, misc, body))
         });
         self.positions().1.store(tail, Ordering::Release);
@@ -869,8 +909,11 @@ impl PerfEvent {
         // This first walk of a frame-pointer ring reads the records' lines
         // first, all at once ([`touch`]); a stack-copy ring's headers are
         // whole copies apart.
-        let touch_first = !self.stack_copy();
-        self.walk(head, touch_first, |kind, misc, body| {
+        let touch = match self.stack_copy() {
+            true => Touch::AsWalked,
+            false => Touch::LinesFirst,
+        };
+        self.walk(head, touch, |kind, misc, body| {
             if record::is_task(kind) {
                 f(record::parse(&layout, kind, misc, body));
             }
@@ -1218,7 +1261,7 @@ mod tests {
         for ring in &mut rings {
             assert!(!ring.stack_copy());
             let (layout, head) = (ring.layout, ring.head());
-            ring.walk(head, false, |kind, misc, body| {
+            ring.walk(head, Touch::AsWalked, |kind, misc, body| {
                 if let Ok(Record::Sample(s)) = record::parse(&layout, kind, misc, body) {
                     if s.pid == pid && !s.stack_user.is_empty() {
                         assert_eq!(s.regs_user().len(), 1);
@@ -1387,7 +1430,7 @@ mod tests {
         for ring in &mut rings {
             let (records, bytes) = drain_lost(ring);
             let kernel = ring.kernel_lost().unwrap();
-            let first = ring.new_counts(records, bytes, true);
+            let first = ring.new_counts(records, bytes, Flush::Exact);
             eprintln!(
                 "cpu {}: the kernel lost {kernel}, LOST records said {records}",
                 ring.cpu
@@ -1400,8 +1443,8 @@ mod tests {
                 first.lost, kernel,
                 "the kernel's count, whatever the records"
             );
-            assert_eq!(ring.new_counts(0, 0, true).lost, 0, "counted twice");
-            assert_eq!(ring.new_counts(0, 0, false).lost, 0, "counted twice");
+            assert_eq!(ring.new_counts(0, 0, Flush::Exact).lost, 0, "counted twice");
+            assert_eq!(ring.new_counts(0, 0, Flush::Held).lost, 0, "counted twice");
             reported.push(records);
             counted.push(kernel);
         }
@@ -1437,14 +1480,14 @@ mod tests {
                 counted[i]
             );
             assert_eq!(
-                ring.new_counts(records, bytes, true).lost,
+                ring.new_counts(records, bytes, Flush::Exact).lost,
                 kernel - counted[i],
                 "only what was lost since the last reading"
             );
         }
         // Without the kernel's count, the LOST records are what is known.
         rings[0].counts_lost = false;
-        assert_eq!(rings[0].new_counts(7, 0, true).lost, 7);
+        assert_eq!(rings[0].new_counts(7, 0, Flush::Exact).lost, 7);
     }
 
     #[test]

@@ -4,6 +4,6 @@ mod event;
 pub mod record;
 
 pub use event::{
-    online_cpus, pmu_available, walk_ring, Counts, EventKind, EventSpec, Mode, PerfError,
-    PerfEvent, Target, FP_USER_REGS, MAX_STACK_BYTES, SAMPLE_TYPE, USER_REGS,
+    online_cpus, pmu_available, walk_ring, Counts, EventKind, EventSpec, Flush, Mode, PerfError,
+    PerfEvent, Stacks, Target, FP_USER_REGS, MAX_STACK_BYTES, SAMPLE_TYPE, USER_REGS,
 };

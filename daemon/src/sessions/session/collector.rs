@@ -44,7 +44,7 @@ impl Collector {
             timeline: false,
             stats,
         };
-        let ingest = Ingest::every(spec.stack_bytes > 0, max_stacks, tops);
+        let ingest = Ingest::every(spec.stacks(), max_stacks, tops);
         let (actor, _) = Actor::new(
             Subscriber::Continuous,
             params,

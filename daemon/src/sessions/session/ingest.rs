@@ -9,6 +9,7 @@ use super::spaces::{self, Spaces};
 use super::timeline::Times;
 use crate::memory::CAPPED_STACKS;
 use crate::os::fds::OutOfFds;
+use crate::os::perf::Stacks;
 use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::{Unwinder, Walk};
@@ -139,7 +140,7 @@ impl Ingest {
         pid: u32,
         comm: String,
         maps: ProcessMaps,
-        stack_copy: bool,
+        stacks: Stacks,
         max_stacks: usize,
         recheck: Option<Recheck>,
         tops: Option<StackTops>,
@@ -153,7 +154,7 @@ impl Ingest {
             stacks: StackTable::default(),
             totals: api::Totals::default(),
             counted: 0,
-            spaces: Spaces::new(pid, maps, stack_copy),
+            spaces: Spaces::new(pid, maps, stacks),
             processes: vec![api::ProcessSamples {
                 pid,
                 comm,
@@ -174,17 +175,17 @@ impl Ingest {
     /// The counts of every process on the host (continuous profiling): no
     /// target, each process's space opened when it is first seen; samples of
     /// the processes marked with [`Ingest::exclude`] count as `unchecked`.
-    pub fn every(stack_copy: bool, max_stacks: usize, tops: Option<StackTops>) -> Ingest {
+    pub fn every(stacks: Stacks, max_stacks: usize, tops: Option<StackTops>) -> Ingest {
         let mut ingest = Ingest::new(
             0,
             String::new(),
             ProcessMaps::default(),
-            stack_copy,
+            stacks,
             max_stacks,
             None,
             tops,
         );
-        ingest.spaces = Spaces::every(stack_copy);
+        ingest.spaces = Spaces::every(stacks);
         ingest.processes.clear();
         ingest.process_index.clear();
         ingest

@@ -7,7 +7,7 @@ fn of(target: u32, recheck: Option<Recheck>) -> Ingest {
         target,
         "t".into(),
         ProcessMaps::default(),
-        false,
+        Stacks::FramePointers,
         100,
         recheck,
         None,
@@ -122,7 +122,7 @@ fn samples_of_a_process_not_set_up_yet_count_for_it() {
     use super::super::setup_budget::Budget;
     let me = std::process::id();
     let budget: &'static Budget = Box::leak(Box::new(Budget::new(std::time::Duration::ZERO)));
-    let mut ingest = Ingest::every(true, 100, None);
+    let mut ingest = Ingest::every(Stacks::Copied, 100, None);
     ingest.spaces.set_budget(budget);
     ingest
         .apply(batch(&[(me, 0x100), (me, 0x200), (me, 0x100)]), |_| false)
@@ -154,7 +154,7 @@ fn walks_tell_the_sampler_how_much_of_each_threads_stack_to_copy() {
         target,
         "t".into(),
         maps,
-        true,
+        Stacks::Copied,
         100,
         None,
         Some(tops.clone()),

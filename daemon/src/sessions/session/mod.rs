@@ -296,7 +296,7 @@ pub async fn start(
         params.pid,
         params.comm.clone(),
         maps,
-        spec.stack_bytes > 0,
+        spec.stacks(),
         params.max_stacks,
         params.recheck.clone(),
         tops,

@@ -7,6 +7,7 @@
 //! of `setup_budget`.
 use super::setup_budget::{Budget, BUDGET};
 use crate::os::fds::OutOfFds;
+use crate::os::perf::Stacks;
 use crate::process::maps::{Mapping, ProcessMaps};
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::Unwinder;
@@ -112,11 +113,11 @@ pub fn untag(addr: u64) -> (usize, u64) {
 
 impl Spaces {
     /// The target's space from its current mappings.
-    pub fn new(pid: u32, maps: ProcessMaps, stack_copy: bool) -> Spaces {
+    pub fn new(pid: u32, maps: ProcessMaps, stacks: Stacks) -> Spaces {
         let mut spaces = Spaces {
             list: Vec::new(),
             by_pid: HashMap::new(),
-            stack_copy,
+            stack_copy: stacks == Stacks::Copied,
             target: pid,
             batches: 0,
             exited: Vec::new(),
@@ -133,10 +134,10 @@ impl Spaces {
 
     /// The spaces of every process of the host, each added when first
     /// seen; space 0 is empty (no target).
-    pub fn every(stack_copy: bool) -> Spaces {
+    pub fn every(stacks: Stacks) -> Spaces {
         Spaces {
             every: true,
-            ..Spaces::new(0, ProcessMaps::default(), stack_copy)
+            ..Spaces::new(0, ProcessMaps::default(), stacks)
         }
     }
 

@@ -20,7 +20,7 @@ fn tags_keep_kernel_and_space_zero_addresses() {
 #[test]
 fn spaces_of_every_process_open_when_seen_and_compact_when_gone() {
     let me = std::process::id();
-    let mut spaces = Spaces::every(true);
+    let mut spaces = Spaces::every(Stacks::Copied);
     spaces.set_budget(plenty());
     assert_eq!(spaces.open(0), 0, "the idle task has none");
     let mine = spaces.open(me);
@@ -59,7 +59,7 @@ fn plenty() -> &'static Budget {
 fn every_process_is_set_up_when_sampled_and_read_when_walked() {
     let me = std::process::id();
     let budget = plenty();
-    let mut spaces = Spaces::every(true);
+    let mut spaces = Spaces::every(Stacks::Copied);
     spaces.set_budget(budget);
     let mine = ProcessMaps::read(me).unwrap();
     // Forks of, mappings of and execs of processes never sampled.
@@ -107,7 +107,7 @@ fn every_process_is_set_up_when_sampled_and_read_when_walked() {
 fn past_the_budget_a_process_is_set_up_at_a_later_batch() {
     let me = std::process::id();
     let budget: &'static Budget = Box::leak(Box::new(Budget::new(std::time::Duration::ZERO)));
-    let mut spaces = Spaces::every(true);
+    let mut spaces = Spaces::every(Stacks::Copied);
     spaces.set_budget(budget);
     let i = spaces.open(me);
     assert_ne!(i, 0);
@@ -131,7 +131,7 @@ fn past_the_budget_a_process_is_set_up_at_a_later_batch() {
 #[test]
 fn an_exited_process_is_let_go_of_by_the_next_cut() {
     let me = std::process::id();
-    let mut spaces = Spaces::every(true);
+    let mut spaces = Spaces::every(Stacks::Copied);
     spaces.set_budget(plenty());
     spaces.open(me);
     let child = u32::MAX - 7;
@@ -158,7 +158,7 @@ fn an_exited_process_is_let_go_of_by_the_next_cut() {
 #[test]
 fn rule_caches_are_kept_within_their_budget() {
     let me = std::process::id();
-    let mut spaces = Spaces::new(me, ProcessMaps::read(me).unwrap(), true);
+    let mut spaces = Spaces::new(me, ProcessMaps::read(me).unwrap(), Stacks::Copied);
     spaces.set_budget(plenty());
     let stack = [0u8; 64];
     let walk = |spaces: &mut Spaces, i: usize| {
@@ -216,7 +216,7 @@ fn rule_caches_are_kept_within_their_budget() {
 #[test]
 fn an_exited_process_keeps_only_its_mappings_after_the_grace() {
     let me = std::process::id();
-    let mut spaces = Spaces::new(me, ProcessMaps::read(me).unwrap(), true);
+    let mut spaces = Spaces::new(me, ProcessMaps::read(me).unwrap(), Stacks::Copied);
     let child = u32::MAX - 7;
     spaces.next_batch();
     spaces.fork(child, me);

@@ -71,6 +71,15 @@ struct State<T> {
     counters: Counters,
 }
 
+/// Which entries an eviction may take.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Victims {
+    /// Only those no unwinder holds.
+    Unused,
+    /// Those in use too (marked evicted for their holders).
+    Any,
+}
+
 /// A budgeted cache of what was read from files, by file version.
 pub struct Cache<T> {
     state: OnceLock<Mutex<State<T>>>,
@@ -169,15 +178,15 @@ impl<T: Weigh> Cache<T> {
         Some(held)
     }
 
-    /// Evict entries, least recently used first, until at most `budget`
-    /// bytes are held; with `unused_only`, only those no unwinder holds.
-    fn evict(&self, state: &mut State<T>, budget: u64, unused_only: bool) -> u64 {
+    /// Evict entries of `which` kind, least recently used first, until at
+    /// most `budget` bytes are held.
+    fn evict(&self, state: &mut State<T>, budget: u64, which: Victims) -> u64 {
         let mut freed = 0;
         while state.counters.bytes > budget {
             let victim = state
                 .entries
                 .iter()
-                .filter(|(_, h)| !unused_only || Arc::strong_count(h) == 1)
+                .filter(|(_, h)| which == Victims::Any || Arc::strong_count(h) == 1)
                 .min_by_key(|(_, h)| h.used.load(Ordering::Relaxed))
                 .map(|(k, _)| *k);
             let Some(key) = victim else { break };
@@ -196,8 +205,8 @@ impl<T: Weigh> Cache<T> {
 
     /// Evict down to `budget`: unused entries first, then those in use.
     fn evict_to(&self, state: &mut State<T>, budget: u64) {
-        self.evict(state, budget, true);
-        self.evict(state, budget, false);
+        self.evict(state, budget, Victims::Unused);
+        self.evict(state, budget, Victims::Any);
     }
 
     /// Hold at most `bytes` from now on (evicting what is over it now).
@@ -210,7 +219,7 @@ impl<T: Weigh> Cache<T> {
     /// Drop every entry no unwinder holds; the bytes freed.
     pub fn shed(&self) -> u64 {
         let mut state = self.lock();
-        self.evict(&mut state, 0, true)
+        self.evict(&mut state, 0, Victims::Unused)
     }
 
     /// Call `f` on every value held.

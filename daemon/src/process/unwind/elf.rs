@@ -67,6 +67,15 @@ impl Data {
     }
 }
 
+/// The section of call frame information a module is unwound with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cfi {
+    /// .eh_frame, with its header.
+    EhFrame,
+    /// .debug_frame.
+    DebugFrame,
+}
+
 /// What framehop needs of one ELF file, read once.
 #[derive(Debug)]
 pub struct ElfUnwindData {
@@ -161,8 +170,9 @@ impl ElfUnwindData {
     }
 
     /// The sections framehop unwinds the module with: .eh_frame (and its
-    /// header) or, with `debug_frame`, .debug_frame alone.
-    pub(super) fn section_info(&self, debug_frame: bool) -> ExplicitModuleSectionInfo<Data> {
+    /// header) or .debug_frame alone, as `cfi` says.
+    pub(super) fn section_info(&self, cfi: Cfi) -> ExplicitModuleSectionInfo<Data> {
+        let debug_frame = cfi == Cfi::DebugFrame;
         let eh = |x: &Option<(Range<u64>, Data)>| x.clone().filter(|_| !debug_frame);
         let (eh_frame, eh_frame_hdr) = (eh(&self.eh_frame), eh(&self.eh_frame_hdr));
         ExplicitModuleSectionInfo {

@@ -13,7 +13,7 @@ use crate::process::maps::{Mapping, ModuleFile};
 use crate::process::unwind::gopclntab::{GoTable, Step};
 use cache::Held;
 use elf::UNWIND_DATA;
-use elf::{bias, elf_data, Data, ElfUnwindData};
+use elf::{bias, elf_data, Cfi, Data, ElfUnwindData};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Module, Unwinder as _};
 use std::ops::Range;
@@ -92,6 +92,15 @@ enum Tables {
     /// The file has none (or they exceed the cache's budget): frame
     /// pointers there.
     None,
+}
+
+/// What a walk through a mapping needs read of it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// Its Go function table alone (frame-pointer stacks).
+    GoTable,
+    /// Its unwind tables too (stack copies).
+    UnwindTables,
 }
 
 /// One executable mapping of a file, known to the unwinder, and what was
@@ -236,16 +245,16 @@ impl Unwinder {
             .then_some(at)
     }
 
-    /// Read what a walk through `pc` needs: its mapping's unwind tables
-    /// (with `dwarf`) and Go function table, unless read before.
-    fn reach(&mut self, pc: u64, dwarf: bool) {
+    /// Read what a walk through `pc` needs of its mapping, unless read
+    /// before: the tables `need` names.
+    fn reach(&mut self, pc: u64, need: Need) {
         let Some(i) = self.slot_of(pc) else {
             return;
         };
         if !self.slots[i].go_read {
             self.load_go(i);
         }
-        if !dwarf {
+        if need == Need::GoTable {
             return;
         }
         match &self.slots[i].tables {
@@ -270,14 +279,18 @@ impl Unwinder {
         };
         let name = slot.source.name();
         if data.debug_frame_first {
-            let info = data.section_info(false);
+            let info = data.section_info(Cfi::EhFrame);
             let module = Module::new(name.clone(), start..end, bias, info);
             self.eh_frame.add_module(module);
             let avma = |r: &Range<u64>| r.start.wrapping_add(bias)..r.end.wrapping_add(bias);
             self.eh_frame_only
                 .extend(data.eh_frame_only.iter().map(avma));
         }
-        let info = data.section_info(data.debug_frame_first);
+        let cfi = match data.debug_frame_first {
+            true => Cfi::DebugFrame,
+            false => Cfi::EhFrame,
+        };
+        let info = data.section_info(cfi);
         self.inner
             .add_module(Module::new(name, start..end, bias, info));
         self.slots[i].tables = Tables::Held(data);
@@ -363,7 +376,7 @@ impl Unwinder {
         let mut frames = 1;
         loop {
             let pc = address.address_for_lookup();
-            self.reach(pc, true);
+            self.reach(pc, Need::UnwindTables);
             let caller = match go_step(&self.go, address, &mut regs, &mut read_stack) {
                 Some(step) => step,
                 None => {
@@ -396,7 +409,7 @@ impl Unwinder {
     /// [`Unwinder::go_stack_len`] and [`Unwinder::go_return_address`] then.
     pub fn knows_go(&mut self, frames: &[u64]) -> bool {
         for &pc in frames {
-            self.reach(pc, false);
+            self.reach(pc, Need::GoTable);
         }
         !self.go.is_empty()
     }
@@ -407,7 +420,7 @@ impl Unwinder {
     /// size, read from the `stack` bytes copied from sp. None when `ip` is
     /// not in Go code or the copy is too short.
     pub fn go_return_address(&mut self, ip: u64, stack: &[u8]) -> Option<u64> {
-        self.reach(ip, false);
+        self.reach(ip, Need::GoTable);
         let m = self.go.iter().find(|m| m.avma.contains(&ip))?;
         let Step::Delta(delta) = m.func(ip)?.step(ip.wrapping_sub(m.bias))? else {
             return None;

@@ -18,6 +18,14 @@ pub const MIN_LIMIT: u64 = 32 << 20;
 /// How often the governor measures.
 pub const TICK: Duration = Duration::from_millis(500);
 
+/// How much a cache lets go of when it is next tidied: what its own rules
+/// drop, or all it can (the governor asked the caches to shed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tidy {
+    AsUsual,
+    Shed,
+}
+
 /// What the governor does, in the order it does it. Each level keeps the
 /// steps of those below it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

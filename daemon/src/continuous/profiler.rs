@@ -8,6 +8,7 @@ use super::history::{self, History};
 use super::pressure::Pressure;
 use super::service::{self, Label};
 use super::Settings;
+use crate::memory::Tidy;
 use crate::os::perf::{EventKind, EventSpec, PerfError};
 use crate::process::symbolize::Symbolizer;
 use crate::sampling::{
@@ -740,7 +741,11 @@ impl Profiler {
     /// The window written (or not: `built`), its names let go of.
     fn finish(&mut self, w: Writing, built: std::io::Result<()>) -> std::io::Result<Encoded> {
         let stacks = w.window.unique_stacks();
-        self.collector.forget(w.window, self.pressure.take_shed());
+        let tidy = match self.pressure.take_shed() {
+            true => Tidy::Shed,
+            false => Tidy::AsUsual,
+        };
+        self.collector.forget(w.window, tidy);
         self.pressure.names_held(self.collector.names_held());
         let Some(o) = w.written else {
             return Err(built

@@ -14,6 +14,7 @@ use super::names::{FileKey, Names};
 use super::plt::PltTables;
 use super::vdso::{Vdso, VDSO_MODULE};
 use super::{Budget, STATS};
+use crate::memory::Tidy;
 use crate::os::file_version::FileVersion;
 use crate::process::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
 use crate::process::unwind::gopclntab::GoTable;
@@ -222,9 +223,10 @@ impl Worker {
 
     /// Apply the budget in force now, drop what was unused for [`IDLE`]
     /// (names: [`super::names::NAMES_IDLE`]) and what now names another
-    /// file or nothing; everything but the names when `shed`. True if
-    /// parsed data was released.
-    pub fn tick(&mut self, now: Instant, shed: bool) -> bool {
+    /// file or nothing; everything but the names with [`Tidy::Shed`]. True
+    /// if parsed data was released.
+    pub fn tick(&mut self, now: Instant, tidy: Tidy) -> bool {
+        let shed = tidy == Tidy::Shed;
         self.budget = self.fixed.unwrap_or_else(|| Budget::of(super::budget()));
         self.names.evict_idle(now);
         let mut released = 0;

@@ -19,6 +19,7 @@ mod plt;
 mod tests;
 mod vdso;
 
+use crate::memory::Tidy;
 use crate::process::maps::ProcessMaps;
 pub use blaze::JIT_MODULE;
 pub use frame::{Frame, FrameName};
@@ -228,8 +229,11 @@ impl BlazeSymbolizer {
                     // system every TRIM_EVERY, and at once when parsed files
                     // were released.
                     let now = std::time::Instant::now();
-                    let shed = SHED.swap(false, Ordering::Relaxed);
-                    if worker.tick(now, shed) || now.duration_since(trimmed) >= TRIM_EVERY {
+                    let tidy = match SHED.swap(false, Ordering::Relaxed) {
+                        true => Tidy::Shed,
+                        false => Tidy::AsUsual,
+                    };
+                    if worker.tick(now, tidy) || now.duration_since(trimmed) >= TRIM_EVERY {
                         crate::os::trim_heap();
                         trimmed = now;
                     }

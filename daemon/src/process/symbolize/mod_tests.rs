@@ -438,9 +438,12 @@ fn idle_sources_are_released_and_parsed_again_when_needed() {
     assert_eq!(first[0].last().unwrap().func.name, "outer");
     assert_eq!(first[1][0].func.name, "vfs_read");
     let now = Instant::now();
-    assert!(!worker.tick(now, false), "just used");
-    assert!(worker.tick(now + IDLE, false), "the file and kallsyms");
-    assert!(!worker.tick(now + IDLE, false), "nothing left");
+    assert!(!worker.tick(now, Tidy::AsUsual), "just used");
+    assert!(
+        worker.tick(now + IDLE, Tidy::AsUsual),
+        "the file and kallsyms"
+    );
+    assert!(!worker.tick(now + IDLE, Tidy::AsUsual), "nothing left");
     assert_eq!(worker.symbolize(&maps, &addrs), first);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -454,7 +457,10 @@ fn names_are_shared_by_processes_and_outlive_the_parsed_files() {
     let first = worker.symbolize(&mapped(&prog), &[BASE + off]);
     assert_eq!(first[0].last().unwrap().func.name, "outer");
     let now = Instant::now();
-    assert!(worker.tick(now + IDLE, false), "the file's data released");
+    assert!(
+        worker.tick(now + IDLE, Tidy::AsUsual),
+        "the file's data released"
+    );
 
     // Another process maps the same file elsewhere: named without parsing.
     let base = BASE + 0x100_0000;
@@ -467,19 +473,28 @@ fn names_are_shared_by_processes_and_outlive_the_parsed_files() {
         Backing::File(Arc::new(prog.clone())),
     ));
     assert_eq!(worker.symbolize(&other, &[base + off]), first);
-    assert!(!worker.tick(Instant::now() + IDLE, false), "nothing parsed");
+    assert!(
+        !worker.tick(Instant::now() + IDLE, Tidy::AsUsual),
+        "nothing parsed"
+    );
 
     // A file rewritten in place is another file: parsed again.
     let file = std::fs::File::options().write(true).open(&prog).unwrap();
     file.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
         .unwrap();
     assert_eq!(worker.symbolize(&other, &[base + off]), first);
-    assert!(worker.tick(Instant::now() + IDLE, false), "parsed again");
+    assert!(
+        worker.tick(Instant::now() + IDLE, Tidy::AsUsual),
+        "parsed again"
+    );
 
     // Names unused for long go too.
-    worker.tick(Instant::now() + names::NAMES_IDLE, false);
+    worker.tick(Instant::now() + names::NAMES_IDLE, Tidy::AsUsual);
     assert_eq!(worker.symbolize(&other, &[base + off]), first);
-    assert!(worker.tick(Instant::now() + IDLE, false), "parsed again");
+    assert!(
+        worker.tick(Instant::now() + IDLE, Tidy::AsUsual),
+        "parsed again"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -577,7 +592,7 @@ fn shedding_releases_the_parsed_files() {
     let mut worker = blaze::Worker::with_budget(Vec::new(), Budget::of(DEFAULT_BUDGET));
     let first = worker.symbolize(&mapped(&prog), &[BASE + off]);
     assert!(worker.held().1 > 0);
-    assert!(worker.tick(Instant::now(), true));
+    assert!(worker.tick(Instant::now(), Tidy::Shed));
     assert_eq!(worker.held(), (Vec::new(), 0));
     assert_eq!(worker.symbolize(&mapped(&prog), &[BASE + off]), first);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -3,6 +3,7 @@
 //! handed out window by window, a stack at a time.
 use super::spaces::untag;
 use super::{Actor, Ingest, Params};
+use crate::memory::Tidy;
 use crate::os::perf::EventSpec;
 use crate::process::symbolize::Symbolizer;
 use crate::sampling::{Batch, SampleSource, StackTops, Subscriber, EVERY_PROCESS};
@@ -174,9 +175,9 @@ impl Collector {
     /// gone, of JIT code, or all of them past [`NAMES_KEPT`]. Addresses of
     /// stacks counted since the restart whose names went are named again
     /// at the next cut.
-    /// `shed`: let go of every name (memory pressure), as past
+    /// With [`Tidy::Shed`] (memory pressure), let go of every name, as past
     /// [`NAMES_KEPT`].
-    pub fn forget(&mut self, window: Finished, shed: bool) {
+    pub fn forget(&mut self, window: Finished, tidy: Tidy) {
         drop(window.stacks);
         let a = &mut self.actor;
         let spaces = &mut a.ingest.spaces;
@@ -197,7 +198,7 @@ impl Collector {
                 .iter()
                 .any(|f| names[f.func as usize].module == crate::process::symbolize::JIT_MODULE)
         });
-        if shed || a.names.len() > NAMES_KEPT {
+        if tidy == Tidy::Shed || a.names.len() > NAMES_KEPT {
             a.addr_fn.clear();
             a.names.clear();
             a.files.clear();

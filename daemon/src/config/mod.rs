@@ -504,12 +504,28 @@ struct Namer<'a> {
     flags: &'a Layer,
 }
 
+/// Where a value was given.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Given {
+    ByFlag,
+    InFile,
+}
+
 impl Namer<'_> {
-    /// `--flag` when the flag was given (or there is no file), else
+    /// Where `s` was given: by its flag when the flags have it, else in
+    /// the file.
+    fn given<T>(&self, s: &Setting<T>) -> Given {
+        match self.flags.has(s) {
+            true => Given::ByFlag,
+            false => Given::InFile,
+        }
+    }
+
+    /// `--flag` when given by the flag (or there is no file), else
     /// `FILE: key`.
-    fn name(&self, from_flag: bool, key: &str, flag: String) -> String {
+    fn name(&self, given: Given, key: &str, flag: String) -> String {
         match self.file {
-            Some(file) if !from_flag => format!("{}: {key}", file.display()),
+            Some(file) if given == Given::InFile => format!("{}: {key}", file.display()),
             _ => flag,
         }
     }
@@ -623,7 +639,7 @@ fn check_state(namer: &Namer<'_>, file: &Layer) -> Result<(), SettingsError> {
     set.sort_by_key(|k| ALL.iter().position(|s| s.key() == *k));
     if let Some(&other) = set.first() {
         return Err(SettingsError::PersistOffWith {
-            setting: namer.name(false, PERSIST.key, PERSIST.flag_name()),
+            setting: namer.name(Given::InFile, PERSIST.key, PERSIST.flag_name()),
             other,
         });
     }
@@ -638,7 +654,7 @@ fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Setting
     if retention_age < window {
         let s = &CONTINUOUS_RETENTION_AGE;
         return Err(SettingsError::HistoryShorterThanWindow {
-            setting: namer.name(namer.flags.has(s), s.key, s.flag_name()),
+            setting: namer.name(namer.given(s), s.key, s.flag_name()),
             age: retention_age,
             window,
         });
@@ -703,18 +719,18 @@ fn check_remote(namer: &Namer<'_>, r: &Layer) -> Result<(), SettingsError> {
     let set = needed
         .into_iter()
         .chain([&TLS_CLIENT_CA])
-        .map(|s| (s.key, r.has(s), flags.has(s), s.flag_name()))
+        .map(|s| (s.key, r.has(s), namer.given(s), s.flag_name()))
         .chain([(
             CORS_ORIGINS.key,
             r.get(&CORS_ORIGINS).is_some_and(|o| !o.is_empty()),
-            flags.has(&CORS_ORIGINS),
+            namer.given(&CORS_ORIGINS),
             CORS_ORIGINS.flag_name(),
         )]);
-    for (key, set, from_flag, flag) in set {
+    for (key, set, given, flag) in set {
         if set {
             return Err(SettingsError::NoListener {
-                setting: namer.name(from_flag, key, flag),
-                add: if from_flag || namer.file.is_none() {
+                setting: namer.name(given, key, flag),
+                add: if given == Given::ByFlag || namer.file.is_none() {
                     "--listen"
                 } else {
                     "remote.listen ="

@@ -196,10 +196,10 @@ impl SessionDisplay {
     }
 
     /// The spinner for a wait on session `id`, unless the full-screen view
-    /// owns the terminal or `quiet`: until the end for JSON (nothing is
-    /// shown before), else until the first table.
-    fn spinner(&self, id: u64, quiet: bool) -> Option<Spinner> {
-        if quiet || self.tui.is_some() {
+    /// owns the terminal: until the end for JSON (nothing is shown before),
+    /// else until the first table.
+    fn spinner(&self, id: u64) -> Option<Spinner> {
+        if self.tui.is_some() {
             return None;
         }
         Some(Spinner::start(match self.options.format {
@@ -259,7 +259,10 @@ async fn follow_inner(
         resume_after_seq,
     };
     // A command run by `run` writes to the terminal too: no spinner then.
-    let mut spinner = view.spinner(id, child.is_some());
+    let mut spinner = match child {
+        Some(_) => None,
+        None => view.spinner(id),
+    };
     let mut stream = client.watch(request(0)).await?.into_inner();
     let mut reconnects = 0;
     let mut state = WatchState::with_window(view.options.window_s());

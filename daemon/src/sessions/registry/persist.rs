@@ -10,7 +10,7 @@ use crate::request_error::Error;
 use crate::serve::auth::Caller;
 use crate::sessions::session::{self, Handle, SaveStatus};
 use crate::sessions::store::share::Ledger;
-use crate::sessions::store::{Encoded, Found, Store, PIECE_BYTES};
+use crate::sessions::store::{Found, Store};
 use profd_common::api;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -214,7 +214,7 @@ impl Saver {
     async fn save(&self, handle: &Handle, record: Record) -> Outcome {
         let id = handle.id;
         let _turn = self.store.turn().await;
-        let (session, profile) = match handle.encoded(PIECE_BYTES).await {
+        let (session, profile) = match handle.encoded().await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(session = id, %e, "session not saved");
@@ -224,8 +224,8 @@ impl Saver {
         let ended = session.state() != api::SessionState::Running;
         let saving = self.store.clone();
         let saved = tokio::task::spawn_blocking(move || match record {
-            Record::Start => saving.save_start(&session, Encoded(profile)),
-            Record::Now => saving.save(&session, Encoded(profile)),
+            Record::Start => saving.save_start(&session, profile),
+            Record::Now => saving.save(&session, profile),
         })
         .await
         .map_err(|e| format!("saving panicked: {e}"))

@@ -7,6 +7,7 @@ use super::{lookup_fallback, Actor, FunctionTable, Resolved, Stamp};
 use crate::process::maps::is_jit_candidate;
 use crate::process::symbolize::{is_kernel, FrameName};
 use crate::sampling::BAD_USER_FRAME;
+use crate::sessions::store::{Encoded, PIECE_BYTES};
 use profd_common::api;
 use profd_common::export::PprofEncoder;
 use profd_common::kernel::{self, KernelFrames};
@@ -434,10 +435,10 @@ impl Actor {
     /// `piece_bytes`, every frame shown (for saves): encoded stack by
     /// stack as the stacks are named, so the profile is never whole in
     /// memory, only its compressed bytes.
-    pub(super) async fn encoded(&mut self, piece_bytes: usize) -> (api::Session, Vec<Vec<u8>>) {
+    pub(super) async fn encoded(&mut self) -> (api::Session, Encoded) {
         let resolved = self.resolve_head(KernelFrames::Full).await;
         let mut pieces = Vec::new();
-        let encoder = PprofEncoder::new(&resolved.profile, piece_bytes, |mut piece| {
+        let encoder = PprofEncoder::new(&resolved.profile, PIECE_BYTES, |mut piece| {
             piece.shrink_to_fit();
             pieces.push(piece);
             true
@@ -448,7 +449,7 @@ impl Actor {
             });
             encoder.finish();
         }
-        (resolved.session, pieces)
+        (resolved.session, Encoded(pieces))
     }
 
     /// bucket = (vaddr − offset) × scale / 65536 for each sample's innermost

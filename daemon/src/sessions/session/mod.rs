@@ -27,6 +27,7 @@ use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::{Frame, FrameName, Symbolizer};
 use crate::request_error::{Error, Gone};
 use crate::sampling::{Batch, Children, Flush, SampleSource, Subscriber, Subscription};
+use crate::sessions::store::Encoded;
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use profd_common::model::{Aggregator, ResolvedProfile, Timeline};
@@ -101,7 +102,7 @@ struct Stamp {
 enum Command {
     Profile(u32, KernelFrames, oneshot::Sender<FunctionTable>),
     Resolve(KernelFrames, oneshot::Sender<Resolved>),
-    Encoded(usize, oneshot::Sender<(api::Session, Vec<Vec<u8>>)>),
+    Encoded(oneshot::Sender<(api::Session, Encoded)>),
     Histogram(
         api::GetHistogramRequest,
         oneshot::Sender<Result<api::GetHistogramResponse, NoHistogram>>,
@@ -151,13 +152,11 @@ impl Handle {
         Ok(resolved)
     }
 
-    /// The summary and the profile, every frame shown, as gzip'd pprof in
-    /// pieces of `piece_bytes` (for saves: the profile is encoded as it is
-    /// named, never whole). Does not wait for a save.
-    pub async fn encoded(&self, piece_bytes: usize) -> Result<(api::Session, Vec<Vec<u8>>), Gone> {
-        let (mut session, pieces) = self
-            .ask(|reply| Command::Encoded(piece_bytes, reply))
-            .await?;
+    /// The summary and the profile, every frame shown, as the gzip'd pprof
+    /// pieces a save writes (encoded as the stacks are named, never whole).
+    /// Does not wait for a save.
+    pub async fn encoded(&self) -> Result<(api::Session, Encoded), Gone> {
+        let (mut session, pieces) = self.ask(Command::Encoded).await?;
         self.saving.stamp(&mut session);
         Ok((session, pieces))
     }
@@ -457,8 +456,8 @@ impl Actor {
                 let resolved = self.resolve(shown).await;
                 let _ = reply.send(resolved);
             }
-            Command::Encoded(piece_bytes, reply) => {
-                let _ = reply.send(self.encoded(piece_bytes).await);
+            Command::Encoded(reply) => {
+                let _ = reply.send(self.encoded().await);
             }
             Command::Histogram(req, reply) => {
                 let _ = reply.send(self.histogram(&req));

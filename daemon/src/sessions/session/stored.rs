@@ -4,7 +4,7 @@
 //! first asked for and dropped again after a while unused; a profile found
 //! corrupt then is moved aside and the session is gone.
 use super::{Command, FunctionTable, Handle, NoHistogram, Resolved};
-use crate::sessions::store::{LoadError, Store, Stored};
+use crate::sessions::store::{Encoded, LoadError, Store, Stored};
 use profd_common::api;
 use profd_common::kernel::KernelFrames;
 use profd_common::model::ResolvedProfile;
@@ -93,16 +93,11 @@ async fn run(
                     emptied: Vec::new(),
                 });
             }
-            Command::Encoded(piece_bytes, reply) => {
+            Command::Encoded(reply) => {
                 let Some(l) = load(&store, &stored, &mut loaded).await else {
                     break;
                 };
-                let mut pieces = Vec::new();
-                profd_common::export::pprof_pieces(&l.profile, piece_bytes, |piece| {
-                    pieces.push(piece);
-                    true
-                });
-                let _ = reply.send((session, pieces));
+                let _ = reply.send((session, Encoded::from(&l.profile)));
             }
             Command::Resolve(shown, reply) => {
                 let Some(l) = load(&store, &stored, &mut loaded).await else {

@@ -50,7 +50,7 @@ pub const CORRUPT_DIR: &str = "corrupt";
 /// A metadata file larger than this is not one of ours.
 const MAX_META_BYTES: u64 = 1 << 20;
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-/// Bytes of the profile written at a time as it is encoded.
+/// Bytes of a saved profile handed to its file at a time.
 pub const PIECE_BYTES: usize = 64 << 10;
 
 /// How much the state directory keeps, shared fairly between the sessions'

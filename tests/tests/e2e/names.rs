@@ -379,3 +379,66 @@ fn completions_offer_sessions_and_function_ids_from_the_daemon() {
         callers.stdout
     );
 }
+
+/// The addresses (as in the ELF file) of the functions `nm` lists in
+/// `exe`, by name.
+pub(crate) fn function_addresses(exe: &std::path::Path) -> std::collections::HashMap<String, u64> {
+    let out = std::process::Command::new("nm")
+        .arg(exe)
+        .output()
+        .expect("run nm (install binutils)");
+    assert!(out.status.success(), "nm {}", exe.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (addr, kind, name) = (f.next()?, f.next()?, f.next()?);
+            matches!(kind, "T" | "t")
+                .then(|| Some((name.to_string(), u64::from_str_radix(addr, 16).ok()?)))?
+        })
+        .collect()
+}
+
+/// A stripped build of `split` (no symbol table, no DWARF, no debug file
+/// anywhere, as distributions ship programs): each of its functions is
+/// one row, named `split_strip!0xSTART` from the unwind entry covering its
+/// code (START as `nm` gives it for the unstripped build), and the rows
+/// carry the workload's own split: exclusive leaf_a 25 %, leaf_b 75 %;
+/// inclusive mid 75 %. No row is a single instruction address.
+#[test]
+fn stripped_code_is_grouped_by_function() {
+    let h = Harness::start();
+    let built = build_workload("split");
+    let starts = function_addresses(&built);
+    let exe = unique_dir("stripped").join("split_strip");
+    std::fs::copy(&built, &exe).expect("copy split");
+    let strip = std::process::Command::new("strip")
+        .arg("--strip-all")
+        .arg(&exe)
+        .status()
+        .expect("run strip (install binutils)");
+    assert!(strip.success());
+    assert!(
+        function_addresses(&exe).is_empty(),
+        "strip left symbols in {}",
+        exe.display()
+    );
+    let w = Workload::start_exe(&exe, LONG);
+    let p = h.daemon.profile_until(&w, 3000, &[]);
+    let row = |f: &str| format!("split_strip!{:#x}", starts[f]);
+    use profd_e2e::Measure::{Exclusive, Inclusive};
+    p.assert_pct_within(&row("leaf_a"), Exclusive, 25.0, 2.0);
+    p.assert_pct_within(&row("leaf_b"), Exclusive, 75.0, 2.0);
+    p.assert_pct_within(&row("mid"), Inclusive, 75.0, 2.0);
+    p.assert_pct_within(&row("work"), Inclusive, 100.0, 2.0);
+    let per_address: Vec<_> = p
+        .functions
+        .iter()
+        .filter(|f| f.name.starts_with("split_strip+"))
+        .collect();
+    assert!(
+        per_address.is_empty(),
+        "single addresses of split_strip:\n{}",
+        p.table()
+    );
+}

@@ -7,6 +7,7 @@
 //! vDSO code from the vDSO image; anonymous code from the target's perf map;
 //! the rest as placeholders.
 use super::debug::DebugFiles;
+use super::fde::Fdes;
 use super::frame::{Frame, FrameName};
 use super::kallsyms::Kallsyms;
 use super::lru::Lru;
@@ -654,15 +655,28 @@ impl Worker {
             return functions;
         }
         // Go programs without symbols (linked with -s) still have their
-        // function table.
+        // function table; other stripped code is grouped by the unwind
+        // table's entry (FDE) that covers it: one frame a function.
         let go = GoTable::of(readable);
+        let mut fdes = None;
         for (i, off) in unnamed {
             let name = go.as_ref().and_then(|t| {
                 let func = t.func(t.loads.vaddr(off)?)?;
                 func.name()
             });
-            match name {
-                Some(name) => out[i] = Some(vec![Frame::named(name, &*module)]),
+            if let Some(name) = name {
+                out[i] = Some(vec![Frame::named(name, &*module)]);
+                continue;
+            }
+            let fdes = fdes.get_or_insert_with(|| Fdes::read(readable));
+            match fdes.as_ref().and_then(|f| f.function(off)) {
+                Some((range, start)) => {
+                    out[i] = Some(vec![Frame::unnamed(
+                        format!("{module}!{start:#x}"),
+                        &module,
+                    )]);
+                    functions.push((i, range));
+                }
                 None => jit.push((i, Frame::unnamed(format!("{module}+{off:#x}"), &module))),
             }
         }

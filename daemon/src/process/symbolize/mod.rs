@@ -2,12 +2,15 @@
 //! its blazesym implementation, run on its own thread. An address becomes a
 //! chain of frames, innermost first: the functions inlined at it, then the
 //! function that holds the code, each with its source file and line when
-//! known. Unnamed frames become `module+0xoffset` or `[unknown] 0xaddr`.
+//! known. Code no symbol names is one frame a function, `module!0xSTART`,
+//! where its unwind entry (FDE) gives the function; other unnamed frames
+//! become `module+0xoffset` or `[unknown] 0xaddr`.
 //! What the symbolizer keeps (parsed files, kallsyms, names, PLT tables)
 //! stays within a byte budget that the daemon may change at any time
 //! ([`set_budget`], [`shed`]); [`stats`] says what it holds.
 mod blaze;
 mod debug;
+mod fde;
 mod frame;
 mod kallsyms;
 mod lru;

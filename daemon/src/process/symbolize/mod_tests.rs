@@ -65,6 +65,14 @@ fn symbol(path: &Path, name: &str) -> (u64, u64) {
     (off, sym.size())
 }
 
+/// The address (as in the ELF file) of the symbol `name`.
+fn symbol_address(path: &Path, name: &str) -> u64 {
+    let data = std::fs::read(path).unwrap();
+    let elf = ElfFile64::<Endianness>::parse(&*data).unwrap();
+    let sym = elf.symbols().find(|s| s.name() == Ok(name)).unwrap();
+    sym.address()
+}
+
 /// Maps with `path` mapped whole at a fixed address (no target process).
 const BASE: u64 = 0x5500_0000_0000;
 fn mapped(path: &Path) -> ProcessMaps {
@@ -299,10 +307,11 @@ fn debug_information_too_big_for_the_budget_is_left_unread() {
 }
 
 #[test]
-fn stripped_binaries_use_build_id_debug_files_else_offsets() {
+fn stripped_binaries_use_build_id_debug_files_else_unwind_entries() {
     let dir = scratch("split");
     let prog = cc(&dir, "split", INLINED, &["-O2", "-g", "-Wl,--build-id"]);
-    let (off, _) = symbol(&prog, "outer");
+    let (off, size) = symbol(&prog, "outer");
+    let start = symbol_address(&prog, "outer");
     let data = std::fs::read(&prog).unwrap();
     let id = ElfFile64::<Endianness>::parse(&*data)
         .unwrap()
@@ -327,11 +336,43 @@ fn stripped_binaries_use_build_id_debug_files_else_offsets() {
     assert!(f.last().unwrap().named);
     assert!(f[0].file.as_deref().unwrap().ends_with("split.c"));
 
+    // Without the debug file, every address of `outer` is one frame: the
+    // function its unwind entry covers, named by the address it starts at.
     let frames = BlazeSymbolizer::with_debug_dirs(vec![dir.join("nowhere")])
-        .symbolize(&mapped(&prog), &[BASE + off]);
+        .symbolize(&mapped(&prog), &[BASE + off, BASE + off + size / 2]);
+    let grouped = Frame::unnamed(format!("split!{start:#x}"), "split");
+    assert_eq!(frames, vec![vec![grouped.clone()], vec![grouped]]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A stripped binary with MiniDebugInfo (`.gnu_debugdata`: its symbol
+/// table, xz-compressed, as Fedora ships them) is named from it.
+#[test]
+fn stripped_binaries_are_named_from_their_minidebuginfo() {
+    let dir = scratch("minidebuginfo");
+    let prog = cc(&dir, "mini", INLINED, &["-O2", "-g"]);
+    let (off, size) = symbol(&prog, "outer");
+    let mini = dir.join("mini.symtab");
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&prog)
+        .arg(&mini));
+    run(Command::new("objcopy").arg("--strip-debug").arg(&mini));
+    run(Command::new("xz").arg("--keep").arg(&mini));
+    run(Command::new("strip").arg("--strip-all").arg(&prog));
+    run(Command::new("objcopy")
+        .arg(format!(
+            "--add-section=.gnu_debugdata={}",
+            dir.join("mini.symtab.xz").display()
+        ))
+        .arg(&prog));
+    let frames = BlazeSymbolizer::with_debug_dirs(vec![dir.join("nowhere")])
+        .symbolize(&mapped(&prog), &[BASE + off + size / 2]);
+    let f = frames[0].last().unwrap();
     assert_eq!(
-        frames[0],
-        vec![Frame::unnamed(format!("split+{off:#x}"), "split")]
+        (f.func.name.as_str(), f.named),
+        ("outer", true),
+        "{frames:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

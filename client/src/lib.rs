@@ -30,7 +30,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
     match &cli.command {
         Command::Report(args) => {
             if let ReportSource::File(path) = args.source() {
-                return commands::report_file(&path, args, &out).map(|()| 0);
+                return commands::report_file(&path, args, &out).await.map(|()| 0);
             }
         }
         Command::Diff(args) if commands::diff_needs_no_daemon(args) => {
@@ -79,7 +79,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         Command::Histogram(args) => commands::histogram(client, args, &out).await,
         Command::Report(args) => match args.source() {
             ReportSource::Session(id) => commands::report_session(client, id, args, &out).await,
-            ReportSource::File(path) => commands::report_file(&path, args, &out),
+            ReportSource::File(path) => commands::report_file(&path, args, &out).await,
         },
         Command::Man(_) | Command::Completions(_) | Command::Health(_) | Command::Fleet(_) => {
             unreachable!("handled without a connection above")

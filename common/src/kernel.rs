@@ -35,6 +35,7 @@ pub fn folded_function() -> FunctionInfo {
         module: KERNEL.into(),
         file: String::new(),
         inlined: false,
+        origin: None,
     }
 }
 

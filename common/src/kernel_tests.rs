@@ -20,6 +20,7 @@ fn with_kernel() -> (ResolvedProfile, [u32; 4]) {
             module: KERNEL.into(),
             file: String::new(),
             inlined: false,
+            origin: None,
         });
         p.functions.len() as u32 - 1
     };

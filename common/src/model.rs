@@ -369,6 +369,32 @@ pub struct FunctionInfo {
     pub file: String,
     /// Inlined into its caller at these frames.
     pub inlined: bool,
+    /// For code its host could not name: where it is in its binary, so
+    /// that it can be named elsewhere.
+    pub origin: Option<Origin>,
+}
+
+/// Where a function its host could not name is: the GNU build id of its
+/// binary (hex; empty when the binary has none) and its address in the
+/// file (the ELF virtual address of its start, or of the instruction
+/// when its start is unknown), as `nm` and `addr2line` take it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Origin {
+    pub build_id: String,
+    pub address: u64,
+}
+
+impl Origin {
+    /// The origin a function's name gives, when it is that of stripped code
+    /// grouped by function (`module!0xSTART`) in a binary with a build id.
+    pub fn of_grouped(name: &str, module: &str, build_id: &str) -> Option<Origin> {
+        let hex = name.strip_prefix(module)?.strip_prefix("!0x")?;
+        let address = u64::from_str_radix(hex, 16).ok()?;
+        (!build_id.is_empty()).then(|| Origin {
+            build_id: build_id.to_string(),
+            address,
+        })
+    }
 }
 
 /// One frame of a resolved stack.

@@ -18,6 +18,7 @@ fn f(name: &str, module: &str, file: &str, inlined: bool) -> FunctionInfo {
         module: module.into(),
         file: file.into(),
         inlined,
+        origin: None,
     }
 }
 

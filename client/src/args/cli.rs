@@ -10,6 +10,7 @@ use tonic::transport::Uri;
 
 pub use crate::error::{ArgError, PLAINTEXT_REFUSED, RUN_REFUSED};
 
+use crate::files::symbols::{parse_symbol_source, SymbolSource};
 use crate::requests::connect::{Remote, Target};
 pub use crate::requests::fleet::FleetGroupArg;
 pub use crate::views::ranking::{SortArg, DEFAULT_TOP};
@@ -715,6 +716,12 @@ pub struct ReportArgs {
     /// A session id of the daemon, or a pprof file (`profctl export --format pprof`).
     #[arg(value_name = "SESSION|FILE")]
     pub source: PathBuf,
+    /// A file's stripped code (`module!0xSTART`): name it from the debug
+    /// files of a directory laid out by build id (`DIR/.build-id/xx/rest.debug`)
+    /// or of a debuginfod server (http:// or https:// URL); repeat to try
+    /// several in turn.
+    #[arg(long, value_name = "URL|DIR", value_parser = parse_symbol_source)]
+    pub symbols: Vec<SymbolSource>,
     /// The view to print.
     #[command(flatten)]
     pub options: ViewOptions,
@@ -929,6 +936,12 @@ pub struct FleetArgs {
     /// With --format: the file to write, `-` for stdout.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     pub output: PathBuf,
+    /// Name the stripped code hosts could not (`module!0xSTART`) from the
+    /// debug files of a directory laid out by build id
+    /// (`DIR/.build-id/xx/rest.debug`) or of a debuginfod server (http://
+    /// or https:// URL); repeat to try several in turn.
+    #[arg(long, value_name = "URL|DIR", value_parser = parse_symbol_source)]
+    pub symbols: Vec<SymbolSource>,
     /// The view to print.
     #[command(flatten)]
     pub options: ViewOptions,

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use profd_common::export;
 
-use super::report::view_text_of;
+use super::report::{name_off_host, view_text_of};
 use crate::args::cli::{ExportFormatArg, FleetArgs, QueryAction, ReportView};
 use crate::error::Error;
 use crate::files::pprof_file;
@@ -36,7 +36,11 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
         per_thread: matches!(action, QueryAction::View(ReportView::Threads))
             || matches!(action, QueryAction::Export(ExportFormatArg::Speedscope)),
     };
-    let answer = waiting("querying ClickHouse", fleet.profile(&selection, now_ms)).await?;
+    let mut answer = waiting("querying ClickHouse", fleet.profile(&selection, now_ms)).await?;
+    if !args.symbols.is_empty() {
+        let naming = name_off_host(&mut answer.profile, &args.symbols);
+        waiting("naming stripped code", naming).await?;
+    }
     if answer.profile.stacks.is_empty() {
         return Err(Error::Fleet(format!(
             "no samples in {} for {}: see profctl fleet --help for the selection",

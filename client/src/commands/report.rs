@@ -8,6 +8,7 @@ use super::{required_session, Source};
 use crate::args::cli::{ReportArgs, ReportView};
 use crate::error::Error;
 use crate::files::pprof_file;
+use crate::files::symbols::{self, SymbolSource};
 use crate::requests::connect::Client;
 use crate::requests::progress::waiting;
 use crate::views::output::Output;
@@ -83,6 +84,14 @@ pub async fn report_session(
     args: &ReportArgs,
     out: &Output,
 ) -> Result<(), Error> {
+    if !args.symbols.is_empty() {
+        return Err(Error::Usage(
+            "--symbols names the functions of a saved file (profctl report FILE) or of the \
+             fleet; a session's are named by its daemon: give the daemon the debug files \
+             (symbols.debuginfod_urls, or /usr/lib/debug)"
+                .into(),
+        ));
+    }
     let view = args.view()?;
     report_daemon(client, &Source::Session(id), &view, out).await
 }
@@ -135,22 +144,49 @@ pub async fn report_daemon(
 }
 
 /// Reports on a saved pprof file, without a daemon.
-pub fn report_file(path: &std::path::Path, args: &ReportArgs, out: &Output) -> Result<(), Error> {
-    out.print(&report_file_text(path, args, out.names())?)
+pub async fn report_file(
+    path: &std::path::Path,
+    args: &ReportArgs,
+    out: &Output,
+) -> Result<(), Error> {
+    out.print(&report_file_text(path, args, out.names()).await?)
 }
 
 /// The text of [`report_file`], names shown as `names` says.
-pub fn report_file_text(
+pub async fn report_file_text(
     path: &std::path::Path,
     args: &ReportArgs,
     names: NameStyle,
 ) -> Result<String, Error> {
     let view = args.view()?;
-    let profile = pprof_file::load(path)?;
+    let mut profile = pprof_file::load(path)?;
+    name_off_host(&mut profile, &args.symbols).await?;
     let session = pprof_file::session(&profile);
     let mut text = render_views::file_header(&path.display().to_string(), &session);
     text.push_str(&view_text_of(&profile, &view, names)?);
     Ok(text)
+}
+
+/// Names a profile's stripped code from `sources` (`--symbols`), and says
+/// on stderr what could not be named.
+pub async fn name_off_host(
+    profile: &mut profd_common::model::ResolvedProfile,
+    sources: &[SymbolSource],
+) -> Result<(), Error> {
+    if sources.is_empty() {
+        return Ok(());
+    }
+    let named = symbols::name_functions(profile, sources).await?;
+    for (build_id, why) in &named.missing {
+        eprintln!("profctl: no debug file for build id {build_id}: {why}");
+    }
+    if named.unnamed > 0 {
+        eprintln!(
+            "profctl: --symbols named {} functions; {} stay unnamed",
+            named.named, named.unnamed
+        );
+    }
+    Ok(())
 }
 
 /// A view of a profile held here (a file's, the fleet's), computed as the

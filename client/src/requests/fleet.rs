@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
-use profd_common::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
+use profd_common::model::{FrameRef, FunctionInfo, Origin, ResolvedProfile, ResolvedStack};
 use serde::Deserialize;
 
 use crate::error::{Error, RowError};
@@ -103,7 +103,7 @@ pub fn sql(sel: &Selection, now_ms: u64) -> String {
     }
     // The key of a merged stack: its frames, and its service (as a
     // session's views group by service too), host or thread when asked.
-    let mut key = vec!["s", "f", "m", "fi", "i", "l"];
+    let mut key = vec!["s", "f", "m", "fi", "i", "l", "bi"];
     if sel.by == Some(FleetGroupArg::Host) {
         key.push("h");
     }
@@ -118,7 +118,8 @@ pub fn sql(sel: &Selection, now_ms: u64) -> String {
          max(e) AS last_ns \
          FROM (SELECT window_id, service AS s, stack, any(host) AS h, any(tid) AS t, \
          any(thread) AS n, any(functions) AS f, any(modules) AS m, any(files) AS fi, \
-         any(inlined) AS i, any(lines) AS l, any(count) AS k, any(start_ns) AS b, \
+         any(inlined) AS i, any(lines) AS l, any(build_ids) AS bi, any(count) AS k, \
+         any(start_ns) AS b, \
          any(end_ns) AS e FROM stacks WHERE {filter} GROUP BY window_id, service, stack) \
          GROUP BY {key} FORMAT JSONEachRow"
     )
@@ -159,6 +160,8 @@ struct Row {
     fi: Vec<String>,
     i: Vec<u8>,
     l: Vec<Num>,
+    #[serde(default)]
+    bi: Vec<String>,
     count: Num,
     first_ns: Num,
     last_ns: Num,
@@ -185,9 +188,12 @@ pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, RowError> 
         let tid = r.t.as_ref().map(Num::get).transpose()?.unwrap_or(0) as u32;
         let mut frames = Vec::with_capacity(r.f.len() + 1);
         for (k, name) in r.f.iter().enumerate() {
+            let module = r.m.get(k).cloned().unwrap_or_default();
+            let build_id = r.bi.get(k).map_or("", String::as_str);
             let info = FunctionInfo {
+                origin: Origin::of_grouped(name, &module, build_id),
                 name: name.clone(),
-                module: r.m.get(k).cloned().unwrap_or_default(),
+                module,
                 file: r.fi.get(k).cloned().unwrap_or_default(),
                 inlined: r.i.get(k).is_some_and(|&i| i != 0),
             };

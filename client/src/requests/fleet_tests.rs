@@ -20,7 +20,7 @@ fn the_query_selects_by_range_service_and_host() {
     assert!(q.contains("service IN ('api', 'o\\'brien')"), "{q}");
     assert!(q.contains("host IN ('web-1')"), "{q}");
     assert!(q.contains("GROUP BY window_id, service, stack"), "{q}");
-    assert!(q.contains("GROUP BY s, f, m, fi, i, l FORMAT"), "{q}");
+    assert!(q.contains("GROUP BY s, f, m, fi, i, l, bi FORMAT"), "{q}");
     let by_thread = sql(
         &Selection {
             by: Some(FleetGroupArg::Host),
@@ -30,7 +30,7 @@ fn the_query_selects_by_range_service_and_host() {
         1_800_000_600_000,
     );
     assert!(
-        by_thread.contains("GROUP BY s, f, m, fi, i, l, h, t, n FORMAT"),
+        by_thread.contains("GROUP BY s, f, m, fi, i, l, bi, h, t, n FORMAT"),
         "{by_thread}"
     );
 }

@@ -20,6 +20,7 @@ fn split_profile() -> ResolvedProfile {
         module: "split".into(),
         file: "split.c".into(),
         inlined: false,
+        origin: None,
     };
     let fr = |function, line, address| FrameRef {
         function,

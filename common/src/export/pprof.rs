@@ -9,7 +9,7 @@ use prost::Message;
 
 use super::ExportError;
 use crate::api::Mode;
-use crate::model::{FrameRef, FunctionInfo, ResolvedProfile, ResolvedStack};
+use crate::model::{FrameRef, FunctionInfo, Origin, ResolvedProfile, ResolvedStack};
 use crate::pprof_proto as pb;
 
 #[path = "pprof_encode.rs"]
@@ -178,10 +178,12 @@ impl Decoder {
     /// Frames of every location, innermost first.
     fn locations(&mut self) -> Result<(), ExportError> {
         let mut mappings: HashMap<u64, (String, u64, u64)> = HashMap::new();
+        let mut build_ids: HashMap<u64, String> = HashMap::new();
         for m in &self.prof.mapping {
             let file = self.str(m.filename)?;
             let base = file.rsplit('/').next().unwrap_or(file).to_string();
             mappings.insert(m.id, (base, m.memory_start, m.file_offset));
+            build_ids.insert(m.id, self.str(m.build_id)?.to_string());
         }
         let mut functions: HashMap<u64, (String, String)> = HashMap::new();
         for f in &self.prof.function {
@@ -209,6 +211,7 @@ impl Decoder {
                         loc.id, line.function_id
                     ))
                 })?;
+                let build_id = build_ids.get(&loc.mapping_id).map_or("", String::as_str);
                 let info = FunctionInfo {
                     name: if name.is_empty() {
                         "[unknown]".into()
@@ -218,6 +221,7 @@ impl Decoder {
                     module: module.clone(),
                     file: file.clone(),
                     inlined: k + 1 < n,
+                    origin: Origin::of_grouped(name, &module, build_id),
                 };
                 frames.push(FrameRef {
                     function: self.function_id(info),

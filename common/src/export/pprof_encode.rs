@@ -228,6 +228,15 @@ impl<'p, F: FnMut(Vec<u8>) -> bool> PprofEncoder<'p, F> {
                 ..Default::default()
             });
         }
+        // The binary's build id, from a function the host could not name.
+        let origin = group
+            .iter()
+            .find_map(|f| self.p.functions.get(f.function as usize)?.origin.as_ref());
+        if let Some(o) = origin.filter(|o| !o.build_id.is_empty()) {
+            if prof.mapping[m].build_id == 0 {
+                prof.mapping[m].build_id = self.st.id(&o.build_id);
+            }
+        }
         // A frame shown without its address (0) widens no range.
         let (mp, address) = (&mut prof.mapping[m], group[0].address);
         if address != 0 {

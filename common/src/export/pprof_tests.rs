@@ -495,3 +495,60 @@ fn a_profile_encoded_stack_by_stack_is_the_export() {
     assert!(pieces.len() > 2, "{} pieces", pieces.len());
     assert!(pieces.concat() == whole, "not the whole profile's export");
 }
+
+/// Stripped code's origin travels in the pprof file: its mapping carries
+/// the binary's build id, and the reader gives a function named
+/// `module!0xSTART` of that mapping its build id and START again; other
+/// functions of the mapping get none.
+#[test]
+fn the_origin_of_stripped_code_survives_a_pprof_file() {
+    let mut p = known();
+    let origin = Origin {
+        build_id: "3a944ed47df50edda4d6f79c6347fca1f777eed6".into(),
+        address: 0x1355,
+    };
+    let module = p.functions[p.stacks[0].frames[0].function as usize]
+        .module
+        .clone();
+    let leaf = p.stacks[0].frames[0].function as usize;
+    p.functions[leaf].name = format!("{module}!0x1355");
+    p.functions[leaf].origin = Some(origin.clone());
+    let back = pprof_decode(&pprof(&p)).unwrap();
+    let named = |q: &ResolvedProfile, name: &str| -> Option<Origin> {
+        let f = q.functions.iter().find(|f| f.name == name).unwrap();
+        f.origin.clone()
+    };
+    assert_eq!(named(&back, &format!("{module}!0x1355")), Some(origin));
+    for f in &back.functions {
+        if !f.name.contains('!') {
+            assert_eq!(f.origin, None, "{f:?}");
+        }
+    }
+    let raw = raw(&p);
+    let ids: Vec<&str> = raw
+        .mapping
+        .iter()
+        .map(|m| raw.string_table[m.build_id as usize].as_str())
+        .collect();
+    assert!(
+        ids.contains(&"3a944ed47df50edda4d6f79c6347fca1f777eed6"),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn only_grouped_names_with_a_build_id_give_an_origin() {
+    let o = |name, module, id| Origin::of_grouped(name, module, id);
+    assert_eq!(
+        o("liblzma.so.5!0x15ae0", "liblzma.so.5", "ab"),
+        Some(Origin {
+            build_id: "ab".into(),
+            address: 0x15ae0
+        })
+    );
+    assert_eq!(o("liblzma.so.5!0x15ae0", "liblzma.so.5", ""), None);
+    assert_eq!(o("liblzma.so.5+0x15ae0", "liblzma.so.5", "ab"), None);
+    assert_eq!(o("lzma_code", "liblzma.so.5", "ab"), None);
+    assert_eq!(o("other!0x10", "liblzma.so.5", "ab"), None);
+    assert_eq!(o("liblzma.so.5!0xzz", "liblzma.so.5", "ab"), None);
+}

@@ -8,7 +8,7 @@ use super::decode::Visit;
 use crate::request_error::Error;
 use profd_common::api;
 use profd_common::model::ResolvedStack;
-use profd_common::model::{Aggregator, Counts, FrameRef, FunctionInfo, ResolvedProfile};
+use profd_common::model::{Aggregator, Counts, FrameRef, FunctionInfo, Origin, ResolvedProfile};
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::BuildHasher;
@@ -173,6 +173,10 @@ impl<'q> Merge<'q> {
                     module: wf.module.clone(),
                     file: wf.file.clone(),
                     inlined: wf.inlined,
+                    origin: (!wf.build_id.is_empty()).then(|| Origin {
+                        build_id: wf.build_id.clone(),
+                        address: wf.address,
+                    }),
                 };
                 let id = self.function(info);
                 self.cur.ids[f as usize] = Some(id);

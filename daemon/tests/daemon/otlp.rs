@@ -175,6 +175,7 @@ fn window() -> api::Window {
         module: module.into(),
         file: format!("/src/{name}.c"),
         inlined,
+        ..Default::default()
     };
     let stack = |tid, function: Vec<u32>, address: Vec<u64>, count| api::WindowStack {
         tid,

@@ -185,6 +185,7 @@ fn window(batch: u32) -> api::Window {
         module: module.into(),
         file: file.into(),
         inlined,
+        ..Default::default()
     };
     let stack = |tid, function: Vec<u32>, address: Vec<u64>, count| api::WindowStack {
         tid,

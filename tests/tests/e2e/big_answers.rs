@@ -70,7 +70,7 @@ fn big_window(w: u64, start: u64) -> api::Window {
             name: function_name(f),
             module: "/usr/lib/big/libbig.so".into(),
             file: format!("src/level_{}.rs", f / PER_LEVEL),
-            inlined: false,
+            ..Default::default()
         })
         .collect();
     let stacks: Vec<api::WindowStack> = (w * STACKS..(w + 1) * STACKS)

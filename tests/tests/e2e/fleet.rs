@@ -3,7 +3,9 @@
 //! `clickhouse-server` shards under `Distributed` tables (the schema as
 //! `profd schema clickhouse --cluster` prints it), and `profctl fleet`
 //! answers across both; through an outage of both servers and a daemon
-//! restart, every window arrives and counts once. Root needed.
+//! restart, every window arrives and counts once; stripped code sent
+//! unnamed is named at query time from debug files (`--symbols`). Root
+//! needed.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -461,5 +463,125 @@ fn bad_sink_settings_are_named_and_a_daemon_keeps_profiling() {
     assert!(
         sample(&m, &format!("profd_sink_spool_bytes{labels}")) > 0.0,
         "{m}"
+    );
+}
+
+/// The GNU build id of `exe` (hex), as `readelf -n` prints it.
+fn build_id(exe: &Path) -> String {
+    let out = std::process::Command::new("readelf")
+        .arg("-n")
+        .arg(exe)
+        .output()
+        .expect("run readelf (install binutils)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .unwrap_or_else(|| panic!("{} has no build id", exe.display()))
+}
+
+/// A stripped build of `split` (named `split_strip`, no symbols on the
+/// host) in a scratch directory, and a directory of its debug file laid
+/// out by build id, as `objcopy --only-keep-debug` makes it.
+pub(crate) fn stripped_split() -> (std::path::PathBuf, std::path::PathBuf) {
+    let built = build_workload("split");
+    let dir = unique_dir("stripped-split");
+    let exe = dir.join("split_strip");
+    std::fs::copy(&built, &exe).unwrap();
+    let id = build_id(&exe);
+    let debug = dir.join("debug");
+    let at = debug.join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&at).unwrap();
+    let run = |cmd: &mut std::process::Command| {
+        let status = cmd.status().expect("run binutils");
+        assert!(status.success(), "{cmd:?}");
+    };
+    run(std::process::Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&exe)
+        .arg(at.join(format!("{}.debug", &id[2..]))));
+    run(std::process::Command::new("strip")
+        .arg("--strip-all")
+        .arg(&exe));
+    (exe, debug)
+}
+
+/// A stripped program profiled continuously into a ClickHouse whose
+/// `stacks` table an earlier profd made (no `build_ids` column): the sink
+/// adds the column, the windows carry the build id of the program's
+/// unnamed code, and `profctl fleet --symbols DIR` names it at query time
+/// from the debug file there, with the workload's split; without
+/// `--symbols` the same rows are the program's functions by address.
+#[test]
+fn stripped_code_is_named_at_query_time_from_debug_files() {
+    let _serial = serial();
+    require_root_and_perf();
+    let (exe, debug) = stripped_split();
+    let ports = Server::ports(1);
+    let server = Server::start("symbols", ports[0], &ports);
+    let schema = run_profd(&["schema", "clickhouse"]);
+    schema.assert_success();
+    let earlier = schema.stdout.replace("    build_ids Array(String),\n", "");
+    assert_ne!(earlier, schema.stdout, "the schema has build_ids");
+    for statement in earlier
+        .split(';')
+        .filter(|s| !s.trim().starts_with("--") && !s.trim().is_empty())
+    {
+        server.query(statement, b"");
+    }
+    let cg = Cgroup::new(&format!("profd-symbols-{}", std::process::id()));
+    let config = unique_dir("symbols-config").join("profd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[continuous]\nenabled = true\nfrequency = {FREQ}\nwindow = 2\nhost = \"stripped\"\n\
+             select = [\"cgroup:{}\"]\n\n\
+             [[sink]]\nkind = \"clickhouse\"\nname = \"ch\"\nurl = \"{}\"\n",
+            cg.path(),
+            server.url()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start_with(&["--config", path_str(&config)]);
+    let from = now_s() - 1;
+    let mut cmd = cg.command(&exe);
+    cmd.args(["5", "--ready"]);
+    let mut w = Workload::start_command(cmd, "split_strip");
+    w.wait(Duration::from_secs(30));
+    let to = now_s() + 1;
+    wait_delivered(&d, to);
+    let range = (from, to);
+    let own = query(&d, range, &[]);
+    let unnamed = fleet_when(&server, range, own.totals.attributed);
+    assert_eq!(unnamed.totals.attributed, own.totals.attributed);
+    assert!(
+        unnamed
+            .functions
+            .iter()
+            .any(|f| f.name.starts_with("split_strip!0x")),
+        "the stripped program's functions by address:\n{}",
+        unnamed.table()
+    );
+    assert!(unnamed.rows("leaf_a").is_empty(), "{}", unnamed.table());
+    let named = fleet(&server, range, &["--symbols", path_str(&debug)]);
+    assert_eq!(named.totals.attributed, own.totals.attributed);
+    named.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
+    named.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 2.0);
+    named.assert_pct_within("mid", Measure::Inclusive, 75.0, 2.0);
+    assert!(
+        !named
+            .functions
+            .iter()
+            .any(|f| f.name.starts_with("split_strip!")),
+        "{}",
+        named.table()
+    );
+    // A directory without the debug file names nothing, and says so.
+    let empty = unique_dir("no-debug");
+    let out = fleet_text(&server, range, &["--symbols", path_str(&empty)]);
+    out.assert_success();
+    assert!(
+        out.stderr.contains("no debug file for build id"),
+        "{}",
+        out.stderr
     );
 }

@@ -53,7 +53,16 @@ const STACKS_COLUMNS: &str = "    window_id String,
     lines Array(UInt32),
     inlined Array(UInt8),
     addresses Array(UInt64),
+    build_ids Array(String),
     count UInt64";
+
+/// Columns added to `stacks` since it was first made, each after another:
+/// a sink adds those a table made before lacks (ClickHouse 18.16 has no
+/// `ADD COLUMN IF NOT EXISTS`; a column there already is error 44).
+/// `build_ids`: per frame, for code its host could not name (a frame
+/// `module!0xSTART`), its binary's GNU build id, so that `profctl fleet
+/// --symbols` names it; empty for named frames.
+const ADDED_COLUMNS: [(&str, &str, &str); 1] = [("build_ids", "Array(String)", "addresses")];
 
 /// The two tables: name, columns, and sorting key. A window sent twice
 /// has the same key on every row (its id, and each stack's place in its
@@ -105,13 +114,39 @@ pub fn schema(layout: &Layout) -> Vec<String> {
     out
 }
 
-/// The schema as a script: each statement ended by `;`.
+/// The statements that bring a `stacks` table made before to the schema,
+/// in order: each adds a column, and fails with error 44 where the
+/// column is there already.
+pub fn upgrades(layout: &Layout) -> Vec<String> {
+    let db = &layout.database;
+    let tables = match &layout.cluster {
+        Some(_) => vec!["stacks_local", "stacks"],
+        None => vec!["stacks"],
+    };
+    let mut out = Vec::new();
+    for table in tables {
+        for (column, kind, after) in ADDED_COLUMNS {
+            out.push(format!(
+                "ALTER TABLE {db}.{table} ADD COLUMN {column} {kind} AFTER {after}"
+            ));
+        }
+    }
+    out
+}
+
+/// The schema as a script: each statement ended by `;`, then the
+/// statements that upgrade tables made by an earlier profd, commented out.
 pub fn schema_script(layout: &Layout) -> Result<String, NotPlain> {
     layout.check()?;
     let mut s = String::new();
     for statement in schema(layout) {
         s.push_str(&statement);
         s.push_str(";\n\n");
+    }
+    s.push_str("-- Tables made by an earlier profd: add the columns they lack (a column\n");
+    s.push_str("-- already there is error 44), on every server with a cluster.\n");
+    for statement in upgrades(layout) {
+        s.push_str(&format!("-- {statement};\n"));
     }
     Ok(s)
 }
@@ -179,6 +214,7 @@ pub fn rows(w: &api::Window, windows: &mut Vec<u8>, stacks: &mut Vec<u8>) {
                 "lines": stack.line,
                 "inlined": stack.function.iter().map(|i| u8::from(f(i).is_some_and(|f| f.inlined))).collect::<Vec<_>>(),
                 "addresses": stack.address,
+                "build_ids": stack.function.iter().map(|i| f(i).map_or("", |f| f.build_id.as_str())).collect::<Vec<_>>(),
                 "count": stack.count,
             });
             push_line(stacks, &line);
@@ -319,6 +355,17 @@ impl Sink {
                 }
                 retry => retry,
             })?;
+        }
+        for statement in upgrades(&layout) {
+            match self.run(&statement, Database::Default).await {
+                Ok(_) => tracing::info!(%statement, "added a column to a table made before"),
+                Err(Failure::Drop { detail, .. } | Failure::Retry(detail))
+                    if detail.contains("Code: 44") || detail.contains("exception 44") => {}
+                Err(Failure::Drop { detail, .. }) => {
+                    return Err(Failure::Retry(format!("upgrading the schema: {detail}")))
+                }
+                Err(retry) => return Err(retry),
+            }
         }
         self.schema_ready.store(true, Ordering::Relaxed);
         Ok(())

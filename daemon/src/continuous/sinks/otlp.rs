@@ -821,6 +821,7 @@ mod tests {
             module: "web".into(),
             file: format!("{name}.rs"),
             inlined,
+            ..Default::default()
         };
         api::Window {
             id: "0123456789abcdef0123456789abcdef".into(),

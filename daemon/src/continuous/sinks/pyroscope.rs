@@ -765,6 +765,7 @@ mod tests {
             module: module.into(),
             file: format!("{name}.c"),
             inlined,
+            ..Default::default()
         }
     }
 

@@ -8,7 +8,7 @@
 //! the rest as placeholders.
 use super::debug::DebugFiles;
 use super::fde::Fdes;
-use super::frame::{Frame, FrameName};
+use super::frame::{Frame, FrameName, Origin};
 use super::kallsyms::Kallsyms;
 use super::lru::Lru;
 use super::names::{FileKey, Names};
@@ -153,6 +153,7 @@ fn frames_of(sym: &Sym<'_>, module: &str, files: &mut Files) -> Vec<Frame> {
                 name: without_hash(&f.name).to_string(),
                 module: module.to_string(),
                 inlined: true,
+                origin: None,
             },
             file,
             line,
@@ -165,6 +166,7 @@ fn frames_of(sym: &Sym<'_>, module: &str, files: &mut Files) -> Vec<Frame> {
             name: without_hash(&sym.name).to_string(),
             module: module.to_string(),
             inlined: false,
+            origin: None,
         },
         file,
         line,
@@ -669,15 +671,28 @@ impl Worker {
                 continue;
             }
             let fdes = fdes.get_or_insert_with(|| Fdes::read(readable));
-            match fdes.as_ref().and_then(|f| f.function(off)) {
+            let Some(fdes) = fdes.as_ref() else {
+                jit.push((i, Frame::unnamed(format!("{module}+{off:#x}"), &module)));
+                continue;
+            };
+            let origin = |address| Origin {
+                build_id: fdes.build_id.clone(),
+                address,
+            };
+            match fdes.function(off) {
                 Some((range, start)) => {
-                    out[i] = Some(vec![Frame::unnamed(
-                        format!("{module}!{start:#x}"),
-                        &module,
-                    )]);
+                    let name = format!("{module}!{start:#x}");
+                    out[i] = Some(vec![Frame::unnamed_in(name, &module, origin(start))]);
                     functions.push((i, range));
                 }
-                None => jit.push((i, Frame::unnamed(format!("{module}+{off:#x}"), &module))),
+                None => {
+                    let name = format!("{module}+{off:#x}");
+                    let frame = match fdes.vaddr(off) {
+                        Some(address) => Frame::unnamed_in(name, &module, origin(address)),
+                        None => Frame::unnamed(name, &module),
+                    };
+                    jit.push((i, frame));
+                }
             }
         }
         functions

@@ -9,24 +9,31 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
 
-/// A binary's unwind tables, read for naming.
+/// A binary's unwind tables, read for naming, with what else names its
+/// code off the host: its build id and load segments.
 pub struct Fdes {
+    /// `.eh_frame`'s bytes; empty when the binary has none.
     eh_frame: Vec<u8>,
     /// `.eh_frame_hdr`'s bytes, when the binary has one.
     hdr: Option<Vec<u8>>,
     bases: BaseAddresses,
     segments: Segments,
+    /// The GNU build id, in hex; empty when the binary has none.
+    pub build_id: String,
 }
 
 impl Fdes {
-    /// The unwind tables of the ELF file at `path`; None when it has no
-    /// `.eh_frame` (or is not an ELF file).
+    /// The unwind tables of the ELF file at `path`; None when it is not an
+    /// ELF file with load segments.
     pub fn read(path: &Path) -> Option<Fdes> {
         let cache = ReadCache::new(File::open(path).ok()?);
         let sections = Sections::of(&cache)?;
-        let eh = sections.get(".eh_frame")?;
-        let eh_frame = eh.data(&cache)?.into_owned();
-        let mut bases = BaseAddresses::default().set_eh_frame(eh.address);
+        let mut bases = BaseAddresses::default();
+        let mut eh_frame = Vec::new();
+        if let Some(eh) = sections.get(".eh_frame") {
+            bases = bases.set_eh_frame(eh.address);
+            eh_frame = eh.data(&cache).map(|d| d.into_owned()).unwrap_or_default();
+        }
         if let Some(text) = sections.get(".text") {
             bases = bases.set_text(text.address);
         }
@@ -34,12 +41,22 @@ impl Fdes {
             bases = bases.clone().set_eh_frame_hdr(h.address);
             h.data(&cache).map(|d| d.into_owned())
         });
+        let build_id = sections
+            .build_id(&cache)
+            .map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
+            .unwrap_or_default();
         Some(Fdes {
             eh_frame,
             hdr,
             bases,
             segments: Segments::of(&cache)?,
+            build_id,
         })
+    }
+
+    /// The address (as in the ELF file) of file offset `off`.
+    pub fn vaddr(&self, off: u64) -> Option<u64> {
+        self.segments.vaddr(off)
     }
 
     /// The function holding the code at file offset `off`: its file
@@ -53,6 +70,9 @@ impl Fdes {
 
     /// The start and length of the FDE covering `vaddr`.
     fn covering(&self, vaddr: u64) -> Option<(u64, u64)> {
+        if self.eh_frame.is_empty() {
+            return None;
+        }
         let eh_frame = EhFrame::new(&self.eh_frame, LittleEndian);
         let indexed = self.hdr.as_ref().and_then(|hdr| {
             let parsed: ParsedEhFrameHdr<_> = EhFrameHdr::new(hdr, LittleEndian)

@@ -5,6 +5,7 @@ use super::blaze::IDLE;
 use super::*;
 use crate::os::file_version::FileVersion;
 use crate::process::maps::{Backing, Mapping};
+use profd_common::model::Origin;
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Endianness, Object, ObjectSymbol};
 use std::path::Path;
@@ -340,7 +341,11 @@ fn stripped_binaries_use_build_id_debug_files_else_unwind_entries() {
     // function its unwind entry covers, named by the address it starts at.
     let frames = BlazeSymbolizer::with_debug_dirs(vec![dir.join("nowhere")])
         .symbolize(&mapped(&prog), &[BASE + off, BASE + off + size / 2]);
-    let grouped = Frame::unnamed(format!("split!{start:#x}"), "split");
+    let origin = Origin {
+        build_id: hex.clone(),
+        address: start,
+    };
+    let grouped = Frame::unnamed_in(format!("split!{start:#x}"), "split", origin);
     assert_eq!(frames, vec![vec![grouped.clone()], vec![grouped]]);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -58,6 +58,7 @@ impl Actor {
                     name: name.into(),
                     module: "[profd]".into(),
                     inlined: false,
+                    origin: None,
                 },
                 String::new(),
             );
@@ -173,6 +174,7 @@ impl Actor {
                 name: folded.name,
                 module: folded.module,
                 inlined: false,
+                origin: None,
             },
             folded.file,
         )
@@ -383,6 +385,7 @@ impl Actor {
                 module: n.module.clone(),
                 file: file.clone(),
                 inlined: n.inlined,
+                origin: n.origin.clone(),
             })
             .collect();
         let session = self.summary();

@@ -115,6 +115,12 @@ impl Collector {
             module: n.module.clone(),
             file: a.files[id as usize].clone(),
             inlined: n.inlined,
+            build_id: n
+                .origin
+                .as_ref()
+                .map(|o| o.build_id.clone())
+                .unwrap_or_default(),
+            address: n.origin.as_ref().map_or(0, |o| o.address),
         }
     }
 

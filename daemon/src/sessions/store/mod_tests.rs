@@ -30,6 +30,7 @@ pub(super) fn profile() -> ResolvedProfile {
         module: "prog".into(),
         file: "prog.c".into(),
         inlined: false,
+        origin: None,
     };
     let fr = |function, address| FrameRef {
         function,

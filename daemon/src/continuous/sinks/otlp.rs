@@ -533,8 +533,9 @@ impl Dictionary {
         i
     }
 
-    /// The mapping of a module (0 when unknown), with the GNU build id of
-    /// the executable when the module is a process's executable.
+    /// The mapping of a module (0 when unknown), with its GNU build id
+    /// when known: a process's executable's, or that of a module with code
+    /// its host could not name.
     fn mapping(&mut self, module: &str, build_id: &str) -> i32 {
         if module.is_empty() {
             return 0;
@@ -684,6 +685,13 @@ fn profile(
     let processes: HashMap<u32, &api::WindowProcess> =
         s.processes.iter().map(|p| (p.pid, p)).collect();
     let mut functions: Vec<Option<i32>> = vec![None; s.functions.len()];
+    // The build ids of modules with code their host could not name.
+    let mut module_ids: HashMap<&str, &str> = HashMap::new();
+    for f in s.functions.iter().filter(|f| !f.build_id.is_empty()) {
+        module_ids
+            .entry(f.module.as_str())
+            .or_insert(f.build_id.as_str());
+    }
     // Each thread's attributes, sorted (a sample's identity is their set),
     // and its process's executable and build id.
     let mut thread_info: HashMap<u32, (Vec<i32>, &str, &str)> = HashMap::new();
@@ -753,7 +761,7 @@ fn profile(
                 .map_or("", |f| f.module.as_str());
             let id = match !exe.is_empty() && module == exe {
                 true => build_id,
-                false => "",
+                false => module_ids.get(module).copied().unwrap_or(""),
             };
             let mapping = d.mapping(module, id);
             locations.push(d.location(mapping, address(i), lines));
@@ -1256,5 +1264,37 @@ mod tests {
                 other => panic!("{code:?}: {other:?}"),
             }
         }
+    }
+
+    /// A library's mapping carries the build id of its code the host
+    /// could not name (`module!0xSTART`), so a backend can name it.
+    #[test]
+    fn mappings_of_unnamed_code_carry_its_build_id() {
+        let mut w = window();
+        let s = &mut w.services[0];
+        s.functions.push(api::WindowFunction {
+            name: "liblzma.so.5!0x15ae0".into(),
+            module: "liblzma.so.5".into(),
+            build_id: "beef".into(),
+            address: 0x15ae0,
+            ..Default::default()
+        });
+        let lz = (s.functions.len() - 1) as u32;
+        s.stacks[0].function.insert(0, lz);
+        s.stacks[0].line.insert(0, 0);
+        s.stacks[0].address.insert(0, 0x7f00_0001_5ae4);
+        let r = request(&w);
+        let d = r.dictionary.as_ref().unwrap();
+        let mapping = d
+            .mapping_table
+            .iter()
+            .find(|m| text(d, m.filename_strindex) == "liblzma.so.5")
+            .expect("liblzma's mapping");
+        let a = &d.attribute_table[mapping.attribute_indices[0] as usize];
+        assert_eq!(text(d, a.key_strindex), "process.executable.build_id.gnu");
+        assert_eq!(
+            a.value.as_ref().and_then(|v| v.value.clone()),
+            Some(any_value::Value::StringValue("beef".into()))
+        );
     }
 }

@@ -491,12 +491,19 @@ impl<'a> Profile<'a> {
         let module_of = |f: u32| functions.get(f as usize).map_or("", |f| f.module.as_str());
         let is_inlined = |f: u32| functions.get(f as usize).is_some_and(|f| f.inlined);
         let basename = |path: &str| path.rsplit('/').next().unwrap_or("").to_string();
-        let build_ids: HashMap<String, &str> = service
+        // Build ids: of the processes' executables, and of modules with
+        // code their host could not name.
+        let mut build_ids: HashMap<String, &str> = service
             .processes
             .iter()
             .filter(|pr| !pr.build_id.is_empty())
             .map(|pr| (basename(&pr.executable), pr.build_id.as_str()))
             .collect();
+        for f in functions.iter().filter(|f| !f.build_id.is_empty()) {
+            build_ids
+                .entry(f.module.clone())
+                .or_insert(f.build_id.as_str());
+        }
         let mut mapping_of: HashMap<&str, usize> = HashMap::new();
         let mut location_of: HashMap<(u64, Vec<(u32, u32)>), usize> = HashMap::new();
         let threads: HashMap<u32, &api::WindowThread> =
@@ -1048,7 +1055,8 @@ mod tests {
         assert_eq!(p.mapping[0].id, 1);
         assert_eq!(st(p.mapping[0].filename), "app");
         assert_eq!(st(p.mapping[0].build_id), "abcd");
-        assert!(p.mapping.iter().any(|m| st(m.filename) == "libc.so.6"));
+        let libc = p.mapping.iter().find(|m| st(m.filename) == "libc.so.6");
+        assert_eq!(libc.map(|m| st(m.build_id)), Some(""));
         // Ids are 1.. in order, each once.
         for (i, x) in p.location.iter().enumerate() {
             assert_eq!(x.id, i as u64 + 1);
@@ -1056,6 +1064,31 @@ mod tests {
         for (i, x) in p.function.iter().enumerate() {
             assert_eq!(x.id, i as u64 + 1);
         }
+    }
+
+    /// A library's mapping carries the build id of its code the host
+    /// could not name (`module!0xSTART`), so Pyroscope can name it.
+    #[test]
+    fn mappings_of_unnamed_code_carry_its_build_id() {
+        let mut s = service("web.service", 10, vec![stack(10, vec![3, 1, 2], 3)]);
+        s.functions.push(api::WindowFunction {
+            name: "liblzma.so.5!0x15ae0".into(),
+            module: "liblzma.so.5".into(),
+            build_id: "beef".into(),
+            address: 0x15ae0,
+            ..Default::default()
+        });
+        let (ingests, _) = requests(&window(vec![s]), &[], &Limits::default());
+        let p = decode(&ingests[0].body);
+        let st = |i: i64| p.string_table[i as usize].as_str();
+        let ids: Vec<(&str, &str)> = p
+            .mapping
+            .iter()
+            .map(|m| (st(m.filename), st(m.build_id)))
+            .collect();
+        assert!(ids.contains(&("liblzma.so.5", "beef")), "{ids:?}");
+        assert!(ids.contains(&("app", "abcd")), "{ids:?}");
+        assert!(ids.contains(&("libc.so.6", "")), "{ids:?}");
     }
 
     #[test]

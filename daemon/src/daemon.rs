@@ -177,6 +177,31 @@ async fn run_continuous(
     }
 }
 
+/// The fetcher of debug files from debuginfod, when servers are set: its
+/// cache is in the state directory (without one, nothing is fetched: the
+/// runtime directory is in memory, too small for debug files).
+fn debuginfod_fetcher(config: &Config) -> Option<symbolize::debuginfod::Fetcher> {
+    let settings = &config.debuginfod;
+    if settings.urls.is_empty() {
+        return None;
+    }
+    let Some(persist) = &config.persist else {
+        tracing::warn!(urls = ?settings.urls, "debuginfod: not fetching debug files, as there is no state directory to keep them in");
+        return None;
+    };
+    let dir = persist.dir.join(symbolize::debuginfod::CACHE_DIR);
+    match symbolize::debuginfod::Fetcher::start(settings.clone(), dir.clone()) {
+        Ok(fetcher) => {
+            symbolize::debuginfod::publish(&fetcher);
+            Some(fetcher)
+        }
+        Err(err) => {
+            tracing::error!(dir = %dir.display(), %err, "debuginfod: cannot make the cache directory: not fetching debug files");
+            None
+        }
+    }
+}
+
 /// How often systemd's STATUS line is brought up to date.
 const STATUS_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -213,12 +238,11 @@ impl Daemon {
         sampler.ring_pages = config.ring_pages;
         let pool = sampler.pool();
         let source = Arc::new(sampler);
-        let daemon = Daemon::bind_with(
-            config,
-            source,
-            Arc::new(symbolize::BlazeSymbolizer::default()),
-        )
-        .await?;
+        let symbolizer = symbolize::BlazeSymbolizer::with_debuginfod(
+            symbolize::DEBUG_DIRS.iter().map(PathBuf::from).collect(),
+            debuginfod_fetcher(&config),
+        );
+        let daemon = Daemon::bind_with(config, source, Arc::new(symbolizer)).await?;
         // The caches that shed as the memory ceiling nears (crate::memory).
         let (held, shed) = (pool.clone(), pool);
         let memory = &daemon.registry.stats().memory;

@@ -140,7 +140,10 @@ impl Daemon {
             }
             None => Command::new(&profd),
         };
+        // debuginfod only when a test asks for it (Debian's profile sets
+        // DEBUGINFOD_URLS in login shells).
         command
+            .env_remove("DEBUGINFOD_URLS")
             .arg("--socket")
             .arg(socket)
             .args(args)

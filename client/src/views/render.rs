@@ -566,6 +566,12 @@ pub fn info_text(info: &InfoResponse) -> String {
                 .as_ref()
                 .map_or("not reported".to_string(), memory_text),
         ),
+        (
+            "debuginfod",
+            info.debuginfod
+                .as_ref()
+                .map_or("off".to_string(), debuginfod_text),
+        ),
     ];
     let mut out = String::from("profd daemon\n");
     let retention = info
@@ -589,6 +595,27 @@ pub fn info_text(info: &InfoResponse) -> String {
         );
     }
     out
+}
+
+/// The debuginfod servers, what their requests gave and the cache (Info).
+fn debuginfod_text(d: &profd_common::api::DebuginfodStatus) -> String {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+    let mut text = format!(
+        "{}; fetched {}, not found {}, failed {}, garbage {}; cache {} of {} in {}",
+        d.urls.join(" "),
+        d.fetched,
+        d.not_found,
+        d.failed,
+        d.garbage,
+        mib(d.cache_bytes),
+        mib(d.cache_limit_bytes),
+        d.cache_dir,
+    );
+    if !d.last_error.is_empty() {
+        text.push_str("; last error: ");
+        text.push_str(&d.last_error);
+    }
+    text
 }
 
 /// The daemon's memory against its ceiling and what it shed (Info).

@@ -540,9 +540,22 @@ fn info_lists_everything() {
             }],
             ..Default::default()
         }),
+        debuginfod: Some(profd_common::api::DebuginfodStatus {
+            urls: vec!["http://127.0.0.1:8002".into(), "https://d.example".into()],
+            cache_dir: "/var/lib/profd/debuginfod".into(),
+            cache_bytes: 3 << 20,
+            cache_limit_bytes: 1 << 30,
+            fetched: 4,
+            not_found: 2,
+            failed: 1,
+            garbage: 0,
+            last_error: "http://127.0.0.1:8002: no answer within 10s".into(),
+            timeout_s: 10,
+        }),
     };
     let text = info_text(&info);
     for needle in [
+        "debuginfod:           http://127.0.0.1:8002 https://d.example; fetched 4, not found 2, failed 1, garbage 0; cache 3.0 MiB of 1024.0 MiB in /var/lib/profd/debuginfod; last error: http://127.0.0.1:8002: no answer within 10s",
         "memory:               70.0 MiB of 96.0 MiB (peak 90.0 MiB), level 1 (shed-caches); entered shed-caches 3, cap-stacks 1, lower-frequency 0, frame-pointers 0; shed 5 times (12.0 MiB); windows capped 2, lowered 0; samples dropped behind 0; caches: continuous names 1.0 MiB",
         "version:",
         "0.1.0",
@@ -644,6 +657,7 @@ fn window_listings_show_services_then_windows() {
     );
     let text = info_text(&InfoResponse::default());
     assert!(text.contains("\n  continuous:           off\n"), "{text}");
+    assert!(text.contains("\n  debuginfod:           off\n"), "{text}");
 }
 
 #[test]

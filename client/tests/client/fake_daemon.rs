@@ -171,6 +171,7 @@ impl Profiler for Fake {
             sinks: vec![],
             retention: None,
             memory: None,
+            debuginfod: None,
         }))
     }
 

@@ -13,6 +13,7 @@ pub use values::MAX_BUCKETS;
 pub use error::{ReadError, SettingsError};
 pub use schema::{Flag, Flags, Layer, ParseError, Setting};
 
+use crate::process::symbolize::debuginfod;
 use crate::serve::auth::{Grant, TlsFiles};
 use crate::serve::{conns, kernel_view};
 use crate::sessions::registry;
@@ -65,6 +66,9 @@ pub struct Config {
     /// The memory ceiling (`memory_limit`): as it nears, load is shed (see
     /// `crate::memory`).
     pub memory_limit: u64,
+    /// debuginfod servers debug files are fetched from (`[symbols]`); no
+    /// URLs: off. The cache is under the state directory (none: off).
+    pub debuginfod: debuginfod::Settings,
 }
 
 /// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
@@ -99,6 +103,7 @@ impl Config {
             sinks: Vec::new(),
             new_process_cpu: crate::sessions::session::setup_budget::DEFAULT_PER_SECOND,
             memory_limit: crate::memory::DEFAULT_LIMIT,
+            debuginfod: debuginfod::Settings::default(),
         }
     }
 }
@@ -108,7 +113,14 @@ impl Config {
 // table; `--help` lists the flags in this order.
 
 /// The file's tables, in the order `--check-config` shows them.
-pub const SECTIONS: &[&str] = &["limits", "remote", "state", "metrics", "continuous"];
+pub const SECTIONS: &[&str] = &[
+    "limits",
+    "remote",
+    "state",
+    "metrics",
+    "symbols",
+    "continuous",
+];
 
 /// `--LONG VALUE_NAME`.
 const fn flag(long: &'static str, value_name: &'static str) -> Flag {
@@ -390,6 +402,27 @@ settings! {
         default: None,
         help: "Serve Prometheus metrics over plain HTTP on ADDR:PORT at /metrics (config: metrics.listen; default: off)",
     };
+    DEBUGINFOD_URLS: Vec<String> = Setting {
+        key: "symbols.debuginfod_urls",
+        flag: flag("debuginfod-url", "URL"),
+        ty: values::DEBUGINFOD_URLS,
+        default: Some(|| debuginfod::urls_in(&std::env::var("DEBUGINFOD_URLS").unwrap_or_default())),
+        help: "Fetch the debug files of binaries that have none installed from this debuginfod server, by build id, into a cache under the state directory (off without one); servers are asked in turn (repeatable; config: symbols.debuginfod_urls = [...], replaced by the flags when given; default: the URLs of DEBUGINFOD_URLS in profd's environment, separated by spaces; none: off)",
+    };
+    DEBUGINFOD_TIMEOUT: u64 = Setting {
+        key: "symbols.debuginfod_timeout",
+        flag: flag("debuginfod-timeout", "SECS"),
+        ty: SECONDS,
+        default: Some(|| debuginfod::DEFAULT_TIMEOUT.as_secs()),
+        help: "Seconds a debuginfod server has to connect, to answer, and between two reads of a file; past it the request fails and is tried again later (config: symbols.debuginfod_timeout; default 10)",
+    };
+    DEBUGINFOD_CACHE_MIB: usize = Setting {
+        key: "symbols.debuginfod_cache_mib",
+        flag: flag("debuginfod-cache-mib", "MIB"),
+        ty: POSITIVE,
+        default: Some(|| debuginfod::DEFAULT_CACHE_MIB as usize),
+        help: "MiB of fetched debug files kept on disk (in STATE_DIR/debuginfod); the files used longest ago go first (config: symbols.debuginfod_cache_mib; default 1024)",
+    };
     MEMORY_LIMIT: u64 = Setting {
         key: "memory_limit",
         flag: flag("memory-limit", "BYTES"),
@@ -607,6 +640,11 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
     }
     config.metrics = m.get(&METRICS);
     config.memory_limit = m.get_or_default(&MEMORY_LIMIT);
+    config.debuginfod = debuginfod::Settings {
+        urls: m.get_or_default(&DEBUGINFOD_URLS),
+        timeout: Duration::from_secs(m.get_or_default(&DEBUGINFOD_TIMEOUT)),
+        cache_bytes: (m.get_or_default(&DEBUGINFOD_CACHE_MIB) as u64) << 20,
+    };
     config.continuous = m.get_or_default(&CONTINUOUS).then_some(continuous);
     config.sinks = sinks(&namer, &m)?;
     config.kernel_frames = m
@@ -1274,6 +1312,47 @@ mod tests {
         defaults.retain(|k| k.starts_with("continuous."));
         assert_eq!(file.to_toml(), defaults.to_toml());
         assert_eq!(file, defaults);
+    }
+
+    #[test]
+    fn debuginfod_settings_are_read_from_the_file_and_the_flags() {
+        let file = parse(
+            Path::new("f.toml"),
+            "[symbols]\ndebuginfod_urls = [\"http://a.example:8002\", \"https://b.example/\"]\n\
+             debuginfod_timeout = 3\ndebuginfod_cache_mib = 64\n",
+        )
+        .unwrap();
+        let s = settings(Some(("f.toml".into(), file.clone())), Layer::default()).unwrap();
+        assert_eq!(
+            s.config.debuginfod,
+            debuginfod::Settings {
+                urls: vec!["http://a.example:8002".into(), "https://b.example/".into()],
+                timeout: Duration::from_secs(3),
+                cache_bytes: 64 << 20,
+            }
+        );
+        // The flags replace the file's list.
+        let given = flags(&[
+            "--debuginfod-url",
+            "http://c.example",
+            "--debuginfod-timeout",
+            "5",
+        ])
+        .unwrap();
+        let s = settings(Some(("f.toml".into(), file)), given).unwrap();
+        assert_eq!(s.config.debuginfod.urls, vec!["http://c.example"]);
+        assert_eq!(s.config.debuginfod.timeout, Duration::from_secs(5));
+        assert_eq!(s.config.debuginfod.cache_bytes, 64 << 20);
+        // An empty list turns it off, whatever the environment says.
+        let off = parse(Path::new("f.toml"), "[symbols]\ndebuginfod_urls = []\n").unwrap();
+        let s = settings(Some(("f.toml".into(), off)), Layer::default()).unwrap();
+        assert!(s.config.debuginfod.urls.is_empty());
+        let e = err("[symbols]\ndebuginfod_urls = [\"ftp://x.example\"]\n");
+        assert!(
+            e.starts_with("/etc/profd/profd.toml: symbols.debuginfod_urls: expected a URL such as"),
+            "{e}"
+        );
+        assert!(flags(&["--debuginfod-cache-mib", "0"]).is_err());
     }
 
     #[test]

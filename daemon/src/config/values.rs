@@ -490,6 +490,24 @@ pub const ORIGINS: Type<Vec<String>> = list(|v| match v {
     )),
 });
 
+/// A debuginfod server's base URL: `http://` or `https://` with a host.
+fn debuginfod_url(v: &Value) -> Result<String, ValueError> {
+    let what = "a URL such as \"https://debuginfod.debian.net\" (http or https)";
+    match v {
+        Value::String(s) if crate::process::symbolize::debuginfod::is_url(s) => Ok(s.clone()),
+        _ => Err(expected(what, v)),
+    }
+}
+
+/// debuginfod servers' URLs.
+pub const DEBUGINFOD_URLS: Type<Vec<String>> = list(|v| match v {
+    Value::Array(items) => items.iter().map(debuginfod_url).collect(),
+    _ => Err(expected(
+        "a list of URLs such as [\"https://debuginfod.debian.net\"]",
+        v,
+    )),
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,6 +563,12 @@ mod tests {
             e.starts_with("bad selector \"postgres\": expected one of"),
             "{e}"
         );
+        assert!(DEBUGINFOD_URLS.flag("http://127.0.0.1:8002").is_ok());
+        assert!(DEBUGINFOD_URLS
+            .flag("ftp://a.example")
+            .unwrap_err()
+            .to_string()
+            .starts_with("expected a URL such as"));
         assert!(ORIGINS
             .flag("https://a.example/")
             .unwrap_err()

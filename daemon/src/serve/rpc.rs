@@ -555,6 +555,20 @@ impl Profiler for Service {
                         .load(std::sync::atomic::Ordering::Relaxed),
                 ),
             ),
+            debuginfod: crate::process::symbolize::debuginfod::status().map(|d| {
+                api::DebuginfodStatus {
+                    urls: d.urls,
+                    cache_dir: d.cache_dir.display().to_string(),
+                    cache_bytes: d.cache_bytes,
+                    cache_limit_bytes: d.cache_limit_bytes,
+                    fetched: d.fetched,
+                    not_found: d.not_found,
+                    failed: d.failed,
+                    garbage: d.garbage,
+                    last_error: d.last_error,
+                    timeout_s: d.timeout.as_secs() as u32,
+                }
+            }),
         }))
     }
 

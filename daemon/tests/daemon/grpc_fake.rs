@@ -1079,3 +1079,95 @@ async fn jit_addresses_are_looked_up_again_when_the_perf_map_changes() {
     assert_eq!(find(&delta.functions, "late").exclusive, 1);
     target.kill();
 }
+
+/// Names file addresses from [`DEBUG`] up only once a debug file has
+/// arrived (its debug generation is 1); the others as [`FakeSymbolizer`].
+#[derive(Default)]
+struct DebugSymbolizer {
+    generation: std::sync::atomic::AtomicU64,
+}
+
+const DEBUG: u64 = 0x5000_0000;
+
+impl Symbolizer for DebugSymbolizer {
+    fn symbolize(&self, maps: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>> {
+        let arrived = self.debug_generation() == Some(1);
+        let named = FakeSymbolizer.symbolize(maps, addrs);
+        addrs
+            .iter()
+            .zip(named)
+            .map(|(&a, frames)| match (a >= DEBUG, arrived) {
+                (true, true) => vec![Frame::named("from_debug", "libfake.so")],
+                (true, false) => vec![Frame::unnamed(
+                    format!("libfake.so+{:#x}", a - DEBUG),
+                    "libfake.so",
+                )],
+                _ => frames,
+            })
+            .collect()
+    }
+
+    fn debug_generation(&self) -> Option<u64> {
+        Some(self.generation.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+/// A file address left unnamed is named at the next view once the
+/// symbolizer's debug generation rose (a debug file arrived); the samples
+/// counted under the placeholder move to the function.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_addresses_are_looked_up_again_when_a_debug_file_arrives() {
+    let source = Arc::new(FakeSource::default());
+    let symbolizer = Arc::new(DebugSymbolizer::default());
+    let (fake, sym) = (source.clone(), symbolizer.clone());
+    let mut h = serve("fake-debug", |socket| {
+        let config = profd::Config::new(socket);
+        profd::Daemon::bind_with(config, fake, sym)
+    })
+    .await;
+    let mut target = sleeper();
+    let pid = target.id();
+    let s = attach(&mut h, pid).await;
+    let lib = Backing::File(Arc::new("/nonexistent/libfake.so".into()));
+    source.feed_mapping(
+        pid,
+        Mapping::new(DEBUG, DEBUG + 0x1000, 0, lib),
+        &[DEBUG + 0x20, 0x100],
+    );
+    source.feed(&[(pid, &[DEBUG + 0x20, 0x100])]);
+    let profile = |h: &mut Running| {
+        let mut client = h.client.clone();
+        async move {
+            client
+                .get_profile(api::GetProfileRequest {
+                    session_id: s.id,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let before = loop {
+        let p = profile(&mut h).await;
+        if p.session.as_ref().unwrap().totals.unwrap().attributed == 2 {
+            break p;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(find(&before.functions, "libfake.so+0x20").exclusive, 2);
+    assert_eq!(before.session.unwrap().totals.unwrap().unsymbolized, 2);
+    symbolizer
+        .generation
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let after = profile(&mut h).await;
+    assert_eq!(find(&after.functions, "from_debug").exclusive, 2);
+    assert_eq!(find(&after.functions, "f1").inclusive, 2);
+    assert!(
+        after.functions.iter().all(|f| f.name != "libfake.so+0x20"),
+        "{:?}",
+        after.functions
+    );
+    assert_eq!(after.session.unwrap().totals.unwrap().unsymbolized, 0);
+    target.kill();
+}

@@ -16,6 +16,7 @@ mod callers;
 mod connections;
 mod continuous;
 mod dashboard;
+mod debuginfod;
 mod deploy;
 mod faults;
 mod fleet;

@@ -202,6 +202,20 @@ impl Worker {
         }
     }
 
+    /// Have `fetcher` fetch the debug files not found (see
+    /// [`DebugFiles::fetch_with`]).
+    pub fn fetch_with(&mut self, fetcher: super::debuginfod::Fetcher) {
+        self.debug.fetch_with(fetcher);
+    }
+
+    /// The debug files of these build ids arrived: their binaries are
+    /// searched again, and the names found without them forgotten.
+    pub fn debug_arrived(&mut self, ids: &[Vec<u8>]) {
+        for version in self.debug.arrived(ids) {
+            self.names.forget_file(version);
+        }
+    }
+
     /// A worker keeping to `budget` whatever the daemon's is.
     #[cfg(test)]
     pub fn with_budget(debug_dirs: Vec<PathBuf>, budget: Budget) -> Worker {

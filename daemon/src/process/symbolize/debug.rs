@@ -5,10 +5,14 @@
 //! offsets into the addresses the debug file uses. blazesym follows debug
 //! links on its own too; this adds the cases it does not cover. What was
 //! found is kept for the [`MAX_BINARIES`] binaries used most recently.
+//! With a debuginfod [`Fetcher`], a binary with a build id and no debug
+//! file has it asked for, and its cache is one of the directories.
+use super::debuginfod::Fetcher;
 use super::lru::Lru;
 use crate::os::file_version::FileVersion;
 use crate::process::maps::{Sections, Segments, Target};
 use object::ReadCache;
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -43,6 +47,10 @@ pub struct DebugFiles {
     found: Lru<FileVersion, Option<Rc<DebugFile>>>,
     /// Debug files let go of, whose paths the symbolizer must forget.
     closed: Vec<PathBuf>,
+    fetcher: Option<Fetcher>,
+    /// The build ids of the binaries found without a debug file, while
+    /// there is a fetcher.
+    missing: HashMap<FileVersion, Vec<u8>>,
 }
 
 /// What a binary says about its debug information.
@@ -68,7 +76,7 @@ fn inspect(file: File) -> Option<Needs> {
 
 /// The build id (if any) of an ELF file with symbols or DWARF; None for
 /// anything else.
-fn debug_elf(file: &File) -> Option<Option<Vec<u8>>> {
+pub(super) fn debug_elf(file: &File) -> Option<Option<Vec<u8>>> {
     let cache = ReadCache::new(file.try_clone().ok()?);
     let sections = Sections::of(&cache)?;
     let has_debug = sections.get(".debug_info").is_some() || sections.get(".symtab").is_some();
@@ -109,6 +117,39 @@ impl DebugFiles {
             dirs,
             found: Lru::default(),
             closed: Vec::new(),
+            fetcher: None,
+            missing: HashMap::new(),
+        }
+    }
+
+    /// Also look in `fetcher`'s cache, and have it fetch the debug files
+    /// of binaries that have a build id and none found.
+    pub fn fetch_with(&mut self, fetcher: Fetcher) {
+        self.dirs.push(fetcher.cache_dir().to_path_buf());
+        self.fetcher = Some(fetcher);
+    }
+
+    /// The debug files of these build ids arrived: forget that their
+    /// binaries had none. The versions of those binaries.
+    pub fn arrived(&mut self, ids: &[Vec<u8>]) -> Vec<FileVersion> {
+        let versions: Vec<FileVersion> = self
+            .missing
+            .iter()
+            .filter(|(_, id)| ids.contains(id))
+            .map(|(v, _)| *v)
+            .collect();
+        for v in &versions {
+            self.missing.remove(v);
+            self.found.remove(v);
+        }
+        versions
+    }
+
+    /// Have the fetcher fetch the debug file of `binary` when it is known
+    /// to lack one.
+    fn want(&self, binary: &FileVersion) {
+        if let (Some(fetcher), Some(id)) = (&self.fetcher, self.missing.get(binary)) {
+            fetcher.want(id);
         }
     }
 
@@ -135,7 +176,8 @@ impl DebugFiles {
 
     fn remember(&mut self, key: FileVersion, found: Option<Rc<DebugFile>>) {
         self.found.insert(key, found, 1, std::time::Instant::now());
-        for (_, gone) in self.found.shrink_to(MAX_BINARIES as u64) {
+        for (binary, gone) in self.found.shrink_to(MAX_BINARIES as u64) {
+            self.missing.remove(&binary);
             if let Some(f) = gone {
                 self.closed.push(f.path.clone());
             }
@@ -154,19 +196,31 @@ impl DebugFiles {
         version: Option<&FileVersion>,
     ) -> Option<Rc<DebugFile>> {
         let now = std::time::Instant::now();
-        if let Some(known) = version.and_then(|v| self.found.get(v, now)) {
-            return known.clone();
+        if let Some(v) = version {
+            if let Some(known) = self.found.get(v, now) {
+                let known = known.clone();
+                self.want(v);
+                return known;
+            }
         }
         let file = File::open(readable).ok()?;
         let key = FileVersion::of(&file.metadata().ok()?);
         if let Some(known) = self.found.get(&key, now) {
-            return known.clone();
+            let known = known.clone();
+            self.want(&key);
+            return known;
         }
-        let found = inspect(file).and_then(|needs| self.search(path, needs, target));
+        let needs = inspect(file);
+        let build_id = needs.as_ref().and_then(|n| n.build_id.clone());
+        let found = needs.and_then(|needs| self.search(path, needs, target));
         if let Some(f) = &found {
             tracing::debug!(binary = %path.display(), debug = ?f.path, "using a split debug file");
         }
         self.remember(key, found.clone());
+        if let (None, Some(id), true) = (&found, build_id, self.fetcher.is_some()) {
+            self.missing.insert(key, id);
+            self.want(&key);
+        }
         found
     }
 
@@ -204,6 +258,9 @@ impl DebugFiles {
             let Some(meta) = file.metadata().ok().filter(|m| m.is_file()) else {
                 continue;
             };
+            if let Some(fetcher) = &self.fetcher {
+                fetcher.used(&place);
+            }
             return Some(Rc::new(DebugFile {
                 path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
                 _file: file,

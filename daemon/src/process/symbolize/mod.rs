@@ -7,9 +7,13 @@
 //! become `module+0xoffset` or `[unknown] 0xaddr`.
 //! What the symbolizer keeps (parsed files, kallsyms, names, PLT tables)
 //! stays within a byte budget that the daemon may change at any time
-//! ([`set_budget`], [`shed`]); [`stats`] says what it holds.
+//! ([`set_budget`], [`shed`]); [`stats`] says what it holds. Debug files
+//! a binary lacks may be fetched from debuginfod ([`debuginfod`]): the
+//! addresses named before one arrived are named again
+//! ([`Symbolizer::debug_generation`]).
 mod blaze;
 mod debug;
+pub mod debuginfod;
 mod fde;
 mod frame;
 mod kallsyms;
@@ -30,7 +34,7 @@ pub use profd_common::model::is_kernel;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The symbolizer's byte budget unless the daemon sets another.
 pub const DEFAULT_BUDGET: u64 = 32 << 20;
@@ -100,6 +104,7 @@ impl Figures {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (held, shared, not_held) = crate::process::maps::open_file_stats();
         let s = &STATS;
+        let d = debuginfod::status().unwrap_or_default();
         Figures {
             figures: vec![
                 ("profd_symbolizer_name_hits", "Addresses named from the names the symbolizer keeps, without reading their file", l(&s.hits), true),
@@ -115,6 +120,12 @@ impl Figures {
                 ("profd_symbolizer_perf_map_bytes", "Bytes of the perf map tables (JIT names) held for processes now", perfmap::tables_bytes(), false),
                 ("profd_symbolizer_debug_files", "Split debug files the symbolizer holds open now", l(&s.debug_files), false),
                 ("profd_symbolizer_symbols_only", "Files parsed for their symbols alone (no inlined frames, no lines): their debug information weighs more than half the symbolizer's budget for parsed files (raise memory_limit to name them fully)", l(&s.symbols_only), true),
+                ("profd_debuginfod_fetched", "Requests to debuginfod servers answered with the debug file asked for", d.fetched, true),
+                ("profd_debuginfod_not_found", "Requests to debuginfod servers answered 404", d.not_found, true),
+                ("profd_debuginfod_failed", "Requests to debuginfod servers that failed: no connection, no answer in time, another HTTP status, a transfer cut, stalled or larger than the cache", d.failed, true),
+                ("profd_debuginfod_garbage", "Requests to debuginfod servers answered with something else than the debug file asked for (not ELF, another build id), dropped", d.garbage, true),
+                ("profd_debuginfod_cache_bytes", "Bytes of the debug files in the debuginfod cache now", d.cache_bytes, false),
+                ("profd_debuginfod_cache_limit_bytes", "The debuginfod cache's bound in bytes (0: not fetching)", d.cache_limit_bytes, false),
                 ("profd_mapped_files_open", "Mapped files (executables, libraries) held open now, one per file version however many processes map it", held, false),
                 ("profd_mapped_files_shared", "Opens of a mapped file answered with the one already held for another process or session", shared, true),
                 ("profd_mapped_files_not_held", "Mapped files not held open because the bound of held files was reached (read by path later)", not_held, true),
@@ -175,6 +186,14 @@ pub trait Symbolizer: Send + Sync {
     /// callees (`inlined: true`), then the function holding the code. One
     /// non-empty `Vec` per address.
     fn symbolize(&self, maps: &ProcessMaps, addrs: &[u64]) -> Vec<Vec<Frame>>;
+
+    /// When debug files may arrive after an address was named (fetched
+    /// from debuginfod): a count of their arrivals, raised once the
+    /// symbolizer names with them. An address left unnamed when it was
+    /// lower may be named now. None: no debug file ever arrives later.
+    fn debug_generation(&self) -> Option<u64> {
+        None
+    }
 }
 
 type Request = (
@@ -192,6 +211,8 @@ type Request = (
 /// attach, when new code runs), and names found are kept.
 pub struct BlazeSymbolizer {
     requests: Mutex<std::sync::mpsc::Sender<Request>>,
+    /// Arrivals of fetched debug files, when it fetches them.
+    arrivals: Option<Arc<AtomicU64>>,
 }
 
 /// How often the daemon's free heap is given back to the system.
@@ -214,11 +235,25 @@ impl BlazeSymbolizer {
     /// A symbolizer looking for split debug files (by build id, debug link
     /// or path) in `debug_dirs`.
     pub fn with_debug_dirs(debug_dirs: Vec<PathBuf>) -> BlazeSymbolizer {
+        BlazeSymbolizer::with_debuginfod(debug_dirs, None)
+    }
+
+    /// A symbolizer looking for split debug files in `debug_dirs` and, for
+    /// binaries with a build id and none there, having `fetcher` fetch them.
+    pub fn with_debuginfod(
+        debug_dirs: Vec<PathBuf>,
+        fetcher: Option<debuginfod::Fetcher>,
+    ) -> BlazeSymbolizer {
         let (tx, rx) = std::sync::mpsc::channel::<Request>();
+        let arrivals = fetcher.as_ref().map(|_| Arc::new(AtomicU64::new(0)));
+        let arrived = arrivals.clone();
         std::thread::Builder::new()
             .name("profd-symbolize".into())
             .spawn(move || {
                 let mut worker = blaze::Worker::new(debug_dirs);
+                if let Some(f) = &fetcher {
+                    worker.fetch_with(f.clone());
+                }
                 let mut trimmed = std::time::Instant::now();
                 loop {
                     match rx.recv_timeout(TICK) {
@@ -227,6 +262,13 @@ impl BlazeSymbolizer {
                         }
                         Err(RecvTimeoutError::Timeout) => {}
                         Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                    if let (Some(f), Some(count)) = (&fetcher, &arrived) {
+                        let ids = f.take_arrived();
+                        if !ids.is_empty() {
+                            worker.debug_arrived(&ids);
+                            count.fetch_add(1, Ordering::Release);
+                        }
                     }
                     // Memory freed anywhere in the daemon goes back to the
                     // system every TRIM_EVERY, and at once when parsed files
@@ -245,6 +287,7 @@ impl BlazeSymbolizer {
             .expect("spawning the symbolizer thread");
         BlazeSymbolizer {
             requests: Mutex::new(tx),
+            arrivals,
         }
     }
 }
@@ -260,5 +303,9 @@ impl Symbolizer for BlazeSymbolizer {
             Ok(frames) if sent && frames.len() == addrs.len() => frames,
             _ => addrs.iter().map(|&a| vec![Frame::unknown(a)]).collect(),
         }
+    }
+
+    fn debug_generation(&self) -> Option<u64> {
+        (self.arrivals.as_ref()).map(|a| a.load(Ordering::Acquire))
     }
 }

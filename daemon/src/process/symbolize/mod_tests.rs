@@ -19,14 +19,14 @@ fn a_function_with_a_unique_name() -> usize {
 }
 
 /// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
+pub(super) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("profd-sym-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
-fn run(cmd: &mut Command) {
+pub(super) fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
         out.status.success(),
@@ -36,7 +36,7 @@ fn run(cmd: &mut Command) {
 }
 
 /// Compile C `source` in `dir` with `flags`.
-fn cc(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+pub(super) fn cc(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).unwrap();
     let out = dir.join(name);
@@ -45,7 +45,7 @@ fn cc(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
 }
 
 /// File offset and size of the symbol `name` in the ELF file at `path`.
-fn symbol(path: &Path, name: &str) -> (u64, u64) {
+pub(super) fn symbol(path: &Path, name: &str) -> (u64, u64) {
     let data = std::fs::read(path).unwrap();
     let elf = ElfFile64::<Endianness>::parse(&*data).unwrap();
     let sym = elf
@@ -75,8 +75,8 @@ fn symbol_address(path: &Path, name: &str) -> u64 {
 }
 
 /// Maps with `path` mapped whole at a fixed address (no target process).
-const BASE: u64 = 0x5500_0000_0000;
-fn mapped(path: &Path) -> ProcessMaps {
+pub(super) const BASE: u64 = 0x5500_0000_0000;
+pub(super) fn mapped(path: &Path) -> ProcessMaps {
     let len = std::fs::metadata(path).unwrap().len();
     let mut maps = ProcessMaps::default();
     maps.insert(Mapping::new(
@@ -220,7 +220,7 @@ fn cpp_symbols_demangle() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-const INLINED: &str = r#"volatile unsigned long sink;
+pub(super) const INLINED: &str = r#"volatile unsigned long sink;
 static inline __attribute__((always_inline)) void hot_inline(unsigned long n)
 {
 	for (unsigned long i = 0; i < n; i++)

@@ -133,6 +133,32 @@ impl Names {
         self.shrink_to(budget);
     }
 
+    /// Forget the names of every address of the file `version`.
+    pub fn forget_file(&mut self, version: FileVersion) {
+        let files: Vec<Arc<FileKey>> = self
+            .keys
+            .iter()
+            .filter(|(k, _)| k.version == version)
+            .map(|(_, (key, _))| key.clone())
+            .collect();
+        if files.is_empty() {
+            return;
+        }
+        let gone: Vec<(Arc<FileKey>, u64)> = self
+            .entries
+            .keys()
+            .filter(|(file, _)| files.contains(file))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.entries.remove(&key);
+        }
+        for file in files {
+            self.ranges.remove(&file);
+            self.keys.remove(&*file);
+        }
+    }
+
     /// Drop the addresses used longest ago until all weigh at most `budget`.
     pub fn shrink_to(&mut self, budget: u64) {
         let gone = self.entries.shrink_to(budget);
@@ -225,6 +251,24 @@ mod tests {
         assert!(names.entries.bytes() <= each * 10);
         names.evict_idle(t0 + NAMES_IDLE + Duration::from_secs(1));
         assert_eq!((names.len(), names.keys.len()), (0, 0));
+    }
+
+    /// A file's names are forgotten, addresses and ranges, and only its.
+    #[test]
+    fn a_file_is_forgotten_whole() {
+        let mut names = Names::default();
+        let t0 = Instant::now();
+        let f = vec![Frame::named("f", "m")];
+        names.insert_function(&key(1), 0x100..0x180, f.clone(), t0, u64::MAX);
+        names.insert(&key(1), 0x200, f.clone(), t0, u64::MAX);
+        names.insert(&key(2), 0x200, f.clone(), t0, u64::MAX);
+        names.forget_file(key(1).version());
+        assert_eq!(names.get(&key(1), 0x140, t0), None);
+        assert_eq!(names.get(&key(1), 0x200, t0), None);
+        assert_eq!(names.get(&key(2), 0x200, t0), Some(&f));
+        assert_eq!((names.len(), names.keys.len()), (1, 1));
+        assert!(names.ranges.is_empty());
+        assert_eq!(names.bytes(), weight(&f) + 128);
     }
 
     /// A function kept as a range names every offset in it, and only

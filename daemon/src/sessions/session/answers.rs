@@ -4,7 +4,7 @@
 use super::named::{AddrFrames, FrameLoc};
 use super::spaces::untag;
 use super::{lookup_fallback, Actor, FunctionTable, Resolved, Stamp};
-use crate::process::maps::is_jit_candidate;
+use crate::process::maps::{is_jit_candidate, Backing};
 use crate::process::symbolize::{is_kernel, FrameName};
 use crate::sampling::BAD_USER_FRAME;
 use crate::sessions::store::{Encoded, PIECE_BYTES};
@@ -19,7 +19,8 @@ use std::time::Instant;
 
 impl Actor {
     /// Name the addresses of stacks seen since the last view, and look up
-    /// again those in JIT code whose perf map changed since they were.
+    /// again those in JIT code whose perf map changed since they were, and
+    /// those in files left unnamed before a debug file arrived.
     pub(super) async fn symbolize_pending(&mut self) {
         // The perf maps of the spaces with such addresses, read (when they
         // changed) off the actor's thread.
@@ -41,9 +42,12 @@ impl Actor {
             .await
             .unwrap_or_default()
         };
-        let again = self
+        let mut again = self
             .unnamed_jit
             .due(|space| now.get(&space).cloned().flatten());
+        if let Some(generation) = self.symbolizer.debug_generation() {
+            again.extend(self.awaiting_debug.due(generation));
+        }
         if self.ingest.pending.is_empty() && again.is_empty() {
             return;
         }
@@ -108,8 +112,20 @@ impl Actor {
                     && maps.find(a).is_none_or(|m| is_jit_candidate(&m.backing))
             })
             .collect();
-        // The perf map as it is before naming: an address it does not name
-        // is looked up again once the map is another.
+        // The debug generation and the perf map as they are before naming:
+        // an address they do not name is looked up again once they change.
+        let generation = symbolizer.debug_generation();
+        // Addresses a debug file fetched later may name: in mapped files.
+        let in_files: Vec<bool> = lookup
+            .iter()
+            .map(|&a| {
+                generation.is_some()
+                    && !is_kernel(a)
+                    && maps
+                        .find(a)
+                        .is_some_and(|m| matches!(m.backing, Backing::File(_)))
+            })
+            .collect();
         let answer = tokio::task::spawn_blocking(move || {
             let perf_map = maps.perf_map();
             (symbolizer.symbolize(&maps, &lookup), perf_map)
@@ -127,7 +143,11 @@ impl Actor {
             }
         };
         let mut renamed = false;
-        for ((addr, frames), in_jit) in addrs.into_iter().zip(resolved).zip(in_jit) {
+        let each = addrs
+            .into_iter()
+            .zip(resolved)
+            .zip(in_jit.into_iter().zip(in_files));
+        for ((addr, frames), (in_jit, in_file)) in each {
             let in_kernel = is_kernel(addr);
             let frames = if frames.is_empty() {
                 lookup_fallback(&[untag(addr).1]).remove(0)
@@ -137,6 +157,8 @@ impl Actor {
             let unnamed = frames.iter().any(|f| !f.named);
             if unnamed && in_jit {
                 self.unnamed_jit.wait(space, &perf_map, addr);
+            } else if let (true, Some(generation)) = (unnamed && in_file, generation) {
+                self.awaiting_debug.wait(generation, addr);
             }
             let frames = frames
                 .into_iter()

@@ -191,10 +191,13 @@ impl Collector {
             spaces.compact();
             a.addr_fn.clear();
             a.unnamed_jit = Default::default();
+            a.awaiting_debug = Default::default();
         } else if !window.released.is_empty() {
             let released = &window.released;
             a.addr_fn
                 .retain(|addr, _| !released.contains(&untag(addr).0));
+            a.awaiting_debug
+                .retain(|addr| !released.contains(&untag(addr).0));
         }
         // A runtime reuses its code memory for other code: JIT addresses
         // are named anew in each window, from the perf map as it is then.

@@ -1,8 +1,10 @@
 //! A profiling session as an actor: it owns the target's stack table, maps and
 //! totals, applies batches from the sampler, ends on stop / duration / target
 //! exit, and answers profile requests (symbolizing only new addresses, and
-//! unnamed JIT addresses again once their perf map changed).
+//! unnamed JIT addresses again once their perf map changed, and unnamed
+//! file addresses once a debug file arrived).
 mod answers;
+mod awaiting_debug;
 mod collector;
 mod ingest;
 mod named;
@@ -212,6 +214,9 @@ struct Actor {
     /// Addresses in JIT code not named yet, looked up again when their
     /// perf map changes.
     unnamed_jit: unnamed_jit::UnnamedJit,
+    /// Addresses in mapped files not named yet, looked up again when a
+    /// debug file arrives.
+    awaiting_debug: awaiting_debug::AwaitingDebug,
     /// The functions met, each once: a function's id is its place.
     names: indexmap::IndexSet<FrameName, foldhash::fast::RandomState>,
     /// Source file of each function (by id), where known.
@@ -353,6 +358,7 @@ impl Actor {
             ingest,
             addr_fn: Default::default(),
             unnamed_jit: Default::default(),
+            awaiting_debug: Default::default(),
             names: Default::default(),
             files: Vec::new(),
             kernel: Vec::new(),
@@ -508,6 +514,7 @@ impl Actor {
         // then let go of the processes' files and maps.
         self.symbolize_pending().await;
         self.unnamed_jit = Default::default();
+        self.awaiting_debug = Default::default();
         self.ingest.spaces.release();
     }
 

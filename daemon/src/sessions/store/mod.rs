@@ -366,7 +366,10 @@ impl Store {
                 tracing::warn!(file = %entry.path().display(), "not a file profd keeps: left alone");
                 continue;
             };
-            if name == CORRUPT_DIR || name == NEXT_ID_FILE {
+            if name == CORRUPT_DIR
+                || name == NEXT_ID_FILE
+                || name == crate::process::symbolize::debuginfod::CACHE_DIR
+            {
                 continue;
             }
             if name.ends_with(".tmp") {

@@ -241,6 +241,7 @@ impl Daemon {
         let symbolizer = symbolize::BlazeSymbolizer::with_debuginfod(
             symbolize::DEBUG_DIRS.iter().map(PathBuf::from).collect(),
             debuginfod_fetcher(&config),
+            config.naming,
         );
         let daemon = Daemon::bind_with(config, source, Arc::new(symbolizer)).await?;
         // The caches that shed as the memory ceiling nears (crate::memory).

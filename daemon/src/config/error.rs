@@ -24,10 +24,12 @@ pub enum ReadError {
 /// `FILE: key`, or `--flag` when a flag gave it (or there is no file).
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
-    #[error("{setting}: false keeps nothing on disk, but {other} is set too: remove one of them")]
-    PersistOffWith {
+    #[error("{setting}: false {does}, but {other} is set too: remove one of them")]
+    OffWith {
         setting: String,
-        /// The first other `[state]` key the file sets.
+        /// What the key's false does.
+        does: &'static str,
+        /// The first other key of its section the file sets.
         other: &'static str,
     },
     #[error(

@@ -13,7 +13,7 @@ pub use values::MAX_BUCKETS;
 pub use error::{ReadError, SettingsError};
 pub use schema::{Flag, Flags, Layer, ParseError, Setting};
 
-use crate::process::symbolize::debuginfod;
+use crate::process::symbolize::{debuginfod, Naming};
 use crate::serve::auth::{Grant, TlsFiles};
 use crate::serve::{conns, kernel_view};
 use crate::sessions::registry;
@@ -69,6 +69,8 @@ pub struct Config {
     /// debuginfod servers debug files are fetched from (`[symbols]`); no
     /// URLs: off. The cache is under the state directory (none: off).
     pub debuginfod: debuginfod::Settings,
+    /// Whether mapped files' code is named on the host (`symbols.on_host`).
+    pub naming: Naming,
 }
 
 /// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
@@ -104,6 +106,7 @@ impl Config {
             new_process_cpu: crate::sessions::session::setup_budget::DEFAULT_PER_SECOND,
             memory_limit: crate::memory::DEFAULT_LIMIT,
             debuginfod: debuginfod::Settings::default(),
+            naming: Naming::OnHost,
         }
     }
 }
@@ -402,6 +405,13 @@ settings! {
         default: None,
         help: "Serve Prometheus metrics over plain HTTP on ADDR:PORT at /metrics (config: metrics.listen; default: off)",
     };
+    ON_HOST: bool = Setting {
+        key: "symbols.on_host",
+        flag: Flag::Off("no-host-symbols"),
+        ty: BOOL,
+        default: Some(|| true),
+        help: "Read no symbols or debug information on this host: the code of programs and libraries is grouped by function (module!0xSTART) and kept with its binary's build id, for `profctl fleet --symbols` or the backend to name (config: symbols.on_host = false; the kernel's functions, the vDSO and JIT perf maps are still named)",
+    };
     DEBUGINFOD_URLS: Vec<String> = Setting {
         key: "symbols.debuginfod_urls",
         flag: flag("debuginfod-url", "URL"),
@@ -575,7 +585,8 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
         file: path.as_deref(),
         flags: &flags,
     };
-    check_state(&namer, &file_layer)?;
+    check_off(&namer, &file_layer, &PERSIST, "keeps nothing on disk")?;
+    check_off(&namer, &file_layer, &ON_HOST, "names nothing on the host")?;
     check_remote(&namer, &file_layer.clone().overlay(&flags))?;
     let m = Layer::defaults().overlay(&file_layer).overlay(&flags);
     let continuous = continuous(&namer, &m)?;
@@ -640,8 +651,15 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
     }
     config.metrics = m.get(&METRICS);
     config.memory_limit = m.get_or_default(&MEMORY_LIMIT);
+    if !m.get_or_default(&ON_HOST) {
+        config.naming = Naming::OffHost;
+        effective.retain(|key| key == ON_HOST.key || !key.starts_with("symbols."));
+    }
     config.debuginfod = debuginfod::Settings {
-        urls: m.get_or_default(&DEBUGINFOD_URLS),
+        urls: match config.naming {
+            Naming::OnHost => m.get_or_default(&DEBUGINFOD_URLS),
+            Naming::OffHost => Vec::new(),
+        },
         timeout: Duration::from_secs(m.get_or_default(&DEBUGINFOD_TIMEOUT)),
         cache_bytes: (m.get_or_default(&DEBUGINFOD_CACHE_MIB) as u64) << 20,
     };
@@ -663,21 +681,29 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
     })
 }
 
-/// `state.persist = false` keeps nothing: the file may not also say where
-/// or how much. (A state flag given overrides the file's `persist`, and
-/// `--no-persist` the file's other state keys.)
-fn check_state(namer: &Namer<'_>, file: &Layer) -> Result<(), SettingsError> {
-    if file.get(&PERSIST) != Some(false) || namer.flags.has(&PERSIST) {
+/// `state.persist = false` keeps nothing, and `symbols.on_host = false`
+/// names nothing on the host: the file may not also set their sections'
+/// other keys. (A flag of the section given overrides the file's `false`,
+/// and `--no-persist` or `--no-host-symbols` the file's other keys.)
+fn check_off(
+    namer: &Namer<'_>,
+    file: &Layer,
+    off: &Setting<bool>,
+    does: &'static str,
+) -> Result<(), SettingsError> {
+    if file.get(off) != Some(false) || namer.flags.has(off) {
         return Ok(());
     }
+    let section = off.key.split_once('.').map_or("", |(s, _)| s);
     let mut set: Vec<&str> = file
         .keys()
-        .filter(|k| k.starts_with("state.") && *k != PERSIST.key)
+        .filter(|k| k.split_once('.').is_some_and(|(s, _)| s == section) && *k != off.key)
         .collect();
     set.sort_by_key(|k| ALL.iter().position(|s| s.key() == *k));
     if let Some(&other) = set.first() {
-        return Err(SettingsError::PersistOffWith {
-            setting: namer.name(Given::InFile, PERSIST.key, PERSIST.flag_name()),
+        return Err(SettingsError::OffWith {
+            setting: namer.name(Given::InFile, off.key, off.flag_name()),
+            does,
             other,
         });
     }
@@ -1353,6 +1379,58 @@ mod tests {
             "{e}"
         );
         assert!(flags(&["--debuginfod-cache-mib", "0"]).is_err());
+    }
+
+    /// `symbols.on_host = false` (or `--no-host-symbols`) names nothing on
+    /// the host and fetches nothing; the file may not also set the other
+    /// symbols keys, nor may the flags be given together.
+    #[test]
+    fn symbols_off_the_host_name_and_fetch_nothing_here() {
+        let s = settings(None, Layer::default()).unwrap();
+        assert_eq!(s.config.naming, Naming::OnHost);
+        let off = parse(Path::new("f.toml"), "[symbols]\non_host = false\n").unwrap();
+        let s = settings(Some(("f.toml".into(), off)), Layer::default()).unwrap();
+        assert_eq!(s.config.naming, Naming::OffHost);
+        assert!(s.config.debuginfod.urls.is_empty());
+        let s = settings(None, flags(&["--no-host-symbols"]).unwrap()).unwrap();
+        assert_eq!(s.config.naming, Naming::OffHost);
+        let both = parse(
+            Path::new("f.toml"),
+            "[symbols]\non_host = false\ndebuginfod_urls = [\"http://a.example\"]\n",
+        )
+        .unwrap();
+        let e = settings(Some(("f.toml".into(), both.clone())), Layer::default())
+            .map(|_| ())
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.ends_with(
+                "symbols.on_host: false names nothing on the host, \
+                 but symbols.debuginfod_urls is set too: remove one of them"
+            ),
+            "{e}"
+        );
+        // A flag of the section overrides the file's false.
+        let given = flags(&["--debuginfod-url", "http://b.example"]).unwrap();
+        let s = settings(Some(("f.toml".into(), both)), given).unwrap();
+        assert_eq!(s.config.naming, Naming::OnHost);
+        // And the state section's false, as before.
+        let state = parse(
+            Path::new("f.toml"),
+            "[state]\npersist = false\nretain_days = 3\n",
+        )
+        .unwrap();
+        let e = settings(Some(("f.toml".into(), state)), Layer::default())
+            .map(|_| ())
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.ends_with(
+                "false keeps nothing on disk, but state.retain_days is set too: remove one of them"
+            ),
+            "{e}"
+        );
+        assert!(flags(&["--no-host-symbols", "--debuginfod-url", "http://a.example"]).is_err());
     }
 
     #[test]

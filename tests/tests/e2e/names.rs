@@ -442,3 +442,72 @@ fn stripped_code_is_grouped_by_function() {
         p.table()
     );
 }
+
+/// With `--no-host-symbols` the daemon names none of `split`'s code,
+/// though its symbols are there: each function is one row
+/// `split!0xSTART`. Its pprof export keeps the build id, and `profctl
+/// report FILE --symbols DIR` names the rows from the debug file in DIR,
+/// with the workload's split.
+#[test]
+fn code_named_off_the_host_is_named_from_the_saved_file() {
+    let daemon = profd_e2e::Daemon::start_with(&["--no-host-symbols"]);
+    let built = build_workload("split");
+    let starts = function_addresses(&built);
+    let (_, debug) = super::fleet::stripped_split();
+    let w = Workload::start_exe(&built, LONG);
+    let p = daemon.profile_until(&w, 3000, &[]);
+    use profd_e2e::Measure::Exclusive;
+    let row = |f: &str| format!("split!{:#x}", starts[f]);
+    p.assert_pct_within(&row("leaf_a"), Exclusive, 25.0, 2.0);
+    p.assert_pct_within(&row("leaf_b"), Exclusive, 75.0, 2.0);
+    assert!(p.rows("leaf_a").is_empty(), "{}", p.table());
+    let file = unique_dir("offhost").join("split.pb.gz");
+    ok(
+        &daemon,
+        &[
+            "export",
+            &p.session_id.to_string(),
+            "--format",
+            "pprof",
+            "-o",
+            path_str(&file),
+        ],
+    );
+    // `profctl report FILE`'s table: exclusive and inclusive % by name.
+    let report = |extra: &[&str]| {
+        let mut args = vec!["report", path_str(&file), "--top", "0"];
+        args.extend_from_slice(extra);
+        let out = daemon.profctl(&args);
+        out.assert_success();
+        let rows: std::collections::HashMap<String, (f64, f64)> = out
+            .stdout
+            .lines()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                let pct = |s: &str| s.strip_suffix('%')?.parse::<f64>().ok();
+                (w.len() >= 5).then_some(())?;
+                Some((w[4].to_string(), (pct(w[2])?, pct(w[0])?)))
+            })
+            .collect();
+        (rows, out.stdout)
+    };
+    let (unnamed, text) = report(&[]);
+    assert!(unnamed.contains_key(&row("leaf_a")), "{text}");
+    assert!(!unnamed.contains_key("leaf_a"), "{text}");
+    let (named, text) = report(&["--symbols", path_str(&debug)]);
+    eprintln!("{text}");
+    let near = |name: &str, (excl, incl): (f64, f64)| {
+        let got = named
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| panic!("{name}:\n{text}"));
+        assert!(
+            (got.0 - excl).abs() <= 2.0 && (got.1 - incl).abs() <= 2.0,
+            "{name}: {got:?}, expected {excl} % exclusive, {incl} % inclusive:\n{text}"
+        );
+    };
+    near("leaf_a", (25.0, 25.0));
+    near("leaf_b", (75.0, 75.0));
+    near("mid", (0.0, 75.0));
+    assert!(!named.contains_key(&row("leaf_a")), "{text}");
+}

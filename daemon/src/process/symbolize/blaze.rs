@@ -14,7 +14,7 @@ use super::lru::Lru;
 use super::names::{FileKey, Names};
 use super::plt::PltTables;
 use super::vdso::{Vdso, VDSO_MODULE};
-use super::{Budget, STATS};
+use super::{Budget, Naming, STATS};
 use crate::memory::Tidy;
 use crate::os::file_version::FileVersion;
 use crate::process::maps::{is_jit_candidate, module_name, Backing, ProcessMaps};
@@ -83,6 +83,8 @@ pub struct Worker {
     /// parsing touched leave the resident set before the next file is
     /// read, so one request naming many new files holds the pages of one.
     read_one: bool,
+    /// Whether mapped files' code is named here.
+    pub naming: Naming,
 }
 
 /// How often the pages of the files blazesym maps leave the resident set
@@ -199,6 +201,7 @@ impl Worker {
             fixed: None,
             released: Instant::now(),
             read_one: false,
+            naming: Naming::OnHost,
         }
     }
 
@@ -601,6 +604,9 @@ impl Worker {
             items,
             version,
         } = group;
+        if self.naming == Naming::OffHost {
+            return Self::group(readable, &module, items, out, jit);
+        }
         let mut left = items;
         // PLT stubs: no symbol covers them.
         if let Some(plt) = self.plt.of(readable, Instant::now(), self.budget.plt) {
@@ -671,22 +677,41 @@ impl Worker {
             return functions;
         }
         // Go programs without symbols (linked with -s) still have their
-        // function table; other stripped code is grouped by the unwind
-        // table's entry (FDE) that covers it: one frame a function.
+        // function table.
         let go = GoTable::of(readable);
-        let mut fdes = None;
-        for (i, off) in unnamed {
+        unnamed.retain(|&(i, off)| {
             let name = go.as_ref().and_then(|t| {
                 let func = t.func(t.loads.vaddr(off)?)?;
                 func.name()
             });
-            if let Some(name) = name {
-                out[i] = Some(vec![Frame::named(name, &*module)]);
-                continue;
-            }
-            let fdes = fdes.get_or_insert_with(|| Fdes::read(readable));
+            let Some(name) = name else { return true };
+            out[i] = Some(vec![Frame::named(name, &*module)]);
+            false
+        });
+        functions.extend(Self::group(readable, &module, unnamed, out, jit));
+        functions
+    }
+
+    /// Stripped code no symbol names, grouped by the unwind table's entry
+    /// (FDE) that covers it: one frame a function, `module!0xSTART`, with
+    /// its origin (build id and address) for naming it off the host.
+    /// What no entry covers goes to the perf-map look-up. The index of an
+    /// address in each function, and the function's file offsets.
+    fn group(
+        readable: &Path,
+        module: &str,
+        items: Vec<(usize, u64)>,
+        out: &mut [Option<Vec<Frame>>],
+        jit: &mut Vec<(usize, Frame)>,
+    ) -> Vec<(usize, std::ops::Range<u64>)> {
+        let mut functions = Vec::new();
+        if items.is_empty() {
+            return functions;
+        }
+        let fdes = Fdes::read(readable);
+        for (i, off) in items {
             let Some(fdes) = fdes.as_ref() else {
-                jit.push((i, Frame::unnamed(format!("{module}+{off:#x}"), &module)));
+                jit.push((i, Frame::unnamed(format!("{module}+{off:#x}"), module)));
                 continue;
             };
             let origin = |address| Origin {
@@ -696,14 +721,14 @@ impl Worker {
             match fdes.function(off) {
                 Some((range, start)) => {
                     let name = format!("{module}!{start:#x}");
-                    out[i] = Some(vec![Frame::unnamed_in(name, &module, origin(start))]);
+                    out[i] = Some(vec![Frame::unnamed_in(name, module, origin(start))]);
                     functions.push((i, range));
                 }
                 None => {
                     let name = format!("{module}+{off:#x}");
                     let frame = match fdes.vaddr(off) {
-                        Some(address) => Frame::unnamed_in(name, &module, origin(address)),
-                        None => Frame::unnamed(name, &module),
+                        Some(address) => Frame::unnamed_in(name, module, origin(address)),
+                        None => Frame::unnamed(name, module),
                     };
                     jit.push((i, frame));
                 }

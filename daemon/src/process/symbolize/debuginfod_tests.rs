@@ -368,7 +368,11 @@ fn a_stripped_binary_is_named_once_its_debug_file_arrives() {
         1 << 30,
         &dir,
     );
-    let sym = BlazeSymbolizer::with_debuginfod(vec![dir.join("nowhere")], Some(f.clone()));
+    let sym = BlazeSymbolizer::with_debuginfod(
+        vec![dir.join("nowhere")],
+        Some(f.clone()),
+        crate::process::symbolize::Naming::OnHost,
+    );
     assert_eq!(sym.debug_generation(), Some(0));
     let frames = sym.symbolize(&mapped(&prog), &[BASE + off]);
     let origin = profd_common::model::Origin {

@@ -222,6 +222,20 @@ const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// request comes.
 pub const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Where the code of mapped files is named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Naming {
+    /// On the host: from the files' symbols, debug information and
+    /// function tables.
+    #[default]
+    OnHost,
+    /// Elsewhere (`symbols.on_host = false`): the host reads no symbols or
+    /// debug information; file-backed code is grouped by function and
+    /// kept with its binary's build id and address, for `--symbols` or a
+    /// backend to name.
+    OffHost,
+}
+
 /// Where split debug information is looked for by default.
 pub const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
@@ -235,7 +249,7 @@ impl BlazeSymbolizer {
     /// A symbolizer looking for split debug files (by build id, debug link
     /// or path) in `debug_dirs`.
     pub fn with_debug_dirs(debug_dirs: Vec<PathBuf>) -> BlazeSymbolizer {
-        BlazeSymbolizer::with_debuginfod(debug_dirs, None)
+        BlazeSymbolizer::with_debuginfod(debug_dirs, None, Naming::OnHost)
     }
 
     /// A symbolizer looking for split debug files in `debug_dirs` and, for
@@ -243,6 +257,7 @@ impl BlazeSymbolizer {
     pub fn with_debuginfod(
         debug_dirs: Vec<PathBuf>,
         fetcher: Option<debuginfod::Fetcher>,
+        naming: Naming,
     ) -> BlazeSymbolizer {
         let (tx, rx) = std::sync::mpsc::channel::<Request>();
         let arrivals = fetcher.as_ref().map(|_| Arc::new(AtomicU64::new(0)));
@@ -251,6 +266,7 @@ impl BlazeSymbolizer {
             .name("profd-symbolize".into())
             .spawn(move || {
                 let mut worker = blaze::Worker::new(debug_dirs);
+                worker.naming = naming;
                 if let Some(f) = &fetcher {
                     worker.fetch_with(f.clone());
                 }

@@ -350,6 +350,39 @@ fn stripped_binaries_use_build_id_debug_files_else_unwind_entries() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Off the host (`symbols.on_host = false`), a binary's symbols and DWARF
+/// are not read: its code is grouped by function, with its build id and
+/// address, as if it were stripped.
+#[test]
+fn off_the_host_code_is_grouped_though_it_has_symbols() {
+    let dir = scratch("offhost");
+    let prog = cc(&dir, "offhost", INLINED, &["-O2", "-g", "-Wl,--build-id"]);
+    let (off, size) = symbol(&prog, "outer");
+    let start = symbol_address(&prog, "outer");
+    let data = std::fs::read(&prog).unwrap();
+    let id: String = ElfFile64::<Endianness>::parse(&*data)
+        .unwrap()
+        .build_id()
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let sym = BlazeSymbolizer::with_debuginfod(Vec::new(), None, Naming::OffHost);
+    let frames = sym.symbolize(&mapped(&prog), &[BASE + off, BASE + off + size / 2]);
+    let origin = Origin {
+        build_id: id,
+        address: start,
+    };
+    let grouped = Frame::unnamed_in(format!("offhost!{start:#x}"), "offhost", origin);
+    assert_eq!(frames, vec![vec![grouped.clone()], vec![grouped]]);
+    // On the host, the same address is named.
+    let frames =
+        BlazeSymbolizer::with_debug_dirs(Vec::new()).symbolize(&mapped(&prog), &[BASE + off]);
+    assert_eq!(frames[0].last().unwrap().func.name, "outer");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A stripped binary with MiniDebugInfo (`.gnu_debugdata`: its symbol
 /// table, xz-compressed, as Fedora ships them) is named from it.
 #[test]

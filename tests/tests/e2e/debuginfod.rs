@@ -2,8 +2,9 @@
 //! workload stripped (as a program, and as a shared library), its DWARF
 //! put apart with `objcopy --only-keep-debug` and served by a real
 //! `debuginfod` (elfutils) on loopback, named with its known split once
-//! profd has fetched the file; and a server that is down, which profiling
-//! goes on without, the failure counted in `profctl info` and `/metrics`.
+//! profd has fetched the file; and servers that are down, hold requests
+//! or answer garbage, which profiling goes on without, each failure
+//! counted in `profctl info` and `/metrics`.
 //! Real kernel, real `profd`, `profctl` and `debuginfod`.
 
 use profd_e2e::metrics::{sample, scrape};
@@ -346,4 +347,108 @@ fn a_debuginfod_that_is_down_is_counted_and_profiling_goes_on() {
     let m = scrape(&metrics);
     assert!(sample(&m, "profd_debuginfod_failed_total") >= 1.0, "{m}");
     assert_eq!(sample(&m, "profd_debuginfod_fetched_total"), 0.0);
+}
+
+/// A server on loopback that misbehaves: `Hold` reads the request and
+/// never answers; `Garbage` answers 200 with bytes that are no ELF file.
+enum Misbehaving {
+    Hold,
+    Garbage,
+}
+
+/// Starts a [`Misbehaving`] server on a thread of its own; its URL.
+fn misbehaving(kind: Misbehaving) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut request = [0u8; 4096];
+            let _ = conn.read(&mut request);
+            match kind {
+                Misbehaving::Hold => held.push(conn),
+                Misbehaving::Garbage => {
+                    let body = vec![0x5au8; 64 << 10];
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(head.as_bytes());
+                    let _ = conn.write_all(&body);
+                }
+            }
+        }
+    });
+    url
+}
+
+/// A server that holds every request without answering, and one that
+/// answers with garbage: each failure is counted (`failed` past the
+/// timeout, `garbage` for the file that is no debug file, which is not
+/// kept), and meanwhile sampling goes on and the session answers.
+#[test]
+fn a_slow_or_garbage_debuginfod_is_counted_and_blocks_nothing() {
+    let _serial = serial();
+    require_root_and_perf();
+    let (program, _, _) = stripped_split();
+    let (slow, garbage) = (
+        misbehaving(Misbehaving::Hold),
+        misbehaving(Misbehaving::Garbage),
+    );
+    let daemon = Daemon::start_with(&[
+        "--debuginfod-url",
+        &slow,
+        "--debuginfod-url",
+        &garbage,
+        "--debuginfod-timeout",
+        "3",
+    ]);
+    let target = Workload::start_exe(&program, LONG);
+    let pid = target.pid().to_string();
+    let attach = daemon.spawn_profctl(&["attach", &pid, "--duration", "600", "--format", "json"]);
+    let session = daemon.wait_for_samples(target.pid(), 200);
+    // The slow server holds the request: the session answers meanwhile.
+    let early = export(&daemon, session);
+    assert!(early.totals.attributed >= 200, "{}", early.table());
+    wait_until(
+        "the slow server's failure and the garbage counted",
+        Duration::from_secs(60),
+        || {
+            let failed = debuginfod_figure(&daemon, "failed")?;
+            let garbage = debuginfod_figure(&daemon, "garbage")?;
+            (failed >= 1 && garbage >= 1).then_some(())
+        },
+    );
+    let line = debuginfod_line(&daemon);
+    assert!(line.contains("fetched 0"), "{line}");
+    let before = daemon.running_session(target.pid()).expect("running").1;
+    daemon.wait_for_samples(target.pid(), before + 500);
+    daemon
+        .profctl(&["stop", &session.to_string()])
+        .assert_success();
+    let p = Profile::parse(&attach.wait(Duration::from_secs(60)));
+    eprintln!("{}\n{line}", p.table());
+    assert_eq!(p.state, "stopped");
+    assert!(p.totals.attributed >= before + 500, "{}", p.table());
+    let cache = daemon
+        .state_dir()
+        .expect("a state directory")
+        .join("debuginfod/.build-id");
+    let kept: Vec<_> = walk(&cache);
+    assert!(kept.is_empty(), "garbage kept in the cache: {kept:?}");
+}
+
+/// The files under `dir`, recursively (none when it does not exist).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .flat_map(|e| match e.path().is_dir() {
+            true => walk(&e.path()),
+            false => vec![e.path()],
+        })
+        .collect()
 }

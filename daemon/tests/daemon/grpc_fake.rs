@@ -1018,21 +1018,8 @@ async fn jit_addresses_are_looked_up_again_when_the_perf_map_changes() {
     let code = Mapping::new(JIT, JIT + 0x1000, 0, Backing::Special("[anon]".into()));
     source.feed_mapping(pid, code, &[JIT + 0x20, 0x100]);
     source.feed(&[(pid, &[JIT + 4, 0x100])]);
-    let profile = |h: &mut Running| {
-        let mut client = h.client.clone();
-        async move {
-            client
-                .get_profile(api::GetProfileRequest {
-                    session_id: s.id,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-        }
-    };
     let before = loop {
-        let p = profile(&mut h).await;
+        let p = whole_profile(&h, s.id).await;
         if p.session.as_ref().unwrap().totals.unwrap().attributed == 2 {
             break p;
         }
@@ -1052,7 +1039,7 @@ async fn jit_addresses_are_looked_up_again_when_the_perf_map_changes() {
         format!("{JIT:x} 10 early\n{:x} 10 late\n", JIT + 0x20),
     )
     .unwrap();
-    let after = profile(&mut h).await;
+    let after = whole_profile(&h, s.id).await;
     std::fs::remove_file(&map).unwrap();
     assert_eq!(find(&after.functions, "late").exclusive, 1);
     assert_eq!(find(&after.functions, "f1").inclusive, 2);
@@ -1135,21 +1122,8 @@ async fn file_addresses_are_looked_up_again_when_a_debug_file_arrives() {
         &[DEBUG + 0x20, 0x100],
     );
     source.feed(&[(pid, &[DEBUG + 0x20, 0x100])]);
-    let profile = |h: &mut Running| {
-        let mut client = h.client.clone();
-        async move {
-            client
-                .get_profile(api::GetProfileRequest {
-                    session_id: s.id,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-        }
-    };
     let before = loop {
-        let p = profile(&mut h).await;
+        let p = whole_profile(&h, s.id).await;
         if p.session.as_ref().unwrap().totals.unwrap().attributed == 2 {
             break p;
         }
@@ -1160,7 +1134,7 @@ async fn file_addresses_are_looked_up_again_when_a_debug_file_arrives() {
     symbolizer
         .generation
         .store(1, std::sync::atomic::Ordering::SeqCst);
-    let after = profile(&mut h).await;
+    let after = whole_profile(&h, s.id).await;
     assert_eq!(find(&after.functions, "from_debug").exclusive, 2);
     assert_eq!(find(&after.functions, "f1").inclusive, 2);
     assert!(
@@ -1170,4 +1144,17 @@ async fn file_addresses_are_looked_up_again_when_a_debug_file_arrives() {
     );
     assert_eq!(after.session.unwrap().totals.unwrap().unsymbolized, 0);
     target.kill();
+}
+
+/// Session `id`'s whole profile (GetProfile), as it is now.
+async fn whole_profile(h: &Running, id: u64) -> api::GetProfileResponse {
+    let mut client = h.client.clone();
+    client
+        .get_profile(api::GetProfileRequest {
+            session_id: id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
 }

@@ -328,15 +328,7 @@ fn a_debuginfod_that_is_down_is_counted_and_profiling_goes_on() {
         "{line}"
     );
     // Sampling and answers go on.
-    let before = daemon.running_session(target.pid()).expect("running").1;
-    daemon.wait_for_samples(target.pid(), before + 500);
-    daemon
-        .profctl(&["stop", &session.to_string()])
-        .assert_success();
-    let p = Profile::parse(&attach.wait(Duration::from_secs(60)));
-    eprintln!("{}\n{line}", p.table());
-    assert_eq!(p.state, "stopped");
-    assert!(p.totals.attributed >= before + 500, "{}", p.table());
+    let p = sampling_goes_on(&daemon, &target, session, attach, &line);
     assert!(
         p.functions
             .iter()
@@ -422,15 +414,7 @@ fn a_slow_or_garbage_debuginfod_is_counted_and_blocks_nothing() {
     );
     let line = debuginfod_line(&daemon);
     assert!(line.contains("fetched 0"), "{line}");
-    let before = daemon.running_session(target.pid()).expect("running").1;
-    daemon.wait_for_samples(target.pid(), before + 500);
-    daemon
-        .profctl(&["stop", &session.to_string()])
-        .assert_success();
-    let p = Profile::parse(&attach.wait(Duration::from_secs(60)));
-    eprintln!("{}\n{line}", p.table());
-    assert_eq!(p.state, "stopped");
-    assert!(p.totals.attributed >= before + 500, "{}", p.table());
+    sampling_goes_on(&daemon, &target, session, attach, &line);
     let cache = daemon
         .state_dir()
         .expect("a state directory")
@@ -451,4 +435,25 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
             false => vec![e.path()],
         })
         .collect()
+}
+
+/// The session of `target` (its `attach`) takes 500 more samples, and
+/// stops when asked: its profile, printed with the `debuginfod:` line.
+fn sampling_goes_on(
+    daemon: &Daemon,
+    target: &Workload,
+    session: u64,
+    attach: Cmd,
+    line: &str,
+) -> Profile {
+    let before = daemon.running_session(target.pid()).expect("running").1;
+    daemon.wait_for_samples(target.pid(), before + 500);
+    daemon
+        .profctl(&["stop", &session.to_string()])
+        .assert_success();
+    let p = Profile::parse(&attach.wait(Duration::from_secs(60)));
+    eprintln!("{}\n{line}", p.table());
+    assert_eq!(p.state, "stopped");
+    assert!(p.totals.attributed >= before + 500, "{}", p.table());
+    p
 }

@@ -69,6 +69,15 @@ impl Section {
 pub struct Sections(Vec<Section>);
 
 impl Sections {
+    /// The build id (if any) of an ELF file with symbols or DWARF (a debug
+    /// file); None for anything else.
+    pub fn debug_elf(file: &std::fs::File) -> Option<Option<Vec<u8>>> {
+        let cache = object::ReadCache::new(file.try_clone().ok()?);
+        let sections = Sections::of(&cache)?;
+        let has_debug = sections.get(".debug_info").is_some() || sections.get(".symtab").is_some();
+        has_debug.then(|| sections.build_id(&cache))
+    }
+
     /// The sections of the ELF file in `data`: its section headers and
     /// their names are all that is read.
     pub fn of<'a, R: ReadRef<'a>>(data: R) -> Option<Sections> {

@@ -74,15 +74,6 @@ fn inspect(file: File) -> Option<Needs> {
     })
 }
 
-/// The build id (if any) of an ELF file with symbols or DWARF; None for
-/// anything else.
-pub(super) fn debug_elf(file: &File) -> Option<Option<Vec<u8>>> {
-    let cache = ReadCache::new(file.try_clone().ok()?);
-    let sections = Sections::of(&cache)?;
-    let has_debug = sections.get(".debug_info").is_some() || sections.get(".symtab").is_some();
-    has_debug.then(|| sections.build_id(&cache))
-}
-
 fn link_name(needs: &Needs) -> Option<&Path> {
     let link = std::str::from_utf8(needs.link.as_deref()?).ok()?;
     (!link.is_empty() && !link.contains('/')).then_some(Path::new(link))
@@ -247,7 +238,7 @@ impl DebugFiles {
             let Ok(file) = File::open(&place) else {
                 continue;
             };
-            let Some(id) = debug_elf(&file) else {
+            let Some(id) = Sections::debug_elf(&file) else {
                 continue; // Not an ELF file with symbols.
             };
             if let (Some(want), Some(id)) = (&needs.build_id, &id) {

@@ -469,7 +469,7 @@ impl Shared {
         }
         let checked = std::fs::File::open(&temp)
             .ok()
-            .and_then(|f| super::debug::debug_elf(&f));
+            .and_then(|f| crate::process::maps::Sections::debug_elf(&f));
         let problem = match checked {
             None => Some("not an ELF file with DWARF or symbols".to_string()),
             Some(Some(got)) if got == id => None,

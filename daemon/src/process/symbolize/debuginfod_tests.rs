@@ -103,7 +103,7 @@ fn split_program_at(
         .arg(&debug));
     run(Command::new("strip").arg("--strip-all").arg(&prog));
     let file = std::fs::File::open(&debug).unwrap();
-    let id = super::super::debug::debug_elf(&file)
+    let id = crate::process::maps::Sections::debug_elf(&file)
         .expect("an ELF file with DWARF")
         .expect("a build id");
     ((prog, std::fs::read(&debug).unwrap(), id), off)

@@ -13,6 +13,18 @@ use crate::model::{is_kernel, percent, FrameRef, FunctionInfo, ResolvedProfile, 
 /// kernel frames are folded.
 pub const KERNEL: &str = "[kernel]";
 
+/// The module of a function of a loadable kernel module: `[kernel.NAME]`
+/// (`[kernel.xfs]`), as the kernel image's is [`KERNEL`].
+pub fn module_of(name: &str) -> String {
+    format!("[kernel.{name}]")
+}
+
+/// Whether `module` is the kernel's: its image ([`KERNEL`]) or a loadable
+/// module (see [`module_of`]).
+pub fn is_kernel_module(module: &str) -> bool {
+    module == KERNEL || (module.starts_with("[kernel.") && module.ends_with(']'))
+}
+
 /// How kernel frames are shown to one caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KernelFrames {

@@ -1,7 +1,7 @@
 //! Drawing the live view: a pure function of [`TuiState`] onto a ratatui
 //! frame (header, totals, table or view, key help). No I/O.
 use profd_common::api::GetViewResponse;
-use profd_common::kernel::KERNEL;
+use profd_common::kernel::is_kernel_module;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
@@ -196,7 +196,7 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &TuiState) {
             } else {
                 state.names.at_most(name_width).name(f.id, &f.name)
             };
-            let kernel = f.module == KERNEL;
+            let kernel = is_kernel_module(&f.module);
             cells.push(Cell::from(if kernel { "[k]" } else { "[.]" }));
             let name = Cell::from(name);
             cells.push(if kernel && state.colour {

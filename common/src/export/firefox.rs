@@ -13,6 +13,7 @@ use fxprof_processed_profile::{
 
 use super::frame_name;
 use super::pieces::PieceWriter;
+use crate::kernel::is_kernel_module;
 use crate::model::{is_kernel, MarkerKind, ResolvedProfile, Timeline};
 
 /// A process event on the timeline: its name (`start`, `exec`, `exit`)
@@ -164,7 +165,7 @@ fn processed(p: &ResolvedProfile, t: &Timeline, names: &HashMap<u32, String>) ->
                         let info = &p.functions[i];
                         let name = *names_interned[i]
                             .get_or_insert_with(|| out.intern_string(&frame_name(info)));
-                        let in_kernel = info.module == "[kernel]" || is_kernel(f.address);
+                        let in_kernel = is_kernel_module(&info.module) || is_kernel(f.address);
                         FrameInfo {
                             frame: Frame::Label(name),
                             category_pair: if in_kernel { kernel } else { user },

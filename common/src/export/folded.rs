@@ -2,14 +2,14 @@
 //! they are sent, and the merged lines the SVG flame graph is drawn from.
 use std::collections::HashMap;
 
-use crate::kernel::KERNEL;
+use crate::kernel::is_kernel_module;
 use crate::model::{FunctionInfo, ResolvedProfile};
 
 /// A frame's name with flamegraph.pl's annotations, which its `java`, `js`
 /// and `perl` palettes colour by: `name_[k]` for kernel code, `name_[i]`
 /// for an inlined function, else `name`.
 fn annotated(f: &FunctionInfo) -> String {
-    if f.module == KERNEL {
+    if is_kernel_module(&f.module) {
         format!("{}_[k]", f.name)
     } else if f.inlined {
         format!("{}_[i]", f.name)
@@ -226,11 +226,16 @@ mod tests {
     #[test]
     fn kernel_frames_end_in_k() {
         let mut p = known();
-        p.functions[3].module = KERNEL.into();
+        p.functions[3].module = crate::kernel::KERNEL.into();
         let text = folded(&p);
         assert!(text.contains("main;a;c_[k] 3\n"), "{text}");
         assert!(text.contains("main;b;inl_[i] 2\n"), "{text}");
         assert!(!text.contains("main;a;c 3"), "{text}");
+        // A loadable module's function too; a module named like one is not.
+        p.functions[3].module = crate::kernel::module_of("xfs");
+        assert!(folded(&p).contains("main;a;c_[k] 3\n"));
+        p.functions[3].module = "[kernel.xfs".into();
+        assert!(folded(&p).contains("main;a;c 3\n"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The kernel's functions as `/proc/kallsyms` lists them, held compactly:
-//! their start addresses in order and their names in one text.
+//! their start addresses in order, their names in one text, and the
+//! loadable modules they belong to as runs of consecutive functions.
 use std::io::BufRead;
 
 /// The kernel's text symbols (`t`, `T`, `w`, `W`), sorted by address: the
@@ -10,6 +11,12 @@ pub struct Kallsyms {
     /// Where each name ends in `names`; it starts where the one before ends.
     ends: Vec<u32>,
     names: String,
+    /// Runs of functions of one module: (index of the run's first
+    /// function, its module: an index into `modules`, or None for the
+    /// kernel image), in order.
+    runs: Vec<(u32, Option<u16>)>,
+    /// Names of the loadable modules.
+    modules: Vec<Box<str>>,
 }
 
 impl Kallsyms {
@@ -22,8 +29,9 @@ impl Kallsyms {
 
     /// Parse lines `address type name [module]`; other lines are skipped.
     pub fn parse(mut text: impl BufRead) -> std::io::Result<Kallsyms> {
-        let mut found: Vec<(u64, u32, u32)> = Vec::new();
+        let mut found: Vec<(u64, u32, u32, Option<u16>)> = Vec::new();
         let mut names = String::new();
+        let mut modules: Vec<Box<str>> = Vec::new();
         let mut line = String::new();
         loop {
             line.clear();
@@ -44,9 +52,20 @@ impl Kallsyms {
             if addr == 0 || names.len() + name.len() > u32::MAX as usize {
                 continue;
             }
+            // A loadable module's function: `[name]` after it.
+            let module = words
+                .next()
+                .and_then(|w| w.strip_prefix('[')?.strip_suffix(']'))
+                .and_then(|m| match modules.iter().position(|k| &**k == m) {
+                    Some(i) => u16::try_from(i).ok(),
+                    None => {
+                        modules.push(m.into());
+                        u16::try_from(modules.len() - 1).ok()
+                    }
+                });
             let start = names.len() as u32;
             names.push_str(name);
-            found.push((addr, start, names.len() as u32));
+            found.push((addr, start, names.len() as u32, module));
         }
         // Stable: of names sharing an address, the first listed is kept.
         found.sort_by_key(|&(addr, ..)| addr);
@@ -54,27 +73,54 @@ impl Kallsyms {
         let mut kept = String::with_capacity(names.len());
         let mut starts = Vec::with_capacity(found.len());
         let mut ends = Vec::with_capacity(found.len());
-        for (addr, from, to) in found {
+        let mut runs: Vec<(u32, Option<u16>)> = Vec::new();
+        for (i, (addr, from, to, module)) in found.into_iter().enumerate() {
             kept.push_str(&names[from as usize..to as usize]);
             starts.push(addr);
             ends.push(kept.len() as u32);
+            if runs.last().is_none_or(|&(_, m)| m != module) {
+                runs.push((i as u32, module));
+            }
         }
         kept.shrink_to_fit();
+        runs.shrink_to_fit();
         Ok(Kallsyms {
             starts,
             ends,
             names: kept,
+            runs,
+            modules,
         })
     }
 
+    /// The loadable module function `i` belongs to; None for the kernel
+    /// image's.
+    fn module_of(&self, i: usize) -> Option<&str> {
+        let run = self
+            .runs
+            .partition_point(|&(first, _)| first as usize <= i)
+            .checked_sub(1)?;
+        let m = self.runs[run].1?;
+        self.modules.get(m as usize).map(|m| &**m)
+    }
+
     /// The function `addr` is in: its name and start; None below the first.
+    #[cfg(test)]
     pub fn find(&self, addr: u64) -> Option<(&str, u64)> {
+        self.find_in_module(addr)
+            .map(|(name, start, _)| (name, start))
+    }
+
+    /// As [`Kallsyms::find`], with the loadable module of the function
+    /// (None for the kernel image's).
+    pub fn find_in_module(&self, addr: u64) -> Option<(&str, u64, Option<&str>)> {
         let i = self
             .starts
             .partition_point(|&start| start <= addr)
             .checked_sub(1)?;
         let from = i.checked_sub(1).map_or(0, |j| self.ends[j] as usize);
-        Some((&self.names[from..self.ends[i] as usize], self.starts[i]))
+        let name = &self.names[from..self.ends[i] as usize];
+        Some((name, self.starts[i], self.module_of(i)))
     }
 
     /// Functions held.
@@ -84,7 +130,12 @@ impl Kallsyms {
 
     /// Bytes held on the heap.
     pub fn bytes(&self) -> u64 {
-        (self.starts.capacity() * 8 + self.ends.capacity() * 4 + self.names.capacity()) as u64
+        let modules: usize = self.modules.iter().map(|m| m.len() + 16).sum();
+        (self.starts.capacity() * 8
+            + self.ends.capacity() * 4
+            + self.names.capacity()
+            + self.runs.capacity() * 8
+            + modules) as u64
     }
 }
 
@@ -130,6 +181,29 @@ not a line
             k.find(0xffffffffc0001234),
             Some(("ext4_read", 0xffffffffc0001000))
         );
+    }
+
+    /// Functions of loadable modules (`[name]` after them) are found with
+    /// their module; the kernel image's with none.
+    #[test]
+    fn module_functions_are_found_with_their_module() {
+        let text = "\
+ffffffff81002800 T vfs_read
+ffffffffc0001000 t ext4_read\t[ext4]
+ffffffffc0001800 T ext4_write\t[ext4]
+ffffffffc0100000 t xfs_buf_read\t[xfs]
+ffffffffc0200000 t jbd2_commit\t[jbd2]
+ffffffffc0200400 t ext4_late\t[ext4]
+";
+        let k = Kallsyms::parse(text.as_bytes()).unwrap();
+        let at = |a: u64| k.find_in_module(a).map(|(n, _, m)| (n, m));
+        assert_eq!(at(0xffffffff81002900), Some(("vfs_read", None)));
+        assert_eq!(at(0xffffffffc0001004), Some(("ext4_read", Some("ext4"))));
+        assert_eq!(at(0xffffffffc0001900), Some(("ext4_write", Some("ext4"))));
+        assert_eq!(at(0xffffffffc0100010), Some(("xfs_buf_read", Some("xfs"))));
+        assert_eq!(at(0xffffffffc0200010), Some(("jbd2_commit", Some("jbd2"))));
+        assert_eq!(at(0xffffffffc0200404), Some(("ext4_late", Some("ext4"))));
+        assert_eq!(k.runs.len(), 5, "{:?}", k.runs);
     }
 
     #[test]

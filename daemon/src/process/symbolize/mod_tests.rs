@@ -6,7 +6,7 @@ use super::*;
 use crate::os::file_version::FileVersion;
 use crate::process::maps::{Backing, Mapping};
 use object::read::elf::{ElfFile64, ProgramHeader};
-use object::{Endianness, Object, ObjectSymbol};
+use object::{Endianness, Object, ObjectSection, ObjectSymbol};
 use profd_common::model::Origin;
 use std::path::Path;
 use std::process::{Child, Command};
@@ -794,4 +794,54 @@ fn a_request_holds_the_pages_of_one_new_file_at_a_time() {
     let resident: Vec<u64> = progs.iter().map(|p| resident_kib_of(p)).collect();
     assert_eq!(resident, [0, 0, 0], "KiB of each file still resident");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A stripped system library (liblzma: no `.symtab`, no MiniDebugInfo)
+/// names its exported functions from `.dynsym`, and groups the rest by
+/// function: no address of it is a single instruction's row.
+#[test]
+fn a_stripped_system_library_names_its_exports_and_groups_the_rest() {
+    let path = [
+        "/lib/x86_64-linux-gnu/liblzma.so.5",
+        "/usr/lib/x86_64-linux-gnu/liblzma.so.5",
+    ]
+    .iter()
+    .map(Path::new)
+    .find(|p| p.exists())
+    .expect("liblzma.so.5 (xz-utils)");
+    let data = std::fs::read(path).unwrap();
+    let elf = ElfFile64::<Endianness>::parse(&*data).unwrap();
+    assert!(
+        elf.section_by_name(".symtab").is_none(),
+        "liblzma is stripped"
+    );
+    let code = elf
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok("lzma_code"))
+        .expect("lzma_code exported");
+    let text = elf.section_by_name(".text").unwrap();
+    let to_off = |vaddr: u64| vaddr - text.address() + text.file_range().unwrap().0;
+    let sym = BlazeSymbolizer::with_debug_dirs(vec![PathBuf::from("/nowhere")]);
+    let maps = mapped(path);
+    let exported = sym.symbolize(&maps, &[BASE + to_off(code.address() + 4)]);
+    let f = exported[0].last().unwrap();
+    assert_eq!((f.func.name.as_str(), f.named), ("lzma_code", true));
+    // Addresses across .text are named or grouped by function, but for
+    // the few that fall in the padding between functions (no FDE covers
+    // it); the library's hidden functions are grouped.
+    let (start, size) = (text.address(), text.size());
+    let addrs: Vec<u64> = (1..200u64)
+        .map(|k| BASE + to_off(start + size * k / 200))
+        .collect();
+    let frames = sym.symbolize(&maps, &addrs);
+    let last = |f: &Vec<Frame>| f.last().unwrap().clone();
+    let named = frames.iter().filter(|f| last(f).named).count();
+    let grouped = frames
+        .iter()
+        .filter(|f| last(f).func.name.starts_with("liblzma.so.5!0x"))
+        .count();
+    assert!(
+        named + grouped >= 185 && named >= 10 && grouped >= 50,
+        "of 199 addresses, {named} named, {grouped} grouped: {frames:?}"
+    );
 }

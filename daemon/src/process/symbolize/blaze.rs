@@ -7,7 +7,7 @@
 //! vDSO code from the vDSO image; anonymous code from the target's perf map;
 //! the rest as placeholders.
 use super::debug::DebugFiles;
-use super::fde::Fdes;
+use super::fde::FdeTables;
 use super::frame::{Frame, FrameName, Origin};
 use super::kallsyms::Kallsyms;
 use super::lru::Lru;
@@ -74,6 +74,8 @@ pub struct Worker {
     /// What files' addresses were named, for every session.
     names: Names,
     plt: PltTables,
+    /// Function tables of stripped code, from unwind entries.
+    fdes: FdeTables,
     budget: Budget,
     /// A budget of its own instead of [`super::budget`]'s (tests).
     fixed: Option<Budget>,
@@ -202,6 +204,7 @@ impl Worker {
             released: Instant::now(),
             read_one: false,
             naming: Naming::OnHost,
+            fdes: FdeTables::default(),
         }
     }
 
@@ -262,6 +265,7 @@ impl Worker {
                 released += 1;
             }
             self.plt.shrink_to(0);
+            self.fdes.shrink_to(0);
             self.names.shrink_to(self.names.bytes() / 2);
         }
         self.shrink();
@@ -298,6 +302,10 @@ impl Worker {
     fn shrink(&mut self) {
         self.names.shrink_to(self.budget.names);
         self.plt.shrink_to(self.budget.plt);
+        self.fdes.shrink_to(match self.naming {
+            Naming::OnHost => self.budget.fdes,
+            Naming::OffHost => self.budget.fdes + self.budget.parsed,
+        });
         for path in self.debug.take_closed() {
             self.drop_path(&path);
         }
@@ -319,6 +327,7 @@ impl Worker {
         let bytes = self.held.bytes()
             + self.names.bytes()
             + self.plt.bytes()
+            + self.fdes.bytes()
             + vdso
             + super::perfmap::tables_bytes();
         STATS.bytes.store(bytes, Ordering::Relaxed);
@@ -608,7 +617,7 @@ impl Worker {
             version,
         } = group;
         if self.naming == Naming::OffHost {
-            return Self::group(readable, &module, items, out, jit);
+            return self.group(readable, &module, items, out, jit);
         }
         let mut left = items;
         // PLT stubs: no symbol covers them.
@@ -691,7 +700,7 @@ impl Worker {
             out[i] = Some(vec![Frame::named(name, &*module)]);
             false
         });
-        functions.extend(Self::group(readable, &module, unnamed, out, jit));
+        functions.extend(self.group(readable, &module, unnamed, out, jit));
         functions
     }
 
@@ -701,6 +710,7 @@ impl Worker {
     /// What no entry covers goes to the perf-map look-up. The index of an
     /// address in each function, and the function's file offsets.
     fn group(
+        &mut self,
         readable: &Path,
         module: &str,
         items: Vec<(usize, u64)>,
@@ -711,7 +721,12 @@ impl Worker {
         if items.is_empty() {
             return functions;
         }
-        let fdes = Fdes::read(readable);
+        // Off the host, nothing is parsed: the tables have that share too.
+        let budget = match self.naming {
+            Naming::OnHost => self.budget.fdes,
+            Naming::OffHost => self.budget.fdes + self.budget.parsed,
+        };
+        let fdes = self.fdes.of(readable, Instant::now(), budget);
         for (i, off) in items {
             let Some(fdes) = fdes.as_ref() else {
                 jit.push((i, Frame::unnamed(format!("{module}+{off:#x}"), module)));

@@ -1,57 +1,82 @@
 //! Functions of code that no symbol names, from the unwind tables a binary
-//! keeps even when stripped: the `.eh_frame` entry (FDE) covering an address
-//! gives its function's start and size, found through `.eh_frame_hdr`'s
-//! sorted index when there is one, else by reading the entries in turn.
+//! keeps even when stripped: each `.eh_frame` entry (FDE) gives a
+//! function's start and size. A binary's entries are read once into a
+//! table of starts and sizes, kept per file version within a byte budget,
+//! least recently used first out.
+use super::lru::Lru;
+use crate::os::file_version::FileVersion;
 use crate::process::maps::{Sections, Segments};
-use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr, UnwindSection};
+use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
 use object::ReadCache;
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
 
-/// A binary's unwind tables, read for naming, with what else names its
+/// A binary's functions by its unwind table, with what else names its
 /// code off the host: its build id and load segments.
 pub struct Fdes {
-    /// `.eh_frame`'s bytes; empty when the binary has none.
-    eh_frame: Vec<u8>,
-    /// `.eh_frame_hdr`'s bytes, when the binary has one.
-    hdr: Option<Vec<u8>>,
-    bases: BaseAddresses,
+    /// Each function's start (as in the ELF file), in order.
+    starts: Vec<u64>,
+    /// Its size in bytes.
+    sizes: Vec<u32>,
     segments: Segments,
     /// The GNU build id, in hex; empty when the binary has none.
     pub build_id: String,
 }
 
 impl Fdes {
-    /// The unwind tables of the ELF file at `path`; None when it is not an
-    /// ELF file with load segments.
+    /// The functions of the ELF file at `path`; None when it is not an ELF
+    /// file with load segments.
     pub fn read(path: &Path) -> Option<Fdes> {
         let cache = ReadCache::new(File::open(path).ok()?);
         let sections = Sections::of(&cache)?;
-        let mut bases = BaseAddresses::default();
-        let mut eh_frame = Vec::new();
+        let mut functions = Vec::new();
         if let Some(eh) = sections.get(".eh_frame") {
-            bases = bases.set_eh_frame(eh.address);
-            eh_frame = eh.data(&cache).map(|d| d.into_owned()).unwrap_or_default();
+            let data = eh.data(&cache).unwrap_or_default();
+            let mut bases = BaseAddresses::default().set_eh_frame(eh.address);
+            if let Some(text) = sections.get(".text") {
+                bases = bases.set_text(text.address);
+            }
+            if let Some(hdr) = sections.get(".eh_frame_hdr") {
+                bases = bases.set_eh_frame_hdr(hdr.address);
+            }
+            let eh_frame = EhFrame::new(&data, LittleEndian);
+            let mut entries = eh_frame.entries(&bases);
+            // A malformed entry ends the reading: those before it stay.
+            while let Ok(Some(entry)) = entries.next() {
+                let CieOrFde::Fde(partial) = entry else {
+                    continue;
+                };
+                let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+                    continue;
+                };
+                if let Ok(size) = u32::try_from(fde.len()) {
+                    if size > 0 {
+                        functions.push((fde.initial_address(), size));
+                    }
+                }
+            }
         }
-        if let Some(text) = sections.get(".text") {
-            bases = bases.set_text(text.address);
-        }
-        let hdr = sections.get(".eh_frame_hdr").and_then(|h| {
-            bases = bases.clone().set_eh_frame_hdr(h.address);
-            h.data(&cache).map(|d| d.into_owned())
-        });
+        functions.sort_unstable();
+        functions.dedup_by_key(|f| f.0);
         let build_id = sections
             .build_id(&cache)
             .map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
             .unwrap_or_default();
         Some(Fdes {
-            eh_frame,
-            hdr,
-            bases,
+            starts: functions.iter().map(|f| f.0).collect(),
+            sizes: functions.iter().map(|f| f.1).collect(),
             segments: Segments::of(&cache)?,
             build_id,
         })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        (self.starts.capacity() * 8 + self.sizes.capacity() * 4 + self.build_id.capacity() + 128)
+            as u64
     }
 
     /// The address (as in the ELF file) of file offset `off`.
@@ -68,32 +93,48 @@ impl Fdes {
         Some((start_off..start_off + len, start))
     }
 
-    /// The start and length of the FDE covering `vaddr`.
+    /// The start and size of the function covering `vaddr`.
     fn covering(&self, vaddr: u64) -> Option<(u64, u64)> {
-        if self.eh_frame.is_empty() {
-            return None;
-        }
-        let eh_frame = EhFrame::new(&self.eh_frame, LittleEndian);
-        let indexed = self.hdr.as_ref().and_then(|hdr| {
-            let parsed: ParsedEhFrameHdr<_> = EhFrameHdr::new(hdr, LittleEndian)
-                .parse(&self.bases, 8)
-                .ok()?;
-            let fde = parsed.table()?.fde_for_address(
-                &eh_frame,
-                &self.bases,
-                vaddr,
-                EhFrame::cie_from_offset,
-            );
-            Some(fde.ok().map(|f| (f.initial_address(), f.len())))
-        });
-        let fde = match indexed {
-            Some(found) => found,
-            None => eh_frame
-                .fde_for_address(&self.bases, vaddr, EhFrame::cie_from_offset)
-                .ok()
-                .map(|f| (f.initial_address(), f.len())),
+        let i = self
+            .starts
+            .partition_point(|&s| s <= vaddr)
+            .checked_sub(1)?;
+        let (start, size) = (self.starts[i], u64::from(self.sizes[i]));
+        (vaddr < start + size).then_some((start, size))
+    }
+}
+
+/// The function tables of the binaries read, by file version.
+#[derive(Default)]
+pub struct FdeTables {
+    tables: Lru<FileVersion, Option<Arc<Fdes>>>,
+}
+
+impl FdeTables {
+    /// The table of the file at `path`, read once per file version while
+    /// kept; then the tables are shrunk to `budget`.
+    pub fn of(&mut self, path: &Path, now: Instant, budget: u64) -> Option<Arc<Fdes>> {
+        let Some(version) = FileVersion::at(path) else {
+            return Fdes::read(path).map(Arc::new);
         };
-        fde.filter(|&(_, len)| len > 0)
+        if let Some(table) = self.tables.get(&version, now) {
+            return table.clone();
+        }
+        let table = Fdes::read(path).map(Arc::new);
+        let bytes = table.as_ref().map_or(64, |t| t.bytes());
+        self.tables.insert(version, table.clone(), bytes, now);
+        self.shrink_to(budget);
+        table
+    }
+
+    /// Let go of the least recently used tables past `budget` bytes.
+    pub fn shrink_to(&mut self, budget: u64) {
+        self.tables.shrink_to(budget);
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.tables.bytes()
     }
 }
 
@@ -138,11 +179,7 @@ mod tests {
         let text = file.section_by_name(".text").unwrap();
         let (text_addr, text_off) = (text.address(), text.file_range().unwrap().0);
         let fdes = Fdes::read(&path).expect("unwind tables");
-        assert!(
-            fdes.hdr.is_some(),
-            "{} has an .eh_frame_hdr",
-            path.display()
-        );
+        assert!(fdes.starts.len() > 100, "{} functions", fdes.starts.len());
         let mut checked = 0;
         for sym in file.dynamic_symbols() {
             if sym.kind() != SymbolKind::Text || sym.size() < 16 || !sym.is_definition() {
@@ -170,21 +207,58 @@ mod tests {
         assert_eq!(fdes.function(0), None);
     }
 
-    /// Without `.eh_frame_hdr` the entries are read in turn, to the same
-    /// answer.
+    /// The table answers as `.eh_frame_hdr`'s own index does (gimli's
+    /// look-up through it), for addresses across `.text`.
     #[test]
-    fn without_the_index_entries_are_read_in_turn() {
+    fn the_table_answers_as_the_binarys_own_index() {
+        use gimli::{EhFrameHdr, ParsedEhFrameHdr};
         let path = stripped_system_library();
-        let mut fdes = Fdes::read(&path).unwrap();
+        let fdes = Fdes::read(&path).unwrap();
         let data = std::fs::read(&path).unwrap();
         let file = object::File::parse(&*data).unwrap();
-        let text = file.section_by_name(".text").unwrap();
-        let (_, text_off) = text.file_range().unwrap();
-        let offs: Vec<u64> = (0..50).map(|i| text_off + i * 97).collect();
-        let indexed: Vec<_> = offs.iter().map(|&o| fdes.function(o)).collect();
-        fdes.hdr = None;
-        let scanned: Vec<_> = offs.iter().map(|&o| fdes.function(o)).collect();
-        assert_eq!(indexed, scanned);
-        assert!(indexed.iter().filter(|f| f.is_some()).count() > 25);
+        let section = |name| file.section_by_name(name).unwrap();
+        let (eh, hdr, text) = (
+            section(".eh_frame"),
+            section(".eh_frame_hdr"),
+            section(".text"),
+        );
+        let bases = BaseAddresses::default()
+            .set_eh_frame(eh.address())
+            .set_eh_frame_hdr(hdr.address())
+            .set_text(text.address());
+        let eh_data = eh.data().unwrap();
+        let hdr_data = hdr.data().unwrap();
+        let eh_frame = EhFrame::new(eh_data, LittleEndian);
+        let parsed: ParsedEhFrameHdr<_> = EhFrameHdr::new(hdr_data, LittleEndian)
+            .parse(&bases, 8)
+            .unwrap();
+        let index = parsed.table().unwrap();
+        let mut found = 0;
+        for k in 0..500u64 {
+            let vaddr = text.address() + text.size() * k / 500;
+            let by_index = index
+                .fde_for_address(&eh_frame, &bases, vaddr, EhFrame::cie_from_offset)
+                .ok()
+                .map(|f| (f.initial_address(), f.len()));
+            assert_eq!(fdes.covering(vaddr), by_index, "at {vaddr:#x}");
+            found += usize::from(by_index.is_some());
+        }
+        assert!(found > 400, "{found} of 500 covered");
+    }
+
+    /// A binary's table is read once while kept, and goes past the budget.
+    #[test]
+    fn tables_are_read_once_and_kept_within_their_budget() {
+        let path = stripped_system_library();
+        let mut tables = FdeTables::default();
+        let now = Instant::now();
+        let first = tables.of(&path, now, 1 << 30).unwrap();
+        let again = tables.of(&path, now, 1 << 30).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "read again");
+        assert_eq!(tables.bytes(), first.bytes());
+        tables.shrink_to(first.bytes() - 1);
+        assert_eq!(tables.bytes(), 0);
+        let third = tables.of(&path, now, 1 << 30).unwrap();
+        assert!(!Arc::ptr_eq(&first, &third), "kept past its budget");
     }
 }

@@ -160,22 +160,25 @@ pub fn shed() -> u64 {
     bytes()
 }
 
-/// How the budget is shared: names a quarter, PLT tables 1/32, parsed
-/// files and kallsyms the rest.
+/// How the budget is shared: names a quarter, PLT tables 1/32, the
+/// function tables of stripped code 1/16, parsed files and kallsyms the
+/// rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub names: u64,
     pub plt: u64,
+    pub fdes: u64,
     pub parsed: u64,
 }
 
 impl Budget {
     pub fn of(total: u64) -> Budget {
-        let (names, plt) = (total / 4, total / 32);
+        let (names, plt, fdes) = (total / 4, total / 32, total / 16);
         Budget {
             names,
             plt,
-            parsed: total - names - plt,
+            fdes,
+            parsed: total - names - plt - fdes,
         }
     }
 }

@@ -279,6 +279,7 @@ fn debug_information_too_big_for_the_budget_is_left_unread() {
         let budget = Budget {
             names: 0,
             plt: 0,
+            fdes: 0,
             parsed,
         };
         let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
@@ -600,6 +601,7 @@ fn parsed_files_stay_within_the_budget_those_used_most_kept() {
     let budget = Budget {
         names: 0,
         plt: 0,
+        fdes: 0,
         parsed,
     };
     let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
@@ -650,6 +652,7 @@ fn parsed_files_stay_within_the_budget_those_used_most_kept() {
     let tiny = Budget {
         names: 0,
         plt: 0,
+        fdes: 0,
         parsed: 1,
     };
     let mut worker = blaze::Worker::with_budget(Vec::new(), tiny);
@@ -689,6 +692,7 @@ fn paths_to_one_file_hold_one_parsed_copy() {
     let budget = Budget {
         names: 0,
         plt: 0,
+        fdes: 0,
         parsed: u64::MAX / 2,
     };
     let mut worker = blaze::Worker::with_budget(Vec::new(), budget);
@@ -712,6 +716,7 @@ fn a_function_named_by_its_symbol_names_its_other_addresses_unparsed() {
     let budget = Budget {
         names: 1 << 20,
         plt: 0,
+        fdes: 0,
         parsed: 1,
     };
     let mut worker = blaze::Worker::with_budget(Vec::new(), budget);

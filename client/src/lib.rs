@@ -33,6 +33,11 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
                 return commands::report_file(&path, args, &out).await.map(|()| 0);
             }
         }
+        Command::Export(args) => {
+            if let ReportSource::File(_) = args.source() {
+                return commands::export_file(args, &out).await.map(|()| 0);
+            }
+        }
         Command::Diff(args) if commands::diff_needs_no_daemon(args) => {
             return commands::diff(None, args, &out).await.map(|()| 0)
         }

@@ -595,9 +595,16 @@ impl From<UnwindArg> for api::Unwind {
 /// `profctl export`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Session id (see `profctl sessions`).
-    #[arg(value_name = "SESSION")]
-    pub session: u64,
+    /// Session id (see `profctl sessions`), or a saved pprof file to
+    /// write in another encoding (no daemon needed).
+    #[arg(value_name = "SESSION|FILE")]
+    pub source: PathBuf,
+    /// A file's stripped code (`module!0xSTART`): name it from the debug
+    /// files of a directory laid out by build id (`DIR/.build-id/xx/rest.debug`)
+    /// or of a debuginfod server (http:// or https:// URL); repeat to try
+    /// several in turn.
+    #[arg(long, value_name = "URL|DIR", value_parser = parse_symbol_source)]
+    pub symbols: Vec<SymbolSource>,
     /// The encoding to write.
     #[arg(long, value_enum)]
     pub format: ExportFormatArg,
@@ -800,13 +807,25 @@ pub enum ReportSource {
     File(PathBuf),
 }
 
+/// A session id when `source` is a number that names no file, else a file.
+fn session_or_file(source: &Path) -> ReportSource {
+    match source.to_str().and_then(|s| s.parse::<u64>().ok()) {
+        Some(id) if !source.exists() => ReportSource::Session(id),
+        _ => ReportSource::File(source.to_path_buf()),
+    }
+}
+
+impl ExportArgs {
+    /// A session id when the argument is a number that names no file, else a file.
+    pub fn source(&self) -> ReportSource {
+        session_or_file(&self.source)
+    }
+}
+
 impl ReportArgs {
     /// A session id when the argument is a number that names no file, else a file.
     pub fn source(&self) -> ReportSource {
-        match self.source.to_str().and_then(|s| s.parse::<u64>().ok()) {
-            Some(id) if !self.source.exists() => ReportSource::Session(id),
-            _ => ReportSource::File(self.source.clone()),
-        }
+        session_or_file(&self.source)
     }
 
     /// The view the flags ask for.

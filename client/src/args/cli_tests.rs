@@ -246,7 +246,10 @@ fn export_and_histogram_args() {
     else {
         panic!("not export")
     };
-    assert_eq!((e.session, e.format), (3, ExportFormatArg::Svg));
+    assert_eq!(
+        (e.source(), e.format),
+        (ReportSource::Session(3), ExportFormatArg::Svg)
+    );
     assert_eq!(e.output, PathBuf::from("f.svg"));
     assert_eq!(api::ExportFormat::from(e.format), api::ExportFormat::Svg);
     let Command::Export(e) = parse(&["export", "3", "--format", "pprof"])

@@ -104,7 +104,7 @@ fn the_daemon_is_asked_for_sessions_and_functions_only() {
         [
             "profctl diff base",
             "profctl diff new",
-            "profctl export session",
+            "profctl export source",
             "profctl fleet callees",
             "profctl fleet callers",
             "profctl fleet lines",

@@ -5,19 +5,101 @@ use std::path::{Path, PathBuf};
 
 use profd_common::api::{ExportFormat, GetProfileRequest};
 
+use super::report::name_off_host;
 use super::{required_session, Source};
-use crate::args::cli::{ExportArgs, ExportFormatArg};
+use crate::args::cli::{ExportArgs, ExportFormatArg, ReportSource};
 use crate::error::Error;
+use crate::files::pprof_file;
 use crate::requests::connect::Client;
 use crate::requests::progress::waiting;
 use crate::views::output::Output;
 use crate::views::render;
 use profd_common::api::Session;
+use profd_common::export;
+use profd_common::model::ResolvedProfile;
 
-/// Writes session `args.session` in `args.format` to `args.output`.
+/// Writes session `args.source` in `args.format` to `args.output`.
 pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Result<(), Error> {
-    let source = Source::Session(args.session);
-    export_source(client, &source, args.format, &args.output, out).await
+    let ReportSource::Session(id) = args.source() else {
+        return export_file(args, out).await;
+    };
+    if !args.symbols.is_empty() {
+        return Err(Error::Usage(
+            "--symbols names the functions of a saved file (profctl export FILE); a \
+             session's are named by its daemon: give the daemon the debug files \
+             (symbols.debuginfod_urls, or /usr/lib/debug)"
+                .into(),
+        ));
+    }
+    export_source(client, &Source::Session(id), args.format, &args.output, out).await
+}
+
+/// Writes the saved pprof file `args.source` in `args.format` (its
+/// stripped code named first, with `--symbols`), without a daemon.
+pub async fn export_file(args: &ExportArgs, out: &Output) -> Result<(), Error> {
+    let mut profile = pprof_file::load(&args.source)?;
+    name_off_host(&mut profile, &args.symbols).await?;
+    let title = format!("{} — {}", args.source.display(), profile.comm);
+    let what = format!(
+        "{} samples of {}",
+        profile.attributed,
+        args.source.display()
+    );
+    write_profile(&profile, args.format, &title, &args.output, out, &what)
+}
+
+/// Writes a profile held here (a file's, the fleet's) in `format` to
+/// `output` (`-`: stdout), computed as the daemon computes its exports;
+/// `what` says on stderr what was written.
+pub fn write_profile(
+    p: &ResolvedProfile,
+    format: ExportFormatArg,
+    title: &str,
+    output: &Path,
+    out: &Output,
+    what: &str,
+) -> Result<(), Error> {
+    let to_stdout = output == Path::new("-");
+    if to_stdout && out.is_terminal() && format == ExportFormatArg::Pprof {
+        return Err(Error::Usage(
+            "a pprof export is binary (gzip): give -o FILE rather than a terminal".into(),
+        ));
+    }
+    let data = match format {
+        ExportFormatArg::Pprof => export::pprof(p),
+        ExportFormatArg::Folded => export::folded(p).into_bytes(),
+        ExportFormatArg::Svg => {
+            export::svg(p, title).map_err(|e| Error::Usage(format!("flame graph: {e}")))?
+        }
+        ExportFormatArg::Speedscope => export::speedscope(p).into_bytes(),
+        ExportFormatArg::Firefox => {
+            return Err(Error::Usage(
+                "a pprof file and the fleet's windows keep no sample times, so they have no \
+                 timeline: use another --format"
+                    .into(),
+            ))
+        }
+        ExportFormatArg::Json => serde_json::to_vec_pretty(&export::json(
+            &pprof_file::session(p),
+            &pprof_file::functions(p),
+        ))
+        .map_err(|e| Error::Usage(e.to_string()))?,
+    };
+    if to_stdout {
+        let mut stdout = std::io::stdout().lock();
+        return stdout
+            .write_all(&data)
+            .and_then(|()| stdout.flush())
+            .map_err(Error::Output);
+    }
+    crate::files::out_file::write_file(output, &data)
+        .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
+    eprintln!(
+        "profctl: wrote {} ({} bytes): {what}",
+        output.display(),
+        data.len()
+    );
+    Ok(())
 }
 
 /// `-o` of `run` and `attach`: writes session `id`'s whole profile to the

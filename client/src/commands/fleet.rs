@@ -1,15 +1,12 @@
 //! `profctl fleet`: a view or an export of many hosts' continuous windows,
 //! read from ClickHouse (no daemon), computed here with the same code the
 //! daemon's views use.
-use std::io::Write;
 use std::time::SystemTime;
 
-use profd_common::export;
-
+use super::export::write_profile;
 use super::report::{name_off_host, view_text_of};
 use crate::args::cli::{ExportFormatArg, FleetArgs, QueryAction, ReportView};
 use crate::error::Error;
-use crate::files::pprof_file;
 use crate::requests::fleet::{Answer, Fleet, Selection};
 use crate::requests::progress::waiting;
 use crate::views::output::Output;
@@ -112,51 +109,15 @@ fn write(
     output: &std::path::Path,
     out: &Output,
 ) -> Result<(), Error> {
-    let p = &a.profile;
-    let to_stdout = output == std::path::Path::new("-");
-    if to_stdout && out.is_terminal() && format == ExportFormatArg::Pprof {
-        return Err(Error::Usage(
-            "a pprof export is binary (gzip): give -o FILE rather than a terminal".into(),
-        ));
-    }
-    let data = match format {
-        ExportFormatArg::Pprof => export::pprof(p),
-        ExportFormatArg::Folded => export::folded(p).into_bytes(),
-        ExportFormatArg::Svg => {
-            let title = format!(
-                "profd fleet — {} hosts — {} services",
-                a.hosts.len(),
-                a.services.len()
-            );
-            export::svg(p, &title).map_err(|e| Error::Fleet(format!("flame graph: {e}")))?
-        }
-        ExportFormatArg::Speedscope => export::speedscope(p).into_bytes(),
-        ExportFormatArg::Firefox => {
-            return Err(Error::Usage(
-                "the fleet's windows keep no sample times, so they have no timeline: use another --format".into(),
-            ))
-        }
-        ExportFormatArg::Json => serde_json::to_vec_pretty(&export::json(
-            &pprof_file::session(p),
-            &pprof_file::functions(p),
-        ))
-        .map_err(|e| Error::Fleet(e.to_string()))?,
-    };
-    if to_stdout {
-        let mut stdout = std::io::stdout().lock();
-        return stdout
-            .write_all(&data)
-            .and_then(|()| stdout.flush())
-            .map_err(Error::Output);
-    }
-    crate::files::out_file::write_file(output, &data)
-        .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
-    eprintln!(
-        "profctl: wrote {} ({} bytes): {} samples of {} hosts",
-        output.display(),
-        data.len(),
-        p.attributed,
+    let title = format!(
+        "profd fleet — {} hosts — {} services",
+        a.hosts.len(),
+        a.services.len()
+    );
+    let what = format!(
+        "{} samples of {} hosts",
+        a.profile.attributed,
         a.hosts.len()
     );
-    Ok(())
+    write_profile(&a.profile, format, &title, output, out, &what)
 }

@@ -13,7 +13,7 @@ mod run;
 pub use admin::{health, info, sessions, stop};
 pub use attach::attach;
 pub use diff::{diff, diff_needs_no_daemon};
-pub use export::{export, export_source};
+pub use export::{export, export_file, export_source};
 pub use fleet::fleet;
 pub use histogram::histogram;
 pub use query::query;

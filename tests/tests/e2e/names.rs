@@ -447,7 +447,8 @@ fn stripped_code_is_grouped_by_function() {
 /// though its symbols are there: each function is one row
 /// `split!0xSTART`. Its pprof export keeps the build id, and `profctl
 /// report FILE --symbols DIR` names the rows from the debug file in DIR,
-/// with the workload's split.
+/// with the workload's split; `profctl export FILE --symbols DIR` writes
+/// the named profile.
 #[test]
 fn code_named_off_the_host_is_named_from_the_saved_file() {
     let daemon = profd_e2e::Daemon::start_with(&["--no-host-symbols"]);
@@ -510,4 +511,25 @@ fn code_named_off_the_host_is_named_from_the_saved_file() {
     near("leaf_b", (75.0, 75.0));
     near("mid", (0.0, 75.0));
     assert!(!named.contains_key(&row("leaf_a")), "{text}");
+    // `profctl export FILE --symbols` writes the named profile, as
+    // `go tool pprof` reads it: the same flat counts under the names.
+    let out_file = file.with_file_name("named.pb.gz");
+    ok(
+        &daemon,
+        &[
+            "export",
+            path_str(&file),
+            "--symbols",
+            path_str(&debug),
+            "--format",
+            "pprof",
+            "-o",
+            path_str(&out_file),
+        ],
+    );
+    let (flat, text) = profd_e2e::views::go_pprof_flat(&out_file);
+    let (before, _) = profd_e2e::views::go_pprof_flat(&file);
+    for f in ["leaf_a", "leaf_b"] {
+        assert_eq!(flat.get(f), before.get(&row(f)), "{f}:\n{text}");
+    }
 }

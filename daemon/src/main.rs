@@ -100,6 +100,11 @@ struct SchemaArgs {
     /// with the {shard} and {replica} macros; needs Keeper or ZooKeeper).
     #[arg(long, requires = "cluster")]
     replicated: bool,
+    /// Print instead the statements that add to tables an earlier profd
+    /// made the columns they lack (a column already there is ClickHouse's
+    /// error 44: run each statement alone).
+    #[arg(long)]
+    upgrade: bool,
 }
 
 #[derive(Debug, Args)]
@@ -294,8 +299,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 cluster: s.cluster,
                 replicated: s.replicated,
             };
-            let script = profd::clickhouse_schema(&layout).map_err(anyhow::Error::msg)?;
-            return print_all(script.as_bytes());
+            let script = match s.upgrade {
+                false => profd::clickhouse_schema(&layout),
+                true => profd::clickhouse_upgrade(&layout),
+            };
+            return print_all(script.map_err(anyhow::Error::msg)?.as_bytes());
         }
         Some(Command::Man) => {
             let mut page = Vec::new();

@@ -134,21 +134,26 @@ pub fn upgrades(layout: &Layout) -> Vec<String> {
     out
 }
 
-/// The schema as a script: each statement ended by `;`, then the
-/// statements that upgrade tables made by an earlier profd, commented out.
+/// The schema as a script: each statement ended by `;`.
 pub fn schema_script(layout: &Layout) -> Result<String, NotPlain> {
     layout.check()?;
+    Ok(script(schema(layout)))
+}
+
+/// The statements of [`upgrades`] as a script (`profd schema clickhouse
+/// --upgrade`).
+pub fn upgrade_script(layout: &Layout) -> Result<String, NotPlain> {
+    layout.check()?;
+    Ok(script(upgrades(layout)))
+}
+
+fn script(statements: Vec<String>) -> String {
     let mut s = String::new();
-    for statement in schema(layout) {
+    for statement in statements {
         s.push_str(&statement);
         s.push_str(";\n\n");
     }
-    s.push_str("-- Tables made by an earlier profd: add the columns they lack (a column\n");
-    s.push_str("-- already there is error 44), on every server with a cluster.\n");
-    for statement in upgrades(layout) {
-        s.push_str(&format!("-- {statement};\n"));
-    }
-    Ok(s)
+    s
 }
 
 /// A window as rows: `windows` gets one line, `stacks` one per unique
@@ -508,6 +513,29 @@ fn push_line(out: &mut Vec<u8>, v: &serde_json::Value) {
 mod tests {
     use super::*;
 
+    /// Tables an earlier profd made get the columns added since: on one
+    /// server `stacks`, on a cluster the local and the Distributed table.
+    #[test]
+    fn upgrades_add_the_columns_added_since() {
+        let plain = upgrades(&Layout::default());
+        assert_eq!(
+            plain,
+            ["ALTER TABLE profd.stacks ADD COLUMN build_ids Array(String) AFTER addresses"]
+        );
+        let cluster = upgrades(&Layout {
+            database: "p".into(),
+            cluster: Some("fleet".into()),
+            ..Layout::default()
+        });
+        assert_eq!(cluster.len(), 2);
+        assert!(cluster[0].starts_with("ALTER TABLE p.stacks_local ADD COLUMN build_ids"));
+        assert!(cluster[1].starts_with("ALTER TABLE p.stacks ADD COLUMN build_ids"));
+        // Every column added is in the schema a new table gets.
+        for (column, kind, _) in ADDED_COLUMNS {
+            assert!(STACKS_COLUMNS.contains(&format!("{column} {kind},")));
+        }
+    }
+
     #[test]
     fn a_cluster_gets_local_tables_and_distributed_ones_by_host() {
         let plain = schema(&Layout::default());
@@ -551,6 +579,7 @@ mod tests {
             .to_string()
             .starts_with("cluster: "));
         assert!(schema_script(&Layout::default()).is_ok());
+        assert!(upgrade_script(&bad).is_err());
     }
 
     #[test]

@@ -302,10 +302,7 @@ impl Worker {
     fn shrink(&mut self) {
         self.names.shrink_to(self.budget.names);
         self.plt.shrink_to(self.budget.plt);
-        self.fdes.shrink_to(match self.naming {
-            Naming::OnHost => self.budget.fdes,
-            Naming::OffHost => self.budget.fdes + self.budget.parsed,
-        });
+        self.fdes.shrink_to(self.fde_budget());
         for path in self.debug.take_closed() {
             self.drop_path(&path);
         }
@@ -704,6 +701,18 @@ impl Worker {
         functions
     }
 
+    /// The function tables' share of the budget. Off the host no file is
+    /// parsed: they have the room the kernel's functions leave of the
+    /// parsed files' share too.
+    fn fde_budget(&self) -> u64 {
+        match self.naming {
+            Naming::OnHost => self.budget.fdes,
+            Naming::OffHost => {
+                self.budget.fdes + self.budget.parsed.saturating_sub(self.held.bytes())
+            }
+        }
+    }
+
     /// Stripped code no symbol names, grouped by the unwind table's entry
     /// (FDE) that covers it: one frame a function, `module!0xSTART`, with
     /// its origin (build id and address) for naming it off the host.
@@ -721,11 +730,7 @@ impl Worker {
         if items.is_empty() {
             return functions;
         }
-        // Off the host, nothing is parsed: the tables have that share too.
-        let budget = match self.naming {
-            Naming::OnHost => self.budget.fdes,
-            Naming::OffHost => self.budget.fdes + self.budget.parsed,
-        };
+        let budget = self.fde_budget();
         let fdes = self.fdes.of(readable, Instant::now(), budget);
         for (i, off) in items {
             let Some(fdes) = fdes.as_ref() else {

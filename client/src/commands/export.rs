@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use profd_common::api::{ExportFormat, GetProfileRequest};
 
-use super::report::name_off_host;
+use super::report::{name_off_host, refuse_symbols_for_a_session};
 use super::{required_session, Source};
 use crate::args::cli::{ExportArgs, ExportFormatArg, ReportSource};
 use crate::error::Error;
@@ -23,14 +23,7 @@ pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Res
     let ReportSource::Session(id) = args.source() else {
         return export_file(args, out).await;
     };
-    if !args.symbols.is_empty() {
-        return Err(Error::Usage(
-            "--symbols names the functions of a saved file (profctl export FILE); a \
-             session's are named by its daemon: give the daemon the debug files \
-             (symbols.debuginfod_urls, or /usr/lib/debug)"
-                .into(),
-        ));
-    }
+    refuse_symbols_for_a_session(&args.symbols)?;
     export_source(client, &Source::Session(id), args.format, &args.output, out).await
 }
 

@@ -84,14 +84,7 @@ pub async fn report_session(
     args: &ReportArgs,
     out: &Output,
 ) -> Result<(), Error> {
-    if !args.symbols.is_empty() {
-        return Err(Error::Usage(
-            "--symbols names the functions of a saved file (profctl report FILE) or of the \
-             fleet; a session's are named by its daemon: give the daemon the debug files \
-             (symbols.debuginfod_urls, or /usr/lib/debug)"
-                .into(),
-        ));
-    }
+    refuse_symbols_for_a_session(&args.symbols)?;
     let view = args.view()?;
     report_daemon(client, &Source::Session(id), &view, out).await
 }
@@ -165,6 +158,20 @@ pub async fn report_file_text(
     let mut text = render_views::file_header(&path.display().to_string(), &session);
     text.push_str(&view_text_of(&profile, &view, names)?);
     Ok(text)
+}
+
+/// `--symbols` is for saved files and the fleet: a session's functions
+/// are named by its daemon.
+pub fn refuse_symbols_for_a_session(sources: &[SymbolSource]) -> Result<(), Error> {
+    match sources.is_empty() {
+        true => Ok(()),
+        false => Err(Error::Usage(
+            "--symbols names the functions of a saved file (profctl report FILE, profctl \
+             export FILE) or of the fleet; a session's are named by its daemon: give the \
+             daemon the debug files (symbols.debuginfod_urls, or /usr/lib/debug)"
+                .into(),
+        )),
+    }
 }
 
 /// Names a profile's stripped code from `sources` (`--symbols`), and says

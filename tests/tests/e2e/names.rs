@@ -527,6 +527,18 @@ fn code_named_off_the_host_is_named_from_the_saved_file() {
             path_str(&out_file),
         ],
     );
+    // A session's functions are its daemon's to name.
+    let refused = daemon.profctl(&[
+        "report",
+        &p.session_id.to_string(),
+        "--symbols",
+        path_str(&debug),
+    ]);
+    assert!(
+        !refused.status.success() && refused.stderr.contains("named by its daemon"),
+        "{}",
+        refused.stderr
+    );
     let (flat, text) = profd_e2e::views::go_pprof_flat(&out_file);
     let (before, _) = profd_e2e::views::go_pprof_flat(&file);
     for f in ["leaf_a", "leaf_b"] {

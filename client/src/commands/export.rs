@@ -52,12 +52,7 @@ pub fn write_profile(
     out: &Output,
     what: &str,
 ) -> Result<(), Error> {
-    let to_stdout = output == Path::new("-");
-    if to_stdout && out.is_terminal() && format == ExportFormatArg::Pprof {
-        return Err(Error::Usage(
-            "a pprof export is binary (gzip): give -o FILE rather than a terminal".into(),
-        ));
-    }
+    let to_stdout = to_stdout(format, output, out)?;
     let data = match format {
         ExportFormatArg::Pprof => export::pprof(p),
         ExportFormatArg::Folded => export::folded(p).into_bytes(),
@@ -79,14 +74,9 @@ pub fn write_profile(
         .map_err(|e| Error::Usage(e.to_string()))?,
     };
     if to_stdout {
-        let mut stdout = std::io::stdout().lock();
-        return stdout
-            .write_all(&data)
-            .and_then(|()| stdout.flush())
-            .map_err(Error::Output);
+        return write_stdout(&data);
     }
-    crate::files::out_file::write_file(output, &data)
-        .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
+    write_file(output, &data)?;
     eprintln!(
         "profctl: wrote {} ({} bytes): {what}",
         output.display(),
@@ -120,12 +110,7 @@ pub async fn export_source(
     output: &Path,
     out: &Output,
 ) -> Result<(), Error> {
-    let to_stdout = output == Path::new("-");
-    if to_stdout && out.is_terminal() && format == ExportFormatArg::Pprof {
-        return Err(Error::Usage(
-            "a pprof export is binary (gzip): give -o FILE rather than a terminal".into(),
-        ));
-    }
+    let to_stdout = to_stdout(format, output, out)?;
     let request = GetProfileRequest {
         session_id: source.session_id(),
         format: ExportFormat::from(format) as i32,
@@ -145,8 +130,7 @@ pub async fn export_source(
     if to_stdout {
         return Ok(());
     }
-    crate::files::out_file::write_file(output, &data)
-        .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))?;
+    write_file(output, &data)?;
     eprintln!(
         "profctl: wrote {} ({} bytes) for {}",
         output.display(),
@@ -191,6 +175,24 @@ async fn streamed(
     }
     let session = required_session(session, "StreamProfile")?;
     Ok((session, data))
+}
+
+/// Whether an export goes to stdout (`-o -`); a binary pprof export is
+/// refused there when stdout is a terminal.
+fn to_stdout(format: ExportFormatArg, output: &Path, out: &Output) -> Result<bool, Error> {
+    let to_stdout = output == Path::new("-");
+    if to_stdout && out.is_terminal() && format == ExportFormatArg::Pprof {
+        return Err(Error::Usage(
+            "a pprof export is binary (gzip): give -o FILE rather than a terminal".into(),
+        ));
+    }
+    Ok(to_stdout)
+}
+
+/// Writes an export to the file `output`, safely (see `out_file`).
+fn write_file(output: &Path, data: &[u8]) -> Result<(), Error> {
+    crate::files::out_file::write_file(output, data)
+        .map_err(|e| Error::io(format!("cannot write {}", output.display()), e))
 }
 
 fn write_stdout(data: &[u8]) -> Result<(), Error> {

@@ -532,7 +532,7 @@ impl Worker {
         }
         if let Some(kallsyms) = self.used_kernel() {
             for i in kernel {
-                out[i] = Some(vec![match kallsyms.find_in_module(addrs[i]) {
+                out[i] = Some(vec![match kallsyms.find(addrs[i]) {
                     Some((name, _, None)) => Frame::named(name, "[kernel]"),
                     Some((name, _, Some(module))) => {
                         Frame::named(name, profd_common::kernel::module_of(module))

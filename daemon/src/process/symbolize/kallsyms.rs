@@ -104,16 +104,9 @@ impl Kallsyms {
         self.modules.get(m as usize).map(|m| &**m)
     }
 
-    /// The function `addr` is in: its name and start; None below the first.
-    #[cfg(test)]
-    pub fn find(&self, addr: u64) -> Option<(&str, u64)> {
-        self.find_in_module(addr)
-            .map(|(name, start, _)| (name, start))
-    }
-
-    /// As [`Kallsyms::find`], with the loadable module of the function
-    /// (None for the kernel image's).
-    pub fn find_in_module(&self, addr: u64) -> Option<(&str, u64, Option<&str>)> {
+    /// The function `addr` is in: its name, start and loadable module (None
+    /// for the kernel image's); None below the first.
+    pub fn find(&self, addr: u64) -> Option<(&str, u64, Option<&str>)> {
         let i = self
             .starts
             .partition_point(|&start| start <= addr)
@@ -162,24 +155,24 @@ not a line
         assert_eq!(k.find(0xffffffff80ffffff), None);
         assert_eq!(
             k.find(0xffffffff81000010),
-            Some(("_stext", 0xffffffff81000000))
+            Some(("_stext", 0xffffffff81000000, None))
         );
         assert_eq!(
             k.find(0xffffffff81001fff),
-            Some(("do_one_initcall", 0xffffffff81001000))
+            Some(("do_one_initcall", 0xffffffff81001000, None))
         );
         // Data symbols are not functions: vfs_read runs on to weak_fn.
         assert_eq!(
             k.find(0xffffffff81002fff),
-            Some(("vfs_read", 0xffffffff81002800))
+            Some(("vfs_read", 0xffffffff81002800, None))
         );
         assert_eq!(
             k.find(0xffffffff81003004),
-            Some(("weak_fn", 0xffffffff81003000))
+            Some(("weak_fn", 0xffffffff81003000, None))
         );
         assert_eq!(
             k.find(0xffffffffc0001234),
-            Some(("ext4_read", 0xffffffffc0001000))
+            Some(("ext4_read", 0xffffffffc0001000, Some("ext4")))
         );
     }
 
@@ -196,7 +189,7 @@ ffffffffc0200000 t jbd2_commit\t[jbd2]
 ffffffffc0200400 t ext4_late\t[ext4]
 ";
         let k = Kallsyms::parse(text.as_bytes()).unwrap();
-        let at = |a: u64| k.find_in_module(a).map(|(n, _, m)| (n, m));
+        let at = |a: u64| k.find(a).map(|(n, _, m)| (n, m));
         assert_eq!(at(0xffffffff81002900), Some(("vfs_read", None)));
         assert_eq!(at(0xffffffffc0001004), Some(("ext4_read", Some("ext4"))));
         assert_eq!(at(0xffffffffc0001900), Some(("ext4_write", Some("ext4"))));
@@ -229,7 +222,7 @@ ffffffffc0200400 t ext4_late\t[ext4]
             .find_map(|l| l.strip_suffix(" T vfs_read"))
             .and_then(|a| u64::from_str_radix(a, 16).ok())
             .expect("vfs_read listed");
-        assert_eq!(k.find(vfs_read + 1), Some(("vfs_read", vfs_read)));
+        assert_eq!(k.find(vfs_read + 1), Some(("vfs_read", vfs_read, None)));
         assert!(
             k.bytes() * 10 < text.len() as u64 * 9,
             "{} of {}",

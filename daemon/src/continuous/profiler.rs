@@ -931,12 +931,10 @@ fn alive(pid: u32) -> bool {
 
 /// The GNU build id of an ELF file, in hex.
 fn elf_build_id(file: std::fs::File) -> Option<String> {
-    use object::read::elf::ElfFile64;
-    use object::Object;
+    use crate::process::maps::{build_id_hex, Sections};
     let cache = object::ReadCache::new(file);
-    let elf = ElfFile64::<object::Endianness, _>::parse(&cache).ok()?;
-    let id = elf.build_id().ok()??;
-    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+    let id = Sections::of(&cache)?.build_id(&cache)?;
+    Some(build_id_hex(&id))
 }
 
 #[cfg(test)]
@@ -995,5 +993,14 @@ mod tests {
             id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()),
             "{id}"
         );
+        // As readelf reads it.
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let out = std::process::Command::new("readelf")
+            .arg("-n")
+            .arg(&exe)
+            .output()
+            .expect("readelf (binutils)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&format!("Build ID: {id}")), "{text}");
     }
 }

@@ -68,6 +68,12 @@ impl Section {
 #[derive(Debug, Clone, Default)]
 pub struct Sections(Vec<Section>);
 
+/// A build id (or any bytes) in lowercase hex, as debug directories,
+/// debuginfod and profd's windows spell it.
+pub fn build_id_hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl Sections {
     /// The build id (if any) of an ELF file with symbols or DWARF (a debug
     /// file); None for anything else.

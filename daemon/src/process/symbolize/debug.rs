@@ -10,7 +10,7 @@
 use super::debuginfod::Fetcher;
 use super::lru::Lru;
 use crate::os::file_version::FileVersion;
-use crate::process::maps::{Sections, Segments, Target};
+use crate::process::maps::{build_id_hex, Sections, Segments, Target};
 use object::ReadCache;
 use std::collections::HashMap;
 use std::fs::File;
@@ -83,7 +83,7 @@ fn link_name(needs: &Needs) -> Option<&Path> {
 fn candidates(path: &Path, needs: &Needs) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(id) = needs.build_id.as_deref().filter(|id| id.len() >= 2) {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = build_id_hex(id);
         out.push(PathBuf::from(format!(
             ".build-id/{}/{}.debug",
             &hex[..2],

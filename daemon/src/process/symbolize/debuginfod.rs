@@ -10,6 +10,7 @@
 //! going first. Each server is asked in turn; failures are remembered, a
 //! build id asked again only after a backoff, and a server that did not
 //! answer skipped for a while.
+use crate::process::maps::build_id_hex as hex;
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -141,11 +142,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Fetcher {
     shared: Arc<Shared>,
     queue: tokio::sync::mpsc::Sender<Vec<u8>>,
-}
-
-/// The hex digits of a build id.
-fn hex(id: &[u8]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Where the debug file of `id` goes in the cache at `dir` (ids of two

@@ -5,7 +5,7 @@
 //! least recently used first out.
 use super::lru::Lru;
 use crate::os::file_version::FileVersion;
-use crate::process::maps::{Sections, Segments};
+use crate::process::maps::{build_id_hex, Sections, Segments};
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
 use object::ReadCache;
 use std::fs::File;
@@ -63,7 +63,7 @@ impl Fdes {
         functions.dedup_by_key(|f| f.0);
         let build_id = sections
             .build_id(&cache)
-            .map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
+            .map(|id| build_id_hex(&id))
             .unwrap_or_default();
         Some(Fdes {
             starts: functions.iter().map(|f| f.0).collect(),

@@ -187,14 +187,11 @@ async fn fetch(client: &reqwest::Client, url: &str, build_id: &str) -> Result<Pa
         return Err(format!("{get}: {}", response.status()));
     }
     let body = response.bytes().await.map_err(|e| format!("{get}: {e}"))?;
+    check_elf(&*body, &get, build_id)?;
     let dir = cache.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let tmp = dir.join(format!(".{build_id}.{}", std::process::id()));
     std::fs::write(&tmp, &body).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    if let Err(e) = check(&tmp, build_id) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(format!("{get}: {e}"));
-    }
     std::fs::rename(&tmp, &cache).map_err(|e| format!("{}: {e}", cache.display()))?;
     Ok(cache)
 }
@@ -208,11 +205,25 @@ fn cache_dir() -> PathBuf {
     base.join("profd").join("debuginfod")
 }
 
-/// `path` is an ELF file with the build id `build_id`.
+/// `path` is an ELF file with the build id `build_id` (its headers, notes
+/// and symbol tables are read, not its DWARF).
 fn check(path: &Path, build_id: &str) -> Result<(), String> {
-    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file = object::File::parse(&*data)
-        .map_err(|e| format!("{} is not an ELF file: {e}", path.display()))?;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    check_elf(
+        &object::ReadCache::new(file),
+        &path.display().to_string(),
+        build_id,
+    )
+}
+
+/// The ELF file in `data` (from `what`) has the build id `build_id`, and
+/// symbols or DWARF.
+fn check_elf<'a, R: object::ReadRef<'a>>(
+    data: R,
+    what: &str,
+    build_id: &str,
+) -> Result<(), String> {
+    let file = object::File::parse(data).map_err(|e| format!("{what} is not an ELF file: {e}"))?;
     let id = file
         .build_id()
         .ok()
@@ -220,11 +231,11 @@ fn check(path: &Path, build_id: &str) -> Result<(), String> {
         .map(|id| id.iter().map(|b| format!("{b:02x}")).collect::<String>());
     match id {
         Some(id) if id == build_id => {}
-        Some(id) => return Err(format!("{} has build id {id}", path.display())),
-        None => return Err(format!("{} has no build id", path.display())),
+        Some(id) => return Err(format!("{what} has build id {id}")),
+        None => return Err(format!("{what} has no build id")),
     }
     if file.section_by_name(".symtab").is_none() && file.section_by_name(".debug_info").is_none() {
-        return Err(format!("{} has no symbols", path.display()));
+        return Err(format!("{what} has no symbols"));
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod cgroups;
 pub mod clickhouse;
 mod command;
 mod daemon;
+pub mod debug_files;
 mod info;
 mod json_report;
 pub mod metrics;

@@ -7,10 +7,11 @@
 //! counted in `profctl info` and `/metrics`.
 //! Real kernel, real `profd`, `profctl` and `debuginfod`.
 
+use profd_e2e::debug_files::{split_off, stripped_split, tool, SplitOff};
 use profd_e2e::metrics::{sample, scrape};
 use profd_e2e::{
-    build_workload, path_str, require_root_and_perf, serial, unique_dir, wait_until, Cmd, Daemon,
-    Measure, Profile, Workload, WORKLOAD_CFLAGS,
+    path_str, require_root_and_perf, serial, unique_dir, wait_until, Cmd, Daemon, Measure, Profile,
+    Workload, WORKLOAD_CFLAGS,
 };
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,20 +21,11 @@ use std::time::Duration;
 /// Long enough for any test: workloads are killed when the test ends.
 const LONG: f64 = 60.0;
 
-/// The `split` workload with its debug information in a file of its own,
-/// and the program stripped: (program, debug file, build id in hex).
-fn stripped_split() -> (PathBuf, PathBuf, String) {
-    let program = unique_dir("stripped").join("split");
-    std::fs::copy(build_workload("split"), &program).expect("copy the split workload");
-    let (debug, id) = split_off(&program, "split.debug");
-    (program, debug, id)
-}
-
 /// `split.c` built as a shared library, `libsplit.so`, its functions
 /// hidden (not in `.dynsym`) but for its `main` (renamed `split_main`),
 /// and a program calling that: the library stripped, its debug
-/// information in a file of its own. (program, debug file, build id).
-fn stripped_split_library() -> (PathBuf, PathBuf, String) {
+/// information put apart. (program, the library's debug files).
+fn stripped_split_library() -> (PathBuf, SplitOff) {
     let dir = unique_dir("stripped-lib");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/split.c");
     let library = dir.join("libsplit.so");
@@ -70,7 +62,7 @@ fn stripped_split_library() -> (PathBuf, PathBuf, String) {
     for flags in [&lib_flags[..], &exe_flags[..]] {
         tool("cc", flags);
     }
-    let (debug, id) = split_off(&library, "libsplit.so.debug");
+    let split = split_off(&library);
     let dynamic = Command::new("readelf")
         .args(["--dyn-syms", path_str(&library)])
         .output()
@@ -80,48 +72,7 @@ fn stripped_split_library() -> (PathBuf, PathBuf, String) {
         dynamic.contains("split_main") && !dynamic.contains("leaf_a"),
         "leaf_a exported:\n{dynamic}"
     );
-    (program, debug, id)
-}
-
-/// Runs `program args`; fails the test unless it succeeds.
-fn tool(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program} (install binutils, gcc): {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Puts the debug information of the ELF file `binary` apart, in a fresh
-/// directory as `name`, and strips `binary`: (debug file, build id in hex).
-fn split_off(binary: &Path, name: &str) -> (PathBuf, String) {
-    let debug = unique_dir("debuginfod-files").join(name);
-    let (binary, debug_str) = (path_str(binary), path_str(&debug));
-    tool("objcopy", &["--only-keep-debug", binary, debug_str]);
-    tool("strip", &["--strip-all", binary]);
-    let readelf = |flag: &str| {
-        let out = Command::new("readelf")
-            .args([flag, binary])
-            .output()
-            .expect("run readelf (install binutils)");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let notes = readelf("-n");
-    let id = notes
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: "))
-        .unwrap_or_else(|| panic!("{binary} has no build id:\n{notes}"))
-        .to_string();
-    let sections = readelf("-S");
-    assert!(
-        !sections.contains(".symtab") && !sections.contains(".debug_info"),
-        "not stripped:\n{sections}"
-    );
-    (debug, id)
+    (program, split)
 }
 
 /// A loopback port nothing listens on (bound, then let go of).
@@ -141,12 +92,12 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
     std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
 }
 
-/// `debuginfod -F` serving the directory of `debug` on a free port, once
-/// it has indexed the file of build id `id`; stopped when dropped.
-fn start_debuginfod(debug: &Path, id: &str) -> (Cmd, u16) {
+/// `debuginfod -F` serving the directory of `split` on a free port, once
+/// it has indexed its debug file; stopped when dropped.
+fn start_debuginfod(split: &SplitOff) -> (Cmd, u16) {
     let port = free_port();
     let db = unique_dir("debuginfod-db").join("index.sqlite");
-    let dir = debug.parent().expect("the debug file's directory");
+    let dir = &split.dir;
     let port_arg = port.to_string();
     let server = Cmd::spawn(
         "debuginfod",
@@ -161,7 +112,7 @@ fn start_debuginfod(debug: &Path, id: &str) -> (Cmd, u16) {
             path_str(dir),
         ],
     );
-    let path = format!("/buildid/{id}/debuginfo");
+    let path = format!("/buildid/{}/debuginfo", split.build_id);
     wait_until(
         "debuginfod serving the split debug file (install the Debian package debuginfod)",
         Duration::from_secs(60),
@@ -211,25 +162,26 @@ fn export(daemon: &Daemon, id: u64) -> Profile {
 /// inclusive mid 75 %, work 100 %) within 2 points.
 #[test]
 fn a_stripped_program_is_named_from_a_real_debuginfod() {
-    let (program, debug, id) = stripped_split();
-    named_from_debuginfod(&program, &debug, &id, "split");
+    let (program, split) = stripped_split("split");
+    named_from_debuginfod(&program, &split, "split");
 }
 
 /// The same with `split.c`'s functions in a stripped shared library,
 /// whose exported symbols name none of them.
 #[test]
 fn a_stripped_shared_library_is_named_from_a_real_debuginfod() {
-    let (program, debug, id) = stripped_split_library();
-    named_from_debuginfod(&program, &debug, &id, "libsplit.so");
+    let (program, split) = stripped_split_library();
+    named_from_debuginfod(&program, &split, "libsplit.so");
 }
 
 /// Profiles `program`, whose `split.c` functions are in `module`, stripped,
-/// with profd fetching from a real debuginfod serving `debug` (build id
-/// `id`): the functions are named with their split.
-fn named_from_debuginfod(program: &Path, debug: &Path, id: &str, module: &str) {
+/// with profd fetching from a real debuginfod serving its debug file:
+/// the functions are named with their split.
+fn named_from_debuginfod(program: &Path, split: &SplitOff, module: &str) {
     let _serial = serial();
     require_root_and_perf();
-    let (_server, port) = start_debuginfod(debug, id);
+    let (_server, port) = start_debuginfod(split);
+    let id = &split.build_id;
     let url = format!("http://127.0.0.1:{port}");
     let metrics = format!("127.0.0.1:{}", free_port());
     let daemon = Daemon::start_with(&["--debuginfod-url", &url, "--metrics", &metrics]);
@@ -277,7 +229,7 @@ fn named_from_debuginfod(program: &Path, debug: &Path, id: &str, module: &str) {
         .join(format!("{}.debug", &id[2..]));
     assert_eq!(
         std::fs::read(&cached).expect("the cached debug file"),
-        std::fs::read(debug).expect("the served debug file"),
+        std::fs::read(&split.file).expect("the served debug file"),
     );
     // Fetched once, however often the session asked meanwhile.
     assert_eq!(debuginfod_figure(&daemon, "fetched"), Some(1));
@@ -303,7 +255,7 @@ fn named_from_debuginfod(program: &Path, debug: &Path, id: &str, module: &str) {
 fn a_debuginfod_that_is_down_is_counted_and_profiling_goes_on() {
     let _serial = serial();
     require_root_and_perf();
-    let (program, _, _) = stripped_split();
+    let (program, _) = stripped_split("split");
     let url = format!("http://127.0.0.1:{}", free_port());
     let metrics = format!("127.0.0.1:{}", free_port());
     let daemon = Daemon::start_with(&[
@@ -383,7 +335,7 @@ fn misbehaving(kind: Misbehaving) -> String {
 fn a_slow_or_garbage_debuginfod_is_counted_and_blocks_nothing() {
     let _serial = serial();
     require_root_and_perf();
-    let (program, _, _) = stripped_split();
+    let (program, _) = stripped_split("split");
     let (slow, garbage) = (
         misbehaving(Misbehaving::Hold),
         misbehaving(Misbehaving::Garbage),

@@ -466,45 +466,6 @@ fn bad_sink_settings_are_named_and_a_daemon_keeps_profiling() {
     );
 }
 
-/// The GNU build id of `exe` (hex), as `readelf -n` prints it.
-fn build_id(exe: &Path) -> String {
-    let out = std::process::Command::new("readelf")
-        .arg("-n")
-        .arg(exe)
-        .output()
-        .expect("run readelf (install binutils)");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
-        .unwrap_or_else(|| panic!("{} has no build id", exe.display()))
-}
-
-/// A stripped build of `split` (named `split_strip`, no symbols on the
-/// host) in a scratch directory, and a directory of its debug file laid
-/// out by build id, as `objcopy --only-keep-debug` makes it.
-pub(crate) fn stripped_split() -> (std::path::PathBuf, std::path::PathBuf) {
-    let built = build_workload("split");
-    let dir = unique_dir("stripped-split");
-    let exe = dir.join("split_strip");
-    std::fs::copy(&built, &exe).unwrap();
-    let id = build_id(&exe);
-    let debug = dir.join("debug");
-    let at = debug.join(".build-id").join(&id[..2]);
-    std::fs::create_dir_all(&at).unwrap();
-    let run = |cmd: &mut std::process::Command| {
-        let status = cmd.status().expect("run binutils");
-        assert!(status.success(), "{cmd:?}");
-    };
-    run(std::process::Command::new("objcopy")
-        .arg("--only-keep-debug")
-        .arg(&exe)
-        .arg(at.join(format!("{}.debug", &id[2..]))));
-    run(std::process::Command::new("strip")
-        .arg("--strip-all")
-        .arg(&exe));
-    (exe, debug)
-}
-
 /// A stripped program profiled continuously into a ClickHouse whose
 /// `stacks` table an earlier profd made (no `build_ids` column): the sink
 /// adds the column, the windows carry the build id of the program's
@@ -515,7 +476,8 @@ pub(crate) fn stripped_split() -> (std::path::PathBuf, std::path::PathBuf) {
 fn stripped_code_is_named_at_query_time_from_debug_files() {
     let _serial = serial();
     require_root_and_perf();
-    let (exe, debug) = stripped_split();
+    let (exe, split) = profd_e2e::debug_files::stripped_split("split_strip");
+    let debug = split.dir;
     let ports = Server::ports(1);
     let server = Server::start("symbols", ports[0], &ports);
     let schema = run_profd(&["schema", "clickhouse"]);

@@ -410,14 +410,8 @@ fn stripped_code_is_grouped_by_function() {
     let h = Harness::start();
     let built = build_workload("split");
     let starts = function_addresses(&built);
-    let exe = unique_dir("stripped").join("split_strip");
-    std::fs::copy(&built, &exe).expect("copy split");
-    let strip = std::process::Command::new("strip")
-        .arg("--strip-all")
-        .arg(&exe)
-        .status()
-        .expect("run strip (install binutils)");
-    assert!(strip.success());
+    // Its debug information goes elsewhere, where profd never looks.
+    let (exe, _) = profd_e2e::debug_files::stripped_split("split_strip");
     assert!(
         function_addresses(&exe).is_empty(),
         "strip left symbols in {}",
@@ -454,7 +448,9 @@ fn code_named_off_the_host_is_named_from_the_saved_file() {
     let daemon = profd_e2e::Daemon::start_with(&["--no-host-symbols"]);
     let built = build_workload("split");
     let starts = function_addresses(&built);
-    let (_, debug) = super::fleet::stripped_split();
+    // The debug file of `split`'s build: a stripped copy has its build id.
+    let (_, split) = profd_e2e::debug_files::stripped_split("split");
+    let debug = split.dir;
     let w = Workload::start_exe(&built, LONG);
     let p = daemon.profile_until(&w, 3000, &[]);
     use profd_e2e::Measure::Exclusive;

@@ -66,6 +66,15 @@ pub(super) fn symbol(path: &Path, name: &str) -> (u64, u64) {
     (off, sym.size())
 }
 
+/// The GNU build id of the ELF file at `path`, in hex (as `object`
+/// reads it, from the program's notes).
+fn build_id_of(path: &Path) -> String {
+    let data = std::fs::read(path).unwrap();
+    let elf = ElfFile64::<Endianness>::parse(&*data).unwrap();
+    let id = elf.build_id().unwrap().expect("a build id");
+    crate::process::maps::build_id_hex(id)
+}
+
 /// The address (as in the ELF file) of the symbol `name`.
 fn symbol_address(path: &Path, name: &str) -> u64 {
     let data = std::fs::read(path).unwrap();
@@ -314,14 +323,7 @@ fn stripped_binaries_use_build_id_debug_files_else_unwind_entries() {
     let prog = cc(&dir, "split", INLINED, &["-O2", "-g", "-Wl,--build-id"]);
     let (off, size) = symbol(&prog, "outer");
     let start = symbol_address(&prog, "outer");
-    let data = std::fs::read(&prog).unwrap();
-    let id = ElfFile64::<Endianness>::parse(&*data)
-        .unwrap()
-        .build_id()
-        .unwrap()
-        .expect("a build id")
-        .to_vec();
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = build_id_of(&prog);
     let debug_dir = dir.join("debug");
     let by_id = debug_dir.join(".build-id").join(&hex[..2]);
     std::fs::create_dir_all(&by_id).unwrap();
@@ -360,15 +362,7 @@ fn off_the_host_code_is_grouped_though_it_has_symbols() {
     let prog = cc(&dir, "offhost", INLINED, &["-O2", "-g", "-Wl,--build-id"]);
     let (off, size) = symbol(&prog, "outer");
     let start = symbol_address(&prog, "outer");
-    let data = std::fs::read(&prog).unwrap();
-    let id: String = ElfFile64::<Endianness>::parse(&*data)
-        .unwrap()
-        .build_id()
-        .unwrap()
-        .unwrap()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let id = build_id_of(&prog);
     let sym = BlazeSymbolizer::with_debuginfod(Vec::new(), None, Naming::OffHost);
     let frames = sym.symbolize(&mapped(&prog), &[BASE + off, BASE + off + size / 2]);
     let origin = Origin {

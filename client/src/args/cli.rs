@@ -599,18 +599,26 @@ pub struct ExportArgs {
     /// write in another encoding (no daemon needed).
     #[arg(value_name = "SESSION|FILE")]
     pub source: PathBuf,
-    /// A file's stripped code (`module!0xSTART`): name it from the debug
-    /// files of a directory laid out by build id (`DIR/.build-id/xx/rest.debug`)
-    /// or of a debuginfod server (http:// or https:// URL); repeat to try
-    /// several in turn.
-    #[arg(long, value_name = "URL|DIR", value_parser = parse_symbol_source)]
-    pub symbols: Vec<SymbolSource>,
+    /// Naming stripped code away from its host.
+    #[command(flatten)]
+    pub symbols: Symbols,
     /// The encoding to write.
     #[arg(long, value_enum)]
     pub format: ExportFormatArg,
     /// The file to write, `-` for stdout.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     pub output: PathBuf,
+}
+
+/// `--symbols` of `report FILE`, `export FILE` and `fleet`.
+#[derive(Debug, Clone, Args)]
+pub struct Symbols {
+    /// Name stripped code its host could not (`module!0xSTART`) from the
+    /// debug files of a directory laid out by build id
+    /// (`DIR/.build-id/xx/rest.debug`) or of a debuginfod server (http://
+    /// or https:// URL); repeat to try several in turn.
+    #[arg(long = "symbols", value_name = "URL|DIR", value_parser = parse_symbol_source)]
+    pub sources: Vec<SymbolSource>,
 }
 
 /// Export encodings.
@@ -723,12 +731,9 @@ pub struct ReportArgs {
     /// A session id of the daemon, or a pprof file (`profctl export --format pprof`).
     #[arg(value_name = "SESSION|FILE")]
     pub source: PathBuf,
-    /// A file's stripped code (`module!0xSTART`): name it from the debug
-    /// files of a directory laid out by build id (`DIR/.build-id/xx/rest.debug`)
-    /// or of a debuginfod server (http:// or https:// URL); repeat to try
-    /// several in turn.
-    #[arg(long, value_name = "URL|DIR", value_parser = parse_symbol_source)]
-    pub symbols: Vec<SymbolSource>,
+    /// Naming stripped code away from its host.
+    #[command(flatten)]
+    pub symbols: Symbols,
     /// The view to print.
     #[command(flatten)]
     pub options: ViewOptions,
@@ -955,12 +960,9 @@ pub struct FleetArgs {
     /// With --format: the file to write, `-` for stdout.
     #[arg(short, long, value_name = "FILE", default_value = "-")]
     pub output: PathBuf,
-    /// Name the stripped code hosts could not (`module!0xSTART`) from the
-    /// debug files of a directory laid out by build id
-    /// (`DIR/.build-id/xx/rest.debug`) or of a debuginfod server (http://
-    /// or https:// URL); repeat to try several in turn.
-    #[arg(long, value_name = "URL|DIR", value_parser = parse_symbol_source)]
-    pub symbols: Vec<SymbolSource>,
+    /// Naming stripped code away from its host.
+    #[command(flatten)]
+    pub symbols: Symbols,
     /// The view to print.
     #[command(flatten)]
     pub options: ViewOptions,

@@ -23,7 +23,7 @@ pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Res
     let ReportSource::Session(id) = args.source() else {
         return export_file(args, out).await;
     };
-    refuse_symbols_for_a_session(&args.symbols)?;
+    refuse_symbols_for_a_session(&args.symbols.sources)?;
     export_source(client, &Source::Session(id), args.format, &args.output, out).await
 }
 
@@ -31,7 +31,7 @@ pub async fn export(client: &mut Client, args: &ExportArgs, out: &Output) -> Res
 /// stripped code named first, with `--symbols`), without a daemon.
 pub async fn export_file(args: &ExportArgs, out: &Output) -> Result<(), Error> {
     let mut profile = pprof_file::load(&args.source)?;
-    name_off_host(&mut profile, &args.symbols).await?;
+    name_off_host(&mut profile, &args.symbols.sources).await?;
     let title = format!("{} — {}", args.source.display(), profile.comm);
     let what = format!(
         "{} samples of {}",

@@ -34,8 +34,8 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
             || matches!(action, QueryAction::Export(ExportFormatArg::Speedscope)),
     };
     let mut answer = waiting("querying ClickHouse", fleet.profile(&selection, now_ms)).await?;
-    if !args.symbols.is_empty() {
-        let naming = name_off_host(&mut answer.profile, &args.symbols);
+    if !args.symbols.sources.is_empty() {
+        let naming = name_off_host(&mut answer.profile, &args.symbols.sources);
         waiting("naming stripped code", naming).await?;
     }
     if answer.profile.stacks.is_empty() {

@@ -84,7 +84,7 @@ pub async fn report_session(
     args: &ReportArgs,
     out: &Output,
 ) -> Result<(), Error> {
-    refuse_symbols_for_a_session(&args.symbols)?;
+    refuse_symbols_for_a_session(&args.symbols.sources)?;
     let view = args.view()?;
     report_daemon(client, &Source::Session(id), &view, out).await
 }
@@ -153,7 +153,7 @@ pub async fn report_file_text(
 ) -> Result<String, Error> {
     let view = args.view()?;
     let mut profile = pprof_file::load(path)?;
-    name_off_host(&mut profile, &args.symbols).await?;
+    name_off_host(&mut profile, &args.symbols.sources).await?;
     let session = pprof_file::session(&profile);
     let mut text = render_views::file_header(&path.display().to_string(), &session);
     text.push_str(&view_text_of(&profile, &view, names)?);

@@ -27,9 +27,74 @@ pub enum SymbolSource {
     Debuginfod(String),
 }
 
+/// Why a `--symbols` source, or a debug file from one, could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Missing {
+    /// `--symbols` named neither a URL nor a directory.
+    #[error(
+        "{0} is neither an http(s):// URL of a debuginfod server nor a directory of debug files"
+    )]
+    NotASource(String),
+    /// The build id cannot name a file.
+    #[error("build id {0} is too short or not hexadecimal")]
+    BadBuildId(String),
+    /// The directory has no file of that build.
+    #[error("no {}", .0.display())]
+    NotInDir(PathBuf),
+    /// The server could not be asked or answered badly.
+    #[error("{url}: {source}")]
+    Request {
+        /// The URL asked.
+        url: String,
+        /// What failed.
+        source: reqwest::Error,
+    },
+    /// The server answered with another status than success.
+    #[error("{url}: {status}")]
+    Status {
+        /// The URL asked.
+        url: String,
+        /// Its answer.
+        status: reqwest::StatusCode,
+    },
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The file is not ELF.
+    #[error("{what} is not an ELF file: {source}")]
+    NotElf {
+        /// The file or URL.
+        what: String,
+        /// What the parse said.
+        source: object::Error,
+    },
+    /// The file is another build's.
+    #[error("{what} has build id {id}")]
+    OtherBuild {
+        /// The file or URL.
+        what: String,
+        /// Its build id.
+        id: String,
+    },
+    /// The file has no build id.
+    #[error("{0} has no build id")]
+    NoBuildId(String),
+    /// The file has neither a symbol table nor DWARF.
+    #[error("{0} has no symbols")]
+    NoSymbols(String),
+    /// No source had the file: why each did not, in order.
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+    Nowhere(Vec<Missing>),
+}
+
 /// `--symbols URL|DIR`: an `http://` or `https://` URL, else a directory
 /// that must exist.
-pub fn parse_symbol_source(s: &str) -> Result<SymbolSource, String> {
+pub fn parse_symbol_source(s: &str) -> Result<SymbolSource, Missing> {
     if s.starts_with("http://") || s.starts_with("https://") {
         return Ok(SymbolSource::Debuginfod(
             s.trim_end_matches('/').to_string(),
@@ -39,14 +104,12 @@ pub fn parse_symbol_source(s: &str) -> Result<SymbolSource, String> {
     if dir.is_dir() {
         Ok(SymbolSource::Dir(dir))
     } else {
-        Err(format!(
-            "{s} is neither an http(s):// URL of a debuginfod server nor a directory of debug files"
-        ))
+        Err(Missing::NotASource(s.to_string()))
     }
 }
 
 /// What naming did.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Named {
     /// Functions named.
     pub named: usize,
@@ -54,7 +117,7 @@ pub struct Named {
     /// holds no symbol at their address.
     pub unnamed: usize,
     /// Build ids no source had a debug file for, with why.
-    pub missing: Vec<(String, String)>,
+    pub missing: Vec<(String, Missing)>,
 }
 
 /// Names the functions of `profile` that carry an origin, from `sources`
@@ -129,7 +192,7 @@ async fn find(
     client: &reqwest::Client,
     sources: &[SymbolSource],
     build_id: &str,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, Missing> {
     let mut why = Vec::new();
     for source in sources {
         let found = match source {
@@ -141,13 +204,13 @@ async fn find(
             Err(e) => why.push(e),
         }
     }
-    Err(why.join("; "))
+    Err(Missing::Nowhere(why))
 }
 
 /// `DIR/.build-id/xx/rest.debug` (or the binary itself, `.../rest`).
-fn in_dir(dir: &Path, build_id: &str) -> Result<PathBuf, String> {
+fn in_dir(dir: &Path, build_id: &str) -> Result<PathBuf, Missing> {
     if build_id.len() < 3 {
-        return Err(format!("build id {build_id} is too short"));
+        return Err(Missing::BadBuildId(build_id.to_string()));
     }
     let base = dir.join(".build-id").join(&build_id[..2]);
     for name in [
@@ -160,39 +223,45 @@ fn in_dir(dir: &Path, build_id: &str) -> Result<PathBuf, String> {
             return Ok(path);
         }
     }
-    Err(format!(
-        "no {}",
-        base.join(format!("{}.debug", &build_id[2..])).display()
+    Err(Missing::NotInDir(
+        base.join(format!("{}.debug", &build_id[2..])),
     ))
 }
 
 /// The debug file from a debuginfod server, kept in profctl's cache
 /// directory (`$XDG_CACHE_HOME/profd/debuginfod`, else
 /// `~/.cache/profd/debuginfod`) for the next run.
-async fn fetch(client: &reqwest::Client, url: &str, build_id: &str) -> Result<PathBuf, String> {
+async fn fetch(client: &reqwest::Client, url: &str, build_id: &str) -> Result<PathBuf, Missing> {
     if !build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("build id {build_id} is not hexadecimal"));
+        return Err(Missing::BadBuildId(build_id.to_string()));
     }
     let cache = cache_dir().join(format!("{build_id}.debug"));
     if cache.is_file() && check(&cache, build_id).is_ok() {
         return Ok(cache);
     }
     let get = format!("{url}/buildid/{build_id}/debuginfo");
-    let response = client
-        .get(&get)
-        .send()
-        .await
-        .map_err(|e| format!("{get}: {e}"))?;
+    let request = |source| Missing::Request {
+        url: get.clone(),
+        source,
+    };
+    let response = client.get(&get).send().await.map_err(request)?;
     if !response.status().is_success() {
-        return Err(format!("{get}: {}", response.status()));
+        return Err(Missing::Status {
+            url: get,
+            status: response.status(),
+        });
     }
-    let body = response.bytes().await.map_err(|e| format!("{get}: {e}"))?;
+    let body = response.bytes().await.map_err(request)?;
     check_elf(&*body, &get, build_id)?;
     let dir = cache.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Missing::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
     let tmp = dir.join(format!(".{build_id}.{}", std::process::id()));
-    std::fs::write(&tmp, &body).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+    std::fs::write(&tmp, &body).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &cache).map_err(io(&cache))?;
     Ok(cache)
 }
 
@@ -207,8 +276,11 @@ fn cache_dir() -> PathBuf {
 
 /// `path` is an ELF file with the build id `build_id` (its headers, notes
 /// and symbol tables are read, not its DWARF).
-fn check(path: &Path, build_id: &str) -> Result<(), String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn check(path: &Path, build_id: &str) -> Result<(), Missing> {
+    let file = std::fs::File::open(path).map_err(|source| Missing::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     check_elf(
         &object::ReadCache::new(file),
         &path.display().to_string(),
@@ -222,8 +294,12 @@ fn check_elf<'a, R: object::ReadRef<'a>>(
     data: R,
     what: &str,
     build_id: &str,
-) -> Result<(), String> {
-    let file = object::File::parse(data).map_err(|e| format!("{what} is not an ELF file: {e}"))?;
+) -> Result<(), Missing> {
+    let what = what.to_string();
+    let file = object::File::parse(data).map_err(|source| Missing::NotElf {
+        what: what.clone(),
+        source,
+    })?;
     let id = file
         .build_id()
         .ok()
@@ -231,11 +307,11 @@ fn check_elf<'a, R: object::ReadRef<'a>>(
         .map(|id| id.iter().map(|b| format!("{b:02x}")).collect::<String>());
     match id {
         Some(id) if id == build_id => {}
-        Some(id) => return Err(format!("{what} has build id {id}")),
-        None => return Err(format!("{what} has no build id")),
+        Some(id) => return Err(Missing::OtherBuild { what, id }),
+        None => return Err(Missing::NoBuildId(what)),
     }
     if file.section_by_name(".symtab").is_none() && file.section_by_name(".debug_info").is_none() {
-        return Err(format!("{what} has no symbols"));
+        return Err(Missing::NoSymbols(what));
     }
     Ok(())
 }

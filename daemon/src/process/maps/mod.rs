@@ -9,7 +9,7 @@ mod segments;
 use crate::os::fds::OutOfFds;
 use crate::process::symbolize::perfmap::PerfMapTable;
 pub use files::{alive, module_name, open_file_stats, undeleted, ModuleFile, Target, OPEN_FILES};
-pub use sections::{build_id_hex, Section, Sections};
+pub use sections::{build_id_hex, gnu_build_id, Section, Sections};
 pub use segments::{Load, Segments};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -74,6 +74,21 @@ pub fn build_id_hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The id of a GNU build-id note (`.note.gnu.build-id`, or a kernel
+/// module's `/sys/module/NAME/notes/.note.gnu.build-id`), little-endian.
+pub fn gnu_build_id(note: &[u8]) -> Option<Vec<u8>> {
+    // namesz, descsz, type (NT_GNU_BUILD_ID = 3), "GNU\0", the id.
+    let word = |at: usize| -> Option<usize> {
+        let b = note.get(at..at + 4)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    };
+    let (namesz, descsz, kind) = (word(0)?, word(4)?, word(8)?);
+    let desc = 12 + namesz.div_ceil(4) * 4;
+    (kind == 3 && note.get(12..12 + namesz)? == b"GNU\0")
+        .then(|| note.get(desc..desc + descsz).map(<[u8]>::to_vec))
+        .flatten()
+}
+
 impl Sections {
     /// The build id (if any) of an ELF file with symbols or DWARF (a debug
     /// file); None for anything else.
@@ -105,17 +120,7 @@ impl Sections {
 
     /// The GNU build id (of `.note.gnu.build-id`) of the file in `data`.
     pub fn build_id<'a, R: ReadRef<'a>>(&self, data: R) -> Option<Vec<u8>> {
-        let note = self.get(".note.gnu.build-id")?.data(data)?;
-        // namesz, descsz, type (NT_GNU_BUILD_ID = 3), "GNU\0", the id.
-        let word = |at: usize| -> Option<usize> {
-            let b = note.get(at..at + 4)?;
-            Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-        };
-        let (namesz, descsz, kind) = (word(0)?, word(4)?, word(8)?);
-        let desc = 12 + namesz.div_ceil(4) * 4;
-        (kind == 3 && note.get(12..12 + namesz)? == b"GNU\0")
-            .then(|| note.get(desc..desc + descsz).map(<[u8]>::to_vec))
-            .flatten()
+        gnu_build_id(&self.get(".note.gnu.build-id")?.data(data)?)
     }
 
     /// The file name `.gnu_debuglink` gives, if any.

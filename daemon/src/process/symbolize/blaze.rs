@@ -10,6 +10,7 @@ use super::debug::DebugFiles;
 use super::fde::FdeTables;
 use super::frame::{Frame, FrameName, Origin};
 use super::kallsyms::Kallsyms;
+use super::kmod::{Modules, Opened};
 use super::lru::Lru;
 use super::names::{FileKey, Names};
 use super::plt::PltTables;
@@ -40,11 +41,13 @@ pub const IDLE: Duration = Duration::from_secs(60);
 
 /// What the worker holds parsed: a file blazesym parsed (and mapped), by
 /// version (blazesym shares one parsed copy between the paths naming the
-/// same version), or the kernel's functions ([`Kallsyms`]).
+/// same version), the kernel's functions ([`Kallsyms`]), or a kernel
+/// module's debug information, by the module's name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Held {
     File(FileVersion),
     Kernel,
+    Module(String),
 }
 
 /// Paths remembered per file version held: a path of a file closed since
@@ -61,7 +64,10 @@ pub struct Worker {
     /// The kernel's functions, read when a request first names a kernel
     /// address, dropped when [`Held::Kernel`] is evicted.
     kernel: Option<Kallsyms>,
-    /// What `sym` and `kernel` hold, with the paths blazesym was asked
+    /// Kernel modules' debug information, read when a request first names
+    /// an address of the module.
+    modules: Modules,
+    /// What `sym`, `kernel` and `modules` hold, with the paths blazesym was asked
     /// with: a file weighed by [`resident_estimate_of`], the kernel's
     /// functions by their bytes.
     held: Lru<Held, Vec<PathBuf>>,
@@ -193,6 +199,7 @@ impl Worker {
         Worker {
             sym: blazesym(&debug_dirs),
             kernel: None,
+            modules: Modules::running(),
             held: Lru::default(),
             paths: HashMap::new(),
             symbols_only: HashSet::new(),
@@ -220,6 +227,17 @@ impl Worker {
         for version in self.debug.arrived(ids) {
             self.names.forget_file(version);
         }
+        self.modules.arrived(ids);
+    }
+
+    /// A worker with the kernel's functions and modules given (tests).
+    #[cfg(test)]
+    pub fn with_kernel(mut self, kallsyms: Kallsyms, modules: Modules) -> Worker {
+        let now = Instant::now();
+        (self.held).insert(Held::Kernel, Vec::new(), kallsyms.bytes(), now);
+        self.kernel = Some(kallsyms);
+        self.modules = modules;
+        self
     }
 
     /// A worker keeping to `budget` whatever the daemon's is.
@@ -280,6 +298,7 @@ impl Worker {
         tracing::debug!(?held, ?paths, "symbolizer: data let go of");
         match held {
             Held::Kernel => self.kernel = None,
+            Held::Module(name) => self.modules.forget(name),
             Held::File(version) => {
                 self.symbols_only.remove(version);
                 for path in paths {
@@ -530,18 +549,56 @@ impl Worker {
         if kernel.is_empty() {
             return;
         }
-        if let Some(kallsyms) = self.used_kernel() {
-            for i in kernel {
-                out[i] = Some(vec![match kallsyms.find(addrs[i]) {
-                    Some((name, _, None)) => Frame::named(name, "[kernel]"),
+        let found: Vec<(usize, Frame, Option<String>)> = match self.used_kernel() {
+            Some(kallsyms) => (kernel.into_iter())
+                .map(|i| match kallsyms.find(addrs[i]) {
+                    Some((name, _, None)) => (i, Frame::named(name, "[kernel]"), None),
                     Some((name, _, Some(module))) => {
-                        Frame::named(name, profd_common::kernel::module_of(module))
+                        let frame = Frame::named(name, profd_common::kernel::module_of(module));
+                        (i, frame, Some(module.to_string()))
                     }
-                    None => Frame::unnamed(format!("[kernel] {:#x}", addrs[i]), "[kernel]"),
-                }]);
-            }
+                    None => {
+                        let name = format!("[kernel] {:#x}", addrs[i]);
+                        (i, Frame::unnamed(name, "[kernel]"), None)
+                    }
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        for (i, frame, module) in found {
+            let inlined = module.and_then(|m| self.module_frames(&m, addrs[i], &frame.func.module));
+            out[i] = Some(inlined.unwrap_or_else(|| vec![frame]));
         }
         self.shrink();
+    }
+
+    /// The frames of `addr` in kernel module `name` (functions inlined
+    /// there, source lines) from the module's debug information, when the
+    /// host names code and it has one; its build id is asked of debuginfod
+    /// when it has none.
+    fn module_frames(&mut self, name: &str, addr: u64, module: &str) -> Option<Vec<Frame>> {
+        if self.naming == Naming::OffHost {
+            return None;
+        }
+        let now = Instant::now();
+        let key = Held::Module(name.to_string());
+        match (self.modules).open(name, self.debug.dirs(), self.budget.parsed / 2) {
+            Opened::Held(debug) => {
+                self.held.get(&key, now);
+                debug.frames(addr, module)
+            }
+            Opened::New(debug) => {
+                STATS.loads.fetch_add(1, Ordering::Relaxed);
+                self.held.insert(key, Vec::new(), debug.bytes(), now);
+                debug.frames(addr, module)
+            }
+            Opened::Absent(id) => {
+                if let Some(id) = id {
+                    self.debug.fetch_id(&id);
+                }
+                None
+            }
+        }
     }
 
     /// Name the addresses of one mapped file: those named before (for any

@@ -136,11 +136,23 @@ impl DebugFiles {
         versions
     }
 
+    /// The directories searched (the fetcher's cache among them).
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// Have the fetcher, if any, fetch the debug file of build id `id`.
+    pub fn fetch_id(&self, id: &[u8]) {
+        if let Some(fetcher) = &self.fetcher {
+            fetcher.want(id);
+        }
+    }
+
     /// Have the fetcher fetch the debug file of `binary` when it is known
     /// to lack one.
     fn want(&self, binary: &FileVersion) {
-        if let (Some(fetcher), Some(id)) = (&self.fetcher, self.missing.get(binary)) {
-            fetcher.want(id);
+        if let Some(id) = self.missing.get(binary) {
+            self.fetch_id(id);
         }
     }
 

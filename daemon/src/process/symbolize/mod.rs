@@ -17,6 +17,7 @@ pub mod debuginfod;
 mod fde;
 mod frame;
 mod kallsyms;
+mod kmod;
 mod lru;
 mod names;
 pub mod perfmap;

@@ -172,16 +172,13 @@ pub struct Modules {
     /// Modules without usable debug information, with their build id when
     /// the kernel gives it.
     absent: HashMap<String, Option<Vec<u8>>>,
-    /// Module files under the places searched by name, read once:
-    /// module name (with `_` for `-`) → paths.
-    index: Option<HashMap<String, Vec<PathBuf>>>,
 }
 
 /// What [`Modules::open`] found.
 pub enum Opened<'a> {
     /// Parsed before.
     Held(&'a ModuleDebug),
-    /// Parsed now, weighing `bytes`.
+    /// Parsed now (see [`ModuleDebug::bytes`] for its weight).
     New(&'a ModuleDebug),
     /// None usable; with the module's build id when it has one and the
     /// file was looked for now (so that it can be fetched).
@@ -201,7 +198,6 @@ impl Modules {
             release,
             parsed: HashMap::new(),
             absent: HashMap::new(),
-            index: None,
         }
     }
 
@@ -233,7 +229,7 @@ impl Modules {
     }
 
     fn find(
-        &mut self,
+        &self,
         name: &str,
         module: &Path,
         id: Option<&[u8]>,
@@ -256,12 +252,9 @@ impl Modules {
                 places.push(at.join(&hex[2..]));
             }
         }
-        let index = self.index.get_or_insert_with(|| {
-            let mut roots: Vec<PathBuf> = dirs.iter().map(|d| d.join("lib/modules")).collect();
-            roots.push(PathBuf::from("/lib/modules"));
-            index_modules(&roots, &self.release)
-        });
-        places.extend(index.get(&key_of(name)).into_iter().flatten().cloned());
+        let mut roots: Vec<PathBuf> = dirs.iter().map(|d| d.join("lib/modules")).collect();
+        roots.push(PathBuf::from("/lib/modules"));
+        places.extend(named(&roots, &self.release, name));
         for place in places {
             let Ok(data) = std::fs::read(&place) else {
                 continue;
@@ -324,10 +317,12 @@ fn key_of(name: &str) -> String {
 /// How deep module files are looked for under `lib/modules/RELEASE`.
 const MAX_DEPTH: usize = 8;
 
-/// The module files (`NAME.ko`, `NAME.ko.debug`) under each root's
-/// `RELEASE` directory, by module name.
-fn index_modules(roots: &[PathBuf], release: &str) -> HashMap<String, Vec<PathBuf>> {
-    let mut out: HashMap<String, Vec<PathBuf>> = HashMap::new();
+/// The files of module `name` (`NAME.ko`, `NAME.ko.debug`) under each
+/// root's `RELEASE` directory. A module is looked for once while it has a
+/// file or is known to have none, so nothing of the walk is kept.
+fn named(roots: &[PathBuf], release: &str, name: &str) -> Vec<PathBuf> {
+    let key = key_of(name);
+    let mut out = Vec::new();
     let mut stack: Vec<(PathBuf, usize)> = roots.iter().map(|r| (r.join(release), 0)).collect();
     while let Some((dir, depth)) = stack.pop() {
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -344,8 +339,8 @@ fn index_modules(roots: &[PathBuf], release: &str) -> HashMap<String, Vec<PathBu
             let stem = file
                 .strip_suffix(".ko")
                 .or_else(|| file.strip_suffix(".ko.debug"));
-            if let (Some(stem), true) = (stem, kind.is_file()) {
-                out.entry(key_of(stem)).or_default().push(path);
+            if stem.is_some_and(|s| key_of(s) == key) && kind.is_file() {
+                out.push(path);
             }
         }
     }

@@ -60,8 +60,9 @@ const STACKS_COLUMNS: &str = "    window_id String,
 /// a sink adds those a table made before lacks (ClickHouse 18.16 has no
 /// `ADD COLUMN IF NOT EXISTS`; a column there already is error 44).
 /// `build_ids`: per frame, for code its host could not name (a frame
-/// `module!0xSTART`), its binary's GNU build id, so that `profctl fleet
-/// --symbols` names it; empty for named frames.
+/// `module!0xSTART`, or `module!0xADDRESS` where no unwind entry covers
+/// it), its binary's GNU build id, so that `profctl fleet --symbols` names
+/// it; empty for named frames.
 const ADDED_COLUMNS: [(&str, &str, &str); 1] = [("build_ids", "Array(String)", "addresses")];
 
 /// The two tables: name, columns, and sorting key. A window sent twice

@@ -67,9 +67,9 @@ pub struct Worker {
     /// Kernel modules' debug information, read when a request first names
     /// an address of the module.
     modules: Modules,
-    /// What `sym`, `kernel` and `modules` hold, with the paths blazesym was asked
-    /// with: a file weighed by [`resident_estimate_of`], the kernel's
-    /// functions by their bytes.
+    /// What `sym`, `kernel` and `modules` hold, with the paths blazesym was
+    /// asked with: a file weighed by [`resident_estimate_of`], the kernel's
+    /// functions and a module's DWARF by their bytes.
     held: Lru<Held, Vec<PathBuf>>,
     /// The version each of those paths named.
     paths: HashMap<PathBuf, FileVersion>,
@@ -773,8 +773,11 @@ impl Worker {
     /// Stripped code no symbol names, grouped by the unwind table's entry
     /// (FDE) that covers it: one frame a function, `module!0xSTART`, with
     /// its origin (build id and address) for naming it off the host.
-    /// What no entry covers goes to the perf-map look-up. The index of an
-    /// address in each function, and the function's file offsets.
+    /// What no entry covers goes to the perf-map look-up, as
+    /// `module!0xADDRESS` (the instruction's address) when the binary's
+    /// segments give it, so that it is named off the host the same way.
+    /// The index of an address in each function, and the function's file
+    /// offsets.
     fn group(
         &mut self,
         readable: &Path,
@@ -805,10 +808,12 @@ impl Worker {
                     functions.push((i, range));
                 }
                 None => {
-                    let name = format!("{module}+{off:#x}");
                     let frame = match fdes.vaddr(off) {
-                        Some(address) => Frame::unnamed_in(name, module, origin(address)),
-                        None => Frame::unnamed(name, module),
+                        Some(address) => {
+                            let name = format!("{module}!{address:#x}");
+                            Frame::unnamed_in(name, module, origin(address))
+                        }
+                        None => Frame::unnamed(format!("{module}+{off:#x}"), module),
                     };
                     jit.push((i, frame));
                 }

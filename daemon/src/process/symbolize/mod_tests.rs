@@ -353,6 +353,39 @@ fn stripped_binaries_use_build_id_debug_files_else_unwind_entries() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Stripped code that no unwind entry covers (assembly without CFI) is
+/// one frame per instruction, named by the instruction's address and kept
+/// with its origin, so that a debug file names it off the host as it does
+/// grouped code.
+#[test]
+fn stripped_code_without_unwind_entries_keeps_its_addresses() {
+    let dir = scratch("nocfi");
+    let source = "__asm__(\".text\\n.globl nocfi\\n.type nocfi, @function\\n\
+                  nocfi:\\n nop\\n nop\\n nop\\n ret\\n.size nocfi, .-nocfi\\n\");\n\
+                  void nocfi(void);\n\
+                  int main(void) { nocfi(); return 0; }\n";
+    let prog = cc(&dir, "nocfi", source, &["-O2", "-Wl,--build-id"]);
+    let (off, _) = symbol(&prog, "nocfi");
+    let start = symbol_address(&prog, "nocfi");
+    let id = build_id_of(&prog);
+    run(Command::new("strip").arg("--strip-all").arg(&prog));
+    let frames = BlazeSymbolizer::with_debug_dirs(vec![dir.join("nowhere")])
+        .symbolize(&mapped(&prog), &[BASE + off + 1, BASE + off + 2]);
+    let at = |address: u64| {
+        let origin = Origin {
+            build_id: id.clone(),
+            address,
+        };
+        vec![Frame::unnamed_in(
+            format!("nocfi!{address:#x}"),
+            "nocfi",
+            origin,
+        )]
+    };
+    assert_eq!(frames, vec![at(start + 1), at(start + 2)]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Off the host (`symbols.on_host = false`), a binary's symbols and DWARF
 /// are not read: its code is grouped by function, with its build id and
 /// address, as if it were stripped.

@@ -46,13 +46,14 @@ fn module(dir: &Path) -> PathBuf {
     ko
 }
 
-/// Size of `section` of the ELF file at `path`, and its build id.
+/// Size of `section` of the ELF file at `path`.
 fn section_size(path: &Path, section: &str) -> u64 {
     let data = std::fs::read(path).unwrap();
     let file = object::File::parse(&*data).unwrap();
     file.section_by_name(section).unwrap().size()
 }
 
+/// The GNU build id of the ELF file at `path`, as the kernel gives it.
 fn build_id(path: &Path) -> Vec<u8> {
     let data = std::fs::read(path).unwrap();
     let file = object::File::parse(&*data).unwrap();

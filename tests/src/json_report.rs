@@ -75,6 +75,9 @@ pub struct Totals {
     /// take (target scope, cpu-clock).
     #[serde(default)]
     pub unsampled: u64,
+    /// Samples of CPython processes whose Python frames could not be read.
+    #[serde(default)]
+    pub python_unreadable: u64,
     /// Time accounting of off-cpu and wall sessions (absent or null in cpu
     /// mode).
     #[serde(default)]

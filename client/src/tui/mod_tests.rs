@@ -42,6 +42,7 @@ fn session() -> Session {
             unchecked: 0,
             unsampled: 0,
             time: None,
+            python_unreadable: 0,
         }),
         ..Default::default()
     }

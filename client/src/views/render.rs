@@ -162,6 +162,12 @@ fn totals_lines(session: &Session) -> String {
         t.truncated,
         count_text(session, t.unsymbolized),
     );
+    if t.python_unreadable > 0 {
+        text += &format!(
+            "python: {} with frames not read ([python: unreadable])\n",
+            count_text(session, t.python_unreadable)
+        );
+    }
     if counts_time(session) {
         text += &time_totals_text(&t.time.unwrap_or_default());
         text.push('\n');

@@ -293,7 +293,7 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["unwind"], "dwarf");
     assert_eq!(v["stack_bytes"], 16384);
     let totals = v["totals"].as_object().unwrap();
-    assert_eq!(totals.len(), 10);
+    assert_eq!(totals.len(), 11);
     assert!(
         v["totals"]["time"].is_null(),
         "no time accounting in cpu mode"
@@ -476,6 +476,7 @@ fn info_lists_everything() {
             unchecked: 0,
             unsampled: 0,
             time: None,
+            python_unreadable: 0,
         }),
         running_sessions: 1,
         continuous: None,

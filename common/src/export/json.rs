@@ -85,7 +85,7 @@ struct Row<'a> {
 /// `discarded`, `lost`, `truncated`, `unsymbolized`, `overflowed`,
 /// `throttled`, `unchecked`, `unsampled`, `time` (null in cpu mode, else
 /// {`on_cpu_ns`, `off_cpu_ns`, `runnable_ns`, `waits`, `unpaired`,
-/// `open_at_end`})} and `functions` [{`id`, `name`, `module`, `inclusive`,
+/// `open_at_end`}), `python_unreadable`} and `functions` [{`id`, `name`, `module`, `inclusive`,
 /// `exclusive`, `inclusive_pct`, `exclusive_pct`, `inlined`}], keys in this
 /// order. With the unit `nanoseconds`, `processes[].samples`,
 /// `attributed`, `unsymbolized`, `overflowed`, `unchecked` and the
@@ -154,6 +154,7 @@ mod tests {
                 unchecked: 0,
                 unsampled: 4,
                 time: None,
+                python_unreadable: 1,
             }),
             processes: vec![ProcessSamples {
                 pid: 1234,
@@ -213,7 +214,8 @@ mod tests {
                 "throttled",
                 "unchecked",
                 "unsampled",
-                "time"
+                "time",
+                "python_unreadable"
             ]
         );
         assert_eq!((&v["mode"], &v["unit"]), (&"cpu".into(), &"samples".into()));

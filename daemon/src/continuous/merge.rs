@@ -332,6 +332,7 @@ impl Visit for Merge<'_> {
             s.throttled += t.throttled;
             s.unchecked += t.unchecked;
             s.unsampled += t.unsampled;
+            s.python_unreadable += t.python_unreadable;
         }
         self.host =
             (self.by == api::GroupBy::Host).then(|| self.group(format!("[host {}]", w.host)));

@@ -1,9 +1,11 @@
 //! The daemon's OS layer, the only module allowed `unsafe`: perf events
-//! and their rings (`perf`), user namespaces (`userns`), the kernel's
+//! and their rings (`perf`), the BPF program reading interpreter frames
+//! (`bpf`), user namespaces (`userns`), the kernel's
 //! settings (`sysctl`), running out of file descriptors (`fds`), a file's
 //! identity and version (`file_version`), and here process file
 //! descriptors, the C allocator's settings, and reading the caller's own
 //! registers and stack.
+pub mod bpf;
 pub mod fds;
 pub mod file_version;
 pub mod perf;

@@ -403,6 +403,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     let stack = waits::Stack {
                         pid: s.pid,
                         tid: s.tid,
+                        time: s.time.unwrap_or(0),
                         frames,
                         user,
                         truncated: !stack_copy && n >= d.max_stack,
@@ -561,8 +562,13 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 let b = batch(&mut batches[i], &mut execs[i], Some(wait.since));
                 let user = stack.user.as_ref().map(|(regs, bytes)| (*regs, &bytes[..]));
                 b.push(stack.pid, stack.tid, stack.frames.iter().copied(), user);
-                if let (Mark::OnCpu, Some(time)) = (wait.mark, b.times.last_mut()) {
-                    *time = wait.since;
+                // A wait is timed at its switch out, where its stack (and
+                // any interpreter frames read with it) was sampled.
+                if let Some(time) = b.times.last_mut() {
+                    *time = match wait.mark {
+                        Mark::OnCpu => wait.since,
+                        _ => stack.time,
+                    };
                 }
                 b.truncated += u64::from(stack.truncated);
                 b.weights.push(wait.ns);

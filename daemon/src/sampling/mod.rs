@@ -585,6 +585,11 @@ fn drain(
         Some(_) => Flush::Exact,
         None => Flush::Held,
     };
+    // The interpreter frames read at the samples drained here are kept
+    // apart from the program's ring, which then has room for the next.
+    if let Ok(probe) = crate::os::bpf::PythonProbe::get() {
+        probe.read_out();
+    }
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
     let exiting = guard.all.iter().any(|r| r.exited.is_some());
     let sessions = &guard.sessions;

@@ -32,6 +32,8 @@ pub const SWITCH_NS: u64 = 20_000;
 pub struct Stack {
     pub pid: u32,
     pub tid: u32,
+    /// When it was sampled (the switch out, for a wait).
+    pub time: u64,
     pub frames: Vec<u64>,
     pub user: Option<([u64; 3], Vec<u8>)>,
     /// The kernel cut the frame-pointer chain at its depth limit.

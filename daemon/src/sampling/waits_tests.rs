@@ -8,6 +8,7 @@ use Switch::{Blocked, In, Preempted};
 
 fn stack(tid: u32, frame: u64) -> Stack {
     Stack {
+        time: 0,
         pid: 1,
         tid,
         frames: vec![frame],

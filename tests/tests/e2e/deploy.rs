@@ -28,6 +28,7 @@ pub const UNIT_CAPS: &[&str] = &[
     "CAP_SYSLOG",
     "CAP_DAC_READ_SEARCH",
     "CAP_CHECKPOINT_RESTORE",
+    "CAP_BPF",
 ];
 
 /// The highest `systemd-analyze security` exposure accepted for profd.service

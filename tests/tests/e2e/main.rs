@@ -22,6 +22,7 @@ mod faults;
 mod fleet;
 mod go;
 mod history;
+mod interpreted;
 mod jit;
 mod kept;
 mod kernel_frames;

@@ -7,7 +7,7 @@ use perf_event_open_sys as sys;
 use perf_event_open_sys::bindings as b;
 use profd_common::api;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
@@ -370,7 +370,7 @@ fn sampling_attr(
     attr.set_inherit(u64::from(spec.target.is_some()));
     attr.read_format = PERF_FORMAT_LOST;
     set_watermark(&mut attr, data_size);
-    set_clock(&mut attr, spec);
+    set_clock(&mut attr);
     (attr, event_name, sample_type, regs)
 }
 
@@ -411,16 +411,13 @@ fn max_record(stack_user: u32) -> u64 {
     (fixed + callchain + stack + lost).min(u64::from(u16::MAX) + lost)
 }
 
-/// Records timed on CLOCK_MONOTONIC, the clock `clock_gettime` reads:
-/// switch events time waits against the session's start and end, and
-/// timelines put samples beside the target's own clock readings. Other
-/// groups keep the kernel's default clock: on it, samples of short-lived
-/// children land between their fork and exit records more reliably.
-fn set_clock(attr: &mut b::perf_event_attr, spec: &EventSpec) {
-    if spec.mode.switches() || spec.session != 0 {
-        attr.set_use_clockid(1);
-        attr.clockid = libc::CLOCK_MONOTONIC;
-    }
+/// Records timed on CLOCK_MONOTONIC, the clock `clock_gettime` and BPF
+/// programs read: switch events time waits against the session's start
+/// and end, timelines put samples beside the target's own clock readings,
+/// and interpreter frames read at each sample are paired with it.
+fn set_clock(attr: &mut b::perf_event_attr) {
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
 }
 
 /// The event's id, as its samples carry it.
@@ -492,7 +489,7 @@ fn open_error(source: io::Error, event: &'static str, cpu: u32) -> PerfError {
 /// The ring carrier of a target's events on `cpu`: a software dummy event
 /// for all processes that records nothing itself (no sampling, no side-band
 /// records), whose ring the threads' events are redirected into.
-fn open_carrier(cpu: u32, data_size: usize, spec: &EventSpec) -> Result<OwnedFd, PerfError> {
+fn open_carrier(cpu: u32, data_size: usize) -> Result<OwnedFd, PerfError> {
     let mut attr = b::perf_event_attr {
         size: std::mem::size_of::<b::perf_event_attr>() as u32,
         type_: b::PERF_TYPE_SOFTWARE,
@@ -501,7 +498,7 @@ fn open_carrier(cpu: u32, data_size: usize, spec: &EventSpec) -> Result<OwnedFd,
     };
     attr.set_disabled(1);
     set_watermark(&mut attr, data_size);
-    set_clock(&mut attr, spec);
+    set_clock(&mut attr);
     perf_event_open(&mut attr, -1, cpu).map_err(|e| open_error(e, "dummy", cpu))
 }
 
@@ -512,6 +509,21 @@ fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
         .and_then(|p| p.tasks())
         .map_err(gone)?;
     Ok(tasks.flatten().map(|t| t.tid as u32).collect())
+}
+
+/// Have the sampling event `fd` run `program` at each of its samples (and
+/// the events inherited from it). The event samples all the same when the
+/// kernel refuses: its interpreter frames are then counted unreadable.
+fn give_program(fd: &OwnedFd, program: Option<BorrowedFd<'_>>, cpu: u32) {
+    let Some(program) = program else {
+        return;
+    };
+    // SAFETY: SET_BPF takes a perf event fd and a BPF program fd (both live
+    // here) and touches no user memory.
+    if unsafe { sys::ioctls::SET_BPF(fd.as_raw_fd(), program.as_raw_fd() as u32) } < 0 {
+        let err = io::Error::last_os_error();
+        tracing::warn!(cpu, %err, "an event refused the program that reads interpreter frames");
+    }
 }
 
 fn enable(fd: &OwnedFd, cpu: u32) -> Result<(), PerfError> {
@@ -534,10 +546,19 @@ impl PerfEvent {
         let page = rustix::param::page_size();
         let data_size = spec.ring_pages * page;
         let (mut attr, event_name, sample_type, regs) = sampling_attr(spec, data_size);
+        // Interpreter frames are read at each sample, where the program
+        // could be loaded (see crate::os::bpf).
+        let program = crate::os::bpf::PythonProbe::get().ok().map(|p| p.program());
         let fd = match spec.target {
-            None => open_counting_lost(&mut attr, -1, cpu)
-                .map_err(|e| open_error(e, event_name, cpu))?,
-            Some(_) => open_carrier(cpu, data_size, spec)?,
+            None => {
+                let fd = open_counting_lost(&mut attr, -1, cpu)
+                    .map_err(|e| open_error(e, event_name, cpu))?;
+                if spec.mode.on_cpu() {
+                    give_program(&fd, program, cpu);
+                }
+                fd
+            }
+            Some(_) => open_carrier(cpu, data_size)?,
         };
         let map_len = page + data_size;
         // SAFETY: mapping a perf fd with length 1 + 2^n pages, shared and
@@ -601,7 +622,9 @@ impl PerfEvent {
         }
         match spec.target {
             None => enable(&event.fd, cpu)?,
-            Some(target) => event.attach_threads(target, spec.mode, &mut attr, event_name)?,
+            Some(target) => {
+                event.attach_threads(target, spec.mode, &mut attr, event_name, program)?
+            }
         }
         Ok(event)
     }
@@ -612,12 +635,14 @@ impl PerfEvent {
     /// thread created in the instant between the listing and the opening
     /// of its creator's event is not sampled on this CPU. Fails with ESRCH
     /// when the process has gone (or its pid is another process's now).
+    /// `program`: a BPF program each event runs at its samples.
     fn attach_threads(
         &mut self,
         target: Target,
         mode: Mode,
         attr: &mut b::perf_event_attr,
         event_name: &'static str,
+        program: Option<BorrowedFd<'_>>,
     ) -> Result<(), PerfError> {
         let cpu = self.cpu;
         let gone = |source| PerfError::Io {
@@ -632,13 +657,15 @@ impl PerfEvent {
         let mut switch = switch_attr(attr, mode);
         for tid in threads {
             if mode.on_cpu() {
-                let Some(fd) = self.open_redirected(attr, tid, event_name)? else {
+                let Some(fd) = self.open_redirected(attr, tid, event_name, program)? else {
                     continue;
                 };
                 self.threads.push(fd);
             }
             if mode.switches() {
-                let Some(fd) = self.open_redirected(&mut switch, tid, "context-switches")? else {
+                let Some(fd) =
+                    self.open_redirected(&mut switch, tid, "context-switches", program)?
+                else {
                     continue;
                 };
                 self.switch_ids.push(event_id(&fd, cpu)?);
@@ -652,13 +679,15 @@ impl PerfEvent {
         Ok(())
     }
 
-    /// Open `attr` on thread `tid`, redirect it into this ring and enable
-    /// it; None when the thread exited since it was listed.
+    /// Open `attr` on thread `tid`, redirect it into this ring, give it
+    /// `program` to run at each sample (inherited with the event) and
+    /// enable it; None when the thread exited since it was listed.
     fn open_redirected(
         &mut self,
         attr: &mut b::perf_event_attr,
         tid: u32,
         event_name: &'static str,
+        program: Option<BorrowedFd<'_>>,
     ) -> Result<Option<OwnedFd>, PerfError> {
         let cpu = self.cpu;
         let fd = match open_counting_lost(attr, tid as i32, cpu) {
@@ -678,6 +707,7 @@ impl PerfEvent {
                 source: io::Error::last_os_error(),
             });
         }
+        give_program(&fd, program, cpu);
         enable(&fd, cpu)?;
         Ok(Some(fd))
     }

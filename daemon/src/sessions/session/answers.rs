@@ -75,6 +75,26 @@ impl Actor {
                 },
             );
         }
+        // Python frames are named from the session's own table.
+        addrs.retain(|&a| {
+            let Some(key) = self.ingest.python.frame(a).cloned() else {
+                return true;
+            };
+            let name = FrameName {
+                name: super::python::function_name(&key),
+                module: "[python]".into(),
+                inlined: false,
+                origin: None,
+            };
+            let func = self.function_id(name, key.file.to_string());
+            let frames = Box::new([FrameLoc {
+                func,
+                line: key.line,
+            }]);
+            let unnamed = false;
+            self.addr_fn.insert(a, AddrFrames { frames, unnamed });
+            false
+        });
         addrs.extend(again);
         // One symbolizer call per address space, with its mappings.
         let mut by_space: HashMap<usize, Vec<u64>> = HashMap::new();
@@ -377,8 +397,9 @@ impl Actor {
         for &a in stack {
             let at = &self.addr_fn[a];
             unnamed |= at.unnamed;
-            // The frames profd adds have no address.
-            let address = match super::SYNTHETIC_FRAMES.iter().any(|&(f, _)| f == a) {
+            // The frames profd adds, and Python frames, have no address.
+            let synthetic = super::SYNTHETIC_FRAMES.iter().any(|&(f, _)| f == a);
+            let address = match synthetic || super::python::PyFrames::is_python(a) {
                 true => 0,
                 false => untag(a).1,
             };

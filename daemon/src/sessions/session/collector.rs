@@ -1,6 +1,7 @@
 //! The session machinery without a client, for continuous profiling: every
 //! process's batches counted, unwound and named as a session's are, and
 //! handed out window by window, a stack at a time.
+use super::python::PyFrames;
 use super::spaces::untag;
 use super::{Actor, Ingest, Params};
 use crate::memory::Tidy;
@@ -213,6 +214,10 @@ impl Collector {
             a.files.clear();
             a.kernel.clear();
             a.stamps.clear();
+        }
+        if a.ingest.stacks.is_empty() && a.ingest.python.held() > 0 {
+            a.ingest.python.clear();
+            a.addr_fn.retain(|addr, _| !PyFrames::is_python(addr));
         }
         let ingest = &mut a.ingest;
         let (addr_fn, pending) = (&a.addr_fn, &mut ingest.pending);

@@ -4,6 +4,7 @@
 //! the recent samples of windowed figures, the samples' times when kept,
 //! and the addresses of new stacks queued for naming. Owned by the
 //! session's actor; no symbols, no views.
+use super::python::{Merged, PyFrames, PY_UNREADABLE_FRAME};
 use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use super::timeline::Times;
@@ -49,10 +50,11 @@ pub const BLOCKED_FRAME: u64 = u64::MAX - 1;
 pub const RUNNABLE_FRAME: u64 = u64::MAX - 2;
 
 /// The frames profd adds to stacks, with their names.
-pub const SYNTHETIC_FRAMES: [(u64, &str); 3] = [
+pub const SYNTHETIC_FRAMES: [(u64, &str); 4] = [
     (STACK_LIMIT_FRAME, "[stack limit reached]"),
     (BLOCKED_FRAME, "[off-cpu: blocked]"),
     (RUNNABLE_FRAME, "[off-cpu: runnable]"),
+    (PY_UNREADABLE_FRAME, "[python: unreadable]"),
 ];
 
 /// A session's counts and the state they are made with.
@@ -89,6 +91,9 @@ pub struct Ingest {
     /// Addresses of new stacks not yet named.
     pub(super) pending: foldhash::HashSet<u64>,
     scratch: Vec<u64>,
+    /// The Python frames in the stacks, and a stack with them in place.
+    pub(super) python: PyFrames,
+    merged: Vec<u64>,
     /// Thread names by tid.
     pub(super) threads: foldhash::HashMap<u32, String>,
     /// The process of each thread sampled.
@@ -163,6 +168,8 @@ impl Ingest {
             process_index: HashMap::from([(pid, 0)]),
             pending: foldhash::HashSet::default(),
             scratch: Vec::new(),
+            python: PyFrames::default(),
+            merged: Vec::new(),
             threads: foldhash::HashMap::default(),
             thread_pid: foldhash::HashMap::default(),
             recent: Recent::default(),
@@ -398,6 +405,7 @@ impl Ingest {
             self.since_view = None;
         }
         let mut scratch = std::mem::take(&mut self.scratch);
+        let mut merged = std::mem::take(&mut self.merged);
         let mut marked = Vec::new();
         // The samples of a batch were read together: one time for all.
         if !batch.ends.is_empty() {
@@ -429,6 +437,28 @@ impl Ingest {
                 waiting += 1;
             }
             let stack = self.user_stack(&sample, space, &mut scratch);
+            let stack = match self.spaces.python(space, sample.pid) {
+                None => stack,
+                Some(process) => {
+                    let plain = |a| spaces::untag(a).1;
+                    let record = crate::os::bpf::PythonProbe::get()
+                        .ok()
+                        .and_then(|probe| probe.record(sample.tid, sample.time));
+                    let python = &mut self.python;
+                    let merge = python.merge(process, record.as_deref(), stack, plain, &mut merged);
+                    if let (Some(r), false) = (&record, merge == Merged::Native) {
+                        python.read_at(r.time.abs_diff(sample.time));
+                    }
+                    match merge {
+                        Merged::Native => stack,
+                        Merged::Python => &merged[..],
+                        Merged::Unreadable => {
+                            self.totals.python_unreadable += weight;
+                            &merged[..]
+                        }
+                    }
+                }
+            };
             // A wait's stack begins with what kind of wait it was.
             let stack = match sample.mark {
                 Mark::OnCpu => stack,
@@ -453,6 +483,7 @@ impl Ingest {
             }
         }
         self.scratch = scratch;
+        self.merged = merged;
         self.spaces.count_waiting(waiting);
         counted
     }

@@ -8,6 +8,7 @@ mod awaiting_debug;
 mod collector;
 mod ingest;
 mod named;
+mod python;
 mod recent;
 mod saving;
 mod scope;
@@ -509,6 +510,16 @@ impl Actor {
             ?state,
             "session ended"
         );
+        if let Some(lag) = self.ingest.python.lag() {
+            tracing::info!(
+                session = self.id.session(),
+                reads = lag.reads,
+                median_ns = lag.median_ns,
+                p99_ns = lag.p99_ns,
+                unreadable = self.ingest.totals.python_unreadable,
+                "python frames read at their samples"
+            );
+        }
         let _ = self.state.send(state);
         // Name what is left (JIT code from a perf map written at exit too),
         // then let go of the processes' files and maps.

@@ -54,6 +54,16 @@ pub struct Space {
     set_up: bool,
     /// Sampled, and waiting for the budget to be set up.
     waiting: bool,
+    /// Whether it runs CPython, once a sample of it asked.
+    python: Python,
+}
+
+/// Whether a space's process runs CPython.
+enum Python {
+    /// Not looked at since its mappings last changed.
+    Unknown,
+    No,
+    Yes(Box<crate::process::python::Process>),
 }
 
 /// The spaces of a session; space 0 is the target's at attach. A space no
@@ -129,6 +139,10 @@ impl Spaces {
             epoch: crate::process::unwind::epoch(),
         };
         spaces.add(pid, maps, SetUp::Now);
+        if pid != 0 {
+            // Its frames are read from its first sample on.
+            spaces.python(0, pid);
+        }
         spaces
     }
 
@@ -321,6 +335,7 @@ impl Spaces {
             space.unwinder = Unwinder::default();
             space.maps.release_process();
             space.retired = true;
+            space.python = Python::No;
         }
     }
 
@@ -399,10 +414,39 @@ impl Spaces {
             walked: false,
             set_up,
             waiting: false,
+            python: Python::Unknown,
         });
         let index = self.list.len() - 1;
         self.by_pid.insert(pid, index);
         index
+    }
+
+    /// The CPython interpreter that space `i` (of process `pid`) runs, if
+    /// any; looked for once its mappings are known, and again when new
+    /// ones arrive.
+    pub fn python(&mut self, i: usize, pid: u32) -> Option<&mut crate::process::python::Process> {
+        let space = self.list.get_mut(i)?;
+        if matches!(space.python, Python::Unknown) && space.set_up && !space.retired {
+            space.python = match crate::process::python::Process::find(pid, &space.maps) {
+                Ok(Some(mut p)) => {
+                    let version = p.interpreter.version;
+                    match p.register() {
+                        Ok(()) => tracing::debug!(pid, %version, "python frames read"),
+                        Err(err) => tracing::warn!(pid, %version, %err, "python frames not read"),
+                    }
+                    Python::Yes(Box::new(p))
+                }
+                Ok(None) => Python::No,
+                Err(err) => {
+                    tracing::debug!(pid, %err, "python interpreter not read");
+                    Python::No
+                }
+            };
+        }
+        match &mut space.python {
+            Python::Yes(p) => Some(p),
+            _ => None,
+        }
     }
 
     /// The current space of `pid` (the target's first space if unknown).
@@ -467,6 +511,7 @@ impl Spaces {
         let keep = self.of(self.target);
         for (i, space) in self.list.iter_mut().enumerate() {
             space.unwinder = Unwinder::default();
+            space.python = Python::No;
             if i == keep {
                 space.maps.release_files();
             } else {
@@ -491,6 +536,9 @@ impl Spaces {
         for m in mappings {
             starts.push(m.start);
             s.maps.insert(m);
+        }
+        if matches!(s.python, Python::No) {
+            s.python = Python::Unknown; // libpython may have come.
         }
         if !s.set_up {
             return;

@@ -157,6 +157,7 @@ pub(super) fn decode(
             unchecked: t.unchecked,
             unsampled: t.unsampled,
             time: None,
+            python_unreadable: 0,
         }),
         duration_limit_ms: meta.duration_limit_ms,
         error: meta.error,

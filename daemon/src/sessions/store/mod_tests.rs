@@ -566,10 +566,13 @@ fn sessions_kept_as_json_summaries_come_back_with_their_figures() {
         assert!(stored.session.earlier_run);
         let profile = store.load(stored).unwrap();
         let mut export = export::json(&stored.session, &views::functions(&profile));
-        // That daemon's exports had no function ids (a key added since).
+        // That daemon's exports had no function ids nor Python totals (keys
+        // added since).
         for f in export["functions"].as_array_mut().unwrap() {
             f.as_object_mut().unwrap().shift_remove("id");
         }
+        let totals = export["totals"].as_object_mut().unwrap();
+        assert_eq!(totals.shift_remove("python_unreadable"), Some(0.into()));
         let expected = fs::read_to_string(format!("{FORMAT_1_EXPORTS}/{id}.json")).unwrap();
         // As text: every digit of every figure.
         assert_eq!(

@@ -4,7 +4,8 @@
 //! its own in which the targets' directories are hidden (as PrivateTmp hides
 //! /tmp), and only the unit's capabilities (setpriv, no new privileges).
 //! With all of them, profd names the functions of another user's private
-//! binary, of a deleted binary and of the kernel; without any one of them,
+//! binary, of a deleted binary, of the kernel and of a Python script;
+//! without any one of them,
 //! something it must do fails. Under strace, every system call it makes is
 //! one the unit's SystemCallFilter allows.
 
@@ -242,6 +243,8 @@ struct Targets {
     private: Workload,
     deleted: Workload,
     kernel: Workload,
+    /// Debian's python3 running tests/workloads/py_split.py.
+    python: Workload,
 }
 
 impl Targets {
@@ -275,11 +278,20 @@ impl Targets {
             "echo ready; exec dd if=/dev/zero of=/dev/null bs=1M count=100000000",
         ]);
         let kernel = Workload::start_command(command, "dd");
+
+        let script = public.join("py_split.py");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/py_split.py");
+        std::fs::copy(source, &script).unwrap();
+        chmod(&script, 0o644);
+        let mut command = alice.command(Path::new("/usr/bin/python3"));
+        command.arg(&script).args(["120", "split"]);
+        let python = Workload::start_command(command, "python3");
         Targets {
             hidden,
             private,
             deleted,
             kernel,
+            python,
         }
     }
 }
@@ -320,6 +332,8 @@ enum Scenario {
     DeletedBinary,
     /// Kernel function names.
     KernelNames,
+    /// Python functions, read at each sample.
+    PythonFrames,
 }
 
 /// Runs the scenarios against a daemon; returns which worked, with the
@@ -360,6 +374,19 @@ fn run_scenarios(
                         )
                     })
             }),
+            Scenario::PythonFrames => daemon.profile(targets.python.pid()).and_then(|p| {
+                let unreadable = p.totals.python_unreadable;
+                let named = p.functions.iter().any(|f| f.name == "py_split.outer");
+                (named && unreadable * 10 < p.totals.attributed)
+                    .then_some(())
+                    .ok_or_else(|| {
+                        format!(
+                            "python frames: {unreadable} of {} samples unreadable:\n{}",
+                            p.totals.attributed,
+                            p.table()
+                        )
+                    })
+            }),
         };
         results.insert(scenario, result);
     }
@@ -393,6 +420,7 @@ fn unit_capabilities_are_enough_and_each_is_needed() {
         Scenario::PrivateBinary,
         Scenario::DeletedBinary,
         Scenario::KernelNames,
+        Scenario::PythonFrames,
     ];
     let scenarios: Vec<Scenario> = all
         .into_iter()
@@ -418,6 +446,7 @@ fn unit_capabilities_are_enough_and_each_is_needed() {
         ("CAP_DAC_READ_SEARCH", Scenario::PrivateBinary),
         ("CAP_CHECKPOINT_RESTORE", Scenario::DeletedBinary),
         ("CAP_SYSLOG", Scenario::KernelNames),
+        ("CAP_BPF", Scenario::PythonFrames),
     ] {
         if breaks == Scenario::KernelNames && !(kernel_names_testable && syslog_needed) {
             eprintln!("{missing}: kernel addresses are shown to all here, not checked");

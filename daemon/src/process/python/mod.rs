@@ -1,0 +1,282 @@
+//! Python code named from outside the process, as py-spy reads it: the
+//! CPython interpreter a process runs (its binary or libpython, and its
+//! version), and each thread's Python frames read from the process's
+//! memory, with no flag, restart or pause of the program.
+mod layout;
+mod lines;
+mod memory;
+mod stack;
+
+pub use layout::Version;
+pub use memory::{Memory, ProcessMemory};
+pub use stack::{Codes, PyFrame, ReadError};
+
+use crate::os::bpf::{Config, PythonProbe, Record, Status};
+use crate::process::maps::{module_name, Backing, ProcessMaps, Segments};
+use object::{Object, ObjectSymbol};
+use std::path::{Path, PathBuf};
+
+/// A CPython interpreter found in a process.
+#[derive(Debug, Clone)]
+pub struct Interpreter {
+    pub version: Version,
+    /// Where `_PyRuntime` is in the process.
+    pub runtime: u64,
+    /// Where the eval loop's code (`_PyEval_EvalFrameDefault`) is in the
+    /// process: each of its frames on a native stack runs Python frames.
+    pub eval: std::ops::Range<u64>,
+    /// None for a version profd does not read.
+    layout: Option<&'static layout::Layout>,
+}
+
+/// Why a process's interpreter cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FindError {
+    #[error("cannot read {}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not an ELF file profd reads: {source}", path.display())]
+    Elf {
+        path: PathBuf,
+        source: object::Error,
+    },
+    #[error("cannot read the version in the process's memory: {0}")]
+    Memory(std::io::Error),
+}
+
+impl Interpreter {
+    /// The CPython interpreter of process `pid`, whose executable mappings
+    /// are `maps`: the first mapped `python3.N` or `libpython3.N` file
+    /// with a `_PyRuntime`; its version from `Py_Version` in memory (3.11
+    /// and later), else from the file's name. None when it runs none.
+    pub fn find(
+        pid: u32,
+        maps: &ProcessMaps,
+        mem: &impl Memory,
+    ) -> Result<Option<Interpreter>, FindError> {
+        for m in maps.iter() {
+            let Backing::File(path) = &m.backing else {
+                continue;
+            };
+            let Some(named) = Version::of_file_name(&module_name(path)) else {
+                continue;
+            };
+            let readable = Path::new("/proc")
+                .join(pid.to_string())
+                .join("root")
+                .join(path.strip_prefix("/").unwrap_or(path));
+            let file = std::fs::File::open(&readable).map_err(|source| FindError::File {
+                path: readable.clone(),
+                source,
+            })?;
+            let data = object::ReadCache::new(file);
+            let elf = object::File::parse(&data).map_err(|source| FindError::Elf {
+                path: readable.clone(),
+                source,
+            })?;
+            let symbol = |name: &str| {
+                (elf.dynamic_symbols().chain(elf.symbols()))
+                    .find(|s| s.name() == Ok(name))
+                    .map(|s| s.address())
+            };
+            let Some(runtime) = symbol("_PyRuntime") else {
+                continue;
+            };
+            let eval = (elf.dynamic_symbols().chain(elf.symbols()))
+                .find(|s| s.name() == Ok("_PyEval_EvalFrameDefault"))
+                .map_or(0..0, |s| s.address()..s.address() + s.size());
+            let Some(vaddr) = Segments::of(&data).and_then(|s| s.vaddr(m.pgoff)) else {
+                continue;
+            };
+            let bias = m.start.wrapping_sub(vaddr);
+            let version = match symbol("Py_Version") {
+                Some(at) => Version::of_hex(
+                    mem.u32_at(bias.wrapping_add(at))
+                        .map_err(FindError::Memory)?,
+                ),
+                None => named,
+            };
+            return Ok(Some(Interpreter {
+                version,
+                runtime: bias.wrapping_add(runtime),
+                eval: bias.wrapping_add(eval.start)..bias.wrapping_add(eval.end),
+                layout: layout::of(version),
+            }));
+        }
+        Ok(None)
+    }
+
+    fn layout(&self) -> Result<&'static layout::Layout, ReadError> {
+        self.layout.ok_or(ReadError::Unsupported(self.version))
+    }
+
+    /// What the sample-time reader follows in this interpreter.
+    pub fn config(&self) -> Result<Config, ReadError> {
+        let layout = self.layout()?;
+        let (thread_current, cframe_current) = match layout.current {
+            layout::Current::CFrame {
+                thread_cframe,
+                current,
+            } => (thread_cframe, Some(current)),
+            layout::Current::Thread(at) => (at, None),
+        };
+        Ok(Config {
+            runtime: self.runtime,
+            interpreters: layout.runtime_interpreters,
+            interp_next: layout.interp_next,
+            interp_threads: layout.interp_threads,
+            thread_next: layout.thread_next,
+            thread_native_id: layout.thread_native_id,
+            thread_current,
+            cframe_current,
+            frame_previous: layout.frame_previous,
+            frame_code: layout.frame_code,
+            frame_instr: layout.frame_instr,
+            frame_owner: layout.frame_owner,
+            frame_entry: match layout.entry {
+                layout::Entry::Flag(at) => Some(at),
+                layout::Entry::Shim => None,
+            },
+            code_identity: layout.code_file,
+        })
+    }
+
+    /// The interpreter's threads: (native thread id, thread state).
+    /// Read from user space as the sample-time reader reads them, for the
+    /// tests against memory images.
+    #[cfg(test)]
+    pub fn threads(&self, mem: &impl Memory) -> Result<Vec<(u32, u64)>, ReadError> {
+        stack::threads(mem, self.layout()?, self.runtime)
+    }
+
+    /// The Python frames of thread `tid`, innermost first, named through
+    /// `codes`; from user space, as [`Interpreter::threads`].
+    #[cfg(test)]
+    pub fn stack(
+        &self,
+        mem: &impl Memory,
+        codes: &mut Codes,
+        tid: u32,
+    ) -> Result<Vec<PyFrame>, ReadError> {
+        let threads = self.threads(mem)?;
+        let (_, thread) = (threads.iter())
+            .find(|(id, _)| *id == tid)
+            .ok_or(ReadError::NoThread(tid))?;
+        codes.stack(mem, self.layout()?, *thread)
+    }
+}
+
+/// A process running CPython, as its samples are read: the interpreter,
+/// the process's memory and the code objects named so far.
+pub struct Process {
+    pub interpreter: Interpreter,
+    pid: u32,
+    memory: ProcessMemory,
+    codes: Codes,
+    /// Whether the sample-time reader reads it for this session.
+    registered: bool,
+}
+
+/// Code objects a process keeps named at most (a few hundred bytes each);
+/// past it they are named anew.
+const MAX_CODES: usize = 2048;
+
+impl Process {
+    /// Process `pid` (executable mappings `maps`), when it runs CPython.
+    pub fn find(pid: u32, maps: &ProcessMaps) -> Result<Option<Process>, FindError> {
+        if !maps.iter().any(|m| match &m.backing {
+            Backing::File(path) => Version::of_file_name(&module_name(path)).is_some(),
+            Backing::Special(_) => false,
+        }) {
+            return Ok(None);
+        }
+        let memory = ProcessMemory::open(pid).map_err(|source| FindError::File {
+            path: PathBuf::from(format!("/proc/{pid}/mem")),
+            source,
+        })?;
+        Ok(
+            Interpreter::find(pid, maps, &memory)?.map(|interpreter| Process {
+                interpreter,
+                pid,
+                memory,
+                codes: Codes::default(),
+                registered: false,
+            }),
+        )
+    }
+
+    /// Have its threads' frames read at their samples, from now on; why
+    /// not when they cannot be.
+    pub fn register(&mut self) -> Result<(), String> {
+        let config = self.interpreter.config().map_err(|e| e.to_string())?;
+        if !self.registered {
+            PythonProbe::get()?.register(self.pid, &config)?;
+            self.registered = true;
+        }
+        Ok(())
+    }
+
+    /// Whether `addr` is in the eval loop's code.
+    pub fn is_eval(&self, addr: u64) -> bool {
+        self.interpreter.eval.contains(&addr)
+    }
+
+    /// The Python frames a sample-time read copied, innermost first.
+    pub fn name(&mut self, record: &Record) -> Result<Vec<PyFrame>, ReadError> {
+        if self.codes.held() > MAX_CODES {
+            self.codes = Codes::default();
+        }
+        let layout = self.interpreter.layout()?;
+        match record.status {
+            Status::Read => self.codes.name(&self.memory, layout, &record.frames),
+            Status::NoThread => Err(ReadError::NoThread(0)),
+            Status::Truncated => Err(ReadError::TooLong),
+            Status::Fault => Err(ReadError::Fault {
+                addr: 0,
+                source: std::io::Error::from_raw_os_error(libc::EFAULT),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Process {
+    /// Thread `tid`'s frames now, read from user space as the sample-time
+    /// reader reads them at a sample.
+    pub fn record_now(&self, tid: u32) -> Record {
+        let read = || {
+            let layout = self.interpreter.layout()?;
+            let threads = self.interpreter.threads(&self.memory)?;
+            let (_, thread) = (threads.iter())
+                .find(|(id, _)| *id == tid)
+                .ok_or(ReadError::NoThread(tid))?;
+            stack::chain(&self.memory, layout, *thread)
+        };
+        let (status, frames) = match read() {
+            Ok(frames) => (Status::Read, frames),
+            Err(ReadError::NoThread(_)) => (Status::NoThread, Vec::new()),
+            Err(_) => (Status::Fault, Vec::new()),
+        };
+        Record {
+            time: 0,
+            status,
+            frames,
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if self.registered {
+            if let Ok(probe) = PythonProbe::get() {
+                probe.unregister(self.pid);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;

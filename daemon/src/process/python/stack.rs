@@ -1,0 +1,311 @@
+//! One thread's Python frames, read from its process's memory: from
+//! `_PyRuntime` to the thread state with the thread's native id, then
+//! through the interpreter's chain of frames, each named from its code
+//! object. Code objects are kept by address and checked to be the same
+//! object at each read (code objects are freed and their addresses reused).
+#[cfg(test)]
+use super::layout::Current;
+use super::layout::{Entry, Layout};
+use super::lines;
+use super::memory::Memory;
+use std::sync::Arc;
+
+use crate::os::bpf::RawFrame;
+
+/// Bytes of a frame the fields read lie in.
+#[cfg(test)]
+const FRAME_BYTES: usize = 72;
+
+/// A Python frame, as a stack read gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PyFrame {
+    /// The function's qualified name (`Class.method`; `<module>` for a
+    /// module's own code).
+    pub name: Arc<str>,
+    /// The source file of its code.
+    pub file: Arc<str>,
+    /// The function's first line, by which a flame graph groups it.
+    pub first_line: u32,
+    /// The line running, 0 when the code's table gives none.
+    pub line: u32,
+    /// The first frame of a call of the eval loop: the frames up to and
+    /// including it are those one native eval-loop frame runs.
+    pub entry: bool,
+}
+
+/// Why a thread's Python frames could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read the process's memory at {addr:#x}: {source}")]
+    Fault { addr: u64, source: std::io::Error },
+    #[error("no Python thread state has the native thread id {0}")]
+    NoThread(u32),
+    #[error("more than {MAX_FRAMES} frames or {MAX_THREADS} threads: the chain loops or changed under the read")]
+    TooLong,
+    #[error("the object at {0:#x} is not a compact string or bytes of a sane size")]
+    NotText(u64),
+    #[error("the code object at {0:#x} changed since the sample")]
+    Changed(u64),
+    #[error("CPython {0} is not a version profd reads")]
+    Unsupported(super::Version),
+}
+
+/// `_PyInterpreterFrame.owner` of 3.12's and 3.13's entry shims
+/// (`FRAME_OWNED_BY_CSTACK`).
+const OWNED_BY_C_STACK: u8 = 3;
+
+/// Bounds on what is followed, against a chain that changes under the read.
+pub const MAX_FRAMES: usize = 1024;
+pub const MAX_THREADS: usize = 4096;
+const MAX_STRING: u64 = 4096;
+const MAX_TABLE: u64 = 1 << 20;
+
+fn read(mem: &impl Memory, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+    mem.read(addr, buf)
+        .map_err(|source| ReadError::Fault { addr, source })
+}
+
+fn word(mem: &impl Memory, addr: u64) -> Result<u64, ReadError> {
+    let mut b = [0; 8];
+    read(mem, addr, &mut b)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn field<const N: usize>(buf: &[u8], at: u64) -> [u8; N] {
+    let at = at as usize;
+    buf.get(at..at + N)
+        .and_then(|b| b.try_into().ok())
+        .unwrap_or([0; N])
+}
+
+/// The threads of the interpreters at `runtime` (`_PyRuntime`'s address):
+/// (native thread id, thread state's address).
+#[cfg(test)]
+pub fn threads(
+    mem: &impl Memory,
+    layout: &Layout,
+    runtime: u64,
+) -> Result<Vec<(u32, u64)>, ReadError> {
+    let mut out = Vec::new();
+    let mut interp = word(mem, runtime + layout.runtime_interpreters)?;
+    while interp != 0 {
+        let mut thread = word(mem, interp + layout.interp_threads)?;
+        while thread != 0 {
+            if out.len() >= MAX_THREADS {
+                return Err(ReadError::TooLong);
+            }
+            let id = word(mem, thread + layout.thread_native_id)?;
+            out.push((id as u32, thread));
+            thread = word(mem, thread + layout.thread_next)?;
+        }
+        interp = word(mem, interp + layout.interp_next)?;
+    }
+    Ok(out)
+}
+
+/// What names each frame of the thread whose state is at `thread`,
+/// innermost first: in user space, what the sample-time reader copies in
+/// the kernel.
+#[cfg(test)]
+pub fn chain(mem: &impl Memory, layout: &Layout, thread: u64) -> Result<Vec<RawFrame>, ReadError> {
+    let mut frame = match layout.current {
+        Current::CFrame {
+            thread_cframe,
+            current,
+        } => match word(mem, thread + thread_cframe)? {
+            0 => 0,
+            cframe => word(mem, cframe + current)?,
+        },
+        Current::Thread(at) => word(mem, thread + at)?,
+    };
+    let mut raw = Vec::new();
+    while frame != 0 {
+        if raw.len() >= MAX_FRAMES {
+            return Err(ReadError::TooLong);
+        }
+        let mut buf = [0; FRAME_BYTES];
+        read(mem, frame, &mut buf)?;
+        frame = u64::from_le_bytes(field(&buf, layout.frame_previous));
+        let code = u64::from_le_bytes(field(&buf, layout.frame_code));
+        let owner = field::<1>(&buf, layout.frame_owner)[0];
+        let mut identity = [0; 4];
+        if owner != OWNED_BY_C_STACK {
+            for (i, slot) in identity.iter_mut().enumerate() {
+                *slot = word(mem, code + layout.code_file + 8 * i as u64)?;
+            }
+        }
+        raw.push(RawFrame {
+            code,
+            identity,
+            instr: u64::from_le_bytes(field(&buf, layout.frame_instr)),
+            owner,
+            entry: match layout.entry {
+                Entry::Flag(at) => field::<1>(&buf, at)[0],
+                Entry::Shim => 0,
+            },
+        });
+    }
+    Ok(raw)
+}
+
+/// What identifies a code object at an address: the addresses of its file
+/// name, qualified name and line table.
+type Identity = (u64, u64, u64);
+
+struct Code {
+    identity: Identity,
+    first_line: u32,
+    name: Arc<str>,
+    file: Arc<str>,
+    table: Arc<[u8]>,
+}
+
+/// Code objects named before, by address.
+#[derive(Default)]
+pub struct Codes(foldhash::HashMap<u64, Code>);
+
+impl Codes {
+    /// Code objects held.
+    pub fn held(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The frames of the thread whose state is at `thread`, innermost
+    /// first, read from user space as the sample-time reader reads them.
+    #[cfg(test)]
+    pub fn stack(
+        &mut self,
+        mem: &impl Memory,
+        layout: &Layout,
+        thread: u64,
+    ) -> Result<Vec<PyFrame>, ReadError> {
+        let raw = chain(mem, layout, thread)?;
+        self.name(mem, layout, &raw)
+    }
+
+    /// The frames `raw`, innermost first, named from their code objects in
+    /// `mem`.
+    pub fn name(
+        &mut self,
+        mem: &impl Memory,
+        layout: &Layout,
+        raw: &[RawFrame],
+    ) -> Result<Vec<PyFrame>, ReadError> {
+        let mut out: Vec<PyFrame> = Vec::with_capacity(raw.len());
+        for f in raw {
+            if f.owner == OWNED_BY_C_STACK {
+                // An entry shim: no code of its own; the frame before it
+                // was the first its eval-loop call ran.
+                if let (Entry::Shim, Some(last)) = (&layout.entry, out.last_mut()) {
+                    last.entry = true;
+                }
+            } else {
+                let mut read = self.frame(mem, layout, f)?;
+                if let Entry::Flag(_) = layout.entry {
+                    read.entry = f.entry != 0;
+                }
+                out.push(read);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The frame `f` runs: its code object, named from `mem` unless it is
+    /// known by the identity the sample-time read copied; an object that
+    /// changed since that read is an error.
+    fn frame(
+        &mut self,
+        mem: &impl Memory,
+        layout: &Layout,
+        f: &RawFrame,
+    ) -> Result<PyFrame, ReadError> {
+        let at = |offset: u64| {
+            let i = offset.checked_sub(layout.code_file)? / 8;
+            f.identity.get(i as usize).copied()
+        };
+        let identity = (
+            at(layout.code_file),
+            at(layout.code_qualname),
+            at(layout.code_lines),
+        );
+        let (Some(file), Some(name), Some(table)) = identity else {
+            return Err(ReadError::Changed(f.code));
+        };
+        let identity = (file, name, table);
+        let known = match self.0.get(&f.code) {
+            Some(c) if c.identity == identity => c,
+            _ => {
+                let mut head = vec![0; layout.code_units as usize];
+                read(mem, f.code, &mut head)?;
+                let now = (
+                    u64::from_le_bytes(field(&head, layout.code_file)),
+                    u64::from_le_bytes(field(&head, layout.code_qualname)),
+                    u64::from_le_bytes(field(&head, layout.code_lines)),
+                );
+                if now != identity {
+                    return Err(ReadError::Changed(f.code));
+                }
+                let read = Code {
+                    identity,
+                    first_line: u32::from_le_bytes(field(&head, layout.code_first_line)),
+                    name: string(mem, layout, name)?,
+                    file: string(mem, layout, file)?,
+                    table: bytes(mem, layout, table)?,
+                };
+                self.0.insert(f.code, read);
+                &self.0[&f.code]
+            }
+        };
+        // The instruction's index in code units (2 bytes); a frame that
+        // has not run one yet points just before the first.
+        let unit = f.instr.saturating_sub(f.code + layout.code_units) / 2;
+        Ok(PyFrame {
+            name: known.name.clone(),
+            file: known.file.clone(),
+            first_line: known.first_line,
+            line: lines::line_of(&known.table, known.first_line, unit as usize).unwrap_or(0),
+            entry: false,
+        })
+    }
+}
+
+/// The compact string object at `addr`.
+fn string(mem: &impl Memory, layout: &Layout, addr: u64) -> Result<Arc<str>, ReadError> {
+    let mut head = vec![0; layout.str_state as usize + 4];
+    read(mem, addr, &mut head)?;
+    let length = u64::from_le_bytes(field(&head, layout.str_length));
+    let state = u32::from_le_bytes(field(&head, layout.str_state));
+    // Bits: interned (2), kind (3), compact (1), ascii (1).
+    let (kind, compact, ascii) = ((state >> 2) & 7, state >> 5 & 1 == 1, state >> 6 & 1 == 1);
+    if !compact || length > MAX_STRING || !matches!(kind, 1 | 2 | 4) {
+        return Err(ReadError::NotText(addr));
+    }
+    if ascii {
+        let mut text = vec![0; length as usize];
+        read(mem, addr + layout.str_ascii_data, &mut text)?;
+        return Ok(Arc::from(String::from_utf8_lossy(&text).as_ref()));
+    }
+    let width = kind as usize;
+    let mut raw = vec![0; length as usize * width];
+    read(mem, addr + layout.str_compact_data, &mut raw)?;
+    let text: String = raw
+        .chunks(width)
+        .map(|c| {
+            let mut b = [0; 4];
+            b[..width].copy_from_slice(c);
+            char::from_u32(u32::from_le_bytes(b)).unwrap_or(char::REPLACEMENT_CHARACTER)
+        })
+        .collect();
+    Ok(Arc::from(text))
+}
+
+/// The bytes object at `addr`.
+fn bytes(mem: &impl Memory, layout: &Layout, addr: u64) -> Result<Arc<[u8]>, ReadError> {
+    let size = word(mem, addr + layout.var_size)?;
+    if size > MAX_TABLE {
+        return Err(ReadError::NotText(addr));
+    }
+    let mut data = vec![0; size as usize];
+    read(mem, addr + layout.bytes_data, &mut data)?;
+    Ok(Arc::from(data))
+}

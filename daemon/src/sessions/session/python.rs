@@ -1,0 +1,292 @@
+//! Python frames in a session's stacks. A sample of a process running
+//! CPython has its thread's Python frames, read at the sample (see
+//! [`crate::os::bpf`]), put in place of the native eval-loop frames that
+//! ran them, as py-spy
+//! `--native` shows them; each distinct Python frame (function, file, line)
+//! is one address of a range of its own, named from this table. A read
+//! that fails, or does not fit the native stack, puts
+//! [`PY_UNREADABLE_FRAME`] in place of the eval-loop frames instead, and
+//! is counted.
+use crate::os::bpf::Record;
+use crate::process::python::{Process, PyFrame};
+use indexmap::IndexSet;
+use std::sync::Arc;
+
+/// The frame in place of eval-loop frames whose Python frames could not
+/// be read; named `[python: unreadable]`.
+pub const PY_UNREADABLE_FRAME: u64 = u64::MAX - 3;
+
+/// Python frames are the addresses from here up: above every user address
+/// (below 2^47) of the target's space, below every kernel address, and
+/// never tagged with a space.
+const PY_BASE: u64 = 1 << 47;
+
+/// Distinct Python frames (function and line) a session keeps at most, about
+/// 64 bytes each; a frame past it is counted as unreadable. Continuous
+/// profiling lets go of them when no stack refers to one.
+pub const MAX_FRAMES: usize = 1 << 16;
+
+/// A Python frame as the table keys it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub name: Arc<str>,
+    pub file: Arc<str>,
+    pub first_line: u32,
+    pub line: u32,
+}
+
+/// The Python frames met in a session's stacks.
+#[derive(Default)]
+pub struct PyFrames {
+    frames: IndexSet<Key>,
+    /// How far from their samples' times the frames were read, in
+    /// nanoseconds: the last [`LAGS_KEPT`] reads.
+    lags: Vec<u32>,
+    reads: u64,
+}
+
+/// Read lags kept for their median and 99th percentile.
+const LAGS_KEPT: usize = 1 << 14;
+
+/// How far from their samples' times a session's Python frames were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lag {
+    pub reads: u64,
+    pub median_ns: u32,
+    pub p99_ns: u32,
+}
+
+/// What became of a sample's stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merged {
+    /// It ran no Python code (no eval-loop frame): as it was.
+    Native,
+    /// Its eval-loop frames are now the Python frames they ran.
+    Python,
+    /// Its eval-loop frames are now [`PY_UNREADABLE_FRAME`].
+    Unreadable,
+}
+
+impl PyFrames {
+    /// The frame of address `addr`, if it is a Python frame's.
+    pub fn frame(&self, addr: u64) -> Option<&Key> {
+        let index = addr.checked_sub(PY_BASE)?;
+        self.frames.get_index(usize::try_from(index).ok()?)
+    }
+
+    /// Whether `addr` is a Python frame's.
+    pub fn is_python(addr: u64) -> bool {
+        (PY_BASE..PY_BASE + MAX_FRAMES as u64).contains(&addr)
+    }
+
+    /// Note a read made `lag_ns` from its sample's time.
+    pub fn read_at(&mut self, lag_ns: u64) {
+        let ns = u32::try_from(lag_ns).unwrap_or(u32::MAX);
+        match self.lags.len() < LAGS_KEPT {
+            true => self.lags.push(ns),
+            false => self.lags[(self.reads % LAGS_KEPT as u64) as usize] = ns,
+        }
+        self.reads += 1;
+    }
+
+    /// The lag of the reads so far (of the last [`LAGS_KEPT`]); None
+    /// before the first.
+    pub fn lag(&self) -> Option<Lag> {
+        let mut lags = self.lags.clone();
+        lags.sort_unstable();
+        let at = |q: usize| lags[(lags.len() - 1) * q / 100];
+        (!lags.is_empty()).then(|| Lag {
+            reads: self.reads,
+            median_ns: at(50),
+            p99_ns: at(99),
+        })
+    }
+
+    /// Frames held.
+    pub fn held(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Forget every frame (no stack refers to one any more).
+    pub fn clear(&mut self) {
+        self.frames.clear();
+    }
+
+    fn address(&mut self, frame: &PyFrame) -> u64 {
+        let key = Key {
+            name: frame.name.clone(),
+            file: frame.file.clone(),
+            first_line: frame.first_line,
+            line: frame.line,
+        };
+        if self.frames.len() >= MAX_FRAMES && !self.frames.contains(&key) {
+            return PY_UNREADABLE_FRAME;
+        }
+        PY_BASE + self.frames.insert_full(key).0 as u64
+    }
+
+    /// `stack` (innermost first; addresses as in the process, `plain`
+    /// turning a tagged one back) of a thread of `process`, with the Python
+    /// frames in place of its eval-loop frames, into `out`. `record`: the
+    /// thread's frames as read at the sample, if they were.
+    pub fn merge(
+        &mut self,
+        process: &mut Process,
+        record: Option<&Record>,
+        stack: &[u64],
+        plain: impl Fn(u64) -> u64,
+        out: &mut Vec<u64>,
+    ) -> Merged {
+        let evals = stack.iter().filter(|&&a| process.is_eval(plain(a))).count();
+        if evals == 0 {
+            return Merged::Native;
+        }
+        out.clear();
+        let read = match record.map(|r| process.name(r)) {
+            Some(Ok(frames)) => frames,
+            Some(Err(err)) => {
+                tracing::trace!(%err, "python frames not read");
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        // The frames each eval-loop call ran: up to and including the
+        // first it was entered with, innermost first.
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::with_capacity(evals);
+        let mut start = 0;
+        for (i, f) in read.iter().enumerate() {
+            if f.entry {
+                runs.push(start..i + 1);
+                start = i + 1;
+            }
+        }
+        if runs.len() != evals || start != read.len() {
+            out.extend(stack.iter().map(|&a| match process.is_eval(plain(a)) {
+                true => PY_UNREADABLE_FRAME,
+                false => a,
+            }));
+            out.dedup_by(|a, b| *a == PY_UNREADABLE_FRAME && *b == PY_UNREADABLE_FRAME);
+            return Merged::Unreadable;
+        }
+        let mut runs = runs.into_iter();
+        for &a in stack {
+            if !process.is_eval(plain(a)) {
+                out.push(a);
+                continue;
+            }
+            for f in &read[runs.next().unwrap_or_default()] {
+                let addr = self.address(f);
+                out.push(addr);
+            }
+        }
+        Merged::Python
+    }
+}
+
+/// The function a Python frame is in: `module.qualname`, the module named
+/// from its file (`script.py` → `script`).
+pub fn function_name(key: &Key) -> String {
+    let file = key.file.rsplit('/').next().unwrap_or(&key.file);
+    let module = file.strip_suffix(".py").unwrap_or(file);
+    format!("{module}.{}", key.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::maps::ProcessMaps;
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    /// A real python3 waiting in `inner()` called by `outer()`, read from
+    /// outside: a native stack with its one eval-loop frame gets the three
+    /// Python frames in that frame's place, the same frames the same
+    /// addresses; one with two eval-loop frames does not fit and gets
+    /// `[python: unreadable]` once in place of both.
+    #[test]
+    fn eval_loop_frames_become_the_python_frames_they_ran() {
+        let script = "import sys\ndef inner():\n    print('ready', flush=True)\n    sys.stdin.read()\ndef outer():\n    inner()\nouter()\n";
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        let pid = child.id();
+        let maps = ProcessMaps::read(pid).unwrap();
+        let mut process = Process::find(pid, &maps)
+            .unwrap()
+            .expect("python3 runs CPython");
+        let eval = process.interpreter.eval.start + 16;
+        let mut frames = PyFrames::default();
+        let mut out = Vec::new();
+
+        let now = process.record_now(pid);
+        let native = [0x1000, 0x2000];
+        let merged = frames.merge(&mut process, Some(&now), &native, |a| a, &mut out);
+        assert_eq!(merged, Merged::Native);
+
+        let stack = [0x1000, eval, 0x2000];
+        assert_eq!(
+            frames.merge(&mut process, Some(&now), &stack, |a| a, &mut out),
+            Merged::Python
+        );
+        assert_eq!(out.len(), 5, "{out:x?}");
+        assert_eq!((out[0], out[4]), (0x1000, 0x2000));
+        let names: Vec<String> = out[1..4]
+            .iter()
+            .map(|&a| function_name(frames.frame(a).unwrap()))
+            .collect();
+        assert_eq!(
+            names,
+            ["<string>.inner", "<string>.outer", "<string>.<module>"]
+        );
+        assert!(out[1..4].iter().all(|&a| PyFrames::is_python(a)));
+        let first = out.clone();
+        frames.merge(&mut process, Some(&now), &stack, |a| a, &mut out);
+        assert_eq!(out, first);
+        assert_eq!(frames.held(), 3);
+
+        let two = [0x1000, eval, 0x3000, eval + 8, 0x2000];
+        assert_eq!(
+            frames.merge(&mut process, Some(&now), &two, |a| a, &mut out),
+            Merged::Unreadable
+        );
+        assert_eq!(
+            out,
+            [
+                0x1000,
+                PY_UNREADABLE_FRAME,
+                0x3000,
+                PY_UNREADABLE_FRAME,
+                0x2000
+            ]
+        );
+
+        // A thread of no Python thread state, a sample with no read and a
+        // process gone: unreadable too.
+        let none = process.record_now(1);
+        assert_eq!(none.status, crate::os::bpf::Status::NoThread);
+        assert_eq!(
+            frames.merge(&mut process, Some(&none), &stack, |a| a, &mut out),
+            Merged::Unreadable
+        );
+        assert_eq!(
+            frames.merge(&mut process, None, &stack, |a| a, &mut out),
+            Merged::Unreadable
+        );
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        let gone = process.record_now(pid);
+        assert_eq!(gone.status, crate::os::bpf::Status::Fault);
+        assert_eq!(
+            frames.merge(&mut process, Some(&gone), &stack, |a| a, &mut out),
+            Merged::Unreadable
+        );
+        assert_eq!(out, [0x1000, PY_UNREADABLE_FRAME, 0x2000]);
+    }
+}

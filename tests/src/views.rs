@@ -155,6 +155,12 @@ fn go_env() -> Vec<(String, String)> {
     ]
 }
 
+/// `go tool pprof -top -lines` on `file`: (flat, cum, `function
+/// file:line`) of each row, and the output.
+pub fn go_pprof_lines(file: &Path) -> (Vec<(f64, f64, String)>, String) {
+    go_pprof_top(&["-lines"], &[file])
+}
+
 /// `go tool pprof -top` with every node, flat in samples (unless `extra`
 /// chooses another `-sample_index` and `-unit=ns`), on `files` after
 /// `extra` flags: (flat, cum, function name) of each row, and the output.

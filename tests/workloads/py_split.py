@@ -9,6 +9,8 @@ for SECONDS:
   threads  two threads, left() and right(), each running its own loop
   zlib     squeeze() calls zlib.compress: libz's native code under it
   sleep    napper() sleeps in time.sleep() most of the time
+  generator consume() iterates the generator produce(), which calls hot_a():
+           produce and hot_a 100 % inclusive, under consume
 """
 import sys
 import threading
@@ -65,6 +67,17 @@ def squeeze(end):
         zlib.compress(data, 6)
 
 
+def produce(n):
+    for _ in range(n):
+        yield hot_a(3000)
+
+
+def consume(end):
+    while time.monotonic() < end:
+        for _ in produce(4):
+            pass
+
+
 def napper(end):
     while time.monotonic() < end:
         time.sleep(0.05)
@@ -90,6 +103,8 @@ def main():
         squeeze(end)
     elif mode == "sleep":
         napper(end)
+    elif mode == "generator":
+        consume(end)
 
 
 main()

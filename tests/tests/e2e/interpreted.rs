@@ -66,6 +66,72 @@ fn python_functions_split_under_their_caller() {
     p.assert_pct_within(&py("hot_b"), Inclusive, 25.0, TOLERANCE);
 }
 
+/// A generator's frames sit between the loop that iterates it and what it
+/// calls.
+#[test]
+fn python_generator_frames_sit_under_their_consumer() {
+    let h = Harness::start();
+    let w = start("generator");
+    let p = h.daemon.profile_until(&w, SAMPLES, &[]);
+    check_read(&p);
+    p.assert_pct_within(&py("consume"), Inclusive, 100.0, TOLERANCE);
+    p.assert_pct_within(&py("produce"), Inclusive, 100.0, TOLERANCE);
+    p.assert_pct_within(&py("hot_a"), Inclusive, 100.0, TOLERANCE);
+}
+
+/// The pprof export carries each Python frame's file and line: `go tool
+/// pprof -lines` puts hot_a's time on the lines of its body in
+/// py_split.py, and nowhere else.
+#[test]
+fn python_lines_reach_go_pprof() {
+    let h = Harness::start();
+    let w = start("split");
+    let p = h.daemon.profile_until(&w, SAMPLES, &[]);
+    check_read(&p);
+    let file = profd_e2e::unique_dir("py-pprof").join("split.pb.gz");
+    let session = p.session_id.to_string();
+    let out = h.daemon.profctl(&[
+        "export",
+        &session,
+        "--format",
+        "pprof",
+        "-o",
+        profd_e2e::path_str(&file),
+    ]);
+    out.assert_success();
+    let (rows, text) = profd_e2e::views::go_pprof_lines(&file);
+    // hot_a's body: the four lines after its `def`.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/py_split.py");
+    let source = std::fs::read_to_string(&script).unwrap();
+    let def = 1 + source
+        .lines()
+        .position(|l| l.starts_with("def hot_a("))
+        .expect("py_split.py defines hot_a");
+    let body = def + 1..=def + 4;
+    let total = p.totals.attributed as f64;
+    let mut on_body = 0.0;
+    for (_, cum, name) in &rows {
+        let Some(at) = name.strip_prefix(&format!("{} ", py("hot_a"))) else {
+            continue;
+        };
+        let line: usize = (at.rsplit_once(':'))
+            .filter(|(file, _)| file.ends_with("py_split.py"))
+            .and_then(|(_, line)| line.parse().ok())
+            .unwrap_or_else(|| panic!("hot_a's row {name:?} has no line of py_split.py:\n{text}"));
+        assert!(
+            body.contains(&line),
+            "hot_a at line {line}, outside {body:?}:\n{text}"
+        );
+        on_body += cum;
+    }
+    // A sample is at one line of hot_a (cum adds each line's samples).
+    let share = 100.0 * on_body / total;
+    assert!(
+        (share - 75.0).abs() <= TOLERANCE,
+        "hot_a's lines hold {share:.1} %:\n{text}"
+    );
+}
+
 /// A function recursing five levels deep counts once per sample.
 #[test]
 fn python_recursion_counts_once() {

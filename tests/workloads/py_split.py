@@ -107,4 +107,5 @@ def main():
         consume(end)
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -578,6 +578,7 @@ pub fn info_text(info: &InfoResponse) -> String {
                 .as_ref()
                 .map_or("off".to_string(), debuginfod_text),
         ),
+        ("python frames", info.python_frames.clone()),
     ];
     let mut out = String::from("profd daemon\n");
     let retention = info

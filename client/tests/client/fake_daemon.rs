@@ -172,6 +172,7 @@ impl Profiler for Fake {
             retention: None,
             memory: None,
             debuginfod: None,
+            python_frames: "read at each sample".into(),
         }))
     }
 

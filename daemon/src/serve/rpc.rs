@@ -569,6 +569,10 @@ impl Profiler for Service {
                     timeout_s: d.timeout.as_secs() as u32,
                 }
             }),
+            python_frames: match crate::os::bpf::PythonProbe::get() {
+                Ok(_) => "read at each sample".to_string(),
+                Err(why) => format!("not read: {why}"),
+            },
         }))
     }
 

@@ -250,7 +250,11 @@ fn service_is_hardened_with_exactly_its_capabilities() {
     }
     assert_eq!(
         unit.all(s, "SystemCallFilter"),
-        ["@system-service perf_event_open", "~@privileged @resources"]
+        [
+            "@system-service perf_event_open",
+            "~@privileged @resources",
+            "bpf"
+        ]
     );
     assert_eq!(unit.one("Unit", "Requires"), "profd.socket");
     assert!(unit.words("Unit", "After").contains("profd.socket"));

@@ -653,18 +653,21 @@ fn tui_in_a_terminal() {
     assert!(screen.contains("— target rings —"), "{screen}");
 
     // INCL% INCL EXCL% EXCL [.] NAME MODULE: the names listed, with their
-    // user/kernel marks.
-    let marked = |s: &str| -> Vec<(String, String)> {
+    // user/kernel marks and modules.
+    let marked = |s: &str| -> Vec<(String, String, String)> {
         s.lines()
             .skip_while(|l| !l.contains("FUNCTION"))
             .skip(1)
             .filter_map(|l| {
                 let w: Vec<&str> = l.split_whitespace().collect();
-                (w.len() >= 6 && w[0].ends_with('%')).then(|| (w[4].to_string(), w[5].to_string()))
+                (w.len() >= 7 && w[0].ends_with('%')).then(|| {
+                    let module = w[w.len() - 1].to_string();
+                    (w[4].to_string(), w[5].to_string(), module)
+                })
             })
             .collect()
     };
-    let listed = |s: &str| -> Vec<String> { marked(s).into_iter().map(|(_, n)| n).collect() };
+    let listed = |s: &str| -> Vec<String> { marked(s).into_iter().map(|(_, n, _)| n).collect() };
     // By self time first: leaf_b (75 %), then leaf_a (25 %); a rate once
     // two updates came.
     let screen = term.wait_for("a rate", wait, |s| s.contains("samples/s"));
@@ -673,10 +676,8 @@ fn tui_in_a_terminal() {
         Some(&["leaf_b", "leaf_a"].map(String::from)[..]),
         "{screen}"
     );
-    for (mark, name) in marked(&screen) {
-        let kernel = screen
-            .lines()
-            .any(|l| l.contains(&name) && l.contains("[kernel]"));
+    for (mark, name, module) in marked(&screen) {
+        let kernel = module == "[kernel]";
         assert_eq!(
             mark,
             if kernel { "[k]" } else { "[.]" },

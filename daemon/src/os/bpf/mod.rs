@@ -158,14 +158,19 @@ impl PythonProbe {
         // kernel's type information (BTF), which is megabytes to parse.
         let mut ebpf = (EbpfLoader::new().btf(None))
             .load(&OBJECT.0)
-            .map_err(|e| format!("loading its BPF object: {e}"))?;
+            .map_err(|e| match e {
+                aya::EbpfError::ParseError(_) => {
+                    format!("its BPF object does not parse: {}", chain(&e))
+                }
+                _ => format!("the kernel refused the BPF program's maps: {}", chain(&e)),
+            })?;
         let program: &mut PerfEvent = (ebpf.program_mut("python_frames"))
             .ok_or("the BPF object has no program python_frames")?
             .try_into()
             .map_err(|e| format!("python_frames: {e}"))?;
         program
             .load()
-            .map_err(|e| format!("the kernel refused the BPF program: {e}"))?;
+            .map_err(|e| format!("the kernel refused the BPF program: {}", chain(&e)))?;
         let fd = (program.fd().map_err(|e| e.to_string())?.as_fd())
             .try_clone_to_owned()
             .map_err(|e| e.to_string())?;
@@ -289,6 +294,18 @@ impl Record {
     fn bytes(&self) -> usize {
         HEADER_BYTES + self.frames.len() * FRAME_RECORD_BYTES
     }
+}
+
+/// An error and its sources, as one line (aya keeps the system's error as
+/// a source).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
 }
 
 /// A record as the program wrote it, and its thread.

@@ -377,11 +377,19 @@ fn run_scenarios(
             Scenario::PythonFrames => daemon.profile(targets.python.pid()).and_then(|p| {
                 let unreadable = p.totals.python_unreadable;
                 let named = p.functions.iter().any(|f| f.name == "py_split.outer");
+                // profctl info says why frames are not read.
+                let info = daemon.profctl(&["info"]).stdout;
+                let said = info
+                    .lines()
+                    .find(|l| l.trim_start().starts_with("python frames:"))
+                    .unwrap_or("no python frames line in profctl info")
+                    .trim()
+                    .to_string();
                 (named && unreadable * 10 < p.totals.attributed)
                     .then_some(())
                     .ok_or_else(|| {
                         format!(
-                            "python frames: {unreadable} of {} samples unreadable:\n{}",
+                            "{said}; {unreadable} of {} samples unreadable:\n{}",
                             p.totals.attributed,
                             p.table()
                         )
@@ -460,6 +468,14 @@ fn unit_capabilities_are_enough_and_each_is_needed() {
         let daemon = UnitDaemon::start(&caps, &targets.hidden, None);
         daemon.wait_ready();
         let results = run_scenarios(&daemon, &targets, &[breaks]);
+        if breaks == Scenario::PythonFrames {
+            let reason = results[&breaks].as_ref().err().cloned().unwrap_or_default();
+            assert!(
+                reason.starts_with("python frames:        not read: the kernel refused")
+                    && reason.contains("Operation not permitted"),
+                "without {missing}, profctl info does not say why Python frames are not read: {reason}"
+            );
+        }
         match &results[&breaks] {
             Ok(()) => panic!("without {missing}, {breaks:?} still works: it is not needed"),
             Err(reason) => eprintln!(

@@ -295,6 +295,9 @@ impl Daemon {
         if !facts.pmu_available {
             tracing::info!("no hardware PMU: sessions asking for cycles use cpu-clock");
         }
+        // The program that reads Python frames, loaded (or found wanting,
+        // and said) before anything is served, not in the middle of it.
+        let _ = crate::os::bpf::PythonProbe::get();
         let gid = socket_gid(config.socket_group.as_deref())?;
         let mut policy = auth::Policy {
             kernel_frames: config.kernel_frames,

@@ -298,8 +298,12 @@ fn replace(r: &Resolved, data: &[u8]) -> io::Result<()> {
     // written at any time: rename only the file written, and say so unless
     // it is in place when profctl is done.
     let is_mine = |name: &OsStr| -> io::Result<bool> {
-        let now = rfs::statat(&r.dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
-        Ok((now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino))
+        match rfs::statat(&r.dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(now) => Ok((now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)),
+            // Gone: someone removed or renamed it meanwhile.
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     };
     let replaced = |name: &OsStr| {
         io::Error::other(format!(
@@ -314,7 +318,10 @@ fn replace(r: &Resolved, data: &[u8]) -> io::Result<()> {
         if !is_mine(&temp)? {
             return Err(replaced(&temp));
         }
-        rfs::renameat(&r.dir, &temp, &r.dir, &r.name)?;
+        match rfs::renameat(&r.dir, &temp, &r.dir, &r.name) {
+            Err(Errno::NOENT) => return Err(replaced(&temp)),
+            renamed => renamed?,
+        }
         if !is_mine(&r.name)? {
             return Err(replaced(&r.name));
         }

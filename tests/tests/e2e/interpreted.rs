@@ -80,8 +80,8 @@ fn python_generator_frames_sit_under_their_consumer() {
 }
 
 /// The pprof export carries each Python frame's file and line: `go tool
-/// pprof -lines` puts hot_a's time on the lines of its body in
-/// py_split.py, and nowhere else.
+/// pprof -lines` puts hot_a's time on its lines in py_split.py, and
+/// nowhere else.
 #[test]
 fn python_lines_reach_go_pprof() {
     let h = Harness::start();
@@ -100,14 +100,15 @@ fn python_lines_reach_go_pprof() {
     ]);
     out.assert_success();
     let (rows, text) = profd_e2e::views::go_pprof_lines(&file);
-    // hot_a's body: the four lines after its `def`.
+    // hot_a's lines: its `def` (where a call starts, before its first
+    // line runs) and the four lines of its body.
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/py_split.py");
     let source = std::fs::read_to_string(&script).unwrap();
     let def = 1 + source
         .lines()
         .position(|l| l.starts_with("def hot_a("))
         .expect("py_split.py defines hot_a");
-    let body = def + 1..=def + 4;
+    let body = def..=def + 4;
     let total = p.totals.attributed as f64;
     let mut on_body = 0.0;
     for (_, cum, name) in &rows {

@@ -245,8 +245,9 @@ fn threads_of_forked_children_have_the_command_name() {
         .position(|&c| c == "NAME")
         .expect("a NAME column");
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
-    // The target and two threads in each of six children.
-    assert!(rows.len() >= 13, "threads:\n{threads}");
+    // Two threads in each of six children (and the target, when a sample
+    // found it: it only forks and waits).
+    assert!(rows.len() >= 12, "threads:\n{threads}");
     for row in &rows {
         assert_eq!(
             row.get(name),

@@ -441,15 +441,13 @@ impl Ingest {
                 None => stack,
                 Some(process) => {
                     let plain = |a| spaces::untag(a).1;
-                    let record = crate::os::bpf::PythonProbe::get()
-                        .ok()
-                        .and_then(|probe| probe.record(sample.tid, sample.time));
+                    let (tid, time) = (sample.tid, sample.time);
+                    let record = || {
+                        let probe = crate::os::bpf::PythonProbe::get().ok()?;
+                        probe.record(tid, time)
+                    };
                     let python = &mut self.python;
-                    let merge = python.merge(process, record.as_deref(), stack, plain, &mut merged);
-                    if let (Some(r), false) = (&record, merge == Merged::Native) {
-                        python.read_at(r.time.abs_diff(sample.time));
-                    }
-                    match merge {
+                    match python.merge(process, time, record, stack, plain, &mut merged) {
                         Merged::Native => stack,
                         Merged::Python => &merged[..],
                         Merged::Unreadable => {

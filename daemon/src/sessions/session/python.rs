@@ -128,11 +128,13 @@ impl PyFrames {
     /// `stack` (innermost first; addresses as in the process, `plain`
     /// turning a tagged one back) of a thread of `process`, with the Python
     /// frames in place of its eval-loop frames, into `out`. `record`: the
-    /// thread's frames as read at the sample, if they were.
+    /// thread's frames as read at the sample taken at `time`, if they were;
+    /// looked up only for a stack that ran Python code.
     pub fn merge(
         &mut self,
         process: &mut Process,
-        record: Option<&Record>,
+        time: u64,
+        record: impl FnOnce() -> Option<Arc<Record>>,
         stack: &[u64],
         plain: impl Fn(u64) -> u64,
         out: &mut Vec<u64>,
@@ -142,7 +144,11 @@ impl PyFrames {
             return Merged::Native;
         }
         out.clear();
-        let read = match record.map(|r| process.name(r)) {
+        let record = record();
+        if let Some(r) = &record {
+            self.read_at(r.time.abs_diff(time));
+        }
+        let read = match record.map(|r| process.name(&r)) {
             Some(Ok(frames)) => frames,
             Some(Err(err)) => {
                 tracing::trace!(%err, "python frames not read");
@@ -227,12 +233,26 @@ mod tests {
 
         let now = process.record_now(pid);
         let native = [0x1000, 0x2000];
-        let merged = frames.merge(&mut process, Some(&now), &native, |a| a, &mut out);
+        let merged = frames.merge(
+            &mut process,
+            0,
+            || Some(Arc::new(now.clone())),
+            &native,
+            |a| a,
+            &mut out,
+        );
         assert_eq!(merged, Merged::Native);
 
         let stack = [0x1000, eval, 0x2000];
         assert_eq!(
-            frames.merge(&mut process, Some(&now), &stack, |a| a, &mut out),
+            frames.merge(
+                &mut process,
+                0,
+                || Some(Arc::new(now.clone())),
+                &stack,
+                |a| a,
+                &mut out
+            ),
             Merged::Python
         );
         assert_eq!(out.len(), 5, "{out:x?}");
@@ -247,13 +267,27 @@ mod tests {
         );
         assert!(out[1..4].iter().all(|&a| PyFrames::is_python(a)));
         let first = out.clone();
-        frames.merge(&mut process, Some(&now), &stack, |a| a, &mut out);
+        frames.merge(
+            &mut process,
+            0,
+            || Some(Arc::new(now.clone())),
+            &stack,
+            |a| a,
+            &mut out,
+        );
         assert_eq!(out, first);
         assert_eq!(frames.held(), 3);
 
         let two = [0x1000, eval, 0x3000, eval + 8, 0x2000];
         assert_eq!(
-            frames.merge(&mut process, Some(&now), &two, |a| a, &mut out),
+            frames.merge(
+                &mut process,
+                0,
+                || Some(Arc::new(now.clone())),
+                &two,
+                |a| a,
+                &mut out
+            ),
             Merged::Unreadable
         );
         assert_eq!(
@@ -272,11 +306,18 @@ mod tests {
         let none = process.record_now(1);
         assert_eq!(none.status, crate::os::bpf::Status::NoThread);
         assert_eq!(
-            frames.merge(&mut process, Some(&none), &stack, |a| a, &mut out),
+            frames.merge(
+                &mut process,
+                0,
+                || Some(Arc::new(none.clone())),
+                &stack,
+                |a| a,
+                &mut out
+            ),
             Merged::Unreadable
         );
         assert_eq!(
-            frames.merge(&mut process, None, &stack, |a| a, &mut out),
+            frames.merge(&mut process, 0, || None, &stack, |a| a, &mut out),
             Merged::Unreadable
         );
         drop(child.stdin.take());
@@ -284,7 +325,14 @@ mod tests {
         let gone = process.record_now(pid);
         assert_eq!(gone.status, crate::os::bpf::Status::Fault);
         assert_eq!(
-            frames.merge(&mut process, Some(&gone), &stack, |a| a, &mut out),
+            frames.merge(
+                &mut process,
+                0,
+                || Some(Arc::new(gone.clone())),
+                &stack,
+                |a| a,
+                &mut out
+            ),
             Merged::Unreadable
         );
         assert_eq!(out, [0x1000, PY_UNREADABLE_FRAME, 0x2000]);

@@ -585,11 +585,6 @@ fn drain(
         Some(_) => Flush::Exact,
         None => Flush::Held,
     };
-    // The interpreter frames read at the samples drained here are kept
-    // apart from the program's ring, which then has room for the next.
-    if let Ok(probe) = crate::os::bpf::PythonProbe::get() {
-        probe.read_out();
-    }
     let guard = routes.read().unwrap_or_else(|e| e.into_inner());
     let exiting = guard.all.iter().any(|r| r.exited.is_some());
     let sessions = &guard.sessions;
@@ -612,6 +607,12 @@ fn drain(
     let now = monotonic_ns();
     heads.clear();
     heads.extend(rings.iter().map(|r| r.get_ref().head()));
+    // The interpreter frames read at the samples drained here (each copy
+    // is written before its sample) are kept apart from the program's
+    // ring, which then has room for the next.
+    if let Ok(probe) = crate::os::bpf::PythonProbe::get() {
+        probe.read_out();
+    }
     for (ring, &head) in rings.iter_mut().zip(heads.iter()) {
         ring.get_mut().scan_tasks(head, |record| drain.task(record));
     }

@@ -139,6 +139,8 @@ struct Inner {
     /// may be counted by several sessions, so a record stays until it is
     /// too old.
     kept: HashMap<u32, VecDeque<Arc<Record>>>,
+    /// Bytes the kept records hold.
+    kept_bytes: usize,
     /// Sessions that asked for each process.
     users: HashMap<u32, usize>,
 }
@@ -193,6 +195,7 @@ impl PythonProbe {
                 procs,
                 records,
                 kept: HashMap::default(),
+                kept_bytes: 0,
                 users: HashMap::default(),
             }),
         })
@@ -243,8 +246,21 @@ impl PythonProbe {
     /// (CLOCK_MONOTONIC), if the program made one.
     pub fn record(&self, tid: u32, time: u64) -> Option<Arc<Record>> {
         let mut inner = self.inner();
+        // The drain that read the sample moved its record out of the ring
+        // (see `sampling::drain`); one not there yet is looked for again.
+        if let Some(record) = inner.paired(tid, time) {
+            return Some(record);
+        }
         inner.read_out();
-        let queue = inner.kept.get(&tid)?;
+        inner.paired(tid, time)
+    }
+}
+
+impl Inner {
+    /// The kept record nearest thread `tid`'s sample at `time`, when it is
+    /// close enough to be that sample's.
+    fn paired(&self, tid: u32, time: u64) -> Option<Arc<Record>> {
+        let queue = self.kept.get(&tid)?;
         // The record nearest the sample, close enough to it.
         let after = queue.partition_point(|r| r.time < time);
         let near = |i: usize| queue.get(i).map(|r| (r.time.abs_diff(time), r));
@@ -254,9 +270,7 @@ impl PythonProbe {
         };
         (gap <= PAIRED_WITHIN_NS).then(|| record.clone())
     }
-}
 
-impl Inner {
     /// Move the ring's records to the kept ones, dropping the oldest past
     /// the bounds.
     fn read_out(&mut self) {
@@ -266,6 +280,7 @@ impl Inner {
                 continue;
             };
             newest = newest.max(Some(record.time));
+            self.kept_bytes += record.bytes();
             self.kept
                 .entry(tid)
                 .or_default()
@@ -273,12 +288,11 @@ impl Inner {
         }
         let Some(newest) = newest else { return };
         let cutoff = newest.saturating_sub(KEPT_NS);
-        let mut bytes = 0;
+        let mut bytes = self.kept_bytes;
         self.kept.retain(|_, queue| {
             while queue.front().is_some_and(|r| r.time < cutoff) {
-                queue.pop_front();
+                bytes -= queue.pop_front().map_or(0, |r| r.bytes());
             }
-            bytes += queue.iter().map(|r| r.bytes()).sum::<usize>();
             !queue.is_empty()
         });
         // Over the bytes: the oldest records of all threads go first.
@@ -295,6 +309,7 @@ impl Inner {
                 self.kept.remove(&tid);
             }
         }
+        self.kept_bytes = bytes;
     }
 }
 

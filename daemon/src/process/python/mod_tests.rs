@@ -80,6 +80,20 @@ fn start(python: &str, name: &str) -> Running {
         .map(|w| w.parse().unwrap())
         .collect();
     assert_eq!(ids.len(), 2, "{ready:?}");
+    // Both threads wait in read(2) (syscall 0) before they are read: the
+    // main thread is past its print, on the line that reads.
+    let pid = child.id();
+    for tid in &ids {
+        let path = format!("/proc/{pid}/task/{tid}/syscall");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !std::fs::read_to_string(&path).is_ok_and(|s| s.starts_with("0 ")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "thread {tid} never waited in read"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
     Running {
         child,
         file,

@@ -165,6 +165,9 @@ struct Code {
     name: Arc<str>,
     file: Arc<str>,
     table: Arc<[u8]>,
+    /// The lines of the instructions met so far, by address (3.11 on) or
+    /// index: a table is decoded from its start at each look-up.
+    lines: foldhash::HashMap<u64, u32>,
 }
 
 /// Code objects named before, by address.
@@ -219,15 +222,41 @@ impl Codes {
         Ok(out)
     }
 
-    /// The frame `f` runs: its code object, named from `mem` unless it is
-    /// known by the identity the sample-time read copied; an object that
-    /// changed since that read is an error.
+    /// The frame `f` runs: its code object's names and the line of its
+    /// instruction.
     fn frame(
         &mut self,
         mem: &impl Memory,
         layout: &Layout,
         f: &RawFrame,
     ) -> Result<PyFrame, ReadError> {
+        let known = self.code(mem, layout, f)?;
+        let line = match known.lines.get(&f.instr) {
+            Some(&line) => line,
+            None => {
+                let line = line_of(layout, known, f);
+                known.lines.insert(f.instr, line);
+                line
+            }
+        };
+        Ok(PyFrame {
+            name: known.name.clone(),
+            file: known.file.clone(),
+            first_line: known.first_line,
+            line,
+            entry: false,
+        })
+    }
+
+    /// The code object of frame `f`, named from `mem` unless it is known
+    /// by the identity the sample-time read copied; an object that changed
+    /// since that read is an error.
+    fn code(
+        &mut self,
+        mem: &impl Memory,
+        layout: &Layout,
+        f: &RawFrame,
+    ) -> Result<&mut Code, ReadError> {
         let at = |offset: u64| {
             let i = offset.checked_sub(layout.code_file)? / 8;
             f.identity.get(i as usize).copied()
@@ -241,8 +270,8 @@ impl Codes {
             return Err(ReadError::Changed(f.code));
         };
         let identity = (file, name, table);
-        let known = match self.0.get(&f.code) {
-            Some(c) if c.identity == identity => c,
+        match self.0.get(&f.code) {
+            Some(c) if c.identity == identity => {}
             _ => {
                 let mut head = vec![0; layout.code_bytes() as usize];
                 read(mem, f.code, &mut head)?;
@@ -260,32 +289,32 @@ impl Codes {
                     name: string(mem, layout, name)?,
                     file: string(mem, layout, file)?,
                     table: bytes(mem, layout, table)?,
+                    lines: Default::default(),
                 };
                 self.0.insert(f.code, read);
-                &self.0[&f.code]
             }
-        };
-        // The instruction's offset in bytes. A frame that has not run one
-        // yet points just before the first (3.11 on), or has an index of
-        // -1 (before), and is on its first line.
-        let offset = match layout.instr {
-            Instr::Pointer { code_units } => Some(f.instr.saturating_sub(f.code + code_units)),
-            Instr::Index { unit_bytes } => u64::try_from(f.instr as u32 as i32)
-                .ok()
-                .map(|i| i * unit_bytes),
-        };
-        let line = match offset {
-            Some(at) => lines::line(layout.lines, &known.table, known.first_line, at as usize),
-            None => Some(known.first_line),
-        };
-        Ok(PyFrame {
-            name: known.name.clone(),
-            file: known.file.clone(),
-            first_line: known.first_line,
-            line: line.unwrap_or(0),
-            entry: false,
-        })
+        }
+        Ok(self.0.get_mut(&f.code).expect("just checked or inserted"))
     }
+}
+
+/// The line frame `f` of code object `code` is on; 0 where the code's
+/// table gives none.
+fn line_of(layout: &Layout, code: &Code, f: &RawFrame) -> u32 {
+    // The instruction's offset in bytes. A frame that has not run one yet
+    // points just before the first (3.11 on), or has an index of -1
+    // (before), and is on its first line.
+    let offset = match layout.instr {
+        Instr::Pointer { code_units } => Some(f.instr.saturating_sub(f.code + code_units)),
+        Instr::Index { unit_bytes } => u64::try_from(f.instr as u32 as i32)
+            .ok()
+            .map(|i| i * unit_bytes),
+    };
+    let line = match offset {
+        Some(at) => lines::line(layout.lines, &code.table, code.first_line, at as usize),
+        None => Some(code.first_line),
+    };
+    line.unwrap_or(0)
 }
 
 /// The compact string object at `addr`.

@@ -38,7 +38,7 @@ pub struct Key {
 /// The Python frames met in a session's stacks.
 #[derive(Default)]
 pub struct PyFrames {
-    frames: IndexSet<Key>,
+    frames: IndexSet<Key, foldhash::fast::RandomState>,
     /// How far from their samples' times the frames were read, in
     /// nanoseconds: the last [`LAGS_KEPT`] reads.
     lags: Vec<u32>,

@@ -1,20 +1,24 @@
-//! Python frames in a session's stacks. A sample of a process running
-//! CPython has its thread's Python frames, read at the sample (see
-//! [`crate::os::bpf`]), put in place of the native eval-loop frames that
-//! ran them, as py-spy
-//! `--native` shows them; each distinct Python frame (function, file, line)
-//! is one address of a range of its own, named from this table. A read
-//! that fails, or does not fit the native stack, puts
-//! [`PY_UNREADABLE_FRAME`] in place of the eval-loop frames instead, and
-//! is counted.
+//! Interpreter frames in a session's stacks (Python and Ruby). A sample of
+//! a process running CPython or CRuby has its thread's interpreter frames,
+//! read at the sample (see [`crate::os::bpf`]), put in place of the native
+//! frames that ran them (the eval loop's, `rb_vm_exec`'s), as py-spy
+//! `--native` shows them; each distinct interpreter frame (runtime,
+//! function, file, line) is one address of a range of its own, named from
+//! this table. A read that fails, or does not fit the native stack, puts
+//! [`PY_UNREADABLE_FRAME`] (or [`RB_UNREADABLE_FRAME`]) in place of those
+//! native frames instead, and is counted.
 use crate::os::bpf::Record;
-use crate::process::python::{Process, PyFrame};
+use crate::process::interpreted::{Frame as PyFrame, Interpreted, Runtime};
 use indexmap::IndexSet;
 use std::sync::Arc;
 
 /// The frame in place of eval-loop frames whose Python frames could not
 /// be read; named `[python: unreadable]`.
 pub const PY_UNREADABLE_FRAME: u64 = u64::MAX - 3;
+
+/// The frame in place of `rb_vm_exec` frames whose Ruby frames could not
+/// be read; named `[ruby: unreadable]`.
+pub const RB_UNREADABLE_FRAME: u64 = u64::MAX - 4;
 
 /// Python frames are the addresses from here up: above every user address
 /// (below 2^47) of the target's space, below every kernel address, and
@@ -29,6 +33,7 @@ pub const MAX_FRAMES: usize = 1 << 16;
 /// A Python frame as the table keys it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {
+    pub runtime: Runtime,
     pub name: Arc<str>,
     pub file: Arc<str>,
     pub first_line: u32,
@@ -112,15 +117,16 @@ impl PyFrames {
         self.frames.clear();
     }
 
-    fn address(&mut self, frame: &PyFrame) -> u64 {
+    fn address(&mut self, runtime: Runtime, frame: &PyFrame) -> u64 {
         let key = Key {
+            runtime,
             name: frame.name.clone(),
             file: frame.file.clone(),
             first_line: frame.first_line,
             line: frame.line,
         };
         if self.frames.len() >= MAX_FRAMES && !self.frames.contains(&key) {
-            return PY_UNREADABLE_FRAME;
+            return unreadable(runtime);
         }
         PY_BASE + self.frames.insert_full(key).0 as u64
     }
@@ -132,7 +138,7 @@ impl PyFrames {
     /// looked up only for a stack that ran Python code.
     pub fn merge(
         &mut self,
-        process: &mut Process,
+        process: &mut dyn Interpreted,
         time: u64,
         record: impl FnOnce() -> Option<Arc<Record>>,
         stack: &[u64],
@@ -148,10 +154,12 @@ impl PyFrames {
         if let Some(r) = &record {
             self.read_at(r.time.abs_diff(time));
         }
+        let runtime = process.runtime();
+        let unreadable = unreadable(runtime);
         let read = match record.map(|r| process.name(&r)) {
             Some(Ok(frames)) => frames,
             Some(Err(err)) => {
-                tracing::trace!(%err, "python frames not read");
+                tracing::trace!(%err, ?runtime, "interpreter frames not read");
                 Vec::new()
             }
             None => Vec::new(),
@@ -166,22 +174,25 @@ impl PyFrames {
                 start = i + 1;
             }
         }
+        // Native frames of the interpreter's loop are what its frames
+        // stand for.
+        let kept = stack.iter().filter(|&&a| !process.is_loop(plain(a)));
         if runs.len() != evals || start != read.len() {
-            out.extend(stack.iter().map(|&a| match process.is_eval(plain(a)) {
-                true => PY_UNREADABLE_FRAME,
+            out.extend(kept.map(|&a| match process.is_eval(plain(a)) {
+                true => unreadable,
                 false => a,
             }));
-            out.dedup_by(|a, b| *a == PY_UNREADABLE_FRAME && *b == PY_UNREADABLE_FRAME);
+            out.dedup_by(|a, b| *a == unreadable && *b == unreadable);
             return Merged::Unreadable;
         }
         let mut runs = runs.into_iter();
-        for &a in stack {
+        for &a in kept {
             if !process.is_eval(plain(a)) {
                 out.push(a);
                 continue;
             }
             for f in &read[runs.next().unwrap_or_default()] {
-                let addr = self.address(f);
+                let addr = self.address(runtime, f);
                 out.push(addr);
             }
         }
@@ -189,9 +200,22 @@ impl PyFrames {
     }
 }
 
-/// The function a Python frame is in: `module.qualname`, the module named
-/// from its file (`script.py` → `script`).
+/// The frame standing for native frames of `runtime` whose interpreter
+/// frames could not be read.
+fn unreadable(runtime: Runtime) -> u64 {
+    match runtime {
+        Runtime::Python => PY_UNREADABLE_FRAME,
+        Runtime::Ruby => RB_UNREADABLE_FRAME,
+    }
+}
+
+/// The function an interpreter frame is in: for Python `module.qualname`,
+/// the module named from its file (`script.py` → `script`); for Ruby its
+/// label (`Class#method`, `block in Class#method`, `<main>`).
 pub fn function_name(key: &Key) -> String {
+    if key.runtime == Runtime::Ruby {
+        return key.name.to_string();
+    }
     let file = key.file.rsplit('/').next().unwrap_or(&key.file);
     let module = file.strip_suffix(".py").unwrap_or(file);
     format!("{module}.{}", key.name)
@@ -201,6 +225,7 @@ pub fn function_name(key: &Key) -> String {
 mod tests {
     use super::*;
     use crate::process::maps::ProcessMaps;
+    use crate::process::python::Process;
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
 

@@ -10,8 +10,11 @@ use std::process::Command;
 
 use profd_e2e::{Harness, Measure::Exclusive, Measure::Inclusive, Profile, Workload};
 
-/// Debian's interpreter (not another one earlier in PATH).
-const PYTHON: &str = "/usr/bin/python3";
+/// Debian's interpreter (not another one earlier in PATH), unless
+/// `PROFD_TEST_PYTHON` names another CPython to run these tests on.
+fn python() -> String {
+    std::env::var("PROFD_TEST_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into())
+}
 /// Long enough for any test: workloads are killed when the test ends.
 const LONG: f64 = 60.0;
 /// Percentage points a measured share may be off the construction.
@@ -24,7 +27,7 @@ const SAMPLES: u64 = 4000;
 
 fn start(mode: &str) -> Workload {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/py_split.py");
-    let mut command = Command::new(PYTHON);
+    let mut command = Command::new(python());
     command.arg(script).arg(LONG.to_string()).arg(mode);
     Workload::start_command(command, "python3")
 }
@@ -231,7 +234,7 @@ fn python_service_windows_hold_its_functions() {
     let d = crate::continuous::continuous("2", &[]);
     let cg = crate::continuous::group("python");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/py_split.py");
-    let mut command = cg.command(PYTHON);
+    let mut command = cg.command(python());
     command.arg(script).arg("9").arg("split");
     let mut w = Workload::start_command(command, "python3");
     let met = profd_e2e::wait_until(

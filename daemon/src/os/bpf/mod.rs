@@ -35,7 +35,7 @@ const KEPT_NS: u64 = 3_000_000_000;
 const MAX_KEPT_BYTES: usize = 4 << 20;
 
 /// Words of `struct config`.
-const CONFIG_WORDS: usize = 14;
+const CONFIG_WORDS: usize = 16;
 
 /// Where CPython keeps what the program follows, for one process: the
 /// fields of `struct config` in `python.bpf.c`, in its order.
@@ -46,19 +46,26 @@ pub struct Config {
     pub interp_next: u64,
     pub interp_threads: u64,
     pub thread_next: u64,
-    pub thread_native_id: u64,
+    /// Where a thread state names its thread: by native id, or by
+    /// `pthread_t` when `pthread_tid` (where glibc's `struct pthread`
+    /// keeps the native id) is given.
+    pub thread_id: u64,
+    pub pthread_tid: Option<u64>,
     pub thread_current: u64,
     /// None when the thread state holds the frame itself (3.13).
     pub cframe_current: Option<u64>,
     pub frame_previous: u64,
     pub frame_code: u64,
     pub frame_instr: u64,
-    pub frame_owner: u64,
+    /// None when frames have no owner byte (before 3.11).
+    pub frame_owner: Option<u64>,
     /// None when no byte says a frame is an entry (3.12 on).
     pub frame_entry: Option<u64>,
     /// `PyCodeObject.co_filename`, where the four pointers that identify a
     /// code object begin.
     pub code_identity: u64,
+    /// Bytes of a frame read: every field read lies in them.
+    pub frame_bytes: u64,
 }
 
 impl Config {
@@ -69,15 +76,17 @@ impl Config {
             self.interp_next,
             self.interp_threads,
             self.thread_next,
-            self.thread_native_id,
+            self.thread_id,
             self.thread_current,
             self.cframe_current.unwrap_or(u64::MAX),
             self.frame_previous,
             self.frame_code,
             self.frame_instr,
-            self.frame_owner,
+            self.frame_owner.unwrap_or(u64::MAX),
             self.frame_entry.unwrap_or(u64::MAX),
             self.code_identity,
+            self.pthread_tid.unwrap_or(u64::MAX),
+            self.frame_bytes,
         ]
     }
 }

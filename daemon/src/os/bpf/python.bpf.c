@@ -38,10 +38,9 @@ struct map_def {
 #define MAP_PERCPU_ARRAY 6
 #define MAP_RINGBUF 27
 
-// Bytes of each frame read: every field profd reads lies in them.
-#define FRAME_BYTES 72
 // Field offsets are masked with this, so that the verifier sees every read
-// of a field within the buffer the frame was read into.
+// of a field within the buffer the frame was read into; a frame is read
+// up to this many bytes.
 #define OFFSET_MASK 127
 // Frames copied at most; a deeper chain is marked truncated.
 #define MAX_FRAMES 128
@@ -57,16 +56,21 @@ struct config {
     u64 interp_next;       // PyInterpreterState.next
     u64 interp_threads;    // PyInterpreterState.threads.head
     u64 thread_next;       // PyThreadState.next
-    u64 thread_native_id;  // PyThreadState.native_thread_id
+    u64 thread_id;         // PyThreadState.native_thread_id, or (with
+                           // pthread_tid) .thread_id, a pthread_t
     u64 thread_current;    // PyThreadState.cframe, or .current_frame
     u64 cframe_current;    // _PyCFrame.current_frame; ~0 when none
     u64 frame_previous;    // _PyInterpreterFrame.previous
     u64 frame_code;        // .f_code (3.13: .f_executable)
     u64 frame_instr;       // .prev_instr (3.13: .instr_ptr)
-    u64 frame_owner;       // .owner
+    u64 frame_owner;       // .owner; ~0 when none (before 3.11)
     u64 frame_entry;       // .is_entry (3.11); ~0 when none
     u64 code_identity;     // PyCodeObject.co_filename: it, .co_name,
                            // .co_qualname and .co_linetable follow
+                           // (before 3.11: it, .co_name, the table)
+    u64 pthread_tid;       // where glibc's struct pthread keeps the
+                           // native id; ~0 when thread_id is that id
+    u64 frame_bytes;       // bytes of a frame that hold its fields read
 };
 
 // What a record keeps of a frame: its code object's address and identity
@@ -143,7 +147,11 @@ static __attribute__((always_inline)) u64 thread_state(struct config *c, u32 tid
         }
         for (int j = 0; j < MAX_THREADS && thread; j++) {
             u64 id = 0;
-            if (word(&id, thread + c->thread_native_id)) {
+            if (word(&id, thread + c->thread_id)) {
+                *status = READ_FAULT;
+                return 0;
+            }
+            if (c->pthread_tid != ~0ULL && word(&id, id + c->pthread_tid)) {
                 *status = READ_FAULT;
                 return 0;
             }
@@ -188,17 +196,19 @@ int python_frames(void *ctx) {
             r->status = READ_FAULT;
     }
     u32 n = 0;
+    // 1 to OFFSET_MASK + 1 bytes, as the verifier can see.
+    u64 bytes = ((c->frame_bytes - 1) & OFFSET_MASK) + 1;
     for (int i = 0; i < MAX_FRAMES; i++) {
         if (!frame || r->status != READ_OK)
             break;
-        if (bpf_probe_read_user(r->raw, FRAME_BYTES, (const void *)frame)) {
+        if (bpf_probe_read_user(r->raw, bytes, (const void *)frame)) {
             r->status = READ_FAULT;
             break;
         }
         struct frame *f = &r->frame[i];
         f->code = *(u64 *)(r->raw + (c->frame_code & OFFSET_MASK));
         f->instr = *(u64 *)(r->raw + (c->frame_instr & OFFSET_MASK));
-        f->owner = r->raw[c->frame_owner & OFFSET_MASK];
+        f->owner = c->frame_owner == ~0ULL ? 0 : r->raw[c->frame_owner & OFFSET_MASK];
         f->entry = c->frame_entry == ~0ULL ? 0 : r->raw[c->frame_entry & OFFSET_MASK];
         // (An entry shim, owner 3, runs no code of the program's.)
         if (f->code && f->owner != 3 &&

@@ -27,6 +27,10 @@ pub struct Interpreter {
     pub eval: std::ops::Range<u64>,
     /// None for a version profd does not read.
     layout: Option<&'static layout::Layout>,
+    /// Where glibc keeps a thread's native id in its `struct pthread`,
+    /// for a version whose thread states name threads by `pthread_t`; why
+    /// it is not known, when it is not.
+    pthread_tid: Result<u64, String>,
 }
 
 /// Why a process's interpreter cannot be read.
@@ -98,11 +102,19 @@ impl Interpreter {
                 ),
                 None => named,
             };
+            let layout = layout::of(version);
+            let pthread_tid = match layout.map(|l| &l.thread_id) {
+                Some(layout::ThreadId::Pthread(_)) => {
+                    crate::process::pthread::tid_offset(pid, maps)
+                }
+                _ => Err("not needed".into()),
+            };
             return Ok(Some(Interpreter {
                 version,
                 runtime: bias.wrapping_add(runtime),
                 eval: bias.wrapping_add(eval.start)..bias.wrapping_add(eval.end),
-                layout: layout::of(version),
+                layout,
+                pthread_tid,
             }));
         }
         Ok(None)
@@ -122,13 +134,21 @@ impl Interpreter {
             } => (thread_cframe, Some(current)),
             layout::Current::Thread(at) => (at, None),
         };
+        let (thread_id, pthread_tid) = match layout.thread_id {
+            layout::ThreadId::Native(at) => (at, None),
+            layout::ThreadId::Pthread(at) => {
+                let tid = (self.pthread_tid.clone()).map_err(ReadError::NoThreadIds)?;
+                (at, Some(tid))
+            }
+        };
         Ok(Config {
             runtime: self.runtime,
             interpreters: layout.runtime_interpreters,
             interp_next: layout.interp_next,
             interp_threads: layout.interp_threads,
             thread_next: layout.thread_next,
-            thread_native_id: layout.thread_native_id,
+            thread_id,
+            pthread_tid,
             thread_current,
             cframe_current,
             frame_previous: layout.frame_previous,
@@ -137,9 +157,10 @@ impl Interpreter {
             frame_owner: layout.frame_owner,
             frame_entry: match layout.entry {
                 layout::Entry::Flag(at) => Some(at),
-                layout::Entry::Shim => None,
+                layout::Entry::Shim | layout::Entry::Every => None,
             },
             code_identity: layout.code_file,
+            frame_bytes: layout.frame_bytes(),
         })
     }
 
@@ -148,7 +169,12 @@ impl Interpreter {
     /// tests against memory images.
     #[cfg(test)]
     pub fn threads(&self, mem: &impl Memory) -> Result<Vec<(u32, u64)>, ReadError> {
-        stack::threads(mem, self.layout()?, self.runtime)
+        stack::threads(
+            mem,
+            self.layout()?,
+            self.runtime,
+            self.pthread_tid.as_ref().ok().copied(),
+        )
     }
 
     /// The Python frames of thread `tid`, innermost first, named through

@@ -115,8 +115,12 @@ fn read_from_outside(path: &str, minor: u8) -> String {
     let recorded = memory::Recorder::new(&mem);
     let file = run.file.display().to_string();
     check_stacks(&python, &recorded, run.main, run.thread, &file);
+    let pthread_tid = match &python.pthread_tid {
+        Ok(at) => format!("pthread_tid {at}\n"),
+        Err(_) => String::new(),
+    };
     format!(
-        "version 3.{minor}\nruntime {:#x}\nmain {}\nthread {}\nfile {file}\n{}",
+        "version 3.{minor}\nruntime {:#x}\nmain {}\nthread {}\nfile {file}\n{pthread_tid}{}",
         python.runtime,
         run.main,
         run.thread,
@@ -138,6 +142,8 @@ fn check_stacks(
     want.sort();
     assert_eq!(ids, want);
 
+    // Names are qualified by their class from 3.11 on.
+    let qualified = python.version.minor >= 11;
     let mut codes = Codes::default();
     let main = python.stack(mem, &mut codes, main_tid).unwrap();
     assert_eq!(names(&main), ["m_inner", "m_outer", "<module>"]);
@@ -153,22 +159,31 @@ fn check_stacks(
     );
 
     let worker = python.stack(mem, &mut codes, thread_tid).unwrap();
+    let class = |name: &'static str| match qualified {
+        true => name,
+        false => name.rsplit('.').next().unwrap(),
+    };
     assert_eq!(
         names(&worker)[..2],
-        ["Worker.wait_here", "t_outer"],
+        [class("Worker.wait_here"), "t_outer"],
         "{worker:?}"
     );
     assert_eq!(worker[0].line, line("os.read(r, 1)"));
     assert_eq!(
         names(&worker)[2..],
-        ["Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap"]
+        ["Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap"].map(class)
     );
     assert!(worker[2].file.ends_with("threading.py"));
 
-    // Each thread's outermost frame was the first its eval loop ran (a
-    // Python function called from Python runs in the same loop).
-    assert!(main.last().unwrap().entry && !main[0].entry);
-    assert!(worker.last().unwrap().entry);
+    if qualified {
+        // Each thread's outermost frame was the first its eval loop ran (a
+        // Python function called from Python runs in the same loop).
+        assert!(main.last().unwrap().entry && !main[0].entry);
+        assert!(worker.last().unwrap().entry);
+    } else {
+        // Before 3.11 each Python call is a call of the eval loop.
+        assert!(main.iter().chain(&worker).all(|f| f.entry));
+    }
 
     // Read again: every code object comes from what was kept.
     let held = codes.held();
@@ -185,12 +200,12 @@ fn images() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src/process/python/images")
 }
 
-/// Images of CPython 3.12 and 3.13 (pyenv builds) running the script, made
+/// Images of CPython 3.8, 3.9, 3.10, 3.12 and 3.13 (pyenv builds) running the script, made
 /// by `make_images`: the reads a stack read made, replayed, give what the
 /// script's construction says.
 #[test]
 fn images_of_real_interpreters_read_as_the_script_says() {
-    for minor in [12u8, 13] {
+    for minor in [8u8, 9, 10, 12, 13] {
         let text = std::fs::read_to_string(images().join(format!("cpython-3.{minor}.txt")))
             .expect("an image");
         let mut head = text.lines().take(5).map(|l| l.split_once(' ').unwrap().1);
@@ -201,6 +216,10 @@ fn images_of_real_interpreters_read_as_the_script_says() {
         let main: u32 = head.next().unwrap().parse().unwrap();
         let thread: u32 = head.next().unwrap().parse().unwrap();
         let file = head.next().unwrap();
+        let pthread_tid = (text.lines().nth(5))
+            .and_then(|l| l.strip_prefix("pthread_tid "))
+            .map(|at| at.parse().unwrap())
+            .ok_or_else(|| "not needed".to_string());
         let image = memory::Image::parse(&text).unwrap();
         let version = Version { major: 3, minor };
         let python = Interpreter {
@@ -208,6 +227,7 @@ fn images_of_real_interpreters_read_as_the_script_says() {
             runtime,
             eval: 0..0,
             layout: layout::of(version),
+            pthread_tid,
         };
         check_stacks(&python, &image, main, thread, file);
     }
@@ -219,6 +239,9 @@ fn images_of_real_interpreters_read_as_the_script_says() {
 #[ignore]
 fn make_images() {
     for (path, minor) in [
+        ("/root/.pyenv/versions/3.8.18/bin/python3.8", 8),
+        ("/root/.pyenv/versions/3.9.18/bin/python3.9", 9),
+        ("/root/.pyenv/versions/3.10.13/bin/python3.10", 10),
         ("/root/.pyenv/versions/3.12.1/bin/python3.12", 12),
         ("/root/.pyenv/versions/3.13.0/bin/python3.13", 13),
     ] {

@@ -4,17 +4,13 @@
 //! object. Code objects are kept by address and checked to be the same
 //! object at each read (code objects are freed and their addresses reused).
 #[cfg(test)]
-use super::layout::Current;
-use super::layout::{Entry, Layout};
+use super::layout::{Current, ThreadId};
+use super::layout::{Entry, Instr, Layout};
 use super::lines;
 use super::memory::Memory;
 use std::sync::Arc;
 
 use crate::os::bpf::RawFrame;
-
-/// Bytes of a frame the fields read lie in.
-#[cfg(test)]
-const FRAME_BYTES: usize = 72;
 
 /// A Python frame, as a stack read gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +42,8 @@ pub enum ReadError {
     NotText(u64),
     #[error("the code object at {0:#x} changed since the sample")]
     Changed(u64),
+    #[error("the threads' native ids cannot be found: {0}")]
+    NoThreadIds(String),
     #[error("CPython {0} is not a version profd reads")]
     Unsupported(super::Version),
 }
@@ -79,12 +77,15 @@ fn field<const N: usize>(buf: &[u8], at: u64) -> [u8; N] {
 }
 
 /// The threads of the interpreters at `runtime` (`_PyRuntime`'s address):
-/// (native thread id, thread state's address).
+/// (native thread id, thread state's address). `pthread_tid`: where
+/// glibc's `struct pthread` keeps the native id, for a layout whose thread
+/// states name their threads by `pthread_t`.
 #[cfg(test)]
 pub fn threads(
     mem: &impl Memory,
     layout: &Layout,
     runtime: u64,
+    pthread_tid: Option<u64>,
 ) -> Result<Vec<(u32, u64)>, ReadError> {
     let mut out = Vec::new();
     let mut interp = word(mem, runtime + layout.runtime_interpreters)?;
@@ -94,7 +95,13 @@ pub fn threads(
             if out.len() >= MAX_THREADS {
                 return Err(ReadError::TooLong);
             }
-            let id = word(mem, thread + layout.thread_native_id)?;
+            let id = match (&layout.thread_id, pthread_tid) {
+                (ThreadId::Native(at), _) => word(mem, thread + at)?,
+                (ThreadId::Pthread(at), Some(tid)) => {
+                    word(mem, word(mem, thread + at)? + tid)? & u64::from(u32::MAX)
+                }
+                (ThreadId::Pthread(_), None) => return Err(ReadError::NoThread(0)),
+            };
             out.push((id as u32, thread));
             thread = word(mem, thread + layout.thread_next)?;
         }
@@ -123,11 +130,11 @@ pub fn chain(mem: &impl Memory, layout: &Layout, thread: u64) -> Result<Vec<RawF
         if raw.len() >= MAX_FRAMES {
             return Err(ReadError::TooLong);
         }
-        let mut buf = [0; FRAME_BYTES];
+        let mut buf = vec![0; layout.frame_bytes() as usize];
         read(mem, frame, &mut buf)?;
         frame = u64::from_le_bytes(field(&buf, layout.frame_previous));
         let code = u64::from_le_bytes(field(&buf, layout.frame_code));
-        let owner = field::<1>(&buf, layout.frame_owner)[0];
+        let owner = layout.frame_owner.map_or(0, |at| field::<1>(&buf, at)[0]);
         let mut identity = [0; 4];
         if owner != OWNED_BY_C_STACK {
             for (i, slot) in identity.iter_mut().enumerate() {
@@ -141,7 +148,7 @@ pub fn chain(mem: &impl Memory, layout: &Layout, thread: u64) -> Result<Vec<RawF
             owner,
             entry: match layout.entry {
                 Entry::Flag(at) => field::<1>(&buf, at)[0],
-                Entry::Shim => 0,
+                Entry::Shim | Entry::Every => 0,
             },
         });
     }
@@ -201,9 +208,11 @@ impl Codes {
                 }
             } else {
                 let mut read = self.frame(mem, layout, f)?;
-                if let Entry::Flag(_) = layout.entry {
-                    read.entry = f.entry != 0;
-                }
+                read.entry = match layout.entry {
+                    Entry::Flag(_) => f.entry != 0,
+                    Entry::Every => true,
+                    Entry::Shim => false,
+                };
                 out.push(read);
             }
         }
@@ -235,7 +244,7 @@ impl Codes {
         let known = match self.0.get(&f.code) {
             Some(c) if c.identity == identity => c,
             _ => {
-                let mut head = vec![0; layout.code_units as usize];
+                let mut head = vec![0; layout.code_bytes() as usize];
                 read(mem, f.code, &mut head)?;
                 let now = (
                     u64::from_le_bytes(field(&head, layout.code_file)),
@@ -256,14 +265,24 @@ impl Codes {
                 &self.0[&f.code]
             }
         };
-        // The instruction's index in code units (2 bytes); a frame that
-        // has not run one yet points just before the first.
-        let unit = f.instr.saturating_sub(f.code + layout.code_units) / 2;
+        // The instruction's offset in bytes. A frame that has not run one
+        // yet points just before the first (3.11 on), or has an index of
+        // -1 (before), and is on its first line.
+        let offset = match layout.instr {
+            Instr::Pointer { code_units } => Some(f.instr.saturating_sub(f.code + code_units)),
+            Instr::Index { unit_bytes } => u64::try_from(f.instr as u32 as i32)
+                .ok()
+                .map(|i| i * unit_bytes),
+        };
+        let line = match offset {
+            Some(at) => lines::line(layout.lines, &known.table, known.first_line, at as usize),
+            None => Some(known.first_line),
+        };
         Ok(PyFrame {
             name: known.name.clone(),
             file: known.file.clone(),
             first_line: known.first_line,
-            line: lines::line_of(&known.table, known.first_line, unit as usize).unwrap_or(0),
+            line: line.unwrap_or(0),
             entry: false,
         })
     }

@@ -265,6 +265,10 @@ pub async fn start(
     symbolizer: Arc<dyn Symbolizer>,
 ) -> Result<Handle, StartError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
+    // A CPython target has its frames read from its first sample on: it is
+    // registered with the frame reader before its rings open (the
+    // session's own registration, below, takes over).
+    let python_first = first_python_read(params.pid);
     let children = match params.children {
         true => Children::Followed,
         false => Children::Ignored,
@@ -306,6 +310,7 @@ pub async fn start(
         params.recheck.clone(),
         tops,
     );
+    drop(python_first);
     if params.timeline {
         ingest.timeline = Some(timeline::Times::new(params.pid, timeline::MAX_SAMPLES));
     }
@@ -329,6 +334,15 @@ pub async fn start(
         tx,
         state: state_rx,
     })
+}
+
+/// Process `pid` registered with the Python frame reader, when it runs
+/// CPython and its frames can be read.
+fn first_python_read(pid: u32) -> Option<crate::process::python::Process> {
+    let maps = ProcessMaps::read(pid).ok()?;
+    let mut python = crate::process::python::Process::find(pid, &maps).ok()??;
+    python.register().ok()?;
+    Some(python)
 }
 
 impl Actor {

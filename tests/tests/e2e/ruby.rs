@@ -26,10 +26,9 @@ fn start(mode: &str) -> Workload {
     Workload::start_command(command, "ruby")
 }
 
-/// The name of the workload's method (or block) `label`, as profd names
-/// Ruby frames.
-fn rb(label: &str) -> String {
-    label.to_string()
+/// The name of the workload's method `name`, as profd names Ruby frames.
+fn rb(name: &str) -> String {
+    format!("Work#{name}")
 }
 
 /// What a profile of Ruby code must always show: the Ruby methods in the
@@ -49,18 +48,26 @@ fn check_read(p: &Profile, top: &str) {
         p.totals.attributed,
         p.table()
     );
-    let top = p.function(&rb(top));
+    let top = p.function(top);
     assert!(top.pct(Inclusive) >= 97.0, "{}", p.table());
     assert_eq!(top.module, "[ruby]");
 }
 
-/// The split under its caller, by inclusive share.
+/// The split under its caller, by inclusive share; `profctl info` says
+/// Ruby frames are read.
 #[test]
 fn ruby_methods_split_under_their_caller() {
     let h = Harness::start();
     let w = start("split");
     let p = h.daemon.profile_until(&w, SAMPLES, &[]);
     check_read(&p, "<main>");
+    let info = h.daemon.profctl(&["info"]);
+    info.assert_success();
+    assert!(
+        (info.stdout.lines()).any(|l| l.trim() == "ruby frames:          read at each sample"),
+        "{}",
+        info.stdout
+    );
     p.assert_pct_within(&rb("outer"), Inclusive, 100.0, TOLERANCE);
     p.assert_pct_within(&rb("hot_a"), Inclusive, 75.0, TOLERANCE);
     p.assert_pct_within(&rb("hot_b"), Inclusive, 25.0, TOLERANCE);
@@ -72,7 +79,7 @@ fn ruby_recursion_counts_once() {
     let h = Harness::start();
     let w = start("recurse");
     let p = h.daemon.profile_until(&w, SAMPLES, &[]);
-    check_read(&p, "recurse");
+    check_read(&p, &rb("recurse"));
     p.assert_pct_within(&rb("deep"), Inclusive, 100.0, TOLERANCE);
     p.assert_pct_within(&rb("hot_a"), Inclusive, 100.0, TOLERANCE);
 }
@@ -94,7 +101,7 @@ fn ruby_threads_keep_their_own_stacks() {
     // the second thread runs).
     p.assert_pct_within(&rb("hot_a"), Inclusive, left, TOLERANCE);
     p.assert_pct_within(&rb("hot_b"), Inclusive, right, TOLERANCE);
-    p.assert_pct_within(&rb("block in <main>"), Inclusive, right, TOLERANCE);
+    p.assert_pct_within("block in <main>", Inclusive, right, TOLERANCE);
 }
 
 /// A C extension's native frames sit under the Ruby method that called
@@ -104,7 +111,7 @@ fn ruby_c_extension_frames_are_under_their_caller() {
     let h = Harness::start();
     let w = start("zlib");
     let p = h.daemon.profile_until(&w, SAMPLES, &[]);
-    check_read(&p, "squeeze");
+    check_read(&p, &rb("squeeze"));
     let libz: f64 = (p.functions.iter())
         .filter(|f| f.module.starts_with("libz.so"))
         .map(|f| f.pct(Exclusive))
@@ -122,7 +129,7 @@ fn ruby_enumerator_fiber_frames_are_read() {
     let p = h.daemon.profile_until(&w, SAMPLES, &[]);
     let unreadable = p.totals.ruby_unreadable;
     assert!(unreadable * 50 <= p.totals.attributed, "{}", p.table());
-    let block = p.function(&rb("block in produce")).pct(Inclusive);
+    let block = p.function("block in Work#produce").pct(Inclusive);
     let hot = p.function(&rb("hot_a")).pct(Inclusive);
     assert!(hot >= 80.0, "hot_a {hot} %:\n{}", p.table());
     assert!((block - hot).abs() <= TOLERANCE, "{}", p.table());
@@ -160,7 +167,7 @@ fn ruby_started_before_the_daemon_is_read() {
     let w = start("split");
     let daemon = profd_e2e::Daemon::start();
     let p = daemon.profile_until(&w, SAMPLES, &[]);
-    check_read(&p, "outer");
+    check_read(&p, &rb("outer"));
     p.assert_pct_within(&rb("hot_a"), Inclusive, 75.0, TOLERANCE);
     p.assert_pct_within(&rb("hot_b"), Inclusive, 25.0, TOLERANCE);
 }
@@ -201,7 +208,7 @@ fn ruby_service_windows_hold_its_methods() {
     let p = Profile::parse(&out);
     eprintln!("{}", p.table());
     assert!(p.totals.attributed >= SAMPLES, "{}", p.table());
-    check_read(&p, "outer");
+    check_read(&p, &rb("outer"));
     p.assert_pct_within(&rb("hot_a"), Inclusive, 75.0, TOLERANCE);
     p.assert_pct_within(&rb("hot_b"), Inclusive, 25.0, TOLERANCE);
 }

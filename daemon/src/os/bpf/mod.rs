@@ -157,13 +157,18 @@ pub struct Record {
 /// What the program keeps of a frame (`struct frame`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RawFrame {
-    /// Its code object's address, and its last instruction's.
+    /// Its code object's address, and its last instruction's (Ruby: its
+    /// iseq's, and its pc).
     pub code: u64,
     pub instr: u64,
     /// What identifies the code object: its file name's, name's, qualified
-    /// name's and line table's addresses (zeros in an entry shim).
+    /// name's and line table's addresses (zeros in an entry shim). Ruby:
+    /// the iseq's body's, path's, the frame's method entry's and the
+    /// iseq's label's.
     pub identity: [u64; 4],
     /// Its `owner` byte, and its `is_entry` byte (0 where there is none).
+    /// Ruby: the type of the frame's self, and whether the frame has
+    /// VM_FRAME_FLAG_FINISH.
     pub owner: u8,
     pub entry: u8,
 }

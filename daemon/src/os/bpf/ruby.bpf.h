@@ -7,9 +7,11 @@
 // native id among the main ractor's threads, then walks that thread's
 // control frames (those of the fiber it runs) from the innermost to the
 // bottom, and copies what names each Ruby frame into a record of `out`:
-// the iseq and pc, what identifies the iseq (its body, path and labels),
+// the iseq and pc, what identifies the iseq (its body, path and label),
+// the method entry of the method the frame runs in (from its local
+// environment, a block's found through the environments it is nested in),
 // whether the frame ends a call of the VM loop (VM_FRAME_FLAG_FINISH), and
-// the type of its self (a class or module for a singleton method). Frames
+// the type of its self. Frames
 // of C functions (VM_FRAME_FLAG_CFRAME) are not copied: their native
 // frames are in the sample's stack.
 
@@ -38,6 +40,9 @@ struct ruby_config {
 #define RUBY_CFP_BYTES 40
 #define RUBY_FRAME_FLAG_FINISH 0x20
 #define RUBY_FRAME_FLAG_CFRAME 0x80
+#define RUBY_ENV_FLAG_LOCAL 0x02
+// Environments followed at most from a block's to its method's.
+#define RUBY_MAX_EP_HOPS 6
 
 struct map_def SEC("maps") ruby_procs = {
     .type = MAP_HASH,
@@ -131,6 +136,17 @@ static __attribute__((always_inline)) void ruby_read(struct ruby_config *c, stru
             r->status = READ_FAULT;
             return;
         }
+        // The method entry, ep[-2] of the local environment (a block's
+        // ep[-1] points to the one it is nested in, tagged in its low bits).
+        u64 lep = ep, lflags = flags, cme = 0;
+        for (int k = 0; k < RUBY_MAX_EP_HOPS && !(lflags & RUBY_ENV_FLAG_LOCAL); k++) {
+            if (word(&lep, lep - 8) || word(&lflags, lep & ~3ULL))
+                break;
+            lep &= ~3ULL;
+        }
+        if ((lflags & RUBY_ENV_FLAG_LOCAL) && word(&cme, lep - 16))
+            cme = 0;
+        f->identity[2] = cme;
         // A heap object's type (RBasic.flags & T_MASK): not an immediate,
         // nil or false.
         u64 self_flags = 0;

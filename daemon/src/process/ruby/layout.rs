@@ -1,6 +1,7 @@
 //! Where CRuby keeps what profd reads, per version: field offsets of
 //! `vm_core.h`'s and `iseq.h`'s structures, as rbspy's bindings give them
-//! for 3.1.0 to 3.1.7 (all the same), checked against Debian's 3.1.2.
+//! for 3.1.0 to 3.1.7 (all the same), and 3.1's `internal/class.h` for a
+//! class's, checked against Debian's 3.1.2.
 
 /// A CRuby version, as `ruby_version` spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -66,6 +67,20 @@ pub struct Layout {
     pub body_bytes: u64,
     /// `struct iseq_insn_info_entry`'s size (`line_no` first).
     pub insn_info_bytes: u64,
+    /// `rb_method_entry_t.owner` (the class or module the method is
+    /// defined in); `struct vm_svar.cref_or_me`.
+    pub cme_owner: u64,
+    pub svar_cref_or_me: u64,
+    /// `struct RClass.ptr` (its `rb_classext_t`), and that one's `.iv_tbl`
+    /// (an `st_table` of the class's instance variables, its name among
+    /// them).
+    pub class_ext: u64,
+    pub ext_iv_tbl: u64,
+    /// `st_table.{entries_start, entries_bound, entries}`; entries are
+    /// (hash, key, record) words.
+    pub st_start: u64,
+    pub st_bound: u64,
+    pub st_entries: u64,
 }
 
 const V3_1: Layout = Layout {
@@ -90,6 +105,13 @@ const V3_1: Layout = Layout {
     body_succ_table: 144,
     body_bytes: 152,
     insn_info_bytes: 12,
+    cme_owner: 32,
+    svar_cref_or_me: 8,
+    class_ext: 24,
+    ext_iv_tbl: 8,
+    st_start: 32,
+    st_bound: 40,
+    st_entries: 48,
 };
 
 /// The layout of `version`, None for one profd does not read.

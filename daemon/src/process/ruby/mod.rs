@@ -30,6 +30,8 @@ pub struct Interpreter {
     /// `vm_exec_core`'s (the loop `rb_vm_exec` calls, a local function),
     /// empty when it is not found.
     pub core: Range<u64>,
+    /// Where `rb_cObject` is (classes are named from it).
+    pub object: u64,
     layout: Option<&'static layout::Layout>,
 }
 
@@ -57,7 +59,8 @@ fn may_be_ruby(name: &str) -> bool {
 impl Interpreter {
     /// The CRuby interpreter of process `pid`, whose executable mappings
     /// are `maps`: the first mapped libruby or `ruby` with the symbols
-    /// `ruby_version`, `ruby_current_vm_ptr` and `rb_vm_exec`. None when
+    /// `ruby_version`, `ruby_current_vm_ptr`, `rb_cObject` and
+    /// `rb_vm_exec`. None when
     /// it runs none.
     pub fn find(pid: u32, maps: &ProcessMaps) -> Result<Option<Interpreter>, FindError> {
         for m in maps.iter() {
@@ -92,6 +95,7 @@ impl Interpreter {
                 vm_ptr: bias.wrapping_add(found.vm_ptr),
                 exec: shift(&found.exec),
                 core: shift(&found.core),
+                object: bias.wrapping_add(found.object),
                 layout: layout::of(found.version),
             }));
         }
@@ -129,6 +133,7 @@ struct Symbols {
     vm_ptr: u64,
     exec: Range<u64>,
     core: Range<u64>,
+    object: u64,
 }
 
 impl Symbols {
@@ -138,6 +143,7 @@ impl Symbols {
         };
         let version_at = symbol("ruby_version")?;
         let vm_ptr = symbol("ruby_current_vm_ptr")?.address();
+        let object = symbol("rb_cObject")?.address();
         let exec = symbol("rb_vm_exec")?;
         let exec = exec.address()..exec.address() + exec.size();
         let bytes = |at: u64, size: u64| {
@@ -156,6 +162,7 @@ impl Symbols {
             vm_ptr,
             exec,
             core,
+            object,
         })
     }
 }
@@ -212,10 +219,10 @@ impl Process {
             source,
         })?;
         Ok(Some(Process {
+            iseqs: Iseqs::new(interpreter.object),
             interpreter,
             pid,
             memory,
-            iseqs: Iseqs::default(),
             registered: false,
         }))
     }
@@ -267,7 +274,7 @@ impl Interpreted for Process {
 
     fn name(&mut self, record: &Record) -> Result<Vec<Frame>, String> {
         if self.iseqs.held() > MAX_ISEQS {
-            self.iseqs = Iseqs::default();
+            self.iseqs = Iseqs::new(self.interpreter.object);
         }
         let layout = self.interpreter.layout()?;
         match record.status {

@@ -58,10 +58,11 @@ fn a_live_ruby_is_found_with_its_version_and_vm_loop() {
 }
 
 /// A real ruby whose main thread waits in `Work#wait`, called from a block
-/// of `Work#outer` that `Array#each` runs, and whose second thread sleeps
+/// of `Work#outer` that `Array#each` runs, called from the singleton method
+/// `Deep::Call.run` of a class in a module, and whose second thread sleeps
 /// in `Work.nap`: each thread's frames are its own, read by its native id,
-/// named by label, file and line, and the frames that end a call of the VM
-/// loop are the first of each batch.
+/// named by class and label, file and line, and the frames that end a call
+/// of the VM loop are the first of each batch.
 #[test]
 fn a_live_rubys_threads_have_their_own_frames() {
     let script = "\
@@ -76,11 +77,18 @@ class Work
     [1].each { |x| wait }
   end
 end
+module Deep
+  class Call
+    def self.run
+      Work.new.outer
+    end
+  end
+end
 Thread.new { Work.nap }
 sleep 0.1 while Thread.list.size < 2
 sleep 0.2
 puts 'ready'; $stdout.flush
-Work.new.outer
+Deep::Call.run
 ";
     let (mut child, pid) = ruby(script);
     let maps = ProcessMaps::read(pid).unwrap();
@@ -116,15 +124,16 @@ Work.new.outer
         }
         frames
     };
-    let main = settled(&mut process, pid, "wait");
+    let main = settled(&mut process, pid, "Work#wait");
     let e = "-e".to_string();
     assert_eq!(
         main,
         [
-            ("wait".into(), e.clone(), 5, 6, false),
-            ("block in outer".into(), e.clone(), 9, 9, true),
-            ("outer".into(), e.clone(), 8, 9, false),
-            ("<main>".into(), e.clone(), 0, 16, true),
+            ("Work#wait".into(), e.clone(), 5, 6, false),
+            ("block in Work#outer".into(), e.clone(), 9, 9, true),
+            ("Work#outer".into(), e.clone(), 8, 9, false),
+            ("Deep::Call.run".into(), e.clone(), 14, 15, false),
+            ("<main>".into(), e.clone(), 0, 23, true),
         ],
     );
     let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -137,12 +146,12 @@ Work.new.outer
         .filter(|(_, r)| r.status == Status::Read)
         .collect();
     assert_eq!(others.len(), 1, "one Ruby thread besides the main one");
-    let other = settled(&mut process, others[0].0, "nap");
+    let other = settled(&mut process, others[0].0, "Work.nap");
     assert_eq!(
         other,
         [
-            ("nap".into(), e.clone(), 2, 3, false),
-            ("block in <main>".into(), e.clone(), 12, 12, true),
+            ("Work.nap".into(), e.clone(), 2, 3, false),
+            ("block in <main>".into(), e.clone(), 19, 19, true),
         ],
     );
     // A thread id no Ruby thread has.

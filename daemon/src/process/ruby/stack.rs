@@ -3,6 +3,11 @@
 //! (by the body, path and label the sample-time read saw: iseqs are freed
 //! by the GC and their addresses reused), and the current line found from
 //! the pc in the iseq's instruction table, as `rb_iseq_line_no` finds it.
+//! A frame of a method (or of a block in one) is named after the class its
+//! method entry's owner is, as Ruby 3.4's labels are (`Work#run`,
+//! `Work.setup` for a singleton method, `block in Work#run`): 3.1 keeps a
+//! class's name in its instance variable `__classpath__`, and a singleton
+//! class's object in `__attached__`, whose ids are learned from `Object`'s.
 use super::layout::Layout;
 use crate::os::bpf::RawFrame;
 use crate::process::interpreted::Frame;
@@ -18,8 +23,8 @@ const IMMEDIATE_POSITIONS: usize = 54;
 const IMMEDIATE_BYTES: usize = 48;
 const BLOCK_BYTES: usize = 80;
 
-/// Ruby's `T_STRING`, `T_ARRAY`, `T_CLASS`, `T_MODULE` (`RBasic.flags &
-/// 0x1f`) and its flag of a string on the heap, or of an embedded array.
+/// Ruby's `T_STRING` and `T_ARRAY` (`RBasic.flags & 0x1f`) and its flag
+/// of a string on the heap, or of an embedded array.
 const T_STRING: u64 = 0x05;
 const T_ARRAY: u64 = 0x07;
 const FL_USER1: u64 = 1 << 13;
@@ -73,13 +78,27 @@ pub fn chain(
     let mut out = Vec::new();
     while cfp < end {
         let (pc, iseq) = (w(cfp + layout.cfp_pc)?, w(cfp + layout.cfp_iseq)?);
-        let (self_, flags) = (w(cfp + layout.cfp_self)?, w(w(cfp + layout.cfp_ep)?)?);
+        let (self_, ep) = (w(cfp + layout.cfp_self)?, w(cfp + layout.cfp_ep)?);
+        let flags = w(ep)?;
         cfp += layout.cfp_bytes;
         if flags & 0x80 != 0 || iseq == 0 || pc == 0 {
             continue;
         }
         let body = w(iseq + layout.iseq_body)?;
         let loc = body + layout.body_pathobj;
+        let mut lep = ep;
+        let mut lflags = flags;
+        for _ in 0..6 {
+            if lflags & 2 != 0 {
+                break;
+            }
+            lep = w(lep - 8)? & !3;
+            lflags = w(lep)?;
+        }
+        let cme = match lflags & 2 != 0 {
+            true => w(lep - 16)?,
+            false => 0,
+        };
         let owner = match self_ & 7 == 0 && self_ & !8 != 0 {
             true => w(self_).map_or(0, |f| (f & 0x1f) as u8),
             false => 0,
@@ -87,7 +106,7 @@ pub fn chain(
         out.push(RawFrame {
             code: iseq,
             instr: pc,
-            identity: [body, w(loc)?, w(loc + 8)?, w(loc + 16)?],
+            identity: [body, w(loc)?, cme, w(loc + 16)?],
             owner,
             entry: (flags & 0x20 != 0) as u8,
         });
@@ -99,7 +118,11 @@ pub fn chain(
 struct Iseq {
     /// Its body's, path's and label's addresses.
     identity: (u64, u64, u64),
-    name: Arc<str>,
+    label: Arc<str>,
+    base_label: String,
+    /// Its names by the method entry of its frames (one, but for a method
+    /// defined in several places).
+    names: Vec<(u64, Arc<str>)>,
     file: Arc<str>,
     first_line: u32,
     /// Where its instructions are.
@@ -115,14 +138,35 @@ enum Starts {
     Succinct(Vec<u8>),
 }
 
-/// Iseqs named before, by address.
-#[derive(Default)]
-pub struct Iseqs(foldhash::HashMap<u64, Iseq>);
+/// Iseqs named before, by address, and what names classes.
+pub struct Iseqs {
+    iseqs: foldhash::HashMap<u64, Iseq>,
+    /// Where `rb_cObject` is.
+    object: u64,
+    /// The ids of `__classpath__` and `__attached__`, once learned (None
+    /// when they cannot be: frames are then named by their labels).
+    ids: Option<Option<Ids>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ids {
+    classpath: u64,
+    attached: u64,
+}
 
 impl Iseqs {
+    /// None named yet, in a process whose `rb_cObject` is at `object`.
+    pub fn new(object: u64) -> Iseqs {
+        Iseqs {
+            iseqs: Default::default(),
+            object,
+            ids: None,
+        }
+    }
+
     /// Iseqs held.
     pub fn held(&self) -> usize {
-        self.0.len()
+        self.iseqs.len()
     }
 
     /// The frames `raw`, innermost first, named from their iseqs in `mem`.
@@ -132,22 +176,43 @@ impl Iseqs {
         layout: &Layout,
         raw: &[RawFrame],
     ) -> Result<Vec<Frame>, String> {
+        if self.ids.is_none() {
+            self.ids = Some(ids(mem, layout, self.object));
+        }
         raw.iter().map(|f| self.frame(mem, layout, f)).collect()
     }
 
     fn frame(&mut self, mem: &impl Memory, layout: &Layout, f: &RawFrame) -> Result<Frame, String> {
-        let [body, path, _, label] = f.identity;
+        let [body, path, cme, label] = f.identity;
         let identity = (body, path, label);
-        let known = match self.0.get(&f.code) {
+        let known = match self.iseqs.get_mut(&f.code) {
             Some(i) if i.identity == identity => i,
             _ => {
                 let read = Iseq::read(mem, layout, f.code, identity)?;
-                self.0.insert(f.code, read);
-                &self.0[&f.code]
+                self.iseqs.insert(f.code, read);
+                self.iseqs.get_mut(&f.code).expect("inserted")
+            }
+        };
+        let name = match known.names.iter().find(|(at, _)| *at == cme) {
+            Some((_, name)) => name.clone(),
+            None => {
+                let ids = self.ids.flatten();
+                let owner = ids.and_then(|ids| owner(mem, layout, ids, cme));
+                let name: Arc<str> = match owner {
+                    Some((class, singleton)) => Arc::from(full_label(
+                        &known.label,
+                        &known.base_label,
+                        &class,
+                        singleton,
+                    )),
+                    None => known.label.clone(),
+                };
+                known.names.push((cme, name.clone()));
+                name
             }
         };
         Ok(Frame {
-            name: known.name.clone(),
+            name,
             file: known.file.clone(),
             first_line: known.first_line,
             line: known.line_at(f.instr),
@@ -212,10 +277,11 @@ impl Iseq {
         };
         let label = string(mem, identity.2)?;
         let base_label = string(mem, field(&b, layout.body_base_label))?;
-        let _ = base_label;
         Ok(Iseq {
             identity,
-            name: Arc::from(label),
+            label: Arc::from(label),
+            base_label,
+            names: Vec::new(),
             file: Arc::from(path(mem, identity.1)?),
             first_line: (field(&b, layout.body_first_line) >> 1) as u32,
             encoded: field(&b, layout.body_encoded),
@@ -238,6 +304,111 @@ impl Iseq {
         };
         self.lines.get(index).copied().unwrap_or(0)
     }
+}
+
+/// `label` with its method's name (`base_label`, its end) qualified by
+/// its class: `vm_backtrace.c`'s `rb_profile_frame_full_label`.
+fn full_label(label: &str, base_label: &str, class: &str, singleton: bool) -> String {
+    let Some(prefix) = label.strip_suffix(base_label) else {
+        return label.to_string();
+    };
+    let separator = if singleton { "." } else { "#" };
+    format!("{prefix}{class}{separator}{base_label}")
+}
+
+/// The instance variables of class `klass`: (id, value).
+fn ivars(mem: &impl Memory, layout: &Layout, klass: u64) -> Result<Vec<(u64, u64)>, String> {
+    let ext = word(mem, klass + layout.class_ext)?;
+    let table = word(mem, ext + layout.ext_iv_tbl)?;
+    if table == 0 {
+        return Ok(Vec::new());
+    }
+    let (start, bound) = (
+        word(mem, table + layout.st_start)?,
+        word(mem, table + layout.st_bound)?,
+    );
+    if start > bound || bound - start > 256 {
+        return Err(format!("the ivar table at {table:#x} is of an insane size"));
+    }
+    let mut entries = vec![0; (bound - start) as usize * 24];
+    read(
+        mem,
+        word(mem, table + layout.st_entries)? + start * 24,
+        &mut entries,
+    )?;
+    Ok((entries.chunks_exact(24))
+        // A deleted entry's hash is all ones.
+        .filter(|e| field(e, 0) != u64::MAX)
+        .map(|e| (field(e, 8), field(e, 16)))
+        .collect())
+}
+
+/// The ids of `__classpath__` and `__attached__`: the variable of `Object`
+/// (at `*object`) that is the string "Object", and the variable of its
+/// singleton class that is `Object`.
+fn ids(mem: &impl Memory, layout: &Layout, object: u64) -> Option<Ids> {
+    let object = word(mem, object).ok()?;
+    let classpath = (ivars(mem, layout, object).ok()?.into_iter())
+        .find(|&(_, v)| string(mem, v).is_ok_and(|s| s == "Object"))?
+        .0;
+    let meta = word(mem, object + 8).ok()?;
+    let attached = (ivars(mem, layout, meta).ok()?.into_iter())
+        .find(|&(_, v)| v == object)?
+        .0;
+    Some(Ids {
+        classpath,
+        attached,
+    })
+}
+
+/// Ruby's imemo types of a method entry and of a special variable holder
+/// (`(flags >> 12) & 15`), `T_ICLASS`, `T_CLASS`, `T_MODULE` and the flag
+/// of a singleton class.
+const IMEMO_MENT: u64 = 6;
+const IMEMO_SVAR: u64 = 2;
+const T_CLASS: u64 = 0x02;
+const T_MODULE: u64 = 0x03;
+const T_ICLASS: u64 = 0x1c;
+const FL_SINGLETON: u64 = 1 << 12;
+
+/// The name of the class or module that method entry `cme` (a frame's
+/// `ep[-2]`) is defined in, and whether it is a singleton method (of the
+/// class or module named); None when the frame runs in no method, or it
+/// cannot be named.
+fn owner(mem: &impl Memory, layout: &Layout, ids: Ids, cme: u64) -> Option<(String, bool)> {
+    let imemo = |at: u64| {
+        let flags = word(mem, at).ok()?;
+        (flags & 0x1f == 0x1a).then_some((flags >> 12) & 15)
+    };
+    let mut cme = cme;
+    if cme & 7 != 0 || cme == 0 {
+        return None;
+    }
+    if imemo(cme)? == IMEMO_SVAR {
+        cme = word(mem, cme + layout.svar_cref_or_me).ok()?;
+    }
+    if cme & 7 != 0 || cme == 0 || imemo(cme)? != IMEMO_MENT {
+        return None;
+    }
+    let mut class = word(mem, cme + layout.cme_owner).ok()?;
+    let mut flags = word(mem, class).ok()?;
+    if flags & 0x1f == T_ICLASS {
+        class = word(mem, class + 8).ok()?;
+        flags = word(mem, class).ok()?;
+    }
+    let lookup = |class: u64, id: u64| {
+        (ivars(mem, layout, class).ok()?.into_iter()).find_map(|(k, v)| (k == id).then_some(v))
+    };
+    let singleton = flags & FL_SINGLETON != 0;
+    if singleton {
+        class = lookup(class, ids.attached)?;
+        flags = word(mem, class).ok()?;
+    }
+    if !matches!(flags & 0x1f, T_CLASS | T_MODULE) {
+        return None;
+    }
+    let path = string(mem, lookup(class, ids.classpath)?).ok()?;
+    Some((path, singleton))
 }
 
 /// The number of entries that begin at or before `pos`: `iseq.c`'s

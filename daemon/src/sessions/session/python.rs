@@ -362,4 +362,73 @@ mod tests {
         );
         assert_eq!(out, [0x1000, PY_UNREADABLE_FRAME, 0x2000]);
     }
+
+    /// A real ruby waiting in `Work#wait`, called from a block of
+    /// `Work#outer` that `Array#each` runs: a native stack with its two
+    /// `rb_vm_exec` frames, each with `vm_exec_core`'s under it, gets the
+    /// four Ruby frames in their place (two each, the loop's frames gone);
+    /// one with a single `rb_vm_exec` frame does not fit and gets
+    /// `[ruby: unreadable]`.
+    #[test]
+    fn rb_vm_exec_frames_become_the_ruby_frames_they_ran() {
+        let script = "class Work\n  def wait\n    $stdin.read\n  end\n  def outer\n    [1].each { wait }\n  end\nend\nputs 'ready'\n$stdout.flush\nWork.new.outer\n";
+        let mut child = Command::new("/usr/bin/ruby")
+            .args(["-e", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("/usr/bin/ruby");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        let pid = child.id();
+        let maps = ProcessMaps::read(pid).unwrap();
+        let mut process = crate::process::ruby::Process::find(pid, &maps)
+            .unwrap()
+            .expect("ruby runs CRuby");
+        // Once it printed, it is on its way to `$stdin.read`.
+        let mut now = process.record_now(pid);
+        for _ in 0..200 {
+            if process.name(&now).is_ok_and(|f| f.len() == 4) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            now = process.record_now(pid);
+        }
+        let (exec, core) = (
+            process.interpreter.exec.start,
+            process.interpreter.core.start,
+        );
+        let mut frames = PyFrames::default();
+        let mut out = Vec::new();
+        let stack = [
+            0x1000,
+            core + 16,
+            exec + 16,
+            0x3000,
+            core + 8,
+            exec + 8,
+            0x2000,
+        ];
+        let record = || Some(Arc::new(now.clone()));
+        let merged = frames.merge(&mut process, 0, record, &stack, |a| a, &mut out);
+        assert_eq!(merged, Merged::Python);
+        assert_eq!(out.len(), 7, "{out:x?}");
+        assert_eq!((out[0], out[3], out[6]), (0x1000, 0x3000, 0x2000));
+        let name = |a: u64| function_name(frames.frame(a).unwrap());
+        assert_eq!(
+            [out[1], out[2], out[4], out[5]].map(name),
+            ["Work#wait", "block in Work#outer", "Work#outer", "<main>"]
+        );
+        assert_eq!(frames.frame(out[1]).unwrap().runtime, Runtime::Ruby);
+
+        let one = [0x1000, core + 16, exec + 16, 0x2000];
+        let record = || Some(Arc::new(now.clone()));
+        let merged = frames.merge(&mut process, 0, record, &one, |a| a, &mut out);
+        assert_eq!(merged, Merged::Unreadable);
+        assert_eq!(out, [0x1000, RB_UNREADABLE_FRAME, 0x2000]);
+        drop(child.stdin.take());
+        child.wait().unwrap();
+    }
 }

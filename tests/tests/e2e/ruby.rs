@@ -73,6 +73,62 @@ fn ruby_methods_split_under_their_caller() {
     p.assert_pct_within(&rb("hot_b"), Inclusive, 25.0, TOLERANCE);
 }
 
+/// The pprof export carries each Ruby frame's file and line: `go tool
+/// pprof -lines` puts hot_a's time on its lines in rb_split.rb, and
+/// nowhere else.
+#[test]
+fn ruby_lines_reach_go_pprof() {
+    let h = Harness::start();
+    let w = start("split");
+    let p = h.daemon.profile_until(&w, SAMPLES, &[]);
+    check_read(&p, "<main>");
+    let file = profd_e2e::unique_dir("rb-pprof").join("split.pb.gz");
+    let session = p.session_id.to_string();
+    let out = h.daemon.profctl(&[
+        "export",
+        &session,
+        "--format",
+        "pprof",
+        "-o",
+        profd_e2e::path_str(&file),
+    ]);
+    out.assert_success();
+    let (rows, text) = profd_e2e::views::go_pprof_lines(&file);
+    // hot_a's lines: its `def` and the eight lines of its body.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/rb_split.rb");
+    let source = std::fs::read_to_string(&script).unwrap();
+    let def = 1 + source
+        .lines()
+        .position(|l| l.trim_start().starts_with("def hot_a("))
+        .expect("rb_split.rb defines hot_a");
+    let body = def..=def + 8;
+    let total = p.totals.attributed as f64;
+    let mut on_body = 0.0;
+    let mut lines = std::collections::BTreeSet::new();
+    for (_, cum, name) in &rows {
+        let Some(at) = name.strip_prefix(&format!("{} ", rb("hot_a"))) else {
+            continue;
+        };
+        let line: usize = (at.rsplit_once(':'))
+            .filter(|(file, _)| file.ends_with("rb_split.rb"))
+            .and_then(|(_, line)| line.parse().ok())
+            .unwrap_or_else(|| panic!("hot_a's row {name:?} has no line of rb_split.rb:\n{text}"));
+        assert!(
+            body.contains(&line),
+            "hot_a at line {line}, outside {body:?}:\n{text}"
+        );
+        lines.insert(line);
+        on_body += cum;
+    }
+    // The loop's lines, each a good part of the time.
+    assert!(lines.len() >= 3, "hot_a's lines {lines:?}:\n{text}");
+    let share = 100.0 * on_body / total;
+    assert!(
+        (share - 75.0).abs() <= TOLERANCE,
+        "hot_a's lines hold {share:.1} %:\n{text}"
+    );
+}
+
 /// A method recursing five levels deep counts once per sample.
 #[test]
 fn ruby_recursion_counts_once() {

@@ -35,7 +35,7 @@ struct ruby_config {
 
 #define RUNTIME_RUBY 1
 // Control frames walked at most (C functions' included).
-#define RUBY_MAX_CFPS 192
+#define RUBY_MAX_CFPS 256
 // Bytes of each control frame read: pc, sp, iseq, self and ep.
 #define RUBY_CFP_BYTES 40
 #define RUBY_FRAME_FLAG_FINISH 0x20

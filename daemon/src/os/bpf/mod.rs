@@ -201,8 +201,8 @@ impl PythonProbe {
         let loaded = PROBE.get_or_init(|| {
             let probe = PythonProbe::load();
             match &probe {
-                Ok(_) => tracing::info!("loaded the BPF program that reads Python frames"),
-                Err(err) => tracing::warn!(%err, "Python frames cannot be read"),
+                Ok(_) => tracing::info!("loaded the BPF program that reads Python and Ruby frames"),
+                Err(err) => tracing::warn!(%err, "Python and Ruby frames cannot be read"),
             }
             probe
         });

@@ -15,6 +15,7 @@ use crate::process::maps::{module_name, Backing, ProcessMaps, Segments};
 use crate::process::python::ProcessMemory;
 use object::{Object, ObjectSection, ObjectSymbol};
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// A CRuby interpreter found in a process.
@@ -74,15 +75,17 @@ impl Interpreter {
                 .join(pid.to_string())
                 .join("root")
                 .join(path.strip_prefix("/").unwrap_or(path));
-            let data = std::fs::read(&readable).map_err(|source| FindError::File {
+            let file_error = |source| FindError::File {
                 path: readable.clone(),
                 source,
-            })?;
+            };
+            let file = std::fs::File::open(&readable).map_err(file_error)?;
+            let data = symbol_parts(&file).map_err(file_error)?;
             let elf = object::File::parse(&*data).map_err(|source| FindError::Elf {
                 path: readable.clone(),
                 source,
             })?;
-            let Some(found) = Symbols::of(&elf) else {
+            let Some(found) = Symbols::of(&elf, &file) else {
                 continue;
             };
             let Some(vaddr) = Segments::of(&*data).and_then(|s| s.vaddr(m.pgoff)) else {
@@ -137,26 +140,49 @@ struct Symbols {
 }
 
 impl Symbols {
-    fn of(elf: &object::File) -> Option<Symbols> {
-        let symbol = |name: &str| {
-            (elf.dynamic_symbols().chain(elf.symbols())).find(|s| s.name() == Ok(name))
-        };
-        let version_at = symbol("ruby_version")?;
-        let vm_ptr = symbol("ruby_current_vm_ptr")?.address();
-        let object = symbol("rb_cObject")?.address();
-        let exec = symbol("rb_vm_exec")?;
-        let exec = exec.address()..exec.address() + exec.size();
+    /// Names looked up, in the order of [`Symbols::of`]'s `found`.
+    const NAMES: [&'static [u8]; 5] = [
+        b"ruby_version",
+        b"ruby_current_vm_ptr",
+        b"rb_cObject",
+        b"rb_vm_exec",
+        b"vm_exec_core",
+    ];
+
+    /// What `elf` (made by [`symbol_parts`] from `file`) says.
+    fn of(elf: &object::File, file: &std::fs::File) -> Option<Symbols> {
+        // One pass over the symbols: a session waits for this before its
+        // target's first samples can be read.
+        let mut found = [None; 5];
+        for s in elf.dynamic_symbols().chain(elf.symbols()) {
+            let Ok(name) = s.name_bytes() else { continue };
+            if let Some(i) = Self::NAMES.iter().position(|&n| n == name) {
+                found[i].get_or_insert((s.address(), s.size()));
+                if found.iter().all(Option::is_some) {
+                    break;
+                }
+            }
+        }
+        let [version_at, vm_ptr, object, exec, core] = found;
+        let (version_at, (vm_ptr, _), (object, _), (exec, exec_size)) =
+            (version_at?.0, vm_ptr?, object?, exec?);
+        let exec = exec..exec + exec_size;
+        // Bytes at an address, read from the file.
         let bytes = |at: u64, size: u64| {
-            elf.sections()
-                .find_map(|s| s.data_range(at, size).ok().flatten())
+            let s = (elf.sections())
+                .find(|s| s.address() <= at && at + size <= s.address() + s.size())?;
+            let (offset, _) = s.file_range()?;
+            let mut buf = vec![0; usize::try_from(size).ok()?];
+            file.read_exact_at(&mut buf, offset + (at - s.address()))
+                .ok()?;
+            Some(buf)
         };
-        let version = Version::parse(bytes(version_at.address(), 16)?)?;
-        let core = bytes(exec.start, exec.end - exec.start).map_or(0..0, |code| {
-            let local = (elf.symbols().chain(elf.dynamic_symbols()))
-                .find(|s| s.name() == Ok("vm_exec_core"))
-                .map(|s| s.address()..s.address() + s.size());
-            local.unwrap_or_else(|| loop_called(exec.start, code))
-        });
+        let version = Version::parse(&bytes(version_at, 16)?)?;
+        let core = match core {
+            Some((at, size)) => at..at + size,
+            None => bytes(exec.start, exec.end - exec.start)
+                .map_or(0..0, |code| loop_called(exec.start, &code)),
+        };
         Some(Symbols {
             version,
             vm_ptr,
@@ -165,6 +191,58 @@ impl Symbols {
             object,
         })
     }
+}
+
+/// ELF file `file` as far as its symbols go: a buffer of the file's size
+/// with its header, program and section headers and symbol and string
+/// tables read in place, zeros elsewhere (libruby is megabytes, and a
+/// session's first samples of the process wait for its symbols).
+fn symbol_parts(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
+    let invalid =
+        |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let len = file.metadata()?.len();
+    if len > 1 << 30 {
+        return Err(invalid("larger than 1 GiB"));
+    }
+    let mut data = vec![0; len as usize];
+    let fill = |data: &mut Vec<u8>, offset: u64, size: u64| {
+        let end = offset.checked_add(size).filter(|&e| e <= len);
+        let end = end.ok_or_else(|| invalid("a part past the file's end"))?;
+        file.read_exact_at(&mut data[offset as usize..end as usize], offset)
+    };
+    fill(&mut data, 0, 64.min(len))?;
+    let u16_at = |d: &[u8], at: usize| u16::from_le_bytes([d[at], d[at + 1]]) as u64;
+    let u64_at = |d: &[u8], at: usize| u64::from_le_bytes(d[at..at + 8].try_into().expect("8"));
+    // A 64-bit little-endian ELF file (x86-64, aarch64); any other is
+    // read whole.
+    if len < 64 || data[..4] != *b"\x7fELF" || data[4] != 2 || data[5] != 1 {
+        file.read_exact_at(&mut data, 0)?;
+        return Ok(data);
+    }
+    let (phoff, phsize) = (
+        u64_at(&data, 0x20),
+        u16_at(&data, 0x36) * u16_at(&data, 0x38),
+    );
+    let (shoff, shentsize, shnum) = (
+        u64_at(&data, 0x28),
+        u16_at(&data, 0x3a),
+        u16_at(&data, 0x3c),
+    );
+    if shentsize < 64 {
+        return Err(invalid("section headers smaller than ELF64's"));
+    }
+    fill(&mut data, phoff, phsize)?;
+    fill(&mut data, shoff, shentsize * shnum)?;
+    for i in 0..shnum {
+        let header = (shoff + i * shentsize) as usize;
+        let kind = u32::from_le_bytes(data[header + 4..header + 8].try_into().expect("4"));
+        // SHT_SYMTAB, SHT_STRTAB, SHT_DYNSYM.
+        if matches!(kind, 2 | 3 | 11) {
+            let (offset, size) = (u64_at(&data, header + 0x18), u64_at(&data, header + 0x20));
+            fill(&mut data, offset, size)?;
+        }
+    }
+    Ok(data)
 }
 
 /// `vm_exec_core`'s code, when the file has no symbol for it: in vm.c it

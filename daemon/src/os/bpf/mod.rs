@@ -92,7 +92,7 @@ impl Config {
 }
 
 /// Words of `struct ruby_config`.
-const RUBY_CONFIG_WORDS: usize = 12;
+const RUBY_CONFIG_WORDS: usize = 11;
 
 /// Where CRuby keeps what the program follows, for one process: the
 /// fields of `struct ruby_config` in `ruby.bpf.h`, in its order.
@@ -107,7 +107,6 @@ pub struct RubyConfig {
     pub cfp_bytes: u64,
     pub cfp_pc: u64,
     pub cfp_iseq: u64,
-    pub cfp_self: u64,
     pub cfp_ep: u64,
     pub iseq_body: u64,
     /// `rb_iseq_constant_body.location.pathobj`, where the three words
@@ -126,7 +125,6 @@ impl RubyConfig {
             self.cfp_bytes,
             self.cfp_pc,
             self.cfp_iseq,
-            self.cfp_self,
             self.cfp_ep,
             self.iseq_body,
             self.body_location,
@@ -167,8 +165,7 @@ pub struct RawFrame {
     /// iseq's label's.
     pub identity: [u64; 4],
     /// Its `owner` byte, and its `is_entry` byte (0 where there is none).
-    /// Ruby: the type of the frame's self, and whether the frame has
-    /// VM_FRAME_FLAG_FINISH.
+    /// Ruby: 0, and whether the frame has VM_FRAME_FLAG_FINISH.
     pub owner: u8,
     pub entry: u8,
 }

@@ -10,8 +10,8 @@
 // the iseq and pc, what identifies the iseq (its body, path and label),
 // the method entry of the method the frame runs in (from its local
 // environment, a block's found through the environments it is nested in),
-// whether the frame ends a call of the VM loop (VM_FRAME_FLAG_FINISH), and
-// the type of its self. Frames
+// and whether the frame ends a call of the VM loop (VM_FRAME_FLAG_FINISH).
+// Frames
 // of C functions (VM_FRAME_FLAG_CFRAME) are not copied: their native
 // frames are in the sample's stack.
 
@@ -26,7 +26,6 @@ struct ruby_config {
     u64 cfp_bytes;       // sizeof(rb_control_frame_t)
     u64 cfp_pc;          // rb_control_frame_t.pc
     u64 cfp_iseq;        // .iseq
-    u64 cfp_self;        // .self
     u64 cfp_ep;          // .ep (ep[0] holds the frame's flags)
     u64 iseq_body;       // rb_iseq_t.body
     u64 body_location;   // rb_iseq_constant_body.location.pathobj:
@@ -110,7 +109,6 @@ static __attribute__((always_inline)) void ruby_read(struct ruby_config *c, stru
         }
         u64 pc = *(u64 *)(r->raw + (c->cfp_pc & OFFSET_MASK));
         u64 iseq = *(u64 *)(r->raw + (c->cfp_iseq & OFFSET_MASK));
-        u64 self = *(u64 *)(r->raw + (c->cfp_self & OFFSET_MASK));
         u64 ep = *(u64 *)(r->raw + (c->cfp_ep & OFFSET_MASK));
         u64 flags = 0;
         if (word(&flags, ep)) {
@@ -147,12 +145,7 @@ static __attribute__((always_inline)) void ruby_read(struct ruby_config *c, stru
         if ((lflags & RUBY_ENV_FLAG_LOCAL) && word(&cme, lep - 16))
             cme = 0;
         f->identity[2] = cme;
-        // A heap object's type (RBasic.flags & T_MASK): not an immediate,
-        // nil or false.
-        u64 self_flags = 0;
-        if (!(self & 7) && (self & ~8ULL))
-            word(&self_flags, self);
-        f->owner = self_flags & 0x1f;
+        f->owner = 0;
         r->frames = n + 1;
     }
     if (cfp < end)

@@ -43,11 +43,10 @@ pub struct Layout {
     /// `rb_thread_t.tid` (the native thread id, 3.1 on), `.ec`.
     pub thread_tid: u64,
     pub thread_ec: u64,
-    /// `rb_control_frame_t`: its size, `.pc`, `.iseq`, `.self`, `.ep`.
+    /// `rb_control_frame_t`: its size, `.pc`, `.iseq`, `.ep`.
     pub cfp_bytes: u64,
     pub cfp_pc: u64,
     pub cfp_iseq: u64,
-    pub cfp_self: u64,
     pub cfp_ep: u64,
     /// `rb_iseq_t.body`.
     pub iseq_body: u64,
@@ -91,7 +90,6 @@ const V3_1: Layout = Layout {
     cfp_bytes: 64,
     cfp_pc: 0,
     cfp_iseq: 16,
-    cfp_self: 24,
     cfp_ep: 32,
     iseq_body: 16,
     body_encoded: 8,

@@ -122,7 +122,6 @@ impl Interpreter {
             cfp_bytes: l.cfp_bytes,
             cfp_pc: l.cfp_pc,
             cfp_iseq: l.cfp_iseq,
-            cfp_self: l.cfp_self,
             cfp_ep: l.cfp_ep,
             iseq_body: l.iseq_body,
             body_location: l.body_pathobj,

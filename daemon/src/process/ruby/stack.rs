@@ -78,7 +78,7 @@ pub fn chain(
     let mut out = Vec::new();
     while cfp < end {
         let (pc, iseq) = (w(cfp + layout.cfp_pc)?, w(cfp + layout.cfp_iseq)?);
-        let (self_, ep) = (w(cfp + layout.cfp_self)?, w(cfp + layout.cfp_ep)?);
+        let ep = w(cfp + layout.cfp_ep)?;
         let flags = w(ep)?;
         cfp += layout.cfp_bytes;
         if flags & 0x80 != 0 || iseq == 0 || pc == 0 {
@@ -99,15 +99,11 @@ pub fn chain(
             true => w(lep - 16)?,
             false => 0,
         };
-        let owner = match self_ & 7 == 0 && self_ & !8 != 0 {
-            true => w(self_).map_or(0, |f| (f & 0x1f) as u8),
-            false => 0,
-        };
         out.push(RawFrame {
             code: iseq,
             instr: pc,
             identity: [body, w(loc)?, cme, w(loc + 16)?],
-            owner,
+            owner: 0,
             entry: (flags & 0x20 != 0) as u8,
         });
     }

@@ -30,7 +30,7 @@ const PY_BASE: u64 = 1 << 47;
 /// profiling lets go of them when no stack refers to one.
 pub const MAX_FRAMES: usize = 1 << 16;
 
-/// A Python frame as the table keys it.
+/// An interpreter frame as the table keys it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {
     pub runtime: Runtime,
@@ -40,7 +40,7 @@ pub struct Key {
     pub line: u32,
 }
 
-/// The Python frames met in a session's stacks.
+/// The interpreter frames met in a session's stacks.
 #[derive(Default)]
 pub struct PyFrames {
     frames: IndexSet<Key>,
@@ -64,11 +64,13 @@ pub struct Lag {
 /// What became of a sample's stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Merged {
-    /// It ran no Python code (no eval-loop frame): as it was.
+    /// It ran no interpreted code (no eval-loop frame): as it was.
     Native,
-    /// Its eval-loop frames are now the Python frames they ran.
+    /// Its eval-loop frames are now the interpreter frames they ran
+    /// (Python's or Ruby's).
     Python,
-    /// Its eval-loop frames are now [`PY_UNREADABLE_FRAME`].
+    /// Its eval-loop frames are now [`PY_UNREADABLE_FRAME`] (or
+    /// [`RB_UNREADABLE_FRAME`]).
     Unreadable,
 }
 
@@ -132,10 +134,11 @@ impl PyFrames {
     }
 
     /// `stack` (innermost first; addresses as in the process, `plain`
-    /// turning a tagged one back) of a thread of `process`, with the Python
-    /// frames in place of its eval-loop frames, into `out`. `record`: the
-    /// thread's frames as read at the sample taken at `time`, if they were;
-    /// looked up only for a stack that ran Python code.
+    /// turning a tagged one back) of a thread of `process`, with the
+    /// interpreter frames in place of its eval-loop frames (and without its
+    /// loop's), into `out`. `record`: the thread's frames as read at the
+    /// sample taken at `time`, if they were; looked up only for a stack
+    /// that ran interpreted code.
     pub fn merge(
         &mut self,
         process: &mut dyn Interpreted,

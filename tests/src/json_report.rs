@@ -78,6 +78,9 @@ pub struct Totals {
     /// Samples of CPython processes whose Python frames could not be read.
     #[serde(default)]
     pub python_unreadable: u64,
+    /// Samples of CRuby processes whose Ruby frames could not be read.
+    #[serde(default)]
+    pub ruby_unreadable: u64,
     /// Time accounting of off-cpu and wall sessions (absent or null in cpu
     /// mode).
     #[serde(default)]

@@ -43,6 +43,7 @@ fn session() -> Session {
             unsampled: 0,
             time: None,
             python_unreadable: 0,
+            ruby_unreadable: 0,
         }),
         ..Default::default()
     }

@@ -168,6 +168,12 @@ fn totals_lines(session: &Session) -> String {
             count_text(session, t.python_unreadable)
         );
     }
+    if t.ruby_unreadable > 0 {
+        text += &format!(
+            "ruby: {} with frames not read ([ruby: unreadable])\n",
+            count_text(session, t.ruby_unreadable)
+        );
+    }
     if counts_time(session) {
         text += &time_totals_text(&t.time.unwrap_or_default());
         text.push('\n');
@@ -579,6 +585,7 @@ pub fn info_text(info: &InfoResponse) -> String {
                 .map_or("off".to_string(), debuginfod_text),
         ),
         ("python frames", info.python_frames.clone()),
+        ("ruby frames", info.ruby_frames.clone()),
     ];
     let mut out = String::from("profd daemon\n");
     let retention = info

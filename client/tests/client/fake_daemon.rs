@@ -173,6 +173,7 @@ impl Profiler for Fake {
             memory: None,
             debuginfod: None,
             python_frames: "read at each sample".into(),
+            ruby_frames: "read at each sample".into(),
         }))
     }
 

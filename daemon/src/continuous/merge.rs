@@ -333,6 +333,7 @@ impl Visit for Merge<'_> {
             s.unchecked += t.unchecked;
             s.unsampled += t.unsampled;
             s.python_unreadable += t.python_unreadable;
+            s.ruby_unreadable += t.ruby_unreadable;
         }
         self.host =
             (self.by == api::GroupBy::Host).then(|| self.group(format!("[host {}]", w.host)));

@@ -573,6 +573,10 @@ impl Profiler for Service {
                 Ok(_) => "read at each sample".to_string(),
                 Err(why) => format!("not read: {why}"),
             },
+            ruby_frames: match crate::os::bpf::PythonProbe::get() {
+                Ok(_) => "read at each sample".to_string(),
+                Err(why) => format!("not read: {why}"),
+            },
         }))
     }
 

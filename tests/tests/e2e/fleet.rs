@@ -5,8 +5,8 @@
 //! answers across both; through an outage of both servers and a daemon
 //! restart, every window arrives and counts once; stripped code sent
 //! unnamed is named at query time from debug files (`--symbols`); a
-//! Python service's functions reach the fleet as its daemon names them.
-//! Root needed.
+//! Python service's functions and a Ruby service's methods reach the fleet
+//! as their daemon names them. Root needed.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -590,6 +590,45 @@ fn python_functions_reach_the_fleet() {
         all.functions
             .iter()
             .all(|f| !f.name.contains("_PyEval_EvalFrameDefault")),
+        "{}",
+        all.table()
+    );
+}
+
+/// A Ruby service's windows reach ClickHouse with its Ruby methods in
+/// place of the VM's loop, as the Python service's do.
+#[test]
+fn ruby_methods_reach_the_fleet() {
+    let _serial = serial();
+    require_root_and_perf();
+    let servers = two_shards();
+    let cg = Cgroup::new(&format!("profd-fleet-rb-{}", std::process::id()));
+    let d = daemon("fleet-rb", &cg, &servers[0]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/rb_split.rb");
+    let mut cmd = cg.command("/usr/bin/ruby");
+    cmd.arg(script).arg("8").arg("split");
+    let mut w = Workload::start_command(cmd, "ruby");
+    let met = profd_e2e::wait_until("a window of the service", DELIVERY, || {
+        let l = list(d.socket());
+        let seen = l.services.iter().any(|s| s.service == cg.name());
+        seen.then_some(l.cut_until_unix_ns)
+    });
+    let from = met.div_ceil(1_000_000_000);
+    w.wait(Duration::from_secs(60));
+    let to = now_s() + 1;
+    wait_delivered(&d, to);
+    let range = (from, to);
+    let own = query(&d, range, &["--service", cg.name()]);
+    assert!(own.totals.attributed >= 2000, "{}", own.table());
+    let all = fleet_when(&servers[0], range, own.totals.attributed);
+    assert_eq!(all.totals.attributed, own.totals.attributed);
+    assert_eq!(rows(&all), rows(&own));
+    for (function, share) in [("outer", 100.0), ("hot_a", 75.0), ("hot_b", 25.0)] {
+        all.assert_pct_within(&format!("Work#{function}"), Measure::Inclusive, share, 3.0);
+    }
+    assert_eq!(all.function("Work#hot_a").module, "[ruby]");
+    assert!(
+        all.functions.iter().all(|f| !f.name.contains("rb_vm_exec")),
         "{}",
         all.table()
     );

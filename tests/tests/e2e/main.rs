@@ -34,6 +34,7 @@ mod planted;
 mod python;
 mod record;
 mod restart;
+mod ruby;
 mod scope;
 mod security;
 mod service;

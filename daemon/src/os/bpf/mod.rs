@@ -1,7 +1,8 @@
-//! The BPF program that reads CPython frames at sample time
-//! (`python.bpf.c`): loaded once, given to the sampling events of targets
-//! that run CPython, told each such process's layout, and its records
-//! paired with the samples by thread and time.
+//! The BPF program that reads interpreter frames at sample time
+//! (`python.bpf.c` for CPython, `ruby.bpf.h` for CRuby): loaded once,
+//! given to the sampling events of targets that run an interpreter, told
+//! each such process's runtime and layout, and its records paired with the
+//! samples by thread and time.
 use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
@@ -90,6 +91,47 @@ impl Config {
     }
 }
 
+/// Words of `struct ruby_config`.
+const RUBY_CONFIG_WORDS: usize = 11;
+
+/// Where CRuby keeps what the program follows, for one process: the
+/// fields of `struct ruby_config` in `ruby.bpf.h`, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RubyConfig {
+    /// Where `ruby_current_vm_ptr` is.
+    pub vm_ptr: u64,
+    pub vm_main_ractor: u64,
+    pub ractor_threads: u64,
+    pub thread_tid: u64,
+    pub thread_ec: u64,
+    pub cfp_bytes: u64,
+    pub cfp_pc: u64,
+    pub cfp_iseq: u64,
+    pub cfp_ep: u64,
+    pub iseq_body: u64,
+    /// `rb_iseq_constant_body.location.pathobj`, where the three words
+    /// that identify an iseq with its body begin.
+    pub body_location: u64,
+}
+
+impl RubyConfig {
+    fn words(&self) -> [u64; RUBY_CONFIG_WORDS] {
+        [
+            self.vm_ptr,
+            self.vm_main_ractor,
+            self.ractor_threads,
+            self.thread_tid,
+            self.thread_ec,
+            self.cfp_bytes,
+            self.cfp_pc,
+            self.cfp_iseq,
+            self.cfp_ep,
+            self.iseq_body,
+            self.body_location,
+        ]
+    }
+}
+
 /// How a record's read went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -113,13 +155,17 @@ pub struct Record {
 /// What the program keeps of a frame (`struct frame`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RawFrame {
-    /// Its code object's address, and its last instruction's.
+    /// Its code object's address, and its last instruction's (Ruby: its
+    /// iseq's, and its pc).
     pub code: u64,
     pub instr: u64,
     /// What identifies the code object: its file name's, name's, qualified
-    /// name's and line table's addresses (zeros in an entry shim).
+    /// name's and line table's addresses (zeros in an entry shim). Ruby:
+    /// the iseq's body's, path's, the frame's method entry's and the
+    /// iseq's label's.
     pub identity: [u64; 4],
     /// Its `owner` byte, and its `is_entry` byte (0 where there is none).
+    /// Ruby: 0, and whether the frame has VM_FRAME_FLAG_FINISH.
     pub owner: u8,
     pub entry: u8,
 }
@@ -134,6 +180,7 @@ struct Inner {
     /// Holds the program loaded.
     _ebpf: Ebpf,
     procs: BpfHashMap<MapData, u32, [u64; CONFIG_WORDS]>,
+    ruby_procs: BpfHashMap<MapData, u32, [u64; RUBY_CONFIG_WORDS]>,
     records: RingBuf<MapData>,
     /// Records read out of the ring, by thread, oldest first: each sample
     /// may be counted by several sessions, so a record stays until it is
@@ -153,8 +200,8 @@ impl PythonProbe {
         let loaded = PROBE.get_or_init(|| {
             let probe = PythonProbe::load();
             match &probe {
-                Ok(_) => tracing::info!("loaded the BPF program that reads Python frames"),
-                Err(err) => tracing::warn!(%err, "Python frames cannot be read"),
+                Ok(_) => tracing::info!("loaded the BPF program that reads Python and Ruby frames"),
+                Err(err) => tracing::warn!(%err, "Python and Ruby frames cannot be read"),
             }
             probe
         });
@@ -187,12 +234,14 @@ impl PythonProbe {
             .map_err(|e| e.to_string())?;
         let mut map = |name: &str| ebpf.take_map(name).ok_or(format!("no map {name}"));
         let procs = BpfHashMap::try_from(map("procs")?).map_err(|e| e.to_string())?;
+        let ruby_procs = BpfHashMap::try_from(map("ruby_procs")?).map_err(|e| e.to_string())?;
         let records = RingBuf::try_from(map("out")?).map_err(|e| e.to_string())?;
         Ok(PythonProbe {
             program: fd,
             inner: Mutex::new(Inner {
                 _ebpf: ebpf,
                 procs,
+                ruby_procs,
                 records,
                 kept: HashMap::default(),
                 kept_bytes: 0,
@@ -222,6 +271,18 @@ impl PythonProbe {
         Ok(())
     }
 
+    /// Read the Ruby frames of process `tgid`'s threads at their samples,
+    /// as `config` says; for one more session when it is read already.
+    pub fn register_ruby(&self, tgid: u32, config: &RubyConfig) -> Result<(), String> {
+        let mut inner = self.inner();
+        inner
+            .ruby_procs
+            .insert(tgid, config.words(), 0)
+            .map_err(|e| format!("registering process {tgid}: {e}"))?;
+        *inner.users.entry(tgid).or_default() += 1;
+        Ok(())
+    }
+
     /// One session less reads process `tgid`; the last one stops the reads.
     pub fn unregister(&self, tgid: u32) {
         let mut inner = self.inner();
@@ -232,6 +293,7 @@ impl PythonProbe {
         if *users == 0 {
             inner.users.remove(&tgid);
             let _ = inner.procs.remove(&tgid);
+            let _ = inner.ruby_procs.remove(&tgid);
         }
     }
 

@@ -96,7 +96,7 @@ struct record {
     u32 tid;
     u32 frames;
     u32 status;
-    u32 pad;
+    u32 runtime; // 0: CPython; RUNTIME_RUBY
     struct frame frame[MAX_FRAMES];
     // Where each frame is read, before its fields are kept: room for an
     // 8-byte field at any masked offset (below).
@@ -129,6 +129,8 @@ struct map_def SEC("maps") scratch = {
 static __attribute__((always_inline)) int word(u64 *dst, u64 addr) {
     return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
+
+#include "ruby.bpf.h"
 
 // The thread state of native thread `tid`, 0 when none has it.
 static __attribute__((always_inline)) u64 thread_state(struct config *c, u32 tid, u32 *status) {
@@ -175,7 +177,7 @@ int python_frames(void *ctx) {
     u32 tgid = id >> 32, tid = (u32)id;
     struct config *c = bpf_map_lookup_elem(&procs, &tgid);
     if (!c)
-        return 1;
+        return ruby_frames(tgid, tid);
     u32 zero = 0;
     struct record *r = bpf_map_lookup_elem(&scratch, &zero);
     if (!r)
@@ -184,6 +186,7 @@ int python_frames(void *ctx) {
     r->tid = tid;
     r->frames = 0;
     r->status = READ_OK;
+    r->runtime = 0;
     u64 frame = 0;
     u64 thread = thread_state(c, tid, &r->status);
     if (thread) {

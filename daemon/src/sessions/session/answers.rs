@@ -75,14 +75,17 @@ impl Actor {
                 },
             );
         }
-        // Python frames are named from the session's own table.
+        // Interpreter frames are named from the session's own table.
         addrs.retain(|&a| {
             let Some(key) = self.ingest.python.frame(a).cloned() else {
                 return true;
             };
             let name = FrameName {
                 name: super::python::function_name(&key),
-                module: "[python]".into(),
+                module: match key.runtime {
+                    crate::process::interpreted::Runtime::Python => "[python]".into(),
+                    crate::process::interpreted::Runtime::Ruby => "[ruby]".into(),
+                },
                 inlined: false,
                 origin: None,
             };

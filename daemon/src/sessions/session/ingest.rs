@@ -4,13 +4,14 @@
 //! the recent samples of windowed figures, the samples' times when kept,
 //! and the addresses of new stacks queued for naming. Owned by the
 //! session's actor; no symbols, no views.
-use super::python::{Merged, PyFrames, PY_UNREADABLE_FRAME};
+use super::python::{Merged, PyFrames, PY_UNREADABLE_FRAME, RB_UNREADABLE_FRAME};
 use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use super::timeline::Times;
 use crate::memory::CAPPED_STACKS;
 use crate::os::fds::OutOfFds;
 use crate::os::perf::Stacks;
+use crate::process::interpreted::Runtime;
 use crate::process::maps::ProcessMaps;
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::{Unwinder, Walk};
@@ -50,11 +51,12 @@ pub const BLOCKED_FRAME: u64 = u64::MAX - 1;
 pub const RUNNABLE_FRAME: u64 = u64::MAX - 2;
 
 /// The frames profd adds to stacks, with their names.
-pub const SYNTHETIC_FRAMES: [(u64, &str); 4] = [
+pub const SYNTHETIC_FRAMES: [(u64, &str); 5] = [
     (STACK_LIMIT_FRAME, "[stack limit reached]"),
     (BLOCKED_FRAME, "[off-cpu: blocked]"),
     (RUNNABLE_FRAME, "[off-cpu: runnable]"),
     (PY_UNREADABLE_FRAME, "[python: unreadable]"),
+    (RB_UNREADABLE_FRAME, "[ruby: unreadable]"),
 ];
 
 /// A session's counts and the state they are made with.
@@ -437,7 +439,7 @@ impl Ingest {
                 waiting += 1;
             }
             let stack = self.user_stack(&sample, space, &mut scratch);
-            let stack = match self.spaces.python(space, sample.pid) {
+            let stack = match self.spaces.interpreter(space, sample.pid) {
                 None => stack,
                 Some(process) => {
                     let plain = |a| spaces::untag(a).1;
@@ -446,10 +448,15 @@ impl Ingest {
                         let probe = crate::os::bpf::PythonProbe::get().ok()?;
                         probe.record(tid, time)
                     };
+                    let ruby = process.runtime() == Runtime::Ruby;
                     let python = &mut self.python;
                     match python.merge(process, time, record, stack, plain, &mut merged) {
                         Merged::Native => stack,
                         Merged::Python => &merged[..],
+                        Merged::Unreadable if ruby => {
+                            self.totals.ruby_unreadable += weight;
+                            &merged[..]
+                        }
                         Merged::Unreadable => {
                             self.totals.python_unreadable += weight;
                             &merged[..]

@@ -531,7 +531,8 @@ impl Actor {
                 median_ns = lag.median_ns,
                 p99_ns = lag.p99_ns,
                 unreadable = self.ingest.totals.python_unreadable,
-                "python frames read at their samples"
+                ruby_unreadable = self.ingest.totals.ruby_unreadable,
+                "interpreter frames read at their samples"
             );
         }
         let _ = self.state.send(state);

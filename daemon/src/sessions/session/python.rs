@@ -1,20 +1,24 @@
-//! Python frames in a session's stacks. A sample of a process running
-//! CPython has its thread's Python frames, read at the sample (see
-//! [`crate::os::bpf`]), put in place of the native eval-loop frames that
-//! ran them, as py-spy
-//! `--native` shows them; each distinct Python frame (function, file, line)
-//! is one address of a range of its own, named from this table. A read
-//! that fails, or does not fit the native stack, puts
-//! [`PY_UNREADABLE_FRAME`] in place of the eval-loop frames instead, and
-//! is counted.
+//! Interpreter frames in a session's stacks (Python and Ruby). A sample of
+//! a process running CPython or CRuby has its thread's interpreter frames,
+//! read at the sample (see [`crate::os::bpf`]), put in place of the native
+//! frames that ran them (the eval loop's, `rb_vm_exec`'s), as py-spy
+//! `--native` shows them; each distinct interpreter frame (runtime,
+//! function, file, line) is one address of a range of its own, named from
+//! this table. A read that fails, or does not fit the native stack, puts
+//! [`PY_UNREADABLE_FRAME`] (or [`RB_UNREADABLE_FRAME`]) in place of those
+//! native frames instead, and is counted.
 use crate::os::bpf::Record;
-use crate::process::python::{Process, PyFrame};
+use crate::process::interpreted::{Frame as PyFrame, Interpreted, Runtime};
 use indexmap::IndexSet;
 use std::sync::Arc;
 
 /// The frame in place of eval-loop frames whose Python frames could not
 /// be read; named `[python: unreadable]`.
 pub const PY_UNREADABLE_FRAME: u64 = u64::MAX - 3;
+
+/// The frame in place of `rb_vm_exec` frames whose Ruby frames could not
+/// be read; named `[ruby: unreadable]`.
+pub const RB_UNREADABLE_FRAME: u64 = u64::MAX - 4;
 
 /// Python frames are the addresses from here up: above every user address
 /// (below 2^47) of the target's space, below every kernel address, and
@@ -26,16 +30,17 @@ const PY_BASE: u64 = 1 << 47;
 /// profiling lets go of them when no stack refers to one.
 pub const MAX_FRAMES: usize = 1 << 16;
 
-/// A Python frame as the table keys it.
+/// An interpreter frame as the table keys it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {
+    pub runtime: Runtime,
     pub name: Arc<str>,
     pub file: Arc<str>,
     pub first_line: u32,
     pub line: u32,
 }
 
-/// The Python frames met in a session's stacks.
+/// The interpreter frames met in a session's stacks.
 #[derive(Default)]
 pub struct PyFrames {
     frames: IndexSet<Key, foldhash::fast::RandomState>,
@@ -59,11 +64,13 @@ pub struct Lag {
 /// What became of a sample's stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Merged {
-    /// It ran no Python code (no eval-loop frame): as it was.
+    /// It ran no interpreted code (no eval-loop frame): as it was.
     Native,
-    /// Its eval-loop frames are now the Python frames they ran.
+    /// Its eval-loop frames are now the interpreter frames they ran
+    /// (Python's or Ruby's).
     Python,
-    /// Its eval-loop frames are now [`PY_UNREADABLE_FRAME`].
+    /// Its eval-loop frames are now [`PY_UNREADABLE_FRAME`] (or
+    /// [`RB_UNREADABLE_FRAME`]).
     Unreadable,
 }
 
@@ -112,27 +119,29 @@ impl PyFrames {
         self.frames.clear();
     }
 
-    fn address(&mut self, frame: &PyFrame) -> u64 {
+    fn address(&mut self, runtime: Runtime, frame: &PyFrame) -> u64 {
         let key = Key {
+            runtime,
             name: frame.name.clone(),
             file: frame.file.clone(),
             first_line: frame.first_line,
             line: frame.line,
         };
         if self.frames.len() >= MAX_FRAMES && !self.frames.contains(&key) {
-            return PY_UNREADABLE_FRAME;
+            return unreadable(runtime);
         }
         PY_BASE + self.frames.insert_full(key).0 as u64
     }
 
     /// `stack` (innermost first; addresses as in the process, `plain`
-    /// turning a tagged one back) of a thread of `process`, with the Python
-    /// frames in place of its eval-loop frames, into `out`. `record`: the
-    /// thread's frames as read at the sample taken at `time`, if they were;
-    /// looked up only for a stack that ran Python code.
+    /// turning a tagged one back) of a thread of `process`, with the
+    /// interpreter frames in place of its eval-loop frames (and without its
+    /// loop's), into `out`. `record`: the thread's frames as read at the
+    /// sample taken at `time`, if they were; looked up only for a stack
+    /// that ran interpreted code.
     pub fn merge(
         &mut self,
-        process: &mut Process,
+        process: &mut dyn Interpreted,
         time: u64,
         record: impl FnOnce() -> Option<Arc<Record>>,
         stack: &[u64],
@@ -148,10 +157,12 @@ impl PyFrames {
         if let Some(r) = &record {
             self.read_at(r.time.abs_diff(time));
         }
+        let runtime = process.runtime();
+        let unreadable = unreadable(runtime);
         let read = match record.map(|r| process.name(&r)) {
             Some(Ok(frames)) => frames,
             Some(Err(err)) => {
-                tracing::trace!(%err, "python frames not read");
+                tracing::trace!(%err, ?runtime, "interpreter frames not read");
                 Vec::new()
             }
             None => Vec::new(),
@@ -166,22 +177,25 @@ impl PyFrames {
                 start = i + 1;
             }
         }
+        // Native frames of the interpreter's loop are what its frames
+        // stand for.
+        let kept = stack.iter().filter(|&&a| !process.is_loop(plain(a)));
         if runs.len() != evals || start != read.len() {
-            out.extend(stack.iter().map(|&a| match process.is_eval(plain(a)) {
-                true => PY_UNREADABLE_FRAME,
+            out.extend(kept.map(|&a| match process.is_eval(plain(a)) {
+                true => unreadable,
                 false => a,
             }));
-            out.dedup_by(|a, b| *a == PY_UNREADABLE_FRAME && *b == PY_UNREADABLE_FRAME);
+            out.dedup_by(|a, b| *a == unreadable && *b == unreadable);
             return Merged::Unreadable;
         }
         let mut runs = runs.into_iter();
-        for &a in stack {
+        for &a in kept {
             if !process.is_eval(plain(a)) {
                 out.push(a);
                 continue;
             }
             for f in &read[runs.next().unwrap_or_default()] {
-                let addr = self.address(f);
+                let addr = self.address(runtime, f);
                 out.push(addr);
             }
         }
@@ -189,9 +203,22 @@ impl PyFrames {
     }
 }
 
-/// The function a Python frame is in: `module.qualname`, the module named
-/// from its file (`script.py` → `script`).
+/// The frame standing for native frames of `runtime` whose interpreter
+/// frames could not be read.
+fn unreadable(runtime: Runtime) -> u64 {
+    match runtime {
+        Runtime::Python => PY_UNREADABLE_FRAME,
+        Runtime::Ruby => RB_UNREADABLE_FRAME,
+    }
+}
+
+/// The function an interpreter frame is in: for Python `module.qualname`,
+/// the module named from its file (`script.py` → `script`); for Ruby its
+/// label (`Class#method`, `block in Class#method`, `<main>`).
 pub fn function_name(key: &Key) -> String {
+    if key.runtime == Runtime::Ruby {
+        return key.name.to_string();
+    }
     let file = key.file.rsplit('/').next().unwrap_or(&key.file);
     let module = file.strip_suffix(".py").unwrap_or(file);
     format!("{module}.{}", key.name)
@@ -201,6 +228,7 @@ pub fn function_name(key: &Key) -> String {
 mod tests {
     use super::*;
     use crate::process::maps::ProcessMaps;
+    use crate::process::python::Process;
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
 
@@ -336,5 +364,74 @@ mod tests {
             Merged::Unreadable
         );
         assert_eq!(out, [0x1000, PY_UNREADABLE_FRAME, 0x2000]);
+    }
+
+    /// A real ruby waiting in `Work#wait`, called from a block of
+    /// `Work#outer` that `Array#each` runs: a native stack with its two
+    /// `rb_vm_exec` frames, each with `vm_exec_core`'s under it, gets the
+    /// four Ruby frames in their place (two each, the loop's frames gone);
+    /// one with a single `rb_vm_exec` frame does not fit and gets
+    /// `[ruby: unreadable]`.
+    #[test]
+    fn rb_vm_exec_frames_become_the_ruby_frames_they_ran() {
+        let script = "class Work\n  def wait\n    $stdin.read\n  end\n  def outer\n    [1].each { wait }\n  end\nend\nputs 'ready'\n$stdout.flush\nWork.new.outer\n";
+        let mut child = Command::new("/usr/bin/ruby")
+            .args(["-e", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("/usr/bin/ruby");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        let pid = child.id();
+        let maps = ProcessMaps::read(pid).unwrap();
+        let mut process = crate::process::ruby::Process::find(pid, &maps)
+            .unwrap()
+            .expect("ruby runs CRuby");
+        // Once it printed, it is on its way to `$stdin.read`.
+        let mut now = process.record_now(pid);
+        for _ in 0..200 {
+            if process.name(&now).is_ok_and(|f| f.len() == 4) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            now = process.record_now(pid);
+        }
+        let (exec, core) = (
+            process.interpreter.exec.start,
+            process.interpreter.core.start,
+        );
+        let mut frames = PyFrames::default();
+        let mut out = Vec::new();
+        let stack = [
+            0x1000,
+            core + 16,
+            exec + 16,
+            0x3000,
+            core + 8,
+            exec + 8,
+            0x2000,
+        ];
+        let record = || Some(Arc::new(now.clone()));
+        let merged = frames.merge(&mut process, 0, record, &stack, |a| a, &mut out);
+        assert_eq!(merged, Merged::Python);
+        assert_eq!(out.len(), 7, "{out:x?}");
+        assert_eq!((out[0], out[3], out[6]), (0x1000, 0x3000, 0x2000));
+        let name = |a: u64| function_name(frames.frame(a).unwrap());
+        assert_eq!(
+            [out[1], out[2], out[4], out[5]].map(name),
+            ["Work#wait", "block in Work#outer", "Work#outer", "<main>"]
+        );
+        assert_eq!(frames.frame(out[1]).unwrap().runtime, Runtime::Ruby);
+
+        let one = [0x1000, core + 16, exec + 16, 0x2000];
+        let record = || Some(Arc::new(now.clone()));
+        let merged = frames.merge(&mut process, 0, record, &one, |a| a, &mut out);
+        assert_eq!(merged, Merged::Unreadable);
+        assert_eq!(out, [0x1000, RB_UNREADABLE_FRAME, 0x2000]);
+        drop(child.stdin.take());
+        child.wait().unwrap();
     }
 }

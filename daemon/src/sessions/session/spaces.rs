@@ -8,6 +8,7 @@
 use super::setup_budget::{Budget, BUDGET};
 use crate::os::fds::OutOfFds;
 use crate::os::perf::Stacks;
+use crate::process::interpreted::Interpreted;
 use crate::process::maps::{Mapping, ProcessMaps};
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::Unwinder;
@@ -54,16 +55,17 @@ pub struct Space {
     set_up: bool,
     /// Sampled, and waiting for the budget to be set up.
     waiting: bool,
-    /// Whether it runs CPython, once a sample of it asked.
+    /// Whether it runs CPython or CRuby, once a sample of it asked.
     python: Python,
 }
 
-/// Whether a space's process runs CPython.
+/// Whether a space's process runs an interpreter whose frames profd reads.
 enum Python {
     /// Not looked at since its mappings last changed.
     Unknown,
     No,
     Yes(Box<crate::process::python::Process>),
+    Ruby(Box<crate::process::ruby::Process>),
 }
 
 /// The spaces of a session; space 0 is the target's at attach. A space no
@@ -141,7 +143,7 @@ impl Spaces {
         spaces.add(pid, maps, SetUp::Now);
         if pid != 0 {
             // Its frames are read from its first sample on.
-            spaces.python(0, pid);
+            spaces.interpreter(0, pid);
         }
         spaces
     }
@@ -421,10 +423,10 @@ impl Spaces {
         index
     }
 
-    /// The CPython interpreter that space `i` (of process `pid`) runs, if
-    /// any; looked for once its mappings are known, and again when new
-    /// ones arrive.
-    pub fn python(&mut self, i: usize, pid: u32) -> Option<&mut crate::process::python::Process> {
+    /// The interpreter (CPython or CRuby) that space `i` (of process
+    /// `pid`) runs, if any; looked for once its mappings are known, and
+    /// again when new ones arrive.
+    pub fn interpreter(&mut self, i: usize, pid: u32) -> Option<&mut dyn Interpreted> {
         let space = self.list.get_mut(i)?;
         if matches!(space.python, Python::Unknown) && space.set_up && !space.retired {
             space.python = match crate::process::python::Process::find(pid, &space.maps) {
@@ -436,7 +438,7 @@ impl Spaces {
                     }
                     Python::Yes(Box::new(p))
                 }
-                Ok(None) => Python::No,
+                Ok(None) => ruby(pid, &space.maps),
                 Err(err) => {
                     tracing::debug!(pid, %err, "python interpreter not read");
                     Python::No
@@ -444,7 +446,8 @@ impl Spaces {
             };
         }
         match &mut space.python {
-            Python::Yes(p) => Some(p),
+            Python::Yes(p) => Some(&mut **p),
+            Python::Ruby(p) => Some(&mut **p),
             _ => None,
         }
     }
@@ -538,7 +541,7 @@ impl Spaces {
             s.maps.insert(m);
         }
         if matches!(s.python, Python::No) {
-            s.python = Python::Unknown; // libpython may have come.
+            s.python = Python::Unknown; // libpython or libruby may have come.
         }
         if !s.set_up {
             return;
@@ -559,3 +562,22 @@ impl Spaces {
 #[cfg(test)]
 #[path = "spaces_tests.rs"]
 mod tests;
+
+/// The CRuby interpreter process `pid` (mappings `maps`) runs, if any.
+fn ruby(pid: u32, maps: &ProcessMaps) -> Python {
+    match crate::process::ruby::Process::find(pid, maps) {
+        Ok(Some(mut p)) => {
+            let version = p.interpreter.version;
+            match p.register() {
+                Ok(()) => tracing::debug!(pid, %version, "ruby frames read"),
+                Err(err) => tracing::warn!(pid, %version, %err, "ruby frames not read"),
+            }
+            Python::Ruby(Box::new(p))
+        }
+        Ok(None) => Python::No,
+        Err(err) => {
+            tracing::debug!(pid, %err, "ruby interpreter not read");
+            Python::No
+        }
+    }
+}

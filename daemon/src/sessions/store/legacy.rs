@@ -158,6 +158,7 @@ pub(super) fn decode(
             unsampled: t.unsampled,
             time: None,
             python_unreadable: 0,
+            ruby_unreadable: 0,
         }),
         duration_limit_ms: meta.duration_limit_ms,
         error: meta.error,

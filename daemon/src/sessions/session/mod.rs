@@ -265,10 +265,10 @@ pub async fn start(
     symbolizer: Arc<dyn Symbolizer>,
 ) -> Result<Handle, StartError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
-    // A CPython target has its frames read from its first sample on: it is
-    // registered with the frame reader before its rings open (the
-    // session's own registration, below, takes over).
-    let python_first = first_python_read(params.pid);
+    // A CPython or CRuby target has its frames read from its first sample
+    // on: it is registered with the frame reader before its rings open
+    // (the session's own registration, below, takes over).
+    let read_first = first_interpreter_read(params.pid);
     let children = match params.children {
         true => Children::Followed,
         false => Children::Ignored,
@@ -310,7 +310,7 @@ pub async fn start(
         params.recheck.clone(),
         tops,
     );
-    drop(python_first);
+    drop(read_first);
     if params.timeline {
         ingest.timeline = Some(timeline::Times::new(params.pid, timeline::MAX_SAMPLES));
     }
@@ -336,13 +336,20 @@ pub async fn start(
     })
 }
 
-/// Process `pid` registered with the Python frame reader, when it runs
-/// CPython and its frames can be read.
-fn first_python_read(pid: u32) -> Option<crate::process::python::Process> {
+/// Process `pid` registered with the frame reader, when it runs an
+/// interpreter whose frames can be read.
+fn first_interpreter_read(
+    pid: u32,
+) -> Option<Box<dyn crate::process::interpreted::Interpreted + Send>> {
+    use crate::process::{python, ruby};
     let maps = ProcessMaps::read(pid).ok()?;
-    let mut python = crate::process::python::Process::find(pid, &maps).ok()??;
-    python.register().ok()?;
-    Some(python)
+    if let Some(mut p) = python::Process::find(pid, &maps).ok().flatten() {
+        p.register().ok()?;
+        return Some(Box::new(p));
+    }
+    let mut p = ruby::Process::find(pid, &maps).ok().flatten()?;
+    p.register().ok()?;
+    Some(Box::new(p))
 }
 
 impl Actor {

@@ -15,7 +15,8 @@
 #  daemon  profd's CPU per sample (its threads' schedstat over a session,
 #          over the session's attributed samples) of the same Python work,
 #          and of a C program of the same split (tests/workloads/split.c):
-#          what Python's frames add. Where kernel.bpf_stats_enabled can be
+#          what Python's frames add; and of Debian's ruby running the same
+#          split (tests/workloads/rb_split.rb), Ruby frames read. Where kernel.bpf_stats_enabled can be
 #          set and bpftool is installed, the BPF program's own time per
 #          sample (it runs in the sampled thread's interrupt, so it is the
 #          target's time, not the daemon's).
@@ -149,6 +150,11 @@ read -r t0 n0 < <(bpf_stats || echo "0 0")
 per_sample "python3 (Python frames read)" "$python" "$work_py" 1000000000
 read -r t1 n1 < <(bpf_stats || echo "0 0")
 per_sample "C split" "$work/split" 60
+if [ -x /usr/bin/ruby ]; then
+    per_sample "ruby (Ruby frames read)" /usr/bin/ruby tests/workloads/rb_split.rb 1000000000 split
+else
+    say "no /usr/bin/ruby: Ruby's figure is left out (apt-get install ruby)"
+fi
 if [ -n "$stats_was" ] && [ "$n1" -gt "$n0" ]; then
     awk -v t="$((t1 - t0))" -v n="$((n1 - n0))" 'BEGIN { printf "BPF program per sample (in the target): %.0f ns over %d runs\n", t / n, n }'
 fi

@@ -1,3 +1,5 @@
+//! Tests of the Ruby reader on Debian's real ruby: a live two-thread
+//! program read from outside while it waits, and the session merge.
 use super::*;
 use crate::process::maps::ProcessMaps;
 use std::io::{BufRead, BufReader};

@@ -532,6 +532,7 @@ impl Actor {
                 p99_ns = lag.p99_ns,
                 unreadable = self.ingest.totals.python_unreadable,
                 ruby_unreadable = self.ingest.totals.ruby_unreadable,
+                perl_unreadable = self.ingest.totals.perl_unreadable,
                 "interpreter frames read at their samples"
             );
         }

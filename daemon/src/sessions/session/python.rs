@@ -1,12 +1,14 @@
-//! Interpreter frames in a session's stacks (Python and Ruby). A sample of
-//! a process running CPython or CRuby has its thread's interpreter frames,
-//! read at the sample (see [`crate::os::bpf`]), put in place of the native
-//! frames that ran them (the eval loop's, `rb_vm_exec`'s), as py-spy
+//! Interpreter frames in a session's stacks (Python, Ruby and Perl). A
+//! sample of a process running CPython, CRuby or Perl has its thread's
+//! interpreter frames, read at the sample (see [`crate::os::bpf`]), put in
+//! place of the native frames that ran them (the eval loop's,
+//! `rb_vm_exec`'s, `Perl_runops_standard`'s), as py-spy
 //! `--native` shows them; each distinct interpreter frame (runtime,
 //! function, file, line) is one address of a range of its own, named from
 //! this table. A read that fails, or does not fit the native stack, puts
-//! [`PY_UNREADABLE_FRAME`] (or [`RB_UNREADABLE_FRAME`]) in place of those
-//! native frames instead, and is counted.
+//! [`PY_UNREADABLE_FRAME`] (or [`RB_UNREADABLE_FRAME`],
+//! [`PL_UNREADABLE_FRAME`]) in place of those native frames instead, and is
+//! counted.
 use crate::os::bpf::Record;
 use crate::process::interpreted::{Frame as PyFrame, Interpreted, Runtime};
 use indexmap::IndexSet;
@@ -19,6 +21,10 @@ pub const PY_UNREADABLE_FRAME: u64 = u64::MAX - 3;
 /// The frame in place of `rb_vm_exec` frames whose Ruby frames could not
 /// be read; named `[ruby: unreadable]`.
 pub const RB_UNREADABLE_FRAME: u64 = u64::MAX - 4;
+
+/// The frame in place of `Perl_runops_standard` frames whose Perl frames
+/// could not be read; named `[perl: unreadable]`.
+pub const PL_UNREADABLE_FRAME: u64 = u64::MAX - 5;
 
 /// Python frames are the addresses from here up: above every user address
 /// (below 2^47) of the target's space, below every kernel address, and
@@ -206,14 +212,16 @@ fn unreadable(runtime: Runtime) -> u64 {
     match runtime {
         Runtime::Python => PY_UNREADABLE_FRAME,
         Runtime::Ruby => RB_UNREADABLE_FRAME,
+        Runtime::Perl => PL_UNREADABLE_FRAME,
     }
 }
 
 /// The function an interpreter frame is in: for Python `module.qualname`,
 /// the module named from its file (`script.py` → `script`); for Ruby its
-/// label (`Class#method`, `block in Class#method`, `<main>`).
+/// label (`Class#method`, `block in Class#method`, `<main>`); for Perl
+/// `Package::sub`.
 pub fn function_name(key: &Key) -> String {
-    if key.runtime == Runtime::Ruby {
+    if key.runtime != Runtime::Python {
         return key.name.to_string();
     }
     let file = key.file.rsplit('/').next().unwrap_or(&key.file);

@@ -293,7 +293,7 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["unwind"], "dwarf");
     assert_eq!(v["stack_bytes"], 16384);
     let totals = v["totals"].as_object().unwrap();
-    assert_eq!(totals.len(), 12);
+    assert_eq!(totals.len(), 13);
     assert!(
         v["totals"]["time"].is_null(),
         "no time accounting in cpu mode"

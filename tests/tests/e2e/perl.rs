@@ -76,6 +76,61 @@ fn perl_subs_split_under_their_caller() {
     p.assert_pct_within(&pl("hot_b"), Inclusive, 25.0, TOLERANCE);
 }
 
+/// The pprof export carries each Perl frame's file and line: `go tool
+/// pprof -lines` puts hot_a's time on its lines in pl_split.pl, and
+/// nowhere else.
+#[test]
+fn perl_lines_reach_go_pprof() {
+    let h = Harness::start();
+    let w = start("split");
+    let p = h.daemon.profile_until(&w, SAMPLES, &[]);
+    check_read(&p, "main::RUNTIME");
+    let file = profd_e2e::unique_dir("pl-pprof").join("split.pb.gz");
+    let session = p.session_id.to_string();
+    let out = h.daemon.profctl(&[
+        "export",
+        &session,
+        "--format",
+        "pprof",
+        "-o",
+        profd_e2e::path_str(&file),
+    ]);
+    out.assert_success();
+    let (rows, text) = profd_e2e::views::go_pprof_lines(&file);
+    // hot_a's lines: its `sub` and the seven lines of its body.
+    let source = std::fs::read_to_string(script()).unwrap();
+    let def = 1 + source
+        .lines()
+        .position(|l| l.starts_with("sub hot_a {"))
+        .expect("pl_split.pl defines hot_a");
+    let body = def..=def + 7;
+    let total = p.totals.attributed as f64;
+    let mut on_body = 0.0;
+    let mut lines = std::collections::BTreeSet::new();
+    for (_, cum, name) in &rows {
+        let Some(at) = name.strip_prefix(&format!("{} ", pl("hot_a"))) else {
+            continue;
+        };
+        let line: usize = (at.rsplit_once(':'))
+            .filter(|(file, _)| file.ends_with("pl_split.pl"))
+            .and_then(|(_, line)| line.parse().ok())
+            .unwrap_or_else(|| panic!("hot_a's row {name:?} has no line of pl_split.pl:\n{text}"));
+        assert!(
+            body.contains(&line),
+            "hot_a at line {line}, outside {body:?}:\n{text}"
+        );
+        lines.insert(line);
+        on_body += cum;
+    }
+    // The loop's lines, each a good part of the time.
+    assert!(lines.len() >= 2, "hot_a's lines {lines:?}:\n{text}");
+    let share = 100.0 * on_body / total;
+    assert!(
+        (share - 75.0).abs() <= TOLERANCE,
+        "hot_a's lines hold {share:.1} %:\n{text}"
+    );
+}
+
 /// A sub recursing five levels deep counts once per sample.
 #[test]
 fn perl_recursion_counts_once() {

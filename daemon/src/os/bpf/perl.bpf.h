@@ -205,7 +205,10 @@ static __attribute__((always_inline)) int perl_step(struct perl_config *c, struc
             entry = 0;
     }
     if (!w->idle && (!(type & PERL_CXp_SUB_RE_FAKE) || entry)) {
-        struct frame *f = perl_frame_at(c, r, w->cop);
+        // A sub that has not run its first statement yet is still at the
+        // cop it was called from: its line and file are its own first
+        // (the daemon's to find; 0 here).
+        struct frame *f = perl_frame_at(c, r, w->cop == oldcop ? 0 : w->cop);
         if (!f)
             return 1;
         f->entry = entry;

@@ -47,10 +47,11 @@ pub struct Layout {
     /// `SV`: `sv_flags` (the type in its low 5 bits); `sv_any` is first.
     pub sv_flags: u64,
     /// `XPVCV`: `xcv_stash`, `xcv_start_u`, `xcv_gv_u` (a GV, or a HEK
-    /// with CVf_NAMED), `xcv_flags`.
+    /// with CVf_NAMED), `xcv_file` (a C string), `xcv_flags`.
     pub cv_stash: u64,
     pub cv_start: u64,
     pub cv_gv: u64,
+    pub cv_file: u64,
     pub cv_flags: u64,
     /// `XPVGV`: `xiv_u.xivu_namehek`, `xnv_u.xgv_stash`.
     pub gv_name: u64,
@@ -88,6 +89,7 @@ const V5_36: Layout = Layout {
     cv_stash: 32,
     cv_start: 40,
     cv_gv: 56,
+    cv_file: 64,
     cv_flags: 92,
     gv_name: 32,
     gv_stash: 40,

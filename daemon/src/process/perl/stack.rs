@@ -4,10 +4,11 @@
 //! address and checked at each read to be the same one (by the body, start
 //! op and GV the sample-time read saw: CVs are freed and their addresses
 //! reused); the line is the one the sample-time read took from the frame's
-//! cop, and the file the C string its cop names, read once by address. A block
-//! run by a loop of its own (a sort block, a regex's code block) is named
-//! after the sub it is in; the main program is `main::RUNTIME`, as
-//! Devel::NYTProf names it.
+//! cop, and the file the C string its cop names, read once by address (a
+//! sub not yet at a statement of its own is at its first line, in its own
+//! file). A block run by a loop of its own (a sort block, a regex's code
+//! block) is named after the sub it is in; the main program is
+//! `main::RUNTIME`, as Devel::NYTProf names it.
 use super::layout::Layout;
 use crate::os::bpf::RawFrame;
 use crate::process::interpreted::Frame;
@@ -115,7 +116,7 @@ pub fn chain(
                 entry = !(below & 0xf == 0 || below & 0x80 != 0);
             }
             if !idle && (ty & 0x80 == 0 || entry) {
-                let (line, file) = at(cop)?;
+                let (line, file) = at(if cop == oldcop { 0 } else { cop })?;
                 let mut f = RawFrame {
                     instr: line,
                     entry: entry as u8,
@@ -169,6 +170,8 @@ struct Cv {
     /// Its body's, start op's and GV's addresses.
     identity: [u64; 3],
     name: Arc<str>,
+    /// The file it was defined in, and its first line.
+    file: Arc<str>,
     first_line: u32,
 }
 
@@ -210,7 +213,7 @@ impl Cvs {
         // Blocks take the name of the sub they are in: the next frame out.
         let mut blocks = Vec::new();
         for f in raw {
-            let (line, file) = (f.instr as u32, self.file(mem, f.identity[3])?);
+            let (mut line, mut file) = (f.instr as u32, self.file(mem, f.identity[3])?);
             let (name, first_line) = match (f.code, f.owner) {
                 (0, FRAME_MAIN) => (Arc::from(MAIN), 0),
                 (0, _) => {
@@ -227,6 +230,10 @@ impl Cvs {
                             self.cvs.get(&cv).expect("inserted")
                         }
                     };
+                    // Not at a statement of its own yet: at its first.
+                    if f.identity[3] == 0 {
+                        (line, file) = (known.first_line, known.file.clone());
+                    }
                     (known.name.clone(), known.first_line)
                 }
             };
@@ -279,9 +286,14 @@ impl Cv {
             }
         };
         let package = stash_name(mem, layout, stash).unwrap_or_else(|_| "__UNKNOWN__".into());
+        let file = match field(&body, layout.cv_file) {
+            0 => String::new(),
+            at => c_string(mem, at)?,
+        };
         Ok(Cv {
             identity,
             name: Arc::from(format!("{package}::{sub}")),
+            file: Arc::from(file),
             first_line: first_line(mem, layout, identity[1]).unwrap_or(0),
         })
     }

@@ -2,8 +2,11 @@
 //! interpreter, `cop.h`'s stack info, context and cop, `sv.h`'s, `cv.h`'s,
 //! `gv.h`'s and `hv.h`'s bodies, and `op.h`'s op, for a threaded build
 //! (MULTIPLICITY, as Debian's), taken with `offsetof` from Perl 5.36's own
-//! headers (`/usr/lib/x86_64-linux-gnu/perl/5.36/CORE`, Debian 12's
-//! libperl-dev for 5.36.0) on x86-64.
+//! headers (`/usr/lib/x86_64-linux-gnu/perl/5.36/CORE`, from Debian 12's
+//! libperl5.36, 5.36.0) on x86-64: a C program printing
+//! `offsetof(struct interpreter, Icurcop)`, `offsetof(PERL_CONTEXT,
+//! cx_u.cx_blk.blk_u.blku_sub.cv)`, `sizeof(PERL_CONTEXT)` and the rest,
+//! built with the flags `perl -MExtUtils::Embed -e ccopts` gives.
 
 /// A Perl version, as `PL_revision`, `PL_version` and `PL_subversion` give
 /// it.

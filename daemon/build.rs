@@ -9,6 +9,7 @@ fn main() {
     let source = "src/os/bpf/python.bpf.c";
     println!("cargo:rerun-if-changed={source}");
     println!("cargo:rerun-if-changed=src/os/bpf/ruby.bpf.h");
+    println!("cargo:rerun-if-changed=src/os/bpf/perl.bpf.h");
     println!("cargo:rerun-if-env-changed=CLANG");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
         .join("python.bpf.o");
@@ -23,7 +24,7 @@ fn main() {
         Err(err) => {
             println!(
                 "cargo:warning=no {clang} ({err}): profd is built without its BPF frame reader; \
-                 install clang to read Python and Ruby frames"
+                 install clang to read Python, Ruby and Perl frames"
             );
             std::fs::write(&out, []).expect("write an empty object");
         }

@@ -81,6 +81,9 @@ pub struct Totals {
     /// Samples of CRuby processes whose Ruby frames could not be read.
     #[serde(default)]
     pub ruby_unreadable: u64,
+    /// Samples of Perl processes whose Perl frames could not be read.
+    #[serde(default)]
+    pub perl_unreadable: u64,
     /// Time accounting of off-cpu and wall sessions (absent or null in cpu
     /// mode).
     #[serde(default)]

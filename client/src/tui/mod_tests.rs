@@ -44,6 +44,7 @@ fn session() -> Session {
             time: None,
             python_unreadable: 0,
             ruby_unreadable: 0,
+            perl_unreadable: 0,
         }),
         ..Default::default()
     }

@@ -174,6 +174,12 @@ fn totals_lines(session: &Session) -> String {
             count_text(session, t.ruby_unreadable)
         );
     }
+    if t.perl_unreadable > 0 {
+        text += &format!(
+            "perl: {} with frames not read ([perl: unreadable])\n",
+            count_text(session, t.perl_unreadable)
+        );
+    }
     if counts_time(session) {
         text += &time_totals_text(&t.time.unwrap_or_default());
         text.push('\n');
@@ -586,6 +592,7 @@ pub fn info_text(info: &InfoResponse) -> String {
         ),
         ("python frames", info.python_frames.clone()),
         ("ruby frames", info.ruby_frames.clone()),
+        ("perl frames", info.perl_frames.clone()),
     ];
     let mut out = String::from("profd daemon\n");
     let retention = info

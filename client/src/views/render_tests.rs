@@ -293,7 +293,7 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["unwind"], "dwarf");
     assert_eq!(v["stack_bytes"], 16384);
     let totals = v["totals"].as_object().unwrap();
-    assert_eq!(totals.len(), 12);
+    assert_eq!(totals.len(), 13);
     assert!(
         v["totals"]["time"].is_null(),
         "no time accounting in cpu mode"
@@ -478,6 +478,7 @@ fn info_lists_everything() {
             time: None,
             python_unreadable: 0,
             ruby_unreadable: 0,
+            perl_unreadable: 0,
         }),
         running_sessions: 1,
         continuous: None,
@@ -556,11 +557,13 @@ fn info_lists_everything() {
         }),
         python_frames: "not read: the kernel refused the BPF program: EPERM".into(),
         ruby_frames: "read at each sample".into(),
+        perl_frames: "read at each sample".into(),
     };
     let text = info_text(&info);
     for needle in [
         "python frames:        not read: the kernel refused the BPF program: EPERM",
         "ruby frames:          read at each sample",
+        "perl frames:          read at each sample",
         "debuginfod:           http://127.0.0.1:8002 https://d.example; fetched 4, not found 2, failed 1, garbage 0; cache 3.0 MiB of 1024.0 MiB in /var/lib/profd/debuginfod; last error: http://127.0.0.1:8002: no answer within 10s",
         "memory:               70.0 MiB of 96.0 MiB (peak 90.0 MiB), level 1 (shed-caches); entered shed-caches 3, cap-stacks 1, lower-frequency 0, frame-pointers 0; shed 5 times (12.0 MiB); windows capped 2, lowered 0; samples dropped behind 0; caches: continuous names 1.0 MiB",
         "version:",

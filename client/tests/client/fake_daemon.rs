@@ -174,6 +174,7 @@ impl Profiler for Fake {
             debuginfod: None,
             python_frames: "read at each sample".into(),
             ruby_frames: "read at each sample".into(),
+            perl_frames: "read at each sample".into(),
         }))
     }
 

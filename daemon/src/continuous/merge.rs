@@ -334,6 +334,7 @@ impl Visit for Merge<'_> {
             s.unsampled += t.unsampled;
             s.python_unreadable += t.python_unreadable;
             s.ruby_unreadable += t.ruby_unreadable;
+            s.perl_unreadable += t.perl_unreadable;
         }
         self.host =
             (self.by == api::GroupBy::Host).then(|| self.group(format!("[host {}]", w.host)));

@@ -11,6 +11,7 @@ pub use super::python::PyFrame as Frame;
 pub enum Runtime {
     Python,
     Ruby,
+    Perl,
 }
 
 /// A process running an interpreter, as its samples are merged.
@@ -19,7 +20,7 @@ pub trait Interpreted {
 
     /// Whether `addr` is in the native function each of whose frames runs
     /// one batch of interpreter frames (CPython's eval loop, CRuby's
-    /// `rb_vm_exec`): the frame is replaced by them.
+    /// `rb_vm_exec`, Perl's `Perl_runops_standard`): the frame is replaced by them.
     fn is_eval(&self, addr: u64) -> bool;
 
     /// Whether `addr` is in native code of the interpreter's loop that a

@@ -577,6 +577,10 @@ impl Profiler for Service {
                 Ok(_) => "read at each sample".to_string(),
                 Err(why) => format!("not read: {why}"),
             },
+            perl_frames: match crate::os::bpf::PythonProbe::get() {
+                Ok(_) => "read at each sample".to_string(),
+                Err(why) => format!("not read: {why}"),
+            },
         }))
     }
 

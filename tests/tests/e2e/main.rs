@@ -30,6 +30,7 @@ mod memory_limit;
 mod names;
 mod offcpu;
 mod offcpu_rate;
+mod perl;
 mod planted;
 mod python;
 mod record;

@@ -1,5 +1,6 @@
 //! The BPF program that reads interpreter frames at sample time
-//! (`python.bpf.c` for CPython, `ruby.bpf.h` for CRuby): loaded once,
+//! (`python.bpf.c` for CPython, `ruby.bpf.h` for CRuby, `perl.bpf.h` for
+//! Perl): loaded once,
 //! given to the sampling events of targets that run an interpreter, told
 //! each such process's runtime and layout, and its records paired with the
 //! samples by thread and time.
@@ -132,6 +133,60 @@ impl RubyConfig {
     }
 }
 
+/// Words of `struct perl_config`.
+const PERL_CONFIG_WORDS: usize = 17;
+
+/// Where Perl keeps what the program follows, for one process: the fields
+/// of `struct perl_config` in `perl.bpf.h`, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerlConfig {
+    /// Where `PL_curinterp` is.
+    pub interp_ptr: u64,
+    pub interp_op: u64,
+    pub interp_curcop: u64,
+    pub interp_stackinfo: u64,
+    pub interp_phase: u64,
+    pub si_cxstack: u64,
+    pub si_prev: u64,
+    pub si_cxix: u64,
+    pub si_type: u64,
+    pub cx_bytes: u64,
+    pub cx_oldcop: u64,
+    pub cx_retop: u64,
+    pub cx_cv: u64,
+    /// `XPVCV.xcv_start_u` and `.xcv_gv_u`, which identify a CV with its
+    /// body.
+    pub cv_start: u64,
+    pub cv_gv: u64,
+    /// `COP.cop_line`, `.cop_file`.
+    pub cop_line: u64,
+    pub cop_file: u64,
+}
+
+impl PerlConfig {
+    fn words(&self) -> [u64; PERL_CONFIG_WORDS] {
+        [
+            self.interp_ptr,
+            self.interp_op,
+            self.interp_curcop,
+            self.interp_stackinfo,
+            self.interp_phase,
+            self.si_cxstack,
+            self.si_prev,
+            self.si_cxix,
+            self.si_type,
+            self.cx_bytes,
+            self.cx_oldcop,
+            self.cx_retop,
+            self.cx_cv,
+            self.cv_start,
+            self.cv_gv,
+            self.cop_line,
+            self.cop_file,
+        ]
+    }
+}
+
 /// How a record's read went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -156,16 +211,21 @@ pub struct Record {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RawFrame {
     /// Its code object's address, and its last instruction's (Ruby: its
-    /// iseq's, and its pc).
+    /// iseq's, and its pc; Perl: its CV's, 0 for a frame with none, and
+    /// its line).
     pub code: u64,
     pub instr: u64,
     /// What identifies the code object: its file name's, name's, qualified
     /// name's and line table's addresses (zeros in an entry shim). Ruby:
     /// the iseq's body's, path's, the frame's method entry's and the
-    /// iseq's label's.
+    /// iseq's label's. Perl: the CV's body's, its body's start op's and
+    /// GV's, and the frame's file name's.
     pub identity: [u64; 4],
     /// Its `owner` byte, and its `is_entry` byte (0 where there is none).
-    /// Ruby: 0, and whether the frame has VM_FRAME_FLAG_FINISH.
+    /// Ruby: 0, and whether the frame has VM_FRAME_FLAG_FINISH. Perl: the
+    /// sub's context type (0xfe for a sort or regex block, 0xff for the
+    /// main program), and whether a call of the run loop began with the
+    /// frame.
     pub owner: u8,
     pub entry: u8,
 }
@@ -181,6 +241,7 @@ struct Inner {
     _ebpf: Ebpf,
     procs: BpfHashMap<MapData, u32, [u64; CONFIG_WORDS]>,
     ruby_procs: BpfHashMap<MapData, u32, [u64; RUBY_CONFIG_WORDS]>,
+    perl_procs: BpfHashMap<MapData, u32, [u64; PERL_CONFIG_WORDS]>,
     records: RingBuf<MapData>,
     /// Records read out of the ring, by thread, oldest first: each sample
     /// may be counted by several sessions, so a record stays until it is
@@ -200,8 +261,12 @@ impl PythonProbe {
         let loaded = PROBE.get_or_init(|| {
             let probe = PythonProbe::load();
             match &probe {
-                Ok(_) => tracing::info!("loaded the BPF program that reads Python and Ruby frames"),
-                Err(err) => tracing::warn!(%err, "Python and Ruby frames cannot be read"),
+                Ok(_) => {
+                    tracing::info!("loaded the BPF program that reads Python, Ruby and Perl frames")
+                }
+                Err(err) => {
+                    tracing::warn!(%err, "Python, Ruby and Perl frames cannot be read")
+                }
             }
             probe
         });
@@ -235,6 +300,7 @@ impl PythonProbe {
         let mut map = |name: &str| ebpf.take_map(name).ok_or(format!("no map {name}"));
         let procs = BpfHashMap::try_from(map("procs")?).map_err(|e| e.to_string())?;
         let ruby_procs = BpfHashMap::try_from(map("ruby_procs")?).map_err(|e| e.to_string())?;
+        let perl_procs = BpfHashMap::try_from(map("perl_procs")?).map_err(|e| e.to_string())?;
         let records = RingBuf::try_from(map("out")?).map_err(|e| e.to_string())?;
         Ok(PythonProbe {
             program: fd,
@@ -242,6 +308,7 @@ impl PythonProbe {
                 _ebpf: ebpf,
                 procs,
                 ruby_procs,
+                perl_procs,
                 records,
                 kept: HashMap::default(),
                 kept_bytes: 0,
@@ -283,6 +350,18 @@ impl PythonProbe {
         Ok(())
     }
 
+    /// Read the Perl frames of process `tgid`'s main thread at its samples,
+    /// as `config` says; for one more session when it is read already.
+    pub fn register_perl(&self, tgid: u32, config: &PerlConfig) -> Result<(), String> {
+        let mut inner = self.inner();
+        inner
+            .perl_procs
+            .insert(tgid, config.words(), 0)
+            .map_err(|e| format!("registering process {tgid}: {e}"))?;
+        *inner.users.entry(tgid).or_default() += 1;
+        Ok(())
+    }
+
     /// One session less reads process `tgid`; the last one stops the reads.
     pub fn unregister(&self, tgid: u32) {
         let mut inner = self.inner();
@@ -294,6 +373,7 @@ impl PythonProbe {
             inner.users.remove(&tgid);
             let _ = inner.procs.remove(&tgid);
             let _ = inner.ruby_procs.remove(&tgid);
+            let _ = inner.perl_procs.remove(&tgid);
         }
     }
 

@@ -15,6 +15,8 @@
 typedef unsigned char u8;
 typedef unsigned int u32;
 typedef unsigned long long u64;
+typedef int s32;
+typedef long long s64;
 
 #define SEC(name) __attribute__((section(name), used))
 
@@ -96,7 +98,7 @@ struct record {
     u32 tid;
     u32 frames;
     u32 status;
-    u32 runtime; // 0: CPython; RUNTIME_RUBY
+    u32 runtime; // 0: CPython; RUNTIME_RUBY; RUNTIME_PERL
     struct frame frame[MAX_FRAMES];
     // Where each frame is read, before its fields are kept: room for an
     // 8-byte field at any masked offset (below).
@@ -130,6 +132,7 @@ static __attribute__((always_inline)) int word(u64 *dst, u64 addr) {
     return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
+#include "perl.bpf.h"
 #include "ruby.bpf.h"
 
 // The thread state of native thread `tid`, 0 when none has it.

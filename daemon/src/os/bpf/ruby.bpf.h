@@ -155,7 +155,7 @@ static __attribute__((always_inline)) void ruby_read(struct ruby_config *c, stru
 static __attribute__((always_inline)) int ruby_frames(u32 tgid, u32 tid) {
     struct ruby_config *c = bpf_map_lookup_elem(&ruby_procs, &tgid);
     if (!c)
-        return 1;
+        return perl_frames(tgid, tid);
     u32 zero = 0;
     struct record *r = bpf_map_lookup_elem(&scratch, &zero);
     if (!r)

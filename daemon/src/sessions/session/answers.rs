@@ -85,6 +85,7 @@ impl Actor {
                 module: match key.runtime {
                     crate::process::interpreted::Runtime::Python => "[python]".into(),
                     crate::process::interpreted::Runtime::Ruby => "[ruby]".into(),
+                    crate::process::interpreted::Runtime::Perl => "[perl]".into(),
                 },
                 inlined: false,
                 origin: None,

@@ -4,7 +4,9 @@
 //! the recent samples of windowed figures, the samples' times when kept,
 //! and the addresses of new stacks queued for naming. Owned by the
 //! session's actor; no symbols, no views.
-use super::python::{Merged, PyFrames, PY_UNREADABLE_FRAME, RB_UNREADABLE_FRAME};
+use super::python::{
+    Merged, PyFrames, PL_UNREADABLE_FRAME, PY_UNREADABLE_FRAME, RB_UNREADABLE_FRAME,
+};
 use super::recent::Recent;
 use super::spaces::{self, Spaces};
 use super::timeline::Times;
@@ -51,12 +53,13 @@ pub const BLOCKED_FRAME: u64 = u64::MAX - 1;
 pub const RUNNABLE_FRAME: u64 = u64::MAX - 2;
 
 /// The frames profd adds to stacks, with their names.
-pub const SYNTHETIC_FRAMES: [(u64, &str); 5] = [
+pub const SYNTHETIC_FRAMES: [(u64, &str); 6] = [
     (STACK_LIMIT_FRAME, "[stack limit reached]"),
     (BLOCKED_FRAME, "[off-cpu: blocked]"),
     (RUNNABLE_FRAME, "[off-cpu: runnable]"),
     (PY_UNREADABLE_FRAME, "[python: unreadable]"),
     (RB_UNREADABLE_FRAME, "[ruby: unreadable]"),
+    (PL_UNREADABLE_FRAME, "[perl: unreadable]"),
 ];
 
 /// A session's counts and the state they are made with.
@@ -448,17 +451,17 @@ impl Ingest {
                         let probe = crate::os::bpf::PythonProbe::get().ok()?;
                         probe.record(tid, time)
                     };
-                    let ruby = process.runtime() == Runtime::Ruby;
+                    let runtime = process.runtime();
                     let python = &mut self.python;
                     match python.merge(process, time, record, stack, plain, &mut merged) {
                         Merged::Native => stack,
                         Merged::Python => &merged[..],
-                        Merged::Unreadable if ruby => {
-                            self.totals.ruby_unreadable += weight;
-                            &merged[..]
-                        }
                         Merged::Unreadable => {
-                            self.totals.python_unreadable += weight;
+                            *match runtime {
+                                Runtime::Python => &mut self.totals.python_unreadable,
+                                Runtime::Ruby => &mut self.totals.ruby_unreadable,
+                                Runtime::Perl => &mut self.totals.perl_unreadable,
+                            } += weight;
                             &merged[..]
                         }
                     }

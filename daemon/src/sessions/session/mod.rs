@@ -265,7 +265,7 @@ pub async fn start(
     symbolizer: Arc<dyn Symbolizer>,
 ) -> Result<Handle, StartError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
-    // A CPython or CRuby target has its frames read from its first sample
+    // A CPython, CRuby or Perl target has its frames read from its first sample
     // on: it is registered with the frame reader before its rings open
     // (the session's own registration, below, takes over).
     let read_first = first_interpreter_read(params.pid);
@@ -341,13 +341,17 @@ pub async fn start(
 fn first_interpreter_read(
     pid: u32,
 ) -> Option<Box<dyn crate::process::interpreted::Interpreted + Send>> {
-    use crate::process::{python, ruby};
+    use crate::process::{perl, python, ruby};
     let maps = ProcessMaps::read(pid).ok()?;
     if let Some(mut p) = python::Process::find(pid, &maps).ok().flatten() {
         p.register().ok()?;
         return Some(Box::new(p));
     }
-    let mut p = ruby::Process::find(pid, &maps).ok().flatten()?;
+    if let Some(mut p) = ruby::Process::find(pid, &maps).ok().flatten() {
+        p.register().ok()?;
+        return Some(Box::new(p));
+    }
+    let mut p = perl::Process::find(pid, &maps).ok().flatten()?;
     p.register().ok()?;
     Some(Box::new(p))
 }
@@ -539,6 +543,7 @@ impl Actor {
                 p99_ns = lag.p99_ns,
                 unreadable = self.ingest.totals.python_unreadable,
                 ruby_unreadable = self.ingest.totals.ruby_unreadable,
+                perl_unreadable = self.ingest.totals.perl_unreadable,
                 "interpreter frames read at their samples"
             );
         }

@@ -1,12 +1,14 @@
-//! Interpreter frames in a session's stacks (Python and Ruby). A sample of
-//! a process running CPython or CRuby has its thread's interpreter frames,
-//! read at the sample (see [`crate::os::bpf`]), put in place of the native
-//! frames that ran them (the eval loop's, `rb_vm_exec`'s), as py-spy
+//! Interpreter frames in a session's stacks (Python, Ruby and Perl). A
+//! sample of a process running CPython, CRuby or Perl has its thread's
+//! interpreter frames, read at the sample (see [`crate::os::bpf`]), put in
+//! place of the native frames that ran them (the eval loop's,
+//! `rb_vm_exec`'s, `Perl_runops_standard`'s), as py-spy
 //! `--native` shows them; each distinct interpreter frame (runtime,
 //! function, file, line) is one address of a range of its own, named from
 //! this table. A read that fails, or does not fit the native stack, puts
-//! [`PY_UNREADABLE_FRAME`] (or [`RB_UNREADABLE_FRAME`]) in place of those
-//! native frames instead, and is counted.
+//! [`PY_UNREADABLE_FRAME`] (or [`RB_UNREADABLE_FRAME`],
+//! [`PL_UNREADABLE_FRAME`]) in place of those native frames instead, and is
+//! counted.
 use crate::os::bpf::Record;
 use crate::process::interpreted::{Frame as PyFrame, Interpreted, Runtime};
 use indexmap::IndexSet;
@@ -19,6 +21,10 @@ pub const PY_UNREADABLE_FRAME: u64 = u64::MAX - 3;
 /// The frame in place of `rb_vm_exec` frames whose Ruby frames could not
 /// be read; named `[ruby: unreadable]`.
 pub const RB_UNREADABLE_FRAME: u64 = u64::MAX - 4;
+
+/// The frame in place of `Perl_runops_standard` frames whose Perl frames
+/// could not be read; named `[perl: unreadable]`.
+pub const PL_UNREADABLE_FRAME: u64 = u64::MAX - 5;
 
 /// Python frames are the addresses from here up: above every user address
 /// (below 2^47) of the target's space, below every kernel address, and
@@ -209,14 +215,16 @@ fn unreadable(runtime: Runtime) -> u64 {
     match runtime {
         Runtime::Python => PY_UNREADABLE_FRAME,
         Runtime::Ruby => RB_UNREADABLE_FRAME,
+        Runtime::Perl => PL_UNREADABLE_FRAME,
     }
 }
 
 /// The function an interpreter frame is in: for Python `module.qualname`,
 /// the module named from its file (`script.py` → `script`); for Ruby its
-/// label (`Class#method`, `block in Class#method`, `<main>`).
+/// label (`Class#method`, `block in Class#method`, `<main>`); for Perl
+/// `Package::sub`.
 pub fn function_name(key: &Key) -> String {
-    if key.runtime == Runtime::Ruby {
+    if key.runtime != Runtime::Python {
         return key.name.to_string();
     }
     let file = key.file.rsplit('/').next().unwrap_or(&key.file);
@@ -431,6 +439,71 @@ mod tests {
         let merged = frames.merge(&mut process, 0, record, &one, |a| a, &mut out);
         assert_eq!(merged, Merged::Unreadable);
         assert_eq!(out, [0x1000, RB_UNREADABLE_FRAME, 0x2000]);
+        drop(child.stdin.take());
+        child.wait().unwrap();
+    }
+    /// A real perl waiting in `Work::pause`, called from `main::inner`,
+    /// called from a sort block of the main program: a native stack with
+    /// its two `Perl_runops_standard` frames (the main program's, and the
+    /// one pp_sort runs the block in) gets the Perl frames in their place;
+    /// one with a single run-loop frame does not fit and gets
+    /// `[perl: unreadable]`.
+    #[test]
+    fn runops_frames_become_the_perl_frames_they_ran() {
+        let script = "package Work;\nsub pause { $| = 1; print qq(ready\\n); <STDIN> }\npackage main;\nsub inner { Work::pause(); 0 }\nmy @s = sort { inner() } 2, 1;\n";
+        let mut child = Command::new("/usr/bin/perl")
+            .args(["-e", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("/usr/bin/perl");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        let pid = child.id();
+        let maps = ProcessMaps::read(pid).unwrap();
+        let mut process = crate::process::perl::Process::find(pid, &maps)
+            .unwrap()
+            .expect("perl runs Perl");
+        // Once it printed, it is on its way to `<STDIN>`.
+        let mut now = process.record_now(pid);
+        for _ in 0..200 {
+            if process.name(&now).is_ok_and(|f| f.len() == 4) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            now = process.record_now(pid);
+        }
+        let runops = process.interpreter.runops[0].start;
+        let mut frames = PyFrames::default();
+        let mut out = Vec::new();
+        let stack = [0x1000, runops + 16, 0x3000, runops + 8, 0x2000];
+        let record = || Some(Arc::new(now.clone()));
+        let merged = frames.merge(&mut process, 0, record, &stack, |a| a, &mut out);
+        assert_eq!(merged, Merged::Python);
+        assert_eq!(out.len(), 7, "{out:x?}");
+        // The sort block's run: pause, inner and the block (named after the
+        // main program it is in); then the main program's.
+        assert_eq!((out[0], out[4], out[6]), (0x1000, 0x3000, 0x2000));
+        let name = |a: u64| function_name(frames.frame(a).unwrap());
+        assert_eq!(
+            [out[1], out[2], out[3], out[5]].map(name),
+            [
+                "Work::pause",
+                "main::inner",
+                "main::RUNTIME",
+                "main::RUNTIME"
+            ]
+        );
+        assert_eq!(frames.frame(out[1]).unwrap().runtime, Runtime::Perl);
+        assert_eq!(frames.frame(out[2]).unwrap().line, 4);
+
+        let one = [0x1000, runops + 16, 0x2000];
+        let record = || Some(Arc::new(now.clone()));
+        let merged = frames.merge(&mut process, 0, record, &one, |a| a, &mut out);
+        assert_eq!(merged, Merged::Unreadable);
+        assert_eq!(out, [0x1000, PL_UNREADABLE_FRAME, 0x2000]);
         drop(child.stdin.take());
         child.wait().unwrap();
     }

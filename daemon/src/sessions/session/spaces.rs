@@ -55,7 +55,7 @@ pub struct Space {
     set_up: bool,
     /// Sampled, and waiting for the budget to be set up.
     waiting: bool,
-    /// Whether it runs CPython or CRuby, once a sample of it asked.
+    /// Whether it runs CPython, CRuby or Perl, once a sample of it asked.
     python: Python,
 }
 
@@ -66,6 +66,7 @@ enum Python {
     No,
     Yes(Box<crate::process::python::Process>),
     Ruby(Box<crate::process::ruby::Process>),
+    Perl(Box<crate::process::perl::Process>),
 }
 
 /// The spaces of a session; space 0 is the target's at attach. A space no
@@ -423,7 +424,7 @@ impl Spaces {
         index
     }
 
-    /// The interpreter (CPython or CRuby) that space `i` (of process
+    /// The interpreter (CPython, CRuby or Perl) that space `i` (of process
     /// `pid`) runs, if any; looked for once its mappings are known, and
     /// again when new ones arrive.
     pub fn interpreter(&mut self, i: usize, pid: u32) -> Option<&mut dyn Interpreted> {
@@ -448,6 +449,7 @@ impl Spaces {
         match &mut space.python {
             Python::Yes(p) => Some(&mut **p),
             Python::Ruby(p) => Some(&mut **p),
+            Python::Perl(p) => Some(&mut **p),
             _ => None,
         }
     }
@@ -541,7 +543,7 @@ impl Spaces {
             s.maps.insert(m);
         }
         if matches!(s.python, Python::No) {
-            s.python = Python::Unknown; // libpython or libruby may have come.
+            s.python = Python::Unknown; // libpython, libruby or libperl may have come.
         }
         if !s.set_up {
             return;
@@ -574,9 +576,28 @@ fn ruby(pid: u32, maps: &ProcessMaps) -> Python {
             }
             Python::Ruby(Box::new(p))
         }
-        Ok(None) => Python::No,
+        Ok(None) => perl(pid, maps),
         Err(err) => {
             tracing::debug!(pid, %err, "ruby interpreter not read");
+            Python::No
+        }
+    }
+}
+
+/// The Perl interpreter process `pid` (mappings `maps`) runs, if any.
+fn perl(pid: u32, maps: &ProcessMaps) -> Python {
+    match crate::process::perl::Process::find(pid, maps) {
+        Ok(Some(mut p)) => {
+            let version = p.interpreter.version;
+            match p.register() {
+                Ok(()) => tracing::debug!(pid, %version, "perl frames read"),
+                Err(err) => tracing::warn!(pid, %version, %err, "perl frames not read"),
+            }
+            Python::Perl(Box::new(p))
+        }
+        Ok(None) => Python::No,
+        Err(err) => {
+            tracing::debug!(pid, %err, "perl interpreter not read");
             Python::No
         }
     }

@@ -159,6 +159,7 @@ pub(super) fn decode(
             time: None,
             python_unreadable: 0,
             ruby_unreadable: 0,
+            perl_unreadable: 0,
         }),
         duration_limit_ms: meta.duration_limit_ms,
         error: meta.error,

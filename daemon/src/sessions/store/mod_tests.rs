@@ -574,6 +574,7 @@ fn sessions_kept_as_json_summaries_come_back_with_their_figures() {
         let totals = export["totals"].as_object_mut().unwrap();
         assert_eq!(totals.shift_remove("python_unreadable"), Some(0.into()));
         assert_eq!(totals.shift_remove("ruby_unreadable"), Some(0.into()));
+        assert_eq!(totals.shift_remove("perl_unreadable"), Some(0.into()));
         let expected = fs::read_to_string(format!("{FORMAT_1_EXPORTS}/{id}.json")).unwrap();
         // As text: every digit of every figure.
         assert_eq!(

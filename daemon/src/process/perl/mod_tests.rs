@@ -1,3 +1,5 @@
+//! Tests of the Perl reader on Debian's real perl: its files and version
+//! recognised, and a live program read from outside while it waits.
 use super::*;
 use crate::process::maps::ProcessMaps;
 use std::io::{BufRead, BufReader};

@@ -15,8 +15,9 @@
 #  daemon  profd's CPU per sample (its threads' schedstat over a session,
 #          over the session's attributed samples) of the same Python work,
 #          and of a C program of the same split (tests/workloads/split.c):
-#          what Python's frames add; and of Debian's ruby running the same
-#          split (tests/workloads/rb_split.rb), Ruby frames read. Where kernel.bpf_stats_enabled can be
+#          what Python's frames add; and of Debian's ruby and perl running
+#          the same split (tests/workloads/rb_split.rb, pl_split.pl), their
+#          frames read. Where kernel.bpf_stats_enabled can be
 #          set and bpftool is installed, the BPF program's own time per
 #          sample (it runs in the sampled thread's interrupt, so it is the
 #          target's time, not the daemon's).
@@ -155,6 +156,7 @@ if [ -x /usr/bin/ruby ]; then
 else
     say "no /usr/bin/ruby: Ruby's figure is left out (apt-get install ruby)"
 fi
+per_sample "perl (Perl frames read)" /usr/bin/perl tests/workloads/pl_split.pl 1000000000 split
 if [ -n "$stats_was" ] && [ "$n1" -gt "$n0" ]; then
     awk -v t="$((t1 - t0))" -v n="$((n1 - n0))" 'BEGIN { printf "BPF program per sample (in the target): %.0f ns over %d runs\n", t / n, n }'
 fi

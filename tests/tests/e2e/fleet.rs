@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::continuous::list;
+use crate::interpreters::{Runtime, PYTHON, RUBY};
 use profd_common::api::{self, profiler_client::ProfilerClient};
 use profd_e2e::cgroups::Cgroup;
 use profd_e2e::clickhouse::Server;
@@ -553,61 +554,29 @@ fn stripped_code_is_named_at_query_time_from_debug_files() {
 /// samples before are `[python: unreadable]`).
 #[test]
 fn python_functions_reach_the_fleet() {
-    let _serial = serial();
-    require_root_and_perf();
-    let servers = two_shards();
-    let cg = Cgroup::new(&format!("profd-fleet-py-{}", std::process::id()));
-    let d = daemon("fleet-py", &cg, &servers[0]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/py_split.py");
-    let mut cmd = cg.command("/usr/bin/python3");
-    cmd.arg(script).arg("8").arg("split");
-    let mut w = Workload::start_command(cmd, "python3");
-    let met = profd_e2e::wait_until("a window of the service", DELIVERY, || {
-        let l = list(d.socket());
-        let seen = l.services.iter().any(|s| s.service == cg.name());
-        seen.then_some(l.cut_until_unix_ns)
-    });
-    let from = met.div_ceil(1_000_000_000);
-    w.wait(Duration::from_secs(60));
-    let to = now_s() + 1;
-    wait_delivered(&d, to);
-    let range = (from, to);
-    let own = query(&d, range, &["--service", cg.name()]);
-    assert!(own.totals.attributed >= 2000, "{}", own.table());
-    let all = fleet_when(&servers[0], range, own.totals.attributed);
-    assert_eq!(all.totals.attributed, own.totals.attributed);
-    assert_eq!(rows(&all), rows(&own));
-    for (function, share) in [("outer", 100.0), ("hot_a", 75.0), ("hot_b", 25.0)] {
-        all.assert_pct_within(
-            &format!("py_split.{function}"),
-            Measure::Inclusive,
-            share,
-            3.0,
-        );
-    }
-    assert_eq!(all.function("py_split.hot_a").module, "[python]");
-    assert!(
-        all.functions
-            .iter()
-            .all(|f| !f.name.contains("_PyEval_EvalFrameDefault")),
-        "{}",
-        all.table()
-    );
+    functions_reach_the_fleet(&PYTHON);
 }
 
 /// A Ruby service's windows reach ClickHouse with its Ruby methods in
 /// place of the VM's loop, as the Python service's do.
 #[test]
 fn ruby_methods_reach_the_fleet() {
+    functions_reach_the_fleet(&RUBY);
+}
+
+/// A service of `runtime` (Debian's interpreter) running its split
+/// workload: its windows reach ClickHouse with the runtime's functions in
+/// place of its loop, and `profctl fleet` answers as the daemon does.
+fn functions_reach_the_fleet(runtime: &Runtime) {
     let _serial = serial();
     require_root_and_perf();
     let servers = two_shards();
-    let cg = Cgroup::new(&format!("profd-fleet-rb-{}", std::process::id()));
-    let d = daemon("fleet-rb", &cg, &servers[0]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/rb_split.rb");
-    let mut cmd = cg.command("/usr/bin/ruby");
-    cmd.arg(script).arg("8").arg("split");
-    let mut w = Workload::start_command(cmd, "ruby");
+    let tag = runtime.tag;
+    let cg = Cgroup::new(&format!("profd-fleet-{tag}-{}", std::process::id()));
+    let d = daemon(&format!("fleet-{tag}"), &cg, &servers[0]);
+    let mut cmd = cg.command(runtime.binary);
+    cmd.arg(runtime.script()).arg("8").arg("split");
+    let mut w = Workload::start_command(cmd, runtime.comm);
     let met = profd_e2e::wait_until("a window of the service", DELIVERY, || {
         let l = list(d.socket());
         let seen = l.services.iter().any(|s| s.service == cg.name());
@@ -624,11 +593,11 @@ fn ruby_methods_reach_the_fleet() {
     assert_eq!(all.totals.attributed, own.totals.attributed);
     assert_eq!(rows(&all), rows(&own));
     for (function, share) in [("outer", 100.0), ("hot_a", 75.0), ("hot_b", 25.0)] {
-        all.assert_pct_within(&format!("Work#{function}"), Measure::Inclusive, share, 3.0);
+        all.assert_pct_within(&runtime.name(function), Measure::Inclusive, share, 3.0);
     }
-    assert_eq!(all.function("Work#hot_a").module, "[ruby]");
+    assert_eq!(all.function(&runtime.name("hot_a")).module, runtime.module);
     assert!(
-        all.functions.iter().all(|f| !f.name.contains("rb_vm_exec")),
+        (all.functions.iter()).all(|f| !f.name.contains(runtime.eval_loop)),
         "{}",
         all.table()
     );

@@ -23,6 +23,7 @@ mod fleet;
 mod go;
 mod history;
 mod interpreted;
+mod interpreters;
 mod jit;
 mod kept;
 mod kernel_frames;

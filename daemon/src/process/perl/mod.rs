@@ -10,13 +10,15 @@ mod stack;
 pub use layout::Version;
 pub use stack::Cvs;
 
-use crate::os::bpf::{PerlConfig, PythonProbe, Record, Status};
-use crate::process::interpreted::{Frame, Interpreted, Runtime};
+use crate::os::bpf::{PerlConfig, Record, Status};
+pub use crate::process::interpreted::FindError;
+use crate::process::interpreted::{
+    self, in_root, maps_any, Frame, Interpreted, Registration, Runtime,
+};
 use crate::process::maps::{module_name, Backing, ProcessMaps, Segments};
 use crate::process::python::ProcessMemory;
 use object::{Object, ObjectSection, ObjectSymbol};
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 
 /// A Perl interpreter found in a process.
 #[derive(Debug, Clone)]
@@ -30,21 +32,6 @@ pub struct Interpreter {
     /// native stack runs one batch of Perl frames.
     pub runops: Vec<Range<u64>>,
     layout: Option<&'static layout::Layout>,
-}
-
-/// Why a process's interpreter cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum FindError {
-    #[error("cannot read {}: {source}", path.display())]
-    File {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{} is not an ELF file profd reads: {source}", path.display())]
-    Elf {
-        path: PathBuf,
-        source: object::Error,
-    },
 }
 
 /// Whether a mapped file may hold Perl: `perl`, `perl5.36.0`, or
@@ -66,10 +53,7 @@ impl Interpreter {
             if !may_be_perl(&module_name(path)) {
                 continue;
             }
-            let readable = Path::new("/proc")
-                .join(pid.to_string())
-                .join("root")
-                .join(path.strip_prefix("/").unwrap_or(path));
+            let readable = in_root(pid, path);
             let data = std::fs::read(&readable).map_err(|source| FindError::File {
                 path: readable.clone(),
                 source,
@@ -176,10 +160,9 @@ impl Symbols {
 /// process's memory and the subs named so far.
 pub struct Process {
     pub interpreter: Interpreter,
-    pid: u32,
+    reader: Registration,
     memory: ProcessMemory,
     cvs: Cvs,
-    registered: bool,
 }
 
 /// Subs and file names a process keeps at most; past it they are read anew.
@@ -188,25 +171,18 @@ const MAX_CVS: usize = 4096;
 impl Process {
     /// Process `pid` (executable mappings `maps`), when it runs Perl.
     pub fn find(pid: u32, maps: &ProcessMaps) -> Result<Option<Process>, FindError> {
-        if !maps.iter().any(|m| match &m.backing {
-            Backing::File(path) => may_be_perl(&module_name(path)),
-            Backing::Special(_) => false,
-        }) {
+        if !maps_any(maps, may_be_perl) {
             return Ok(None);
         }
         let Some(interpreter) = Interpreter::find(pid, maps)? else {
             return Ok(None);
         };
-        let memory = ProcessMemory::open(pid).map_err(|source| FindError::File {
-            path: PathBuf::from(format!("/proc/{pid}/mem")),
-            source,
-        })?;
+        let memory = interpreted::memory(pid)?;
         Ok(Some(Process {
             interpreter,
-            pid,
+            reader: Registration::new(pid),
             memory,
             cvs: Cvs::default(),
-            registered: false,
         }))
     }
 
@@ -214,11 +190,7 @@ impl Process {
     /// not when they cannot be.
     pub fn register(&mut self) -> Result<(), String> {
         let config = self.interpreter.config()?;
-        if !self.registered {
-            PythonProbe::get()?.register_perl(self.pid, &config)?;
-            self.registered = true;
-        }
-        Ok(())
+        (self.reader).register(|probe, pid| probe.register_perl(pid, &config))
     }
 
     /// Thread `tid`'s frames now, read from user space as the sample-time
@@ -229,7 +201,7 @@ impl Process {
             .interpreter
             .config()
             .map_err(|_| Status::Fault)
-            .and_then(|c| stack::chain(&self.memory, &c, self.pid, tid));
+            .and_then(|c| stack::chain(&self.memory, &c, self.reader.pid(), tid));
         let (status, frames) = match read {
             Ok(frames) => (Status::Read, frames),
             Err(status) => (status, Vec::new()),
@@ -263,16 +235,6 @@ impl Interpreted for Process {
             ),
             Status::Truncated => Err("more Perl contexts than the reader follows".into()),
             Status::Fault => Err("a read of the process's memory failed".into()),
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if self.registered {
-            if let Ok(probe) = PythonProbe::get() {
-                probe.unregister(self.pid);
-            }
         }
     }
 }

@@ -2,21 +2,11 @@
 //! recognised, and a live program read from outside while it waits.
 use super::*;
 use crate::process::maps::ProcessMaps;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 /// A real perl running `script`, once it printed its first line.
 fn perl(script: &str) -> (Child, u32) {
-    let mut child = Command::new("/usr/bin/perl")
-        .args(["-e", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("/usr/bin/perl");
-    let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
+    let (child, ready) = crate::process::interpreted::spawn_ready("/usr/bin/perl", &["-e", script]);
     assert_eq!(ready, "ready\n");
     let pid = child.id();
     (child, pid)

@@ -11,7 +11,7 @@
 //! `main::RUNTIME`, as Devel::NYTProf names it.
 use super::layout::Layout;
 use crate::os::bpf::RawFrame;
-use crate::process::interpreted::Frame;
+use crate::process::interpreted::{field, read, word, Frame};
 use crate::process::python::Memory;
 use std::sync::Arc;
 
@@ -30,28 +30,10 @@ const FRAME_MAIN: u8 = 0xff;
 /// The name of the main program's frame.
 pub const MAIN: &str = "main::RUNTIME";
 
-fn read(mem: &impl Memory, addr: u64, buf: &mut [u8]) -> Result<(), String> {
-    mem.read(addr, buf)
-        .map_err(|e| format!("cannot read the process's memory at {addr:#x}: {e}"))
-}
-
-fn word(mem: &impl Memory, addr: u64) -> Result<u64, String> {
-    let mut b = [0; 8];
-    read(mem, addr, &mut b)?;
-    Ok(u64::from_le_bytes(b))
-}
-
 fn u32_at(mem: &impl Memory, addr: u64) -> Result<u32, String> {
     let mut b = [0; 4];
     read(mem, addr, &mut b)?;
     Ok(u32::from_le_bytes(b))
-}
-
-fn field(buf: &[u8], at: u64) -> u64 {
-    let at = at as usize;
-    buf.get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
 }
 
 /// What names thread `tid`'s Perl frames, innermost first: in user space,

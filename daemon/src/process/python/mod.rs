@@ -11,10 +11,11 @@ pub use layout::Version;
 pub use memory::{Memory, ProcessMemory};
 pub use stack::{Codes, PyFrame, ReadError};
 
-use crate::os::bpf::{Config, PythonProbe, Record, Status};
+use crate::os::bpf::{Config, Record, Status};
+pub use crate::process::interpreted::FindError;
+use crate::process::interpreted::{self, in_root, maps_any, Registration};
 use crate::process::maps::{module_name, Backing, ProcessMaps, Segments};
 use object::{Object, ObjectSymbol};
-use std::path::{Path, PathBuf};
 
 /// A CPython interpreter found in a process.
 #[derive(Debug, Clone)]
@@ -31,23 +32,6 @@ pub struct Interpreter {
     /// for a version whose thread states name threads by `pthread_t`; why
     /// it is not known, when it is not.
     pthread_tid: Result<u64, String>,
-}
-
-/// Why a process's interpreter cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum FindError {
-    #[error("cannot read {}: {source}", path.display())]
-    File {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{} is not an ELF file profd reads: {source}", path.display())]
-    Elf {
-        path: PathBuf,
-        source: object::Error,
-    },
-    #[error("cannot read the version in the process's memory: {0}")]
-    Memory(std::io::Error),
 }
 
 impl Interpreter {
@@ -67,10 +51,7 @@ impl Interpreter {
             let Some(named) = Version::of_file_name(&module_name(path)) else {
                 continue;
             };
-            let readable = Path::new("/proc")
-                .join(pid.to_string())
-                .join("root")
-                .join(path.strip_prefix("/").unwrap_or(path));
+            let readable = in_root(pid, path);
             let file = std::fs::File::open(&readable).map_err(|source| FindError::File {
                 path: readable.clone(),
                 source,
@@ -198,11 +179,9 @@ impl Interpreter {
 /// the process's memory and the code objects named so far.
 pub struct Process {
     pub interpreter: Interpreter,
-    pid: u32,
+    reader: Registration,
     memory: ProcessMemory,
     codes: Codes,
-    /// Whether the sample-time reader reads it for this session.
-    registered: bool,
 }
 
 /// Code objects a process keeps named at most (a few hundred bytes each);
@@ -212,23 +191,16 @@ const MAX_CODES: usize = 2048;
 impl Process {
     /// Process `pid` (executable mappings `maps`), when it runs CPython.
     pub fn find(pid: u32, maps: &ProcessMaps) -> Result<Option<Process>, FindError> {
-        if !maps.iter().any(|m| match &m.backing {
-            Backing::File(path) => Version::of_file_name(&module_name(path)).is_some(),
-            Backing::Special(_) => false,
-        }) {
+        if !maps_any(maps, |name| Version::of_file_name(name).is_some()) {
             return Ok(None);
         }
-        let memory = ProcessMemory::open(pid).map_err(|source| FindError::File {
-            path: PathBuf::from(format!("/proc/{pid}/mem")),
-            source,
-        })?;
+        let memory = interpreted::memory(pid)?;
         Ok(
             Interpreter::find(pid, maps, &memory)?.map(|interpreter| Process {
                 interpreter,
-                pid,
+                reader: Registration::new(pid),
                 memory,
                 codes: Codes::default(),
-                registered: false,
             }),
         )
     }
@@ -237,11 +209,7 @@ impl Process {
     /// not when they cannot be.
     pub fn register(&mut self) -> Result<(), String> {
         let config = self.interpreter.config().map_err(|e| e.to_string())?;
-        if !self.registered {
-            PythonProbe::get()?.register(self.pid, &config)?;
-            self.registered = true;
-        }
-        Ok(())
+        (self.reader).register(|probe, pid| probe.register(pid, &config))
     }
 
     /// Whether `addr` is in the eval loop's code.
@@ -289,16 +257,6 @@ impl Process {
             time: 0,
             status,
             frames,
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if self.registered {
-            if let Ok(probe) = PythonProbe::get() {
-                probe.unregister(self.pid);
-            }
         }
     }
 }

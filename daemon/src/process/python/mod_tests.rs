@@ -1,9 +1,8 @@
 //! Tests of the stack reader on Debian's real python3: a script whose two
 //! threads wait in known functions, read from outside while they wait.
 use super::*;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 const SCRIPT: &str = r#"import os, sys, threading
 r, w = os.pipe()
@@ -64,16 +63,8 @@ const DEBIAN: &str = "/usr/bin/python3";
 fn start(python: &str, name: &str) -> Running {
     let file = std::env::temp_dir().join(format!("profd-py-{name}-{}.py", std::process::id()));
     std::fs::write(&file, SCRIPT).unwrap();
-    let mut child = Command::new(python)
-        .arg(&file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
+    let (child, ready) =
+        crate::process::interpreted::spawn_ready(python, &[file.to_str().unwrap()]);
     let ids: Vec<u32> = ready
         .split_whitespace()
         .skip(1)

@@ -9,14 +9,16 @@ mod stack;
 pub use layout::Version;
 pub use stack::Iseqs;
 
-use crate::os::bpf::{PythonProbe, Record, RubyConfig, Status};
-use crate::process::interpreted::{Frame, Interpreted, Runtime};
+use crate::os::bpf::{Record, RubyConfig, Status};
+pub use crate::process::interpreted::FindError;
+use crate::process::interpreted::{
+    self, in_root, maps_any, Frame, Interpreted, Registration, Runtime,
+};
 use crate::process::maps::{module_name, Backing, ProcessMaps, Segments};
 use crate::process::python::ProcessMemory;
 use object::{Object, ObjectSection, ObjectSymbol};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 
 /// A CRuby interpreter found in a process.
 #[derive(Debug, Clone)]
@@ -34,21 +36,6 @@ pub struct Interpreter {
     /// Where `rb_cObject` is (classes are named from it).
     pub object: u64,
     layout: Option<&'static layout::Layout>,
-}
-
-/// Why a process's interpreter cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum FindError {
-    #[error("cannot read {}: {source}", path.display())]
-    File {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{} is not an ELF file profd reads: {source}", path.display())]
-    Elf {
-        path: PathBuf,
-        source: object::Error,
-    },
 }
 
 /// Whether a mapped file may hold CRuby: `libruby-3.1.so.3.1`,
@@ -71,10 +58,7 @@ impl Interpreter {
             if !may_be_ruby(&module_name(path)) {
                 continue;
             }
-            let readable = Path::new("/proc")
-                .join(pid.to_string())
-                .join("root")
-                .join(path.strip_prefix("/").unwrap_or(path));
+            let readable = in_root(pid, path);
             let file_error = |source| FindError::File {
                 path: readable.clone(),
                 source,
@@ -270,10 +254,9 @@ fn loop_called(start: u64, code: &[u8]) -> Range<u64> {
 /// process's memory and the iseqs named so far.
 pub struct Process {
     pub interpreter: Interpreter,
-    pid: u32,
+    reader: Registration,
     memory: ProcessMemory,
     iseqs: Iseqs,
-    registered: bool,
 }
 
 /// Iseqs a process keeps named at most; past it they are named anew.
@@ -282,25 +265,18 @@ const MAX_ISEQS: usize = 2048;
 impl Process {
     /// Process `pid` (executable mappings `maps`), when it runs CRuby.
     pub fn find(pid: u32, maps: &ProcessMaps) -> Result<Option<Process>, FindError> {
-        if !maps.iter().any(|m| match &m.backing {
-            Backing::File(path) => may_be_ruby(&module_name(path)),
-            Backing::Special(_) => false,
-        }) {
+        if !maps_any(maps, may_be_ruby) {
             return Ok(None);
         }
         let Some(interpreter) = Interpreter::find(pid, maps)? else {
             return Ok(None);
         };
-        let memory = ProcessMemory::open(pid).map_err(|source| FindError::File {
-            path: PathBuf::from(format!("/proc/{pid}/mem")),
-            source,
-        })?;
+        let memory = interpreted::memory(pid)?;
         Ok(Some(Process {
             iseqs: Iseqs::new(interpreter.object),
             interpreter,
-            pid,
+            reader: Registration::new(pid),
             memory,
-            registered: false,
         }))
     }
 
@@ -308,11 +284,7 @@ impl Process {
     /// not when they cannot be.
     pub fn register(&mut self) -> Result<(), String> {
         let config = self.interpreter.config()?;
-        if !self.registered {
-            PythonProbe::get()?.register_ruby(self.pid, &config)?;
-            self.registered = true;
-        }
-        Ok(())
+        (self.reader).register(|probe, pid| probe.register_ruby(pid, &config))
     }
 
     /// Thread `tid`'s frames now, read from user space as the sample-time
@@ -359,16 +331,6 @@ impl Interpreted for Process {
             Status::NoThread => Err("no Ruby thread has the sampled thread's id".into()),
             Status::Truncated => Err("more Ruby frames than the reader follows".into()),
             Status::Fault => Err("a read of the process's memory failed".into()),
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if self.registered {
-            if let Ok(probe) = PythonProbe::get() {
-                probe.unregister(self.pid);
-            }
         }
     }
 }

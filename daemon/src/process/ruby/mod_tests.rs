@@ -2,21 +2,11 @@
 //! program read from outside while it waits, and the session merge.
 use super::*;
 use crate::process::maps::ProcessMaps;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 /// A real ruby running `script`, once it printed its first line.
 fn ruby(script: &str) -> (Child, u32) {
-    let mut child = Command::new("/usr/bin/ruby")
-        .args(["-e", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("/usr/bin/ruby (apt install ruby)");
-    let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
+    let (child, ready) = crate::process::interpreted::spawn_ready("/usr/bin/ruby", &["-e", script]);
     assert_eq!(ready, "ready\n");
     let pid = child.id();
     (child, pid)

@@ -10,7 +10,7 @@
 //! class's object in `__attached__`, whose ids are learned from `Object`'s.
 use super::layout::Layout;
 use crate::os::bpf::RawFrame;
-use crate::process::interpreted::Frame;
+use crate::process::interpreted::{field, read, word, Frame};
 use crate::process::python::Memory;
 use std::sync::Arc;
 
@@ -28,24 +28,6 @@ const BLOCK_BYTES: usize = 80;
 const T_STRING: u64 = 0x05;
 const T_ARRAY: u64 = 0x07;
 const FL_USER1: u64 = 1 << 13;
-
-fn read(mem: &impl Memory, addr: u64, buf: &mut [u8]) -> Result<(), String> {
-    mem.read(addr, buf)
-        .map_err(|e| format!("cannot read the process's memory at {addr:#x}: {e}"))
-}
-
-fn word(mem: &impl Memory, addr: u64) -> Result<u64, String> {
-    let mut b = [0; 8];
-    read(mem, addr, &mut b)?;
-    Ok(u64::from_le_bytes(b))
-}
-
-fn field(buf: &[u8], at: u64) -> u64 {
-    let at = at as usize;
-    buf.get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
-}
 
 /// What names thread `tid`'s Ruby frames, innermost first: in user space,
 /// what the sample-time reader copies in the kernel.

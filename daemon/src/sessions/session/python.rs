@@ -235,10 +235,24 @@ pub fn function_name(key: &Key) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::os::bpf::Record;
+    use crate::process::interpreted::{spawn_ready, Interpreted};
     use crate::process::maps::ProcessMaps;
     use crate::process::python::Process;
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
+
+    /// What `record_now` reads of `process` once it names four frames (or
+    /// after four seconds).
+    fn four_frames<P: Interpreted>(process: &mut P, record_now: impl Fn(&P) -> Record) -> Record {
+        let mut now = record_now(process);
+        for _ in 0..200 {
+            if process.name(&now).is_ok_and(|f| f.len() == 4) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            now = record_now(process);
+        }
+        now
+    }
 
     /// A real python3 waiting in `inner()` called by `outer()`, read from
     /// outside: a native stack with its one eval-loop frame gets the three
@@ -248,16 +262,7 @@ mod tests {
     #[test]
     fn eval_loop_frames_become_the_python_frames_they_ran() {
         let script = "import sys\ndef inner():\n    print('ready', flush=True)\n    sys.stdin.read()\ndef outer():\n    inner()\nouter()\n";
-        let mut child = Command::new("/usr/bin/python3")
-            .args(["-c", script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut ready = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut ready)
-            .unwrap();
+        let (mut child, _) = spawn_ready("/usr/bin/python3", &["-c", script]);
         let pid = child.id();
         let maps = ProcessMaps::read(pid).unwrap();
         let mut process = Process::find(pid, &maps)
@@ -383,30 +388,14 @@ mod tests {
     #[test]
     fn rb_vm_exec_frames_become_the_ruby_frames_they_ran() {
         let script = "class Work\n  def wait\n    $stdin.read\n  end\n  def outer\n    [1].each { wait }\n  end\nend\nputs 'ready'\n$stdout.flush\nWork.new.outer\n";
-        let mut child = Command::new("/usr/bin/ruby")
-            .args(["-e", script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("/usr/bin/ruby");
-        let mut ready = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut ready)
-            .unwrap();
+        let (mut child, _) = spawn_ready("/usr/bin/ruby", &["-e", script]);
         let pid = child.id();
         let maps = ProcessMaps::read(pid).unwrap();
         let mut process = crate::process::ruby::Process::find(pid, &maps)
             .unwrap()
             .expect("ruby runs CRuby");
         // Once it printed, it is on its way to `$stdin.read`.
-        let mut now = process.record_now(pid);
-        for _ in 0..200 {
-            if process.name(&now).is_ok_and(|f| f.len() == 4) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            now = process.record_now(pid);
-        }
+        let now = four_frames(&mut process, |p| p.record_now(pid));
         let (exec, core) = (
             process.interpreter.exec.start,
             process.interpreter.core.start,
@@ -451,30 +440,14 @@ mod tests {
     #[test]
     fn runops_frames_become_the_perl_frames_they_ran() {
         let script = "package Work;\nsub pause { $| = 1; print qq(ready\\n); <STDIN> }\npackage main;\nsub inner { Work::pause(); 0 }\nmy @s = sort { inner() } 2, 1;\n";
-        let mut child = Command::new("/usr/bin/perl")
-            .args(["-e", script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("/usr/bin/perl");
-        let mut ready = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut ready)
-            .unwrap();
+        let (mut child, _) = spawn_ready("/usr/bin/perl", &["-e", script]);
         let pid = child.id();
         let maps = ProcessMaps::read(pid).unwrap();
         let mut process = crate::process::perl::Process::find(pid, &maps)
             .unwrap()
             .expect("perl runs Perl");
         // Once it printed, it is on its way to `<STDIN>`.
-        let mut now = process.record_now(pid);
-        for _ in 0..200 {
-            if process.name(&now).is_ok_and(|f| f.len() == 4) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            now = process.record_now(pid);
-        }
+        let now = four_frames(&mut process, |p| p.record_now(pid));
         let runops = process.interpreter.runops[0].start;
         let mut frames = PyFrames::default();
         let mut out = Vec::new();

@@ -266,7 +266,7 @@ impl Runtime {
     }
 
     /// In off-CPU mode the function that sleeps (napper) is on the stack of
-    /// the time asleep. The session ends by its duration while the program
+    /// the time asleep, and in wall mode on all its time. Each session ends by its duration while the program
     /// still runs (the time asleep accrues whatever the machine's load):
     /// frames read after the program exited could not be read.
     pub fn napper_is_on_its_off_cpu_stack(&self) {
@@ -288,6 +288,21 @@ impl Runtime {
         let napper = p.function(&self.name("napper")).pct(Inclusive);
         assert!(napper >= 95.0, "napper {napper} %:\n{}", p.table());
         p.assert_pct_within("[off-cpu: blocked]", Inclusive, 100.0, TOLERANCE);
+        // In wall mode too: the time asleep and the little on the CPU.
+        let out = h.daemon.profctl(&[
+            "attach",
+            &pid,
+            "--mode",
+            "wall",
+            "--duration",
+            "3",
+            "--format",
+            "json",
+        ]);
+        let p = Profile::parse(&out);
+        eprintln!("{}", p.table());
+        let napper = p.function(&self.name("napper")).pct(Inclusive);
+        assert!(napper >= 95.0, "wall: napper {napper} %:\n{}", p.table());
     }
 
     /// A process that was running before the daemon started is read as
@@ -306,16 +321,21 @@ impl Runtime {
     /// queried by service, hold its functions. The daemon meets the
     /// process when it counts its first samples, and reads its frames from
     /// then on: the query starts after the window it was met in (the
-    /// samples before are unreadable). Returns the service's profile,
-    /// checked with `top` on every stack.
+    /// samples before are unreadable), and ends once the windows since
+    /// hold twice [`SAMPLES`] (over whole windows, so that the split is
+    /// within its bound whatever the windows' edges cut). Returns the service's profile, checked with `top`
+    /// on every stack.
     pub fn service_windows(&self, top: &str) -> Profile {
         let _serial = profd_e2e::serial();
         profd_e2e::require_root_and_perf();
         let d = crate::continuous::continuous("2", &[]);
         let cg = crate::continuous::group(self.language);
         let mut command = cg.command(self.binary());
-        command.arg(self.script()).arg("9").arg("split");
-        let mut w = Workload::start_command(command, self.comm);
+        command
+            .arg(self.script())
+            .arg(LONG.to_string())
+            .arg("split");
+        let _w = Workload::start_command(command, self.comm);
         let met = profd_e2e::wait_until(
             "a window of the service",
             std::time::Duration::from_secs(60),
@@ -326,20 +346,27 @@ impl Runtime {
             },
         );
         let from = met.div_ceil(1_000_000_000).to_string();
-        w.wait(std::time::Duration::from_secs(60));
-        crate::continuous::wait_for_window_after(&d, crate::continuous::now_ns());
-        let out = d.profctl(&[
-            "query",
-            "--service",
-            cg.name(),
-            "--from",
-            &from,
-            "--format",
-            "json",
-        ]);
-        let p = Profile::parse(&out);
+        // The windows cut since, until they hold enough samples (however
+        // little CPU the loaded machine gives the program).
+        let p = profd_e2e::wait_until(
+            "windows of the service with enough samples",
+            std::time::Duration::from_secs(LONG as u64),
+            || {
+                crate::continuous::wait_for_window_after(&d, crate::continuous::now_ns());
+                let out = d.profctl(&[
+                    "query",
+                    "--service",
+                    cg.name(),
+                    "--from",
+                    &from,
+                    "--format",
+                    "json",
+                ]);
+                let p = Profile::parse(&out);
+                (p.totals.attributed >= 2 * SAMPLES).then_some(p)
+            },
+        );
         eprintln!("{}", p.table());
-        assert!(p.totals.attributed >= SAMPLES, "{}", p.table());
         self.check_read(&p, top);
         p
     }

@@ -958,6 +958,61 @@ mod tests {
             .collect()
     }
 
+    /// Interpreter frames as the daemon puts them in windows (module
+    /// `[python]`, `[ruby]`, `[perl]`, no address, the source file and
+    /// line) reach the collector one location each, named and lined as
+    /// sent, though they share the address 0.
+    #[test]
+    fn interpreter_frames_keep_their_names_and_lines() {
+        let mut w = window();
+        w.services.truncate(1);
+        let s = &mut w.services[0];
+        s.functions = [
+            ("py_split.hot_a", "[python]"),
+            ("py_split.hot_b", "[python]"),
+            ("py_split.outer", "[python]"),
+            ("block in Work#outer", "[ruby]"),
+            ("Work::hot_a", "[perl]"),
+        ]
+        .iter()
+        .map(|(name, module)| api::WindowFunction {
+            name: name.to_string(),
+            module: module.to_string(),
+            file: "/srv/work".into(),
+            ..Default::default()
+        })
+        .collect();
+        let at = |function: Vec<u32>, line: Vec<u32>, count: u64| api::WindowStack {
+            tid: 7,
+            address: vec![0; function.len()],
+            function,
+            line,
+            count,
+        };
+        s.stacks = vec![
+            at(vec![0, 2], vec![21, 35], 3),
+            at(vec![1, 2], vec![27, 36], 1),
+            at(vec![4, 3], vec![5, 9], 2),
+        ];
+        s.samples = 6;
+        let r = request(&w);
+        let d = r.dictionary.as_ref().unwrap();
+        let p = &r.resource_profiles[0].scope_profiles[0].profiles[0];
+        let mut got: Vec<(Vec<String>, Vec<i64>)> = (p.samples.iter())
+            .map(|s| (frames(d, s), s.values.clone()))
+            .collect();
+        got.sort();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            [
+                (names(&["Work::hot_a:5", "block in Work#outer:9"]), vec![2]),
+                (names(&["py_split.hot_a:21", "py_split.outer:35"]), vec![3]),
+                (names(&["py_split.hot_b:27", "py_split.outer:36"]), vec![1]),
+            ]
+        );
+    }
+
     #[test]
     fn every_table_starts_with_its_zero_value() {
         let r = request(&window());

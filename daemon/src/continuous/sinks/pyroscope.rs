@@ -1066,6 +1066,78 @@ mod tests {
         }
     }
 
+    /// Interpreter frames as the daemon puts them in windows (module
+    /// `[python]`, `[ruby]`, `[perl]`, no address, the source file and
+    /// line) reach Pyroscope one location each, named and lined as sent,
+    /// though they share the address 0.
+    #[test]
+    fn interpreter_frames_keep_their_names_and_lines() {
+        let mut s = service("py.service", 10, Vec::new());
+        s.functions = ["py_split.hot_a", "py_split.hot_b", "py_split.outer"]
+            .iter()
+            .map(|name| api::WindowFunction {
+                name: name.to_string(),
+                module: "[python]".into(),
+                file: "/srv/py_split.py".into(),
+                ..Default::default()
+            })
+            .chain(
+                [("block in Work#outer", "[ruby]"), ("Work::hot_a", "[perl]")]
+                    .iter()
+                    .map(|(name, module)| api::WindowFunction {
+                        name: name.to_string(),
+                        module: module.to_string(),
+                        file: "/srv/work".into(),
+                        ..Default::default()
+                    }),
+            )
+            .collect();
+        let at = |function: Vec<u32>, line: Vec<u32>, count: u64| api::WindowStack {
+            tid: 10,
+            address: vec![0; function.len()],
+            function,
+            line,
+            count,
+        };
+        s.stacks = vec![
+            at(vec![0, 2], vec![21, 35], 3),
+            at(vec![1, 2], vec![27, 36], 1),
+            at(vec![4, 3], vec![5, 9], 2),
+        ];
+        s.samples = 6;
+        let (ingests, _) = requests(&window(vec![s]), &[], &Limits::default());
+        let p = decode(&ingests[0].body);
+        let st = |i: i64| p.string_table[i as usize].clone();
+        let function = |id: u64| p.function.iter().find(|f| f.id == id).unwrap();
+        let mut got: Vec<(Vec<(String, i64)>, i64)> = p
+            .sample
+            .iter()
+            .map(|sample| {
+                let frames = (sample.location_id.iter())
+                    .map(|&l| p.location.iter().find(|x| x.id == l).unwrap())
+                    .flat_map(|l| l.line.iter())
+                    .map(|line| (st(function(line.function_id).name), line.line))
+                    .collect();
+                (frames, sample.value[0])
+            })
+            .collect();
+        got.sort();
+        let f = |name: &str, line: i64| (name.to_string(), line);
+        assert_eq!(
+            got,
+            [
+                (vec![f("Work::hot_a", 5), f("block in Work#outer", 9)], 2),
+                (vec![f("py_split.hot_a", 21), f("py_split.outer", 35)], 3),
+                (vec![f("py_split.hot_b", 27), f("py_split.outer", 36)], 1),
+            ]
+        );
+        let file = |name: &str| {
+            let f = p.function.iter().find(|f| st(f.name) == name).unwrap();
+            st(f.filename)
+        };
+        assert_eq!(file("py_split.hot_a"), "/srv/py_split.py");
+    }
+
     /// A library's mapping carries the build id of its code the host
     /// could not name (`module!0xSTART`), so Pyroscope can name it.
     #[test]

@@ -5,10 +5,25 @@
 //! process takes, the same for each runtime.
 use crate::os::bpf::{PythonProbe, Record};
 use crate::process::maps::{module_name, Backing, ProcessMaps};
-use crate::process::python::{Memory, ProcessMemory};
+use crate::process::memory::{Memory, ProcessMemory};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-pub use super::python::PyFrame as Frame;
+/// An interpreter frame, as a read names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// The function's name as the runtime spells it.
+    pub name: Arc<str>,
+    /// The source file of its code.
+    pub file: Arc<str>,
+    /// The function's first line, by which a flame graph groups it.
+    pub first_line: u32,
+    /// The line running, 0 when the code's table gives none.
+    pub line: u32,
+    /// The first frame of a call of the interpreter's loop: the frames up
+    /// to and including it are those one native loop frame runs.
+    pub entry: bool,
+}
 
 /// The runtimes whose frames profd reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,20 +51,6 @@ pub trait Interpreted {
 
     /// The interpreter frames a sample-time read copied, innermost first.
     fn name(&mut self, record: &Record) -> Result<Vec<Frame>, String>;
-}
-
-impl Interpreted for super::python::Process {
-    fn runtime(&self) -> Runtime {
-        Runtime::Python
-    }
-
-    fn is_eval(&self, addr: u64) -> bool {
-        super::python::Process::is_eval(self, addr)
-    }
-
-    fn name(&mut self, record: &Record) -> Result<Vec<Frame>, String> {
-        super::python::Process::name(self, record).map_err(|e| e.to_string())
-    }
 }
 
 /// Why a process's interpreter cannot be read.

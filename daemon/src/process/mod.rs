@@ -2,10 +2,12 @@
 //! mappings and the files behind them (`maps`), the walk of their stacks
 //! (`unwind`, Go code by its function table), the names of the addresses
 //! found there (`symbolize`), and the frames of interpreters (`python`,
-//! `ruby`, `perl`, and what they share, `interpreted`), read from their memory,
-//! with where glibc keeps a thread's kernel id (`pthread`).
+//! `ruby`, `perl`, and what they share, `interpreted`), read from their
+//! memory (`memory`), with where glibc keeps a thread's kernel id
+//! (`pthread`).
 pub mod interpreted;
 pub mod maps;
+pub mod memory;
 pub mod perl;
 pub mod pthread;
 pub mod python;

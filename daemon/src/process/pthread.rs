@@ -60,7 +60,7 @@ mod tests {
     /// glibc, gives its kernel id.
     #[test]
     fn the_offset_gives_a_threads_kernel_id() {
-        use crate::process::python::{Memory, ProcessMemory};
+        use crate::process::memory::{Memory, ProcessMemory};
         use std::os::unix::thread::JoinHandleExt;
         let pid = std::process::id();
         let maps = ProcessMaps::read(pid).expect("own maps");

@@ -16,7 +16,7 @@ use crate::process::interpreted::{
     self, in_root, maps_any, Frame, Interpreted, Registration, Runtime,
 };
 use crate::process::maps::{module_name, Backing, ProcessMaps, Segments};
-use crate::process::python::ProcessMemory;
+use crate::process::memory::ProcessMemory;
 use object::{Object, ObjectSection, ObjectSymbol};
 use std::ops::Range;
 

@@ -12,7 +12,7 @@
 use super::layout::Layout;
 use crate::os::bpf::RawFrame;
 use crate::process::interpreted::{field, read, word, Frame};
-use crate::process::python::Memory;
+use crate::process::memory::Memory;
 use std::sync::Arc;
 
 /// Bounds on what is read, against memory that changed under the read.

@@ -4,16 +4,16 @@
 //! memory, with no flag, restart or pause of the program.
 mod layout;
 mod lines;
-mod memory;
 mod stack;
 
 pub use layout::Version;
-pub use memory::{Memory, ProcessMemory};
 pub use stack::{Codes, PyFrame, ReadError};
+
+use crate::process::memory::{Memory, ProcessMemory};
 
 use crate::os::bpf::{Config, Record, Status};
 pub use crate::process::interpreted::FindError;
-use crate::process::interpreted::{self, in_root, maps_any, Registration};
+use crate::process::interpreted::{self, in_root, maps_any, Interpreted, Registration, Runtime};
 use crate::process::maps::{module_name, Backing, ProcessMaps, Segments};
 use object::{Object, ObjectSymbol};
 
@@ -232,6 +232,20 @@ impl Process {
                 source: std::io::Error::from_raw_os_error(libc::EFAULT),
             }),
         }
+    }
+}
+
+impl Interpreted for Process {
+    fn runtime(&self) -> Runtime {
+        Runtime::Python
+    }
+
+    fn is_eval(&self, addr: u64) -> bool {
+        Process::is_eval(self, addr)
+    }
+
+    fn name(&mut self, record: &Record) -> Result<Vec<PyFrame>, String> {
+        Process::name(self, record).map_err(|e| e.to_string())
     }
 }
 

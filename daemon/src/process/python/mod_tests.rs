@@ -117,7 +117,7 @@ fn read_from_outside(path: &str, minor: u8) -> String {
         .unwrap()
         .expect("an interpreter");
     assert_eq!(python.version, Version { major: 3, minor });
-    let recorded = memory::Recorder::new(&mem);
+    let recorded = crate::process::memory::Recorder::new(&mem);
     let file = run.file.display().to_string();
     check_stacks(&python, &recorded, run.main, run.thread, &file);
     let pthread_tid = match &python.pthread_tid {
@@ -225,7 +225,7 @@ fn images_of_real_interpreters_read_as_the_script_says() {
             .and_then(|l| l.strip_prefix("pthread_tid "))
             .map(|at| at.parse().unwrap())
             .ok_or_else(|| "not needed".to_string());
-        let image = memory::Image::parse(&text).unwrap();
+        let image = crate::process::memory::Image::parse(&text).unwrap();
         let version = Version { major: 3, minor };
         let python = Interpreter {
             version,

@@ -7,27 +7,14 @@
 use super::layout::{Current, ThreadId};
 use super::layout::{Entry, Instr, Layout};
 use super::lines;
-use super::memory::Memory;
+use crate::process::memory::Memory;
 use std::sync::Arc;
 
 use crate::os::bpf::RawFrame;
 
-/// A Python frame, as a stack read gives it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PyFrame {
-    /// The function's qualified name (`Class.method`; `<module>` for a
-    /// module's own code).
-    pub name: Arc<str>,
-    /// The source file of its code.
-    pub file: Arc<str>,
-    /// The function's first line, by which a flame graph groups it.
-    pub first_line: u32,
-    /// The line running, 0 when the code's table gives none.
-    pub line: u32,
-    /// The first frame of a call of the eval loop: the frames up to and
-    /// including it are those one native eval-loop frame runs.
-    pub entry: bool,
-}
+/// A Python frame, as a stack read gives it: its name is the function's
+/// qualified name (`Class.method`; `<module>` for a module's own code).
+pub use crate::process::interpreted::Frame as PyFrame;
 
 /// Why a thread's Python frames could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -455,7 +455,7 @@ impl Ingest {
                     let python = &mut self.python;
                     match python.merge(process, time, record, stack, plain, &mut merged) {
                         Merged::Native => stack,
-                        Merged::Python => &merged[..],
+                        Merged::Interpreted => &merged[..],
                         Merged::Unreadable => {
                             *match runtime {
                                 Runtime::Python => &mut self.totals.python_unreadable,

@@ -72,11 +72,10 @@ pub struct Lag {
 pub enum Merged {
     /// It ran no interpreted code (no eval-loop frame): as it was.
     Native,
-    /// Its eval-loop frames are now the interpreter frames they ran
-    /// (Python's or Ruby's).
-    Python,
+    /// Its eval-loop frames are now the interpreter frames they ran.
+    Interpreted,
     /// Its eval-loop frames are now [`PY_UNREADABLE_FRAME`] (or
-    /// [`RB_UNREADABLE_FRAME`]).
+    /// [`RB_UNREADABLE_FRAME`], [`PL_UNREADABLE_FRAME`]).
     Unreadable,
 }
 
@@ -205,7 +204,7 @@ impl PyFrames {
                 out.push(addr);
             }
         }
-        Merged::Python
+        Merged::Interpreted
     }
 }
 
@@ -294,7 +293,7 @@ mod tests {
                 |a| a,
                 &mut out
             ),
-            Merged::Python
+            Merged::Interpreted
         );
         assert_eq!(out.len(), 5, "{out:x?}");
         assert_eq!((out[0], out[4]), (0x1000, 0x2000));
@@ -413,7 +412,7 @@ mod tests {
         ];
         let record = || Some(Arc::new(now.clone()));
         let merged = frames.merge(&mut process, 0, record, &stack, |a| a, &mut out);
-        assert_eq!(merged, Merged::Python);
+        assert_eq!(merged, Merged::Interpreted);
         assert_eq!(out.len(), 7, "{out:x?}");
         assert_eq!((out[0], out[3], out[6]), (0x1000, 0x3000, 0x2000));
         let name = |a: u64| function_name(frames.frame(a).unwrap());
@@ -454,7 +453,7 @@ mod tests {
         let stack = [0x1000, runops + 16, 0x3000, runops + 8, 0x2000];
         let record = || Some(Arc::new(now.clone()));
         let merged = frames.merge(&mut process, 0, record, &stack, |a| a, &mut out);
-        assert_eq!(merged, Merged::Python);
+        assert_eq!(merged, Merged::Interpreted);
         assert_eq!(out.len(), 7, "{out:x?}");
         // The sort block's run: pause, inner and the block (named after the
         // main program it is in); then the main program's.

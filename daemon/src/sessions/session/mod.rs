@@ -266,9 +266,11 @@ pub async fn start(
 ) -> Result<Handle, StartError> {
     let (batch_tx, batch_rx) = mpsc::unbounded_channel();
     // A CPython, CRuby or Perl target has its frames read from its first sample
-    // on: it is registered with the frame reader before its rings open
-    // (the session's own registration, below, takes over).
-    let read_first = first_interpreter_read(params.pid);
+    // on: it is registered with the frame reader before its rings open,
+    // and the session's target space keeps it.
+    let read_first = ProcessMaps::read(params.pid)
+        .ok()
+        .and_then(|maps| spaces::interpreter_of(params.pid, &maps));
     let children = match params.children {
         true => Children::Followed,
         false => Children::Ignored,
@@ -310,7 +312,9 @@ pub async fn start(
         params.recheck.clone(),
         tops,
     );
-    drop(read_first);
+    if let Some(interpreter) = read_first {
+        ingest.spaces.read_from_start(interpreter);
+    }
     if params.timeline {
         ingest.timeline = Some(timeline::Times::new(params.pid, timeline::MAX_SAMPLES));
     }
@@ -334,26 +338,6 @@ pub async fn start(
         tx,
         state: state_rx,
     })
-}
-
-/// Process `pid` registered with the frame reader, when it runs an
-/// interpreter whose frames can be read.
-fn first_interpreter_read(
-    pid: u32,
-) -> Option<Box<dyn crate::process::interpreted::Interpreted + Send>> {
-    use crate::process::{perl, python, ruby};
-    let maps = ProcessMaps::read(pid).ok()?;
-    if let Some(mut p) = python::Process::find(pid, &maps).ok().flatten() {
-        p.register().ok()?;
-        return Some(Box::new(p));
-    }
-    if let Some(mut p) = ruby::Process::find(pid, &maps).ok().flatten() {
-        p.register().ok()?;
-        return Some(Box::new(p));
-    }
-    let mut p = perl::Process::find(pid, &maps).ok().flatten()?;
-    p.register().ok()?;
-    Some(Box::new(p))
 }
 
 impl Actor {

@@ -55,7 +55,8 @@ pub struct Space {
     set_up: bool,
     /// Sampled, and waiting for the budget to be set up.
     waiting: bool,
-    /// Whether it runs CPython, CRuby or Perl, once a sample of it asked.
+    /// Whether it runs CPython, CRuby or Perl: once a sample of it asked,
+    /// or for the target, before its first sample.
     python: Python,
 }
 
@@ -64,9 +65,7 @@ enum Python {
     /// Not looked at since its mappings last changed.
     Unknown,
     No,
-    Yes(Box<crate::process::python::Process>),
-    Ruby(Box<crate::process::ruby::Process>),
-    Perl(Box<crate::process::perl::Process>),
+    Yes(Box<dyn Interpreted + Send>),
 }
 
 /// The spaces of a session; space 0 is the target's at attach. A space no
@@ -142,11 +141,15 @@ impl Spaces {
             epoch: crate::process::unwind::epoch(),
         };
         spaces.add(pid, maps, SetUp::Now);
-        if pid != 0 {
-            // Its frames are read from its first sample on.
-            spaces.interpreter(0, pid);
-        }
         spaces
+    }
+
+    /// The interpreter the target's space runs, found (and registered with
+    /// the sample-time reader) before its first sample.
+    pub fn read_from_start(&mut self, interpreter: Box<dyn Interpreted + Send>) {
+        if let Some(space) = self.list.first_mut() {
+            space.python = Python::Yes(interpreter);
+        }
     }
 
     /// The spaces of every process of the host, each added when first
@@ -430,26 +433,13 @@ impl Spaces {
     pub fn interpreter(&mut self, i: usize, pid: u32) -> Option<&mut dyn Interpreted> {
         let space = self.list.get_mut(i)?;
         if matches!(space.python, Python::Unknown) && space.set_up && !space.retired {
-            space.python = match crate::process::python::Process::find(pid, &space.maps) {
-                Ok(Some(mut p)) => {
-                    let version = p.interpreter.version;
-                    match p.register() {
-                        Ok(()) => tracing::debug!(pid, %version, "python frames read"),
-                        Err(err) => tracing::warn!(pid, %version, %err, "python frames not read"),
-                    }
-                    Python::Yes(Box::new(p))
-                }
-                Ok(None) => ruby(pid, &space.maps),
-                Err(err) => {
-                    tracing::debug!(pid, %err, "python interpreter not read");
-                    Python::No
-                }
+            space.python = match interpreter_of(pid, &space.maps) {
+                Some(p) => Python::Yes(p),
+                None => Python::No,
             };
         }
         match &mut space.python {
             Python::Yes(p) => Some(&mut **p),
-            Python::Ruby(p) => Some(&mut **p),
-            Python::Perl(p) => Some(&mut **p),
             _ => None,
         }
     }
@@ -565,40 +555,42 @@ impl Spaces {
 #[path = "spaces_tests.rs"]
 mod tests;
 
-/// The CRuby interpreter process `pid` (mappings `maps`) runs, if any.
-fn ruby(pid: u32, maps: &ProcessMaps) -> Python {
-    match crate::process::ruby::Process::find(pid, maps) {
-        Ok(Some(mut p)) => {
-            let version = p.interpreter.version;
-            match p.register() {
-                Ok(()) => tracing::debug!(pid, %version, "ruby frames read"),
-                Err(err) => tracing::warn!(pid, %version, %err, "ruby frames not read"),
+/// The interpreter process `pid` (mappings `maps`) runs, registered with
+/// the sample-time reader, if it runs one whose frames profd reads:
+/// CPython, CRuby or Perl, looked for in that order.
+pub fn interpreter_of(pid: u32, maps: &ProcessMaps) -> Option<Box<dyn Interpreted + Send>> {
+    use crate::process::{interpreted::FindError, perl, python, ruby};
+    fn registered<P: Interpreted + Send + 'static>(
+        pid: u32,
+        mut p: P,
+        version: impl std::fmt::Display,
+        register: impl FnOnce(&mut P) -> Result<(), String>,
+    ) -> Box<dyn Interpreted + Send> {
+        let runtime = p.runtime();
+        match register(&mut p) {
+            Ok(()) => tracing::debug!(pid, ?runtime, %version, "interpreter frames read"),
+            Err(err) => {
+                tracing::warn!(pid, ?runtime, %version, %err, "interpreter frames not read")
             }
-            Python::Ruby(Box::new(p))
         }
-        Ok(None) => perl(pid, maps),
-        Err(err) => {
-            tracing::debug!(pid, %err, "ruby interpreter not read");
-            Python::No
-        }
+        Box::new(p)
     }
-}
-
-/// The Perl interpreter process `pid` (mappings `maps`) runs, if any.
-fn perl(pid: u32, maps: &ProcessMaps) -> Python {
-    match crate::process::perl::Process::find(pid, maps) {
-        Ok(Some(mut p)) => {
+    let found = || -> Result<_, FindError> {
+        if let Some(p) = python::Process::find(pid, maps)? {
             let version = p.interpreter.version;
-            match p.register() {
-                Ok(()) => tracing::debug!(pid, %version, "perl frames read"),
-                Err(err) => tracing::warn!(pid, %version, %err, "perl frames not read"),
-            }
-            Python::Perl(Box::new(p))
+            return Ok(Some(registered(pid, p, version, python::Process::register)));
         }
-        Ok(None) => Python::No,
-        Err(err) => {
-            tracing::debug!(pid, %err, "perl interpreter not read");
-            Python::No
+        if let Some(p) = ruby::Process::find(pid, maps)? {
+            let version = p.interpreter.version;
+            return Ok(Some(registered(pid, p, version, ruby::Process::register)));
         }
-    }
+        Ok(perl::Process::find(pid, maps)?.map(|p| {
+            let version = p.interpreter.version;
+            registered(pid, p, version, perl::Process::register)
+        }))
+    };
+    found().unwrap_or_else(|err| {
+        tracing::debug!(pid, %err, "interpreter not read");
+        None
+    })
 }

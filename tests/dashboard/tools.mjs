@@ -122,6 +122,11 @@ try {
   await page.click('#flame svg g.frame[data-name="mid"]');
   await page.locator('#flame-reset').waitFor({ state: 'visible' });
   result.zoomed = await frames('#flame');
+  // The click also selects mid; its callers arrive with an answer of the
+  // daemon, so wait for them (and report whatever is there if they never come).
+  await page
+    .waitForFunction(() => document.querySelector('#callers-title').textContent.startsWith('mid:'))
+    .catch(() => {});
   result.callersAfterZoom = (await page.textContent('#callers-title')).trim();
   await page.click('#flame-reset');
   await page.locator('#flame-reset').waitFor({ state: 'hidden' });

@@ -349,6 +349,50 @@ fn jit_code_is_named_from_the_perf_map() {
     );
 }
 
+/// CPython 3.12's perf trampoline (`-X perf`) keeps no frame pointer and
+/// has no unwind information; a stack-copy walk recognises its code and
+/// steps through its fixed frame to the native caller below it, which a
+/// frame-pointer step there would skip (the jit workload copies the
+/// trampoline's exact bytes and calls a C function through it).
+#[test]
+fn a_cpython_perf_trampoline_keeps_its_caller() {
+    let h = Harness::start();
+    let mut command = Command::new(JIT.path());
+    command
+        .env("JIT_TRAMPOLINE", "1")
+        .args([&LONG.to_string(), "--ready"]);
+    let target = Workload::start_command(command, "jit");
+    let _map = PerfMap(format!("/tmp/perf-{}.map", target.pid()));
+    let p = h
+        .daemon
+        .profile_until(&target, SAMPLES, &["--unwind", "dwarf"]);
+    p.assert_pct_between("spin_c", Exclusive, 95.0, 100.0);
+    for name in ["py::trampoline", "via_trampoline", "main"] {
+        p.assert_pct_between(name, Inclusive, 99.0, 100.0);
+    }
+    assert!(
+        p.totals.truncated * 100 <= p.totals.attributed,
+        "{} stacks truncated:\n{}",
+        p.totals.truncated,
+        p.table()
+    );
+    let out = h.daemon.profctl(&[
+        "report",
+        &p.session_id.to_string(),
+        "--callers",
+        "py::trampoline",
+    ]);
+    out.assert_success();
+    let cc = caller_callee(&out.stdout);
+    let callers: Vec<&str> = cc.callers.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        callers,
+        ["via_trampoline"],
+        "callers of the trampoline:\n{}",
+        out.stdout
+    );
+}
+
 /// The target's binary exists only inside its own mount namespace (a tmpfs
 /// mounted there); outside, the same path holds a different program. Names
 /// and unwind information must come from the target's view of the file

@@ -3,11 +3,13 @@
 //! code by its `.gopclntab`) are read only when a walk first reaches their
 //! code, from the daemon-wide budgeted cache (`cache`), and the walk from
 //! the sampled registers to the outermost frame. Frame pointers are used
-//! where a module has no CFI. It also finds the caller a frame-pointer
+//! where a module has no CFI, but through JIT stubs known by their code
+//! (`stubs`). It also finds the caller a frame-pointer
 //! callchain skips below a Go function without a frame.
 pub mod cache;
 mod elf;
 pub mod gopclntab;
+mod stubs;
 
 use crate::process::maps::{Mapping, ModuleFile};
 use crate::process::unwind::gopclntab::{GoTable, Step};
@@ -19,6 +21,7 @@ use framehop::{FrameAddress, Module, Unwinder as _};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use stubs::Stubs;
 
 pub use elf::{bytes, counters, epoch, release_pages, set_budget, shed};
 
@@ -133,6 +136,8 @@ pub struct Unwinder {
     go: Vec<GoModule>,
     /// The cache's eviction epoch when this one last dropped the tables
     /// evicted.
+    /// The JIT stubs of its process, known by their code.
+    stubs: Stubs,
     epoch: u64,
 }
 
@@ -145,6 +150,7 @@ impl Default for Unwinder {
             cache: None,
             slots: Vec::new(),
             go: Vec::new(),
+            stubs: Stubs::default(),
             epoch: UNWIND_DATA.epoch(),
         }
     }
@@ -152,6 +158,15 @@ impl Default for Unwinder {
 
 impl Unwinder {
     /// Whether it holds nothing: no modules, no rule cache.
+    /// The unwinder of process `pid`, whose JIT stubs are recognised by
+    /// reading its code.
+    pub fn of_process(pid: u32) -> Unwinder {
+        Unwinder {
+            stubs: Stubs::of(pid),
+            ..Unwinder::default()
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty() && self.cache.is_none() && self.go.is_empty()
     }
@@ -377,7 +392,17 @@ impl Unwinder {
         loop {
             let pc = address.address_for_lookup();
             self.reach(pc, Need::UnwindTables);
-            let caller = match go_step(&self.go, address, &mut regs, &mut read_stack) {
+            let stub = match address {
+                FrameAddress::ReturnAddress(ra) if self.slot_of(pc).is_none() => {
+                    self.stubs.frame_returning_to(ra.get())
+                }
+                _ => None,
+            };
+            let step = match stub {
+                Some(frame) => Some(stub_step(frame, &mut regs, &mut read_stack)),
+                None => go_step(&self.go, address, &mut regs, &mut read_stack),
+            };
+            let caller = match step {
                 Some(step) => step,
                 None => {
                     let unwinder = match self.eh_frame_only.iter().any(|r| r.contains(&pc)) {
@@ -452,6 +477,20 @@ impl Unwinder {
 /// One frame of Go code unwound with its function table: the caller's
 /// return address (None at the outermost frame), with `regs` set to the
 /// caller's. None when `address` is not in Go code.
+/// Step out of a JIT stub's frame of `size` bytes, the return address at
+/// its top, which leaves rbp as it was.
+fn stub_step(
+    size: u64,
+    regs: &mut UnwindRegsX86_64,
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Result<Option<u64>, ()> {
+    let cfa = regs.sp().checked_add(size).ok_or(())?;
+    let ra = read_stack(cfa - 8)?;
+    regs.set_sp(cfa);
+    regs.set_ip(ra);
+    Ok(Some(ra))
+}
+
 fn go_step(
     go: &[GoModule],
     address: FrameAddress,

@@ -401,7 +401,7 @@ impl Spaces {
 
     /// A new space of `pid` with `maps`, set up as `set_up` says.
     fn add(&mut self, pid: u32, maps: ProcessMaps, set_up: SetUp) -> usize {
-        let mut unwinder = Unwinder::default();
+        let mut unwinder = Unwinder::of_process(pid);
         let set_up = set_up == SetUp::Now;
         if set_up {
             for m in maps.iter() {

@@ -84,6 +84,9 @@ pub struct Totals {
     /// Samples of Perl processes whose Perl frames could not be read.
     #[serde(default)]
     pub perl_unreadable: u64,
+    /// Of `truncated`: walks that ran past the end of the stack copy.
+    #[serde(default)]
+    pub truncated_copy_ended: u64,
     /// Time accounting of off-cpu and wall sessions (absent or null in cpu
     /// mode).
     #[serde(default)]

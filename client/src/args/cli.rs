@@ -432,7 +432,8 @@ pub struct ProfileOptions {
     #[arg(long, value_enum, default_value_t = UnwindArg::Auto)]
     pub unwind: UnwindArg,
     /// Bytes of user stack copied per sample for DWARF unwinding: a multiple
-    /// of 8, at most 65528 [default: the daemon's, 16384].
+    /// of 8, at most 65528 [default: the daemon's: 16384, and 65528 for a
+    /// JVM or node].
     #[arg(long, value_name = "N")]
     pub stack_bytes: Option<u32>,
     /// Also show each function's figures over the last SECS seconds (1-600)

@@ -45,6 +45,7 @@ fn session() -> Session {
             python_unreadable: 0,
             ruby_unreadable: 0,
             perl_unreadable: 0,
+            truncated_copy_ended: 0,
         }),
         ..Default::default()
     }

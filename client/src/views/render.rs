@@ -162,6 +162,7 @@ fn totals_lines(session: &Session) -> String {
         t.truncated,
         count_text(session, t.unsymbolized),
     );
+    text += &copy_ended_text(session);
     if t.python_unreadable > 0 {
         text += &format!(
             "python: {} with frames not read ([python: unreadable])\n",
@@ -185,6 +186,41 @@ fn totals_lines(session: &Session) -> String {
         text.push('\n');
     }
     text
+}
+
+/// The kernel's largest user stack copy, in bytes.
+const MAX_STACK_BYTES: u32 = 65528;
+
+/// A line on the stacks whose walk ran past the end of the stack copy, when
+/// they are 1 % of the samples or more (of the stacks' time in an off-CPU
+/// or wall-clock session, where they are counted as stacks), with the flag
+/// that copies more; empty otherwise.
+fn copy_ended_text(session: &Session) -> String {
+    let t = totals(session);
+    let ended = t.truncated_copy_ended;
+    if ended == 0 || session.stack_bytes == 0 {
+        return String::new();
+    }
+    let share = match counts_time(session) {
+        true => format!("{ended} stacks"),
+        false if ended * 100 >= t.attributed => {
+            format!(
+                "{:.1} % of stacks",
+                ended as f64 * 100.0 / t.attributed as f64
+            )
+        }
+        false => return String::new(),
+    };
+    match session.stack_bytes < MAX_STACK_BYTES {
+        true => format!(
+            "{share} truncated where the {}-byte stack copy ended: try --stack-bytes {MAX_STACK_BYTES}\n",
+            session.stack_bytes
+        ),
+        false => format!(
+            "{share} truncated where the {MAX_STACK_BYTES}-byte stack copy, the kernel's largest, ended: \
+             frame-pointer builds keep their callers with --unwind fp\n"
+        ),
+    }
 }
 
 /// `processes: 1234 prog 500, 1240 prog 300 (exited)` for a session that

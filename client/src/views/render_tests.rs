@@ -293,7 +293,7 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["unwind"], "dwarf");
     assert_eq!(v["stack_bytes"], 16384);
     let totals = v["totals"].as_object().unwrap();
-    assert_eq!(totals.len(), 13);
+    assert_eq!(totals.len(), 14);
     assert!(
         v["totals"]["time"].is_null(),
         "no time accounting in cpu mode"
@@ -308,6 +308,7 @@ fn json_has_the_contract_keys_and_types() {
     assert_eq!(v["totals"]["throttled"], 0);
     assert_eq!(v["totals"]["unchecked"], 0);
     assert_eq!(v["totals"]["unsampled"], 0);
+    assert_eq!(v["totals"]["truncated_copy_ended"], 0);
     let functions = v["functions"].as_array().unwrap();
     assert_eq!(functions.len(), 4);
     let mut last = u64::MAX;
@@ -479,6 +480,7 @@ fn info_lists_everything() {
             python_unreadable: 0,
             ruby_unreadable: 0,
             perl_unreadable: 0,
+            truncated_copy_ended: 0,
         }),
         running_sessions: 1,
         continuous: None,
@@ -777,4 +779,32 @@ fn wall_header_names_the_mode_and_the_event() {
         "{text}"
     );
     assert!(text.contains("\ntime: on-CPU 45.6 ms,"), "{text}");
+}
+
+#[test]
+fn stacks_cut_by_the_stack_copy_are_named_with_the_flag_that_helps() {
+    let with = |ended: u64, stack_bytes: u32| {
+        let mut s = session(SessionState::Running);
+        s.stack_bytes = stack_bytes;
+        let t = s.totals.as_mut().unwrap();
+        t.truncated = ended + 12;
+        t.truncated_copy_ended = ended;
+        table_header(&s)
+            .lines()
+            .nth(2)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(
+        with(6368, 16384),
+        "64.0 % of stacks truncated where the 16384-byte stack copy ended: try --stack-bytes 65528"
+    );
+    assert_eq!(
+        with(100, 65528),
+        "1.0 % of stacks truncated where the 65528-byte stack copy, the kernel's largest, ended: \
+         frame-pointer builds keep their callers with --unwind fp"
+    );
+    // Under 1 % of the samples: no line (the table's column header follows).
+    assert_eq!(with(99, 16384), "");
+    assert_eq!(with(0, 16384), "");
 }

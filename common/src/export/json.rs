@@ -85,7 +85,8 @@ struct Row<'a> {
 /// `discarded`, `lost`, `truncated`, `unsymbolized`, `overflowed`,
 /// `throttled`, `unchecked`, `unsampled`, `time` (null in cpu mode, else
 /// {`on_cpu_ns`, `off_cpu_ns`, `runnable_ns`, `waits`, `unpaired`,
-/// `open_at_end`}), `python_unreadable`, `ruby_unreadable`, `perl_unreadable`} and `functions` [{`id`, `name`, `module`, `inclusive`,
+/// `open_at_end`}), `python_unreadable`, `ruby_unreadable`, `perl_unreadable`,
+/// `truncated_copy_ended`} and `functions` [{`id`, `name`, `module`, `inclusive`,
 /// `exclusive`, `inclusive_pct`, `exclusive_pct`, `inlined`}], keys in this
 /// order. With the unit `nanoseconds`, `processes[].samples`,
 /// `attributed`, `unsymbolized`, `overflowed`, `unchecked` and the
@@ -157,6 +158,7 @@ mod tests {
                 python_unreadable: 1,
                 ruby_unreadable: 0,
                 perl_unreadable: 0,
+                truncated_copy_ended: 1,
             }),
             processes: vec![ProcessSamples {
                 pid: 1234,
@@ -219,7 +221,8 @@ mod tests {
                 "time",
                 "python_unreadable",
                 "ruby_unreadable",
-                "perl_unreadable"
+                "perl_unreadable",
+                "truncated_copy_ended"
             ]
         );
         assert_eq!((&v["mode"], &v["unit"]), (&"cpu".into(), &"samples".into()));

@@ -335,6 +335,7 @@ impl Visit for Merge<'_> {
             s.python_unreadable += t.python_unreadable;
             s.ruby_unreadable += t.ruby_unreadable;
             s.perl_unreadable += t.perl_unreadable;
+            s.truncated_copy_ended += t.truncated_copy_ended;
         }
         self.host =
             (self.by == api::GroupBy::Host).then(|| self.group(format!("[host {}]", w.host)));

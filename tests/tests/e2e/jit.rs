@@ -363,3 +363,40 @@ fn node_split_and_callers_from_its_perf_map() {
         }
     }
 }
+
+/// JIT stacks are deep: a node target gets the largest stack copy unless
+/// the caller asks for another size, and stacks cut where a smaller copy
+/// ended are counted and named in the table, with the flag that helps.
+#[test]
+fn node_gets_the_largest_stack_copy_and_a_short_copy_is_named() {
+    let h = Harness::start();
+    let target = Workload::start_command(node_command(LONG), "node");
+    let _map = PerfMapFile::of(target.pid());
+    let whole = attach(&h, &target, "3", &[]);
+    assert_eq!(whole.stack_bytes, 65528, "{}", whole.table());
+    assert_eq!(whole.totals.truncated_copy_ended, 0, "{}", whole.table());
+    let short = attach(&h, &target, "3", &["--stack-bytes", "2048"]);
+    let (ended, all) = (short.totals.truncated_copy_ended, short.totals.attributed);
+    assert!(
+        ended * 10 >= all * 9 && ended <= short.totals.truncated,
+        "{ended} of {all} stacks cut by a 2048-byte copy:\n{}",
+        short.table()
+    );
+    let pid = target.pid_arg();
+    let out = h.daemon.profctl(&[
+        "attach",
+        &pid,
+        "--duration",
+        "2",
+        "--stack-bytes",
+        "2048",
+        "--no-tui",
+    ]);
+    out.assert_success();
+    assert!(
+        out.stdout
+            .contains("truncated where the 2048-byte stack copy ended: try --stack-bytes 65528"),
+        "{}",
+        out.stdout
+    );
+}

@@ -76,6 +76,28 @@ pub fn is_jit_candidate(backing: &Backing) -> bool {
     matches!(backing, Backing::Special(name) if !matches!(name.as_ref(), "[vdso]" | "[vsyscall]" | "[vvar]"))
 }
 
+/// The runtime a process runs whose stacks outgrow the default stack copy
+/// (JIT frames are large, and deep): a JVM (libjvm.so mapped, or the `java`
+/// launcher's name) or node (its name, or libnode.so mapped). `comm` is the
+/// process's name; `profctl run` gives its held command the program's name
+/// before it attaches.
+pub fn deep_stack_runtime(pid: u32, comm: &str) -> Option<&'static str> {
+    match comm {
+        "java" => return Some("a JVM"),
+        "node" | "nodejs" => return Some("node"),
+        _ => {}
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines().find_map(|line| {
+        let name = line.rsplit('/').next()?;
+        match name {
+            "libjvm.so" => Some("a JVM"),
+            _ if name.starts_with("libnode.so") => Some("node"),
+            _ => None,
+        }
+    })
+}
+
 /// How often `resolve_new` looks for a perf map that has not appeared yet.
 const PERF_MAP_RETRY: Duration = Duration::from_millis(200);
 

@@ -11,6 +11,7 @@ mod elf;
 pub mod gopclntab;
 mod stubs;
 
+use crate::os::perf::MAX_STACK_BYTES;
 use crate::process::maps::{Mapping, ModuleFile};
 use crate::process::unwind::gopclntab::{GoTable, Step};
 use cache::Held;
@@ -40,9 +41,19 @@ pub enum Walk {
     /// (an address): the thread's other walks, all under the same outermost
     /// frame, need no more of its stack either.
     Complete { reach: u64 },
-    /// Stopped early: the copy ended, unwind data was missing or wrong, or
-    /// the depth limit was hit.
+    /// Stopped where the walk needed stack past the copy's end, within what
+    /// the largest copy the kernel makes would have held: a larger
+    /// `stack_bytes` may complete it.
+    CopyEnded,
+    /// Stopped early otherwise: unwind data was missing or wrong, a frame
+    /// pointer led out of any copy's reach, or the depth limit was hit.
     Truncated,
+}
+
+impl Walk {
+    pub fn truncated(self) -> bool {
+        !matches!(self, Walk::Complete { .. })
+    }
 }
 
 /// A Go program mapped in a process: its code's addresses, avma − svma,
@@ -379,9 +390,13 @@ impl Unwinder {
         out: &mut Vec<u64>,
     ) -> Walk {
         let mut reach = sp;
+        let mut past_copy = false;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
-            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            let Some(bytes) = stack.get(off..off.checked_add(8).ok_or(())?) else {
+                past_copy = off + 8 <= MAX_STACK_BYTES as usize;
+                return Err(());
+            };
             reach = reach.max(addr + 8);
             Ok(u64::from_ne_bytes(bytes.try_into().map_err(|_| ())?))
         };
@@ -424,6 +439,7 @@ impl Unwinder {
                     _ => return Walk::Truncated,
                 },
                 Ok(None) => return Walk::Complete { reach },
+                Err(()) if past_copy => return Walk::CopyEnded,
                 Err(()) => return Walk::Truncated,
             }
         }

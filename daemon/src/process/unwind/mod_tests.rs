@@ -254,6 +254,12 @@ fn frame_pointer_chain_leaving_the_copy_is_truncated() {
     let mut out = Vec::new();
     let walk = u.unwind(0x4444, 0x1000, 0x1008, &stack, &mut out);
     assert_eq!(out, vec![0x4444, 0x5554]);
+    // A larger copy would hold the caller's frame at 0x2000.
+    assert_eq!(walk, Walk::CopyEnded);
+    // One out of any copy's reach (65528 bytes above sp) ends the walk
+    // as truncated for other reasons.
+    stack[8..16].copy_from_slice(&(0x1000u64 + 65528).to_ne_bytes());
+    let walk = u.unwind(0x4444, 0x1000, 0x1008, &stack, &mut out);
     assert_eq!(walk, Walk::Truncated);
 }
 
@@ -354,5 +360,5 @@ fn a_complete_walk_tells_how_far_up_the_stack_it_read() {
     // Cut below it, the walk stops short.
     out.clear();
     let short = u.unwind(0x4444, 0x1000, 0x1008, &stack[..0x17], &mut out);
-    assert_eq!(short, Walk::Truncated);
+    assert_eq!(short, Walk::CopyEnded);
 }

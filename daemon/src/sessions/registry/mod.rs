@@ -378,7 +378,7 @@ impl Registry {
         req: &api::AttachRequest,
         caller: &Caller,
     ) -> Result<api::Session, Error> {
-        let plan = plan_attach(req, max_sample_rate(), &self.limits)?;
+        let mut plan = plan_attach(req, max_sample_rate(), &self.limits)?;
         let _attaching = self.attaching.lock().await;
         if self.closing.load(Ordering::Relaxed) {
             return Err(Error::FailedPrecondition(
@@ -414,6 +414,18 @@ impl Registry {
                 return Err(exited());
             }
             Check::Denied(why) => return Err(Error::PermissionDenied(why.to_string())),
+        }
+        // Stack copies left to the daemon are as large as the kernel allows
+        // for runtimes whose JIT stacks outgrow the default.
+        if req.stack_bytes == 0 && plan.spec.stack_bytes > 0 {
+            if let Some(runtime) = crate::process::maps::deep_stack_runtime(tgid, &comm) {
+                tracing::debug!(
+                    pid = tgid,
+                    runtime,
+                    "the largest stack copies for a runtime"
+                );
+                plan.spec.stack_bytes = MAX_STACK_BYTES;
+            }
         }
         // A process can gain privileges only by exec'ing a set-id program:
         // sessions of ordinary users are checked again at every exec.

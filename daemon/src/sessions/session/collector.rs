@@ -46,7 +46,8 @@ impl Collector {
             timeline: false,
             stats,
         };
-        let ingest = Ingest::every(spec.stacks(), max_stacks, tops);
+        let mut ingest = Ingest::every(spec.stacks(), max_stacks, tops);
+        ingest.stack_bytes = spec.stack_bytes as usize;
         let (actor, _) = Actor::new(
             Subscriber::Continuous,
             params,

@@ -75,6 +75,10 @@ pub struct Ingest {
     /// With stack copies, the sampler's stack tops, told how far each walk
     /// read.
     tops: Option<StackTops>,
+    /// Bytes of each stack copy the kernel is asked for: a walk that ran
+    /// past a whole copy is counted in `truncated_copy_ended` (one past a
+    /// copy cut at its thread's top, or at the stack's end, is not).
+    pub stack_bytes: usize,
     /// Processes whose program could not be checked after their exec (they
     /// had exited by then), and their children: their samples count as
     /// `unchecked`, not in the profile.
@@ -160,6 +164,7 @@ impl Ingest {
             held: false,
             recheck,
             tops,
+            stack_bytes: 0,
             unchecked: foldhash::HashSet::default(),
             stacks: StackTable::default(),
             totals: api::Totals::default(),
@@ -533,13 +538,16 @@ impl Ingest {
         match sample.user {
             Some(([ip, sp, bp], bytes)) if stack_copy && ip != 0 => {
                 let walk = unwinder.unwind(ip, sp, bp, bytes, scratch);
-                if walk == Walk::Truncated {
+                if walk.truncated() {
                     self.totals.truncated += 1;
+                }
+                if walk == Walk::CopyEnded && bytes.len() >= self.stack_bytes {
+                    self.totals.truncated_copy_ended += 1;
                 }
                 if let Some(tops) = &self.tops {
                     match walk {
                         Walk::Complete { reach } => tops.learn(sample.tid, reach),
-                        Walk::Truncated => tops.forget(sample.tid),
+                        Walk::Truncated | Walk::CopyEnded => tops.forget(sample.tid),
                     }
                 }
             }

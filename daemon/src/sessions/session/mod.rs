@@ -312,6 +312,7 @@ pub async fn start(
         params.recheck.clone(),
         tops,
     );
+    ingest.stack_bytes = spec.stack_bytes as usize;
     if let Some(interpreter) = read_first {
         ingest.spaces.read_from_start(interpreter);
     }

@@ -160,6 +160,7 @@ pub(super) fn decode(
             python_unreadable: 0,
             ruby_unreadable: 0,
             perl_unreadable: 0,
+            truncated_copy_ended: 0,
         }),
         duration_limit_ms: meta.duration_limit_ms,
         error: meta.error,

@@ -11,6 +11,7 @@
 //! Symbolization itself lives in `symbolize`.
 use super::segments::Segments;
 use crate::os::file_version::FileVersion;
+use crate::process::symbolize::jitdump::{JitDump, JitDumpTable};
 use crate::process::symbolize::perfmap::{PerfMap, PerfMapTable};
 use std::collections::HashMap;
 use std::fs::File;
@@ -221,6 +222,7 @@ pub struct Target {
     /// target's /proc entry and root are gone.
     tmp_dir: OnceLock<Option<Arc<File>>>,
     perf_map: PerfMap,
+    jit_dump: JitDump,
     /// The error (EMFILE or ENFILE) if /proc/PID could not be opened for
     /// want of descriptors.
     pub out_of_fds: Option<i32>,
@@ -311,6 +313,7 @@ impl Target {
             proc_dir: proc_dir.ok(),
             tmp_dir: OnceLock::new(),
             perf_map: PerfMap::default(),
+            jit_dump: JitDump::default(),
         };
         if let Some(ns_pid) = std::fs::read_to_string(target.proc_path("status"))
             .ok()
@@ -420,6 +423,38 @@ impl Target {
             let owner_ok = meta.uid() == 0 || Some(meta.uid()) == self.uid;
             (meta.is_file() && owner_ok).then_some(file)
         })
+    }
+
+    /// The target's jitdump, read as far as it was written: the file its
+    /// marker mapping `marker` (start, end, path) maps, opened at the first
+    /// call that finds it and held, so that it stays readable after the
+    /// target exits. Through map_files (the very file mapped), else through
+    /// the target's root and not through a symbolic link; as for the perf
+    /// map, only a regular file owned by the target's user or root is read.
+    pub fn jit_dump(&self, marker: Option<(u64, u64, &Path)>) -> Arc<JitDumpTable> {
+        self.jit_dump.table(|| {
+            let (start, end, path) = marker?;
+            let open = |path: PathBuf, flags| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK | flags)
+                    .open(path)
+            };
+            let mapped = self
+                .proc_path("map_files")
+                .join(format!("{start:x}-{end:x}"));
+            let file = open(mapped, 0)
+                .or_else(|_| open(self.in_root(path), libc::O_NOFOLLOW))
+                .ok()?;
+            let meta = file.metadata().ok()?;
+            let owner_ok = meta.uid() == 0 || Some(meta.uid()) == self.uid;
+            (meta.is_file() && owner_ok).then_some(file)
+        })
+    }
+
+    /// Whether a jitdump file is held open.
+    pub fn holds_jit_dump(&self) -> bool {
+        self.jit_dump.is_open()
     }
 
     /// Whether a perf map file is held open.

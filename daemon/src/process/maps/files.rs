@@ -556,6 +556,39 @@ mod tests {
         assert_eq!(mine.lookup(0x1000).unwrap().as_ref(), "mine");
     }
 
+    /// A jitdump is read where its marker mapping says (here through the
+    /// target's root: no such mapping), only if owned by the target's user
+    /// or root, and never through a link.
+    #[test]
+    fn a_jitdump_of_another_user_or_behind_a_link_is_not_read() {
+        use crate::process::symbolize::jitdump::tests::{header, load};
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("profd-jitdump-owner-{pid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (path, other) = (dir.join("jit-1.dump"), dir.join("elsewhere"));
+        let mut bytes = header();
+        bytes.extend(load(0x1000, 0x10, 1, "mine"));
+        std::fs::write(&other, &bytes).unwrap();
+        std::os::unix::fs::symlink(&other, &path).unwrap();
+        let marker = |p: &Path| Some((1, 2, p.to_path_buf()));
+        let read = |p: &Path| {
+            let m = marker(p);
+            let m = m.as_ref().map(|(a, b, p)| (*a, *b, p.as_path()));
+            Target::open(pid).jit_dump(m)
+        };
+        let linked = read(&path);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        std::os::unix::fs::chown(&path, Some(4242), None).expect("chown (run as root)");
+        let theirs = read(&path);
+        std::os::unix::fs::chown(&path, Some(0), None).unwrap();
+        let mine = read(&path);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(linked.is_empty(), "read through a link");
+        assert!(theirs.is_empty(), "read a jitdump another user owns");
+        assert_eq!(&*mine.lookup(0x1008).unwrap().name, "mine");
+    }
+
     #[test]
     fn own_process_paths_resolve_through_the_held_directory() {
         let me = Target::open(std::process::id());

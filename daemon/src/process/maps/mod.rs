@@ -564,6 +564,17 @@ mod tests {
     }
 
     #[test]
+    fn the_jitdump_marker_is_found_by_its_name() {
+        let mut maps = ProcessMaps::default();
+        maps.insert(file(0x1000, 0x2000, 0, "/bin/node"));
+        maps.insert(file(0x3000, 0x4000, 0, "/tmp/jit-x.dump"));
+        assert!(maps.jit_marker().is_none());
+        maps.insert(file(0x5000, 0x6000, 0, "/work/jit-77.dump"));
+        let marker = maps.jit_marker().map(|(a, b, p)| (a, b, p.to_path_buf()));
+        assert_eq!(marker, Some((0x5000, 0x6000, "/work/jit-77.dump".into())));
+    }
+
+    #[test]
     fn deleted_files_keep_their_path_and_new_ones_await_opening() {
         let mut maps = ProcessMaps::default();
         maps.insert(file(0x1000, 0x2000, 0, "/tmp/a.out (deleted)"));

@@ -472,4 +472,4 @@ impl JitDump {
 
 #[cfg(test)]
 #[path = "jitdump_tests.rs"]
-mod tests;
+pub(crate) mod tests;

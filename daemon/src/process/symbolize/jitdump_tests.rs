@@ -5,18 +5,18 @@ use std::io::Write;
 /// one of its trampolines (11 bytes of code): a CIE, and an FDE whose
 /// start, pc-relative, is 16 bytes before the frame table (the code's end
 /// rounded up to 8).
-const CPYTHON_UNWIND: &str = "1400000000000000017a5200017810011b0c070890010000\
+pub(crate) const CPYTHON_UNWIND: &str = "1400000000000000017a5200017810011b0c070890010000\
     140000001c000000d0ffffff0b00000000440e10460e0800\
     011b033bccffffff01000000c0ffffffe8ffffff";
 
-fn hex(s: &str) -> Vec<u8> {
+pub(crate) fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
         .collect()
 }
 
-fn header() -> Vec<u8> {
+pub(crate) fn header() -> Vec<u8> {
     let mut b = Vec::new();
     b.extend(MAGIC.to_le_bytes());
     b.extend(1u32.to_le_bytes()); // version
@@ -38,7 +38,7 @@ fn record(id: u32, body: &[u8]) -> Vec<u8> {
     b
 }
 
-fn load(addr: u64, size: u64, index: u64, name: &str) -> Vec<u8> {
+pub(crate) fn load(addr: u64, size: u64, index: u64, name: &str) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend(4242u32.to_le_bytes());
     b.extend(4243u32.to_le_bytes());
@@ -78,7 +78,7 @@ fn debug(code: u64, entries: &[(u64, u32, &[u8])]) -> Vec<u8> {
     record(DEBUG_INFO, &b)
 }
 
-fn unwinding(data: &[u8], hdr: u64) -> Vec<u8> {
+pub(crate) fn unwinding(data: &[u8], hdr: u64) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend((data.len() as u64).to_le_bytes());
     b.extend(hdr.to_le_bytes());
@@ -88,7 +88,7 @@ fn unwinding(data: &[u8], hdr: u64) -> Vec<u8> {
     record(UNWINDING_INFO, &b)
 }
 
-fn parse(bytes: &[u8]) -> (JitDumpTable, usize) {
+pub(crate) fn parse(bytes: &[u8]) -> (JitDumpTable, usize) {
     let mut parser = Parser::default();
     let mut code = Vec::new();
     let used = parser.feed(bytes, &JitDumpTable::default(), &mut code);

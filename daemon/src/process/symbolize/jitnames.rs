@@ -45,3 +45,39 @@ impl JitNames {
         same(&self.perf_map, &other.perf_map) && same(&self.jit_dump, &other.jit_dump)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::symbolize::jitdump::tests::{header, load, parse};
+
+    /// The jitdump names first, with its lines; the perf map what it does
+    /// not name.
+    #[test]
+    fn the_jitdump_names_first_and_the_perf_map_the_rest() {
+        let mut file = header();
+        file.extend(load(0x1000, 0x10, 1, "from_dump"));
+        let names = JitNames {
+            perf_map: Some(Arc::new(PerfMapTable::parse(
+                "1000 10 old\n2000 10 from_map\n",
+            ))),
+            jit_dump: Some(Arc::new(parse(&file).0)),
+        };
+        let name = |a| {
+            names
+                .frame(a)
+                .map(|f| (f.func.name, f.func.module, f.named))
+        };
+        assert_eq!(
+            name(0x1008),
+            Some(("from_dump".into(), "[jit]".into(), true))
+        );
+        assert_eq!(
+            name(0x2008),
+            Some(("from_map".into(), "[jit]".into(), true))
+        );
+        assert_eq!(name(0x3000), None);
+        assert!(names.same(&names.clone()));
+        assert!(!names.same(&JitNames::default()));
+    }
+}

@@ -103,3 +103,46 @@ impl JitModules {
         self.ranges.insert(at, range);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Unwinder;
+    use crate::process::symbolize::jitdump::tests::{
+        header, hex, load, parse, unwinding, CPYTHON_UNWIND,
+    };
+
+    /// A CPython 3.13 trampoline (`sub $8,%rsp; call *%rcx; add $8,%rsp;
+    /// ret`, no frame pointer) is unwound with the tables its jitdump
+    /// gave: in its call, the return address is at rsp + 8. Without them,
+    /// the walk follows rbp.
+    #[test]
+    fn jit_code_is_unwound_with_the_tables_of_its_jitdump() {
+        let start = 0x7f00_0000_1000u64;
+        let mut file = header();
+        file.extend(unwinding(&hex(CPYTHON_UNWIND), 20));
+        file.extend(load(start, 0xb, 1, "py::outer:x.py"));
+        let (table, _) = parse(&file);
+        let table = std::sync::Arc::new(table);
+        let (ip, ra, sp) = (start + 4, 0x7f00_0000_9005u64, 0x7ffc_0000_1000u64);
+        let mut stack = vec![0u8; 0x40];
+        let mut put = |at: usize, v: u64| stack[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+        put(8, ra);
+        put(0x18, 0x7f00_0000_7777); // what rbp + 8 holds
+        let bp = sp + 0x10;
+        let mut without = Unwinder::default();
+        let mut out = Vec::new();
+        without.unwind(ip, sp, bp, &stack, &mut out);
+        assert_eq!(out[..2], [ip, 0x7f00_0000_7776], "by frame pointer");
+        let mut with = Unwinder::default();
+        with.add_jit_code(table.clone());
+        assert!(!with.is_empty());
+        let mut out = Vec::new();
+        with.unwind(ip, sp, bp, &stack, &mut out);
+        assert_eq!(out[..2], [ip, ra - 1], "by the jitdump's tables");
+        // The same table again adds nothing; the walk is the same.
+        with.add_jit_code(table);
+        let mut again = Vec::new();
+        with.unwind(ip, sp, bp, &stack, &mut again);
+        assert_eq!(again, out);
+    }
+}

@@ -127,8 +127,9 @@ impl Drop for JitDumpTable {
 impl JitDumpTable {
     /// This table with `new` code added (in the order read): a load that
     /// covers exactly the range of an older one replaces it; past
-    /// [`MAX_TABLE_BYTES`] new loads are left out (counted).
-    fn with(&self, new: Vec<Code>) -> JitDumpTable {
+    /// [`MAX_TABLE_BYTES`] new loads are left out (counted). None when
+    /// every one was.
+    fn with(&self, new: Vec<Code>) -> Option<JitDumpTable> {
         let mut code = self.code.clone();
         let mut bytes = self.bytes;
         for c in new {
@@ -139,6 +140,9 @@ impl JitDumpTable {
             }
             bytes += b;
             code.push(c);
+        }
+        if code.len() == self.code.len() {
+            return None;
         }
         code.sort_by_key(|c| (c.start, c.seq));
         let before = code.len();
@@ -154,7 +158,7 @@ impl JitDumpTable {
             bytes = code.iter().map(Code::bytes).sum();
         }
         TABLES_BYTES.fetch_add(bytes, Ordering::Relaxed);
-        JitDumpTable { code, bytes }
+        Some(JitDumpTable { code, bytes })
     }
 
     /// The code containing `addr` (the latest load wins).
@@ -463,8 +467,8 @@ impl JitDump {
                 want = CHUNK;
             }
         }
-        if !new.is_empty() {
-            *table = Arc::new(table.with(new));
+        if let Some(grown) = table.with(new) {
+            *table = Arc::new(grown);
         }
         table.clone()
     }

@@ -1,3 +1,6 @@
+//! Tests of the jitdump reader on files built record by record (and one
+//! record of unwind tables CPython 3.13 wrote): loads, moves, debug and
+//! unwinding info, partial and bad records, growth and the cap.
 use super::*;
 use std::io::Write;
 

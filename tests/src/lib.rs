@@ -29,10 +29,10 @@ pub use json_report::{
     FunctionRow, Measure, ProcessRow, Profile, TimeTotals, Totals, PCT_TOLERANCE,
 };
 pub use workload::{
-    build_workload, children_cpu_time, cpu_time, java_classes, java_command, node_command, Build,
-    Lang, Workload, GOSTACKS, GOSTACKS_STRIPPED, INLINED, JAVA_FLAGS, JIT, NAMES_CPP,
-    STACKS_DEBUG_FRAME, STACKS_FP, STACKS_NOFP, STACKS_RS_FP, STACKS_RS_NOFP, SYMEDGES,
-    WORKLOAD_CFLAGS,
+    build_workload, children_cpu_time, cpu_time, java_classes, java_command, node_command,
+    node_command_with, Build, Lang, Workload, GOSTACKS, GOSTACKS_STRIPPED, INLINED, JAVA_FLAGS,
+    JIT, NAMES_CPP, STACKS_DEBUG_FRAME, STACKS_FP, STACKS_NOFP, STACKS_RS_FP, STACKS_RS_NOFP,
+    SYMEDGES, WORKLOAD_CFLAGS,
 };
 
 use std::path::{Path, PathBuf};

@@ -330,11 +330,19 @@ pub fn java_command(extra: &[&str], args: &[&str]) -> Command {
 /// code runs the same loop at another speed), so the split holds. It runs
 /// in a scratch directory, where V8 also writes an `isolate-*-v8.log`.
 pub fn node_command(seconds: f64) -> Command {
+    node_command_with(&["--perf-basic-prof"], seconds)
+}
+
+/// [`node_command`] with `flags` in place of `--perf-basic-prof` (such as
+/// `--perf-prof`, with which V8 writes a jitdump, `jit-<pid>.dump`, in the
+/// scratch directory).
+pub fn node_command_with(flags: &[&str], seconds: f64) -> Command {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/jit_split.js");
     let mut command = Command::new("node");
     command
         .current_dir(unique_dir("node"))
-        .args(["--perf-basic-prof", "--no-turbo-inlining", "--no-use-osr"])
+        .args(flags)
+        .args(["--no-turbo-inlining", "--no-use-osr"])
         .arg(script)
         .arg(seconds.to_string())
         .arg("--ready");

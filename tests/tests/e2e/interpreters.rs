@@ -94,6 +94,12 @@ pub const PERL: Runtime = Runtime {
     unreadable: |t| t.perl_unreadable,
 };
 
+/// A CPython 3.13 or later, for `-X perf_jit` (Debian 12 has none):
+/// `PROFD_TEST_PYTHON313` names it, else `python3.13` on the PATH.
+pub fn python313() -> String {
+    std::env::var("PROFD_TEST_PYTHON313").unwrap_or_else(|_| "python3.13".into())
+}
+
 impl Runtime {
     /// The interpreter these tests run: Debian's, unless `binary_var`
     /// names another.

@@ -11,6 +11,7 @@
 //! Symbolization itself lives in `symbolize`.
 use super::segments::Segments;
 use crate::os::file_version::FileVersion;
+use crate::process::symbolize::jitdump::{JitDump, JitDumpTable};
 use crate::process::symbolize::perfmap::{PerfMap, PerfMapTable};
 use std::collections::HashMap;
 use std::fs::File;
@@ -221,6 +222,7 @@ pub struct Target {
     /// target's /proc entry and root are gone.
     tmp_dir: OnceLock<Option<Arc<File>>>,
     perf_map: PerfMap,
+    jit_dump: JitDump,
     /// The error (EMFILE or ENFILE) if /proc/PID could not be opened for
     /// want of descriptors.
     pub out_of_fds: Option<i32>,
@@ -311,6 +313,7 @@ impl Target {
             proc_dir: proc_dir.ok(),
             tmp_dir: OnceLock::new(),
             perf_map: PerfMap::default(),
+            jit_dump: JitDump::default(),
         };
         if let Some(ns_pid) = std::fs::read_to_string(target.proc_path("status"))
             .ok()
@@ -422,6 +425,38 @@ impl Target {
         })
     }
 
+    /// The target's jitdump, read as far as it was written: the file its
+    /// marker mapping `marker` (start, end, path) maps, opened at the first
+    /// call that finds it and held, so that it stays readable after the
+    /// target exits. Through map_files (the very file mapped), else through
+    /// the target's root and not through a symbolic link; as for the perf
+    /// map, only a regular file owned by the target's user or root is read.
+    pub fn jit_dump(&self, marker: Option<(u64, u64, &Path)>) -> Arc<JitDumpTable> {
+        self.jit_dump.table(|| {
+            let (start, end, path) = marker?;
+            let open = |path: PathBuf, flags| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK | flags)
+                    .open(path)
+            };
+            let mapped = self
+                .proc_path("map_files")
+                .join(format!("{start:x}-{end:x}"));
+            let file = open(mapped, 0)
+                .or_else(|_| open(self.in_root(path), libc::O_NOFOLLOW))
+                .ok()?;
+            let meta = file.metadata().ok()?;
+            let owner_ok = meta.uid() == 0 || Some(meta.uid()) == self.uid;
+            (meta.is_file() && owner_ok).then_some(file)
+        })
+    }
+
+    /// Whether a jitdump file is held open.
+    pub fn holds_jit_dump(&self) -> bool {
+        self.jit_dump.is_open()
+    }
+
     /// Whether a perf map file is held open.
     pub fn holds_perf_map(&self) -> bool {
         self.perf_map.is_open()
@@ -519,6 +554,39 @@ mod tests {
         std::fs::remove_file(&other).unwrap();
         assert!(theirs.is_empty(), "read a map another user owns");
         assert_eq!(mine.lookup(0x1000).unwrap().as_ref(), "mine");
+    }
+
+    /// A jitdump is read where its marker mapping says (here through the
+    /// target's root: no such mapping), only if owned by the target's user
+    /// or root, and never through a link.
+    #[test]
+    fn a_jitdump_of_another_user_or_behind_a_link_is_not_read() {
+        use crate::process::symbolize::jitdump::tests::{header, load};
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("profd-jitdump-owner-{pid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (path, other) = (dir.join("jit-1.dump"), dir.join("elsewhere"));
+        let mut bytes = header();
+        bytes.extend(load(0x1000, 0x10, 1, "mine"));
+        std::fs::write(&other, &bytes).unwrap();
+        std::os::unix::fs::symlink(&other, &path).unwrap();
+        let marker = |p: &Path| Some((1, 2, p.to_path_buf()));
+        let read = |p: &Path| {
+            let m = marker(p);
+            let m = m.as_ref().map(|(a, b, p)| (*a, *b, p.as_path()));
+            Target::open(pid).jit_dump(m)
+        };
+        let linked = read(&path);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        std::os::unix::fs::chown(&path, Some(4242), None).expect("chown (run as root)");
+        let theirs = read(&path);
+        std::os::unix::fs::chown(&path, Some(0), None).unwrap();
+        let mine = read(&path);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(linked.is_empty(), "read through a link");
+        assert!(theirs.is_empty(), "read a jitdump another user owns");
+        assert_eq!(&*mine.lookup(0x1008).unwrap().name, "mine");
     }
 
     #[test]

@@ -7,6 +7,8 @@ mod sections;
 mod segments;
 
 use crate::os::fds::OutOfFds;
+use crate::process::symbolize::jitdump::JitDumpTable;
+use crate::process::symbolize::jitnames::JitNames;
 use crate::process::symbolize::perfmap::PerfMapTable;
 pub use files::{alive, module_name, open_file_stats, undeleted, ModuleFile, Target, OPEN_FILES};
 pub use sections::{build_id_hex, gnu_build_id, Section, Sections};
@@ -116,6 +118,8 @@ pub struct ProcessMaps {
     /// The perf map as last read before the target was let go of (see
     /// `release_process`).
     perf_map_kept: Option<Arc<PerfMapTable>>,
+    /// The jitdump as last read before the target was let go of.
+    jit_dump_kept: Option<Arc<JitDumpTable>>,
     /// EMFILE or ENFILE, if a file could not be opened for want of
     /// descriptors.
     out_of_fds: Option<i32>,
@@ -165,6 +169,7 @@ impl ProcessMaps {
             target: None,
             perf_map_tried: None,
             perf_map_kept: None,
+            jit_dump_kept: None,
             out_of_fds: None,
             ..self.clone()
         }
@@ -200,14 +205,57 @@ impl ProcessMaps {
         })
     }
 
-    /// Close the process's /proc entry and perf map, reading the map a last
-    /// time (a runtime may write it as it exits) and keeping its table; the
-    /// mapped files stay open. For processes that have exited.
+    /// Close the process's /proc entry, perf map and jitdump, reading them a
+    /// last time (a runtime may write them as it exits) and keeping their
+    /// tables; the mapped files stay open. For processes that have exited.
     pub fn release_process(&mut self) {
         if let Some(target) = self.target.take() {
             if self.has_jit_code() {
                 self.perf_map_kept = Some(target.perf_map()).filter(|t| !t.is_empty());
             }
+            let dump = target.jit_dump(self.jit_marker());
+            self.jit_dump_kept = Some(dump).filter(|t| !t.is_empty());
+        }
+    }
+
+    /// The mapping a runtime writing a jitdump makes of it (its marker,
+    /// which names the file: `jit-<pid>.dump`): the one of the target's own
+    /// pid first.
+    fn jit_marker(&self) -> Option<(u64, u64, &Path)> {
+        let ns_pid = self.target.as_ref().map(|t| t.ns_pid);
+        let mut markers = self.maps.iter().filter_map(|m| {
+            let Backing::File(path) = &m.backing else {
+                return None;
+            };
+            let name = path.file_name()?.to_str()?;
+            let pid: u32 = name
+                .strip_prefix("jit-")?
+                .strip_suffix(".dump")?
+                .parse()
+                .ok()?;
+            Some((pid, (m.start, m.end, path.as_path())))
+        });
+        let first = markers.next()?;
+        let own = std::iter::once(first)
+            .chain(markers)
+            .find(|(pid, _)| Some(*pid) == ns_pid);
+        Some(own.unwrap_or(first).1)
+    }
+
+    /// The jitdump naming (and giving unwind tables for) the process's JIT
+    /// code: as it is now while the process is held, else as last read.
+    pub fn jit_dump(&self) -> Option<Arc<JitDumpTable>> {
+        match &self.target {
+            Some(target) => Some(target.jit_dump(self.jit_marker())),
+            None => self.jit_dump_kept.clone(),
+        }
+    }
+
+    /// What names the process's JIT code: its perf map and its jitdump.
+    pub fn jit_names(&self) -> JitNames {
+        JitNames {
+            perf_map: self.perf_map(),
+            jit_dump: self.jit_dump(),
         }
     }
 
@@ -230,6 +278,7 @@ impl ProcessMaps {
     pub fn release_files(&mut self) {
         self.target = None;
         self.perf_map_kept = None;
+        self.jit_dump_kept = None;
         self.unopened.clear();
         let mut closed: HashMap<*const ModuleFile, Arc<ModuleFile>> = HashMap::new();
         for m in &mut self.maps {
@@ -279,6 +328,11 @@ impl ProcessMaps {
         if self.has_jit_code() && !target.holds_perf_map() {
             self.perf_map_tried = Some(Instant::now());
             target.hold_perf_map();
+        }
+        if !target.holds_jit_dump() {
+            if let Some(marker) = self.jit_marker() {
+                target.jit_dump(Some(marker));
+            }
         }
     }
 
@@ -529,6 +583,17 @@ mod tests {
         let closed = maps.find(here).unwrap().file().unwrap();
         assert_eq!(closed.segments().unwrap().vaddr(offset), vaddr);
         drop(held);
+    }
+
+    #[test]
+    fn the_jitdump_marker_is_found_by_its_name() {
+        let mut maps = ProcessMaps::default();
+        maps.insert(file(0x1000, 0x2000, 0, "/bin/node"));
+        maps.insert(file(0x3000, 0x4000, 0, "/tmp/jit-x.dump"));
+        assert!(maps.jit_marker().is_none());
+        maps.insert(file(0x5000, 0x6000, 0, "/work/jit-77.dump"));
+        let marker = maps.jit_marker().map(|(a, b, p)| (a, b, p.to_path_buf()));
+        assert_eq!(marker, Some((0x5000, 0x6000, "/work/jit-77.dump".into())));
     }
 
     #[test]

@@ -345,7 +345,8 @@ impl Worker {
             + self.plt.bytes()
             + self.fdes.bytes()
             + vdso
-            + super::perfmap::tables_bytes();
+            + super::perfmap::tables_bytes()
+            + super::jitdump::tables_bytes();
         STATS.bytes.store(bytes, Ordering::Relaxed);
         STATS
             .parsed_bytes
@@ -508,13 +509,9 @@ impl Worker {
             }
         }
         if !jit.is_empty() {
-            let table = maps.perf_map();
+            let names = maps.jit_names();
             for (i, placeholder) in jit {
-                let named = table
-                    .as_ref()
-                    .and_then(|t| t.lookup(addrs[i]))
-                    .map(|name| Frame::named(name.as_ref(), JIT_MODULE));
-                out[i] = Some(vec![named.unwrap_or(placeholder)]);
+                out[i] = Some(vec![names.frame(addrs[i]).unwrap_or(placeholder)]);
             }
         }
         out.into_iter()

@@ -16,6 +16,8 @@ mod debug;
 pub mod debuginfod;
 mod fde;
 mod frame;
+pub mod jitdump;
+pub mod jitnames;
 mod kallsyms;
 mod kmod;
 mod lru;
@@ -55,7 +57,8 @@ pub struct Stats {
     pub evictions: AtomicU64,
     /// Names of addresses let go of.
     pub name_evictions: AtomicU64,
-    /// Bytes held: parsed files, names, PLT tables, vDSO, perf map tables.
+    /// Bytes held: parsed files, names, PLT tables, vDSO, perf map and
+    /// jitdump tables.
     pub bytes: AtomicU64,
     /// Of which parsed (and mapped) files and kallsyms.
     pub parsed_bytes: AtomicU64,
@@ -119,6 +122,8 @@ impl Figures {
                 ("profd_symbolizer_names", "Addresses whose names the symbolizer keeps now", l(&s.names), false),
                 ("profd_symbolizer_names_bytes", "Bytes of the names the symbolizer keeps now", l(&s.names_bytes), false),
                 ("profd_symbolizer_perf_map_bytes", "Bytes of the perf map tables (JIT names) held for processes now", perfmap::tables_bytes(), false),
+                ("profd_symbolizer_jitdump_bytes", "Bytes of the jitdump tables (JIT names, lines and unwind tables) held for processes now", jitdump::tables_bytes(), false),
+                ("profd_symbolizer_jitdump_loads_dropped", "JIT code loads of jitdump files left out because their process's table was at its cap", jitdump::loads_dropped(), true),
                 ("profd_symbolizer_debug_files", "Split debug files the symbolizer holds open now", l(&s.debug_files), false),
                 ("profd_symbolizer_symbols_only", "Files parsed for their symbols alone (no inlined frames, no lines): their debug information weighs more than half the symbolizer's budget for parsed files (raise memory_limit to name them fully)", l(&s.symbols_only), true),
                 ("profd_debuginfod_fetched", "Requests to debuginfod servers answered with the debug file asked for", d.fetched, true),

@@ -3,16 +3,19 @@
 //! code by its `.gopclntab`) are read only when a walk first reaches their
 //! code, from the daemon-wide budgeted cache (`cache`), and the walk from
 //! the sampled registers to the outermost frame. Frame pointers are used
-//! where a module has no CFI, but through JIT stubs known by their code
-//! (`stubs`). It also finds the caller a frame-pointer
-//! callchain skips below a Go function without a frame.
+//! where a module has no CFI, and in JIT code unless its jitdump gave
+//! tables (`jit`), but through JIT stubs known by their code (`stubs`). It
+//! also finds the caller a frame-pointer callchain skips below a Go
+//! function without a frame.
 pub mod cache;
 mod elf;
 pub mod gopclntab;
+mod jit;
 mod stubs;
 
 use crate::os::perf::MAX_STACK_BYTES;
 use crate::process::maps::{Mapping, ModuleFile};
+use crate::process::symbolize::jitdump::JitDumpTable;
 use crate::process::unwind::gopclntab::{GoTable, Step};
 use cache::Held;
 use elf::UNWIND_DATA;
@@ -145,10 +148,12 @@ pub struct Unwinder {
     slots: Vec<Slot>,
     /// The Go programs among them, unwound by their function tables.
     go: Vec<GoModule>,
-    /// The cache's eviction epoch when this one last dropped the tables
-    /// evicted.
+    /// JIT code unwound with the tables of its jitdump.
+    jit: jit::JitModules,
     /// The JIT stubs of its process, known by their code.
     stubs: Stubs,
+    /// The cache's eviction epoch when this one last dropped the tables
+    /// evicted.
     epoch: u64,
 }
 
@@ -161,6 +166,7 @@ impl Default for Unwinder {
             cache: None,
             slots: Vec::new(),
             go: Vec::new(),
+            jit: jit::JitModules::default(),
             stubs: Stubs::default(),
             epoch: UNWIND_DATA.epoch(),
         }
@@ -168,7 +174,6 @@ impl Default for Unwinder {
 }
 
 impl Unwinder {
-    /// Whether it holds nothing: no modules, no rule cache.
     /// The unwinder of process `pid`, whose JIT stubs are recognised by
     /// reading its code.
     pub fn of_process(pid: u32) -> Unwinder {
@@ -178,8 +183,9 @@ impl Unwinder {
         }
     }
 
+    /// Whether it holds nothing: no modules, no rule cache.
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty() && self.cache.is_none() && self.go.is_empty()
+        self.slots.is_empty() && self.cache.is_none() && self.go.is_empty() && self.jit.is_empty()
     }
 
     /// Whether it holds a rule cache (made at its first walk).
@@ -214,6 +220,21 @@ impl Unwinder {
         if let Some(file) = m.file() {
             self.add(m.start..m.end, m.pgoff, Source::File(file.clone()));
         }
+    }
+
+    /// Whether the process's jitdump is due to be looked at for new code
+    /// (at most every 100 ms).
+    pub fn jit_due(&mut self) -> bool {
+        self.jit.due()
+    }
+
+    /// Make the JIT code of `table` (the process's jitdump) that carries
+    /// unwind tables known, from the loads added since the last call: it is
+    /// unwound with them from the next walk on.
+    pub fn add_jit_code(&mut self, table: Arc<JitDumpTable>) {
+        let slots = &self.slots;
+        let taken = |pc: u64| slots.iter().any(|s| s.avma.contains(&pc));
+        self.jit.add(&mut self.inner, table, taken);
     }
 
     fn add(&mut self, avma: Range<u64>, pgoff: u64, source: Source) {

@@ -19,11 +19,11 @@ use std::time::Instant;
 
 impl Actor {
     /// Name the addresses of stacks seen since the last view, and look up
-    /// again those in JIT code whose perf map changed since they were, and
-    /// those in files left unnamed before a debug file arrived.
+    /// again those in JIT code whose perf map or jitdump changed since they
+    /// were, and those in files left unnamed before a debug file arrived.
     pub(super) async fn symbolize_pending(&mut self) {
-        // The perf maps of the spaces with such addresses, read (when they
-        // changed) off the actor's thread.
+        // The perf maps and jitdumps of the spaces with such addresses, read
+        // (when they changed) off the actor's thread.
         let spaces = &self.ingest.spaces;
         let waiting: Vec<_> = self
             .unnamed_jit
@@ -36,7 +36,7 @@ impl Actor {
             tokio::task::spawn_blocking(move || {
                 waiting
                     .into_iter()
-                    .map(|(space, maps)| (space, maps.perf_map()))
+                    .map(|(space, maps)| (space, maps.jit_names()))
                     .collect()
             })
             .await
@@ -44,7 +44,7 @@ impl Actor {
         };
         let mut again = self
             .unnamed_jit
-            .due(|space| now.get(&space).cloned().flatten());
+            .due(|space| now.get(&space).cloned().unwrap_or_default());
         if let Some(generation) = self.symbolizer.debug_generation() {
             again.extend(self.awaiting_debug.due(generation));
         }
@@ -117,7 +117,8 @@ impl Actor {
     }
 
     /// Name (tagged) addresses of one space; true if some address named
-    /// before got other frames.
+    /// before got other frames (a placeholder a name, or a jitdump's name
+    /// another).
     async fn symbolize_in(
         &mut self,
         space: usize,
@@ -126,8 +127,9 @@ impl Actor {
     ) -> bool {
         let symbolizer = self.symbolizer.clone();
         let lookup: Vec<u64> = addrs.iter().map(|&a| untag(a).1).collect();
-        // Addresses the perf map may name: in anonymous executable memory, or
-        // in none the session knows of (its mapping record may be lost).
+        // Addresses a perf map or jitdump may name: in anonymous executable
+        // memory, or in none the session knows of (its mapping record may be
+        // lost).
         let in_jit: Vec<bool> = lookup
             .iter()
             .map(|&a| {
@@ -136,7 +138,7 @@ impl Actor {
                     && maps.find(a).is_none_or(|m| is_jit_candidate(&m.backing))
             })
             .collect();
-        // The debug generation and the perf map as they are before naming:
+        // The debug generation and the JIT tables as they are before naming:
         // an address they do not name is looked up again once they change.
         let generation = symbolizer.debug_generation();
         // Addresses a debug file fetched later may name: in mapped files.
@@ -151,19 +153,19 @@ impl Actor {
             })
             .collect();
         let answer = tokio::task::spawn_blocking(move || {
-            let perf_map = maps.perf_map();
-            (symbolizer.symbolize(&maps, &lookup), perf_map)
+            let jit_names = maps.jit_names();
+            (symbolizer.symbolize(&maps, &lookup), jit_names)
         })
         .await;
-        let (resolved, perf_map) = match answer {
-            Ok((frames, perf_map)) if frames.len() == addrs.len() => (frames, perf_map),
-            Ok((_, perf_map)) => {
+        let (resolved, jit_names) = match answer {
+            Ok((frames, jit_names)) if frames.len() == addrs.len() => (frames, jit_names),
+            Ok((_, jit_names)) => {
                 tracing::error!("the symbolizer answered for the wrong number of addresses");
-                (lookup_fallback(&addrs), perf_map)
+                (lookup_fallback(&addrs), jit_names)
             }
             Err(err) => {
                 tracing::error!(%err, "symbolization panicked");
-                (lookup_fallback(&addrs), None)
+                (lookup_fallback(&addrs), Default::default())
             }
         };
         let mut renamed = false;
@@ -179,12 +181,16 @@ impl Actor {
                 frames
             };
             let unnamed = frames.iter().any(|f| !f.named);
-            if unnamed && in_jit {
-                self.unnamed_jit.wait(space, &perf_map, addr);
+            // Named by a jitdump: a later load there, not in the file yet
+            // (runtimes write it through a buffer), may name it otherwise.
+            let in_dump = in_jit
+                && (jit_names.jit_dump.as_ref()).is_some_and(|t| t.lookup(untag(addr).1).is_some());
+            if (unnamed || in_dump) && in_jit {
+                self.unnamed_jit.wait(space, &jit_names, addr);
             } else if let (true, Some(generation)) = (unnamed && in_file, generation) {
                 self.awaiting_debug.wait(generation, addr);
             }
-            let frames = frames
+            let frames: Box<[FrameLoc]> = frames
                 .into_iter()
                 .map(|f| {
                     let file = f.file.as_deref().unwrap_or_default().to_string();
@@ -193,8 +199,9 @@ impl Actor {
                     FrameLoc { func, line: f.line }
                 })
                 .collect();
+            let changed = in_dump && self.addr_fn.get(addr).is_some_and(|b| b.frames != frames);
             let before = self.addr_fn.insert(addr, AddrFrames { frames, unnamed });
-            renamed |= before.is_some_and(|b| b && !unnamed);
+            renamed |= changed || before.is_some_and(|b| b && !unnamed);
         }
         renamed
     }

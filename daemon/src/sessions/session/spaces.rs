@@ -322,6 +322,12 @@ impl Spaces {
                 space.unwinder.drop_cache();
             }
         }
+        let space = &mut self.list[i];
+        if space.set_up && space.unwinder.jit_due() {
+            if let Some(table) = space.maps.jit_dump().filter(|t| !t.is_empty()) {
+                space.unwinder.add_jit_code(table);
+            }
+        }
         &mut self.list[i].unwinder
     }
 

@@ -1,20 +1,12 @@
-//! A session's addresses in JIT code that no perf map named yet, by address
-//! space: each is looked up again once its space's perf map has changed
-//! (grown, rewritten, or written as the process exited).
-use crate::process::symbolize::perfmap::PerfMapTable;
+//! A session's addresses in JIT code that no perf map or jitdump named yet,
+//! or that a jitdump named (a later load may name them otherwise), by
+//! address space: each is looked up again once its space's perf map or
+//! jitdump has changed (grown, rewritten, or written as the process exited).
+use crate::process::symbolize::jitnames::JitNames;
 use std::collections::HashMap;
-use std::sync::Arc;
 
-/// The perf map an address was looked up in (None: no map then).
-type Seen = Option<Arc<PerfMapTable>>;
-
-fn same(a: &Seen, b: &Seen) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-        (None, None) => true,
-        _ => false,
-    }
-}
+/// The tables an address was looked up in.
+type Seen = JitNames;
 
 /// Unnamed JIT addresses (tagged) by space, with the map last looked in.
 #[derive(Default)]
@@ -23,7 +15,7 @@ pub struct UnnamedJit {
 }
 
 impl UnnamedJit {
-    /// `addr` of `space` was not named from `seen`, the space's perf map.
+    /// `addr` of `space` was not named from `seen`, the space's tables.
     pub fn wait(&mut self, space: usize, seen: &Seen, addr: u64) {
         let (last, addrs) = self.by_space.entry(space).or_default();
         *last = seen.clone();
@@ -35,12 +27,12 @@ impl UnnamedJit {
         self.by_space.keys().copied()
     }
 
-    /// Take the addresses to look up again: those of the spaces whose perf
-    /// map (`now` of the space) is not the one they were looked up in.
+    /// Take the addresses to look up again: those of the spaces whose
+    /// tables (`now` of the space) are not the ones they were looked up in.
     pub fn due(&mut self, now: impl Fn(usize) -> Seen) -> Vec<u64> {
         let mut due = Vec::new();
         self.by_space.retain(|&space, (seen, addrs)| {
-            if same(seen, &now(space)) {
+            if seen.same(&now(space)) {
                 return true;
             }
             due.append(addrs);
@@ -56,26 +48,43 @@ mod tests {
 
     #[test]
     fn addresses_wait_until_their_space_has_another_map() {
-        let first = Some(Arc::new(PerfMapTable::parse("1000 10 a\n")));
-        let second = Some(Arc::new(PerfMapTable::parse("1000 10 a\n2000 10 b\n")));
+        use crate::process::symbolize::jitdump::JitDump;
+        use crate::process::symbolize::perfmap::PerfMapTable;
+        use std::sync::Arc;
+        let map = |text: &str| JitNames {
+            perf_map: Some(Arc::new(PerfMapTable::parse(text))),
+            jit_dump: None,
+        };
+        let first = map("1000 10 a\n");
+        let second = map("1000 10 a\n2000 10 b\n");
+        let none = JitNames::default();
         let mut waiting = UnnamedJit::default();
-        waiting.wait(0, &None, 0x3000);
+        waiting.wait(0, &none, 0x3000);
         waiting.wait(1, &first, 0x2000);
         waiting.wait(1, &first, 0x2008);
         // No map changed: nothing to look up again.
         let mut spaces: Vec<usize> = waiting.spaces().collect();
         spaces.sort();
         assert_eq!(spaces, vec![0, 1]);
-        let maps = [None, first.clone()];
+        let maps = [none.clone(), first.clone()];
         assert!(waiting.due(|s| maps[s].clone()).is_empty());
         // Space 1's map grew (another table): its addresses are due, once.
-        let maps = [None, second.clone()];
+        let maps = [none.clone(), second.clone()];
         let mut due = waiting.due(|s| maps[s].clone());
         due.sort();
         assert_eq!(due, vec![0x2000, 0x2008]);
         assert!(waiting.due(|s| maps[s].clone()).is_empty());
         // Space 0's map appeared.
-        let maps = [first, second];
+        let maps = [first, second.clone()];
         assert_eq!(waiting.due(|s| maps[s].clone()), vec![0x3000]);
+        // Space 1's jitdump grew, its perf map the same.
+        waiting.wait(1, &second, 0x4000);
+        let dump = JitDump::default();
+        let grown = JitNames {
+            jit_dump: Some(dump.table(|| None)),
+            ..second.clone()
+        };
+        let maps = [none, grown];
+        assert_eq!(waiting.due(|s| maps[s].clone()), vec![0x4000]);
     }
 }

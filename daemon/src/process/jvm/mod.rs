@@ -93,13 +93,7 @@ pub struct Jvms {
 }
 
 /// The daemon's JVM asks.
-pub static JVMS: LazyLock<Jvms> = LazyLock::new(|| Jvms {
-    on: AtomicBool::new(true),
-    interval_ms: AtomicU64::new(DEFAULT_INTERVAL.as_millis() as u64),
-    last: Mutex::default(),
-    recent: Mutex::default(),
-    counts: Default::default(),
-});
+pub static JVMS: LazyLock<Jvms> = LazyLock::new(Jvms::new);
 
 /// Whether `maps` are a JVM's: HotSpot's library is mapped.
 pub fn is_jvm(maps: &ProcessMaps) -> bool {
@@ -110,6 +104,16 @@ pub fn is_jvm(maps: &ProcessMaps) -> bool {
 }
 
 impl Jvms {
+    fn new() -> Jvms {
+        Jvms {
+            on: AtomicBool::new(true),
+            interval_ms: AtomicU64::new(DEFAULT_INTERVAL.as_millis() as u64),
+            last: Mutex::default(),
+            recent: Mutex::default(),
+            counts: Default::default(),
+        }
+    }
+
     /// Apply the settings (`jit.ask_jvm`, `jit.ask_interval`).
     pub fn set(&self, on: bool, interval: Duration) {
         self.on.store(on, Ordering::Relaxed);
@@ -255,4 +259,55 @@ pub fn start_asks(spaces: Vec<Unnamed>, by: Asker) -> Option<tokio::task::JoinHa
             }
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jvm_is_asked_once_an_interval() {
+        let jvms = Jvms::new();
+        jvms.set(true, Duration::from_millis(200));
+        assert!(jvms.take_turn(10));
+        assert!(!jvms.take_turn(10), "again within the interval");
+        assert!(jvms.take_turn(11), "another JVM has its own turn");
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(jvms.take_turn(10), "due again");
+    }
+
+    #[test]
+    fn the_latest_answer_per_session_and_jvm_is_kept_and_counted() {
+        let jvms = Jvms::new();
+        let (alice, root) = (
+            Asker {
+                session: 1,
+                owner_uid: 1000,
+            },
+            Asker {
+                session: 0,
+                owner_uid: 0,
+            },
+        );
+        jvms.record(alice, 7, Outcome::Timeout, "slow".into());
+        jvms.record(root, 7, Outcome::Ok, String::new());
+        jvms.record(alice, 7, Outcome::Ok, String::new());
+        let all = jvms.recent(|_| true);
+        assert_eq!(all.len(), 2);
+        assert_eq!(
+            (all[0].session, all[0].outcome, all[0].asks),
+            (1, Outcome::Ok, 2)
+        );
+        assert_eq!((all[1].session, all[1].asks), (0, 1));
+        let hers = jvms.recent(|uid| uid == 1000);
+        assert_eq!(hers.len(), 1);
+        assert_eq!(hers[0].session, 1);
+        let counts = jvms.counts();
+        assert_eq!(counts[Outcome::Ok as usize], (Outcome::Ok, 2));
+        assert_eq!(counts[Outcome::Timeout as usize], (Outcome::Timeout, 1));
+        for pid in 0..(KEPT as u32 + 10) {
+            jvms.record(root, 100 + pid, Outcome::Error, String::new());
+        }
+        assert_eq!(jvms.recent(|_| true).len(), KEPT, "bounded");
+    }
 }

@@ -9,24 +9,34 @@ use crate::process::jvm::{self, Asker, Unnamed};
 use crate::process::maps::is_jit_candidate;
 use crate::process::symbolize::is_kernel;
 use crate::sampling::BAD_USER_FRAME;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How often a session looks for unnamed JIT code of JVMs.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 /// Addresses of one process looked up in its map at a check, at most.
 const ADDRS_PER_SPACE: usize = 64;
+/// How long the end of a session waits for its JVMs' answers: one that
+/// answers writes its map in milliseconds; one that does not is not waited
+/// for (the final profile leaves its new code unnamed).
+const END_WAIT: Duration = Duration::from_secs(2);
 
 impl Actor {
     /// The JVMs with addresses in JIT code (new since the last view, or
     /// waiting for their map) that may not be named, with those addresses.
     fn unnamed_jvm_code(&self) -> Vec<Unnamed> {
         let spaces = &self.ingest.spaces;
+        let jvms: HashSet<usize> = (0..spaces.list.len())
+            .filter(|&i| jvm::is_jvm(&spaces.list[i].maps))
+            .collect();
+        if jvms.is_empty() {
+            return Vec::new();
+        }
         let mut by_space: HashMap<usize, Vec<u64>> = HashMap::new();
         let addrs = self.ingest.pending.iter().chain(self.unnamed_jit.addrs());
         for &tagged in addrs {
             let (space, addr) = untag(tagged);
-            if is_kernel(addr) || addr == BAD_USER_FRAME {
+            if is_kernel(addr) || addr == BAD_USER_FRAME || !jvms.contains(&space) {
                 continue;
             }
             let in_jit = spaces
@@ -43,7 +53,6 @@ impl Actor {
         }
         by_space
             .into_iter()
-            .filter(|(space, _)| jvm::is_jvm(spaces.maps(*space)))
             .map(|(space, addrs)| Unnamed {
                 maps: spaces.maps(space).clone(),
                 addrs,
@@ -69,14 +78,15 @@ impl Actor {
     }
 
     /// As the session ends, ask its JVMs with unnamed JIT code once more
-    /// (if their turn is due) and wait for the answers, bounded, so that
-    /// the final profile names the code compiled since the last ask.
+    /// (if their turn is due) and wait for the answers, at most
+    /// [`END_WAIT`], so that the final profile names the code compiled
+    /// since the last ask.
     pub(super) async fn ask_jvms_at_end(&mut self) {
         if !jvm::JVMS.on() {
             return;
         }
         if let Some(task) = jvm::start_asks(self.unnamed_jvm_code(), self.asker()) {
-            let _ = tokio::time::timeout(jvm::attach::WAIT * 3, task).await;
+            let _ = tokio::time::timeout(END_WAIT, task).await;
         }
     }
 }

@@ -306,7 +306,7 @@ pub fn render(s: &Snapshot) -> String {
     }
     reg.register(
         "profd_jvm_perfmap_requests",
-        "JVMs with JIT code met unnamed that were due to be asked for a fresh perf map (jit.ask_jvm), per result: ok (the JVM wrote it), refused (it answered with an error, or closed the connection), attach_disabled (its attach mechanism is off: not signalled), unsure (whether it is on is not known: not signalled), timeout, error",
+        "JVMs with JIT code met unnamed that were due to be asked for a fresh perf map (jit.ask_jvm), per result: ok (the JVM wrote it), refused (it answered with an error, or closed the connection), attach_disabled (its attach mechanism is off: not signalled), unsure (whether it is on is not known, or it has no socket and SIGQUIT would end it: not signalled), timeout, error",
         asked,
     );
     memory_metrics(&mut reg, &s.memory);

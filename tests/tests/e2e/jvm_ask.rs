@@ -3,7 +3,8 @@
 //! jcmd run): a JVM whose code is compiled during the attach is named with
 //! its split and callers, in profd's mount namespace and in one of its own;
 //! a JVM with its attach mechanism off is never signalled (no thread dump)
-//! and `info` and the metrics say so; `jit.ask_jvm = false` asks nothing.
+//! and `info` and the metrics say so, nor is one run with -Xrs (SIGQUIT
+//! would end it); `jit.ask_jvm = false` asks nothing.
 //! The workload is `tests/workloads/JitSplit.java` (see `jit`). They fail
 //! (never skip) when java or javac is missing.
 
@@ -318,4 +319,39 @@ fn java_attached_after_its_warm_up_is_named_without_jcmd() {
     assert_java_split(&p);
     let unnamed = unnamed_jit_pct(&p);
     assert!(unnamed < 1.0, "{unnamed:.2} % unnamed:\n{}", p.table());
+}
+
+/// A JVM run with -Xrs leaves SIGQUIT to its default action, ending it: it
+/// opens its socket as it starts, and is asked through it; once the socket
+/// is gone it is not signalled to open another (it lives on, unnamed), and
+/// info says why.
+#[test]
+fn java_with_reduced_signal_usage_is_asked_only_through_its_socket() {
+    let h = Harness::start();
+    let with_socket = Jvm::start(&["-Xrs"], &[]);
+    let without = Jvm::start(&["-Xrs"], &[]);
+    let gone = format!("/tmp/.java_pid{}", without.child.id());
+    std::fs::remove_file(&gone).unwrap_or_else(|e| panic!("{gone}: {e}"));
+    for (jvm, result) in [(&with_socket, ": ok at "), (&without, ": unsure at ")] {
+        let pid = jvm.child.id();
+        let run = h.daemon.profctl(&[
+            "attach",
+            &pid.to_string(),
+            "--duration",
+            "3",
+            "--format",
+            "json",
+        ]);
+        let p = Profile::parse(&run);
+        let said = asked(&h.daemon, pid).expect("the JVM is listed in info");
+        eprintln!("  {pid}: {said}");
+        assert!(said.contains(result), "{said}");
+        assert_eq!(its_map(pid).exists(), result == ": ok at ", "{said}");
+        assert!(
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "the JVM ended:\n{}",
+            p.table()
+        );
+    }
+    assert!(!Path::new(&gone).exists(), "it opened its socket again");
 }

@@ -28,6 +28,9 @@ pub enum AttachError {
         "the JVM closed the connection without answering (it answers only its own user or root)"
     )]
     Closed,
+    /// It has no socket, and may not be signalled to open one.
+    #[error("{0}")]
+    NotSignalled(String),
     #[error("{0}")]
     Failed(String),
 }
@@ -85,9 +88,14 @@ fn trigger(target: &Target, (uid, gid): (u32, u32)) -> Result<Trigger, AttachErr
             .open(&path)
         {
             Ok(file) => {
+                use std::os::unix::fs::MetadataExt;
                 let made = Trigger(Some(path));
-                crate::os::give_file(&file, uid, gid)
-                    .map_err(|e| AttachError::Failed(format!("giving {name} to its user: {e}")))?;
+                let owner = file.metadata().map(|m| (m.uid(), m.gid()));
+                if owner.ok() != Some((uid, gid)) {
+                    crate::os::give_file(&file, uid, gid).map_err(|e| {
+                        AttachError::Failed(format!("giving {name} to its user: {e}"))
+                    })?;
+                }
                 return Ok(made);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(Trigger(None)),
@@ -102,15 +110,23 @@ fn trigger(target: &Target, (uid, gid): (u32, u32)) -> Result<Trigger, AttachErr
 
 /// Run `jcmd_line` in the JVM `target` (its attach mechanism known to be
 /// on; `creds` its effective user and group): the return code and output.
-/// Blocks for at most about twice [`WAIT`].
+/// Without a socket, the JVM's listener is started (SIGQUIT) only if
+/// `may_signal`. Blocks for at most about twice [`WAIT`].
 pub fn jcmd(
     target: &Target,
     creds: (u32, u32),
+    may_signal: bool,
     jcmd_line: &str,
 ) -> Result<(i32, String), AttachError> {
     let path = match socket(target, creds.0) {
         Some(path) => path,
-        None => start_listener(target, creds)?,
+        None if may_signal => start_listener(target, creds)?,
+        None => {
+            return Err(AttachError::NotSignalled(format!(
+                "no .java_pid{}, and SIGQUIT would end it (-Xrs)",
+                target.ns_pid
+            )))
+        }
     };
     let mut stream = UnixStream::connect(&path).map_err(|e| {
         AttachError::Failed(format!("connecting to .java_pid{}: {e}", target.ns_pid))

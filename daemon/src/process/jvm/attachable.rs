@@ -10,6 +10,10 @@ use std::os::unix::fs::MetadataExt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attachable {
     Yes,
+    /// It is on, but the JVM does not handle SIGQUIT (`-Xrs`): SIGQUIT
+    /// would end it. Its socket, opened as it started, may be used; it is
+    /// never signalled.
+    SocketOnly,
     /// It is off (`-XX:+DisableAttachMechanism`): how that is known.
     No(String),
     /// Not known: why. The JVM is not asked.
@@ -115,30 +119,58 @@ fn options_of(cmdline: &[u8], environ: &[u8]) -> Vec<String> {
 
 /// Whether `target`, a JVM, has its attach mechanism on.
 pub fn of(target: &Target) -> Attachable {
-    if let Some(caps) = hsperf_capabilities(target) {
-        return match caps.as_bytes().first() {
-            Some(b'1') => Attachable::Yes,
-            Some(_) => Attachable::No(
-                "its hsperfdata says attach is not supported (-XX:+DisableAttachMechanism)".into(),
-            ),
-            None => Attachable::Unsure("its hsperfdata has no capabilities".into()),
-        };
-    }
     let Ok(cmdline) = std::fs::read(target.proc_path("cmdline")) else {
         return Attachable::Unsure("its command line cannot be read".into());
     };
     let Ok(environ) = std::fs::read(target.proc_path("environ")) else {
         return Attachable::Unsure("its environment cannot be read".into());
     };
-    let options = options_of(&cmdline, &environ);
-    from_options(options.iter().map(String::as_str))
+    let mut options = options_of(&cmdline, &environ);
+    let state = match hsperf_data(target) {
+        Some(data) => {
+            // The options the JVM took, argument files and the environment's
+            // read.
+            for key in ["java.rt.vmArgs", "java.rt.vmFlags"] {
+                let taken = perf_string(&data, key).unwrap_or_default();
+                options.extend(taken.split_whitespace().map(String::from));
+            }
+            match perf_string(&data, "sun.rt.jvmCapabilities")
+                .as_deref()
+                .and_then(|c| c.bytes().next())
+            {
+                Some(b'1') => Attachable::Yes,
+                Some(_) => Attachable::No(
+                    "its hsperfdata says attach is not supported (-XX:+DisableAttachMechanism)"
+                        .into(),
+                ),
+                None => Attachable::Unsure("its hsperfdata has no capabilities".into()),
+            }
+        }
+        None => from_options(options.iter().map(String::as_str)),
+    };
+    match state {
+        Attachable::Yes if ignores_sigquit(options.iter().map(String::as_str)) => {
+            Attachable::SocketOnly
+        }
+        state => state,
+    }
 }
 
-/// `sun.rt.jvmCapabilities` of `target`'s hsperfdata file: in some
-/// `hsperfdata_<user>` directory of its /tmp, named by its pid as it sees
-/// it, owned by its effective user, and written since it started (an
-/// earlier process's with that pid is not its).
-fn hsperf_capabilities(target: &Target) -> Option<String> {
+/// Whether options make the JVM leave SIGQUIT alone (`-Xrs`,
+/// `-XX:+ReduceSignalUsage`; the last word wins).
+pub fn ignores_sigquit<'a>(options: impl IntoIterator<Item = &'a str>) -> bool {
+    options.into_iter().fold(false, |on, o| match o {
+        "-Xrs" | "-XX:+ReduceSignalUsage" => true,
+        "-XX:-ReduceSignalUsage" => false,
+        _ => on,
+    })
+}
+
+/// `target`'s hsperfdata file: in some `hsperfdata_<user>` directory of
+/// its /tmp, named by its pid as it sees it, owned by its effective user,
+/// and written since it started (an earlier process's with that pid is not
+/// its).
+fn hsperf_data(target: &Target) -> Option<Vec<u8>> {
     let tmp = target.proc_path("root/tmp");
     let euid = owner(target)?;
     let started = start_time(target)?;
@@ -156,8 +188,7 @@ fn hsperf_capabilities(target: &Target) -> Option<String> {
         if meta.mtime() + 1 < started {
             continue;
         }
-        let data = std::fs::read(&path).ok()?;
-        return perf_string(&data, "sun.rt.jvmCapabilities");
+        return std::fs::read(&path).ok();
     }
     None
 }
@@ -283,6 +314,18 @@ mod tests {
             from_options(["java", "@args.txt"]),
             Attachable::Unsure(_)
         ));
+    }
+
+    #[test]
+    fn reduced_signal_usage_is_seen_last_word_winning() {
+        assert!(!ignores_sigquit(["java", "-Xmx1g", "Main"]));
+        assert!(ignores_sigquit([
+            "-Dfoo=1",
+            "-Xrs",
+            "-XX:+PreserveFramePointer"
+        ]));
+        assert!(ignores_sigquit(["-XX:+ReduceSignalUsage"]));
+        assert!(!ignores_sigquit(["-Xrs", "-XX:-ReduceSignalUsage"]));
     }
 
     #[test]

@@ -95,12 +95,22 @@ pub struct Jvms {
 /// The daemon's JVM asks.
 pub static JVMS: LazyLock<Jvms> = LazyLock::new(Jvms::new);
 
-/// Whether `maps` are a JVM's: HotSpot's library is mapped.
+/// Whether `maps` are a HotSpot JVM's: `libjvm.so` is mapped, and no
+/// OpenJ9 library (OpenJ9 ships a `libjvm.so` too, but attaches otherwise,
+/// and writes a dump at SIGQUIT).
 pub fn is_jvm(maps: &ProcessMaps) -> bool {
-    maps.iter().any(|m| match &m.backing {
-        crate::process::maps::Backing::File(p) => p.file_name().is_some_and(|n| n == "libjvm.so"),
-        crate::process::maps::Backing::Special(_) => false,
-    })
+    let mut libjvm = false;
+    for m in maps.iter() {
+        let crate::process::maps::Backing::File(path) = &m.backing else {
+            continue;
+        };
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name.starts_with("libj9") {
+            return false;
+        }
+        libjvm |= name == "libjvm.so";
+    }
+    libjvm
 }
 
 impl Jvms {
@@ -214,19 +224,21 @@ impl Jvms {
 
 /// Ask the JVM `target` for its perf map now.
 fn ask_now(target: &Target) -> (Outcome, String) {
-    match attachable::of(target) {
-        Attachable::Yes => {}
+    let may_signal = match attachable::of(target) {
+        Attachable::Yes => true,
+        Attachable::SocketOnly => false,
         Attachable::No(why) => return (Outcome::AttachDisabled, why),
         Attachable::Unsure(why) => return (Outcome::Unsure, why),
-    }
+    };
     let Some(creds) = attachable::credentials(target) else {
         return (Outcome::Error, "its credentials cannot be read".into());
     };
-    match attach::jcmd(target, creds, "Compiler.perfmap") {
+    match attach::jcmd(target, creds, may_signal, "Compiler.perfmap") {
         Ok((0, _)) => (Outcome::Ok, String::new()),
         Ok((code, output)) => (Outcome::Refused, format!("return code {code}: {output}")),
         Err(attach::AttachError::Timeout(why)) => (Outcome::Timeout, why),
         Err(e @ attach::AttachError::Closed) => (Outcome::Refused, e.to_string()),
+        Err(attach::AttachError::NotSignalled(why)) => (Outcome::Unsure, why),
         Err(attach::AttachError::Failed(why)) => (Outcome::Error, why),
     }
 }

@@ -104,8 +104,8 @@ pub fn is_jvm(maps: &ProcessMaps) -> bool {
         let crate::process::maps::Backing::File(path) = &m.backing else {
             continue;
         };
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        if name.starts_with("libj9") {
+        let name = path.file_name().unwrap_or_default();
+        if name.as_encoded_bytes().starts_with(b"libj9") {
             return false;
         }
         libjvm |= name == "libjvm.so";
@@ -276,6 +276,29 @@ pub fn start_asks(spaces: Vec<Unnamed>, by: Asker) -> Option<tokio::task::JoinHa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::maps::{Backing, Mapping};
+
+    fn maps_of(files: &[&str]) -> ProcessMaps {
+        let mut maps = ProcessMaps::default();
+        for (i, file) in files.iter().enumerate() {
+            let start = 0x10000 * (i as u64 + 1);
+            let backing = Backing::File(std::sync::Arc::new(file.into()));
+            maps.insert(Mapping::new(start, start + 0x1000, 0, backing));
+        }
+        maps
+    }
+
+    #[test]
+    fn hotspot_is_told_by_its_library_and_openj9_is_not_hotspot() {
+        let hotspot = ["/usr/bin/java", "/usr/lib/jvm/17/lib/server/libjvm.so"];
+        assert!(is_jvm(&maps_of(&hotspot)));
+        let openj9 = [
+            "/opt/j9/lib/server/libjvm.so",
+            "/opt/j9/lib/default/libj9vm29.so",
+        ];
+        assert!(!is_jvm(&maps_of(&openj9)));
+        assert!(!is_jvm(&maps_of(&["/usr/bin/node", "/lib/libjvm.so.1"])));
+    }
 
     #[test]
     fn a_jvm_is_asked_once_an_interval() {

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 /// How often a session looks for unnamed JIT code of JVMs.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
-/// Addresses of one process looked up in its map at a check, at most.
-const ADDRS_PER_SPACE: usize = 64;
+/// Addresses of one process looked up in its map at a check, at most (off
+/// the actor's thread, each a binary search).
+const ADDRS_PER_SPACE: usize = 4096;
 /// How long the end of a session waits for its JVMs' answers: one that
 /// answers writes its map in milliseconds; one that does not is not waited
 /// for (the final profile leaves its new code unnamed).

@@ -234,6 +234,8 @@ impl Daemon {
     pub async fn bind(config: Config) -> Result<Daemon, Error> {
         let cpus = perf::online_cpus().map_err(Error::Cpus)?;
         crate::sessions::session::setup_budget::BUDGET.set(config.new_process_cpu);
+        let ask = config.ask_jvm;
+        crate::process::jvm::JVMS.set(ask.is_some(), ask.unwrap_or_default());
         let mut sampler = sampling::Sampler::new(cpus);
         sampler.ring_pages = config.ring_pages;
         let pool = sampler.pool();

@@ -177,6 +177,17 @@ impl Harness {
             _serial: serial,
         }
     }
+
+    /// As [`Harness::start`], the daemon started with `args`
+    /// ([`Daemon::start_with`]).
+    pub fn start_with(args: &[&str]) -> Harness {
+        let serial = serial();
+        require_root_and_perf();
+        Harness {
+            daemon: Daemon::start_with(args),
+            _serial: serial,
+        }
+    }
 }
 
 /// Fails the test with a clear message when profiling cannot work here: not

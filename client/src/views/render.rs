@@ -629,6 +629,16 @@ pub fn info_text(info: &InfoResponse) -> String {
         ("python frames", info.python_frames.clone()),
         ("ruby frames", info.ruby_frames.clone()),
         ("perl frames", info.perl_frames.clone()),
+        (
+            "jvm perf maps",
+            match info.ask_jvm {
+                true => format!(
+                    "asked of JVMs with unnamed JIT code, each at most every {} s",
+                    info.ask_jvm_interval_s
+                ),
+                false => "never asked (jit.ask_jvm = false)".to_string(),
+            },
+        ),
     ];
     let mut out = String::from("profd daemon\n");
     let retention = info
@@ -651,7 +661,36 @@ pub fn info_text(info: &InfoResponse) -> String {
             sink_text(sink)
         );
     }
+    for asked in &info.jvm_perfmap_requests {
+        let _ = writeln!(
+            out,
+            "  {:<22}{}",
+            format!("jvm pid {}:", asked.pid),
+            jvm_request_text(asked)
+        );
+    }
     out
+}
+
+/// `session 3: ok at TIME (2 asks)`, with what the JVM said or why it was
+/// not asked.
+fn jvm_request_text(r: &profd_common::api::JvmPerfMapRequest) -> String {
+    let by = match r.session_id {
+        0 => "continuous profiling".to_string(),
+        id => format!("session {id}"),
+    };
+    let mut text = format!(
+        "{by}: {} at {} ({} ask{})",
+        r.result.replace('_', " "),
+        unix_ms_text(r.asked_unix_ms),
+        r.asks,
+        if r.asks == 1 { "" } else { "s" }
+    );
+    if !r.detail.is_empty() {
+        text.push_str(": ");
+        text.push_str(&r.detail);
+    }
+    text
 }
 
 /// The debuginfod servers, what their requests gave and the cache (Info).

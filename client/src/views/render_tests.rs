@@ -560,9 +560,32 @@ fn info_lists_everything() {
         python_frames: "not read: the kernel refused the BPF program: EPERM".into(),
         ruby_frames: "read at each sample".into(),
         perl_frames: "read at each sample".into(),
+        ask_jvm: true,
+        ask_jvm_interval_s: 2,
+        jvm_perfmap_requests: vec![
+            profd_common::api::JvmPerfMapRequest {
+                session_id: 3,
+                pid: 4242,
+                asked_unix_ms: 1_796_202_000_000,
+                result: "attach_disabled".into(),
+                detail: "its options say -XX:+DisableAttachMechanism".into(),
+                asks: 1,
+            },
+            profd_common::api::JvmPerfMapRequest {
+                session_id: 0,
+                pid: 77,
+                asked_unix_ms: 1_796_202_000_000,
+                result: "ok".into(),
+                detail: String::new(),
+                asks: 2,
+            },
+        ],
     };
     let text = info_text(&info);
     for needle in [
+        "jvm perf maps:        asked of JVMs with unnamed JIT code, each at most every 2 s",
+        "jvm pid 4242:         session 3: attach disabled at 2026-12-02T09:00:00Z (1 ask): its options say -XX:+DisableAttachMechanism\n",
+        "jvm pid 77:           continuous profiling: ok at 2026-12-02T09:00:00Z (2 asks)\n",
         "python frames:        not read: the kernel refused the BPF program: EPERM",
         "ruby frames:          read at each sample",
         "perl frames:          read at each sample",
@@ -668,6 +691,10 @@ fn window_listings_show_services_then_windows() {
     );
     let text = info_text(&InfoResponse::default());
     assert!(text.contains("\n  continuous:           off\n"), "{text}");
+    assert!(
+        text.contains("\n  jvm perf maps:        never asked (jit.ask_jvm = false)\n"),
+        "{text}"
+    );
     assert!(text.contains("\n  debuginfod:           off\n"), "{text}");
 }
 

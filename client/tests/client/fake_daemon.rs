@@ -175,6 +175,9 @@ impl Profiler for Fake {
             python_frames: "read at each sample".into(),
             ruby_frames: "read at each sample".into(),
             perl_frames: "read at each sample".into(),
+            ask_jvm: true,
+            ask_jvm_interval_s: 2,
+            jvm_perfmap_requests: vec![],
         }))
     }
 

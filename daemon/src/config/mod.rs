@@ -71,6 +71,9 @@ pub struct Config {
     pub debuginfod: debuginfod::Settings,
     /// Whether mapped files' code is named on the host (`symbols.on_host`).
     pub naming: Naming,
+    /// How often a JVM with JIT code met unnamed is asked for a fresh perf
+    /// map at most (`[jit]`); None: never (`jit.ask_jvm = false`).
+    pub ask_jvm: Option<Duration>,
 }
 
 /// The TCP listener: TLS only, bearer tokens; gRPC, grpc-web and the web
@@ -107,6 +110,7 @@ impl Config {
             memory_limit: crate::memory::DEFAULT_LIMIT,
             debuginfod: debuginfod::Settings::default(),
             naming: Naming::OnHost,
+            ask_jvm: Some(crate::process::jvm::DEFAULT_INTERVAL),
         }
     }
 }
@@ -122,6 +126,7 @@ pub const SECTIONS: &[&str] = &[
     "state",
     "metrics",
     "symbols",
+    "jit",
     "continuous",
 ];
 
@@ -433,6 +438,20 @@ settings! {
         default: Some(|| debuginfod::DEFAULT_CACHE_MIB as usize),
         help: "MiB of fetched debug files kept on disk (in STATE_DIR/debuginfod); the files used longest ago go first (config: symbols.debuginfod_cache_mib; default 1024)",
     };
+    ASK_JVM: bool = Setting {
+        key: "jit.ask_jvm",
+        flag: Flag::Off("no-ask-jvm"),
+        ty: BOOL,
+        default: Some(|| true),
+        help: "Never ask a JVM for its perf map. Unless off, a JVM whose JIT code a session or continuous profiling meets unnamed is asked for a fresh map (jcmd PID Compiler.perfmap) through HotSpot's attach mechanism, as its own user sees it, when its hsperfdata or options say the mechanism is on (config: jit.ask_jvm = false; default on)",
+    };
+    ASK_JVM_INTERVAL: u64 = Setting {
+        key: "jit.ask_interval",
+        flag: flag("ask-jvm-interval", "SECS"),
+        ty: SECONDS,
+        default: Some(|| crate::process::jvm::DEFAULT_INTERVAL.as_secs()),
+        help: "Seconds between two asks of one JVM for its perf map, at least (config: jit.ask_interval; default 2)",
+    };
     MEMORY_LIMIT: u64 = Setting {
         key: "memory_limit",
         flag: flag("memory-limit", "BYTES"),
@@ -663,6 +682,9 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
         timeout: Duration::from_secs(m.get_or_default(&DEBUGINFOD_TIMEOUT)),
         cache_bytes: (m.get_or_default(&DEBUGINFOD_CACHE_MIB) as u64) << 20,
     };
+    config.ask_jvm = m
+        .get_or_default(&ASK_JVM)
+        .then(|| Duration::from_secs(m.get_or_default(&ASK_JVM_INTERVAL)));
     config.continuous = m.get_or_default(&CONTINUOUS).then_some(continuous);
     config.sinks = sinks(&namer, &m)?;
     config.kernel_frames = m

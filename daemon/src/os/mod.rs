@@ -3,8 +3,8 @@
 //! (`bpf`), user namespaces (`userns`), the kernel's
 //! settings (`sysctl`), running out of file descriptors (`fds`), a file's
 //! identity and version (`file_version`), and here process file
-//! descriptors, the C allocator's settings, and reading the caller's own
-//! registers and stack.
+//! descriptors (and signalling through them), giving a file to a user, the
+//! C allocator's settings, and reading the caller's own registers and stack.
 pub mod bpf;
 pub mod fds;
 pub mod file_version;
@@ -42,6 +42,14 @@ impl PidFd {
         matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
     }
 
+    /// Send the process SIGQUIT (never another process that reused its
+    /// pid). Only for a JVM whose attach mechanism is on: SIGQUIT ends
+    /// most other programs, and makes a JVM without it print its threads.
+    pub fn quit(&self) -> io::Result<()> {
+        rustix::process::pidfd_send_signal(&self.0, rustix::process::Signal::QUIT)?;
+        Ok(())
+    }
+
     /// Register with tokio's reactor: readable once the process has exited.
     pub fn into_async(self) -> io::Result<tokio::io::unix::AsyncFd<PidFd>> {
         // SAFETY: PidFd owns its fd (an OwnedFd closed only on drop) and
@@ -57,6 +65,16 @@ impl AsRawFd for PidFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()
     }
+}
+
+/// Give `file` to user `uid` and group `gid` (fchown).
+pub fn give_file(file: &std::fs::File, uid: u32, gid: u32) -> io::Result<()> {
+    rustix::fs::fchown(
+        file,
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+    )?;
+    Ok(())
 }
 
 /// Keep the daemon's heap compact: glibc's malloc raises its mmap threshold

@@ -4,8 +4,9 @@
 //! found there (`symbolize`), and the frames of interpreters (`python`,
 //! `ruby`, `perl`, and what they share, `interpreted`), read from their
 //! memory (`memory`), with where glibc keeps a thread's kernel id
-//! (`pthread`).
+//! (`pthread`), and JVMs asked for their perf maps (`jvm`).
 pub mod interpreted;
+pub mod jvm;
 pub mod maps;
 pub mod memory;
 pub mod perl;

@@ -45,6 +45,8 @@ pub struct Snapshot {
     pub symbolizer: crate::process::symbolize::Figures,
     /// The memory ceiling and what was shed.
     pub memory: profd_common::api::MemoryStatus,
+    /// JVMs asked for their perf map, per result (see `process::jvm`).
+    pub jvm_perfmap_requests: Vec<(&'static str, u64)>,
 }
 
 /// One listener's connections.
@@ -132,6 +134,11 @@ pub async fn snapshot(
         setup: crate::sessions::session::setup_budget::BUDGET.counters(),
         symbolizer: crate::process::symbolize::Figures::read(),
         memory: s.memory.status(load(&registry.sampler().counters().behind)),
+        jvm_perfmap_requests: crate::process::jvm::JVMS
+            .counts()
+            .iter()
+            .map(|(o, n)| (o.label(), *n))
+            .collect(),
     }
 }
 
@@ -291,6 +298,17 @@ pub fn render(s: &Snapshot) -> String {
     }
     retention_metrics(&mut reg, &s.retention);
     unwind_metrics(&mut reg, s);
+    let asked = Family::<Vec<(String, String)>, Counter>::default();
+    for (result, n) in &s.jvm_perfmap_requests {
+        asked
+            .get_or_create(&vec![("result".into(), result.to_string())])
+            .inc_by(*n);
+    }
+    reg.register(
+        "profd_jvm_perfmap_requests",
+        "JVMs with JIT code met unnamed that were due to be asked for a fresh perf map (jit.ask_jvm), per result: ok (the JVM wrote it), refused (it answered with an error, or closed the connection), attach_disabled (its attach mechanism is off: not signalled), unsure (whether it is on is not known, or it has no socket and SIGQUIT would end it: not signalled), timeout, error",
+        asked,
+    );
     memory_metrics(&mut reg, &s.memory);
     if let Some(p) = &s.process {
         reg.register(
@@ -592,6 +610,21 @@ mod tests {
         );
         assert!(text.contains("process_cpu_seconds_total 1.5\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn renders_jvm_perfmap_requests_per_result() {
+        let s = Snapshot {
+            jvm_perfmap_requests: vec![("ok", 3), ("attach_disabled", 1)],
+            ..Default::default()
+        };
+        let text = render(&s);
+        for line in [
+            "profd_jvm_perfmap_requests_total{result=\"ok\"} 3\n",
+            "profd_jvm_perfmap_requests_total{result=\"attach_disabled\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{text}");
+        }
     }
 
     #[test]

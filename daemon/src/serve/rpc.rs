@@ -581,6 +581,20 @@ impl Profiler for Service {
                 Ok(_) => "read at each sample".to_string(),
                 Err(why) => format!("not read: {why}"),
             },
+            ask_jvm: crate::process::jvm::JVMS.on(),
+            ask_jvm_interval_s: crate::process::jvm::JVMS.interval().as_secs() as u32,
+            jvm_perfmap_requests: crate::process::jvm::JVMS
+                .recent(|uid| caller.is_root() || uid == caller.uid())
+                .into_iter()
+                .map(|a| api::JvmPerfMapRequest {
+                    session_id: a.session,
+                    pid: a.pid,
+                    asked_unix_ms: a.at_unix_ms,
+                    result: a.outcome.label().to_string(),
+                    detail: a.detail,
+                    asks: a.asks,
+                })
+                .collect(),
         }))
     }
 

@@ -6,6 +6,7 @@
 //! callers of compiled frames; the perf map must be read when it is written
 //! while the target runs, when it is rewritten, and when it is written at
 //! exit. They fail (never skip) when java, javac, jcmd or node is missing.
+//! The JVM asked for its map by the daemon itself is `jvm_ask`'s.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,23 +17,23 @@ use profd_e2e::{
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
-const LONG: f64 = 60.0;
+pub(crate) const LONG: f64 = 60.0;
 /// Percentage points a measured share may be off the construction.
-const TOLERANCE: f64 = 3.0;
+pub(crate) const TOLERANCE: f64 = 3.0;
 /// Enough samples for ±3 points.
-const MIN_SAMPLES: u64 = 1000;
+pub(crate) const MIN_SAMPLES: u64 = 1000;
 
-const LEAF_A: &str = "void JitSplit.leafA(long)";
-const LEAF_B: &str = "void JitSplit.leafB(long)";
-const MID: &str = "void JitSplit.mid(long)";
-const WORK: &str = "void JitSplit.work(long)";
-const LATE_LEAF: &str = "void JitSplit.lateLeaf(long)";
+pub(crate) const LEAF_A: &str = "void JitSplit.leafA(long)";
+pub(crate) const LEAF_B: &str = "void JitSplit.leafB(long)";
+pub(crate) const MID: &str = "void JitSplit.mid(long)";
+pub(crate) const WORK: &str = "void JitSplit.work(long)";
+pub(crate) const LATE_LEAF: &str = "void JitSplit.lateLeaf(long)";
 
 /// Removes a perf map file when dropped (the JVM leaves its own).
-struct PerfMapFile(PathBuf);
+pub(crate) struct PerfMapFile(pub(crate) PathBuf);
 
 impl PerfMapFile {
-    fn of(pid: u32) -> PerfMapFile {
+    pub(crate) fn of(pid: u32) -> PerfMapFile {
         PerfMapFile(PathBuf::from(format!("/tmp/perf-{pid}.map")))
     }
 }
@@ -68,7 +69,7 @@ fn start_java(flags: &[&str], extra_args: &[&str]) -> Workload {
     target
 }
 
-fn attach(h: &Harness, target: &Workload, secs: &str, extra: &[&str]) -> Profile {
+pub(crate) fn attach(h: &Harness, target: &Workload, secs: &str, extra: &[&str]) -> Profile {
     let pid = target.pid_arg();
     let mut args = vec!["attach", &pid, "--duration", secs, "--format", "json"];
     args.extend_from_slice(extra);
@@ -83,7 +84,7 @@ fn attach(h: &Harness, target: &Workload, secs: &str, extra: &[&str]) -> Profile
 }
 
 /// The share of samples whose innermost frame is unnamed JIT code.
-fn unnamed_jit_pct(p: &Profile) -> f64 {
+pub(crate) fn unnamed_jit_pct(p: &Profile) -> f64 {
     p.functions
         .iter()
         .filter(|f| f.name.starts_with("[anon]+0x"))
@@ -92,7 +93,7 @@ fn unnamed_jit_pct(p: &Profile) -> f64 {
 }
 
 /// The split and its callers by construction (see JitSplit.java).
-fn assert_java_split(p: &Profile) {
+pub(crate) fn assert_java_split(p: &Profile) {
     p.assert_pct_within(LEAF_A, Exclusive, 30.0, TOLERANCE);
     p.assert_pct_within(LEAF_B, Exclusive, 70.0, TOLERANCE);
     p.assert_pct_within(MID, Inclusive, 70.0, TOLERANCE);
@@ -167,8 +168,25 @@ fn java_map_written_at_exit_names_the_final_profile() {
 #[test]
 fn java_map_written_at_exit_in_its_own_mount_namespace_is_read() {
     let h = Harness::start();
-    // The classes are under the daemon's /tmp, hidden once the tmpfs is
-    // mounted there: they are copied in from the working directory.
+    let mut args: Vec<String> = EXIT_MAP.iter().map(|a| a.to_string()).collect();
+    args.push("5".into());
+    let command = in_own_mount_namespace(&args);
+    let p = run_to_exit(&h, &command);
+    let ours = PerfMapFile::of(p.pid);
+    assert!(
+        !ours.0.exists(),
+        "the JVM wrote {} outside its namespace",
+        ours.0.display()
+    );
+}
+
+/// The command running the Java workload (`JAVA_FLAGS`, then `args`: more
+/// flags, `JitSplit`'s arguments after them) in a mount namespace of its
+/// own with its own /tmp, in the directory of its classes. The classes are
+/// under the daemon's /tmp, hidden once the tmpfs is mounted there: they
+/// are copied in from the working directory. A relative path names a file
+/// in the classes' directory, seen from both sides.
+pub(crate) fn in_own_mount_namespace(args: &[String]) -> Vec<String> {
     let script = r#"set -e
 cd "$1"
 mount -t tmpfs profd-e2e /tmp
@@ -192,15 +210,12 @@ exec "$@""#;
     .iter()
     .map(|a| a.to_string())
     .collect();
-    command.extend(JAVA_FLAGS.iter().chain(&EXIT_MAP).map(|a| a.to_string()));
-    command.extend(["-cp", "/tmp/classes", "JitSplit", "5"].map(String::from));
-    let p = run_to_exit(&h, &command);
-    let ours = PerfMapFile::of(p.pid);
-    assert!(
-        !ours.0.exists(),
-        "the JVM wrote {} outside its namespace",
-        ours.0.display()
-    );
+    command.extend(JAVA_FLAGS.iter().map(|a| a.to_string()));
+    let flags = args.iter().take_while(|a| a.starts_with('-'));
+    command.extend(flags.cloned());
+    command.extend(["-cp", "/tmp/classes", "JitSplit"].map(String::from));
+    command.extend(args.iter().skip_while(|a| a.starts_with('-')).cloned());
+    command
 }
 
 /// The JVM flags that make it write its perf map as it exits.
@@ -244,10 +259,11 @@ fn run_to_exit(h: &Harness, command: &[String]) -> Profile {
 
 /// Code compiled after a first map was written is unnamed until the map is
 /// written again; then the same session names it, for the samples taken
-/// before the rewrite too.
+/// before the rewrite too. The daemon asks no JVM for its map itself
+/// (`--no-ask-jvm`): the test rewrites it when it chooses.
 #[test]
 fn java_code_compiled_after_the_map_is_named_once_it_is_rewritten() {
-    let h = Harness::start();
+    let h = Harness::start_with(&["--no-ask-jvm"]);
     let trigger = unique_dir("late").join("go");
     let target = start_java(&[], &["--late", trigger.to_str().unwrap()]);
     let pid = target.pid();

@@ -25,6 +25,7 @@ mod history;
 mod interpreted;
 mod interpreters;
 mod jit;
+mod jvm_ask;
 mod kept;
 mod kernel_frames;
 mod memory_limit;

@@ -7,6 +7,7 @@ mod answers;
 mod awaiting_debug;
 mod collector;
 mod ingest;
+mod jvm_asks;
 mod named;
 mod python;
 mod recent;
@@ -215,6 +216,9 @@ struct Actor {
     /// Addresses in JIT code not named yet, looked up again when their
     /// perf map changes.
     unnamed_jit: unnamed_jit::UnnamedJit,
+    /// When the JVMs with unnamed JIT code were last looked for (see
+    /// `jvm_asks`).
+    jvms_checked: Option<Instant>,
     /// Addresses in mapped files not named yet, looked up again when a
     /// debug file arrives.
     awaiting_debug: awaiting_debug::AwaitingDebug,
@@ -369,6 +373,7 @@ impl Actor {
             ingest,
             addr_fn: Default::default(),
             unnamed_jit: Default::default(),
+            jvms_checked: None,
             awaiting_debug: Default::default(),
             names: Default::default(),
             files: Vec::new(),
@@ -533,8 +538,10 @@ impl Actor {
             );
         }
         let _ = self.state.send(state);
-        // Name what is left (JIT code from a perf map written at exit too),
-        // then let go of the processes' files and maps.
+        // Name what is left (JIT code from a perf map written at exit too,
+        // or by a JVM asked now), then let go of the processes' files and
+        // maps.
+        self.ask_jvms_at_end().await;
         self.symbolize_pending().await;
         self.unnamed_jit = Default::default();
         self.awaiting_debug = Default::default();
@@ -563,6 +570,7 @@ impl Actor {
         if let Some(comm) = comm {
             self.params.comm = comm;
         }
+        self.ask_jvms();
         if new != NewAddresses::default() {
             use std::sync::atomic::Ordering::Relaxed;
             let stats = &self.params.stats;

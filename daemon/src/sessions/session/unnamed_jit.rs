@@ -27,6 +27,11 @@ impl UnnamedJit {
         self.by_space.keys().copied()
     }
 
+    /// Every address waiting (tagged).
+    pub fn addrs(&self) -> impl Iterator<Item = &u64> + '_ {
+        self.by_space.values().flat_map(|(_, addrs)| addrs)
+    }
+
     /// Take the addresses to look up again: those of the spaces whose
     /// tables (`now` of the space) are not the ones they were looked up in.
     pub fn due(&mut self, now: impl Fn(usize) -> Seen) -> Vec<u64> {

@@ -67,16 +67,6 @@ impl AsRawFd for PidFd {
     }
 }
 
-/// Give `file` to user `uid` and group `gid` (fchown).
-pub fn give_file(file: &std::fs::File, uid: u32, gid: u32) -> io::Result<()> {
-    rustix::fs::fchown(
-        file,
-        Some(rustix::fs::Uid::from_raw(uid)),
-        Some(rustix::fs::Gid::from_raw(gid)),
-    )?;
-    Ok(())
-}
-
 /// Keep the daemon's heap compact: glibc's malloc raises its mmap threshold
 /// each time a large block is freed, after which the batches of stack
 /// copies (hundreds of KiB, short-lived) come from the heap and leave holes

@@ -4,7 +4,8 @@
  *
  * Each round, main calls work(u) with u varied around U:
  *   work → leafA (3 u iterations), then mid → leafB (7 u)
- * every iteration the same loop body, so by construction:
+ * every iteration the same loop body, so by construction (its values stay
+ * small integers, so V8 compiles both leaves alike whatever it saw first):
  *   exclusive: leafA 30 %, leafB 70 %
  *   inclusive: work 100 %, mid 70 %
  * Run it with --no-turbo-inlining so that each function stays a frame of its
@@ -32,13 +33,13 @@ function vary(n) {
 
 function leafA(n) {
   for (let i = 0; i < n; i++) {
-    sink = (sink + i * 31) | 0;
+    sink = (sink + i * 31) & 0xfffff;
   }
 }
 
 function leafB(n) {
   for (let i = 0; i < n; i++) {
-    sink = (sink + i * 31) | 0;
+    sink = (sink + i * 31) & 0xfffff;
   }
 }
 

@@ -1,5 +1,6 @@
 //! End-to-end tests of JIT code, which only perf maps name: a JVM (OpenJDK,
-//! `tests/workloads/JitSplit.java`, run with -XX:+PreserveFramePointer) and
+//! `tests/workloads/JitSplit.java`, run with -XX:+PreserveFramePointer, and
+//! without it, when HotSpot's code cache gives the frame sizes) and
 //! node (`tests/workloads/jit_split.js`, --perf-basic-prof), each with a known
 //! split under known callers. Both unwinding modes must keep the callers of
 //! compiled frames; the perf map must be read when it is written while the
@@ -57,11 +58,16 @@ fn jcmd(pid: u32, command: &str) -> String {
 /// ready, and with the methods of its rounds compiled by C2 (their last
 /// tier: no newer code replaces them later).
 fn start_java(flags: &[&str], extra_args: &[&str]) -> Workload {
+    start_java_compiling(flags, extra_args, &["leafA", "leafB", "mid", "work"])
+}
+
+/// The same, waiting for C2 to compile `methods` only.
+fn start_java_compiling(flags: &[&str], extra_args: &[&str], methods: &[&str]) -> Workload {
     let mut args = vec![LONG.to_string(), "--ready".to_string()];
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let target = Workload::start_command(java_command(flags, &args), "java");
-    for method in ["leafA", "leafB", "mid", "work"] {
+    for method in methods {
         wait_for_c2(target.pid(), &format!("JitSplit.{method}(J)V"));
     }
     target
@@ -120,29 +126,51 @@ fn java_split_and_callers_from_a_map_written_while_running() {
 }
 
 /// Without -XX:+PreserveFramePointer compiled Java code uses rbp as a
-/// general register: the leaves are named with their shares, but the walk
-/// cannot go past them, and the DWARF unwinder counts those stacks as
-/// truncated.
+/// general register: the DWARF unwinder steps through compiled frames by
+/// their frame sizes in HotSpot's code cache (found through its VMStructs),
+/// and the callers are kept.
 #[test]
-fn java_without_frame_pointers_loses_the_callers_as_truncated_stacks() {
+fn java_without_frame_pointers_keeps_the_callers() {
     let h = Harness::start();
     let target = start_java(&["-XX:-PreserveFramePointer"], &[]);
     let _map = PerfMapFile::of(target.pid());
     jcmd(target.pid(), "Compiler.perfmap");
-    let p = attach(&h, &target, "3", &[]);
-    p.assert_pct_within(LEAF_A, Exclusive, 30.0, TOLERANCE);
-    p.assert_pct_within(LEAF_B, Exclusive, 70.0, TOLERANCE);
-    let work = p.rows(WORK).first().map_or(0.0, |f| f.inclusive_pct);
+    let p = attach(&h, &target, "5", &[]);
+    assert_java_split(&p);
+    let truncated = p.totals.truncated;
     assert!(
-        work <= 5.0,
-        "work on {work:.2} % of the stacks:\n{}",
+        truncated * 100 <= 2 * p.totals.attributed,
+        "{truncated} stacks truncated:\n{}",
         p.table()
     );
-    let truncated = p.totals.truncated as f64 / p.totals.attributed as f64;
+}
+
+/// The same with `mid` never compiled: compiled `work` calls it in the
+/// interpreter, which calls compiled `leafB`. The interpreted frame is
+/// stepped by its rbp, and its compiled caller from the sp it saved (the
+/// call grew the caller's frame by the arguments).
+#[test]
+fn java_without_frame_pointers_keeps_the_callers_of_interpreted_frames() {
+    let h = Harness::start();
+    let target = start_java_compiling(
+        &[
+            "-XX:-PreserveFramePointer",
+            "-XX:CompileCommand=exclude,JitSplit::mid",
+        ],
+        &[],
+        &["leafA", "leafB", "work"],
+    );
+    let _map = PerfMapFile::of(target.pid());
+    jcmd(target.pid(), "Compiler.perfmap");
+    let p = attach(&h, &target, "5", &[]);
+    p.assert_pct_within(LEAF_A, Exclusive, 30.0, TOLERANCE);
+    p.assert_pct_within(LEAF_B, Exclusive, 70.0, TOLERANCE);
+    p.assert_pct_within(WORK, Inclusive, 100.0, TOLERANCE);
+    assert!(p.rows(MID).is_empty(), "mid was compiled:\n{}", p.table());
+    let truncated = p.totals.truncated;
     assert!(
-        truncated >= 0.9,
-        "only {:.1} % of the stacks truncated:\n{}",
-        truncated * 100.0,
+        truncated * 100 <= 2 * p.totals.attributed,
+        "{truncated} stacks truncated:\n{}",
         p.table()
     );
 }

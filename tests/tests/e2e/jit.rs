@@ -27,6 +27,8 @@ const LEAF_B: &str = "void JitSplit.leafB(long)";
 const MID: &str = "void JitSplit.mid(long)";
 const WORK: &str = "void JitSplit.work(long)";
 const LATE_LEAF: &str = "void JitSplit.lateLeaf(long)";
+const CALLS: &str = "void JitSplit.calls(long)";
+const TINY: &str = "long JitSplit.tiny(long)";
 
 /// Removes a perf map file when dropped (the JVM leaves its own).
 struct PerfMapFile(PathBuf);
@@ -58,17 +60,19 @@ fn jcmd(pid: u32, command: &str) -> String {
 /// ready, and with the methods of its rounds compiled by C2 (their last
 /// tier: no newer code replaces them later).
 fn start_java(flags: &[&str], extra_args: &[&str]) -> Workload {
-    start_java_compiling(flags, extra_args, &["leafA", "leafB", "mid", "work"])
+    let methods = ["leafA(J)V", "leafB(J)V", "mid(J)V", "work(J)V"];
+    start_java_compiling(flags, extra_args, &methods)
 }
 
-/// The same, waiting for C2 to compile `methods` only.
+/// The same, waiting for C2 to compile `methods` only (named with their
+/// descriptors, `leafA(J)V`).
 fn start_java_compiling(flags: &[&str], extra_args: &[&str], methods: &[&str]) -> Workload {
     let mut args = vec![LONG.to_string(), "--ready".to_string()];
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let target = Workload::start_command(java_command(flags, &args), "java");
     for method in methods {
-        wait_for_c2(target.pid(), &format!("JitSplit.{method}(J)V"));
+        wait_for_c2(target.pid(), &format!("JitSplit.{method}"));
     }
     target
 }
@@ -158,7 +162,7 @@ fn java_without_frame_pointers_keeps_the_callers_of_interpreted_frames() {
             "-XX:CompileCommand=exclude,JitSplit::mid",
         ],
         &[],
-        &["leafA", "leafB", "work"],
+        &["leafA(J)V", "leafB(J)V", "work(J)V"],
     );
     let _map = PerfMapFile::of(target.pid());
     jcmd(target.pid(), "Compiler.perfmap");
@@ -167,6 +171,31 @@ fn java_without_frame_pointers_keeps_the_callers_of_interpreted_frames() {
     p.assert_pct_within(LEAF_B, Exclusive, 70.0, TOLERANCE);
     p.assert_pct_within(WORK, Inclusive, 100.0, TOLERANCE);
     assert!(p.rows(MID).is_empty(), "mid was compiled:\n{}", p.table());
+    let truncated = p.totals.truncated;
+    assert!(
+        truncated * 100 <= 2 * p.totals.attributed,
+        "{truncated} stacks truncated:\n{}",
+        p.table()
+    );
+}
+
+/// The same with a method of a few instructions called in a loop: many
+/// samples fall in its first and last instructions, where its frame is
+/// being built or taken down, and are stepped by the instruction there.
+#[test]
+fn java_without_frame_pointers_keeps_the_callers_of_tiny_methods() {
+    let h = Harness::start();
+    let target = start_java_compiling(
+        &["-XX:-PreserveFramePointer"],
+        &["--calls"],
+        &["calls(J)V", "tiny(J)J"],
+    );
+    let _map = PerfMapFile::of(target.pid());
+    jcmd(target.pid(), "Compiler.perfmap");
+    let p = attach(&h, &target, "5", &[]);
+    p.assert_pct_within(CALLS, Inclusive, 100.0, TOLERANCE);
+    let tiny = p.rows(TINY).first().map_or(0.0, |f| f.exclusive_pct);
+    assert!(tiny >= 20.0, "tiny has {tiny:.1} %:\n{}", p.table());
     let truncated = p.totals.truncated;
     assert!(
         truncated * 100 <= 2 * p.totals.attributed,

@@ -215,6 +215,9 @@ pub(super) struct Layout {
     pub frame_complete: u64,
     pub code_begin: u64,
     pub code_end: u64,
+    /// nmethod's field of where its frame starts to be built, after the
+    /// inline cache's check.
+    pub verified_entry: Option<u64>,
 }
 
 impl Layout {
@@ -231,6 +234,9 @@ impl Layout {
             address: var("gHotSpotVMStructEntryAddressOffset")?,
         }
         .read(mem, FIELDS)?;
+        // All but the last are needed.
+        let needed = &fields[..FIELDS.len() - 1];
+        let needed: Vec<(u64, u64)> = needed.iter().copied().collect::<Option<_>>()?;
         let types = Tables {
             array: var("gHotSpotVMTypes")?,
             stride: var("gHotSpotVMTypeEntryArrayStride")?,
@@ -240,8 +246,9 @@ impl Layout {
             address: var("gHotSpotVMTypeEntrySizeOffset")?,
         }
         .read(mem, TYPES)?;
-        let f = |i: usize| fields[i].0;
-        let heaps_at = fields[0].1;
+        let heap_block = types[0]?.0;
+        let f = |i: usize| needed[i].0;
+        let heaps_at = needed[0].1;
         let (len, data) = (f(1), f(2));
         let (memory, segmap, log2) = (f(3), f(4), f(5));
         let (low, high) = (f(6), f(7));
@@ -264,9 +271,10 @@ impl Layout {
         }
         Some(Layout {
             heaps,
-            heap_block: types[0].0,
+            heap_block,
             used: f(8) + f(9),
             name: f(14),
+            verified_entry: fields[15].map(|(offset, _)| offset),
             frame_size: f(10),
             frame_complete: f(11),
             code_begin: f(12),
@@ -277,8 +285,9 @@ impl Layout {
     /// The frame of the blob at `pc`, when it is in a code heap, in a blob's
     /// code, and the blob has a frame size (compiled methods and runtime
     /// stubs) or is the interpreter (whose frames are known by rbp once
-    /// they call). As the sampled instruction (`first`), none before the
-    /// frame is set up, and the frame left in the epilogue.
+    /// they call). As the sampled instruction (`first`), the part of the
+    /// frame built or left by the instruction at `pc` (see `prologue` and
+    /// `epilogue`).
     pub fn frame_at(&self, mem: &dyn Memory, pc: u64, first: bool) -> Option<Frame> {
         let heap = self.heaps.iter().find(|h| h.low <= pc && pc < h.high)?;
         let block = heap.block_of(mem, pc)?;
@@ -306,7 +315,7 @@ impl Layout {
             return None;
         }
         let size = u64::try_from(i32_of(self.frame_size)).ok()? * 8;
-        if size == 0 && !first && is_interpreter(mem, u64_of(self.name)) {
+        if size == 0 && !first && is_named(mem, u64_of(self.name), b"Interpreter\0") {
             return Some(Frame::Interpreted);
         }
         if size == 0 || size > MAX_FRAME {
@@ -319,40 +328,93 @@ impl Layout {
         if !first {
             return Some(frame);
         }
+        // The instructions around pc: 8 bytes before it, 8 from it.
+        let mut near = [0u8; 16];
+        let from = pc.saturating_sub(8).max(code.start);
+        let to = (pc + 8).min(code.end);
+        let at = (8 - (pc - from)) as usize;
+        mem.read(from, &mut near[at..at + (to - from) as usize])
+            .ok()?;
+        let (before, op) = near.split_at(8);
         // -1: never complete.
         let complete = u64::try_from(i32_of(self.frame_complete)).ok()?;
-        if pc < code.start + complete {
-            return None;
+        if pc >= code.start + complete {
+            return Some(epilogue(before, op).unwrap_or(frame));
         }
-        let mut op = [0u8; 3];
-        let n = (code.end - pc).min(3) as usize;
-        mem.read(pc, &mut op[..n]).ok()?;
-        Some(match op {
-            // ret: only the return address is left.
-            [0xc3, ..] => Frame::Sized {
-                size: 8,
-                saved_bp: false,
-            },
-            // pop %rbp: the caller's rbp and the return address are left.
-            [0x5d, ..] => Frame::Sized {
-                size: 16,
-                saved_bp: true,
-            },
-            // cmp 0x..(%r15),%rsp: the return's safepoint poll, after pop %rbp.
-            [0x49, 0x3b, 0xa7 | 0x67] => Frame::Sized {
-                size: 8,
-                saved_bp: false,
-            },
-            _ => frame,
-        })
+        let named_nmethod = || is_named(mem, u64_of(self.name), b"nmethod\0");
+        let entry = match self.verified_entry {
+            Some(field) if named_nmethod() => u64_at(mem, block + self.heap_block + field)?,
+            _ => code.start,
+        };
+        prologue(pc, entry, before, op, size)
     }
 }
 
-/// Whether the blob named at `name` is the interpreter's.
-fn is_interpreter(mem: &dyn Memory, name: u64) -> bool {
-    const INTERPRETER: &[u8] = b"Interpreter\0";
-    let mut b = [0u8; INTERPRETER.len()];
-    mem.read(name, &mut b).is_ok() && b == INTERPRETER
+/// The frame part of the way out of a compiled method, the instruction at
+/// pc being `op`, those before it ending in `before`: the caller's rbp
+/// popped or being popped (`add $N,%rsp; pop %rbp; cmp 0x..(%r15),%rsp;
+/// ja ...; ret`). None when the frame is whole.
+fn epilogue(before: &[u8], op: &[u8]) -> Option<Frame> {
+    let popped = Frame::Sized {
+        size: 8,
+        saved_bp: false,
+    };
+    // cmp 0x..(%r15),%rsp with a 32- or 8-bit displacement: the return's
+    // safepoint poll.
+    let poll = |b: &[u8]| b.starts_with(&[0x49, 0x3b, 0xa7]) || b.starts_with(&[0x49, 0x3b, 0x67]);
+    Some(match op {
+        // pop %rbp: the caller's rbp and the return address are left.
+        [0x5d, ..] => Frame::Sized {
+            size: 16,
+            saved_bp: true,
+        },
+        [0xc3, ..] => popped,
+        _ if poll(op) => popped,
+        // ja after the poll.
+        [0x0f, 0x87, ..] if poll(&before[1..]) || poll(&before[4..]) => popped,
+        _ => return None,
+    })
+}
+
+/// The frame part of the way into a compiled method, before its frame is
+/// complete: at its `entry`, nothing of it; then `push %rbp; sub $N,%rsp`
+/// (after a stack bang, `mov %eax,-0x..(%rsp)`), or `sub $N,%rsp; mov
+/// %rbp,N-8(%rsp)`; `push %rbp; mov %rsp,%rbp` in stubs. None where it is
+/// not known.
+fn prologue(pc: u64, entry: u64, before: &[u8], op: &[u8], size: u64) -> Option<Frame> {
+    let caller = Frame::Sized {
+        size: 8,
+        saved_bp: false,
+    };
+    let pushed = Frame::Sized {
+        size: 16,
+        saved_bp: true,
+    };
+    if pc <= entry {
+        return Some(caller);
+    }
+    let after_push = before[7] == 0x55;
+    Some(match op {
+        [0x55, ..] | [0x89, 0x84, 0x24, ..] => caller,
+        [0x48, 0x81 | 0x83, 0xec, ..] if after_push => pushed,
+        [0x48, 0x81 | 0x83, 0xec, ..] => caller,
+        [0x48, 0x89, 0xe5, ..] if after_push => pushed,
+        // mov %rbp,N-8(%rsp): the frame is allocated, rbp not yet saved.
+        [0x48, 0x89, 0x6c | 0xac, 0x24, ..] => Frame::Sized {
+            size,
+            saved_bp: false,
+        },
+        _ => return None,
+    })
+}
+
+/// Whether the string at `at` is `name` (its bytes with the ending NUL).
+fn is_named(mem: &dyn Memory, at: u64, name: &[u8]) -> bool {
+    let mut b = [0u8; 16];
+    let Some(b) = b.get_mut(..name.len()) else {
+        return false;
+    };
+    mem.read(at, b).is_ok() && b == name
 }
 
 /// The fields read, as (type, field): an entry's offset, or a static's
@@ -373,6 +435,9 @@ const FIELDS: &[(&str, &str)] = &[
     ("CodeBlob", "_code_begin"),
     ("CodeBlob", "_code_end"),
     ("CodeBlob", "_name"),
+    // Wanted, not needed: the prologue is then known from the verified
+    // entry only.
+    ("nmethod", "_verified_entry_point"),
 ];
 
 /// The types whose size is read (type names twice: a type entry has no
@@ -392,8 +457,9 @@ struct Tables {
 }
 
 impl Tables {
-    /// The (value, address) of each of `wanted`; None unless all are found.
-    fn read(&self, mem: &dyn Memory, wanted: &[(&str, &str)]) -> Option<Vec<(u64, u64)>> {
+    /// The (value, address) of each of `wanted` found; None when the table
+    /// does not read.
+    fn read(&self, mem: &dyn Memory, wanted: &[(&str, &str)]) -> Option<Vec<Option<(u64, u64)>>> {
         if self.stride == 0 || self.stride > 1024 {
             return None;
         }
@@ -414,7 +480,7 @@ impl Tables {
                 }
             }
         }
-        found.into_iter().collect()
+        Some(found)
     }
 }
 

@@ -53,6 +53,7 @@ const CODE_BEGIN: u64 = 32;
 const CODE_END_AT: u64 = 40;
 const HEAP_BLOCK: u64 = 16;
 const NAME: u64 = 96;
+const VERIFIED_ENTRY: u64 = 224;
 /// Where blob names are kept.
 const NAMES: u64 = STATICS + 0x800;
 
@@ -111,6 +112,7 @@ fn jvm() -> (Flat, HashMap<String, u64>) {
         ("CodeBlob", "_frame_size", FRAME_SIZE, 0),
         ("CodeBlob", "_code_begin", CODE_BEGIN, 0),
         ("CodeBlob", "_code_end", CODE_END_AT, 0),
+        ("nmethod", "_verified_entry_point", VERIFIED_ENTRY, 0),
     ];
     for (i, (t, f, offset, address)) in entries.iter().enumerate() {
         let e = STRUCTS + 48 * i as u64;
@@ -194,8 +196,20 @@ fn the_code_heaps_and_blob_fields_are_read_from_vmstructs() {
             frame_complete: FRAME_COMPLETE,
             code_begin: CODE_BEGIN,
             code_end: CODE_END_AT,
+            verified_entry: Some(VERIFIED_ENTRY),
         }
     );
+    // Without the verified entry: all but it.
+    let mut older = jvm().0;
+    let at = (m
+        .bytes
+        .windows(22)
+        .position(|w| w == b"_verified_entry_point\0"))
+    .unwrap();
+    older.bytes[at + 1] = b'V';
+    let l = layout(&older, &symbols);
+    assert_eq!(l.verified_entry, None);
+    assert_eq!(l.frame_size, FRAME_SIZE);
     // A missing symbol, or a field HotSpot no longer has: nothing.
     let mut fewer = symbols.clone();
     fewer.remove("gHotSpotVMTypes");
@@ -260,8 +274,13 @@ fn compiled_frames_are_stepped_by_their_frame_size() {
     });
     m.put(body + 1, &[0x49, 0x3b, 0xa7, 0x20, 0x04, 0, 0]);
     assert_eq!(l.frame_at(&m, body + 1, true), ret);
+    m.put(body + 8, &[0x0f, 0x87, 1, 0, 0, 0]);
+    assert_eq!(l.frame_at(&m, body + 8, true), ret);
     m.put(body + 14, &[0xc3]);
     assert_eq!(l.frame_at(&m, body + 14, true), ret);
+    // ja elsewhere is in the whole frame.
+    m.put(body + 20, &[0x0f, 0x87, 1, 0, 0, 0]);
+    assert_eq!(l.frame_at(&m, body + 20, true), framed);
     // The block's header and the blob's own fields are no code.
     assert_eq!(l.frame_at(&m, code - 8, false), None);
     // Outside the heap: nothing is read.
@@ -374,4 +393,41 @@ fn frames_are_remembered_by_pc_for_a_while() {
     cache.since = before;
     assert!(cache.frame_at(code + 20, false, no_libjvm).is_some());
     assert_eq!(cache.known.len(), 1);
+}
+
+#[test]
+fn a_compiled_method_sampled_in_its_prologue_is_stepped_by_what_it_built() {
+    let (mut m, symbols) = jvm();
+    let l = layout(&m, &symbols);
+    let sized = |size, saved_bp| Some(Frame::Sized { size, saved_bp });
+    // An nmethod: the inline cache's check, then from the verified entry
+    // `sub $0x18,%rsp; mov %rbp,0x10(%rsp)` (C2 without a stack bang).
+    let code = blob(&mut m, 4, 8, 64, 4, 32);
+    name(&mut m, 4, "nmethod");
+    let entry = code + 16;
+    m.u64(CODE + (4 << LOG2) + HEAP_BLOCK + VERIFIED_ENTRY, entry);
+    m.put(entry, &[0x48, 0x81, 0xec, 0x18, 0, 0, 0]);
+    m.put(entry + 7, &[0x48, 0x89, 0x6c, 0x24, 0x10]);
+    for pc in [code, code + 5, entry] {
+        assert_eq!(l.frame_at(&m, pc, true), sized(8, false), "{pc:#x}");
+    }
+    assert_eq!(l.frame_at(&m, entry + 7, true), sized(32, false));
+    // Unknown instructions before the frame is complete: nothing.
+    assert_eq!(l.frame_at(&m, entry + 12, true), None);
+
+    // A stack bang, then `push %rbp; sub $0x20,%rsp` (C1, and C2 with a
+    // bang); a stub without a verified entry of its own.
+    let code = blob(&mut m, 20, 8, 64, 6, 32);
+    m.put(code, &[0x89, 0x84, 0x24, 0, 0xc0, 0xfe, 0xff]);
+    m.put(code + 7, &[0x55]);
+    m.put(code + 8, &[0x48, 0x83, 0xec, 0x20]);
+    for pc in [code, code + 7] {
+        assert_eq!(l.frame_at(&m, pc, true), sized(8, false), "{pc:#x}");
+    }
+    assert_eq!(l.frame_at(&m, code + 8, true), sized(16, true));
+    // `push %rbp; mov %rsp,%rbp` (runtime stubs).
+    m.put(code + 8, &[0x48, 0x89, 0xe5]);
+    assert_eq!(l.frame_at(&m, code + 8, true), sized(16, true));
+    // Not the sampled instruction: the whole frame.
+    assert_eq!(l.frame_at(&m, code + 8, false), sized(48, true));
 }

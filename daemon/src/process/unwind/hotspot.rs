@@ -57,6 +57,8 @@ pub struct CodeCache {
 enum State {
     /// Not looked at yet.
     Unread(u32),
+    /// Looked at before libjvm.so was mapped: looked at again once it is.
+    NoJvm(u32),
     Read(Jvm, Layout),
     /// Not a JVM, or one whose tables did not parse: nothing is known.
     Nothing,
@@ -105,6 +107,13 @@ impl CodeCache {
         }
     }
 
+    /// libjvm.so was mapped: a process that had none is looked at again.
+    pub fn jvm_mapped(&mut self) {
+        if let State::NoJvm(pid) = self.state {
+            self.state = State::Unread(pid);
+        }
+    }
+
     /// The frame of the code at `pc`, an address outside every module: the
     /// sampled instruction when `first`, else a return address's call. At
     /// the first call `libjvm` says where libjvm.so is (the file profd reads
@@ -116,9 +125,10 @@ impl CodeCache {
         libjvm: impl FnOnce() -> Option<(std::path::PathBuf, u64)>,
     ) -> Option<Frame> {
         if let State::Unread(pid) = self.state {
-            self.state = libjvm()
-                .and_then(|(path, bias)| read(pid, &path, bias))
-                .unwrap_or(State::Nothing);
+            self.state = match libjvm() {
+                Some((path, bias)) => read(pid, &path, bias).unwrap_or(State::Nothing),
+                None => State::NoJvm(pid),
+            };
         }
         let State::Read(jvm, layout) = &self.state else {
             return None;

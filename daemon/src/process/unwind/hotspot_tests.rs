@@ -315,7 +315,7 @@ fn blobs_without_a_frame_size_or_unused_are_left_to_frame_pointers() {
 }
 
 #[test]
-fn a_process_without_libjvm_has_no_code_cache_and_is_not_read_again() {
+fn a_process_without_libjvm_has_no_code_cache_until_it_maps_it() {
     let mut cache = CodeCache::of(std::process::id());
     let mut asked = 0;
     for _ in 0..3 {
@@ -326,6 +326,13 @@ fn a_process_without_libjvm_has_no_code_cache_and_is_not_read_again() {
         assert_eq!(frame, None);
     }
     assert_eq!(asked, 1);
+    // Until libjvm.so is mapped (a JVM starting): then it is looked for.
+    cache.jvm_mapped();
+    cache.frame_at(0x1234, false, || {
+        asked += 1;
+        None
+    });
+    assert_eq!(asked, 2);
     assert_eq!(CodeCache::default().frame_at(0x1234, true, || None), None);
 }
 

@@ -242,6 +242,9 @@ impl Unwinder {
         for slot in &gone {
             self.unload(slot);
         }
+        if source.name() == "libjvm.so" {
+            self.hotspot.jvm_mapped();
+        }
         self.slots.insert(
             at,
             Slot {

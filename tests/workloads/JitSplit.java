@@ -16,7 +16,12 @@
  * With `--late FILE`, once FILE exists, each round also calls late → lateLeaf
  * (5 u): code compiled only after that point (never run before it).
  *
- * Usage: java JitSplit SECONDS [--ready] [--late FILE]
+ * With `--calls`, each round runs calls(10 u) in place of work: a loop that
+ * calls tiny, a method of a few instructions, every iteration, so that many
+ * samples fall in tiny's first and last instructions, where its frame is
+ * being built or taken down. calls is 100 % inclusive.
+ *
+ * Usage: java JitSplit SECONDS [--ready] [--late FILE] [--calls]
  */
 import java.io.File;
 
@@ -64,6 +69,18 @@ public class JitSplit {
         sink++;
     }
 
+    static long tiny(long i) {
+        return i * 2654435761L;
+    }
+
+    static void calls(long n) {
+        long s = 0;
+        for (long i = 0; i < n; i++) {
+            s += tiny(i);
+        }
+        sink += s;
+    }
+
     static void late(long u) {
         lateLeaf(5 * u);
         sink++;
@@ -72,16 +89,23 @@ public class JitSplit {
     public static void main(String[] args) {
         double seconds = Double.parseDouble(args[0]);
         boolean ready = false;
+        boolean callsOnly = false;
         File trigger = null;
         for (int i = 1; i < args.length; i++) {
             if (args[i].equals("--ready")) {
                 ready = true;
+            } else if (args[i].equals("--calls")) {
+                callsOnly = true;
             } else if (args[i].equals("--late")) {
                 trigger = new File(args[++i]);
             }
         }
         for (int i = 0; i < WARMUP_ROUNDS; i++) {
-            work(vary(WARMUP_U));
+            if (callsOnly) {
+                calls(10 * vary(WARMUP_U));
+            } else {
+                work(vary(WARMUP_U));
+            }
         }
         if (ready) {
             System.out.println("ready");
@@ -92,6 +116,10 @@ public class JitSplit {
         long rounds = 0;
         while (System.nanoTime() < deadline) {
             long u = vary(U);
+            if (callsOnly) {
+                calls(10 * u);
+                continue;
+            }
             work(u);
             if (lateOn) {
                 late(u);

@@ -1,6 +1,7 @@
 //! End-to-end tests of JIT code, named by perf maps and jitdumps: a JVM
 //! (OpenJDK, `tests/workloads/JitSplit.java`, run with
-//! -XX:+PreserveFramePointer) and node (`tests/workloads/jit_split.js`, with
+//! -XX:+PreserveFramePointer, and without it, when HotSpot's code cache
+//! gives the frame sizes) and node (`tests/workloads/jit_split.js`, with
 //! --perf-basic-prof, and with --perf-prof, which writes a jitdump), each with
 //! a known split under known callers. Both unwinding modes must keep the
 //! callers of compiled frames; the perf map must be read when it is written
@@ -28,6 +29,8 @@ pub(crate) const LEAF_B: &str = "void JitSplit.leafB(long)";
 pub(crate) const MID: &str = "void JitSplit.mid(long)";
 pub(crate) const WORK: &str = "void JitSplit.work(long)";
 pub(crate) const LATE_LEAF: &str = "void JitSplit.lateLeaf(long)";
+const CALLS: &str = "void JitSplit.calls(long)";
+const TINY: &str = "long JitSplit.tiny(long)";
 
 /// Removes a perf map file when dropped (the JVM leaves its own).
 pub(crate) struct PerfMapFile(pub(crate) PathBuf);
@@ -59,12 +62,19 @@ fn jcmd(pid: u32, command: &str) -> String {
 /// ready, and with the methods of its rounds compiled by C2 (their last
 /// tier: no newer code replaces them later).
 fn start_java(flags: &[&str], extra_args: &[&str]) -> Workload {
+    let methods = ["leafA(J)V", "leafB(J)V", "mid(J)V", "work(J)V"];
+    start_java_compiling(flags, extra_args, &methods)
+}
+
+/// The same, waiting for C2 to compile `methods` only (named with their
+/// descriptors, `leafA(J)V`).
+fn start_java_compiling(flags: &[&str], extra_args: &[&str], methods: &[&str]) -> Workload {
     let mut args = vec![LONG.to_string(), "--ready".to_string()];
     args.extend(extra_args.iter().map(|a| a.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let target = Workload::start_command(java_command(flags, &args), "java");
-    for method in ["leafA", "leafB", "mid", "work"] {
-        wait_for_c2(target.pid(), &format!("JitSplit.{method}(J)V"));
+    for method in methods {
+        wait_for_c2(target.pid(), &format!("JitSplit.{method}"));
     }
     target
 }
@@ -122,29 +132,76 @@ fn java_split_and_callers_from_a_map_written_while_running() {
 }
 
 /// Without -XX:+PreserveFramePointer compiled Java code uses rbp as a
-/// general register: the leaves are named with their shares, but the walk
-/// cannot go past them, and the DWARF unwinder counts those stacks as
-/// truncated.
+/// general register: the DWARF unwinder steps through compiled frames by
+/// their frame sizes in HotSpot's code cache (found through its VMStructs),
+/// and the callers are kept.
 #[test]
-fn java_without_frame_pointers_loses_the_callers_as_truncated_stacks() {
+fn java_without_frame_pointers_keeps_the_callers() {
     let h = Harness::start();
     let target = start_java(&["-XX:-PreserveFramePointer"], &[]);
     let _map = PerfMapFile::of(target.pid());
     jcmd(target.pid(), "Compiler.perfmap");
-    let p = attach(&h, &target, "3", &[]);
-    p.assert_pct_within(LEAF_A, Exclusive, 30.0, TOLERANCE);
-    p.assert_pct_within(LEAF_B, Exclusive, 70.0, TOLERANCE);
-    let work = p.rows(WORK).first().map_or(0.0, |f| f.inclusive_pct);
+    let p = attach(&h, &target, "5", &[]);
+    assert_java_split(&p);
+    let truncated = p.totals.truncated;
     assert!(
-        work <= 5.0,
-        "work on {work:.2} % of the stacks:\n{}",
+        truncated * 100 <= 2 * p.totals.attributed,
+        "{truncated} stacks truncated:\n{}",
         p.table()
     );
-    let truncated = p.totals.truncated as f64 / p.totals.attributed as f64;
+}
+
+/// The same with `mid` never compiled: compiled `work` calls it in the
+/// interpreter, which calls compiled `leafB`. The interpreted frame is
+/// stepped by its rbp, and its compiled caller from the sp it saved (the
+/// call grew the caller's frame by the arguments).
+#[test]
+fn java_without_frame_pointers_keeps_the_callers_of_interpreted_frames() {
+    let h = Harness::start();
+    let target = start_java_compiling(
+        &[
+            "-XX:-PreserveFramePointer",
+            "-XX:CompileCommand=exclude,JitSplit::mid",
+        ],
+        &[],
+        &["leafA(J)V", "leafB(J)V", "work(J)V"],
+    );
+    let _map = PerfMapFile::of(target.pid());
+    jcmd(target.pid(), "Compiler.perfmap");
+    let p = attach(&h, &target, "5", &[]);
+    p.assert_pct_within(LEAF_A, Exclusive, 30.0, TOLERANCE);
+    p.assert_pct_within(LEAF_B, Exclusive, 70.0, TOLERANCE);
+    p.assert_pct_within(WORK, Inclusive, 100.0, TOLERANCE);
+    assert!(p.rows(MID).is_empty(), "mid was compiled:\n{}", p.table());
+    let truncated = p.totals.truncated;
     assert!(
-        truncated >= 0.9,
-        "only {:.1} % of the stacks truncated:\n{}",
-        truncated * 100.0,
+        truncated * 100 <= 2 * p.totals.attributed,
+        "{truncated} stacks truncated:\n{}",
+        p.table()
+    );
+}
+
+/// The same with a method of a few instructions called in a loop: many
+/// samples fall in its first and last instructions, where its frame is
+/// being built or taken down, and are stepped by the instruction there.
+#[test]
+fn java_without_frame_pointers_keeps_the_callers_of_tiny_methods() {
+    let h = Harness::start();
+    let target = start_java_compiling(
+        &["-XX:-PreserveFramePointer"],
+        &["--calls"],
+        &["calls(J)V", "tiny(J)J"],
+    );
+    let _map = PerfMapFile::of(target.pid());
+    jcmd(target.pid(), "Compiler.perfmap");
+    let p = attach(&h, &target, "5", &[]);
+    p.assert_pct_within(CALLS, Inclusive, 100.0, TOLERANCE);
+    let tiny = p.rows(TINY).first().map_or(0.0, |f| f.exclusive_pct);
+    assert!(tiny >= 20.0, "tiny has {tiny:.1} %:\n{}", p.table());
+    let truncated = p.totals.truncated;
+    assert!(
+        truncated * 100 <= 2 * p.totals.attributed,
+        "{truncated} stacks truncated:\n{}",
         p.table()
     );
 }

@@ -4,12 +4,14 @@
 //! code, from the daemon-wide budgeted cache (`cache`), and the walk from
 //! the sampled registers to the outermost frame. Frame pointers are used
 //! where a module has no CFI, and in JIT code unless its jitdump gave
-//! tables (`jit`), but through JIT stubs known by their code (`stubs`). It
-//! also finds the caller a frame-pointer callchain skips below a Go
-//! function without a frame.
+//! tables (`jit`), but through JIT stubs known by their code (`stubs`) and
+//! HotSpot's compiled Java code, by the frame sizes in its code cache
+//! (`hotspot`). It also finds the caller a frame-pointer callchain skips
+//! below a Go function without a frame.
 pub mod cache;
 mod elf;
 pub mod gopclntab;
+mod hotspot;
 mod jit;
 mod stubs;
 
@@ -22,6 +24,7 @@ use elf::UNWIND_DATA;
 use elf::{bias, elf_data, Cfi, Data, ElfUnwindData};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Module, Unwinder as _};
+use hotspot::{CodeCache, Frame};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -152,6 +155,8 @@ pub struct Unwinder {
     jit: jit::JitModules,
     /// The JIT stubs of its process, known by their code.
     stubs: Stubs,
+    /// Its JVM's code cache, if it runs HotSpot.
+    hotspot: CodeCache,
     /// The cache's eviction epoch when this one last dropped the tables
     /// evicted.
     epoch: u64,
@@ -168,6 +173,7 @@ impl Default for Unwinder {
             go: Vec::new(),
             jit: jit::JitModules::default(),
             stubs: Stubs::default(),
+            hotspot: CodeCache::default(),
             epoch: UNWIND_DATA.epoch(),
         }
     }
@@ -179,6 +185,7 @@ impl Unwinder {
     pub fn of_process(pid: u32) -> Unwinder {
         Unwinder {
             stubs: Stubs::of(pid),
+            hotspot: CodeCache::of(pid),
             ..Unwinder::default()
         }
     }
@@ -255,6 +262,9 @@ impl Unwinder {
         let gone: Vec<Slot> = self.slots.drain(at..end).collect();
         for slot in &gone {
             self.unload(slot);
+        }
+        if source.name() == "libjvm.so" {
+            self.hotspot.jvm_mapped();
         }
         self.slots.insert(
             at,
@@ -428,14 +438,26 @@ impl Unwinder {
         loop {
             let pc = address.address_for_lookup();
             self.reach(pc, Need::UnwindTables);
+            let outside = self.slot_of(pc).is_none();
             let stub = match address {
-                FrameAddress::ReturnAddress(ra) if self.slot_of(pc).is_none() => {
-                    self.stubs.frame_returning_to(ra.get())
-                }
+                FrameAddress::ReturnAddress(ra) if outside => self
+                    .stubs
+                    .frame_returning_to(ra.get())
+                    .map(|size| Frame::Sized {
+                        size,
+                        saved_bp: false,
+                    }),
                 _ => None,
             };
-            let step = match stub {
-                Some(frame) => Some(stub_step(frame, &mut regs, &mut read_stack)),
+            let jit = stub.or_else(|| {
+                let first = !address.is_return_address();
+                let slots = &self.slots;
+                outside
+                    .then(|| self.hotspot.frame_at(pc, first, || libjvm(slots)))
+                    .flatten()
+            });
+            let step = match jit {
+                Some(frame) => Some(jit_step(frame, &mut regs, &mut read_stack)),
                 None => go_step(&self.go, address, &mut regs, &mut read_stack),
             };
             let caller = match step {
@@ -511,23 +533,48 @@ impl Unwinder {
     }
 }
 
-/// One frame of Go code unwound with its function table: the caller's
-/// return address (None at the outermost frame), with `regs` set to the
-/// caller's. None when `address` is not in Go code.
-/// Step out of a JIT stub's frame of `size` bytes, the return address at
-/// its top, which leaves rbp as it was.
-fn stub_step(
-    size: u64,
+/// Step out of a JIT frame known by its stub or code cache.
+fn jit_step(
+    frame: Frame,
     regs: &mut UnwindRegsX86_64,
     read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
 ) -> Result<Option<u64>, ()> {
-    let cfa = regs.sp().checked_add(size).ok_or(())?;
-    let ra = read_stack(cfa - 8)?;
+    let (cfa, ra) = match frame {
+        // The return address at the frame's top, and, when it saved it, the
+        // caller's rbp below that.
+        Frame::Sized { size, saved_bp } => {
+            let cfa = regs.sp().checked_add(size).ok_or(())?;
+            let ra = read_stack(cfa - 8)?;
+            if saved_bp {
+                regs.set_bp(read_stack(cfa - 16)?);
+            }
+            (cfa, ra)
+        }
+        // rbp's frame, but the caller's sp from below rbp: above rbp's
+        // frame (an interpreted caller's, or the call stub's), or its end.
+        Frame::Interpreted => {
+            let bp = regs.bp();
+            let ra = read_stack(bp.checked_add(8).ok_or(())?)?;
+            let sender = read_stack(bp.checked_sub(hotspot::SENDER_SP).ok_or(())?)?;
+            let cfa = sender.max(bp + 16);
+            if cfa - bp > MAX_STACK_BYTES as u64 {
+                return Err(());
+            }
+            regs.set_bp(read_stack(bp)?);
+            (cfa, ra)
+        }
+    };
+    if cfa <= regs.sp() {
+        return Err(());
+    }
     regs.set_sp(cfa);
     regs.set_ip(ra);
     Ok(Some(ra))
 }
 
+/// One frame of Go code unwound with its function table: the caller's
+/// return address (None at the outermost frame), with `regs` set to the
+/// caller's. None when `address` is not in Go code.
 fn go_step(
     go: &[GoModule],
     address: FrameAddress,
@@ -563,6 +610,15 @@ fn go_step(
         Ok(Some(ra))
     };
     Some(step())
+}
+
+/// Where libjvm.so is among `slots`: the file profd reads and its load
+/// bias.
+fn libjvm(slots: &[Slot]) -> Option<(PathBuf, u64)> {
+    let slot = slots.iter().find(|s| s.source.name() == "libjvm.so")?;
+    let path = slot.source.readable().to_path_buf();
+    let loads = crate::process::maps::Segments::read(&path)?;
+    Some((path, bias(&loads, slot.avma.start, slot.pgoff)?))
 }
 
 #[cfg(test)]

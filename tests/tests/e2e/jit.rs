@@ -93,6 +93,16 @@ pub(crate) fn attach(h: &Harness, target: &Workload, secs: &str, extra: &[&str])
     p
 }
 
+/// At most `pct` % of the stacks of `p` were cut short.
+fn assert_truncated_at_most(p: &Profile, pct: u64) {
+    let truncated = p.totals.truncated;
+    assert!(
+        truncated * 100 <= pct * p.totals.attributed,
+        "{truncated} stacks truncated:\n{}",
+        p.table()
+    );
+}
+
 /// The share of samples whose innermost frame is unnamed JIT code.
 pub(crate) fn unnamed_jit_pct(p: &Profile) -> f64 {
     p.functions
@@ -121,12 +131,7 @@ fn java_split_and_callers_from_a_map_written_while_running() {
     jcmd(target.pid(), "Compiler.perfmap");
     let dwarf = attach(&h, &target, "5", &[]);
     assert_java_split(&dwarf);
-    let truncated = dwarf.totals.truncated;
-    assert!(
-        truncated * 100 <= dwarf.totals.attributed,
-        "{truncated} stacks truncated:\n{}",
-        dwarf.table()
-    );
+    assert_truncated_at_most(&dwarf, 1);
     let fp = attach(&h, &target, "5", &["--unwind", "fp"]);
     assert_java_split(&fp);
 }
@@ -143,12 +148,7 @@ fn java_without_frame_pointers_keeps_the_callers() {
     jcmd(target.pid(), "Compiler.perfmap");
     let p = attach(&h, &target, "5", &[]);
     assert_java_split(&p);
-    let truncated = p.totals.truncated;
-    assert!(
-        truncated * 100 <= 2 * p.totals.attributed,
-        "{truncated} stacks truncated:\n{}",
-        p.table()
-    );
+    assert_truncated_at_most(&p, 2);
 }
 
 /// The same with `mid` never compiled: compiled `work` calls it in the
@@ -173,12 +173,7 @@ fn java_without_frame_pointers_keeps_the_callers_of_interpreted_frames() {
     p.assert_pct_within(LEAF_B, Exclusive, 70.0, TOLERANCE);
     p.assert_pct_within(WORK, Inclusive, 100.0, TOLERANCE);
     assert!(p.rows(MID).is_empty(), "mid was compiled:\n{}", p.table());
-    let truncated = p.totals.truncated;
-    assert!(
-        truncated * 100 <= 2 * p.totals.attributed,
-        "{truncated} stacks truncated:\n{}",
-        p.table()
-    );
+    assert_truncated_at_most(&p, 2);
 }
 
 /// The same with a method of a few instructions called in a loop: many
@@ -198,12 +193,7 @@ fn java_without_frame_pointers_keeps_the_callers_of_tiny_methods() {
     p.assert_pct_within(CALLS, Inclusive, 100.0, TOLERANCE);
     let tiny = p.rows(TINY).first().map_or(0.0, |f| f.exclusive_pct);
     assert!(tiny >= 20.0, "tiny has {tiny:.1} %:\n{}", p.table());
-    let truncated = p.totals.truncated;
-    assert!(
-        truncated * 100 <= 2 * p.totals.attributed,
-        "{truncated} stacks truncated:\n{}",
-        p.table()
-    );
+    assert_truncated_at_most(&p, 2);
 }
 
 /// `-XX:+DumpPerfMapAtExit` writes the map as the JVM exits: `profctl run`'s
@@ -481,12 +471,7 @@ fn node_split_and_callers_from_its_jitdump() {
             p.table()
         );
         if p.unwind == "dwarf" {
-            let truncated = p.totals.truncated;
-            assert!(
-                truncated * 100 <= p.totals.attributed,
-                "{truncated} stacks truncated:\n{}",
-                p.table()
-            );
+            assert_truncated_at_most(&p, 1);
         }
     }
 }

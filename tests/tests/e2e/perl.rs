@@ -28,14 +28,17 @@ fn perl_subs_split_under_their_caller() {
 
 /// The pprof export carries each Perl frame's file and line: `go tool
 /// pprof -lines` puts hot_a's time on its lines in pl_split.pl (its `sub`
-/// and the seven lines of its body, two of them at least: the loop's
-/// lines, each a good part of the time), and nowhere else.
+/// and the seven lines of its body), and nowhere else. Perl moves its
+/// current line at statements of the loop's line only (the C-style loop's
+/// body runs at line 30), and at the sub's first line for the moment after
+/// a call, so one line holds nearly all of hot_a's time: one at least is
+/// asked for.
 #[test]
 fn perl_lines_reach_go_pprof() {
     let h = Harness::start();
     let (_w, p) = PERL.profile(&h.daemon, "split");
     PERL.check_read(&p, "main::RUNTIME");
-    PERL.hot_a_lines_reach_go_pprof(&h.daemon, &p, 7, 2);
+    PERL.hot_a_lines_reach_go_pprof(&h.daemon, &p, 7, 1);
 }
 
 /// A sub recursing five levels deep counts once per sample.

@@ -30,9 +30,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Module name of functions found in perf maps.
-pub const JIT_MODULE: &str = "[jit]";
-
 /// How long the symbolizer keeps the data of a file (or of kallsyms) that
 /// no request used, when within its budget: longer than the gaps between
 /// the short sessions of a script, which would otherwise parse them again

@@ -2,11 +2,13 @@
 //! at one moment. The jitdump is asked first (it knows which of two loads
 //! at an address came later, and the source lines); the perf map names
 //! what it does not. Reading the files belongs to `maps`.
-use super::blaze::JIT_MODULE;
 use super::frame::Frame;
 use super::jitdump::JitDumpTable;
 use super::perfmap::PerfMapTable;
 use std::sync::Arc;
+
+/// Module name of the JIT code perf maps and jitdumps name.
+pub const JIT_MODULE: &str = "[jit]";
 
 /// A process's perf map and jitdump tables (None: not looked for, or the
 /// process was let go of with none).

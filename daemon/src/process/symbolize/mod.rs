@@ -31,8 +31,8 @@ mod vdso;
 
 use crate::memory::Tidy;
 use crate::process::maps::ProcessMaps;
-pub use blaze::JIT_MODULE;
 pub use frame::{Frame, FrameName};
+pub use jitnames::JIT_MODULE;
 pub use profd_common::model::is_kernel;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

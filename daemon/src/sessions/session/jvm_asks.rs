@@ -9,7 +9,7 @@ use crate::process::jvm::{self, Asker, Unnamed};
 use crate::process::maps::is_jit_candidate;
 use crate::process::symbolize::is_kernel;
 use crate::sampling::BAD_USER_FRAME;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// How often a session looks for unnamed JIT code of JVMs.
@@ -27,17 +27,20 @@ impl Actor {
     /// waiting for their map) that may not be named, with those addresses.
     fn unnamed_jvm_code(&self) -> Vec<Unnamed> {
         let spaces = &self.ingest.spaces;
-        let jvms: HashSet<usize> = (0..spaces.list.len())
-            .filter(|&i| jvm::is_jvm(&spaces.list[i].maps))
-            .collect();
-        if jvms.is_empty() {
-            return Vec::new();
-        }
+        // Whether a space runs a JVM, looked at only for the spaces of the
+        // addresses met.
+        let mut jvms: HashMap<usize, bool> = HashMap::new();
         let mut by_space: HashMap<usize, Vec<u64>> = HashMap::new();
         let addrs = self.ingest.pending.iter().chain(self.unnamed_jit.addrs());
         for &tagged in addrs {
             let (space, addr) = untag(tagged);
-            if is_kernel(addr) || addr == BAD_USER_FRAME || !jvms.contains(&space) {
+            if is_kernel(addr) || addr == BAD_USER_FRAME {
+                continue;
+            }
+            let is_jvm = *jvms
+                .entry(space)
+                .or_insert_with(|| jvm::is_jvm(spaces.maps(space)));
+            if !is_jvm {
                 continue;
             }
             let in_jit = spaces

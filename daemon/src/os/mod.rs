@@ -67,6 +67,28 @@ impl AsRawFd for PidFd {
     }
 }
 
+/// Run `f` on a thread of its own whose effective user and group are `uid`
+/// and `gid`, so that the kernel checks what it does as it checks that
+/// user's own calls. Linux keeps credentials per thread (rustix sets them
+/// on the calling thread only, not process-wide as libc's setresuid does):
+/// the daemon's other threads keep theirs, and these end with the thread.
+/// Needs CAP_SETGID and CAP_SETUID.
+pub fn as_user<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+    use rustix::thread::{set_thread_res_gid, set_thread_res_uid};
+    std::thread::scope(|scope| {
+        let thread = scope.spawn(|| {
+            set_thread_res_gid(None, rustix::fs::Gid::from_raw(gid), None)?;
+            set_thread_res_uid(None, rustix::fs::Uid::from_raw(uid), None)?;
+            Ok(f())
+        });
+        thread.join().unwrap_or_else(|_| {
+            Err(io::Error::other(
+                "the thread acting as another user panicked",
+            ))
+        })
+    })
+}
+
 /// Keep the daemon's heap compact: glibc's malloc raises its mmap threshold
 /// each time a large block is freed, after which the batches of stack
 /// copies (hundreds of KiB, short-lived) come from the heap and leave holes

@@ -29,6 +29,8 @@ pub const UNIT_CAPS: &[&str] = &[
     "CAP_DAC_READ_SEARCH",
     "CAP_CHECKPOINT_RESTORE",
     "CAP_BPF",
+    "CAP_SETUID",
+    "CAP_SETGID",
 ];
 
 /// The highest `systemd-analyze security` exposure accepted for profd.service
@@ -253,7 +255,7 @@ fn service_is_hardened_with_exactly_its_capabilities() {
         [
             "@system-service perf_event_open",
             "~@privileged @resources",
-            "bpf"
+            "bpf setresuid"
         ]
     );
     assert_eq!(unit.one("Unit", "Requires"), "profd.socket");

@@ -63,18 +63,6 @@ fn socket(target: &Target, euid: u32) -> Option<PathBuf> {
     (meta.file_type().is_socket() && meta.uid() == euid).then_some(path)
 }
 
-/// What to do when the kernel refused a step for want of `cap` (the JVM
-/// runs as `uid`, another user than profd's): nothing to add otherwise.
-fn not_allowed(e: &std::io::Error, target: &Target, uid: u32, cap: &str) -> String {
-    match e.kind() {
-        std::io::ErrorKind::PermissionDenied => format!(
-            " (the JVM runs as uid {uid}, and profd lacks {cap}: run `jcmd {} Compiler.perfmap` as its user)",
-            target.pid
-        ),
-        _ => String::new(),
-    }
-}
-
 /// Removes the trigger file profd made, when dropped.
 struct Trigger(Option<PathBuf>);
 
@@ -86,10 +74,9 @@ impl Drop for Trigger {
     }
 }
 
-/// Make the trigger file in the JVM's working directory, else its /tmp:
-/// HotSpot takes one owned by its user or by root, so profd's own (root's)
-/// does. None if one was there already (another client's: it is left for
-/// it to remove).
+/// Make the trigger file in the JVM's working directory, else its /tmp
+/// (HotSpot takes one owned by its user or by root). None if one was there
+/// already (another client's: it is left for it to remove).
 fn trigger(target: &Target) -> Result<Trigger, AttachError> {
     let name = format!(".attach_pid{}", target.ns_pid);
     let mut last = None;
@@ -132,11 +119,7 @@ pub fn jcmd(
         }
     };
     let mut stream = UnixStream::connect(&path).map_err(|e| {
-        AttachError::Failed(format!(
-            "connecting to .java_pid{}: {e}{}",
-            target.ns_pid,
-            not_allowed(&e, target, creds.0, "CAP_DAC_OVERRIDE")
-        ))
+        AttachError::Failed(format!("connecting to .java_pid{}: {e}", target.ns_pid))
     })?;
     let io = |e: std::io::Error| match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
@@ -174,12 +157,9 @@ fn start_listener(target: &Target, creds: (u32, u32)) -> Result<PathBuf, AttachE
         return Err(AttachError::Failed("the JVM has exited".into()));
     }
     let _trigger = trigger(target)?;
-    pidfd.quit().map_err(|e| {
-        AttachError::Failed(format!(
-            "sending SIGQUIT: {e}{}",
-            not_allowed(&e, target, creds.0, "CAP_KILL")
-        ))
-    })?;
+    pidfd
+        .quit()
+        .map_err(|e| AttachError::Failed(format!("sending SIGQUIT: {e}")))?;
     let deadline = Instant::now() + WAIT;
     let mut pause = Duration::from_millis(10);
     loop {

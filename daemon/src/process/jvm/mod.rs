@@ -233,7 +233,20 @@ fn ask_now(target: &Target) -> (Outcome, String) {
     let Some(creds) = attachable::credentials(target) else {
         return (Outcome::Error, "its credentials cannot be read".into());
     };
-    match attach::jcmd(target, creds, may_signal, "Compiler.perfmap") {
+    // As jcmd run by the JVM's user: its trigger file, its signal and its
+    // socket (mode 0600) are that user's. A JVM of profd's own user is asked
+    // as profd is.
+    let ask = || attach::jcmd(target, creds, may_signal, "Compiler.perfmap");
+    let answer = match creds.0 == rustix::process::geteuid().as_raw() {
+        true => ask(),
+        false => crate::os::as_user(creds.0, creds.1, ask).unwrap_or_else(|e| {
+            Err(attach::AttachError::Failed(format!(
+                "taking the JVM's user (uid {}): {e} (profd needs CAP_SETUID and CAP_SETGID)",
+                creds.0
+            )))
+        }),
+    };
+    match answer {
         Ok((0, _)) => (Outcome::Ok, String::new()),
         Ok((code, output)) => (Outcome::Refused, format!("return code {code}: {output}")),
         Err(attach::AttachError::Timeout(why)) => (Outcome::Timeout, why),

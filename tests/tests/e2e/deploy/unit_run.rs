@@ -4,8 +4,8 @@
 //! its own in which the targets' directories are hidden (as PrivateTmp hides
 //! /tmp), and only the unit's capabilities (setpriv, no new privileges).
 //! With all of them, profd names the functions of another user's private
-//! binary, of a deleted binary, of the kernel and of a Python script;
-//! without any one of them,
+//! binary, of a deleted binary, of the kernel and of a Python script, and
+//! asks another user's JVM for its perf map; without any one of them,
 //! something it must do fails. Under strace, every system call it makes is
 //! one the unit's SystemCallFilter allows.
 
@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use profd_e2e::users::{chmod, public_dir, test_users, User};
 use profd_e2e::{
-    bin, build_workload, path_str, read_sysctl, require_root_and_perf, serial, unique_dir,
-    CmdOutput, Profile, Workload,
+    bin, build_workload, java_classes, path_str, read_sysctl, require_root_and_perf, serial,
+    unique_dir, CmdOutput, Profile, Workload, JAVA_FLAGS,
 };
 
 use super::{deploy, tool, Unit, UNIT_CAPS};
@@ -245,6 +245,10 @@ struct Targets {
     kernel: Workload,
     /// Debian's python3 running tests/workloads/py_split.py.
     python: Workload,
+    /// A JVM of alice's running tests/workloads/JitSplit.java, with no
+    /// perf map but what profd has it write (removed at the end).
+    jvm: Workload,
+    _jvm_map: crate::jit::PerfMapFile,
 }
 
 impl Targets {
@@ -286,12 +290,31 @@ impl Targets {
         let mut command = alice.command(Path::new("/usr/bin/python3"));
         command.arg(&script).args(["120", "split"]);
         let python = Workload::start_command(command, "python3");
+
+        let classes = public_dir("java");
+        std::fs::copy(
+            java_classes().join("JitSplit.class"),
+            classes.join("JitSplit.class"),
+        )
+        .unwrap();
+        chmod(&classes.join("JitSplit.class"), 0o644);
+        let mut command = alice.command(Path::new("/usr/bin/java"));
+        command
+            .current_dir(&classes)
+            .args(JAVA_FLAGS)
+            .arg("-cp")
+            .arg(&classes)
+            .args(["JitSplit", "120", "--ready"]);
+        let jvm = Workload::start_command(command, "java");
+        let _jvm_map = crate::jit::PerfMapFile::of(jvm.pid());
         Targets {
             hidden,
             private,
             deleted,
             kernel,
             python,
+            jvm,
+            _jvm_map,
         }
     }
 }
@@ -334,6 +357,8 @@ enum Scenario {
     KernelNames,
     /// Python functions, read at each sample.
     PythonFrames,
+    /// A JVM of another user asked for its perf map.
+    JvmAsked,
 }
 
 /// Runs the scenarios against a daemon; returns which worked, with the
@@ -395,10 +420,40 @@ fn run_scenarios(
                         )
                     })
             }),
+            Scenario::JvmAsked => {
+                // The map an earlier daemon had written would name the
+                // code: this daemon must ask for its own.
+                let map = format!("/tmp/perf-{}.map", targets.jvm.pid());
+                let _ = std::fs::remove_file(map);
+                daemon
+                    .profile(targets.jvm.pid())
+                    .and_then(|_| jvm_asked(daemon, targets.jvm.pid()))
+            }
         };
         results.insert(scenario, result);
     }
     results
+}
+
+/// What `profctl info` says of the daemon's ask of JVM `pid` for its perf
+/// map, once the ask has an answer (the session asks it off its thread:
+/// info is read again until it lists the JVM, for 20 s at most); Err
+/// unless the JVM wrote its map.
+fn jvm_asked(daemon: &UnitDaemon, pid: u32) -> Result<(), String> {
+    let prefix = format!("jvm pid {pid}:");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info = daemon.profctl(&["info"]).stdout;
+        let line = info.lines().map(str::trim).find(|l| l.starts_with(&prefix));
+        match line {
+            Some(l) if l.contains(": ok at") => return Ok(()),
+            Some(l) => return Err(l.to_string()),
+            None if Instant::now() > deadline => {
+                return Err(format!("the JVM was not asked:\n{info}"))
+            }
+            None => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
 }
 
 /// The unit's capability set is what profd.service says, and it is enough:
@@ -429,6 +484,7 @@ fn unit_capabilities_are_enough_and_each_is_needed() {
         Scenario::DeletedBinary,
         Scenario::KernelNames,
         Scenario::PythonFrames,
+        Scenario::JvmAsked,
     ];
     let scenarios: Vec<Scenario> = all
         .into_iter()
@@ -455,6 +511,8 @@ fn unit_capabilities_are_enough_and_each_is_needed() {
         ("CAP_CHECKPOINT_RESTORE", Scenario::DeletedBinary),
         ("CAP_SYSLOG", Scenario::KernelNames),
         ("CAP_BPF", Scenario::PythonFrames),
+        ("CAP_SETUID", Scenario::JvmAsked),
+        ("CAP_SETGID", Scenario::JvmAsked),
     ] {
         if breaks == Scenario::KernelNames && !(kernel_names_testable && syslog_needed) {
             eprintln!("{missing}: kernel addresses are shown to all here, not checked");
@@ -600,7 +658,11 @@ fn unit_syscall_filter_allows_every_call_profd_makes() {
     let results = run_scenarios(
         &daemon,
         &targets,
-        &[Scenario::PrivateBinary, Scenario::DeletedBinary],
+        &[
+            Scenario::PrivateBinary,
+            Scenario::DeletedBinary,
+            Scenario::JvmAsked,
+        ],
     );
     for (scenario, result) in results {
         result.unwrap_or_else(|reason| panic!("{scenario:?} under strace: {reason}"));

@@ -386,8 +386,12 @@ fn windows_survive_a_restart_and_count_once() {
     for pair in after.windows.windows(2) {
         assert!(pair[0].end_unix_ns <= pair[1].start_unix_ns, "{pair:?}");
     }
-    let to_ms = (after.windows.last().unwrap().end_unix_ns / 1_000_000 + 1).to_string();
-    let p = query(&d, &["--from", "0", "--to", &to_ms]);
+    // Up to the end of the last window listed (RFC 3339 to the
+    // millisecond): a query takes the windows that start before it, so
+    // those listed and none cut since.
+    let end = UNIX_EPOCH + Duration::from_nanos(after.windows.last().unwrap().end_unix_ns);
+    let to = humantime::format_rfc3339_millis(end).to_string();
+    let p = query(&d, &["--from", "0", "--to", &to]);
     let sum: u64 = after
         .windows
         .iter()

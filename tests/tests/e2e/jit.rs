@@ -93,6 +93,16 @@ pub(crate) fn attach(h: &Harness, target: &Workload, secs: &str, extra: &[&str])
     p
 }
 
+/// Under 1 % of the samples of `p` are in JIT code no map named.
+pub(crate) fn assert_jit_named(p: &Profile) {
+    let unnamed = unnamed_jit_pct(p);
+    assert!(
+        unnamed < 1.0,
+        "{unnamed:.2} % in unnamed JIT code:\n{}",
+        p.table()
+    );
+}
+
 /// At most `pct` % of the stacks of `p` were cut short.
 fn assert_truncated_at_most(p: &Profile, pct: u64) {
     let truncated = p.totals.truncated;
@@ -291,12 +301,7 @@ fn run_to_exit(h: &Harness, command: &[String]) -> Profile {
         "leafB has {b_share:.2} % of the leaves' samples:\n{}",
         p.table()
     );
-    let unnamed = unnamed_jit_pct(&p);
-    assert!(
-        unnamed < 1.0,
-        "{unnamed:.2} % in unnamed JIT code:\n{}",
-        p.table()
-    );
+    assert_jit_named(&p);
     // Every later view of the ended session has the names too.
     let id = p.session_id.to_string();
     let again = Profile::parse(&h.daemon.profctl(&["export", &id, "--format", "json"]));
@@ -345,12 +350,7 @@ fn java_code_compiled_after_the_map_is_named_once_it_is_rewritten() {
     jcmd(pid, "Compiler.perfmap");
     let after = Profile::parse(&session.wait(Duration::from_secs(60)));
     eprintln!("after the rewrite:\n{}", after.table());
-    let unnamed = unnamed_jit_pct(&after);
-    assert!(
-        unnamed < 1.0,
-        "{unnamed:.2} % in unnamed JIT code:\n{}",
-        after.table()
-    );
+    assert_jit_named(&after);
     // Named for all its samples: those before the rewrite too.
     let late = after.function(LATE_LEAF).exclusive;
     assert!(
@@ -464,12 +464,7 @@ fn node_split_and_callers_from_its_jitdump() {
             p.table()
         );
         assert_js_split(&p);
-        let unnamed = unnamed_jit_pct(&p);
-        assert!(
-            unnamed < 1.0,
-            "{unnamed:.2} % in unnamed JIT code:\n{}",
-            p.table()
-        );
+        assert_jit_named(&p);
         if p.unwind == "dwarf" {
             assert_truncated_at_most(&p, 1);
         }
@@ -570,10 +565,5 @@ runpy.run_path(sys.argv[0], run_name="__main__")"#;
             p.table()
         );
     }
-    let unnamed = unnamed_jit_pct(&p);
-    assert!(
-        unnamed < 1.0,
-        "{unnamed:.2} % in unnamed JIT code:\n{}",
-        p.table()
-    );
+    assert_jit_named(&p);
 }

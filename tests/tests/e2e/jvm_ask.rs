@@ -13,8 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::jit::{
-    assert_java_split, attach, in_own_mount_namespace, unnamed_jit_pct, PerfMapFile, LATE_LEAF,
-    LEAF_A, LEAF_B, LONG, MID, MIN_SAMPLES, TOLERANCE, WORK,
+    assert_java_split, assert_jit_named, attach, in_own_mount_namespace, unnamed_jit_pct,
+    PerfMapFile, LATE_LEAF, LEAF_A, LEAF_B, LONG, MID, MIN_SAMPLES, TOLERANCE, WORK,
 };
 use profd_e2e::{
     java_classes, java_command, metrics, require_root_and_perf, serial, tls::free_port, unique_dir,
@@ -73,12 +73,7 @@ fn named_over_a_recompilation(h: &Harness, target: &Workload, late: &Path) {
     eprintln!("{}", p.table());
     let total = p.totals.attributed;
     assert!(total >= MIN_SAMPLES, "too few samples:\n{}", p.table());
-    let unnamed = unnamed_jit_pct(&p);
-    assert!(
-        unnamed < 1.0,
-        "{unnamed:.2} % in unnamed JIT code:\n{}",
-        p.table()
-    );
+    assert_jit_named(&p);
     // The late code: named, for a good part of the time (its caller, run
     // a few hundred times a second, is interpreted for a while).
     let late_leaf = p.function(LATE_LEAF).exclusive;
@@ -317,8 +312,7 @@ fn java_attached_after_its_warm_up_is_named_without_jcmd() {
     let _map = PerfMapFile::of(target.pid());
     let p = attach(&h, &target, "6", &[]);
     assert_java_split(&p);
-    let unnamed = unnamed_jit_pct(&p);
-    assert!(unnamed < 1.0, "{unnamed:.2} % unnamed:\n{}", p.table());
+    assert_jit_named(&p);
 }
 
 /// A JVM run with -Xrs leaves SIGQUIT to its default action, ending it: it

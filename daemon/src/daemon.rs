@@ -238,6 +238,7 @@ impl Daemon {
         crate::process::jvm::JVMS.set(ask.is_some(), ask.unwrap_or_default());
         let mut sampler = sampling::Sampler::new(cpus);
         sampler.ring_pages = config.ring_pages;
+        sampler.drain_every = config.drain_interval;
         let pool = sampler.pool();
         let source = Arc::new(sampler);
         let symbolizer = symbolize::BlazeSymbolizer::with_debuginfod(

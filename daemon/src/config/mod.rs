@@ -14,6 +14,7 @@ pub use error::{ReadError, SettingsError};
 pub use schema::{Flag, Flags, Layer, ParseError, Setting};
 
 use crate::process::symbolize::{debuginfod, Naming};
+use crate::sampling;
 use crate::serve::auth::{Grant, TlsFiles};
 use crate::serve::{conns, kernel_view};
 use crate::sessions::registry;
@@ -47,6 +48,8 @@ pub struct Config {
     /// Data pages of each CPU ring (a power of two); None: 128, or 512 for
     /// sessions that copy user stacks.
     pub ring_pages: Option<usize>,
+    /// How long after its last drain an undrained ring is drained.
+    pub drain_interval: Duration,
     /// Serve Prometheus metrics over plain HTTP on this address.
     pub metrics: Option<SocketAddr>,
     /// A listening Unix socket passed by systemd (socket activation): served
@@ -100,6 +103,7 @@ impl Config {
             remote: None,
             persist: None,
             ring_pages: None,
+            drain_interval: sampling::DRAIN_EVERY,
             metrics: None,
             activated: None,
             kernel_frames: kernel_view::Setting::Auto,
@@ -361,6 +365,13 @@ settings! {
         default: None,
         help: "Data pages of each per-CPU ring, a power of two (config: ring_pages; default: two seconds of samples at the session's frequency, from 32 up to 128 pages, or up to 512 for sessions that copy user stacks; continuous profiling's: one second). Smaller rings lose samples (counted as lost) under load",
     };
+    DRAIN_INTERVAL: u64 = Setting {
+        key: "drain_interval",
+        flag: flag("drain-interval", "SECS"),
+        ty: SECONDS,
+        default: Some(|| sampling::DRAIN_EVERY.as_secs()),
+        help: "Seconds after its last drain that a ring is drained when neither its watermark nor a view or a session's end drained it: how late the daemon-wide counts may be. Each drain wakes profd, so a quiet host is cheaper with a longer interval (config: drain_interval; default 1)",
+    };
     STATE_DIR: PathBuf = Setting {
         key: "state.dir",
         flag: flag("state-dir", "DIR"),
@@ -619,6 +630,7 @@ pub fn settings(file: Option<(PathBuf, Layer)>, flags: Layer) -> Result<Settings
     config.socket_group = m.get(&SOCKET_GROUP);
     config.grants = grants;
     config.ring_pages = m.get(&RING_PAGES);
+    config.drain_interval = Duration::from_secs(m.get_or_default(&DRAIN_INTERVAL));
     config.limits = registry::Limits {
         max_sessions: m.get_or_default(&MAX_SESSIONS),
         max_sessions_per_caller: m.get_or_default(&MAX_SESSIONS_PER_CALLER),

@@ -113,6 +113,9 @@ pub struct Sampler {
     cpus: Vec<u32>,
     /// Data pages of each ring, when not the default.
     pub ring_pages: Option<usize>,
+    /// How long after its last drain a ring is drained when nothing else
+    /// drained it ([`DRAIN_EVERY`] unless set).
+    pub drain_every: Duration,
     groups: Mutex<HashMap<EventSpec, Group>>,
     counters: Arc<Counters>,
     /// Spare batches of every ring.
@@ -172,7 +175,8 @@ pub trait SampleSource: Send + Sync {
 /// after its last drain: the bound on how late the daemon-wide counts and a
 /// session without viewers are. Views flush the rings first, so this is not
 /// how stale a view is; each drain is a wakeup of the daemon, which on an
-/// idle ring costs more than the drain.
+/// idle ring costs more than the drain. The `drain_interval` setting
+/// changes it.
 pub const DRAIN_EVERY: Duration = Duration::from_secs(1);
 
 /// Data pages per CPU ring.
@@ -213,6 +217,7 @@ impl Sampler {
         Sampler {
             cpus,
             ring_pages: None,
+            drain_every: DRAIN_EVERY,
             groups: Mutex::new(HashMap::new()),
             counters: Arc::default(),
             pool: BatchPool::default(),
@@ -281,6 +286,7 @@ impl Sampler {
             backlog,
             flush_rx,
             stop_rx,
+            self.drain_every,
         ));
         Ok(Group {
             routes,
@@ -503,8 +509,9 @@ async fn run_group(
     backlog: Option<Arc<Backlog>>,
     mut flush: mpsc::UnboundedReceiver<(Flush, u64, oneshot::Sender<()>)>,
     mut stop: watch::Receiver<bool>,
+    drain_every: Duration,
 ) {
-    let mut tick = tokio::time::interval(DRAIN_EVERY);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + drain_every, drain_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut heads = Vec::with_capacity(rings.len());
     let backlog = backlog.as_ref();
@@ -540,7 +547,7 @@ async fn run_group(
         drain(
             &mut rings, &mut heads, &mut demux, &routes, &counters, backlog, None,
         );
-        // The timer drains what the rings hold DRAIN_EVERY after the last
+        // The timer drains what the rings hold drain_every after the last
         // drain: busy rings are drained at their watermark alone, in even,
         // large drains.
         tick.reset();

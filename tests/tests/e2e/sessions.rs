@@ -557,12 +557,13 @@ fn stop_ends_a_running_session() {
 }
 
 /// A view counts what was sampled up to the moment it is asked for, not what
-/// the rings' last timed drain (a second apart) delivered: well within the
-/// first second of a session, an export of it already holds the target's
-/// samples.
+/// the rings' last timed drain delivered: with the timed drain held off (an
+/// hour apart), an export of the session already holds the samples of the
+/// target's CPU time just before the question, which only the drain the
+/// export itself asks for can have delivered.
 #[test]
 fn a_view_counts_samples_up_to_the_question() {
-    let h = Harness::start();
+    let h = Harness::start_with(&["--drain-interval", "3600"]);
     let target = Workload::start("split", LONG);
     let pid = target.pid_arg();
     // A watch that asks for nothing during the test (its first view is at

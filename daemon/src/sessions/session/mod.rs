@@ -429,7 +429,7 @@ impl Actor {
                         // A view, an export or a histogram counts everything
                         // sampled up to the question: the rings are drained
                         // first (else at their watermark, or up to
-                        // DRAIN_EVERY late). A summary's counts may be late;
+                        // the drain interval late). A summary's counts may be late;
                         // a stop drains them exactly in `end`.
                         let reads_samples = matches!(
                             cmd,

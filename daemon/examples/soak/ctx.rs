@@ -1,7 +1,7 @@
-//! What every task of the soak shares: the deadlines, reproducible random
-//! choices, the failed checks and notes, the counters, the pool of
-//! connections with a unary call that records failures and latencies, and
-//! the check that a profile adds up.
+//! What every task of the soak shares: the deadlines and latency bounds,
+//! reproducible random choices, the failed checks and notes, the counters,
+//! the pool of connections with a unary call that records failures and
+//! latencies and checks its bound, and the check that a profile adds up.
 use profd_common::api::{self, profiler_client::ProfilerClient, SessionState};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -14,8 +14,27 @@ use tonic::transport::Channel;
 
 /// Longest a unary RPC or the opening of a Watch stream may take.
 pub const RPC_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest a Watch stream may go without a message, beyond its interval.
+/// Longest a Watch stream may go without a message, beyond its interval,
+/// before its watcher gives up on it.
 pub const STALL: Duration = Duration::from_secs(20);
+/// Longest a Watch update may come after the one before it, beyond the
+/// stream's interval (slow readers aside). Eight 45 s runs of the dev
+/// build on a 2-CPU machine with other builds running (load average 9 to
+/// 31) measured at most 0.83 s (0.27 s to 0.83 s a run, often a final
+/// update): the bound is more than three times that. What it catches: a
+/// session whose actor stalls for seconds, as a look-up of a gone
+/// process's /proc entries does while its exit tears them down (6 s and
+/// more), holds up every update of every watcher of that session; a stall
+/// longer than the bound and the stream's interval (at most 1 s) fails
+/// here, where [`STALL`] alone would let 20 s pass.
+pub const LATE_BOUND: Duration = Duration::from_secs(3);
+/// Longest a unary call may take to be answered, and a Watch stream to
+/// bring its first update. The same eight runs measured at most 0.88 s (a
+/// Stop; 0.28 s to 0.88 s a run): the bound is more than three times that.
+/// A call that waits on a stalled session (its Stop, its profile,
+/// ListSessions, which asks every session) fails here, where
+/// [`RPC_TIMEOUT`] alone would let 30 s pass.
+pub const CALL_BOUND: Duration = Duration::from_secs(3);
 /// How long slow watchers sleep between reads while the churn runs.
 pub const SLOW_PAUSE: Duration = Duration::from_secs(5);
 /// Shared connections for control RPCs and most watchers.
@@ -130,11 +149,25 @@ pub struct Stats {
     pub rows: AtomicU64,
     pub profile_checks: AtomicU64,
     pub folded_checks: AtomicU64,
-    pub max_lateness_ms: AtomicU64,
     pub repeated_failures: AtomicU64,
     pub snapshots: AtomicU64,
     pub snapshot_rows: AtomicU64,
     pub resumed_rows: AtomicU64,
+}
+
+/// The longest of some delays, and what it was.
+#[derive(Default, Clone)]
+pub struct Worst {
+    pub by: Duration,
+    pub what: String,
+}
+
+impl Worst {
+    pub fn see(&mut self, by: Duration, what: impl FnOnce() -> String) {
+        if by > self.by {
+            *self = Worst { by, what: what() };
+        }
+    }
 }
 
 pub fn bump(c: &AtomicU64) {
@@ -154,6 +187,10 @@ pub struct Ctx {
     pub finals: Mutex<HashMap<u64, Vec<api::Session>>>,
     /// Unary RPC latencies in ms.
     pub latencies: Mutex<Vec<u32>>,
+    /// The latest Watch update, beyond its interval.
+    pub latest_update: Mutex<Worst>,
+    /// The slowest answer: a unary call, or a Watch stream's first update.
+    pub slowest_call: Mutex<Worst>,
 }
 
 impl Ctx {
@@ -167,7 +204,40 @@ impl Ctx {
     pub fn note(&self, kind: &str, detail: String) {
         self.notes.lock().unwrap().add(kind, detail);
     }
-    /// A unary RPC with a deadline; errors are failed checks.
+    /// A Watch update `late` beyond its stream's interval, described by
+    /// `what`: a failed check over [`LATE_BOUND`].
+    pub fn update_late(&self, late: Duration, what: impl Fn() -> String) {
+        self.latest_update.lock().unwrap().see(late, &what);
+        if late > LATE_BOUND {
+            self.fail(
+                "watch update later than the bound",
+                format!(
+                    "{}: {} ms beyond its interval (bound {} ms)",
+                    what(),
+                    late.as_millis(),
+                    LATE_BOUND.as_millis()
+                ),
+            );
+        }
+    }
+    /// An answer of `rpc` (about `about`) that took `took`: a failed check
+    /// over [`CALL_BOUND`].
+    pub fn answered(&self, rpc: &str, about: &str, took: Duration) {
+        let what = || format!("{rpc} ({about})");
+        self.slowest_call.lock().unwrap().see(took, what);
+        if took > CALL_BOUND {
+            self.fail(
+                &format!("{rpc} slower than the bound"),
+                format!(
+                    "{about}: answered in {} ms (bound {} ms)",
+                    took.as_millis(),
+                    CALL_BOUND.as_millis()
+                ),
+            );
+        }
+    }
+    /// A unary RPC with a deadline; errors and answers over [`CALL_BOUND`]
+    /// are failed checks.
     pub async fn call<T>(
         &self,
         rpc: &str,
@@ -176,10 +246,11 @@ impl Ctx {
     ) -> Option<T> {
         let t = Instant::now();
         let r = tokio::time::timeout(RPC_TIMEOUT, fut).await;
-        self.latencies
-            .lock()
-            .unwrap()
-            .push(t.elapsed().as_millis() as u32);
+        let took = t.elapsed();
+        self.latencies.lock().unwrap().push(took.as_millis() as u32);
+        if r.is_ok() {
+            self.answered(rpc, about, took);
+        }
         match r {
             Ok(Ok(resp)) => Some(resp.into_inner()),
             Ok(Err(s)) => {

@@ -14,8 +14,9 @@
 //! new ones (on new and on already profiled processes), kills workloads with
 //! SIGKILL so their sessions end `exited`, drops watchers abruptly, lets some
 //! drop and resume with `resume_after_seq`. It samples the daemon's RSS every
-//! second. Then it stops everything and checks: no RPC errors, every Watch
-//! message adds up (exclusive counts = attributed, window counts = window
+//! second. Then it stops everything and checks: no RPC errors, every call
+//! and every Watch update came within its latency bound (`ctx.rs`), every
+//! Watch message adds up (exclusive counts = attributed, window counts = window
 //! attributed), every watcher got `final` as its last message with an ended
 //! state, every session ended as its history says and its profile adds up,
 //! the daemon-wide totals agree, the rings are closed, RSS stayed bounded,
@@ -113,6 +114,8 @@ async fn open(socket: PathBuf) -> anyhow::Result<Arc<Ctx>> {
         draining,
         finals: Mutex::default(),
         latencies: Mutex::default(),
+        latest_update: Mutex::default(),
+        slowest_call: Mutex::default(),
     }))
 }
 

@@ -1,7 +1,7 @@
 //! The soak's closing figures: sessions, workloads, watch streams, resumes,
 //! messages, profiles, samples, RPC latency and the daemon's memory,
 //! descriptors and CPU, then every failed check and the result line.
-use crate::ctx::{Ctx, Findings};
+use crate::ctx::{Ctx, Findings, CALL_BOUND, LATE_BOUND};
 use crate::procs::{mib, ProcSample};
 use profd_common::api;
 use std::collections::BTreeMap;
@@ -96,10 +96,16 @@ pub fn print(ctx: &Ctx, f: &Figures) -> bool {
         per(get(&st.resumed_rows), get(&st.resumes_honored))
     );
     println!(
-        "messages:   {} updates received ({} function rows), every one checked; max lateness {} ms",
+        "messages:   {} updates received ({} function rows), every one checked",
         get(&st.messages),
         get(&st.rows),
-        get(&st.max_lateness_ms)
+    );
+    let late = ctx.latest_update.lock().unwrap().clone();
+    println!(
+        "lateness:   max {} ms beyond the interval (bound {} ms): {}",
+        late.by.as_millis(),
+        LATE_BOUND.as_millis(),
+        late.what
     );
     println!(
         "profiles:   {} GetProfile checks, {} folded exports checked",
@@ -125,6 +131,13 @@ pub fn print(ctx: &Ctx, f: &Figures) -> bool {
         percentile(&lat, 0.5),
         percentile(&lat, 0.99),
         lat.last().copied().unwrap_or(0)
+    );
+    let slowest = ctx.slowest_call.lock().unwrap().clone();
+    println!(
+        "            slowest answer (a call, or a Watch's first update) {} ms (bound {} ms): {}",
+        slowest.by.as_millis(),
+        CALL_BOUND.as_millis(),
+        slowest.what
     );
     let fmt = |s: Option<ProcSample>| {
         s.map(|s| {

@@ -1,7 +1,8 @@
 //! The soak's Watch streams: one task per watcher (full, dropping,
 //! resuming or slow), each rebuilding the profile from the updates and
-//! checking every message adds up, that seqs rise, and that the stream ends
-//! with a final update of an ended session.
+//! checking every message adds up, that seqs rise, that the first update
+//! and (but for slow readers) each next one come within their bounds, and
+//! that the stream ends with a final update of an ended session.
 use crate::ctx::{bump, connect, ms, state_name, Ctx, Rng, RPC_TIMEOUT, SLOW_PAUSE, STALL};
 use profd_common::api::{self, SessionState};
 use std::collections::{HashMap, HashSet};
@@ -258,6 +259,7 @@ pub async fn watcher(ctx: Arc<Ctx>, mut spec: WatchSpec) {
             window_s: spec.window_s,
             resume_after_seq: resume_from.unwrap_or(0),
         };
+        let opened = Instant::now();
         let mut stream = match tokio::time::timeout(RPC_TIMEOUT, client.watch(req)).await {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(s)) if resume_from.is_some() => {
@@ -343,11 +345,19 @@ pub async fn watcher(ctx: Arc<Ctx>, mut spec: WatchSpec) {
             };
             bump(&ctx.stats.messages);
             ctx.stats.rows.fetch_add(m.functions.len() as u64, Relaxed);
-            if !at.first && spec.kind != Kind::Slow && !m.r#final {
-                let late = last_msg.elapsed().saturating_sub(interval);
-                ctx.stats
-                    .max_lateness_ms
-                    .fetch_max(late.as_millis() as u64, Relaxed);
+            if at.first {
+                ctx.answered("Watch", &format!("{label}: first update"), opened.elapsed());
+            } else if spec.kind != Kind::Slow {
+                let gap = last_msg.elapsed();
+                ctx.update_late(gap.saturating_sub(interval), || {
+                    format!(
+                        "{label}: seq {}{} {} ms after seq {}",
+                        m.seq,
+                        if m.r#final { " (final)" } else { "" },
+                        gap.as_millis(),
+                        at.prev_seq.unwrap_or_default()
+                    )
+                });
             }
             last_msg = Instant::now();
             mirror.apply(&ctx, &label, spec.window_s, &at, &m);

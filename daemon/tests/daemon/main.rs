@@ -9,5 +9,6 @@ mod history_rpc;
 mod kernel_smoke;
 mod otlp;
 mod pyroscope;
+mod sampler_open;
 mod sampler_scope;
 mod support;

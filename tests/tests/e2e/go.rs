@@ -15,13 +15,13 @@ use profd_e2e::{
 const LONG: f64 = 60.0;
 /// Percentage points a measured share may be off the construction.
 const TOLERANCE: f64 = 2.0;
-/// Sampling frequency: 4 s at 4999 Hz gives about 20 000 samples. At 999 Hz
-/// the shares of these rounds spread by about 1 point from run to run, so
-/// ±2 points failed now and then; with five times the samples they spread
-/// by under half a point.
+/// Sampling frequency. At 999 Hz over 4 s the shares of these rounds spread
+/// by about 1 point from run to run, so ±2 points failed now and then; with
+/// five times the samples they spread by under half a point.
 const FREQ: &str = "4999";
-/// Enough samples for ±2 points.
-const MIN_SAMPLES: u64 = 5000;
+/// The samples a session lasts for: a 30 % share's binomial standard
+/// deviation is then 0.37 points, ±2 points over five of them.
+const SAMPLES: u64 = 15000;
 
 /// `gostacks.go` by construction: (function, measure, %).
 const GO_SPLIT: &[(&str, profd_e2e::Measure, f64)] = &[
@@ -32,36 +32,19 @@ const GO_SPLIT: &[(&str, profd_e2e::Measure, f64)] = &[
     ("main.run", Inclusive, 100.0),
 ];
 
-/// Profiles `build` for 4 s with `extra` options and checks the split, the
-/// names and that stacks are complete.
+/// Profiles `build` for [`SAMPLES`] samples with `extra` options and checks
+/// the split, the names and that stacks are complete.
 fn go_profile_matches_construction(build: &Build, extra: &[&str], unwind: &str) -> Profile {
     let h = Harness::start();
     let target = Workload::start_build(build, LONG);
-    let pid = target.pid_arg();
-    let mut args = vec![
-        "attach",
-        &pid,
-        "--duration",
-        "4",
-        "--freq",
-        FREQ,
-        "--format",
-        "json",
-    ];
+    let mut args = vec!["--freq", FREQ];
     args.extend_from_slice(extra);
-    let p = Profile::parse(&h.daemon.profctl(&args));
-    eprintln!("{}", p.table());
+    let p = h.daemon.profile_until(&target, SAMPLES, &args);
     eprintln!(
         "  unwind {}; attributed {}, truncated {}, unsymbolized {}",
         p.unwind, p.totals.attributed, p.totals.truncated, p.totals.unsymbolized
     );
     assert_eq!(p.unwind, unwind, "{}", p.table());
-    assert!(
-        p.totals.attributed >= MIN_SAMPLES,
-        "only {} samples, too few to check ±{TOLERANCE} points:\n{}",
-        p.totals.attributed,
-        p.table()
-    );
     // Names as Go prints them, from the program itself.
     for &(name, _, _) in GO_SPLIT {
         assert_eq!(
@@ -92,11 +75,14 @@ fn go_profile_matches_construction(build: &Build, extra: &[&str], unwind: &str) 
     // one of the two identical loops takes longer than one of the other:
     // on this AMD EPYC `perf record` measures leafA at 38 % as profd does.
     // So the split itself is not checked.)
+    // The leaves' inclusive shares: a leaf's samples include those whose
+    // innermost frames are the kernel's (interrupts, preemption), which a
+    // loaded machine makes more of.
     let pct = |name: &str, m| p.function(name).pct(m);
-    let (a, b) = (pct("main.leafA", Exclusive), pct("main.leafB", Exclusive));
+    let (a, b) = (pct("main.leafA", Inclusive), pct("main.leafB", Inclusive));
     assert!(
         a + b >= 100.0 - TOLERANCE && a >= 15.0 && b >= 45.0,
-        "leafA {a:.1} % and leafB {b:.1} % exclusive:\n{}",
+        "leafA {a:.1} % and leafB {b:.1} % inclusive:\n{}",
         p.table()
     );
     p.assert_pct_within("main.makeMid.func1", Inclusive, b, TOLERANCE);

@@ -310,7 +310,7 @@ fn java_attached_after_its_warm_up_is_named_without_jcmd() {
     let target =
         Workload::start_command(java_command(&[], &[&LONG.to_string(), "--ready"]), "java");
     let _map = PerfMapFile::of(target.pid());
-    let p = attach(&h, &target, "6", &[]);
+    let p = attach(&h, &target, &[]);
     assert_java_split(&p);
     assert_jit_named(&p);
 }

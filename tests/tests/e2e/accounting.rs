@@ -72,6 +72,16 @@ fn assert_near(what: &str, count: u64, expected: f64, p: &Profile) {
     );
 }
 
+/// How far the counts on a target's rings may add up from busy's CPU time
+/// × frequency when no child runs: the kernel's count of the target's
+/// events and busy's rusage are the same clock, the scheduler's runtime of
+/// busy's threads, and differ only by the time outside the events: busy's
+/// exec before its events count, and its exit after it read its rusage.
+/// That is a few milliseconds; measured here 0.25-0.5 % at load 7-10.
+const SUM_TOLERANCE: f64 = 0.03;
+/// Samples of that time allowed whatever the length of the run: 10 ms.
+const OUTSIDE_SAMPLES: f64 = 10.0;
+
 /// On a target's rings nothing is derived: with no other process sampled,
 /// `discarded` is what the rings delivered of unfollowed children, and the
 /// samples the target's time called for that were not taken are
@@ -79,7 +89,15 @@ fn assert_near(what: &str, count: u64, expected: f64, p: &Profile) {
 /// `unsampled` is what the kernel counted less the rest, so the sum alone
 /// cannot catch a count moved between them: the target's own time and its
 /// children's are checked apart, the target's threads leaving at most
-/// `unsampled_max` samples unsampled.
+/// `unsampled_max` samples unsampled (the last part of a period per thread
+/// and CPU).
+///
+/// Without children the bounds are the mechanism's: the sum within
+/// [`SUM_TOLERANCE`] and [`OUTSIDE_SAMPLES`], nothing discarded, at most
+/// `unsampled_max` unsampled, so `attributed + lost` is the CPU time less
+/// at most `unsampled_max`. With children (each running 0.3 ms, far less
+/// than its period) the children's time outside their inherited events is
+/// not bounded so: those checks keep [`TOLERANCE`].
 fn assert_target_counts(
     p: &Profile,
     expected: Expected,
@@ -88,37 +106,55 @@ fn assert_target_counts(
 ) {
     assert_eq!(p.scope, "target", "{}", p.table());
     let t = p.totals;
+    let sum = t.attributed + t.discarded + t.lost + t.unsampled;
+    let (apart, own) = (
+        (t.discarded + t.unsampled) as f64,
+        (t.attributed + t.lost) as f64,
+    );
     if !children_discarded {
+        let slack = expected.all * SUM_TOLERANCE + OUTSIDE_SAMPLES;
+        assert!(
+            (sum as f64 - expected.all).abs() <= slack,
+            "attributed + discarded + lost + unsampled = {sum}, but the target's CPU \
+             time calls for {:.0} (±{slack:.0}):\n{}",
+            expected.all,
+            p.table()
+        );
         assert_eq!(
             t.discarded,
             0,
             "no other process is sampled on the target's rings:\n{}",
             p.table()
         );
+        assert!(
+            apart <= unsampled_max,
+            "unsampled {} exceeds the last part of a period per thread and CPU \
+             ({unsampled_max:.0}):\n{}",
+            t.unsampled,
+            p.table()
+        );
+        assert!(
+            own >= expected.all - unsampled_max - slack && own <= expected.all + slack,
+            "attributed + lost = {own}, but the target's CPU time calls for {:.0} \
+             (-{unsampled_max:.0} unsampled, ±{slack:.0}):\n{}",
+            expected.all,
+            p.table()
+        );
+        return;
     }
     assert_near(
         "attributed + discarded + lost + unsampled",
-        t.attributed + t.discarded + t.lost + t.unsampled,
+        sum,
         expected.all,
         p,
     );
-    // The parts on their own: what the target's threads leave unsampled is
-    // at most the last part of a period per thread and CPU; the children's
-    // time (not followed) is discarded or unsampled. (A forking parent's
-    // own time, spent in fork and wait, also goes mostly unsampled, so with
-    // children the target's own part is only bounded above.)
-    let (apart, own) = (
-        (t.discarded + t.unsampled) as f64,
-        (t.attributed + t.lost) as f64,
-    );
+    // A forking parent's own time, spent in fork and wait, also goes
+    // mostly unsampled, so with children the target's own part is only
+    // bounded above.
     let margin = expected.all * TOLERANCE + unsampled_max;
     let own_expected = expected.all - expected.children;
-    let fits = match expected.children > 0.0 {
-        false => apart <= margin && (own - own_expected).abs() <= margin,
-        true => apart >= expected.children - margin && own <= own_expected + margin,
-    };
     assert!(
-        fits,
+        apart >= expected.children - margin && own <= own_expected + margin,
         "discarded + unsampled = {apart} and attributed + lost = {own}, but the \
          children's CPU time calls for {:.0} and the target's own for {own_expected:.0} \
          (±{margin:.0}):\n{}",
@@ -126,6 +162,7 @@ fn assert_target_counts(
         p.table()
     );
 }
+
 #[test]
 fn a_single_thread_is_counted_for_its_cpu_time() {
     let h = Harness::start();
@@ -155,12 +192,6 @@ fn many_threads_are_counted_for_their_cpu_time() {
     let (p, expected) = run_busy(&h, "dwarf", &[], &["threads", "200", "2"]);
     let cpus = u64::from(profd_e2e::Info::read(&h.daemon).cpus);
     assert_target_counts(&p, expected, false, (THREADS * cpus) as f64);
-    assert!(
-        p.totals.unsampled <= THREADS * cpus,
-        "unsampled {} exceeds a period per thread and CPU ({THREADS} × {cpus}):\n{}",
-        p.totals.unsampled,
-        p.table()
-    );
 }
 
 /// A child that runs less than a sampling period: on a target's rings each

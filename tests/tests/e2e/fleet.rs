@@ -3,14 +3,14 @@
 //! `clickhouse-server` shards under `Distributed` tables (the schema as
 //! `profd schema clickhouse --cluster` prints it), and `profctl fleet`
 //! answers across both; through an outage of both servers and a daemon
-//! restart, every window arrives and counts once; the same sink and
-//! `profctl fleet` work against a current ClickHouse engine (chdb's, behind
-//! `tests/chdb_front.py`); stripped code sent unnamed is named at query
-//! time from debug files (`--symbols`); a
+//! restart, every window arrives, is inserted at most twice and counts
+//! once; the same sink and `profctl fleet` work against a current
+//! ClickHouse engine (chdb's, behind `tests/chdb_front.py`); stripped code
+//! sent unnamed is named at query time from debug files (`--symbols`); a
 //! Python service's functions and a Ruby service's methods reach the fleet
 //! as their daemon names them. Root needed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -266,14 +266,80 @@ fn two_daemons_into_two_shards_add_up_exactly() {
     );
 }
 
+/// Materialized views on `s` that keep a row for every row inserted into
+/// its Distributed tables `windows` and `stacks`, in plain MergeTree
+/// tables that merge nothing away: the rows as the sinks sent them there,
+/// before they are forwarded to their shard (ClickHouse's own forwarding)
+/// and before `ReplacingMergeTree` drops copies.
+fn log_inserts(s: &Server) {
+    for (table, columns) in [
+        ("windows", "window_id, host"),
+        ("stacks", "window_id, host, service, stack"),
+    ] {
+        s.query(
+            &format!(
+                "CREATE MATERIALIZED VIEW profd.{table}_inserts ENGINE = MergeTree() \
+                 ORDER BY window_id AS SELECT {columns} FROM profd.{table}"
+            ),
+            b"",
+        );
+    }
+}
+
+/// How often each window of `host` was inserted into `s` ([`log_inserts`]),
+/// by id: the copies of its totals row, and of its stacks (the most of any
+/// one of them: the stacks are one insert).
+fn inserted(s: &Server, host: &str) -> BTreeMap<String, (u64, u64)> {
+    let mut copies: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let counts = |sql: String| -> Vec<(String, u64)> {
+        s.query(&sql, b"")
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(id, n)| (id.to_string(), n.parse().unwrap()))
+            .collect()
+    };
+    for (id, n) in counts(format!(
+        "SELECT window_id, count() FROM profd.windows_inserts WHERE host = '{host}' \
+         GROUP BY window_id FORMAT TabSeparated"
+    )) {
+        copies.entry(id).or_default().0 = n;
+    }
+    for (id, n) in counts(format!(
+        "SELECT window_id, max(c) FROM (SELECT window_id, count() AS c \
+         FROM profd.stacks_inserts WHERE host = '{host}' GROUP BY window_id, service, stack) \
+         GROUP BY window_id FORMAT TabSeparated"
+    )) {
+        copies.entry(id).or_default().1 = n;
+    }
+    copies
+}
+
 /// Both servers down for 60 s while the daemons keep profiling, and one
 /// daemon restarted meanwhile: once the servers are back, every window of
-/// each daemon's history is in ClickHouse, and none counts twice.
+/// each daemon's history is in ClickHouse, and none counts twice in the
+/// fleet's answer.
+///
+/// What reached each server is counted too, row by row ([`inserted`]),
+/// against what the sink guarantees (`daemon/src/continuous/sinks/`): it
+/// sends one window at a time, oldest first, as two inserts (the stacks,
+/// then the totals), and takes the window out of its spool only once the
+/// server has acknowledged both. A window is inserted again only when an
+/// attempt was cut off after the server took some of it: the server killed
+/// before its answer arrived, the request timed out (10 s), or the daemon
+/// stopped mid-request (the window stays spooled and is sent after the
+/// restart). While its server is down nothing of a window arrives. Here
+/// each daemon's server is killed once, and `outage-b` restarts while the
+/// servers are down; so every window of each daemon arrived at least once,
+/// none more than twice, and at most one — the one in flight at the kill —
+/// twice.
 #[test]
 fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
     let _serial = serial();
     require_root_and_perf();
     let mut servers = two_shards();
+    for s in &servers {
+        log_inserts(s);
+    }
     let cg = Cgroup::new(&format!("profd-outage-{}", std::process::id()));
     let a = daemon("outage-a", &cg, &servers[0].url(), false);
     let mut b = daemon("outage-b", &cg, &servers[1].url(), false);
@@ -304,7 +370,7 @@ fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
     assert!(sa.drops.is_empty(), "nothing dropped: {sa:?}");
     let range = (from, to);
     let mut want = 0;
-    for (d, host) in [(&a, "outage-a"), (&b, "outage-b")] {
+    for (d, host, server) in [(&a, "outage-a", &servers[0]), (&b, "outage-b", &servers[1])] {
         let kept: BTreeSet<String> = list(d.socket())
             .windows
             .iter()
@@ -320,6 +386,24 @@ fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
         assert!(
             missing.is_empty(),
             "{host}: windows not in ClickHouse: {missing:?}"
+        );
+        let copies = inserted(server, host);
+        let again: Vec<_> = copies.iter().filter(|(_, c)| c.0 > 1 || c.1 > 1).collect();
+        eprintln!(
+            "{host}: {} windows kept, {} inserted, {} of them again: {again:?}",
+            kept.len(),
+            copies.len(),
+            again.len()
+        );
+        assert!(
+            kept.iter()
+                .all(|id| copies.get(id).is_some_and(|c| c.0 >= 1 && c.1 >= 1)),
+            "{host}: every window kept was inserted, its totals and its stacks: {copies:?}"
+        );
+        assert!(
+            again.len() <= 1 && again.iter().all(|(_, c)| c.0 <= 2 && c.1 <= 2),
+            "{host}: windows inserted more than once (id, (totals rows, stacks copies)) — \
+             only the one in flight when its server was killed may be, and once: {again:?}"
         );
         want += query(d, range, &[]).totals.attributed;
     }

@@ -1,9 +1,11 @@
 //! `clickhouse-server`s (Debian's package, 18.16) started by a test on
 //! loopback ports of their own, each in a cluster `shards` of one shard per
-//! server, with a plain HTTP/1.1 client for their HTTP interface.
-use std::io::{Read, Write};
+//! server; a current ClickHouse engine (chdb's) behind the same HTTP
+//! interface (`tests/chdb_front.py`); and a plain HTTP/1.1 client for
+//! both.
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -149,34 +151,7 @@ impl Server {
 
     /// One HTTP/1.1 request: the status and the body.
     pub fn http(&self, method: &str, target: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
-        let mut c = TcpStream::connect(("127.0.0.1", self.http))?;
-        c.set_read_timeout(Some(Duration::from_secs(60)))?;
-        write!(
-            c,
-            "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        )?;
-        c.write_all(body)?;
-        let mut answer = Vec::new();
-        c.read_to_end(&mut answer)?;
-        let text = String::from_utf8_lossy(&answer);
-        let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let chunked = head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked");
-        Ok((
-            status,
-            if chunked {
-                unchunk(rest)
-            } else {
-                rest.to_string()
-            },
-        ))
+        http(self.http, method, target, body)
     }
 
     /// Run `sql` (with `body` after it, for an INSERT), which must succeed:
@@ -187,16 +162,120 @@ impl Server {
 
     /// As [`Server::query`], with settings as URL parameters.
     pub fn query_with(&self, sql: &str, settings: &str, body: &[u8]) -> String {
-        let target = format!("/?query={}{settings}", escape(sql));
-        let (status, answer) = self.http("POST", &target, body).unwrap();
-        assert_eq!(status, 200, "{sql}\n→ {answer}");
-        answer
+        query(self.http, sql, settings, body)
     }
 
     pub fn number(&self, sql: &str) -> u64 {
-        let a = self.query(sql, b"");
-        a.trim().parse().unwrap_or_else(|_| panic!("{sql} → {a:?}"))
+        number(self.http, sql)
     }
+}
+
+/// A current ClickHouse engine: chdb's, in a `python3 tests/chdb_front.py`
+/// that answers on a loopback port as a server's HTTP interface does.
+/// Stopped (and its data removed) when dropped.
+pub struct Chdb {
+    child: Child,
+    dir: PathBuf,
+    http: u16,
+}
+
+impl Chdb {
+    /// Start the front, its data in a directory of its own.
+    pub fn start(name: &str) -> Chdb {
+        let dir = std::env::temp_dir().join(format!("profd-chdb-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("chdb_front.py");
+        let stderr = std::fs::File::create(dir.join("stderr")).unwrap();
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .arg(dir.join("data"))
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        let Some(http) = read.ok().and_then(|_| line.trim().parse().ok()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{} did not start (pip install chdb; .ci/run does): {}",
+                script.display(),
+                std::fs::read_to_string(dir.join("stderr")).unwrap_or_default()
+            );
+        };
+        Chdb { child, dir, http }
+    }
+
+    /// Its HTTP interface: `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http)
+    }
+
+    /// Run `sql` (with `body` after it, for an INSERT), which must succeed:
+    /// its answer.
+    pub fn query(&self, sql: &str, body: &[u8]) -> String {
+        query(self.http, sql, "", body)
+    }
+
+    pub fn number(&self, sql: &str) -> u64 {
+        number(self.http, sql)
+    }
+}
+
+impl Drop for Chdb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One HTTP/1.1 request to loopback `port`: the status and the body.
+fn http(port: u16, method: &str, target: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        c,
+        "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    c.write_all(body)?;
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer)?;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Ok((
+        status,
+        if chunked {
+            unchunk(rest)
+        } else {
+            rest.to_string()
+        },
+    ))
+}
+
+/// `sql` (then `body`) run by the server on `port`, which must succeed:
+/// its answer.
+fn query(port: u16, sql: &str, settings: &str, body: &[u8]) -> String {
+    let target = format!("/?query={}{settings}", escape(sql));
+    let (status, answer) = http(port, "POST", &target, body).unwrap();
+    assert_eq!(status, 200, "{sql}\n→ {answer}");
+    answer
+}
+
+fn number(port: u16, sql: &str) -> u64 {
+    let a = query(port, sql, "", b"");
+    a.trim().parse().unwrap_or_else(|_| panic!("{sql} → {a:?}"))
 }
 
 impl Drop for Server {

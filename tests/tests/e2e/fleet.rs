@@ -3,12 +3,14 @@
 //! `clickhouse-server` shards under `Distributed` tables (the schema as
 //! `profd schema clickhouse --cluster` prints it), and `profctl fleet`
 //! answers across both; through an outage of both servers and a daemon
-//! restart, every window arrives and counts once; stripped code sent
-//! unnamed is named at query time from debug files (`--symbols`); a
+//! restart, every window arrives, is inserted at most twice and counts
+//! once; the same sink and `profctl fleet` work against a current
+//! ClickHouse engine (chdb's, behind `tests/chdb_front.py`); stripped code
+//! sent unnamed is named at query time from debug files (`--symbols`); a
 //! Python service's functions and a Ruby service's methods reach the fleet
 //! as their daemon names them. Root needed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,7 +18,7 @@ use super::continuous::list;
 use crate::interpreters::{Runtime, PYTHON, RUBY};
 use profd_common::api::{self, profiler_client::ProfilerClient};
 use profd_e2e::cgroups::Cgroup;
-use profd_e2e::clickhouse::Server;
+use profd_e2e::clickhouse::{Chdb, Server};
 use profd_e2e::metrics::{sample, scrape};
 use profd_e2e::views::go_pprof_flat;
 use profd_e2e::{
@@ -55,18 +57,17 @@ fn two_shards() -> Vec<Server> {
 }
 
 /// A daemon named `host`, continuous at [`FREQ`] in windows of 2 s over
-/// the processes of `cg`, with a ClickHouse sink to `server` (no schema of
-/// its own: the cluster's is there).
-fn daemon(host: &str, cg: &Cgroup, server: &Server) -> Daemon {
+/// the processes of `cg`, with a ClickHouse sink to `url` that makes the
+/// schema if `create_schema` (else the cluster's is there).
+fn daemon(host: &str, cg: &Cgroup, url: &str, create_schema: bool) -> Daemon {
     let config = unique_dir("fleet-config").join("profd.toml");
     std::fs::write(
         &config,
         format!(
             "[continuous]\nenabled = true\nfrequency = {FREQ}\nwindow = 2\nhost = \"{host}\"\n\
              select = [\"cgroup:{}\"]\n\n\
-             [[sink]]\nkind = \"clickhouse\"\nname = \"shards\"\nurl = \"{}\"\ncreate_schema = false\n",
+             [[sink]]\nkind = \"clickhouse\"\nname = \"shards\"\nurl = \"{url}\"\ncreate_schema = {create_schema}\n",
             cg.path(),
-            server.url()
         ),
     )
     .unwrap();
@@ -121,18 +122,18 @@ fn query(d: &Daemon, range: (u64, u64), args: &[&str]) -> Profile {
 }
 
 /// `profctl fleet --clickhouse URL --from FROM --to TO ARGS`.
-fn fleet_text(server: &Server, range: (u64, u64), args: &[&str]) -> profd_e2e::CmdOutput {
-    let (url, from, to) = (server.url(), range.0.to_string(), range.1.to_string());
-    let mut all = vec!["fleet", "--clickhouse", &url, "--from", &from, "--to", &to];
+fn fleet_text(url: &str, range: (u64, u64), args: &[&str]) -> profd_e2e::CmdOutput {
+    let (from, to) = (range.0.to_string(), range.1.to_string());
+    let mut all = vec!["fleet", "--clickhouse", url, "--from", &from, "--to", &to];
     all.extend_from_slice(args);
     run_profctl(&all, &[])
 }
 
 /// As [`fleet_text`], the profile as JSON.
-fn fleet(server: &Server, range: (u64, u64), args: &[&str]) -> Profile {
+fn fleet(url: &str, range: (u64, u64), args: &[&str]) -> Profile {
     let mut all = args.to_vec();
     all.extend_from_slice(&["--format", "json"]);
-    let p = Profile::parse(&fleet_text(server, range, &all));
+    let p = Profile::parse(&fleet_text(url, range, &all));
     eprintln!("{}", p.table());
     p
 }
@@ -140,10 +141,10 @@ fn fleet(server: &Server, range: (u64, u64), args: &[&str]) -> Profile {
 /// Waits until the fleet's attributed samples over `range` reach `want`
 /// (a Distributed insert reaches the other shard a moment later): the
 /// fleet profile then.
-fn fleet_when(server: &Server, range: (u64, u64), want: u64) -> Profile {
+fn fleet_when(url: &str, range: (u64, u64), want: u64) -> Profile {
     let deadline = Instant::now() + DELIVERY;
     loop {
-        let p = fleet(server, range, &[]);
+        let p = fleet(url, range, &[]);
         if p.totals.attributed >= want || Instant::now() > deadline {
             return p;
         }
@@ -186,8 +187,8 @@ fn two_daemons_into_two_shards_add_up_exactly() {
     require_root_and_perf();
     let servers = two_shards();
     let cg = Cgroup::new(&format!("profd-fleet-{}", std::process::id()));
-    let a = daemon("fleet-a", &cg, &servers[0]);
-    let b = daemon("fleet-b", &cg, &servers[1]);
+    let a = daemon("fleet-a", &cg, &servers[0].url(), false);
+    let b = daemon("fleet-b", &cg, &servers[1].url(), false);
     let from = now_s() - 1;
     let mut w = workload(&cg, "6");
     w.wait(Duration::from_secs(30));
@@ -199,28 +200,28 @@ fn two_daemons_into_two_shards_add_up_exactly() {
     let pb = query(&b, range, &[]);
     let want = pa.totals.attributed + pb.totals.attributed;
     assert!(pa.totals.attributed > 999 * 2 && pb.totals.attributed > 999 * 2);
-    let all = fleet_when(&servers[0], range, want);
+    let all = fleet_when(&servers[0].url(), range, want);
     assert_eq!(
         all.totals.attributed, want,
         "the fleet counts each daemon's samples once"
     );
     // Either server answers the same through its Distributed tables.
-    let other = fleet(&servers[1], range, &[]);
+    let other = fleet(&servers[1].url(), range, &[]);
     assert_eq!(rows(&other), rows(&all));
     all.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
     all.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 2.0);
     // One host's fleet answer is that host's own query.
-    let only_a = fleet(&servers[1], range, &["--host", "fleet-a"]);
+    let only_a = fleet(&servers[1].url(), range, &["--host", "fleet-a"]);
     assert_eq!(only_a.totals.attributed, pa.totals.attributed);
     assert_eq!(rows(&only_a), rows(&pa));
     // Grouped by host: one outermost frame per daemon, with its samples.
-    let by = fleet(&servers[0], range, &["--by", "host"]);
+    let by = fleet(&servers[0].url(), range, &["--by", "host"]);
     for (host, p) in [("fleet-a", &pa), ("fleet-b", &pb)] {
         let g = by.function(&format!("[host {host}]"));
         assert_eq!(g.inclusive, p.totals.attributed, "{host}");
     }
     // The table view and the caller view, as a session's.
-    let table = fleet_text(&servers[0], range, &["--service", cg.name()]);
+    let table = fleet_text(&servers[0].url(), range, &["--service", cg.name()]);
     table.assert_success();
     assert!(
         table
@@ -229,14 +230,14 @@ fn two_daemons_into_two_shards_add_up_exactly() {
         "{}",
         table.stdout
     );
-    let callers = fleet_text(&servers[0], range, &["--callers", "leaf_b"]);
+    let callers = fleet_text(&servers[0].url(), range, &["--callers", "leaf_b"]);
     callers.assert_success();
     assert!(callers.stdout.contains("mid"), "{}", callers.stdout);
     // Exports as a session's: pprof as `go tool pprof` reads it, folded
     // stacks that add up to the samples.
     let file = unique_dir("fleet-pprof").join("fleet.pb.gz");
     fleet_text(
-        &servers[0],
+        &servers[0].url(),
         range,
         &["--format", "pprof", "-o", path_str(&file)],
     )
@@ -247,7 +248,7 @@ fn two_daemons_into_two_shards_add_up_exactly() {
         all.exclusive_as_pprof_names(),
         "go tool pprof -top:\n{text}"
     );
-    let folded = fleet_text(&servers[0], range, &["--format", "folded"]);
+    let folded = fleet_text(&servers[0].url(), range, &["--format", "folded"]);
     folded.assert_success();
     let summed: u64 = folded
         .stdout
@@ -265,17 +266,83 @@ fn two_daemons_into_two_shards_add_up_exactly() {
     );
 }
 
+/// Materialized views on `s` that keep a row for every row inserted into
+/// its Distributed tables `windows` and `stacks`, in plain MergeTree
+/// tables that merge nothing away: the rows as the sinks sent them there,
+/// before they are forwarded to their shard (ClickHouse's own forwarding)
+/// and before `ReplacingMergeTree` drops copies.
+fn log_inserts(s: &Server) {
+    for (table, columns) in [
+        ("windows", "window_id, host"),
+        ("stacks", "window_id, host, service, stack"),
+    ] {
+        s.query(
+            &format!(
+                "CREATE MATERIALIZED VIEW profd.{table}_inserts ENGINE = MergeTree() \
+                 ORDER BY window_id AS SELECT {columns} FROM profd.{table}"
+            ),
+            b"",
+        );
+    }
+}
+
+/// How often each window of `host` was inserted into `s` ([`log_inserts`]),
+/// by id: the copies of its totals row, and of its stacks (the most of any
+/// one of them: the stacks are one insert).
+fn inserted(s: &Server, host: &str) -> BTreeMap<String, (u64, u64)> {
+    let mut copies: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let counts = |sql: String| -> Vec<(String, u64)> {
+        s.query(&sql, b"")
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(id, n)| (id.to_string(), n.parse().unwrap()))
+            .collect()
+    };
+    for (id, n) in counts(format!(
+        "SELECT window_id, count() FROM profd.windows_inserts WHERE host = '{host}' \
+         GROUP BY window_id FORMAT TabSeparated"
+    )) {
+        copies.entry(id).or_default().0 = n;
+    }
+    for (id, n) in counts(format!(
+        "SELECT window_id, max(c) FROM (SELECT window_id, count() AS c \
+         FROM profd.stacks_inserts WHERE host = '{host}' GROUP BY window_id, service, stack) \
+         GROUP BY window_id FORMAT TabSeparated"
+    )) {
+        copies.entry(id).or_default().1 = n;
+    }
+    copies
+}
+
 /// Both servers down for 60 s while the daemons keep profiling, and one
 /// daemon restarted meanwhile: once the servers are back, every window of
-/// each daemon's history is in ClickHouse, and none counts twice.
+/// each daemon's history is in ClickHouse, and none counts twice in the
+/// fleet's answer.
+///
+/// What reached each server is counted too, row by row ([`inserted`]),
+/// against what the sink guarantees (`daemon/src/continuous/sinks/`): it
+/// sends one window at a time, oldest first, as two inserts (the stacks,
+/// then the totals), and takes the window out of its spool only once the
+/// server has acknowledged both. A window is inserted again only when an
+/// attempt was cut off after the server took some of it: the server killed
+/// before its answer arrived, the request timed out (10 s), or the daemon
+/// stopped mid-request (the window stays spooled and is sent after the
+/// restart). While its server is down nothing of a window arrives. Here
+/// each daemon's server is killed once, and `outage-b` restarts while the
+/// servers are down; so every window of each daemon arrived at least once,
+/// none more than twice, and at most one — the one in flight at the kill —
+/// twice.
 #[test]
 fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
     let _serial = serial();
     require_root_and_perf();
     let mut servers = two_shards();
+    for s in &servers {
+        log_inserts(s);
+    }
     let cg = Cgroup::new(&format!("profd-outage-{}", std::process::id()));
-    let a = daemon("outage-a", &cg, &servers[0]);
-    let mut b = daemon("outage-b", &cg, &servers[1]);
+    let a = daemon("outage-a", &cg, &servers[0].url(), false);
+    let mut b = daemon("outage-b", &cg, &servers[1].url(), false);
     let from = now_s() - 1;
     let mut w = workload(&cg, "75");
     wait_delivered(&a, now_s() + 2);
@@ -303,7 +370,7 @@ fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
     assert!(sa.drops.is_empty(), "nothing dropped: {sa:?}");
     let range = (from, to);
     let mut want = 0;
-    for (d, host) in [(&a, "outage-a"), (&b, "outage-b")] {
+    for (d, host, server) in [(&a, "outage-a", &servers[0]), (&b, "outage-b", &servers[1])] {
         let kept: BTreeSet<String> = list(d.socket())
             .windows
             .iter()
@@ -320,11 +387,112 @@ fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
             missing.is_empty(),
             "{host}: windows not in ClickHouse: {missing:?}"
         );
+        let copies = inserted(server, host);
+        let again: Vec<_> = copies.iter().filter(|(_, c)| c.0 > 1 || c.1 > 1).collect();
+        eprintln!(
+            "{host}: {} windows kept, {} inserted, {} of them again: {again:?}",
+            kept.len(),
+            copies.len(),
+            again.len()
+        );
+        assert!(
+            kept.iter()
+                .all(|id| copies.get(id).is_some_and(|c| c.0 >= 1 && c.1 >= 1)),
+            "{host}: every window kept was inserted, its totals and its stacks: {copies:?}"
+        );
+        assert!(
+            again.len() <= 1 && again.iter().all(|(_, c)| c.0 <= 2 && c.1 <= 2),
+            "{host}: windows inserted more than once (id, (totals rows, stacks copies)) — \
+             only the one in flight when its server was killed may be, and once: {again:?}"
+        );
         want += query(d, range, &[]).totals.attributed;
     }
-    let all = fleet_when(&servers[1], range, want);
+    let all = fleet_when(&servers[1].url(), range, want);
     assert_eq!(all.totals.attributed, want, "every window once");
     all.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
+}
+
+/// The real `profctl fleet` and a daemon's real sink against a current
+/// ClickHouse engine (chdb's, behind `tests/chdb_front.py`), as the tests
+/// above run them against 18.16: `--check-config` finds it usable, the
+/// sink makes the schema there and inserts its windows, and `profctl
+/// fleet`'s answer is the daemon's own query, whole, by host, for one host,
+/// for one service and per thread. With every row inserted a second time
+/// (merges stopped, so both copies stay) the answer is the same.
+#[test]
+fn the_fleet_query_runs_on_a_current_clickhouse() {
+    let _serial = serial();
+    require_root_and_perf();
+    let ch = Chdb::start("fleet");
+    let url = ch.url();
+    let out = check(&sink_config(&url, ""));
+    out.assert_success();
+    assert!(
+        out.stdout.contains("# sink ch: reachable (ClickHouse ")
+            && !out.stdout.contains("(ClickHouse 18."),
+        "{}",
+        out.stdout
+    );
+    let cg = Cgroup::new(&format!("profd-current-{}", std::process::id()));
+    let d = daemon("current", &cg, &url, true);
+    let from = now_s() - 1;
+    let mut w = workload(&cg, "6");
+    w.wait(Duration::from_secs(30));
+    let to = now_s() + 1;
+    wait_delivered(&d, to);
+    let range = (from, to);
+    let own = query(&d, range, &[]);
+    // Several windows of samples, whatever the machine's load.
+    assert!(own.totals.attributed >= 500, "{}", own.table());
+    let answers = |when: &str| {
+        let all = fleet(&url, range, &[]);
+        assert_eq!(all.totals.attributed, own.totals.attributed, "{when}");
+        assert_eq!(rows(&all), rows(&own), "{when}");
+        let by = fleet(&url, range, &["--by", "host"]);
+        let g = by.function("[host current]");
+        assert_eq!(g.inclusive, own.totals.attributed, "{when}");
+        let host = fleet(&url, range, &["--host", "current"]);
+        assert_eq!(rows(&host), rows(&own), "{when}");
+        let nobody = fleet_text(&url, range, &["--host", "nobody"]);
+        assert!(
+            !nobody.status.success() && nobody.stderr.contains("no samples"),
+            "{when}: {nobody:?}"
+        );
+        let service = fleet(&url, range, &["--service", cg.name()]);
+        let own_service = query(&d, range, &["--service", cg.name()]);
+        assert_eq!(rows(&service), rows(&own_service), "{when}");
+        let threads = fleet_text(&url, range, &["--threads"]);
+        threads.assert_success();
+        let (f, t) = (from.to_string(), to.to_string());
+        let own_threads = d.profctl(&["query", "--from", &f, "--to", &t, "--threads"]);
+        own_threads.assert_success();
+        let body = |text: &str| -> BTreeSet<String> {
+            text.lines()
+                .filter(|l| l.contains("split"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert!(!body(&threads.stdout).is_empty(), "{}", threads.stdout);
+        assert_eq!(
+            body(&threads.stdout),
+            body(&own_threads.stdout),
+            "{when}:\n{}\n{}",
+            threads.stdout,
+            own_threads.stdout
+        );
+    };
+    answers("inserted once");
+    for table in ["stacks", "windows"] {
+        ch.query(&format!("SYSTEM STOP MERGES profd.{table}"), b"");
+        let before = ch.number(&format!("SELECT count() FROM profd.{table}"));
+        ch.query(
+            &format!("INSERT INTO profd.{table} SELECT * FROM profd.{table}"),
+            b"",
+        );
+        let after = ch.number(&format!("SELECT count() FROM profd.{table}"));
+        assert_eq!(after, 2 * before, "{table}: every row twice");
+    }
+    answers("every row inserted twice");
 }
 
 /// `profd --config FILE --check-config`, FILE holding `text`.
@@ -512,7 +680,7 @@ fn stripped_code_is_named_at_query_time_from_debug_files() {
     wait_delivered(&d, to);
     let range = (from, to);
     let own = query(&d, range, &[]);
-    let unnamed = fleet_when(&server, range, own.totals.attributed);
+    let unnamed = fleet_when(&server.url(), range, own.totals.attributed);
     assert_eq!(unnamed.totals.attributed, own.totals.attributed);
     assert!(
         unnamed
@@ -523,7 +691,7 @@ fn stripped_code_is_named_at_query_time_from_debug_files() {
         unnamed.table()
     );
     assert!(unnamed.rows("leaf_a").is_empty(), "{}", unnamed.table());
-    let named = fleet(&server, range, &["--symbols", path_str(&debug)]);
+    let named = fleet(&server.url(), range, &["--symbols", path_str(&debug)]);
     assert_eq!(named.totals.attributed, own.totals.attributed);
     named.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
     named.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 2.0);
@@ -538,7 +706,7 @@ fn stripped_code_is_named_at_query_time_from_debug_files() {
     );
     // A directory without the debug file names nothing, and says so.
     let empty = unique_dir("no-debug");
-    let out = fleet_text(&server, range, &["--symbols", path_str(&empty)]);
+    let out = fleet_text(&server.url(), range, &["--symbols", path_str(&empty)]);
     out.assert_success();
     assert!(
         out.stderr.contains("no debug file for build id"),
@@ -573,7 +741,7 @@ fn functions_reach_the_fleet(runtime: &Runtime) {
     let servers = two_shards();
     let tag = runtime.tag;
     let cg = Cgroup::new(&format!("profd-fleet-{tag}-{}", std::process::id()));
-    let d = daemon(&format!("fleet-{tag}"), &cg, &servers[0]);
+    let d = daemon(&format!("fleet-{tag}"), &cg, &servers[0].url(), false);
     let mut cmd = cg.command(runtime.binary);
     cmd.arg(runtime.script()).arg("8").arg("split");
     let mut w = Workload::start_command(cmd, runtime.comm);
@@ -589,7 +757,7 @@ fn functions_reach_the_fleet(runtime: &Runtime) {
     let range = (from, to);
     let own = query(&d, range, &["--service", cg.name()]);
     assert!(own.totals.attributed >= 2000, "{}", own.table());
-    let all = fleet_when(&servers[0], range, own.totals.attributed);
+    let all = fleet_when(&servers[0].url(), range, own.totals.attributed);
     assert_eq!(all.totals.attributed, own.totals.attributed);
     assert_eq!(rows(&all), rows(&own));
     for (function, share) in [("outer", 100.0), ("hot_a", 75.0), ("hot_b", 25.0)] {

@@ -58,12 +58,33 @@ const STACKS_COLUMNS: &str = "    window_id String,
 
 /// Columns added to `stacks` since it was first made, each after another:
 /// a sink adds those a table made before lacks (ClickHouse 18.16 has no
-/// `ADD COLUMN IF NOT EXISTS`; a column there already is error 44).
+/// `ADD COLUMN IF NOT EXISTS`; a column there already is an error of one
+/// of [`COLUMN_EXISTS`]).
 /// `build_ids`: per frame, for code its host could not name (a frame
 /// `module!0xSTART`, or `module!0xADDRESS` where no unwind entry covers
 /// it), its binary's GNU build id, so that `profctl fleet --symbols` names
 /// it; empty for named frames.
 const ADDED_COLUMNS: [(&str, &str, &str); 1] = [("build_ids", "Array(String)", "addresses")];
+
+/// The exception codes of `ADD COLUMN` on a column there already: 44
+/// (ILLEGAL_COLUMN) on ClickHouse 18.16, 15 (DUPLICATE_COLUMN) on current
+/// releases.
+const COLUMN_EXISTS: [u32; 2] = [44, 15];
+
+/// The code of the exception an error's text names: `Code: N` in an
+/// answer's body (`Code: 44, e.displayText() = …` on 18.16, `Code: 15.
+/// DB::Exception: …` since), or `exception N:` from the header
+/// [`Sink::post`] reads.
+fn exception_code(detail: &str) -> Option<u32> {
+    ["Code: ", "exception "].iter().find_map(|tag| {
+        let at = detail.find(tag)? + tag.len();
+        let digits: String = detail[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    })
+}
 
 /// The two tables: name, columns, and sorting key. A window sent twice
 /// has the same key on every row (its id, and each stack's place in its
@@ -116,8 +137,8 @@ pub fn schema(layout: &Layout) -> Vec<String> {
 }
 
 /// The statements that bring a `stacks` table made before to the schema,
-/// in order: each adds a column, and fails with error 44 where the
-/// column is there already.
+/// in order: each adds a column, and fails with an error of
+/// [`COLUMN_EXISTS`] where the column is there already.
 pub fn upgrades(layout: &Layout) -> Vec<String> {
     let db = &layout.database;
     let tables = match &layout.cluster {
@@ -366,7 +387,7 @@ impl Sink {
             match self.run(&statement, Database::Default).await {
                 Ok(_) => tracing::info!(%statement, "added a column to a table made before"),
                 Err(Failure::Drop { detail, .. } | Failure::Retry(detail))
-                    if detail.contains("Code: 44") || detail.contains("exception 44") => {}
+                    if exception_code(&detail).is_some_and(|c| COLUMN_EXISTS.contains(&c)) => {}
                 Err(Failure::Drop { detail, .. }) => {
                     return Err(Failure::Retry(format!("upgrading the schema: {detail}")))
                 }
@@ -535,6 +556,25 @@ mod tests {
         for (column, kind, _) in ADDED_COLUMNS {
             assert!(STACKS_COLUMNS.contains(&format!("{column} {kind},")));
         }
+    }
+
+    /// A column there already, as 18.16 and current servers say it, in
+    /// the body or the header.
+    #[test]
+    fn the_code_of_an_exception_is_read_from_either_release() {
+        let old = "500 Internal Server Error: Code: 44, e.displayText() = DB::Exception: Cannot add column build_ids: column with this name already exists, e.what() = DB::Exception";
+        let current = "400 Bad Request: Code: 15. DB::Exception: Cannot add column `build_ids`: column with this name already exists. (DUPLICATE_COLUMN)";
+        assert_eq!(exception_code(old), Some(44));
+        assert_eq!(exception_code(current), Some(15));
+        assert_eq!(
+            exception_code("exception 15: Code: 15. DB::Exception"),
+            Some(15)
+        );
+        assert_eq!(exception_code("Connection refused"), None);
+        assert!([old, current]
+            .iter()
+            .all(|d| exception_code(d).is_some_and(|c| COLUMN_EXISTS.contains(&c))));
+        assert!(!COLUMN_EXISTS.contains(&exception_code("Code: 440. x").unwrap()));
     }
 
     #[test]

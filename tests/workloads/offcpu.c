@@ -30,6 +30,26 @@
  *       target's switches a second (0 or absent: as fast as they go); the
  *       pinging thread sleeps when over 0.2 ms ahead of it (one more
  *       switch, counted in the rate). Both threads run on one CPU.
+ *   offcpu gated SECONDS [--ready] [THREADS]
+ *       THREADS threads (default 1, the main thread among them) wait,
+ *       blocked, for a byte on stdin; then each runs rounds of
+ *       sleep_part() (7 ms asleep) and compute_part() (5 ms spinning) for
+ *       SECONDS; then each blocks again, the main thread prints `done` on
+ *       stdout and waits for another byte (or the end of stdin) before it
+ *       exits. So the threads run only between the two bytes: their CPU
+ *       time read while they wait before and after is their CPU time over
+ *       any session that spans both. Prints, per thread, `thread TID
+ *       start_s S nap_s N cpu_s C` (when it woke, from the first byte;
+ *       its sleep_part time; its CPU time from waking to its last round's
+ *       end, CLOCK_THREAD_CPUTIME_ID) and `gated_s` (from the first byte
+ *       to the exit, on the main thread's clock).
+ *   offcpu kids SECONDS [--ready] [COUNT]
+ *       Forks COUNT children at once (default 2), each running rounds of
+ *       kid_nap() (7 ms asleep) and compute_part() (5 ms spinning) for
+ *       SECONDS, then waits for them in wait_for_kids(). Each child prints
+ *       `kid PID lifetime_s L cpu_s C nap_s N` as it exits: its lifetime
+ *       from the fork's return, its CPU time (CLOCK_PROCESS_CPUTIME_ID,
+ *       the kernel's count from the fork) and its time in kid_nap().
  *
  * On exit (after SECONDS, not when killed) it prints `key value` lines on
  * stderr: for split and exit the measured wall-clock seconds of each part
@@ -279,6 +299,126 @@ static void mutex_main(int waiters)
 	fprintf(stderr, "holds %ld\n", holds);
 }
 
+/* ---- gated ---- */
+
+#define MAX_THREADS 16
+
+static pthread_barrier_t gate;
+/* When the main thread read the first byte. */
+static double go_s;
+
+struct worker {
+	pid_t tid;
+	double start_s, nap_s, cpu_s;
+};
+
+static struct worker workers[MAX_THREADS];
+
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Rounds of sleep_part and compute_part until the deadline. */
+KEEP void gated_rounds(struct worker *w)
+{
+	double cpu0 = thread_cpu_s(), t0;
+
+	w->tid = gettid();
+	w->start_s = now_s() - go_s;
+	while ((t0 = now_s()) < deadline) {
+		sleep_part();
+		w->nap_s += now_s() - t0;
+		compute_part();
+	}
+	w->cpu_s = thread_cpu_s() - cpu0;
+}
+
+KEEP void *gated_worker(void *arg)
+{
+	pthread_barrier_wait(&gate);
+	gated_rounds(arg);
+	pthread_barrier_wait(&gate);
+	/* Blocked until the process exits. */
+	nap(1000 * 1000000000L);
+	return NULL;
+}
+
+static void gated_main(double seconds, int threads)
+{
+	pthread_t t;
+
+	if (pthread_barrier_init(&gate, NULL, threads))
+		die("pthread_barrier_init");
+	for (int i = 1; i < threads; i++)
+		if (pthread_create(&t, NULL, gated_worker, &workers[i]))
+			die("pthread_create");
+	if (!read_byte(0)) {
+		fprintf(stderr, "offcpu: stdin ended before the start\n");
+		exit(1);
+	}
+	go_s = now_s();
+	deadline = go_s + seconds;
+	pthread_barrier_wait(&gate);
+	gated_rounds(&workers[0]);
+	pthread_barrier_wait(&gate);
+	for (int i = 0; i < threads; i++)
+		fprintf(stderr, "thread %d start_s %.6f nap_s %.6f cpu_s %.6f\n",
+			(int)workers[i].tid, workers[i].start_s, workers[i].nap_s,
+			workers[i].cpu_s);
+	printf("done\n");
+	fflush(stdout);
+	read_byte(0);
+	fprintf(stderr, "gated_s %.6f\n", now_s() - go_s);
+}
+
+/* ---- kids ---- */
+
+KEEP void kid_nap(void)
+{
+	nap(SLEEP_NS);
+}
+
+KEEP void kid(double seconds)
+{
+	double begin = now_s(), nap_s = 0, t0;
+
+	while ((t0 = now_s()) < begin + seconds) {
+		kid_nap();
+		nap_s += now_s() - t0;
+		compute_part();
+	}
+	fprintf(stderr, "kid %d lifetime_s %.6f cpu_s %.6f nap_s %.6f\n",
+		(int)getpid(), now_s() - begin, process_cpu_s(), nap_s);
+	_exit(0);
+}
+
+KEEP void wait_for_kids(int count)
+{
+	int status;
+
+	for (int i = 0; i < count; i++)
+		if (wait(&status) < 0 || !WIFEXITED(status) ||
+		    WEXITSTATUS(status))
+			die("wait");
+}
+
+static void kids_main(double seconds, int count)
+{
+	for (int i = 0; i < count; i++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			die("fork");
+		if (pid == 0)
+			kid(seconds);
+	}
+	wait_for_kids(count);
+}
+
 /* ---- pingpong ---- */
 
 static int ping[2], pong[2];
@@ -363,8 +503,10 @@ static void usage(const char *argv0)
 		"usage: %s split SECONDS [--ready] [--compute] [--sleeper]\n"
 		"       %s exit SECONDS [--ready]\n"
 		"       %s mutex SECONDS [--ready] [WAITERS]\n"
-		"       %s pingpong SECONDS [--ready] [RATE]\n",
-		argv0, argv0, argv0, argv0);
+		"       %s pingpong SECONDS [--ready] [RATE]\n"
+		"       %s gated SECONDS [--ready] [THREADS]\n"
+		"       %s kids SECONDS [--ready] [COUNT]\n",
+		argv0, argv0, argv0, argv0, argv0, argv0);
 	exit(2);
 }
 
@@ -373,7 +515,7 @@ int main(int argc, char **argv)
 	const char *mode;
 	double seconds, start_s;
 	char *end;
-	int i = 3, compute = 0, sleeper = 0, waiters = 2;
+	int i = 3, compute = 0, sleeper = 0, waiters = 2, threads = 1, kids = 2;
 	double rate = 0;
 
 	if (argc < 3)
@@ -395,6 +537,12 @@ int main(int argc, char **argv)
 		else if (!strcmp(mode, "mutex") && i == argc - 1 &&
 			 (waiters = atoi(argv[i])) > 0)
 			;
+		else if (!strcmp(mode, "gated") && i == argc - 1 &&
+			 (threads = atoi(argv[i])) > 0 && threads <= MAX_THREADS)
+			;
+		else if (!strcmp(mode, "kids") && i == argc - 1 &&
+			 (kids = atoi(argv[i])) > 0)
+			;
 		else if (!strcmp(mode, "pingpong") && i == argc - 1 &&
 			 ((rate = strtod(argv[i], &end)) >= 0 && *end == '\0'))
 			;
@@ -410,7 +558,8 @@ int main(int argc, char **argv)
 		start_helper();
 		if (sleeper || !strcmp(mode, "exit"))
 			start_sleeper();
-	} else if (strcmp(mode, "mutex") && strcmp(mode, "pingpong")) {
+	} else if (strcmp(mode, "mutex") && strcmp(mode, "pingpong") &&
+		   strcmp(mode, "gated") && strcmp(mode, "kids")) {
 		usage(argv[0]);
 	}
 	if (ready) {
@@ -421,6 +570,10 @@ int main(int argc, char **argv)
 		mutex_main(waiters);
 	else if (!strcmp(mode, "pingpong"))
 		pingpong_main(rate);
+	else if (!strcmp(mode, "gated"))
+		gated_main(seconds, threads);
+	else if (!strcmp(mode, "kids"))
+		kids_main(seconds, kids);
 	else
 		rounds(compute);
 	fprintf(stderr, "lifetime_s %.6f\ncpu_total_s %.6f\n", now_s() - start_s,

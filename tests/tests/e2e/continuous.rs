@@ -21,8 +21,11 @@ use profd_e2e::{
 /// 6 000 samples: one standard deviation of a share is under 0.7 points).
 const FREQ: &str = "999";
 
-/// How long a test waits for windows to be cut and written.
-const WAIT: Duration = Duration::from_secs(30);
+/// How long a wait for windows may go without the daemon cutting one,
+/// beyond the window's own length: the time a single cut may take to be
+/// built and written on a loaded machine (it names the window's new
+/// functions). A wait that sees cuts go on waits on.
+const STALL: Duration = Duration::from_secs(60);
 
 pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
@@ -32,17 +35,31 @@ pub(crate) fn now_ns() -> u64 {
 }
 
 /// `profd --continuous` at [`FREQ`] with windows of `window` seconds, and
-/// `extra` settings.
+/// `extra` settings; returns once it samples.
 pub(crate) fn continuous(window: &str, extra: &[&str]) -> Daemon {
-    let mut args = vec![
-        "--continuous",
-        "--continuous-freq",
-        FREQ,
-        "--continuous-window",
-        window,
-    ];
+    let mut args = vec!["--continuous-freq", FREQ];
     args.extend_from_slice(extra);
-    Daemon::start_with(&args)
+    continuous_at_default_freq(window, &args)
+}
+
+/// `profd --continuous` with windows of `window` seconds and `extra`
+/// settings (its default frequency unless they say otherwise); returns
+/// once it samples.
+fn continuous_at_default_freq(window: &str, extra: &[&str]) -> Daemon {
+    let mut args = vec!["--continuous", "--continuous-window", window];
+    args.extend_from_slice(extra);
+    let d = Daemon::start_with(&args);
+    wait_sampling(&d, 1);
+    d
+}
+
+/// Waits until the daemon's log says continuous profiling started `runs`
+/// times (once a start: its rings are open, every sample from then on is
+/// counted).
+fn wait_sampling(d: &Daemon, runs: usize) {
+    profd_e2e::wait_until("continuous profiling started", STALL, || {
+        (d.log().matches("continuous profiling started").count() >= runs).then_some(())
+    });
 }
 
 /// A cgroup2 group for this test process, its own service: `profd-ct-KIND-PID`.
@@ -54,6 +71,17 @@ pub(crate) fn group(kind: &str) -> Cgroup {
 pub(crate) fn start_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
     let mut cmd = cg.command(exe);
     cmd.args([seconds, "--ready"]);
+    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+    Workload::start_command(cmd, &name)
+}
+
+/// As [`start_in`], at nice 19: spinning workloads whose samples are
+/// counted against their CPU time must not keep the daemon from draining
+/// its rings (the samples it loses there are of every process, its
+/// workloads' among them).
+fn start_nice_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
+    let mut cmd = cg.command("nice");
+    cmd.args(["-n", "19"]).arg(exe).args([seconds, "--ready"]);
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     Workload::start_command(cmd, &name)
 }
@@ -77,19 +105,70 @@ pub(crate) fn list(socket: &Path) -> api::ListWindowsResponse {
 /// history holds every sample before it (a window without samples is not
 /// kept, so the last window listed may end earlier).
 pub(crate) fn wait_for_window_after(d: &Daemon, t_ns: u64) -> api::ListWindowsResponse {
-    let deadline = Instant::now() + WAIT;
+    wait_for_cuts(d, &format!("a window cut up to {t_ns}"), |l| {
+        (l.cut_until_unix_ns >= t_ns).then(|| l.clone())
+    })
+}
+
+/// Polls ListWindows until `ready` gives a value. It waits as long as the
+/// daemon keeps cutting windows: it fails, naming `what`, only once no cut
+/// came for a window's length and [`STALL`].
+pub(crate) fn wait_for_cuts<T>(
+    d: &Daemon,
+    what: &str,
+    mut ready: impl FnMut(&api::ListWindowsResponse) -> Option<T>,
+) -> T {
+    let mut last_cut = 0;
+    let mut since = Instant::now();
     loop {
         let l = list(d.socket());
-        if l.cut_until_unix_ns >= t_ns {
-            return l;
+        if let Some(v) = ready(&l) {
+            return v;
         }
+        if l.cut_until_unix_ns > last_cut {
+            (last_cut, since) = (l.cut_until_unix_ns, Instant::now());
+        }
+        let limit = STALL + Duration::from_secs(l.window_seconds.into());
         assert!(
-            Instant::now() < deadline,
-            "no window cut up to {t_ns} within {WAIT:?}: {l:?}\n{}",
+            since.elapsed() < limit,
+            "{what}: no window cut for {limit:?} (the last cut up to {last_cut}): {l:?}\n{}",
             d.log()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Samples the rings lost in the windows listed (of every process).
+fn lost_in(l: &api::ListWindowsResponse) -> u64 {
+    l.windows
+        .iter()
+        .map(|w| w.totals.map_or(0, |t| t.lost))
+        .sum()
+}
+
+/// Asserts that `samples` are what `cpu` (a cgroup's CPU time) calls for
+/// at `hz` samples a second on each CPU, N = CPU time × hz. The kernel's
+/// cpu-clock timer ticks at a fixed period on each CPU, and each tick is a
+/// sample of whatever runs there: a stretch on the CPU gets its length in
+/// periods, rounded up or down by where the ticks fall. So the count's mean
+/// is N and its variance at most N (a stretch shorter than a period is a
+/// Bernoulli trial, longer ones vary by less): it lies within four standard
+/// deviations, 4√N, but for one run in 15 000. Samples the rings lost
+/// (`lost`, of every process) can only lower it.
+fn assert_samples_for_cpu(what: &str, samples: u64, lost: u64, cpu: Duration, hz: &str) {
+    let n = cpu.as_secs_f64() * hz.parse::<f64>().expect("a frequency");
+    let (low, high) = (n - 4.0 * n.sqrt() - lost as f64, n + 4.0 * n.sqrt());
+    eprintln!(
+        "  {what}: {samples} samples for {:.3} s of CPU at {hz} Hz: {n:.0} ± {:.0} (lost {lost})",
+        cpu.as_secs_f64(),
+        4.0 * n.sqrt()
+    );
+    assert!(
+        (low..=high).contains(&(samples as f64)),
+        "{what}: {samples} samples, but {:.3} s of CPU at {hz} Hz call for {n:.0}: expected \
+         {low:.0} to {high:.0} ({lost} lost)",
+        cpu.as_secs_f64()
+    );
 }
 
 /// `profctl query ARGS --format json`.
@@ -116,8 +195,8 @@ fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
     require_root_and_perf();
     let d = continuous("2", &[]);
     let (a, b) = (group("split"), group("stacks"));
-    let mut w1 = start_in(&a, &build_workload("split"), "6");
-    let mut w2 = start_in(&b, &STACKS_NOFP.path(), "6");
+    let mut w1 = start_nice_in(&a, &build_workload("split"), "6");
+    let mut w2 = start_nice_in(&b, &STACKS_NOFP.path(), "6");
     w1.wait(Duration::from_secs(30));
     w2.wait(Duration::from_secs(30));
     let listed = wait_for_window_after(&d, now_ns());
@@ -130,6 +209,11 @@ fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
     );
     let pa = query(&d, &["--service", a.name()]);
     let pb = query(&d, &["--service", b.name()]);
+    // Each service's samples are its cgroup's CPU time's worth.
+    let lost = lost_in(&listed);
+    for (p, cg) in [(&pa, &a), (&pb, &b)] {
+        assert_samples_for_cpu(cg.name(), p.totals.attributed, lost, cg.cpu_time(), FREQ);
+    }
     // split.c: leaf_a 25 %, leaf_b 75 % exclusive by construction.
     pa.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
     pa.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 2.0);
@@ -142,10 +226,6 @@ fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
     pb.assert_pct_within("rec", Measure::Inclusive, 40.0, 2.0);
     assert!(!modules(&pa).contains("stacks_nofp"), "{}", pa.table());
     assert!(!modules(&pb).contains("split"), "{}", pb.table());
-    // Each service's samples are its workload's: up to 6 s of one CPU.
-    for p in [&pa, &pb] {
-        assert!(p.totals.attributed > 999 * 2, "{}", p.table());
-    }
     // The views and exports of a session, over the history: callers, and
     // the pprof export as `go tool pprof` reads it.
     let callers = d.profctl(&["query", "--service", a.name(), "--callers", "leaf_b"]);
@@ -411,49 +491,40 @@ fn retention_drops_the_oldest_windows_and_counts_them() {
     let cg = group("keep");
     let _w = start_in(&cg, &build_workload("split"), "30");
     let mut seen: Vec<(u64, String)> = Vec::new();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let l = list(d.socket());
+    let l = wait_for_cuts(&d, "three windows dropped by age", |l| {
         for w in &l.windows {
             if !seen.iter().any(|(_, id)| *id == w.id) {
                 seen.push((w.start_unix_ns, w.id.clone()));
             }
         }
-        if l.dropped_age >= 3 {
-            seen.sort();
-            let kept: Vec<&str> = l.windows.iter().map(|w| w.id.as_str()).collect();
-            let newest: Vec<&str> = seen[seen.len() - kept.len()..]
-                .iter()
-                .map(|(_, id)| id.as_str())
-                .collect();
-            assert_eq!(kept, newest, "the windows kept are the newest");
-            let oldest = l.windows.first().unwrap().end_unix_ns;
-            assert!(
-                now_ns().saturating_sub(oldest) <= 5_000_000_000,
-                "a window older than 3 s (and a window) kept"
-            );
-            assert_eq!(l.windows_kept as usize, kept.len());
-            // The oldest window's range is no longer answered: an error
-            // saying what the history holds, not an empty profile.
-            let (gone_ns, gone) = &seen[0];
-            assert!(!kept.contains(&gone.as_str()));
-            let from = (gone_ns / 1_000_000_000).to_string();
-            let to = (gone_ns / 1_000_000_000 + 1).to_string();
-            let out = d.profctl(&["query", "--from", &from, "--to", &to]);
-            assert!(
-                !out.status.success()
-                    && out.stderr.contains("no windows in the history from")
-                    && out.stderr.contains("it holds"),
-                "{out:?}"
-            );
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nothing dropped within {WAIT:?}: {l:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+        (l.dropped_age >= 3).then(|| l.clone())
+    });
+    seen.sort();
+    let kept: Vec<&str> = l.windows.iter().map(|w| w.id.as_str()).collect();
+    let newest: Vec<&str> = seen[seen.len() - kept.len()..]
+        .iter()
+        .map(|(_, id)| id.as_str())
+        .collect();
+    assert_eq!(kept, newest, "the windows kept are the newest");
+    let oldest = l.windows.first().unwrap().end_unix_ns;
+    assert!(
+        now_ns().saturating_sub(oldest) <= 5_000_000_000,
+        "a window older than 3 s (and a window) kept"
+    );
+    assert_eq!(l.windows_kept as usize, kept.len());
+    // The oldest window's range is no longer answered: an error saying
+    // what the history holds, not an empty profile.
+    let (gone_ns, gone) = &seen[0];
+    assert!(!kept.contains(&gone.as_str()));
+    let from = (gone_ns / 1_000_000_000).to_string();
+    let to = (gone_ns / 1_000_000_000 + 1).to_string();
+    let out = d.profctl(&["query", "--from", &from, "--to", &to]);
+    assert!(
+        !out.status.success()
+            && out.stderr.contains("no windows in the history from")
+            && out.stderr.contains("it holds"),
+        "{out:?}"
+    );
 }
 
 /// JIT code is named from its runtime's perf map, as in a session: node's
@@ -549,4 +620,123 @@ fn diff_of_two_time_ranges_shows_the_change() {
             out.stdout
         );
     }
+}
+
+/// Continuous profiling at its default frequency, 19 Hz: a service's
+/// samples are its cgroup's CPU time at 19 a second, within the bound of
+/// [`assert_samples_for_cpu`]. Two spinning workloads run until the group
+/// has used [`DEFAULT_HZ_CPU`] of CPU time (however long the loaded
+/// machine takes to give it): about 380 samples, so 4√N is a fifth of N
+/// and a count half or twice N fails.
+#[test]
+fn the_default_frequency_samples_the_cpu_time() {
+    let _serial = serial();
+    require_root_and_perf();
+    let d = continuous_at_default_freq("2", &[]);
+    let cg = group("default-hz");
+    let split = build_workload("split");
+    let workloads = [start_in(&cg, &split, "600"), start_in(&cg, &split, "600")];
+    profd_e2e::wait_until("the group's CPU time", Duration::from_secs(600), || {
+        (cg.cpu_time() >= DEFAULT_HZ_CPU).then_some(())
+    });
+    drop(workloads);
+    let cpu = cg.cpu_time();
+    let l = wait_for_window_after(&d, now_ns());
+    assert_eq!(l.frequency_hz, 19, "the default frequency");
+    for w in &l.windows {
+        assert_eq!(
+            (w.frequency_hz, w.configured_frequency_hz),
+            (19, 19),
+            "window {} ran at another frequency",
+            w.id
+        );
+    }
+    let samples = l
+        .services
+        .iter()
+        .find(|s| s.service == cg.name())
+        .map_or(0, |s| s.samples);
+    assert_samples_for_cpu(cg.name(), samples, lost_in(&l), cpu, "19");
+}
+
+/// The CPU time [`the_default_frequency_samples_the_cpu_time`] samples.
+const DEFAULT_HZ_CPU: Duration = Duration::from_secs(20);
+
+/// Sends `signal` to process `pid`.
+fn send(pid: u32, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
+    rustix::process::kill_process(pid, signal).expect("send a signal");
+}
+
+/// Whether process `pid` is stopped (state `T` in /proc/PID/stat).
+fn stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    stat[stat.rfind(')').expect("comm") + 2..].starts_with('T')
+}
+
+/// The samples of `service`, and the samples lost, in the windows that
+/// start before `t_ns` and in those that start at or after it.
+fn samples_around(l: &api::ListWindowsResponse, service: &str, t_ns: u64) -> [(u64, u64); 2] {
+    let mut split = [(0, 0); 2];
+    for w in &l.windows {
+        let n: u64 = w
+            .services
+            .iter()
+            .filter(|s| s.service == service)
+            .map(|s| s.samples)
+            .sum();
+        let part = &mut split[usize::from(w.start_unix_ns >= t_ns)];
+        part.0 += n;
+        part.1 += w.totals.map_or(0, |t| t.lost);
+    }
+    split
+}
+
+/// The windows cut as the daemon stops hold their cgroup's CPU time: with
+/// windows of an hour, a spinning workload (at nice 19, so that it does
+/// not keep the daemon from its rings) runs in its group for 3 s of CPU
+/// and is stopped (SIGSTOP); the daemon restarts (SIGTERM: its window is
+/// cut as it stops), the workload goes on for 3 s more once the daemon
+/// samples again, is killed, and the daemon restarts once more. The
+/// windows started before the first restart hold the group's CPU time up
+/// to the stop, those after it the rest, each within
+/// [`assert_samples_for_cpu`]'s bound, and every window is listed once.
+#[test]
+fn windows_cut_at_restarts_hold_the_cgroup_s_cpu_time() {
+    let _serial = serial();
+    require_root_and_perf();
+    let mut d = continuous("3600", &[]);
+    let cg = group("restart-cpu");
+    let w = start_nice_in(&cg, &build_workload("split"), "600");
+    let cpu_at = |at: Duration| {
+        profd_e2e::wait_until("the group's CPU time", Duration::from_secs(600), || {
+            (cg.cpu_time() >= at).then_some(())
+        })
+    };
+    cpu_at(Duration::from_secs(3));
+    send(w.pid(), rustix::process::Signal::STOP);
+    profd_e2e::wait_until("the workload stopped", Duration::from_secs(60), || {
+        stopped(w.pid()).then_some(())
+    });
+    let before = cg.cpu_time();
+    let restart_ns = now_ns();
+    d.restart();
+    wait_sampling(&d, 2);
+    send(w.pid(), rustix::process::Signal::CONT);
+    cpu_at(before + Duration::from_secs(3));
+    drop(w);
+    let all = cg.cpu_time();
+    d.restart();
+    let l = list(d.socket());
+    let ids: HashSet<&str> = l.windows.iter().map(|w| w.id.as_str()).collect();
+    assert_eq!(ids.len(), l.windows.len(), "a window listed twice: {l:?}");
+    let [(samples, lost), (samples_after, lost_after)] = samples_around(&l, cg.name(), restart_ns);
+    assert_samples_for_cpu("before the first restart", samples, lost, before, FREQ);
+    assert_samples_for_cpu(
+        "after it, cut at the second",
+        samples_after,
+        lost_after,
+        all - before,
+        FREQ,
+    );
 }

@@ -4,12 +4,13 @@
 //! known lengths of time in known functions and print the wall-clock time
 //! each part took. Every count of these profiles is nanoseconds; shares are
 //! checked against the workload's own clock, lengths against the session's
-//! duration and the kernel's per-thread CPU time (`/proc/PID/task/TID/schedstat`).
+//! duration, the threads' and forked children's own clocks, and the
+//! kernel's per-thread CPU time (`/proc/PID/task/TID/schedstat`).
 
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use profd_e2e::{build_workload, path_str, Harness, Profile, TimeTotals, Workload};
+use profd_e2e::{build_workload, path_str, Harness, Profile, TimeTotals};
 
 /// Percentage points a share may be off the workload's own measurement.
 const PCT_TOLERANCE: f64 = 3.0;
@@ -332,10 +333,253 @@ fn thread_cpu_ns(pid: u32, tid: u32) -> f64 {
         .unwrap_or_else(|| panic!("{path} holds {text:?}"))
 }
 
-/// `actual` lies in `[low, high]`, each widened by `tolerance` (a
-/// fraction of it).
-fn assert_between(what: &str, actual: f64, low: f64, high: f64, tolerance: f64, p: &Profile) {
-    let (low, high) = (low * (1.0 - tolerance), high * (1.0 + tolerance));
+/// How far below a thread's CPU time its on-CPU time may be, per wait
+/// timed: the kernel's path into a thread that comes from the idle task or
+/// another process runs before the record of its switch in, and is counted
+/// off the CPU ([`crate::offcpu_rate`] bounds the same at 100 000
+/// switches a second; a few microseconds each here, [`SWITCH_PATH_NS`] on
+/// a loaded machine).
+const SWITCH_PATH_NS: f64 = 20_000.0;
+/// What a gated thread may run, or be counted as running, outside the
+/// schedstat readings around its rounds: leaving its last round for its
+/// wait, and the process's exit (a few microseconds of CPU each).
+const EDGE_CPU_NS: f64 = 1_000_000.0;
+
+/// The `offcpu gated` workload, its stdin and stdout held by the test:
+/// its threads wait, blocked, until [`Gated::go_and_wait`] sends a byte, run their rounds for
+/// the seconds asked, and wait again, blocked, until [`Gated::finish`]
+/// ends the process. Killed when dropped.
+struct Gated {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+/// What one thread of `offcpu gated` printed: when it woke (seconds after
+/// the go), its time in sleep_part and its CPU time over its rounds.
+#[derive(Debug, Clone, Copy)]
+struct GatedThread {
+    start_s: f64,
+    nap_s: f64,
+    cpu_s: f64,
+}
+
+impl Gated {
+    fn start(seconds: &str, threads: usize) -> Gated {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = Command::new(build_workload("offcpu"))
+            .args(["gated", seconds, "--ready", &threads.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start offcpu gated");
+        let stdin = child.stdin.take();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read the ready line");
+        assert_eq!(line.trim(), "ready", "offcpu gated did not start");
+        Gated {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its threads' CPU time now, by schedstat: tid → ns.
+    fn cpu_ns(&self) -> BTreeMap<u32, f64> {
+        let pid = self.pid();
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .expect("the workload's threads")
+            .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
+            .map(|tid| (tid, thread_cpu_ns(pid, tid)))
+            .collect()
+    }
+
+    /// Sends the first byte, and returns once every thread is done with
+    /// its rounds (the main thread says `done`: it and every other thread
+    /// are then waiting, or about to).
+    fn go_and_wait(&mut self) {
+        use std::io::{BufRead, Write};
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"g").expect("write the go byte");
+        stdin.flush().expect("flush");
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .expect("read the done line");
+        assert_eq!(
+            line.trim(),
+            "done",
+            "offcpu gated did not finish its rounds"
+        );
+    }
+
+    /// Closes its stdin: the process exits. Returns what it printed:
+    /// its `key value` lines, and each thread's figures by tid.
+    fn finish(mut self) -> (BTreeMap<String, f64>, BTreeMap<u32, GatedThread>) {
+        use std::io::Read;
+        drop(self.stdin.take());
+        let status = self.child.wait().expect("wait for offcpu gated");
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err)
+            .expect("read its stderr");
+        assert!(status.success(), "offcpu gated: {status}\n{err}");
+        let mut values = BTreeMap::new();
+        let mut threads = BTreeMap::new();
+        for line in err.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            match w.as_slice() {
+                ["thread", tid, "start_s", start, "nap_s", nap, "cpu_s", cpu] => {
+                    let f = |v: &str| v.parse::<f64>().expect("a figure");
+                    threads.insert(
+                        tid.parse().expect("a tid"),
+                        GatedThread {
+                            start_s: f(start),
+                            nap_s: f(nap),
+                            cpu_s: f(cpu),
+                        },
+                    );
+                }
+                [key, value] => {
+                    if let Ok(v) = value.parse() {
+                        values.insert(key.to_string(), v);
+                    }
+                }
+                _ => {}
+            }
+        }
+        eprintln!("  offcpu gated printed {values:?}\n  threads {threads:?}");
+        (values, threads)
+    }
+}
+
+impl Drop for Gated {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A session of `offcpu gated` with `threads` threads: `profctl attach
+/// --mode MODE` while every thread waits, blocked; once the session runs,
+/// the threads' CPU time (schedstat) is read, the rounds run, the CPU
+/// time is read again while every thread waits, and the process exits,
+/// which ends the session. A thread blocked on both sides of its rounds
+/// uses no CPU there, so the two readings bracket exactly what it ran over
+/// the session, however late the test reads them on a loaded machine.
+struct GatedRun {
+    p: Profile,
+    /// Each thread's CPU time between the readings (ns).
+    cpu: BTreeMap<u32, f64>,
+    /// The workload's `key value` figures and its threads'.
+    printed: BTreeMap<String, f64>,
+    threads: BTreeMap<u32, GatedThread>,
+}
+
+fn gated_run(h: &Harness, mode: &str, threads: usize) -> GatedRun {
+    let mut w = Gated::start("3", threads);
+    let pid = w.pid();
+    let attach = h.daemon.spawn_profctl(&[
+        "attach",
+        &pid.to_string(),
+        "--mode",
+        mode,
+        "--format",
+        "json",
+    ]);
+    // The session's line in `profctl sessions`: `ID PID COMM running ...`.
+    profd_e2e::wait_until(
+        "the session running",
+        std::time::Duration::from_secs(60),
+        || {
+            let out = h.daemon.profctl(&["sessions"]);
+            out.assert_success();
+            out.stdout
+                .lines()
+                .map(profd_e2e::words)
+                .any(|w| w.get(1) == Some(&pid.to_string().as_str()) && w.contains(&"running"))
+                .then_some(())
+        },
+    );
+    let before = w.cpu_ns();
+    w.go_and_wait();
+    let after = w.cpu_ns();
+    let (printed, figures) = w.finish();
+    let p = Profile::parse(&attach.wait(profd_e2e::PROFCTL_TIMEOUT));
+    eprintln!("{}", p.table());
+    check_time_profile(&p, mode);
+    assert_eq!(p.state, "exited", "{}", p.table());
+    assert_eq!(before.len(), threads, "threads before: {before:?}");
+    let cpu = before
+        .iter()
+        .map(|(tid, ns)| (*tid, after[tid] - ns))
+        .collect();
+    eprintln!("  schedstat over the rounds (ns): {cpu:?}");
+    GatedRun {
+        p,
+        cpu,
+        printed,
+        threads: figures,
+    }
+}
+
+/// Off-cpu accounting against the kernel's own figures, for one thread
+/// attached while it waits: its on-CPU time (switch to switch) is its CPU
+/// time by schedstat, read while it waits before and after its rounds; and
+/// from its first switch in (the go) to its exit, what it did not run is
+/// off-CPU time.
+///
+/// Bounds, from the mechanism: on-CPU time may be short of the CPU time
+/// by [`SWITCH_PATH_NS`] a wait, and over it by [`EDGE_CPU_NS`]; the
+/// thread's time from its switch in to its exit is `gated_s` (the
+/// workload's clock from the go to just before it exits), less the moment
+/// from its switch in to reading that clock, plus its exit and any wait for
+/// a CPU there on a loaded machine (within [`THREAD_TOLERANCE`]).
+#[test]
+fn off_cpu_time_is_the_session_minus_the_cpu_time() {
+    let h = Harness::start();
+    let run = gated_run(&h, "off-cpu", 1);
+    let (p, pid) = (&run.p, run.p.pid);
+    let t = p.totals.time.expect("checked");
+    let cpu = run.cpu[&pid];
+    let gated = printed(&run.printed, "gated_s", p) * 1e9;
+    eprintln!(
+        "  schedstat: {:.4} s of CPU; the thread lived {:.4} s from the go; {} waits",
+        cpu / 1e9,
+        gated / 1e9,
+        t.waits
+    );
+    assert!(
+        cpu >= 0.2 * gated,
+        "compute_part spins 5 ms of each ~12 ms round, yet the thread ran only {cpu:.0} ns \
+         of {gated:.0}"
+    );
+    let (on, off) = (t.on_cpu_ns as f64, t.off_cpu_ns as f64);
+    let switch_path = t.waits as f64 * SWITCH_PATH_NS;
+    assert_within("on_cpu_ns", on, cpu - switch_path, cpu + EDGE_CPU_NS, p);
+    let lived = (gated - EDGE_CPU_NS, gated * (1.0 + THREAD_TOLERANCE));
+    assert_within("on_cpu_ns + off_cpu_ns", on + off, lived.0, lived.1, p);
+    assert_within(
+        "off_cpu_ns",
+        off,
+        lived.0 - cpu - EDGE_CPU_NS,
+        lived.1 - cpu + switch_path,
+        p,
+    );
+}
+
+/// `actual` lies in `[low, high]`.
+fn assert_within(what: &str, actual: f64, low: f64, high: f64, p: &Profile) {
     eprintln!("  {what}: {actual:.0}, expected within [{low:.0}, {high:.0}]");
     assert!(
         (low..=high).contains(&actual),
@@ -344,82 +588,147 @@ fn assert_between(what: &str, actual: f64, low: f64, high: f64, tolerance: f64, 
     );
 }
 
-/// Off-cpu accounting against the kernel's own figures, on a thread
-/// already running when the session attaches: its on-CPU time (switch to
-/// switch) is its CPU time by schedstat over the session, and its off-CPU
-/// time the rest of the session's duration.
-///
-/// Schedstat is read before `profctl attach` starts and after it exits,
-/// a span longer than the session by the client's start, the session's
-/// setup and its end. The thread's CPU time over the session is then at
-/// most the CPU time over that span, and at least that less the span's
-/// extra wall time (as if the thread ran all of it). A loaded machine
-/// widens the span, never moves the truth out of it.
+/// Off-cpu accounting per thread, against each thread's schedstat: three
+/// threads attached while they wait, each running rounds of 7 ms asleep and
+/// 5 ms spinning. The session's on-CPU time is the three threads' CPU time
+/// by schedstat (read while all wait, before and after their rounds), and
+/// each thread's off-CPU time (the threads view) is its time from its
+/// switch in to the exit less its CPU time, with the bounds of
+/// [`off_cpu_time_is_the_session_minus_the_cpu_time`]; its time in
+/// sleep_part, by its own clock, is within that.
 #[test]
-fn off_cpu_time_is_the_session_minus_the_cpu_time() {
+fn each_thread_s_off_cpu_time_is_its_lifetime_minus_its_schedstat() {
     let h = Harness::start();
-    let exe = build_workload("offcpu");
-    let mut command = Command::new(&exe);
-    command.args(["split", &LONG.to_string(), "--ready", "--compute"]);
-    let target = Workload::start_command(command, "offcpu");
-    let pid = target.pid();
-    let span_start = std::time::Instant::now();
-    let cpu_before = thread_cpu_ns(pid, pid);
-    let out = h.daemon.profctl(&[
-        "attach",
-        &target.pid_arg(),
-        "--mode",
-        "off-cpu",
-        "--duration",
-        "3",
-        "--format",
-        "json",
-    ]);
-    let span_cpu_ns = thread_cpu_ns(pid, pid) - cpu_before;
-    let span_ns = span_start.elapsed().as_nanos() as f64;
-    let p = Profile::parse(&out);
-    eprintln!("{}", p.table());
-    let t = check_time_profile(&p, "off-cpu");
-    let duration_ns = p.duration_s * 1e9;
-    let extra_ns = (span_ns - duration_ns).max(0.0);
-    let (cpu_low, cpu_high) = ((span_cpu_ns - extra_ns).max(0.0), span_cpu_ns);
-    eprintln!(
-        "  schedstat: {:.3} s of CPU over {:.3} s around the session's {:.3} s",
-        span_cpu_ns / 1e9,
-        span_ns / 1e9,
-        p.duration_s
-    );
-    assert!(
-        cpu_high >= 0.2 * duration_ns,
-        "compute_part spins 5 ms of each ~15 ms round, yet the thread ran only \
-         {cpu_high:.0} ns over a span of {span_ns:.0} ns around the session's \
-         {duration_ns:.0}"
-    );
-    assert_between(
-        "on_cpu_ns",
+    let run = gated_run(&h, "off-cpu", 3);
+    let p = &run.p;
+    let t = p.totals.time.expect("checked");
+    let cpu: f64 = run.cpu.values().sum();
+    let switch_path = t.waits as f64 * SWITCH_PATH_NS;
+    assert_within(
+        "on_cpu_ns of the three threads",
         t.on_cpu_ns as f64,
-        cpu_low,
-        cpu_high,
-        2.0 * TIME_TOLERANCE,
-        &p,
+        cpu - switch_path,
+        cpu + 3.0 * EDGE_CPU_NS,
+        p,
     );
-    assert_between(
-        "off_cpu_ns",
-        t.off_cpu_ns as f64,
-        duration_ns - cpu_high,
-        duration_ns - cpu_low,
-        TIME_TOLERANCE,
-        &p,
-    );
-    assert_near(
-        "on_cpu_ns + off_cpu_ns",
-        (t.on_cpu_ns + t.off_cpu_ns) as f64,
-        duration_ns,
-        TIME_TOLERANCE,
-        &p,
-    );
+    let rows = threads(&h, p.session_id);
+    eprintln!("  threads (tid → name, ns, unknown ns): {rows:?}");
+    assert_eq!(rows.len(), 3, "three threads: {rows:?}");
+    let gated = printed(&run.printed, "gated_s", p) * 1e9;
+    for (tid, (name, off, _)) in &rows {
+        let figures = run
+            .threads
+            .get(tid)
+            .unwrap_or_else(|| panic!("thread {tid} printed nothing: {:?}", run.threads));
+        let cpu = run.cpu[tid];
+        // Its own figure of its CPU time is the kernel's too.
+        assert!(
+            (figures.cpu_s * 1e9 - cpu).abs() <= EDGE_CPU_NS,
+            "thread {tid}: {} s of CPU by its clock, {cpu:.0} ns by schedstat",
+            figures.cpu_s
+        );
+        let lived = gated - figures.start_s * 1e9;
+        let (low, high) = (
+            lived - EDGE_CPU_NS - cpu - EDGE_CPU_NS,
+            lived * (1.0 + THREAD_TOLERANCE) - cpu + switch_path,
+        );
+        assert_within(
+            &format!("off-CPU ns of thread {tid} ({name})"),
+            *off as f64,
+            low,
+            high,
+            p,
+        );
+        assert!(
+            figures.nap_s * 1e9 <= *off as f64,
+            "thread {tid} slept {} s in sleep_part, more than its off-CPU {off} ns",
+            figures.nap_s
+        );
+    }
 }
 
+/// A target that forks children which sleep and spin (`offcpu kids`: two
+/// children at once, each 7 ms asleep in kid_nap and 5 ms spinning a round
+/// for 2 s), profiled with `--children`: in off-cpu mode each child's time
+/// is its lifetime by its own clock less its CPU time (the kernel's count,
+/// CLOCK_PROCESS_CPUTIME_ID), and kid_nap holds the children's sleeps; in
+/// wall mode each child's time is its lifetime. A child's time runs from
+/// its first switch in (just before its clock starts) to its exit (just
+/// after its clock's last reading): within [`THREAD_TOLERANCE`] of its
+/// lifetime, as a thread's in [`every_thread_s_time_is_its_lifetime`].
+#[test]
+fn children_s_off_cpu_and_wall_time_is_theirs() {
+    let h = Harness::start();
+    for mode in ["off-cpu", "wall"] {
+        let exe = build_workload("offcpu");
+        let out = h.daemon.profctl(&[
+            "run",
+            "--mode",
+            mode,
+            "--children",
+            "--format",
+            "json",
+            "--",
+            path_str(&exe),
+            "kids",
+            "2",
+            "2",
+        ]);
+        let p = Profile::parse(&out);
+        eprintln!("{}", p.table());
+        check_time_profile(&p, mode);
+        // `kid PID lifetime_s L cpu_s C nap_s N`: pid → (L, C, N).
+        let out_kids: BTreeMap<u32, (f64, f64, f64)> = out
+            .stderr
+            .lines()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                match w.as_slice() {
+                    ["kid", pid, "lifetime_s", l, "cpu_s", c, "nap_s", n] => Some((
+                        pid.parse().ok()?,
+                        (l.parse().ok()?, c.parse().ok()?, n.parse().ok()?),
+                    )),
+                    _ => None,
+                }
+            })
+            .collect();
+        eprintln!("  the children printed (lifetime, cpu, nap s): {out_kids:?}");
+        assert_eq!(out_kids.len(), 2, "two children: {out_kids:?}");
+        let mut naps = 0.0;
+        for (pid, (lifetime, cpu, nap)) in &out_kids {
+            let row = p
+                .processes
+                .iter()
+                .find(|r| r.pid == *pid)
+                .unwrap_or_else(|| panic!("child {pid} not in {:?}\n{}", p.processes, p.table()));
+            let (expected, slack) = match mode {
+                "off-cpu" => (lifetime - cpu, lifetime * THREAD_TOLERANCE),
+                _ => (*lifetime, lifetime * THREAD_TOLERANCE),
+            };
+            assert_within(
+                &format!("{mode} ns of child {pid}"),
+                row.samples as f64,
+                (expected - slack) * 1e9,
+                (expected + slack) * 1e9,
+                &p,
+            );
+            naps += nap;
+        }
+        // kid_nap's waits are the children's sleeps by their clocks, less
+        // the CPU time in kid_nap around each (entering and leaving the
+        // system call: microseconds of each 7 ms).
+        if mode == "off-cpu" {
+            let kid_nap = p.function("kid_nap").inclusive as f64;
+            assert_within(
+                "kid_nap (ns)",
+                kid_nap,
+                naps * 1e9 * 0.95,
+                naps * 1e9 * 1.01,
+                &p,
+            );
+        }
+    }
+}
 /// The exports of an off-CPU session carry nanoseconds to the tools that
 /// read them: `go tool pprof` reads sample type `off_cpu` and gives each
 /// function the session's inclusive time to the nanosecond; `profctl

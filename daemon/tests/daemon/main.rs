@@ -10,4 +10,5 @@ mod kernel_smoke;
 mod otlp;
 mod pyroscope;
 mod sampler_scope;
+mod sink_daemons;
 mod support;

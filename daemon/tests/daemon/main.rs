@@ -11,4 +11,5 @@ mod otlp;
 mod pyroscope;
 mod sampler_scope;
 mod sink_daemons;
+mod sink_secrets;
 mod support;

@@ -15,7 +15,8 @@ use profd_e2e::cgroups::Cgroup;
 use profd_e2e::metrics::{sample, scrape};
 use profd_e2e::tls::free_port;
 use profd_e2e::{
-    build_workload, path_str, require_root_and_perf, serial, unique_dir, Daemon, Workload,
+    build_workload, path_str, require_root_and_perf, run_profd, serial, unique_dir, Daemon,
+    Workload,
 };
 
 /// How long a step may take on a loaded machine: a deadline only turns a
@@ -78,8 +79,9 @@ impl Drop for Tmpfs {
 /// A daemon continuous at 99 Hz in windows of 1 s over `cg`, its state in
 /// `state`, with a ClickHouse sink `ch` to a port nothing listens on (so
 /// that every window waits in the spool), and `/metrics` on `metrics`.
+/// Its settings file is `profd.toml` beside `state`.
 fn daemon(cg: &Cgroup, state: &Path, metrics: &str) -> Daemon {
-    let config = unique_dir("spool-config").join("profd.toml");
+    let config = state.with_file_name("profd.toml");
     std::fs::write(
         &config,
         format!(
@@ -221,7 +223,7 @@ fn a_full_spool_counts_what_it_cannot_keep_and_profiling_goes_on() {
 
 /// A spool remounted read-only: the windows meanwhile are counted as
 /// unwritable, with the reason logged; remounted read-write, windows are
-/// spooled again.
+/// spooled again. A daemon does not start on a read-only spool.
 #[test]
 fn a_read_only_spool_counts_what_it_cannot_keep_and_recovers() {
     let _serial = serial();
@@ -247,6 +249,28 @@ fn a_read_only_spool_counts_what_it_cannot_keep_and_recovers() {
     assert!(before.spool_windows <= stuck.spool_windows);
     let sink = settle(d, w, &spool, &metrics);
     assert!(unwritable(&sink) >= 3 && sink.spool_windows >= after.spool_windows);
+    // A spool read-only when the daemon starts: it refuses to start,
+    // naming the sink, the directory and the system's error.
+    spool.remount("ro");
+    let socket = state.with_file_name("again.sock");
+    let config = state.with_file_name("profd.toml");
+    let out = run_profd(&[
+        "--socket",
+        path_str(&socket),
+        "--config",
+        path_str(&config),
+        "--state-dir",
+        path_str(&state),
+    ]);
+    assert!(
+        !out.status.success()
+            && out.stderr.contains(&format!(
+                "sink ch: spool: {}: Read-only file system",
+                spool.0.display()
+            )),
+        "{}",
+        out.describe()
+    );
     eprintln!(
         "read-only spool: {} windows waiting, {} unwritable",
         sink.spool_windows,

@@ -11,4 +11,6 @@ mod otlp;
 mod pyroscope;
 mod sampler_open;
 mod sampler_scope;
+mod sink_daemons;
+mod sink_secrets;
 mod support;

@@ -22,22 +22,24 @@ use tonic::metadata::MetadataMap;
 
 /// What the collector answers.
 #[derive(Clone, Copy)]
-enum Answer {
+pub(crate) enum Answer {
     /// Success, with this many profiles rejected in a partial success.
     Ok(i64),
     Fail(tonic::Code),
 }
 
 /// One export the collector got.
-struct Got {
-    metadata: MetadataMap,
-    request: ExportProfilesServiceRequest,
+pub(crate) struct Got {
+    pub(crate) metadata: MetadataMap,
+    pub(crate) request: ExportProfilesServiceRequest,
+    /// Whether it was answered with success.
+    pub(crate) taken: bool,
 }
 
 #[derive(Clone)]
 struct Receiver {
     got: Arc<Mutex<Vec<Got>>>,
-    answer: Answer,
+    answer: Arc<Mutex<Answer>>,
 }
 
 #[tonic::async_trait]
@@ -47,8 +49,13 @@ impl ProfilesService for Receiver {
         request: tonic::Request<ExportProfilesServiceRequest>,
     ) -> Result<tonic::Response<ExportProfilesServiceResponse>, tonic::Status> {
         let (metadata, _, request) = request.into_parts();
-        self.got.lock().unwrap().push(Got { metadata, request });
-        match self.answer {
+        let answer = *self.answer.lock().unwrap();
+        self.got.lock().unwrap().push(Got {
+            metadata,
+            request,
+            taken: matches!(answer, Answer::Ok(_)),
+        });
+        match answer {
             Answer::Ok(0) => Ok(tonic::Response::new(
                 ExportProfilesServiceResponse::default(),
             )),
@@ -64,21 +71,27 @@ impl ProfilesService for Receiver {
 }
 
 /// An in-test collector on a loopback port, stopped when dropped.
-struct Collector {
-    url: String,
-    got: Arc<Mutex<Vec<Got>>>,
+pub(crate) struct Collector {
+    pub(crate) url: String,
+    pub(crate) got: Arc<Mutex<Vec<Got>>>,
+    answer: Arc<Mutex<Answer>>,
     /// The HTTP/2 paths requests came to.
     paths: Arc<Mutex<Vec<String>>>,
     stop: Option<oneshot::Sender<()>>,
 }
 
 impl Collector {
-    async fn start(answer: Answer) -> Collector {
+    pub(crate) async fn start(answer: Answer) -> Collector {
         Collector::serve(answer, None).await
     }
 
+    /// Answer `answer` from now on.
+    pub(crate) fn answer(&self, answer: Answer) {
+        *self.answer.lock().unwrap() = answer;
+    }
+
     /// With `tls` (certificate and key PEM), over TLS as `https://localhost`.
-    async fn serve(answer: Answer, tls: Option<(String, String)>) -> Collector {
+    pub(crate) async fn serve(answer: Answer, tls: Option<(String, String)>) -> Collector {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let url = match tls {
@@ -94,9 +107,10 @@ impl Collector {
                 r
             });
         let (stop, stopped) = oneshot::channel::<()>();
+        let answer = Arc::new(Mutex::new(answer));
         let receiver = Receiver {
             got: got.clone(),
-            answer,
+            answer: answer.clone(),
         };
         let mut server = tonic::transport::Server::builder();
         if let Some((cert, key)) = tls {
@@ -119,6 +133,7 @@ impl Collector {
         Collector {
             url,
             got,
+            answer,
             paths,
             stop: Some(stop),
         }

@@ -18,14 +18,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A request as the receiver got it.
 #[derive(Debug, Clone)]
-struct Received {
+pub(crate) struct Received {
     method: String,
     path: String,
-    query: Vec<(String, String)>,
-    headers: axum::http::HeaderMap,
-    body: Vec<u8>,
+    pub(crate) query: Vec<(String, String)>,
+    pub(crate) headers: axum::http::HeaderMap,
+    pub(crate) body: Vec<u8>,
     /// The status answered.
-    status: u16,
+    pub(crate) status: u16,
 }
 
 #[derive(Default)]
@@ -37,14 +37,14 @@ struct Shared {
 }
 
 /// The receiver: Pyroscope's `/ingest` as documented, on loopback.
-struct Receiver {
+pub(crate) struct Receiver {
     addr: SocketAddr,
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Receiver {
-    async fn start() -> Receiver {
+    pub(crate) async fn start() -> Receiver {
         Receiver::start_on("127.0.0.1:0".parse().unwrap()).await
     }
 
@@ -61,16 +61,22 @@ impl Receiver {
         Receiver { addr, shared, task }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    fn answer(&self, statuses: &[u16]) {
+    pub(crate) fn answer(&self, statuses: &[u16]) {
         self.shared.answers.lock().unwrap().extend(statuses);
     }
 
+    /// Answer 200 to well-formed requests from now on (the statuses not
+    /// yet answered are forgotten).
+    pub(crate) fn accept(&self) {
+        self.shared.answers.lock().unwrap().clear();
+    }
+
     /// The requests got so far, taken.
-    fn take(&self) -> Vec<Received> {
+    pub(crate) fn take(&self) -> Vec<Received> {
         std::mem::take(&mut self.shared.got.lock().unwrap())
     }
 }
@@ -89,7 +95,7 @@ fn error(code: &str, message: &str) -> String {
 /// Pyroscope's `name` as its ingest handler parses it: the app name
 /// (`[A-Za-z0-9_./-]`, not empty), then `{k=v,...}` with names of
 /// `[A-Za-z0-9_.]`; a value ends at `,` or `}`.
-fn parse_name(name: &str) -> Result<(String, BTreeMap<String, String>), String> {
+pub(crate) fn parse_name(name: &str) -> Result<(String, BTreeMap<String, String>), String> {
     let (app, rest) = name.split_once('{').unwrap_or((name, "}"));
     let app = app.trim();
     if app.is_empty()

@@ -42,6 +42,7 @@ mod scope;
 mod security;
 mod service;
 mod sessions;
+mod spool_failures;
 mod stacks;
 mod timeline;
 mod trusted;

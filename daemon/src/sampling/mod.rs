@@ -284,9 +284,11 @@ impl Sampler {
             routes.clone(),
             self.counters.clone(),
             backlog,
-            flush_rx,
-            stop_rx,
-            self.drain_every,
+            Orders {
+                flush: flush_rx,
+                stop: stop_rx,
+                drain_every: self.drain_every,
+            },
         ));
         Ok(Group {
             routes,
@@ -501,16 +503,27 @@ impl SampleSource for Sampler {
     }
 }
 
+/// What a group's draining task is told: drain now, stop, and how long
+/// after its last drain it drains rings nothing else drained.
+struct Orders {
+    flush: mpsc::UnboundedReceiver<(Flush, u64, oneshot::Sender<()>)>,
+    stop: watch::Receiver<bool>,
+    drain_every: Duration,
+}
+
 async fn run_group(
     mut rings: Vec<AsyncFd<PerfEvent>>,
     mut demux: Demux,
     routes: Arc<RwLock<Routes>>,
     counters: Arc<Counters>,
     backlog: Option<Arc<Backlog>>,
-    mut flush: mpsc::UnboundedReceiver<(Flush, u64, oneshot::Sender<()>)>,
-    mut stop: watch::Receiver<bool>,
-    drain_every: Duration,
+    orders: Orders,
 ) {
+    let Orders {
+        mut flush,
+        mut stop,
+        drain_every,
+    } = orders;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + drain_every, drain_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut heads = Vec::with_capacity(rings.len());

@@ -86,6 +86,21 @@ fn start_nice_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
     Workload::start_command(cmd, &name)
 }
 
+/// The daemon's Info.
+pub(crate) fn info(socket: &Path) -> api::InfoResponse {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = profctl::requests::connect::unix_channel(socket, None)
+            .await
+            .expect("connect to profd");
+        ProfilerClient::new(channel)
+            .info(api::InfoRequest::default())
+            .await
+            .expect("Info")
+            .into_inner()
+    })
+}
+
 /// ListWindows over the whole history.
 pub(crate) fn list(socket: &Path) -> api::ListWindowsResponse {
     let rt = tokio::runtime::Runtime::new().unwrap();

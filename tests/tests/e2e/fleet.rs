@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::continuous::list;
+use super::continuous::{info, list};
 use crate::interpreters::{Runtime, PYTHON, RUBY};
-use profd_common::api::{self, profiler_client::ProfilerClient};
+use profd_common::api;
 use profd_e2e::cgroups::Cgroup;
 use profd_e2e::clickhouse::{Chdb, Server};
 use profd_e2e::metrics::{sample, scrape};
@@ -72,20 +72,6 @@ fn daemon(host: &str, cg: &Cgroup, url: &str, create_schema: bool) -> Daemon {
     )
     .unwrap();
     Daemon::start_with(&["--config", path_str(&config)])
-}
-
-fn info(socket: &Path) -> api::InfoResponse {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let channel = profctl::requests::connect::unix_channel(socket, None)
-            .await
-            .expect("connect to profd");
-        ProfilerClient::new(channel)
-            .info(api::InfoRequest {})
-            .await
-            .expect("Info")
-            .into_inner()
-    })
 }
 
 /// Waits until `d` has cut its windows up to `t_s` (every sample before

@@ -9,7 +9,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use profd_common::api::{self, profiler_client::ProfilerClient};
 use profd_e2e::cgroups::Cgroup;
 use profd_e2e::metrics::{sample, scrape};
 use profd_e2e::{
@@ -17,7 +16,7 @@ use profd_e2e::{
     Measure, Profile,
 };
 
-use crate::continuous::{group, list, start_in};
+use crate::continuous::{group, info, list, start_in};
 
 /// The ceiling, as set and as the cgroup enforces it: low enough that this
 /// load takes the dev build over the first level's 70 % (its resident set
@@ -133,20 +132,6 @@ fn status_bytes(pid: u32, key: &str) -> u64 {
 }
 
 /// The daemon's Info.
-fn info(socket: &Path) -> api::InfoResponse {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let channel = profctl::requests::connect::unix_channel(socket, None)
-            .await
-            .expect("connect to profd");
-        ProfilerClient::new(channel)
-            .info(api::InfoRequest::default())
-            .await
-            .expect("Info")
-            .into_inner()
-    })
-}
-
 /// A shell loop compiling `src` with `gcc -O2 -c` until killed, in `cg`.
 fn compile_loop(cg: &Cgroup, src: &Path, out: &Path) -> std::process::Child {
     let script = format!(

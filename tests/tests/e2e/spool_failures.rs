@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::continuous::{list, now_ns};
-use profd_common::api::{self, profiler_client::ProfilerClient};
+use super::continuous::{info, list, now_ns};
+use profd_common::api;
 use profd_e2e::cgroups::Cgroup;
 use profd_e2e::metrics::{sample, scrape};
 use profd_e2e::tls::free_port;
@@ -106,20 +106,6 @@ fn workload(cg: &Cgroup) -> Workload {
     let mut cmd = cg.command(build_workload("split"));
     cmd.args(["600", "--ready"]);
     Workload::start_command(cmd, "split")
-}
-
-fn info(socket: &Path) -> api::InfoResponse {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let channel = profctl::requests::connect::unix_channel(socket, None)
-            .await
-            .expect("connect to profd");
-        ProfilerClient::new(channel)
-            .info(api::InfoRequest {})
-            .await
-            .expect("Info")
-            .into_inner()
-    })
 }
 
 /// Windows the sink could not spool.

@@ -81,6 +81,11 @@ fn assert_near(what: &str, count: u64, expected: f64, p: &Profile) {
 const SUM_TOLERANCE: f64 = 0.03;
 /// Samples of that time allowed whatever the length of the run: 10 ms.
 const OUTSIDE_SAMPLES: f64 = 10.0;
+/// The part of a period each context switch may cost the sampling timer
+/// on a loaded machine, beyond the last part of a period per thread and
+/// CPU: up to 2.2 % of a single thread's samples seen (14 of 625) with two
+/// busy CPUs beside it.
+const SWITCHED_TOLERANCE: f64 = 0.03;
 
 /// On a target's rings nothing is derived: with no other process sampled,
 /// `discarded` is what the rings delivered of unfollowed children, and the
@@ -94,8 +99,9 @@ const OUTSIDE_SAMPLES: f64 = 10.0;
 ///
 /// Without children the bounds are the mechanism's: the sum within
 /// [`SUM_TOLERANCE`] and [`OUTSIDE_SAMPLES`], nothing discarded, at most
-/// `unsampled_max` unsampled, so `attributed + lost` is the CPU time less
-/// at most `unsampled_max`. With children (each running 0.3 ms, far less
+/// `unsampled_max` unsampled and what context switches cost the timer
+/// ([`SWITCHED_TOLERANCE`]), so `attributed + lost` is the CPU time less
+/// at most that. With children (each running 0.3 ms, far less
 /// than its period) the children's time outside their inherited events is
 /// not bounded so: those checks keep [`TOLERANCE`].
 fn assert_target_counts(
@@ -126,17 +132,19 @@ fn assert_target_counts(
             "no other process is sampled on the target's rings:\n{}",
             p.table()
         );
+        let unsampled_bound = unsampled_max + expected.all * SWITCHED_TOLERANCE;
         assert!(
-            apart <= unsampled_max,
+            apart <= unsampled_bound,
             "unsampled {} exceeds the last part of a period per thread and CPU \
-             ({unsampled_max:.0}):\n{}",
+             ({unsampled_max:.0}) and what context switches cost ({:.0} %):\n{}",
             t.unsampled,
+            SWITCHED_TOLERANCE * 100.0,
             p.table()
         );
         assert!(
-            own >= expected.all - unsampled_max - slack && own <= expected.all + slack,
+            own >= expected.all - unsampled_bound - slack && own <= expected.all + slack,
             "attributed + lost = {own}, but the target's CPU time calls for {:.0} \
-             (-{unsampled_max:.0} unsampled, ±{slack:.0}):\n{}",
+             (-{unsampled_bound:.0} unsampled, ±{slack:.0}):\n{}",
             expected.all,
             p.table()
         );

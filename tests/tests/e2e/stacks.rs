@@ -339,11 +339,14 @@ fn jit_code_is_named_from_the_perf_map() {
     out.assert_success();
     eprintln!("{}", out.stdout);
     let cc = caller_callee(&out.stdout);
-    let callers: Vec<&str> = cc.callers.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(callers, ["main"], "callers of jit_spin:\n{}", out.stdout);
-    // SHARE: main's part of jit_spin's inclusive samples.
+    // main first, with (nearly) every stack through jit_spin: SHARE is
+    // main's part of jit_spin's inclusive samples. A sample on jit_spin's
+    // first instruction, before it pushed its frame pointer, shows main's
+    // caller instead (one in 4000 seen on a loaded machine).
     assert!(
-        cc.callers[0].numbers[2] >= 99.0,
+        cc.callers
+            .first()
+            .is_some_and(|r| r.name == "main" && r.numbers[2] >= 99.0),
         "main calls jit_spin in every stack through it:\n{}",
         out.stdout
     );
@@ -384,10 +387,14 @@ fn a_cpython_perf_trampoline_keeps_its_caller() {
     ]);
     out.assert_success();
     let cc = caller_callee(&out.stdout);
-    let callers: Vec<&str> = cc.callers.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(
-        callers,
-        ["via_trampoline"],
+    // via_trampoline first, with (nearly) every stack through the
+    // trampoline: a sample on the trampoline's first instructions, before
+    // its frame is set up, may show main instead (one in 4000 seen on a
+    // loaded machine).
+    assert!(
+        cc.callers
+            .first()
+            .is_some_and(|r| r.name == "via_trampoline" && r.numbers[2] >= 99.0),
         "callers of the trampoline:\n{}",
         out.stdout
     );

@@ -75,13 +75,15 @@ pub(crate) fn start_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
     Workload::start_command(cmd, &name)
 }
 
-/// As [`start_in`], at nice 19: spinning workloads whose samples are
+/// As [`start_in`], at nice 10: spinning workloads whose samples are
 /// counted against their CPU time must not keep the daemon from draining
 /// its rings (the samples it loses there are of every process, its
-/// workloads' among them).
+/// workloads' among them). Not 19: beside busy processes at nice 0, a
+/// workload at 19 gets about 1 % of a CPU, and the tests wait for its CPU
+/// time.
 fn start_nice_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
     let mut cmd = cg.command("nice");
-    cmd.args(["-n", "19"]).arg(exe).args([seconds, "--ready"]);
+    cmd.args(["-n", "10"]).arg(exe).args([seconds, "--ready"]);
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     Workload::start_command(cmd, &name)
 }
@@ -716,7 +718,7 @@ fn samples_around(l: &api::ListWindowsResponse, service: &str, t_ns: u64) -> [(u
 }
 
 /// The windows cut as the daemon stops hold their cgroup's CPU time: with
-/// windows of an hour, a spinning workload (at nice 19, so that it does
+/// windows of an hour, a spinning workload (at nice 10, so that it does
 /// not keep the daemon from its rings) runs in its group for 3 s of CPU
 /// and is stopped (SIGSTOP); the daemon restarts (SIGTERM: its window is
 /// cut as it stops), the workload goes on for 3 s more once the daemon

@@ -88,33 +88,38 @@ fn start_nice_in(cg: &Cgroup, exe: &Path, seconds: &str) -> Workload {
     Workload::start_command(cmd, &name)
 }
 
-/// The daemon's Info.
-pub(crate) fn info(socket: &Path) -> api::InfoResponse {
+/// One call to the daemon on `socket`, named `what` where it fails.
+fn call<T, F>(
+    socket: &Path,
+    what: &str,
+    ask: impl FnOnce(ProfilerClient<tonic::transport::Channel>) -> F,
+) -> T
+where
+    F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let channel = profctl::requests::connect::unix_channel(socket, None)
             .await
             .expect("connect to profd");
-        ProfilerClient::new(channel)
-            .info(api::InfoRequest::default())
+        ask(ProfilerClient::new(channel))
             .await
-            .expect("Info")
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
             .into_inner()
+    })
+}
+
+/// The daemon's Info.
+pub(crate) fn info(socket: &Path) -> api::InfoResponse {
+    call(socket, "Info", |mut c| async move {
+        c.info(api::InfoRequest::default()).await
     })
 }
 
 /// ListWindows over the whole history.
 pub(crate) fn list(socket: &Path) -> api::ListWindowsResponse {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let channel = profctl::requests::connect::unix_channel(socket, None)
-            .await
-            .expect("connect to profd");
-        ProfilerClient::new(channel)
-            .list_windows(api::ListWindowsRequest::default())
-            .await
-            .expect("ListWindows")
-            .into_inner()
+    call(socket, "ListWindows", |mut c| async move {
+        c.list_windows(api::ListWindowsRequest::default()).await
     })
 }
 

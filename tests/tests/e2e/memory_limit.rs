@@ -1,4 +1,4 @@
-//! The memory ceiling end to end: `profd --continuous --memory-limit 56M`,
+//! The memory ceiling end to end: `profd --continuous --memory-limit 60M`,
 //! run in a memory cgroup of that limit and 16 MiB, beside a loop of `gcc -O2 -c`
 //! (three new processes a file, cc1 a large binary) and a held workload of
 //! known split with an on-demand session on it. The daemon stays under the
@@ -19,10 +19,12 @@ use profd_e2e::{
 use crate::continuous::{group, info, list, start_in};
 
 /// The ceiling, as set and as the cgroup enforces it: low enough that this
-/// load takes the dev build over the first level's 70 % (its resident set
-/// peaks at 43-50 MiB here unshed), high enough that the spikes between
-/// two readings stay under it.
-const LIMIT_MIB: u64 = 56;
+/// load takes the dev build over the first level's 70 % (42 MiB; its
+/// resident set peaks at 43-50 MiB here unshed), high enough that the
+/// spikes between two readings, which the governor cannot see, stay under
+/// it on a loaded machine (VmHWM 49-51 MiB with two and four busy CPUs
+/// beside, 57 MiB once in a whole loaded suite).
+const LIMIT_MIB: u64 = 60;
 /// Samples the held workload needs in each view: one standard deviation of
 /// a 25 % share is then 0.7 points.
 const SAMPLES: u64 = 4000;

@@ -498,8 +498,16 @@ fn windows_survive_a_restart_and_count_once() {
     }
     // Up to the end of the last window listed (RFC 3339 to the
     // millisecond): a query takes the windows that start before it, so
-    // those listed and none cut since.
-    let end = UNIX_EPOCH + Duration::from_nanos(after.windows.last().unwrap().end_unix_ns);
+    // those listed and none cut since. A window with samples is cut after
+    // the listing first, so a `--to` that were not applied would count it.
+    let last_end = after.windows.last().unwrap().end_unix_ns;
+    wait_for_cuts(&d, "a window with samples after the listing", |l| {
+        l.windows
+            .iter()
+            .any(|w| w.start_unix_ns >= last_end && w.totals.is_some_and(|t| t.attributed > 0))
+            .then_some(())
+    });
+    let end = UNIX_EPOCH + Duration::from_nanos(last_end);
     let to = humantime::format_rfc3339_millis(end).to_string();
     let p = query(&d, &["--from", "0", "--to", &to]);
     let sum: u64 = after

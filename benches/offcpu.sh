@@ -165,8 +165,10 @@ run() {
         c0="$(proc_cpu "$profd_pid")"
         /usr/bin/time -f '%U %S' -o "$work/time" \
             "$profctl" run --mode off-cpu --unwind "${c#profd-}" --format json -- \
-            "$wl" pingpong "$seconds" "$rate" >"$work/p.json" 2>"$err" ||
+            "$wl" pingpong "$seconds" "$rate" 2>"$err" ||
             die "profctl run failed: $(cat "$err")"
+        # run writes its JSON to stderr, beside the workload's figures.
+        cp "$err" "$work/p.json"
         c1="$(proc_cpu "$profd_pid")"
         prof="$(awk -v a="$c0" -v b="$c1" -v o="$(own_cpu "$work/time" "$(field cpu_s "$err")")" \
             'BEGIN { printf "%.4f", b - a + o }')"

@@ -263,8 +263,8 @@ run_profd() {
     local mode="$1"
     shift
     "$profctl" run --unwind "$mode" "$@" --freq "$freq" --interval 1 --format json -- \
-        "$fixed" -o "$work/result" -p "$profd_pid" "$rounds_per_thread" >"$work/profd-$mode.json" 2>"$work/profctl.err" ||
-        die "profctl run --unwind $mode failed: $(cat "$work/profctl.err")"
+        "$fixed" -o "$work/result" -p "$profd_pid" "$rounds_per_thread" 2>"$work/profd-$mode.json" ||
+        die "profctl run --unwind $mode failed: $(cat "$work/profd-$mode.json")"
     samples="$(json_number attributed "$work/profd-$mode.json")"
     prof_cpu="$(field profiler_cpu_s "$work/result")"
 }
@@ -373,11 +373,11 @@ phase_steady() {
     for mode in fp dwarf; do
         "$profctl" run --unwind "$mode" --freq "$freq" --interval 1 --format json -- \
             "$fixed" -o "$work/result" -t "$(awk -v a="$warm_s" -v b="$steady_s" 'BEGIN { print a + b + 2 }')" \
-            >"$work/steady-$mode.json" 2>"$work/profctl.err" &
+            2>"$work/steady-$mode.json" &
         run_pid=$!
         read -r cpu_s win_s att disc < <(window "$profd_pid" "$warm_s")
         read -r rss hwm anon file pin ring ring_rss < <(proc_mem "$profd_pid")
-        wait "$run_pid" || die "profctl run --unwind $mode failed: $(cat "$work/profctl.err")"
+        wait "$run_pid" || die "profctl run --unwind $mode failed: $(cat "$work/steady-$mode.json")"
         read -r cpu rate drate per full < <(awk -v s="$cpu_s" -v t="$win_s" -v n="$att" -v d="$disc" 'BEGIN {
             printf "%.2f %.0f %.0f %.1f %.2f\n", s / t * 100, n / t, d / t, s / n * 1e6, s / n * 1998 * 100 }')
         target=$([ "$mode" = fp ] && echo 1 || echo 3)

@@ -25,7 +25,12 @@ use views::output::Output;
 /// daemon), runs the command, and closes the connection. Returns the exit
 /// status: 0, or for `run` its command's.
 pub async fn run(cli: Cli) -> Result<u8, Error> {
-    let out = Output::stdout().with_names(cli.full_names, cli.ids);
+    // `run`'s command keeps stdout; profctl's own output goes to stderr.
+    let out = match cli.command {
+        Command::Run(_) => Output::stderr(),
+        _ => Output::stdout(),
+    }
+    .with_names(cli.full_names, cli.ids);
     // Manual pages, completions and reports on saved files need no daemon.
     match &cli.command {
         Command::Report(args) => {
@@ -62,8 +67,26 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         }
         _ => {}
     }
+    // A command that cannot run gets no daemon and no session.
+    if let Command::Run(args) = &cli.command {
+        if let Err(code) = commands::check_command(args) {
+            return Ok(code);
+        }
+    }
     let target = cli.target()?;
-    let mut conn = waiting("connecting to profd", Connection::open(&target)).await?;
+    // Only the commands that profile start a private daemon when none
+    // answers: the others need the one that holds sessions and history.
+    let profiles = matches!(
+        cli.command,
+        Command::Attach(_) | Command::Run(_) | Command::Histogram(_)
+    );
+    let mut conn = waiting("connecting to profd", async {
+        match profiles {
+            true => Connection::open(&target).await,
+            false => Connection::open_existing(&target).await,
+        }
+    })
+    .await?;
     if let (true, Target::Socket(socket)) = (conn.is_private(), &target) {
         eprintln!(
             "profctl: no profd at {}; started a private one for this command",

@@ -154,6 +154,19 @@ impl FunctionRow {
     }
 }
 
+/// The JSON document `profctl run --format json` wrote to stderr, among
+/// its `profctl: ...` lines and the command's own: from a line `{` to the
+/// next line `}`. Fails the test when there is none.
+pub fn run_document(out: &CmdOutput) -> String {
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    let start = lines.iter().position(|l| *l == "{");
+    let end = start.and_then(|s| lines[s..].iter().position(|l| *l == "}").map(|e| s + e));
+    match (start, end) {
+        (Some(start), Some(end)) => lines[start..=end].join("\n"),
+        _ => panic!("no JSON document on stderr:\n{}", out.describe()),
+    }
+}
+
 impl Profile {
     /// Parses the stdout of a successful `profctl ... --format json`: exactly
     /// one JSON document. Fails the test, showing the command's output, when
@@ -163,6 +176,20 @@ impl Profile {
         let profile: Profile = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
             panic!(
                 "stdout is not one profile JSON document ({e}):\n{}",
+                out.describe()
+            )
+        });
+        profile.check_invariants();
+        profile
+    }
+
+    /// Parses the stderr of a successful `profctl run ... --format json`,
+    /// whose command keeps stdout (see [`run_document`]).
+    pub fn parse_run(out: &CmdOutput) -> Profile {
+        out.assert_success();
+        let profile: Profile = serde_json::from_str(&run_document(out)).unwrap_or_else(|e| {
+            panic!(
+                "stderr holds no profile JSON document ({e}):\n{}",
                 out.describe()
             )
         });

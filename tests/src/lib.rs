@@ -26,7 +26,7 @@ pub use command::{assert_one_line_error, Cmd, CmdOutput};
 pub use daemon::{run_profctl, run_profd, Daemon, PROFCTL_TIMEOUT};
 pub use info::Info;
 pub use json_report::{
-    FunctionRow, Measure, ProcessRow, Profile, TimeTotals, Totals, PCT_TOLERANCE,
+    run_document, FunctionRow, Measure, ProcessRow, Profile, TimeTotals, Totals, PCT_TOLERANCE,
 };
 pub use workload::{
     build_workload, children_cpu_time, cpu_time, java_classes, java_command, node_command,

@@ -189,6 +189,9 @@ fn parse_connect_url(s: &str) -> Result<(String, String), ArgError> {
 pub enum Command {
     /// Profile a running process: live table while sampling, final profile at the end.
     #[command(after_help = "\
+Output: on stdout; live views only when stdout is a terminal, else the final
+table or JSON document alone.
+
 Examples:
   profctl attach 4242                       until Ctrl-C (q in the full-screen view)
   profctl attach 4242 --duration 30 --format json > profile.json
@@ -198,9 +201,15 @@ Examples:
     Attach(AttachArgs),
     /// Start a command and profile it until it exits (or --duration elapses).
     #[command(after_help = "\
+Output: the command keeps stdout; profctl's tables and JSON go to stderr,
+live only when stderr is a terminal, else the final one alone; -o FILE
+writes the profile to a file. Options go before the command (or before --):
+an unknown one is an error, not the command.
+
 Examples:
   profctl run -- make -j4                   until the command exits
-  profctl run --duration 10 --format json -- ./server > profile.json
+  profctl run --duration 10 -o profile.json -- ./server
+  profctl run -- xz -9 -c big > big.xz      the table on the terminal, not in big.xz
   profctl run --children -- sh -c './prepare && ./compute'
   profctl run -o cpu.pb.gz -- ./bench     also write the profile as pprof
   profctl run --output-format firefox -o timeline.json -- ./bench
@@ -368,13 +377,14 @@ pub struct RunArgs {
     /// How to sample and what to show.
     #[command(flatten)]
     pub options: ProfileOptions,
-    /// The command to start and profile, with its arguments (after `--`).
+    /// The command to start and profile, with its arguments: after `--`,
+    /// or from the first word that is not an option (an unknown option
+    /// before it is a usage error, not a command).
     #[arg(
         value_name = "COMMAND",
         required = true,
         num_args = 1..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
+        trailing_var_arg = true
     )]
     pub command: Vec<OsString>,
 }
@@ -775,6 +785,11 @@ pub struct ViewOptions {
     /// Flat table: rows to show, 0 = all.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP)]
     pub top: usize,
+    /// Flat table order: `exclusive` leads with the functions the time is
+    /// spent in (as perf report and pprof -top do), `inclusive` with their
+    /// callers, `name` A to Z.
+    #[arg(long, value_enum, default_value_t = SortArg::Exclusive)]
+    pub sort: SortArg,
 }
 
 /// What `profctl report` shows.
@@ -784,6 +799,8 @@ pub enum ReportView {
     Flat {
         /// Rows to show; `None` = all.
         limit: Option<usize>,
+        /// The rows' order.
+        sort: SortArg,
     },
     /// The call tree.
     Tree(api::TreeRequest),
@@ -876,6 +893,7 @@ impl ViewOptions {
             }),
             None => Ok(ReportView::Flat {
                 limit: (self.top > 0).then_some(self.top),
+                sort: self.sort,
             }),
         }
     }
@@ -895,8 +913,8 @@ pub struct QueryArgs {
     /// whole history kept].
     #[arg(long, value_name = "DURATION", value_parser = parse_since, conflicts_with = "from")]
     pub since: Option<Duration>,
-    /// Windows that end after TIME (RFC 3339 in UTC, e.g.
-    /// 2026-12-02T09:00:00Z, or Unix seconds).
+    /// Windows that end after TIME: RFC 3339 in UTC (e.g.
+    /// 2026-12-02T09:00:00Z), Unix seconds, or a time ago (6m, now-6m).
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub from: Option<SystemTime>,
     /// Windows that start before TIME (as --from) [default: now].
@@ -945,7 +963,8 @@ pub struct FleetArgs {
     /// The windows of the last DURATION (30s, 15m, 2h, 1d) [default: 1h].
     #[arg(long, value_name = "DURATION", value_parser = parse_since, conflicts_with = "from")]
     pub since: Option<Duration>,
-    /// Windows that end after TIME (RFC 3339 in UTC, or Unix seconds).
+    /// Windows that end after TIME: RFC 3339 in UTC, Unix seconds, or a
+    /// time ago (6m, now-6m).
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub from: Option<SystemTime>,
     /// Windows that start before TIME (as --from) [default: now].
@@ -1108,9 +1127,34 @@ fn parse_since(s: &str) -> Result<Duration, ArgError> {
     Ok(d)
 }
 
-/// `profctl query --from/--to`: RFC 3339 (UTC) or Unix seconds.
+/// `profctl query --from/--to`: RFC 3339 (UTC), Unix seconds, or a time
+/// ago from now: `now`, `now-6m`, or a duration alone (`6m`, `1h30m`).
 fn parse_time(s: &str) -> Result<SystemTime, ArgError> {
+    parse_time_at(s, SystemTime::now())
+}
+
+/// [`parse_time`], with relative times counted back from `now`.
+fn parse_time_at(s: &str, now: SystemTime) -> Result<SystemTime, ArgError> {
     let t = s.trim();
+    let ago = match t.strip_prefix("now") {
+        Some("") => Some(Duration::ZERO),
+        Some(rest) => {
+            let ago = rest
+                .trim_start()
+                .strip_prefix('-')
+                .and_then(|d| humantime::parse_duration(d.trim()).ok());
+            Some(ago.ok_or_else(|| ArgError::NotAgo(t.to_string()))?)
+        }
+        None if t.starts_with(|c: char| c.is_ascii_digit())
+            && !t.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            humantime::parse_duration(t).ok()
+        }
+        None => None,
+    };
+    if let Some(ago) = ago {
+        return Ok(now.checked_sub(ago).unwrap_or(UNIX_EPOCH));
+    }
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         let secs: u64 = t
             .parse()

@@ -164,10 +164,19 @@ fn report_view(args: &[&str]) -> Result<ReportView, String> {
 
 #[test]
 fn report_views() {
-    assert_eq!(report_view(&[]), Ok(ReportView::Flat { limit: Some(20) }));
+    assert_eq!(
+        report_view(&[]),
+        Ok(ReportView::Flat {
+            limit: Some(20),
+            sort: SortArg::Exclusive
+        })
+    );
     assert_eq!(
         report_view(&["--top", "0"]),
-        Ok(ReportView::Flat { limit: None })
+        Ok(ReportView::Flat {
+            limit: None,
+            sort: SortArg::Exclusive
+        })
     );
     assert_eq!(
         report_view(&["--tree", "--bottom-up", "--min-pct", "2", "--depth", "3"]),
@@ -508,7 +517,10 @@ fn query_selects_services_processes_and_a_range() {
     assert_eq!(query.by, api::GroupBy::Process as i32);
     assert_eq!(
         q.action(),
-        Ok(QueryAction::View(ReportView::Flat { limit: Some(20) }))
+        Ok(QueryAction::View(ReportView::Flat {
+            limit: Some(20),
+            sort: SortArg::Exclusive
+        }))
     );
 
     for (since, secs) in [("30s", 30), ("2h", 7200), ("1d", 86_400)] {
@@ -551,6 +563,46 @@ fn query_times_are_rfc3339_or_unix_seconds() {
     ] {
         assert!(query_args(bad).is_err(), "{bad:?}");
     }
+}
+
+/// Times ago, counted back from now: `now`, `now-6m`, or a duration alone.
+#[test]
+fn query_times_may_be_relative_to_now() {
+    let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+    for (text, ago) in [
+        ("now", 0),
+        ("now-6m", 360),
+        ("now - 2h", 7200),
+        ("6m", 360),
+        ("1h30m", 5400),
+        (" 90s ", 90),
+    ] {
+        assert_eq!(
+            parse_time_at(text, now).unwrap(),
+            now - Duration::from_secs(ago),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        parse_time_at("1000", now).unwrap(),
+        UNIX_EPOCH + Duration::from_secs(1000)
+    );
+    for bad in ["now+6m", "nowish", "now-", "now-soon", "6 furlongs"] {
+        let err = parse_time_at(bad, now).unwrap_err().to_string();
+        assert!(err.contains(bad.trim()), "{bad}: {err}");
+    }
+    let err = parse_time_at("yesterday", now).unwrap_err().to_string();
+    assert!(err.contains("now-6m"), "{err}");
+    // On the command line, against the clock: --from 6m is six minutes ago.
+    let before = SystemTime::now();
+    let q = query_args(&["--from", "6m", "--to", "now"]).unwrap();
+    let query = q.query(SystemTime::now()).unwrap();
+    let six_ago = unix_ms(before - Duration::from_secs(360));
+    assert!(
+        (six_ago..six_ago + 5_000).contains(&query.from_unix_ms),
+        "{query:?}"
+    );
+    assert!(query.to_unix_ms >= unix_ms(before), "{query:?}");
 }
 
 #[test]

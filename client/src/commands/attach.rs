@@ -58,8 +58,8 @@ pub(super) fn check_saved(session: &Session) -> Result<(), Error> {
     }
 }
 
-/// Whether the live view is the full-screen one: stdout is a terminal, the
-/// output is a table and `--no-tui` was not given.
+/// Whether the live view is the full-screen one: the output's stream is a
+/// terminal, the output is a table and `--no-tui` was not given.
 pub(super) fn wants_tui(options: &ProfileOptions, out: &Output) -> bool {
     out.is_terminal() && !options.no_tui && options.format == Format::Table
 }
@@ -93,7 +93,7 @@ impl SessionDisplay {
     pub(super) fn new(options: &ProfileOptions, out: Output) -> Self {
         let tui = if wants_tui(options, &out) {
             let empty = WatchState::with_window(options.window_s()).profile();
-            match Tui::start(empty, options.sort, out.names()) {
+            match Tui::start(empty, options.sort, out.names(), out.stream()) {
                 Ok(tui) => Some(tui),
                 Err(e) => {
                     eprintln!("profctl: cannot open the full-screen view ({e}); printing tables");

@@ -20,7 +20,7 @@ pub use query::query;
 pub use report::{
     report_daemon, report_file, report_file_text, report_session, view_request, view_text,
 };
-pub use run::{held_exec, run};
+pub use run::{check_command, held_exec, run};
 
 use profd_common::api::{self, Session};
 

@@ -98,7 +98,7 @@ pub async fn report_daemon(
 ) -> Result<(), Error> {
     let text = match view_request(view) {
         None => {
-            let ReportView::Flat { limit } = view else {
+            let ReportView::Flat { limit, sort } = view else {
                 unreachable!("only the flat table has no view request")
             };
             let reply = waiting(
@@ -112,7 +112,7 @@ pub async fn report_daemon(
             .await?
             .into_inner();
             let session = required_session(reply.session, "GetProfile")?;
-            let profile = Profile::new(session, reply.functions);
+            let profile = Profile::new(session, reply.functions).sorted(*sort);
             render::profile_table(&profile, table_options(*limit, out))
         }
         Some(request) => {
@@ -205,10 +205,11 @@ pub fn view_text_of(
 ) -> Result<String, Error> {
     Ok(match view_request(view) {
         None => {
-            let ReportView::Flat { limit } = *view else {
+            let ReportView::Flat { limit, sort } = *view else {
                 unreachable!("only the flat table has no view request")
             };
-            let flat = Profile::new(pprof_file::session(profile), pprof_file::functions(profile));
+            let flat = Profile::new(pprof_file::session(profile), pprof_file::functions(profile))
+                .sorted(sort);
             let options = TableOptions { limit, names };
             render::profile_rows(&flat, options)
         }

@@ -43,23 +43,6 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
     let recording = args.options.recording()?;
     let (program, _) = args.command.split_first().expect("clap requires a command");
     let name = program.to_string_lossy().into_owned();
-    // A command that cannot run gets no session: a shell's 127 (not found)
-    // or 126 (not executable).
-    if let Err(source) = find_program(program) {
-        let code = if source.kind() == std::io::ErrorKind::NotFound {
-            127
-        } else {
-            126
-        };
-        eprintln!(
-            "profctl: {}",
-            Error::Spawn {
-                command: name,
-                source
-            }
-        );
-        return Ok(code);
-    }
     let spawn_error = |source| Error::Spawn {
         command: name.clone(),
         source,
@@ -156,6 +139,30 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
         return Err(e);
     }
     Ok(if ended_here { 0 } else { exit_code(status) })
+}
+
+/// Whether `run`'s command can run, checked before anything starts (a
+/// private daemon, a session): Err holds the exit status of a shell for one
+/// that cannot, 127 (not found) or 126 (not executable), after the reason
+/// is printed.
+pub fn check_command(args: &RunArgs) -> Result<(), u8> {
+    let (program, _) = args.command.split_first().expect("clap requires a command");
+    let Err(source) = find_program(program) else {
+        return Ok(());
+    };
+    let code = if source.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    eprintln!(
+        "profctl: {}",
+        Error::Spawn {
+            command: program.to_string_lossy().into_owned(),
+            source
+        }
+    );
+    Err(code)
 }
 
 /// The file `program` runs, found as execvp(3) finds it: a name with a

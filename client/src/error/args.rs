@@ -109,11 +109,15 @@ pub enum ArgError {
     /// Unix seconds past what a time can hold.
     #[error("`{0}` is too large for Unix seconds")]
     UnixTooLarge(String),
-    /// A time that is neither RFC 3339 nor Unix seconds.
+    /// A time that is neither RFC 3339, Unix seconds nor a time ago.
     #[error(
-        "`{0}` is not a time ({1}): use RFC 3339 in UTC (2026-12-02T09:00:00Z) or Unix seconds"
+        "`{0}` is not a time ({1}): use RFC 3339 in UTC (2026-12-02T09:00:00Z), Unix seconds, \
+         or a time ago (6m, now-6m)"
     )]
     NotATime(String, #[source] humantime::TimestampError),
+    /// `now` followed by something other than `-DURATION`.
+    #[error("`{0}` is not a time: after `now`, only `-DURATION` may follow (now-6m, now-2h)")]
+    NotAgo(String),
     /// An address or offset that is not a number.
     #[error("`{0}` is not a number (decimal, or hex with 0x)")]
     NotANumber(String),

@@ -17,27 +17,18 @@ pub enum Error {
     /// The daemon answered with a gRPC error.
     #[error("{}", status_line(.0))]
     Rpc(#[from] tonic::Status),
-    /// Nothing listens on the socket and we may not start a private daemon
-    /// (not root, or a build without one).
-    #[cfg_attr(
-        feature = "private-daemon",
-        error(
-            "no daemon answers at {}; start the service (`systemctl start profd`) or run profctl as root",
-            .path.display()
-        )
-    )]
-    #[cfg_attr(
-        not(feature = "private-daemon"),
-        error(
-            "no daemon answers at {}, and this profctl is built without a private daemon; \
-             start the service (`systemctl start profd`), or point profctl at a running profd \
-             with --socket PATH or --connect https://HOST:PORT",
-            .path.display()
-        )
+    /// Nothing listens on the socket, and no private daemon was started:
+    /// `why` says which and what to do.
+    #[error(
+        "no daemon is running at {}; start the service (`systemctl start profd`){}",
+        .path.display(),
+        .why.hint()
     )]
     NoDaemon {
         /// The socket that was tried.
         path: PathBuf,
+        /// Why no private daemon stands in.
+        why: NoPrivate,
     },
     /// The socket refused us: we are not in its group.
     #[error(
@@ -142,6 +133,36 @@ pub enum Error {
     NotSaved(String),
 }
 
+/// Why no private daemon stood in for an absent one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPrivate {
+    /// Only commands that profile (attach, run, histogram) start one; the
+    /// others need the daemon that holds sessions and history.
+    NotProfiling,
+    /// The command profiles, but only root may start one.
+    NotRoot,
+    /// This profctl is built without a private daemon.
+    NotBuilt,
+}
+
+impl NoPrivate {
+    /// The rest of the no-daemon line: what else can be done.
+    fn hint(self) -> &'static str {
+        match self {
+            NoPrivate::NotProfiling => {
+                "; only the commands that profile (attach, run, histogram) start a \
+                 private daemon of their own"
+            }
+            NoPrivate::NotRoot => {
+                ", or run profctl as root: it then starts a private daemon for this command"
+            }
+            NoPrivate::NotBuilt => {
+                ", or point profctl at a running profd with --socket PATH or \
+                 --connect https://HOST:PORT; this profctl is built without a private daemon"
+            }
+        }
+    }
+}
 impl Error {
     /// Writing to stdout failed because the reader went away (`profctl ... | head`):
     /// the command should exit 0 quietly.

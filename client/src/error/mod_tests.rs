@@ -90,14 +90,34 @@ fn broken_pipe_is_recognised() {
     assert!(!e.is_broken_pipe());
 }
 
-#[cfg(feature = "private-daemon")]
+/// The no-daemon line names the socket and the service, and says why no
+/// private daemon stood in, with what would start one.
 #[test]
 fn no_daemon_names_the_fix() {
-    let e = Error::NoDaemon {
-        path: "/run/profd/profd.sock".into(),
+    let line = |why| {
+        Error::NoDaemon {
+            path: "/run/profd/profd.sock".into(),
+            why,
+        }
+        .to_string()
     };
-    let s = e.to_string();
-    assert!(s.contains("/run/profd/profd.sock"));
-    assert!(s.contains("systemctl start profd"));
-    assert!(s.contains("root"));
+    for why in [
+        NoPrivate::NotProfiling,
+        NoPrivate::NotRoot,
+        NoPrivate::NotBuilt,
+    ] {
+        let s = line(why);
+        assert!(
+            s.starts_with("no daemon is running at /run/profd/profd.sock; start the service"),
+            "{s}"
+        );
+        assert!(s.contains("systemctl start profd"), "{s}");
+    }
+    let s = line(NoPrivate::NotProfiling);
+    assert!(s.contains("only the commands that profile"), "{s}");
+    assert!(!s.contains("as root"), "{s}");
+    assert!(line(NoPrivate::NotRoot).contains("run profctl as root"));
+    let s = line(NoPrivate::NotBuilt);
+    assert!(s.contains("built without a private daemon"), "{s}");
+    assert!(s.contains("--socket PATH"), "{s}");
 }

@@ -16,7 +16,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Uri};
 
-use crate::error::{error_chain, Error};
+use crate::error::{error_chain, Error, NoPrivate};
 #[cfg(feature = "private-daemon")]
 use crate::requests::private_daemon::{self, PrivateDaemon};
 
@@ -127,6 +127,14 @@ impl Connection {
             Err(ConnectError::Absent) if absent == Absent::StartPrivate => {
                 Connection::open_private(socket).await
             }
+            Err(ConnectError::Absent) => Err(Error::NoDaemon {
+                path: socket.to_path_buf(),
+                why: if cfg!(feature = "private-daemon") {
+                    NoPrivate::NotProfiling
+                } else {
+                    NoPrivate::NotBuilt
+                },
+            }),
             Err(e) => Err(e.into_error(socket.to_path_buf())),
         }
     }
@@ -136,7 +144,10 @@ impl Connection {
     #[cfg(feature = "private-daemon")]
     async fn open_private(socket: &Path) -> Result<Connection, Error> {
         if !private_daemon::is_root() {
-            return Err(ConnectError::Absent.into_error(socket.to_path_buf()));
+            return Err(Error::NoDaemon {
+                path: socket.to_path_buf(),
+                why: NoPrivate::NotRoot,
+            });
         }
         let private = PrivateDaemon::start().await?;
         match connect(private.socket()).await {
@@ -157,7 +168,10 @@ impl Connection {
     /// private daemon, which the error says.
     #[cfg(not(feature = "private-daemon"))]
     async fn open_private(socket: &Path) -> Result<Connection, Error> {
-        Err(ConnectError::Absent.into_error(socket.to_path_buf()))
+        Err(Error::NoDaemon {
+            path: socket.to_path_buf(),
+            why: NoPrivate::NotBuilt,
+        })
     }
 
     /// A client of the daemon's health service on this connection.
@@ -208,7 +222,10 @@ enum ConnectError {
 impl ConnectError {
     fn into_error(self, path: PathBuf) -> Error {
         match self {
-            ConnectError::Absent => Error::NoDaemon { path },
+            ConnectError::Absent => Error::NoDaemon {
+                path,
+                why: NoPrivate::NotProfiling,
+            },
             ConnectError::Io(source) if source.kind() == io::ErrorKind::PermissionDenied => {
                 match socket_group(&path) {
                     Some(group) => Error::NotInGroup { path, group },

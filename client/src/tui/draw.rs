@@ -17,7 +17,7 @@ use crate::views::units::{count_text, counts_time, incl_excl};
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, state: &TuiState) {
-    let header_text = header_lines(state);
+    let header_text = header_lines(state, usize::from(frame.area().width));
     let [header, body, footer] = Layout::vertical([
         Constraint::Length(header_text.len() as u16),
         Constraint::Min(1),
@@ -36,8 +36,10 @@ pub fn draw(frame: &mut Frame, state: &TuiState) {
 /// The header: the final table's lines (session, target, measure,
 /// unwinding, scope, elapsed time, state; totals; time accounting and
 /// processes where the session has them), then the functions, the window
-/// and the rate of the last update.
-fn header_lines(state: &TuiState) -> Vec<Line<'static>> {
+/// and the rate of the last update. Lines wider than `width` are folded
+/// at their ` — ` and `; ` breaks, so that nothing (the elapsed time and
+/// the state last of all) is cut off on a narrow terminal.
+fn header_lines(state: &TuiState, width: usize) -> Vec<Line<'static>> {
     let s = &state.profile.session;
     let header = render::table_header(s);
     let mut lines: Vec<Line<'static>> = Vec::new();
@@ -48,12 +50,14 @@ fn header_lines(state: &TuiState) -> Vec<Line<'static>> {
                 Some((rest, _)) if state.stopping => format!("{rest} — stopping…"),
                 _ => line.to_string(),
             };
-            lines.push(Line::styled(
-                title,
-                Style::new().add_modifier(Modifier::BOLD),
-            ));
+            for part in fold(&title, width) {
+                lines.push(Line::styled(
+                    part,
+                    Style::new().add_modifier(Modifier::BOLD),
+                ));
+            }
         } else {
-            lines.push(Line::raw(line.to_string()));
+            lines.extend(fold(line, width).into_iter().map(Line::raw));
         }
     }
     let n = |v: u64| count_text(s, v);
@@ -91,6 +95,32 @@ fn header_lines(state: &TuiState) -> Vec<Line<'static>> {
         ));
     }
     lines
+}
+
+/// `line` in pieces at most `width` characters wide where it can be: broken
+/// after its ` — `, `; ` and `, ` separators (the later pieces indented by
+/// two spaces); a piece with no break in it stays whole.
+fn fold(line: &str, width: usize) -> Vec<String> {
+    let mut pieces: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let mut rest = line;
+    while !rest.is_empty() {
+        let cut = [" — ", "; ", ", "]
+            .iter()
+            .filter_map(|sep| rest.find(sep).map(|i| i + sep.len()))
+            .min()
+            .unwrap_or(rest.len());
+        let (word, after) = rest.split_at(cut);
+        rest = after;
+        let fits = current.chars().count() + word.trim_end().chars().count() <= width;
+        if !current.is_empty() && !fits {
+            pieces.push(current.trim_end().to_string());
+            current = "  ".to_string();
+        }
+        current.push_str(word);
+    }
+    pieces.push(current.trim_end().to_string());
+    pieces
 }
 
 /// The colour of a percentage, as perf colours its: red from 5 %, green

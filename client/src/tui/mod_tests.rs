@@ -611,3 +611,24 @@ fn long_names_fit_the_function_column() {
     });
     assert!(ids.contains("#7 app::Table<…>::lookup(…) const"), "{ids}");
 }
+
+/// At 80 columns the header folds at its separators: the elapsed time,
+/// the state and every total stay on the screen.
+#[test]
+fn a_narrow_terminal_folds_the_header_and_cuts_nothing() {
+    let mut s = session();
+    s.totals.as_mut().unwrap().unsymbolized = 4088;
+    s.duration_s = 12.5;
+    let state = TuiState::new(Profile::new(s.clone(), profile().functions));
+    let lines = screen(&state, 80, 24);
+    let text = lines.join("\n");
+    assert!(lines.iter().all(|l| l.chars().count() <= 80), "{text}");
+    assert!(text.contains("12.50 s — running"), "{text}");
+    assert!(text.contains("4088 unsymbolized"), "{text}");
+    assert!(lines[0].starts_with("profd session 7 — "), "{text}");
+    assert_eq!(
+        listed(&lines).first().map(String::as_str),
+        Some("leaf_b"),
+        "{text}"
+    );
+}

@@ -1,7 +1,7 @@
 //! The terminal side of the live view: raw mode and the alternate screen
 //! (restored on drop, also on errors and panics), a thread reading terminal
 //! events into a channel, and drawing the state.
-use std::io::{self, Stdout};
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::draw::draw;
 use super::state::{Action, TuiState};
+use crate::views::output::Stream;
 use crate::views::ranking::Profile;
 use crate::views::ranking::SortArg;
 use crate::views::render::NameStyle;
@@ -26,7 +27,7 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// A running full-screen view.
 pub struct Tui {
-    terminal: Terminal<CrosstermBackend<Stdout>>,
+    terminal: Terminal<CrosstermBackend<Stream>>,
     events: mpsc::Receiver<Event>,
     stop_reader: Arc<AtomicBool>,
     active: bool,
@@ -35,12 +36,17 @@ pub struct Tui {
 }
 
 impl Tui {
-    /// Switches the terminal to raw mode and the alternate screen and starts
-    /// reading keys.
-    pub fn start(profile: Profile, sort: SortArg, names: NameStyle) -> io::Result<Tui> {
+    /// Switches the terminal to raw mode and the alternate screen (drawn on
+    /// `stream`) and starts reading keys.
+    pub fn start(
+        profile: Profile,
+        sort: SortArg,
+        names: NameStyle,
+        stream: Stream,
+    ) -> io::Result<Tui> {
         enable_raw_mode()?;
-        let mut stdout = io::stdout();
-        if let Err(e) = execute!(stdout, EnterAlternateScreen, cursor::Hide) {
+        let mut out = stream;
+        if let Err(e) = execute!(out, EnterAlternateScreen, cursor::Hide) {
             let _ = disable_raw_mode();
             return Err(e);
         }
@@ -51,7 +57,7 @@ impl Tui {
             .name("profctl-keys".into())
             .spawn(move || read_events(tx, stop))?;
         let mut tui = Tui {
-            terminal: Terminal::new(CrosstermBackend::new(stdout))?,
+            terminal: Terminal::new(CrosstermBackend::new(out))?,
             events,
             stop_reader,
             active: true,

@@ -11,8 +11,8 @@ use profd_common::model::mode_name;
 
 use crate::views::ranking::{percent, totals, Profile};
 use crate::views::units::{
-    bytes_text, count_text, counts_time, counts_word, incl_excl, measure_text, time_totals_text,
-    Case,
+    bytes_text, count_text, counts_time, counts_word, incl_excl, measure_text, time_text,
+    time_totals_text, Case,
 };
 
 /// The widest a function name gets in a table before it is shortened.
@@ -224,17 +224,23 @@ fn copy_ended_text(session: &Session) -> String {
 }
 
 /// `processes: 1234 prog 500, 1240 prog 300 (exited)` for a session that
-/// follows children; empty otherwise.
+/// follows children (times, `1234 prog 4.96 s`, in off-CPU and wall
+/// sessions); empty otherwise.
 fn processes_text(session: &Session) -> String {
     if !session.children {
         return String::new();
     }
+    let time = counts_time(session);
     let list: Vec<String> = session
         .processes
         .iter()
         .map(|p| {
             let exited = if p.exited { " (exited)" } else { "" };
-            format!("{} {} {}{exited}", p.pid, p.comm, p.samples)
+            let count = match time {
+                true => time_text(p.samples),
+                false => p.samples.to_string(),
+            };
+            format!("{} {} {count}{exited}", p.pid, p.comm)
         })
         .collect();
     format!("processes: {}\n", list.join(", "))
@@ -565,8 +571,16 @@ pub fn info_text(info: &InfoResponse) -> String {
     } else {
         "not available (cycles falls back to cpu-clock)"
     };
+    // Continuous profiling samples every CPU on rings of its own, which
+    // are not a session's group.
+    let continuous = info.continuous.as_ref().map(|c| {
+        format!(
+            "continuous profiling's rings on every CPU @ {} Hz",
+            c.frequency_hz
+        )
+    });
     let groups = if info.groups.is_empty() {
-        "none".to_string()
+        continuous.unwrap_or_else(|| "none".to_string())
     } else {
         info.groups
             .iter()
@@ -591,6 +605,7 @@ pub fn info_text(info: &InfoResponse) -> String {
                     if g.sessions == 1 { "" } else { "s" }
                 )
             })
+            .chain(continuous)
             .collect::<Vec<_>>()
             .join(", ")
     };

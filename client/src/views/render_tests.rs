@@ -680,6 +680,27 @@ fn window_listings_show_services_then_windows() {
         text.contains("\n  continuous:           on, 19 Hz"),
         "{text}"
     );
+    // Continuous profiling's rings are open: not "none".
+    assert!(
+        text.contains(
+            "\n  sampler groups:       continuous profiling's rings on every CPU @ 19 Hz\n"
+        ),
+        "{text}"
+    );
+    let with_session = InfoResponse {
+        groups: vec![profd_common::api::SamplerGroup {
+            target_pid: 42,
+            frequency_hz: 999,
+            sessions: 1,
+            ..Default::default()
+        }],
+        ..info.clone()
+    };
+    let text = info_text(&with_session);
+    assert!(
+        text.contains("(1 session), continuous profiling's rings on every CPU @ 19 Hz\n"),
+        "{text}"
+    );
     let wide = ListWindowsResponse {
         windows_left_out: 5,
         ..l.clone()
@@ -834,4 +855,39 @@ fn stacks_cut_by_the_stack_copy_are_named_with_the_flag_that_helps() {
     // Under 1 % of the samples: no line (the table's column header follows).
     assert_eq!(with(99, 16384), "");
     assert_eq!(with(0, 16384), "");
+}
+
+/// The processes of a wall or off-CPU session with children show their
+/// time, not raw nanoseconds.
+#[test]
+fn processes_of_a_time_session_show_times() {
+    let mut p = off_cpu_profile();
+    p.session.set_mode(profd_common::api::Mode::Wall);
+    p.session.children = true;
+    p.session.processes = vec![
+        profd_common::api::ProcessSamples {
+            pid: 10,
+            comm: "sort".into(),
+            samples: 4_962_420_715,
+            exited: true,
+            ..Default::default()
+        },
+        profd_common::api::ProcessSamples {
+            pid: 11,
+            comm: "sh".into(),
+            samples: 45_600_000,
+            ..Default::default()
+        },
+    ];
+    let text = table_header(&p.session);
+    assert!(
+        text.contains("processes: 10 sort 4.96 s (exited), 11 sh 45.6 ms\n"),
+        "{text}"
+    );
+    p.session.set_mode(profd_common::api::Mode::Cpu);
+    let text = table_header(&p.session);
+    assert!(
+        text.contains("processes: 10 sort 4962420715 (exited), 11 sh 45600000\n"),
+        "{text}"
+    );
 }

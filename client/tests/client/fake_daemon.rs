@@ -497,6 +497,22 @@ fn me() -> String {
     std::process::id().to_string()
 }
 
+/// The JSON document among `profctl run`'s stderr lines: from a line `{`
+/// to the next line `}`.
+fn json_on(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| *l == "{")
+        .expect("a JSON document");
+    let end = start
+        + lines[start..]
+            .iter()
+            .position(|l| *l == "}")
+            .expect("its end");
+    lines[start..=end].join("\n")
+}
+
 /// Checks the JSON contract and returns the document.
 fn check_json(stdout: &str) -> Value {
     let v: Value = serde_json::from_str(stdout).expect("stdout is one JSON document");
@@ -559,17 +575,16 @@ async fn attach_json_until_duration() {
     assert_eq!(v["functions"][0]["inclusive_pct"], 100.0);
 }
 
+/// Into a pipe, the final table alone: no live blocks.
 #[tokio::test(flavor = "multi_thread")]
-async fn attach_table_prints_live_blocks_then_the_final_table() {
+async fn attach_into_a_pipe_prints_the_final_table_alone() {
     let server = Server::start().await;
     let (code, stdout, stderr) = server
         .profctl(&["attach", &me(), "--duration", "0.55", "--interval", "0.1"])
         .await;
     assert_eq!(code, 0, "{stderr}");
-    // The snapshot, six updates (0.6 s of sampling covers 0.55 s), the
-    // final table.
     let blocks = stdout.matches("profd session 1 — pid").count();
-    assert_eq!(blocks, 8, "expected live blocks:\n{stdout}");
+    assert_eq!(blocks, 1, "expected the final table alone:\n{stdout}");
     let last = stdout.rsplit("profd session 1").next().unwrap();
     assert!(last.contains("— duration_elapsed"), "{last}");
     assert!(last.contains("100.0%"), "{last}");
@@ -642,7 +657,9 @@ async fn run_until_duration_terminates_the_command() {
         ])
         .await;
     assert_eq!(code, 0, "{stderr}");
-    let v = check_json(&stdout);
+    // The command keeps stdout; the JSON goes to stderr.
+    assert_eq!(stdout, "");
+    let v = check_json(&json_on(&stderr));
     assert_eq!(v["state"], "duration_elapsed");
     assert!(
         stderr.contains("profctl: sleep was killed by signal 15 (SIGTERM)"),
@@ -667,7 +684,8 @@ async fn run_until_the_command_exits() {
         ])
         .await;
     assert_eq!(code, 3, "profctl exits with its command's status: {stderr}");
-    let v = check_json(&stdout);
+    assert_eq!(stdout, "");
+    let v = check_json(&json_on(&stderr));
     assert_eq!(v["state"], "exited");
     assert!(
         stderr.ends_with("profctl: sh exited with status 3\n"),

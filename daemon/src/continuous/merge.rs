@@ -225,12 +225,15 @@ impl<'q> Merge<'q> {
     /// asked for is in none of the windows.
     pub fn finish(mut self, from_ns: u64, to_ns: u64) -> Result<Merged, Error> {
         let span = || {
-            let to = if to_ns == u64::MAX {
-                "now".to_string()
-            } else {
-                format!("{} ms", to_ns / 1_000_000)
+            let at = |ns: u64| {
+                let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
+                humantime::format_rfc3339_millis(t).to_string()
             };
-            format!("from {} ms to {to} (Unix time)", from_ns / 1_000_000)
+            let to = match to_ns {
+                u64::MAX => "now".to_string(),
+                ns => at(ns),
+            };
+            format!("from {} to {to}", at(from_ns))
         };
         let missing: Vec<&String> = self
             .q

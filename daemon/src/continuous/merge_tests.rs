@@ -246,3 +246,36 @@ fn a_window_met_twice_is_merged_once() {
     let m = streamed(&q, Want::Stacks, &[w.clone(), w.clone()]);
     assert_eq!(m.profile.attributed, w.totals.unwrap().attributed);
 }
+
+/// A service or process the range does not hold is refused with the range
+/// in RFC 3339, as people read times, not in Unix milliseconds.
+#[test]
+fn a_missing_service_names_the_range_in_rfc_3339() {
+    let q = api::Query {
+        services: vec!["nowhere".into()],
+        ..Default::default()
+    };
+    let mut m = Merge::new(&q, Want::Stacks);
+    m.add(window("w1", "svc", 0, 4, 2));
+    let from = 1_796_428_410_016 * 1_000_000;
+    let err = m.finish(from, u64::MAX).err().expect("refused").to_string();
+    assert!(
+        err.contains("in the history from 2026-12-04T23:53:30.016Z to now"),
+        "{err}"
+    );
+    let q = api::Query {
+        pids: vec![999_999],
+        ..Default::default()
+    };
+    let mut m = Merge::new(&q, Want::Stacks);
+    m.add(window("w1", "svc", 0, 4, 2));
+    let err = m
+        .finish(from, from + 60_000_000_000)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("from 2026-12-04T23:53:30.016Z to 2026-12-04T23:54:30.016Z"),
+        "{err}"
+    );
+}

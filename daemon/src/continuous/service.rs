@@ -97,6 +97,11 @@ fn unit_in(path: &str) -> Option<&str> {
     })
 }
 
+/// The label of a process whose cgroup path gives none and whose command
+/// name could not be read either (it exited before profd looked): never an
+/// empty label.
+pub const UNKNOWN_SERVICE: &str = "[unknown]";
+
 /// The label of a process from the text of its `/proc/PID/cgroup` and its
 /// command name.
 ///
@@ -152,6 +157,7 @@ pub fn label_of(cgroup_file: &str, comm: &str) -> Label {
         ),
         _ => match innermost_first(path).next() {
             Some(last) => (last.to_string(), api::ServiceSource::Cgroup),
+            None if comm.is_empty() => (UNKNOWN_SERVICE.to_string(), api::ServiceSource::Comm),
             None => (comm.to_string(), api::ServiceSource::Comm),
         },
     };
@@ -347,6 +353,17 @@ mod tests {
     fn label(text: &str) -> (String, api::ServiceSource) {
         let l = label_of(text, "worker");
         (l.service, l.source)
+    }
+
+    /// A process gone before its name was read, in the root cgroup: a
+    /// label that says so, never an empty one.
+    #[test]
+    fn no_cgroup_and_no_name_is_unknown_not_empty() {
+        let l = label_of("0::/\n", "");
+        assert_eq!((l.service.as_str(), l.source), (UNKNOWN_SERVICE, Comm));
+        let l = label_of("", "");
+        assert_eq!(l.service, UNKNOWN_SERVICE);
+        assert_eq!(label("0::/\n"), ("worker".into(), Comm));
     }
 
     #[test]

@@ -30,7 +30,7 @@ fn run_busy(h: &Harness, unwind: &str, extra: &[&str], args: &[&str]) -> (Profil
     ]);
     argv.extend_from_slice(args);
     let out = h.daemon.profctl(&argv);
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     let cpu_s = out.stderr_figure("cpu_s");
     let expected = cpu_s * f64::from(p.frequency_hz);
     eprintln!(

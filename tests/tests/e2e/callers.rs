@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use profd_e2e::users::{chmod, env, public_copy, public_dir, User, TEST_GROUP};
 use profd_e2e::{
-    assert_one_line_error, bin, build_workload, path_str, Cmd, CmdOutput, Daemon, Info, Profile,
-    Workload, PROFCTL_TIMEOUT,
+    assert_one_line_error, bin, build_workload, path_str, run_document, Cmd, CmdOutput, Daemon,
+    Info, Profile, Workload, PROFCTL_TIMEOUT,
 };
 
 /// Long enough for any test: workloads are killed when the test ends.
@@ -335,7 +335,7 @@ fn run_lets_its_command_finish_and_exits_with_its_status() {
         "{}",
         out.describe()
     );
-    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON");
+    let json: serde_json::Value = serde_json::from_str(&run_document(&out)).expect("one JSON");
     assert_eq!(json["state"], "exited", "{}", out.describe());
 
     // A session that fails: the command execs a set-user-id root program.
@@ -353,7 +353,7 @@ fn run_lets_its_command_finish_and_exits_with_its_status() {
         &["run", "--format", "json", "--", "/bin/sh", "-c", &script],
     );
     eprintln!("{}", out.describe());
-    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON");
+    let json: serde_json::Value = serde_json::from_str(&run_document(&out)).expect("one JSON");
     assert_eq!(json["state"], "failed", "{}", out.describe());
     assert!(
         out.stderr.contains("runs on") && out.stderr.contains("/bin/sh exited with status 0"),

@@ -79,7 +79,7 @@ fn ring_overflow_is_counted_as_lost() {
             "1",
             "1.5",
         ]);
-        let p = Profile::parse(&out);
+        let p = Profile::parse_run(&out);
         let cpu_s = out.stderr_figure("cpu_s");
         let expected = cpu_s * f64::from(p.frequency_hz);
         let t = p.totals;
@@ -238,7 +238,7 @@ fn short_lived_children_are_sampled_on_every_cpu() {
                 "6",
                 "0.15",
             ]);
-            let p = Profile::parse(&out);
+            let p = Profile::parse_run(&out);
             let cpu_s = out.stderr_figure("children_cpu_s");
             assert_eq!(p.processes.len(), 7, "{:?}", p.processes);
             let children: u64 = p.processes[1..].iter().map(|c| c.samples).sum();

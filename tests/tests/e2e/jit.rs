@@ -281,7 +281,7 @@ const EXIT_MAP: [&str; 2] = ["-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMap
 fn run_to_exit(h: &Harness, command: &[String]) -> Profile {
     let mut args = vec!["run", "--format", "json", "--"];
     args.extend(command.iter().map(String::as_str));
-    let p = Profile::parse(&h.daemon.profctl(&args));
+    let p = Profile::parse_run(&h.daemon.profctl(&args));
     eprintln!("{}", p.table());
     assert!(
         p.totals.attributed >= MIN_SAMPLES,

@@ -14,7 +14,8 @@ use profd_common::pprof_proto as pb;
 use profd_e2e::users::{chmod, public_copy, public_dir, test_users, User, TEST_GROUP};
 use profd_e2e::views::rows;
 use profd_e2e::{
-    build_workload, read_sysctl, require_root_and_perf, serial, CmdOutput, Daemon, Workload,
+    bin, build_workload, path_str, read_sysctl, require_root_and_perf, serial, Cmd, CmdOutput,
+    Daemon, Workload, PROFCTL_TIMEOUT,
 };
 use prost::Message;
 
@@ -70,19 +71,20 @@ fn profctl(daemon: &Daemon, user: Option<&User>, args: &[&str]) -> CmdOutput {
 }
 
 /// `user` profiles its `pid` for 3 s, with a live table from each Watch
-/// update: the session id and what was printed.
+/// update (in a terminal: `script` gives profctl one, as live tables go
+/// only to terminals): the session id and what was printed.
 fn watched(daemon: &Daemon, user: &User, pid: u32) -> (u64, String) {
-    let pid = pid.to_string();
-    let args = [
-        "attach",
-        &pid,
-        "--duration",
-        "3",
-        "--no-tui",
-        "--interval",
-        "0.5",
-    ];
-    let out = profctl(daemon, Some(user), &args);
+    let command = format!(
+        "'{}' --socket '{}' attach {pid} --duration 3 --no-tui --interval 0.5",
+        path_str(&public_copy(&bin("profctl"))),
+        path_str(daemon.socket())
+    );
+    let mut args = user.setpriv_args();
+    args.extend(["script", "-q", "-e", "-c", &command, "/dev/null"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut out = ok(Cmd::spawn("setpriv", &args).wait(PROFCTL_TIMEOUT));
+    // The terminal's line ends and the redraws' screen clears.
+    out.stdout = out.stdout.replace('\r', "").replace("\x1b[H\x1b[2J", "\n");
     let tables = out.stdout.matches("profd session ").count();
     assert!(
         tables >= 3,

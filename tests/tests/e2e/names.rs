@@ -228,7 +228,7 @@ fn threads_of_forked_children_have_the_command_name() {
             "0.15",
         ],
     );
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     assert_eq!(p.processes.len(), 7, "{:?}", p.processes);
     let id = p.session_id.to_string();
     let threads = ok(&h.daemon, &["report", &id, "--threads"]).stdout;

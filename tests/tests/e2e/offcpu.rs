@@ -41,7 +41,7 @@ pub(crate) fn run(
     argv.extend(["--format", "json", "--", path_str(&exe)]);
     argv.extend_from_slice(args);
     let out = h.daemon.profctl(&argv);
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     let printed: BTreeMap<String, f64> = out
         .stderr
         .lines()
@@ -700,7 +700,7 @@ fn children_s_off_cpu_and_wall_time_is_theirs() {
             "2",
             "2",
         ]);
-        let p = Profile::parse(&out);
+        let p = Profile::parse_run(&out);
         eprintln!("{}", p.table());
         check_time_profile(&p, mode);
         // `kid PID lifetime_s L cpu_s C nap_s N`: pid → (L, C, N).

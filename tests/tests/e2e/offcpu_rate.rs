@@ -298,7 +298,7 @@ fn lost_switch_records_are_counted_not_guessed() {
         "pingpong",
         "1.5",
     ]);
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     let t = check_time_profile(&p, "off-cpu");
     let (switches, seconds) = (out.stderr_figure("switches"), out.stderr_figure("seconds"));
     let cpu = out.stderr_figure("cpu_total_s") * 1e9;

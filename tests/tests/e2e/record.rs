@@ -16,7 +16,7 @@ const TOLERANCE: f64 = 3.0;
 /// Asserts `go tool pprof` reads `file` as the profile `run` printed (the
 /// same exclusive counts) and that it holds split's 25/75 split.
 fn assert_pprof_is_the_split(file: &Path, out: &CmdOutput) {
-    let p = Profile::parse(out);
+    let p = Profile::parse_run(out);
     eprintln!("{}", p.table());
     p.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, TOLERANCE);
     p.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, TOLERANCE);

@@ -316,7 +316,7 @@ fn run_ends_with_exited_state() {
     let out = h
         .daemon
         .profctl(&["run", "--format", "json", "--", path_str(&split), "1.5"]);
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     eprintln!("{}", p.table());
     assert_eq!(p.state, "exited", "{}", p.table());
     assert_eq!(p.comm, "split", "{}", p.table());
@@ -371,7 +371,7 @@ fn run_attaches_before_the_command_starts() {
         .unwrap_or_else(|| panic!("no session on {pid} when the command began:\n{seen}"));
     assert_eq!(session.get(2..4), Some(&["sh", "running"][..]), "{seen}");
     assert!(seen.contains("hold 0"), "{seen}");
-    assert_eq!(Profile::parse(&run).comm, "sh");
+    assert_eq!(Profile::parse_run(&run).comm, "sh");
 
     let sessions = || h.daemon.profctl(&["sessions"]).stdout.lines().count();
     let before = sessions();
@@ -399,6 +399,47 @@ fn run_attaches_before_the_command_starts() {
     // A command that runs and fails: profctl exits with its status.
     let failing = h.daemon.profctl(&["run", "--", "sh", "-c", "exit 3"]);
     assert_eq!(failing.status.code(), Some(3), "{}", failing.describe());
+}
+
+/// `run`'s command keeps stdout: profctl's JSON or tables go to stderr,
+/// and into a pipe only the final one (no live blocks). `attach` into a
+/// pipe writes its final table alone too.
+#[test]
+fn run_leaves_stdout_to_its_command_and_pipes_get_the_final_table() {
+    let h = Harness::start();
+    let split = build_workload("split");
+    let script = format!("printf 'data\\n'; exec {} 2.5", path_str(&split));
+    let json = h
+        .daemon
+        .profctl(&["run", "--format", "json", "--", "sh", "-c", &script]);
+    assert_eq!(json.stdout, "data\n", "{}", json.describe());
+    let p = Profile::parse_run(&json);
+    assert_eq!(p.comm, "split", "{}", p.table());
+    p.assert_pct("leaf_b", Exclusive, 75.0);
+    let tables = |text: &str| text.matches(" INCL%").count();
+    let table = h
+        .daemon
+        .profctl(&["run", "--interval", "0.2", "--", "sh", "-c", &script]);
+    table.assert_success();
+    assert_eq!(table.stdout, "data\n", "{}", table.describe());
+    assert_eq!(tables(&table.stderr), 1, "{}", table.describe());
+    assert!(
+        !table.stderr.contains("(no samples)"),
+        "{}",
+        table.describe()
+    );
+    let target = Workload::start("split", LONG);
+    let attach = h.daemon.profctl(&[
+        "attach",
+        &target.pid_arg(),
+        "--duration",
+        "2",
+        "--interval",
+        "0.2",
+    ]);
+    attach.assert_success();
+    assert_eq!(tables(&attach.stdout), 1, "{}", attach.describe());
+    assert!(attach.stdout.contains("leaf_b"), "{}", attach.describe());
 }
 
 /// Attaching for longer than the target lives: the session ends when the
@@ -684,7 +725,7 @@ fn profctl_starts_a_private_daemon() {
         Duration::from_secs(60),
     );
     eprintln!("  stderr: {}", out.stderr.trim_end());
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     let said = format!(
         "profctl: no profd at {}; started a private one for this command",
         socket.display()
@@ -706,6 +747,71 @@ fn profctl_starts_a_private_daemon() {
     p.assert_pct("leaf_b", Exclusive, 75.0);
     p.assert_pct("mid", Inclusive, 75.0);
     p.assert_pct("work", Inclusive, 100.0);
+}
+
+/// With nothing listening on the socket, only the commands that profile
+/// start a private daemon: the others say that no daemon runs there and
+/// what to do, and a command line that is wrong starts nothing at all.
+#[test]
+fn only_profiling_commands_start_a_private_daemon() {
+    let dir = unique_dir("no-daemon");
+    let socket = dir.join("profd.sock");
+    let profctl = bin("profctl");
+    let profctl = |args: &[&str]| {
+        let mut all = vec!["--socket", path_str(&socket)];
+        all.extend_from_slice(args);
+        profd_e2e::Cmd::run(path_str(&profctl), &all, Duration::from_secs(60))
+    };
+    let started = "started a private one";
+    for args in [
+        &["sessions"][..],
+        &["query"],
+        &["info"],
+        &["health"],
+        &["stop", "1"],
+        &["export", "1", "--format", "folded"],
+        &["report", "1"],
+    ] {
+        let out = profctl(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", out.describe());
+        assert_one_line_error(&out, &[]);
+        assert_eq!(
+            out.stderr.trim_end(),
+            format!(
+                "profctl: no daemon is running at {}; start the service (`systemctl start \
+                 profd`); only the commands that profile (attach, run, histogram) start a \
+                 private daemon of their own",
+                socket.display()
+            ),
+            "{args:?}"
+        );
+    }
+    // An unknown option before the command is a usage error (clap's, exit
+    // 2): neither a daemon nor the command is started.
+    let touched = dir.join("touched");
+    for bad in ["--bogus", "--frequency"] {
+        let out = profctl(&["run", bad, "99", "--", "touch", path_str(&touched)]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", out.describe());
+        assert!(
+            out.stderr.contains(&format!("unexpected argument '{bad}'")),
+            "{}",
+            out.describe()
+        );
+        assert!(!out.stderr.contains(started), "{}", out.describe());
+        assert!(!touched.exists(), "run {bad} ran its command");
+    }
+    // A command that cannot run: a shell's status, and nothing started.
+    for (command, code) in [("profd-no-such-command", 127), ("/etc/passwd", 126)] {
+        let out = profctl(&["run", "--", command]);
+        assert_eq!(out.status.code(), Some(code), "{}", out.describe());
+        assert!(!out.stderr.contains(started), "{}", out.describe());
+        assert!(out.stderr.contains(&format!("cannot run {command}")));
+    }
+    // After the options, the command's own options are its own.
+    let out = profctl(&["run", "--duration", "5", "touch", "-c", path_str(&touched)]);
+    out.assert_success();
+    assert!(out.stderr.contains(started), "{}", out.describe());
+    assert!(!touched.exists(), "touch -c created its file");
 }
 
 /// The connection under a live `attach` is cut (profctl talks through a

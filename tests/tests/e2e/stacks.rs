@@ -474,7 +474,7 @@ fn profile_read_after_exit_is_fully_named() {
     let out = h
         .daemon
         .profctl(&["run", "--format", "json", "--", path_str(&exe), "1"]);
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     eprintln!("{}", p.table());
     assert_eq!(p.state, "exited", "{}", p.table());
     // Naming is the point here: a loaded machine may give the target well

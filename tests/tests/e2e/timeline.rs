@@ -158,7 +158,7 @@ fn a_phase_change_shows_where_it_happened() {
         "1",
     ]);
     out.assert_success();
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     let switch_ms = out
         .stderr
         .lines()
@@ -242,7 +242,7 @@ fn a_session_without_times_has_no_timeline() {
         .daemon
         .profctl(&["run", "--format", "json", "--", path_str(&split), "0.3"]);
     out.assert_success();
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     let export = h
         .daemon
         .profctl(&["export", &p.session_id.to_string(), "--format", "firefox"]);

@@ -566,32 +566,32 @@ fn caller_callee_tree_and_hot_path_of_split() {
     assert_eq!(sum, p.function("leaf_b").exclusive, "{text}");
 }
 
-/// `--window` adds the last seconds' figures to the live table.
+/// `--window` adds the last seconds' figures to the live table, which
+/// only a terminal gets: read in tmux, with `--no-tui`'s redrawn tables.
 #[test]
 fn window_columns_in_the_live_table() {
     let h = Harness::start();
     let target = Workload::start("split", LONG);
-    let out = ok(
-        &h.daemon,
-        &[
-            "attach",
-            &target.pid_arg(),
-            "--duration",
-            "3",
-            "--interval",
-            "0.5",
-            "--window",
-            "1",
-            "--top",
-            "0",
-        ],
+    let script = format!(
+        "'{}' --socket '{}' attach {} --duration 30 --interval 0.5 --window 1 --top 0 --no-tui; \
+         sleep 60",
+        path_str(&bin("profctl")),
+        path_str(h.daemon.socket()),
+        target.pid()
     );
-    let blocks: Vec<&str> = out.stdout.split("profd session").collect();
-    let live = blocks
-        .iter()
-        .rev()
-        .find(|b| b.contains("window: last 1 s"))
-        .unwrap_or_else(|| panic!("no live table with a window:\n{}", out.stdout));
+    let term = Tmux::start(&script, 160, 40);
+    // A table two seconds in: its window holds a whole second.
+    let screen = term.wait_for("a live table with a window", Duration::from_secs(30), |s| {
+        s.contains("window: last 1 s")
+            && s.contains("leaf_b")
+            && s.lines().any(|l| {
+                l.split(" — ")
+                    .find_map(|w| w.strip_suffix(" s"))
+                    .and_then(|w| w.parse::<f64>().ok())
+                    .is_some_and(|t| t >= 2.0)
+            })
+    });
+    let live = screen.as_str();
     assert!(
         live.contains("W.INCL%") && live.contains("W.EXCL%"),
         "{live}"
@@ -818,7 +818,7 @@ fn views_of_one_thread_or_one_process_are_exact() {
             "1",
         ],
     );
-    let p = Profile::parse(&out);
+    let p = Profile::parse_run(&out);
     eprintln!("{}\nprocesses {:?}", p.table(), p.processes);
     let children: Vec<_> = p.processes.iter().filter(|c| c.pid != p.pid).collect();
     assert_eq!(children.len(), 2, "{:?}", p.processes);
@@ -890,7 +890,7 @@ fn diff_of_two_runs_shows_the_change_and_a_pprof_pair() {
         let mut args = vec!["run", "--duration", "3", "--format", "json", "--", "env"];
         args.extend_from_slice(env);
         args.extend([path_str(&split), "30"]);
-        Profile::parse(&ok(&h.daemon, &args))
+        Profile::parse_run(&ok(&h.daemon, &args))
     };
     let (before, after) = (run(&[]), run(&["SPLIT_MID=1"]));
     let dir = unique_dir("diff");

@@ -216,11 +216,11 @@ fn go_pprof_top(extra: &[&str], files: &[&Path]) -> (Vec<(f64, f64, String)>, St
     (rows, out.stdout)
 }
 
-/// `go tool pprof -top -normalize -diff_base base new`: function name →
-/// flat samples of `new` scaled to `base`'s total, less those of `base`
-/// (negative where a function shrank), and the output.
+/// `go tool pprof -top -diff_base base new`: function name → flat samples
+/// of `new` less those of `base` (negative where a function shrank), and
+/// the output.
 pub fn go_pprof_diff(base: &Path, new: &Path) -> (BTreeMap<String, f64>, String) {
-    let (rows, text) = go_pprof_top(&["-normalize", "-diff_base", path_str(base)], &[new]);
+    let (rows, text) = go_pprof_top(&["-diff_base", path_str(base)], &[new]);
     let mut flat = BTreeMap::new();
     for (n, _, name) in rows {
         *flat.entry(name).or_insert(0.0) += n;

@@ -698,6 +698,11 @@ pub struct DiffArgs {
     /// Rows to show, 0 = all.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP)]
     pub top: usize,
+    /// Row order: `change`, the largest change in exclusive samples (or
+    /// time, or per second) first; `share`, the largest change in share of
+    /// its profile first.
+    #[arg(long, value_enum, default_value_t = DiffSortArg::Change)]
+    pub sort: DiffSortArg,
     /// Time ranges: only this service (exact label); repeat for several
     /// [default: every service].
     #[arg(long = "service", value_name = "NAME")]
@@ -706,6 +711,15 @@ pub struct DiffArgs {
     /// `go tool pprof -diff_base DIR/base.pb.gz DIR/new.pb.gz`.
     #[arg(long, value_name = "DIR")]
     pub pprof: Option<PathBuf>,
+}
+
+/// The row order of `profctl diff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiffSortArg {
+    /// By the change in exclusive samples or time.
+    Change,
+    /// By the change in exclusive share of its profile.
+    Share,
 }
 
 /// One side of `profctl diff`.

@@ -11,12 +11,14 @@ fn f(name: &str, inclusive: u64, exclusive: u64) -> Function {
     }
 }
 
-fn side(label: &str, attributed: u64, functions: Vec<Function>) -> Side {
+fn side(label: &str, attributed: u64, seconds: f64, functions: Vec<Function>) -> Side {
     Side {
         label: label.into(),
         session: Session {
             pid: 7,
             comm: "split".into(),
+            frequency_hz: 999,
+            duration_s: seconds,
             totals: Some(api::Totals {
                 attributed,
                 ..Default::default()
@@ -28,12 +30,33 @@ fn side(label: &str, attributed: u64, functions: Vec<Function>) -> Side {
     }
 }
 
+/// The words of `name`'s row.
+fn row(text: &str, name: &str) -> Vec<String> {
+    text.lines()
+        .find(|l| l.contains(&format!(" {name}  [")))
+        .unwrap_or_else(|| panic!("no {name}:\n{text}"))
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The function names of the rows, in order.
+fn order(text: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|l| !l.contains("FUNCTION"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(7).map(str::to_string))
+        .collect()
+}
+
+/// 25/75 over 1000 samples, then 50/50 over 1000 (and a new function):
+/// counts, changes, share changes; the largest change in samples first.
 #[test]
-fn shares_are_over_each_sides_total_and_biggest_changes_lead() {
-    // 25/75 over 1000 samples, then 50/50 over 4000 (and a new function).
+fn same_durations_compare_samples_and_lead_with_the_largest_change() {
     let base = side(
         "session 1",
         1000,
+        3.0,
         vec![
             f("main", 1000, 0),
             f("leaf_a", 250, 250),
@@ -42,55 +65,131 @@ fn shares_are_over_each_sides_total_and_biggest_changes_lead() {
     );
     let new = side(
         "session 2",
-        4000,
+        1000,
+        3.05,
         vec![
-            f("main", 4000, 0),
-            f("leaf_a", 1800, 1800),
-            f("leaf_b", 2000, 2000),
-            f("extra", 200, 200),
+            f("main", 1000, 0),
+            f("leaf_a", 450, 450),
+            f("leaf_b", 500, 500),
+            f("extra", 50, 50),
         ],
     );
-    let text = diff_table(&base, &new, None, 80);
+    let text = diff_table(&base, &new, None, 80, false);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        "base  session 1 — pid 7 (split) — 1000 attributed"
+        "base  session 1 — pid 7 (split) — 1000 attributed in 3.00 s"
     );
     assert_eq!(
         lines[1],
-        "new   session 2 — pid 7 (split) — 4000 attributed"
+        "new   session 2 — pid 7 (split) — 1000 attributed in 3.05 s"
     );
-    assert!(lines[2].ends_with("FUNCTION  [MODULE]"), "{text}");
-    let row = |name: &str| -> Vec<String> {
-        let l = lines
-            .iter()
-            .find(|l| l.contains(&format!(" {name}  [split]")))
-            .unwrap_or_else(|| panic!("no {name}:\n{text}"));
-        l.split_whitespace().map(str::to_string).collect()
-    };
+    assert!(lines[2].ends_with("EXCL% Δ  FUNCTION  [MODULE]"), "{text}");
     assert_eq!(
-        row("leaf_b")[..6],
-        ["75.0%", "50.0%", "-25.0", "75.0%", "50.0%", "-25.0"]
+        row(&text, "leaf_b")[..7],
+        ["750", "500", "-250", "750", "500", "-250", "-25.0"]
     );
     assert_eq!(
-        row("leaf_a")[..6],
-        ["25.0%", "45.0%", "+20.0", "25.0%", "45.0%", "+20.0"]
+        row(&text, "leaf_a")[..7],
+        ["250", "450", "+200", "250", "450", "+200", "+20.0"]
     );
-    assert_eq!(row("extra")[..3], ["0.0%", "5.0%", "+5.0"]);
-    assert_eq!(
-        row("main")[..6],
-        ["0.0%", "0.0%", "+0.0", "100.0%", "100.0%", "+0.0"]
-    );
-    // Biggest self change first.
-    let order: Vec<&str> = lines[3..]
-        .iter()
-        .map(|l| l.split_whitespace().nth(6).unwrap())
-        .collect();
-    assert_eq!(order, ["leaf_b", "leaf_a", "extra", "main"]);
-    // A limit keeps the biggest and says how many more there are.
-    let text = diff_table(&base, &new, Some(2), 80);
+    assert_eq!(row(&text, "extra")[..3], ["0", "50", "+50"]);
+    assert_eq!(row(&text, "main")[3..6], ["1000", "1000", "+0"]);
+    assert_eq!(order(&text), ["leaf_b", "leaf_a", "extra", "main"]);
+    let text = diff_table(&base, &new, Some(2), 80, false);
     assert!(
         text.ends_with("(2 more functions changed less; --top 0 shows all)\n"),
         "{text}"
+    );
+}
+
+/// Perl's case: a function whose share fell while its samples held (the
+/// rest grew): by samples it barely moved, by share it leads.
+#[test]
+fn a_share_that_fell_while_the_samples_held_is_not_the_largest_change() {
+    let base = side(
+        "a",
+        1000,
+        2.0,
+        vec![f("pp_modulo", 400, 400), f("hash", 600, 600)],
+    );
+    let new = side(
+        "b",
+        2000,
+        2.0,
+        vec![f("pp_modulo", 410, 410), f("hash", 1590, 1590)],
+    );
+    let text = diff_table(&base, &new, None, 80, false);
+    assert_eq!(order(&text), ["hash", "pp_modulo"], "{text}");
+    assert_eq!(row(&text, "pp_modulo")[..3], ["400", "410", "+10"]);
+    assert_eq!(row(&text, "pp_modulo")[6], "-19.5");
+    let text = diff_table(&base, &new, None, 80, true);
+    assert_eq!(order(&text)[0], "hash", "{text}");
+    assert_eq!(row(&text, "hash")[6], "+19.5");
+}
+
+/// Durations apart by more than 5 %: counts per second, said so.
+#[test]
+fn different_durations_compare_rates() {
+    let base = side("a", 1000, 1.0, vec![f("leaf", 1000, 1000)]);
+    let new = side("b", 3000, 4.0, vec![f("leaf", 3000, 3000)]);
+    let text = diff_table(&base, &new, None, 80, false);
+    assert!(
+        text.contains("samples per second: the profiles' durations differ (1.00 s and 4.00 s)\n"),
+        "{text}"
+    );
+    assert_eq!(row(&text, "leaf")[..3], ["1000.0", "750.0", "-250.0"]);
+}
+
+/// A function is matched by name across builds, whatever its module file.
+#[test]
+fn functions_match_by_name_across_module_files() {
+    let mut old = f("work", 100, 100);
+    old.module = "libwork.so.1".into();
+    let mut new_f = f("work", 150, 150);
+    new_f.module = "libwork.so.2".into();
+    let base = side("a", 100, 1.0, vec![old]);
+    let new = side("b", 150, 1.0, vec![new_f]);
+    let text = diff_table(&base, &new, None, 80, false);
+    assert_eq!(order(&text), ["work"], "{text}");
+    assert_eq!(row(&text, "work")[..3], ["100", "150", "+50"]);
+    assert!(text.contains("work  [libwork.so.2]"), "{text}");
+}
+
+/// Profiles that hardly compare are said to: events, frequencies, few
+/// shared functions.
+#[test]
+fn profiles_that_hardly_compare_are_warned_of() {
+    let perl = side(
+        "perl.pb.gz",
+        1000,
+        1.0,
+        vec![f("Perl_pp_modulo", 1000, 1000)],
+    );
+    let mut xz = side(
+        "xz.pb.gz",
+        1000,
+        1.0,
+        vec![f("lzma_encode", 950, 950), f("Perl_pp_modulo", 50, 50)],
+    );
+    assert!(warnings(&perl, &perl).is_empty());
+    let w = warnings(&perl, &xz);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("hold 100 % of perl.pb.gz's samples and 5 % of xz.pb.gz's"),
+        "{w:?}"
+    );
+    xz.session.frequency_hz = 99;
+    xz.session.set_event(api::Event::Cycles);
+    let w = warnings(&perl, &xz);
+    assert!(
+        w.iter()
+            .any(|l| l.contains("at 999 Hz and xz.pb.gz at 99 Hz")),
+        "{w:?}"
+    );
+    assert!(
+        w.iter()
+            .any(|l| l.contains("cpu-clock and xz.pb.gz cycles")),
+        "{w:?}"
     );
 }

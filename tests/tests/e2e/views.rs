@@ -877,29 +877,38 @@ fn views_of_one_thread_or_one_process_are_exact() {
     assert_eq!((none.attributed, none.functions.len()), (0, 0));
 }
 
-/// `profctl diff` of two runs of `split`, 25/75 then (SPLIT_MID=1) 50/50:
-/// leaf_a's self share grows by 25 points and leaf_b's shrinks by 25, the
-/// biggest changes first; the pprof pair it writes gives the same changes
-/// in `go tool pprof -normalize -diff_base`, and two saved files diff
-/// without a daemon as the sessions do.
+/// `profctl diff` of two runs of `split`, 25/75 then (SPLIT_MID=1) 50/50,
+/// 3 s each: each function's samples in both and the change, exactly as
+/// the sessions counted them and as `go tool pprof -diff_base` finds them
+/// in the pprof pair it writes; leaf_a's self share grows by 25 points and
+/// leaf_b's shrinks by 25, the biggest changes first. A shorter run at
+/// another frequency is compared per second, with a warning. Two saved
+/// files diff without a daemon as the sessions do.
 #[test]
 fn diff_of_two_runs_shows_the_change_and_a_pprof_pair() {
     let h = Harness::start();
     let split = build_workload("split");
-    let run = |env: &[&str]| {
-        let mut args = vec!["run", "--duration", "3", "--format", "json", "--", "env"];
+    let run = |extra: &[&str], env: &[&str]| {
+        let mut args = vec!["run", "--format", "json"];
+        args.extend_from_slice(extra);
+        args.extend(["--", "env"]);
         args.extend_from_slice(env);
         args.extend([path_str(&split), "30"]);
         Profile::parse_run(&ok(&h.daemon, &args))
     };
-    let (before, after) = (run(&[]), run(&["SPLIT_MID=1"]));
+    let (before, after) = (
+        run(&["--duration", "3"], &[]),
+        run(&["--duration", "3"], &["SPLIT_MID=1"]),
+    );
     let dir = unique_dir("diff");
-    let text = ok(
+    let out = ok(
         &h.daemon,
         &["diff", &id(&before), &id(&after), "--pprof", path_str(&dir)],
-    )
-    .stdout;
+    );
+    let text = out.stdout.clone();
     eprintln!("{text}");
+    assert!(!text.contains("per second"), "{text}");
+    assert!(!out.stderr.contains("warning"), "{}", out.describe());
     let table = rows(&text);
     let row = |name: &str| {
         table
@@ -908,27 +917,33 @@ fn diff_of_two_runs_shows_the_change_and_a_pprof_pair() {
             .unwrap_or_else(|| panic!("no {name}:\n{text}"))
             .clone()
     };
-    // BASE EXCL, NEW EXCL, CHANGE, BASE INCL, NEW INCL, CHANGE.
+    // BASE EXCL, NEW EXCL, CHANGE, BASE INCL, NEW INCL, CHANGE, EXCL% Δ:
+    // the sessions' own counts.
+    for name in ["leaf_a", "leaf_b", "mid"] {
+        let (b, n) = (before.function(name), after.function(name));
+        let (be, ne, bi, ni) = (
+            b.exclusive as f64,
+            n.exclusive as f64,
+            b.inclusive as f64,
+            n.inclusive as f64,
+        );
+        assert_eq!(
+            row(name).numbers[..6],
+            [be, ne, ne - be, bi, ni, ni - bi],
+            "{name}:\n{text}"
+        );
+    }
     let (a, b) = (row("leaf_a"), row("leaf_b"));
-    assert_near("leaf_a base", a.numbers[0], 25.0, PCT_TOLERANCE, &text);
-    assert_near("leaf_a new", a.numbers[1], 50.0, PCT_TOLERANCE, &text);
     assert_near(
-        "leaf_a change",
-        a.numbers[2],
+        "leaf_a share change",
+        a.numbers[6],
         25.0,
         2.0 * PCT_TOLERANCE,
         &text,
     );
     assert_near(
-        "leaf_b change",
-        b.numbers[2],
-        -25.0,
-        2.0 * PCT_TOLERANCE,
-        &text,
-    );
-    assert_near(
-        "mid incl change",
-        row("mid").numbers[5],
+        "leaf_b share change",
+        b.numbers[6],
         -25.0,
         2.0 * PCT_TOLERANCE,
         &text,
@@ -940,16 +955,56 @@ fn diff_of_two_runs_shows_the_change_and_a_pprof_pair() {
     );
     assert!(text.contains("go tool pprof -diff_base"), "{text}");
 
-    // go tool pprof: the same changes (-normalize scales the new profile
-    // to the base's total, in whose samples the changes are).
+    // go tool pprof: the same changes, sample for sample.
     let (base, new) = (dir.join("base.pb.gz"), dir.join("new.pb.gz"));
-    let (flat, out) = views::go_pprof_diff(&base, &new);
-    eprintln!("{out}");
-    let total = before.totals.attributed as f64;
+    let (flat, pprof) = views::go_pprof_diff(&base, &new);
+    eprintln!("{pprof}");
     for (name, ours) in [("leaf_a", a.numbers[2]), ("leaf_b", b.numbers[2])] {
-        let theirs = flat.get(name).copied().unwrap_or(0.0) * 100.0 / total;
-        assert_near(&format!("{name} change in pprof"), theirs, ours, 0.5, &out);
+        let theirs = flat.get(name).copied().unwrap_or(0.0);
+        assert_eq!(
+            theirs, ours,
+            "{name}: go tool pprof -diff_base\n{pprof}\n{text}"
+        );
     }
+
+    // Half as long at half the frequency: per second, and said to differ.
+    let short = run(&["--duration", "1.5", "--freq", "499"], &[]);
+    let out = ok(&h.daemon, &["diff", &id(&before), &id(&short)]);
+    eprintln!("{}", out.describe());
+    assert!(
+        out.stdout
+            .contains("samples per second: the profiles' durations differ"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.starts_with("profctl: warning: ")
+                && l.contains("at 999 Hz and")
+                && l.contains("at 499 Hz")),
+        "{}",
+        out.describe()
+    );
+    let leaf_b = rows(&out.stdout)
+        .into_iter()
+        .find(|r| r.name == "leaf_b")
+        .expect("leaf_b");
+    let rate = |p: &Profile| p.function("leaf_b").exclusive as f64 / p.duration_s;
+    assert_near(
+        "leaf_b per second, base",
+        leaf_b.numbers[0],
+        rate(&before),
+        0.051,
+        &out.stdout,
+    );
+    assert_near(
+        "leaf_b per second, new",
+        leaf_b.numbers[1],
+        rate(&short),
+        0.051,
+        &out.stdout,
+    );
 
     // The two files, without a daemon: the same table.
     let cmd = profd_e2e::run_profctl(&["diff", path_str(&base), path_str(&new)], &[]);

@@ -91,10 +91,12 @@ fn watched(daemon: &Daemon, user: &User, pid: u32) -> (u64, String) {
         "live tables and the final one:\n{}",
         out.stdout
     );
+    // The first table's `profd session ID`, after the spinner's lines.
     let id = out
         .stdout
-        .split_whitespace()
-        .nth(2)
+        .split("profd session ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
         .and_then(|id| id.parse().ok())
         .unwrap_or_else(|| panic!("no session id in:\n{}", out.stdout));
     (id, out.stdout)

@@ -364,8 +364,8 @@ fn diff_table(
     }
     let _ = writeln!(
         out,
-        "{:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>7}  FUNCTION  [MODULE]",
-        "BASE EXCL", "NEW EXCL", "CHANGE", "BASE INCL", "NEW INCL", "CHANGE", "EXCL% Δ"
+        "{:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>9}  FUNCTION  [MODULE]",
+        "BASE EXCL", "NEW EXCL", "CHANGE", "BASE INCL", "NEW INCL", "CHANGE", "EXCL% CHG"
     );
     if rows.is_empty() {
         out.push_str("(no samples)\n");
@@ -374,7 +374,7 @@ fn diff_table(
         let (name, inlined) = &r.key;
         let _ = writeln!(
             out,
-            "{:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>+7.1}  {}{}{}",
+            "{:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>+9.1}  {}{}{}",
             value(r.base.0),
             value(r.new.0),
             change(r.exclusive_change()),

@@ -84,7 +84,10 @@ fn same_durations_compare_samples_and_lead_with_the_largest_change() {
         lines[1],
         "new   session 2 — pid 7 (split) — 1000 attributed in 3.05 s"
     );
-    assert!(lines[2].ends_with("EXCL% Δ  FUNCTION  [MODULE]"), "{text}");
+    assert!(
+        lines[2].ends_with("EXCL% CHG  FUNCTION  [MODULE]"),
+        "{text}"
+    );
     assert_eq!(
         row(&text, "leaf_b")[..7],
         ["750", "500", "-250", "750", "500", "-250", "-25.0"]

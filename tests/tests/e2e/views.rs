@@ -917,7 +917,7 @@ fn diff_of_two_runs_shows_the_change_and_a_pprof_pair() {
             .unwrap_or_else(|| panic!("no {name}:\n{text}"))
             .clone()
     };
-    // BASE EXCL, NEW EXCL, CHANGE, BASE INCL, NEW INCL, CHANGE, EXCL% Δ:
+    // BASE EXCL, NEW EXCL, CHANGE, BASE INCL, NEW INCL, CHANGE, EXCL% CHG:
     // the sessions' own counts.
     for name in ["leaf_a", "leaf_b", "mid"] {
         let (b, n) = (before.function(name), after.function(name));

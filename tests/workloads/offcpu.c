@@ -56,9 +56,11 @@
  * (`sleep_s`, `pipe_s`, `compute_s`, `rounds`, and when a thread sleeps in
  * long_sleep, `sleeper_start_s`: when it began, from the start of main,
  * printed at once); for pingpong `switches_per_s`, `switches`,
- * `round_trips`, `seconds`, `cpu_s` and `cpu_us_per_round_trip` (the
- * process's CPU time over the round trips: a profiler that collects stacks
- * at each switch adds its work there); and for every mode `lifetime_s`
+ * `round_trips`, `naps` (its pacing sleeps), `preempted` (its threads'
+ * involuntary switches, getrusage's ru_nivcsw), `seconds`, `cpu_s` and
+ * `cpu_us_per_round_trip` (the process's CPU time over the round trips: a
+ * profiler that collects stacks at each switch adds its work there); and
+ * for every mode `lifetime_s`
  * (from the start of main) and `cpu_total_s` (the CPU time of all the
  * process's threads, the kernel's count of it, as /proc/PID/schedstat has
  * it per thread).
@@ -73,6 +75,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -456,6 +459,7 @@ static void pin_to_one_cpu(void)
 KEEP void pingpong_main(double rate)
 {
 	pthread_t t;
+	struct rusage usage;
 	long trips = 0, naps = 0;
 	double start_s, cpu0, elapsed;
 
@@ -489,11 +493,14 @@ KEEP void pingpong_main(double rate)
 	elapsed = now_s() - start_s;
 	close(ping[1]);
 	pthread_join(t, NULL);
+	if (getrusage(RUSAGE_SELF, &usage))
+		die("getrusage");
 	fprintf(stderr,
-		"switches_per_s %.0f\nswitches %ld\nround_trips %ld\n"
-		"seconds %.3f\ncpu_s %.6f\ncpu_us_per_round_trip %.3f\n",
+		"switches_per_s %.0f\nswitches %ld\nround_trips %ld\nnaps %ld\n"
+		"preempted %ld\nseconds %.3f\ncpu_s %.6f\n"
+		"cpu_us_per_round_trip %.3f\n",
 		(double)(trips * 2 + naps) / elapsed, trips * 2 + naps, trips,
-		elapsed, process_cpu_s() - cpu0,
+		naps, usage.ru_nivcsw, elapsed, process_cpu_s() - cpu0,
 		(process_cpu_s() - cpu0) * 1e6 / (double)trips);
 }
 

@@ -1,6 +1,7 @@
 // Drives profd's web dashboard in real headless Chromium (playwright-core)
 // through its tools: a session of an earlier daemon run listed and opened;
-// the function table sorted by each heading and filtered by name; the
+// the function table in its default order (exclusive), sorted by each
+// heading and filtered by name; the
 // flame graph zoomed into a frame and back, and searched; every export
 // downloaded; and two sessions compared (diff table and diff flame graph).
 // Prints what it saw as one JSON line `RESULT {...}` for
@@ -96,9 +97,11 @@ try {
   await page.waitForFunction(() => document.querySelector('#status').textContent.startsWith('ended'));
   await tableWhere({ all: ['leaf_a', 'leaf_b'] });
   result.newRows = await rows();
-  result.byInclusive = await names();
 
   step = 'sorting the table';
+  await page.click('#functions th[data-sort="inclusive"]');
+  await page.locator('#functions th.sorted[data-sort="inclusive"]').waitFor();
+  result.byInclusive = await rows();
   await page.click('#functions th[data-sort="exclusive"]');
   await tableWhere({ first: ['leaf_a', 'leaf_b'] });
   result.byExclusive = await rows();
@@ -106,7 +109,7 @@ try {
   result.byExclusiveAscending = await rows();
   await page.click('#functions th[data-sort="name"]');
   result.byName = await names();
-  await page.click('#functions th[data-sort="inclusive"]');
+  await page.click('#functions th[data-sort="exclusive"]');
 
   step = 'filtering the table';
   await page.fill('#functions-filter', 'LEAF');
@@ -158,8 +161,21 @@ try {
   await page.locator('#diff-table tbody tr').first().waitFor();
   result.diffTitle = (await page.textContent('#diff-title')).trim();
   result.diffRows = await page.$$eval('#diff-table tbody tr', (trs) =>
-    trs.map((tr) => ({ name: tr.dataset.name, change: Number(tr.dataset.change), class: tr.className })),
+    trs.map((tr) => ({
+      name: tr.dataset.name,
+      inlined: tr.dataset.inlined === 'true',
+      baseExclusive: Number(tr.dataset.baseExclusive),
+      newExclusive: Number(tr.dataset.newExclusive),
+      baseInclusive: Number(tr.dataset.baseInclusive),
+      newInclusive: Number(tr.dataset.newInclusive),
+      change: Number(tr.dataset.change),
+      share: Number(tr.dataset.share),
+      cells: [...tr.cells].map((td) => td.textContent),
+      class: tr.className,
+    })),
   );
+  result.diffRates = await page.getAttribute('#diff-unit', 'data-rates');
+  result.diffWarnings = await page.$$eval('#diff-warnings li', (lis) => lis.map((li) => li.textContent));
   result.diffFlame = await frames('#diff-flame');
   if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
   result.problems = problems;

@@ -965,12 +965,14 @@ fn dashboard_shows_an_off_cpu_session_in_time() {
 /// The dashboard's tools in headless Chromium (tests/dashboard/tools.mjs):
 /// a session of an earlier daemon run (split, 25/75) is listed as such and
 /// opens with its counts; a session of this run (split with SPLIT_MID=1,
-/// 50/50) sorts by each heading, filters by name, zooms into `mid` (leaf_b
+/// 50/50) opens sorted by exclusive, sorts by each heading, filters by
+/// name, zooms into `mid` (leaf_b
 /// then spans the graph, leaf_a is gone) and back, searches `leaf_b`
 /// (marked, its share matched); every export downloads and reads as its
 /// format (the pprof through `go tool pprof` with the session's counts);
-/// and comparing the two shows leaf_a grown by 25 points (red) and leaf_b
-/// shrunk by 25 (blue).
+/// and comparing the two shows each function's samples in both and their
+/// change, as the sessions count them, biggest change first, with leaf_a's
+/// share grown by 25 points (red) and leaf_b's shrunk by 25 (blue).
 #[test]
 fn dashboard_tools_sort_filter_zoom_search_download_and_compare() {
     let _serial = serial();
@@ -1034,19 +1036,28 @@ fn dashboard_tools_sort_filter_zoom_search_download_and_compare() {
         profile_counts(&new)
     );
 
-    // Sorted by exclusive, most first, then least first; by name; filtered.
-    let excl = |v: &serde_json::Value| -> Vec<u64> {
+    // Sorted by exclusive at first, as every table of profctl; by
+    // inclusive; by exclusive, most first, then least first; by name;
+    // filtered.
+    let column = |v: &serde_json::Value, key: &str| -> Vec<u64> {
         json_rows(v)
             .iter()
-            .map(|r| r["exclusive"].as_u64().unwrap_or_default())
+            .map(|r| r[key].as_u64().unwrap_or_default())
             .collect()
     };
-    let down = excl(&seen["byExclusive"]);
-    assert!(
-        down.windows(2).all(|w| w[0] >= w[1]),
-        "{}",
-        show("by exclusive")
-    );
+    let excl = |v: &serde_json::Value| column(v, "exclusive");
+    for (rows, key) in [
+        ("newRows", "exclusive"),
+        ("byInclusive", "inclusive"),
+        ("byExclusive", "exclusive"),
+    ] {
+        let down = column(&seen[rows], key);
+        assert!(
+            down.len() > 2 && down.windows(2).all(|w| w[0] >= w[1]),
+            "{}",
+            show(&format!("{rows}: by {key}, most first"))
+        );
+    }
     let up = excl(&seen["byExclusiveAscending"]);
     assert!(up.windows(2).all(|w| w[0] <= w[1]), "{}", show("ascending"));
     let by_name: Vec<String> = json_rows(&seen["byName"])
@@ -1155,23 +1166,67 @@ fn dashboard_tools_sort_filter_zoom_search_download_and_compare() {
         format!("session-{}-profile.pb.gz", new.session_id)
     );
 
-    // The comparison: leaf_a grew 25 points (red), leaf_b shrank 25 (blue).
-    let change = |name: &str| {
-        json_rows(&seen["diffRows"])
-            .into_iter()
+    // The comparison: each function's samples in both sessions (per
+    // second when their durations differ) and the change, as the sessions
+    // count them; leaf_a's share grew 25 points (red), leaf_b's shrank 25
+    // (blue); biggest change first; no warning for two runs of one program.
+    let diff_rows = json_rows(&seen["diffRows"]);
+    let row = |name: &str| {
+        diff_rows
+            .iter()
             .find(|r| r["name"] == name)
-            .and_then(|r| r["change"].as_f64())
             .unwrap_or_else(|| panic!("{}", show("the diff table")))
     };
+    let rates = seen["diffRates"] == "true";
+    let per = |n: u64, p: &Profile| match rates {
+        true => n as f64 / p.duration_s,
+        false => n as f64,
+    };
+    for name in ["leaf_a", "leaf_b"] {
+        let r = row(name);
+        let (b, n) = (base.function(name), new.function(name));
+        for (field, want) in [
+            ("baseExclusive", per(b.exclusive, &base)),
+            ("newExclusive", per(n.exclusive, &new)),
+            ("baseInclusive", per(b.inclusive, &base)),
+            ("newInclusive", per(n.inclusive, &new)),
+            ("change", per(n.exclusive, &new) - per(b.exclusive, &base)),
+        ] {
+            let seen_value = r[field].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                (seen_value - want).abs() < 0.01,
+                "{name}'s {field} is {seen_value}, the sessions say {want} (rates {rates}): {}",
+                show("the diff table")
+            );
+        }
+    }
+    let changes: Vec<f64> = diff_rows
+        .iter()
+        .map(|r| r["change"].as_f64().unwrap_or_default().abs())
+        .collect();
     assert!(
-        (change("leaf_a") - 25.0).abs() <= 6.0,
+        changes.windows(2).all(|w| w[0] >= w[1]),
+        "{}",
+        show("biggest change first")
+    );
+    let share = |name: &str| row(name)["share"].as_f64().unwrap_or_default();
+    assert!(
+        (share("leaf_a") - 25.0).abs() <= 6.0,
         "{}",
         show("leaf_a's change")
     );
     assert!(
-        (change("leaf_b") + 25.0).abs() <= 6.0,
+        (share("leaf_b") + 25.0).abs() <= 6.0,
         "{}",
         show("leaf_b's change")
+    );
+    assert_eq!(row("leaf_a")["class"], "grew", "{}", show("leaf_a grew"));
+    assert_eq!(row("leaf_b")["class"], "shrank", "{}", show("leaf_b shrank"));
+    assert_eq!(
+        seen["diffWarnings"],
+        serde_json::json!([]),
+        "{}",
+        show("warnings")
     );
     let diff_frame = |name: &str| {
         json_rows(&seen["diffFlame"])

@@ -6,7 +6,8 @@
 // (ListWindows) and shows the merged profile of one or all of them with the
 // same table, flame graph and callers/callees (GetView with a query).
 // The flame graph zooms and searches, the table sorts and filters, every
-// export downloads, and two sessions compare in a diff flame graph.
+// export downloads, and two sessions compare in a diff flame graph and a
+// table of each function's counts in both.
 
 import { Client, GrpcError } from './api.js';
 import { drawFlame } from './flame.js';
@@ -16,6 +17,8 @@ const TOKEN_KEY = 'profd.token';
 const SESSIONS_EVERY_MS = 2000;
 const VIEWS_EVERY_MS = 5000;
 const MAX_ROWS = 200;
+// The most rows the diff table shows.
+const MAX_DIFF_ROWS = 30;
 const FLAME_MIN_PCT = 0.1;
 const WATCH_RETRIES = 5;
 const UNAUTHENTICATED = 16;
@@ -36,7 +39,7 @@ const state = {
   zoom: null,
   search: '',
   // The function table's order and name filter.
-  sort: { key: 'inclusive', descending: true },
+  sort: { key: 'exclusive', descending: true },
   filter: '',
   // The diff shown: { base, next } views, or null.
   diff: null,
@@ -457,7 +460,18 @@ async function download(format) {
 
 // ---------------------------------------------------------------------------
 // Diff: the new session's flame graph coloured by change against the base,
-// and the functions whose self share changed most
+// and each function's samples (or time) in both, per second when the
+// sessions' durations differ, biggest change first, as `profctl diff`
+
+// Durations further apart than this (a fraction of the longer) are
+// compared per second.
+const RATE_WHEN_APART = 0.05;
+// Below this share of a side's samples in functions both sides have, the
+// two are said to be hardly the same program.
+const SHARED_AT_LEAST = 0.2;
+// Mode names by value (unspecified is cpu).
+const MODES = ['cpu', 'cpu', 'off-cpu', 'wall'];
+const modeOf = (s) => s?.mode || 1;
 
 async function compare(event) {
   event?.preventDefault();
@@ -465,12 +479,19 @@ async function compare(event) {
   const baseId = Number($('diff-base').value);
   const newId = Number($('diff-new').value);
   try {
-    const [base, next] = await Promise.all([
+    const [base, next, baseAll, nextAll] = await Promise.all([
       state.client.tree(baseId, FLAME_MIN_PCT),
       state.client.tree(newId, FLAME_MIN_PCT),
+      state.client.profile(baseId, 0),
+      state.client.profile(newId, 0),
     ]);
+    const [bm, nm] = [modeOf(baseAll.session), modeOf(nextAll.session)];
+    if (TIMED.has(bm) !== TIMED.has(nm) || (TIMED.has(bm) && bm !== nm)) {
+      throw new Error(`session ${baseId} is ${MODES[bm]} and session ${newId} is ${MODES[nm]}: `
+        + 'compare profiles of the same kind');
+    }
     closeSession();
-    state.diff = { base, next, baseId, newId };
+    state.diff = { base, next, baseAll, nextAll, baseId, newId };
     $('diff-title').textContent = `Session ${newId} against session ${baseId}`;
     show('diff-panel', true);
     drawDiff();
@@ -481,42 +502,135 @@ async function compare(event) {
   }
 }
 
+// A side's functions by name and whether inlined (so that they match
+// across builds whatever their ids or module files): exclusive and
+// inclusive counts, and the module with most exclusive samples.
+function diffCounts(reply) {
+  const m = new Map();
+  for (const f of reply.functions) {
+    const k = `${f.name}\u0000${Boolean(f.inlined)}`;
+    const c = m.get(k) || { name: f.name, inlined: Boolean(f.inlined), exclusive: 0, inclusive: 0 };
+    c.exclusive += f.exclusive;
+    c.inclusive += f.inclusive;
+    if (c.moduleExclusive === undefined || f.exclusive > c.moduleExclusive) {
+      c.module = f.module;
+      c.moduleExclusive = f.exclusive;
+    }
+    m.set(k, c);
+  }
+  return m;
+}
+
+// Why two sessions may not compare, one line each.
+function diffWarnings(d, b, n) {
+  const [bs, ns] = [d.baseAll.session || {}, d.nextAll.session || {}];
+  const [bl, nl] = [`session ${d.baseId}`, `session ${d.newId}`];
+  const out = [];
+  if (modeOf(bs) !== modeOf(ns)) {
+    out.push(`${bl} is a ${MODES[modeOf(bs)]} profile and ${nl} a ${MODES[modeOf(ns)]} one`);
+  }
+  if ((bs.event || 0) !== (ns.event || 0)) {
+    out.push(`${bl} sampled ${EVENTS[bs.event || 0]} and ${nl} ${EVENTS[ns.event || 0]}`);
+  }
+  if (bs.frequencyHz && ns.frequencyHz && bs.frequencyHz !== ns.frequencyHz) {
+    out.push(`${bl} sampled at ${bs.frequencyHz} Hz and ${nl} at ${ns.frequencyHz} Hz: `
+      + 'compare their per-second rates, not counts');
+  }
+  const shared = (mine, theirs) => {
+    let all = 0;
+    let both = 0;
+    for (const [k, c] of mine) {
+      all += c.exclusive;
+      if (theirs.has(k)) both += c.exclusive;
+    }
+    return all ? both / all : null;
+  };
+  const [sb, sn] = [shared(b, n), shared(n, b)];
+  if (sb !== null && sn !== null && (sb < SHARED_AT_LEAST || sn < SHARED_AT_LEAST)) {
+    out.push(`the functions both sessions have hold ${(sb * 100).toFixed(0)} % of ${bl}'s samples `
+      + `and ${(sn * 100).toFixed(0)} % of ${nl}'s: they are hardly the same program`);
+  }
+  return out;
+}
+
 function drawDiff() {
   const d = state.diff;
   if (!d) return;
   const box = $('diff-flame');
   drawFlame(box, d.next, box.clientWidth || 800, { base: d.base });
-  // Self shares by name and module, over each side's own total.
-  const shares = (view) => {
-    const total = view.attributed || view.session?.totals?.attributed || 0;
-    const m = new Map();
-    for (const f of view.functions) {
-      const k = `${f.name}\u0000${f.module}`;
-      const v = m.get(k) || { name: f.name, module: f.module, excl: 0 };
-      v.excl += total ? (100 * f.exclusive) / total : 0;
-      m.set(k, v);
-    }
-    return m;
+  const [bs, ns] = [d.baseAll.session || {}, d.nextAll.session || {}];
+  const [bd, nd] = [bs.durationS || 0, ns.durationS || 0];
+  const rates = bd > 0 && nd > 0 && Math.abs(bd - nd) > RATE_WHEN_APART * Math.max(bd, nd);
+  const per = (v, dur) => (rates ? v / dur : v);
+  const [bt, nt] = [bs.totals?.attributed || 0, ns.totals?.attributed || 0];
+  const share = (v, total) => (total ? (100 * v) / total : 0);
+  const b = diffCounts(d.baseAll);
+  const n = diffCounts(d.nextAll);
+  const zero = { exclusive: 0, inclusive: 0 };
+  const rows = [...new Set([...b.keys(), ...n.keys()])].map((k) => {
+    const [x, y] = [b.get(k) || zero, n.get(k) || zero];
+    const named = n.get(k) || b.get(k);
+    const row = {
+      name: named.name,
+      inlined: named.inlined,
+      module: named.module,
+      base: [per(x.exclusive, bd), per(x.inclusive, bd)],
+      next: [per(y.exclusive, nd), per(y.inclusive, nd)],
+      share: share(y.exclusive, nt) - share(x.exclusive, bt),
+    };
+    row.change = [row.next[0] - row.base[0], row.next[1] - row.base[1]];
+    return row;
+  }).sort((p, q) => Math.abs(q.change[0]) - Math.abs(p.change[0])
+    || Math.abs(q.change[1]) - Math.abs(p.change[1])
+    || (p.name < q.name ? -1 : p.name > q.name ? 1 : 0));
+  const timed = TIMED.has(ns.mode);
+  const value = (v) => {
+    if (timed) return fmtTime(Math.round(v));
+    return rates ? v.toFixed(1) : fmt(Math.round(v));
   };
-  const b = shares(d.base);
-  const n = shares(d.next);
-  const keys = new Set([...b.keys(), ...n.keys()]);
-  const rows = [...keys].map((k) => {
-    const x = b.get(k) || n.get(k);
-    const before = b.get(k)?.excl || 0;
-    const after = n.get(k)?.excl || 0;
-    return { name: x.name, module: x.module, before, after, change: after - before };
-  }).sort((p, q) => Math.abs(q.change) - Math.abs(p.change) || p.name.localeCompare(q.name));
-  const trs = rows.filter((r) => Math.abs(r.change) >= 0.05).slice(0, 30).map((r) => {
+  const change = (v) => (v === 0 ? '0' : `${v < 0 ? '−' : '+'}${value(Math.abs(v))}`);
+  const unitName = timed ? 'time' : 'samples';
+  const side = (label, s, id) => `${label}: session ${id} (pid ${s.pid}, ${s.comm || '?'}) — `
+    + `${fmtCount(s.totals?.attributed || 0, s)} attributed in ${(s.durationS || 0).toFixed(2)} s`;
+  $('diff-sides').replaceChildren(
+    ...[side('Base', bs, d.baseId), side('New', ns, d.newId)].map((t) => {
+      const li = document.createElement('li');
+      li.textContent = t;
+      return li;
+    }),
+  );
+  $('diff-unit').textContent = rates
+    ? `${unitName} per second: the sessions' durations differ (${bd.toFixed(2)} s and ${nd.toFixed(2)} s)`
+    : unitName;
+  $('diff-unit').dataset.rates = rates;
+  const warnings = diffWarnings(d, b, n);
+  $('diff-warnings').replaceChildren(...warnings.map((w) => {
+    const li = document.createElement('li');
+    li.textContent = w;
+    return li;
+  }));
+  show('diff-warnings', warnings.length > 0);
+  const moved = (r) => r.change[0] !== 0 || r.change[1] !== 0 || Math.abs(r.share) >= 0.05;
+  const trs = rows.filter(moved).slice(0, MAX_DIFF_ROWS).map((r) => {
     const tr = document.createElement('tr');
     tr.dataset.name = r.name;
-    tr.dataset.change = r.change.toFixed(2);
-    tr.className = r.change > 0 ? 'grew' : r.change < 0 ? 'shrank' : '';
+    tr.dataset.inlined = r.inlined;
+    tr.dataset.baseExclusive = r.base[0];
+    tr.dataset.newExclusive = r.next[0];
+    tr.dataset.baseInclusive = r.base[1];
+    tr.dataset.newInclusive = r.next[1];
+    tr.dataset.change = r.change[0];
+    tr.dataset.share = r.share.toFixed(2);
+    tr.className = r.change[0] > 0 ? 'grew' : r.change[0] < 0 ? 'shrank' : '';
     tr.append(
-      nameCell(r.name, r.module),
-      cell(`${r.before.toFixed(1)} %`, 'num'),
-      cell(`${r.after.toFixed(1)} %`, 'num'),
-      cell(`${r.change >= 0 ? '+' : ''}${r.change.toFixed(1)}`, 'num'),
+      nameCell(r.inlined ? `${r.name} [inlined]` : r.name, r.module),
+      cell(value(r.base[0]), 'num'),
+      cell(value(r.next[0]), 'num'),
+      cell(change(r.change[0]), 'num'),
+      cell(value(r.base[1]), 'num'),
+      cell(value(r.next[1]), 'num'),
+      cell(change(r.change[1]), 'num'),
+      cell(`${r.share >= 0 ? '+' : '−'}${Math.abs(r.share).toFixed(1)}`, 'num'),
     );
     return tr;
   });

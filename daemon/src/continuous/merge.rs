@@ -74,6 +74,10 @@ pub struct Merge<'q> {
     processes: Vec<api::ProcessSamples>,
     process_at: HashMap<u32, usize>,
     totals: api::Totals,
+    /// The totals of the services selected's own samples (see
+    /// `ServiceWindow.totals`), which stand for the windows' when services
+    /// are selected.
+    selected: api::Totals,
     first_start_ns: Option<u64>,
     covered_ns: u64,
     event: i32,
@@ -107,6 +111,7 @@ impl<'q> Merge<'q> {
             processes: Vec::new(),
             process_at: HashMap::new(),
             totals: api::Totals::default(),
+            selected: api::Totals::default(),
             first_start_ns: None,
             covered_ns: 0,
             event: 0,
@@ -284,6 +289,16 @@ impl<'q> Merge<'q> {
         }
         self.p.duration_s = self.covered_ns as f64 / 1e9;
         self.totals.attributed = self.p.attributed;
+        if !self.q.services.is_empty() {
+            // Of the samples selected; the rest are the rings'.
+            let (t, s) = (&mut self.totals, &self.selected);
+            t.unsymbolized = s.unsymbolized;
+            t.truncated = s.truncated;
+            t.truncated_copy_ended = s.truncated_copy_ended;
+            t.python_unreadable = s.python_unreadable;
+            t.ruby_unreadable = s.ruby_unreadable;
+            t.perl_unreadable = s.perl_unreadable;
+        }
         let session = api::Session {
             id: 0,
             pid: 0,
@@ -355,6 +370,15 @@ impl Visit for Merge<'_> {
             return;
         }
         self.pids_seen.extend(sw.processes.iter().map(|p| p.pid));
+        if let Some(t) = &sw.totals {
+            let s = &mut self.selected;
+            s.unsymbolized += t.unsymbolized;
+            s.truncated += t.truncated;
+            s.truncated_copy_ended += t.truncated_copy_ended;
+            s.python_unreadable += t.python_unreadable;
+            s.ruby_unreadable += t.ruby_unreadable;
+            s.perl_unreadable += t.perl_unreadable;
+        }
         let service = (self.by == api::GroupBy::Service)
             .then(|| self.group(format!("[service {}]", sw.service)));
         self.cur = Current {

@@ -73,6 +73,7 @@ fn window(id: &str, service: &str, first: u64, stacks: u64, repeat: u64) -> api:
                 .collect(),
             functions,
             stacks,
+            totals: None,
         }],
         ..Default::default()
     }
@@ -277,5 +278,61 @@ fn a_missing_service_names_the_range_in_rfc_3339() {
     assert!(
         err.contains("from 2026-12-04T23:53:30.016Z to 2026-12-04T23:54:30.016Z"),
         "{err}"
+    );
+}
+
+/// With services selected, the totals of the samples (unsymbolized,
+/// truncated, unreadable interpreter frames) are those of the services',
+/// streamed or whole; the rings' (lost, discarded) stay the windows'.
+/// Without a selection they are the windows' whole.
+#[test]
+fn the_totals_of_selected_services_are_theirs() {
+    let mut w = window("w1", "web", 0, 40, 0);
+    let mut db = window("w1", "db", 100, 10, 0).services.remove(0);
+    db.totals = Some(api::Totals {
+        attributed: db.samples,
+        unsymbolized: 2190,
+        truncated: 7,
+        python_unreadable: 5,
+        ..Default::default()
+    });
+    let web = &mut w.services[0];
+    web.totals = Some(api::Totals {
+        attributed: web.samples,
+        unsymbolized: 3,
+        truncated: 1,
+        ..Default::default()
+    });
+    w.services.push(db);
+    w.totals = Some(api::Totals {
+        attributed: w.services.iter().map(|s| s.samples).sum(),
+        unsymbolized: 2193,
+        truncated: 8,
+        python_unreadable: 5,
+        lost: 11,
+        discarded: 13,
+        ..Default::default()
+    });
+    let web = api::Query {
+        services: vec!["web".into()],
+        ..Default::default()
+    };
+    for m in [
+        whole(&web, Want::Stacks, &[w.clone()]),
+        streamed(&web, Want::Functions, &[w.clone()]),
+    ] {
+        let t = m.session.totals.unwrap();
+        assert_eq!(t.attributed, w.services[0].samples);
+        assert_eq!(
+            (t.unsymbolized, t.truncated, t.python_unreadable),
+            (3, 1, 0)
+        );
+        assert_eq!((t.lost, t.discarded), (11, 13), "the rings' stay whole");
+    }
+    let all = streamed(&api::Query::default(), Want::Stacks, &[w.clone()]);
+    let t = all.session.totals.unwrap();
+    assert_eq!(
+        (t.unsymbolized, t.truncated, t.python_unreadable),
+        (2193, 8, 5)
     );
 }

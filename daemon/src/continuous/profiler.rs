@@ -612,11 +612,12 @@ impl Profiler {
             else {
                 continue;
             };
-            if unnamed {
-                w.unsymbolized += count;
-            }
             let pid = w.window.thread_pid.get(&tid).copied().unwrap_or(0);
             let s = w.services.slot(pid);
+            if unnamed {
+                w.unsymbolized += count;
+                w.services.list[s].totals().unsymbolized += count;
+            }
             *w.thread_samples.entry(tid).or_default() += count;
             w.services.list[s].count(i as u32, tid, count, frames, &self.collector);
         }
@@ -647,6 +648,9 @@ impl Profiler {
                 notes.binaries_replaced += 1;
             }
             let s = services.slot(ps.pid);
+            if let Some(own) = w.window.pid_totals.get(&ps.pid) {
+                own.add_to(services.list[s].totals());
+            }
             let mut p = services.labels.get(&ps.pid).cloned().unwrap_or_default();
             if p.exe.is_empty() {
                 // Gone before /proc could say: the program it mapped.
@@ -874,7 +878,14 @@ impl ServiceBuilder {
         self.stacks_len += encode::Writer::stack_len(&self.scratch);
     }
 
+    /// The service's totals in the window.
+    fn totals(&mut self) -> &mut api::Totals {
+        self.window.totals.get_or_insert_with(Default::default)
+    }
+
     fn finish(&mut self) {
+        let samples = self.window.samples;
+        self.totals().attributed = samples;
         self.window
             .processes
             .sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));

@@ -429,7 +429,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         b.pids.push(s.pid);
                         b.tids.push(s.tid);
                         b.times.push(s.time.unwrap_or(0));
-                        b.truncated += u64::from(!stack_copy && n >= d.max_stack);
+                        if !stack_copy && n >= d.max_stack {
+                            b.truncated.push(s.pid);
+                        }
                         if let Some((regs, stack)) = user {
                             b.user_regs.push(regs);
                             b.user_stack.extend_from_slice(stack);
@@ -570,7 +572,9 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                         _ => stack.time,
                     };
                 }
-                b.truncated += u64::from(stack.truncated);
+                if stack.truncated {
+                    b.truncated.push(stack.pid);
+                }
                 b.weights.push(wait.ns);
                 b.marks.push(wait.mark);
             }

@@ -23,6 +23,7 @@ fn window(id: &str, host: &str, start_s: u64) -> api::Window {
         count,
     };
     let service = |name: &str, pid: u32, stacks: Vec<api::WindowStack>| api::ServiceWindow {
+        totals: None,
         service: name.into(),
         source: api::ServiceSource::Unit as i32,
         samples: stacks.iter().map(|s| s.count).sum(),

@@ -214,6 +214,7 @@ fn window() -> api::Window {
         samples: 0,
     };
     let web = api::ServiceWindow {
+        totals: None,
         service: "web.service".into(),
         source: api::ServiceSource::Unit as i32,
         samples: 0,
@@ -255,6 +256,7 @@ fn window() -> api::Window {
         ],
     };
     let db = api::ServiceWindow {
+        totals: None,
         service: "db.service".into(),
         source: api::ServiceSource::Unit as i32,
         samples: 0,

@@ -217,6 +217,7 @@ fn window(batch: u32) -> api::Window {
         samples,
     };
     let web = api::ServiceWindow {
+        totals: None,
         service: "web.service".into(),
         source: api::ServiceSource::Unit as i32,
         samples: 21,
@@ -268,6 +269,7 @@ fn window(batch: u32) -> api::Window {
         ],
     };
     let nginx = api::ServiceWindow {
+        totals: None,
         service: "nginx@1.service".into(),
         source: api::ServiceSource::Unit as i32,
         samples: 3,
@@ -291,6 +293,7 @@ fn window(batch: u32) -> api::Window {
         .collect();
     let batch_samples = stacks.iter().map(|s| s.count).sum();
     let batch = api::ServiceWindow {
+        totals: None,
         service: "batch.service".into(),
         source: api::ServiceSource::Unit as i32,
         samples: batch_samples,

@@ -109,6 +109,7 @@ fn big_window(w: u64, start: u64) -> api::Window {
         }),
         services: vec![api::ServiceWindow {
             service: "big.service".into(),
+            totals: None,
             source: api::ServiceSource::Unit as i32,
             samples,
             processes: (0..THREADS / 2)

@@ -320,6 +320,61 @@ fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
     );
 }
 
+/// The totals of a query that selects services are those of the
+/// services' own samples: `jit` with its perf map removed (its code
+/// unsymbolized) in one group, `split` (named whole) in another. The jit
+/// service's samples are mostly unsymbolized, split's hardly any, and the
+/// whole history's at least both. (Whole windows' totals gave split the
+/// jit's unsymbolized samples.)
+#[test]
+fn the_totals_of_a_service_are_its_own_samples() {
+    let _serial = serial();
+    require_root_and_perf();
+    let d = continuous("2", &[]);
+    let (a, b) = (group("named"), group("anon"));
+    let cpu = Duration::from_secs(2);
+    let w1 = start_nice_in(&a, &build_workload("split"), "600");
+    let w2 = start_nice_in(&b, &build_workload("jit"), "600");
+    let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", w2.pid()));
+    profd_e2e::wait_until("the groups' CPU time", Duration::from_secs(600), || {
+        (a.cpu_time() >= cpu && b.cpu_time() >= cpu).then_some(())
+    });
+    drop((w1, w2));
+    wait_for_window_after(&d, now_ns());
+    let (named, anon) = (
+        query(&d, &["--service", a.name()]),
+        query(&d, &["--service", b.name()]),
+    );
+    let all = query(&d, &[]);
+    let (n, j) = (&named.totals, &anon.totals);
+    eprintln!(
+        "  unsymbolized: named {} of {}, anon {} of {}, all {} of {}",
+        n.unsymbolized,
+        n.attributed,
+        j.unsymbolized,
+        j.attributed,
+        all.totals.unsymbolized,
+        all.totals.attributed
+    );
+    assert!(
+        j.unsymbolized * 2 >= j.attributed,
+        "the jit code without a perf map is unsymbolized:\n{}",
+        anon.table()
+    );
+    assert!(
+        n.unsymbolized * 100 <= n.attributed,
+        "split's totals hold samples of another service: {} unsymbolized of {}:\n{}",
+        n.unsymbolized,
+        n.attributed,
+        named.table()
+    );
+    assert!(
+        all.totals.unsymbolized >= n.unsymbolized + j.unsymbolized,
+        "{}",
+        all.table()
+    );
+}
+
 /// Seconds in a `times` figure such as `0m5.120s`.
 fn times_s(figure: &str) -> f64 {
     let (m, s) = figure

@@ -1221,7 +1221,12 @@ fn dashboard_tools_sort_filter_zoom_search_download_and_compare() {
         show("leaf_b's change")
     );
     assert_eq!(row("leaf_a")["class"], "grew", "{}", show("leaf_a grew"));
-    assert_eq!(row("leaf_b")["class"], "shrank", "{}", show("leaf_b shrank"));
+    assert_eq!(
+        row("leaf_b")["class"],
+        "shrank",
+        "{}",
+        show("leaf_b shrank")
+    );
     assert_eq!(
         seen["diffWarnings"],
         serde_json::json!([]),

@@ -637,6 +637,7 @@ mod tests {
             }),
             services: vec![api::ServiceWindow {
                 service: "web.service".into(),
+                totals: None,
                 samples: 5,
                 source: api::ServiceSource::Unit as i32,
                 processes: vec![api::WindowProcess {

@@ -841,6 +841,7 @@ mod tests {
             services: vec![
                 api::ServiceWindow {
                     service: "web.service".into(),
+                    totals: None,
                     source: api::ServiceSource::Unit as i32,
                     samples: 9,
                     processes: vec![api::WindowProcess {
@@ -893,6 +894,7 @@ mod tests {
                 },
                 api::ServiceWindow {
                     service: "db.service".into(),
+                    totals: None,
                     source: api::ServiceSource::Unit as i32,
                     samples: 5,
                     processes: vec![api::WindowProcess {

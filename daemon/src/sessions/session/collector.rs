@@ -158,6 +158,11 @@ impl Collector {
         let thread_pid = ingest.thread_pid.iter().map(|(&t, &p)| (t, p)).collect();
         let processes = std::mem::take(&mut ingest.processes);
         let totals = ingest.totals;
+        let pid_totals = ingest
+            .pid_totals
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
         let stacks = ingest.restart();
         // Processes gone before this instant have no stacks in the next
         // window.
@@ -165,6 +170,7 @@ impl Collector {
         Finished {
             stacks,
             totals,
+            pid_totals,
             processes,
             thread_pid,
             threads,
@@ -233,6 +239,8 @@ pub struct Finished {
     stacks: StackTable,
     /// Its totals (`unsymbolized` is not counted).
     pub totals: api::Totals,
+    /// Those of each process's own samples.
+    pub pid_totals: foldhash::HashMap<u32, super::ingest::PidTotals>,
     /// The samples of each process.
     pub processes: Vec<api::ProcessSamples>,
     /// The process of each thread sampled...

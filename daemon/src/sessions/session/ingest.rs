@@ -119,6 +119,33 @@ pub struct Ingest {
     /// Off-CPU and wall sessions: per thread, the nanoseconds no record
     /// tells (`TimeTotals::unknown_ns`).
     pub(super) unknown: foldhash::HashMap<u32, u64>,
+    /// Continuous profiling: the totals of each process's own samples, so
+    /// that a window's services have theirs (see [`PidTotals`]).
+    pub(super) pid_totals: Option<foldhash::HashMap<u32, PidTotals>>,
+}
+
+/// The totals that belong to one process's samples (of `api::Totals`):
+/// stacks truncated, stack copies that ended first, interpreter frames
+/// not readable. The others (lost, discarded, throttled, over the stack
+/// limit) are the rings' and the table's, of no one process.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PidTotals {
+    pub truncated: u64,
+    pub truncated_copy_ended: u64,
+    pub python_unreadable: u64,
+    pub ruby_unreadable: u64,
+    pub perl_unreadable: u64,
+}
+
+impl PidTotals {
+    /// Adds these to `t`.
+    pub fn add_to(&self, t: &mut api::Totals) {
+        t.truncated += self.truncated;
+        t.truncated_copy_ended += self.truncated_copy_ended;
+        t.python_unreadable += self.python_unreadable;
+        t.ruby_unreadable += self.ruby_unreadable;
+        t.perl_unreadable += self.perl_unreadable;
+    }
 }
 
 /// Samples kept for the next view at least (with fewer stacks than this).
@@ -186,6 +213,7 @@ impl Ingest {
             since_view: None,
             timeline: None,
             unknown: Default::default(),
+            pid_totals: None,
         }
     }
 
@@ -205,7 +233,13 @@ impl Ingest {
         ingest.spaces = Spaces::every(stacks);
         ingest.processes.clear();
         ingest.process_index.clear();
+        ingest.pid_totals = Some(Default::default());
         ingest
+    }
+
+    /// Process `pid`'s totals, when they are kept.
+    fn of_pid(&mut self, pid: u32) -> Option<&mut PidTotals> {
+        Some(self.pid_totals.as_mut()?.entry(pid).or_default())
     }
 
     /// Leave out `pid` (and the processes it forks from now on): its
@@ -320,7 +354,12 @@ impl Ingest {
         self.totals.discarded += batch.seen.saturating_sub(counted.stacks);
         self.totals.lost += batch.lost;
         self.totals.throttled += batch.throttled;
-        self.totals.truncated += batch.truncated;
+        self.totals.truncated += batch.truncated.len() as u64;
+        for &pid in &batch.truncated {
+            if let Some(t) = self.of_pid(pid) {
+                t.truncated += 1;
+            }
+        }
         batch.recycle();
         Ok(counted.addresses)
     }
@@ -462,11 +501,24 @@ impl Ingest {
                         Merged::Native => stack,
                         Merged::Interpreted => &merged[..],
                         Merged::Unreadable => {
-                            *match runtime {
-                                Runtime::Python => &mut self.totals.python_unreadable,
-                                Runtime::Ruby => &mut self.totals.ruby_unreadable,
-                                Runtime::Perl => &mut self.totals.perl_unreadable,
-                            } += weight;
+                            let (t, own) = (&mut self.totals, self.pid_totals.as_mut());
+                            let own = own.map(|m| m.entry(sample.pid).or_default());
+                            let (all, one) = match runtime {
+                                Runtime::Python => (
+                                    &mut t.python_unreadable,
+                                    own.map(|o| &mut o.python_unreadable),
+                                ),
+                                Runtime::Ruby => {
+                                    (&mut t.ruby_unreadable, own.map(|o| &mut o.ruby_unreadable))
+                                }
+                                Runtime::Perl => {
+                                    (&mut t.perl_unreadable, own.map(|o| &mut o.perl_unreadable))
+                                }
+                            };
+                            *all += weight;
+                            if let Some(one) = one {
+                                *one += weight;
+                            }
                             &merged[..]
                         }
                     }
@@ -538,11 +590,16 @@ impl Ingest {
         match sample.user {
             Some(([ip, sp, bp], bytes)) if stack_copy && ip != 0 => {
                 let walk = unwinder.unwind(ip, sp, bp, bytes, scratch);
+                let ended = walk == Walk::CopyEnded && bytes.len() >= self.stack_bytes;
                 if walk.truncated() {
                     self.totals.truncated += 1;
                 }
-                if walk == Walk::CopyEnded && bytes.len() >= self.stack_bytes {
+                if ended {
                     self.totals.truncated_copy_ended += 1;
+                }
+                if let Some(t) = self.of_pid(sample.pid) {
+                    t.truncated += u64::from(walk.truncated());
+                    t.truncated_copy_ended += u64::from(ended);
                 }
                 if let Some(tops) = &self.tops {
                     match walk {

@@ -474,6 +474,47 @@ pub struct Timeline {
     /// Unix time in milliseconds at CLOCK_MONOTONIC's zero: the time
     /// sample times count from.
     pub monotonic_zero_unix_ms: f64,
+    /// The binaries (executables, shared libraries) the stacks' user code
+    /// was found in.
+    pub libs: Vec<Library>,
+    /// Where the libraries were mapped, in each address space, in order of
+    /// (space, start), not overlapping within a space.
+    pub lib_maps: Vec<LibMapping>,
+    /// The address space of each stack (by its index in
+    /// [`ResolvedProfile::stacks`]): one program in one process, a new one
+    /// at each exec. Empty when not known: no frame is then in a library.
+    pub stack_spaces: Vec<u32>,
+}
+
+/// A binary file that code of a profile was found in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Library {
+    /// The file's name (the functions' module).
+    pub name: String,
+    /// The path the process mapped.
+    pub path: String,
+    /// Its GNU build id, in lowercase hex; empty when it has none.
+    pub build_id: String,
+    /// The machine it was built for, as the Firefox Profiler and Rust name
+    /// it (`x86_64`, `aarch64`, ...); empty when not known.
+    pub arch: String,
+}
+
+/// One executable mapping of a [`Library`] in an address space.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LibMapping {
+    /// The address space (see [`Timeline::stack_spaces`]).
+    pub space: u32,
+    /// The mapped addresses, `[start, end)`.
+    pub start: u64,
+    pub end: u64,
+    /// Index into [`Timeline::libs`].
+    pub lib: u32,
+    /// The address the library's relative address 0 is at in this space:
+    /// relative addresses count from the ELF virtual address of the
+    /// file's first load segment, as symbol servers and the Firefox
+    /// Profiler take them.
+    pub base: u64,
 }
 
 /// One event of a process on a timeline.
@@ -503,6 +544,30 @@ impl Timeline {
         for (_, stack) in &mut self.samples {
             *stack = map[*stack as usize];
         }
+        if self.stack_spaces.len() == map.len() {
+            // Merged stacks have the same user frames, so the same space.
+            let mut spaces = vec![0; map.iter().map(|&i| i as usize + 1).max().unwrap_or(0)];
+            for (old, &new) in map.iter().enumerate() {
+                spaces[new as usize] = self.stack_spaces[old];
+            }
+            self.stack_spaces = spaces;
+        }
+    }
+
+    /// The library of the code at `address` in a frame of stack `stack`,
+    /// and the address relative to it: None for kernel code, code of no
+    /// library (JIT code, anonymous memory) or an unknown space.
+    pub fn lib_of(&self, stack: u32, address: u64) -> Option<(u32, u64)> {
+        if address == 0 || is_kernel(address) {
+            return None;
+        }
+        let space = *self.stack_spaces.get(stack as usize)?;
+        // The mappings are in (space, start) order.
+        let at = self
+            .lib_maps
+            .partition_point(|m| (m.space, m.start) <= (space, address));
+        let m = self.lib_maps[..at].last()?;
+        (m.space == space && address < m.end).then(|| (m.lib, address.wrapping_sub(m.base)))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Reading what `profctl report` / `histogram` print (flat table, call tree,
 //! callers/callees), and running the outside tools the exports are checked
-//! with: `go tool pprof -top`, `gprof` and a JSON Schema validator.
+//! with: `go tool pprof -top`, `gprof`, a JSON Schema validator and the
+//! TypeScript compiler.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -339,6 +340,56 @@ print('checked')
     let mut errors: Vec<String> = out.stdout.lines().map(str::to_string).collect();
     errors.pop();
     errors
+}
+
+/// The TypeScript compiler (Debian's `node-typescript`: `tsc`) checking
+/// the Firefox Profiler processed profile `doc` against the profiler's own
+/// type definitions, vendored in `tests/schemas/firefox/`: a module
+/// `const profile: Profile = <doc>;` compiled with `--strict`. Every error
+/// tsc gives, or none. The definitions are copied to a scratch directory
+/// first, their typed arrays' type argument (`Int32Array<ArrayBuffer>`,
+/// TypeScript 5.7) left out for Debian's older tsc; nothing else changes.
+/// Fails the test when tsc is missing.
+pub fn firefox_type_errors(doc: &Path) -> Vec<String> {
+    let types = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/firefox");
+    let dir = unique_dir("firefox-types");
+    for entry in std::fs::read_dir(&types).expect("tests/schemas/firefox") {
+        let path = entry.expect("a vendored file").path();
+        if path.extension().is_some_and(|e| e == "ts") {
+            let text = std::fs::read_to_string(&path).expect("a type file");
+            let text = ["Int32Array", "Float64Array", "Uint8Array"]
+                .iter()
+                .fold(text, |t, a| t.replace(&format!("{a}<ArrayBuffer>"), a));
+            std::fs::write(dir.join(path.file_name().unwrap()), text).expect("copy");
+        }
+    }
+    let json = std::fs::read_to_string(doc).expect("the profile");
+    let check = dir.join("check.ts");
+    let module = format!(
+        "import type {{ Profile }} from './profile';\nexport const profile: Profile = {json};\n"
+    );
+    std::fs::write(&check, module).expect("write the check");
+    let out = Cmd::run(
+        "tsc",
+        &[
+            "--noEmit",
+            "--strict",
+            "--pretty",
+            "false",
+            path_str(&check),
+        ],
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        out.status.code().is_some_and(|c| c <= 2) && !out.stdout.contains("error TS6"),
+        "tsc could not check {} (CI installs Debian's node-typescript):\n{}",
+        doc.display(),
+        out.describe()
+    );
+    (out.stdout.lines())
+        .filter(|l| l.contains("error TS"))
+        .map(|l| l.chars().take(400).collect())
+        .collect()
 }
 
 #[cfg(test)]

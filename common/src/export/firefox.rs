@@ -1,55 +1,91 @@
-//! The Firefox Profiler's processed profile format (made with the
-//! `fxprof-processed-profile` crate): a profile's timeline, each sample at
-//! its time on its thread's track, the processes' start, exec and exit as
-//! markers.
+//! The Firefox Profiler's processed profile format, version
+//! [`PROCESSED_PROFILE_VERSION`] (the shapes of its `src/types/profile.ts`):
+//! a profile's timeline, each sample at its time on its thread's track, the
+//! processes' start, exec and exit as markers, and each frame with its
+//! library, library-relative address, source file and line, and the kind
+//! of code it is as its category. The JSON is made here (serde); the
+//! layout of the tables lives in `firefox_json.rs`.
 use std::collections::HashMap;
-
-use fxprof_processed_profile::{
-    CategoryColor, CategoryHandle, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
-    MarkerFieldFlags, MarkerFieldFormat, MarkerTiming, ProcessHandle, Profile, ReferenceTimestamp,
-    SamplingInterval, StackHandle, StaticSchemaMarker, StaticSchemaMarkerField, StringHandle,
-    ThreadHandle, Timestamp,
-};
 
 use super::frame_name;
 use super::pieces::PieceWriter;
+use crate::api::Mode;
 use crate::kernel::is_kernel_module;
-use crate::model::{is_kernel, MarkerKind, ResolvedProfile, Timeline};
+use crate::model::{is_kernel, FunctionInfo, MarkerKind, ResolvedProfile, Timeline};
 
-/// A process event on the timeline: its name (`start`, `exec`, `exit`)
-/// and what it concerns (the command, the process).
-struct ProcessMarker {
-    name: StringHandle,
-    detail: StringHandle,
+#[path = "firefox_json.rs"]
+mod json;
+use json::*;
+
+/// The processed profile format version written: the Firefox Profiler's
+/// current one (`PROCESSED_PROFILE_VERSION` in its
+/// `src/app-logic/constants.ts`).
+pub const PROCESSED_PROFILE_VERSION: u32 = 70;
+
+/// The categories of frames, by index: name, color, subcategories (the
+/// first is the category itself). The first grey one, `Other`, is the
+/// default.
+const CATEGORIES: [(&str, &str, &[&str]); 6] = [
+    ("Other", "grey", &["Other"]),
+    ("User", "yellow", &["Other"]),
+    ("Kernel", "orange", &["Other"]),
+    ("JIT", "green", &["Other"]),
+    ("Interpreter", "blue", &["Other", "Python", "Ruby", "Perl"]),
+    ("Off-CPU", "lightblue", &["Other", "Blocked", "Runnable"]),
+];
+const OTHER: u32 = 0;
+const USER: u32 = 1;
+const KERNEL: u32 = 2;
+const JIT: u32 = 3;
+const INTERPRETER: u32 = 4;
+const OFF_CPU: u32 = 5;
+
+/// The category and subcategory of a frame of `f` at `address`: kernel
+/// code (by module or address), JIT code (`[jit]`), interpreted code
+/// (`[python]`, `[ruby]`, `[perl]`), profd's off-CPU frames, profd's other
+/// frames (`[profd]`: stack limit, unreadable interpreter stacks), and
+/// native user code (any other module).
+pub(crate) fn category(f: &FunctionInfo, address: u64) -> (u32, u32) {
+    if is_kernel_module(&f.module) || is_kernel(address) {
+        return (KERNEL, 0);
+    }
+    match f.module.as_str() {
+        "[jit]" => (JIT, 0),
+        "[python]" => (INTERPRETER, 1),
+        "[ruby]" => (INTERPRETER, 2),
+        "[perl]" => (INTERPRETER, 3),
+        "[profd]" => match f.name.as_str() {
+            "[off-cpu: blocked]" => (OFF_CPU, 1),
+            "[off-cpu: runnable]" => (OFF_CPU, 2),
+            _ => (OTHER, 0),
+        },
+        _ => (USER, 0),
+    }
 }
 
-impl StaticSchemaMarker for ProcessMarker {
-    const UNIQUE_MARKER_TYPE_NAME: &'static str = "profd-process";
-    const CHART_LABEL: Option<&'static str> = Some("{marker.name} {marker.data.detail}");
-    const TOOLTIP_LABEL: Option<&'static str> = Some("{marker.name} {marker.data.detail}");
-    const TABLE_LABEL: Option<&'static str> = Some("{marker.name} {marker.data.detail}");
-    const FIELDS: &'static [StaticSchemaMarkerField] = &[StaticSchemaMarkerField {
-        key: "detail",
-        label: "Detail",
-        format: MarkerFieldFormat::String,
-        flags: MarkerFieldFlags::SEARCHABLE,
-    }];
-
-    fn name(&self, _: &mut Profile) -> StringHandle {
-        self.name
-    }
-
-    fn category(&self, _: &mut Profile) -> CategoryHandle {
-        CategoryHandle::OTHER
-    }
-
-    fn string_field_value(&self, _: u32) -> StringHandle {
-        self.detail
-    }
-
-    fn number_field_value(&self, _: u32) -> f64 {
-        0.0
-    }
+/// The Breakpad id of a binary whose GNU build id is `build_id` (hex): the
+/// id's first 16 bytes (padded with zeros when shorter) read as a GUID
+/// whose first three fields (4, 2 and 2 bytes) are little-endian, written
+/// in uppercase hex, then the age, `0`. An id that is not hex counts as
+/// empty.
+pub(crate) fn breakpad_id(build_id: &str) -> String {
+    let bytes: Vec<u8> = (0..build_id.len() / 2)
+        .map_while(|i| u8::from_str_radix(build_id.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect();
+    let bytes = if bytes.len() * 2 == build_id.len() {
+        bytes
+    } else {
+        Vec::new()
+    };
+    let mut guid = [0u8; 16];
+    let n = bytes.len().min(16);
+    guid[..n].copy_from_slice(&bytes[..n]);
+    guid[0..4].reverse();
+    guid[4..6].reverse();
+    guid[6..8].reverse();
+    let mut id: String = guid.iter().map(|b| format!("{b:02X}")).collect();
+    id.push('0');
+    id
 }
 
 /// The processed profile (JSON) of `p`'s timeline `t`. Times in the file
@@ -84,21 +120,26 @@ pub fn firefox_pieces(
     }
 }
 
+/// One thread's track under construction.
+struct Track {
+    pid: u32,
+    tid: u32,
+    main: bool,
+    /// Its first sample's (or for a main thread its process's first
+    /// event's) time, ns.
+    start: u64,
+    samples: Vec<(u64, Option<u32>)>,
+    markers: Markers,
+}
+
 /// The processed profile of `p`'s timeline `t`, as [`firefox`] writes it.
 fn processed(p: &ResolvedProfile, t: &Timeline, names: &HashMap<u32, String>) -> Profile {
     let interval_ns = match p.frequency_hz {
         0 => 1_000_000,
         hz => 1_000_000_000 / u64::from(hz),
     };
-    let mut out = Profile::new(
-        &format!("profd: {} (pid {})", p.comm, p.pid),
-        ReferenceTimestamp::from_millis_since_unix_epoch(t.monotonic_zero_unix_ms),
-        SamplingInterval::from_nanos(interval_ns),
-    );
-    out.set_symbolicated(true);
-    let user: CategoryPairHandle = out.add_category("User", CategoryColor::Yellow).into();
-    let kernel: CategoryPairHandle = out.add_category("Kernel", CategoryColor::Orange).into();
-    let at = Timestamp::from_nanos_since_reference;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut shared = Shared::default();
 
     // Each process starts at its first event or sample; each thread at its
     // first sample.
@@ -122,73 +163,47 @@ fn processed(p: &ResolvedProfile, t: &Timeline, names: &HashMap<u32, String>) ->
             }
         })
     };
-    let mut processes: HashMap<u32, ProcessHandle> = HashMap::new();
-    let mut threads: HashMap<u32, ThreadHandle> = HashMap::new();
-    for &(pid, start) in &first {
-        let process = out.add_process(&name_of(pid), pid, at(start));
-        processes.insert(pid, process);
-        // The main thread carries the process's markers.
-        let main = out.add_thread(process, pid, at(start), true);
-        out.set_thread_name(main, &thread_name(p, pid, &name_of(pid)));
-        threads.insert(pid, main);
-    }
+    let mut ends: HashMap<u32, u64> = HashMap::new();
     for m in &t.markers {
-        if let (MarkerKind::Exit, Some(&process)) = (&m.kind, processes.get(&m.pid)) {
-            out.set_process_end_time(process, at(m.time));
+        if m.kind == MarkerKind::Exit {
+            ends.insert(m.pid, m.time);
         }
     }
+    // The main thread (tid = pid) carries its process's markers.
+    let mut tracks: Vec<Track> = Vec::new();
+    let mut track_of: HashMap<u32, usize> = HashMap::new();
+    for &(pid, start) in &first {
+        track_of.insert(pid, tracks.len());
+        tracks.push(Track {
+            pid,
+            tid: pid,
+            main: true,
+            start,
+            samples: Vec::new(),
+            markers: Markers::default(),
+        });
+    }
 
-    let mut names_interned: Vec<Option<StringHandle>> = vec![None; p.functions.len()];
-    let mut stacks: Vec<Option<Option<StackHandle>>> = vec![None; p.stacks.len()];
+    let mut stacks: Vec<Option<Option<u32>>> = vec![None; p.stacks.len()];
     for &(time, index) in &t.samples {
         let stack = &p.stacks[index as usize];
-        let thread = match threads.get(&stack.tid) {
-            Some(&thread) => thread,
-            None => {
-                let pid = pid_of(stack.tid);
-                let process = processes[&pid];
-                let thread = out.add_thread(process, stack.tid, at(time), false);
-                out.set_thread_name(thread, &thread_name(p, stack.tid, &name_of(pid)));
-                threads.insert(stack.tid, thread);
-                thread
-            }
-        };
-        let handle = match stacks[index as usize] {
-            Some(handle) => handle,
-            None => {
-                let frames: Vec<FrameInfo> = stack
-                    .frames
-                    .iter()
-                    .rev()
-                    .map(|f| {
-                        let i = f.function as usize;
-                        let info = &p.functions[i];
-                        let name = *names_interned[i]
-                            .get_or_insert_with(|| out.intern_string(&frame_name(info)));
-                        let in_kernel = is_kernel_module(&info.module) || is_kernel(f.address);
-                        FrameInfo {
-                            frame: Frame::Label(name),
-                            category_pair: if in_kernel { kernel } else { user },
-                            flags: FrameFlags::empty(),
-                        }
-                    })
-                    .collect();
-                let handle = out.intern_stack_frames(thread, frames.into_iter());
-                stacks[index as usize] = Some(handle);
-                handle
-            }
-        };
-        out.add_sample(
-            thread,
-            at(time),
-            handle,
-            CpuDelta::from_nanos(interval_ns),
-            1,
-        );
+        let track = *track_of.entry(stack.tid).or_insert_with(|| {
+            tracks.push(Track {
+                pid: pid_of(stack.tid),
+                tid: stack.tid,
+                main: false,
+                start: time,
+                samples: Vec::new(),
+                markers: Markers::default(),
+            });
+            tracks.len() - 1
+        });
+        let ours = *stacks[index as usize].get_or_insert_with(|| shared.stack(p, t, index));
+        tracks[track].samples.push((time, ours));
     }
 
     for m in &t.markers {
-        let Some(&thread) = threads.get(&m.pid) else {
+        let Some(&track) = track_of.get(&m.pid) else {
             continue;
         };
         let (name, detail) = match &m.kind {
@@ -196,235 +211,115 @@ fn processed(p: &ResolvedProfile, t: &Timeline, names: &HashMap<u32, String>) ->
             MarkerKind::Exec(command) => ("exec", command.clone()),
             MarkerKind::Exit => ("exit", format!("pid {}", m.pid)),
         };
-        let marker = ProcessMarker {
-            name: out.intern_string(name),
-            detail: out.intern_string(&detail),
-        };
-        out.add_marker(thread, MarkerTiming::Instant(at(m.time)), marker);
+        let name = shared.string(name);
+        tracks[track].markers.push(name, ms(m.time), detail);
     }
     if t.dropped > 0 {
-        if let (Some(&(time, _)), Some(&thread)) = (t.samples.first(), threads.get(&p.pid)) {
-            let marker = ProcessMarker {
-                name: out.intern_string("dropped"),
-                detail: out.intern_string(&format!(
-                    "the times of {} earlier samples were not kept",
-                    t.dropped
-                )),
-            };
-            out.add_marker(thread, MarkerTiming::Instant(at(time)), marker);
+        if let (Some(&(time, _)), Some(&track)) = (t.samples.first(), track_of.get(&p.pid)) {
+            let detail = format!("the times of {} earlier samples were not kept", t.dropped);
+            let name = shared.string("dropped");
+            tracks[track].markers.push(name, ms(time), detail);
         }
     }
-    out
-}
 
-/// A thread's track name: its own name, else its process's command.
-fn thread_name(p: &ResolvedProfile, tid: u32, command: &str) -> String {
-    match p.threads.get(&tid) {
-        Some(name) if !name.is_empty() => name.clone(),
-        _ => command.to_string(),
+    // Tracks by process (in order of start), each process's main thread
+    // first, then its other threads as they were first sampled.
+    let order: HashMap<u32, usize> = (first.iter().enumerate())
+        .map(|(i, &(pid, _))| (pid, i))
+        .collect();
+    let mut tracks: Vec<(usize, Track)> = tracks.into_iter().enumerate().collect();
+    tracks.sort_by_key(|(i, tr)| (order.get(&tr.pid).copied(), !tr.main, *i));
+    let cpu = matches!(p.mode, Mode::Cpu | Mode::Unspecified);
+    let threads = tracks
+        .into_iter()
+        .map(|(_, tr)| {
+            let command = name_of(tr.pid);
+            let name = match p.threads.get(&tr.tid) {
+                Some(name) if !name.is_empty() => name.clone(),
+                _ => command.clone(),
+            };
+            let process_start = first
+                .iter()
+                .find(|&&(pid, _)| pid == tr.pid)
+                .map_or(tr.start, |&(_, start)| start);
+            let mut last = 0;
+            let deltas = (tr.samples.iter())
+                .map(|&(time, _)| ms(time - std::mem::replace(&mut last, time)))
+                .collect();
+            let n = tr.samples.len();
+            Thread {
+                process_type: "default",
+                process_startup_time: ms(process_start),
+                process_shutdown_time: ends.get(&tr.pid).map(|&end| ms(end)),
+                register_time: ms(tr.start),
+                unregister_time: None,
+                paused_ranges: [],
+                show_markers_in_timeline: true,
+                name,
+                is_main_thread: tr.main,
+                process_name: command,
+                pid: tr.pid.to_string(),
+                tid: tr.tid,
+                samples: Samples {
+                    stack: tr.samples.iter().map(|&(_, stack)| stack).collect(),
+                    time_deltas: deltas,
+                    weight: None,
+                    weight_type: "samples",
+                    // Each CPU sample stands for one period of CPU time.
+                    thread_cpu_delta: cpu.then(|| vec![interval_ns; n]),
+                    length: n,
+                },
+                markers: tr.markers,
+            }
+        })
+        .collect();
+
+    let libs = t
+        .libs
+        .iter()
+        .map(|l| Lib {
+            arch: l.arch.clone(),
+            name: l.name.clone(),
+            path: l.path.clone(),
+            debug_name: l.name.clone(),
+            debug_path: l.path.clone(),
+            breakpad_id: breakpad_id(&l.build_id),
+            code_id: (!l.build_id.is_empty()).then(|| l.build_id.clone()),
+        })
+        .collect();
+    Profile {
+        meta: Meta {
+            interval: ms(interval_ns),
+            start_time: t.monotonic_zero_unix_ms,
+            process_type: 0,
+            product: format!("profd: {} (pid {})", p.comm, p.pid),
+            stackwalk: 1,
+            version: 24,
+            preprocessed_profile_version: PROCESSED_PROFILE_VERSION,
+            categories: CATEGORIES
+                .iter()
+                .map(|&(name, color, subcategories)| Category {
+                    name,
+                    color,
+                    subcategories,
+                })
+                .collect(),
+            marker_schema: [MarkerSchema::text()],
+            sample_units: cpu.then_some(SampleUnits {
+                time: "ms",
+                event_delay: "ms",
+                thread_cpu_delta: "ns",
+            }),
+            symbolicated: true,
+            uses_only_one_stack_type: true,
+            source_code_is_not_on_searchfox: true,
+        },
+        libs,
+        shared: shared.finish(),
+        threads,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{FrameRef, FunctionInfo, ResolvedStack, TimelineMarker};
-
-    fn function(name: &str, module: &str) -> FunctionInfo {
-        FunctionInfo {
-            name: name.into(),
-            module: module.into(),
-            ..Default::default()
-        }
-    }
-
-    fn frames(ids: &[u32]) -> Vec<FrameRef> {
-        ids.iter()
-            .map(|&function| FrameRef {
-                function,
-                line: 0,
-                address: 0x1000,
-            })
-            .collect()
-    }
-
-    /// Two threads of process 10, a child process 11 that exec'd, and the
-    /// processed profile's own tables read back: samples at their times on
-    /// their threads, stacks that end in the sampled function, markers.
-    #[test]
-    fn samples_land_on_their_threads_at_their_times() {
-        let p = ResolvedProfile {
-            functions: vec![
-                function("main", "app"),
-                function("phase_a", "app"),
-                function("phase_b", "app"),
-                function("child_main", "kid"),
-            ],
-            stacks: vec![
-                ResolvedStack {
-                    tid: 10,
-                    frames: frames(&[1, 0]),
-                    count: 2,
-                },
-                ResolvedStack {
-                    tid: 12,
-                    frames: frames(&[2, 0]),
-                    count: 1,
-                },
-                ResolvedStack {
-                    tid: 11,
-                    frames: frames(&[3]),
-                    count: 1,
-                },
-            ],
-            threads: HashMap::from([(12, "worker".to_string())]),
-            thread_pids: HashMap::from([(10, 10), (12, 10), (11, 11)]),
-            attributed: 4,
-            frequency_hz: 1000,
-            duration_s: 1.0,
-            pid: 10,
-            comm: "app".into(),
-            mode: crate::api::Mode::Cpu,
-        };
-        let t = Timeline {
-            samples: vec![
-                (5_000_000, 0),
-                (6_000_000, 0),
-                (7_500_000, 1),
-                (9_000_000, 2),
-            ],
-            markers: vec![
-                TimelineMarker {
-                    time: 4_000_000,
-                    pid: 10,
-                    kind: MarkerKind::Start,
-                },
-                TimelineMarker {
-                    time: 8_000_000,
-                    pid: 11,
-                    kind: MarkerKind::Exec("kid".into()),
-                },
-                TimelineMarker {
-                    time: 9_500_000,
-                    pid: 11,
-                    kind: MarkerKind::Exit,
-                },
-            ],
-            dropped: 0,
-            monotonic_zero_unix_ms: 1.7e12,
-        };
-        let names = HashMap::from([(10, "app".to_string()), (11, "kid".to_string())]);
-        let json: serde_json::Value = serde_json::from_slice(&firefox(&p, &t, &names)).unwrap();
-        assert_eq!(json["meta"]["startTime"], 1.7e12);
-        let threads = json["threads"].as_array().unwrap();
-        let by_tid = |tid: &str| {
-            threads
-                .iter()
-                .find(|th| th["tid"] == tid)
-                .unwrap_or_else(|| panic!("no thread {tid}: {json}"))
-        };
-        // Per thread: each sample's time (ms) and the name of its leaf function.
-        let samples = |th: &serde_json::Value| -> Vec<(f64, String)> {
-            let strings = th["stringArray"].as_array().unwrap();
-            let s = &th["samples"];
-            let mut time = 0.0;
-            let times: Vec<f64> = match s["timeDeltas"].as_array() {
-                Some(deltas) => deltas
-                    .iter()
-                    .map(|d| {
-                        time += d.as_f64().unwrap();
-                        time
-                    })
-                    .collect(),
-                None => s["time"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_f64().unwrap())
-                    .collect(),
-            };
-            s["stack"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .zip(times)
-                .map(|(stack, time)| {
-                    let stack = stack.as_u64().unwrap() as usize;
-                    let frame = th["stackTable"]["frame"][stack].as_u64().unwrap() as usize;
-                    let func = th["frameTable"]["func"][frame].as_u64().unwrap() as usize;
-                    let name = th["funcTable"]["name"][func].as_u64().unwrap() as usize;
-                    (time, strings[name].as_str().unwrap().to_string())
-                })
-                .collect()
-        };
-        assert_eq!(
-            samples(by_tid("10")),
-            [(5.0, "phase_a".into()), (6.0, "phase_a".into())]
-        );
-        assert_eq!(samples(by_tid("12")), [(7.5, "phase_b".into())]);
-        assert_eq!(by_tid("12")["name"], "worker");
-        assert_eq!(samples(by_tid("11")), [(9.0, "child_main".into())]);
-        assert_eq!(by_tid("11")["pid"], "11");
-        assert_eq!(by_tid("11")["processName"], "kid");
-        // Markers on the processes' main threads.
-        let markers = |th: &serde_json::Value| -> Vec<(String, f64)> {
-            let strings = th["stringArray"].as_array().unwrap();
-            let m = &th["markers"];
-            m["name"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .zip(m["startTime"].as_array().unwrap())
-                .map(|(n, t)| {
-                    let n = n.as_u64().unwrap() as usize;
-                    (
-                        strings[n].as_str().unwrap().to_string(),
-                        t.as_f64().unwrap(),
-                    )
-                })
-                .collect()
-        };
-        assert_eq!(markers(by_tid("10")), [("start".to_string(), 4.0)]);
-        assert_eq!(
-            markers(by_tid("11")),
-            [("exec".to_string(), 8.0), ("exit".to_string(), 9.5)]
-        );
-    }
-
-    #[test]
-    fn firefox_pieces_make_the_file() {
-        let p = crate::testdata::known();
-        let t = Timeline {
-            samples: (0..p.stacks.len() as u32)
-                .map(|i| (1_000_000 * u64::from(i + 1), i))
-                .collect(),
-            markers: vec![TimelineMarker {
-                time: 500_000,
-                pid: p.pid,
-                kind: MarkerKind::Start,
-            }],
-            dropped: 3,
-            monotonic_zero_unix_ms: 1.7e12,
-        };
-        let names = HashMap::new();
-        let whole = firefox(&p, &t, &names);
-        assert!(whole.len() > 1000, "{} bytes", whole.len());
-        for size in [1, 1000, 1 << 20] {
-            let mut pieces = Vec::new();
-            firefox_pieces(&p, &t, &names, size, |piece| {
-                pieces.push(piece);
-                true
-            });
-            let (last, rest) = pieces.split_last().unwrap();
-            assert!(rest.iter().all(|p| p.len() == size) && last.len() <= size);
-            assert!(pieces.concat() == whole, "pieces of {size} bytes");
-        }
-        // Stopped after the first piece, quietly.
-        let mut n = 0;
-        firefox_pieces(&p, &t, &names, 100, |_| {
-            n += 1;
-            false
-        });
-        assert_eq!(n, 1);
-    }
-}
+#[path = "firefox_tests.rs"]
+mod tests;

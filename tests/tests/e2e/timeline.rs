@@ -35,73 +35,104 @@ fn column<'a>(table: &'a Value, name: &str) -> &'a Vec<Value> {
         .unwrap_or_else(|| panic!("no column {name} in {table}"))
 }
 
-/// Reads a processed profile, checking the format's invariants (as
-/// docs-developer/processed-profile-format.md of the Firefox Profiler
-/// states them): every table's columns as long as its `length`, indices
-/// within the tables they point into, a stack's prefix before it, sample
-/// times in order.
+/// Reads a processed profile, checking the format's invariants (as the
+/// Firefox Profiler's `src/types/profile.ts` states them): every table's
+/// columns as long as its `length`, indices within the tables they point
+/// into (libraries, categories and their subcategories, sources,
+/// resources, strings), a stack's prefix before it, sample times in order.
 fn read_processed(file: &Path) -> (Value, Vec<Thread>) {
     let text = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     let json: Value = serde_json::from_slice(&text).expect("the export is JSON");
     let meta = &json["meta"];
-    assert!(
-        meta["preprocessedProfileVersion"].as_u64().is_some(),
-        "no preprocessedProfileVersion: {meta}"
-    );
+    assert_eq!(meta["preprocessedProfileVersion"], 70, "{meta}");
     assert!(meta["startTime"].as_f64().is_some(), "{meta}");
     assert!(meta["interval"].as_f64().is_some_and(|i| i > 0.0), "{meta}");
-    let categories = meta["categories"].as_array().expect("categories").len();
+    let categories = meta["categories"].as_array().expect("categories");
+    let libs = json["libs"].as_array().expect("libs").len();
+    let shared = &json["shared"];
+    let strings: Vec<&str> = column(shared, "stringArray")
+        .iter()
+        .map(|s| s.as_str().expect("strings"))
+        .collect();
+    let length = |table: &Value, columns: &[&str]| {
+        let n = index(&table["length"], "length");
+        for c in columns {
+            assert_eq!(column(table, c).len(), n, "column {c} of {table}");
+        }
+        n
+    };
+    let sources = length(&shared["sources"], &["id", "filename", "startLine"]);
+    let resources = length(&shared["resourceTable"], &["name", "host", "type"]);
+    let (ft, fr, st) = (
+        &shared["funcTable"],
+        &shared["frameTable"],
+        &shared["stackTable"],
+    );
+    let funcs = length(ft, &["name", "isJS", "resource", "source", "lineNumber"]);
+    let frames = length(
+        fr,
+        &[
+            "func",
+            "address",
+            "lib",
+            "inlineDepth",
+            "category",
+            "subcategory",
+            "line",
+        ],
+    );
+    let stacks = length(st, &["frame", "prefixOffset"]);
+    for i in 0..funcs {
+        assert!(
+            index(&column(ft, "name")[i], "func name") < strings.len(),
+            "func {i}"
+        );
+        let resource = column(ft, "resource")[i].as_i64().expect("resource");
+        assert!(resource >= -1 && resource < resources as i64, "func {i}");
+        if let Some(source) = column(ft, "source")[i].as_u64() {
+            assert!((source as usize) < sources, "func {i}");
+        }
+    }
+    for i in 0..frames {
+        assert!(index(&column(fr, "func")[i], "frame func") < funcs);
+        let category = index(&column(fr, "category")[i], "frame category");
+        let subcategories = categories[category]["subcategories"].as_array().unwrap();
+        assert!(index(&column(fr, "subcategory")[i], "subcategory") < subcategories.len());
+        let lib = column(fr, "lib")[i].as_i64().expect("lib");
+        let address = column(fr, "address")[i].as_i64().expect("address");
+        assert!(lib >= -1 && lib < libs as i64, "frame {i}");
+        assert_eq!(
+            lib == -1,
+            address == -1,
+            "frame {i}: an address in a library"
+        );
+    }
+    let stack_frame = column(st, "frame");
+    let stack_prefix = column(st, "prefixOffset");
+    for (i, (f, p)) in stack_frame.iter().zip(stack_prefix).enumerate() {
+        assert!(index(f, "stack frame") < frames);
+        assert!(
+            index(p, "prefix offset") <= i,
+            "stack {i}'s prefix comes after it"
+        );
+    }
+    let names_of = |mut stack: usize| {
+        let mut names = Vec::new();
+        loop {
+            let frame = index(&stack_frame[stack], "frame");
+            let func = index(&column(fr, "func")[frame], "func");
+            let name = index(&column(ft, "name")[func], "name");
+            names.push(strings[name].to_string());
+            match index(&stack_prefix[stack], "prefix offset") {
+                0 => break,
+                offset => stack -= offset,
+            }
+        }
+        names.reverse();
+        names
+    };
     let mut threads = Vec::new();
     for th in json["threads"].as_array().expect("threads") {
-        let strings: Vec<&str> = th["stringArray"]
-            .as_array()
-            .expect("stringArray")
-            .iter()
-            .map(|s| s.as_str().expect("strings"))
-            .collect();
-        let length = |table: &Value, columns: &[&str]| {
-            let n = index(&table["length"], "length");
-            for c in columns {
-                assert_eq!(column(table, c).len(), n, "column {c} of {table}");
-            }
-            n
-        };
-        let funcs = length(&th["funcTable"], &["name", "isJS", "resource"]);
-        let frames = length(&th["frameTable"], &["func", "category"]);
-        let stacks = length(&th["stackTable"], &["frame", "prefix"]);
-        for (i, name) in column(&th["funcTable"], "name").iter().enumerate() {
-            assert!(index(name, "func name") < strings.len(), "func {i}");
-        }
-        for (f, c) in column(&th["frameTable"], "func")
-            .iter()
-            .zip(column(&th["frameTable"], "category"))
-        {
-            assert!(index(f, "frame func") < funcs);
-            assert!(index(c, "frame category") < categories);
-        }
-        let stack_frame = column(&th["stackTable"], "frame");
-        let stack_prefix = column(&th["stackTable"], "prefix");
-        for (i, (f, p)) in stack_frame.iter().zip(stack_prefix).enumerate() {
-            assert!(index(f, "stack frame") < frames);
-            if !p.is_null() {
-                assert!(index(p, "prefix") < i, "stack {i}'s prefix comes after it");
-            }
-        }
-        let names_of = |mut stack: usize| {
-            let mut names = Vec::new();
-            loop {
-                let frame = index(&stack_frame[stack], "frame");
-                let func = index(&column(&th["frameTable"], "func")[frame], "func");
-                let name = index(&column(&th["funcTable"], "name")[func], "name");
-                names.push(strings[name].to_string());
-                match stack_prefix[stack].as_u64() {
-                    Some(p) => stack = p as usize,
-                    None => break,
-                }
-            }
-            names.reverse();
-            names
-        };
         let s = &th["samples"];
         let n = length(s, &["stack", "timeDeltas"]);
         let mut time = 0.0;
@@ -173,7 +204,14 @@ fn a_phase_change_shows_where_it_happened() {
         .parse::<f64>()
         .expect("nanoseconds")
         / 1e6;
-    let (_, threads) = read_processed(&file);
+    let (json, threads) = read_processed(&file);
+    let errors = profd_e2e::views::firefox_type_errors(&file);
+    assert!(
+        errors.is_empty(),
+        "the export breaks the Firefox Profiler's types:\n{}",
+        errors.join("\n")
+    );
+    frames_are_in_their_library(&json, &phases);
     let pid = p.pid.to_string();
     let main = threads
         .iter()
@@ -230,6 +268,106 @@ fn a_phase_change_shows_where_it_happened() {
     assert!(marker("start") <= marker("exec"), "{:?}", main.markers);
     assert!(marker("exec") <= a[0], "{:?}", main.markers);
     assert!(marker("exit") >= *b.last().unwrap(), "{:?}", main.markers);
+}
+
+/// The frames of phase_a in the export of `phases`' timeline: in the
+/// library of the workload's binary (its path, build id as `codeId`,
+/// Breakpad id of 33 uppercase hex digits, machine), at addresses within
+/// phase_a as `nm` gives it relative to the first load segment
+/// (`readelf`), from phases.c at a line, of category User. Then the check
+/// of the types is shown to fail on a broken copy of the file: a version
+/// that is a string, and the frame table without its `lib` column.
+fn frames_are_in_their_library(json: &Value, binary: &Path) {
+    let tool = |program: &str, args: &[&str]| -> String {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(out.status.success(), "{program} {args:?} failed");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let nm = tool("nm", &["-S", "--defined-only", path_str(binary)]);
+    let (start, size) = nm
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && f[3] == "phase_a").then(|| {
+                let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+                (hex(f[0]), hex(f[1]))
+            })
+        })
+        .unwrap_or_else(|| panic!("no phase_a in nm's output:\n{nm}"));
+    let readelf = tool("readelf", &["-lW", path_str(binary)]);
+    let first_load = readelf
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.first() == Some(&"LOAD"))
+                .then(|| u64::from_str_radix(f[2].trim_start_matches("0x"), 16).unwrap())
+        })
+        .expect("a load segment");
+    let (start, end) = (start - first_load, start - first_load + size);
+
+    let libs = json["libs"].as_array().unwrap();
+    let shared = &json["shared"];
+    let strings = shared["stringArray"].as_array().unwrap();
+    let (fr, ft) = (&shared["frameTable"], &shared["funcTable"]);
+    let mut seen = 0;
+    for i in 0..index(&fr["length"], "length") {
+        let func = index(&fr["func"][i], "func");
+        if strings[index(&ft["name"][func], "name")] != "phase_a" {
+            continue;
+        }
+        seen += 1;
+        let lib = &libs[index(&fr["lib"][i], "phase_a's library")];
+        assert_eq!(lib["path"], path_str(binary), "{lib}");
+        assert_eq!(lib["name"], "phases", "{lib}");
+        assert_eq!(lib["debugName"], "phases", "{lib}");
+        assert_eq!(lib["arch"], std::env::consts::ARCH, "{lib}");
+        let code_id = lib["codeId"].as_str().expect("a build id");
+        assert!(
+            code_id.len() >= 16 && code_id.chars().all(|c| c.is_ascii_hexdigit()),
+            "{lib}"
+        );
+        let breakpad = lib["breakpadId"].as_str().unwrap();
+        assert!(
+            breakpad.len() == 33 && !breakpad.chars().any(|c| c.is_ascii_lowercase()),
+            "{lib}"
+        );
+        // The GUID's last 8 bytes are the build id's bytes 8..16 as they are.
+        assert_eq!(breakpad[16..32], code_id[16..32].to_uppercase(), "{lib}");
+        let address = fr["address"][i].as_u64().expect("an address");
+        assert!(
+            (start..end).contains(&address),
+            "phase_a's frame at {address:#x}, not in {start:#x}..{end:#x}"
+        );
+        let source = index(&ft["source"][func], "phase_a's source");
+        let file = strings[index(&shared["sources"]["filename"][source], "file")]
+            .as_str()
+            .unwrap();
+        assert!(file.ends_with("phases.c"), "{file}");
+        assert!(fr["line"][i].as_u64().is_some_and(|l| l > 0), "no line");
+        let category = index(&fr["category"][i], "category");
+        assert_eq!(json["meta"]["categories"][category]["name"], "User");
+    }
+    assert!(seen > 0, "no frame of phase_a");
+
+    let mut broken = json.clone();
+    broken["meta"]["preprocessedProfileVersion"] = "70".into();
+    broken["shared"]["frameTable"]
+        .as_object_mut()
+        .unwrap()
+        .remove("lib");
+    let file = profd_e2e::unique_dir("timeline-broken").join("broken.json");
+    std::fs::write(&file, serde_json::to_vec(&broken).unwrap()).unwrap();
+    let errors = profd_e2e::views::firefox_type_errors(&file);
+    let said = |what: &str| errors.iter().any(|e| e.contains(what));
+    assert!(
+        errors.len() == 2
+            && said("Type 'string' is not assignable to type 'number'")
+            && said("Property 'lib' is missing"),
+        "tsc let a broken file through: {errors:?}"
+    );
 }
 
 /// A session that kept no times has no timeline: the export fails,

@@ -1,6 +1,7 @@
 //! A session's answers to views: naming new addresses, the per-function table
 //! (cumulative and over a recent window), the fully resolved profile that
 //! views and exports are computed from, and the profil(3) histogram.
+use super::libraries::read_mapping;
 use super::named::{AddrFrames, FrameLoc};
 use super::spaces::untag;
 use super::{lookup_fallback, Actor, FunctionTable, Resolved, Stamp};
@@ -152,11 +153,37 @@ impl Actor {
                         .is_some_and(|m| matches!(m.backing, Backing::File(_)))
             })
             .collect();
+        // With a timeline: the mappings of files met for the first time,
+        // read with the names while their files are held.
+        let mut new_mappings = Vec::new();
+        if let Some(libraries) = &mut self.libraries {
+            for &a in &lookup {
+                if let Some(m) = maps
+                    .find(a)
+                    .filter(|m| matches!(m.backing, Backing::File(_)))
+                {
+                    if libraries.first_sight(space as u32, m.start) {
+                        new_mappings.push(a);
+                    }
+                }
+            }
+        }
         let answer = tokio::task::spawn_blocking(move || {
             let jit_names = maps.jit_names();
-            (symbolizer.symbolize(&maps, &lookup), jit_names)
+            let libraries: Vec<_> = (new_mappings.iter())
+                .filter_map(|&a| read_mapping(space as u32, maps.find(a)?))
+                .collect();
+            (symbolizer.symbolize(&maps, &lookup), jit_names, libraries)
         })
         .await;
+        let answer = answer.map(|(frames, jit_names, libraries)| {
+            if let Some(known) = &mut self.libraries {
+                for (mapping, lib) in libraries {
+                    known.add(mapping, lib);
+                }
+            }
+            (frames, jit_names)
+        });
         let (resolved, jit_names) = match answer {
             Ok((frames, jit_names)) if frames.len() == addrs.len() => (frames, jit_names),
             Ok((_, jit_names)) => {
@@ -392,6 +419,13 @@ impl Actor {
         });
         resolved.profile.stacks = stacks;
         let mut timeline = (self.ingest.timeline.as_ref()).map(|t| t.timeline());
+        if let (Some(t), Some(libraries)) = (&mut timeline, &self.libraries) {
+            (t.libs, t.lib_maps) = libraries.snapshot();
+            t.stack_spaces = Vec::with_capacity(self.ingest.stacks.len());
+            self.ingest.stacks.for_each(|_, stack, _| {
+                t.stack_spaces.push(space_of(stack));
+            });
+        }
         if let (Some(map), Some(t)) = (shown.apply_mapped(&mut resolved.profile), &mut timeline) {
             t.remap(&map);
         }
@@ -593,4 +627,20 @@ pub enum NoHistogram {
     /// The session is one of an earlier run, kept without its samples.
     #[error("session {0} is from an earlier run of the daemon: histograms are not kept across restarts (its profile, views and exports are)")]
     EarlierRun(u64),
+}
+
+/// The address space of a stack (tagged addresses, innermost first): that
+/// of its first user address in a mapping (profd's own frames and
+/// interpreted frames have none); 0 when it has none.
+fn space_of(stack: &[u64]) -> u32 {
+    let synthetic = |a: u64| super::SYNTHETIC_FRAMES.iter().any(|&(f, _)| f == a);
+    stack
+        .iter()
+        .find(|&&a| {
+            !is_kernel(a)
+                && a != BAD_USER_FRAME
+                && !synthetic(a)
+                && !super::python::PyFrames::is_python(a)
+        })
+        .map_or(0, |&a| untag(a).0 as u32)
 }

@@ -8,6 +8,7 @@ mod awaiting_debug;
 mod collector;
 mod ingest;
 mod jvm_asks;
+mod libraries;
 mod named;
 mod python;
 mod recent;
@@ -236,6 +237,8 @@ struct Actor {
     /// Inclusive and exclusive samples per function id as of the last view;
     /// each view adds the samples since (see `Ingest::since_view`).
     counted: Aggregator,
+    /// With a timeline: the libraries of the named addresses.
+    libraries: Option<libraries::Libraries>,
 }
 
 /// Why a session could not start.
@@ -356,6 +359,7 @@ impl Actor {
         ingest: Ingest,
     ) -> (Actor, watch::Receiver<api::SessionState>) {
         let (state, state_rx) = watch::channel(api::SessionState::Running);
+        let libraries = ingest.timeline.is_some().then(Default::default);
         let actor = Actor {
             id,
             params,
@@ -382,6 +386,7 @@ impl Actor {
             stamps: Vec::new(),
             emptied: Vec::new(),
             counted: Aggregator::new(0),
+            libraries,
         };
         (actor, state_rx)
     }

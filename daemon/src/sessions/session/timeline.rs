@@ -85,6 +85,7 @@ impl Times {
             markers,
             dropped: self.dropped,
             monotonic_zero_unix_ms: unix_ms - monotonic_ns() as f64 / 1e6,
+            ..Default::default()
         }
     }
 }

@@ -401,6 +401,32 @@ fn folded_svg_speedscope_and_json_exports_parse() {
         weight += weights.iter().filter_map(|w| w.as_f64()).sum::<f64>();
     }
     assert_eq!(weight as u64, p.totals.attributed, "speedscope weights");
+    // Samples of CPU time are counts (unit none); a session of time (here
+    // wall-clock, of the same program) is in nanoseconds, weights adding
+    // up to its time.
+    assert!(profiles.iter().all(|p| p["unit"] == "none"), "{profiles:?}");
+    let split = profd_e2e::build_workload("split");
+    let run = ["run", "--mode", "wall", "--format", "json", "--"];
+    let wall = h
+        .daemon
+        .profctl(&[&run[..], &[path_str(&split), "0.3"]].concat());
+    wall.assert_success();
+    let wall = Profile::parse_run(&wall);
+    let timed: serde_json::Value = serde_json::from_str(
+        &ok(
+            &h.daemon,
+            &["export", &id(&wall), "--format", "speedscope", "-o", "-"],
+        )
+        .stdout,
+    )
+    .expect("the speedscope export is JSON");
+    let timed = timed["profiles"].as_array().expect("profiles");
+    assert!(
+        !timed.is_empty() && timed.iter().all(|p| p["unit"] == "nanoseconds"),
+        "{timed:?}"
+    );
+    let ns: u64 = timed.iter().filter_map(|p| p["endValue"].as_u64()).sum();
+    assert_eq!(ns, wall.totals.attributed, "wall nanoseconds");
 
     // JSON: the contract of docs/guide.md, the same figures as --format json.
     let json = Profile::parse(&export("json"));

@@ -91,6 +91,7 @@ impl SampleSource for Source {
     ) -> Result<Subscription, PerfError> {
         self.sessions.lock().expect("lock").push(tx);
         Ok(Subscription {
+            since: profd::internals::sampler::monotonic_ns(),
             spec: want,
             tops: None,
         })
@@ -130,6 +131,7 @@ fn hit(c: &mut Criterion<ThreadCpu>) {
         stats: Arc::default(),
     };
     let want = EventSpec {
+        held: false,
         mode: Default::default(),
         session: 0,
         kind: EventKind::CpuClock,

@@ -24,8 +24,9 @@ pub mod rpc {
 
 pub mod sampler {
     pub use crate::sampling::{
-        Batch, BatchPool, Children, Counters, Demux, Drained, Flush, RouteTo, SampleSource,
-        Sampler, StackTops, Subscriber, Subscription, Targets, RING_PAGES, STACK_RING_PAGES,
+        monotonic_ns, Batch, BatchPool, Children, Counters, Demux, Drained, Flush, RouteTo,
+        SampleSource, Sampler, StackTops, Subscriber, Subscription, Targets, RING_PAGES,
+        STACK_RING_PAGES,
     };
 }
 

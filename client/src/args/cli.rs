@@ -489,6 +489,7 @@ impl ProfileOptions {
             unwind: api::Unwind::from(self.unwind) as i32,
             stack_bytes: self.stack_bytes.unwrap_or(0),
             children: self.children,
+            held: false,
             mode: api::Mode::from(self.mode) as i32,
             timeline: self.timeline || self.output_format == Some(ExportFormatArg::Firefox),
         }

@@ -63,7 +63,12 @@ pub async fn run(client: &mut Client, args: &RunArgs, out: &Output) -> Result<u8
 
     let mut released = false;
     let result = async {
-        let session = start(client, args.options.attach_request(pid)).await?;
+        // Held before its exec: where it waits now is not the command's.
+        let request = profd_common::api::AttachRequest {
+            held: true,
+            ..args.options.attach_request(pid)
+        };
+        let session = start(client, request).await?;
         // If the holder is gone (killed, or it could not open the pipe), the
         // session ends with it.
         let _ = go.write_all(b"g");

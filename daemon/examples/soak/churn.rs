@@ -101,6 +101,7 @@ impl Controller {
         let frequency_hz = self.freqs[rng.index(self.freqs.len()).unwrap_or(0)];
         let dwarf = rng.chance(30);
         let req = api::AttachRequest {
+            held: false,
             pid,
             frequency_hz: Some(frequency_hz),
             duration_ms: if rng.chance(10) {

@@ -101,7 +101,7 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), CannotSample> {
     let (tx, mut batches) = mpsc::unbounded_channel();
-    let Subscription { spec, tops } = sampler
+    let Subscription { spec, tops, .. } = sampler
         .subscribe(
             want(settings.frequency_hz, sampler.cpus(), DEFAULT_STACK_BYTES),
             Subscriber::Continuous,
@@ -253,6 +253,7 @@ pub async fn run(
 /// with stack copies of `stack_bytes` (0: frame-pointer call chains).
 fn want(frequency_hz: u32, cpus: u32, stack_bytes: u32) -> EventSpec {
     EventSpec {
+        held: false,
         mode: Default::default(),
         session: 0,
         kind: EventKind::CpuClock,

@@ -4,7 +4,9 @@
 //! found there (`symbolize`), and the frames of interpreters (`python`,
 //! `ruby`, `perl`, and what they share, `interpreted`), read from their
 //! memory (`memory`), with where glibc keeps a thread's kernel id
-//! (`pthread`), and JVMs asked for their perf maps (`jvm`).
+//! (`pthread`), JVMs asked for their perf maps (`jvm`), and where threads
+//! wait when a session begins (`blocked`).
+pub mod blocked;
 pub mod interpreted;
 pub mod jvm;
 pub mod maps;

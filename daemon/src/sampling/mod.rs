@@ -17,7 +17,7 @@ pub use batch::{Backlog, Batch, BatchPool, Mark, SampleView};
 pub use callchain::BAD_USER_FRAME;
 pub use demux::{Children, Demux, Drained, RouteTo, Subscriber, Targets, EVERY_PROCESS};
 pub use tops::StackTops;
-pub use waits::Waits;
+pub use waits::{Waits, UNKNOWN_STACK_FRAME};
 
 pub use crate::os::perf::Flush;
 use crate::os::perf::{Counts, EventKind, EventSpec, PerfError, PerfEvent, Stacks, Target};
@@ -105,6 +105,8 @@ struct Group {
     /// The task draining the rings.
     task: JoinHandle<()>,
     stop: watch::Sender<bool>,
+    /// When its rings opened (and its target's waiting threads were read).
+    opened: u64,
 }
 
 /// Ring groups keyed by their settings; a group's rings are opened by its
@@ -133,6 +135,9 @@ pub struct Subscription {
     /// With stack copies, the stack tops of the rings the session's batches
     /// come from: its walks raise and drop them.
     pub tops: Option<StackTops>,
+    /// When the session's samples start (CLOCK_MONOTONIC, ns): its rings
+    /// opened, or what a shared group's rings held before was counted.
+    pub since: u64,
 }
 
 /// The event sampled for a request of `kind`, from the PMU probe: `cycles`
@@ -233,12 +238,25 @@ impl Sampler {
     /// Open the events of `spec` on every CPU, off the runtime: the
     /// kernel may take long (a target with many threads, rings to allocate
     /// on a host short of free memory), and only the session asking waits.
-    async fn open_events(&self, spec: EventSpec) -> Result<Vec<PerfEvent>, PerfError> {
+    async fn open_events(&self, spec: EventSpec) -> Result<Opened, PerfError> {
         let cpus = self.cpus.clone();
         let open = move || {
-            cpus.iter()
+            let events = cpus
+                .iter()
                 .map(|&cpu| PerfEvent::open(cpu, &spec))
-                .collect::<Result<Vec<_>, _>>()
+                .collect::<Result<Vec<_>, _>>()?;
+            let waiting = match (spec.mode.switches(), spec.target) {
+                (true, Some(target)) if !spec.held => {
+                    waiting_at_start(target.pid, spec.stack_bytes as usize)
+                }
+                _ => Vec::new(),
+            };
+            let at = waiting.first().map_or_else(monotonic_ns, |w| w.0);
+            Ok(Opened {
+                events,
+                waiting,
+                at,
+            })
         };
         match tokio::task::spawn_blocking(open).await {
             Ok(events) => events,
@@ -247,7 +265,12 @@ impl Sampler {
     }
 
     /// Start draining the rings of freshly opened `events`.
-    fn start_group(&self, spec: EventSpec, events: Vec<PerfEvent>) -> Result<Group, PerfError> {
+    fn start_group(&self, spec: EventSpec, opened: Opened) -> Result<Group, PerfError> {
+        let Opened {
+            events,
+            waiting,
+            at,
+        } = opened;
         tracing::info!(?spec, cpus = events.len(), "opened the sampling rings");
         let rings = events
             .into_iter()
@@ -268,7 +291,11 @@ impl Sampler {
         let mut backlog = None;
         if spec.mode.switches() {
             let ids = rings.iter().flat_map(|r| r.get_ref().switch_ids().to_vec());
-            demux = demux.with_waits(Waits::new(spec.mode, rings.len(), ids));
+            let mut waits = Waits::new(spec.mode, rings.len(), ids);
+            for (since, preempted, stack) in waiting {
+                waits.waiting_at_start(since, preempted, stack);
+            }
+            demux = demux.with_waits(waits);
             // A switch group serves one session: as much as its rings
             // hold may wait for it.
             let ring_bytes = spec.ring_pages * rustix::param::page_size();
@@ -296,6 +323,7 @@ impl Sampler {
             flush,
             task,
             stop,
+            opened: at,
         })
     }
 
@@ -424,15 +452,15 @@ impl SampleSource for Sampler {
         };
         let (spec, shared, groups) = self.ensure_group(spec).await?;
         let group = groups.get(&spec).expect("group just ensured");
+        let mut since = group.opened;
+        if shared {
+            since = monotonic_ns();
+        }
         if shared && spec.target.is_some() {
             // What the target's rings hold and counted so far is the other
             // sessions': the new one counts the target's time from now on.
             let (ack, done) = oneshot::channel();
-            if group
-                .flush
-                .send((Flush::Exact, monotonic_ns(), ack))
-                .is_ok()
-            {
+            if group.flush.send((Flush::Exact, since, ack)).is_ok() {
                 let _ = done.await;
             }
         }
@@ -449,6 +477,7 @@ impl SampleSource for Sampler {
         Ok(Subscription {
             spec,
             tops: group.tops.clone(),
+            since,
         })
     }
 
@@ -677,8 +706,70 @@ fn drain(
     }
 }
 
+/// The events opened for a group and, for an off-CPU or wall group of a
+/// target, the target's threads waiting just after they opened: (when,
+/// runnable, the stack the wait is in).
+struct Opened {
+    events: Vec<PerfEvent>,
+    waiting: Vec<(u64, bool, waits::Stack)>,
+    /// When they opened (and the threads were read): CLOCK_MONOTONIC.
+    at: u64,
+}
+
+/// The threads of process `pid` waiting now (`crate::process::blocked`),
+/// each with the stack its wait is in: the kernel's frames by their
+/// functions' addresses, and its user stack: with stack copies, a copy of
+/// `stack_bytes` of it to unwind; else its instruction pointer alone
+/// (truncated: no frame pointer is known to walk from). A thread where
+/// `/proc` could say neither gets [`UNKNOWN_STACK_FRAME`].
+fn waiting_at_start(pid: u32, stack_bytes: usize) -> Vec<(u64, bool, waits::Stack)> {
+    use crate::process::blocked;
+    let threads = blocked::waiting_threads(pid);
+    let names = threads
+        .iter()
+        .flat_map(|t| t.kernel.iter().map(|(name, _)| name.as_str()))
+        .collect();
+    let starts = blocked::kernel_starts(&names);
+    // The session starts once its rings are open and this is read: each
+    // thread waits from then on.
+    let now = monotonic_ns();
+    threads
+        .into_iter()
+        .map(|t| {
+            // Return addresses, less one: in the call, as the callers of
+            // a sampled stack are.
+            let mut frames: Vec<u64> = t
+                .kernel
+                .iter()
+                .filter_map(|(name, off)| Some(starts.get(name)? + off.saturating_sub(1)))
+                .collect();
+            let (mut user, mut truncated) = (None, false);
+            if let Some((pc, sp)) = t.user {
+                if stack_bytes > 0 {
+                    user = Some(([pc, sp, 0], blocked::stack_bytes(pid, sp, stack_bytes)));
+                } else {
+                    frames.push(pc);
+                    truncated = true;
+                }
+            }
+            if frames.is_empty() && user.is_none() {
+                frames.push(UNKNOWN_STACK_FRAME);
+            }
+            let stack = waits::Stack {
+                pid,
+                tid: t.tid,
+                time: now,
+                frames,
+                user,
+                truncated,
+            };
+            (now, t.preempted, stack)
+        })
+        .collect()
+}
+
 /// CLOCK_MONOTONIC now, in nanoseconds: the clock of the switch events.
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     (now.tv_sec as u64).saturating_mul(1_000_000_000) + now.tv_nsec as u64
 }
@@ -813,6 +904,7 @@ mod tests {
             let mut sampler = Sampler::new(crate::os::perf::online_cpus().unwrap());
             sampler.pmu = probe;
             let want = EventSpec {
+                held: false,
                 kind: EventKind::Cycles,
                 mode: Default::default(),
                 session: 0,

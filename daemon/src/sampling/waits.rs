@@ -25,6 +25,11 @@ pub const MARGIN_NS: u64 = 2_000_000;
 /// between them means another task, not profiled, ran in between.
 pub const SWITCH_NS: u64 = 20_000;
 
+/// The stack of a thread that was waiting when the session began where
+/// `/proc` could not say where: named `[off-cpu: waiting since before the
+/// session, stack unknown]`.
+pub const UNKNOWN_STACK_FRAME: u64 = u64::MAX - 6;
+
 /// A stack a thread left the CPU with, as the demux copied it out of the
 /// ring: frames (kernel and, without stack copies, user), and with stack
 /// copies the user registers and bytes to unwind.
@@ -156,6 +161,18 @@ impl Waits {
     /// since the last call.
     pub fn take_unknown(&mut self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.unknown_by.drain()
+    }
+
+    /// Thread `stack.tid` was off the CPU (runnable if `preempted`) at
+    /// `since`, the session's start, with `stack`: its wait is counted from
+    /// there, to its next switch in, or to the session's end if it never
+    /// comes. A thread with a record already is left as it is.
+    pub fn waiting_at_start(&mut self, since: u64, preempted: bool, stack: Stack) {
+        self.threads.entry(stack.tid).or_insert(Thread::Off {
+            since,
+            preempted,
+            stack: Box::new(stack),
+        });
     }
 
     /// The sample with this id is a switch out.
@@ -493,7 +510,7 @@ impl Waits {
                 preempted,
                 stack,
             }) => {
-                let end = switch.map_or(time, |s| s.clamp(since, time));
+                let end = switch.map_or(time, |s| s.clamp(since, time.max(since)));
                 end_wait(&mut self.totals, &stack, since, end, preempted, emit);
                 end
             }

@@ -307,3 +307,38 @@ fn wall_samples_take_the_on_cpu_time_since_the_last() {
     assert_eq!(by_thread(&mut waits), [(20, 80 + 99), (21, 71 + 119)]);
     assert_eq!(t.unpaired, 2);
 }
+
+/// Threads waiting when the session began (read from /proc) wait from
+/// there: one that never switches is counted up to the session's end, one
+/// that comes in ends its wait there and is paired as usual after it; a
+/// record before the start (the events opened a moment earlier) ends the
+/// wait at nothing; a thread with a record already keeps its own state.
+#[test]
+fn threads_waiting_at_the_start_wait_from_it() {
+    let mut waits = Waits::new(Mode::OffCpu, 1, [7]);
+    waits.waiting_at_start(100, false, stack(10, 0xa));
+    waits.waiting_at_start(100, true, stack(11, 0xb));
+    waits.waiting_at_start(100, false, stack(12, 0xc));
+    // Thread 11 comes in at 400, leaves at 450 and comes back at 500;
+    // thread 12 switched in at 90, before the start was read.
+    waits.switch(0, 90, 12, In);
+    waits.switch(0, 400, 11, In);
+    waits.switch_out(0, 450, stack(11, 0xd));
+    waits.switch(0, 451, 11, Blocked);
+    waits.switch(0, 500, 11, In);
+    let (mut out, t) = settle(&mut waits, 1000, Some(1000));
+    out.sort_unstable_by_key(|&(frame, ns, _)| (frame, ns));
+    assert_eq!(
+        out,
+        [
+            (0xa, 900, Mark::Blocked),
+            (0xb, 300, Mark::Runnable),
+            (0xc, 0, Mark::Blocked),
+            (0xd, 50, Mark::Blocked),
+        ]
+    );
+    assert_eq!((t.waits, t.open_at_end, t.unpaired), (4, 1, 0));
+    assert_eq!(t.off_cpu_ns, 900 + 300 + 50);
+    // Thread 11 ran 400..450 and 500..1000, thread 12 from 90.
+    assert_eq!(t.on_cpu_ns, 50 + 500 + 910);
+}

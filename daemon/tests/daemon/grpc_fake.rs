@@ -66,6 +66,7 @@ impl SampleSource for FakeSource {
     ) -> Result<Subscription, PerfError> {
         self.routes.lock().unwrap().push((session, pid, tx));
         Ok(Subscription {
+            since: profd::internals::sampler::monotonic_ns(),
             spec: want,
             tops: None,
         })

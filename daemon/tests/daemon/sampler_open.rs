@@ -41,6 +41,7 @@ fn other_sessions_go_on_while_rings_open() {
             sampler.subscribe(want, session, pid, Children::Ignored, tx.clone())
         };
         let open = EventSpec {
+            held: false,
             mode: Default::default(),
             session: 0,
             kind: EventKind::CpuClock,

@@ -38,6 +38,7 @@ async fn stack_copies_get_rings_of_their_target() {
     let live = Process(Command::new("sleep").arg("30").spawn().expect("sleep runs"));
     let pid = live.0.id();
     let dwarf = EventSpec {
+        held: false,
         mode: Default::default(),
         session: 0,
         kind: EventKind::CpuClock,

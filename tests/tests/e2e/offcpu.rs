@@ -357,11 +357,10 @@ struct Gated {
     stdout: std::io::BufReader<std::process::ChildStdout>,
 }
 
-/// What one thread of `offcpu gated` printed: when it woke (seconds after
-/// the go), its time in sleep_part and its CPU time over its rounds.
+/// What one thread of `offcpu gated` printed: its time in sleep_part and
+/// its CPU time over its rounds.
 #[derive(Debug, Clone, Copy)]
 struct GatedThread {
-    start_s: f64,
     nap_s: f64,
     cpu_s: f64,
 }
@@ -403,6 +402,32 @@ impl Gated {
             .collect()
     }
 
+    /// Returns once its `threads` threads exist and are all asleep (the
+    /// workers are created after the ready line).
+    fn wait_all_asleep(&self, threads: usize) {
+        let pid = self.pid();
+        let asleep = || -> Option<()> {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+            let states: Vec<char> = tasks
+                .filter_map(|e| {
+                    let tid = e.ok()?.file_name();
+                    let stat = std::fs::read_to_string(format!(
+                        "/proc/{pid}/task/{}/stat",
+                        tid.to_string_lossy()
+                    ))
+                    .ok()?;
+                    stat.rsplit_once(") ")?.1.chars().next()
+                })
+                .collect();
+            (states.len() == threads && states.iter().all(|&s| s == 'S')).then_some(())
+        };
+        profd_e2e::wait_until(
+            "the threads asleep",
+            std::time::Duration::from_secs(60),
+            asleep,
+        );
+    }
+
     /// Sends the first byte, and returns once every thread is done with
     /// its rounds (the main thread says `done`: it and every other thread
     /// are then waiting, or about to).
@@ -441,12 +466,11 @@ impl Gated {
         for line in err.lines() {
             let w: Vec<&str> = line.split_whitespace().collect();
             match w.as_slice() {
-                ["thread", tid, "start_s", start, "nap_s", nap, "cpu_s", cpu] => {
+                ["thread", tid, "start_s", _, "nap_s", nap, "cpu_s", cpu] => {
                     let f = |v: &str| v.parse::<f64>().expect("a figure");
                     threads.insert(
                         tid.parse().expect("a tid"),
                         GatedThread {
-                            start_s: f(start),
                             nap_s: f(nap),
                             cpu_s: f(cpu),
                         },
@@ -559,17 +583,14 @@ fn steal_ns() -> f64 {
 /// Off-cpu accounting against the kernel's own figures, for one thread
 /// attached while it waits: its on-CPU time (switch to switch) is its CPU
 /// time by schedstat, read while it waits before and after its rounds; and
-/// from its first switch in (the go) to its exit, what it did not run is
-/// off-CPU time.
+/// over the session (its wait when the session begins counted from there,
+/// to its exit), what it did not run is off-CPU time.
 ///
 /// Bounds, from the mechanism: on-CPU time may be short of the CPU time
 /// by [`SWITCH_PATH_NS`] a wait, and over it by [`EDGE_CPU_NS`] and the
 /// steal time of a virtual machine (switch to switch counts it, schedstat
-/// does not); the
-/// thread's time from its switch in to its exit is `gated_s` (the
-/// workload's clock from the go to just before it exits), less the moment
-/// from its switch in to reading that clock, plus its exit and any wait for
-/// a CPU there on a loaded machine (within [`THREAD_TOLERANCE`]).
+/// does not); the thread's time is the session's, less the moment from its
+/// exit to the session's end (within [`THREAD_TOLERANCE`]).
 #[test]
 fn off_cpu_time_is_the_session_minus_the_cpu_time() {
     let h = Harness::start();
@@ -578,6 +599,7 @@ fn off_cpu_time_is_the_session_minus_the_cpu_time() {
     let t = p.totals.time.expect("checked");
     let cpu = run.cpu[&pid];
     let gated = printed(&run.printed, "gated_s", p) * 1e9;
+    let session = p.duration_s * 1e9;
     eprintln!(
         "  schedstat: {:.4} s of CPU; the thread lived {:.4} s from the go; {} waits",
         cpu / 1e9,
@@ -593,7 +615,10 @@ fn off_cpu_time_is_the_session_minus_the_cpu_time() {
     let switch_path = t.waits as f64 * SWITCH_PATH_NS;
     let high = cpu + EDGE_CPU_NS + run.steal;
     assert_within("on_cpu_ns", on, cpu - switch_path, high, p);
-    let lived = (gated - EDGE_CPU_NS, gated * (1.0 + THREAD_TOLERANCE));
+    let lived = (
+        session * (1.0 - THREAD_TOLERANCE) - EDGE_CPU_NS,
+        session * (1.0 + THREAD_TOLERANCE),
+    );
     assert_within("on_cpu_ns + off_cpu_ns", on + off, lived.0, lived.1, p);
     assert_within(
         "off_cpu_ns",
@@ -602,6 +627,79 @@ fn off_cpu_time_is_the_session_minus_the_cpu_time() {
         lived.1 - cpu + switch_path,
         p,
     );
+}
+
+/// Threads that wait the whole session never switch, yet each is counted
+/// waiting for the whole of it, where it waits: `offcpu gated`'s three
+/// threads before its first byte (the main thread in read(2) on stdin
+/// under read_byte, two workers in pthread_barrier_wait under
+/// gated_worker), attached in wall mode with DWARF and off-cpu mode with
+/// frame pointers. Their schedstat shows they did not run over the
+/// session; no time is on the CPU, each thread's is the session's
+/// (within [`THREAD_TOLERANCE`]), and the stacks are those /proc showed
+/// when the session began: with DWARF the workload's frames under the C
+/// library's, with frame pointers the C library's function alone under
+/// the kernel's (the stacks said truncated).
+#[test]
+fn threads_waiting_the_whole_session_are_counted_where_they_wait() {
+    use profd_e2e::Measure::Inclusive;
+    let h = Harness::start();
+    for (mode, unwind) in [("wall", "dwarf"), ("off-cpu", "fp")] {
+        let w = Gated::start("3", 3);
+        w.wait_all_asleep(3);
+        let before = w.cpu_ns();
+        let out = h.daemon.profctl(&[
+            "attach",
+            &w.pid().to_string(),
+            "--mode",
+            mode,
+            "--unwind",
+            unwind,
+            "--duration",
+            "1",
+            "--format",
+            "json",
+        ]);
+        let after = w.cpu_ns();
+        let p = Profile::parse(&out);
+        eprintln!("{}", p.table());
+        let t = check_time_profile(&p, mode);
+        assert_eq!(
+            before, after,
+            "the threads ran: schedstat {before:?} -> {after:?}"
+        );
+        let session = p.duration_s * 1e9;
+        assert_eq!(t.on_cpu_ns, 0, "{}", p.table());
+        assert_eq!((t.waits, t.open_at_end), (3, 3), "{}", p.table());
+        assert_within(
+            "off_cpu_ns of the three threads",
+            t.off_cpu_ns as f64,
+            3.0 * session * (1.0 - THREAD_TOLERANCE),
+            3.0 * session * (1.0 + THREAD_TOLERANCE),
+            &p,
+        );
+        let rows = threads(&h, p.session_id);
+        assert_eq!(rows.len(), 3, "three threads: {rows:?}");
+        for (tid, (name, ns, _)) in &rows {
+            assert_within(
+                &format!("the time of thread {tid} ({name})"),
+                *ns as f64,
+                session * (1.0 - THREAD_TOLERANCE),
+                session * (1.0 + THREAD_TOLERANCE),
+                &p,
+            );
+        }
+        let (reader, workers) = match unwind {
+            "dwarf" => ("read_byte", "gated_worker"),
+            _ => ("ksys_read", "___pthread_barrier_wait"),
+        };
+        p.assert_pct_within(reader, Inclusive, 100.0 / 3.0, 1.0);
+        p.assert_pct_within(workers, Inclusive, 200.0 / 3.0, 1.0);
+        p.assert_pct_within("[off-cpu: blocked]", Inclusive, 100.0, 0.1);
+        if unwind == "fp" {
+            assert!(p.totals.truncated >= 3, "{}", p.table());
+        }
+    }
 }
 
 /// `actual` lies in `[low, high]`.
@@ -618,8 +716,8 @@ fn assert_within(what: &str, actual: f64, low: f64, high: f64, p: &Profile) {
 /// threads attached while they wait, each running rounds of 7 ms asleep and
 /// 5 ms spinning. The session's on-CPU time is the three threads' CPU time
 /// by schedstat (read while all wait, before and after their rounds), and
-/// each thread's off-CPU time (the threads view) is its time from its
-/// switch in to the exit less its CPU time, with the bounds of
+/// each thread's off-CPU time (the threads view) is the session's time
+/// less its CPU time, with the bounds of
 /// [`off_cpu_time_is_the_session_minus_the_cpu_time`]; its time in
 /// sleep_part, by its own clock, is within that.
 #[test]
@@ -640,7 +738,7 @@ fn each_thread_s_off_cpu_time_is_its_lifetime_minus_its_schedstat() {
     let rows = threads(&h, p.session_id);
     eprintln!("  threads (tid → name, ns, unknown ns): {rows:?}");
     assert_eq!(rows.len(), 3, "three threads: {rows:?}");
-    let gated = printed(&run.printed, "gated_s", p) * 1e9;
+    let session = p.duration_s * 1e9;
     for (tid, (name, off, _)) in &rows {
         let figures = run
             .threads
@@ -653,10 +751,9 @@ fn each_thread_s_off_cpu_time_is_its_lifetime_minus_its_schedstat() {
             "thread {tid}: {} s of CPU by its clock, {cpu:.0} ns by schedstat",
             figures.cpu_s
         );
-        let lived = gated - figures.start_s * 1e9;
         let (low, high) = (
-            lived - EDGE_CPU_NS - cpu - EDGE_CPU_NS - run.steal,
-            lived * (1.0 + THREAD_TOLERANCE) - cpu + switch_path,
+            session * (1.0 - THREAD_TOLERANCE) - EDGE_CPU_NS - cpu - EDGE_CPU_NS - run.steal,
+            session * (1.0 + THREAD_TOLERANCE) - cpu + switch_path,
         );
         assert_within(
             &format!("off-CPU ns of thread {tid} ({name})"),

@@ -136,6 +136,11 @@ pub struct EventSpec {
     /// threads and processes they create from then on. None = every
     /// process on the CPU (system-wide).
     pub target: Option<Target>,
+    /// The target waits to exec the program to profile (`profctl run`):
+    /// where it waits then is not the program's, so its threads waiting
+    /// when the events open are not counted waiting from there (modes
+    /// with switches; see `sampling::Waits::waiting_at_start`).
+    pub held: bool,
 }
 
 impl EventSpec {
@@ -1195,6 +1200,7 @@ mod tests {
         let target = Shell::start("sleep 0.3; (while :; do :; done) & while :; do :; done");
         let pid = target.0.id();
         let spec = EventSpec {
+            held: false,
             mode: Default::default(),
             session: 0,
             kind: EventKind::CpuClock,
@@ -1271,6 +1277,7 @@ mod tests {
         });
         let pid = std::process::id();
         let spec = EventSpec {
+            held: false,
             mode: Default::default(),
             session: 0,
             kind: EventKind::CpuClock,
@@ -1326,6 +1333,7 @@ mod tests {
         let spinner_tid = rx.recv().unwrap();
         let pid = std::process::id();
         let spec = EventSpec {
+            held: false,
             mode: Default::default(),
             session: 0,
             kind: EventKind::CpuClock,
@@ -1428,6 +1436,7 @@ mod tests {
         let mut go = child.stdin.take().expect("stdin");
         let shell = Shell(child);
         let spec = EventSpec {
+            held: false,
             mode: Default::default(),
             session: 0,
             kind: EventKind::CpuClock,
@@ -1547,6 +1556,7 @@ mod tests {
             ),
         ] {
             let spec = EventSpec {
+                held: false,
                 kind,
                 mode: Default::default(),
                 session: 0,

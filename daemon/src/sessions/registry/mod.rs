@@ -174,6 +174,7 @@ pub fn plan_attach(
         stack_bytes,
         // The sampler chooses the scope.
         target: None,
+        held: req.held,
     };
     Ok(AttachPlan {
         pid: req.pid,

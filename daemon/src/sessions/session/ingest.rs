@@ -53,13 +53,17 @@ pub const BLOCKED_FRAME: u64 = u64::MAX - 1;
 pub const RUNNABLE_FRAME: u64 = u64::MAX - 2;
 
 /// The frames profd adds to stacks, with their names.
-pub const SYNTHETIC_FRAMES: [(u64, &str); 6] = [
+pub const SYNTHETIC_FRAMES: [(u64, &str); 7] = [
     (STACK_LIMIT_FRAME, "[stack limit reached]"),
     (BLOCKED_FRAME, "[off-cpu: blocked]"),
     (RUNNABLE_FRAME, "[off-cpu: runnable]"),
     (PY_UNREADABLE_FRAME, "[python: unreadable]"),
     (RB_UNREADABLE_FRAME, "[ruby: unreadable]"),
     (PL_UNREADABLE_FRAME, "[perl: unreadable]"),
+    (
+        crate::sampling::UNKNOWN_STACK_FRAME,
+        "[off-cpu: waiting since before the session, stack unknown]",
+    ),
 ];
 
 /// A session's counts and the state they are made with.

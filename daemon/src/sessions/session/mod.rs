@@ -282,7 +282,7 @@ pub async fn start(
         true => Children::Followed,
         false => Children::Ignored,
     };
-    let Subscription { spec, tops } = sampler
+    let Subscription { spec, tops, since } = sampler
         .subscribe(
             want,
             Subscriber::Session(id),
@@ -291,6 +291,13 @@ pub async fn start(
             batch_tx,
         )
         .await?;
+    // The session samples from its rings' opening: its duration, and the
+    // waits of its threads waiting then, count from there.
+    let started = Instant::now()
+        .checked_sub(Duration::from_nanos(
+            crate::sampling::monotonic_ns().saturating_sub(since),
+        ))
+        .unwrap_or_else(Instant::now);
     // Read after subscribing: later mappings arrive as MMAP2 records, and a
     // later exec or rename as a COMM record (a process attached right after
     // it was spawned may not have had its new name when it was checked).
@@ -329,7 +336,7 @@ pub async fn start(
     let (tx, cmd_rx) = mpsc::channel(16);
     let owner_uid = params.owner_uid;
     let owner = params.owner.as_str().into();
-    let (actor, state_rx) = Actor::new(
+    let (mut actor, state_rx) = Actor::new(
         Subscriber::Session(id),
         params,
         spec,
@@ -337,6 +344,7 @@ pub async fn start(
         symbolizer,
         ingest,
     );
+    actor.started_at(started);
     tokio::spawn(actor.run(batch_rx, cmd_rx, pidfd));
     Ok(Handle {
         id,
@@ -583,6 +591,15 @@ impl Actor {
             stats.symbol_cache_misses.fetch_add(new.queued, Relaxed);
         }
         Ok(())
+    }
+
+    /// The session began sampling at `started` (before it was set up).
+    fn started_at(&mut self, started: Instant) {
+        let before = started.elapsed();
+        self.started = started;
+        self.started_unix_ms = self
+            .started_unix_ms
+            .saturating_sub(before.as_millis() as u64);
     }
 
     fn summary(&self) -> api::Session {

@@ -42,6 +42,7 @@ mod tests {
 
     fn spec(kind: EventKind, target: Option<u32>) -> EventSpec {
         EventSpec {
+            held: false,
             kind,
             mode: Default::default(),
             session: 0,

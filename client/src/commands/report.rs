@@ -2,7 +2,13 @@
 //! history (GetProfile / GetView), or of a saved pprof file (computed
 //! locally), printed as text.
 use profd_common::api::get_view_request::View;
-use profd_common::api::{GetProfileRequest, GetViewRequest, GetViewResponse, ThreadsRequest};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use profd_common::api::{
+    Function, GetProfileRequest, GetViewRequest, GetViewResponse, Session, ThreadsRequest, Totals,
+    TreeRequest,
+};
 
 use super::{required_session, Source};
 use crate::args::cli::{ReportArgs, ReportView};
@@ -12,9 +18,10 @@ use crate::files::symbols::{self, SymbolSource};
 use crate::requests::connect::Client;
 use crate::requests::progress::waiting;
 use crate::views::output::Output;
-use crate::views::ranking::Profile;
+use crate::views::ranking::{percent, totals, Profile};
 use crate::views::render::{self, NameStyle, TableOptions};
 use crate::views::render_views;
+use crate::views::units::count_text;
 
 /// The GetView request for a report view (`None` for the flat table, which
 /// comes from GetProfile).
@@ -112,8 +119,45 @@ pub async fn report_daemon(
             .await?
             .into_inner();
             let session = required_session(reply.session, "GetProfile")?;
-            let profile = Profile::new(session, reply.functions).sorted(*sort);
-            render::profile_table(&profile, table_options(*limit, out))
+            let by = source.query().map_or(0, |q| q.by);
+            if by != 0 {
+                let tree = waiting(
+                    &format!("reading the groups of {}", source.name()),
+                    client.get_view(GetViewRequest {
+                        view: Some(View::Tree(TreeRequest::default())),
+                        query: source.query(),
+                        ..Default::default()
+                    }),
+                )
+                .await?
+                .into_inner();
+                let mut text = render::table_header(&session);
+                for (group, functions) in groups(&tree) {
+                    let part = Profile::new(
+                        Session {
+                            totals: Some(Totals {
+                                attributed: group.inclusive,
+                                ..Default::default()
+                            }),
+                            ..session.clone()
+                        },
+                        functions,
+                    )
+                    .sorted(*sort);
+                    let _ = writeln!(
+                        text,
+                        "\n{}: {} ({:.2} % of all; the shares below are of its own)",
+                        group.name,
+                        count_text(&session, group.inclusive),
+                        percent(group.inclusive, totals(&session).attributed)
+                    );
+                    text.push_str(&render::profile_rows(&part, table_options(*limit, out)));
+                }
+                text
+            } else {
+                let profile = Profile::new(session, reply.functions).sorted(*sort);
+                render::profile_table(&profile, table_options(*limit, out))
+            }
         }
         Some(request) => {
             let reply = waiting(
@@ -134,6 +178,61 @@ pub async fn report_daemon(
         }
     };
     out.print(&text)
+}
+
+/// The groups of a query's call tree (`--by`: the frames at its roots,
+/// most samples first), each with the functions under it and their counts
+/// within it: exclusive the sum of their nodes', inclusive that of their
+/// outermost nodes on each path (a stack counts once, recursion or not).
+fn groups(tree: &GetViewResponse) -> Vec<(Function, Vec<Function>)> {
+    let function = |id: u64| tree.functions.iter().find(|f| f.id == id);
+    let mut out: Vec<(Function, Vec<Function>)> = Vec::new();
+    // The function ids on the path to the node, root first.
+    let mut path: Vec<u64> = Vec::new();
+    let mut counts: HashMap<u64, (u64, u64)> = HashMap::new();
+    let flush = |out: &mut Vec<(Function, Vec<Function>)>,
+                 counts: &mut HashMap<u64, (u64, u64)>| {
+        if let Some((_, functions)) = out.last_mut() {
+            for (id, (inclusive, exclusive)) in counts.drain() {
+                if let Some(f) = function(id) {
+                    functions.push(Function {
+                        inclusive,
+                        exclusive,
+                        ..f.clone()
+                    });
+                }
+            }
+        }
+    };
+    for node in &tree.nodes {
+        path.truncate(node.depth as usize);
+        if node.depth == 0 {
+            flush(&mut out, &mut counts);
+            let root = function(node.function_id).cloned().unwrap_or_default();
+            out.push((
+                Function {
+                    inclusive: node.inclusive,
+                    exclusive: node.exclusive,
+                    ..root
+                },
+                Vec::new(),
+            ));
+        } else {
+            let c = counts.entry(node.function_id).or_default();
+            if !path[1..].contains(&node.function_id) {
+                c.0 += node.inclusive;
+            }
+            c.1 += node.exclusive;
+        }
+        path.push(node.function_id);
+    }
+    flush(&mut out, &mut counts);
+    out.sort_by(|a, b| {
+        b.0.inclusive
+            .cmp(&a.0.inclusive)
+            .then(a.0.name.cmp(&b.0.name))
+    });
+    out
 }
 
 /// Reports on a saved pprof file, without a daemon.
@@ -219,3 +318,7 @@ pub fn view_text_of(
         }
     })
 }
+
+#[cfg(test)]
+#[path = "report_tests.rs"]
+mod tests;

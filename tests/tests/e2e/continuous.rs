@@ -203,6 +203,27 @@ fn query(d: &Daemon, args: &[&str]) -> Profile {
     p
 }
 
+/// The part of service `name` in a `query --by service` table: its samples
+/// and its functions' inclusive and exclusive counts by name.
+fn service_part(text: &str, name: &str) -> (u64, std::collections::HashMap<String, (u64, u64)>) {
+    let head = format!("[service {name}]: ");
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(&head));
+    let total = lines
+        .next()
+        .and_then(|l| l.strip_prefix(&head)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no part for {name}:\n{text}"));
+    let rows = lines
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let (incl, excl) = (w.get(1)?.parse().ok()?, w.get(3)?.parse().ok()?);
+            Some((w.get(4)?.to_string(), (incl, excl)))
+        })
+        .collect();
+    (total, rows)
+}
+
 /// The CPU time each workload of a split check runs for.
 const SPLIT_CPU: Duration = Duration::from_secs(8);
 
@@ -256,6 +277,25 @@ fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
     pb.assert_pct_within("rec", Measure::Inclusive, 40.0, 2.0);
     assert!(!modules(&pa).contains("stacks_nofp"), "{}", pa.table());
     assert!(!modules(&pb).contains("split"), "{}", pb.table());
+    // `--by service` as a table: a part per service, each with its own
+    // counts, as the query of that service alone has them (leaf_a and
+    // leaf_b are in both).
+    let grouped = d.profctl(&["query", "--by", "service", "--top", "0"]);
+    grouped.assert_success();
+    for (p, cg) in [(&pa, &a), (&pb, &b)] {
+        let (total, rows) = service_part(&grouped.stdout, cg.name());
+        assert_eq!(total, p.totals.attributed, "{}", grouped.stdout);
+        for name in ["leaf_a", "leaf_b"] {
+            let f = p.function(name);
+            assert_eq!(
+                rows.get(name),
+                Some(&(f.inclusive, f.exclusive)),
+                "{name} in {}'s part:\n{}",
+                cg.name(),
+                grouped.stdout
+            );
+        }
+    }
     // The views and exports of a session, over the history: callers, and
     // the pprof export as `go tool pprof` reads it.
     let callers = d.profctl(&["query", "--service", a.name(), "--callers", "leaf_b"]);

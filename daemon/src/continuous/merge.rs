@@ -290,14 +290,19 @@ impl<'q> Merge<'q> {
         self.p.duration_s = self.covered_ns as f64 / 1e9;
         self.totals.attributed = self.p.attributed;
         if !self.q.services.is_empty() {
-            // Of the samples selected; the rest are the rings'.
-            let (t, s) = (&mut self.totals, &self.selected);
-            t.unsymbolized = s.unsymbolized;
-            t.truncated = s.truncated;
-            t.truncated_copy_ended = s.truncated_copy_ended;
-            t.python_unreadable = s.python_unreadable;
-            t.ruby_unreadable = s.ruby_unreadable;
-            t.perl_unreadable = s.perl_unreadable;
+            // The samples' totals are the services'; the rest the rings'.
+            let t = self.totals;
+            self.totals = api::Totals {
+                attributed: t.attributed,
+                discarded: t.discarded,
+                lost: t.lost,
+                overflowed: t.overflowed,
+                throttled: t.throttled,
+                unchecked: t.unchecked,
+                unsampled: t.unsampled,
+                time: t.time,
+                ..self.selected
+            };
         }
         let session = api::Session {
             id: 0,
@@ -325,6 +330,23 @@ impl<'q> Merge<'q> {
     }
 }
 
+/// `from`'s counts added to `to` (but `attributed`, which a merge counts
+/// itself, and time, which windows do not have).
+fn add_totals(to: &mut api::Totals, from: &api::Totals) {
+    to.discarded += from.discarded;
+    to.lost += from.lost;
+    to.truncated += from.truncated;
+    to.unsymbolized += from.unsymbolized;
+    to.overflowed += from.overflowed;
+    to.throttled += from.throttled;
+    to.unchecked += from.unchecked;
+    to.unsampled += from.unsampled;
+    to.python_unreadable += from.python_unreadable;
+    to.ruby_unreadable += from.ruby_unreadable;
+    to.perl_unreadable += from.perl_unreadable;
+    to.truncated_copy_ended += from.truncated_copy_ended;
+}
+
 impl Visit for Merge<'_> {
     fn head(&mut self, w: &api::Window) -> Result<bool, Mismatch> {
         if !self.window_ids.insert(w.id.clone()) {
@@ -341,19 +363,7 @@ impl Visit for Merge<'_> {
             self.event = w.event;
         }
         if let Some(t) = &w.totals {
-            let s = &mut self.totals;
-            s.discarded += t.discarded;
-            s.lost += t.lost;
-            s.truncated += t.truncated;
-            s.unsymbolized += t.unsymbolized;
-            s.overflowed += t.overflowed;
-            s.throttled += t.throttled;
-            s.unchecked += t.unchecked;
-            s.unsampled += t.unsampled;
-            s.python_unreadable += t.python_unreadable;
-            s.ruby_unreadable += t.ruby_unreadable;
-            s.perl_unreadable += t.perl_unreadable;
-            s.truncated_copy_ended += t.truncated_copy_ended;
+            add_totals(&mut self.totals, t);
         }
         self.host =
             (self.by == api::GroupBy::Host).then(|| self.group(format!("[host {}]", w.host)));
@@ -371,13 +381,7 @@ impl Visit for Merge<'_> {
         }
         self.pids_seen.extend(sw.processes.iter().map(|p| p.pid));
         if let Some(t) = &sw.totals {
-            let s = &mut self.selected;
-            s.unsymbolized += t.unsymbolized;
-            s.truncated += t.truncated;
-            s.truncated_copy_ended += t.truncated_copy_ended;
-            s.python_unreadable += t.python_unreadable;
-            s.ruby_unreadable += t.ruby_unreadable;
-            s.perl_unreadable += t.perl_unreadable;
+            add_totals(&mut self.selected, t);
         }
         let service = (self.by == api::GroupBy::Service)
             .then(|| self.group(format!("[service {}]", sw.service)));

@@ -251,7 +251,9 @@ impl Sampler {
                 }
                 _ => Vec::new(),
             };
-            let at = waiting.first().map_or_else(monotonic_ns, |w| w.0);
+            let at = waiting
+                .first()
+                .map_or_else(monotonic_ns, |(_, stack)| stack.time);
             Ok(Opened {
                 events,
                 waiting,
@@ -292,8 +294,8 @@ impl Sampler {
         if spec.mode.switches() {
             let ids = rings.iter().flat_map(|r| r.get_ref().switch_ids().to_vec());
             let mut waits = Waits::new(spec.mode, rings.len(), ids);
-            for (since, preempted, stack) in waiting {
-                waits.waiting_at_start(since, preempted, stack);
+            for (preempted, stack) in waiting {
+                waits.waiting_at_start(preempted, stack);
             }
             demux = demux.with_waits(waits);
             // A switch group serves one session: as much as its rings
@@ -707,11 +709,11 @@ fn drain(
 }
 
 /// The events opened for a group and, for an off-CPU or wall group of a
-/// target, the target's threads waiting just after they opened: (when,
-/// runnable, the stack the wait is in).
+/// target, the target's threads waiting just after they opened: (runnable,
+/// the stack the wait is in, timed when it was read).
 struct Opened {
     events: Vec<PerfEvent>,
-    waiting: Vec<(u64, bool, waits::Stack)>,
+    waiting: Vec<(bool, waits::Stack)>,
     /// When they opened (and the threads were read): CLOCK_MONOTONIC.
     at: u64,
 }
@@ -722,7 +724,7 @@ struct Opened {
 /// `stack_bytes` of it to unwind; else its instruction pointer alone
 /// (truncated: no frame pointer is known to walk from). A thread where
 /// `/proc` could say neither gets [`UNKNOWN_STACK_FRAME`].
-fn waiting_at_start(pid: u32, stack_bytes: usize) -> Vec<(u64, bool, waits::Stack)> {
+fn waiting_at_start(pid: u32, stack_bytes: usize) -> Vec<(bool, waits::Stack)> {
     use crate::process::blocked;
     let threads = blocked::waiting_threads(pid);
     let names = threads
@@ -763,7 +765,7 @@ fn waiting_at_start(pid: u32, stack_bytes: usize) -> Vec<(u64, bool, waits::Stac
                 user,
                 truncated,
             };
-            (now, t.preempted, stack)
+            (t.preempted, stack)
         })
         .collect()
 }

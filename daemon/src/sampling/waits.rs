@@ -164,12 +164,12 @@ impl Waits {
     }
 
     /// Thread `stack.tid` was off the CPU (runnable if `preempted`) at
-    /// `since`, the session's start, with `stack`: its wait is counted from
-    /// there, to its next switch in, or to the session's end if it never
-    /// comes. A thread with a record already is left as it is.
-    pub fn waiting_at_start(&mut self, since: u64, preempted: bool, stack: Stack) {
+    /// `stack.time`, the session's start, with `stack`: its wait is counted
+    /// from there, to its next switch in, or to the session's end if it
+    /// never comes. A thread with a record already is left as it is.
+    pub fn waiting_at_start(&mut self, preempted: bool, stack: Stack) {
         self.threads.entry(stack.tid).or_insert(Thread::Off {
-            since,
+            since: stack.time,
             preempted,
             stack: Box::new(stack),
         });

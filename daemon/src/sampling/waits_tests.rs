@@ -316,9 +316,13 @@ fn wall_samples_take_the_on_cpu_time_since_the_last() {
 #[test]
 fn threads_waiting_at_the_start_wait_from_it() {
     let mut waits = Waits::new(Mode::OffCpu, 1, [7]);
-    waits.waiting_at_start(100, false, stack(10, 0xa));
-    waits.waiting_at_start(100, true, stack(11, 0xb));
-    waits.waiting_at_start(100, false, stack(12, 0xc));
+    let at_start = |tid, frame| Stack {
+        time: 100,
+        ..stack(tid, frame)
+    };
+    waits.waiting_at_start(false, at_start(10, 0xa));
+    waits.waiting_at_start(true, at_start(11, 0xb));
+    waits.waiting_at_start(false, at_start(12, 0xc));
     // Thread 11 comes in at 400, leaves at 450 and comes back at 500;
     // thread 12 switched in at 90, before the start was read.
     waits.switch(0, 90, 12, In);

@@ -38,7 +38,9 @@
  *       stdout and waits for another byte (or the end of stdin) before it
  *       exits. So the threads run only between the two bytes: their CPU
  *       time read while they wait before and after is their CPU time over
- *       any session that spans both. Prints, per thread, `thread TID
+ *       any session that spans both. Once the second byte comes (so
+ *       that nothing it writes runs between those readings), it prints,
+ *       per thread, `thread TID
  *       start_s S nap_s N cpu_s C` (when it woke, from the first byte;
  *       its sleep_part time; its CPU time from waking to its last round's
  *       end, CLOCK_THREAD_CPUTIME_ID) and `gated_s` (from the first byte
@@ -368,13 +370,13 @@ static void gated_main(double seconds, int threads)
 	pthread_barrier_wait(&gate);
 	gated_rounds(&workers[0]);
 	pthread_barrier_wait(&gate);
+	printf("done\n");
+	fflush(stdout);
+	read_byte(0);
 	for (int i = 0; i < threads; i++)
 		fprintf(stderr, "thread %d start_s %.6f nap_s %.6f cpu_s %.6f\n",
 			(int)workers[i].tid, workers[i].start_s, workers[i].nap_s,
 			workers[i].cpu_s);
-	printf("done\n");
-	fflush(stdout);
-	read_byte(0);
 	fprintf(stderr, "gated_s %.6f\n", now_s() - go_s);
 }
 

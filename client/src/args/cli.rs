@@ -1116,6 +1116,7 @@ impl QueryArgs {
             by: self
                 .by
                 .map_or(api::GroupBy::Unspecified, api::GroupBy::from) as i32,
+            ..Default::default()
         })
     }
 

@@ -667,6 +667,7 @@ impl Profiler {
                 container_id: p.label.container_id,
                 samples: ps.samples,
                 exited: p.exited,
+                pod: None,
             });
         }
         let services = &mut services.list;
@@ -699,6 +700,7 @@ impl Profiler {
             cgroup_unreadable: notes.cgroup_unreadable,
             processes_exited: notes.processes_exited,
             binaries_replaced: notes.binaries_replaced,
+            schedule: None,
         };
         w.named = w.began.elapsed();
         w.written = Some(Written {

@@ -18,7 +18,9 @@
  * via_trampoline and the trampoline are 100 % inclusive, via_trampoline
  * the trampoline's only caller.
  *
- * Usage: [JIT_TRAMPOLINE=1] jit SECONDS [--ready]
+ * Usage: [JIT_TRAMPOLINE=1] [JIT_NO_MAP=1] jit SECONDS [--ready]
+ *
+ * With JIT_NO_MAP set, no map is written: the code has no name anywhere.
  */
 #include "workload.h"
 
@@ -94,14 +96,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	snprintf(map_path, sizeof(map_path), "/tmp/perf-%d.map", (int)getpid());
-	map = fopen(map_path, "w");
-	if (!map) {
-		perror(map_path);
-		return 1;
+	if (!getenv("JIT_NO_MAP")) {
+		map = fopen(map_path, "w");
+		if (!map) {
+			perror(map_path);
+			return 1;
+		}
+		fprintf(map, "%lx %zx %s\n", (unsigned long)mem, size,
+			use_trampoline ? "py::trampoline" : "jit_spin");
+		fclose(map);
 	}
-	fprintf(map, "%lx %zx %s\n", (unsigned long)mem, size,
-		use_trampoline ? "py::trampoline" : "jit_spin");
-	fclose(map);
 	jit_spin = (void (*)(unsigned long))mem;
 	through = (trampoline_fn)mem;
 

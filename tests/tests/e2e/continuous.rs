@@ -361,7 +361,7 @@ fn workloads_in_two_cgroups_are_two_services_with_their_own_split() {
 }
 
 /// The totals of a query that selects services are those of the
-/// services' own samples: `jit` with its perf map removed (its code
+/// services' own samples: `jit` without its perf map (its code
 /// unsymbolized) in one group, `split` (named whole) in another. The jit
 /// service's samples are mostly unsymbolized, split's hardly any, and the
 /// whole history's at least both. (Whole windows' totals gave split the
@@ -374,8 +374,14 @@ fn the_totals_of_a_service_are_its_own_samples() {
     let (a, b) = (group("named"), group("anon"));
     let cpu = Duration::from_secs(2);
     let w1 = start_nice_in(&a, &build_workload("split"), "600");
-    let w2 = start_nice_in(&b, &build_workload("jit"), "600");
-    let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", w2.pid()));
+    // No map is ever written: a map removed once the workload is ready
+    // may have been read by then.
+    let mut jit = b.command("nice");
+    jit.env("JIT_NO_MAP", "1")
+        .args(["-n", "10"])
+        .arg(build_workload("jit"))
+        .args(["600", "--ready"]);
+    let w2 = Workload::start_command(jit, "jit");
     profd_e2e::wait_until("the groups' CPU time", Duration::from_secs(600), || {
         (a.cpu_time() >= cpu && b.cpu_time() >= cpu).then_some(())
     });

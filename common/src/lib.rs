@@ -7,6 +7,7 @@ pub mod export;
 pub mod kernel;
 pub mod model;
 pub mod names;
+pub mod schedule;
 pub mod views;
 
 #[cfg(test)]

@@ -573,11 +573,14 @@ pub fn info_text(info: &InfoResponse) -> String {
     };
     // Continuous profiling samples every CPU on rings of its own, which
     // are not a session's group.
-    let continuous = info.continuous.as_ref().map(|c| {
-        format!(
+    let continuous = info.continuous.as_ref().map(|c| match c.schedule {
+        Some(s) if !s.on => {
+            "none (continuous profiling is off in this slot of its schedule)".to_string()
+        }
+        _ => format!(
             "continuous profiling's rings on every CPU @ {} Hz",
             c.frequency_hz
-        )
+        ),
     });
     let groups = if info.groups.is_empty() {
         continuous.unwrap_or_else(|| "none".to_string())
@@ -817,8 +820,16 @@ fn sink_text(s: &profd_common::api::SinkStatus) -> String {
 
 /// Continuous profiling's settings and history on one line (Info).
 fn continuous_text(c: &ListWindowsResponse) -> String {
+    let schedule = c.schedule.as_ref().map_or(String::new(), |s| {
+        format!(
+            " {} % of hosts at a time in slots of {} s ({} in this one)",
+            (s.fraction * 1e4).round() / 1e2,
+            s.period_s,
+            if s.on { "on" } else { "off" }
+        )
+    });
     format!(
-        "on, {} Hz, windows of {} s; history {} windows, {} (keeps {} and {}); dropped {} by bytes, {} by age; {} damaged",
+        "on{schedule}, {} Hz, windows of {} s; history {} windows, {} (keeps {} and {}); dropped {} by bytes, {} by age; {} damaged",
         c.frequency_hz,
         c.window_seconds,
         c.windows_kept,

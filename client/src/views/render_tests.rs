@@ -687,6 +687,26 @@ fn window_listings_show_services_then_windows() {
         ),
         "{text}"
     );
+    // A host off in this slot of its schedule has no rings open.
+    let off = InfoResponse {
+        continuous: Some(ListWindowsResponse {
+            schedule: Some(profd_common::api::WindowSchedule {
+                fraction: 0.07,
+                period_s: 600,
+                slot: 3,
+                on: false,
+            }),
+            ..l.clone()
+        }),
+        ..Default::default()
+    };
+    let text = info_text(&off);
+    for needle in [
+        "\n  continuous:           on 7 % of hosts at a time in slots of 600 s (off in this one), 19 Hz, windows of 10 s;",
+        "\n  sampler groups:       none (continuous profiling is off in this slot of its schedule)\n",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in\n{text}");
+    }
     let with_session = InfoResponse {
         groups: vec![profd_common::api::SamplerGroup {
             target_pid: 42,

@@ -43,6 +43,16 @@ pub enum SettingsError {
         age: Duration,
         window: Duration,
     },
+    #[error(
+        "{setting}: {} is not a whole number of windows (continuous.window: {}s): make it a multiple of it",
+        show_duration(*.period),
+        .window.as_secs()
+    )]
+    PeriodNotWholeWindows {
+        setting: String,
+        period: Duration,
+        window: Duration,
+    },
     #[error("continuous.select: {0}")]
     Selector(crate::continuous::service::SelectorError),
     #[error(transparent)]

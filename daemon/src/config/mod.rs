@@ -526,6 +526,20 @@ settings! {
         default: None,
         help: "The host name continuous windows carry, in queries and in every sink (config: continuous.host; default: the machine's host name, as hostname(1) prints it). Set it where that name is not the one to group by, such as a node's name for a daemon in a container",
     };
+    CONTINUOUS_SCHEDULE: f64 = Setting {
+        key: "continuous.schedule",
+        flag: flag("continuous-schedule", "SHARE"),
+        ty: FRACTION,
+        default: Some(|| 1.0),
+        help: "The share of a fleet's hosts profiling at any moment, such as 0.1 or \"10%\": time is cut into slots (--continuous-schedule-period), and in each this host profiles or not by a hash of its host name and the slot, so that about this share of the fleet does, a different set each slot, with no coordinator; in an off slot no rings are open and each window says only that the host was there (config: continuous.schedule; default 1: always on)",
+    };
+    CONTINUOUS_SCHEDULE_PERIOD: Duration = Setting {
+        key: "continuous.schedule_period",
+        flag: flag("continuous-schedule-period", "PERIOD"),
+        ty: DURATION,
+        default: Some(|| Duration::from_secs(600)),
+        help: "The length of one slot of the sampling schedule (--continuous-schedule), a multiple of continuous.window (config: continuous.schedule_period; default 10m)",
+    };
     CONTINUOUS_SELECT: Vec<String> = Setting {
         key: "continuous.select",
         flag: flag("continuous-select", "SELECTOR"),
@@ -757,6 +771,16 @@ fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Setting
             window,
         });
     }
+    let fraction = m.get_or_default(&CONTINUOUS_SCHEDULE);
+    let period = m.get_or_default(&CONTINUOUS_SCHEDULE_PERIOD);
+    if fraction < 1.0 && !period.as_secs().is_multiple_of(window.as_secs()) {
+        let s = &CONTINUOUS_SCHEDULE_PERIOD;
+        return Err(SettingsError::PeriodNotWholeWindows {
+            setting: namer.name(namer.given(s), s.key, s.flag_name()),
+            period,
+            window,
+        });
+    }
     let select = m
         .get_or_default(&CONTINUOUS_SELECT)
         .iter()
@@ -771,6 +795,7 @@ fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Setting
         window,
         retention_bytes: m.get_or_default(&CONTINUOUS_RETENTION_BYTES),
         retention_age,
+        schedule: (fraction < 1.0).then_some(crate::continuous::Schedule { fraction, period }),
         select,
     })
 }
@@ -1148,7 +1173,8 @@ mod tests {
         assert!(
             shown.ends_with(
                 "[continuous]\nenabled = false\nfrequency = 19\nwindow = 10\n\
-                 retention_bytes = \"256M\"\nretention_age = \"7d\"\nselect = []\n"
+                 retention_bytes = \"256M\"\nretention_age = \"7d\"\n\
+                 schedule = 1.0\nschedule_period = \"10m\"\nselect = []\n"
             ),
             "{shown}"
         );
@@ -1220,7 +1246,8 @@ mod tests {
         let file = parse(
             Path::new("f.toml"),
             "[continuous]\nenabled = true\nfrequency = 97\nwindow = 15\n\
-             retention_bytes = \"2G\"\nretention_age = \"12h\"\n",
+             retention_bytes = \"2G\"\nretention_age = \"12h\"\n\
+             schedule = \"10%\"\nschedule_period = \"15m\"\n",
         )
         .unwrap();
         let c = settings(Some(("f.toml".into(), file)), Layer::default())
@@ -1236,8 +1263,50 @@ mod tests {
                 window: Duration::from_secs(15),
                 retention_bytes: 2 << 30,
                 retention_age: Duration::from_secs(12 * 3600),
+                schedule: Some(crate::continuous::Schedule {
+                    fraction: 0.1,
+                    period: Duration::from_secs(900),
+                }),
                 select: Vec::new(),
             }
+        );
+    }
+
+    /// A schedule's share is above 0 and at most 1, its slots whole
+    /// windows; each refusal names the key and what to change.
+    #[test]
+    fn a_schedule_is_a_share_and_whole_windows() {
+        let read = |text: &str| {
+            let file = parse(Path::new("f.toml"), text).map_err(|e| e.to_string())?;
+            settings(Some(("f.toml".into(), file)), Layer::default())
+                .map(|s| s.config.continuous.and_then(|c| c.schedule))
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            read("[continuous]\nenabled = true\nschedule = 0.25\n"),
+            Ok(Some(crate::continuous::Schedule {
+                fraction: 0.25,
+                period: Duration::from_secs(600),
+            }))
+        );
+        assert_eq!(
+            read("[continuous]\nenabled = true\nschedule = 1\n"),
+            Ok(None)
+        );
+        for bad in ["0", "1.5", "\"120%\"", "\"some\""] {
+            let e = read(&format!("[continuous]\nenabled = true\nschedule = {bad}\n")).unwrap_err();
+            assert!(
+                e.contains("continuous.schedule") && e.contains("a share above 0 and at most 1"),
+                "{bad}: {e}"
+            );
+        }
+        let e = read(
+            "[continuous]\nenabled = true\nwindow = 7\nschedule = 0.5\nschedule_period = \"1m\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("continuous.schedule_period: 1m is not a whole number of windows (continuous.window: 7s)"),
+            "{e}"
         );
     }
 

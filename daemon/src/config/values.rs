@@ -228,6 +228,32 @@ pub const BYTES: Type<u64> = scalar(
     number,
 );
 
+/// A share of a fleet, above 0 and at most 1: a number, or a string of
+/// percent such as "10%".
+pub const FRACTION: Type<f64> = scalar(
+    |v| {
+        let f = match v {
+            Value::Float(f) => Some(*f),
+            Value::Integer(n) => Some(*n as f64),
+            Value::String(s) => s
+                .trim()
+                .strip_suffix('%')
+                .and_then(|p| p.trim().parse::<f64>().ok())
+                .map(|p| p / 100.0),
+            _ => None,
+        };
+        match f {
+            Some(f) if f.is_finite() && f > 0.0 && f <= 1.0 => Ok(f),
+            _ => Err(expected(
+                "a share above 0 and at most 1, such as 0.1 or \"10%\"",
+                v,
+            )),
+        }
+    },
+    |f| Value::Float(*f),
+    number,
+);
+
 /// Longest continuous window in seconds (an hour).
 pub const MAX_WINDOW_SECS: u64 = 3600;
 

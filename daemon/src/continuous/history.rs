@@ -168,6 +168,7 @@ fn summarize(w: &api::Window, bytes: u64) -> api::WindowSummary {
         frequency_hz: w.frequency_hz,
         configured_frequency_hz: w.configured_frequency_hz,
         memory_level: w.memory_level,
+        schedule: w.schedule,
     }
 }
 
@@ -544,6 +545,9 @@ impl Inner {
             services: Vec::new(),
             windows_left_out: 0,
             cut_until_unix_ns: self.lock().cut_until_ns,
+            schedule: s
+                .schedule
+                .map(|sc| sc.of_window(&self.host, std::time::SystemTime::now())),
         }
     }
 }

@@ -26,8 +26,51 @@ pub struct Settings {
     /// History kept: at most this many bytes, and windows at most this old.
     pub retention_bytes: u64,
     pub retention_age: Duration,
+    /// The sampling schedule; None: always on.
+    pub schedule: Option<Schedule>,
     /// Which processes are profiled; none = every process.
     pub select: Vec<service::Selector>,
+}
+
+/// The sampling schedule (`continuous.schedule`): in slots of `period`,
+/// this host profiles when its draw for the slot is below `fraction` (see
+/// [`profd_common::schedule`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    /// The share of hosts on in a slot, in (0, 1).
+    pub fraction: f64,
+    /// The length of a slot, whole windows.
+    pub period: Duration,
+}
+
+impl Schedule {
+    /// The slot `t` lies in.
+    pub fn slot(&self, t: std::time::SystemTime) -> u64 {
+        let unix_s = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        profd_common::schedule::slot_of(unix_s, self.period.as_secs())
+    }
+
+    /// Whether `host` profiles in the slot `t` lies in.
+    pub fn on(&self, host: &str, t: std::time::SystemTime) -> bool {
+        profd_common::schedule::is_on(host, self.slot(t), self.fraction)
+    }
+
+    /// What a window starting at `start` says of the schedule.
+    pub fn of_window(
+        &self,
+        host: &str,
+        start: std::time::SystemTime,
+    ) -> profd_common::api::WindowSchedule {
+        profd_common::api::WindowSchedule {
+            fraction: self.fraction,
+            period_s: self.period.as_secs(),
+            slot: self.slot(start),
+            on: self.on(host, start),
+        }
+    }
 }
 
 impl Default for Settings {
@@ -38,6 +81,7 @@ impl Default for Settings {
             window: Duration::from_secs(10),
             retention_bytes: 256 << 20,
             retention_age: Duration::from_secs(7 * 24 * 3600),
+            schedule: None,
             select: Vec::new(),
         }
     }

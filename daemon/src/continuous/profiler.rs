@@ -91,7 +91,9 @@ pub enum CannotSample {
 }
 
 /// Run continuous profiling with `settings` until `stop`, handing each
-/// window to `history`. Fails only when the rings cannot be opened.
+/// window to `history`: with a sampling schedule, only in the slots this
+/// host is on, and in the others windows without rings or samples. Fails
+/// only when the rings cannot be opened.
 pub async fn run(
     settings: Settings,
     sampler: Arc<dyn SampleSource>,
@@ -100,151 +102,280 @@ pub async fn run(
     history: History,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), CannotSample> {
-    let (tx, mut batches) = mpsc::unbounded_channel();
-    let Subscription { spec, tops, .. } = sampler
-        .subscribe(
-            want(settings.frequency_hz, sampler.cpus(), DEFAULT_STACK_BYTES),
-            Subscriber::Continuous,
-            EVERY_PROCESS,
-            Children::Ignored,
-            tx,
-        )
-        .await
-        .map_err(CannotSample::Rings)?;
-    let pressure = Pressure::new(stats.memory.clone(), settings.frequency_hz, WINDOW_STACKS);
-    tracing::info!(
-        frequency_hz = spec.frequency_hz,
-        window_s = settings.window.as_secs_f64(),
-        "continuous profiling started"
-    );
-    let collector = Collector::new(
-        spec,
-        tops,
-        sampler.clone(),
-        symbolizer.clone(),
-        stats.clone(),
-        WINDOW_STACKS,
-    );
-    let mut p = Profiler {
-        host: Host {
-            name: settings.host.clone(),
-            kernel_release: history::kernel_release(),
-        },
-        settings,
-        spec,
-        collector,
-        processes: HashMap::new(),
-        build_ids: HashMap::new(),
-        notes: Notes::default(),
-        pressure,
-        remake: None,
-        symbolizer,
-        stats,
-    };
     let mut start = SystemTime::now();
-    // The window being written, while batches are counted.
-    let mut adding: Option<tokio::task::JoinHandle<()>> = None;
-    let mut pressure = tokio::time::interval(crate::memory::TICK);
     loop {
-        let end = next_boundary(start, p.settings.window);
+        if let Some(schedule) = settings.schedule {
+            if !schedule.on(&settings.host, start)
+                && off_slots(&settings, schedule, &history, &mut start, &mut stop).await
+                    == Ended::Stopped
+            {
+                return Ok(());
+            }
+        }
+        let on = OnSlots {
+            sampler: &sampler,
+            symbolizer: &symbolizer,
+            stats: &stats,
+            history: &history,
+        };
+        if on.run(settings.clone(), &mut start, &mut stop).await? == Ended::Stopped {
+            return Ok(());
+        }
+    }
+}
+
+/// Why a run of slots ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The daemon stops.
+    Stopped,
+    /// The schedule turns the other way at the next window.
+    Slot,
+}
+
+/// Windows of the slots this host is off in, from `start` until one it is
+/// on in (or `stop`): each window carries the schedule and no samples, so
+/// that a fleet knows the host was there; no ring is open.
+async fn off_slots(
+    settings: &Settings,
+    schedule: super::Schedule,
+    history: &History,
+    start: &mut SystemTime,
+    stop: &mut watch::Receiver<bool>,
+) -> Ended {
+    tracing::info!(
+        slot = schedule.slot(*start),
+        "continuous profiling is off in this slot of its schedule"
+    );
+    let kernel_release = history::kernel_release();
+    loop {
+        let end = next_boundary(*start, settings.window);
         let wait = end
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO);
-        let last = tokio::select! {
-            Some(batch) = batches.recv() => {
-                p.take(batch);
-                continue;
-            }
+        let stopped = tokio::select! {
             _ = tokio::time::sleep(wait) => false,
-            // Stack copies are given up at once, not at the window's end:
-            // the window is cut now.
-            _ = pressure.tick(), if p.pressure.wants_frame_pointers(p.spec.stack_bytes) => false,
             _ = stop.changed() => true,
         };
-        if !last && p.pressure.wants_frame_pointers(p.spec.stack_bytes) {
-            // What waits to be counted is not (its processes' unwind data
-            // is what the pressure is about): its samples count as lost.
-            sampler.unsubscribe(p.spec, Subscriber::Continuous).await;
-            let mut lost = 0;
-            while let Ok(batch) = batches.try_recv() {
-                lost += batch.ends.len() as u64 + batch.lost;
-            }
-            p.collector.count_lost(lost);
-        } else {
-            // The last window is its session's end.
-            let how = if last { Flush::Exact } else { Flush::Held };
-            sampler.flush(p.spec, how).await;
-        }
-        while let Ok(batch) = batches.try_recv() {
-            p.take(batch);
-        }
-        // What the window ran with; the next one's, by the memory pressure.
-        let applied = (p.pressure.applied, p.spec.frequency_hz);
-        if !last {
-            p.retune(&sampler, &mut batches).await?;
-        }
-        // New rings of another kind come with a new collector: this
-        // window is written whole first.
-        let remake = p.remake.is_some();
         let now = SystemTime::now();
-        let mut writing = p.cut(start, now, applied).await;
-        start = now;
-        // While the window is built, the next one's batches are counted
-        // (else they wait in the channel, with their stack copies).
-        let overlap = !last && !remake && p.collector.counts_while_writing();
-        let slice = if overlap { WRITE_SLICE } else { usize::MAX };
-        let written = loop {
-            match p.build(&mut writing, slice) {
-                Ok(false) => {}
-                Ok(true) => break Ok(()),
-                Err(err) => break Err(err),
-            }
-            if overlap {
-                while let Ok(batch) = batches.try_recv() {
+        let head = api::Window {
+            id: super::files::random_id(),
+            start_unix_ns: unix_ns(*start),
+            end_unix_ns: unix_ns(now),
+            host: settings.host.clone(),
+            kernel_release: kernel_release.clone(),
+            configured_frequency_hz: settings.frequency_hz,
+            event: api::Event::from(EventKind::CpuClock) as i32,
+            totals: Some(api::Totals::default()),
+            schedule: Some(schedule.of_window(&settings.host, *start)),
+            ..Default::default()
+        };
+        match encode::encode(head) {
+            Ok(window) => history.add(window).await,
+            Err(err) => tracing::warn!(%err, "cannot encode a window: not kept"),
+        }
+        history.cut_until(unix_ns(now));
+        *start = now;
+        if stopped {
+            return Ended::Stopped;
+        }
+        if schedule.on(&settings.host, now) {
+            return Ended::Slot;
+        }
+    }
+}
+
+/// What the slots a host profiles in run with.
+struct OnSlots<'a> {
+    sampler: &'a Arc<dyn SampleSource>,
+    symbolizer: &'a Arc<dyn Symbolizer>,
+    stats: &'a Arc<crate::stats::Stats>,
+    history: &'a History,
+}
+
+impl OnSlots<'_> {
+    /// Profile from `start` until `stop`, or the first window of a slot
+    /// the schedule has off: the rings are opened, and closed at the end.
+    async fn run(
+        &self,
+        settings: Settings,
+        start: &mut SystemTime,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<Ended, CannotSample> {
+        let (sampler, history) = (self.sampler, self.history);
+        if let Some(schedule) = settings.schedule {
+            // Said before the rings open, as "off" is said once they are
+            // closed.
+            tracing::info!(
+                slot = schedule.slot(*start),
+                "continuous profiling is on in this slot of its schedule"
+            );
+        }
+        let (tx, mut batches) = mpsc::unbounded_channel();
+        let Subscription { spec, tops, .. } = sampler
+            .subscribe(
+                want(settings.frequency_hz, sampler.cpus(), DEFAULT_STACK_BYTES),
+                Subscriber::Continuous,
+                EVERY_PROCESS,
+                Children::Ignored,
+                tx,
+            )
+            .await
+            .map_err(CannotSample::Rings)?;
+        let pressure = Pressure::new(
+            self.stats.memory.clone(),
+            settings.frequency_hz,
+            WINDOW_STACKS,
+        );
+        tracing::info!(
+            frequency_hz = spec.frequency_hz,
+            window_s = settings.window.as_secs_f64(),
+            "continuous profiling started"
+        );
+        let collector = Collector::new(
+            spec,
+            tops,
+            sampler.clone(),
+            self.symbolizer.clone(),
+            self.stats.clone(),
+            WINDOW_STACKS,
+        );
+        let mut p = Profiler {
+            host: Host {
+                name: settings.host.clone(),
+                kernel_release: history::kernel_release(),
+            },
+            settings,
+            spec,
+            collector,
+            processes: HashMap::new(),
+            build_ids: HashMap::new(),
+            notes: Notes::default(),
+            pressure,
+            remake: None,
+            symbolizer: self.symbolizer.clone(),
+            stats: self.stats.clone(),
+        };
+        // The window being written, while batches are counted.
+        let mut adding: Option<tokio::task::JoinHandle<()>> = None;
+        let mut pressure = tokio::time::interval(crate::memory::TICK);
+        loop {
+            let end = next_boundary(*start, p.settings.window);
+            // The schedule has this host off at `t`: the window cut then is
+            // the last (a late cut ends it however late).
+            let off_at = |t: SystemTime| {
+                p.settings
+                    .schedule
+                    .is_some_and(|s| !s.on(&p.settings.host, t))
+            };
+            let wait = end
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            let mut stopping = false;
+            let last = tokio::select! {
+                Some(batch) = batches.recv() => {
                     p.take(batch);
+                    continue;
                 }
-                tokio::task::yield_now().await;
+                _ = tokio::time::sleep(wait) => off_at(end.max(SystemTime::now())),
+                // Stack copies are given up at once, not at the window's end:
+                // the window is cut now.
+                _ = pressure.tick(), if p.pressure.wants_frame_pointers(p.spec.stack_bytes) => {
+                    off_at(SystemTime::now())
+                }
+                _ = stop.changed() => {
+                    stopping = true;
+                    true
+                }
+            };
+            if !last && p.pressure.wants_frame_pointers(p.spec.stack_bytes) {
+                // What waits to be counted is not (its processes' unwind data
+                // is what the pressure is about): its samples count as lost.
+                sampler.unsubscribe(p.spec, Subscriber::Continuous).await;
+                let mut lost = 0;
+                while let Ok(batch) = batches.try_recv() {
+                    lost += batch.ends.len() as u64 + batch.lost;
+                }
+                p.collector.count_lost(lost);
+            } else {
+                // The last window is its session's end.
+                let how = if last { Flush::Exact } else { Flush::Held };
+                sampler.flush(p.spec, how).await;
             }
-        };
-        let cut = p.finish(writing, written);
-        if let Some(next) = p.remake.take() {
-            p.remake(next, &sampler, &mut batches).await?;
-        }
-        if let Some(previous) = adding.take() {
-            let _ = previous.await;
-        }
-        let window = match cut {
-            Ok(window) => window,
-            Err(err) => {
-                tracing::warn!(%err, "cannot encode a window: not kept");
-                continue;
+            while let Ok(batch) = batches.try_recv() {
+                p.take(batch);
             }
-        };
-        let end_ns = unix_ns(now);
-        if window
-            .head
-            .totals
-            .as_ref()
-            .is_some_and(|t| t.attributed > 0)
-        {
-            let history = history.clone();
-            adding = Some(tokio::spawn(async move {
-                history.add(window).await;
+            // What the window ran with; the next one's, by the memory pressure.
+            let applied = (p.pressure.applied, p.spec.frequency_hz);
+            if !last {
+                p.retune(sampler, &mut batches).await?;
+            }
+            // New rings of another kind come with a new collector: this
+            // window is written whole first.
+            let remake = p.remake.is_some();
+            let now = SystemTime::now();
+            let mut writing = p.cut(*start, now, applied).await;
+            *start = now;
+            // While the window is built, the next one's batches are counted
+            // (else they wait in the channel, with their stack copies).
+            let overlap = !last && !remake && p.collector.counts_while_writing();
+            let slice = if overlap { WRITE_SLICE } else { usize::MAX };
+            let written = loop {
+                match p.build(&mut writing, slice) {
+                    Ok(false) => {}
+                    Ok(true) => break Ok(()),
+                    Err(err) => break Err(err),
+                }
+                if overlap {
+                    while let Ok(batch) = batches.try_recv() {
+                        p.take(batch);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            };
+            let cut = p.finish(writing, written);
+            if let Some(next) = p.remake.take() {
+                p.remake(next, sampler, &mut batches).await?;
+            }
+            if let Some(previous) = adding.take() {
+                let _ = previous.await;
+            }
+            let window = match cut {
+                Ok(window) => window,
+                Err(err) => {
+                    tracing::warn!(%err, "cannot encode a window: not kept");
+                    continue;
+                }
+            };
+            let end_ns = unix_ns(now);
+            if window
+                .head
+                .totals
+                .as_ref()
+                .is_some_and(|t| t.attributed > 0)
+            {
+                let history = history.clone();
+                adding = Some(tokio::spawn(async move {
+                    history.add(window).await;
+                    history.cut_until(end_ns);
+                    // The cut's memory, freed, is given back to the system, not
+                    // kept for the next cut.
+                    crate::os::trim_heap();
+                }));
+            } else {
                 history.cut_until(end_ns);
-                // The cut's memory, freed, is given back to the system, not
-                // kept for the next cut.
-                crate::os::trim_heap();
-            }));
-        } else {
-            history.cut_until(end_ns);
-        }
-        if last {
-            if let Some(add) = adding.take() {
-                let _ = add.await;
             }
-            sampler.unsubscribe(p.spec, Subscriber::Continuous).await;
-            tracing::info!("continuous profiling stopped");
-            return Ok(());
+            if last {
+                if let Some(add) = adding.take() {
+                    let _ = add.await;
+                }
+                sampler.unsubscribe(p.spec, Subscriber::Continuous).await;
+                if stopping {
+                    tracing::info!("continuous profiling stopped");
+                    return Ok(Ended::Stopped);
+                }
+                return Ok(Ended::Slot);
+            }
         }
     }
 }
@@ -700,7 +831,10 @@ impl Profiler {
             cgroup_unreadable: notes.cgroup_unreadable,
             processes_exited: notes.processes_exited,
             binaries_replaced: notes.binaries_replaced,
-            schedule: None,
+            schedule: self
+                .settings
+                .schedule
+                .map(|s| s.of_window(&self.host.name, w.start)),
         };
         w.named = w.began.elapsed();
         w.written = Some(Written {

@@ -38,6 +38,7 @@ mod python;
 mod record;
 mod restart;
 mod ruby;
+mod schedule;
 mod scope;
 mod security;
 mod service;

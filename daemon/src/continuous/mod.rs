@@ -7,6 +7,7 @@ pub mod encode;
 pub mod files;
 pub mod history;
 pub mod merge;
+pub mod pods;
 pub mod pressure;
 pub mod profiler;
 pub mod service;
@@ -28,6 +29,9 @@ pub struct Settings {
     pub retention_age: Duration,
     /// Which processes are profiled; none = every process.
     pub select: Vec<service::Selector>,
+    /// Where the kubelet's `pods/` and `containers/` log directories are,
+    /// which name the pods processes run in.
+    pub kubelet_logs: std::path::PathBuf,
 }
 
 impl Default for Settings {
@@ -39,6 +43,7 @@ impl Default for Settings {
             retention_bytes: 256 << 20,
             retention_age: Duration::from_secs(7 * 24 * 3600),
             select: Vec::new(),
+            kubelet_logs: pods::DEFAULT_ROOT.into(),
         }
     }
 }

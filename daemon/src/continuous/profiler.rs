@@ -42,6 +42,8 @@ struct Process {
     /// It exec'd `comm` and has not been described since: it is, when its
     /// first sample comes (most new programs end before they are sampled).
     stale: bool,
+    /// Its /proc entry was gone at a cut before its exit record came.
+    gone: bool,
 }
 
 impl Process {
@@ -576,10 +578,13 @@ impl Profiler {
             .chain(window.thread_pid.values().copied())
             .filter_map(|pid| Some((pid, self.processes.get(&pid)?.clone())))
             .collect();
-        // Processes gone (exited, or their exit record lost) are let go of.
+        // Processes gone are let go of: those that exited, and those whose
+        // exit record has not come by the cut after their /proc entry went
+        // (lost; until then their last samples may still come, and keep
+        // their label).
         let collector = &mut self.collector;
         self.processes.retain(|&pid, p| {
-            let keep = !p.exited && alive(pid);
+            let keep = !p.exited && (alive(pid) || !std::mem::replace(&mut p.gone, true));
             if !keep {
                 collector.ingest().include(pid);
             }

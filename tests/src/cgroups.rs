@@ -63,12 +63,16 @@ fn unescape(field: &str) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out).into_owned())
 }
 
-/// A group `<cgroup2 mount>/<name>`. Dropping it kills the processes left
-/// in it (and in groups below it) and removes it.
+/// A group `<cgroup2 mount>/<name>` (or a path of groups, see
+/// [`Cgroup::nested`]). Dropping it kills the processes left in it (and in
+/// groups below it) and removes it, and the groups above it that it made.
 #[derive(Debug)]
 pub struct Cgroup {
+    /// Its path below the mount.
     name: String,
     dir: PathBuf,
+    /// The groups above it made for it, innermost first.
+    made: Vec<PathBuf>,
 }
 
 impl Cgroup {
@@ -91,13 +95,56 @@ impl Cgroup {
         Cgroup {
             name: name.to_string(),
             dir,
+            made: Vec::new(),
+        }
+    }
+
+    /// Makes the group at `path` below the cgroup2 mount (components
+    /// separated by `/`), and the groups above it that are missing. Those
+    /// that were there already (another test's, or the system's) are left
+    /// alone on drop; those it made are removed when empty. The innermost
+    /// group is handled as [`Cgroup::new`]'s.
+    pub fn nested(path: &str) -> Cgroup {
+        let parts: Vec<&str> = path.split('/').collect();
+        assert!(
+            parts
+                .iter()
+                .all(|p| !p.is_empty() && *p != "." && *p != ".."),
+            "a cgroup path is components separated by /: {path:?}"
+        );
+        let mount = cgroup2_mount();
+        let mut made = Vec::new();
+        let mut dir = mount.clone();
+        for part in &parts[..parts.len() - 1] {
+            dir.push(part);
+            if !dir.exists() {
+                std::fs::create_dir(&dir).unwrap_or_else(|e| {
+                    panic!("cannot make the cgroup {} (needs root): {e}", dir.display())
+                });
+                made.insert(0, dir.clone());
+            }
+        }
+        let leaf = mount.join(path);
+        if leaf.exists() {
+            remove(&leaf, true).unwrap_or_else(|e| panic!("leftover {}: {e}", leaf.display()));
+        }
+        std::fs::create_dir(&leaf).unwrap_or_else(|e| {
+            panic!(
+                "cannot make the cgroup {} (needs root): {e}",
+                leaf.display()
+            )
+        });
+        Cgroup {
+            name: path.to_string(),
+            dir: leaf,
+            made,
         }
     }
 
     /// Its name: the service label profd gives its processes (the last
     /// component of their cgroup path).
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.rsplit('/').next().unwrap_or(&self.name)
     }
 
     /// Its directory under the mount.
@@ -105,7 +152,8 @@ impl Cgroup {
         &self.dir
     }
 
-    /// Its path as /proc/PID/cgroup shows it: `/NAME`.
+    /// Its path as /proc/PID/cgroup shows it: `/NAME` (`/A/B/NAME` when
+    /// nested).
     pub fn path(&self) -> String {
         format!("/{}", self.name)
     }
@@ -169,6 +217,10 @@ impl Drop for Cgroup {
     fn drop(&mut self) {
         if let Err(e) = remove(&self.dir, true) {
             eprintln!("cgroups: {e}");
+        }
+        // Groups made above it: removed unless something else is in them.
+        for dir in &self.made {
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }
@@ -265,6 +317,32 @@ mod tests {
         let again = Cgroup::new(&name);
         assert!(child.wait().unwrap().code().is_none());
         assert!(again.pids().is_empty());
+    }
+
+    /// Needs root: fails otherwise.
+    #[test]
+    fn a_nested_group_removes_the_groups_it_made_above_it() {
+        let top = format!("profd-e2e-cgroups-nested-{}", std::process::id());
+        let kept = Cgroup::new(&top);
+        let group = Cgroup::nested(&format!("{top}/a/b/leaf"));
+        assert_eq!(group.name(), "leaf");
+        assert_eq!(group.path(), format!("/{top}/a/b/leaf"));
+        let mut child = group.command("sleep").arg("600").spawn().unwrap();
+        group.wait_for(child.id());
+        let cgroup = std::fs::read_to_string(format!("/proc/{}/cgroup", child.id())).unwrap();
+        assert!(
+            cgroup.ends_with(&format!("0::{}\n", group.path())),
+            "{cgroup}"
+        );
+        // Another group beside it keeps `a` (made by the first) in place.
+        let beside = Cgroup::nested(&format!("{top}/a/other"));
+        drop(group);
+        assert!(child.wait().unwrap().code().is_none());
+        assert!(!kept.dir().join("a/b").exists());
+        assert!(kept.dir().join("a/other").exists());
+        drop(beside);
+        assert!(kept.dir().exists(), "it was there before");
+        drop(kept);
     }
 
     /// Needs root: fails otherwise.

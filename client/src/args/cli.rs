@@ -282,6 +282,7 @@ Examples:
   profctl query --since 2h --by service --format svg -o services.svg
   profctl query --from 2026-12-02T09:00:00Z --to 2026-12-02T10:00:00Z --pid 4242
   profctl query --since 1d --service db --callers malloc
+  profctl query --since 1h --namespace shop --by pod
   profctl query --since 6h --format pprof -o history.pb.gz
   profctl query --list --since 1h           the windows and services kept
 
@@ -924,6 +925,14 @@ pub struct QueryArgs {
     /// Only this process id; repeat for several [default: every process].
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
+    /// Only processes of pods in this Kubernetes namespace; repeat for
+    /// several [default: every process].
+    #[arg(long = "namespace", value_name = "NAME")]
+    pub namespaces: Vec<String>,
+    /// Only processes of this Kubernetes pod, by name or as NAMESPACE/NAME;
+    /// repeat for several [default: every process].
+    #[arg(long = "pod", value_name = "NAME")]
+    pub pods: Vec<String>,
     /// The windows of the last DURATION (30s, 15m, 2h, 1d) [default: the
     /// whole history kept].
     #[arg(long, value_name = "DURATION", value_parser = parse_since, conflicts_with = "from")]
@@ -936,11 +945,11 @@ pub struct QueryArgs {
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub to: Option<SystemTime>,
     /// Split the profile: each stack gets an outermost frame naming its
-    /// service, process or host.
+    /// service, process, host or Kubernetes pod.
     #[arg(long, value_enum, value_name = "GROUP")]
     pub by: Option<GroupByArg>,
     /// List the windows and services kept over the range instead.
-    #[arg(long, conflicts_with_all = ["format", "by", "services", "pids"])]
+    #[arg(long, conflicts_with_all = ["format", "by", "services", "pids", "namespaces", "pods"])]
     pub list: bool,
     /// Write the profile in this encoding (as `profctl export`) instead of
     /// printing a view.
@@ -1075,6 +1084,8 @@ pub enum GroupByArg {
     Process,
     /// By host name.
     Host,
+    /// By Kubernetes pod (namespace/name).
+    Pod,
 }
 
 impl From<GroupByArg> for api::GroupBy {
@@ -1083,6 +1094,7 @@ impl From<GroupByArg> for api::GroupBy {
             GroupByArg::Service => api::GroupBy::Service,
             GroupByArg::Process => api::GroupBy::Process,
             GroupByArg::Host => api::GroupBy::Host,
+            GroupByArg::Pod => api::GroupBy::Pod,
         }
     }
 }
@@ -1116,7 +1128,8 @@ impl QueryArgs {
             by: self
                 .by
                 .map_or(api::GroupBy::Unspecified, api::GroupBy::from) as i32,
-            ..Default::default()
+            namespaces: self.namespaces.clone(),
+            pods: self.pods.clone(),
         })
     }
 

@@ -507,11 +507,19 @@ fn query_selects_services_processes_and_a_range() {
         "15m",
         "--by",
         "process",
+        "--namespace",
+        "shop",
+        "--pod",
+        "web-1",
+        "--pod",
+        "shop/db-0",
     ])
     .unwrap();
     let query = q.query(now).unwrap();
     assert_eq!(query.services, ["nginx.service", "db"]);
     assert_eq!(query.pids, [42]);
+    assert_eq!(query.namespaces, ["shop"]);
+    assert_eq!(query.pods, ["web-1", "shop/db-0"]);
     assert_eq!(query.from_unix_ms, (1_000_000 - 900) * 1000);
     assert_eq!(query.to_unix_ms, 0, "up to now");
     assert_eq!(query.by, api::GroupBy::Process as i32);

@@ -547,6 +547,13 @@ settings! {
         default: Some(Vec::new),
         help: "Profile only processes this selects: unit:NAME, cgroup:/PATH (and below), container:ID (a prefix), comm:GLOB or exe:GLOB; any one selector suffices (repeatable; config: continuous.select = [...], replaced by the flags when given; default: every process)",
     };
+    CONTINUOUS_KUBELET_LOGS: PathBuf = Setting {
+        key: "continuous.kubelet_logs",
+        flag: flag("continuous-kubelet-logs", "DIR"),
+        ty: ABSOLUTE_PATH,
+        default: Some(|| crate::continuous::pods::DEFAULT_ROOT.into()),
+        help: "The directory holding the kubelet's pods/ and containers/ log directories, which name the Kubernetes pod and container of a process whose cgroup is a pod's (config: continuous.kubelet_logs; default /var/log; for a daemon in a container, where the node's /var/log is mounted)",
+    };
 }
 
 // ---------------------------------------------------------------------------
@@ -797,6 +804,7 @@ fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Setting
         retention_age,
         schedule: (fraction < 1.0).then_some(crate::continuous::Schedule { fraction, period }),
         select,
+        kubelet_logs: m.get_or_default(&CONTINUOUS_KUBELET_LOGS),
     })
 }
 
@@ -1174,7 +1182,8 @@ mod tests {
             shown.ends_with(
                 "[continuous]\nenabled = false\nfrequency = 19\nwindow = 10\n\
                  retention_bytes = \"256M\"\nretention_age = \"7d\"\n\
-                 schedule = 1.0\nschedule_period = \"10m\"\nselect = []\n"
+                 schedule = 1.0\nschedule_period = \"10m\"\nselect = []\n\
+                 kubelet_logs = \"/var/log\"\n"
             ),
             "{shown}"
         );
@@ -1268,6 +1277,7 @@ mod tests {
                     period: Duration::from_secs(900),
                 }),
                 select: Vec::new(),
+                kubelet_logs: "/var/log".into(),
             }
         );
     }
@@ -1328,18 +1338,23 @@ mod tests {
             "cgroup:/system.slice/foo",
             "--continuous-host",
             "node-7",
+            "--continuous-kubelet-logs",
+            "/host/var/log",
         ])
         .unwrap();
         let file = parse(
             Path::new("f.toml"),
             "[continuous]\nenabled = true\nfrequency = 49\nwindow = 30\n\
              retention_bytes = 67108864\nretention_age = 129600\nhost = \"node-7\"\n\
-             select = [\"comm:postgres*\", \"cgroup:/system.slice/foo\"]\n",
+             select = [\"comm:postgres*\", \"cgroup:/system.slice/foo\"]\n\
+             kubelet_logs = \"/host/var/log\"\n",
         )
         .unwrap();
         assert_eq!(layer, file);
         let s = settings(None, layer.clone()).unwrap();
-        assert_eq!(s.config.continuous.unwrap().host, "node-7");
+        let c = s.config.continuous.unwrap();
+        assert_eq!(c.host, "node-7");
+        assert_eq!(c.kubelet_logs, Path::new("/host/var/log"));
         // Other continuous flags do not turn it on.
         let layer = flags(&["--continuous-window", "30"]).unwrap();
         assert_eq!(layer.get(&CONTINUOUS), None);
@@ -1418,6 +1433,16 @@ mod tests {
                 "select = [3]",
                 "select",
                 "expected a selector, one of unit:NAME",
+            ),
+            (
+                "kubelet_logs = \"var/log\"",
+                "kubelet_logs",
+                "expected an absolute path (starting with /), got \"var/log\"",
+            ),
+            (
+                "kubelet_logs = \"\"",
+                "kubelet_logs",
+                "expected an absolute path",
             ),
             (
                 "frequncy = 19",

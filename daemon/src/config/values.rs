@@ -421,6 +421,19 @@ pub const PATH: Type<PathBuf> = Type {
     )
 };
 
+/// An absolute path.
+pub const ABSOLUTE_PATH: Type<PathBuf> = Type {
+    hint: ValueHint::DirPath,
+    ..scalar(
+        |v| match v {
+            Value::String(s) if s.starts_with('/') => Ok(PathBuf::from(s)),
+            _ => Err(expected("an absolute path (starting with /)", v)),
+        },
+        |p| Value::String(p.display().to_string()),
+        string,
+    )
+};
+
 /// A name (a non-empty string), such as a group's.
 pub const NAME: Type<String> = scalar(
     |v| match v {

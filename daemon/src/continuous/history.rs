@@ -717,7 +717,7 @@ impl History {
         let (from, to) = range(q.from_unix_ms, q.to_unix_ms, "query.")?;
         if api::GroupBy::try_from(q.by).is_err() {
             return Err(Error::InvalidArgument(format!(
-                "query.by {} is not a grouping: use 0 (none), 1 (service), 2 (process) or 3 (host)",
+                "query.by {} is not a grouping: use 0 (none), 1 (service), 2 (process), 3 (host) or 4 (pod)",
                 q.by
             )));
         }

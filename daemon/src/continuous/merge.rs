@@ -83,6 +83,10 @@ pub struct Merge<'q> {
     event: i32,
     /// Services and processes in the range (of the services selected).
     services_seen: BTreeSet<String>,
+    /// Namespaces and pods (`NAMESPACE/NAME`) in the range, of every
+    /// service.
+    namespaces_seen: BTreeSet<String>,
+    pods_seen: BTreeSet<String>,
     /// The ids of the windows merged: each counts once.
     window_ids: HashSet<String>,
     pids_seen: BTreeSet<u32>,
@@ -116,6 +120,8 @@ impl<'q> Merge<'q> {
             covered_ns: 0,
             event: 0,
             services_seen: BTreeSet::new(),
+            namespaces_seen: BTreeSet::new(),
+            pods_seen: BTreeSet::new(),
             window_ids: HashSet::new(),
             pids_seen: BTreeSet::new(),
             host: None,
@@ -250,16 +256,7 @@ impl<'q> Merge<'q> {
             let there = if self.services_seen.is_empty() {
                 "there are no windows in that range".to_string()
             } else {
-                let mut names: Vec<String> = self
-                    .services_seen
-                    .iter()
-                    .take(MAX_NAMED)
-                    .map(|s| profd_common::quoted(s))
-                    .collect();
-                if self.services_seen.len() > MAX_NAMED {
-                    names.push(format!("and {} more", self.services_seen.len() - MAX_NAMED));
-                }
-                format!("the services there are {}", names.join(", "))
+                format!("the services there are {}", listed(&self.services_seen))
             };
             let missing: Vec<String> = missing.iter().map(|s| profd_common::quoted(s)).collect();
             return Err(Error::NotFound(format!(
@@ -267,6 +264,33 @@ impl<'q> Merge<'q> {
                 missing.join(", "),
                 span()
             )));
+        }
+        for (asked, seen, what, flag) in [
+            (
+                &self.q.namespaces,
+                &self.namespaces_seen,
+                "namespace",
+                "namespaces",
+            ),
+            (&self.q.pods, &self.pods_seen, "pod", "pods"),
+        ] {
+            let missing: Vec<String> = asked
+                .iter()
+                .filter(|a| !seen.contains(*a) && !seen.iter().any(|s| pod_name(s) == *a))
+                .map(|s| profd_common::quoted(s))
+                .collect();
+            if !missing.is_empty() {
+                let there = if seen.is_empty() {
+                    "no process there ran in a Kubernetes pod the node named".to_string()
+                } else {
+                    format!("the {flag} there are {}", listed(seen))
+                };
+                return Err(Error::NotFound(format!(
+                    "no {what} {} in the history {}: {there}",
+                    missing.join(", "),
+                    span()
+                )));
+            }
         }
         let missing: Vec<String> = self
             .q
@@ -289,7 +313,7 @@ impl<'q> Merge<'q> {
         }
         self.p.duration_s = self.covered_ns as f64 / 1e9;
         self.totals.attributed = self.p.attributed;
-        if !self.q.services.is_empty() {
+        if !self.q.services.is_empty() || self.by_pod() {
             // The samples' totals are the services'; the rest the rings'.
             let t = self.totals;
             self.totals = api::Totals {
@@ -327,6 +351,45 @@ impl<'q> Merge<'q> {
             profile: self.p,
             counts,
         })
+    }
+}
+
+/// Names quoted and listed, [`MAX_NAMED`] at most.
+fn listed(names: &BTreeSet<String>) -> String {
+    let mut list: Vec<String> = names
+        .iter()
+        .take(MAX_NAMED)
+        .map(|s| profd_common::quoted(s))
+        .collect();
+    if names.len() > MAX_NAMED {
+        list.push(format!("and {} more", names.len() - MAX_NAMED));
+    }
+    list.join(", ")
+}
+
+/// The name of a pod written `NAMESPACE/NAME`.
+fn pod_name(pod: &str) -> &str {
+    pod.split_once('/').map_or(pod, |(_, name)| name)
+}
+
+impl Merge<'_> {
+    /// The query selects processes by their pod.
+    fn by_pod(&self) -> bool {
+        !self.q.namespaces.is_empty() || !self.q.pods.is_empty()
+    }
+
+    /// Process `p` is in a pod the query selects (any process, when it
+    /// selects none). A pod is asked for by its name or as `NAMESPACE/NAME`.
+    fn pod_selected(&self, p: Option<&api::WindowProcess>) -> bool {
+        if !self.by_pod() {
+            return true;
+        }
+        let Some(pod) = p.and_then(|p| p.pod.as_ref()) else {
+            return false;
+        };
+        let full = format!("{}/{}", pod.namespace, pod.name);
+        (self.q.namespaces.is_empty() || self.q.namespaces.contains(&pod.namespace))
+            && (self.q.pods.is_empty() || self.q.pods.iter().any(|a| *a == pod.name || *a == full))
     }
 }
 
@@ -372,7 +435,16 @@ impl Visit for Merge<'_> {
 
     fn service(&mut self, sw: api::ServiceWindow) {
         self.services_seen.insert(sw.service.clone());
-        if !self.q.services.is_empty() && !self.q.services.contains(&sw.service) {
+        for pod in sw.processes.iter().filter_map(|p| p.pod.as_ref()) {
+            if !pod.name.is_empty() {
+                self.namespaces_seen.insert(pod.namespace.clone());
+                self.pods_seen
+                    .insert(format!("{}/{}", pod.namespace, pod.name));
+            }
+        }
+        let unasked = !self.q.services.is_empty() && !self.q.services.contains(&sw.service);
+        let no_pod = self.by_pod() && !sw.processes.iter().any(|p| self.pod_selected(Some(p)));
+        if unasked || no_pod {
             self.cur = Current {
                 skip: true,
                 ..Default::default()
@@ -406,6 +478,9 @@ impl Visit for Merge<'_> {
         if !self.q.pids.is_empty() && !self.q.pids.contains(&pid) {
             return;
         }
+        if !self.pod_selected(self.cur.processes.get(&pid)) {
+            return;
+        }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
         for (i, &f) in s.function.iter().enumerate() {
@@ -423,6 +498,20 @@ impl Visit for Merge<'_> {
                 None => {
                     let comm = self.cur.processes.get(&pid).map_or("", |p| p.comm.as_str());
                     let g = self.group(format!("[process {pid} {comm}]"));
+                    self.cur.groups.insert(pid, g);
+                    g
+                }
+            }),
+            api::GroupBy::Pod => Some(match self.cur.groups.get(&pid) {
+                Some(g) => *g,
+                None => {
+                    let pod = self.cur.processes.get(&pid).and_then(|p| p.pod.as_ref());
+                    let name = match pod {
+                        Some(p) if !p.name.is_empty() => format!("{}/{}", p.namespace, p.name),
+                        Some(p) => format!("uid {}", p.uid),
+                        None => "none".to_string(),
+                    };
+                    let g = self.group(format!("[pod {name}]"));
                     self.cur.groups.insert(pid, g);
                     g
                 }

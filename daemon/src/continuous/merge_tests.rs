@@ -336,3 +336,118 @@ fn the_totals_of_selected_services_are_theirs() {
         (2193, 8, 5)
     );
 }
+
+/// `window`'s with process 1 in pod shop/web (container app) and process 2
+/// in no pod, and service `db` beside it: process 3 in pod shop/db.
+fn in_pods(id: &str) -> api::Window {
+    let pod = |name: &str, uid: &str| api::KubernetesPod {
+        namespace: "shop".into(),
+        name: name.into(),
+        uid: uid.into(),
+        container: "app".into(),
+    };
+    let mut w = window(id, "web", 0, 200, 0);
+    w.services[0].processes[0].pod = Some(pod("web", "u1"));
+    let mut db = window(id, "db", 500, 100, 0).services.remove(0);
+    db.processes = vec![api::WindowProcess {
+        pid: 3,
+        comm: "three".into(),
+        pod: Some(pod("db", "u2")),
+        ..Default::default()
+    }];
+    for t in &mut db.threads {
+        t.pid = 3;
+    }
+    db.totals = Some(api::Totals {
+        truncated: 7,
+        ..Default::default()
+    });
+    w.services.push(db);
+    w
+}
+
+/// The samples of each process in a merged profile.
+fn per_pid(m: &Merged) -> HashMap<u32, u64> {
+    m.session
+        .processes
+        .iter()
+        .map(|p| (p.pid, p.samples))
+        .collect()
+}
+
+#[test]
+fn namespaces_and_pods_select_their_processes_only() {
+    let windows = [in_pods("a"), in_pods("b")];
+    let all = per_pid(&whole(&api::Query::default(), Want::Stacks, &windows));
+    assert_eq!(all.len(), 3);
+    let q = |namespaces: &[&str], pods: &[&str]| api::Query {
+        namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+        pods: pods.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let pick = |query: api::Query| per_pid(&whole(&query, Want::Stacks, &windows));
+    let only = |pids: &[u32]| -> HashMap<u32, u64> { pids.iter().map(|p| (*p, all[p])).collect() };
+    assert_eq!(pick(q(&["shop"], &[])), only(&[1, 3]));
+    assert_eq!(pick(q(&[], &["web"])), only(&[1]));
+    assert_eq!(pick(q(&[], &["shop/db"])), only(&[3]));
+    assert_eq!(pick(q(&["shop"], &["web", "db"])), only(&[1, 3]));
+    // The totals are the services' whose processes are selected.
+    let m = whole(&q(&[], &["db"]), Want::Stacks, &windows);
+    let t = m.session.totals.unwrap();
+    assert_eq!((t.attributed, t.truncated), (all[&3], 14));
+    let m = whole(&q(&[], &["web"]), Want::Stacks, &windows);
+    assert_eq!(m.session.totals.unwrap().truncated, 0);
+    // Asked for but not there: NOT_FOUND, naming what is.
+    let nope = q(&["nope"], &[]);
+    let mut m = Merge::new(&nope, Want::Stacks);
+    for w in &windows {
+        m.add(w.clone());
+    }
+    let Err(Error::NotFound(e)) = m.finish(0, u64::MAX) else {
+        panic!("found")
+    };
+    assert!(
+        e.starts_with("no namespace \"nope\" in the history from "),
+        "{e}"
+    );
+    assert!(e.ends_with(": the namespaces there are \"shop\""), "{e}");
+    let api = q(&[], &["api"]);
+    let mut m = Merge::new(&api, Want::Stacks);
+    m.add(in_pods("a"));
+    let Err(Error::NotFound(e)) = m.finish(0, u64::MAX) else {
+        panic!("found")
+    };
+    assert!(
+        e.ends_with(": the pods there are \"shop/db\", \"shop/web\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_profile_splits_by_pod() {
+    let q = api::Query {
+        by: api::GroupBy::Pod as i32,
+        ..Default::default()
+    };
+    let m = whole(&q, Want::Stacks, &[in_pods("a")]);
+    let mut groups: HashMap<String, u64> = HashMap::new();
+    for s in &m.profile.stacks {
+        let outer = s.frames.last().unwrap().function as usize;
+        *groups
+            .entry(m.profile.functions[outer].name.clone())
+            .or_default() += s.count;
+    }
+    let all = per_pid(&whole(
+        &api::Query::default(),
+        Want::Stacks,
+        &[in_pods("a")],
+    ));
+    assert_eq!(
+        groups,
+        HashMap::from([
+            ("[pod shop/web]".to_string(), all[&1]),
+            ("[pod none]".to_string(), all[&2]),
+            ("[pod shop/db]".to_string(), all[&3]),
+        ])
+    );
+}

@@ -7,6 +7,7 @@ pub mod encode;
 pub mod files;
 pub mod history;
 pub mod merge;
+pub mod pods;
 pub mod pressure;
 pub mod profiler;
 pub mod service;
@@ -30,6 +31,9 @@ pub struct Settings {
     pub schedule: Option<Schedule>,
     /// Which processes are profiled; none = every process.
     pub select: Vec<service::Selector>,
+    /// Where the kubelet's `pods/` and `containers/` log directories are,
+    /// which name the pods processes run in.
+    pub kubelet_logs: std::path::PathBuf,
 }
 
 /// The sampling schedule (`continuous.schedule`): in slots of `period`,
@@ -83,6 +87,7 @@ impl Default for Settings {
             retention_age: Duration::from_secs(7 * 24 * 3600),
             schedule: None,
             select: Vec::new(),
+            kubelet_logs: pods::DEFAULT_ROOT.into(),
         }
     }
 }

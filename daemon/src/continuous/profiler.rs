@@ -5,6 +5,7 @@
 use super::decode::WINDOW_STACKS;
 use super::encode::{self, Encoded};
 use super::history::{self, History};
+use super::pods::Pods;
 use super::pressure::Pressure;
 use super::service::{self, Label};
 use super::Settings;
@@ -41,6 +42,15 @@ struct Process {
     /// It exec'd `comm` and has not been described since: it is, when its
     /// first sample comes (most new programs end before they are sampled).
     stale: bool,
+    /// Its /proc entry was gone at a cut before its exit record came.
+    gone: bool,
+}
+
+impl Process {
+    /// Its pod's UID and its container's id ("" outside pods).
+    fn in_pod(&self) -> (&str, &str) {
+        (&self.label.pod_uid, &self.label.container_id)
+    }
 }
 
 /// The host's facts every window carries.
@@ -66,6 +76,8 @@ struct Profiler {
     processes: HashMap<u32, Process>,
     /// Build ids of executables by (device, inode, size, mtime).
     build_ids: HashMap<(u64, u64, u64, i64), String>,
+    /// The Kubernetes pods of processes, named at each cut.
+    pods: Pods,
     notes: Notes,
     /// What memory pressure has the windows give up.
     pressure: Pressure,
@@ -245,6 +257,7 @@ impl OnSlots<'_> {
                 name: settings.host.clone(),
                 kernel_release: history::kernel_release(),
             },
+            pods: Pods::new(settings.kubelet_logs.clone()),
             settings,
             spec,
             collector,
@@ -368,6 +381,12 @@ impl OnSlots<'_> {
             if last {
                 if let Some(add) = adding.take() {
                     let _ = add.await;
+                }
+                if !stopping {
+                    // Said before the rings close.
+                    tracing::info!(
+                        "continuous profiling closes its rings: its schedule is off next"
+                    );
                 }
                 sampler.unsubscribe(p.spec, Subscriber::Continuous).await;
                 if stopping {
@@ -692,19 +711,33 @@ impl Profiler {
             .collect();
         let window = self.collector.restart();
         let pids = window.processes.iter().map(|p| p.pid);
-        let labels = pids
+        let labels: HashMap<u32, Process> = pids
             .chain(window.thread_pid.values().copied())
             .filter_map(|pid| Some((pid, self.processes.get(&pid)?.clone())))
             .collect();
-        // Processes gone (exited, or their exit record lost) are let go of.
+        // Processes gone are let go of: those that exited, and those whose
+        // exit record has not come by the cut after their /proc entry went
+        // (lost; until then their last samples may still come, and keep
+        // their label).
         let collector = &mut self.collector;
         self.processes.retain(|&pid, p| {
-            let keep = !p.exited && alive(pid);
+            let keep = !p.exited && (alive(pid) || !std::mem::replace(&mut p.gone, true));
             if !keep {
                 collector.ingest().include(pid);
             }
             keep
         });
+        // The pods of the window's processes are named (what the node's
+        // disk does not say yet is looked for again at the next cut), and
+        // those no process is in any more let go of.
+        self.pods.learn(labels.values().map(Process::in_pod));
+        let (uids, ids) = labels
+            .values()
+            .chain(self.processes.values())
+            .map(Process::in_pod)
+            .filter(|(uid, _)| !uid.is_empty())
+            .unzip();
+        self.pods.retain(&uids, &ids);
         self.pressure.count_window(applied.0, applied.1);
         Writing {
             start,
@@ -784,6 +817,7 @@ impl Profiler {
                 own.add_to(services.list[s].totals());
             }
             let mut p = services.labels.get(&ps.pid).cloned().unwrap_or_default();
+            let pod = self.pods.pod(&p.label.pod_uid, &p.label.container_id);
             if p.exe.is_empty() {
                 // Gone before /proc could say: the program it mapped.
                 p.exe = w.executables.get(&ps.pid).cloned().unwrap_or_default();
@@ -798,7 +832,7 @@ impl Profiler {
                 container_id: p.label.container_id,
                 samples: ps.samples,
                 exited: p.exited,
-                pod: None,
+                pod,
             });
         }
         let services = &mut services.list;

@@ -22,6 +22,9 @@ pub struct Label {
     pub container_id: String,
     /// The innermost systemd unit of `cgroup`; "" for none.
     pub unit: String,
+    /// The UID of the Kubernetes pod a kubepods path names (in any
+    /// hierarchy, as the container id); "" for none.
+    pub pod_uid: String,
 }
 
 /// Digits of a container id its label keeps (as `docker ps` shows them).
@@ -89,6 +92,49 @@ fn container_in(path: &str) -> Option<&str> {
     })
 }
 
+/// Hex digits of a pod UID: a UUID's (`0b6e3a4c-1d2f-…`), or the 32 bare
+/// ones of a static pod's hash.
+const POD_UID_DIGITS: usize = 32;
+
+/// A pod UID as the kubelet writes it: 32 hex digits, perhaps between `-`.
+fn is_pod_uid(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+        && s.bytes().filter(u8::is_ascii_hexdigit).count() == POD_UID_DIGITS
+        && !s.starts_with('-')
+}
+
+/// The pod UID of a kubepods path, in the kubelet's two forms:
+/// - the cgroupfs driver: a `pod<UID>` component below a `kubepods` one
+///   (`/kubepods/burstable/pod<UID>/<id>`, `/kubepods/pod<UID>/<id>` for
+///   guaranteed pods);
+/// - the systemd driver: a slice `kubepods[-QOS]-pod<UID>.slice` with the
+///   UID's `-` written `_`
+///   (`/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<UID>.slice/cri-containerd-<id>.scope`).
+///
+/// Either may lie below other groups (a kubelet given a cgroup root, a
+/// node in a container).
+pub fn pod_uid_in(path: &str) -> Option<String> {
+    let mut below_kubepods = false;
+    for c in path.split('/').filter(|c| !c.is_empty()) {
+        if let Some((qos, uid)) = c
+            .strip_suffix(".slice")
+            .and_then(|slice| slice.rsplit_once("-pod"))
+        {
+            let uid = uid.replace('_', "-");
+            if qos.contains("kubepods") && is_pod_uid(&uid) {
+                return Some(uid);
+            }
+        }
+        if let Some(uid) = c.strip_prefix("pod").filter(|_| below_kubepods) {
+            if is_pod_uid(uid) {
+                return Some(uid.to_string());
+            }
+        }
+        below_kubepods |= c.contains("kubepods");
+    }
+    None
+}
+
 /// The innermost unit of a path.
 fn unit_in(path: &str) -> Option<&str> {
     innermost_first(path).find_map(|c| match component(c) {
@@ -139,16 +185,16 @@ pub fn label_of(cgroup_file: &str, comm: &str) -> Label {
         .or(v2)
         .or(systemd)
         .unwrap_or("");
+    // The path's own first, else any hierarchy's.
+    let all: Vec<&str> = v2.into_iter().chain(systemd).chain(others).collect();
     let container_id = container_in(path)
-        .or_else(|| {
-            v2.into_iter()
-                .chain(systemd)
-                .chain(others)
-                .find_map(container_in)
-        })
+        .or_else(|| all.iter().find_map(|p| container_in(p)))
         .unwrap_or("")
         .to_string();
     let unit = unit_in(path).unwrap_or("").to_string();
+    let pod_uid = pod_uid_in(path)
+        .or_else(|| all.iter().find_map(|p| pod_uid_in(p)))
+        .unwrap_or_default();
     let (service, source) = match innermost(path) {
         Some(Component::Unit(u)) => (u.to_string(), api::ServiceSource::Unit),
         _ if !container_id.is_empty() => (
@@ -167,6 +213,7 @@ pub fn label_of(cgroup_file: &str, comm: &str) -> Label {
         cgroup: path.to_string(),
         container_id,
         unit,
+        pod_uid,
     }
 }
 
@@ -515,6 +562,64 @@ mod tests {
         );
         assert_eq!((l.service.as_str(), l.source), ("3f2a9c0d1e2b", Container));
         assert_eq!(l.unit, "user@1000.service");
+    }
+
+    const UID: &str = "0b6e3a4c-1d2f-4e5a-9b8c-7d6e5f4a3b2c";
+
+    /// Every form the kubelet gives a pod's cgroup: its UID and container
+    /// id, whichever driver, QoS class and runtime.
+    #[test]
+    fn kubepods_paths_give_the_pod_uid_and_container_id() {
+        let sys = UID.replace('-', "_");
+        for path in [
+            // cgroupfs driver: burstable, best-effort, guaranteed.
+            format!("/kubepods/burstable/pod{UID}/{ID}"),
+            format!("/kubepods/besteffort/pod{UID}/{ID}"),
+            format!("/kubepods/pod{UID}/{ID}"),
+            // systemd driver, each runtime's scope.
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{sys}.slice/cri-containerd-{ID}.scope"),
+            format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{sys}.slice/crio-{ID}.scope"),
+            format!("/kubepods.slice/kubepods-pod{sys}.slice/docker-{ID}.scope"),
+            // Below other groups: a kubelet in a container (kind).
+            format!("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod{sys}.slice/cri-containerd-{ID}.scope"),
+            format!("/docker/{ID}/kubepods/besteffort/pod{UID}/{ID}"),
+        ] {
+            let l = label_of(&format!("0::{path}\n"), "app");
+            assert_eq!(
+                (l.pod_uid.as_str(), l.container_id.as_str(), l.source),
+                (UID, ID, Container),
+                "{path}"
+            );
+            // The same in systemd's v1 hierarchy (cgroup2 unused), and in a
+            // controller's only (cgroupfs on v1 puts it in each).
+            let l = label_of(&format!("3:name=systemd:{path}\n0::/\n"), "app");
+            assert_eq!((l.pod_uid.as_str(), l.container_id.as_str()), (UID, ID));
+            let l = label_of(&format!("4:memory:{path}\n0::/\n"), "app");
+            assert_eq!((l.pod_uid.as_str(), l.container_id.as_str()), (UID, ID));
+        }
+        // A static pod's UID is its manifest's hash: 32 bare digits.
+        let hash = "33d556edd3ae8ef21980288cef77ae8b";
+        let l = label_of(&format!("0::/kubepods/burstable/pod{hash}/{ID}\n"), "x");
+        assert_eq!(l.pod_uid, hash);
+        // The pod's own group (its pause process sits in a container).
+        assert_eq!(
+            label_of(&format!("0::/kubepods/pod{UID}\n"), "x").pod_uid,
+            UID
+        );
+        // Not pods: a `pod` group outside kubepods, a UID too short or with
+        // `_` in the cgroupfs form, a slice of some other kind.
+        for path in [
+            format!("/batch/pod{UID}/{ID}"),
+            format!("/kubepods/burstable/pod{}/{ID}", &UID[1..]),
+            format!("/kubepods/burstable/pod{sys}/{ID}"),
+            format!("/system.slice/system-pod{sys}.slice"),
+            "/kubepods/burstable/podx".to_string(),
+            "/kubepods.slice/kubepods-pod.slice".to_string(),
+        ] {
+            let l = label_of(&format!("0::{path}\n"), "x");
+            assert_eq!(l.pod_uid, "", "{path}");
+        }
+        assert_eq!(label_of("0::/system.slice/ssh.service\n", "x").pod_uid, "");
     }
 
     #[test]

@@ -350,6 +350,12 @@ fn history_title(q: &api::Query, duration_s: f64) -> String {
         let pids: Vec<String> = q.pids.iter().map(u32::to_string).collect();
         what.push(format!("pids {}", pids.join(", ")));
     }
+    if !q.namespaces.is_empty() {
+        what.push(format!("namespaces {}", q.namespaces.join(", ")));
+    }
+    if !q.pods.is_empty() {
+        what.push(format!("pods {}", q.pods.join(", ")));
+    }
     if what.is_empty() {
         what.push("every service".to_string());
     }

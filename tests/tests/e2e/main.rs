@@ -28,6 +28,7 @@ mod jit;
 mod jvm_ask;
 mod kept;
 mod kernel_frames;
+mod kubernetes;
 mod memory_limit;
 mod names;
 mod offcpu;

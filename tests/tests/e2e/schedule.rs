@@ -22,15 +22,20 @@ fn perf_fds(pid: u32) -> usize {
 }
 
 /// Where the log says the schedule is: how often it said "on" and "off",
-/// and whether it is off ("off" said last) or on (its rings opened since
-/// it said "on"), or None between the two.
+/// and whether it is off ("off" said last, once the rings closed) or on
+/// (its rings opened since it said "on", and not yet said to close), or
+/// None between the two.
 fn turns(log: &str) -> (usize, usize, Option<bool>) {
     let on = "continuous profiling is on in this slot of its schedule";
     let off = "continuous profiling is off in this slot of its schedule";
     let at = |s: &str| log.rfind(s).map_or(-1, |i| i as i64);
-    let state = match (at(on), at(off), at("continuous profiling started")) {
-        (on, off, _) if off > on => Some(false),
-        (on, off, started) if on > off && started > on => Some(true),
+    let (started, closing) = (
+        at("continuous profiling started"),
+        at("continuous profiling closes its rings: its schedule is off next"),
+    );
+    let state = match (at(on), at(off)) {
+        (on, off) if off > on => Some(false),
+        (on, off) if on > off && started > on && closing < on => Some(true),
         _ => None,
     };
     (log.matches(on).count(), log.matches(off).count(), state)

@@ -725,6 +725,13 @@ fn profile(
                     text("process.executable.name", name);
                     text("process.executable.path", &p.executable);
                     text("container.id", &p.container_id);
+                    // The Kubernetes semantic conventions' names.
+                    if let Some(pod) = &p.pod {
+                        text("k8s.namespace.name", &pod.namespace);
+                        text("k8s.pod.name", &pod.name);
+                        text("k8s.pod.uid", &pod.uid);
+                        text("k8s.container.name", &pod.container);
+                    }
                 }
                 a.sort_unstable();
                 a.dedup();
@@ -1160,6 +1167,35 @@ mod tests {
         assert!(d.mapping_table[db_mapping as usize]
             .attribute_indices
             .is_empty());
+    }
+
+    /// A process in a Kubernetes pod: its samples carry the semantic
+    /// conventions' k8s attributes.
+    #[test]
+    fn a_process_in_a_pod_carries_the_k8s_attributes() {
+        let mut w = window();
+        w.services[1].processes[0].pod = Some(api::KubernetesPod {
+            namespace: "shop".into(),
+            name: "db-0".into(),
+            uid: "0b6e3a4c-1d2f-4e5a-9b8c-7d6e5f4a3b2c".into(),
+            container: "postgres".into(),
+        });
+        let r = request(&w);
+        let d = r.dictionary.as_ref().unwrap();
+        let db = &r.resource_profiles[1].scope_profiles[0].profiles[0];
+        let a = attributes(d, &db.samples[0]);
+        for want in [
+            "k8s.namespace.name=shop",
+            "k8s.pod.name=db-0",
+            "k8s.pod.uid=0b6e3a4c-1d2f-4e5a-9b8c-7d6e5f4a3b2c",
+            "k8s.container.name=postgres",
+        ] {
+            assert!(a.contains(&want.to_string()), "{want}: {a:?}");
+        }
+        let web = &r.resource_profiles[0].scope_profiles[0].profiles[0];
+        assert!(!attributes(d, &web.samples[0])
+            .iter()
+            .any(|a| a.starts_with("k8s.")));
     }
 
     #[test]

@@ -20,11 +20,15 @@ const NANOS: u64 = 1_000_000_000;
 pub const SPY_NAME: &str = "profd";
 
 /// Sample labels of each pprof sample. `pid` and `tid` are numeric, which
-/// Pyroscope keeps in the samples; string labels (`comm`)
+/// Pyroscope keeps in the samples; string labels (`comm`, and for a
+/// process in a Kubernetes pod `namespace`, `pod` and `container`)
 /// Pyroscope also adds to the sample's series labels.
 pub const PID_LABEL: &str = "pid";
 pub const TID_LABEL: &str = "tid";
 pub const COMM_LABEL: &str = "comm";
+pub const NAMESPACE_LABEL: &str = "namespace";
+pub const POD_LABEL: &str = "pod";
+pub const CONTAINER_LABEL: &str = "container";
 
 /// Most extra series labels: Pyroscope takes at most 30 label names a
 /// series, and adds `__name__`, `__delta__`, `pyroscope_spy`,
@@ -262,7 +266,17 @@ fn check_tenant(t: &str) -> Result<(), SetupError> {
 
 /// Series label names profd sets itself, or Pyroscope does.
 fn reserved(name: &str) -> bool {
-    name.starts_with("__") || matches!(name, "service_name" | "host" | "pyroscope_spy")
+    name.starts_with("__")
+        || matches!(
+            name,
+            "service_name"
+                | "host"
+                | "pyroscope_spy"
+                | COMM_LABEL
+                | NAMESPACE_LABEL
+                | POD_LABEL
+                | CONTAINER_LABEL
+        )
 }
 
 /// The extra series labels: names of `[A-Za-z0-9_.]`, not reserved, each
@@ -457,6 +471,8 @@ struct Sample {
     tid: u32,
     pid: Option<u32>,
     comm: String,
+    /// Its process's Kubernetes pod, when it runs in one.
+    pod: Option<api::KubernetesPod>,
 }
 
 /// One service's window as pprof parts are cut from it.
@@ -565,14 +581,14 @@ impl<'a> Profile<'a> {
             }
             let thread = threads.get(&s.tid);
             let pid = thread.map(|t| t.pid);
+            let process = pid.and_then(|pid| processes.get(&pid));
             p.samples.push(Sample {
                 locations: ids,
                 count: s.count,
                 tid: s.tid,
                 pid,
-                comm: pid
-                    .and_then(|pid| processes.get(&pid))
-                    .map_or(String::new(), |pr| pr.comm.clone()),
+                comm: process.map_or(String::new(), |pr| pr.comm.clone()),
+                pod: process.and_then(|pr| pr.pod.clone()),
             });
         }
         for m in &mut p.mappings {
@@ -638,7 +654,8 @@ impl<'a> Profile<'a> {
                 .min(i64::MAX as u64) as i64,
             ..cpu_profile(&mut st, self.window.frequency_hz)
         };
-        let keys = [st.id(PID_LABEL), st.id(TID_LABEL), st.id(COMM_LABEL)];
+        let keys = [st.id(PID_LABEL), st.id(TID_LABEL)];
+        st.id(COMM_LABEL);
         // New ids (from 1) of the locations, functions and mappings used.
         let mut location_id = vec![0u64; self.locations.len()];
         let mut function_id = vec![0u64; self.service.functions.len()];
@@ -700,7 +717,7 @@ impl<'a> Profile<'a> {
                 }
                 ids.push(location_id[l]);
             }
-            let mut label = Vec::with_capacity(3);
+            let mut label = Vec::with_capacity(6);
             if let Some(pid) = sample.pid {
                 label.push(pb::Label {
                     key: keys[0],
@@ -713,10 +730,17 @@ impl<'a> Profile<'a> {
                 num: i64::from(sample.tid),
                 ..Default::default()
             });
-            if !sample.comm.is_empty() {
+            let pod = sample.pod.as_ref();
+            let texts = [
+                (COMM_LABEL, sample.comm.as_str()),
+                (NAMESPACE_LABEL, pod.map_or("", |p| p.namespace.as_str())),
+                (POD_LABEL, pod.map_or("", |p| p.name.as_str())),
+                (CONTAINER_LABEL, pod.map_or("", |p| p.container.as_str())),
+            ];
+            for (key, text) in texts.into_iter().filter(|(_, t)| !t.is_empty()) {
                 label.push(pb::Label {
-                    key: keys[2],
-                    str: st.id(&sample.comm),
+                    key: st.id(key),
+                    str: st.id(text),
                     ..Default::default()
                 });
             }
@@ -966,6 +990,32 @@ mod tests {
         assert_eq!(attime(999_999_999_500_000_000, Round::Down), "999999999");
         assert_eq!(attime(999_999_999_500_000_000, Round::Up), "1000000000");
         assert_eq!(attime(5 * NANOS, Round::Up), "5");
+    }
+
+    #[test]
+    fn a_process_in_a_pod_has_its_samples_labelled_with_the_pod() {
+        let mut s = service("3f2a9c0d1e2b", 10, vec![stack(10, vec![0, 1, 2], 3)]);
+        s.processes[0].pod = Some(api::KubernetesPod {
+            namespace: "shop".into(),
+            name: "web-7f9".into(),
+            uid: "0b6e3a4c-1d2f-4e5a-9b8c-7d6e5f4a3b2c".into(),
+            container: "app".into(),
+        });
+        let (ingests, _) = requests(&window(vec![s]), &[], &Limits::default());
+        let p = decode(&ingests[0].body);
+        let labels = &samples(&p)[0].2;
+        let want: Vec<(String, String)> = [
+            ("pid", "10"),
+            ("tid", "10"),
+            ("comm", "app"),
+            ("namespace", "shop"),
+            ("pod", "web-7f9"),
+            ("container", "app"),
+        ]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        assert_eq!(labels, &want);
     }
 
     #[test]

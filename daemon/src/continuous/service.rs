@@ -72,9 +72,12 @@ fn component(name: &str) -> Component<'_> {
     }
 }
 
-/// The components of a cgroup path, innermost first.
+/// The components of a cgroup path, innermost first. A reader in a cgroup
+/// namespace of its own (profd in a container) sees the groups outside its
+/// namespace's root through `..` components (`/../../system.slice/x.service`);
+/// those name no group and are skipped.
 fn innermost_first(path: &str) -> impl Iterator<Item = &str> {
-    path.rsplit('/').filter(|c| !c.is_empty())
+    path.rsplit('/').filter(|c| !c.is_empty() && *c != "..")
 }
 
 /// The innermost unit or container of a path, whichever is deeper.
@@ -411,6 +414,25 @@ mod tests {
         let l = label_of("", "");
         assert_eq!(l.service, UNKNOWN_SERVICE);
         assert_eq!(label("0::/\n"), ("worker".into(), Comm));
+    }
+
+    /// Read from a cgroup namespace of its own (profd in a container): the
+    /// groups outside it seen through `..`, labelled by their own names;
+    /// the node's root group, all `..`, by the command name.
+    #[test]
+    fn paths_above_the_cgroup_namespace_label_by_their_own_names() {
+        assert_eq!(
+            label("0::/../../system.slice/nginx.service\n"),
+            ("nginx.service".into(), Unit)
+        );
+        assert_eq!(
+            label("0::/../../batch/nightly\n"),
+            ("nightly".into(), Cgroup)
+        );
+        assert_eq!(
+            label("4:memory:/../..\n1:name=systemd:/../..\n0::/../..\n"),
+            ("worker".into(), Comm)
+        );
     }
 
     #[test]

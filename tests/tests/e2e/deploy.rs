@@ -52,9 +52,8 @@ pub fn deploy(file: &str) -> PathBuf {
     repo().join("deploy").join(file)
 }
 
-/// Runs a tool to completion; fails the test naming the Debian package when
-/// it is not installed.
-pub fn tool(program: &str, package: &str, args: &[&str], env: &[(String, String)]) -> CmdOutput {
+/// Fails the test naming the Debian package when `program` is not installed.
+pub fn require_tool(program: &str, package: &str) {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .output()
@@ -65,6 +64,12 @@ pub fn tool(program: &str, package: &str, args: &[&str], env: &[(String, String)
         found,
         "{program} is missing: install the Debian package {package} (apt-get install {package})"
     );
+}
+
+/// Runs a tool to completion; fails the test naming the Debian package when
+/// it is not installed.
+pub fn tool(program: &str, package: &str, args: &[&str], env: &[(String, String)]) -> CmdOutput {
+    require_tool(program, package);
     Cmd::spawn_env(program, args, env).wait(TOOL_TIMEOUT)
 }
 

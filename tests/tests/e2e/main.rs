@@ -22,6 +22,7 @@ mod faults;
 mod fleet;
 mod go;
 mod history;
+mod image;
 mod interpreted;
 mod interpreters;
 mod jit;

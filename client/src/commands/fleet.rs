@@ -7,7 +7,7 @@ use super::export::write_profile;
 use super::report::{name_off_host, view_text_of};
 use crate::args::cli::{ExportFormatArg, FleetArgs, QueryAction, ReportView};
 use crate::error::Error;
-use crate::requests::fleet::{Answer, Fleet, Selection};
+use crate::requests::fleet::{explain, Answer, Fleet, Selection};
 use crate::requests::progress::waiting;
 use crate::views::output::Output;
 use crate::views::render;
@@ -27,13 +27,20 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
     let selection = Selection {
         services: args.services.clone(),
         hosts: args.hosts.clone(),
+        namespaces: args.namespaces.clone(),
+        pods: args.pods.clone(),
         from_ms,
         to_ms,
         by: args.by,
         per_thread: matches!(action, QueryAction::View(ReportView::Threads))
             || matches!(action, QueryAction::Export(ExportFormatArg::Speedscope)),
+        table: args.table,
     };
-    let mut answer = waiting("querying ClickHouse", fleet.profile(&selection, now_ms)).await?;
+    let plan = Fleet::plan(&selection, now_ms);
+    if args.explain {
+        eprint!("{}", explain(&plan));
+    }
+    let mut answer = waiting("querying ClickHouse", fleet.profile(&selection, &plan)).await?;
     if !args.symbols.sources.is_empty() {
         let naming = name_off_host(&mut answer.profile, &args.symbols.sources);
         waiting("naming stripped code", naming).await?;
@@ -64,6 +71,12 @@ fn what(s: &Selection) -> String {
     }
     if !s.hosts.is_empty() {
         parts.push(format!("hosts {}", s.hosts.join(", ")));
+    }
+    if !s.namespaces.is_empty() {
+        parts.push(format!("namespaces {}", s.namespaces.join(", ")));
+    }
+    if !s.pods.is_empty() {
+        parts.push(format!("pods {}", s.pods.join(", ")));
     }
     let to = if s.to_ms == 0 {
         "now".to_string()

@@ -1014,6 +1014,11 @@ pub struct FleetArgs {
     /// Print on stderr which table answered which part of the range.
     #[arg(long)]
     pub explain: bool,
+    /// Multiply the counts by the hosts with windows in the range over
+    /// those that profiled in it (the sampling schedule's coverage), so
+    /// the profile stands for the whole fleet.
+    #[arg(long)]
+    pub scale_to_fleet: bool,
     /// Write the profile in this encoding instead of printing a view.
     #[arg(long, value_enum)]
     pub format: Option<ExportFormatArg>,

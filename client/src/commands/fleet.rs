@@ -45,6 +45,10 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
         let naming = name_off_host(&mut answer.profile, &args.symbols.sources);
         waiting("naming stripped code", naming).await?;
     }
+    let scaled = match args.scale_to_fleet {
+        true => answer.coverage.scale(&mut answer.profile),
+        false => None,
+    };
     if answer.profile.stacks.is_empty() {
         return Err(Error::Fleet(format!(
             "no samples in {} for {}: see profctl fleet --help for the selection",
@@ -54,7 +58,7 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
     }
     match action {
         QueryAction::View(view) => {
-            let mut text = header(&answer);
+            let mut text = header(&answer, scaled);
             text.push_str(&view_text_of(&answer.profile, &view, out.names())?);
             out.print(&text)
         }
@@ -90,8 +94,10 @@ fn what(s: &Selection) -> String {
     parts.join(", ")
 }
 
-/// The lines above a fleet view: hosts, services, the span, the samples.
-fn header(a: &Answer) -> String {
+/// The lines above a fleet view: hosts, services, the span, the samples,
+/// the hosts that profiled of those there, and the factor counts were
+/// scaled by (--scale-to-fleet).
+fn header(a: &Answer, scaled: Option<f64>) -> String {
     let names = |set: &std::collections::BTreeSet<String>| {
         let shown: Vec<&str> = set.iter().take(8).map(String::as_str).collect();
         let more = set.len().saturating_sub(8);
@@ -101,8 +107,13 @@ fn header(a: &Answer) -> String {
             shown.join(", ")
         }
     };
+    let scaled = match scaled {
+        Some(f) => format!(" (counts scaled to the fleet: ×{f:.3})"),
+        None => String::new(),
+    };
     format!(
-        "profd fleet — {} host{} ({}) — {} service{} ({}) — windows from {} to {}\nsamples: {} attributed\n",
+        "profd fleet — {} host{} ({}) — {} service{} ({}) — windows from {} to {}\n\
+         samples: {} attributed{scaled}\n{} of {} hosts profiled over the range\n",
         a.hosts.len(),
         if a.hosts.len() == 1 { "" } else { "s" },
         names(&a.hosts),
@@ -112,6 +123,8 @@ fn header(a: &Answer) -> String {
         render::unix_ms_text(a.first_ns / 1_000_000),
         render::unix_ms_text(a.last_ns / 1_000_000),
         a.profile.attributed,
+        a.coverage.profiled,
+        a.coverage.hosts,
     )
 }
 

@@ -123,6 +123,71 @@ pub struct Answer {
     pub first_ns: u64,
     /// See `first_ns`.
     pub last_ns: u64,
+    /// The hosts with windows in the range (of those selected), and those
+    /// of them that profiled in it (a window of an off slot of the
+    /// sampling schedule says its host was there, not profiling).
+    pub coverage: Coverage,
+}
+
+/// How many hosts a range saw, and how many of them profiled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Hosts with windows in the range.
+    pub hosts: u64,
+    /// Hosts with windows of an on slot in the range.
+    pub profiled: u64,
+}
+
+impl Coverage {
+    /// Multiply every stack's count by hosts / profiled (rounded), so the
+    /// profile stands for the whole fleet; None when nothing profiled.
+    pub fn scale(&self, p: &mut ResolvedProfile) -> Option<f64> {
+        if self.profiled == 0 {
+            return None;
+        }
+        let factor = self.hosts as f64 / self.profiled as f64;
+        for s in &mut p.stacks {
+            s.count = (s.count as f64 * factor).round() as u64;
+        }
+        p.attributed = p.stacks.iter().map(|s| s.count).sum();
+        Some(factor)
+    }
+}
+
+/// The query of [`Coverage`]: the hosts of the windows `sel` and `plan`
+/// select, and those of them on (TabSeparated: hosts, profiled).
+pub fn coverage_sql(sel: &Selection, plan: &Plan) -> String {
+    let mut filter = format!(
+        "end_ns > {} AND start_ns < {} AND start >= {} AND start < {}",
+        plan.from_ms.saturating_mul(1_000_000),
+        plan.to_ms.saturating_mul(1_000_000),
+        time((plan.from_ms / 1000).saturating_sub(MAX_WINDOW_S)),
+        time(plan.to_ms / 1000 + 1),
+    );
+    if !sel.hosts.is_empty() {
+        let list: Vec<String> = sel.hosts.iter().map(|v| quote(v)).collect();
+        filter.push_str(&format!(" AND host IN ({})", list.join(", ")));
+    }
+    format!(
+        "SELECT uniqExact(host), uniqExactIf(host, schedule_on = 1) FROM windows \
+         WHERE {filter} FORMAT TabSeparated"
+    )
+}
+
+/// [`coverage_sql`]'s answer.
+fn read_coverage(text: &str) -> Result<Coverage, RowError> {
+    let mut n = text.split_whitespace().map(|v| {
+        v.parse::<u64>()
+            .map_err(|_| RowError::NotANumber(v.to_string()))
+    });
+    let mut next = || {
+        n.next()
+            .unwrap_or(Err(RowError::NotANumber(text.to_string())))
+    };
+    Ok(Coverage {
+        hosts: next()?,
+        profiled: next()?,
+    })
 }
 
 /// A ClickHouse server holding profd's tables.
@@ -532,7 +597,9 @@ impl Fleet {
         for chunk in hashes.chunks(HASHES_A_QUERY) {
             read_frames(&self.query(frames_sql(chunk)).await?, &mut frames)?;
         }
-        Ok(merge(&rows, &frames, sel.by)?)
+        let mut answer = merge(&rows, &frames, sel.by)?;
+        answer.coverage = read_coverage(&self.query(coverage_sql(sel, plan)).await?)?;
+        Ok(answer)
     }
 
     /// `sql`'s answer (read only).

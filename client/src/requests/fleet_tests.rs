@@ -195,3 +195,34 @@ fn recursion_counts_once_a_sample_across_hosts() {
     let main = f.iter().find(|f| f.name == "main").unwrap();
     assert_eq!((main.inclusive, main.exclusive), (10, 0));
 }
+
+#[test]
+fn coverage_counts_the_hosts_there_and_those_profiling() {
+    let sel = Selection {
+        hosts: vec!["web-1".into()],
+        ..Selection::default()
+    };
+    let q = coverage_sql(&sel, &plan(H * 1000, (H + 60) * 1000, true));
+    assert!(
+        q.contains("uniqExactIf(host, schedule_on = 1) FROM windows"),
+        "{q}"
+    );
+    assert!(
+        q.contains(&format!("end_ns > {}", H * 1_000_000_000)),
+        "{q}"
+    );
+    assert!(q.contains("AND host IN ('web-1')"), "{q}");
+    let c = read_coverage("1000\t412\n").unwrap();
+    assert_eq!((c.hosts, c.profiled), (1000, 412));
+    assert!(read_coverage("1000\n").is_err());
+    // Scaled to the fleet: each stack times 1000 / 412, rounded.
+    let mut a = merge(
+        r#"{"hosts":["a"],"s":"db","x":8,"count":412,"first_ns":1,"last_ns":2}"#,
+        &dictionary(),
+        None,
+    )
+    .unwrap();
+    assert_eq!(c.scale(&mut a.profile), Some(1000.0 / 412.0));
+    assert_eq!(a.profile.attributed, 1000);
+    assert_eq!(Coverage::default().scale(&mut a.profile), None);
+}

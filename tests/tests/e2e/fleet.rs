@@ -993,3 +993,172 @@ fn a_migration_from_the_earlier_layout_loses_nothing() {
         "windows of the earlier layout were profiled all the time"
     );
 }
+
+/// A stack row: window id, host, start (Unix s), service, namespace, pod,
+/// stack hash, count.
+type StackRow<'a> = (&'a str, &'a str, u64, &'a str, &'a str, &'a str, u64, u64);
+
+/// Rows of the sink's shape in a real 18.16 server (one `windows` row
+/// each: `(id, host, start_s, on)`), with stacks `(id, host, start_s,
+/// service, namespace, pod, hash, count)` and their frames.
+fn insert_rows(s: &Server, windows: &[(&str, &str, u64, bool)], stacks: &[StackRow]) {
+    let mut body = String::new();
+    for (id, host, start, on) in windows {
+        body.push_str(
+            &serde_json::json!({
+                "window_id": id, "host": host, "start": start,
+                "start_ns": start * 1_000_000_000, "end_ns": (start + 10) * 1_000_000_000,
+                "frequency_hz": 19, "schedule_on": u8::from(*on), "schedule_fraction": 0.5,
+                "schedule_period_s": 600, "schedule_slot": start / 600,
+            })
+            .to_string(),
+        );
+        body.push('\n');
+    }
+    s.query(
+        "INSERT INTO profd.windows FORMAT JSONEachRow",
+        body.as_bytes(),
+    );
+    let (mut rows, mut frames) = (String::new(), String::new());
+    for (k, (id, host, start, service, namespace, pod, hash, count)) in stacks.iter().enumerate() {
+        rows.push_str(
+            &serde_json::json!({
+                "window_id": id, "host": host, "service": service, "start": start,
+                "start_ns": start * 1_000_000_000, "end_ns": (start + 10) * 1_000_000_000,
+                "pid": 10, "tid": 10, "namespace": namespace, "pod": pod,
+                "pod_uid": if pod.is_empty() { "" } else { "u-1" },
+                "container": if pod.is_empty() { "" } else { "app" },
+                "stack": k, "stack_hash": hash, "count": count,
+            })
+            .to_string(),
+        );
+        rows.push('\n');
+        let leaf = if *hash == 1 { "web_leaf" } else { "db_leaf" };
+        frames.push_str(
+            &serde_json::json!({
+                "stack_hash": hash, "seen": start, "functions": [leaf, "main"],
+                "modules": ["app", "app"], "files": ["", ""], "lines": [0, 0],
+                "inlined": [0, 0], "addresses": [0, 0], "build_ids": ["", ""],
+            })
+            .to_string(),
+        );
+        frames.push('\n');
+    }
+    s.query(
+        "INSERT INTO profd.frames FORMAT JSONEachRow",
+        frames.as_bytes(),
+    );
+    s.query(
+        "INSERT INTO profd.stacks FORMAT JSONEachRow",
+        rows.as_bytes(),
+    );
+}
+
+/// `--namespace` and `--pod` select a pod's stacks (from the raw rows);
+/// the header counts the hosts that profiled of those with windows (a
+/// window of an off slot says its host was there), and
+/// `--scale-to-fleet` scales the counts by them; `profctl retention`
+/// drops the partitions past each table's keep, and only those.
+#[test]
+fn pods_select_coverage_scales_and_old_partitions_go() {
+    let _serial = serial();
+    let ports = Server::ports(1);
+    let server = Server::start("pods", ports[0], &ports);
+    let schema = run_profd(&["schema", "clickhouse"]);
+    schema.assert_success();
+    for statement in schema.stdout.split(';').filter(|s| !s.trim().is_empty()) {
+        server.query(statement, b"");
+    }
+    let t = now_s() / 3600 * 3600 - 7200;
+    let old = t - 40 * 24 * 3600;
+    insert_rows(
+        &server,
+        &[
+            ("a", "host-a", t, true),
+            ("b", "host-b", t, true),
+            ("c", "host-c", t, false),
+            ("o", "host-a", old, true),
+        ],
+        &[
+            ("a", "host-a", t, "web.service", "shop", "web-0", 1, 6),
+            ("a", "host-a", t, "db.service", "", "", 2, 5),
+            ("b", "host-b", t, "web.service", "shop", "web-1", 1, 4),
+            ("o", "host-a", old, "web.service", "shop", "web-0", 1, 9),
+        ],
+    );
+    let url = server.url();
+    let range = (t, t + 3600);
+    let shop = fleet(&url, range, &["--namespace", "shop"]);
+    assert_eq!(shop.totals.attributed, 10);
+    assert_eq!(shop.function("web_leaf").inclusive, 10);
+    let pod = fleet(&url, range, &["--pod", "web-0", "--explain"]);
+    assert_eq!(pod.totals.attributed, 6);
+    let none = fleet_text(&url, range, &["--namespace", "nobody"]);
+    assert!(
+        !none.status.success() && none.stderr.contains("namespaces nobody"),
+        "{none:?}"
+    );
+    let table = fleet_text(&url, range, &[]);
+    table.assert_success();
+    assert!(
+        table
+            .stdout
+            .contains("\nsamples: 15 attributed\n2 of 3 hosts profiled over the range\n"),
+        "{}",
+        table.stdout
+    );
+    // 10 and 5 samples, times 3 hosts / 2 that profiled.
+    let scaled = fleet(&url, range, &["--scale-to-fleet"]);
+    assert_eq!(scaled.function("web_leaf").inclusive, 15);
+    assert_eq!(scaled.function("db_leaf").inclusive, 8);
+    // Retention: the raw rows and minutes 40 days old go, the hours and
+    // the frames (kept a year) stay.
+    let parts = |table: &str| {
+        server.number(&format!(
+            "SELECT uniqExact(partition) FROM system.parts WHERE database = 'profd' \
+             AND table = '{table}' AND active"
+        ))
+    };
+    let before: Vec<u64> = [
+        "stacks",
+        "windows",
+        "stacks_minutes",
+        "stacks_hours",
+        "frames",
+    ]
+    .iter()
+    .map(|t| parts(t))
+    .collect();
+    assert!(before[..3].iter().all(|&n| n == 2), "{before:?}");
+    let printed = run_profctl(&["retention", "--clickhouse", &url], &[]);
+    printed.assert_success();
+    let day = server.query(
+        &format!("SELECT toDate(toDateTime({old})) FORMAT TabSeparated"),
+        b"",
+    );
+    for table in ["stacks", "windows", "stacks_minutes"] {
+        assert!(
+            printed.stdout.contains(&format!(
+                "ALTER TABLE profd.{table} DROP PARTITION '{}';",
+                day.trim()
+            )),
+            "{}",
+            printed.stdout
+        );
+    }
+    assert_eq!(printed.stdout.lines().count(), 3, "{}", printed.stdout);
+    assert_eq!(parts("stacks"), 2, "printing drops nothing");
+    run_profctl(&["retention", "--clickhouse", &url, "--run"], &[]).assert_success();
+    let after: Vec<u64> = [
+        "stacks",
+        "windows",
+        "stacks_minutes",
+        "stacks_hours",
+        "frames",
+    ]
+    .iter()
+    .map(|t| parts(t))
+    .collect();
+    assert_eq!(after, [1, 1, 1, before[3], before[4]]);
+    assert_eq!(fleet(&url, range, &[]).totals.attributed, 15);
+}

@@ -868,7 +868,8 @@ fn earlier_schema(db: &str) -> Vec<String> {
 /// Tables of the earlier layout on two shards, filled the earlier way
 /// (each stack row with its frames) with a daemon's windows moved 1, 2
 /// and 3 hours on, as three hosts, the first copy inserted twice (a retried
-/// window); then the statements of `profd schema clickhouse --migrate`.
+/// window), which a sink refuses to write into, naming the migration;
+/// then the statements of `profd schema clickhouse --migrate`.
 /// Nothing is lost: each hour answers as the daemon's own query, the three
 /// hours together (whole hours from `stacks_hours`, minutes and raw
 /// edges) answer as the raw stacks do and add up to three times the
@@ -925,6 +926,22 @@ fn a_migration_from_the_earlier_layout_loses_nothing() {
         );
     }
     let earlier_rows = servers[0].number("SELECT count() FROM early.stacks");
+    // A sink will not write into the earlier layout: it names the way on.
+    for create in ["true", "false"] {
+        let out = check(&sink_config(
+            &servers[0].url(),
+            &format!("database = \"early\"\ncreate_schema = {create}\n"),
+        ));
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains("early.stacks has the earlier layout")
+                && out
+                    .stderr
+                    .contains("profd schema clickhouse --migrate --database early"),
+            "{}",
+            out.stderr
+        );
+    }
     let migrate = run_profd(&[
         "schema",
         "clickhouse",

@@ -638,10 +638,12 @@ impl Sink {
         }
     }
 
-    /// Create the schema once (when `create_schema`): its statements all
-    /// say IF NOT EXISTS.
+    /// Check once that `stacks` is not of the earlier layout (frames in
+    /// every row), whose windows wait until it is moved; and create the
+    /// schema once (when `create_schema`): its statements all say IF NOT
+    /// EXISTS.
     async fn ensure_schema(&self) -> Result<(), Failure> {
-        if !self.create_schema || self.schema_ready.load(Ordering::Relaxed) {
+        if self.schema_ready.load(Ordering::Relaxed) {
             return Ok(());
         }
         let layout = Layout {
@@ -657,9 +659,13 @@ impl Sink {
             return Err(Failure::Retry(format!(
                 "{}.stacks has the earlier layout (the frames in every row): move it to the \
                  stack dictionary with the statements of `profd schema clickhouse --migrate \
-                 --database {}`",
+                 --database {}` (docs/fleet.md, \"Migration\")",
                 self.database, self.database
             )));
+        }
+        if !self.create_schema {
+            self.schema_ready.store(true, Ordering::Relaxed);
+            return Ok(());
         }
         for statement in schema(&layout) {
             // A refused statement is the server's setup to mend: the

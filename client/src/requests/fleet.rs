@@ -79,12 +79,10 @@ impl Selection {
     }
 }
 
-/// A table that answers a part of a range.
+/// A rollup that answers a part of a range (the raw `stacks` answer for
+/// the rest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
-    /// `stacks`: every window the range selects whose start is not in the
-    /// rollups' span.
-    Raw,
     /// `stacks_minutes`, for the windows that start in `[from_s, to_s)`.
     Minutes,
     /// `stacks_hours`, for the windows that start in `[from_s, to_s)`.
@@ -274,7 +272,6 @@ pub fn explain(plan: &Plan) -> String {
                 let table = match source {
                     Source::Minutes => "stacks_minutes",
                     Source::Hours => "stacks_hours",
-                    Source::Raw => "stacks",
                 };
                 out.push_str(&format!(
                     "{table}: windows that begin in {} .. {}\n",
@@ -330,7 +327,7 @@ pub fn sql(sel: &Selection, plan: &Plan) -> String {
     for (source, from, to) in &plan.rollups {
         let (table, column, seconds) = match source {
             Source::Minutes => ("stacks_minutes", "minute", 60),
-            _ => ("stacks_hours", "hour", 3600),
+            Source::Hours => ("stacks_hours", "hour", 3600),
         };
         parts.push(format!(
             "SELECT service AS s, host AS h, stack_hash AS x, toUInt32(0) AS t, '' AS n, \

@@ -1,7 +1,9 @@
 //! The ClickHouse form of continuous windows: the schema (`profd schema
-//! clickhouse`), one that ClickHouse 18.16 and current releases both take,
-//! a window's rows as `JSONEachRow`, and the sink that inserts them over
-//! the HTTP interface.
+//! clickhouse`: the stack dictionary, raw rows and their rollups), one that
+//! ClickHouse 18.16 and current releases both take, the statements that
+//! move tables of the earlier layout to it, a window's rows as
+//! `JSONEachRow`, and the sink that inserts them over the HTTP interface,
+//! each window's stacks once.
 use super::SetupError;
 use super::{judge, stack_hash, unanswered, Failure, Secret, Sent};
 use crate::config::sink_files::{Layout, NotPlain};

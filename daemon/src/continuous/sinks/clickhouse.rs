@@ -703,6 +703,15 @@ impl Sink {
     /// sent only when the server has none of them. They are one insert,
     /// one block on one shard, so the server has all of them or none.
     pub async fn send(&self, w: &api::Window) -> Result<Sent, Failure> {
+        let sent = self.send_rows(w).await;
+        // Sent, or dropped: it will not be sent again.
+        if !matches!(sent, Err(Failure::Retry(_))) {
+            self.attempted().remove(&w.id);
+        }
+        sent
+    }
+
+    async fn send_rows(&self, w: &api::Window) -> Result<Sent, Failure> {
         self.ensure_schema().await?;
         let r = rows(w);
         let retried = w.end_unix_ns <= self.started_ns || !self.attempted().insert(w.id.clone());
@@ -743,7 +752,6 @@ impl Sink {
         bytes += self
             .insert("INSERT INTO windows FORMAT JSONEachRow", &r.windows)
             .await?;
-        self.attempted().remove(&w.id);
         Ok(Sent {
             bytes,
             requests,

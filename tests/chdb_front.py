@@ -21,6 +21,7 @@ What it takes, as clickhouse-server does:
 - A failed statement answers `Code: N. DB::Exception: ...` with the HTTP
   status the server gives that code (the current server's
   exceptionCodeToHTTPStatus) and the header `X-ClickHouse-Exception-Code`.
+- `insert_distributed_sync`: set in the session for the statement.
 Any other URL parameter (a setting) is refused with 400, naming it: the
 front would not apply it.
 
@@ -97,6 +98,9 @@ STATUS_OF = {
     415: ["UNSUPPORTED_MEDIA_TYPE"],
 }
 
+# The settings the front applies (integers).
+SETTINGS = ("insert_distributed_sync",)
+
 READS = ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN")
 
 
@@ -122,11 +126,23 @@ class Engine:
             if name in self.code
         }
 
-    def run(self, sql, database):
-        """The statement's answer (bytes), or raises chdb's error."""
+    def run(self, sql, database, settings):
+        """The statement's answer (bytes), or raises chdb's error; the
+        session's settings are `settings` while it runs."""
         with self.lock:
             self.session.query(f"USE `{database}`")
-            return self.session.query(sql, "TabSeparated").bytes()
+            before = {}
+            for name, value in settings.items():
+                now = self.session.query(
+                    f"SELECT value FROM system.settings WHERE name = '{name}'", "TabSeparated"
+                )
+                before[name] = now.bytes().decode().strip()
+                self.session.query(f"SET {name} = {int(value)}")
+            try:
+                return self.session.query(sql, "TabSeparated").bytes()
+            finally:
+                for name, value in before.items():
+                    self.session.query(f"SET {name} = {int(value)}")
 
     def failure(self, name, text):
         """(status, code, body) of an exception of code `name`."""
@@ -176,6 +192,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         database = params.pop("database", "default")
         readonly = params.pop("readonly", "0")
         query = params.pop("query", "")
+        settings = {k: params.pop(k) for k in SETTINGS if k in params}
         if params:
             return self.fail(400, None, f"the chdb front does not apply the settings {sorted(params)}")
         sql = query + ("\n" if query and body else "") + body.decode()
@@ -183,7 +200,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if readonly in ("1", "2") and first.lstrip("(") not in READS:
             return self.fail(*engine.failure("READONLY", "Cannot execute query in readonly mode"))
         try:
-            out = engine.run(sql, database)
+            out = engine.run(sql, database, settings)
         except Exception as e:  # chdb's error: "Code: N. DB::Exception: ..."
             text = str(e)
             m = re.match(r"Code: (\d+)\.", text)

@@ -48,6 +48,7 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
         }
         Command::Man(args) => return generated_docs::man(args, &out).map(|()| 0),
         Command::Fleet(args) => return commands::fleet(args, &out).await.map(|()| 0),
+        Command::Retention(args) => return commands::retention(args, &out).await.map(|()| 0),
         Command::Completions(args) => return generated_docs::completions(args, &out).map(|()| 0),
         // A file `-o` cannot be written in any encoding is refused before
         // anything starts.
@@ -109,7 +110,11 @@ pub async fn run(cli: Cli) -> Result<u8, Error> {
             ReportSource::Session(id) => commands::report_session(client, id, args, &out).await,
             ReportSource::File(path) => commands::report_file(&path, args, &out).await,
         },
-        Command::Man(_) | Command::Completions(_) | Command::Health(_) | Command::Fleet(_) => {
+        Command::Man(_)
+        | Command::Completions(_)
+        | Command::Health(_)
+        | Command::Fleet(_)
+        | Command::Retention(_) => {
             unreachable!("handled without a connection above")
         }
     };

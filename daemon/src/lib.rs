@@ -27,6 +27,7 @@ pub use config::sink_files::Layout as ClickHouseLayout;
 pub use config::sinks::Settings as SinkSettings;
 pub use config::DEFAULT_PATH as DEFAULT_SETTINGS_PATH;
 pub use config::{read as read_settings_file, settings, Config, Flags, Settings};
+pub use continuous::sinks::clickhouse::migration_script as clickhouse_migration;
 pub use continuous::sinks::clickhouse::schema_script as clickhouse_schema;
 pub use continuous::sinks::clickhouse::upgrade_script as clickhouse_upgrade;
 pub use continuous::sinks::deliver::probe as probe_sinks;

@@ -103,8 +103,13 @@ struct SchemaArgs {
     /// Print instead the statements that add to tables an earlier profd
     /// made the columns they lack (a column already there is ClickHouse's
     /// error 44: run each statement alone).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "migrate")]
     upgrade: bool,
+    /// Print instead the statements that move a `stacks` table of the
+    /// earlier layout (frames in every row) to the stack dictionary and
+    /// rollups, keeping it as `stacks_v1` (docs/fleet.md, "Migration").
+    #[arg(long)]
+    migrate: bool,
 }
 
 #[derive(Debug, Args)]
@@ -299,9 +304,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 cluster: s.cluster,
                 replicated: s.replicated,
             };
-            let script = match s.upgrade {
-                false => profd::clickhouse_schema(&layout),
-                true => profd::clickhouse_upgrade(&layout),
+            let script = match (s.upgrade, s.migrate) {
+                (true, _) => profd::clickhouse_upgrade(&layout),
+                (_, true) => profd::clickhouse_migration(&layout),
+                _ => profd::clickhouse_schema(&layout),
             };
             return print_all(script.map_err(anyhow::Error::msg)?.as_bytes());
         }

@@ -10,6 +10,7 @@
 //!
 //! Run by `benches/fleet.sh`; not part of `cargo test`.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use profctl::requests::fleet::{sql, Selection};
+use profctl::requests::fleet::{plan, sql, Fleet, Selection};
 use profd::internals::continuous::decode;
 use profd::internals::sinks::{clickhouse_rows, clickhouse_schema, ClickHouseLayout};
 use profd_common::api;
@@ -186,102 +187,6 @@ fn as_host(w: &api::Window, v: &Variant) -> api::Window {
     w
 }
 
-/// A recorded window's rows as the sink writes them, with what a host
-/// and time change (ids, host, times, pids, tids, addresses) taken out:
-/// rows for any host and time are then written by copying.
-struct Template {
-    /// The `windows` row's other fields, as JSON without the braces.
-    totals: String,
-    /// Each `stacks` row: its pid, tid, addresses, and the other fields.
-    stacks: Vec<(u64, u64, Vec<u64>, String)>,
-}
-
-/// What the variable fields are called in the sink's rows.
-const VARIABLE: [&str; 8] = [
-    "window_id",
-    "host",
-    "start",
-    "start_ns",
-    "end_ns",
-    "pid",
-    "tid",
-    "addresses",
-];
-
-impl Template {
-    fn new(w: &api::Window) -> Template {
-        let (mut wb, mut sb) = (Vec::new(), Vec::new());
-        clickhouse_rows(w, &mut wb, &mut sb);
-        let rest = |line: &[u8]| {
-            let mut v: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_slice(line).unwrap();
-            let taken: Vec<serde_json::Value> = VARIABLE
-                .iter()
-                .map(|k| v.remove(*k).unwrap_or_default())
-                .collect();
-            let text = serde_json::Value::Object(v).to_string();
-            (taken, text[1..text.len() - 1].to_string())
-        };
-        let totals = rest(wb.strip_suffix(b"\n").unwrap()).1;
-        let stacks = sb
-            .split(|&c| c == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                let (taken, text) = rest(l);
-                let addresses = taken[7]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|a| a.as_u64().unwrap())
-                    .collect();
-                (
-                    taken[5].as_u64().unwrap(),
-                    taken[6].as_u64().unwrap(),
-                    addresses,
-                    text,
-                )
-            })
-            .collect();
-        Template { totals, stacks }
-    }
-
-    /// The rows of [`as_host`]'s window, appended.
-    fn write(&self, v: &Variant, windows: &mut Vec<u8>, stacks: &mut Vec<u8>) {
-        use std::io::Write;
-        let head = format!(
-            "{{\"window_id\":\"{}\",\"host\":\"{}\",\"start\":{},\"start_ns\":{},\"end_ns\":{},",
-            v.id,
-            v.host,
-            v.start_ns / 1_000_000_000,
-            v.start_ns,
-            v.end_ns
-        );
-        windows.extend_from_slice(head.as_bytes());
-        windows.extend_from_slice(self.totals.as_bytes());
-        windows.extend_from_slice(b"}\n");
-        for (pid, tid, addresses, rest) in &self.stacks {
-            stacks.extend_from_slice(head.as_bytes());
-            let shift = |x: u64| if x == 0 { 0 } else { x + v.pid_shift };
-            let _ = write!(
-                stacks,
-                "\"pid\":{},\"tid\":{},\"addresses\":[",
-                shift(*pid),
-                tid + v.pid_shift
-            );
-            for (k, a) in addresses.iter().enumerate() {
-                if k > 0 {
-                    stacks.push(b',');
-                }
-                let a = if *a == 0 { 0 } else { a.wrapping_add(v.aslr) };
-                let _ = write!(stacks, "{a}");
-            }
-            stacks.extend_from_slice(b"],");
-            stacks.extend_from_slice(rest.as_bytes());
-            stacks.extend_from_slice(b"}\n");
-        }
-    }
-}
-
 /// What a simulated host's window changes in a recorded one.
 struct Variant {
     id: String,
@@ -324,7 +229,6 @@ fn number(s: &Server, sql: &str) -> u64 {
 struct Run<'a> {
     servers: &'a [Server],
     recorded: &'a [api::Window],
-    templates: &'a [Template],
     db: String,
     run: usize,
     hosts: usize,
@@ -343,18 +247,18 @@ impl Run<'_> {
         (r, Variant::new(self.run, h, i, start, self.len_ns))
     }
 
-    /// Job `j`'s rows, appended.
-    fn rows(&self, j: usize, windows: &mut Vec<u8>, stacks: &mut Vec<u8>) {
+    /// Job `j`'s rows as the sink writes them, appended: the frames of
+    /// stacks not in `known` (which gets them), its stacks and its totals.
+    fn rows(&self, j: usize, known: &mut HashSet<u64>, b: &mut Bodies) {
         let (r, v) = self.job(j);
-        self.templates[r].write(&v, windows, stacks);
-    }
-
-    /// Job `j`'s rows as the sink writes them (`rows` must give the same).
-    fn sink_rows(&self, j: usize) -> (Vec<u8>, Vec<u8>) {
-        let (r, v) = self.job(j);
-        let (mut wb, mut sb) = (Vec::new(), Vec::new());
-        clickhouse_rows(&as_host(&self.recorded[r], &v), &mut wb, &mut sb);
-        (wb, sb)
+        let rows = clickhouse_rows(&as_host(&self.recorded[r], &v));
+        for (hash, line) in rows.frames {
+            if known.insert(hash) {
+                b.frames.extend_from_slice(&line);
+            }
+        }
+        b.stacks.extend_from_slice(&rows.stacks);
+        b.windows.extend_from_slice(&rows.windows);
     }
 
     fn insert(&self, server: usize, table: &str, body: &[u8]) {
@@ -420,11 +324,30 @@ fn lines(b: &[u8]) -> u64 {
     b.iter().filter(|&&c| c == b'\n').count() as u64
 }
 
-/// The recorded windows, their templates, and their span (ns).
+/// The recorded windows and their span (ns).
 struct Recording {
     windows: Vec<api::Window>,
-    templates: Vec<Template>,
     len_ns: u64,
+}
+
+/// Request bodies of each table.
+#[derive(Default)]
+struct Bodies {
+    frames: Vec<u8>,
+    stacks: Vec<u8>,
+    windows: Vec<u8>,
+}
+
+impl Bodies {
+    fn clear(&mut self) {
+        self.frames.clear();
+        self.stacks.clear();
+        self.windows.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.frames.len() + self.stacks.len() + self.windows.len()
+    }
 }
 
 fn simulate(
@@ -435,7 +358,7 @@ fn simulate(
     hosts: usize,
     service: &str,
 ) -> Figures {
-    let (recorded, templates, len_ns) = (&rec.windows[..], &rec.templates[..], rec.len_ns);
+    let (recorded, len_ns) = (&rec.windows[..], rec.len_ns);
     let db = format!("sim{hosts}");
     let layout = ClickHouseLayout {
         database: db.clone(),
@@ -458,25 +381,10 @@ fn simulate(
         db: db.clone(),
         run,
         hosts,
-        templates,
         first_ns: end_ns - steps as u64 * len_ns,
         len_ns,
     };
     let total = hosts * steps;
-    // The copied rows are the sink's own.
-    for j in [0, total / 2, total - 1] {
-        let (mut wb, mut sb) = (Vec::new(), Vec::new());
-        r.rows(j, &mut wb, &mut sb);
-        let parse = |b: &[u8]| -> Vec<serde_json::Value> {
-            serde_json::Deserializer::from_slice(b)
-                .into_iter()
-                .collect::<Result<_, _>>()
-                .unwrap()
-        };
-        let (sw, ss) = r.sink_rows(j);
-        assert_eq!(parse(&wb), parse(&sw), "the windows row of job {j}");
-        assert_eq!(parse(&sb), parse(&ss), "the stacks rows of job {j}");
-    }
     let mut f = Figures {
         hosts,
         minutes_per_host: steps as f64 * len_ns as f64 / 60e9,
@@ -497,30 +405,35 @@ fn simulate(
         for k in 0..args.inserters {
             let (r, next, tally, gzipped) = (&r, &next, &tally, &gzipped);
             scope.spawn(move || {
-                let (mut wb, mut sb) = (Vec::new(), Vec::new());
+                // The stacks whose frames this inserter sent: as a sink
+                // sends a stack's frames once, for the hosts it stands for.
+                let mut known = HashSet::new();
+                let mut b = Bodies::default();
                 while t0.elapsed() < budget {
                     let j = next.fetch_add(1, Ordering::Relaxed);
                     if j >= total {
                         break;
                     }
                     let g = Instant::now();
-                    wb.clear();
-                    sb.clear();
-                    r.rows(j, &mut wb, &mut sb);
+                    b.clear();
+                    r.rows(j, &mut known, &mut b);
                     let gen = g.elapsed().as_secs_f64();
                     if j < GZIP_SAMPLE {
-                        let gz = gzip_len(&sb) + gzip_len(&wb);
+                        let gz = gzip_len(&b.frames) + gzip_len(&b.stacks) + gzip_len(&b.windows);
                         let mut z = gzipped.lock().unwrap();
-                        z.0 += (sb.len() + wb.len()) as u64;
+                        z.0 += b.len() as u64;
                         z.1 += gz;
                     }
-                    // The sink's order: stacks, then the totals.
-                    r.insert(k, "stacks", &sb);
-                    r.insert(k, "windows", &wb);
+                    // The sink's order: frames, stacks, then the totals.
+                    if !b.frames.is_empty() {
+                        r.insert(k, "frames", &b.frames);
+                    }
+                    r.insert(k, "stacks", &b.stacks);
+                    r.insert(k, "windows", &b.windows);
                     let mut t = tally.lock().unwrap();
                     t.0 += 1;
-                    t.1 += lines(&sb);
-                    t.2 += (sb.len() + wb.len()) as u64;
+                    t.1 += lines(&b.stacks);
+                    t.2 += b.len() as u64;
                     t.3 += gen;
                 }
             });
@@ -548,17 +461,21 @@ fn simulate(
                     break;
                 };
                 let g = Instant::now();
-                let (mut wb, mut sb) = (Vec::new(), Vec::new());
+                let mut b = Bodies::default();
+                let mut known = HashSet::new();
                 for j in a..z {
-                    r.rows(j, &mut wb, &mut sb);
+                    r.rows(j, &mut known, &mut b);
                 }
                 let gen = g.elapsed().as_secs_f64();
-                r.insert(k, "stacks", &sb);
-                r.insert(k, "windows", &wb);
+                if !b.frames.is_empty() {
+                    r.insert(k, "frames", &b.frames);
+                }
+                r.insert(k, "stacks", &b.stacks);
+                r.insert(k, "windows", &b.windows);
                 let mut t = tally.lock().unwrap();
                 t.0 += z - a;
-                t.1 += lines(&sb);
-                t.2 += (sb.len() + wb.len()) as u64;
+                t.1 += lines(&b.stacks);
+                t.2 += b.len() as u64;
                 t.3 += gen;
             });
         }
@@ -614,7 +531,7 @@ fn simulate(
         to_ms: end_ns / 1_000_000,
         ..Selection::default()
     };
-    let q = sql(&sel, now_ms());
+    let q = sql(&sel, &Fleet::plan(&sel, now_ms()));
     f.query_rows_in = number(
         &servers[0],
         &format!(
@@ -630,11 +547,14 @@ fn simulate(
     };
     // The same rows aggregated by ClickHouse: each function's self and
     // inclusive samples, each (window, service, stack) once, the top 50.
-    let filter = &q[q.find(" WHERE ").unwrap() + 7..q.find(" GROUP BY window_id").unwrap()];
+    let raw = sql(&sel, &plan(sel.from_ms, sel.to_ms, false));
+    let filter = &raw[raw.find(" WHERE ").unwrap() + 7..raw.find(" GROUP BY window_id").unwrap()];
     let top = format!(
         "SELECT fn, sum(k * (fn = fs[1])) AS self, sum(k) AS inclusive FROM \
-         (SELECT any(functions) AS fs, any(count) AS k FROM stacks WHERE {filter} \
-         GROUP BY window_id, service, stack) ARRAY JOIN arrayDistinct(fs) AS fn \
+         (SELECT stack_hash, k, fs FROM (SELECT any(stack_hash) AS stack_hash, any(count) AS k \
+         FROM stacks WHERE {filter} GROUP BY window_id, service, stack) AS c \
+         ALL INNER JOIN (SELECT stack_hash, any(functions) AS fs FROM frames GROUP BY stack_hash) \
+         AS d USING stack_hash) ARRAY JOIN arrayDistinct(fs) AS fn \
          GROUP BY fn ORDER BY self DESC LIMIT 50 FORMAT TabSeparated"
     );
     for _ in 0..=args.runs {
@@ -727,7 +647,6 @@ fn main() {
     }
     println!("service queried: {service}");
     let rec = Recording {
-        templates: recorded.iter().map(Template::new).collect(),
         windows: recorded,
         len_ns,
     };

@@ -12,7 +12,7 @@ pub use crate::error::{ArgError, PLAINTEXT_REFUSED, RUN_REFUSED};
 
 use crate::files::symbols::{parse_symbol_source, SymbolSource};
 use crate::requests::connect::{Remote, Target};
-pub use crate::requests::fleet::FleetGroupArg;
+pub use crate::requests::fleet::{FleetGroupArg, TableArg};
 pub use crate::views::ranking::{SortArg, DEFAULT_TOP};
 
 /// Command-line client of the profd sampling profiler daemon.
@@ -304,6 +304,15 @@ Examples:
 Each window counts once however often it was inserted (docs/fleet.md).
 Times are RFC 3339 in UTC or Unix seconds; durations are like 30s, 15m, 2h, 1d.")]
     Fleet(FleetArgs),
+    /// Drop the partitions of profd's ClickHouse tables older than each
+    /// table's keep: print the statements, or run them with --run.
+    #[command(after_help = "\
+Examples:
+  profctl retention --clickhouse http://ch:8123
+  profctl retention --clickhouse http://ch:8123 --raw 3d --minutes 30d --hours 1y --run
+
+On a cluster, run it against every server: it drops the local tables' partitions.")]
+    Retention(RetentionArgs),
     /// Print a profil(3)-style PC histogram of one module of a session's
     /// target, and optionally write it as a gmon.out for gprof.
     #[command(after_help = "\
@@ -994,10 +1003,31 @@ pub struct FleetArgs {
     /// Windows that start before TIME (as --from) [default: now].
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub to: Option<SystemTime>,
+    /// Only processes of pods in this Kubernetes namespace; repeat for
+    /// several (read from the raw stacks).
+    #[arg(long = "namespace", value_name = "NAME")]
+    pub namespaces: Vec<String>,
+    /// Only processes of this pod, by name; repeat for several (read from
+    /// the raw stacks).
+    #[arg(long = "pod", value_name = "NAME")]
+    pub pods: Vec<String>,
     /// Split the profile: each stack gets an outermost frame naming its
     /// host or service.
     #[arg(long, value_enum, value_name = "GROUP")]
     pub by: Option<FleetGroupArg>,
+    /// The tables that answer: auto, the coarsest that answers exactly
+    /// (hourly and per-minute rollups inside the range, raw stacks at its
+    /// edges and for thread or pod detail); raw, the raw stacks only.
+    #[arg(long, value_enum, value_name = "TABLES", default_value = "auto")]
+    pub table: TableArg,
+    /// Print on stderr which table answered which part of the range.
+    #[arg(long)]
+    pub explain: bool,
+    /// Multiply the counts by the hosts with windows in the range over
+    /// those that profiled in it (the sampling schedule's coverage), so
+    /// the profile stands for the whole fleet.
+    #[arg(long)]
+    pub scale_to_fleet: bool,
     /// Write the profile in this encoding instead of printing a view.
     #[arg(long, value_enum)]
     pub format: Option<ExportFormatArg>,
@@ -1010,6 +1040,35 @@ pub struct FleetArgs {
     /// The view to print.
     #[command(flatten)]
     pub options: ViewOptions,
+}
+
+/// `profctl retention`'s arguments.
+#[derive(Debug, Clone, Args)]
+pub struct RetentionArgs {
+    /// ClickHouse's HTTP interface, e.g. http://clickhouse:8123.
+    #[arg(long, value_name = "URL")]
+    pub clickhouse: String,
+    /// The database profd's tables are in.
+    #[arg(long, value_name = "NAME", default_value = "profd")]
+    pub database: String,
+    /// ClickHouse user [default: the server's default user].
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// A file holding the user's password.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// How long the raw tables (stacks, windows) keep their rows.
+    #[arg(long, value_name = "DURATION", value_parser = parse_since, default_value = "3d")]
+    pub raw: Duration,
+    /// How long stacks_minutes keeps its rows.
+    #[arg(long, value_name = "DURATION", value_parser = parse_since, default_value = "30d")]
+    pub minutes: Duration,
+    /// How long stacks_hours keeps its rows (frames: the longest keep).
+    #[arg(long, value_name = "DURATION", value_parser = parse_since, default_value = "365d")]
+    pub hours: Duration,
+    /// Run the statements (else print them).
+    #[arg(long)]
+    pub run: bool,
 }
 
 impl FleetArgs {

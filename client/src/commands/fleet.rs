@@ -7,7 +7,7 @@ use super::export::write_profile;
 use super::report::{name_off_host, view_text_of};
 use crate::args::cli::{ExportFormatArg, FleetArgs, QueryAction, ReportView};
 use crate::error::Error;
-use crate::requests::fleet::{Answer, Fleet, Selection};
+use crate::requests::fleet::{explain, Answer, Fleet, Selection};
 use crate::requests::progress::waiting;
 use crate::views::output::Output;
 use crate::views::render;
@@ -27,17 +27,28 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
     let selection = Selection {
         services: args.services.clone(),
         hosts: args.hosts.clone(),
+        namespaces: args.namespaces.clone(),
+        pods: args.pods.clone(),
         from_ms,
         to_ms,
         by: args.by,
         per_thread: matches!(action, QueryAction::View(ReportView::Threads))
             || matches!(action, QueryAction::Export(ExportFormatArg::Speedscope)),
+        table: args.table,
     };
-    let mut answer = waiting("querying ClickHouse", fleet.profile(&selection, now_ms)).await?;
+    let plan = Fleet::plan(&selection, now_ms);
+    if args.explain {
+        eprint!("{}", explain(&plan));
+    }
+    let mut answer = waiting("querying ClickHouse", fleet.profile(&selection, &plan)).await?;
     if !args.symbols.sources.is_empty() {
         let naming = name_off_host(&mut answer.profile, &args.symbols.sources);
         waiting("naming stripped code", naming).await?;
     }
+    let scaled = match args.scale_to_fleet {
+        true => answer.coverage.scale(&mut answer.profile),
+        false => None,
+    };
     if answer.profile.stacks.is_empty() {
         return Err(Error::Fleet(format!(
             "no samples in {} for {}: see profctl fleet --help for the selection",
@@ -47,7 +58,7 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
     }
     match action {
         QueryAction::View(view) => {
-            let mut text = header(&answer);
+            let mut text = header(&answer, scaled);
             text.push_str(&view_text_of(&answer.profile, &view, out.names())?);
             out.print(&text)
         }
@@ -65,6 +76,12 @@ fn what(s: &Selection) -> String {
     if !s.hosts.is_empty() {
         parts.push(format!("hosts {}", s.hosts.join(", ")));
     }
+    if !s.namespaces.is_empty() {
+        parts.push(format!("namespaces {}", s.namespaces.join(", ")));
+    }
+    if !s.pods.is_empty() {
+        parts.push(format!("pods {}", s.pods.join(", ")));
+    }
     let to = if s.to_ms == 0 {
         "now".to_string()
     } else {
@@ -77,8 +94,10 @@ fn what(s: &Selection) -> String {
     parts.join(", ")
 }
 
-/// The lines above a fleet view: hosts, services, the span, the samples.
-fn header(a: &Answer) -> String {
+/// The lines above a fleet view: hosts, services, the span, the samples,
+/// the hosts that profiled of those there, and the factor counts were
+/// scaled by (--scale-to-fleet).
+fn header(a: &Answer, scaled: Option<f64>) -> String {
     let names = |set: &std::collections::BTreeSet<String>| {
         let shown: Vec<&str> = set.iter().take(8).map(String::as_str).collect();
         let more = set.len().saturating_sub(8);
@@ -88,8 +107,13 @@ fn header(a: &Answer) -> String {
             shown.join(", ")
         }
     };
+    let scaled = match scaled {
+        Some(f) => format!(" (counts scaled to the fleet: ×{f:.3})"),
+        None => String::new(),
+    };
     format!(
-        "profd fleet — {} host{} ({}) — {} service{} ({}) — windows from {} to {}\nsamples: {} attributed\n",
+        "profd fleet — {} host{} ({}) — {} service{} ({}) — windows from {} to {}\n\
+         samples: {} attributed{scaled}\n{} of {} hosts profiled over the range\n",
         a.hosts.len(),
         if a.hosts.len() == 1 { "" } else { "s" },
         names(&a.hosts),
@@ -99,6 +123,8 @@ fn header(a: &Answer) -> String {
         render::unix_ms_text(a.first_ns / 1_000_000),
         render::unix_ms_text(a.last_ns / 1_000_000),
         a.profile.attributed,
+        a.coverage.profiled,
+        a.coverage.hosts,
     )
 }
 

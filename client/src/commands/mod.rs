@@ -8,6 +8,7 @@ mod fleet;
 mod histogram;
 mod query;
 mod report;
+mod retention;
 mod run;
 
 pub use admin::{health, info, sessions, stop};
@@ -20,6 +21,7 @@ pub use query::query;
 pub use report::{
     report_daemon, report_file, report_file_text, report_session, view_request, view_text,
 };
+pub use retention::retention;
 pub use run::{check_command, held_exec, run};
 
 use profd_common::api::{self, Session};

@@ -10,4 +10,7 @@ pub enum RowError {
     /// A string where a number belongs, that holds none.
     #[error("not a number: {0:?}")]
     NotANumber(String),
+    /// A stack whose hash the stack dictionary (`frames`) lacks.
+    #[error("stack {0} has no row in the table frames: were its rows dropped (retention) before the stacks referring to them?")]
+    NoFrames(u64),
 }

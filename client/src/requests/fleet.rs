@@ -20,11 +20,27 @@ pub enum FleetGroupArg {
     Service,
 }
 
+/// Which tables `profctl fleet` reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TableArg {
+    /// The coarsest that answers exactly: the hourly and per-minute
+    /// rollups for the whole hours and minutes inside the range, the raw
+    /// stacks for its edges, and the raw stacks alone for thread, process
+    /// or pod detail.
+    #[default]
+    Auto,
+    /// The raw stacks alone.
+    Raw,
+}
+
 /// Longest window profd cuts: a window that ends in the range started at
 /// most this long before it (lets the query skip older partitions).
 const MAX_WINDOW_S: u64 = 3600;
 /// Longest wait for the server's answer.
 const TIMEOUT: Duration = Duration::from_secs(300);
+/// Stack hashes asked of `frames` in one query: their list stays within
+/// ClickHouse's default `max_query_size` (256 KiB).
+const HASHES_A_QUERY: usize = 8000;
 
 /// What a fleet query selects.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,6 +49,10 @@ pub struct Selection {
     pub services: Vec<String>,
     /// Only these hosts (none: all).
     pub hosts: Vec<String>,
+    /// Only processes of pods in these Kubernetes namespaces (none: all).
+    pub namespaces: Vec<String>,
+    /// Only processes of these pods, by name (none: all).
+    pub pods: Vec<String>,
     /// Windows that end after `from_ms` and start before `to_ms` (Unix ms;
     /// 0 = now).
     pub from_ms: u64,
@@ -44,6 +64,48 @@ pub struct Selection {
     /// tracks); else stacks merge across threads, processes and hosts,
     /// which keeps a fleet's answer as small as its distinct stacks.
     pub per_thread: bool,
+    /// Which tables may answer.
+    pub table: TableArg,
+}
+
+impl Selection {
+    /// Whether only the raw stacks hold what is asked: thread or pod
+    /// detail, or `--table raw`.
+    fn raw_only(&self) -> bool {
+        self.table == TableArg::Raw
+            || self.per_thread
+            || !self.namespaces.is_empty()
+            || !self.pods.is_empty()
+    }
+}
+
+/// A rollup that answers a part of a range (the raw `stacks` answer for
+/// the rest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `stacks_minutes`, for the windows that start in `[from_s, to_s)`.
+    Minutes,
+    /// `stacks_hours`, for the windows that start in `[from_s, to_s)`.
+    Hours,
+}
+
+/// Which table answers which part of a range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The rollups' parts: (table, from_s, to_s), in time order; together
+    /// one span `[first from_s, last to_s)` of window starts.
+    pub rollups: Vec<(Source, u64, u64)>,
+    /// The range asked (Unix ms, `to_ms` resolved).
+    pub from_ms: u64,
+    /// See `from_ms`.
+    pub to_ms: u64,
+}
+
+impl Plan {
+    /// The span of window starts the rollups answer for, if any.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        Some((self.rollups.first()?.1, self.rollups.last()?.2))
+    }
 }
 
 /// A merged fleet profile and what it covers.
@@ -59,6 +121,71 @@ pub struct Answer {
     pub first_ns: u64,
     /// See `first_ns`.
     pub last_ns: u64,
+    /// The hosts with windows in the range (of those selected), and those
+    /// of them that profiled in it (a window of an off slot of the
+    /// sampling schedule says its host was there, not profiling).
+    pub coverage: Coverage,
+}
+
+/// How many hosts a range saw, and how many of them profiled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Hosts with windows in the range.
+    pub hosts: u64,
+    /// Hosts with windows of an on slot in the range.
+    pub profiled: u64,
+}
+
+impl Coverage {
+    /// Multiply every stack's count by hosts / profiled (rounded), so the
+    /// profile stands for the whole fleet; None when nothing profiled.
+    pub fn scale(&self, p: &mut ResolvedProfile) -> Option<f64> {
+        if self.profiled == 0 {
+            return None;
+        }
+        let factor = self.hosts as f64 / self.profiled as f64;
+        for s in &mut p.stacks {
+            s.count = (s.count as f64 * factor).round() as u64;
+        }
+        p.attributed = p.stacks.iter().map(|s| s.count).sum();
+        Some(factor)
+    }
+}
+
+/// The query of [`Coverage`]: the hosts of the windows `sel` and `plan`
+/// select, and those of them on (TabSeparated: hosts, profiled).
+pub fn coverage_sql(sel: &Selection, plan: &Plan) -> String {
+    let mut filter = format!(
+        "end_ns > {} AND start_ns < {} AND start >= {} AND start < {}",
+        plan.from_ms.saturating_mul(1_000_000),
+        plan.to_ms.saturating_mul(1_000_000),
+        time((plan.from_ms / 1000).saturating_sub(MAX_WINDOW_S)),
+        time(plan.to_ms / 1000 + 1),
+    );
+    if !sel.hosts.is_empty() {
+        let list: Vec<String> = sel.hosts.iter().map(|v| quote(v)).collect();
+        filter.push_str(&format!(" AND host IN ({})", list.join(", ")));
+    }
+    format!(
+        "SELECT uniqExact(host), uniqExactIf(host, schedule_on = 1) FROM windows \
+         WHERE {filter} FORMAT TabSeparated"
+    )
+}
+
+/// [`coverage_sql`]'s answer.
+fn read_coverage(text: &str) -> Result<Coverage, RowError> {
+    let mut n = text.split_whitespace().map(|v| {
+        v.parse::<u64>()
+            .map_err(|_| RowError::NotANumber(v.to_string()))
+    });
+    let mut next = || {
+        n.next()
+            .unwrap_or(Err(RowError::NotANumber(text.to_string())))
+    };
+    Ok(Coverage {
+        hosts: next()?,
+        profiled: next()?,
+    })
 }
 
 /// A ClickHouse server holding profd's tables.
@@ -84,26 +211,134 @@ fn quote(s: &str) -> String {
     out
 }
 
-/// The query: the stacks of the windows selected, each (window, service,
-/// stack) once, summed per thread and stack.
-pub fn sql(sel: &Selection, now_ms: u64) -> String {
-    let to_ms = if sel.to_ms == 0 { now_ms } else { sel.to_ms };
-    let mut filter = format!(
-        "end_ns > {} AND start_ns < {} AND start >= toDateTime({}) AND start < toDateTime({})",
-        sel.from_ms.saturating_mul(1_000_000),
-        to_ms.saturating_mul(1_000_000),
-        (sel.from_ms / 1000).saturating_sub(MAX_WINDOW_S),
-        to_ms / 1000 + 1,
-    );
-    for (column, values) in [("service", &sel.services), ("host", &sel.hosts)] {
-        if !values.is_empty() {
-            let list: Vec<String> = values.iter().map(|v| quote(v)).collect();
-            filter.push_str(&format!(" AND {column} IN ({})", list.join(", ")));
+/// Which tables answer the windows that end after `from_ms` and start
+/// before `to_ms` (Unix ms). A window whose start lies in a whole minute
+/// (or hour) inside the range is one the range selects: it starts at or
+/// after `from` and ends after it starts, and it starts before `to`. So
+/// the rollups answer for the windows that start in the whole hours inside
+/// the range, then the whole minutes inside it, and the raw stacks for
+/// every other window the range selects, however windows are cut. None
+/// when `rollups` is false.
+pub fn plan(from_ms: u64, to_ms: u64, rollups: bool) -> Plan {
+    let mut plan = Plan {
+        rollups: Vec::new(),
+        from_ms,
+        to_ms,
+    };
+    let (a, b) = (from_ms.div_ceil(60_000) * 60, to_ms / 60_000 * 60);
+    if !rollups || a >= b {
+        return plan;
+    }
+    let (ha, hb) = (from_ms.div_ceil(3_600_000) * 3600, to_ms / 3_600_000 * 3600);
+    if ha < hb {
+        if a < ha {
+            plan.rollups.push((Source::Minutes, a, ha));
+        }
+        plan.rollups.push((Source::Hours, ha, hb));
+        if hb < b {
+            plan.rollups.push((Source::Minutes, hb, b));
+        }
+    } else {
+        plan.rollups.push((Source::Minutes, a, b));
+    }
+    plan
+}
+
+/// Unix seconds as ClickHouse's SQL time: `toDateTime(N)`.
+fn time(s: u64) -> String {
+    format!("toDateTime({s})")
+}
+
+/// `--explain`: which table answered which part of the range.
+pub fn explain(plan: &Plan) -> String {
+    let t = |s: u64| crate::views::render::unix_ms_text(s * 1000);
+    let mut out = String::new();
+    let raw = "stacks (raw): windows that end after the start and begin before the end";
+    match plan.span() {
+        None => out.push_str(&format!(
+            "{raw} of {} .. {}\n",
+            crate::views::render::unix_ms_text(plan.from_ms),
+            crate::views::render::unix_ms_text(plan.to_ms)
+        )),
+        Some((a, b)) => {
+            out.push_str(&format!(
+                "{raw} of {} .. {}, but for those that begin in {} .. {}\n",
+                crate::views::render::unix_ms_text(plan.from_ms),
+                crate::views::render::unix_ms_text(plan.to_ms),
+                t(a),
+                t(b)
+            ));
+            for (source, from, to) in &plan.rollups {
+                let table = match source {
+                    Source::Minutes => "stacks_minutes",
+                    Source::Hours => "stacks_hours",
+                };
+                out.push_str(&format!(
+                    "{table}: windows that begin in {} .. {}\n",
+                    t(*from),
+                    t(*to)
+                ));
+            }
         }
     }
-    // The key of a merged stack: its frames, and its service (as a
-    // session's views group by service too), host or thread when asked.
-    let mut key = vec!["s", "f", "m", "fi", "i", "l", "bi"];
+    out
+}
+
+/// The query of each stack's samples: one row per service and stack hash
+/// (and host with `--by host` or when thread detail is asked, thread): from
+/// the raw stacks each (window, service, stack) once, from the rollups
+/// their sums, all summed.
+pub fn sql(sel: &Selection, plan: &Plan) -> String {
+    let mut raw = format!(
+        "end_ns > {} AND start_ns < {} AND start >= {} AND start < {}",
+        plan.from_ms.saturating_mul(1_000_000),
+        plan.to_ms.saturating_mul(1_000_000),
+        time((plan.from_ms / 1000).saturating_sub(MAX_WINDOW_S)),
+        time(plan.to_ms / 1000 + 1),
+    );
+    if let Some((a, b)) = plan.span() {
+        raw.push_str(&format!(
+            " AND (start < {} OR start >= {})",
+            time(a),
+            time(b)
+        ));
+    }
+    let mut who = String::new();
+    for (column, values) in [
+        ("service", &sel.services),
+        ("host", &sel.hosts),
+        ("namespace", &sel.namespaces),
+        ("pod", &sel.pods),
+    ] {
+        if !values.is_empty() {
+            let list: Vec<String> = values.iter().map(|v| quote(v)).collect();
+            who.push_str(&format!(" AND {column} IN ({})", list.join(", ")));
+        }
+    }
+    let thread = match sel.per_thread {
+        true => "any(tid) AS t, any(thread) AS n",
+        false => "toUInt32(0) AS t, '' AS n",
+    };
+    let mut parts = vec![format!(
+        "SELECT service AS s, any(host) AS h, any(stack_hash) AS x, {thread}, \
+         any(count) AS k, any(start_ns) AS b, any(end_ns) AS e FROM stacks \
+         WHERE {raw}{who} GROUP BY window_id, service, stack"
+    )];
+    for (source, from, to) in &plan.rollups {
+        let (table, column, seconds) = match source {
+            Source::Minutes => ("stacks_minutes", "minute", 60),
+            Source::Hours => ("stacks_hours", "hour", 3600),
+        };
+        parts.push(format!(
+            "SELECT service AS s, host AS h, stack_hash AS x, toUInt32(0) AS t, '' AS n, \
+             count AS k, toUInt64({column}) * 1000000000 AS b, \
+             (toUInt64({column}) + {seconds}) * 1000000000 AS e FROM {table} \
+             WHERE {column} >= {} AND {column} < {}{who}",
+            time(*from),
+            time(*to)
+        ));
+    }
+    let mut key = vec!["s", "x"];
     if sel.by == Some(FleetGroupArg::Host) {
         key.push("h");
     }
@@ -115,13 +350,19 @@ pub fn sql(sel: &Selection, now_ms: u64) -> String {
     // its column everywhere in a query, WHERE included.
     format!(
         "SELECT {key}, groupUniqArray(h) AS hosts, sum(k) AS count, min(b) AS first_ns, \
-         max(e) AS last_ns \
-         FROM (SELECT window_id, service AS s, stack, any(host) AS h, any(tid) AS t, \
-         any(thread) AS n, any(functions) AS f, any(modules) AS m, any(files) AS fi, \
-         any(inlined) AS i, any(lines) AS l, any(build_ids) AS bi, any(count) AS k, \
-         any(start_ns) AS b, \
-         any(end_ns) AS e FROM stacks WHERE {filter} GROUP BY window_id, service, stack) \
-         GROUP BY {key} FORMAT JSONEachRow"
+         max(e) AS last_ns FROM ({}) GROUP BY {key} FORMAT JSONEachRow",
+        parts.join(" UNION ALL ")
+    )
+}
+
+/// The query of the frames of `hashes` in the stack dictionary.
+pub fn frames_sql(hashes: &[u64]) -> String {
+    let list: Vec<String> = hashes.iter().map(u64::to_string).collect();
+    format!(
+        "SELECT stack_hash AS x, any(functions) AS f, any(modules) AS m, any(files) AS fi, \
+         any(inlined) AS i, any(lines) AS l, any(build_ids) AS bi FROM frames \
+         WHERE stack_hash IN ({}) GROUP BY stack_hash FORMAT JSONEachRow",
+        list.join(", ")
     )
 }
 
@@ -150,11 +391,22 @@ struct Row {
     h: Option<String>,
     hosts: Vec<String>,
     s: String,
+    /// The stack's hash.
+    x: Num,
     /// Per thread only.
     #[serde(default)]
     t: Option<Num>,
     #[serde(default)]
     n: String,
+    count: Num,
+    first_ns: Num,
+    last_ns: Num,
+}
+
+/// A stack's frames, innermost first: a row of [`frames_sql`]'s answer.
+#[derive(Debug, Deserialize)]
+pub struct Frames {
+    x: Num,
     f: Vec<String>,
     m: Vec<String>,
     fi: Vec<String>,
@@ -162,13 +414,34 @@ struct Row {
     l: Vec<Num>,
     #[serde(default)]
     bi: Vec<String>,
-    count: Num,
-    first_ns: Num,
-    last_ns: Num,
 }
 
-/// Merge the rows (JSONEachRow) into one profile, grouped as `by` says.
-pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, RowError> {
+/// The stack hashes [`sql`]'s answer refers to, each once.
+pub fn hashes(rows: &str) -> Result<Vec<u64>, RowError> {
+    let mut out = BTreeSet::new();
+    for line in rows.lines().filter(|l| !l.trim().is_empty()) {
+        let r: Row = serde_json::from_str(line)?;
+        out.insert(r.x.get()?);
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// The rows of [`frames_sql`]'s answer, by hash.
+pub fn read_frames(rows: &str, into: &mut HashMap<u64, Frames>) -> Result<(), RowError> {
+    for line in rows.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Frames = serde_json::from_str(line)?;
+        into.insert(f.x.get()?, f);
+    }
+    Ok(())
+}
+
+/// Merge the rows of [`sql`] (JSONEachRow), their frames from `frames`,
+/// into one profile, grouped as `by` says.
+pub fn merge(
+    rows: &str,
+    frames: &HashMap<u64, Frames>,
+    by: Option<FleetGroupArg>,
+) -> Result<Answer, RowError> {
     let mut answer = Answer {
         first_ns: u64::MAX,
         ..Answer::default()
@@ -186,20 +459,22 @@ pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, RowError> 
         let r: Row = serde_json::from_str(line)?;
         let count = r.count.get()?;
         let tid = r.t.as_ref().map(Num::get).transpose()?.unwrap_or(0) as u32;
-        let mut frames = Vec::with_capacity(r.f.len() + 1);
-        for (k, name) in r.f.iter().enumerate() {
-            let module = r.m.get(k).cloned().unwrap_or_default();
-            let build_id = r.bi.get(k).map_or("", String::as_str);
+        let hash = r.x.get()?;
+        let d = frames.get(&hash).ok_or(RowError::NoFrames(hash))?;
+        let mut stack = Vec::with_capacity(d.f.len() + 1);
+        for (k, name) in d.f.iter().enumerate() {
+            let module = d.m.get(k).cloned().unwrap_or_default();
+            let build_id = d.bi.get(k).map_or("", String::as_str);
             let info = FunctionInfo {
                 origin: Origin::of_grouped(name, &module, build_id),
                 name: name.clone(),
                 module,
-                file: r.fi.get(k).cloned().unwrap_or_default(),
-                inlined: r.i.get(k).is_some_and(|&i| i != 0),
+                file: d.fi.get(k).cloned().unwrap_or_default(),
+                inlined: d.i.get(k).is_some_and(|&i| i != 0),
             };
-            frames.push(FrameRef {
+            stack.push(FrameRef {
                 function: intern(p, info),
-                line: r.l.get(k).map(Num::get).transpose()?.unwrap_or(0) as u32,
+                line: d.l.get(k).map(Num::get).transpose()?.unwrap_or(0) as u32,
                 address: 0,
             });
         }
@@ -214,18 +489,22 @@ pub fn merge(rows: &str, by: Option<FleetGroupArg>) -> Result<Answer, RowError> 
                 module: "[group]".into(),
                 ..Default::default()
             };
-            frames.push(FrameRef {
+            stack.push(FrameRef {
                 function: intern(p, info),
                 line: 0,
                 address: 0,
             });
         }
         p.attributed += count;
-        match stacks.get(&(tid, frames.clone())) {
+        match stacks.get(&(tid, stack.clone())) {
             Some(&at) => p.stacks[at].count += count,
             None => {
-                stacks.insert((tid, frames.clone()), p.stacks.len());
-                p.stacks.push(ResolvedStack { tid, frames, count });
+                stacks.insert((tid, stack.clone()), p.stacks.len());
+                p.stacks.push(ResolvedStack {
+                    tid,
+                    frames: stack,
+                    count,
+                });
             }
         }
         if !r.n.is_empty() {
@@ -292,13 +571,52 @@ impl Fleet {
         })
     }
 
-    /// The merged profile of what `sel` selects.
-    pub async fn profile(&self, sel: &Selection, now_ms: u64) -> Result<Answer, Error> {
+    /// The plan of the tables that answer `sel` at `now_ms`.
+    pub fn plan(sel: &Selection, now_ms: u64) -> Plan {
+        let to_ms = if sel.to_ms == 0 { now_ms } else { sel.to_ms };
+        plan(sel.from_ms, to_ms, !sel.raw_only())
+    }
+
+    /// The partitions of the database's tables: [`retention::parts_sql`].
+    ///
+    /// [`retention::parts_sql`]: super::retention::parts_sql
+    pub async fn parts(&self) -> Result<String, Error> {
+        self.query(super::retention::parts_sql(&self.database))
+            .await
+    }
+
+    /// The merged profile of what `sel` selects, the tables as `plan`
+    /// says: the samples of each stack, then the frames of those stacks.
+    pub async fn profile(&self, sel: &Selection, plan: &Plan) -> Result<Answer, Error> {
+        let rows = self.query(sql(sel, plan)).await?;
+        let hashes = hashes(&rows)?;
+        let mut frames = HashMap::with_capacity(hashes.len());
+        for chunk in hashes.chunks(HASHES_A_QUERY) {
+            read_frames(&self.query(frames_sql(chunk)).await?, &mut frames)?;
+        }
+        let mut answer = merge(&rows, &frames, sel.by)?;
+        answer.coverage = read_coverage(&self.query(coverage_sql(sel, plan)).await?)?;
+        Ok(answer)
+    }
+
+    /// `sql`'s answer (read only).
+    async fn query(&self, sql: String) -> Result<String, Error> {
+        self.request(sql, true).await
+    }
+
+    /// Run `sql`, which may change the tables: its answer.
+    pub async fn run(&self, sql: String) -> Result<String, Error> {
+        self.request(sql, false).await
+    }
+
+    async fn request(&self, sql: String, readonly: bool) -> Result<String, Error> {
         let mut url = self.url.clone();
         url.query_pairs_mut()
-            .append_pair("database", &self.database)
-            .append_pair("readonly", "2");
-        let mut request = self.client.post(url).body(sql(sel, now_ms));
+            .append_pair("database", &self.database);
+        if readonly {
+            url.query_pairs_mut().append_pair("readonly", "2");
+        }
+        let mut request = self.client.post(url).body(sql);
         if let Some(user) = &self.user {
             request = request.header("X-ClickHouse-User", user);
         }
@@ -323,7 +641,7 @@ impl Fleet {
                 text.trim()
             )));
         }
-        Ok(merge(&text, sel.by)?)
+        Ok(text)
     }
 }
 

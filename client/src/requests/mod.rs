@@ -6,4 +6,5 @@ pub mod fleet;
 #[cfg(feature = "private-daemon")]
 mod private_daemon;
 pub mod progress;
+pub mod retention;
 pub mod watch;

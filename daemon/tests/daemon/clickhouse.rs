@@ -30,6 +30,13 @@ fn window(id: &str, host: &str, start_s: u64) -> api::Window {
         processes: vec![api::WindowProcess {
             pid,
             comm: name.into(),
+            // web runs in a Kubernetes pod, db outside one.
+            pod: (name == "web.service").then(|| api::KubernetesPod {
+                namespace: "shop".into(),
+                name: "web-0".into(),
+                uid: "0b1c".into(),
+                container: "app".into(),
+            }),
             ..Default::default()
         }],
         threads: vec![api::WindowThread {
@@ -66,11 +73,20 @@ fn window(id: &str, host: &str, start_s: u64) -> api::Window {
     }
 }
 
+/// The frames, stacks and totals rows of `w`, as the sink sends them.
+fn bodies(w: &api::Window) -> [(&'static str, Vec<u8>); 3] {
+    let rows = clickhouse_rows(w);
+    let frames: Vec<u8> = rows.frames.into_iter().flat_map(|(_, l)| l).collect();
+    [
+        ("frames", frames),
+        ("stacks", rows.stacks),
+        ("windows", rows.windows),
+    ]
+}
+
 /// Insert `w`'s rows; `settings`: URL parameters (`&name=value`).
 fn insert(s: &Server, w: &api::Window, settings: &str) {
-    let (mut windows, mut stacks) = (Vec::new(), Vec::new());
-    clickhouse_rows(w, &mut windows, &mut stacks);
-    for (table, rows) in [("windows", windows), ("stacks", stacks)] {
+    for (table, rows) in bodies(w) {
         let sql = format!("INSERT INTO profd.{table} FORMAT JSONEachRow");
         s.query_with(&sql, settings, &rows);
     }
@@ -86,12 +102,19 @@ fn service_samples(s: &Server, service: &str, from_s: u64) -> u64 {
     ))
 }
 
-/// Samples whose stack holds `function` (once a sample, recursion or not).
+/// Samples whose stack holds `function` (once a sample, recursion or
+/// not), its frames from the dictionary.
+fn inclusive_sql(function: &str) -> String {
+    format!(
+        "SELECT sum(count) FROM (SELECT any(count) AS count, any(stack_hash) AS stack_hash \
+         FROM profd.stacks GROUP BY window_id, service, stack) AS c \
+         ALL INNER JOIN (SELECT stack_hash, any(functions) AS functions FROM profd.frames \
+         GROUP BY stack_hash) AS d USING stack_hash WHERE has(functions, '{function}')"
+    )
+}
+
 fn inclusive(s: &Server, function: &str) -> u64 {
-    s.number(&format!(
-        "SELECT sum(count) FROM (SELECT any(count) AS count, any(functions) AS functions \
-         FROM profd.stacks GROUP BY window_id, service, stack) WHERE has(functions, '{function}')"
-    ))
+    s.number(&inclusive_sql(function))
 }
 
 fn apply(s: &Server, layout: &ClickHouseLayout) {
@@ -132,14 +155,42 @@ fn the_schema_takes_windows_and_a_window_sent_twice_counts_once() {
         28
     );
     let row = s.query(
-        "SELECT host, pid, comm, thread, functions, lines, inlined FROM profd.stacks \
+        "SELECT host, pid, comm, thread, namespace, pod, pod_uid, container, functions, lines, \
+         inlined FROM profd.stacks ALL INNER JOIN profd.frames USING stack_hash \
          WHERE window_id = '0a' AND service = 'web.service' AND stack = 0 LIMIT 1 FORMAT TabSeparated",
         b"",
     );
     assert_eq!(
         row,
-        "host-a\t10\tweb.service\tweb.service\t['leaf','rec','rec','main']\t[0,0,0,0]\t[0,0,0,0]\n"
+        "host-a\t10\tweb.service\tweb.service\tshop\tweb-0\t0b1c\tapp\t\
+         ['leaf','rec','rec','main']\t[0,0,0,0]\t[0,0,0,0]\n"
     );
+    // A process outside a pod: empty pod columns. The schedule of a
+    // window without one: on, a fraction of 1.
+    let row = s.query(
+        "SELECT namespace, pod, pod_uid, container FROM profd.stacks \
+         WHERE service = 'db.service' LIMIT 1 FORMAT TabSeparated",
+        b"",
+    );
+    assert_eq!(row, "\t\t\t\n");
+    assert_eq!(
+        s.query(
+            "SELECT DISTINCT schedule_on, schedule_fraction FROM profd.windows FORMAT TabSeparated",
+            b""
+        ),
+        "1\t1\n"
+    );
+    // The rollups hold what was inserted: window 0a twice (the sink sends
+    // a window's stacks once; this test inserted them twice), 0b once.
+    for table in ["stacks_minutes", "stacks_hours"] {
+        assert_eq!(
+            s.number(&format!(
+                "SELECT sum(count) FROM profd.{table} WHERE service = 'web.service'"
+            )),
+            27,
+            "{table}"
+        );
+    }
 }
 
 #[test]
@@ -216,22 +267,22 @@ fn the_schema_and_queries_work_on_a_current_clickhouse_too() {
         window("0a", "host-a", t),
         window("0b", "host-b", t + 10),
     ] {
-        let (mut windows, mut stacks) = (Vec::new(), Vec::new());
-        clickhouse_rows(&w, &mut windows, &mut stacks);
-        inserts.push(("windows", String::from_utf8(windows).unwrap()));
-        inserts.push(("stacks", String::from_utf8(stacks).unwrap()));
+        for (table, rows) in bodies(&w) {
+            inserts.push((table, String::from_utf8(rows).unwrap()));
+        }
     }
     let queries = [
         format!(
             "SELECT sum(count) FROM (SELECT any(count) AS count FROM profd.stacks \
              WHERE service = 'web.service' AND start >= toDateTime({t}) GROUP BY window_id, service, stack)"
         ),
-        "SELECT sum(count) FROM (SELECT any(count) AS count, any(functions) AS functions \
-         FROM profd.stacks GROUP BY window_id, service, stack) WHERE has(functions, 'rec')"
-            .to_string(),
+        inclusive_sql("rec"),
         "SELECT sum(attributed) FROM profd.windows FINAL".to_string(),
-        "SELECT functions FROM profd.stacks WHERE window_id = '0b' AND service = 'web.service' \
-         AND stack = 0 LIMIT 1"
+        "SELECT functions FROM profd.stacks ALL INNER JOIN profd.frames USING stack_hash \
+         WHERE window_id = '0b' AND service = 'web.service' AND stack = 0 LIMIT 1"
+            .to_string(),
+        "SELECT sum(count) FROM profd.stacks_minutes WHERE service = 'web.service'".to_string(),
+        "SELECT pod FROM profd.stacks WHERE window_id = '0b' AND service = 'web.service' LIMIT 1"
             .to_string(),
     ];
     let job = serde_json::json!({ "schema": schema, "inserts": inserts, "queries": queries });
@@ -257,7 +308,15 @@ fn the_schema_and_queries_work_on_a_current_clickhouse_too() {
     let answers: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         answers,
-        ["18", "18", "28", "['leaf','rec','rec','main']"],
-        "web samples, rec inclusive, attributed, one stack's functions"
+        [
+            "18",
+            "18",
+            "28",
+            "['leaf','rec','rec','main']",
+            "27",
+            "web-0"
+        ],
+        "web samples, rec inclusive, attributed, one stack's functions, the minutes \
+         (0a inserted twice), the pod"
     );
 }

@@ -374,7 +374,9 @@ fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
     let sa = wait_delivered(&a, to);
     wait_delivered(&b, to);
     assert!(sa.drops.is_empty(), "nothing dropped: {sa:?}");
-    let range = (from, to);
+    // A minute more on each side: the range holds whole minutes, which the
+    // rollups answer for.
+    let range = (from - 61, to + 61);
     let mut want = 0;
     for (d, host, server) in [(&a, "outage-a", &servers[0]), (&b, "outage-b", &servers[1])] {
         let kept: BTreeSet<String> = list(d.socket())
@@ -416,6 +418,37 @@ fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
     let all = fleet_when(&servers[1].url(), range, want);
     assert_eq!(all.totals.attributed, want, "every window once");
     all.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
+    // The rollups answered for the whole minutes, and count every window
+    // once too: the answer is the raw stacks' alone, whole and split.
+    let explained = fleet_text(
+        &servers[1].url(),
+        range,
+        &["--explain", "--format", "folded"],
+    );
+    explained.assert_success();
+    assert!(
+        explained
+            .stderr
+            .contains("stacks_minutes: windows that begin in "),
+        "{}",
+        explained.stderr
+    );
+    rollups_answer_as_raw(&servers[0].url(), range, &[]);
+}
+
+/// `profctl fleet` over `range` from the rollups and raw edges (`--table
+/// auto`) answers as the raw stacks alone (`--table raw`): the whole
+/// profile, and split by host and by service.
+fn rollups_answer_as_raw(url: &str, range: (u64, u64), args: &[&str]) {
+    for by in [&[][..], &["--by", "host"], &["--by", "service"]] {
+        let mut auto = args.to_vec();
+        auto.extend_from_slice(by);
+        let mut raw = auto.clone();
+        raw.extend_from_slice(&["--table", "raw"]);
+        let (auto, raw) = (fleet(url, range, &auto), fleet(url, range, &raw));
+        assert_eq!(auto.totals.attributed, raw.totals.attributed, "{by:?}");
+        assert_eq!(rows(&auto), rows(&raw), "{by:?}");
+    }
 }
 
 /// The real `profctl fleet` and a daemon's real sink against a current
@@ -423,8 +456,9 @@ fn an_outage_and_a_restart_lose_no_window_and_count_none_twice() {
 /// above run them against 18.16: `--check-config` finds it usable, the
 /// sink makes the schema there and inserts its windows, and `profctl
 /// fleet`'s answer is the daemon's own query, whole, by host, for one host,
-/// for one service and per thread. With every row inserted a second time
-/// (merges stopped, so both copies stay) the answer is the same.
+/// for one service and per thread, from the raw stacks and from the
+/// rollups. With every row inserted a second time (merges stopped, so both
+/// copies stay) the raw stacks' answer is the same.
 #[test]
 fn the_fleet_query_runs_on_a_current_clickhouse() {
     let _serial = serial();
@@ -451,20 +485,20 @@ fn the_fleet_query_runs_on_a_current_clickhouse() {
     // Several windows of samples, whatever the machine's load.
     assert!(own.totals.attributed >= 500, "{}", own.table());
     let answers = |when: &str| {
-        let all = fleet(&url, range, &[]);
+        let all = fleet(&url, range, &["--table", "raw"]);
         assert_eq!(all.totals.attributed, own.totals.attributed, "{when}");
         assert_eq!(rows(&all), rows(&own), "{when}");
-        let by = fleet(&url, range, &["--by", "host"]);
+        let by = fleet(&url, range, &["--by", "host", "--table", "raw"]);
         let g = by.function("[host current]");
         assert_eq!(g.inclusive, own.totals.attributed, "{when}");
-        let host = fleet(&url, range, &["--host", "current"]);
+        let host = fleet(&url, range, &["--host", "current", "--table", "raw"]);
         assert_eq!(rows(&host), rows(&own), "{when}");
-        let nobody = fleet_text(&url, range, &["--host", "nobody"]);
+        let nobody = fleet_text(&url, range, &["--host", "nobody", "--table", "raw"]);
         assert!(
             !nobody.status.success() && nobody.stderr.contains("no samples"),
             "{when}: {nobody:?}"
         );
-        let service = fleet(&url, range, &["--service", cg.name()]);
+        let service = fleet(&url, range, &["--service", cg.name(), "--table", "raw"]);
         let own_service = query(&d, range, &["--service", cg.name()]);
         assert_eq!(rows(&service), rows(&own_service), "{when}");
         let threads = fleet_text(&url, range, &["--threads"]);
@@ -488,7 +522,22 @@ fn the_fleet_query_runs_on_a_current_clickhouse() {
         );
     };
     answers("inserted once");
-    for table in ["stacks", "windows"] {
+    // A minute more on each side: whole minutes, which the rollups answer.
+    let wide = (from - 61, to + 61);
+    let explained = fleet_text(&url, wide, &["--explain", "--format", "folded"]);
+    explained.assert_success();
+    assert!(
+        explained
+            .stderr
+            .contains("stacks_minutes: windows that begin in "),
+        "{}",
+        explained.stderr
+    );
+    rollups_answer_as_raw(&url, wide, &[]);
+    // Every row twice: the raw stacks still count each (window, service,
+    // stack) once (the rollups, filled at each insert, count what was
+    // inserted: the sink sends a window's stacks once).
+    for table in ["frames", "stacks", "windows"] {
         ch.query(&format!("SYSTEM STOP MERGES profd.{table}"), b"");
         let before = ch.number(&format!("SELECT count() FROM profd.{table}"));
         ch.query(
@@ -643,8 +692,8 @@ fn bad_sink_settings_are_named_and_a_daemon_keeps_profiling() {
 }
 
 /// A stripped program profiled continuously into a ClickHouse whose
-/// `stacks` table an earlier profd made (no `build_ids` column): the sink
-/// adds the column, the windows carry the build id of the program's
+/// `windows` table an earlier profd made (without the schedule's columns):
+/// the sink adds the columns, the windows carry the build id of the program's
 /// unnamed code, and `profctl fleet --symbols DIR` names it at query time
 /// from the debug file there, with the workload's split; without
 /// `--symbols` the same rows are the program's functions by address.
@@ -658,8 +707,15 @@ fn stripped_code_is_named_at_query_time_from_debug_files() {
     let server = Server::start("symbols", ports[0], &ports);
     let schema = run_profd(&["schema", "clickhouse"]);
     schema.assert_success();
-    let earlier = schema.stdout.replace("    build_ids Array(String),\n", "");
-    assert_ne!(earlier, schema.stdout, "the schema has build_ids");
+    let earlier = schema.stdout.replace(
+        "    binaries_replaced UInt64,\n    schedule_on UInt8,\n    schedule_fraction Float64,\n    \
+         schedule_period_s UInt64,\n    schedule_slot UInt64\n",
+        "    binaries_replaced UInt64\n",
+    );
+    assert_ne!(
+        earlier, schema.stdout,
+        "the schema has the schedule's columns"
+    );
     for statement in earlier.split(';').filter(|s| !s.trim().is_empty()) {
         server.query(statement, b"");
     }
@@ -694,6 +750,11 @@ fn stripped_code_is_named_at_query_time_from_debug_files() {
         unnamed.table()
     );
     assert!(unnamed.rows("leaf_a").is_empty(), "{}", unnamed.table());
+    let added = server.number(
+        "SELECT count() FROM system.columns WHERE database = 'profd' AND table = 'windows' \
+         AND name LIKE 'schedule_%'",
+    );
+    assert_eq!(added, 4, "the sink added the schedule's columns");
     let named = fleet(&server.url(), range, &["--symbols", path_str(&debug)]);
     assert_eq!(named.totals.attributed, own.totals.attributed);
     named.assert_pct_within("leaf_a", Measure::Exclusive, 25.0, 2.0);
@@ -772,4 +833,349 @@ fn functions_reach_the_fleet(runtime: &Runtime) {
         "{}",
         all.table()
     );
+}
+
+/// The tables of database `db` as profd made them before the stack
+/// dictionary, on a cluster `shards`: every stack row with its frames'
+/// arrays, and windows without the schedule.
+fn earlier_schema(db: &str) -> Vec<String> {
+    let windows = "window_id String, host String, kernel_release String, start_ns UInt64, \
+        end_ns UInt64, start DateTime, frequency_hz UInt32, event String, attributed UInt64, \
+        discarded UInt64, lost UInt64, throttled UInt64, truncated UInt64, unsymbolized UInt64, \
+        overflowed UInt64, cgroup_unreadable UInt64, processes_exited UInt64, binaries_replaced UInt64";
+    let stacks = "window_id String, host String, service String, start_ns UInt64, end_ns UInt64, \
+        start DateTime, pid UInt32, comm String, executable String, build_id String, tid UInt32, \
+        thread String, stack UInt32, functions Array(String), modules Array(String), \
+        files Array(String), lines Array(UInt32), inlined Array(UInt8), addresses Array(UInt64), \
+        build_ids Array(String), count UInt64";
+    let mut out = vec![format!("CREATE DATABASE {db}")];
+    for (table, columns, order) in [
+        ("windows", windows, "(host, start, window_id)"),
+        ("stacks", stacks, "(service, start, host, window_id, stack)"),
+    ] {
+        out.push(format!(
+            "CREATE TABLE {db}.{table}_local ({columns}) ENGINE = ReplacingMergeTree() \
+             PARTITION BY toDate(start) ORDER BY {order}"
+        ));
+        out.push(format!(
+            "CREATE TABLE {db}.{table} AS {db}.{table}_local \
+             ENGINE = Distributed(shards, {db}, {table}_local, cityHash64(host))"
+        ));
+    }
+    out
+}
+
+/// Tables of the earlier layout on two shards, filled the earlier way
+/// (each stack row with its frames) with a daemon's windows moved 1, 2
+/// and 3 hours on, as three hosts, the first copy inserted twice (a retried
+/// window), which a sink refuses to write into, naming the migration;
+/// then the statements of `profd schema clickhouse --migrate`.
+/// Nothing is lost: each hour answers as the daemon's own query, the three
+/// hours together (whole hours from `stacks_hours`, minutes and raw
+/// edges) answer as the raw stacks do and add up to three times the
+/// daemon's samples; the frames' hashes computed by the server are the
+/// sink's; the earlier rows are kept.
+#[test]
+fn a_migration_from_the_earlier_layout_loses_nothing() {
+    let _serial = serial();
+    require_root_and_perf();
+    let servers = two_shards();
+    let cg = Cgroup::new(&format!("profd-migrate-{}", std::process::id()));
+    let d = daemon("migrate", &cg, &servers[0].url(), false);
+    let from = now_s() - 1;
+    let mut w = workload(&cg, "4");
+    w.wait(Duration::from_secs(30));
+    let to = now_s() + 1;
+    wait_delivered(&d, to);
+    let own = query(&d, (from, to), &[]);
+    assert!(own.totals.attributed >= 500, "{}", own.table());
+    let sync = "&insert_distributed_sync=1";
+    for s in &servers {
+        for statement in earlier_schema("early") {
+            s.query(&statement, b"");
+        }
+    }
+    let frames = "SELECT stack_hash, any(functions) AS fs, any(modules) AS ms, any(files) AS fis, \
+        any(lines) AS ls, any(inlined) AS ins, any(addresses) AS ads, any(build_ids) AS bis \
+        FROM profd.frames GROUP BY stack_hash";
+    for k in [1u64, 1, 2, 3] {
+        let ns = k * 3600 * 1_000_000_000;
+        servers[0].query_with(
+            &format!(
+                "INSERT INTO early.stacks SELECT concat(window_id, '-{k}'), concat(host, '-{k}'), \
+                 service, start_ns + {ns}, end_ns + {ns}, start + {s}, pid, comm, executable, \
+                 build_id, tid, thread, stack, fs, ms, fis, ls, ins, ads, bis, count \
+                 FROM (SELECT * FROM profd.stacks WHERE host = 'migrate') \
+                 ALL INNER JOIN ({frames}) USING stack_hash",
+                s = k * 3600
+            ),
+            sync,
+            b"",
+        );
+        servers[0].query_with(
+            &format!(
+                "INSERT INTO early.windows SELECT concat(window_id, '-{k}'), concat(host, '-{k}'), \
+                 kernel_release, start_ns + {ns}, end_ns + {ns}, start + {s}, frequency_hz, event, \
+                 attributed, discarded, lost, throttled, truncated, unsymbolized, overflowed, \
+                 cgroup_unreadable, processes_exited, binaries_replaced \
+                 FROM profd.windows WHERE host = 'migrate'",
+                s = k * 3600
+            ),
+            sync,
+            b"",
+        );
+    }
+    let earlier_rows = servers[0].number("SELECT count() FROM early.stacks");
+    // A sink will not write into the earlier layout: it names the way on.
+    for create in ["true", "false"] {
+        let out = check(&sink_config(
+            &servers[0].url(),
+            &format!("database = \"early\"\ncreate_schema = {create}\n"),
+        ));
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains("early.stacks has the earlier layout")
+                && out
+                    .stderr
+                    .contains("profd schema clickhouse --migrate --database early"),
+            "{}",
+            out.stderr
+        );
+    }
+    let migrate = run_profd(&[
+        "schema",
+        "clickhouse",
+        "--migrate",
+        "--cluster",
+        "shards",
+        "--database",
+        "early",
+    ]);
+    migrate.assert_success();
+    // Each statement on every server before the next: the frames go to
+    // their shard through the Distributed table, which needs its local
+    // table on every server.
+    for statement in migrate.stdout.split(";\n").filter(|s| !s.trim().is_empty()) {
+        for s in &servers {
+            s.query_with(statement, sync, b"");
+        }
+    }
+    let url = servers[1].url();
+    let db = ["--database", "early"];
+    for k in 1..=3 {
+        let hour = (from + k * 3600, to + k * 3600);
+        let p = fleet(&url, hour, &["--database", "early", "--table", "raw"]);
+        assert_eq!(p.totals.attributed, own.totals.attributed, "hour {k}");
+        assert_eq!(rows(&p), rows(&own), "hour {k}");
+    }
+    let hours = (from + 3600 - 1, to + 3 * 3600 + 1);
+    let explained = fleet_text(&url, hours, &["--database", "early", "--explain"]);
+    explained.assert_success();
+    assert!(
+        explained
+            .stderr
+            .contains("stacks_hours: windows that begin in "),
+        "{}",
+        explained.stderr
+    );
+    let all = fleet(&url, hours, &db);
+    assert_eq!(all.totals.attributed, 3 * own.totals.attributed);
+    let by = fleet(&url, hours, &["--database", "early", "--by", "host"]);
+    for k in 1..=3 {
+        let g = by.function(&format!("[host migrate-{k}]"));
+        assert_eq!(g.inclusive, own.totals.attributed, "host migrate-{k}");
+    }
+    rollups_answer_as_raw(&url, hours, &db);
+    // The server's hash of the earlier rows' frames is the sink's.
+    let hashes = |database: &str| {
+        servers[0].query(
+            &format!("SELECT DISTINCT stack_hash FROM {database}.frames ORDER BY stack_hash"),
+            b"",
+        )
+    };
+    assert_eq!(hashes("early"), hashes("profd"));
+    // The earlier rows are kept, and the windows have their new columns.
+    let kept: u64 = servers
+        .iter()
+        .map(|s| s.number("SELECT count() FROM early.stacks_v1_local"))
+        .sum();
+    assert!(
+        kept >= earlier_rows && earlier_rows > 0,
+        "{kept} {earlier_rows}"
+    );
+    assert_eq!(
+        servers[0]
+            .number("SELECT countIf(schedule_on = 1 AND schedule_fraction = 1) FROM early.windows"),
+        servers[0].number("SELECT count() FROM early.windows"),
+        "windows of the earlier layout were profiled all the time"
+    );
+}
+
+/// A stack row: window id, host, start (Unix s), service, namespace, pod,
+/// stack hash, count.
+type StackRow<'a> = (&'a str, &'a str, u64, &'a str, &'a str, &'a str, u64, u64);
+
+/// Rows of the sink's shape in a real 18.16 server (one `windows` row
+/// each: `(id, host, start_s, on)`), with stacks `(id, host, start_s,
+/// service, namespace, pod, hash, count)` and their frames.
+fn insert_rows(s: &Server, windows: &[(&str, &str, u64, bool)], stacks: &[StackRow]) {
+    let mut body = String::new();
+    for (id, host, start, on) in windows {
+        body.push_str(
+            &serde_json::json!({
+                "window_id": id, "host": host, "start": start,
+                "start_ns": start * 1_000_000_000, "end_ns": (start + 10) * 1_000_000_000,
+                "frequency_hz": 19, "schedule_on": u8::from(*on), "schedule_fraction": 0.5,
+                "schedule_period_s": 600, "schedule_slot": start / 600,
+            })
+            .to_string(),
+        );
+        body.push('\n');
+    }
+    s.query(
+        "INSERT INTO profd.windows FORMAT JSONEachRow",
+        body.as_bytes(),
+    );
+    let (mut rows, mut frames) = (String::new(), String::new());
+    for (k, (id, host, start, service, namespace, pod, hash, count)) in stacks.iter().enumerate() {
+        rows.push_str(
+            &serde_json::json!({
+                "window_id": id, "host": host, "service": service, "start": start,
+                "start_ns": start * 1_000_000_000, "end_ns": (start + 10) * 1_000_000_000,
+                "pid": 10, "tid": 10, "namespace": namespace, "pod": pod,
+                "pod_uid": if pod.is_empty() { "" } else { "u-1" },
+                "container": if pod.is_empty() { "" } else { "app" },
+                "stack": k, "stack_hash": hash, "count": count,
+            })
+            .to_string(),
+        );
+        rows.push('\n');
+        let leaf = if *hash == 1 { "web_leaf" } else { "db_leaf" };
+        frames.push_str(
+            &serde_json::json!({
+                "stack_hash": hash, "seen": start, "functions": [leaf, "main"],
+                "modules": ["app", "app"], "files": ["", ""], "lines": [0, 0],
+                "inlined": [0, 0], "addresses": [0, 0], "build_ids": ["", ""],
+            })
+            .to_string(),
+        );
+        frames.push('\n');
+    }
+    s.query(
+        "INSERT INTO profd.frames FORMAT JSONEachRow",
+        frames.as_bytes(),
+    );
+    s.query(
+        "INSERT INTO profd.stacks FORMAT JSONEachRow",
+        rows.as_bytes(),
+    );
+}
+
+/// `--namespace` and `--pod` select a pod's stacks (from the raw rows);
+/// the header counts the hosts that profiled of those with windows (a
+/// window of an off slot says its host was there), and
+/// `--scale-to-fleet` scales the counts by them; `profctl retention`
+/// drops the partitions past each table's keep, and only those.
+#[test]
+fn pods_select_coverage_scales_and_old_partitions_go() {
+    let _serial = serial();
+    let ports = Server::ports(1);
+    let server = Server::start("pods", ports[0], &ports);
+    let schema = run_profd(&["schema", "clickhouse"]);
+    schema.assert_success();
+    for statement in schema.stdout.split(';').filter(|s| !s.trim().is_empty()) {
+        server.query(statement, b"");
+    }
+    let t = now_s() / 3600 * 3600 - 7200;
+    let old = t - 40 * 24 * 3600;
+    insert_rows(
+        &server,
+        &[
+            ("a", "host-a", t, true),
+            ("b", "host-b", t, true),
+            ("c", "host-c", t, false),
+            ("o", "host-a", old, true),
+        ],
+        &[
+            ("a", "host-a", t, "web.service", "shop", "web-0", 1, 6),
+            ("a", "host-a", t, "db.service", "", "", 2, 5),
+            ("b", "host-b", t, "web.service", "shop", "web-1", 1, 4),
+            ("o", "host-a", old, "web.service", "shop", "web-0", 1, 9),
+        ],
+    );
+    let url = server.url();
+    let range = (t, t + 3600);
+    let shop = fleet(&url, range, &["--namespace", "shop"]);
+    assert_eq!(shop.totals.attributed, 10);
+    assert_eq!(shop.function("web_leaf").inclusive, 10);
+    let pod = fleet(&url, range, &["--pod", "web-0", "--explain"]);
+    assert_eq!(pod.totals.attributed, 6);
+    let none = fleet_text(&url, range, &["--namespace", "nobody"]);
+    assert!(
+        !none.status.success() && none.stderr.contains("namespaces nobody"),
+        "{none:?}"
+    );
+    let table = fleet_text(&url, range, &[]);
+    table.assert_success();
+    assert!(
+        table
+            .stdout
+            .contains("\nsamples: 15 attributed\n2 of 3 hosts profiled over the range\n"),
+        "{}",
+        table.stdout
+    );
+    // 10 and 5 samples, times 3 hosts / 2 that profiled.
+    let scaled = fleet(&url, range, &["--scale-to-fleet"]);
+    assert_eq!(scaled.function("web_leaf").inclusive, 15);
+    assert_eq!(scaled.function("db_leaf").inclusive, 8);
+    // Retention: the raw rows and minutes 40 days old go, the hours and
+    // the frames (kept a year) stay.
+    let parts = |table: &str| {
+        server.number(&format!(
+            "SELECT uniqExact(partition) FROM system.parts WHERE database = 'profd' \
+             AND table = '{table}' AND active"
+        ))
+    };
+    let before: Vec<u64> = [
+        "stacks",
+        "windows",
+        "stacks_minutes",
+        "stacks_hours",
+        "frames",
+    ]
+    .iter()
+    .map(|t| parts(t))
+    .collect();
+    assert!(before[..3].iter().all(|&n| n == 2), "{before:?}");
+    let printed = run_profctl(&["retention", "--clickhouse", &url], &[]);
+    printed.assert_success();
+    let day = server.query(
+        &format!("SELECT toDate(toDateTime({old})) FORMAT TabSeparated"),
+        b"",
+    );
+    for table in ["stacks", "windows", "stacks_minutes"] {
+        assert!(
+            printed.stdout.contains(&format!(
+                "ALTER TABLE profd.{table} DROP PARTITION '{}';",
+                day.trim()
+            )),
+            "{}",
+            printed.stdout
+        );
+    }
+    assert_eq!(printed.stdout.lines().count(), 3, "{}", printed.stdout);
+    assert_eq!(parts("stacks"), 2, "printing drops nothing");
+    run_profctl(&["retention", "--clickhouse", &url, "--run"], &[]).assert_success();
+    let after: Vec<u64> = [
+        "stacks",
+        "windows",
+        "stacks_minutes",
+        "stacks_hours",
+        "frames",
+    ]
+    .iter()
+    .map(|t| parts(t))
+    .collect();
+    assert_eq!(after, [1, 1, 1, before[3], before[4]]);
+    assert_eq!(fleet(&url, range, &[]).totals.attributed, 15);
 }

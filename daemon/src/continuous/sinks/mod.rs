@@ -6,6 +6,7 @@ pub mod deliver;
 pub mod otlp;
 pub mod pyroscope;
 pub mod spool;
+pub mod stack_hash;
 
 pub use crate::config::sink_files::{Auth, Secret};
 pub use deliver::Sinks;

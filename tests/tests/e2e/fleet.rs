@@ -1179,3 +1179,134 @@ fn pods_select_coverage_scales_and_old_partitions_go() {
     assert_eq!(after, [1, 1, 1, before[3], before[4]]);
     assert_eq!(fleet(&url, range, &[]).totals.attributed, 15);
 }
+
+/// A real daemon's Kubernetes labels and sampling schedule reach the rows:
+/// a `split` workload in a kubepods cgroup (its pod named by a kubelet log
+/// layout the test makes), profiled by a daemon with half the hosts on in
+/// slots of 2 s and a ClickHouse sink:
+/// - the stack rows carry the pod's namespace, name, UID and container;
+/// - the window rows carry the schedule: each window's slot is its start's,
+///   `schedule_on` is the documented draw for its host and slot, and the
+///   windows of off slots have no samples;
+/// - `profctl fleet --namespace --pod` answers exactly what the daemon's
+///   own `profctl query --pod` does over the same range, and the header
+///   says the one host profiled.
+#[test]
+fn a_daemon_s_pods_and_schedule_reach_the_rows() {
+    use crate::kubernetes::{lay_out_pod_logs, link_container_log, CONTAINER, NAMESPACE, POD};
+    let _serial = serial();
+    require_root_and_perf();
+    let ports = Server::ports(1);
+    let server = Server::start("k8s", ports[0], &ports);
+    let pid = std::process::id();
+    let uid = format!("{pid:08x}-5e1f-4c2d-8b7a-6f5e4d3c2b1a");
+    let id = format!("{pid:032x}{:032x}", now_s());
+    let in_pod = Cgroup::nested(&format!("kubepods/besteffort/pod{uid}/{id}"));
+    let logs = unique_dir("fleet-k8s-logs");
+    let log = lay_out_pod_logs(&logs, &uid);
+    link_container_log(&logs, &log, &id);
+    let host = format!("k8s-{pid}");
+    let config = unique_dir("fleet-config").join("profd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[continuous]\nenabled = true\nfrequency = {FREQ}\nwindow = 1\nhost = \"{host}\"\n\
+             select = [\"cgroup:{}\"]\nschedule = 0.5\nschedule_period = \"2s\"\n\
+             kubelet_logs = \"{}\"\n\n\
+             [[sink]]\nkind = \"clickhouse\"\nname = \"ch\"\nurl = \"{}\"\n",
+            in_pod.path(),
+            logs.display(),
+            server.url(),
+        ),
+    )
+    .unwrap();
+    let from = now_s();
+    let d = Daemon::start_with(&["--config", path_str(&config)]);
+    let w = Workload::start_command(
+        {
+            let mut cmd = in_pod.command(build_workload("split"));
+            cmd.args(["600", "--ready"]);
+            cmd
+        },
+        "split",
+    );
+    let count = |sql: String| server.number(&sql);
+    profd_e2e::wait_until(
+        "windows of on and off slots and the pod's stacks in ClickHouse",
+        DELIVERY * 3,
+        || {
+            let on = count(format!(
+                "SELECT count() FROM profd.windows WHERE host = '{host}' AND schedule_on = 1"
+            ));
+            let off = count(format!(
+                "SELECT count() FROM profd.windows WHERE host = '{host}' AND schedule_on = 0"
+            ));
+            let pod = count(format!(
+                "SELECT count() FROM profd.stacks WHERE host = '{host}' AND namespace = '{NAMESPACE}' \
+                 AND pod = '{POD}' AND pod_uid = '{uid}' AND container = '{CONTAINER}'"
+            ));
+            (on >= 2 && off >= 2 && pod > 0).then_some(())
+        },
+    );
+    drop(w);
+    let to = now_s() + 1;
+    wait_delivered(&d, to);
+    // Every stack row of the workload's pid carries the pod.
+    let unlabelled = count(format!(
+        "SELECT count() FROM profd.stacks WHERE host = '{host}' AND pod != '{POD}'"
+    ));
+    assert_eq!(unlabelled, 0, "stack rows of {host} without the pod");
+    // Each window row's schedule.
+    let rows = server.query(
+        &format!(
+            "SELECT toUInt64(start), schedule_slot, schedule_on, schedule_period_s, attributed \
+             FROM profd.windows WHERE host = '{host}' FORMAT TSV"
+        ),
+        b"",
+    );
+    let mut kinds = BTreeMap::new();
+    for line in rows.lines() {
+        let v: Vec<u64> = line.split('\t').map(|x| x.parse().unwrap()).collect();
+        let (start, slot, on, period, attributed) = (v[0], v[1], v[2], v[3], v[4]);
+        assert_eq!(
+            (slot, on == 1, period),
+            (
+                start / 2,
+                profd_common::schedule::is_on(&host, start / 2, 0.5),
+                2
+            ),
+            "window row {line}"
+        );
+        if on == 0 {
+            assert_eq!(attributed, 0, "an off window with samples: {line}");
+        }
+        *kinds.entry(on).or_insert(0) += 1;
+    }
+    eprintln!("  window rows by schedule_on: {kinds:?}");
+    let range = (from, to);
+    let own = query(&d, range, &["--pod", POD]);
+    let rows = fleet_when(&server.url(), range, own.totals.attributed);
+    let by_pod = fleet(
+        &server.url(),
+        range,
+        &["--namespace", NAMESPACE, "--pod", POD],
+    );
+    assert!(own.totals.attributed > 0);
+    assert_eq!(rows.totals.attributed, own.totals.attributed);
+    assert_eq!(by_pod.totals.attributed, own.totals.attributed);
+    for f in ["leaf_a", "leaf_b"] {
+        assert_eq!(
+            (by_pod.function(f).exclusive, by_pod.function(f).inclusive),
+            (own.function(f).exclusive, own.function(f).inclusive),
+            "{f}"
+        );
+    }
+    let text = fleet_text(&server.url(), range, &[]);
+    text.assert_success();
+    assert!(
+        text.stdout
+            .contains("\n1 of 1 hosts profiled over the range\n"),
+        "{}",
+        text.stdout
+    );
+}

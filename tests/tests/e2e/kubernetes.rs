@@ -22,9 +22,9 @@ use crate::continuous::{
     continuous, group, now_ns, start_in, wait_for_cuts, wait_for_window_after,
 };
 
-const NAMESPACE: &str = "shop";
-const POD: &str = "web-7f9c4d";
-const CONTAINER: &str = "app";
+pub(crate) const NAMESPACE: &str = "shop";
+pub(crate) const POD: &str = "web-7f9c4d";
+pub(crate) const CONTAINER: &str = "app";
 
 /// The windows the daemon has written to its state directory, decoded.
 fn windows(d: &Daemon) -> Vec<api::Window> {
@@ -65,7 +65,7 @@ fn wait_for_process(
 
 /// The kubelet's log directory of a pod with one container, as it makes it
 /// under `root` when it starts the pod's sandbox, before its containers.
-fn lay_out_pod_logs(root: &Path, uid: &str) -> std::path::PathBuf {
+pub(crate) fn lay_out_pod_logs(root: &Path, uid: &str) -> std::path::PathBuf {
     let dir = root
         .join("pods")
         .join(format!("{NAMESPACE}_{POD}_{uid}"))
@@ -77,7 +77,7 @@ fn lay_out_pod_logs(root: &Path, uid: &str) -> std::path::PathBuf {
 
 /// The link the kubelet makes to a container's log once it started it,
 /// named by pod, namespace, container and container id.
-fn link_container_log(root: &Path, log: &Path, id: &str) {
+pub(crate) fn link_container_log(root: &Path, log: &Path, id: &str) {
     let links = root.join("containers");
     std::fs::create_dir_all(&links).expect("make the containers' log directory");
     std::os::unix::fs::symlink(

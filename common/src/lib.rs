@@ -64,6 +64,21 @@ pub fn quoted(s: &str) -> String {
     }
 }
 
+/// A string as a ClickHouse SQL literal: single-quoted, with its quotes
+/// and backslashes escaped.
+pub fn clickhouse_literal(s: &str) -> String {
+    let mut out = String::from("'");
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
 /// Default sampling frequency (Hz) when a session asks for none.
 pub const DEFAULT_FREQUENCY_HZ: u32 = 999;
 /// Default path of the daemon's Unix socket.

@@ -972,9 +972,9 @@ pub struct QueryArgs {
     pub options: ViewOptions,
 }
 
-/// `profctl fleet`.
-#[derive(Debug, Args)]
-pub struct FleetArgs {
+/// The ClickHouse server `profctl fleet` and `profctl retention` read.
+#[derive(Debug, Clone, Args)]
+pub struct ClickHouseArgs {
     /// ClickHouse's HTTP interface, e.g. http://clickhouse:8123.
     #[arg(long, value_name = "URL")]
     pub clickhouse: String,
@@ -987,6 +987,14 @@ pub struct FleetArgs {
     /// A file holding the user's password.
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
+}
+
+/// `profctl fleet`.
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// The server and how to log in.
+    #[command(flatten)]
+    pub server: ClickHouseArgs,
     /// Only this service; repeat for several [default: every service].
     #[arg(long = "service", value_name = "NAME")]
     pub services: Vec<String>,
@@ -1045,18 +1053,9 @@ pub struct FleetArgs {
 /// `profctl retention`'s arguments.
 #[derive(Debug, Clone, Args)]
 pub struct RetentionArgs {
-    /// ClickHouse's HTTP interface, e.g. http://clickhouse:8123.
-    #[arg(long, value_name = "URL")]
-    pub clickhouse: String,
-    /// The database profd's tables are in.
-    #[arg(long, value_name = "NAME", default_value = "profd")]
-    pub database: String,
-    /// ClickHouse user [default: the server's default user].
-    #[arg(long, value_name = "NAME")]
-    pub user: Option<String>,
-    /// A file holding the user's password.
-    #[arg(long, value_name = "FILE")]
-    pub password_file: Option<PathBuf>,
+    /// The server and how to log in.
+    #[command(flatten)]
+    pub server: ClickHouseArgs,
     /// How long the raw tables (stacks, windows) keep their rows.
     #[arg(long, value_name = "DURATION", value_parser = parse_since, default_value = "3d")]
     pub raw: Duration,

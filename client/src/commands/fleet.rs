@@ -19,10 +19,10 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
     let (from_ms, to_ms) = args.range(now)?;
     let now_ms = crate::args::cli::unix_ms(now);
     let fleet = Fleet::new(
-        &args.clickhouse,
-        &args.database,
-        args.user.clone(),
-        args.password_file.as_deref(),
+        &args.server.clickhouse,
+        &args.server.database,
+        args.server.user.clone(),
+        args.server.password_file.as_deref(),
     )?;
     let selection = Selection {
         services: args.services.clone(),
@@ -52,7 +52,7 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
     if answer.profile.stacks.is_empty() {
         return Err(Error::Fleet(format!(
             "no samples in {} for {}: see profctl fleet --help for the selection",
-            args.clickhouse,
+            args.server.clickhouse,
             what(&selection)
         )));
     }

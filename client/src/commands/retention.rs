@@ -11,10 +11,10 @@ use crate::views::output::Output;
 /// Runs `profctl retention`.
 pub async fn retention(args: &RetentionArgs, out: &Output) -> Result<(), Error> {
     let server = Fleet::new(
-        &args.clickhouse,
-        &args.database,
-        args.user.clone(),
-        args.password_file.as_deref(),
+        &args.server.clickhouse,
+        &args.server.database,
+        args.server.user.clone(),
+        args.server.password_file.as_deref(),
     )?;
     let keep = Keep {
         raw: args.raw,
@@ -22,7 +22,7 @@ pub async fn retention(args: &RetentionArgs, out: &Output) -> Result<(), Error> 
         hours: args.hours,
     };
     let parts = server.parts().await?;
-    let statements = drops(&args.database, &parts, keep, SystemTime::now());
+    let statements = drops(&args.server.database, &parts, keep, SystemTime::now());
     let mut text = String::new();
     for statement in statements {
         if args.run {

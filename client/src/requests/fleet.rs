@@ -2,6 +2,7 @@
 //! ClickHouse tables profd's sinks fill, each window counted once however
 //! often it was inserted, as the `ResolvedProfile` every view and export
 //! takes.
+use profd_common::clickhouse_literal;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
@@ -163,7 +164,7 @@ pub fn coverage_sql(sel: &Selection, plan: &Plan) -> String {
         time(plan.to_ms / 1000 + 1),
     );
     if !sel.hosts.is_empty() {
-        let list: Vec<String> = sel.hosts.iter().map(|v| quote(v)).collect();
+        let list: Vec<String> = sel.hosts.iter().map(|v| clickhouse_literal(v)).collect();
         filter.push_str(&format!(" AND host IN ({})", list.join(", ")));
     }
     format!(
@@ -195,20 +196,6 @@ pub struct Fleet {
     database: String,
     user: Option<String>,
     key: Option<String>,
-}
-
-/// A string as a ClickHouse literal.
-fn quote(s: &str) -> String {
-    let mut out = String::from("'");
-    for c in s.chars() {
-        match c {
-            '\'' => out.push_str("\\'"),
-            '\\' => out.push_str("\\\\"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
 }
 
 /// Which tables answer the windows that end after `from_ms` and start
@@ -311,7 +298,7 @@ pub fn sql(sel: &Selection, plan: &Plan) -> String {
         ("pod", &sel.pods),
     ] {
         if !values.is_empty() {
-            let list: Vec<String> = values.iter().map(|v| quote(v)).collect();
+            let list: Vec<String> = values.iter().map(|v| clickhouse_literal(v)).collect();
             who.push_str(&format!(" AND {column} IN ({})", list.join(", ")));
         }
     }

@@ -9,6 +9,7 @@ use super::{judge, stack_hash, unanswered, Failure, Secret, Sent};
 use crate::config::sink_files::{Layout, NotPlain};
 use crate::config::sinks as config;
 use profd_common::api;
+use profd_common::clickhouse_literal;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -492,20 +493,6 @@ pub fn rows(w: &api::Window) -> Rows {
     out
 }
 
-/// A string as a ClickHouse literal.
-fn quote(s: &str) -> String {
-    let mut out = String::from("'");
-    for c in s.chars() {
-        match c {
-            '\'' => out.push_str("\\'"),
-            '\\' => out.push_str("\\\\"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
-}
-
 /// The columns of a table's statement: (name, type) in order.
 fn columns(text: &str) -> Vec<(&str, &str)> {
     text.lines()
@@ -655,7 +642,7 @@ impl Sink {
         let earlier = format!(
             "SELECT count() FROM system.columns WHERE database = {} AND table = 'stacks' \
              AND name = 'functions' FORMAT TabSeparated",
-            quote(&self.database)
+            clickhouse_literal(&self.database)
         );
         if self.run(&earlier, Database::Default).await?.trim() != "0" {
             return Err(Failure::Retry(format!(
@@ -764,8 +751,8 @@ impl Sink {
         let sql = format!(
             "SELECT count() FROM stacks WHERE host = {} AND window_id = {} \
              AND start = toDateTime({}) FORMAT TabSeparated",
-            quote(&w.host),
-            quote(&w.id),
+            clickhouse_literal(&w.host),
+            clickhouse_literal(&w.id),
             w.start_unix_ns / 1_000_000_000
         );
         let answer = self.run(&sql, Database::Sink).await?;
@@ -801,7 +788,7 @@ impl Sink {
             .run(
                 &format!(
                     "SELECT table, name, type FROM system.columns WHERE database = currentDatabase() AND table IN ({}) FORMAT TabSeparated",
-                    TABLES.iter().map(|t| quote(t.name)).collect::<Vec<_>>().join(", ")
+                    TABLES.iter().map(|t| clickhouse_literal(t.name)).collect::<Vec<_>>().join(", ")
                 ),
                 Database::Sink,
             )

@@ -24,7 +24,7 @@
 #           (system.parts), and `profctl fleet` for one service over the
 #           hour, timed --runs (20) times after one untimed run with
 #           --explain (the tables it read), its folded profile compared
-#           with `--table raw`'s where the raw tables hold every host. The
+#           with `--table raw`'s up to --exact-hosts (100). The
 #           output says which hosts were sent and which copied. Results in
 #           docs/fleet.md ("Scale").
 #
@@ -33,6 +33,7 @@
 #   --windows DIR   replay this recording (a state dir's windows/) instead
 #                   of recording one
 #   fleet_sim options: --hosts 10,10000 --real-hosts 100 --raw-hosts 1000
+#                   --exact-hosts 100
 #                   --minutes 60 --max-windows 36000
 #                   --per-window-seconds 20 --batch-windows 200
 #                   --inserters 4 --runs 20 --slow-query-seconds 15

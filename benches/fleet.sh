@@ -10,30 +10,38 @@
 #           frame pointers and many_stacks walks 4096 call paths (plus
 #           whatever else the machine runs); its <state>/windows/*.window.gz
 #           are the recording.
-#  simulate for each N of --hosts (10,100,1000): each host gets the
-#           recorded windows in turn (its own host name, window ids, pids,
-#           tids and address layout), one a window span, ending now:
-#           60 minutes a host, fewer when N × windows would pass
-#           --max-windows (2500; the table says how many). The first
+#  simulate for each N of --hosts (10,10000): its first --real-hosts (100)
+#           get the recorded windows in turn as the sink's rows (their own
+#           host name, window ids, pids, tids and address layout), one a
+#           window span, the hour ending at the last whole hour. The first
 #           --per-window-seconds (20) go as the sink sends (one INSERT per
 #           window and table), the rest in INSERTs of --batch-windows (200)
-#           windows; then the bytes of the active parts (system.parts), and
-#           the fleet query for one service over the span filled, timed
-#           --runs (5) times: profctl fleet's SQL alone over HTTP, the whole
-#           profctl command, and the same rows aggregated in ClickHouse
-#           (top 50 functions). A fleet query slower than
-#           --slow-query-seconds (15) is timed once, without profctl.
-#           Results in docs/fleet.md ("Scale").
+#           windows. Beyond them, the hosts are copies made in ClickHouse
+#           (INSERT ... SELECT with new host names and window ids): the raw
+#           stacks and windows up to --raw-hosts (1000), the materialized
+#           views filling the rollups; then only stacks_hours and windows.
+#           At each stage: the bytes of the active parts per table
+#           (system.parts), and `profctl fleet` for one service over the
+#           hour, timed --runs (20) times after one untimed run with
+#           --explain (the tables it read), its folded profile compared
+#           with `--table raw`'s up to --exact-hosts (100). The
+#           output says which hosts were sent and which copied. Results in
+#           docs/fleet.md ("Scale").
 #
 # Usage: benches/fleet.sh [--record-seconds S] [--record-window S] [--no-build]
 #                         [--windows DIR] [fleet_sim options...]
 #   --windows DIR   replay this recording (a state dir's windows/) instead
 #                   of recording one
-#   fleet_sim options: --hosts 10,100,1000 --minutes 60 --max-windows 2500
+#   fleet_sim options: --hosts 10,10000 --real-hosts 100 --raw-hosts 1000
+#                   --exact-hosts 100
+#                   --minutes 60 --max-windows 36000
 #                   --per-window-seconds 20 --batch-windows 200
-#                   --inserters 4 --runs 5 --slow-query-seconds 15
+#                   --inserters 4 --runs 20 --slow-query-seconds 15
 #                   --service NAME
-#                   (target/debug/fleet_sim --help)
+#                   (target/release/fleet_sim --help)
+#
+# ClickHouse's data stays under /tmp while it runs (about 5 GB at 1 000
+# hosts) and is removed at the end.
 #
 # Needs root (perf for the recording), clickhouse-server (apt-get install
 # clickhouse-server), gcc and xz. Not part of `cargo test` or CI.
@@ -65,7 +73,8 @@ command -v clickhouse-server >/dev/null || die "clickhouse-server is missing (ap
 
 target="${CARGO_TARGET_DIR:-$root/target}"
 if [ "$build" = 1 ]; then
-    (cd "$root" && cargo build -q -p profd -p profctl && cargo build -q -p profd-benches --bin fleet_sim) ||
+    (cd "$root" && cargo build -q -p profd &&
+        cargo build -q --release -p profctl -p profd-benches --bin profctl --bin fleet_sim) ||
         die "cargo build failed"
 fi
 
@@ -105,5 +114,5 @@ if [ -z "$windows" ]; then
 fi
 
 echo "load average before the simulation: $(loadavg)" >&2
-"$target/debug/fleet_sim" --windows "$windows" --profctl "$target/debug/profctl" "${sim_args[@]}"
+"$target/release/fleet_sim" --windows "$windows" --profctl "$target/release/profctl" "${sim_args[@]}"
 echo "load average after: $(loadavg)" >&2

@@ -1,12 +1,13 @@
 //! fleet_sim: the fleet's load on ClickHouse, simulated. Replays windows
 //! recorded by a real `profd --continuous` as N hosts into two
 //! `clickhouse-server` shards under `Distributed` tables (the schema of
-//! `profd schema clickhouse --cluster shards`), and measures the insert
+//! `profd schema clickhouse --cluster shards`): the first hosts as the
+//! sink's rows, more as copies made in ClickHouse. Measures the insert
 //! rate (one INSERT per window and table, as the sink sends them, then
 //! batched over many windows), the bytes per host-hour (sent, and on disk
-//! compressed), and the latency of `profctl fleet`'s query for one
-//! service over the span filled across all hosts (and of the same rows
-//! aggregated in ClickHouse). Results: docs/fleet.md, "Scale".
+//! per table), the latency of `profctl fleet` for one service over an
+//! hour across all hosts, and whether the rollups answer as the raw
+//! stacks do. Results: docs/fleet.md, "Scale".
 //!
 //! Run by `benches/fleet.sh`; not part of `cargo test`.
 
@@ -18,7 +19,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use profctl::requests::fleet::{plan, sql, Fleet, Selection};
+use profctl::requests::fleet::{sql, Fleet, Selection};
 use profd::internals::continuous::decode;
 use profd::internals::sinks::{clickhouse_rows, clickhouse_schema, ClickHouseLayout};
 use profd_common::api;
@@ -30,15 +31,32 @@ struct Args {
     /// A `--state-dir`'s `windows` directory: the recorded `*.window.gz`.
     #[arg(long)]
     windows: PathBuf,
-    /// Simulated host counts, one run each.
-    #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+    /// Simulated host counts, one run each. A run of more than
+    /// `--real-hosts` measures them, then their rows copied in ClickHouse
+    /// as more hosts up to `--raw-hosts`, then the hours table and windows
+    /// copied up to its count.
+    #[arg(long, value_delimiter = ',', default_value = "10,10000")]
     hosts: Vec<usize>,
+    /// Hosts whose windows go through the sink's rows; a run's further
+    /// hosts are copies of theirs.
+    #[arg(long, default_value_t = 100)]
+    real_hosts: usize,
+    /// Hosts up to which the raw stacks and windows are copied (the
+    /// materialized views filling the rollups); beyond, only the hours
+    /// table and windows.
+    #[arg(long, default_value_t = 1_000)]
+    raw_hosts: usize,
+    /// Hosts up to which the rollups' answer is compared with
+    /// `--table raw`'s: at 1 000 hosts the raw query of an hour took more
+    /// than 23 GB on the server.
+    #[arg(long, default_value_t = 100)]
+    exact_hosts: usize,
     /// Minutes of windows per host (60: the hour the query reads).
     #[arg(long, default_value_t = 60)]
     minutes: u64,
-    /// At most this many windows per run: fewer minutes per host when
-    /// hosts × minutes would be more.
-    #[arg(long, default_value_t = 2_500)]
+    /// At most this many windows through the sink's rows per run: fewer
+    /// minutes per host when hosts × minutes would be more.
+    #[arg(long, default_value_t = 36_000)]
     max_windows: usize,
     /// Seconds of one INSERT per window and table (the sink's way) at the
     /// start of each run; the rest goes batched.
@@ -52,7 +70,7 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     inserters: usize,
     /// Timed runs of each query.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 20)]
     runs: usize,
     /// A fleet query whose first run takes longer is timed by that run
     /// alone, and profctl not run.
@@ -65,38 +83,6 @@ struct Args {
     /// the recording).
     #[arg(long)]
     service: Option<String>,
-}
-
-/// One run's figures.
-#[derive(Default, Debug)]
-struct Figures {
-    hosts: usize,
-    minutes_per_host: f64,
-    windows: usize,
-    stack_rows: u64,
-    // One INSERT per window and table.
-    pw_windows: usize,
-    pw_rows: u64,
-    pw_secs: f64,
-    // Batched.
-    batch_windows: usize,
-    batch_rows: u64,
-    batch_secs: f64,
-    batch_inserts: usize,
-    sent_bytes: u64,
-    /// gzip'd / raw, over the first windows sent.
-    gzip_ratio: f64,
-    gen_secs: f64,
-    disk_bytes: u64,
-    compressed_bytes: u64,
-    uncompressed_bytes: u64,
-    parts: u64,
-    host_hours: f64,
-    query_rows_in: u64,
-    query_answer_bytes: usize,
-    sql_ms: Vec<f64>,
-    top_ms: Vec<f64>,
-    profctl_ms: Vec<f64>,
 }
 
 /// A deterministic 64-bit mix (splitmix64): ids and offsets per host.
@@ -212,14 +198,16 @@ impl Variant {
     }
 }
 
-fn median_p90(v: &[f64]) -> (f64, f64) {
+/// The median and the 99th percentile (nearest rank: of fewer than 100
+/// runs, the slowest).
+fn median_p99(v: &[f64]) -> (f64, f64) {
     if v.is_empty() {
         return (f64::NAN, f64::NAN);
     }
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    let at = |q: f64| s[((q * (s.len() - 1) as f64).round() as usize).min(s.len() - 1)];
-    (at(0.5), at(0.9))
+    let at = |q: f64| s[((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1];
+    (at(0.5), at(0.99))
 }
 
 fn number(s: &Server, sql: &str) -> u64 {
@@ -308,7 +296,7 @@ fn answer_len(url: &str, sql: &str, settings: &str) -> usize {
     total - text.find("\r\n\r\n").map_or(0, |i| i + 4)
 }
 
-/// Windows whose rows are also gzip'd, for [`Figures::gzip_ratio`].
+/// Windows whose rows are also gzip'd, for [`Inserted::gzip_ratio`].
 const GZIP_SAMPLE: usize = 50;
 
 /// The length of `b` gzip'd as the sink sends it (the fastest level).
@@ -350,6 +338,161 @@ impl Bodies {
     }
 }
 
+/// What a run inserted through the sink's rows.
+#[derive(Default, Debug)]
+struct Inserted {
+    hosts: usize,
+    minutes_per_host: f64,
+    windows: usize,
+    stack_rows: u64,
+    // One INSERT per window and table.
+    pw_windows: usize,
+    pw_rows: u64,
+    pw_secs: f64,
+    // Batched.
+    batch_windows: usize,
+    batch_rows: u64,
+    batch_secs: f64,
+    sent_bytes: u64,
+    /// gzip'd / raw, over the first windows sent.
+    gzip_ratio: f64,
+    gen_secs: f64,
+    host_hours: f64,
+}
+
+/// How a stage's hosts got their rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// Every host's rows as the sink sends them.
+    Sink,
+    /// The sink's rows of the first hosts, copied in ClickHouse as more
+    /// hosts into the raw `stacks` and `windows` (the materialized views
+    /// fill the rollups).
+    Raw,
+    /// As `Raw` up to `--raw-hosts`, then only `stacks_hours` and
+    /// `windows` copied: the raw and per-minute tables hold fewer hosts.
+    Hours,
+}
+
+impl How {
+    fn text(self) -> &'static str {
+        match self {
+            How::Sink => "sink rows",
+            How::Raw => "raw rows copied in ClickHouse",
+            How::Hours => "hours table and windows copied",
+        }
+    }
+}
+
+/// One stage's figures: the tables at so many hosts, and the query.
+#[derive(Default, Debug)]
+struct Stage {
+    hosts: usize,
+    how: Option<How>,
+    host_hours: f64,
+    /// Rows copied in ClickHouse to reach this stage, and the time taken.
+    copied_rows: u64,
+    copy_secs: f64,
+    /// Per table: (name, rows, bytes on disk), both shards.
+    tables: Vec<(String, u64, u64)>,
+    parts: u64,
+    service_hour_rows: u64,
+    explain: String,
+    sql_ms: Vec<f64>,
+    profctl_ms: Vec<f64>,
+    raw_ms: Option<f64>,
+    /// The rollups' folded profile equals the raw stacks' one.
+    exact: Option<bool>,
+}
+
+impl Stage {
+    fn disk(&self) -> u64 {
+        self.tables.iter().map(|t| t.2).sum()
+    }
+}
+
+/// The host number of a simulated host name (`host-NNNNN.fleet.example`),
+/// in SQL.
+const HOST_NUMBER: &str = "toUInt32(substring(host, 6, 5))";
+
+/// Copy the rows of hosts `0..from` of `table` in ClickHouse as hosts
+/// `from..to` (copy `c` is host `c × from + h`), with their own window ids,
+/// through the `Distributed` table so they land on their shards (and the
+/// materialized views see them): the rows inserted.
+fn copy_hosts(servers: &[Server], db: &str, table: &str, from: usize, to: usize) -> u64 {
+    assert!(
+        to.is_multiple_of(from),
+        "--hosts {to} is not a multiple of {from} (--real-hosts or --raw-hosts)"
+    );
+    let local = format!("{table}_local");
+    let columns: Vec<String> = servers[0]
+        .query(
+            &format!(
+                "SELECT name FROM system.columns WHERE database = '{db}' AND table = '{local}' FORMAT TabSeparated"
+            ),
+            b"",
+        )
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let before = number(&servers[0], &format!("SELECT count() FROM {db}.{table}"));
+    for c in 1..to / from {
+        let exprs: Vec<String> = columns
+            .iter()
+            .map(|col| match col.as_str() {
+                "host" => format!(
+                    "concat('host-', substring(toString(100000 + {} + {HOST_NUMBER}), 2), '.fleet.example')",
+                    c * from
+                ),
+                "window_id" => format!("concat(window_id, '.{c}')"),
+                other => other.to_string(),
+            })
+            .collect();
+        for s in servers {
+            let q = format!(
+                "INSERT INTO {db}.{table} ({}) SELECT {} FROM {db}.{local} WHERE {HOST_NUMBER} < {from}",
+                columns.join(", "),
+                exprs.join(", ")
+            );
+            answer_len(
+                &s.url(),
+                &q,
+                &format!("&database={db}&insert_distributed_sync=1"),
+            );
+        }
+        wait_for_merges(servers, db);
+    }
+    number(&servers[0], &format!("SELECT count() FROM {db}.{table}")) - before
+}
+
+/// Wait until no partition of `db` has more than 60 active parts on any
+/// server (18.16 delays inserts at 150 and refuses them at 300).
+fn wait_for_merges(servers: &[Server], db: &str) {
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    for s in servers {
+        loop {
+            let most = number(
+                s,
+                &format!(
+                    "SELECT max(c) FROM (SELECT count() AS c FROM system.parts \
+                     WHERE database = '{db}' AND active GROUP BY table, partition)"
+                ),
+            );
+            if most <= 60 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{most} active parts in a partition of {db} after 30 min of merging"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+/// The run's hosts through the sink's rows (the first `--real-hosts` of
+/// them), then the stages copied in ClickHouse: its insert figures and
+/// each stage's.
 fn simulate(
     args: &Args,
     servers: &[Server],
@@ -357,7 +500,7 @@ fn simulate(
     run: usize,
     hosts: usize,
     service: &str,
-) -> Figures {
+) -> (Inserted, Vec<Stage>) {
     let (recorded, len_ns) = (&rec.windows[..], rec.len_ns);
     let db = format!("sim{hosts}");
     let layout = ClickHouseLayout {
@@ -372,27 +515,30 @@ fn simulate(
             s.query(statement, b"");
         }
     }
+    let real = hosts.min(args.real_hosts);
     let wanted = (args.minutes as usize * 60_000_000_000 / len_ns as usize).max(1);
-    let steps = wanted.min((args.max_windows / hosts).max(1));
-    let end_ns = now_ms() / 1000 * 1_000_000_000 / len_ns * len_ns;
+    let steps = wanted.min((args.max_windows / real).max(1));
+    // The span ends at a whole hour, so that a full hour is one bucket of
+    // `stacks_hours`.
+    let end_ns = now_ms() / 3_600_000 * 3_600_000 * 1_000_000;
     let r = Run {
         servers,
         recorded,
         db: db.clone(),
         run,
-        hosts,
+        hosts: real,
         first_ns: end_ns - steps as u64 * len_ns,
         len_ns,
     };
-    let total = hosts * steps;
-    let mut f = Figures {
-        hosts,
+    let total = real * steps;
+    let mut f = Inserted {
+        hosts: real,
         minutes_per_host: steps as f64 * len_ns as f64 / 60e9,
         windows: total,
-        ..Figures::default()
+        ..Inserted::default()
     };
     eprintln!(
-        "{hosts} hosts: {steps} windows each ({:.1} min), {total} windows",
+        "{hosts} hosts: {real} through the sink's rows, {steps} windows each ({:.1} min), {total} windows",
         f.minutes_per_host
     );
     let next = AtomicUsize::new(0);
@@ -484,7 +630,6 @@ fn simulate(
     let bt = *tally.lock().unwrap();
     f.batch_windows = bt.0;
     f.batch_rows = bt.1;
-    f.batch_inserts = batches.len();
     f.sent_bytes = pw.2 + bt.2;
     let z = *gzipped.lock().unwrap();
     f.gzip_ratio = z.1 as f64 / z.0.max(1) as f64;
@@ -501,111 +646,172 @@ fn simulate(
         "every stack row arrived, through both shards"
     );
     f.host_hours = total as f64 * len_ns as f64 / 3600e9;
-    // The active parts of both shards.
-    {
-        let (mut disk, mut comp, mut unc, mut n) = (0, 0, 0, 0);
-        for s in servers {
-            let a = s.query(
-                &format!(
-                    "SELECT sum(bytes_on_disk), sum(data_compressed_bytes), sum(data_uncompressed_bytes), count() \
-                     FROM system.parts WHERE database = '{db}' AND active FORMAT TabSeparated"
-                ),
-                b"",
-            );
-            let v: Vec<u64> = a.split_whitespace().map(|x| x.parse().unwrap()).collect();
-            disk += v[0];
-            comp += v[1];
-            unc += v[2];
-            n += v[3];
-        }
-        f.disk_bytes = disk;
-        f.compressed_bytes = comp;
-        f.uncompressed_bytes = unc;
-        f.parts = n;
-    }
-    // The query, as profctl fleet sends it, for the hour (or the minutes
-    // simulated) just filled.
-    let sel = Selection {
-        services: vec![service.to_string()],
-        from_ms: r.first_ns / 1_000_000,
-        to_ms: end_ns / 1_000_000,
-        ..Selection::default()
-    };
-    let q = sql(&sel, &Fleet::plan(&sel, now_ms()));
-    f.query_rows_in = number(
-        &servers[0],
-        &format!(
-            "SELECT count() FROM {db}.stacks WHERE service = '{}'",
-            service.replace('\'', "\\'")
-        ),
-    );
-    let settings = format!("&database={db}");
-    let timed = |q: &str| {
+    let hour = |n: usize| n as f64 * steps as f64 * len_ns as f64 / 3600e9;
+    let (from_s, to_s) = (r.first_ns / 1_000_000_000, end_ns / 1_000_000_000);
+    eprintln!("{f:?}");
+    let mut stages = Vec::new();
+    stages.push(measure(
+        args,
+        servers,
+        &db,
+        service,
+        (from_s, to_s),
+        real,
+        How::Sink,
+        hour(real),
+    ));
+    if hosts > real {
+        let raw = hosts.min(args.raw_hosts.max(real));
         let t = Instant::now();
-        let len = answer_len(&servers[0].url(), q, &settings);
-        (t.elapsed().as_secs_f64() * 1e3, len)
-    };
-    // The same rows aggregated by ClickHouse: each function's self and
-    // inclusive samples, each (window, service, stack) once, the top 50.
-    let raw = sql(&sel, &plan(sel.from_ms, sel.to_ms, false));
-    let filter = &raw[raw.find(" WHERE ").unwrap() + 7..raw.find(" GROUP BY window_id").unwrap()];
-    let top = format!(
-        "SELECT fn, sum(k * (fn = fs[1])) AS self, sum(k) AS inclusive FROM \
-         (SELECT stack_hash, k, fs FROM (SELECT any(stack_hash) AS stack_hash, any(count) AS k \
-         FROM stacks WHERE {filter} GROUP BY window_id, service, stack) AS c \
-         ALL INNER JOIN (SELECT stack_hash, any(functions) AS fs FROM frames GROUP BY stack_hash) \
-         AS d USING stack_hash) ARRAY JOIN arrayDistinct(fs) AS fn \
-         GROUP BY fn ORDER BY self DESC LIMIT 50 FORMAT TabSeparated"
-    );
-    for _ in 0..=args.runs {
-        f.top_ms.push(timed(&top).0);
-    }
-    f.top_ms.remove(0);
-    // One untimed run: the first reads from disk into the page cache. An
-    // answer too slow for that is timed once.
-    let (first, len) = timed(&q);
-    f.query_answer_bytes = len;
-    let slow = first > args.slow_query_seconds * 1e3;
-    if slow {
-        f.sql_ms.push(first);
-    } else {
-        for _ in 0..args.runs {
-            f.sql_ms.push(timed(&q).0);
-        }
-    }
-    // profctl reads the same answer, then merges it: not run on one too
-    // slow to time several times.
-    if let Some(profctl) = args.profctl.as_ref().filter(|_| !slow) {
-        let (from, to) = (
-            (r.first_ns / 1_000_000_000).to_string(),
-            (end_ns / 1_000_000_000).to_string(),
+        let copied = copy_hosts(servers, &db, "stacks", real, raw)
+            + copy_hosts(servers, &db, "windows", real, raw);
+        let mut s = measure(
+            args,
+            servers,
+            &db,
+            service,
+            (from_s, to_s),
+            raw,
+            How::Raw,
+            hour(raw),
         );
-        for _ in 0..args.runs {
+        (s.copied_rows, s.copy_secs) = (copied, t.elapsed().as_secs_f64());
+        stages.push(s);
+        if hosts > raw {
             let t = Instant::now();
-            let out = Command::new(profctl)
-                .args([
-                    "fleet",
-                    "--clickhouse",
-                    &servers[0].url(),
-                    "--database",
-                    &db,
-                ])
-                .args(["--service", service, "--from", &from, "--to", &to])
-                .stdout(Stdio::null())
-                .output()
-                .expect("profctl runs");
-            assert!(
-                out.status.success(),
-                "profctl fleet: {}",
-                String::from_utf8_lossy(&out.stderr)
+            let copied = copy_hosts(servers, &db, "stacks_hours", raw, hosts)
+                + copy_hosts(servers, &db, "windows", raw, hosts);
+            let mut s = measure(
+                args,
+                servers,
+                &db,
+                service,
+                (from_s, to_s),
+                hosts,
+                How::Hours,
+                hour(hosts),
             );
-            f.profctl_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            (s.copied_rows, s.copy_secs) = (copied, t.elapsed().as_secs_f64());
+            stages.push(s);
         }
     }
     for s in servers {
         s.query(&format!("DROP DATABASE IF EXISTS {db}"), b"");
     }
-    f
+    (f, stages)
+}
+
+/// The tables at `hosts` hosts, and `profctl fleet` for `service` over
+/// `from_s..to_s`: timed, the tables it read (`--explain`), and, up to
+/// `--exact-hosts` where the raw tables hold every host, whether its
+/// folded profile equals the raw stacks' (`--table raw`).
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    args: &Args,
+    servers: &[Server],
+    db: &str,
+    service: &str,
+    (from_s, to_s): (u64, u64),
+    hosts: usize,
+    how: How,
+    host_hours: f64,
+) -> Stage {
+    let mut st = Stage {
+        hosts,
+        how: Some(how),
+        host_hours,
+        ..Stage::default()
+    };
+    let mut tables: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for s in servers {
+        let a = s.query(
+            &format!(
+                "SELECT table, sum(rows), sum(bytes_on_disk), count() FROM system.parts \
+                 WHERE database = '{db}' AND active GROUP BY table FORMAT TabSeparated"
+            ),
+            b"",
+        );
+        for line in a.lines() {
+            let v: Vec<&str> = line.split('\t').collect();
+            let t = tables
+                .entry(v[0].trim_end_matches("_local").to_string())
+                .or_default();
+            t.0 += v[1].parse::<u64>().unwrap();
+            t.1 += v[2].parse::<u64>().unwrap();
+            st.parts += v[3].parse::<u64>().unwrap();
+        }
+    }
+    st.tables = tables.into_iter().map(|(k, (r, b))| (k, r, b)).collect();
+    let quoted = service.replace('\'', "\\'");
+    st.service_hour_rows = number(
+        &servers[0],
+        &format!("SELECT count() FROM {db}.stacks_hours WHERE service = '{quoted}'"),
+    );
+    let sel = Selection {
+        services: vec![service.to_string()],
+        from_ms: from_s * 1000,
+        to_ms: to_s * 1000,
+        ..Selection::default()
+    };
+    let q = sql(&sel, &Fleet::plan(&sel, now_ms()));
+    let settings = format!("&database={db}");
+    let timed = |q: &str| {
+        let t = Instant::now();
+        answer_len(&servers[0].url(), q, &settings);
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let profctl = args
+        .profctl
+        .as_ref()
+        .expect("--profctl names the binary timed");
+    let (from, to) = (from_s.to_string(), to_s.to_string());
+    let fleet = |extra: &[&str]| {
+        let t = Instant::now();
+        let out = Command::new(profctl)
+            .args(["fleet", "--clickhouse", &servers[0].url(), "--database", db])
+            .args(["--service", service, "--from", &from, "--to", &to])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .expect("profctl runs");
+        assert!(
+            out.status.success(),
+            "profctl fleet {extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (t.elapsed().as_secs_f64() * 1e3, out)
+    };
+    // One untimed run, which reads from disk into the page cache and says
+    // which tables answer.
+    let (first, out) = fleet(&["--explain"]);
+    st.explain = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    if first > args.slow_query_seconds * 1e3 {
+        st.profctl_ms.push(first);
+        st.sql_ms.push(timed(&q));
+    } else {
+        for _ in 0..args.runs {
+            st.sql_ms.push(timed(&q));
+            st.profctl_ms.push(fleet(&[]).0);
+        }
+    }
+    if how != How::Hours && hosts <= args.exact_hosts {
+        let folded = |out: &std::process::Output| {
+            let mut l: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect();
+            l.sort();
+            l
+        };
+        let (_, auto) = fleet(&["--format", "folded"]);
+        let (ms, raw) = fleet(&["--table", "raw", "--format", "folded"]);
+        st.raw_ms = Some(ms);
+        let (a, b) = (folded(&auto), folded(&raw));
+        assert!(!a.is_empty(), "profctl fleet found no samples of {service}");
+        st.exact = Some(a == b);
+    }
+    eprintln!("{st:?}");
+    st
 }
 
 fn main() {
@@ -659,25 +865,31 @@ fn main() {
         servers[0].query("SELECT version()", b"").trim(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let mut all = Vec::new();
+    let (mut inserted, mut stages) = (Vec::new(), Vec::new());
     for (run, &hosts) in args.hosts.iter().enumerate() {
-        let f = simulate(&args, &servers, &rec, run, hosts, &service);
-        eprintln!("{f:?}");
-        all.push(f);
-        print(&args, &service, &all);
+        let (f, s) = simulate(&args, &servers, &rec, run, hosts, &service);
+        inserted.push(f);
+        stages.extend(s);
+        print(&args, &service, &inserted, &stages);
     }
 }
 
 /// The tables of the runs so far.
-fn print(args: &Args, service: &str, all: &[Figures]) {
+fn print(args: &Args, service: &str, inserted: &[Inserted], stages: &[Stage]) {
     let mib = |b: f64| b / (1 << 20) as f64;
     println!();
-    println!("insert (through the Distributed tables, insert_distributed_sync=1, {} inserters alternating between the servers):", args.inserters);
-    println!("| hosts | min/host | windows | stack rows | 1 INSERT/window/table: windows/s | rows/s | batched ({} windows/INSERT): windows/s | rows/s | generator CPU s | sent MiB/host-h | gzip'd | on disk MiB/host-h | compressed/uncompressed |", args.batch_windows);
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for f in all {
+    println!(
+        "insert, the sink's rows (through the Distributed tables, insert_distributed_sync=1, {} inserters alternating between the servers):",
+        args.inserters
+    );
+    println!(
+        "| hosts | min/host | windows | stack rows | 1 INSERT/window/table: windows/s | rows/s | batched ({} windows/INSERT): windows/s | rows/s | generator CPU s | sent MiB/host-h | gzip'd |",
+        args.batch_windows
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for f in inserted {
         println!(
-            "| {} | {:.1} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} | {:.3} |",
+            "| {} | {:.1} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.2} | {:.3} |",
             f.hosts,
             f.minutes_per_host,
             f.windows,
@@ -689,36 +901,88 @@ fn print(args: &Args, service: &str, all: &[Figures]) {
             f.gen_secs,
             mib(f.sent_bytes as f64 / f.host_hours),
             mib(f.sent_bytes as f64 * f.gzip_ratio / f.host_hours),
-            mib(f.disk_bytes as f64 / f.host_hours),
-            f.compressed_bytes as f64 / f.uncompressed_bytes.max(1) as f64,
+        );
+    }
+    println!();
+    println!("tables (active parts of both shards; MiB per host-hour where every table holds every host):");
+    let names: Vec<&str> = stages
+        .first()
+        .map(|s| s.tables.iter().map(|t| t.0.as_str()).collect())
+        .unwrap_or_default();
+    println!(
+        "| hosts | rows | copied rows/s | all MiB/host-h | {} | parts |",
+        names
+            .iter()
+            .map(|n| format!("{n}: rows | MiB/host-h"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!(
+        "|---:|---|---:|---:|{}---:|",
+        "---:|---:|".repeat(names.len())
+    );
+    for s in stages {
+        let whole = s.how != Some(How::Hours);
+        let per = |b: u64| {
+            if whole {
+                format!("{:.3}", mib(b as f64 / s.host_hours))
+            } else {
+                "-".into()
+            }
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            s.hosts,
+            s.how.map_or("", How::text),
+            if s.copy_secs > 0.0 {
+                format!("{:.0}", s.copied_rows as f64 / s.copy_secs)
+            } else {
+                "-".into()
+            },
+            per(s.disk()),
+            s.tables
+                .iter()
+                .map(|t| format!("{} | {}", t.1, per(t.2)))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            s.parts
         );
     }
     println!();
     println!(
-        "query: top functions of {service} over the simulated span, all hosts ({} runs after one untimed):",
+        "query: profctl fleet --service {service} over the hour, all hosts ({} runs after one untimed, p99 by nearest rank):",
         args.runs
     );
-    println!("| hosts | min/host | stack rows of the service | fleet SQL: runs | median ms | p90 ms | answer MiB | profctl fleet: runs | median ms | p90 ms | top 50 in ClickHouse: median ms | p90 ms | parts |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for f in all {
-        let (sm, sp) = median_p90(&f.sql_ms);
-        let (pm, pp) = median_p90(&f.profctl_ms);
-        let (tm, tp) = median_p90(&f.top_ms);
+    println!("| hosts | rows | tables (--explain) | service rows in stacks_hours | fleet SQL: median ms | p99 ms | profctl fleet: runs | median ms | p99 ms | --table raw: ms | rollups = raw |");
+    println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    for s in stages {
+        let (sm, sp) = median_p99(&s.sql_ms);
+        let (pm, pp) = median_p99(&s.profctl_ms);
+        let tables: Vec<&str> = s
+            .explain
+            .lines()
+            .filter_map(|l| l.split(':').next())
+            .collect();
         println!(
-            "| {} | {:.1} | {} | {} | {:.0} | {:.0} | {:.1} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
-            f.hosts,
-            f.minutes_per_host,
-            f.query_rows_in,
-            f.sql_ms.len(),
+            "| {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.0} | {:.0} | {} | {} |",
+            s.hosts,
+            s.how.map_or("", How::text),
+            tables.join(", "),
+            s.service_hour_rows,
             sm,
             sp,
-            mib(f.query_answer_bytes as f64),
-            f.profctl_ms.len(),
+            s.profctl_ms.len(),
             pm,
             pp,
-            tm,
-            tp,
-            f.parts,
+            s.raw_ms.map_or("-".into(), |m| format!("{m:.0}")),
+            match s.exact {
+                Some(true) => "equal",
+                Some(false) => "DIFFERENT",
+                None => "not checked",
+            },
         );
+    }
+    for s in stages {
+        println!("\n{} hosts, --explain:\n{}", s.hosts, s.explain);
     }
 }

@@ -5,12 +5,22 @@ use std::time::SystemTime;
 
 use super::export::write_profile;
 use super::report::{name_off_host, view_text_of};
-use crate::args::cli::{ExportFormatArg, FleetArgs, QueryAction, ReportView};
+use crate::args::cli::{ClickHouseArgs, ExportFormatArg, FleetArgs, QueryAction, ReportView};
 use crate::error::Error;
 use crate::requests::fleet::{explain, Answer, Fleet, Selection};
 use crate::requests::progress::waiting;
 use crate::views::output::Output;
 use crate::views::render;
+
+/// The ClickHouse server `server` names, its password file read.
+pub(crate) fn connect(server: &ClickHouseArgs) -> Result<Fleet, Error> {
+    Fleet::new(
+        &server.clickhouse,
+        &server.database,
+        server.user.clone(),
+        server.password_file.as_deref(),
+    )
+}
 
 /// Runs `profctl fleet`.
 pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
@@ -18,12 +28,7 @@ pub async fn fleet(args: &FleetArgs, out: &Output) -> Result<(), Error> {
     let now = SystemTime::now();
     let (from_ms, to_ms) = args.range(now)?;
     let now_ms = crate::args::cli::unix_ms(now);
-    let fleet = Fleet::new(
-        &args.server.clickhouse,
-        &args.server.database,
-        args.server.user.clone(),
-        args.server.password_file.as_deref(),
-    )?;
+    let fleet = connect(&args.server)?;
     let selection = Selection {
         services: args.services.clone(),
         hosts: args.hosts.clone(),

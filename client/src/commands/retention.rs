@@ -3,19 +3,14 @@
 use std::time::SystemTime;
 
 use crate::args::cli::RetentionArgs;
+use crate::commands::fleet::connect;
 use crate::error::Error;
-use crate::requests::fleet::Fleet;
 use crate::requests::retention::{drops, Keep};
 use crate::views::output::Output;
 
 /// Runs `profctl retention`.
 pub async fn retention(args: &RetentionArgs, out: &Output) -> Result<(), Error> {
-    let server = Fleet::new(
-        &args.server.clickhouse,
-        &args.server.database,
-        args.server.user.clone(),
-        args.server.password_file.as_deref(),
-    )?;
+    let server = connect(&args.server)?;
     let keep = Keep {
         raw: args.raw,
         minutes: args.minutes,

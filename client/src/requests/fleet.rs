@@ -153,16 +153,23 @@ impl Coverage {
     }
 }
 
-/// The query of [`Coverage`]: the hosts of the windows `sel` and `plan`
-/// select, and those of them on (TabSeparated: hosts, profiled).
-pub fn coverage_sql(sel: &Selection, plan: &Plan) -> String {
-    let mut filter = format!(
+/// The rows of the windows that end after the plan's `from` and start
+/// before its `to` (with `start` bounds that let the server skip older
+/// partitions).
+fn windows_in(plan: &Plan) -> String {
+    format!(
         "end_ns > {} AND start_ns < {} AND start >= {} AND start < {}",
         plan.from_ms.saturating_mul(1_000_000),
         plan.to_ms.saturating_mul(1_000_000),
         time((plan.from_ms / 1000).saturating_sub(MAX_WINDOW_S)),
         time(plan.to_ms / 1000 + 1),
-    );
+    )
+}
+
+/// The query of [`Coverage`]: the hosts of the windows `sel` and `plan`
+/// select, and those of them on (TabSeparated: hosts, profiled).
+pub fn coverage_sql(sel: &Selection, plan: &Plan) -> String {
+    let mut filter = windows_in(plan);
     if !sel.hosts.is_empty() {
         let list: Vec<String> = sel.hosts.iter().map(|v| clickhouse_literal(v)).collect();
         filter.push_str(&format!(" AND host IN ({})", list.join(", ")));
@@ -276,13 +283,7 @@ pub fn explain(plan: &Plan) -> String {
 /// the raw stacks each (window, service, stack) once, from the rollups
 /// their sums, all summed.
 pub fn sql(sel: &Selection, plan: &Plan) -> String {
-    let mut raw = format!(
-        "end_ns > {} AND start_ns < {} AND start >= {} AND start < {}",
-        plan.from_ms.saturating_mul(1_000_000),
-        plan.to_ms.saturating_mul(1_000_000),
-        time((plan.from_ms / 1000).saturating_sub(MAX_WINDOW_S)),
-        time(plan.to_ms / 1000 + 1),
-    );
+    let mut raw = windows_in(plan);
     if let Some((a, b)) = plan.span() {
         raw.push_str(&format!(
             " AND (start < {} OR start >= {})",

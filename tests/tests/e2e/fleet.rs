@@ -1136,16 +1136,19 @@ fn pods_select_coverage_scales_and_old_partitions_go() {
              AND table = '{table}' AND active"
         ))
     };
-    let before: Vec<u64> = [
-        "stacks",
-        "windows",
-        "stacks_minutes",
-        "stacks_hours",
-        "frames",
-    ]
-    .iter()
-    .map(|t| parts(t))
-    .collect();
+    let tables = || -> Vec<u64> {
+        [
+            "stacks",
+            "windows",
+            "stacks_minutes",
+            "stacks_hours",
+            "frames",
+        ]
+        .iter()
+        .map(|t| parts(t))
+        .collect()
+    };
+    let before = tables();
     assert!(before[..3].iter().all(|&n| n == 2), "{before:?}");
     let printed = run_profctl(&["retention", "--clickhouse", &url], &[]);
     printed.assert_success();
@@ -1166,16 +1169,7 @@ fn pods_select_coverage_scales_and_old_partitions_go() {
     assert_eq!(printed.stdout.lines().count(), 3, "{}", printed.stdout);
     assert_eq!(parts("stacks"), 2, "printing drops nothing");
     run_profctl(&["retention", "--clickhouse", &url, "--run"], &[]).assert_success();
-    let after: Vec<u64> = [
-        "stacks",
-        "windows",
-        "stacks_minutes",
-        "stacks_hours",
-        "frames",
-    ]
-    .iter()
-    .map(|t| parts(t))
-    .collect();
+    let after = tables();
     assert_eq!(after, [1, 1, 1, before[3], before[4]]);
     assert_eq!(fleet(&url, range, &[]).totals.attributed, 15);
 }

@@ -560,7 +560,7 @@ impl Profiler {
                 _ => self.exec(*pid, comm),
             }
         }
-        for &(child, parent) in &batch.forks {
+        for &(child, parent, _) in &batch.forks {
             self.learn(parent);
             let mut p = self.processes[&parent].clone();
             p.ppid = parent;

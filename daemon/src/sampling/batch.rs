@@ -26,16 +26,18 @@ pub struct Batch {
     /// The process of each of the target's frame-pointer stacks cut at the
     /// kernel's depth limit.
     pub truncated: Vec<u32>,
-    /// New executable mappings of the session's processes: (pid, mapping).
-    pub mappings: Vec<(u32, Mapping)>,
+    /// New executable mappings of the session's processes: (pid, mapping,
+    /// perf time).
+    pub mappings: Vec<(u32, Mapping, u64)>,
     /// A process of the session exec'd: (pid, new command name). A batch
     /// ends at an exec, so the samples of the new program come in the next
     /// batch, which starts with the exec.
     pub exec: Option<(u32, String)>,
     /// The exec's time (CLOCK_MONOTONIC nanoseconds).
     pub exec_time: u64,
-    /// Processes of the session that forked a new process: (child, parent).
-    pub forks: Vec<(u32, u32)>,
+    /// Processes of the session that forked a new process: (child, parent,
+    /// perf time).
+    pub forks: Vec<(u32, u32, u64)>,
     /// Processes of the session that exited, and when (CLOCK_MONOTONIC
     /// nanoseconds).
     pub exits: Vec<(u32, u64)>,

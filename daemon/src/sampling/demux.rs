@@ -465,7 +465,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     for &i in targets {
                         batch(&mut batches[i], &mut execs[i], m.sample_id.time)
                             .mappings
-                            .push((m.pid, mapping.clone()));
+                            .push((m.pid, mapping.clone(), m.sample_id.time.unwrap_or(0)));
                     }
                 }
             }
@@ -492,14 +492,14 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 for &i in self.targets.every_for(t.ppid).unwrap_or(&[]) {
                     batch(&mut batches[i], &mut execs[i], Some(t.time))
                         .forks
-                        .push((t.pid, t.ppid));
+                        .push((t.pid, t.ppid, t.time));
                 }
                 if let Some((time, follow)) = c.forked.get(&t.pid) {
                     if *time == t.time {
                         for &i in follow {
                             batch(&mut batches[i], &mut execs[i], Some(t.time))
                                 .forks
-                                .push((t.pid, t.ppid));
+                                .push((t.pid, t.ppid, t.time));
                         }
                     }
                 }
@@ -830,7 +830,7 @@ mod tests {
         assert_eq!(out.len(), 1);
         let batch = &out[0].1;
         assert_eq!(times(batch), [200, 210, 150]);
-        assert_eq!(batch.forks, [(11, 10)]);
+        assert_eq!(batch.forks, [(11, 10, 100)]);
         assert_eq!((batch.seen, d.seen, d.matched), (4, 4, 3));
         assert_eq!(d.forked.get(&11), Some(&(100, vec![0])));
     }
@@ -1019,7 +1019,7 @@ mod tests {
         let target = &out.iter().find(|(i, _)| *i == 1).unwrap().1;
         assert_eq!(times(every), [1, 5, 7]);
         assert_eq!(times(target), [1]);
-        assert_eq!(every.forks, [(20, 10)]);
+        assert_eq!(every.forks, [(20, 10, 4)]);
         assert_eq!(every.exits, [(20, 6)]);
         assert!(
             target.forks.is_empty(),

@@ -46,7 +46,7 @@ impl FakeSource {
                     seen: 1,
                     ..Batch::default()
                 };
-                batch.mappings.push((pid, mapping.clone()));
+                batch.mappings.push((pid, mapping.clone(), 0));
                 batch.push(pid, pid, stack.iter().copied(), None);
                 tx.send(batch).unwrap();
             }

@@ -14,7 +14,7 @@ use crate::memory::CAPPED_STACKS;
 use crate::os::fds::OutOfFds;
 use crate::os::perf::Stacks;
 use crate::process::interpreted::Runtime;
-use crate::process::maps::ProcessMaps;
+use crate::process::maps::{Mapping, ProcessMaps};
 use crate::process::symbolize::is_kernel;
 use crate::process::unwind::{Unwinder, Walk};
 use crate::sampling::{Batch, Mark, SampleView, StackTops};
@@ -338,9 +338,8 @@ impl Ingest {
                 return Err(why);
             }
         }
-        self.forks(batch.forks.drain(..));
         self.threads.extend(batch.comms.drain(..));
-        self.mappings(batch.mappings.drain(..));
+        self.forks_and_mappings(&mut batch.forks, &mut batch.mappings);
         if let Some(why) = self.spaces.take_out_of_fds() {
             self.totals.discarded += batch.seen;
             return Err(why.into());
@@ -394,35 +393,53 @@ impl Ingest {
         Ok(())
     }
 
-    /// New processes (child, parent): each has its parent's address space
-    /// and name, or is unchecked as its parent is.
-    fn forks(&mut self, forks: impl Iterator<Item = (u32, u32)>) {
-        for (child, parent) in forks {
-            if self.unchecked.contains(&parent) {
-                self.unchecked.insert(child);
-                continue;
-            }
-            self.unchecked.remove(&child);
-            self.spaces.fork(child, parent);
-            let comm = self
-                .process_index
-                .get(&parent)
-                .map(|&i| self.processes[i].comm.clone())
-                .unwrap_or_default();
-            self.process_index.insert(child, self.processes.len());
-            self.processes.push(api::ProcessSamples {
-                pid: child,
-                ppid: parent,
-                comm,
-                ..Default::default()
-            });
+    /// A batch's forks and new mappings, in the order they happened (the
+    /// demux hands them over ring by ring): a child starts with the
+    /// mappings its parent made before the fork, such as those of the
+    /// program it had just exec'd, and no later ones.
+    fn forks_and_mappings(
+        &mut self,
+        forks: &mut Vec<(u32, u32, u64)>,
+        mappings: &mut Vec<(u32, Mapping, u64)>,
+    ) {
+        forks.sort_by_key(|&(_, _, time)| time);
+        mappings.sort_by_key(|&(_, _, time)| time);
+        let mut mappings = mappings.drain(..).peekable();
+        for (child, parent, time) in forks.drain(..) {
+            let before = std::iter::from_fn(|| mappings.next_if(|m| m.2 < time));
+            self.mappings(before.map(|(pid, m, _)| (pid, m)));
+            self.fork(child, parent);
         }
+        self.mappings(mappings.map(|(pid, m, _)| (pid, m)));
+    }
+
+    /// A new process `child` of `parent`: it has its parent's address space
+    /// and name, or is unchecked as its parent is.
+    fn fork(&mut self, child: u32, parent: u32) {
+        if self.unchecked.contains(&parent) {
+            self.unchecked.insert(child);
+            return;
+        }
+        self.unchecked.remove(&child);
+        self.spaces.fork(child, parent);
+        let comm = self
+            .process_index
+            .get(&parent)
+            .map(|&i| self.processes[i].comm.clone())
+            .unwrap_or_default();
+        self.process_index.insert(child, self.processes.len());
+        self.processes.push(api::ProcessSamples {
+            pid: child,
+            ppid: parent,
+            comm,
+            ..Default::default()
+        });
     }
 
     /// New mappings, by process, added to the address spaces of the
     /// processes that are checked.
-    fn mappings(&mut self, mappings: impl Iterator<Item = (u32, crate::process::maps::Mapping)>) {
-        let mut by_pid: HashMap<u32, Vec<crate::process::maps::Mapping>> = HashMap::new();
+    fn mappings(&mut self, mappings: impl Iterator<Item = (u32, Mapping)>) {
+        let mut by_pid: HashMap<u32, Vec<Mapping>> = HashMap::new();
         for (pid, m) in mappings {
             if !self.unchecked.contains(&pid) {
                 by_pid.entry(pid).or_default().push(m);

@@ -31,7 +31,7 @@ fn samples_drained_after_their_process_exited_still_count_for_it() {
     let mut ingest = of(target, None);
     // One CPU's ring: the fork, a sample of each, the child's exit.
     let mut first = batch(&[(target, 0x100), (child, 0x200)]);
-    first.forks.push((child, target));
+    first.forks.push((child, target, 0));
     first.exits.push((child, 0));
     ingest.apply(first, |_| false).unwrap();
     // The other CPU's ring, drained later: the child's last samples.
@@ -93,12 +93,12 @@ fn samples_of_an_exec_that_could_not_be_checked_count_apart() {
     });
     let mut ingest = of(target, Some(recheck));
     let mut first = batch(&[(target, 0x100), (child, 0x200)]);
-    first.forks.push((child, target));
+    first.forks.push((child, target, 0));
     ingest.apply(first, |_| false).unwrap();
     // The child exec'd, and had exited when the batch was counted.
     let mut after = batch(&[(child, 0x300), (target, 0x100), (grandchild, 0x400)]);
     after.exec = Some((child, "true".into()));
-    after.forks.push((grandchild, child));
+    after.forks.push((grandchild, child, 0));
     ingest.apply(after, |_| false).unwrap();
     let t = ingest.totals;
     assert_eq!((t.attributed, t.unchecked, t.discarded), (3, 2, 0));
@@ -189,4 +189,27 @@ fn walks_tell_the_sampler_how_much_of_each_threads_stack_to_copy() {
     let margin = StackTops::MARGIN as usize;
     assert_eq!(tops.cut(10, sp, &[0u8; 4096]).len(), 0x18 + margin);
     assert_eq!(tops.cut(11, sp, &[0u8; 4096]).len(), 4096, "forgotten");
+}
+
+/// A batch holds its forks and mappings ring by ring, not in time order: a
+/// child's space has the mappings its parent made before the fork (such as
+/// those of a program it had just exec'd), and not those made after.
+#[test]
+fn a_child_starts_with_the_mappings_its_parent_made_before_the_fork() {
+    use crate::process::maps::Backing;
+    let (target, child) = (std::process::id(), u32::MAX - 1);
+    let mut ingest = of(target, None);
+    let mapping = |start| Mapping::new(start, start + 0x1000, 0, Backing::Special("[vdso]".into()));
+    let mut b = batch(&[(child, 0x10_0800)]);
+    // The fork's CPU's ring was read first, then the parent's mappings'.
+    b.forks.push((child, target, 20));
+    b.mappings.push((target, mapping(0x20_0000), 30));
+    b.mappings.push((target, mapping(0x10_0000), 10));
+    ingest.apply(b, |_| false).unwrap();
+    let (parent, space) = (ingest.spaces.of(target), ingest.spaces.of(child));
+    assert_ne!(space, parent, "the child has a space of its own");
+    let maps = ingest.spaces.maps(space);
+    assert!(maps.find(0x10_0800).is_some(), "mapped before the fork");
+    assert!(maps.find(0x20_0800).is_none(), "mapped after the fork");
+    assert!(ingest.spaces.maps(parent).find(0x20_0800).is_some());
 }

@@ -75,8 +75,9 @@ pub struct Merge<'q> {
     process_at: HashMap<u32, usize>,
     totals: api::Totals,
     /// The totals of the services selected's own samples (see
-    /// `ServiceWindow.totals`), which stand for the windows' when services
-    /// are selected.
+    /// `ServiceWindow.totals`), or of the processes selected's
+    /// (`WindowProcess.totals`), which stand for the windows' when services
+    /// or processes are selected.
     selected: api::Totals,
     first_start_ns: Option<u64>,
     covered_ns: u64,
@@ -313,8 +314,9 @@ impl<'q> Merge<'q> {
         }
         self.p.duration_s = self.covered_ns as f64 / 1e9;
         self.totals.attributed = self.p.attributed;
-        if !self.q.services.is_empty() || self.by_pod() {
-            // The samples' totals are the services'; the rest the rings'.
+        if !self.q.services.is_empty() || self.by_process() {
+            // The samples' totals are the services' or processes'; the
+            // rest the rings'.
             let t = self.totals;
             self.totals = api::Totals {
                 attributed: t.attributed,
@@ -376,6 +378,16 @@ impl Merge<'_> {
     /// The query selects processes by their pod.
     fn by_pod(&self) -> bool {
         !self.q.namespaces.is_empty() || !self.q.pods.is_empty()
+    }
+
+    /// The query selects processes, by pid or by their pod.
+    fn by_process(&self) -> bool {
+        !self.q.pids.is_empty() || self.by_pod()
+    }
+
+    /// The query selects process `p` (by its pid and its pod).
+    fn process_selected(&self, p: &api::WindowProcess) -> bool {
+        (self.q.pids.is_empty() || self.q.pids.contains(&p.pid)) && self.pod_selected(Some(p))
     }
 
     /// Process `p` is in a pod the query selects (any process, when it
@@ -452,7 +464,15 @@ impl Visit for Merge<'_> {
             return;
         }
         self.pids_seen.extend(sw.processes.iter().map(|p| p.pid));
-        if let Some(t) = &sw.totals {
+        if self.by_process() {
+            let mut selected = self.selected;
+            for p in sw.processes.iter().filter(|p| self.process_selected(p)) {
+                if let Some(t) = &p.totals {
+                    add_totals(&mut selected, t);
+                }
+            }
+            self.selected = selected;
+        } else if let Some(t) = &sw.totals {
             add_totals(&mut self.selected, t);
         }
         let service = (self.by == api::GroupBy::Service)

@@ -337,6 +337,43 @@ fn the_totals_of_selected_services_are_theirs() {
     );
 }
 
+/// A query for some processes reports their own totals (each process's
+/// in the window), not their service's or the window's.
+#[test]
+fn the_totals_of_selected_processes_are_theirs() {
+    let mut w = window("w1", "web", 0, 40, 0);
+    let web = &mut w.services[0];
+    for (p, unsymbolized, truncated) in [(0, 2190, 7), (1, 3, 1)] {
+        web.processes[p].totals = Some(api::Totals {
+            unsymbolized,
+            truncated,
+            ..Default::default()
+        });
+    }
+    web.totals = Some(api::Totals {
+        unsymbolized: 2193,
+        truncated: 8,
+        ..Default::default()
+    });
+    let two = api::Query {
+        pids: vec![2],
+        ..Default::default()
+    };
+    for m in [
+        whole(&two, Want::Stacks, &[w.clone()]),
+        streamed(&two, Want::Functions, &[w.clone()]),
+    ] {
+        let t = m.session.totals.unwrap();
+        assert_eq!((t.unsymbolized, t.truncated), (3, 1));
+    }
+    let both = api::Query {
+        pids: vec![1, 2],
+        ..Default::default()
+    };
+    let t = whole(&both, Want::Stacks, &[w]).session.totals.unwrap();
+    assert_eq!((t.unsymbolized, t.truncated), (2193, 8));
+}
+
 /// `window`'s with process 1 in pod shop/web (container app) and process 2
 /// in no pod, and service `db` beside it: process 3 in pod shop/db.
 fn in_pods(id: &str) -> api::Window {
@@ -353,6 +390,10 @@ fn in_pods(id: &str) -> api::Window {
         pid: 3,
         comm: "three".into(),
         pod: Some(pod("db", "u2")),
+        totals: Some(api::Totals {
+            truncated: 7,
+            ..Default::default()
+        }),
         ..Default::default()
     }];
     for t in &mut db.threads {
@@ -391,7 +432,7 @@ fn namespaces_and_pods_select_their_processes_only() {
     assert_eq!(pick(q(&[], &["web"])), only(&[1]));
     assert_eq!(pick(q(&[], &["shop/db"])), only(&[3]));
     assert_eq!(pick(q(&["shop"], &["web", "db"])), only(&[1, 3]));
-    // The totals are the services' whose processes are selected.
+    // The totals are the selected processes' own.
     let m = whole(&q(&[], &["db"]), Want::Stacks, &windows);
     let t = m.session.totals.unwrap();
     assert_eq!((t.attributed, t.truncated), (all[&3], 14));

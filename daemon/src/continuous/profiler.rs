@@ -754,6 +754,7 @@ impl Profiler {
             },
             thread_samples: HashMap::new(),
             unsymbolized: 0,
+            pid_unsymbolized: HashMap::new(),
             next: 0,
             written: None,
             scratch: (Vec::new(), Vec::new(), api::WindowStack::default()),
@@ -782,6 +783,7 @@ impl Profiler {
             if unnamed {
                 w.unsymbolized += count;
                 w.services.list[s].totals().unsymbolized += count;
+                *w.pid_unsymbolized.entry(pid).or_default() += count;
             }
             *w.thread_samples.entry(tid).or_default() += count;
             w.services.list[s].count(i as u32, tid, count, frames, &self.collector);
@@ -813,8 +815,14 @@ impl Profiler {
                 notes.binaries_replaced += 1;
             }
             let s = services.slot(ps.pid);
+            let mut totals = api::Totals {
+                attributed: ps.samples,
+                unsymbolized: w.pid_unsymbolized.get(&ps.pid).copied().unwrap_or(0),
+                ..Default::default()
+            };
             if let Some(own) = w.window.pid_totals.get(&ps.pid) {
                 own.add_to(services.list[s].totals());
+                own.add_to(&mut totals);
             }
             let mut p = services.labels.get(&ps.pid).cloned().unwrap_or_default();
             let pod = self.pods.pod(&p.label.pod_uid, &p.label.container_id);
@@ -833,6 +841,7 @@ impl Profiler {
                 samples: ps.samples,
                 exited: p.exited,
                 pod,
+                totals: Some(totals),
             });
         }
         let services = &mut services.list;
@@ -984,6 +993,8 @@ struct Writing {
     services: Services,
     thread_samples: HashMap<u32, u64>,
     unsymbolized: u64,
+    /// Per process, its samples with a frame not named.
+    pid_unsymbolized: HashMap<u32, u64>,
     /// The next stack to name.
     next: usize,
     /// Once every stack was named: the window being written.

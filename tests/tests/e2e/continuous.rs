@@ -385,12 +385,27 @@ fn the_totals_of_a_service_are_its_own_samples() {
     profd_e2e::wait_until("the groups' CPU time", Duration::from_secs(600), || {
         (a.cpu_time() >= cpu && b.cpu_time() >= cpu).then_some(())
     });
+    let pids = (w1.pid_arg(), w2.pid_arg());
     drop((w1, w2));
     wait_for_window_after(&d, now_ns());
     let (named, anon) = (
         query(&d, &["--service", a.name()]),
         query(&d, &["--service", b.name()]),
     );
+    // Each process's totals are its own too: here its service's.
+    let (split_pid, jit_pid) = (
+        query(&d, &["--pid", &pids.0]),
+        query(&d, &["--pid", &pids.1]),
+    );
+    for (process, service) in [(&split_pid, &named), (&jit_pid, &anon)] {
+        let (p, s) = (&process.totals, &service.totals);
+        assert_eq!(
+            (p.attributed, p.unsymbolized),
+            (s.attributed, s.unsymbolized),
+            "a process's totals against its service's:\n{}",
+            process.table()
+        );
+    }
     let all = query(&d, &[]);
     let (n, j) = (&named.totals, &anon.totals);
     eprintln!(

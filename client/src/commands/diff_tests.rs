@@ -196,3 +196,47 @@ fn profiles_that_hardly_compare_are_warned_of() {
         "{w:?}"
     );
 }
+
+/// Off-CPU (and wall) profiles compare times: each count, each change
+/// and the header's totals are times, the largest change first.
+#[test]
+fn time_profiles_compare_times() {
+    let s = 1_000_000_000;
+    let mut base = side(
+        "a",
+        3 * s,
+        3.0,
+        vec![f("sleep", 5 * s / 2, 5 * s / 2), f("read", s / 2, s / 2)],
+    );
+    let mut new = side(
+        "b",
+        3 * s,
+        3.0,
+        vec![f("sleep", s, s), f("read", 2 * s, 2 * s)],
+    );
+    for side in [&mut base, &mut new] {
+        side.session.mode = api::Mode::OffCpu as i32;
+    }
+    let text = diff_table(&base, &new, None, 80, false);
+    assert!(
+        text.starts_with("base  a — pid 7 (split) — 3.00 s attributed in 3.00 s\n"),
+        "{text}"
+    );
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.ends_with(&format!(" {name}  [split]")))
+            .unwrap_or_else(|| panic!("no {name}:\n{text}"))
+    };
+    let times =
+        |a: &str, b: &str, c: &str| format!("{a:>10}  {b:>10}  {c:>10}  {a:>10}  {b:>10}  {c:>10}");
+    assert!(
+        line("sleep").starts_with(&times("2.50 s", "1.00 s", "-1.50 s")),
+        "{text}"
+    );
+    assert!(
+        line("read").starts_with(&times("500 ms", "2.00 s", "+1.50 s")),
+        "{text}"
+    );
+    let at = |name: &str| text.find(line(name)).unwrap();
+    assert!(at("read") < at("sleep"), "equal changes, by name: {text}");
+}

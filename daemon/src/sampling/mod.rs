@@ -735,39 +735,57 @@ fn waiting_at_start(pid: u32, stack_bytes: usize) -> Vec<(bool, waits::Stack)> {
     // The session starts once its rings are open and this is read: each
     // thread waits from then on.
     let now = monotonic_ns();
+    let copy = |sp| blocked::stack_bytes(pid, sp, stack_bytes);
     threads
         .into_iter()
         .map(|t| {
-            // Return addresses, less one: in the call, as the callers of
-            // a sampled stack are.
-            let mut frames: Vec<u64> = t
-                .kernel
-                .iter()
-                .filter_map(|(name, off)| Some(starts.get(name)? + off.saturating_sub(1)))
-                .collect();
-            let (mut user, mut truncated) = (None, false);
-            if let Some((pc, sp)) = t.user {
-                if stack_bytes > 0 {
-                    user = Some(([pc, sp, 0], blocked::stack_bytes(pid, sp, stack_bytes)));
-                } else {
-                    frames.push(pc);
-                    truncated = true;
-                }
-            }
-            if frames.is_empty() && user.is_none() {
-                frames.push(UNKNOWN_STACK_FRAME);
-            }
-            let stack = waits::Stack {
-                pid,
-                tid: t.tid,
-                time: now,
-                frames,
-                user,
-                truncated,
-            };
-            (t.preempted, stack)
+            (
+                t.preempted,
+                wait_stack(pid, now, &t, &starts, stack_bytes, copy),
+            )
         })
         .collect()
+}
+
+/// The stack of thread `t` of `pid`, waiting at `now` (see
+/// [`waiting_at_start`]): its kernel frames by the `starts` of their
+/// functions, and `copy(sp)` of its user stack (`stack_bytes` > 0) or its
+/// pc alone.
+fn wait_stack(
+    pid: u32,
+    now: u64,
+    t: &crate::process::blocked::Waiting,
+    starts: &HashMap<String, u64>,
+    stack_bytes: usize,
+    copy: impl Fn(u64) -> Vec<u8>,
+) -> waits::Stack {
+    // Return addresses, less one: in the call, as the callers of a
+    // sampled stack are.
+    let mut frames: Vec<u64> = t
+        .kernel
+        .iter()
+        .filter_map(|(name, off)| Some(starts.get(name)? + off.saturating_sub(1)))
+        .collect();
+    let (mut user, mut truncated) = (None, false);
+    if let Some((pc, sp)) = t.user {
+        if stack_bytes > 0 {
+            user = Some(([pc, sp, 0], copy(sp)));
+        } else {
+            frames.push(pc);
+            truncated = true;
+        }
+    }
+    if frames.is_empty() && user.is_none() {
+        frames.push(UNKNOWN_STACK_FRAME);
+    }
+    waits::Stack {
+        pid,
+        tid: t.tid,
+        time: now,
+        frames,
+        user,
+        truncated,
+    }
 }
 
 /// CLOCK_MONOTONIC now, in nanoseconds: the clock of the switch events.
@@ -937,5 +955,35 @@ mod tests {
             assert_eq!(groups[0].0.kind, expected, "probe {probe}");
             sampler.unsubscribe(sub.spec, Subscriber::Session(1)).await;
         }
+    }
+
+    /// A thread waiting at a session's start: its kernel frames by their
+    /// functions (return addresses less one), then its user stack: a copy
+    /// to unwind, or its pc alone (truncated); with neither known, the
+    /// frame saying its stack is unknown.
+    #[test]
+    fn a_waiting_thread_s_stack_is_what_proc_says_or_unknown() {
+        use crate::process::blocked::Waiting;
+        let starts = HashMap::from([("do_nanosleep".to_string(), 0xffff_0000)]);
+        let thread = |kernel: &[(&str, u64)], user| Waiting {
+            tid: 8,
+            preempted: false,
+            kernel: kernel.iter().map(|&(n, o)| (n.to_string(), o)).collect(),
+            user,
+        };
+        let copy = |sp: u64| sp.to_le_bytes().to_vec();
+        let asleep = thread(
+            &[("do_nanosleep", 0x20), ("gone", 0x8)],
+            Some((0x401000, 0x7ff0)),
+        );
+        let s = wait_stack(7, 50, &asleep, &starts, 4096, copy);
+        assert_eq!((s.pid, s.tid, s.time), (7, 8, 50));
+        assert_eq!(s.frames, [0xffff_001f]);
+        assert_eq!(s.user, Some(([0x401000, 0x7ff0, 0], copy(0x7ff0))));
+        let s = wait_stack(7, 50, &asleep, &starts, 0, copy);
+        assert_eq!((s.frames, s.truncated), (vec![0xffff_001f, 0x401000], true));
+        let unknown = thread(&[("gone", 0x8)], None);
+        let s = wait_stack(7, 50, &unknown, &starts, 4096, copy);
+        assert_eq!((s.frames, s.user), (vec![UNKNOWN_STACK_FRAME], None));
     }
 }

@@ -65,6 +65,17 @@ fn cpp_names_are_short_in_tables_and_found_by_part_regex_or_id() {
     let short_update = "app::Table<…>::update(…)";
     let table = ok(&h.daemon, &["report", &id, "--top", "0"]);
     eprintln!("{}", table.stdout);
+    // Most exclusive samples first, as run's and attach's tables (by
+    // inclusive, main and its callers would lead with none).
+    let exclusive: Vec<u64> = views::rows(&table.stdout)
+        .iter()
+        .map(|r| r.count(2))
+        .collect();
+    assert!(
+        exclusive.windows(2).all(|p| p[0] >= p[1]),
+        "not by exclusive samples:\n{}",
+        table.stdout
+    );
     let names: Vec<String> = views::rows(&table.stdout)
         .into_iter()
         .map(|r| r.name)

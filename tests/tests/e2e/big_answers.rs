@@ -13,7 +13,7 @@ use profd_common::api;
 use profd_e2e::{require_root_and_perf, serial, Daemon, Profile};
 use prost::Message;
 
-use crate::continuous::{continuous, group, now_ns};
+use crate::continuous::{continuous_at_default_freq, group, now_ns};
 
 const SEC: u64 = 1_000_000_000;
 /// Windows planted, and distinct stacks in each (none shared).
@@ -165,7 +165,10 @@ fn plant(dir: &Path) -> u64 {
 /// (an empty group selected), indexed at its restart.
 fn daemon_with_big_history() -> (Daemon, u64) {
     let cg = group("big");
-    let mut d = continuous(
+    // At the default 19 Hz: the samples of whatever else runs, which the
+    // daemon reads (stack copies and all) before it leaves them out, add
+    // little to the peaks measured, however busy the machine.
+    let mut d = continuous_at_default_freq(
         "10",
         &["--continuous-select", &format!("cgroup:{}", cg.path())],
     );
@@ -335,7 +338,9 @@ fn check_speedscope(bytes: &[u8], expected: u64) {
 /// never by the tree's every path, the text's size (73 MiB here) or the
 /// pprof message's samples; the speedscope file is written as it is
 /// streamed, holding its frames table and 4 bytes a stack on top of the
-/// merged stacks (under 1.5 times their frames); the SVG flame graph is
+/// merged stacks (under twice their frames, as the views: the file is about a
+/// quarter of them here, so what it holds alone is measured apart, in
+/// benches/tests/alloc.rs, where the machine's load adds nothing); the SVG flame graph is
 /// drawn as it is streamed from only the folded lines of the frames
 /// inferno draws (under 3/5 of the text here: the rest is narrower than
 /// 0.01 % of the samples), held with inferno's frames for them (under
@@ -387,7 +392,7 @@ fn answers_over_a_big_history_stay_within_their_bound() {
         (
             "speedscope",
             vec!["query", "--format", "speedscope", "-o", speedscope_arg],
-            frames_kib * 3 / 2,
+            2 * frames_kib,
         ),
         (
             "callers",

@@ -45,7 +45,7 @@ pub(crate) fn continuous(window: &str, extra: &[&str]) -> Daemon {
 /// `profd --continuous` with windows of `window` seconds and `extra`
 /// settings (its default frequency unless they say otherwise); returns
 /// once it samples.
-fn continuous_at_default_freq(window: &str, extra: &[&str]) -> Daemon {
+pub(crate) fn continuous_at_default_freq(window: &str, extra: &[&str]) -> Daemon {
     let mut args = vec!["--continuous", "--continuous-window", window];
     args.extend_from_slice(extra);
     let d = Daemon::start_with(&args);

@@ -183,6 +183,9 @@ impl Jvm {
             .stderr(file);
         let child = command.spawn().expect("start java");
         let jvm = Jvm { child, out };
+        // Left by a JVM that had this pid before and was killed (pids come
+        // round in a long run): this one has not been asked for anything.
+        jvm.remove_attach_files();
         wait_until("the JVM ready", Duration::from_secs(60), || {
             jvm.output().contains("ready").then_some(())
         });
@@ -192,6 +195,15 @@ impl Jvm {
     fn output(&self) -> String {
         std::fs::read_to_string(&self.out).unwrap_or_default()
     }
+
+    /// The attach files of the JVM's pid in /tmp: its socket and a trigger
+    /// file.
+    fn remove_attach_files(&self) {
+        let pid = self.child.id();
+        for name in [format!(".java_pid{pid}"), format!(".attach_pid{pid}")] {
+            let _ = std::fs::remove_file(Path::new("/tmp").join(name));
+        }
+    }
 }
 
 impl Drop for Jvm {
@@ -199,6 +211,7 @@ impl Drop for Jvm {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.child.id()));
+        self.remove_attach_files();
     }
 }
 

@@ -385,9 +385,10 @@ impl Merge<'_> {
         !self.q.pids.is_empty() || self.by_pod()
     }
 
-    /// The query selects process `p` (by its pid and its pod).
-    fn process_selected(&self, p: &api::WindowProcess) -> bool {
-        (self.q.pids.is_empty() || self.q.pids.contains(&p.pid)) && self.pod_selected(Some(p))
+    /// The query selects process `pid` (`p` as its window has it): by its
+    /// pid and by its pod.
+    fn process_selected(&self, pid: u32, p: Option<&api::WindowProcess>) -> bool {
+        (self.q.pids.is_empty() || self.q.pids.contains(&pid)) && self.pod_selected(p)
     }
 
     /// Process `p` is in a pod the query selects (any process, when it
@@ -466,7 +467,11 @@ impl Visit for Merge<'_> {
         self.pids_seen.extend(sw.processes.iter().map(|p| p.pid));
         if self.by_process() {
             let mut selected = self.selected;
-            for p in sw.processes.iter().filter(|p| self.process_selected(p)) {
+            for p in sw
+                .processes
+                .iter()
+                .filter(|p| self.process_selected(p.pid, Some(p)))
+            {
                 if let Some(t) = &p.totals {
                     add_totals(&mut selected, t);
                 }
@@ -495,10 +500,7 @@ impl Visit for Merge<'_> {
             return;
         }
         let pid = self.cur.pid_of.get(&s.tid).copied().unwrap_or(0);
-        if !self.q.pids.is_empty() && !self.q.pids.contains(&pid) {
-            return;
-        }
-        if !self.pod_selected(self.cur.processes.get(&pid)) {
+        if !self.process_selected(pid, self.cur.processes.get(&pid)) {
             return;
         }
         let mut frames = std::mem::take(&mut self.frames);

@@ -359,7 +359,6 @@ impl Pipeline {
                 session: Subscriber::Session(1),
                 pid: target(),
                 children: Children::Ignored,
-                exited: None,
             }]),
             ingest: Ingest::new(target(), "bench".into(), maps, stacks, 1 << 20, None, tops),
             scratch: Vec::new(),

@@ -44,12 +44,11 @@ fn max_stack() -> usize {
 /// but the daemon's own and the idle task's (continuous profiling).
 #[derive(Debug, Default, Clone)]
 pub struct Targets {
-    /// Looked up for every record: hashed with foldhash. Per process: the
-    /// perf time of its exit once a ring showed it (its records up to then
-    /// still come from rings drained later, a process that later gets its
-    /// pid is not taken for it), and its sessions (those that take every
-    /// process included).
-    by_pid: foldhash::HashMap<u32, (Option<u64>, Vec<usize>)>,
+    /// Looked up for every record: hashed with foldhash. Per process, its
+    /// sessions (those that take every process included). An exited
+    /// process keeps its route for a drain: its last records, written
+    /// after its exit record and on other CPUs, still come.
+    by_pid: foldhash::HashMap<u32, Vec<usize>>,
     /// Per session: whether it follows the processes its processes fork.
     children: Vec<bool>,
     /// The sessions that take every process.
@@ -94,8 +93,6 @@ pub struct RouteTo {
     pub session: Subscriber,
     pub pid: u32,
     pub children: Children,
-    /// The perf time of the process's exit once a ring showed it.
-    pub exited: Option<u64>,
 }
 
 impl Targets {
@@ -116,19 +113,12 @@ impl Targets {
                 targets.every.push(i);
                 continue;
             }
-            // Records up to this perf time are the process's (the earliest
-            // exit any route saw).
-            let entry = targets.by_pid.entry(route.pid);
-            let (end, sessions) = entry.or_insert((route.exited, Vec::new()));
-            *end = end.iter().copied().chain(route.exited).min();
-            sessions.push(i);
+            targets.by_pid.entry(route.pid).or_default().push(i);
         }
-        if !targets.every.is_empty() {
-            for (_, sessions) in targets.by_pid.values_mut() {
-                sessions.extend(targets.every.iter().copied());
-                sessions.sort_unstable();
-                sessions.dedup();
-            }
+        for sessions in targets.by_pid.values_mut() {
+            sessions.extend(targets.every.iter().copied());
+            sessions.sort_unstable();
+            sessions.dedup();
         }
         targets
     }
@@ -142,7 +132,7 @@ impl Targets {
     pub fn of(&self, pid: u32) -> Option<&[usize]> {
         self.by_pid
             .get(&pid)
-            .map(|(_, sessions)| sessions.as_slice())
+            .map(Vec::as_slice)
             .or_else(|| self.every_for(pid))
     }
 
@@ -175,6 +165,10 @@ pub struct Drained {
     /// Routed processes that exited during the drain, with the perf time
     /// of their exit: their routes go after the next drain.
     pub exited: Vec<(u32, u64)>,
+    /// Routed pids that a process not routed took during the drain, with
+    /// the perf time of its fork: from then on the pid's records are that
+    /// process's, and the routes go now.
+    pub reborn: Vec<(u32, u64)>,
 }
 
 /// A fork, exit or exec record, read from every ring before any record is
@@ -325,28 +319,28 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
         for &(time, pid, task) in &d.tasks {
             match task {
                 Task::Fork { parent } => {
-                    let Some(targets) = route(by_pid, &c.forked, &c.exited, parent, Some(time))
-                    else {
-                        continue;
-                    };
-                    let follow: Vec<usize> = targets
-                        .iter()
-                        .copied()
-                        .filter(|&i| self.targets.children[i])
-                        .collect();
+                    let follow: Vec<usize> =
+                        route(by_pid, &c.forked, &c.reborn, parent, Some(time))
+                            .unwrap_or(&[])
+                            .iter()
+                            .copied()
+                            .filter(|&i| self.targets.children[i])
+                            .collect();
                     if !follow.is_empty() {
                         // A process that had this pid before is gone.
                         c.exited.retain(|&(p, _)| p != pid);
                         c.forked.insert(pid, (time, follow));
+                    } else if routed(by_pid, &c.forked, &c.reborn, pid, Some(time)).is_some() {
+                        c.reborn.push((pid, time));
                     }
                 }
                 Task::Exit => {
-                    if routed(by_pid, &c.forked, &c.exited, pid, Some(time)).is_some() {
+                    if routed(by_pid, &c.forked, &c.reborn, pid, Some(time)).is_some() {
                         c.exited.push((pid, time));
                     }
                 }
                 Task::Exec => {
-                    for &i in route(by_pid, &c.forked, &c.exited, pid, Some(time)).unwrap_or(&[]) {
+                    for &i in route(by_pid, &c.forked, &c.reborn, pid, Some(time)).unwrap_or(&[]) {
                         d.execs[i].push((time, d.pool.take()));
                     }
                 }
@@ -392,7 +386,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     // A switch out: its stack waits for the switch back in;
                     // a wall-mode sample, for the switches that time it.
                     // Both are counted once paired (`settle_waits`).
-                    if route(by_pid, &c.forked, &c.exited, s.pid, s.time).is_none() {
+                    if route(by_pid, &c.forked, &c.reborn, s.pid, s.time).is_none() {
                         c.seen += 1;
                         return;
                     }
@@ -417,7 +411,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     return;
                 }
                 c.seen += 1;
-                if let Some(targets) = route(by_pid, &c.forked, &c.exited, s.pid, s.time) {
+                if let Some(targets) = route(by_pid, &c.forked, &c.reborn, s.pid, s.time) {
                     c.matched += 1;
                     let user = user_part(stack_copy, &d.tops, &s);
                     let chain = s.callchain();
@@ -449,7 +443,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 ) else {
                     return;
                 };
-                if route(by_pid, &c.forked, &c.exited, pid, Some(time)).is_some() {
+                if route(by_pid, &c.forked, &c.reborn, pid, Some(time)).is_some() {
                     let switch = match (sw.out, sw.preempted) {
                         (false, _) => Switch::In,
                         (true, true) => Switch::Preempted,
@@ -459,7 +453,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 }
             }
             Ok(Record::Mmap2(m)) => {
-                if let Some(targets) = route(by_pid, &c.forked, &c.exited, m.pid, m.sample_id.time)
+                if let Some(targets) = route(by_pid, &c.forked, &c.reborn, m.pid, m.sample_id.time)
                 {
                     let mapping = mapping_of(m.addr, m.len, m.pgoff, m.filename);
                     for &i in targets {
@@ -474,7 +468,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                     d.tops.forget(cm.tid);
                 }
                 if let Some(targets) =
-                    route(by_pid, &c.forked, &c.exited, cm.pid, cm.sample_id.time)
+                    route(by_pid, &c.forked, &c.reborn, cm.pid, cm.sample_id.time)
                 {
                     let name = String::from_utf8_lossy(cm.comm).into_owned();
                     for &i in targets {
@@ -518,7 +512,7 @@ impl<F: FnMut(usize, Batch)> Drain<'_, F> {
                 if t.pid != t.tid {
                     return;
                 }
-                if let Some(targets) = route(by_pid, &c.forked, &c.exited, t.pid, Some(t.time)) {
+                if let Some(targets) = route(by_pid, &c.forked, &c.reborn, t.pid, Some(t.time)) {
                     for &i in targets {
                         batch(&mut batches[i], &mut execs[i], Some(t.time))
                             .exits
@@ -675,19 +669,20 @@ fn batch<'b>(
 }
 
 /// The sessions (batch indices) a process's record of perf time `time` goes
-/// to: routed before this drain (and the record not after the process's
-/// exit), or forked during it (and the record not before the fork), and the
-/// record not after an exit of the process in this drain; else the sessions
-/// that take every process.
+/// to: those of the pid's last fork in this drain up to `time` if a session
+/// follows it, none if it was forked otherwise (`reborn`), and with no fork
+/// the routes made before this drain; else the sessions that take every
+/// process. The records a process writes after its exit record (it is
+/// still running its exit) are its own.
 #[inline]
 fn route<'a>(
     targets: &'a Targets,
     forked: &'a foldhash::HashMap<u32, (u64, Vec<usize>)>,
-    exited: &[(u32, u64)],
+    reborn: &[(u32, u64)],
     pid: u32,
     time: Option<u64>,
 ) -> Option<&'a [usize]> {
-    routed(targets, forked, exited, pid, time).or_else(|| targets.every_for(pid))
+    routed(targets, forked, reborn, pid, time).or_else(|| targets.every_for(pid))
 }
 
 /// [`route`] but for the sessions that take every process.
@@ -695,24 +690,25 @@ fn route<'a>(
 fn routed<'a>(
     targets: &'a Targets,
     forked: &'a foldhash::HashMap<u32, (u64, Vec<usize>)>,
-    exited: &[(u32, u64)],
+    reborn: &[(u32, u64)],
     pid: u32,
     time: Option<u64>,
 ) -> Option<&'a [usize]> {
     let time = time.unwrap_or(0);
-    let routed = targets
-        .by_pid
-        .get(&pid)
-        .filter(|(until, _)| until.is_none_or(|until| time <= until))
-        .map(|(_, sessions)| sessions);
-    let own = routed.or_else(|| {
-        forked
-            .get(&pid)
-            .filter(|(at, _)| *at <= time)
-            .map(|(_, sessions)| sessions)
-    });
-    let own = own?;
-    (!exited.iter().any(|&(p, end)| p == pid && time > end)).then_some(own.as_slice())
+    let taken = reborn
+        .iter()
+        .filter(|&&(p, at)| p == pid && at <= time)
+        .map(|&(_, at)| at)
+        .max();
+    if let Some((at, sessions)) = forked.get(&pid) {
+        if *at <= time && taken.is_none_or(|taken| taken < *at) {
+            return Some(sessions);
+        }
+    }
+    if taken.is_some() {
+        return None;
+    }
+    targets.by_pid.get(&pid).map(Vec::as_slice)
 }
 
 #[cfg(test)]
@@ -720,43 +716,46 @@ mod tests {
     use super::Children::{Followed, Ignored};
     use super::*;
 
-    fn to(session: u64, pid: u32, children: Children, exited: Option<u64>) -> RouteTo {
+    fn to(session: u64, pid: u32, children: Children) -> RouteTo {
         RouteTo {
             session: Subscriber::Session(session),
             pid,
             children,
-            exited,
         }
     }
 
+    /// A process writes records after its exit record while it finishes
+    /// exiting (tens of microseconds, seen on 6.18): they are its own until
+    /// a fork gives its pid to another process.
     #[test]
-    fn an_exited_process_gets_only_its_records_from_before_its_exit() {
-        let t = Targets::new([to(7, 10, Ignored, Some(500)), to(7, 11, Ignored, None)]);
+    fn a_process_keeps_its_pid_until_a_fork_takes_it() {
+        let t = Targets::new([to(7, 10, Ignored), to(7, 11, Ignored)]);
         let none = foldhash::HashMap::default();
-        assert_eq!(route(&t, &none, &[], 10, Some(499)), Some(&[0][..]));
-        assert_eq!(route(&t, &none, &[], 10, Some(500)), Some(&[0][..]));
+        assert_eq!(route(&t, &none, &[], 10, Some(501)), Some(&[0][..]));
+        let taken = [(10, 600)];
+        assert_eq!(route(&t, &none, &taken, 10, Some(599)), Some(&[0][..]));
         assert_eq!(
-            route(&t, &none, &[], 10, Some(501)),
+            route(&t, &none, &taken, 10, Some(600)),
             None,
             "a later process with its pid"
         );
-        assert_eq!(route(&t, &none, &[], 11, Some(501)), Some(&[0][..]));
-        assert_eq!(
-            route(&t, &none, &[(11, 400)], 11, Some(300)),
-            Some(&[0][..]),
-            "before an exit seen in this drain"
-        );
-        assert_eq!(
-            route(&t, &none, &[(11, 400)], 11, Some(401)),
-            None,
-            "after it"
-        );
+        assert_eq!(route(&t, &none, &taken, 11, Some(700)), Some(&[0][..]));
         let forked = foldhash::HashMap::from_iter([(12, (600, vec![0]))]);
         assert_eq!(route(&t, &forked, &[], 12, Some(600)), Some(&[0][..]));
         assert_eq!(
             route(&t, &forked, &[], 12, Some(599)),
             None,
             "an earlier process with the pid of a child forked in this drain"
+        );
+        assert_eq!(
+            route(&t, &forked, &[(12, 650)], 12, Some(700)),
+            None,
+            "the child's pid taken after it"
+        );
+        assert_eq!(
+            route(&t, &forked, &[(12, 550)], 12, Some(700)),
+            Some(&[0][..]),
+            "the child took a pid taken before"
         );
     }
 
@@ -819,7 +818,7 @@ mod tests {
 
     #[test]
     fn a_childs_samples_count_whichever_ring_holds_its_fork() {
-        let targets = Targets::new([to(1, 10, Followed, None)]);
+        let targets = Targets::new([to(1, 10, Followed)]);
         let rings = [
             // The child ran on this CPU; an earlier process with its pid too.
             vec![sample(11, 50), sample(11, 200), sample(11, 210)],
@@ -837,7 +836,7 @@ mod tests {
 
     #[test]
     fn records_go_to_the_batch_of_the_exec_they_follow_in_time() {
-        let targets = Targets::new([to(1, 10, Ignored, None)]);
+        let targets = Targets::new([to(1, 10, Ignored)]);
         let rings = [
             vec![sample(10, 300), sample(99, 310)],
             vec![sample(10, 100), exec(10, 200, "new"), sample(10, 250)],
@@ -860,7 +859,7 @@ mod tests {
 
     #[test]
     fn stack_copies_are_cut_above_the_top_their_threads_walks_reach() {
-        let targets = Targets::new([to(1, 10, Ignored, None)]);
+        let targets = Targets::new([to(1, 10, Ignored)]);
         let stack: &'static [u8] = Vec::leak(vec![7u8; 4096]);
         let sp = 0x7fff_0000_0000;
         let copied = |tid: u32, time: u64| -> Rec {
@@ -929,7 +928,7 @@ mod tests {
     /// ring recorded last, if of its process; not for a thread of its own.
     #[test]
     fn a_sample_of_an_exiting_thread_counts_for_that_thread() {
-        let targets = Targets::new([to(1, 10, Ignored, None)]);
+        let targets = Targets::new([to(1, 10, Ignored)]);
         let exit = |tid: u32, time: u64| -> Rec {
             Ok(Record::Exit(crate::os::perf::record::Task {
                 pid: 10,
@@ -973,11 +972,7 @@ mod tests {
 
     #[test]
     fn sessions_are_numbered_in_order_and_keep_their_first_routes_children() {
-        let t = Targets::new([
-            to(7, 10, Followed, None),
-            to(3, 10, Ignored, None),
-            to(7, 11, Ignored, None),
-        ]);
+        let t = Targets::new([to(7, 10, Followed), to(3, 10, Ignored), to(7, 11, Ignored)]);
         assert_eq!(t.sessions(), 2);
         assert_eq!(t.of(10), Some(&[0, 1][..]));
         assert_eq!(t.of(11), Some(&[0][..]));
@@ -991,10 +986,7 @@ mod tests {
     #[test]
     fn every_process_is_routed_to_continuous_sessions() {
         let own = std::process::id();
-        let targets = Targets::new([
-            to(5, EVERY_PROCESS, Ignored, None),
-            to(9, 10, Ignored, None),
-        ]);
+        let targets = Targets::new([to(5, EVERY_PROCESS, Ignored), to(9, 10, Ignored)]);
         let exit = |pid: u32, time: u64| -> Rec {
             Ok(Record::Exit(crate::os::perf::record::Task {
                 pid,
@@ -1029,32 +1021,64 @@ mod tests {
         assert!(d.exited.is_empty(), "no route of its own ends");
     }
 
-    /// A process routed to several sessions ends at the earliest exit any
-    /// route saw; continuous profiling is a subscriber apart from every
+    /// A process routed to several sessions leaves them all when its pid
+    /// is taken; continuous profiling is a subscriber apart from every
     /// session.
     #[test]
-    fn a_process_ends_at_its_earliest_exit_and_continuous_is_apart() {
+    fn a_taken_pid_leaves_every_session_and_continuous_is_apart() {
         let continuous = RouteTo {
             session: Subscriber::Continuous,
-            ..to(0, EVERY_PROCESS, Ignored, None)
+            ..to(0, EVERY_PROCESS, Ignored)
         };
         let t = Targets::new([
-            to(1, 10, Ignored, None),
-            to(2, 10, Ignored, Some(700)),
-            to(3, 10, Ignored, Some(500)),
+            to(1, 10, Ignored),
+            to(2, 10, Ignored),
+            to(3, 10, Ignored),
             continuous,
         ]);
         assert_eq!(t.sessions(), 4);
         let none = foldhash::HashMap::default();
+        let taken = [(10, 501)];
         assert_eq!(
-            route(&t, &none, &[], 10, Some(500)),
+            route(&t, &none, &taken, 10, Some(500)),
             Some(&[0, 1, 2, 3][..])
         );
         assert_eq!(
-            route(&t, &none, &[], 10, Some(501)),
+            route(&t, &none, &taken, 10, Some(501)),
             Some(&[3][..]),
             "a later process with its pid goes to continuous profiling alone"
         );
+    }
+
+    /// A followed child's records after its exit are its own; once a
+    /// process not followed forks with its pid, that process's are not.
+    #[test]
+    fn a_childs_last_records_count_until_its_pid_is_reborn() {
+        let exit = |pid: u32, time: u64| -> Rec {
+            Ok(Record::Exit(crate::os::perf::record::Task {
+                pid,
+                ppid: 10,
+                tid: pid,
+                ptid: 10,
+                time,
+                sample_id: Default::default(),
+            }))
+        };
+        let targets = Targets::new([to(1, 10, Followed)]);
+        let rings = [
+            vec![fork(20, 10, 5), exit(20, 10), fork(20, 99, 15)],
+            vec![sample(20, 8), sample(20, 12), sample(20, 16)],
+        ];
+        let (out, d) = drain(&targets, &rings);
+        let times: Vec<u64> = out.iter().flat_map(|(_, b)| times(b)).collect();
+        assert_eq!(
+            times,
+            [8, 12],
+            "up to its exit and after, not after the fork"
+        );
+        assert_eq!(d.reborn, [(20, 15)]);
+        assert_eq!(d.exited, [(20, 10)]);
+        assert_eq!(d.forked.len(), 1);
     }
 
     #[test]

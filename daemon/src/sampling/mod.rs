@@ -90,7 +90,6 @@ impl Routes {
             session: r.session,
             pid: r.pid,
             children: r.children,
-            exited: r.exited,
         }));
     }
 }
@@ -684,8 +683,8 @@ fn drain(
     drain.settle_waits(now, end);
     let d = drain.finish(counts);
     drop(guard);
-    if !d.forked.is_empty() || !d.exited.is_empty() || exiting {
-        update_routes(routes, d.forked, &d.exited);
+    if !d.forked.is_empty() || !d.exited.is_empty() || !d.reborn.is_empty() || exiting {
+        update_routes(routes, d.forked, &d.exited, &d.reborn);
     }
     counters.samples.fetch_add(d.seen, Ordering::Relaxed);
     counters.attributed.fetch_add(d.matched, Ordering::Relaxed);
@@ -804,13 +803,21 @@ fn update_routes(
     routes: &RwLock<Routes>,
     forked: foldhash::HashMap<u32, (u64, Vec<usize>)>,
     exited: &[(u32, u64)],
+    reborn: &[(u32, u64)],
 ) {
     let mut routes = routes.write().unwrap_or_else(|e| e.into_inner());
     let routes = &mut *routes;
-    // Ended before this drain began: it read every ring past their exit.
-    routes.all.retain(|r| r.exited.is_none());
+    let taken = |pid: u32, after: u64| reborn.iter().any(|&(p, at)| p == pid && at >= after);
+    // Ended before this drain began (it read every ring past their exit),
+    // or their pid is another process's now.
+    routes
+        .all
+        .retain(|r| r.exited.is_none() && !taken(r.pid, 0));
     let mut add = Vec::new();
-    for (pid, (_, indices)) in forked {
+    for (pid, (at, indices)) in forked {
+        if taken(pid, at) {
+            continue;
+        }
         for i in indices {
             if let Some(session) = routes.sessions.get(i) {
                 add.push(Route {
@@ -866,6 +873,7 @@ mod tests {
             &lock,
             foldhash::HashMap::from_iter([(13, (100, vec![1]))]),
             &[],
+            &[],
         );
         let routes = lock.into_inner().unwrap();
         assert_eq!(
@@ -878,7 +886,8 @@ mod tests {
 
     /// A process that exits may have samples taken before its exit on other
     /// CPUs but written to their rings after the drain read them: its route
-    /// stays, ended at its exit time, until the next drain is done.
+    /// stays, marked with its exit time, until the next drain is done; a
+    /// route whose pid another process took goes at once.
     #[test]
     fn an_exited_process_keeps_its_route_until_the_next_drain() {
         let (tx, _rx) = mpsc::unbounded_channel();
@@ -893,15 +902,28 @@ mod tests {
             r.all.iter().find(|r| r.pid == 10).and_then(|r| r.exited)
         };
         // A drain shows pid 10 exiting at perf time 500.
-        update_routes(&lock, foldhash::HashMap::default(), &[(10, 500)]);
+        update_routes(&lock, foldhash::HashMap::default(), &[(10, 500)], &[]);
         assert_eq!(until(&lock), Some(500), "ended at its exit, kept");
         assert_eq!(lock.read().unwrap().targets.of(10), Some(&[0][..]));
         // The next drain.
-        update_routes(&lock, foldhash::HashMap::default(), &[]);
+        update_routes(&lock, foldhash::HashMap::default(), &[], &[]);
+        {
+            let routes = lock.read().unwrap();
+            assert!(routes.targets.of(10).is_none(), "gone after the next drain");
+            assert!(routes.all.iter().all(|r| r.exited.is_none()));
+            assert_eq!(routes.targets.of(11), Some(&[0][..]), "others untouched");
+        }
+        // Pid 11 is taken by a process not routed, and a child forked
+        // before that with pid 12 is too: both go at once.
+        update_routes(
+            &lock,
+            foldhash::HashMap::from_iter([(12, (100, vec![0]))]),
+            &[],
+            &[(11, 300), (12, 200)],
+        );
         let routes = lock.into_inner().unwrap();
-        assert!(routes.targets.of(10).is_none(), "gone after the next drain");
-        assert!(routes.all.iter().all(|r| r.exited.is_none()));
-        assert_eq!(routes.targets.of(11), Some(&[0][..]), "others untouched");
+        assert!(routes.targets.of(11).is_none(), "its pid is another's");
+        assert!(routes.targets.of(12).is_none(), "taken after its fork");
     }
 
     #[test]

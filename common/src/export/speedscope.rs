@@ -9,6 +9,8 @@ use super::frame_name;
 use super::pieces::PieceWriter;
 use crate::model::{is_time, FunctionInfo, ResolvedProfile, ResolvedStack};
 
+const NANOS: u64 = 1_000_000_000;
+
 /// The schema URL speedscope recognises its files by.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
@@ -23,9 +25,11 @@ struct Frame<'a> {
 /// function on a stack (`name [inlined]` for inlined ones, with the source
 /// file, else the module, as `file`); each thread is a `sampled` profile
 /// whose samples list frame indices outermost first, weighted by the
-/// counts, distinct stacks in sorted order: unit `none` for samples,
-/// `nanoseconds` for off-CPU and wall-clock time (speedscope then shows
-/// times).
+/// counts, distinct stacks in sorted order, in `nanoseconds` (speedscope
+/// then shows times): off-CPU and wall-clock counts are nanoseconds, and a
+/// CPU sample stands for the period 1e9 / frequency (cpu-clock's period,
+/// which the kernel fixes in frequency mode; pprof's `cpu/nanoseconds`).
+/// A CPU profile of no known frequency keeps counts, unit `none`.
 pub fn speedscope(p: &ResolvedProfile) -> String {
     let mut out = Vec::new();
     speedscope_pieces(p, usize::MAX, |piece| {
@@ -101,10 +105,10 @@ fn write(p: &ResolvedProfile, out: &mut impl Write) -> io::Result<()> {
         serde_json::to_writer(&mut *out, &frame)?;
     }
     out.write_all(b"]},\"profiles\":[")?;
-    let unit = if is_time(p.mode) {
-        "nanoseconds"
-    } else {
-        "none"
+    let (unit, scale) = match (is_time(p.mode), p.frequency_hz) {
+        (true, _) => ("nanoseconds", 1),
+        (false, 0) => ("none", 1),
+        (false, hz) => ("nanoseconds", NANOS / u64::from(hz)),
     };
     let path = |i: u32| {
         p.stacks[i as usize]
@@ -125,7 +129,8 @@ fn write(p: &ResolvedProfile, out: &mut impl Write) -> io::Result<()> {
         serde_json::to_writer(&mut *out, &name)?;
         write!(
             out,
-            ",\"unit\":\"{unit}\",\"startValue\":0,\"endValue\":{sum},\"samples\":["
+            ",\"unit\":\"{unit}\",\"startValue\":0,\"endValue\":{},\"samples\":[",
+            sum * scale
         )?;
         // The distinct stacks in the order of their frame indices, each
         // the run of equal paths it merges.
@@ -147,7 +152,7 @@ fn write(p: &ResolvedProfile, out: &mut impl Write) -> io::Result<()> {
             if j > 0 {
                 out.write_all(b",")?;
             }
-            write!(out, "{weight}")?;
+            write!(out, "{}", weight * scale)?;
         }
         out.write_all(b"]}")?;
     }
@@ -196,8 +201,9 @@ mod tests {
                 assert_eq!(names[s[0].as_u64().unwrap() as usize], "main");
             }
         }
-        assert_eq!(total, p.attributed);
-        // r r r main on tid 11: [main, r, r, r] with weight 4.
+        // 1000 Hz: a sample is a millisecond.
+        assert_eq!(total, p.attributed * 1_000_000);
+        // r r r main on tid 11: [main, r, r, r] with weight 4 ms.
         let r = names.iter().position(|n| *n == "r").unwrap() as u64;
         let main = names.iter().position(|n| *n == "main").unwrap() as u64;
         let idx = profiles[1]["samples"]
@@ -206,8 +212,15 @@ mod tests {
             .iter()
             .position(|s| *s == serde_json::json!([main, r, r, r]))
             .unwrap();
-        assert_eq!(profiles[1]["weights"][idx], 4);
-        assert!(profiles.iter().all(|p| p["unit"] == "none"));
+        assert_eq!(profiles[1]["weights"][idx], 4_000_000);
+        assert!(profiles.iter().all(|p| p["unit"] == "nanoseconds"));
+        let unknown = ResolvedProfile {
+            frequency_hz: 0,
+            ..known()
+        };
+        let v: Value = serde_json::from_str(&speedscope(&unknown)).unwrap();
+        assert_eq!(v["profiles"][1]["weights"][idx], 4, "counts");
+        assert_eq!(v["profiles"][1]["unit"], "none");
     }
 
     #[test]

@@ -295,7 +295,7 @@ fn check_svg(svg: &[u8], expected: u64) {
 }
 
 /// Checks the streamed speedscope file: JSON whose threads' weights add
-/// up to every sample, one sample a distinct path of a thread.
+/// up to `expected` nanoseconds, one sample a distinct path of a thread.
 fn check_speedscope(bytes: &[u8], expected: u64) {
     let v: serde_json::Value = serde_json::from_slice(bytes).expect("speedscope JSON");
     assert_eq!(
@@ -471,7 +471,8 @@ fn answers_over_a_big_history_stay_within_their_bound() {
         whole(d.socket(), api::ExportFormat::Svg) == svg_bytes,
         "the streamed SVG flame graph differs from GetProfile's"
     );
-    check_speedscope(&speedscope_bytes, expected);
+    // Each 19 Hz sample weighs its period in nanoseconds.
+    check_speedscope(&speedscope_bytes, expected * (1_000_000_000 / 19));
     assert!(
         whole(d.socket(), api::ExportFormat::Speedscope) == speedscope_bytes,
         "the streamed speedscope file differs from GetProfile's"

@@ -386,7 +386,7 @@ fn folded_svg_speedscope_and_json_exports_parse() {
     );
     let profiles = ss["profiles"].as_array().expect("profiles");
     assert!(!profiles.is_empty());
-    let mut weight = 0.0;
+    let mut weight = 0;
     for prof in profiles {
         assert_eq!(prof["type"], "sampled", "{prof}");
         let samples = prof["samples"].as_array().expect("samples");
@@ -398,13 +398,17 @@ fn folded_svg_speedscope_and_json_exports_parse() {
                 assert!(i < frames.len(), "frame index {i} out of range");
             }
         }
-        weight += weights.iter().filter_map(|w| w.as_f64()).sum::<f64>();
+        weight += weights.iter().filter_map(|w| w.as_u64()).sum::<u64>();
     }
-    assert_eq!(weight as u64, p.totals.attributed, "speedscope weights");
-    // Samples of CPU time are counts (unit none); a session of time (here
-    // wall-clock, of the same program) is in nanoseconds, weights adding
-    // up to its time.
-    assert!(profiles.iter().all(|p| p["unit"] == "none"), "{profiles:?}");
+    // A cpu-clock sample is the period the kernel fixes for the frequency,
+    // 1e9 / frequency ns; a session of time (here wall-clock, of the same
+    // program) weighs its own nanoseconds. Both are in nanoseconds.
+    let period = 1_000_000_000 / u64::from(p.frequency_hz);
+    assert_eq!(weight, p.totals.attributed * period, "speedscope weights");
+    assert!(
+        profiles.iter().all(|p| p["unit"] == "nanoseconds"),
+        "{profiles:?}"
+    );
     let split = profd_e2e::build_workload("split");
     let run = ["run", "--mode", "wall", "--format", "json", "--"];
     let wall = h

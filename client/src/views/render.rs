@@ -198,7 +198,8 @@ const MAX_STACK_BYTES: u32 = 65528;
 fn copy_ended_text(session: &Session) -> String {
     let t = totals(session);
     let ended = t.truncated_copy_ended;
-    if ended == 0 || session.stack_bytes == 0 {
+    let history = is_history(session);
+    if ended == 0 || (session.stack_bytes == 0 && !history) {
         return String::new();
     }
     let share = match counts_time(session) {
@@ -211,6 +212,13 @@ fn copy_ended_text(session: &Session) -> String {
         }
         false => return String::new(),
     };
+    if history {
+        // The windows do not say what the daemon copied: its setting does.
+        return format!(
+            "{share} truncated where the stack copy ended: raise the daemon's \
+             continuous.stack_bytes (--continuous-stack-bytes, up to {MAX_STACK_BYTES})\n"
+        );
+    }
     match session.stack_bytes < MAX_STACK_BYTES {
         true => format!(
             "{share} truncated where the {}-byte stack copy ended: try --stack-bytes {MAX_STACK_BYTES}\n",
@@ -296,7 +304,7 @@ pub fn table_header(session: &Session) -> String {
     if is_history(session) {
         return format!(
             "profd continuous history — windows from {} — {} @ {} Hz — {:.0} s of windows\n\
-             samples: {}; stacks: {} truncated, {} unsymbolized\n",
+             samples: {}; stacks: {} truncated, {} unsymbolized\n{}",
             unix_ms_text(session.started_unix_ms),
             event_name(session.event()),
             session.frequency_hz,
@@ -304,6 +312,7 @@ pub fn table_header(session: &Session) -> String {
             totals_text(session),
             t.truncated,
             t.unsymbolized,
+            copy_ended_text(session),
         );
     }
     format!(

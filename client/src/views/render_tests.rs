@@ -875,6 +875,20 @@ fn stacks_cut_by_the_stack_copy_are_named_with_the_flag_that_helps() {
     // Under 1 % of the samples: no line (the table's column header follows).
     assert_eq!(with(99, 16384), "");
     assert_eq!(with(0, 16384), "");
+    // A query of the continuous history names the daemon's setting.
+    let mut h = session(SessionState::DurationElapsed);
+    (h.id, h.pid) = (0, 0);
+    let t = h.totals.as_mut().unwrap();
+    t.truncated_copy_ended = t.attributed / 2;
+    let text = table_header(&h);
+    assert_eq!(
+        text.lines().nth(2),
+        Some(
+            "50.0 % of stacks truncated where the stack copy ended: raise the daemon's \
+             continuous.stack_bytes (--continuous-stack-bytes, up to 65528)"
+        ),
+        "{text}"
+    );
 }
 
 /// The processes of a wall or off-CPU session with children show their

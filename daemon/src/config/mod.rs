@@ -505,6 +505,13 @@ settings! {
         default: Some(|| crate::continuous::Settings::default().window.as_secs()),
         help: "Seconds of one continuous window, the unit kept, queried and sent, from 1 to 3600 (config: continuous.window; default 10)",
     };
+    CONTINUOUS_STACK_BYTES: u32 = Setting {
+        key: "continuous.stack_bytes",
+        flag: flag("continuous-stack-bytes", "BYTES"),
+        ty: values::STACK_BYTES,
+        default: Some(|| crate::sessions::registry::DEFAULT_STACK_BYTES),
+        help: "Bytes of each sample's user stack continuous profiling copies, to unwind with the programs' unwind tables: a multiple of 8 up to 65528, the kernel's largest; deeper stacks are cut where the copy ends, and a query says how many. 0 takes frame-pointer call chains instead, without copies (config: continuous.stack_bytes; default 16384)",
+    };
     CONTINUOUS_RETENTION_BYTES: u64 = Setting {
         key: "continuous.retention_bytes",
         flag: flag("continuous-retention-bytes", "BYTES"),
@@ -799,6 +806,7 @@ fn continuous(namer: &Namer<'_>, m: &Layer) -> Result<crate::continuous::Setting
             .get(&CONTINUOUS_HOST)
             .unwrap_or_else(crate::continuous::history::host_name),
         frequency_hz: m.get_or_default(&CONTINUOUS_FREQUENCY),
+        stack_bytes: m.get_or_default(&CONTINUOUS_STACK_BYTES),
         window,
         retention_bytes: m.get_or_default(&CONTINUOUS_RETENTION_BYTES),
         retention_age,
@@ -1181,7 +1189,7 @@ mod tests {
         assert!(
             shown.ends_with(
                 "[continuous]\nenabled = false\nfrequency = 19\nwindow = 10\n\
-                 retention_bytes = \"256M\"\nretention_age = \"7d\"\n\
+                 stack_bytes = 16384\nretention_bytes = \"256M\"\nretention_age = \"7d\"\n\
                  schedule = 1.0\nschedule_period = \"10m\"\nselect = []\n\
                  kubelet_logs = \"/var/log\"\n"
             ),
@@ -1269,6 +1277,7 @@ mod tests {
             crate::continuous::Settings {
                 host: crate::continuous::history::host_name(),
                 frequency_hz: 97,
+                stack_bytes: 16384,
                 window: Duration::from_secs(15),
                 retention_bytes: 2 << 30,
                 retention_age: Duration::from_secs(12 * 3600),
@@ -1398,6 +1407,17 @@ mod tests {
                 "expected a number of seconds from 1 to 3600",
             ),
             ("window = 1.5", "window", "expected a number of seconds"),
+            (
+                "stack_bytes = 100",
+                "stack_bytes",
+                "expected bytes of stack to copy: a multiple of 8 up to 65528 \
+                 (the kernel's largest), or 0 for frame pointers, got 100",
+            ),
+            (
+                "stack_bytes = 65536",
+                "stack_bytes",
+                "expected bytes of stack to copy",
+            ),
             (
                 "retention_bytes = \"512K\"",
                 "retention_bytes",

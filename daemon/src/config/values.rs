@@ -152,6 +152,25 @@ pub const FREQUENCY: Type<u32> = scalar(
     number,
 );
 
+/// Bytes of user stack a sample copies: a multiple of 8 up to the
+/// kernel's largest copy, or 0 for frame-pointer call chains.
+pub const STACK_BYTES: Type<u32> = scalar(
+    |v| {
+        let max = crate::os::perf::MAX_STACK_BYTES;
+        match v {
+            Value::Integer(n) if *n >= 0 && *n <= i64::from(max) && n % 8 == 0 => Ok(*n as u32),
+            _ => Err(expected(
+                &format!(
+                    "bytes of stack to copy: a multiple of 8 up to {max} (the kernel's largest), or 0 for frame pointers"
+                ),
+                v,
+            )),
+        }
+    },
+    |n| Value::Integer(i64::from(*n)),
+    number,
+);
+
 /// Whole seconds above 0.
 pub const SECONDS: Type<u64> = scalar(
     |v| match v {

@@ -22,6 +22,9 @@ pub struct Settings {
     pub host: String,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
+    /// Bytes of user stack each sample copies (0: frame-pointer call
+    /// chains); memory pressure may drop the copies for a while.
+    pub stack_bytes: u32,
     /// The span of one window.
     pub window: Duration,
     /// History kept: at most this many bytes, and windows at most this old.
@@ -82,6 +85,7 @@ impl Default for Settings {
         Settings {
             host: history::host_name(),
             frequency_hz: DEFAULT_FREQUENCY_HZ,
+            stack_bytes: crate::sessions::registry::DEFAULT_STACK_BYTES,
             window: Duration::from_secs(10),
             retention_bytes: 256 << 20,
             retention_age: Duration::from_secs(7 * 24 * 3600),

@@ -16,7 +16,6 @@ use crate::sampling::{
     ring_pages_for, Batch, Children, Flush, SampleSource, Subscriber, Subscription, EVERY_PROCESS,
     MIN_RING_PAGES, STACK_RING_PAGES,
 };
-use crate::sessions::registry::DEFAULT_STACK_BYTES;
 use crate::sessions::session::{Collector, Finished};
 use profd_common::api;
 use profd_common::model::FrameRef;
@@ -226,7 +225,7 @@ impl OnSlots<'_> {
         let (tx, mut batches) = mpsc::unbounded_channel();
         let Subscription { spec, tops, .. } = sampler
             .subscribe(
-                want(settings.frequency_hz, sampler.cpus(), DEFAULT_STACK_BYTES),
+                want(settings.frequency_hz, sampler.cpus(), settings.stack_bytes),
                 Subscriber::Continuous,
                 EVERY_PROCESS,
                 Children::Ignored,
@@ -461,7 +460,7 @@ impl Profiler {
         let (level, stacks, hz, copies) = self.pressure.next(self.spec.frequency_hz);
         self.pressure.applied = level;
         self.collector.ingest().set_max_stacks(stacks);
-        let stack_bytes = if copies { DEFAULT_STACK_BYTES } else { 0 };
+        let stack_bytes = if copies { self.settings.stack_bytes } else { 0 };
         if hz == self.spec.frequency_hz && stack_bytes == self.spec.stack_bytes {
             return Ok(());
         }
@@ -1147,7 +1146,8 @@ mod tests {
 
     #[test]
     fn rings_hold_about_a_second_of_samples_within_32_mib() {
-        let copies = |hz, cpus| ring_pages(hz, cpus, DEFAULT_STACK_BYTES);
+        let copies =
+            |hz, cpus| ring_pages(hz, cpus, crate::sessions::registry::DEFAULT_STACK_BYTES);
         assert_eq!(copies(4, 2), 32, "128 KiB at least");
         assert_eq!(copies(19, 2), 128, "512 KiB: 30 stack copies");
         assert_eq!(copies(99, 2), STACK_RING_PAGES);

@@ -726,6 +726,41 @@ fn jit_frames_are_named_from_the_perf_map() {
     );
 }
 
+/// Continuous profiling copies `continuous.stack_bytes` of each sample's
+/// user stack: node's deep stacks are cut where a 2048-byte copy ends, and
+/// a query's header says how many, with the setting to raise.
+#[test]
+fn a_short_continuous_stack_copy_is_named_with_its_setting() {
+    let _serial = serial();
+    require_root_and_perf();
+    let d = continuous("2", &["--continuous-stack-bytes", "2048"]);
+    let cg = group("deep");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/jit_split.js");
+    let mut node = cg.command("node");
+    node.current_dir(unique_dir("deep"))
+        .arg(script)
+        .args(["3", "--ready"]);
+    Workload::start_command(node, "node").wait(Duration::from_secs(30));
+    wait_for_window_after(&d, now_ns());
+    let p = query(&d, &["--service", cg.name()]);
+    let (ended, all) = (p.totals.truncated_copy_ended, p.totals.attributed);
+    assert!(
+        ended * 2 >= all && ended <= p.totals.truncated,
+        "{ended} of {all} stacks cut by a 2048-byte copy:\n{}",
+        p.table()
+    );
+    let out = d.profctl(&["query", "--service", cg.name()]);
+    out.assert_success();
+    assert!(
+        out.stdout.contains(
+            "truncated where the stack copy ended: raise the daemon's \
+             continuous.stack_bytes (--continuous-stack-bytes, up to 65528)"
+        ),
+        "{}",
+        out.stdout
+    );
+}
+
 /// `profctl diff` of two time ranges of the history: split 25/75, a pause,
 /// then split 50/50 (SPLIT_MID=1) in the same service; over its service,
 /// leaf_a's self share grows by 25 points and leaf_b's shrinks by 25.

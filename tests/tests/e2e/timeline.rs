@@ -3,6 +3,7 @@
 //! against a workload that changes phase at a moment it measures itself.
 use std::path::Path;
 
+use profd_e2e::views::FirefoxProfiler;
 use profd_e2e::{build_workload, path_str, Harness, Profile};
 use serde_json::Value;
 
@@ -212,6 +213,7 @@ fn a_phase_change_shows_where_it_happened() {
         errors.join("\n")
     );
     frames_are_in_their_library(&json, &phases);
+    read_by_the_firefox_profiler(&file, &json, &phases, &p);
     let pid = p.pid.to_string();
     let main = threads
         .iter()
@@ -268,6 +270,55 @@ fn a_phase_change_shows_where_it_happened() {
     assert!(marker("start") <= marker("exec"), "{:?}", main.markers);
     assert!(marker("exec") <= a[0], "{:?}", main.markers);
     assert!(marker("exit") >= *b.last().unwrap(), "{:?}", main.markers);
+}
+
+/// The Firefox Profiler's own loader (a newer format version than the
+/// file's, which it upgrades) reads the timeline as profd counted it: the
+/// workload's process, phase_a and phase_b in their library with the
+/// exclusive counts of the session, and phase_a's library by path and
+/// Breakpad id, its samples of category User.
+fn read_by_the_firefox_profiler(file: &Path, json: &Value, binary: &Path, p: &Profile) {
+    let f = FirefoxProfiler::load(file);
+    let info = f.json(&["profile", "info"]);
+    let processes = info["processes"].as_array().expect("processes");
+    assert!(
+        processes.len() == 1 && processes[0]["pid"] == p.pid.to_string(),
+        "{info}"
+    );
+    let functions = f.json(&["thread", "functions", "--limit", "0"]);
+    let row = |name: &str| {
+        (functions["functions"].as_array().expect("functions").iter())
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("the Firefox Profiler has no {name}: {functions}"))
+    };
+    for name in ["phase_a", "phase_b"] {
+        let ours = (p.functions.iter())
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("profd has no {name}:\n{}", p.table()));
+        let r = row(name);
+        assert_eq!(r["library"], "phases", "{r}");
+        assert_eq!(r["selfSamples"].as_u64(), Some(ours.exclusive), "{r}");
+    }
+    let handle = row("phase_a")["functionHandle"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let about = f.json(&["function", "info", &handle]);
+    let lib = &about["library"];
+    let ours = (json["libs"].as_array().unwrap().iter())
+        .find(|l| l["path"] == path_str(binary))
+        .expect("the workload's library");
+    assert_eq!(lib["path"], path_str(binary), "{about}");
+    assert_eq!(lib["breakpadId"], ours["breakpadId"], "{about}");
+    let categories = about["categoryBreakdown"]["running"]["categories"]
+        .as_array()
+        .expect("categories");
+    let most = categories
+        .iter()
+        .max_by_key(|c| c["samples"].as_u64())
+        .expect("a category");
+    assert_eq!(most["name"], "User", "{about}");
 }
 
 /// The frames of phase_a in the export of `phases`' timeline: in the

@@ -278,11 +278,10 @@ pub fn explain(plan: &Plan) -> String {
     out
 }
 
-/// The query of each stack's samples: one row per service and stack hash
-/// (and host with `--by host` or when thread detail is asked, thread): from
-/// the raw stacks each (window, service, stack) once, from the rollups
-/// their sums, all summed.
-pub fn sql(sel: &Selection, plan: &Plan) -> String {
+/// The parts of the answer, each a SELECT of (s service, h host, x stack
+/// hash, t tid, n thread, k count, b first ns, e last ns): from the raw
+/// stacks each (window, service, stack) once, from the rollups their rows.
+fn parts(sel: &Selection, plan: &Plan) -> Vec<String> {
     let mut raw = windows_in(plan);
     if let Some((a, b)) = plan.span() {
         raw.push_str(&format!(
@@ -326,6 +325,14 @@ pub fn sql(sel: &Selection, plan: &Plan) -> String {
             time(*to)
         ));
     }
+    parts
+}
+
+/// The query of each stack's samples: one row per service and stack hash
+/// (and host with `--by host` or when thread detail is asked, thread), the
+/// [`parts`] summed. The hosts are [`hosts_sql`]'s: a list of hosts on
+/// every row would grow with the fleet.
+pub fn sql(sel: &Selection, plan: &Plan) -> String {
     let mut key = vec!["s", "x"];
     if sel.by == Some(FleetGroupArg::Host) {
         key.push("h");
@@ -337,10 +344,30 @@ pub fn sql(sel: &Selection, plan: &Plan) -> String {
     // Aliases differ from the columns: ClickHouse lets an alias stand for
     // its column everywhere in a query, WHERE included.
     format!(
-        "SELECT {key}, groupUniqArray(h) AS hosts, sum(k) AS count, min(b) AS first_ns, \
-         max(e) AS last_ns FROM ({}) GROUP BY {key} FORMAT JSONEachRow",
-        parts.join(" UNION ALL ")
+        "SELECT {key}, sum(k) AS count, min(b) AS first_ns, max(e) AS last_ns \
+         FROM ({}) GROUP BY {key} FORMAT JSONEachRow",
+        parts(sel, plan).join(" UNION ALL ")
     )
+}
+
+/// The query of the hosts with samples of what `sel` selects, a row each.
+pub fn hosts_sql(sel: &Selection, plan: &Plan) -> String {
+    format!(
+        "SELECT DISTINCT h FROM ({}) FORMAT JSONEachRow",
+        parts(sel, plan).join(" UNION ALL ")
+    )
+}
+
+/// [`hosts_sql`]'s answer.
+pub fn read_hosts(rows: &str) -> Result<BTreeSet<String>, RowError> {
+    #[derive(Deserialize)]
+    struct Host {
+        h: String,
+    }
+    rows.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| Ok(serde_json::from_str::<Host>(l)?.h))
+        .collect()
 }
 
 /// The query of the frames of `hashes` in the stack dictionary.
@@ -377,7 +404,6 @@ struct Row {
     /// With --by host: the host.
     #[serde(default)]
     h: Option<String>,
-    hosts: Vec<String>,
     s: String,
     /// The stack's hash.
     x: Num,
@@ -500,7 +526,6 @@ pub fn merge(
         }
         answer.first_ns = answer.first_ns.min(r.first_ns.get()?);
         answer.last_ns = answer.last_ns.max(r.last_ns.get()?);
-        answer.hosts.extend(r.hosts);
         answer.services.insert(r.s);
     }
     if answer.first_ns == u64::MAX {
@@ -583,6 +608,7 @@ impl Fleet {
             read_frames(&self.query(frames_sql(chunk)).await?, &mut frames)?;
         }
         let mut answer = merge(&rows, &frames, sel.by)?;
+        answer.hosts = read_hosts(&self.query(hosts_sql(sel, plan)).await?)?;
         answer.coverage = read_coverage(&self.query(coverage_sql(sel, plan)).await?)?;
         Ok(answer)
     }

@@ -146,8 +146,8 @@ fn dictionary() -> HashMap<u64, Frames> {
 
 #[test]
 fn rows_merge_into_one_profile_grouped_as_asked() {
-    let rows = r#"{"h":"a","hosts":["a"],"s":"web","x":"7","t":11,"n":"w","count":"5","first_ns":"100","last_ns":"200"}
-{"h":"b","hosts":["b"],"s":"web","x":7,"t":11,"n":"w","count":7,"first_ns":"50","last_ns":"150"}
+    let rows = r#"{"h":"a","s":"web","x":"7","t":11,"n":"w","count":"5","first_ns":"100","last_ns":"200"}
+{"h":"b","s":"web","x":7,"t":11,"n":"w","count":7,"first_ns":"50","last_ns":"150"}
 "#;
     assert_eq!(hashes(rows).unwrap(), [7]);
     let d = dictionary();
@@ -159,7 +159,6 @@ fn rows_merge_into_one_profile_grouped_as_asked() {
         "the same thread and stack on two hosts merge"
     );
     assert_eq!((a.first_ns, a.last_ns), (50, 200));
-    assert_eq!(a.hosts.len(), 2);
     let by = merge(rows, &d, Some(FleetGroupArg::Host)).unwrap();
     assert_eq!(by.profile.stacks.len(), 2);
     let names: Vec<&str> = by
@@ -174,7 +173,7 @@ fn rows_merge_into_one_profile_grouped_as_asked() {
     );
     assert!(merge("{\"h\":1}", &d, None).is_err());
     // A stack the dictionary lacks is named, not left out.
-    let lost = r#"{"hosts":["a"],"s":"web","x":9,"count":1,"first_ns":1,"last_ns":2}"#;
+    let lost = r#"{"s":"web","x":9,"count":1,"first_ns":1,"last_ns":2}"#;
     let e = merge(lost, &d, None).unwrap_err().to_string();
     assert!(
         e.starts_with("stack 9 has no row in the table frames"),
@@ -182,10 +181,33 @@ fn rows_merge_into_one_profile_grouped_as_asked() {
     );
 }
 
+/// The hosts are a query of their own, over the same parts as the
+/// stacks': no row of stacks carries a list of hosts.
+#[test]
+fn hosts_are_asked_once_not_per_stack() {
+    let sel = Selection {
+        services: vec!["web".into()],
+        ..Selection::default()
+    };
+    let p = plan(H * 1000, (H + 3600) * 1000, true);
+    let stacks = sql(&sel, &p);
+    assert!(!stacks.contains("groupUniqArray"), "{stacks}");
+    let hosts = hosts_sql(&sel, &p);
+    assert!(
+        hosts.starts_with("SELECT DISTINCT h FROM (SELECT service AS s, any(host) AS h")
+            && hosts.contains("FROM stacks_hours WHERE hour >= ")
+            && hosts.contains("AND service IN ('web')"),
+        "{hosts}"
+    );
+    let read = read_hosts("{\"h\":\"b\"}\n{\"h\":\"a\\tx\"}\n").unwrap();
+    assert_eq!(read.into_iter().collect::<Vec<_>>(), ["a\tx", "b"]);
+    assert!(read_hosts("b\n").is_err());
+}
+
 #[test]
 fn recursion_counts_once_a_sample_across_hosts() {
     let row = |h: &str, k: u64| {
-        format!(r#"{{"hosts":["{h}"],"s":"db","x":8,"count":{k},"first_ns":1,"last_ns":2}}"#)
+        format!(r#"{{"h":"{h}","s":"db","x":8,"count":{k},"first_ns":1,"last_ns":2}}"#)
     };
     let rows = format!("{}\n{}\n", row("a", 4), row("b", 6));
     let a = merge(&rows, &dictionary(), None).unwrap();
@@ -217,7 +239,7 @@ fn coverage_counts_the_hosts_there_and_those_profiling() {
     assert!(read_coverage("1000\n").is_err());
     // Scaled to the fleet: each stack times 1000 / 412, rounded.
     let mut a = merge(
-        r#"{"hosts":["a"],"s":"db","x":8,"count":412,"first_ns":1,"last_ns":2}"#,
+        r#"{"s":"db","x":8,"count":412,"first_ns":1,"last_ns":2}"#,
         &dictionary(),
         None,
     )

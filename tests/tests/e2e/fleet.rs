@@ -866,8 +866,9 @@ fn earlier_schema(db: &str) -> Vec<String> {
 }
 
 /// Tables of the earlier layout on two shards, filled the earlier way
-/// (each stack row with its frames) with a daemon's windows moved 1, 2
-/// and 3 hours on, as three hosts, the first copy inserted twice (a retried
+/// (each stack row with its frames, and the addresses of named frames, as
+/// hosts of other address layouts gave them) with a daemon's windows moved
+/// 1, 2 and 3 hours on, as three hosts, the first copy inserted twice (a retried
 /// window), which a sink refuses to write into, naming the migration;
 /// then the statements of `profd schema clickhouse --migrate`.
 /// Nothing is lost: each hour answers as the daemon's own query, the three
@@ -904,7 +905,8 @@ fn a_migration_from_the_earlier_layout_loses_nothing() {
             &format!(
                 "INSERT INTO early.stacks SELECT concat(window_id, '-{k}'), concat(host, '-{k}'), \
                  service, start_ns + {ns}, end_ns + {ns}, start + {s}, pid, comm, executable, \
-                 build_id, tid, thread, stack, fs, ms, fis, ls, ins, ads, bis, count \
+                 build_id, tid, thread, stack, fs, ms, fis, ls, ins, \
+                 arrayMap((a, b) -> if(b = '', a + 4096, a), ads, bis), bis, count \
                  FROM (SELECT * FROM profd.stacks WHERE host = 'migrate') \
                  ALL INNER JOIN ({frames}) USING stack_hash",
                 s = k * 3600

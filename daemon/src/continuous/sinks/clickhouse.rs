@@ -326,12 +326,12 @@ pub fn migrations(layout: &Layout) -> Vec<String> {
     }
     out.extend(schema(layout));
     out.extend(upgrades(layout));
-    let hash = stack_hash::SQL;
+    let (hash, addresses) = (stack_hash::SQL, stack_hash::KEPT_ADDRESSES_SQL);
     out.push(format!(
         "INSERT INTO {db}.frames (stack_hash, seen, functions, modules, files, lines, inlined, addresses, build_ids)\n\
          SELECT h, min(t), any(f), any(m), any(fi), any(l), any(i), any(a), any(b) FROM (\n\
          SELECT {hash} AS h, start AS t, functions AS f, modules AS m, files AS fi, lines AS l, \
-         inlined AS i, addresses AS a, build_ids AS b FROM {db}.{old})\n\
+         inlined AS i, {addresses} AS a, build_ids AS b FROM {db}.{old})\n\
          GROUP BY h, intDiv(toUInt32(t), {PERIOD_S})"
     ));
     out.push(format!(
@@ -447,6 +447,7 @@ pub fn rows(w: &api::Window) -> Rows {
                     address: stack.address.get(k).copied().unwrap_or(0),
                     build_id: f.map_or("", |f| f.build_id.as_str()),
                 }
+                .kept()
             });
             let hash = stack_hash::of(frames.clone());
             if seen.insert(hash) {
@@ -1080,6 +1081,12 @@ mod tests {
                         module: "web".into(),
                         ..Default::default()
                     },
+                    api::WindowFunction {
+                        name: "[unknown] 0x30".into(),
+                        module: "web".into(),
+                        build_id: "ab12".into(),
+                        ..Default::default()
+                    },
                 ],
                 stacks: vec![
                     api::WindowStack {
@@ -1091,9 +1098,9 @@ mod tests {
                     },
                     api::WindowStack {
                         tid: 8,
-                        function: vec![1],
-                        line: vec![4],
-                        address: vec![0x20],
+                        function: vec![2, 1],
+                        line: vec![0, 4],
+                        address: vec![0x30, 0x20],
                         count: 1,
                     },
                     api::WindowStack {
@@ -1141,7 +1148,10 @@ mod tests {
         assert_eq!(frames[0]["stack_hash"].as_u64(), Some(r.frames[0].0));
         assert_eq!(frames[0]["functions"], json!(["leaf", "main"]));
         assert_eq!(frames[0]["inlined"], json!([1, 0]));
-        assert_eq!(frames[0]["addresses"], json!([0x10, 0x20]));
+        // Addresses of named frames differ from host to host: kept for
+        // frames not named alone.
+        assert_eq!(frames[0]["addresses"], json!([0, 0]));
+        assert_eq!(frames[1]["addresses"], json!([0x30, 0]));
         assert_eq!(frames[0]["seen"], 10);
         assert_eq!(stacks[1]["count"], 1);
     }

@@ -13,6 +13,10 @@
 //! without the spaces: `LEN(s)` is the length of `s` in bytes in decimal,
 //! numbers are decimal, `inlined` is 0 or 1, and a frame missing from a
 //! shorter array counts as empty (0 for numbers).
+//!
+//! The frames hashed (and kept in the dictionary) are as [`Frame::kept`]
+//! makes them: a frame its host named has the address 0, so that a stack
+//! is one key on every host, whatever their address layouts.
 
 /// One frame, as the dictionary holds it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -24,6 +28,23 @@ pub struct Frame<'a> {
     pub inlined: bool,
     pub address: u64,
     pub build_id: &'a str,
+}
+
+impl Frame<'_> {
+    /// The frame as the dictionary keeps it: its address only when its
+    /// host could not name it (it then has its module's build id, to be
+    /// named later), else 0. The address of named code differs from host
+    /// to host (address layout randomization), and no answer uses it.
+    pub fn kept(self) -> Self {
+        Frame {
+            address: if self.build_id.is_empty() {
+                0
+            } else {
+                self.address
+            },
+            ..self
+        }
+    }
 }
 
 /// The hash of `frames` (innermost first).
@@ -54,16 +75,23 @@ fn write_frame(out: &mut Vec<u8>, f: &Frame<'_>) {
 
 /// The same hash in ClickHouse, of a row of the earlier `stacks` table
 /// (its arrays `functions`, `modules`, `files`, `lines`, `inlined`,
-/// `addresses` and `build_ids`): what a migration computes. An array
-/// shorter than `functions` reads as its type's default past its end, as
-/// [`Frame::default`]. (A lambda of several arrays: 18.16 reads with
-/// `FINAL` only the columns a lambda takes as arguments.)
+/// `addresses` and `build_ids`), its frames as [`Frame::kept`] makes them:
+/// what a migration computes. An array shorter than `functions` reads as
+/// its type's default past its end, as [`Frame::default`]. (A lambda of
+/// several arrays: 18.16 reads with `FINAL` only the columns a lambda
+/// takes as arguments.)
 pub const SQL: &str = "sipHash64(arrayStringConcat(arrayMap((fn_, mo_, fl_, ln_, il_, ad_, bi_) -> concat(\
 toString(length(fn_)), ':', fn_, toString(length(mo_)), ':', mo_, toString(length(fl_)), ':', fl_, \
-toString(ln_), '/', toString(il_), '/', toString(ad_), '/', toString(length(bi_)), ':', bi_, ';'), \
+toString(ln_), '/', toString(il_), '/', toString(if(bi_ = '', toUInt64(0), ad_)), '/', \
+toString(length(bi_)), ':', bi_, ';'), \
 functions, arrayResize(modules, length(functions), ''), arrayResize(files, length(functions), ''), \
 arrayResize(lines, length(functions), toUInt32(0)), arrayResize(inlined, length(functions), toUInt8(0)), \
 arrayResize(addresses, length(functions), toUInt64(0)), arrayResize(build_ids, length(functions), ''))))";
+
+/// The addresses of a row of the earlier `stacks` table as [`Frame::kept`]
+/// keeps them.
+pub const KEPT_ADDRESSES_SQL: &str = "arrayMap((ad_, bi_) -> if(bi_ = '', toUInt64(0), ad_), \
+arrayResize(addresses, length(functions), toUInt64(0)), arrayResize(build_ids, length(functions), ''))";
 
 /// SipHash-2-4 of `data` with the key 0.
 fn siphash24(data: &[u8]) -> u64 {
@@ -154,8 +182,6 @@ mod tests {
             "4:leaf3:web3:a.c3/1/16/0:;4:main3:web0:4/0/32/0:;"
         );
         assert_eq!(of(frames), siphash24(&text));
-        // What ClickHouse 18.16 and current releases compute with [`SQL`]
-        // from these frames as arrays (`build_ids` empty: an earlier row).
         assert_eq!(of(frames), 6_837_480_333_967_578_948);
         // Every field counts, and where a name ends.
         let mut other = frames;
@@ -165,5 +191,29 @@ mod tests {
         other = frames;
         other[1].address = 33;
         assert_ne!(of(other), of(frames));
+    }
+
+    /// Named frames are kept without their addresses, unnamed ones (with
+    /// their module's build id) with them.
+    #[test]
+    fn only_unnamed_frames_keep_their_address() {
+        let named = Frame {
+            function: "main",
+            address: 0x5555_0000_1234,
+            ..Frame::default()
+        };
+        let unnamed = Frame {
+            function: "[unknown] 0x1234",
+            address: 0x1234,
+            build_id: "ab12",
+            ..Frame::default()
+        };
+        assert_eq!(named.kept().address, 0);
+        assert_eq!(unnamed.kept().address, 0x1234);
+        let elsewhere = Frame {
+            address: 0x7777_0000_1234,
+            ..named
+        };
+        assert_eq!(of([named.kept()]), of([elsewhere.kept()]));
     }
 }

@@ -780,6 +780,18 @@ mod tests {
         }))
     }
 
+    /// The exit of thread `tid` of process `pid`.
+    fn exit(pid: u32, tid: u32, time: u64) -> Rec {
+        Ok(Record::Exit(crate::os::perf::record::Task {
+            pid,
+            ppid: 1,
+            tid,
+            ptid: 1,
+            time,
+            sample_id: Default::default(),
+        }))
+    }
+
     fn exec(pid: u32, time: u64, name: &'static str) -> Rec {
         Ok(Record::Comm(crate::os::perf::record::Comm {
             pid,
@@ -866,16 +878,6 @@ mod tests {
             let s = crate::os::perf::record::Sample::at(10, time, 0x1000 + time);
             Ok(Record::Sample(s.copied(tid, sp, stack)))
         };
-        let exit = |tid: u32, time: u64| -> Rec {
-            Ok(Record::Exit(crate::os::perf::record::Task {
-                pid: 10,
-                ppid: 1,
-                tid,
-                ptid: 1,
-                time,
-                sample_id: Default::default(),
-            }))
-        };
         let mut demux = Demux::new(Stacks::Copied, BatchPool::default());
         let tops = demux.tops().expect("stack copies come with the tops");
         let shared = tops.clone();
@@ -911,7 +913,7 @@ mod tests {
         assert_eq!(drain(&[copied(10, 5)]), [100 + margin]);
         // Thread 11 exits; a thread 11 after it is unknown again.
         assert_eq!(
-            drain(&[exit(11, 6), copied(11, 7), copied(10, 8)]),
+            drain(&[exit(10, 11, 6), copied(11, 7), copied(10, 8)]),
             [4096, 100 + margin]
         );
         // A walk of thread 10 stopped short: its next copy is whole.
@@ -929,16 +931,6 @@ mod tests {
     #[test]
     fn a_sample_of_an_exiting_thread_counts_for_that_thread() {
         let targets = Targets::new([to(1, 10, Ignored)]);
-        let exit = |tid: u32, time: u64| -> Rec {
-            Ok(Record::Exit(crate::os::perf::record::Task {
-                pid: 10,
-                ppid: 1,
-                tid,
-                ptid: 10,
-                time,
-                sample_id: Default::default(),
-            }))
-        };
         let of = |tid: u32, time: u64| -> Rec {
             let mut s = crate::os::perf::record::Sample::at(10, time, 0x1000 + time);
             s.tid = tid;
@@ -948,7 +940,7 @@ mod tests {
         let mut out = Vec::new();
         let mut d = demux.begin(&targets, |_, batch| out.push(batch));
         let rings = [
-            vec![of(11, 1), exit(11, 2), of(u32::MAX, 3), of(12, 4)],
+            vec![of(11, 1), exit(10, 11, 2), of(u32::MAX, 3), of(12, 4)],
             // Another CPU: no exit of the process recorded here.
             vec![of(u32::MAX, 5)],
         ];
@@ -987,23 +979,13 @@ mod tests {
     fn every_process_is_routed_to_continuous_sessions() {
         let own = std::process::id();
         let targets = Targets::new([to(5, EVERY_PROCESS, Ignored), to(9, 10, Ignored)]);
-        let exit = |pid: u32, time: u64| -> Rec {
-            Ok(Record::Exit(crate::os::perf::record::Task {
-                pid,
-                ppid: 1,
-                tid: pid,
-                ptid: 1,
-                time,
-                sample_id: Default::default(),
-            }))
-        };
         let rings = [vec![
             sample(10, 1),
             sample(0, 2),
             sample(own, 3),
             fork(20, 10, 4),
             sample(20, 5),
-            exit(20, 6),
+            exit(20, 20, 6),
             sample(30, 7),
         ]];
         let (out, d) = drain(&targets, &rings);
@@ -1054,19 +1036,9 @@ mod tests {
     /// process not followed forks with its pid, that process's are not.
     #[test]
     fn a_childs_last_records_count_until_its_pid_is_reborn() {
-        let exit = |pid: u32, time: u64| -> Rec {
-            Ok(Record::Exit(crate::os::perf::record::Task {
-                pid,
-                ppid: 10,
-                tid: pid,
-                ptid: 10,
-                time,
-                sample_id: Default::default(),
-            }))
-        };
         let targets = Targets::new([to(1, 10, Followed)]);
         let rings = [
-            vec![fork(20, 10, 5), exit(20, 10), fork(20, 99, 15)],
+            vec![fork(20, 10, 5), exit(20, 20, 10), fork(20, 99, 15)],
             vec![sample(20, 8), sample(20, 12), sample(20, 16)],
         ];
         let (out, d) = drain(&targets, &rings);

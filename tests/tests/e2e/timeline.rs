@@ -281,8 +281,9 @@ fn read_by_the_firefox_profiler(file: &Path, json: &Value, binary: &Path, p: &Pr
     let f = FirefoxProfiler::load(file);
     let info = f.json(&["profile", "info"]);
     let processes = info["processes"].as_array().expect("processes");
+    let pid = p.pid.to_string();
     assert!(
-        processes.len() == 1 && processes[0]["pid"] == p.pid.to_string(),
+        processes.len() == 1 && processes[0]["pid"].as_str() == Some(&pid),
         "{info}"
     );
     let functions = f.json(&["thread", "functions", "--limit", "0"]);

@@ -660,40 +660,35 @@ fn simulate(
         How::Sink,
         hour(real),
     ));
-    if hosts > real {
-        let raw = hosts.min(args.raw_hosts.max(real));
+    // A stage of copies: `table` and the windows of hosts `0..from` copied
+    // as hosts up to `to`, then measured.
+    let copies = |table: &str, from: usize, to: usize, how: How| {
         let t = Instant::now();
-        let copied = copy_hosts(servers, &db, "stacks", real, raw)
-            + copy_hosts(servers, &db, "windows", real, raw);
-        let mut s = measure(
+        let copied = copy_hosts(servers, &db, table, from, to)
+            + copy_hosts(servers, &db, "windows", from, to);
+        let copy_secs = t.elapsed().as_secs_f64();
+        let s = measure(
             args,
             servers,
             &db,
             service,
             (from_s, to_s),
-            raw,
-            How::Raw,
-            hour(raw),
+            to,
+            how,
+            hour(to),
         );
-        (s.copied_rows, s.copy_secs) = (copied, t.elapsed().as_secs_f64());
-        stages.push(s);
-        if hosts > raw {
-            let t = Instant::now();
-            let copied = copy_hosts(servers, &db, "stacks_hours", raw, hosts)
-                + copy_hosts(servers, &db, "windows", raw, hosts);
-            let mut s = measure(
-                args,
-                servers,
-                &db,
-                service,
-                (from_s, to_s),
-                hosts,
-                How::Hours,
-                hour(hosts),
-            );
-            (s.copied_rows, s.copy_secs) = (copied, t.elapsed().as_secs_f64());
-            stages.push(s);
+        Stage {
+            copied_rows: copied,
+            copy_secs,
+            ..s
         }
+    };
+    let raw = hosts.min(args.raw_hosts.max(real));
+    if raw > real {
+        stages.push(copies("stacks", real, raw, How::Raw));
+    }
+    if hosts > raw {
+        stages.push(copies("stacks_hours", raw, hosts, How::Hours));
     }
     for s in servers {
         s.query(&format!("DROP DATABASE IF EXISTS {db}"), b"");

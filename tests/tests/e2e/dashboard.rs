@@ -368,24 +368,7 @@ pub(crate) fn dashboard_driver() -> PathBuf {
         .join("node_modules/playwright-core/package.json")
         .is_file()
     {
-        let out = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run npm (install Debian's npm) in {}: {e}",
-                    dir.display()
-                )
-            });
-        assert!(
-            out.status.success(),
-            "npm ci in {} failed ({}):\n{}\n{}",
-            dir.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        profd_e2e::views::npm_ci(&dir);
     }
     dir
 }
